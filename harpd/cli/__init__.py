@@ -1,0 +1,1 @@
+"""The ``harp`` admin CLI: one module per subcommand, dispatched by ``main``."""

@@ -1,0 +1,71 @@
+"""Entry point of ``harp``: builds the argument parser from the subcommand modules.
+
+Each subcommand lives in its own module in this package and exposes
+``NAME``, ``HELP``, ``add_arguments(parser)`` and ``run(args) -> int``.  Adding a
+subcommand is one module plus one line in ``SUBCOMMANDS``; modules are imported
+lazily so ``harp dnn estimate`` does not pay for scikit-learn.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+from harp_submit import __version__
+
+# subcommand name -> module (relative to harpd.cli)
+SUBCOMMANDS: dict[str, str] = {
+}
+
+
+class CliError(Exception):
+    """An error for the user: printed as one ``harp: ...`` line, exit 2."""
+
+
+def _build_parser(argv: list[str]) -> tuple[argparse.ArgumentParser, object | None]:
+    parser = argparse.ArgumentParser(prog="harp", description="harp admin CLI")
+    parser.add_argument("--version", action="version", version=f"harp {__version__}")
+    parser.add_argument("--config", help="harpd.toml to use (default /etc/harp/harpd.toml)")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    # only import the module of the chosen subcommand (fast start, fewer deps)
+    chosen = None
+    skip = False
+    for a in argv:
+        if skip:
+            skip = False
+        elif a == "--config":
+            skip = True
+        elif not a.startswith("-"):
+            chosen = a
+            break
+    module = None
+    for name, modname in SUBCOMMANDS.items():
+        if name == chosen:
+            module = importlib.import_module(f"harpd.cli.{modname}")
+            p = sub.add_parser(name, help=module.HELP, description=module.HELP)
+            module.add_arguments(p)
+        else:
+            sub.add_parser(name, help=f"(see harp {name} --help)", add_help=False)
+    return parser, module
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    parser, module = _build_parser(argv)
+    args = parser.parse_args(argv)
+    if module is None:
+        parser.print_help()
+        return 2
+    try:
+        return int(module.run(args) or 0)
+    except CliError as exc:
+        print(f"harp: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("harp: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

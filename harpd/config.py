@@ -1,0 +1,155 @@
+"""harpd's configuration: one validated object, read once at start.
+
+Validation happens here, at start, so a typo in ``harpd.toml`` stops the daemon
+with the key and the reason instead of surfacing as a wrong prediction hours
+later.  Every key has a default so an empty file (or none) runs the embedded
+setup: local Slurm commands and a SQLite store.
+
+Sources, highest priority first: ``HARP_<SECTION>__<KEY>`` environment
+variables, the TOML file, the defaults below.  ``etc/harpd.toml`` documents every
+key; ``tests/unit/test_config.py`` checks the two stay in step.
+"""
+
+from __future__ import annotations
+
+import os
+import tomllib
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+DEFAULT_CONFIG_PATH = Path("/etc/harp/harpd.toml")
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class ServerSettings(_Section):
+    socket: Path = Path("/run/harp/harpd.sock")
+    socket_mode: int = Field(0o666, description="permissions of the socket file")
+    admin_group: str | None = None
+    request_timeout_s: float = Field(5.0, gt=0)
+    max_request_bytes: int = Field(1 << 20, gt=0)
+    max_clients: int = Field(64, gt=0)
+
+
+class StoreSettings(_Section):
+    path: Path = Path("/var/lib/harp/harp.db")
+    models_dir: Path | None = None  # default: <store dir>/models
+
+
+class SlurmSettings(_Section):
+    backend: str = "cli"  # "cli" (sbatch/sacct/scontrol); "pyslurm" optional
+    bin_dir: Path | None = None  # where sbatch/sacct/scontrol live; None: PATH
+    command_timeout_s: float = Field(30.0, gt=0)
+    cluster: str | None = None  # None: whatever sacct reports
+
+
+class IngestSettings(_Section):
+    poll_interval_s: float = Field(60.0, gt=0)
+    learn_all_jobs: bool = False
+    lookback_s: float = Field(86400.0, gt=0)
+    max_backoff_s: float = Field(600.0, gt=0)
+
+
+class PredictSettings(_Section):
+    alpha_time: float = Field(0.05, gt=0, lt=1)
+    alpha_mem: float = Field(0.05, gt=0, lt=1)
+    alpha_cpus: float = Field(0.05, gt=0, lt=1)
+    min_history: int = Field(5, ge=1)
+    floor_time_s: int = Field(60, ge=60)
+    floor_mem_mb: int = Field(100, ge=1)
+    allow_shrink: bool = True
+    max_raise_factor: float = Field(1.0, ge=1.0)
+    predictor: str = "auto"  # "auto": the champion; else a registered name
+
+
+class RecoverySettings(_Section):
+    enabled: bool = True
+    max_attempts: int = Field(3, ge=1)
+    max_time_s: int | None = None  # cap beyond partition MaxTime
+    max_mem_mb: int | None = None  # cap beyond node memory
+    mode: str = "auto"  # "auto" | "requeue" | "resubmit"
+
+
+class RetrainSettings(_Section):
+    interval_s: float = Field(86400.0, gt=0)
+    after_n_outcomes: int = Field(500, ge=1)
+    holdout_fraction: float = Field(0.2, gt=0, lt=1)
+
+
+class GpuType(_Section):
+    name: str
+    memory_gb: float = Field(gt=0)
+    gpus_per_node: int = Field(gt=0)
+    billing_weight: float = Field(1.0, gt=0)
+    partition: str
+
+
+class DnnSettings(_Section):
+    safety_margin: float = Field(0.10, ge=0, lt=1)
+    cuda_context_gb: float = Field(0.5, ge=0)
+    gpu_types: list[GpuType] = Field(default_factory=list)
+
+
+class ReportSettings(_Section):
+    default_window_days: int = Field(30, ge=1)
+
+
+class HarpSettings(BaseSettings):
+    model_config = SettingsConfigDict(
+        env_prefix="HARP_", env_nested_delimiter="__", extra="forbid"
+    )
+
+    server: ServerSettings = Field(default_factory=ServerSettings)
+    store: StoreSettings = Field(default_factory=StoreSettings)
+    slurm: SlurmSettings = Field(default_factory=SlurmSettings)
+    ingest: IngestSettings = Field(default_factory=IngestSettings)
+    predict: PredictSettings = Field(default_factory=PredictSettings)
+    recovery: RecoverySettings = Field(default_factory=RecoverySettings)
+    retrain: RetrainSettings = Field(default_factory=RetrainSettings)
+    dnn: DnnSettings = Field(default_factory=DnnSettings)
+    report: ReportSettings = Field(default_factory=ReportSettings)
+
+    @classmethod
+    def settings_customise_sources(cls, settings_cls, init_settings, env_settings, dotenv_settings, file_secret_settings):  # type: ignore[override]
+        # environment beats the file (passed as init kwargs) beats defaults
+        return (env_settings, init_settings)
+
+
+class ConfigError(Exception):
+    """A config problem, already phrased as the one line the admin should read."""
+
+
+def _first_error(err: ValidationError) -> str:
+    e = err.errors()[0]
+    key = ".".join(str(p) for p in e["loc"]) or "(top level)"
+    return f"{key}: {e['msg']}"
+
+
+def load_settings(path: str | os.PathLike[str] | None = None) -> HarpSettings:
+    """Read and validate the config; raise ConfigError naming key and reason.
+
+    A missing file is only an error when the path was given explicitly: the
+    default path being absent means "run on the embedded defaults".
+    """
+    explicit = path is not None or "HARP_CONFIG" in os.environ
+    p = Path(path or os.environ.get("HARP_CONFIG") or DEFAULT_CONFIG_PATH)
+    data: dict[str, Any] = {}
+    if p.exists():
+        try:
+            with p.open("rb") as fh:
+                data = tomllib.load(fh)
+        except tomllib.TOMLDecodeError as exc:
+            raise ConfigError(f"{p}: not valid TOML ({exc}); fix the syntax") from None
+        except OSError as exc:
+            raise ConfigError(f"{p}: cannot read ({exc.strerror})") from None
+    elif explicit:
+        raise ConfigError(f"{p}: no such config file; pass --config with an existing file")
+    try:
+        return HarpSettings(**data)
+    except ValidationError as exc:
+        raise ConfigError(f"{p}: invalid setting {_first_error(exc)}") from None
