@@ -15,7 +15,7 @@ from __future__ import annotations
 import os
 import tomllib
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -29,16 +29,18 @@ class _Section(BaseModel):
 
 class ServerSettings(_Section):
     socket: Path = Path("/run/harp/harpd.sock")
-    socket_mode: int = Field(0o666, description="permissions of the socket file")
+    socket_mode: int = Field(0o666, ge=0, le=0o777, description="permissions of the socket file")
     admin_group: str | None = None
     request_timeout_s: float = Field(5.0, gt=0)
     max_request_bytes: int = Field(1 << 20, gt=0)
     max_clients: int = Field(64, gt=0)
+    log_level: Literal["debug", "info", "warning", "error"] = "info"
 
 
 class StoreSettings(_Section):
     path: Path = Path("/var/lib/harp/harp.db")
     models_dir: Path | None = None  # default: <store dir>/models
+    busy_timeout_s: float = Field(30.0, gt=0)  # wait this long for another writer's lock
 
 
 class SlurmSettings(_Section):
@@ -92,6 +94,10 @@ class GpuType(_Section):
 class DnnSettings(_Section):
     safety_margin: float = Field(0.10, ge=0, lt=1)
     cuda_context_gb: float = Field(0.5, ge=0)
+    # NCCL/torch.distributed buffers and gradient buckets, added when a job uses >1 GPU
+    distributed_overhead_gb: float = Field(1.0, ge=0)
+    # most nodes harp spreads one DNN job over (Slurm's partition limits apply too)
+    max_nodes: int = Field(8, ge=1, le=4096)
     gpu_types: list[GpuType] = Field(default_factory=list)
 
 

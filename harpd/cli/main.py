@@ -16,6 +16,8 @@ from harp_submit import __version__
 
 # subcommand name -> module (relative to harpd.cli)
 SUBCOMMANDS: dict[str, str] = {
+    "dnn": "dnn_cmd",
+    "report": "report_cmd",
 }
 
 

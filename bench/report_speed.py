@@ -1,0 +1,204 @@
+"""How long `harp report` takes over a store of 1,000,000 jobs (target < 10 s).
+
+Generates synthetic but plausible history (users with their own over-request
+habits, timeouts, OOMs, GPU jobs, harp-sized jobs with submission records and
+resubmission chains) into a temporary store through ``Store.insert_jobs``,
+then times the whole report command in-process: store read, aggregation and
+rendering, for each output format.  The FIGURE is the table report, the
+default an admin runs.
+
+    python bench/report_speed.py [--n 1000000] [--keep PATH]
+
+``synthetic()`` is also what the report tests use to build realistic data.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import io
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from harpd.records import JobRecord, Outcome  # noqa: E402
+
+TARGET_S = 10.0
+DAY = 86400.0
+
+
+def synthetic(n: int, seed: int = 0, now: float = 1_780_000_000.0, days: float = 60.0,
+              harp_fraction: float = 0.1) -> tuple[list[JobRecord], list[dict[str, Any]], list[dict[str, Any]]]:
+    """(records, submissions, attempts): ``n`` first runs ending over the last
+    ``days`` before ``now``, plus resubmitted runs of harp-sized jobs that ran out."""
+    rng = np.random.default_rng(seed)
+    n_users = max(2, min(200, n // 50))
+    users = np.array([f"user{u:03d}" for u in range(n_users)], dtype=object)
+    weights = 1.0 / np.arange(1, n_users + 1) ** 0.8
+    u = rng.choice(n_users, size=n, p=weights / weights.sum())
+    accounts = np.array([f"proj{a:02d}" for a in range(max(1, n_users // 7))], dtype=object)
+    acc = accounts[np.arange(n_users) % len(accounts)][u]
+    # each user's habits: how much more time and memory they ask than they use
+    time_over = np.maximum(np.exp(rng.normal(1.0, 0.6, n_users)), 1.1)[u]
+    mem_over = np.maximum(np.exp(rng.normal(1.3, 0.7, n_users)), 1.1)[u]
+    cpu_eff = rng.beta(4, 2, n_users)[u]
+    part_names = np.array(["cpu", "gpu", "bigmem", "debug"], dtype=object)
+    part = rng.choice(4, size=n, p=[0.7, 0.1, 0.1, 0.1])
+    sig = np.array([f"app{k % 37}.sh" for k in range(500)], dtype=object)[(u * 7 + rng.integers(0, 3, n)) % 500]
+
+    cpus = rng.choice([1, 2, 4, 8, 16, 32, 64], size=n, p=[0.3, 0.15, 0.2, 0.15, 0.1, 0.07, 0.03])
+    used_t = np.clip(np.exp(rng.normal(np.log(1800), 1.4, n)), 10, 3 * DAY)
+    harp = rng.random(n) < harp_fraction
+    tf = np.where(harp, np.exp(rng.normal(0.25, 0.15, n)), time_over * np.exp(rng.normal(0, 0.3, n)))
+    req_t = np.ceil(np.maximum(used_t * np.maximum(tf, 0.5), 60) / 60) * 60
+    mem_need = cpus * np.exp(rng.normal(np.log(1500), 0.8, n))
+    mf = np.where(harp, np.exp(rng.normal(0.2, 0.1, n)), mem_over * np.exp(rng.normal(0, 0.3, n)))
+    req_m = np.ceil(np.maximum(mem_need * np.maximum(mf, 0.5), 100) / 100) * 100
+    used_m = np.minimum(mem_need, req_m * 0.999)
+    outcome = np.full(n, "completed", dtype=object)
+    timeout = (used_t > req_t) | (rng.random(n) < 0.02)
+    outcome[timeout] = "timeout"
+    used_t = np.where(timeout, req_t + rng.integers(5, 100, n), used_t)
+    oom = ~timeout & ((mem_need > req_m) | (rng.random(n) < 0.015))
+    outcome[oom] = "oom"
+    used_m = np.where(oom, req_m * 1.02, used_m)
+    used_t = np.where(oom, used_t * rng.random(n), used_t)
+    r = rng.random(n)
+    outcome[(outcome == "completed") & (r < 0.02)] = "failed"
+    outcome[(outcome == "completed") & (r > 0.97)] = "cancelled"
+    outcome[(outcome == "completed") & (r > 0.969) & (r <= 0.97)] = "node_fail"
+    used_cpu = used_t * cpus * np.clip(cpu_eff * np.exp(rng.normal(0, 0.2, n)), 0.01, 1.05)
+    gpus = np.where(part == 1, rng.choice([1, 2, 4, 8], size=n), 0)
+    end = now - rng.random(n) * days * DAY
+    start = end - used_t
+    submit = start - rng.exponential(600, n)
+    # what harp-sized jobs' users had asked before harp changed it
+    orig_t = np.ceil(used_t * time_over * np.exp(rng.normal(0.3, 0.3, n)) / 60) * 60
+    orig_m = np.ceil(mem_need * mem_over / 100) * 100
+
+    out_enum = {o.value: o for o in Outcome}
+    records: list[JobRecord] = []
+    subs: list[dict[str, Any]] = []
+    attempts: list[dict[str, Any]] = []
+    for i in range(n):
+        o = outcome[i]
+        rec = JobRecord(
+            job_id=str(1_000_000 + i), source="bench", user=users[u[i]], account=acc[i], group=acc[i],
+            partition=part_names[part[i]], job_name=sig[i], signature=sig[i],
+            submit_time=float(submit[i]), start_time=float(start[i]), end_time=float(end[i]),
+            outcome=out_enum[o], state=o.upper(), exit_code=0 if o == "completed" else 1,
+            req_time_s=float(req_t[i]), req_mem_mb=float(req_m[i]), req_cpus=int(cpus[i]), req_nodes=1,
+            req_gpus=int(gpus[i]) or None, alloc_cpus=int(cpus[i]), alloc_nodes=1, alloc_gpus=int(gpus[i]) or None,
+            used_time_s=float(used_t[i]), used_mem_mb=float(used_m[i]), used_cpu_s=float(used_cpu[i]),
+            censored_time=o == "timeout", censored_mem=o == "oom", harp_sized=bool(harp[i]), attempt=1,
+        )
+        records.append(rec)
+        if harp[i]:
+            subs.append({
+                "job_id": rec.job_id, "uid": 1000 + int(u[i]), "user": rec.user, "job": {"partition": rec.partition},
+                "original": {"time_s": int(orig_t[i]), "mem_mb": int(orig_m[i]), "cpus_per_task": int(cpus[i]), "ntasks": 1},
+                "submitted": {"time_s": int(req_t[i]), "mem_mb": int(req_m[i]), "cpus_per_task": int(cpus[i]), "ntasks": 1},
+                "decision": None, "chain_id": rec.job_id,
+            })
+            if o in ("timeout", "oom"):
+                ok = rng.random() < 0.9
+                retry = JobRecord(**{**rec.to_dict(), "outcome": Outcome.COMPLETED if ok else Outcome.TIMEOUT})
+                retry.job_id = rec.job_id + "r"
+                retry.attempt = 2
+                retry.req_time_s = rec.req_time_s * (2 if o == "timeout" else 1)
+                retry.req_mem_mb = rec.req_mem_mb * (2 if o == "oom" else 1)
+                retry.used_mem_mb = min(float(mem_need[i]), retry.req_mem_mb)
+                retry.start_time = rec.end_time + 60
+                retry.end_time = retry.start_time + (used_t[i] * 1.3 if o == "timeout" else used_t[i] * 2)
+                retry.used_time_s = retry.end_time - retry.start_time
+                retry.censored_time = retry.censored_mem = False
+                records.append(retry)
+                subs.append({**subs[-1], "job_id": retry.job_id,
+                             "submitted": {**subs[-1]["submitted"], "time_s": int(retry.req_time_s),
+                                           "mem_mb": int(retry.req_mem_mb)}})
+                attempts.append({"chain_id": rec.job_id, "attempt": 1, "job_id": rec.job_id, "step": "done", "outcome": o})
+                attempts.append({"chain_id": rec.job_id, "attempt": 2, "job_id": retry.job_id, "step": "done",
+                                 "outcome": retry.outcome.value})
+    return records, subs, attempts
+
+
+def fill_store(store: Any, records: list[JobRecord], subs: list[dict[str, Any]], attempts: list[dict[str, Any]]) -> None:
+    store.insert_jobs(records)
+    with store.transaction():
+        for s in subs:
+            store.add_submission(s["job_id"], s["uid"], s["user"], s["job"], s["original"], s["submitted"],
+                                 s["decision"], chain_id=s["chain_id"])
+        for a in attempts:
+            store.add_attempt(a["chain_id"], a["attempt"], a["job_id"], {}, "bench", "submitted")
+            store.update_attempt(a["chain_id"], a["attempt"], step=a["step"], outcome=a["outcome"])
+
+
+def time_report(db: Path, fmt: str) -> tuple[float, int]:
+    from harpd.cli.main import main
+
+    out = Path(tempfile.gettempdir()) / f"harp-bench-report.{fmt}"
+    argv = ["report", "--db", str(db), "--since", "all", "--format", fmt]
+    if fmt in ("html", "csv", "json"):
+        argv += ["-o", str(out)]
+    buf = io.StringIO()
+    t0 = time.perf_counter()
+    with contextlib.redirect_stdout(buf), contextlib.redirect_stderr(io.StringIO()):
+        rc = main(argv)
+    dt = time.perf_counter() - t0
+    if rc != 0:
+        raise SystemExit(f"harp report --format {fmt} failed with exit code {rc}")
+    return dt, (len(buf.getvalue()) if fmt == "table" else out.stat().st_size)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--n", type=int, default=1_000_000, help="first-run jobs to generate (default 1,000,000)")
+    ap.add_argument("--keep", metavar="PATH", help="store file to reuse (generated only if missing)")
+    args = ap.parse_args()
+    os.environ.setdefault("HARP_CONFIG", "/dev/null")  # embedded defaults, not a site config
+    from harpd.store import Store
+
+    tmp = None
+    if args.keep:
+        db = Path(args.keep)
+    else:
+        tmp = tempfile.TemporaryDirectory(prefix="harp-bench-")
+        db = Path(tmp.name) / "harp.db"
+    try:
+        if not db.exists():
+            t0 = time.perf_counter()
+            records, subs, attempts = synthetic(args.n)
+            t1 = time.perf_counter()
+            with Store.open(db) as store:
+                fill_store(store, records, subs, attempts)
+                stored = store.count_jobs(finished_only=False)
+            print(f"generated {len(records):,} records in {t1 - t0:.1f} s, stored {stored:,} in "
+                  f"{time.perf_counter() - t1:.1f} s ({len(subs):,} submissions, {len(attempts):,} attempts)")
+            del records, subs, attempts
+        else:
+            with Store.open(db) as store:
+                stored = store.count_jobs(finished_only=False)
+            print(f"reusing {db} with {stored:,} jobs")
+        results = {}
+        for fmt in ("table", "csv", "json", "html"):
+            dt, size = time_report(db, fmt)
+            results[fmt] = dt
+            print(f"harp report --format {fmt:<5} {dt:6.2f} s  ({size:,} bytes)")
+        dt = results["table"]
+        print(f"FIGURE report_speed: {dt:.2f} s (target < {TARGET_S:g} s) {'PASS' if dt < TARGET_S else 'FAIL'}"
+              f" [{stored:,} jobs]")
+        return 0
+    finally:
+        if tmp is not None:
+            tmp.cleanup()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,186 @@
+"""From a job's ``#HARP dnn`` lines to sbatch changes in the Decision format.
+
+``plan_dnn_job`` is what the predictor path calls for a job that carries a DNN
+description.  It never raises for bad input: a description harp cannot use, a
+config file it cannot read, or a model that fits nowhere gives ``error`` (one
+line, shown to the user) and no changes, so the job is submitted as written.
+
+The changes are those of design.md's Decision (``{option, value, old, reason}``):
+``partition``, ``gres`` (or ``gpus`` when the user asked with ``--gpus``),
+``nodes``, ``ntasks-per-node`` and, for ZeRO-Offload, the host ``mem`` per node.
+An option already at the chosen value is left out.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from harpd.dnn.errors import DnnError
+from harpd.dnn.gpu_choice import Candidate, choose_config
+from harpd.dnn.refine import PeakObservation, spec_signature
+from harpd.dnn.site_check import check_gpu_types, parse_gres
+from harpd.dnn.spec import DnnSpec, spec_from_lines
+from harpd.dnn.zero import GIB, ceil_gib
+
+COST_MODEL = ("billed GPU-hours = GPUs x billing_weight x elapsed; elapsed is taken to depend on the "
+              "configuration only through the GPU count and to scale at best as 1/GPUs, so harp "
+              "picks the fewest weighted GPUs that fit, then fewest nodes, then lowest ZeRO stage")
+
+
+@dataclass
+class DnnPlan:
+    changes: list[dict[str, Any]] = field(default_factory=list)
+    explain: dict[str, Any] = field(default_factory=dict)
+    error: str | None = None
+
+
+def _dnn_settings(settings: Any) -> Any:
+    return getattr(settings, "dnn", settings)
+
+
+def _request_dict(request: Any) -> dict[str, Any]:
+    if request is None:
+        return {}
+    if hasattr(request, "model_dump"):
+        return request.model_dump()
+    return dict(request)
+
+
+def _gres_value(old: str | None, gpu_type: str, per_node: int) -> str:
+    """The new --gres: our GPU entry first, any non-GPU GRES the user asked for kept."""
+    new = f"gpu:{gpu_type}:{per_node}"
+    if not old:
+        return new
+    keep = []
+    depth, start = 0, 0
+    items = []
+    for i, ch in enumerate(old):
+        depth += ch == "("
+        depth -= ch == ")"
+        if ch == "," and depth == 0:
+            items.append(old[start:i])
+            start = i + 1
+    items.append(old[start:])
+    for item in items:
+        item = item.strip()
+        if item and item.split(":", 1)[0].split("(", 1)[0] != "gpu":
+            keep.append(item)
+    return ",".join([new, *keep])
+
+
+def _has_gpu_gres(gres: str | None) -> bool:
+    return any(name == "gpu" for name, _, _ in parse_gres(gres))
+
+
+def _change(changes: list[dict[str, Any]], option: str, value: str, old: Any, reason: str) -> None:
+    old_s = None if old is None else str(old)
+    if old_s == value:
+        return
+    changes.append({"option": option, "value": value, "old": old_s, "reason": reason})
+
+
+def _changes_for(c: Candidate, spec: DnnSpec, req: dict[str, Any], margin: float) -> tuple[list[dict], list[str]]:
+    changes: list[dict[str, Any]] = []
+    warnings: list[str] = []
+    gt = c.gpu_type
+    fit = (f"{c.need / GIB:.1f} GiB/GPU needed ({c.need_source}, zero={c.stage}, "
+           f"{margin:.0%} margin) of {c.capacity / GIB:.0f} GiB")
+    _change(changes, "partition", gt.partition, req.get("partition"),
+            f"{gt.name} GPUs are in partition {gt.partition}")
+    use_gpus = bool(req.get("gpus"))
+    use_gres = _has_gpu_gres(req.get("gres")) or not use_gpus
+    cheapest = f"least billed GPU-hours ({c.n_gpus} GPU x weight {gt.billing_weight:g})"
+    if use_gres:
+        _change(changes, "gres", _gres_value(req.get("gres"), gt.name, c.gpus_per_node), req.get("gres"),
+                f"{c.gpus_per_node} x {gt.name} per node: {fit}; {cheapest}")
+    if use_gpus:
+        _change(changes, "gpus", f"{gt.name}:{c.n_gpus}", req.get("gpus"),
+                f"{c.n_gpus} x {gt.name}: {fit}; {cheapest}")
+    _change(changes, "nodes", str(c.nodes), req.get("nodes"),
+            f"{c.n_gpus} GPUs as {c.nodes} node(s) x {c.gpus_per_node} {gt.name}")
+    per_node_tasks = 1 if spec.one_task_per_node else c.gpus_per_node
+    _change(changes, "ntasks-per-node", str(per_node_tasks), None,
+            f"one launcher per node (launcher={spec.launcher})" if spec.one_task_per_node
+            else "one rank per GPU (launcher=srun)")
+    host = c.estimate.host_per_node
+    if host > 0:
+        need_mb = ceil_gib(host) * 1024
+        old_mb = req.get("mem_mb")
+        if req.get("mem_per_cpu_mb"):
+            warnings.append(f"ZeRO-Offload needs {ceil_gib(host)} GiB host memory per node; "
+                            "--mem-per-cpu is set, so harp left host memory alone")
+        elif old_mb is None or old_mb < need_mb:
+            _change(changes, "mem", f"{ceil_gib(host)}G", None if old_mb is None else f"{old_mb}M",
+                    f"host memory for ZeRO-Offload: {host / GIB:.1f} GiB per node "
+                    "(offloaded states or start-up fp32 copies, x1.5 buffer)")
+    ntasks = req.get("ntasks")
+    if ntasks and ntasks != c.nodes * per_node_tasks:
+        warnings.append(f"--ntasks={ntasks} overrides --ntasks-per-node={per_node_tasks}; "
+                        f"remove it or set it to {c.nodes * per_node_tasks}")
+    return changes, warnings
+
+
+def _round_gib(d: dict[str, float]) -> dict[str, float]:
+    return {k: round(v / GIB, 3) for k, v in d.items()}
+
+
+def plan_dnn_job(harp_lines: list[str], request: Mapping[str, Any] | Any, cwd: str | None, settings: Any,
+                 *, partitions: Mapping[str, Any] | None = None,
+                 observations: Iterable[PeakObservation] = (), uid: int | None = None) -> DnnPlan:
+    """Plan a DNN job's GPU request; see the module doc.
+
+    ``settings``: HarpSettings (or its ``dnn`` section).  ``partitions``: the
+    Slurm backend's ``partitions()`` when available, to keep to what exists.
+    ``observations``: recorded peaks for this job's ``spec_signature``.
+    ``uid``: the submitter, so a config file is only read if they may read it.
+    """
+    try:
+        spec = spec_from_lines(list(harp_lines or []), cwd, uid)
+    except DnnError as exc:
+        return DnnPlan([], {"dnn": {"error": str(exc)}}, str(exc))
+    if spec is None:
+        return DnnPlan()
+    dnn = _dnn_settings(settings)
+    req = _request_dict(request)
+    warnings: list[str] = []
+    site_nodes = site_gpn = None
+    if partitions is not None:
+        check = check_gpu_types(dnn.gpu_types, partitions)
+        warnings.extend(check.problems)
+        site_nodes, site_gpn = check.max_nodes, check.gpus_per_node
+    try:
+        choice = choose_config(spec, dnn.gpu_types, margin=dnn.safety_margin,
+                               cuda_context_gb=dnn.cuda_context_gb,
+                               distributed_overhead_gb=dnn.distributed_overhead_gb,
+                               max_nodes=dnn.max_nodes, site_max_nodes=site_nodes,
+                               site_gpus_per_node=site_gpn, observations=observations)
+    except DnnError as exc:
+        return DnnPlan([], {"dnn": {"error": str(exc)}}, str(exc))
+    explain: dict[str, Any] = {
+        "spec": {k: v for k, v in spec.to_dict().items() if k != "notes"},
+        "signature": spec_signature(spec),
+        "cost_model": COST_MODEL,
+        "notes": list(spec.notes),
+    }
+    if choice.best is None:
+        if choice.closest is not None:
+            explain["closest"] = choice.closest.summary()
+            explain["breakdown_gib"] = _round_gib(choice.closest.estimate.breakdown())
+        explain["error"] = choice.error
+        explain["notes"] += warnings
+        return DnnPlan([], {"dnn": explain}, choice.error)
+    best = choice.best
+    changes, more = _changes_for(best, spec, req, dnn.safety_margin)
+    warnings += more
+    explain.update({
+        "chosen": best.summary(),
+        "zero": best.stage,
+        "breakdown_gib": _round_gib(best.estimate.breakdown()),
+        "alternatives": [c.summary() for c in choice.fitting[1:6]],
+    })
+    if spec.zero is None:
+        warnings.append(f"zero=auto chose ZeRO stage {best.stage}: run the job with that stage")
+    explain["notes"] += warnings
+    return DnnPlan(changes, {"dnn": explain}, None)

@@ -1,0 +1,84 @@
+"""Recorded peaks of GPU memory override the formula, once the same setup has run.
+
+The formula is an estimate; a peak recorded for the same DNN description on the
+same number of GPUs and ZeRO stage is a measurement, so it wins: the need becomes
+max(observed peaks) x (1 + margin).  A run killed for lack of GPU memory shows
+only a lower bound of what it needed, so it can raise the need but never lower it.
+
+Where observations come from (the caller looks them up by ``spec_signature``):
+- ``sacct -o TRESUsageInMax`` with ``gres/gpumem=...``: recorded only where Slurm
+  gathers GPU usage through NVML (``AutoDetect=nvml`` in gres.conf) and the site
+  tracks the TRES (``AccountingStorageTRES=gres/gpu,gres/gpumem``), on recent
+  Slurm releases; the local 22.05 test cluster, with fake GPUs, has none.  It is
+  the memory the driver reports in use (CUDA context and allocator cache
+  included) and one site found it summed over a step's GPUs, so the caller
+  divides by the step's GPU count (``gpumem_bytes`` parses the value).
+- a site prolog/epilog that records ``nvidia-smi --query-gpu=memory.used``
+  maxima, or the job's own ``torch.cuda.max_memory_reserved()`` log, per GPU.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+_UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
+_GPUMEM = re.compile(r"(?:^|,)gres/gpumem=([0-9.]+)([KMGT]?)(?:,|$)")
+
+# DnnSpec fields that change the memory a job needs (not where it runs).
+_SIGNATURE_FIELDS = ("params", "layers", "hidden", "heads", "vocab", "seq_len", "micro_batch",
+                     "largest_layer", "optimizer", "momentum", "precision", "offload_optimizer",
+                     "offload_param", "recompute", "attention")
+
+
+@dataclass(frozen=True)
+class PeakObservation:
+    """One finished run's peak GPU memory, per GPU, and the configuration it ran in."""
+
+    peak_bytes: float
+    n_gpus: int
+    zero: int
+    gpu_type: str | None = None
+    oom: bool = False  # killed for GPU memory: peak_bytes is only a lower bound
+
+
+def spec_signature(spec) -> str:
+    """A stable key for "the same DNN setup": what the store files observations under."""
+    d = spec.to_dict() if hasattr(spec, "to_dict") else dict(spec)
+    key = {k: d.get(k) for k in _SIGNATURE_FIELDS}
+    blob = json.dumps(key, sort_keys=True, separators=(",", ":"))
+    return "dnn:" + hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+
+def gpumem_bytes(tres_usage: str | None) -> float | None:
+    """The ``gres/gpumem`` value of a sacct TRES string (``...,gres/gpumem=2048M,...``) in bytes."""
+    if not tres_usage:
+        return None
+    m = _GPUMEM.search(tres_usage)
+    if not m:
+        return None
+    return float(m.group(1)) * _UNITS[m.group(2)]
+
+
+def refined_need(formula_need: float, observations: Iterable[PeakObservation], *, n_gpus: int,
+                 stage: int, margin: float) -> tuple[float, str]:
+    """(bytes per GPU that must fit, where the figure comes from) for one configuration."""
+    same = [o for o in observations if o.n_gpus == n_gpus and o.zero == stage]
+    done = [o.peak_bytes for o in same if not o.oom]
+    killed = [o.peak_bytes for o in same if o.oom]
+    if not done and not killed:
+        return formula_need, "formula"
+    if done:
+        need = max(done) * (1.0 + margin)
+        source = f"observed peak of {len(done)} run(s)"
+    else:
+        need = formula_need
+        source = "formula"
+    if killed:
+        # The OOM run needed more than it got: never plan below the formula or that peak.
+        need = max(need, formula_need, max(killed) * (1.0 + margin))
+        source += f", {len(killed)} run(s) out of GPU memory"
+    return need, source

@@ -1,0 +1,1 @@
+"""Features: command signatures and per-group history, the inputs every model sees."""

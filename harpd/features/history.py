@@ -1,0 +1,174 @@
+"""Per-group run history and the feature vector of a job at submission time.
+
+A job's best predictor is what the same user ran recently, the same program
+in particular, and the very same request above all (users resubmit the same
+script).  ``History`` keeps, for each such group, the last few finished runs
+(used amount, the request it had, whether it was censored) and turns them into
+numbers relative to the *current* request, so a model learns "how much of
+what is asked will be used" rather than absolute sizes.
+
+The same object serves three callers with one code path: the replay (walks a
+trace and updates it as jobs finish), training (rebuilds it from the store)
+and the daemon (kept in memory so a live prediction is a few dict look-ups).
+Only jobs that have *finished* may enter it: a model must never see the
+outcome of a job that was still running when the prediction was made.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+NAN = float("nan")
+KEEP = 8  # runs kept per group (the widest window a feature looks at)
+
+_PER_GROUP = ("n", "last", "mean2", "max5", "rmax5", "rmed", "cens")
+GROUPS = ("u", "s", "r")  # user, user+signature, user+identical request
+FEATURE_NAMES: tuple[str, ...] = (
+    "log_ref",
+    "log_cores",
+    "log_array",
+    "log_gap",
+    "log_pending",
+    *(f"{g}_{k}" for g in GROUPS for k in _PER_GROUP),
+)
+N_FEATURES = len(FEATURE_NAMES)
+#: column of the Tsafrir (mean of last two) and ALEA (max ratio of last five) estimates
+COL = {name: i for i, name in enumerate(FEATURE_NAMES)}
+
+
+@dataclass(slots=True)
+class JobKeys:
+    """How a job is grouped; built once per job by ``keys_of``."""
+
+    user: str
+    sig: str
+    req: str
+    ref: float  # the job's own request for the resource (1.0 when none: absolute)
+    cores: float
+    array: float
+
+
+def keys_of(user: str | None, account: str | None, signature: str | None,
+            job_name: str | None, ref: float | None, cores: float | None,
+            array_size: int | None = None) -> JobKeys:
+    """Grouping keys; an unknown user falls back to the account (Cedar has no users)."""
+    who = user or (f"acct:{account}" if account else "?")
+    sig = signature or (f"name:{job_name}" if job_name else None)
+    r = ref if ref and ref > 0 else 1.0
+    c = cores if cores and cores > 0 else 1.0
+    return JobKeys(
+        user=who,
+        sig=f"{who}\x1f{sig}" if sig else f"{who}\x1f~{c:g}",
+        req=f"{who}\x1f{r:g}\x1f{c:g}",
+        ref=r,
+        cores=c,
+        array=float(array_size) if array_size else NAN,
+    )
+
+
+class _Runs:
+    """The last KEEP runs of one group, newest last."""
+
+    __slots__ = ("n", "used", "ratio", "cens")
+
+    def __init__(self) -> None:
+        self.n = 0
+        self.used: list[float] = []
+        self.ratio: list[float] = []
+        self.cens: list[float] = []
+
+    def add(self, used: float, ratio: float, censored: bool) -> None:
+        self.n += 1
+        self.used.append(used)
+        self.ratio.append(ratio)
+        self.cens.append(1.0 if censored else 0.0)
+        if len(self.used) > 2 * KEEP:
+            del self.used[:-KEEP], self.ratio[:-KEEP], self.cens[:-KEEP]
+
+
+def _group_features(runs: _Runs | None, lref: float, out: list[float]) -> None:
+    if runs is None or runs.n == 0:
+        out += (0.0, NAN, NAN, NAN, NAN, NAN, NAN)
+        return
+    u = runs.used
+    r = runs.ratio
+    last5 = u[-5:]
+    rr = [x for x in r[-5:] if x == x]
+    rk = sorted(x for x in r[-KEEP:] if x == x)
+    c = runs.cens[-KEEP:]
+    out += (
+        math.log1p(runs.n),
+        math.log(u[-1]) - lref,
+        math.log(sum(u[-2:]) / len(u[-2:])) - lref,
+        math.log(max(last5)) - lref,
+        math.log(max(rr)) if rr else NAN,
+        math.log(rk[len(rk) // 2]) if rk else NAN,
+        sum(c) / len(c),
+    )
+
+
+class History:
+    """Recent finished runs per user, per (user, signature), per (user, request)."""
+
+    def __init__(self) -> None:
+        self.groups: dict[str, _Runs] = {}
+        self.last_submit: dict[str, float] = {}
+        self.pending: dict[str, int] = {}
+
+    # -- outcomes -------------------------------------------------------------
+    def add(self, keys: JobKeys, used: float, own_ref: float | None, censored: bool) -> None:
+        """Record a finished run. ``used`` is floored at 1 (log scale)."""
+        used = max(float(used), 1.0)
+        ratio = used / own_ref if own_ref and own_ref > 0 and keys.ref != 1.0 else NAN
+        g = self.groups
+        for k in (keys.user, keys.sig, keys.req):
+            runs = g.get(k)
+            if runs is None:
+                runs = g[k] = _Runs()
+            runs.add(used, ratio, censored)
+
+    # -- submissions ----------------------------------------------------------
+    def submitted(self, keys: JobKeys, now: float | None) -> None:
+        """A job entered the queue (pending count and gap feature)."""
+        self.pending[keys.user] = self.pending.get(keys.user, 0) + 1
+        if now is not None:
+            self.last_submit[keys.user] = now
+
+    def finished(self, keys: JobKeys) -> None:
+        p = self.pending.get(keys.user, 0)
+        if p > 0:
+            self.pending[keys.user] = p - 1
+
+    def count(self, keys: JobKeys, level: str = "s") -> int:
+        """How many finished runs back this job's group (cold-start guard)."""
+        k = {"u": keys.user, "s": keys.sig, "r": keys.req}[level]
+        runs = self.groups.get(k)
+        return runs.n if runs else 0
+
+    def features(self, keys: JobKeys, now: float | None) -> list[float]:
+        """The feature row of a job about to be submitted (see FEATURE_NAMES)."""
+        lref = math.log(keys.ref)
+        last = self.last_submit.get(keys.user)
+        gap = math.log1p(max(now - last, 0.0)) if (now is not None and last is not None) else NAN
+        out = [
+            lref,
+            math.log(keys.cores),
+            math.log1p(keys.array) if keys.array == keys.array else NAN,
+            gap,
+            math.log1p(self.pending.get(keys.user, 0)),
+        ]
+        g = self.groups
+        _group_features(g.get(keys.user), lref, out)
+        _group_features(g.get(keys.sig), lref, out)
+        _group_features(g.get(keys.req), lref, out)
+        return out
+
+
+def as_matrix(rows: list[list[float]]) -> np.ndarray:
+    """Rows → float32 matrix (half the memory of float64; trees do not mind)."""
+    if not rows:
+        return np.empty((0, N_FEATURES), dtype=np.float32)
+    return np.asarray(rows, dtype=np.float32)

@@ -1,0 +1,1 @@
+"""Estimators behind one fit/predict interface (see ``base``), and their registry."""

@@ -1,0 +1,65 @@
+"""The interface every harp predictor implements, scikit-learn style.
+
+Every model answers the same question in the same space: the log of an
+*upper bound* of a job's need relative to its reference (the user's request
+when there is one, else 1 unit, i.e. an absolute amount).  Working relative
+to the request lets one model serve jobs of every size, makes "leave the
+request alone" simply "predict ≥ 0", and lets the guard rails in
+``harpd.decide`` treat every model alike.  ``NaN`` means "no prediction".
+
+Training targets ``y`` are on the same scale; ``censored`` marks rows whose
+``y`` is only a lower bound (TIMEOUT/OOM).  Rows reach ``fit`` in time order
+(oldest first) so models that hold out a calibration tail hold out the most
+recent jobs, as a chronological split must.
+
+A site adds its own model by exposing a class with this interface under the
+``harp.predictors`` entry-point group (see ``harpd.models.registry``).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Protocol, runtime_checkable
+
+import numpy as np
+
+
+@runtime_checkable
+class Predictor(Protocol):
+    name: str
+    #: False for models that only read history columns (no training needed)
+    needs_training: bool
+
+    def fit(self, X: np.ndarray, y: np.ndarray, *, censored: np.ndarray | None = None,
+            groups: np.ndarray | None = None) -> "Predictor": ...
+
+    def predict(self, X: np.ndarray, groups: np.ndarray | None = None) -> np.ndarray: ...
+
+
+class BasePredictor:
+    """Convenience base: parameter introspection like scikit-learn's."""
+
+    name = "base"
+    needs_training = True
+
+    def get_params(self) -> dict[str, Any]:
+        return {k: v for k, v in vars(self).items() if not k.endswith("_") and not k.startswith("_")}
+
+    def observe(self, groups: np.ndarray, residuals: np.ndarray, errors: np.ndarray | None = None) -> None:
+        """Online feedback from finished jobs (adaptive models override it)."""
+
+    def __repr__(self) -> str:
+        ps = ", ".join(f"{k}={v!r}" for k, v in self.get_params().items() if not hasattr(v, "fit"))
+        return f"{type(self).__name__}({ps})"
+
+
+def check_xy(X: np.ndarray, y: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray | None]:
+    X = np.asarray(X, dtype=np.float32)
+    if X.ndim != 2:
+        raise ValueError(f"X must be 2-D, got shape {X.shape}")
+    if y is not None:
+        y = np.asarray(y, dtype=np.float64)
+        if y.shape != (X.shape[0],):
+            raise ValueError(f"y has shape {y.shape}, expected ({X.shape[0]},)")
+        if not np.all(np.isfinite(y)):
+            raise ValueError("y contains NaN or infinite values")
+    return X, y

@@ -1,0 +1,270 @@
+"""Every message of the harp-submit ↔ harpd socket, as pydantic models.
+
+The socket is the trust boundary: anything a user process sends is validated
+here before any handler sees it, and every answer is built from these models
+so the client can rely on its shape.  Models forbid unknown fields so a
+misspelt key is an error answer (the client then fails open) instead of being
+silently ignored.
+
+Wire format (docs/design.md): one JSON object + ``\\n`` each way per connection.
+Requests: ``{"v": 1, "op": ..., ...}``; answers: ``{"ok": true, ...}`` or
+``{"ok": false, "error": "<one line>"}``.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Annotated, Any, Literal, Union
+
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
+
+PROTOCOL_VERSION = 1
+MAX_REQUEST_BYTES = 1 << 20  # default for server.max_request_bytes
+
+# Slurm job ids as sbatch --parsable prints them (cluster suffix stripped):
+# "123", array task "123_4", het component "123+1".
+JOB_ID_PATTERN = r"^[0-9]{1,20}(_[0-9]{1,10}|\+[0-9]{1,4})?$"
+
+_Str = Annotated[str, Field(max_length=4096)]
+_Count = Annotated[int, Field(ge=0, le=10_000_000)]
+
+ChangeOption = Literal[
+    "time", "mem", "cpus-per-task", "gres", "partition", "nodes", "ntasks-per-node", "gpus", "mem-per-cpu"
+]
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid", str_strip_whitespace=False)
+
+
+class ProtocolError(Exception):
+    """A request that cannot be served, phrased as the one-line error answer."""
+
+
+# ---------------------------------------------------------------- payloads
+
+
+class Resources(_Model):
+    """A resource request; None = not given.  Seconds and MiB, as in JobRecord."""
+
+    time_s: Annotated[int, Field(ge=0, le=10 * 365 * 86400)] | None = None
+    mem_mb: Annotated[int, Field(ge=0)] | None = None
+    mem_per_cpu_mb: Annotated[int, Field(ge=0)] | None = None
+    mem_per_gpu_mb: Annotated[int, Field(ge=0)] | None = None
+    cpus_per_task: _Count | None = None
+    ntasks: _Count | None = None
+    nodes: _Count | None = None
+    gres: _Str | None = None
+    gpus: _Str | None = None
+    partition: _Str | None = None
+
+
+class JobRequest(_Model):
+    """What harp-submit knows about a job at submit time."""
+
+    partition: _Str | None = None
+    account: _Str | None = None
+    job_name: _Str | None = None
+    script_name: _Str | None = None
+    signature: _Str | None = None
+    cwd: _Str | None = None
+    array_size: _Count | None = None
+    request: Resources = Field(default_factory=Resources)
+    harp_lines: Annotated[list[_Str], Field(max_length=1000)] = Field(default_factory=list)
+
+
+class Change(_Model):
+    option: ChangeOption
+    value: _Str
+    old: _Str | None = None
+    reason: _Str = ""
+
+
+class Limits(_Model):
+    """The caps harp-submit checks a decision against (fails open if exceeded)."""
+
+    partition: _Str | None = None
+    max_time_s: int | None = None
+    max_mem_mb: int | None = None
+    max_cpus: int | None = None
+
+
+class Decision(_Model):
+    changes: list[Change] = Field(default_factory=list)
+    limits: Limits = Field(default_factory=Limits)
+    model: _Str | None = None
+    explain: dict[str, Any] = Field(default_factory=dict)
+
+
+# ---------------------------------------------------------------- requests
+
+
+class _Request(_Model):
+    v: Literal[1] = 1
+
+
+class PredictRequest(_Request):
+    op: Literal["predict"]
+    job: JobRequest
+
+
+class RegisterRequest(_Request):
+    op: Literal["register"]
+    job_id: Annotated[str, Field(pattern=JOB_ID_PATTERN)]
+    job: JobRequest
+    original: Resources
+    submitted: Resources
+    decision: Decision | None = None
+
+
+class StatusRequest(_Request):
+    op: Literal["status"]
+    job_id: Annotated[str, Field(pattern=JOB_ID_PATTERN)]
+
+
+class HealthRequest(_Request):
+    op: Literal["health"]
+
+
+class RetrainRequest(_Request):
+    op: Literal["retrain"]
+
+
+class ReloadRequest(_Request):
+    op: Literal["reload"]
+
+
+class ImportRequest(_Request):
+    op: Literal["import"]
+    path: Annotated[str, Field(min_length=1, max_length=4096)]
+
+
+Request = Annotated[
+    Union[
+        PredictRequest,
+        RegisterRequest,
+        StatusRequest,
+        HealthRequest,
+        RetrainRequest,
+        ReloadRequest,
+        ImportRequest,
+    ],
+    Field(discriminator="op"),
+]
+OPS: tuple[str, ...] = ("predict", "register", "status", "health", "retrain", "reload", "import")
+ADMIN_OPS: frozenset[str] = frozenset({"retrain", "reload", "import"})
+_REQUEST = TypeAdapter(Request)
+
+
+# ----------------------------------------------------------------- answers
+
+
+class _Answer(_Model):
+    ok: Literal[True] = True
+
+
+class ErrorAnswer(_Model):
+    ok: Literal[False] = False
+    error: str
+
+
+class PredictAnswer(_Answer):
+    decision: Decision
+
+
+class RegisterAnswer(_Answer):
+    pass
+
+
+class StatusAnswer(_Answer):
+    job: dict[str, Any]
+
+
+class HealthAnswer(_Answer):
+    version: str
+    store: str
+    models: dict[str, Any] = Field(default_factory=dict)
+    predictor: str | None = None
+    uptime_s: float | None = None
+
+
+class AdminAnswer(_Answer):
+    message: str = ""
+    result: dict[str, Any] = Field(default_factory=dict)
+
+
+Answer = Union[ErrorAnswer, PredictAnswer, RegisterAnswer, StatusAnswer, HealthAnswer, AdminAnswer]
+
+
+# --------------------------------------------------------------- encoding
+
+
+def _one_line(s: str, limit: int = 300) -> str:
+    s = " ".join(str(s).split())
+    return s if len(s) <= limit else s[: limit - 3] + "..."
+
+
+def _describe(err: ValidationError) -> str:
+    e = err.errors()[0]
+    if e["type"] == "union_tag_invalid":
+        tag = e.get("ctx", {}).get("tag")
+        return f"unknown op {tag!r}; expected one of {', '.join(OPS)}"
+    if e["type"] == "union_tag_not_found":
+        return "missing 'op'; every request needs one of " + ", ".join(OPS)
+    # pydantic puts the union tag first in the location of nested errors
+    parts = [str(p) for p in e["loc"]]
+    if parts and parts[0] in OPS:
+        parts = parts[1:]
+    loc = ".".join(parts) or "(request)"
+    if parts == ["v"]:
+        return f"unsupported protocol version; this harpd speaks v={PROTOCOL_VERSION}"
+    if parts and parts[-1] == "job_id" and e["type"] == "string_pattern_mismatch":
+        return f"invalid request: job_id: {e.get('input')!r} is not a Slurm job id (like 123 or 123_4)"
+    return f"invalid request: {loc}: {e['msg']}"
+
+
+def parse_request(data: bytes | str) -> Request:
+    """Validate one request line; raise ProtocolError with the answer's text."""
+    if isinstance(data, bytes):
+        try:
+            text = data.decode("utf-8")
+        except UnicodeDecodeError:
+            raise ProtocolError("request is not UTF-8") from None
+    else:
+        text = data
+    text = text.strip()
+    if not text:
+        raise ProtocolError("empty request; send one JSON object followed by a newline")
+    try:
+        obj = json.loads(text)
+    except (json.JSONDecodeError, RecursionError) as exc:
+        raise ProtocolError(f"request is not valid JSON ({_one_line(getattr(exc, 'msg', str(exc)))})") from None
+    if not isinstance(obj, dict):
+        raise ProtocolError("request must be a JSON object")
+    if "v" in obj and obj["v"] != PROTOCOL_VERSION:
+        raise ProtocolError(
+            f"unsupported protocol version {_one_line(repr(obj['v']), 40)}; this harpd speaks v={PROTOCOL_VERSION}"
+        )
+    try:
+        return _REQUEST.validate_python(obj)
+    except ValidationError as exc:
+        raise ProtocolError(_one_line(_describe(exc))) from None
+
+
+def encode(answer: BaseModel) -> bytes:
+    """One answer line (JSON + newline)."""
+    return answer.model_dump_json().encode("utf-8") + b"\n"
+
+
+def error(message: str) -> ErrorAnswer:
+    return ErrorAnswer(error=_one_line(message))
+
+
+def parse_answer(data: bytes | str) -> dict[str, Any]:
+    """Decode and check an answer line (tests and the admin CLI use it)."""
+    obj = json.loads(data)
+    if not isinstance(obj, dict) or not isinstance(obj.get("ok"), bool):
+        raise ProtocolError("answer must be a JSON object with a boolean 'ok'")
+    if obj["ok"] is False:
+        ErrorAnswer.model_validate(obj)
+    return obj

@@ -1,0 +1,1 @@
+"""Recovery: what happens after a job ran out (escalation rule, resubmission chain)."""

@@ -1,0 +1,5 @@
+"""``harp report``: aggregation over the store (numpy) and its renderers.
+
+Data flows columns -> aggregate.Report -> render_table / render_csv_json /
+render_html; only ``source`` talks to the store.
+"""

@@ -1,0 +1,311 @@
+"""One self-contained HTML file with the report and its charts.
+
+Admins mail this page around, so it must open offline in any browser and
+never phone home: styles are inline, charts are inline SVG (``svg``), there
+is no script at all, and a Content-Security-Policy forbids the page from
+loading anything, so even a stray URL in a job name could not fetch.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from html import escape
+from typing import Any
+
+from harpd.report import svg
+from harpd.report.aggregate import Report
+from harpd.report.fmt import compact, count, duration, mem_mb, percent, when
+
+CSP = "default-src 'none'; style-src 'unsafe-inline'; img-src data:"
+USED, WASTE, ALLOC = "#2b8a3e", "#e8590c", "#1971c2"
+HARP, USER = "#7048e8", "#868e96"
+# natural log-axis ticks: seconds (1s .. 1 year) and MiB (1M .. 1P)
+TIME_TICKS = (1, 10, 60, 600, 3600, 36000, 86400, 864000, 8640000, 31536000)
+MEM_TICKS = tuple(float(1024**e * m) for e in range(0, 3) for m in (1, 10, 100))
+
+_STYLE = """
+body{font-family:system-ui,-apple-system,'Segoe UI',Roboto,sans-serif;color:#212529;margin:0;background:#f8f9fa}
+main{max-width:1180px;margin:0 auto;padding:20px 24px 40px}
+h1{font-size:22px;margin:0 0 4px}h2{font-size:17px;margin:28px 0 8px;border-bottom:1px solid #dee2e6;padding-bottom:4px}
+.sub{color:#495057;font-size:13px}
+.cards{display:flex;flex-wrap:wrap;gap:10px;margin-top:14px}
+.card{background:#fff;border:1px solid #dee2e6;border-radius:6px;padding:8px 12px;min-width:120px}
+.card .v{font-size:20px;font-weight:600}.card .l{font-size:11px;color:#495057;text-transform:uppercase;letter-spacing:.03em}
+.charts{display:flex;flex-wrap:wrap;gap:12px}
+.charts svg{background:#fff;border:1px solid #dee2e6;border-radius:6px}
+table{border-collapse:collapse;background:#fff;font-size:12.5px;margin-top:6px}
+th,td{border:1px solid #dee2e6;padding:3px 7px;text-align:right;white-space:nowrap}
+th{background:#f1f3f5;font-weight:600}td:first-child,th:first-child{text-align:left}
+tr.total td{font-weight:600;background:#f1f3f5}
+.note{font-size:12px;color:#495057;max-width:900px}
+.bad{color:#c92a2a}.good{color:#2b8a3e}
+"""
+
+
+def _e(s: object) -> str:
+    return escape(str(s), quote=True)
+
+
+def _card(label: str, value: str, cls: str = "") -> str:
+    return f'<div class="card"><div class="v {cls}">{_e(value)}</div><div class="l">{_e(label)}</div></div>'
+
+
+def _sign(v: float | None) -> str:
+    return "" if v is None else ("good" if v >= 0 else "bad")
+
+
+def _table(head: list[str], rows: list[list[str]], total: list[str] | None = None, cls: str = "") -> str:
+    out = [f'<table class="{cls}"><thead><tr>' + "".join(f"<th>{_e(h)}</th>" for h in head) + "</tr></thead><tbody>"]
+    for r in rows:
+        out.append("<tr>" + "".join(f"<td>{_e(c)}</td>" for c in r) + "</tr>")
+    if total:
+        out.append('<tr class="total">' + "".join(f"<td>{_e(c)}</td>" for c in total) + "</tr>")
+    out.append("</tbody></table>")
+    return "".join(out)
+
+
+def _time_labels(starts: list[float], bin_s: float) -> list[str]:
+    if bin_s < 86400:
+        f = "%m-%d %H:00"
+    elif bin_s < 28 * 86400:
+        f = "%b %d"
+    elif bin_s < 365 * 86400:
+        f = "%Y-%m"
+    else:
+        f = "%Y"
+    return [datetime.fromtimestamp(s).strftime(f) for s in starts]
+
+
+def _bin_name(bin_s: float) -> str:
+    return {3600: "hour", 21600: "6 hours", 86400: "day", 604800: "week", 2592000: "30 days",
+            7862400: "quarter", 31536000: "year"}.get(int(bin_s), f"{bin_s / 86400:g} days")
+
+
+def _distributions(r: Report) -> str:
+    charts = []
+    for key, title, formula, color in (
+        ("cpu_eff", "CPU efficiency", "TotalCPU / (elapsed x CPUs)", ALLOC),
+        ("mem_eff", "Memory efficiency", "MaxRSS / ReqMem", USED),
+        ("time_eff", "Time efficiency", "elapsed / time limit", HARP),
+    ):
+        d = r.distributions[key]
+        sub = f"{title}: median {percent(d['median'])}"
+        ticks = [b.split("-")[0].rstrip("%").replace(">=", "\u2265") for b in d["bins"]]
+        charts.append(
+            svg.bar_chart(sub, ticks, d["counts"], color=color, width=370, cls=f"dist dist-{key}",
+                          subtitle=f"{formula}; {d['n']:,} jobs", x_label="efficiency, % (bins of 10)",
+                          highlight=(lambda i, k=key: k != "time_eff" and i == len(d["bins"]) - 1))
+        )
+    return (
+        '<div class="charts">' + "".join(charts) + "</div>"
+        '<p class="note">Per-job values as seff/reportseff compute them. Orange: above 100% '
+        "(more CPU time than cores x wall time, or memory beyond the request: usually an OOM kill).</p>"
+    )
+
+
+def _timeline(r: Report) -> str:
+    t = r.timeline
+    if not t["starts"]:
+        return "<p>No jobs with an end time.</p>"
+    labels = _time_labels(t["starts"], t["bin_s"])
+    used_core = t["core_h_used"]
+    waste_core = t["core_h_waste"]
+    mem_used = t["mem_gbh_used"]
+    mem_waste = [max(a - u, 0.0) for a, u in zip(t["mem_gbh_alloc"], t["mem_gbh_used"])]
+    return (
+        '<div class="charts">'
+        + svg.stacked_bars(
+            f"Core-hours per {_bin_name(t['bin_s'])}: used and wasted",
+            labels, [("used", used_core, USED), ("wasted (allocated, not used)", waste_core, WASTE)],
+            width=560, unit=" core-h", cls="timeline timeline-core",
+        )
+        + svg.stacked_bars(
+            f"Memory GB-hours per {_bin_name(t['bin_s'])}: used and wasted",
+            labels, [("used (MaxRSS)", mem_used, USED), ("wasted", mem_waste, WASTE)],
+            width=560, unit=" GB-h", cls="timeline timeline-mem",
+        )
+        + "</div>"
+    )
+
+
+def _wasters(r: Report, n: int = 12) -> str:
+    by_core = sorted(r.groups, key=lambda g: -g["core_h_waste"])[:n]
+    by_mem = sorted(r.groups, key=lambda g: -g["mem_gbh_waste"])[:n]
+    return (
+        '<div class="charts">'
+        + svg.hbar_chart(
+            f"Top {len(by_core)} {r.by}s by wasted core-hours",
+            [g["key"] for g in by_core], [g["core_h_waste"] for g in by_core],
+            note=[f"CPU eff {percent(g['cpu_eff'])}" for g in by_core], unit=" core-h", width=560, cls="wasters wasters-core",
+        )
+        + svg.hbar_chart(
+            f"Top {len(by_mem)} {r.by}s by wasted memory GB-hours",
+            [g["key"] for g in by_mem], [g["mem_gbh_waste"] for g in by_mem],
+            note=[f"mem eff {percent(g['mem_eff'])}" for g in by_mem], unit=" GB-h", width=560, color="#f08c00",
+            cls="wasters wasters-mem",
+        )
+        + "</div>"
+    )
+
+
+def _calibration(r: Report) -> str:
+    c = r.calibration
+    charts = []
+    rows = []
+    for res, label, fmt, ticks in (("time", "time", duration, TIME_TICKS), ("mem", "memory", mem_mb, MEM_TICKS)):
+        h, u = c[res]["harp"], c[res]["user"]
+        series = []
+        if h["n"]:
+            series.append(("harp-sized", [tuple(p) for p in h["points"]], HARP))
+        if u["n"]:
+            series.append(("user requests", [tuple(p) for p in u["points"]], USER))
+        charts.append(
+            svg.scatter_loglog(
+                f"{label.capitalize()}: requested vs used", series,
+                x_label=f"requested {label}", y_label=f"used {label}", fmt=fmt, tick_candidates=ticks,
+                cls=f"calib calib-{res}",
+            )
+        )
+        cov = []
+        if h["deciles"]:
+            cov.append(("harp-sized", [d["coverage"] for d in h["deciles"]], HARP))
+        if u["deciles"]:
+            cov.append(("user requests", [d["coverage"] for d in u["deciles"]], USER))
+        charts.append(svg.coverage_chart(f"{label.capitalize()}: share of jobs the request covered", cov,
+                                         c[res]["target"], cls=f"coverage coverage-{res}"))
+        for who, d in (("harp-sized", h), ("user requests", u)):
+            rows.append([label, who, count(d["n"]), percent(d["coverage"]),
+                         "-" if d["median_ratio"] is None else f"{d['median_ratio']:.2f}"])
+    return (
+        '<div class="charts">' + "".join(charts) + "</div>"
+        + _table(["resource", "requests by", "jobs", "covered", "median used / requested"], rows, cls="calib-table")
+        + f'<p class="note">Covered: the job did not run out of that resource (TIMEOUT for time, OOM for memory). '
+        f"harp sizes requests at the {c['time']['target'] * 100:.0f}% (time) and {c['mem']['target'] * 100:.0f}% "
+        "(memory) quantiles, so its coverage should sit near the target line "
+        "in every decile; dots far below the diagonal are over-requests. Cancelled jobs are left out.</p>"
+    )
+
+
+def _groups(r: Report, top: int) -> str:
+    head = [r.by, "jobs", "core-h alloc", "core-h used", "CPU eff", "GB-h alloc", "GB-h used", "mem eff",
+            "time eff", "GPU-h alloc", "TIMEOUT", "OOM", "other fail", "resubmits", "harp-sized"]
+
+    def row(g: dict[str, Any]) -> list[str]:
+        return [g["key"], count(g["jobs"]), compact(g["core_h_alloc"]), compact(g["core_h_used"]), percent(g["cpu_eff"]),
+                compact(g["mem_gbh_alloc"]), compact(g["mem_gbh_used"]), percent(g["mem_eff"]), percent(g["time_eff"]),
+                compact(g["gpu_h_alloc"]), count(g["timeout"]), count(g["oom"]), count(g["failed_other"]),
+                count(g["resubmitted"]), count(g["harp_sized"])]
+
+    shown = r.groups[:top] if top > 0 else r.groups
+    more = "" if len(shown) == len(r.groups) else f'<p class="note">{len(r.groups) - len(shown)} more {r.by}s in the CSV/JSON export.</p>'
+    return _table(head, [row(g) for g in shown], row(r.total), cls="groups") + more
+
+
+def _outcomes(r: Report) -> str:
+    f, rs = r.failures, r.resubmissions
+    rows = [[label, count(f[k]["jobs"]), compact(f[k]["core_h"]), compact(f[k]["mem_gbh"])]
+            for label, k in (("TIMEOUT", "timeout"), ("OUT_OF_MEMORY", "oom"), ("other (FAILED, NODE_FAIL)", "other"))]
+    out = _table(["failure cause", "jobs", "core-h lost", "GB-h lost"], rows, cls="failures")
+    chain = ""
+    if "chains" in rs:
+        chain = (f" harp recovery chains: {count(rs['chains'])} ({count(rs['chains_recovered'])} recovered, "
+                 f"{count(rs['chains_pending'])} in progress), {count(rs['attempts'])} attempts recorded.")
+    out += (f'<p class="note">Resubmissions: {count(rs["runs"])} runs with attempt &gt; 1 used {compact(rs["core_h"])} '
+            f'core-h and {compact(rs["mem_gbh"])} GB-h; {count(rs["completed"])} completed.{_e(chain)} '
+            f'Cancelled or preempted (not failures): {count(r.total["cancelled"])}.</p>')
+    return out
+
+
+def _harp(r: Report) -> str:
+    h = r.harp
+    if not h.get("jobs"):
+        return "<p>No harp-sized jobs in this window.</p>"
+    fc = h["failures_caused"]
+    rows = [[label, compact(h["asked"][k]), compact(h["allocated"][k]), compact(h["saved"][k]),
+             compact(fc["cost"][k]), compact(h["net_saved"][k])]
+            for label, k in (("core-hours reserved (CPUs x time limit)", "core_h_reserved"),
+                             ("core-hours allocated", "core_h_alloc"), ("memory GB-hours allocated", "mem_gbh_alloc"))]
+    rec = "recovery unknown" if fc["recovered"] is None else f"{count(fc['recovered'])} recovered"
+    return (
+        f"<p>{count(h['jobs'])} jobs ran with a request harp changed ({count(h['with_original'])} with the user's "
+        f"original request on record); {count(h['completed'])} completed. "
+        f"Failures harp caused (ran out of a resource harp had lowered): {count(fc['jobs'])} "
+        f"(TIMEOUT {count(fc['timeout'])}, OOM {count(fc['oom'])}), {rec}.</p>"
+        + _table(["", "users asked", "harp allocated", "saved", "cost of failures harp caused", "net saved"],
+                 rows, cls="harp")
+        + '<p class="note">Reserved core-hours are what the time limits blocked for the scheduler; allocated '
+        "core-hours and GB-hours are what the cluster held while jobs ran. A shorter time limit saves no compute "
+        "by itself but lets the scheduler backfill.</p>"
+    )
+
+
+def _scoreboard(r: Report) -> str:
+    sb = r.scoreboard
+    rows = sb.get("rows") or []
+    if not rows:
+        return f"<p>{_e(sb.get('note') or 'No models trained yet.')}</p>"
+    cols = sb.get("columns") or []
+
+    def cell(v: Any) -> str:
+        if isinstance(v, bool) or v is None:
+            return "-" if v is None else ("yes" if v else "")
+        if isinstance(v, (int, float)):
+            return f"{v:.3g}" if abs(v) < 1000 else compact(v)
+        return str(v)
+
+    body = [[("\u2605 " if x.get("champion") else "") + str(x.get("name")), str(x.get("resource", ""))]
+            + [cell(x.get(c)) for c in cols] for x in rows]
+    note = f'<p class="note">{_e(sb["note"])}</p>' if sb.get("note") else ""
+    return _table(["model", "resource", *cols], body, cls="scoreboard") + note
+
+
+def render(report: Report, top: int = 50) -> str:
+    t = report.total
+    title = f"harp report: {report.window.describe()}"
+    net = report.harp.get("net_saved") or {}
+    cards = "".join([
+        _card("jobs", count(t["jobs"])),
+        _card("core-h allocated", compact(t["core_h_alloc"])),
+        _card("core-h used", compact(t["core_h_used"])),
+        _card("CPU efficiency", percent(t["cpu_eff"])),
+        _card("memory efficiency", percent(t["mem_eff"])),
+        _card("time efficiency", percent(t["time_eff"])),
+        _card("GPU-h allocated", compact(t["gpu_h_alloc"])),
+        _card("failures", count(t["timeout"] + t["oom"] + t["failed_other"]), "bad"),
+        _card("core-h saved by harp (net)", compact(net.get("core_h_alloc")), _sign(net.get("core_h_alloc"))),
+        _card("GB-h saved by harp (net)", compact(net.get("mem_gbh_alloc")), _sign(net.get("mem_gbh_alloc"))),
+    ])
+    notes = "".join(f'<p class="note">Note: {_e(n)}</p>' for n in report.notes)
+    if not t["jobs"]:
+        body = "<p>No finished jobs in this window.</p>" + notes
+    else:
+        sections = (
+            ("efficiency", "Efficiency distributions", _distributions(report)),
+            ("waste", "Waste over time", _timeline(report)),
+            ("wasters", "Top wasters", _wasters(report)),
+            ("calibration", "Calibration: requests against outcomes", _calibration(report)),
+            ("groups", f"By {report.by}", _groups(report, top)),
+            ("failures", "Failures and resubmissions", _outcomes(report)),
+            ("harp", "What harp saved", _harp(report)),
+            ("models", "Model scoreboard", _scoreboard(report)),
+        )
+        body = (
+            "".join(f'<h2 id="{a}">{_e(h)}</h2>{html}' for a, h, html in sections)
+            + notes
+            +             '<p class="note">Allocated = CPUs or ReqMem x elapsed; used = TotalCPU or MaxRSS x elapsed '
+            "(peak memory, so an upper bound); reserved = x time limit. Efficiencies in tables are "
+            "resource-weighted ratios of these sums.</p>"
+        )
+    return (
+        "<!DOCTYPE html>\n"
+        '<html lang="en"><head><meta charset="utf-8">'
+        f'<meta http-equiv="Content-Security-Policy" content="{CSP}">'
+        '<meta name="viewport" content="width=device-width, initial-scale=1">'
+        f"<title>{_e(title)}</title><style>{_STYLE}</style></head><body><main>"
+        f"<h1>harp report</h1>"
+        f'<div class="sub">Jobs that ended {_e(report.window.describe())}, by {_e(report.by)}, {_e(report.scope)}. '
+        f"Source: {_e(report.source or 'store')}. Generated {_e(when(report.generated_at, '%Y-%m-%d %H:%M'))}.</div>"
+        f'<div class="cards">{cards}</div>'
+        f"{body}"
+        "</main></body></html>\n"
+    )

@@ -1,0 +1,362 @@
+"""The Unix socket server: identity from the kernel, bounded everything.
+
+Every user's sbatch goes through this socket, so one bad client must never
+hold up the others or take the daemon down:
+
+* the caller's uid/gid come from SO_PEERCRED, never from the message;
+* each connection has its own thread (daemon threads, so a slow admin import
+  never blocks shutdown) and at most ``max_clients`` run at once; the next one
+  gets an immediate "busy" answer instead of queueing behind stalled clients;
+* a request must arrive whole within ``request_timeout_s`` (a total deadline,
+  not per read, so a client trickling one byte a second is cut off too) and
+  within ``max_request_bytes``; either failure gets an error answer;
+* anything that goes wrong inside a connection is logged and answered, the
+  accept loop never sees it.
+"""
+
+from __future__ import annotations
+
+import errno
+import logging
+import os
+import selectors
+import socket
+import stat
+import struct
+import threading
+import time
+from pathlib import Path
+
+from harpd import protocol as p
+from harpd.handlers import Handlers, Peer
+
+log = logging.getLogger("harpd.server")
+
+_CRED = struct.Struct("3i")  # struct ucred: pid, uid, gid
+_MAX_SUN_PATH = 107  # sockaddr_un.sun_path minus the terminating NUL
+_PEER_CACHE_S = 60.0  # pwd/grp lookups can hit LDAP: reuse them for a minute
+
+
+class ServerError(Exception):
+    """Cannot serve (socket path unusable, another harpd running): one line."""
+
+
+def peer_ids(conn: socket.socket) -> tuple[int, int, int]:
+    """(pid, uid, gid) of the process at the other end, from the kernel."""
+    raw = conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, _CRED.size)
+    return _CRED.unpack(raw)
+
+
+class Server:
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        handlers: Handlers | None,
+        *,
+        mode: int = 0o666,
+        request_timeout_s: float = 5.0,
+        max_request_bytes: int = p.MAX_REQUEST_BYTES,
+        max_clients: int = 64,
+    ) -> None:
+        self.path = Path(path)
+        self.handlers = handlers
+        self.mode = mode
+        self.request_timeout_s = request_timeout_s
+        self.max_request_bytes = max_request_bytes
+        self.max_clients = max_clients
+        self._sock: socket.socket | None = None
+        self._inode: tuple[int, int] | None = None
+        self._wake_r, self._wake_w = os.pipe()
+        os.set_blocking(self._wake_r, False)
+        os.set_blocking(self._wake_w, False)
+        self._stop = threading.Event()
+        self._lock = threading.Lock()
+        self._active = 0
+        self._idle = threading.Condition(self._lock)
+        self._peers: dict[tuple[int, int], tuple[float, Peer]] = {}
+        self.served = 0  # requests answered (for tests and the stop log line)
+
+    # -------------------------------------------------------------- binding
+
+    def bind(self) -> None:
+        """Create the socket: parent dir made, stale socket replaced, live one refused."""
+        path = self.path
+        if len(os.fsencode(str(path))) > _MAX_SUN_PATH:
+            raise ServerError(f"socket path {path} is longer than {_MAX_SUN_PATH} bytes; set a shorter server.socket")
+        try:
+            path.parent.mkdir(mode=0o755, parents=True, exist_ok=True)
+        except OSError as exc:
+            raise ServerError(f"cannot create socket directory {path.parent} ({exc.strerror}); set server.socket") from None
+        try:
+            st = os.lstat(path)
+        except FileNotFoundError:
+            st = None
+        if st is not None:
+            if not stat.S_ISSOCK(st.st_mode):
+                raise ServerError(f"{path} exists and is not a socket; remove it or set server.socket")
+            if self._alive(path):
+                raise ServerError(f"another harpd is already serving on {path}; stop it first (systemctl stop harpd)")
+            log.info("replacing stale socket %s", path)
+            try:
+                os.unlink(path)
+            except FileNotFoundError:
+                pass
+            except OSError as exc:
+                raise ServerError(f"cannot remove stale socket {path} ({exc.strerror})") from None
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            sock.bind(str(path))
+            # chmod before listen(): nobody can connect while the mode is wrong
+            os.chmod(path, self.mode)
+            sock.listen(min(socket.SOMAXCONN, 4096))
+            sock.setblocking(False)
+        except OSError as exc:
+            sock.close()
+            raise ServerError(f"cannot listen on {path} ({exc.strerror}); check server.socket") from None
+        st = os.stat(path)
+        self._inode = (st.st_dev, st.st_ino)
+        self._sock = sock
+        log.info("listening on %s (mode %o, max %d clients)", path, self.mode, self.max_clients)
+
+    @staticmethod
+    def _alive(path: Path) -> bool:
+        probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        probe.settimeout(1.0)
+        try:
+            probe.connect(str(path))
+            return True
+        except (ConnectionRefusedError, FileNotFoundError):
+            return False
+        except OSError as exc:
+            # EAGAIN: backlog full, i.e. very much alive; anything else: treat as alive, refuse to clobber
+            return exc.errno != errno.ECONNREFUSED
+        finally:
+            probe.close()
+
+    # -------------------------------------------------------------- serving
+
+    def serve_forever(self) -> None:
+        """Accept until shutdown(); then stop accepting and wait briefly for running requests."""
+        if self._sock is None:
+            self.bind()
+        assert self._sock is not None
+        sel = selectors.DefaultSelector()
+        sel.register(self._sock, selectors.EVENT_READ, "accept")
+        sel.register(self._wake_r, selectors.EVENT_READ, "wake")
+        try:
+            while not self._stop.is_set():
+                for key, _ in sel.select(timeout=1.0):
+                    if key.data == "wake":
+                        try:
+                            os.read(self._wake_r, 4096)
+                        except BlockingIOError:
+                            pass
+                        continue
+                    self._accept()
+        finally:
+            sel.close()
+            self._close_listener()
+            self._wait_idle(self.request_timeout_s + 1.0)
+
+    def _accept(self) -> None:
+        assert self._sock is not None
+        try:
+            conn, _ = self._sock.accept()
+        except (BlockingIOError, InterruptedError):
+            return
+        except OSError as exc:  # EMFILE and friends: back off instead of spinning
+            log.error("accept failed: %s", exc)
+            time.sleep(0.1)
+            return
+        with self._lock:
+            busy = self._active >= self.max_clients
+            if not busy:
+                self._active += 1
+        if busy:
+            log.warning("busy: %d clients already connected; refusing one", self.max_clients)
+            self._reject(conn, f"harpd busy: {self.max_clients} clients already connected; retry")
+            return
+        try:
+            threading.Thread(target=self._serve_conn, args=(conn,), name="harpd-conn", daemon=True).start()
+        except RuntimeError as exc:  # cannot start a thread: answer here, cheaply
+            self._done()
+            self._reject(conn, f"harpd overloaded ({exc}); retry")
+
+    @staticmethod
+    def _reject(conn: socket.socket, message: str) -> None:
+        try:
+            conn.setblocking(False)
+            conn.send(p.encode(p.error(message)))
+        except OSError:
+            pass
+        finally:
+            conn.close()
+
+    def _done(self) -> None:
+        with self._lock:
+            self._active -= 1
+            if self._active == 0:
+                self._idle.notify_all()
+
+    def _peer(self, conn: socket.socket) -> Peer:
+        pid, uid, gid = peer_ids(conn)
+        now = time.monotonic()
+        hit = self._peers.get((uid, gid))
+        if hit is not None and now - hit[0] < _PEER_CACHE_S:
+            cached = hit[1]
+            return Peer(pid=pid, uid=uid, gid=gid, user=cached.user, groups=cached.groups)
+        peer = Peer.from_ids(pid, uid, gid)
+        if len(self._peers) > 10000:
+            self._peers.clear()
+        self._peers[(uid, gid)] = (now, peer)
+        return peer
+
+    def _serve_conn(self, conn: socket.socket) -> None:
+        start = time.monotonic()
+        op = "?"
+        peer: Peer | None = None
+        try:
+            peer = self._peer(conn)
+            deadline = start + self.request_timeout_s
+            data, problem = self._read_request(conn, deadline)
+            if problem is None and not data:
+                log.debug("uid=%d pid=%d connected and closed without a request", peer.uid, peer.pid)
+                return
+            if problem is not None:
+                answer = p.error(problem)
+            else:
+                try:
+                    req = p.parse_request(data)
+                    op = req.op
+                    if self.handlers is None:
+                        answer = p.error("harpd is starting; retry")
+                    else:
+                        answer = self.handlers.handle(peer, req)
+                except p.ProtocolError as exc:
+                    answer = p.error(str(exc))
+            try:
+                line = p.encode(answer)
+            except Exception as exc:  # an answer that does not serialise is a bug: say so, do not hang up
+                log.exception("cannot encode the answer to %s", op)
+                line = p.encode(p.error(f"internal error encoding the answer: {type(exc).__name__}"))
+            self._send(conn, line)
+            if problem is not None and problem.startswith("request over"):
+                # let a client that is still sending finish, so it can read the error
+                self._drain(conn, time.monotonic() + self.request_timeout_s)
+            self.served += 1
+            level = logging.INFO if op in p.ADMIN_OPS or op == "register" else logging.DEBUG
+            ok = not isinstance(answer, p.ErrorAnswer)
+            log.log(
+                level if ok else logging.INFO,
+                "%s uid=%d pid=%d %s %.1fms%s",
+                op,
+                peer.uid,
+                peer.pid,
+                "ok" if ok else "error",
+                (time.monotonic() - start) * 1000,
+                "" if ok else f": {answer.error}",  # type: ignore[attr-defined]
+            )
+        except Exception:
+            log.exception("connection from %s failed", f"uid {peer.uid}" if peer else "unknown peer")
+        finally:
+            try:
+                conn.close()
+            finally:
+                self._done()
+
+    def _read_request(self, conn: socket.socket, deadline: float) -> tuple[bytes, str | None]:
+        limit = self.max_request_bytes
+        buf = bytearray()
+        while True:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return b"", f"request not complete within {self.request_timeout_s:g}s; send one JSON line"
+            conn.settimeout(remaining)
+            try:
+                chunk = conn.recv(65536)
+            except TimeoutError:
+                return b"", f"request not complete within {self.request_timeout_s:g}s; send one JSON line"
+            except OSError as exc:
+                return b"", f"cannot read request ({exc.strerror or exc})"
+            if not chunk:  # EOF: a client that shut down its write side without a newline
+                return bytes(buf), None  # empty: a probe (e.g. a second harpd checking for us)
+            nl = chunk.find(b"\n")
+            if nl >= 0:
+                if len(buf) + nl > limit:
+                    return b"", f"request over {limit} bytes; harpd accepts at most {limit}"
+                buf += chunk[:nl]
+                return bytes(buf), None
+            buf += chunk
+            if len(buf) > limit:
+                return b"", f"request over {limit} bytes; harpd accepts at most {limit}"
+
+    def _send(self, conn: socket.socket, data: bytes) -> None:
+        conn.settimeout(self.request_timeout_s)
+        try:
+            conn.sendall(data)
+        except OSError as exc:  # client gone or not reading: nothing more to do
+            log.debug("cannot send answer: %s", exc)
+
+    @staticmethod
+    def _drain(conn: socket.socket, deadline: float) -> None:
+        try:
+            conn.shutdown(socket.SHUT_WR)
+        except OSError:
+            return
+        while (remaining := deadline - time.monotonic()) > 0:
+            conn.settimeout(remaining)
+            try:
+                if not conn.recv(1 << 16):
+                    return
+            except OSError:
+                return
+
+    # ------------------------------------------------------------- stopping
+
+    def shutdown(self) -> None:
+        """Ask serve_forever to return.  Safe from a signal handler or any thread."""
+        self._stop.set()
+        try:
+            os.write(self._wake_w, b"x")
+        except OSError:
+            pass
+
+    def _close_listener(self) -> None:
+        sock, self._sock = self._sock, None
+        if sock is not None:
+            sock.close()
+        # unlink only our own socket: a newer harpd may have replaced it
+        if self._inode is not None:
+            try:
+                st = os.stat(self.path)
+                if (st.st_dev, st.st_ino) == self._inode:
+                    os.unlink(self.path)
+            except OSError:
+                pass
+            self._inode = None
+
+    def _wait_idle(self, timeout: float) -> bool:
+        end = time.monotonic() + timeout
+        with self._lock:
+            while self._active > 0:
+                remaining = end - time.monotonic()
+                if remaining <= 0:
+                    log.warning("stopping with %d request(s) still running", self._active)
+                    return False
+                self._idle.wait(remaining)
+        return True
+
+    @property
+    def active(self) -> int:
+        with self._lock:
+            return self._active
+
+    def close(self) -> None:
+        self.shutdown()
+        self._close_listener()
+        for fd in (self._wake_r, self._wake_w):
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+        self._wake_r = self._wake_w = -1

@@ -1,0 +1,376 @@
+"""SlurmBackend over the stable commands: sbatch, sacct, scontrol, scancel.
+
+The command-line tools are the one Slurm interface that stays compatible
+across releases and needs no build against the site's libslurm, so this is
+the default backend.  Every call is an argv list (never a shell: job names,
+paths and environments come from users), bounded by
+``slurm.command_timeout_s``, and every failure becomes one ``SlurmError`` line
+that names the command and quotes the first line of its stderr.
+"""
+
+from __future__ import annotations
+
+import os
+import pwd
+import re
+import shutil
+import subprocess
+import time
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from harpd.config import HarpSettings, SlurmSettings
+from harpd.outcomes import to_records
+from harpd.records import JobRecord
+from harpd.slurm.base import PartitionInfo, SlurmError
+from harpd.slurm.sacct_parse import (
+    PARSABLE2_COLUMNS,
+    SacctJob,
+    SacctParseError,
+    duration_s,
+    parse_json,
+    parse_parsable2,
+)
+
+__all__ = ["CliBackend", "parse_kv_line"]
+
+_JOB_ID_RE = re.compile(r"^\d+(?:_\d+)?$")
+_KEY_RE = re.compile(r"^[A-Za-z][A-Za-z0-9_]*$")
+# a key of `scontrol show -o` output: a word right after a space, up to '='
+_KV_KEY_RE = re.compile(r"(?:^|(?<=\s))([A-Za-z][A-Za-z0-9_/:.\-]*)=")
+_IDS_PER_CALL = 500
+
+
+def parse_kv_line(line: str) -> dict[str, str]:
+    """``Key=Value Key2=a=b,c=d`` (one ``scontrol show -o`` line) -> dict.
+
+    Values may contain ``=`` and ``,`` (TRES=cpu=1,mem=100M); a value runs up
+    to the next `` Key=``, so values with spaces (Reason, Command) survive.
+    """
+    out: dict[str, str] = {}
+    matches = list(_KV_KEY_RE.finditer(line))
+    for i, m in enumerate(matches):
+        end = matches[i + 1].start() if i + 1 < len(matches) else len(line)
+        out[m.group(1)] = line[m.end() : end].strip()
+    return out
+
+
+def _first_line(text: str) -> str:
+    for ln in text.splitlines():
+        ln = ln.strip()
+        if ln:
+            return ln[:300]
+    return ""
+
+
+def _limit_number(v: str | None) -> int | None:
+    """scontrol's numeric limits: ``UNLIMITED``/``0``/missing -> None."""
+    if not v:
+        return None
+    v = v.strip()
+    if not v[:1].isdigit():
+        return None
+    try:
+        n = int(float(v.rstrip("M")))
+    except ValueError:
+        return None
+    return n if n > 0 else None
+
+
+def _gpus_in_gres(gres: str | None) -> int:
+    """``gpu:a100:4(S:0-1),nic:1`` -> 4."""
+    if not gres or gres == "(null)":
+        return 0
+    total = 0
+    for item in re.sub(r"\([^)]*\)", "", gres).split(","):
+        parts = item.split(":")
+        if parts[0] != "gpu":
+            continue
+        n = parts[-1] if len(parts) > 1 else "1"
+        try:
+            total += int(n)
+        except ValueError:
+            total += 1
+    return total
+
+
+class CliBackend:
+    """``SlurmBackend`` implemented with the Slurm commands."""
+
+    def __init__(self, settings: HarpSettings | SlurmSettings | None = None) -> None:
+        if settings is None:
+            settings = SlurmSettings()
+        s = settings.slurm if isinstance(settings, HarpSettings) else settings
+        self.settings = s
+        self.timeout_s = float(s.command_timeout_s)
+        self.bin_dir = Path(s.bin_dir) if s.bin_dir else None
+        self._paths: dict[str, str] = {}
+        self._json_ok: bool | None = None  # None: not tried; False: fall back to -P
+
+    # ------------------------------------------------------------ plumbing
+
+    def _which(self, name: str) -> str:
+        path = self._paths.get(name)
+        if path:
+            return path
+        if self.bin_dir is not None:
+            p = self.bin_dir / name
+            if not (p.is_file() and os.access(p, os.X_OK)):
+                raise SlurmError(f"{name} not found in slurm.bin_dir {self.bin_dir}; fix slurm.bin_dir")
+            path = str(p)
+        else:
+            found = shutil.which(name)
+            if not found:
+                raise SlurmError(f"{name} not found on PATH; install the Slurm client or set slurm.bin_dir")
+            path = found
+        self._paths[name] = path
+        return path
+
+    def _run(
+        self,
+        name: str,
+        args: Sequence[str],
+        *,
+        stdin: bytes | None = None,
+        cwd: str | os.PathLike[str] | None = None,
+        env: Mapping[str, str] | None = None,
+        as_uid: int | None = None,
+    ) -> str:
+        argv = [self._which(name), *args]
+        kw: dict[str, Any] = {}
+        if as_uid is not None and as_uid != os.geteuid():
+            if os.geteuid() != 0:
+                raise SlurmError(f"cannot run {name} as uid {as_uid}: harpd is not running as root")
+            try:
+                pw = pwd.getpwuid(as_uid)
+            except KeyError:
+                raise SlurmError(f"cannot run {name} as uid {as_uid}: no such user") from None
+            kw.update(user=as_uid, group=pw.pw_gid, extra_groups=os.getgrouplist(pw.pw_name, pw.pw_gid))
+        if cwd is not None and not os.path.isdir(cwd):
+            raise SlurmError(f"{name}: working directory {cwd} does not exist")
+        what = " ".join([name, *args[:2]])
+        try:
+            proc = subprocess.run(
+                argv,
+                input=stdin,
+                stdin=None if stdin is not None else subprocess.DEVNULL,
+                capture_output=True,
+                cwd=cwd,
+                env=dict(env) if env is not None else None,
+                timeout=self.timeout_s,
+                check=False,
+                **kw,
+            )
+        except subprocess.TimeoutExpired:
+            raise SlurmError(
+                f"{what} gave no answer within {self.timeout_s:g} s (slurm.command_timeout_s); is slurmctld/slurmdbd up?"
+            ) from None
+        except OSError as exc:
+            raise SlurmError(f"{what}: cannot run {argv[0]} ({exc.strerror})") from None
+        out = proc.stdout.decode("utf-8", "replace")
+        if proc.returncode != 0:
+            err = _first_line(proc.stderr.decode("utf-8", "replace")) or _first_line(out) or "no message"
+            raise SlurmError(f"{what} failed (exit {proc.returncode}): {err}")
+        return out
+
+    @staticmethod
+    def _check_job_id(job_id: str) -> str:
+        jid = str(job_id).strip()
+        if not _JOB_ID_RE.match(jid):
+            raise SlurmError(f"invalid job id {job_id!r}: expected digits (or ARRAYID_TASK)")
+        return jid
+
+    # --------------------------------------------------------------- submit
+
+    def submit(
+        self,
+        argv: list[str],
+        script: bytes | None,
+        cwd: str | os.PathLike[str] | None,
+        env: Mapping[str, str] | None,
+        as_uid: int | None = None,
+    ) -> str:
+        job_env: dict[str, str] | None = None
+        if env is not None:
+            job_env = dict(env)
+            # address the same cluster harpd uses unless the user chose one
+            if "SLURM_CONF" not in job_env and "SLURM_CONF" in os.environ:
+                job_env["SLURM_CONF"] = os.environ["SLURM_CONF"]
+        for a in argv:
+            if "\x00" in a:
+                raise SlurmError("sbatch argument contains a NUL byte")
+        out = self._run("sbatch", ["--parsable", *argv], stdin=script, cwd=cwd, env=job_env, as_uid=as_uid)
+        first = _first_line(out)
+        job_id = first.split(";", 1)[0]
+        if not _JOB_ID_RE.match(job_id):
+            raise SlurmError(f"sbatch --parsable printed {first!r}, not a job id")
+        return job_id
+
+    # ---------------------------------------------------------------- sacct
+
+    @staticmethod
+    def _sacct_time(t: float) -> str:
+        # sacct reads -S/-E in the local time zone of the process
+        return time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(t))
+
+    def _sacct_selection(
+        self, job_ids: list[str] | None, since: float | None, until: float | None, all_users: bool
+    ) -> list[str]:
+        args = ["--duplicates"]
+        if all_users:
+            args.append("--allusers")
+        if job_ids is not None:
+            args += ["--jobs", ",".join(job_ids)]
+        if since is not None:
+            args += ["--starttime", self._sacct_time(since)]
+        if until is not None:
+            args += ["--endtime", self._sacct_time(until)]
+        elif since is not None:
+            args += ["--endtime", "now"]
+        return args
+
+    def _sacct_json(self, sel: list[str]) -> list[SacctJob]:
+        out = self._run("sacct", ["--json", *sel])
+        return parse_json(out, where="sacct --json")
+
+    def _sacct_p(self, sel: list[str]) -> list[SacctJob]:
+        env = dict(os.environ)
+        env["SLURM_TIME_FORMAT"] = "%s"  # epoch seconds: no time zone guessing
+        out = self._run("sacct", ["--parsable2", "--format", ",".join(PARSABLE2_COLUMNS), *sel], env=env)
+        return parse_parsable2(out, where="sacct --parsable2")
+
+    def sacct_raw(
+        self,
+        job_ids: list[str] | None = None,
+        since: float | None = None,
+        until: float | None = None,
+        all_users: bool = True,
+    ) -> list[SacctJob]:
+        """Parsed but unclassified runs (what ``sacct_jobs`` classifies)."""
+        if job_ids is not None:
+            ids = [self._check_job_id(j) for j in job_ids]
+            if not ids:
+                return []
+            out: list[SacctJob] = []
+            for i in range(0, len(ids), _IDS_PER_CALL):
+                out += self._sacct_once(self._sacct_selection(ids[i : i + _IDS_PER_CALL], since, until, all_users))
+            return out
+        if since is None:
+            raise SlurmError("sacct_jobs needs job ids or a start time")
+        return self._sacct_once(self._sacct_selection(None, since, until, all_users))
+
+    def _sacct_once(self, sel: list[str]) -> list[SacctJob]:
+        if self._json_ok is not False:
+            try:
+                jobs = self._sacct_json(sel)
+                self._json_ok = True
+                return jobs
+            except (SlurmError, SacctParseError) as json_exc:
+                # JSON unsupported here (old sacct, no data_parser plugin) or
+                # slurmdbd down: -P tells which
+                try:
+                    jobs = self._sacct_p(sel)
+                except SacctParseError as exc:
+                    raise SlurmError(str(exc)) from None
+                except SlurmError:
+                    raise SlurmError(str(json_exc)) from None
+                self._json_ok = False
+                return jobs
+        try:
+            return self._sacct_p(sel)
+        except SacctParseError as exc:
+            raise SlurmError(str(exc)) from None
+
+    def sacct_jobs(
+        self,
+        job_ids: list[str] | None,
+        since: float | None,
+        until: float | None,
+        all_users: bool,
+    ) -> list[JobRecord]:
+        jobs = self.sacct_raw(job_ids, since, until, all_users)
+        return list(to_records(jobs, self.settings.cluster))
+
+    # ------------------------------------------------------------- scontrol
+
+    def show_job(self, job_id: str) -> dict[str, str]:
+        jid = self._check_job_id(job_id)
+        out = self._run("scontrol", ["show", "job", "--oneliner", jid])
+        line = _first_line(out)
+        if not line:
+            raise SlurmError(f"scontrol show job {jid}: empty answer")
+        return parse_kv_line(out.splitlines()[0] if out.splitlines() else line)
+
+    def partitions(self) -> dict[str, PartitionInfo]:
+        parts = [parse_kv_line(ln) for ln in self._run("scontrol", ["show", "partition", "--oneliner"]).splitlines() if ln.strip()]
+        nodes = [parse_kv_line(ln) for ln in self._run("scontrol", ["show", "node", "--oneliner"]).splitlines() if ln.strip()]
+        by_part: dict[str, list[dict[str, str]]] = {}
+        for n in nodes:
+            for p in (n.get("Partitions") or "").split(","):
+                if p:
+                    by_part.setdefault(p, []).append(n)
+        out: dict[str, PartitionInfo] = {}
+        for p in parts:
+            name = p.get("PartitionName")
+            if not name:
+                continue
+            members = by_part.get(name, [])
+            mems = []
+            cpus = []
+            for n in members:
+                real = _limit_number(n.get("RealMemory"))
+                if real is not None:
+                    spec = _limit_number(n.get("MemSpecLimit")) or 0
+                    mems.append(real - spec)
+                c = _limit_number(n.get("CPUTot"))
+                if c is not None:
+                    cpus.append(c)
+            max_mem = max(mems) if mems else None
+            part_mem = _limit_number(p.get("MaxMemPerNode"))
+            if part_mem is not None:
+                max_mem = part_mem if max_mem is None else min(max_mem, part_mem)
+            max_cpus = max(cpus) if cpus else None
+            part_cpus = _limit_number(p.get("MaxCPUsPerNode"))
+            if part_cpus is not None:
+                max_cpus = part_cpus if max_cpus is None else min(max_cpus, part_cpus)
+            gres_list = [g for g in (re.sub(r"\([^)]*\)", "", n.get("Gres") or "") for n in members) if g and g != "(null)"]
+            gres = max(gres_list, key=_gpus_in_gres) if gres_list else None
+            max_time = p.get("MaxTime")
+            max_time_s = duration_s(max_time) if max_time and max_time != "UNLIMITED" else None
+            total_nodes = _limit_number(p.get("TotalNodes"))
+            out[name] = PartitionInfo(
+                name=name,
+                max_time_s=None if max_time_s is None else int(max_time_s),
+                max_mem_mb_per_node=max_mem,
+                max_cpus_per_node=max_cpus,
+                nodes=total_nodes if total_nodes is not None else len(members),
+                gres=gres,
+                gpus_per_node=_gpus_in_gres(gres),
+                default=(p.get("Default") == "YES"),
+                max_nodes=_limit_number(p.get("MaxNodes")),
+                node_names=tuple(n.get("NodeName", "") for n in members),
+            )
+        return out
+
+    def requeue_hold(self, job_id: str) -> None:
+        self._run("scontrol", ["requeuehold", self._check_job_id(job_id)])
+
+    def update_job(self, job_id: str, **fields: Any) -> None:
+        if not fields:
+            raise SlurmError("update_job needs at least one field")
+        args = ["update", f"JobId={self._check_job_id(job_id)}"]
+        for k, v in fields.items():
+            if not _KEY_RE.match(k):
+                raise SlurmError(f"invalid scontrol field name {k!r}")
+            sv = str(v)
+            if not sv or any(c in sv for c in "\n\r\x00"):
+                raise SlurmError(f"invalid value for {k}: {sv!r}")
+            args.append(f"{k}={sv}")
+        self._run("scontrol", args)
+
+    def release(self, job_id: str) -> None:
+        self._run("scontrol", ["release", self._check_job_id(job_id)])
+
+    def cancel(self, job_id: str) -> None:
+        self._run("scancel", [self._check_job_id(job_id)])

@@ -1,0 +1,809 @@
+"""harp's SQLite store: the only module that opens the database.
+
+One module owns SQL so the schema, its migrations and its durability rules live
+in one place; everything else speaks ``JobRecord`` and plain dicts.
+
+Durability: WAL journal with ``synchronous=FULL``.  In WAL mode ``NORMAL``
+already survives a killed process, but a power cut or kernel crash can roll
+back the last transactions that ``COMMIT`` had reported done; ``FULL`` fsyncs
+the WAL at every commit so nothing reported committed is ever lost.  The cost
+is one fsync per transaction, which is why bulk writes (``insert_jobs``) go in
+big batches rather than row by row.
+
+Concurrency: every thread gets its own connection (WAL lets readers run
+beside the one writer, so a long report never stalls a ``predict``), writes
+start with ``BEGIN IMMEDIATE`` so two writers queue on ``busy_timeout`` instead
+of failing half-way with a lock upgrade error, and separate processes (the
+daemon and ``harp import``) share the file the same way.
+
+Schema: ``meta.schema_version`` counts the entries of ``MIGRATIONS`` applied;
+``Store.open`` applies the missing ones in one transaction, so a crash during a
+migration leaves the previous version intact.  ``jobs`` mirrors ``JobRecord``:
+a field added to the dataclass becomes a nullable column at the next open
+without a hand-written migration.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import math
+import os
+import sqlite3
+import threading
+import time
+import typing
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import fields
+from operator import attrgetter
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import sqlite_utils
+
+from harpd.records import JobRecord, Outcome
+
+__all__ = ["Store", "StoreError", "JOB_COLUMNS", "SCHEMA_VERSION"]
+
+
+class StoreError(Exception):
+    """A store problem, phrased as the one line the admin should read."""
+
+
+# --------------------------------------------------------------------------
+# jobs columns, derived from JobRecord
+
+_PK = ("source", "job_id", "attempt")
+_BOOL_FIELDS = frozenset(
+    f.name for f in fields(JobRecord) if typing.get_type_hints(JobRecord)[f.name] is bool
+)
+
+
+def _sql_type(tp: Any) -> type:
+    """Map a JobRecord annotation to the Python type sqlite-utils turns into a column type."""
+    args = [a for a in typing.get_args(tp) if a is not type(None)] or [tp]
+    base = args[0]
+    if base is bool or base is int:
+        return int
+    if base is float:
+        return float
+    return str  # str, Outcome (a str enum)
+
+
+_HINTS = typing.get_type_hints(JobRecord)
+JOB_COLUMNS: tuple[str, ...] = tuple(f.name for f in fields(JobRecord))
+_JOB_TYPES: dict[str, type] = {name: _sql_type(_HINTS[name]) for name in JOB_COLUMNS}
+_OUTCOMES = {o.value: o for o in Outcome}
+_UNFINISHED = (Outcome.RUNNING.value, Outcome.UNKNOWN.value)
+
+# columns iter_jobs may order by / filter times on (user input never reaches SQL text)
+_ORDERABLE = frozenset(JOB_COLUMNS)
+
+
+def _q(name: str) -> str:
+    return '"' + name.replace('"', '""') + '"'
+
+
+# --------------------------------------------------------------------------
+# migrations: append only; index i brings the schema from version i to i+1
+
+
+def _m001_initial(db: sqlite_utils.Database) -> None:
+    db["jobs"].create(
+        dict(_JOB_TYPES),
+        pk=_PK,
+        not_null=["job_id", "source", "attempt", "outcome", "censored_time", "censored_mem", "harp_sized"],
+        if_not_exists=True,
+    )
+    db["jobs"].create_index(["job_id"], if_not_exists=True)
+    db["jobs"].create_index(["submit_time"], if_not_exists=True)
+    db["jobs"].create_index(["end_time"], if_not_exists=True)
+    db["submissions"].create(
+        {
+            "job_id": str,
+            "uid": int,
+            "user": str,
+            "submitted_at": float,
+            "job": str,
+            "original": str,
+            "submitted": str,
+            "decision": str,
+            "state": str,
+            "chain_id": str,
+            "outcome": str,
+            "done_at": float,
+        },
+        pk="job_id",
+        not_null=["uid", "state", "submitted_at"],
+        if_not_exists=True,
+    )
+    db["submissions"].create_index(["state"], if_not_exists=True)
+    db["submissions"].create_index(["chain_id"], if_not_exists=True)
+    db["attempts"].create(
+        {
+            "chain_id": str,
+            "attempt": int,
+            "job_id": str,
+            "limits": str,
+            "reason": str,
+            "step": str,
+            "outcome": str,
+            "created_at": float,
+            "updated_at": float,
+        },
+        pk=("chain_id", "attempt"),
+        not_null=["chain_id", "attempt", "step", "created_at"],
+        if_not_exists=True,
+    )
+    db["attempts"].create_index(["job_id"], if_not_exists=True)
+    db["models"].create(
+        {
+            "id": int,
+            "name": str,
+            "resource": str,
+            "trained_at": float,
+            "n_train": int,
+            "score": str,
+            "champion": int,
+            "path": str,
+        },
+        pk="id",
+        not_null=["name", "resource", "trained_at", "champion"],
+        if_not_exists=True,
+    )
+    db["models"].create_index(["resource", "champion"], if_not_exists=True)
+
+
+MIGRATIONS: list[Callable[[sqlite_utils.Database], None]] = [_m001_initial]
+SCHEMA_VERSION = len(MIGRATIONS)
+
+
+# --------------------------------------------------------------------------
+# error translation
+
+
+def _explain(exc: BaseException, path: Path) -> str:
+    msg = str(exc)
+    low = msg.lower()
+    if "not a database" in low or "malformed" in low:
+        return f"{path}: not a harp database ({msg}); move it aside or set store.path to another file"
+    if "disk is full" in low or "database or disk is full" in low:
+        return f"{path}: disk full ({msg}); free space on {path.parent} and retry"
+    if "readonly" in low or "read-only" in low:
+        return f"{path}: store is read-only ({msg}); make the file and {path.parent} writable by uid {os.geteuid()}"
+    if "unable to open" in low:
+        return f"{path}: cannot open the store ({msg}); check that {path.parent} exists and is writable"
+    if "locked" in low or "busy" in low:
+        return f"{path}: store is locked by another process for too long ({msg}); retry later"
+    return f"{path}: store error ({msg})"
+
+
+def _is_translatable(exc: BaseException) -> bool:
+    return isinstance(exc, sqlite3.OperationalError | sqlite3.DatabaseError) and not isinstance(
+        exc, sqlite3.IntegrityError | sqlite3.ProgrammingError | sqlite3.InterfaceError
+    )
+
+
+def _dumps(v: Any) -> str | None:
+    return None if v is None else json.dumps(v, separators=(",", ":"), sort_keys=True)
+
+
+def _loads(v: str | None) -> Any:
+    return None if v is None else json.loads(v)
+
+
+# --------------------------------------------------------------------------
+
+
+class Store:
+    """The harp database.  Use ``Store.open(path)``; thread-safe."""
+
+    def __init__(self, path: Path, busy_timeout_s: float = 30.0) -> None:
+        self.path = path
+        self.busy_timeout_s = busy_timeout_s
+        self._local = threading.local()
+        self._all: list[sqlite3.Connection] = []
+        self._all_lock = threading.Lock()
+        self._closed = False
+
+    # ---------------------------------------------------------------- opening
+
+    @classmethod
+    def open(cls, path: str | os.PathLike[str], *, busy_timeout_s: float = 30.0) -> "Store":
+        """Open (creating and migrating as needed) the store at ``path``.
+
+        Raises StoreError with one line for every way this can fail at start:
+        directory not creatable/writable, read-only file, a file that is not a
+        harp database, a schema from a newer harp, a full disk.
+        """
+        p = Path(path).expanduser()
+        if not p.is_absolute():
+            p = Path.cwd() / p
+        parent = p.parent
+        try:
+            if not parent.is_dir():
+                parent.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise StoreError(
+                f"cannot create store directory {parent} ({exc.strerror}); create it or set store.path"
+            ) from None
+        if not parent.is_dir():
+            raise StoreError(f"{parent} is not a directory; set store.path to a file in a directory")
+        if p.exists() and p.is_dir():
+            raise StoreError(f"{p} is a directory; set store.path to a file name")
+        # WAL needs to create <db>-wal and <db>-shm beside the file
+        if not os.access(parent, os.W_OK | os.X_OK):
+            raise StoreError(
+                f"store directory {parent} is not writable by uid {os.geteuid()}; fix its permissions or set store.path"
+            )
+        if p.exists() and not os.access(p, os.R_OK | os.W_OK):
+            raise StoreError(
+                f"store file {p} is read-only for uid {os.geteuid()}; fix its permissions or set store.path"
+            )
+        store = cls(p, busy_timeout_s=busy_timeout_s)
+        try:
+            store._migrate()
+        except StoreError:
+            store.close()
+            raise
+        except (sqlite3.Error, OSError) as exc:
+            store.close()
+            raise StoreError(_explain(exc, p)) from None
+        return store
+
+    def _connect(self) -> sqlite_utils.Database:
+        if self._closed:
+            raise StoreError(f"{self.path}: store is closed")
+        conn = sqlite3.connect(
+            str(self.path),
+            timeout=self.busy_timeout_s,
+            isolation_level=None,  # no implicit transactions: transaction() decides
+            check_same_thread=False,  # close() may run on another thread
+        )
+        try:
+            mode = conn.execute("PRAGMA journal_mode=WAL").fetchone()[0]
+            if str(mode).lower() != "wal":
+                raise StoreError(f"{self.path}: cannot switch to WAL journal (got {mode}); put the store on a local disk")
+            conn.execute("PRAGMA synchronous=FULL")
+            conn.execute(f"PRAGMA busy_timeout={int(self.busy_timeout_s * 1000)}")
+            conn.execute("PRAGMA foreign_keys=OFF")
+        except BaseException:
+            conn.close()
+            raise
+        with self._all_lock:
+            self._all.append(conn)
+        return sqlite_utils.Database(conn, execute_plugins=False)
+
+    @property
+    def db(self) -> sqlite_utils.Database:
+        """This thread's sqlite-utils Database (one connection per thread)."""
+        db = getattr(self._local, "db", None)
+        if db is None or self._closed:
+            db = self._connect()
+            self._local.db = db
+            self._local.depth = 0
+        return db
+
+    def close(self) -> None:
+        """Close every connection (of every thread); later calls raise StoreError."""
+        self._closed = True
+        with self._all_lock:
+            conns, self._all = self._all, []
+        for c in conns:
+            with contextlib.suppress(sqlite3.Error):
+                c.close()
+
+    def __enter__(self) -> "Store":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _migrate(self) -> None:
+        db = self.db
+        names = set(db.table_names())
+        if names and "meta" not in names:
+            raise StoreError(
+                f"{self.path}: not a harp database (tables {', '.join(sorted(names))} but no meta table); "
+                "move it aside or set store.path"
+            )
+        with self.transaction():
+            db["meta"].create({"key": str, "value": str}, pk="key", if_not_exists=True)
+            current = self.get_meta("schema_version", 0)
+            if not isinstance(current, int) or current < 0:
+                raise StoreError(f"{self.path}: not a harp database (schema_version {current!r})")
+            if current > SCHEMA_VERSION:
+                raise StoreError(
+                    f"{self.path}: written by a newer harp (schema {current} > {SCHEMA_VERSION}); upgrade harp"
+                )
+            for version in range(current, SCHEMA_VERSION):
+                MIGRATIONS[version](db)
+                self.set_meta("schema_version", version + 1)
+            # fields added to JobRecord since the table was created
+            have = set(db["jobs"].columns_dict)
+            for name in JOB_COLUMNS:
+                if name not in have:
+                    db["jobs"].add_column(name, _JOB_TYPES[name])
+        self._insert_sql = self._make_insert_sql()
+
+    # ----------------------------------------------------------- transactions
+
+    @contextlib.contextmanager
+    def transaction(self) -> Iterator[sqlite_utils.Database]:
+        """All writes inside commit together or not at all; nests (savepoints).
+
+        The outermost level takes the write lock at once (BEGIN IMMEDIATE), so
+        a read-then-write block never fails on a lock upgrade.  SQLite errors
+        that mean disk full / read-only / corrupt come out as StoreError.
+        """
+        db = self.db
+        depth = self._local.depth
+        try:
+            if depth == 0:
+                db.conn.execute("BEGIN IMMEDIATE")
+            else:
+                db.conn.execute(f"SAVEPOINT harp_{depth}")
+        except sqlite3.Error as exc:
+            raise StoreError(_explain(exc, self.path)) from None
+        self._local.depth = depth + 1
+        try:
+            yield db
+        except BaseException as exc:
+            self._local.depth = depth
+            if db.conn.in_transaction:
+                with contextlib.suppress(sqlite3.Error):
+                    if depth == 0:
+                        db.conn.execute("ROLLBACK")
+                    else:
+                        db.conn.execute(f"ROLLBACK TO SAVEPOINT harp_{depth}")
+                        db.conn.execute(f"RELEASE SAVEPOINT harp_{depth}")
+            if _is_translatable(exc):
+                raise StoreError(_explain(exc, self.path)) from None
+            raise
+        else:
+            self._local.depth = depth
+            try:
+                if depth == 0:
+                    db.conn.execute("COMMIT")
+                else:
+                    db.conn.execute(f"RELEASE SAVEPOINT harp_{depth}")
+            except sqlite3.Error as exc:
+                if depth == 0 and db.conn.in_transaction:
+                    with contextlib.suppress(sqlite3.Error):
+                        db.conn.execute("ROLLBACK")
+                raise StoreError(_explain(exc, self.path)) from None
+
+    def _read(self, sql: str, params: Sequence[Any] = ()) -> sqlite3.Cursor:
+        try:
+            return self.db.conn.execute(sql, tuple(params))
+        except sqlite3.Error as exc:
+            if _is_translatable(exc):
+                raise StoreError(_explain(exc, self.path)) from None
+            raise
+
+    # ------------------------------------------------------------------- meta
+
+    def get_meta(self, key: str, default: Any = None) -> Any:
+        """A value stored with set_meta (JSON round trip), or ``default``."""
+        row = self._read("SELECT value FROM meta WHERE key = ?", (key,)).fetchone()
+        return default if row is None else _loads(row[0])
+
+    def set_meta(self, key: str, value: Any) -> None:
+        with self.transaction() as db:
+            db.conn.execute(
+                "INSERT INTO meta(key, value) VALUES(?, ?) ON CONFLICT(key) DO UPDATE SET value = excluded.value",
+                (key, _dumps(value)),
+            )
+
+    # ------------------------------------------------------------------- jobs
+
+    def _make_insert_sql(self) -> str:
+        cols = ", ".join(_q(c) for c in JOB_COLUMNS)
+        marks = ", ".join("?" for _ in JOB_COLUMNS)
+        updates = ", ".join(f"{_q(c)} = excluded.{_q(c)}" for c in JOB_COLUMNS if c not in _PK)
+        pk = ", ".join(_q(c) for c in _PK)
+        return f"INSERT INTO jobs ({cols}) VALUES ({marks}) ON CONFLICT({pk}) DO UPDATE SET {updates}"
+
+    def insert_jobs(self, records: Iterable[JobRecord], batch_size: int = 20000) -> int:
+        """Upsert records; returns how many were written.  Idempotent.
+
+        A record with the same (source, job_id, attempt) as a stored one
+        replaces it (the latest observation wins).  Each batch is one
+        transaction (one fsync), unless called inside ``transaction()``.
+        Dicts are accepted too (``JobRecord.from_dict``).
+        """
+        if batch_size < 1:
+            raise ValueError("batch_size must be >= 1")
+        getter = attrgetter(*JOB_COLUMNS)
+        sql = self._insert_sql
+        total = 0
+        batch: list[tuple[Any, ...]] = []
+
+        def flush() -> None:
+            nonlocal total
+            try:
+                with self.transaction() as db:
+                    db.conn.executemany(sql, batch)
+            except sqlite3.IntegrityError as exc:
+                raise StoreError(f"{self.path}: job record rejected ({exc}); job_id and source are required") from None
+            total += len(batch)
+            batch.clear()
+
+        for rec in records:
+            if not isinstance(rec, JobRecord):
+                rec = JobRecord.from_dict(rec)  # type: ignore[arg-type]
+            batch.append(getter(rec))
+            if len(batch) >= batch_size:
+                flush()
+        if batch:
+            flush()
+        return total
+
+    @staticmethod
+    def _job_filters(
+        source: str | None,
+        since: float | None,
+        until: float | None,
+        user: str | None,
+        finished_only: bool,
+        time_field: str,
+    ) -> tuple[str, list[Any]]:
+        if time_field not in _ORDERABLE:
+            raise ValueError(f"unknown job column {time_field!r}")
+        where: list[str] = []
+        params: list[Any] = []
+        if source is not None:
+            where.append("source = ?")
+            params.append(source)
+        if since is not None:
+            where.append(f"{_q(time_field)} >= ?")
+            params.append(since)
+        if until is not None:
+            where.append(f"{_q(time_field)} < ?")
+            params.append(until)
+        if user is not None:
+            where.append('"user" = ?')
+            params.append(user)
+        if finished_only:
+            where.append("outcome NOT IN (?, ?)")
+            params.extend(_UNFINISHED)
+        return (" WHERE " + " AND ".join(where)) if where else "", params
+
+    @staticmethod
+    def _row_to_record(row: Sequence[Any]) -> JobRecord:
+        rec = JobRecord(*row)
+        rec.outcome = _OUTCOMES.get(rec.outcome, Outcome.UNKNOWN)  # type: ignore[arg-type]
+        rec.censored_time = bool(rec.censored_time)
+        rec.censored_mem = bool(rec.censored_mem)
+        rec.harp_sized = bool(rec.harp_sized)
+        return rec
+
+    def iter_jobs(
+        self,
+        source: str | None = None,
+        since: float | None = None,
+        until: float | None = None,
+        user: str | None = None,
+        finished_only: bool = True,
+        order: str | None = "submit_time",
+        *,
+        time_field: str = "submit_time",
+        limit: int | None = None,
+    ) -> Iterator[JobRecord]:
+        """Stream job records.
+
+        ``since`` (inclusive) and ``until`` (exclusive) apply to ``time_field``
+        (submit_time by default; end_time for "finished since").
+        ``finished_only`` drops running/unknown outcomes (never train on
+        them).  ``order`` is a JobRecord field (ties broken by the primary
+        key, so the order is deterministic) or None for storage order.
+        """
+        where, params = self._job_filters(source, since, until, user, finished_only, time_field)
+        cols = ", ".join(_q(c) for c in JOB_COLUMNS)
+        sql = f"SELECT {cols} FROM jobs{where}"
+        if order is not None:
+            if order not in _ORDERABLE:
+                raise ValueError(f"unknown job column {order!r} to order by")
+            sql += f" ORDER BY {_q(order)}, source, job_id, attempt"
+        if limit is not None:
+            sql += f" LIMIT {int(limit)}"
+        cur = self._read(sql, params)
+        conv = self._row_to_record
+        while True:
+            rows = cur.fetchmany(5000)
+            if not rows:
+                return
+            for row in rows:
+                yield conv(row)
+
+    def count_jobs(
+        self,
+        source: str | None = None,
+        since: float | None = None,
+        until: float | None = None,
+        user: str | None = None,
+        finished_only: bool = True,
+        *,
+        time_field: str = "submit_time",
+    ) -> int:
+        """How many jobs iter_jobs would yield with the same filters."""
+        where, params = self._job_filters(source, since, until, user, finished_only, time_field)
+        return int(self._read(f"SELECT count(*) FROM jobs{where}", params).fetchone()[0])
+
+    def get_job(self, job_id: str, source: str | None = None) -> JobRecord | None:
+        """The stored record of ``job_id`` (latest attempt; latest end if several sources)."""
+        cols = ", ".join(_q(c) for c in JOB_COLUMNS)
+        sql = f"SELECT {cols} FROM jobs WHERE job_id = ?"
+        params: list[Any] = [str(job_id)]
+        if source is not None:
+            sql += " AND source = ?"
+            params.append(source)
+        sql += " ORDER BY attempt DESC, coalesce(end_time, submit_time, 0) DESC LIMIT 1"
+        row = self._read(sql, params).fetchone()
+        return None if row is None else self._row_to_record(row)
+
+    def job_columns(
+        self,
+        columns: list[str],
+        where: str | None = None,
+        params: Sequence[Any] = (),
+        *,
+        order: str | None = None,
+    ) -> dict[str, np.ndarray]:
+        """Whole columns of ``jobs`` as numpy arrays, for reports and training.
+
+        Numeric columns (int or float fields) come back as float64 with NaN
+        for NULL; bool fields as bool; text fields (and ``outcome``, as its
+        string value) as object arrays with None for NULL.  ``where`` is an
+        SQL condition over job columns with ``?`` placeholders bound to
+        ``params`` (callers write it in code, never from user input).
+        ``order`` is a column name to sort by (ties by primary key).
+        """
+        cols = list(columns)
+        if not cols:
+            raise ValueError("job_columns needs at least one column")
+        for c in cols:
+            if c not in _ORDERABLE:
+                raise ValueError(f"unknown job column {c!r}")
+        sql = f"SELECT {', '.join(_q(c) for c in cols)} FROM jobs"
+        if where:
+            sql += f" WHERE {where}"
+        if order is not None:
+            if order not in _ORDERABLE:
+                raise ValueError(f"unknown job column {order!r} to order by")
+            sql += f" ORDER BY {_q(order)}, source, job_id, attempt"
+        rows = self._read(sql, params).fetchall()
+        n = len(rows)
+        out: dict[str, np.ndarray] = {}
+        if n == 0:
+            for c in cols:
+                out[c] = np.empty(0, dtype=self._dtype(c))
+            return out
+        transposed = list(zip(*rows))
+        nan = math.nan
+        for c, values in zip(cols, transposed):
+            dt = self._dtype(c)
+            if dt is bool:
+                out[c] = np.fromiter((bool(v) for v in values), dtype=bool, count=n)
+            elif dt is float:
+                out[c] = np.fromiter((nan if v is None else v for v in values), dtype=np.float64, count=n)
+            else:
+                arr = np.empty(n, dtype=object)
+                arr[:] = values
+                out[c] = arr
+        return out
+
+    @staticmethod
+    def _dtype(col: str) -> type:
+        if col in _BOOL_FIELDS:
+            return bool
+        t = _JOB_TYPES[col]
+        return float if t in (int, float) else object
+
+    # ------------------------------------------------------------ submissions
+
+    def add_submission(
+        self,
+        job_id: str,
+        uid: int,
+        user: str | None,
+        job: dict[str, Any],
+        original: dict[str, Any],
+        submitted: dict[str, Any],
+        decision: dict[str, Any] | None,
+        chain_id: str | None = None,
+    ) -> None:
+        """Record what harp-submit submitted (state ``pending``).
+
+        Registering the same job id again (a client retry) updates the
+        record but keeps its first ``submitted_at`` and its state.
+        """
+        with self.transaction() as db:
+            db.conn.execute(
+                """INSERT INTO submissions
+                   (job_id, uid, user, submitted_at, job, original, submitted, decision, state, chain_id)
+                   VALUES (?, ?, ?, ?, ?, ?, ?, ?, 'pending', ?)
+                   ON CONFLICT(job_id) DO UPDATE SET
+                     uid = excluded.uid, user = excluded.user, job = excluded.job,
+                     original = excluded.original, submitted = excluded.submitted,
+                     decision = excluded.decision,
+                     chain_id = coalesce(excluded.chain_id, submissions.chain_id)""",
+                (
+                    str(job_id),
+                    int(uid),
+                    user,
+                    time.time(),
+                    _dumps(job),
+                    _dumps(original),
+                    _dumps(submitted),
+                    _dumps(decision),
+                    chain_id,
+                ),
+            )
+
+    @staticmethod
+    def _submission(row: dict[str, Any]) -> dict[str, Any]:
+        for k in ("job", "original", "submitted", "decision"):
+            row[k] = _loads(row[k])
+        return row
+
+    def get_submission(self, job_id: str) -> dict[str, Any] | None:
+        rows = list(self.db.query("SELECT * FROM submissions WHERE job_id = ?", [str(job_id)]))
+        return self._submission(rows[0]) if rows else None
+
+    def submissions_for(self, job_ids: Iterable[str]) -> dict[str, dict[str, Any]]:
+        """Submissions of many jobs at once (reports read thousands): job_id -> row."""
+        ids = [str(j) for j in job_ids]
+        out: dict[str, dict[str, Any]] = {}
+        for i in range(0, len(ids), 500):
+            chunk = ids[i : i + 500]
+            marks = ", ".join("?" for _ in chunk)
+            for r in self.db.query(f"SELECT * FROM submissions WHERE job_id IN ({marks})", chunk):
+                out[r["job_id"]] = self._submission(r)
+        return out
+
+    def all_attempts(self) -> list[dict[str, Any]]:
+        """Every attempt of every chain, by chain then attempt (reports; the table holds only resubmissions)."""
+        rows = self.db.query("SELECT * FROM attempts ORDER BY chain_id, attempt")
+        return [{**r, "limits": _loads(r["limits"])} for r in rows]
+
+    def pending_submissions(self) -> list[dict[str, Any]]:
+        """Submissions whose outcome is not yet known, oldest first."""
+        rows = self.db.query("SELECT * FROM submissions WHERE state = 'pending' ORDER BY submitted_at, job_id")
+        return [self._submission(r) for r in rows]
+
+    def mark_submission_done(self, job_id: str, outcome: str) -> bool:
+        """Close a submission with its outcome; False if the job id is unknown."""
+        with self.transaction() as db:
+            cur = db.conn.execute(
+                "UPDATE submissions SET state = 'done', outcome = ?, done_at = ? WHERE job_id = ?",
+                (str(outcome.value if isinstance(outcome, Outcome) else outcome), time.time(), str(job_id)),
+            )
+            return cur.rowcount > 0
+
+    # --------------------------------------------------------------- attempts
+
+    _ATTEMPT_COLS = frozenset({"job_id", "limits", "reason", "step", "outcome"})
+
+    def add_attempt(
+        self,
+        chain_id: str,
+        attempt: int,
+        job_id: str | None,
+        limits: dict[str, Any],
+        reason: str,
+        step: str,
+    ) -> bool:
+        """Insert attempt ``attempt`` of ``chain_id``; False if it already exists.
+
+        The unique (chain_id, attempt) key is what makes a resubmission
+        happen exactly once even if two threads or a restart race on it.
+        """
+        now = time.time()
+        with self.transaction() as db:
+            cur = db.conn.execute(
+                """INSERT INTO attempts (chain_id, attempt, job_id, limits, reason, step, created_at, updated_at)
+                   VALUES (?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT(chain_id, attempt) DO NOTHING""",
+                (str(chain_id), int(attempt), None if job_id is None else str(job_id), _dumps(limits), reason, step, now, now),
+            )
+            return cur.rowcount > 0
+
+    def update_attempt(self, chain_id: str, attempt: int, **cols: Any) -> bool:
+        """Set columns (job_id, limits, reason, step, outcome) of one attempt; False if absent."""
+        bad = set(cols) - self._ATTEMPT_COLS
+        if bad:
+            raise ValueError(f"unknown attempt column(s): {', '.join(sorted(bad))}")
+        if not cols:
+            return False
+        values = []
+        for k, v in cols.items():
+            if k == "limits":
+                v = _dumps(v)
+            elif isinstance(v, Outcome):
+                v = v.value
+            elif k == "job_id" and v is not None:
+                v = str(v)
+            values.append(v)
+        sets = ", ".join(f"{_q(k)} = ?" for k in cols)
+        with self.transaction() as db:
+            cur = db.conn.execute(
+                f"UPDATE attempts SET {sets}, updated_at = ? WHERE chain_id = ? AND attempt = ?",
+                (*values, time.time(), str(chain_id), int(attempt)),
+            )
+            return cur.rowcount > 0
+
+    def attempts(self, chain_id: str) -> list[dict[str, Any]]:
+        rows = self.db.query("SELECT * FROM attempts WHERE chain_id = ? ORDER BY attempt", [str(chain_id)])
+        out = []
+        for r in rows:
+            r["limits"] = _loads(r["limits"])
+            out.append(r)
+        return out
+
+    def chain_of(self, job_id: str) -> str | None:
+        """The chain (first job id) a job belongs to, from attempts or submissions."""
+        row = self._read("SELECT chain_id FROM attempts WHERE job_id = ? LIMIT 1", (str(job_id),)).fetchone()
+        if row is not None:
+            return row[0]
+        row = self._read(
+            "SELECT chain_id FROM submissions WHERE job_id = ? AND chain_id IS NOT NULL", (str(job_id),)
+        ).fetchone()
+        if row is not None:
+            return row[0]
+        row = self._read("SELECT chain_id FROM attempts WHERE chain_id = ? LIMIT 1", (str(job_id),)).fetchone()
+        return None if row is None else row[0]
+
+    # ----------------------------------------------------------------- models
+
+    def save_model(
+        self,
+        name: str,
+        resource: str,
+        n_train: int,
+        score: dict[str, Any],
+        path: str,
+        champion: bool,
+    ) -> int:
+        """Record a trained model; returns its id.
+
+        Saving a champion demotes the previous champion of the same resource
+        in the same transaction, so there is never zero or two champions.
+        """
+        with self.transaction() as db:
+            if champion:
+                db.conn.execute("UPDATE models SET champion = 0 WHERE resource = ? AND champion = 1", (resource,))
+            cur = db.conn.execute(
+                "INSERT INTO models (name, resource, trained_at, n_train, score, champion, path) VALUES (?, ?, ?, ?, ?, ?, ?)",
+                (name, resource, time.time(), int(n_train), _dumps(score), 1 if champion else 0, str(path)),
+            )
+            return int(cur.lastrowid)
+
+    @staticmethod
+    def _model(row: dict[str, Any]) -> dict[str, Any]:
+        row["score"] = _loads(row["score"])
+        row["champion"] = bool(row["champion"])
+        return row
+
+    def models(self) -> list[dict[str, Any]]:
+        """Every model ever saved, oldest first."""
+        return [self._model(r) for r in self.db.query("SELECT * FROM models ORDER BY trained_at, id")]
+
+    def champion(self, resource: str) -> dict[str, Any] | None:
+        rows = list(
+            self.db.query(
+                "SELECT * FROM models WHERE resource = ? AND champion = 1 ORDER BY trained_at DESC, id DESC LIMIT 1",
+                [resource],
+            )
+        )
+        return self._model(rows[0]) if rows else None
+
+    # ----------------------------------------------------------------- health
+
+    def check(self) -> str:
+        """'ok' or a one-line reason: a cheap liveness probe for ``health``."""
+        try:
+            self._read("SELECT count(*) FROM meta").fetchone()
+            return "ok"
+        except (StoreError, sqlite3.Error) as exc:
+            return str(exc)

@@ -1,0 +1,1 @@
+"""History readers: each turns one trace format into an iterator of JobRecord."""

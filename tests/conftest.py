@@ -1,0 +1,194 @@
+"""Shared fixtures: the real local Slurm cluster (``scripts/localslurm``).
+
+The cluster is started once per test session and shared by every test (and by
+every engineer's session on the same machine), so the fixture stops it at the
+end only if this session started it.  Outside CI a missing cluster (not root,
+start failure) skips the Slurm tests with the reason; in CI (``CI=true``) it
+fails them, because integration tests that silently skip prove nothing.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+LOCALSLURM = REPO / "scripts" / "localslurm"
+DEFAULT_DIR = Path(os.environ.get("HARP_SLURM_DIR", "/tmp/harp-localslurm"))
+
+# Job states after which a job will not change by itself (sacct's spelling).
+FINAL_STATES = frozenset(
+    {
+        "COMPLETED", "FAILED", "TIMEOUT", "CANCELLED", "OUT_OF_MEMORY",
+        "NODE_FAIL", "PREEMPTED", "BOOT_FAIL", "DEADLINE",
+    }
+)
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers", "slurm: needs the real local Slurm cluster (scripts/localslurm)"
+    )
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    # Everything under tests/slurm/ needs the cluster, marked or not, so
+    # `-m "not slurm"` reliably gives the fast unit run.
+    slurm_dir = REPO / "tests" / "slurm"
+    for item in items:
+        if slurm_dir in Path(str(item.fspath)).parents:
+            item.add_marker(pytest.mark.slurm)
+
+
+class SlurmError(RuntimeError):
+    """A Slurm command failed; the message carries its stderr."""
+
+
+@dataclass
+class SlurmCluster:
+    """Handle on the running local cluster, with the few commands tests need.
+
+    ``workdir`` is world-writable (mode 1777) so jobs of any user can write
+    their output there; ``sbatch`` runs from it unless told otherwise.
+    """
+
+    dir: Path
+    conf: Path
+    workdir: Path
+    started_here: bool = False
+    env: dict[str, str] = field(default_factory=dict)
+
+    partitions = {"short": 60, "long": 1440, "tiny": 3, "gpu": 60}  # MaxTime, minutes
+    default_partition = "short"
+    cluster_name = "harptest"
+
+    def run(self, argv: list[str], *, user: str | None = None, input: str | None = None,
+            cwd: Path | str | None = None, check: bool = True,
+            timeout: float = 60) -> subprocess.CompletedProcess[str]:
+        """Run a command with this cluster's SLURM_CONF, optionally as ``user``."""
+        if user is not None and user != "root":
+            argv = ["runuser", "-u", user, "--", "env", f"SLURM_CONF={self.conf}", *argv]
+        proc = subprocess.run(argv, input=input, capture_output=True, text=True,
+                              cwd=str(cwd or self.workdir), env=self.env, timeout=timeout)
+        if check and proc.returncode != 0:
+            raise SlurmError(f"{' '.join(argv)} exited {proc.returncode}: {proc.stderr.strip()}")
+        return proc
+
+    def sbatch(self, *args: str, script: str | None = None, user: str | None = None,
+               cwd: Path | str | None = None) -> str:
+        """Submit; return the job id.  ``script`` (text) goes on stdin.
+
+        Without ``script``, pass ``--wrap=...`` or a script path in ``args``.
+        """
+        if script is not None and not script.startswith("#!"):
+            script = "#!/bin/bash\n" + script
+        out = self.run(["sbatch", "--parsable", *args], user=user, input=script, cwd=cwd).stdout
+        return out.strip().split(";")[0]
+
+    def sacct(self, job_id: str, fields: str | list[str] = "JobID,State,ExitCode",
+              *, steps: bool = True, duplicates: bool = False) -> list[dict[str, str]]:
+        """sacct rows (job first, then its steps) as dicts keyed by field name."""
+        names = fields.split(",") if isinstance(fields, str) else list(fields)
+        argv = ["sacct", "-P", "-n", "-j", job_id, "-o", ",".join(names)]
+        if not steps:
+            argv.append("-X")
+        if duplicates:
+            argv.append("--duplicates")
+        out = self.run(argv).stdout
+        return [dict(zip(names, line.split("|"))) for line in out.splitlines() if line]
+
+    def state(self, job_id: str) -> str:
+        """The job's state as sacct has it, first word only ('' when not yet recorded)."""
+        rows = self.sacct(job_id, "JobID,State", steps=False)
+        for row in rows:
+            if row["JobID"] == job_id:
+                return row["State"].split()[0] if row["State"] else ""
+        return ""
+
+    _SETTLE_FIELDS = "JobID,State,ExitCode,Partition,End,MaxRSS,AllocTRES"
+
+    def wait_job(self, job_id: str, timeout: float = 180) -> str:
+        """Poll sacct until the job's record is final and settled; return its state.
+
+        For an array job every task must be final; the distinct states are
+        returned comma-joined (``"COMPLETED"`` when all tasks completed).
+
+        Settled matters: slurmdbd shows a fast job COMPLETED a second or two
+        before its Partition (and step MaxRSS) arrive, so a final State alone
+        is not enough.  We wait for a non-empty Partition and two identical
+        consecutive snapshots of the job and its steps.
+
+        Raises TimeoutError with squeue's view of the job (its Reason) when it
+        does not finish in time, which is what one needs to see in a failure.
+        """
+        deadline = time.monotonic() + timeout
+        state, previous = "", None
+        while time.monotonic() < deadline:
+            rows = self.sacct(job_id, self._SETTLE_FIELDS)
+            # The job itself, or every task of an array job (12_1, 12_2, ...).
+            tops = [r for r in rows if "." not in r["JobID"]]
+            states = {r["State"].split()[0] for r in tops if r["State"]}
+            state = ",".join(sorted(states))
+            if tops and states <= FINAL_STATES and all(
+                r["State"] and r["Partition"] and r["End"] != "Unknown" for r in tops
+            ):
+                if rows == previous:
+                    return state
+                previous = rows
+            else:
+                previous = None
+            time.sleep(0.5 if previous else 1)
+        queue = self.run(["squeue", "-j", job_id, "-o", "%i %T %r %M %l"], check=False).stdout
+        raise TimeoutError(f"job {job_id} still {state or 'unknown'} after {timeout}s:\n{queue}")
+
+    def scontrol(self, *args: str) -> str:
+        return self.run(["scontrol", *args]).stdout
+
+
+def _localslurm(cmd: str, d: Path, timeout: float) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(["bash", str(LOCALSLURM), cmd, str(d)], capture_output=True,
+                          text=True, timeout=timeout, stdin=subprocess.DEVNULL)
+
+
+def _unavailable(reason: str) -> None:
+    if os.environ.get("CI", "").lower() in ("true", "1", "yes"):
+        pytest.fail(f"local Slurm cluster unavailable in CI: {reason}", pytrace=False)
+    pytest.skip(f"local Slurm cluster unavailable: {reason}")
+
+
+@pytest.fixture(scope="session")
+def slurm_cluster():
+    """The running local cluster; started (and later stopped) only if needed."""
+    if os.geteuid() != 0:
+        _unavailable("tests must run as root to start/use scripts/localslurm")
+    if shutil.which("bash") is None:
+        _unavailable("bash not found")
+    d = DEFAULT_DIR
+    was_running = _localslurm("status", d, timeout=60).returncode == 0
+    if not was_running:
+        try:
+            proc = _localslurm("start", d, timeout=600)
+        except subprocess.TimeoutExpired:
+            _unavailable("scripts/localslurm start did not finish in 600s")
+        if proc.returncode != 0:
+            tail = "\n".join((proc.stderr or proc.stdout).strip().splitlines()[-40:])
+            _unavailable(f"scripts/localslurm start exited {proc.returncode}:\n{tail}")
+    conf = d / "etc" / "slurm.conf"
+    os.environ["SLURM_CONF"] = str(conf)
+    workdir = Path(tempfile.mkdtemp(prefix="harp-slurm-tests-"))
+    workdir.chmod(0o1777)
+    cluster = SlurmCluster(dir=d, conf=conf, workdir=workdir,
+                           started_here=not was_running, env=dict(os.environ))
+    try:
+        yield cluster
+    finally:
+        if cluster.started_here:
+            _localslurm("stop", d, timeout=180)
+        shutil.rmtree(workdir, ignore_errors=True)

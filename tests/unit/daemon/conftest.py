@@ -1,0 +1,68 @@
+"""Fixtures for the daemon tests: a store, an in-process server, a raw client."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from harpd.handlers import Handlers
+from harpd.server import Server
+from harpd.store import Store
+
+from daemon_helpers import call
+
+
+@pytest.fixture
+def short_dir() -> Iterator[Path]:
+    """A short, world-traversable directory: socket paths max 107 bytes, and
+    tests that drop to ``nobody`` must reach the socket inside."""
+    d = Path(tempfile.mkdtemp(prefix="hd-", dir="/tmp"))
+    os.chmod(d, 0o755)
+    yield d
+    shutil.rmtree(d, ignore_errors=True)
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> Iterator[Store]:
+    s = Store.open(tmp_path / "harp.db")
+    yield s
+    s.close()
+
+
+class RunningServer:
+    def __init__(self, server: Server, thread: threading.Thread) -> None:
+        self.server = server
+        self.thread = thread
+        self.path = str(server.path)
+
+    def call(self, request: Any, timeout: float = 10.0) -> dict[str, Any]:
+        return call(self.path, request, timeout)
+
+
+@pytest.fixture
+def serve(short_dir: Path, store: Store):
+    """serve(**server_kwargs, handlers=...) → RunningServer, stopped at teardown."""
+    running: list[RunningServer] = []
+
+    def start(handlers: Handlers | None = None, **kw: Any) -> RunningServer:
+        h = handlers or Handlers(store)
+        srv = Server(short_dir / "harpd.sock", h, **kw)
+        srv.bind()
+        t = threading.Thread(target=srv.serve_forever, daemon=True)
+        t.start()
+        r = RunningServer(srv, t)
+        running.append(r)
+        return r
+
+    yield start
+    for r in running:
+        r.server.shutdown()
+        r.thread.join(15)
+        r.server.close()

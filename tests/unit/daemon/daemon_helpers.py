@@ -1,0 +1,30 @@
+"""Raw socket client helpers for the daemon tests (no harp_submit dependency:
+these tests check the wire format itself)."""
+
+from __future__ import annotations
+
+import json
+import socket
+from typing import Any
+
+
+def call(path: str, request: Any, timeout: float = 10.0) -> dict[str, Any]:
+    """One request, one answer: dict/list → JSON line; bytes sent as they are."""
+    data = request if isinstance(request, bytes) else json.dumps(request).encode() + b"\n"
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
+        s.settimeout(timeout)
+        s.connect(path)
+        s.sendall(data)
+        return read_answer(s)
+
+
+def read_answer(s: socket.socket) -> dict[str, Any]:
+    buf = b""
+    while not buf.endswith(b"\n"):
+        chunk = s.recv(65536)
+        if not chunk:
+            break
+        buf += chunk
+    assert buf.endswith(b"\n"), f"answer not newline-terminated: {buf!r}"
+    assert buf.count(b"\n") == 1
+    return json.loads(buf)

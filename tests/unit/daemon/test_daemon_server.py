@@ -1,0 +1,344 @@
+"""The socket server: identity, limits, isolation of bad clients, socket file handling."""
+
+from __future__ import annotations
+
+import json
+import os
+import select
+import socket
+import stat
+import threading
+import time
+
+import pytest
+
+from harpd import protocol as p
+from harpd.handlers import Handlers
+from harpd.server import Server, ServerError
+
+from daemon_helpers import call, read_answer
+
+HEALTH = {"v": 1, "op": "health"}
+needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="needs root to drop to nobody")
+
+
+def test_health_over_the_socket(serve):
+    srv = serve()
+    ans = srv.call(HEALTH)
+    assert ans["ok"] is True and ans["store"] == "ok" and ans["version"]
+
+
+def test_malformed_json_gets_an_error_and_the_daemon_keeps_serving(serve):
+    srv = serve()
+    for bad in (b"{not json\n", b"\xff\xff\n", b"[]\n", b'{"op": "nope"}\n', b"null\n"):
+        ans = srv.call(bad)
+        assert ans["ok"] is False and isinstance(ans["error"], str) and ans["error"]
+    assert srv.call(HEALTH)["ok"] is True
+
+
+def test_request_without_newline_but_closed_write_side_is_served(serve):
+    srv = serve()
+    with socket.socket(socket.AF_UNIX) as s:
+        s.connect(srv.path)
+        s.sendall(json.dumps(HEALTH).encode())
+        s.shutdown(socket.SHUT_WR)
+        assert read_answer(s)["ok"] is True
+
+
+def test_oversized_request_gets_an_error(serve):
+    srv = serve()  # default limit: 1 MiB
+    big = json.dumps({"op": "predict", "job": {"harp_lines": ["x" * (1 << 20)]}}).encode() + b"\n"
+    ans = srv.call(big, timeout=30)
+    assert ans["ok"] is False and "request over 1048576 bytes" in ans["error"]
+    assert srv.call(HEALTH)["ok"] is True
+
+
+def test_oversized_request_without_newline(serve):
+    srv = serve(max_request_bytes=1000)
+    with socket.socket(socket.AF_UNIX) as s:
+        s.connect(srv.path)
+        s.sendall(b"{" + b" " * 5000)  # never a newline, never closes
+        ans = read_answer(s)
+    assert ans["ok"] is False and "request over 1000 bytes" in ans["error"]
+
+
+def test_just_under_the_limit_is_accepted(serve):
+    srv = serve(max_request_bytes=2000)
+    body = {"op": "predict", "job": {"job_name": ""}}
+    pad = 2000 - len(json.dumps(body))
+    body["job"]["job_name"] = "x" * pad
+    raw = json.dumps(body).encode()
+    assert len(raw) == 2000
+    assert srv.call(raw + b"\n")["ok"] is True
+
+
+def test_stalled_client_does_not_block_a_second_client(serve):
+    srv = serve(request_timeout_s=5)
+    stalled = socket.socket(socket.AF_UNIX)
+    stalled.connect(srv.path)
+    stalled.sendall(b'{"op": "hea')  # and then nothing
+    try:
+        for _ in range(3):
+            assert srv.call(HEALTH)["ok"] is True
+        # the stalled client is still waiting: nothing has been answered to it yet
+        readable, _, _ = select.select([stalled], [], [], 0)
+        assert readable == []
+        stalled.settimeout(30)
+        ans = read_answer(stalled)  # eventually: the deadline error
+        assert ans["ok"] is False and "not complete within 5s" in ans["error"]
+    finally:
+        stalled.close()
+
+
+def test_trickling_client_is_cut_off_at_the_total_deadline(serve):
+    srv = serve(request_timeout_s=1)
+    with socket.socket(socket.AF_UNIX) as s:
+        s.connect(srv.path)
+        s.settimeout(30)
+        got = None
+        start = time.monotonic()
+        for ch in json.dumps(HEALTH):  # one byte every 0.2 s: every recv is "recent"
+            try:
+                s.sendall(ch.encode())
+            except OSError:
+                break
+            r, _, _ = select.select([s], [], [], 0.2)
+            if r:
+                got = read_answer(s)
+                break
+        if got is None:
+            got = read_answer(s)
+        assert time.monotonic() - start < 10
+    assert got["ok"] is False and "not complete within 1s" in got["error"]
+
+
+def test_client_that_connects_and_leaves(serve):
+    srv = serve()
+    for _ in range(5):
+        s = socket.socket(socket.AF_UNIX)
+        s.connect(srv.path)
+        s.close()
+    assert srv.call(HEALTH)["ok"] is True
+
+
+def test_max_clients_answers_busy_instead_of_queueing(serve):
+    srv = serve(max_clients=2, request_timeout_s=10)
+    hold = []
+    try:
+        for _ in range(2):
+            s = socket.socket(socket.AF_UNIX)
+            s.connect(srv.path)
+            hold.append(s)
+        deadline = time.monotonic() + 10
+        while srv.server.active < 2 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        ans = srv.call(HEALTH)
+        assert ans["ok"] is False and "busy" in ans["error"]
+    finally:
+        for s in hold:
+            s.close()
+    deadline = time.monotonic() + 10
+    while srv.server.active and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert srv.call(HEALTH)["ok"] is True
+
+
+def test_many_concurrent_clients_all_answered(serve):
+    srv = serve(max_clients=64)
+    results = []
+
+    def one():
+        results.append(srv.call(HEALTH)["ok"])
+
+    ts = [threading.Thread(target=one) for _ in range(40)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join()
+    assert results.count(True) + results.count(False) == 40
+    assert results.count(True) >= 1 and all(isinstance(r, bool) for r in results)
+
+
+def test_a_handler_crash_is_answered_and_contained(serve, store):
+    class Exploding(Handlers):
+        def handle(self, peer, req):
+            if req.op == "status":
+                raise RuntimeError("bug")
+            return super().handle(peer, req)
+
+    srv = serve(handlers=Exploding(store))
+    with socket.socket(socket.AF_UNIX) as s:
+        s.connect(srv.path)
+        s.sendall(b'{"op": "status", "job_id": "1"}\n')
+        s.settimeout(10)
+        assert s.recv(100) == b""  # connection closed, no hang
+    assert srv.call(HEALTH)["ok"] is True
+
+
+def test_an_answer_that_cannot_be_encoded_is_reported(serve, store):
+    class Weird(Handlers):
+        def handle(self, peer, req):
+            return p.StatusAnswer.model_construct(ok=True, job={"x": object()})
+
+    srv = serve(handlers=Weird(store))
+    ans = srv.call({"op": "status", "job_id": "1"})
+    assert ans["ok"] is False and "internal error" in ans["error"]
+
+
+# ----------------------------------------------------- identity (SO_PEERCRED)
+
+
+def _as_nobody(fn) -> dict:
+    """Run fn() in a forked child as nobody; return its JSON-able result."""
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # child
+        code = 0
+        try:
+            os.close(r)
+            os.setgroups([])
+            os.setgid(65534)
+            os.setuid(65534)
+            out = fn()
+        except BaseException as e:  # report everything to the parent
+            out = {"child_error": repr(e)}
+            code = 1
+        os.write(w, json.dumps(out).encode())
+        os.close(w)
+        os._exit(code)
+    os.close(w)
+    data = b""
+    while chunk := os.read(r, 65536):
+        data += chunk
+    os.close(r)
+    os.waitpid(pid, 0)
+    return json.loads(data)
+
+
+@needs_root
+def test_identity_comes_from_the_kernel(serve, store):
+    srv = serve()
+    reg = {"op": "register", "job_id": "500", "job": {}, "original": {}, "submitted": {}}
+    out = _as_nobody(lambda: {
+        "register": call(srv.path, reg),
+        "status": call(srv.path, {"op": "status", "job_id": "500"}),
+        "retrain": call(srv.path, {"op": "retrain"}),
+    })
+    assert out["register"] == {"ok": True}, out
+    assert out["status"]["ok"] is True and out["status"]["job"]["uid"] == 65534
+    assert out["status"]["job"]["user"] == "nobody"
+    assert out["retrain"]["ok"] is False and "admin operation" in out["retrain"]["error"]
+    assert store.get_submission("500")["uid"] == 65534
+
+
+@needs_root
+def test_a_user_cannot_see_or_take_over_roots_job(serve, store):
+    srv = serve()
+    assert srv.call({"op": "register", "job_id": "600", "job": {}, "original": {}, "submitted": {}}) == {"ok": True}
+    out = _as_nobody(lambda: {
+        "status": call(srv.path, {"op": "status", "job_id": "600"}),
+        "register": call(srv.path, {"op": "register", "job_id": "600", "job": {}, "original": {}, "submitted": {}}),
+    })
+    assert out["status"]["ok"] is False and "not yours" in out["status"]["error"]
+    assert out["register"]["ok"] is False
+    assert store.get_submission("600")["uid"] == 0
+
+
+@needs_root
+def test_admin_group_member_may_retrain(serve, store):
+    h = Handlers(store, admin_gid=65534, retrain=lambda: {"done": True})
+    srv = serve(handlers=h)
+    out = _as_nobody(lambda: call(srv.path, {"op": "retrain"}))
+    assert out == {"ok": True, "message": "retrain done", "result": {"done": True}}
+
+
+@needs_root
+def test_socket_mode_is_applied_and_enforced(serve):
+    srv = serve(mode=0o600)
+    assert stat.S_IMODE(os.stat(srv.path).st_mode) == 0o600
+    out = _as_nobody(lambda: call(srv.path, HEALTH))
+    assert "PermissionError" in out["child_error"]
+    assert srv.call(HEALTH)["ok"] is True
+
+
+# ---------------------------------------------------------------- socket file
+
+
+def test_parent_dir_created_and_socket_removed_at_shutdown(short_dir, store):
+    path = short_dir / "run" / "harp" / "h.sock"
+    srv = Server(path, Handlers(store), mode=0o666)
+    srv.bind()
+    assert stat.S_ISSOCK(os.stat(path).st_mode)
+    assert stat.S_IMODE(os.stat(path).st_mode) == 0o666
+    t = threading.Thread(target=srv.serve_forever)
+    t.start()
+    assert call(str(path), HEALTH)["ok"] is True
+    srv.shutdown()
+    t.join(15)
+    assert not t.is_alive()
+    assert not path.exists()
+    srv.close()
+
+
+def test_stale_socket_is_replaced(short_dir, store):
+    path = short_dir / "h.sock"
+    dead = socket.socket(socket.AF_UNIX)
+    dead.bind(str(path))  # a socket file nobody listens on (a killed harpd)
+    dead.close()
+    assert path.exists()
+    srv = Server(path, Handlers(store))
+    srv.bind()
+    t = threading.Thread(target=srv.serve_forever)
+    t.start()
+    try:
+        assert call(str(path), HEALTH)["ok"] is True
+    finally:
+        srv.shutdown()
+        t.join(15)
+        srv.close()
+
+
+def test_refuses_to_start_beside_a_live_harpd(serve, store):
+    first = serve()
+    second = Server(first.path, Handlers(store))
+    with pytest.raises(ServerError, match="another harpd is already serving"):
+        second.bind()
+    second.close()
+    assert first.call(HEALTH)["ok"] is True  # the first one is untouched
+
+
+def test_refuses_a_path_that_is_not_a_socket(short_dir, store):
+    path = short_dir / "h.sock"
+    path.write_text("important")
+    with pytest.raises(ServerError, match="not a socket"):
+        Server(path, Handlers(store)).bind()
+    assert path.read_text() == "important"
+
+
+def test_socket_path_too_long(short_dir, store):
+    with pytest.raises(ServerError, match="longer than 107"):
+        Server(short_dir / ("x" * 120), Handlers(store)).bind()
+
+
+def test_shutdown_does_not_remove_a_newer_harpds_socket(short_dir, store):
+    path = short_dir / "h.sock"
+    old = Server(path, Handlers(store))
+    old.bind()
+    os.unlink(path)  # an admin removed it and a new harpd took the path
+    new = Server(path, Handlers(store))
+    new.bind()
+    old.close()
+    assert path.exists()
+    new.close()
+    assert not path.exists()
+
+
+def test_the_harp_submit_client_speaks_this_protocol(serve):
+    client = pytest.importorskip("harp_submit.client")
+    srv = serve()
+    ans = client.call(srv.path, {"op": "predict", "job": {"partition": "cpu", "request": {"time_s": 60}}}, 10.0)
+    assert ans["decision"]["changes"] == []
+    assert client.call(srv.path, {"op": "register", "job_id": "7", "job": {}, "original": {}, "submitted": {}},
+                       10.0) == {"ok": True}
+    with pytest.raises(client.HarpdUnavailable, match="knows no job 8"):
+        client.call(srv.path, {"op": "status", "job_id": "8"}, 10.0)

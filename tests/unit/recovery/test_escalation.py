@@ -1,0 +1,155 @@
+"""The escalation rule of issue 5, case by case and as properties."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from harpd.recovery.escalation import Step, next_allocation, resource_for, simulate
+from harpd.records import Outcome
+
+T, M = Outcome.TIMEOUT, Outcome.OOM
+
+
+def test_resource_for():
+    assert resource_for(T) == "time"
+    assert resource_for(M) == "mem"
+    assert resource_for(Outcome.FAILED) is None
+
+
+def test_doubles_below_original_request():
+    s = next_allocation(T, 600, 3600, None, attempt=1, max_attempts=3)
+    assert s == Step(1200.0, s.reason, False)
+    assert "doubled time" in s.reason and "attempt 2 of 3" in s.reason
+
+
+def test_stops_at_original_request_instead_of_overshooting():
+    s = next_allocation(T, 2000, 3600, None, 1, 3)
+    assert s.value == 3600 and not s.stop
+    assert "original request" in s.reason
+
+
+def test_plain_doubling_past_original_request():
+    assert next_allocation(T, 3600, 3600, None, 1, 3).value == 7200
+    assert next_allocation(M, 5000, 4000, None, 1, 3).value == 10000
+
+
+def test_plain_doubling_without_original_request():
+    assert next_allocation(M, 1024, None, None, 1, 3).value == 2048
+    assert next_allocation(M, 1024, 0, None, 1, 3).value == 2048
+
+
+def test_cap_used_once_then_stop():
+    s = next_allocation(T, 3600, 3600, 5000, 1, 5)
+    assert s.value == 5000 and not s.stop and "cap" in s.reason
+    s2 = next_allocation(T, 5000, 3600, 5000, 2, 5)
+    assert s2.stop and s2.value is None and "cap" in s2.reason
+
+
+def test_cap_below_original_request_wins():
+    assert next_allocation(T, 1000, 10000, 1500, 1, 3).value == 1500
+
+
+def test_max_attempts():
+    s = next_allocation(T, 100, 3600, None, attempt=3, max_attempts=3)
+    assert s.stop and s.value is None and "no attempts left" in s.reason
+    assert next_allocation(T, 100, 3600, None, attempt=1, max_attempts=1).stop
+
+
+@pytest.mark.parametrize(
+    "outcome",
+    [Outcome.PREEMPTED, Outcome.NODE_FAIL, Outcome.CANCELLED, Outcome.FAILED,
+     Outcome.COMPLETED, Outcome.UNKNOWN, Outcome.RUNNING],
+)
+def test_never_escalates_other_outcomes(outcome):
+    s = next_allocation(outcome, 100, 3600, None, 1, 3)
+    assert s.stop and s.value is None and outcome.value in s.reason
+
+
+def test_outcome_given_as_string_value():
+    assert next_allocation("timeout", 100, None, None, 1, 3).value == 200
+    assert next_allocation("bogus", 100, None, None, 1, 3).stop
+
+
+@pytest.mark.parametrize("bad", [0, -5, math.nan, math.inf])
+def test_invalid_current_stops(bad):
+    s = next_allocation(T, bad, 3600, None, 1, 3)
+    assert s.stop and "invalid" in s.reason
+
+
+def test_simulate_fits_first_try():
+    c = simulate(need=500, first=600, original_request=3600, cap=None, outcome=T)
+    assert c.fitted and c.allocations == (600.0,) and c.killed == 0
+
+
+def test_simulate_walks_back_to_request():
+    c = simulate(need=3000, first=1000, original_request=3600, cap=None, outcome=T)
+    assert c.allocations == (1000.0, 2000.0, 3600.0) and c.fitted
+    assert c.killed == 3000.0
+
+
+def test_simulate_runs_out_of_attempts():
+    c = simulate(need=3500, first=100, original_request=3600, cap=None, outcome=T, max_attempts=3)
+    assert not c.fitted and c.allocations == (100.0, 200.0, 400.0)
+    assert c.killed == 700.0 and "no attempts left" in c.stopped_reason
+
+
+def test_simulate_censored_need_is_strict():
+    # a job killed at its request (3600) needs more: the request itself fails again
+    c = simulate(need=3600, first=3600, original_request=3600, cap=3600, outcome=T,
+                 need_is_lower_bound=True)
+    assert not c.fitted and c.killed == 3600 and "cap" in c.stopped_reason
+
+
+pos = st.floats(min_value=1.0, max_value=1e7, allow_nan=False, allow_infinity=False)
+
+
+@settings(max_examples=400, deadline=None)
+@given(
+    outcome=st.sampled_from([T, M]),
+    current=pos,
+    original=st.one_of(st.none(), pos),
+    cap=st.one_of(st.none(), pos),
+    attempt=st.integers(1, 10),
+    max_attempts=st.integers(1, 10),
+)
+def test_step_properties(outcome, current, original, cap, attempt, max_attempts):
+    s = next_allocation(outcome, current, original, cap, attempt, max_attempts)
+    assert isinstance(s.reason, str) and s.reason
+    if s.stop:
+        assert s.value is None
+        return
+    assert attempt < max_attempts
+    assert s.value > current  # monotone increase
+    assert s.value <= 2 * current + 1e-9  # never more than a doubling
+    if cap is not None:
+        assert s.value <= cap  # never above the cap
+    if original is not None and current < original and (cap is None or cap >= original):
+        assert s.value <= original  # walks back to the request, not past it
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    outcome=st.sampled_from([T, M]),
+    first=pos,
+    original=st.one_of(st.none(), pos),
+    cap=st.one_of(st.none(), pos),
+    max_attempts=st.integers(1, 12),
+    need=pos,
+)
+def test_chain_terminates_monotone_capped(outcome, first, original, cap, max_attempts, need):
+    if cap is not None:
+        first = min(first, cap)
+    c = simulate(need, first, original, cap, outcome, max_attempts)
+    a = c.allocations
+    assert 1 <= len(a) <= max_attempts  # terminates within the attempt budget
+    assert all(y > x for x, y in zip(a, a[1:]))
+    if cap is not None:
+        assert max(a) <= cap
+    assert c.fitted == (a[-1] >= need)
+    assert math.isclose(c.killed, sum(a) - (a[-1] if c.fitted else 0.0))
+    if not c.fitted:
+        assert c.stopped_reason
