@@ -3,9 +3,9 @@
 Generates synthetic but plausible history (users with their own over-request
 habits, timeouts, OOMs, GPU jobs, harp-sized jobs with submission records and
 resubmission chains) into a temporary store through ``Store.insert_jobs``,
-then times the whole report command in-process: store read, aggregation and
-rendering, for each output format.  The FIGURE is the table report, the
-default an admin runs.
+then times the whole ``harp report`` command as a process (start, store read,
+aggregation, rendering) for each output format.  The FIGURE is the median of
+three table reports, the default an admin runs.
 
     python bench/report_speed.py [--n 1000000] [--keep PATH]
 
@@ -15,9 +15,9 @@ default an admin runs.
 from __future__ import annotations
 
 import argparse
-import contextlib
-import io
 import os
+import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -26,7 +26,8 @@ from typing import Any
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
 
 from harpd.records import JobRecord, Outcome  # noqa: E402
 
@@ -105,7 +106,7 @@ def synthetic(n: int, seed: int = 0, now: float = 1_780_000_000.0, days: float =
                 "job_id": rec.job_id, "uid": 1000 + int(u[i]), "user": rec.user, "job": {"partition": rec.partition},
                 "original": {"time_s": int(orig_t[i]), "mem_mb": int(orig_m[i]), "cpus_per_task": int(cpus[i]), "ntasks": 1},
                 "submitted": {"time_s": int(req_t[i]), "mem_mb": int(req_m[i]), "cpus_per_task": int(cpus[i]), "ntasks": 1},
-                "decision": None, "chain_id": rec.job_id,
+                "decision": {"changes": [], "model": "harp" if i % 5 else "gbm"}, "chain_id": rec.job_id,
             })
             if o in ("timeout", "oom"):
                 ok = rng.random() < 0.9
@@ -131,6 +132,10 @@ def synthetic(n: int, seed: int = 0, now: float = 1_780_000_000.0, days: float =
 
 def fill_store(store: Any, records: list[JobRecord], subs: list[dict[str, Any]], attempts: list[dict[str, Any]]) -> None:
     store.insert_jobs(records)
+    for resource in ("time", "mem"):
+        for name, champion, score in (("tsafrir", False, 0.91), ("gbm", False, 0.52), ("harp", True, 0.44)):
+            store.save_model(name, resource, len(records) // 2, {"score": score, "under_rate": 0.04 + score / 100,
+                                                                   "pinball": score / 3}, f"/nonexistent/{name}.pkl", champion)
     with store.transaction():
         for s in subs:
             store.add_submission(s["job_id"], s["uid"], s["user"], s["job"], s["original"], s["submitted"],
@@ -141,20 +146,19 @@ def fill_store(store: Any, records: list[JobRecord], subs: list[dict[str, Any]],
 
 
 def time_report(db: Path, fmt: str) -> tuple[float, int]:
-    from harpd.cli.main import main
-
+    """Wall time of one ``harp report`` process (interpreter start and imports
+    included: that is what an admin waits for) and the output size."""
     out = Path(tempfile.gettempdir()) / f"harp-bench-report.{fmt}"
-    argv = ["report", "--db", str(db), "--since", "all", "--format", fmt]
-    if fmt in ("html", "csv", "json"):
+    argv = [sys.executable, "-m", "harpd.cli.main", "--config", "/dev/null", "report", "--db", str(db),
+            "--since", "all", "--format", fmt]
+    if fmt != "table":
         argv += ["-o", str(out)]
-    buf = io.StringIO()
     t0 = time.perf_counter()
-    with contextlib.redirect_stdout(buf), contextlib.redirect_stderr(io.StringIO()):
-        rc = main(argv)
+    proc = subprocess.run(argv, capture_output=True, text=True, cwd=REPO)
     dt = time.perf_counter() - t0
-    if rc != 0:
-        raise SystemExit(f"harp report --format {fmt} failed with exit code {rc}")
-    return dt, (len(buf.getvalue()) if fmt == "table" else out.stat().st_size)
+    if proc.returncode != 0:
+        raise SystemExit(f"harp report --format {fmt} failed ({proc.returncode}): {proc.stderr.strip()}")
+    return dt, (len(proc.stdout) if fmt == "table" else out.stat().st_size)
 
 
 def main() -> int:
@@ -162,7 +166,6 @@ def main() -> int:
     ap.add_argument("--n", type=int, default=1_000_000, help="first-run jobs to generate (default 1,000,000)")
     ap.add_argument("--keep", metavar="PATH", help="store file to reuse (generated only if missing)")
     args = ap.parse_args()
-    os.environ.setdefault("HARP_CONFIG", "/dev/null")  # embedded defaults, not a site config
     from harpd.store import Store
 
     tmp = None
@@ -186,14 +189,16 @@ def main() -> int:
             with Store.open(db) as store:
                 stored = store.count_jobs(finished_only=False)
             print(f"reusing {db} with {stored:,} jobs")
-        results = {}
-        for fmt in ("table", "csv", "json", "html"):
+        runs = []
+        for fmt in ("table", "csv", "json", "html", "table", "table"):
             dt, size = time_report(db, fmt)
-            results[fmt] = dt
+            if fmt == "table":
+                runs.append(dt)
             print(f"harp report --format {fmt:<5} {dt:6.2f} s  ({size:,} bytes)")
-        dt = results["table"]
+        dt = statistics.median(runs)
+        print(f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs (timings stretch with it)")
         print(f"FIGURE report_speed: {dt:.2f} s (target < {TARGET_S:g} s) {'PASS' if dt < TARGET_S else 'FAIL'}"
-              f" [{stored:,} jobs]")
+              f" [median of 3 table reports, {stored:,} jobs]")
         return 0
     finally:
         if tmp is not None:

@@ -4,15 +4,21 @@ Everything here has a hard deadline, because harp-submit sits in front of
 every submission and must never hold one up: a daemon that is absent, slow,
 or talks nonsense makes ``call`` raise ``HarpdUnavailable`` within the time
 given, and the caller submits the user's job unchanged.
+
+It uses the C modules ``_socket`` and ``_json`` directly: ``socket`` and
+``json`` pull in ``enum`` and ``re``, which cost more start-up time than the
+whole round trip to harpd.
 """
 
 from __future__ import annotations
 
-import json
+import _json
+import _socket
 import os
-import socket
 import time
-from typing import Any, Mapping
+TYPE_CHECKING = False  # typing costs milliseconds to import; checkers still see these
+if TYPE_CHECKING:
+    from typing import Any, Mapping
 
 DEFAULT_SOCKET = "/run/harp/harpd.sock"
 DEFAULT_CONFIG = "/etc/harp/harpd.toml"
@@ -46,12 +52,72 @@ def socket_path(environ: Mapping[str, str] = os.environ) -> str:
     except OSError:
         return DEFAULT_SOCKET
     try:
-        import tomllib  # only paid for when a config file exists
-
-        value = tomllib.loads(raw.decode("utf-8")).get("server", {}).get("socket")
-    except (ValueError, AttributeError):  # TOMLDecodeError and UnicodeDecodeError are ValueErrors
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError:
         return DEFAULT_SOCKET
+    value = _simple_server_socket(text)
+    if value is _UNSURE:
+        try:
+            import tomllib  # exact, but its import costs more than a whole round trip
+
+            value = tomllib.loads(text).get("server", {}).get("socket")
+        except (ValueError, AttributeError):  # TOMLDecodeError is a ValueError
+            return DEFAULT_SOCKET
     return value if isinstance(value, str) and value else DEFAULT_SOCKET
+
+
+_UNSURE = object()
+
+
+def _simple_server_socket(text: str) -> object:
+    """``[server] socket`` from a plainly written TOML file, or _UNSURE.
+
+    Handles what harpd.toml looks like (tables, ``key = value`` lines, comments,
+    plain quoted strings); anything else that could bear on the answer
+    (dotted keys, inline tables, multi-line or escaped strings) is left to
+    tomllib.  Returns None when the file plainly has no such key.
+    """
+    table = ""
+    found: object = None
+    for raw in text.splitlines():
+        line = raw.strip()
+        if not line or line.startswith("#"):
+            continue
+        if '"""' in line or "\'\'\'" in line:
+            return _UNSURE
+        if line.startswith("["):
+            if line.startswith("[["):
+                return _UNSURE
+            end = line.find("]")
+            rest = line[end + 1 :].strip()
+            if end < 0 or (rest and not rest.startswith("#")):
+                return _UNSURE
+            table = line[1:end].strip()
+            if table.startswith("server.") or "\"" in table or "'" in table:
+                return _UNSURE
+            continue
+        key, eq, value = line.partition("=")
+        key = key.strip()
+        if not eq:
+            return _UNSURE
+        if "." in key or key.startswith(('"', "'")) or (table == "" and key == "server"):
+            return _UNSURE  # dotted, quoted or inline-table keys: tomllib knows best
+        if table != "server" or key != "socket":
+            continue
+        value = value.strip()
+        if len(value) < 2 or value[0] not in "\"'":
+            return _UNSURE
+        q = value[0]
+        close = value.find(q, 1)
+        if close < 0:
+            return _UNSURE
+        inner, tail = value[1:close], value[close + 1 :].strip()
+        if (q == '"' and "\\" in inner) or (tail and not tail.startswith("#")):
+            return _UNSURE
+        if found is not None:
+            return _UNSURE  # a duplicate key: invalid TOML, let tomllib say so
+        found = inner
+    return found
 
 
 def timeout_s(environ: Mapping[str, str] = os.environ) -> tuple[float, str | None]:
@@ -71,9 +137,9 @@ def timeout_s(environ: Mapping[str, str] = os.environ) -> tuple[float, str | Non
 def call(path: str, message: dict[str, Any], timeout: float) -> dict[str, Any]:
     """Send one request and return the ``ok`` answer; raise HarpdUnavailable otherwise."""
     deadline = time.monotonic() + timeout
-    data = json.dumps({"v": PROTOCOL_VERSION, **message}, separators=(",", ":")).encode() + b"\n"
+    data = dumps({"v": PROTOCOL_VERSION, **message}).encode() + b"\n"
     reachable = False
-    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    sock = _socket.socket(_socket.AF_UNIX, _socket.SOCK_STREAM)
     try:
         sock.settimeout(timeout)
         try:
@@ -98,7 +164,7 @@ def call(path: str, message: dict[str, Any], timeout: float) -> dict[str, Any]:
                 raise HarpdUnavailable("harpd's answer is too large", reachable)
     except HarpdUnavailable:
         raise
-    except (socket.timeout, TimeoutError):
+    except TimeoutError:
         raise HarpdUnavailable(f"harpd did not answer within {timeout:g} s", reachable) from None
     except OSError as exc:
         raise HarpdUnavailable(f"cannot talk to harpd at {path}: {exc.strerror or exc}", reachable) from None
@@ -108,7 +174,7 @@ def call(path: str, message: dict[str, Any], timeout: float) -> dict[str, Any]:
     if not line.strip():
         raise HarpdUnavailable("harpd closed the connection without an answer", reachable)
     try:
-        answer = json.loads(line)
+        answer = loads(line.decode("utf-8"))
     except ValueError:
         raise HarpdUnavailable("harpd's answer is not JSON", reachable) from None
     if not isinstance(answer, dict):
@@ -120,13 +186,96 @@ def call(path: str, message: dict[str, Any], timeout: float) -> dict[str, Any]:
     return answer
 
 
-def _settimeout(sock: socket.socket, deadline: float) -> None:
+def _settimeout(sock: Any, deadline: float) -> None:
     left = deadline - time.monotonic()
     if left <= 0:
-        raise socket.timeout()
+        raise TimeoutError()
     sock.settimeout(left)
 
 
 def _one_line(text: str, limit: int = 200) -> str:
     text = " ".join(text.split())
     return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+# --- JSON without importing json (see the module docstring) ---------------------
+
+
+def dumps(obj: Any) -> str:
+    """Compact JSON for the protocol's plain data (dict, list, str, int, float, bool, None)."""
+    out: list[str] = []
+    _encode(obj, out, 0)
+    return "".join(out)
+
+
+def _encode(obj: Any, out: list[str], depth: int) -> None:
+    if depth > 64:
+        raise ValueError("nesting too deep")
+    if obj is None:
+        out.append("null")
+    elif obj is True:
+        out.append("true")
+    elif obj is False:
+        out.append("false")
+    elif isinstance(obj, str):
+        out.append(_json.encode_basestring_ascii(obj))
+    elif isinstance(obj, int):
+        out.append(int.__repr__(obj))
+    elif isinstance(obj, float):
+        if obj != obj or obj in (float("inf"), float("-inf")):
+            raise ValueError("NaN and infinity are not JSON")
+        out.append(float.__repr__(obj))
+    elif isinstance(obj, dict):
+        out.append("{")
+        first = True
+        for k, v in obj.items():
+            if not isinstance(k, str):
+                raise TypeError(f"JSON object keys must be strings, not {type(k).__name__}")
+            if not first:
+                out.append(",")
+            first = False
+            out.append(_json.encode_basestring_ascii(k))
+            out.append(":")
+            _encode(v, out, depth + 1)
+        out.append("}")
+    elif isinstance(obj, (list, tuple)):
+        out.append("[")
+        for i, v in enumerate(obj):
+            if i:
+                out.append(",")
+            _encode(v, out, depth + 1)
+        out.append("]")
+    else:
+        raise TypeError(f"{type(obj).__name__} is not JSON serialisable")
+
+
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not allowed")
+
+
+class _ScanContext:
+    strict = True
+    object_hook = None
+    object_pairs_hook = None
+    parse_float = float
+    parse_int = int
+    parse_constant = staticmethod(_no_constant)
+    memo: dict = {}
+
+
+_scan = _json.make_scanner(_ScanContext())
+_WS = " \t\n\r"
+
+
+def loads(text: str) -> Any:
+    """Parse one JSON document; ValueError if it is not exactly one."""
+    start = len(text) - len(text.lstrip(_WS))
+    try:
+        obj, end = _scan(text, start)
+    except StopIteration:
+        raise ValueError("not JSON") from None
+    except RecursionError:
+        raise ValueError("JSON nested too deeply") from None
+    if text[end:].strip(_WS):
+        raise ValueError("extra data after JSON")
+    return obj

@@ -26,8 +26,6 @@ any bytes, and non-UTF-8 comments survive untouched.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-
 from .sbatch_options import SBATCH_TABLE, GetoptError, ParsedArgs, ParsedOption
 
 PREFIXES = ("#SBATCH", "#SLURM")
@@ -38,30 +36,37 @@ class DirectiveError(ValueError):
     """A directive block sbatch itself rejects (it prints the reason)."""
 
 
-@dataclass(slots=True)
 class Token:
     """One argument of a directive line: its raw span and its unescaped value."""
 
-    line: int  # index into Script.lines
-    start: int  # span of the raw text within the line
-    end: int
-    value: str
+    __slots__ = ("line", "start", "end", "value")
+
+    def __init__(self, line: int, start: int, end: int, value: str):
+        self.line = line  # index into Script.lines
+        self.start = start  # span of the raw text within the line
+        self.end = end
+        self.value = value
+
+    def __repr__(self) -> str:
+        return f"Token({self.line}, {self.start}, {self.end}, {self.value!r})"
 
     def raw(self, script: "Script") -> str:
         return script.lines[self.line][self.start : self.end]
 
 
-@dataclass(slots=True)
 class Script:
     """A batch script split into lines, with its directive block understood."""
 
-    lines: list[str]
-    header_end: int = 0  # index of the first command line (len(lines) if none)
-    directive_lines: list[int] = field(default_factory=list)
-    tokens: list[Token] = field(default_factory=list)
-    parsed: ParsedArgs | None = None  # getopt over the tokens' values
-    error: str | None = None  # set when sbatch would reject the directives
-    hetjob: bool = False  # a het job separator: harp leaves such scripts alone
+    __slots__ = ("lines", "header_end", "directive_lines", "tokens", "parsed", "error", "hetjob")
+
+    def __init__(self, lines: list[str]):
+        self.lines = lines
+        self.header_end = len(lines)  # index of the first command line (len(lines) if none)
+        self.directive_lines: list[int] = []
+        self.tokens: list[Token] = []
+        self.parsed: ParsedArgs | None = None  # getopt over the tokens' values
+        self.error: str | None = None  # set when sbatch would reject the directives
+        self.hetjob = False  # a het job separator: harp leaves such scripts alone
 
     def render(self) -> str:
         return "".join(self.lines)
@@ -165,7 +170,7 @@ def parse(text: str) -> Script:
     caller can hand the script to sbatch untouched.
     """
     lines = split_lines(text)
-    script = Script(lines=lines, header_end=len(lines))
+    script = Script(lines)
     for i, line in enumerate(lines):
         body = line_body(line)
         prefix = directive_prefix(body)

@@ -15,17 +15,22 @@ Standard library only (harp-submit runs on every submission).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 NO, REQ, OPT = 0, 1, 2  # getopt's no_argument, required_argument, optional_argument
 
 
-@dataclass(frozen=True, slots=True)
 class OptSpec:
-    name: str  # long name as getopt_long knows it
-    has_arg: int
-    short: str | None  # the short letter sharing this option's value, if any
-    canonical: str  # the option this name sets (aliases point to their target)
+    """One getopt_long table entry."""
+
+    __slots__ = ("name", "has_arg", "short", "canonical")
+
+    def __init__(self, name: str, has_arg: int, short: str | None, canonical: str):
+        self.name = name  # long name as getopt_long knows it
+        self.has_arg = has_arg
+        self.short = short  # the short letter sharing this option's value, if any
+        self.canonical = canonical  # the option this name sets (aliases point to their target)
+
+    def __repr__(self) -> str:
+        return f"OptSpec({self.name!r}, {self.has_arg}, {self.short!r}, {self.canonical!r})"
 
 
 def _spec(name: str, has_arg: int, short: str | None = None, canonical: str | None = None) -> OptSpec:
@@ -226,29 +231,47 @@ class GetoptError(ValueError):
     """argv or directives that sbatch itself would refuse (sbatch prints why)."""
 
 
-@dataclass(slots=True)
 class ParsedOption:
     """One option occurrence and where it sits, so it can be replaced in place.
 
     ``index`` is the token holding the option; ``value_index`` the separate
     token holding its value (``-t 10``), or None when the value is attached
     (``--time=10``, ``-t10``, ``-Hc4``) or absent.  ``value_start`` is the
-    offset of an attached value inside its token.
+    offset of an attached value inside its token.  ``spelled`` is how the
+    option was written: ``--time``, ``--tim``, ``-t``.
     """
 
-    name: str  # canonical option name
-    value: str | None
-    index: int
-    value_index: int | None = None
-    value_start: int | None = None
-    spelled: str = ""  # how it was written: "--time", "--ti", "-t"
+    __slots__ = ("name", "value", "index", "value_index", "value_start", "spelled")
+
+    def __init__(
+        self,
+        name: str,
+        value: str | None,
+        index: int,
+        value_index: int | None = None,
+        value_start: int | None = None,
+        spelled: str = "",
+    ):
+        self.name = name  # canonical option name
+        self.value = value
+        self.index = index
+        self.value_index = value_index
+        self.value_start = value_start
+        self.spelled = spelled
+
+    def __repr__(self) -> str:
+        return f"ParsedOption({self.name!r}, {self.value!r}, {self.index}, {self.value_index}, {self.value_start}, {self.spelled!r})"
 
 
-@dataclass(slots=True)
 class ParsedArgs:
-    options: list[ParsedOption]
-    end: int  # index of the first non-option token (len(tokens) when none)
-    dashdash: int | None = None  # index of a "--" that ended the options
+    """getopt's result: the options, and where the non-option arguments start."""
+
+    __slots__ = ("options", "end", "dashdash")
+
+    def __init__(self, options: list[ParsedOption], end: int, dashdash: int | None = None):
+        self.options = options
+        self.end = end  # index of the first non-option token (len(tokens) when none)
+        self.dashdash = dashdash  # index of a "--" that ended the options
 
 
 class OptionTable:

@@ -17,7 +17,7 @@ import tomllib
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 DEFAULT_CONFIG_PATH = Path("/etc/harp/harpd.toml")
@@ -99,6 +99,16 @@ class DnnSettings(_Section):
     # most nodes harp spreads one DNN job over (Slurm's partition limits apply too)
     max_nodes: int = Field(8, ge=1, le=4096)
     gpu_types: list[GpuType] = Field(default_factory=list)
+
+    @field_validator("gpu_types")
+    @classmethod
+    def _unique_names(cls, types: list[GpuType]) -> list[GpuType]:
+        # the name is the GRES type harp requests: two entries would be ambiguous
+        names = [t.name for t in types]
+        dup = sorted({n for n in names if names.count(n) > 1})
+        if dup:
+            raise ValueError(f"GPU type {dup[0]!r} is listed twice; keep one entry per type")
+        return types
 
 
 class ReportSettings(_Section):

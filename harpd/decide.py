@@ -47,12 +47,14 @@ class Guard:
 
 
 def allocate(request: float | None, upper_log: float, n_history: int, limit: float | None,
-             guard: Guard) -> tuple[float | None, str]:
+             guard: Guard, leave_alone_ratio: float | None = None) -> tuple[float | None, str]:
     """The allocation harp should set, or None to keep the request, and why.
 
     ``upper_log`` is the model's bound as log(need / request) when there is a
     request, log(need) otherwise (see ``harpd.models.base``).
+    ``leave_alone_ratio`` lowers the guard's (a calibrated model's own θ).
     """
+    keep_at = guard.leave_alone_ratio if leave_alone_ratio is None else min(leave_alone_ratio, guard.leave_alone_ratio)
     if n_history < guard.min_history:
         return None, f"cold start: {n_history} of {guard.min_history} runs needed"
     if upper_log is None or not math.isfinite(upper_log):
@@ -61,7 +63,7 @@ def allocate(request: float | None, upper_log: float, n_history: int, limit: flo
     ratio = math.exp(upper_log) * guard.margin
     value = ratio * request if has_req else ratio
     if has_req:
-        if ratio >= guard.leave_alone_ratio and ratio <= 1.0:
+        if ratio >= keep_at and ratio <= 1.0:
             return None, f"bound is {ratio:.0%} of the request: kept"
         if ratio > 1.0:
             if guard.max_raise_factor <= 1.0:

@@ -55,6 +55,8 @@ def setup_logging(level: str) -> None:
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(level.upper())
+    # APScheduler logs every run of every job at INFO: only its problems, unless debugging
+    logging.getLogger("apscheduler").setLevel(logging.DEBUG if level.lower() == "debug" else logging.WARNING)
 
 
 def sd_notify(state: str) -> bool:

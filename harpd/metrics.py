@@ -21,7 +21,7 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
-from harpd.recovery.escalation import simulate
+from harpd.recovery.escalation import simulate, simulate_many
 from harpd.records import Outcome
 
 
@@ -95,32 +95,24 @@ def evaluate(
     outcome = Outcome.TIMEOUT if resource == "time" else Outcome.OOM
 
     final = first.copy()
-    killed = np.zeros(n)
     run_use = used.copy()  # what the attempt that finally ran consumed
-    lost = 0
+    killed = np.zeros(n)
     # only jobs whose first allocation falls short need the escalation walk
     short = np.where(cens, first <= need, first < need)
-    for i in np.flatnonzero(short):
-        orig = float(req[i]) if has_req[i] else None
-        if cens[i] and has_req[i]:
-            c: float | None = float(req[i])  # the replay horizon: the user's own request
-        elif capv is not None and math.isfinite(capv[i]):
-            c = float(max(capv[i], need[i]))
-        else:
-            c = None
-        ch = simulate(float(need[i]), float(first[i]), orig, c, outcome, max_attempts,
-                      need_is_lower_bound=bool(cens[i]))
-        killed[i] = ch.killed
-        if ch.fitted:
-            final[i] = ch.allocations[-1]
-        elif cens[i] and has_req[i]:
-            # killed at R as in the trace; if harp's attempts ran out below R,
-            # the user resubmits with R and it is killed there again
-            final[i] = req[i]
-            run_use[i] = 0.0 if ch.allocations[-1] >= req[i] else req[i]
-        else:
-            lost += 1  # the user resubmits by hand with the original request
-            final[i] = req[i] if has_req[i] else need[i]
+    lost = 0
+    if short.any():
+        idx = np.flatnonzero(short)
+        c_req = cens[idx] & has_req[idx]
+        cap_i = np.full(len(idx), np.nan) if capv is None else np.maximum(capv[idx], need[idx])
+        cap_i = np.where(c_req, req[idx], cap_i)  # the replay horizon of a censored job: its request
+        k, fitted, last, _ = simulate_many(need[idx], first[idx], np.where(has_req[idx], req[idx], np.nan),
+                                           cap_i, outcome, max_attempts, cens[idx])
+        killed[idx] = k
+        final[idx] = np.where(fitted, last, np.where(has_req[idx], req[idx], need[idx]))
+        # a censored job is killed at R as in the trace; if harp's attempts ran
+        # out below R the user resubmits with R and it is killed there again
+        run_use[idx] = np.where(c_req & ~fitted, np.where(last >= req[idx], 0.0, req[idx]), run_use[idx])
+        lost = int(np.sum(~fitted & ~c_req))  # the user resubmits by hand with the request
     final_used = np.where(cens, np.where(has_req, req, need), need)
     sum_used = float(np.sum(w * used))
     over = float(np.sum(w * (final - final_used)))
@@ -155,3 +147,49 @@ def evaluate(
         base_consumed = baseline.consumed_over_used * sum_used
         m.consumed_vs_request = consumed / base_consumed if base_consumed else None
     return m
+
+
+def extra_consumption(first: float, need: float, request: float | None, censored: bool,
+                      resource: str = "time", max_attempts: int = 3) -> float:
+    """What harp's first allocation costs on top of what the user's request consumed.
+
+    Zero when the first allocation fits; else the killed attempts of the
+    escalation chain (a censored job is charged for its attempts below the
+    request, the attempt at the request being what the user paid anyway).
+    Used by the online controller in ``harpd.models.conformal`` so the model
+    steers on exactly the cost this module reports.
+    """
+    has_req = request is not None and request > 0
+    if censored:
+        if first > need:
+            return 0.0
+    elif first >= need:
+        return 0.0
+    outcome = Outcome.TIMEOUT if resource == "time" else Outcome.OOM
+    cap = request if (censored and has_req) else None
+    ch = simulate(need, first, request if has_req else None, cap, outcome, max_attempts,
+                  need_is_lower_bound=censored)
+    if censored and has_req and ch.allocations[-1] >= request:
+        return ch.killed - request
+    return ch.killed
+
+
+def extra_consumption_many(first, need, request, censored, resource: str = "time",
+                           max_attempts: int = 3) -> np.ndarray:
+    """Vectorised ``extra_consumption`` (NaN request: none)."""
+    first = np.asarray(first, float)
+    need = np.asarray(need, float)
+    req = np.broadcast_to(np.asarray(request, float), first.shape)
+    cens = np.broadcast_to(np.asarray(censored, bool), first.shape)
+    has_req = np.isfinite(req) & (req > 0)
+    short = np.where(cens, first <= need, first < need)
+    out = np.zeros(first.shape)
+    if not short.any():
+        return out
+    i = np.flatnonzero(short)
+    outcome = Outcome.TIMEOUT if resource == "time" else Outcome.OOM
+    cap = np.where(cens[i] & has_req[i], req[i], np.nan)
+    k, _, last, _ = simulate_many(need[i], first[i], np.where(has_req[i], req[i], np.nan), cap, outcome,
+                                  max_attempts, cens[i])
+    out[i] = np.where(cens[i] & has_req[i] & (last >= np.where(has_req[i], req[i], np.inf)), k - req[i], k)
+    return out

@@ -78,6 +78,8 @@ def step_node_peak_mb(step: SacctStep) -> float | None:
 
 
 def node_peak_mb(job: SacctJob) -> float | None:
+    if not job.steps:
+        return None
     peaks = [p for p in (step_node_peak_mb(s) for s in job.steps) if p is not None]
     return max(peaks) if peaks else None
 
@@ -88,7 +90,7 @@ def _killed_for_memory(job: SacctJob) -> bool:
     for s in job.steps:
         if s.state == "OUT_OF_MEMORY" or s.exit_signal == OOM_SIGNAL:
             return True
-    if job.req_mem_mb is None:
+    if job.req_mem_mb is None or not job.steps:
         return False
     allowed = job.req_mem_mb / _nodes(job)
     for s in job.steps:

@@ -71,6 +71,9 @@ class JobRequest(_Model):
     array_size: _Count | None = None
     request: Resources = Field(default_factory=Resources)
     harp_lines: Annotated[list[_Str], Field(max_length=1000)] = Field(default_factory=list)
+    # the script's first command lines (harp-submit sends up to 20, 4 KiB in
+    # all; the --wrap command for wrap jobs): harpd derives ``signature`` from them
+    commands: Annotated[list[_Str], Field(max_length=100)] = Field(default_factory=list)
 
 
 class Change(_Model):

@@ -263,43 +263,51 @@ def run(prep: Prepared, cfg: ReplayConfig | None = None,
     if want_ml:
         base_pred = np.full(n, np.nan)
         harp_alloc = np.full(n, np.nan)
-        upper = np.full(n, np.nan)
         bounds = pts + [n]
         model: HarpModel | None = None
         fin = prep.finish_seq
-        y, cens, need, groups = prep.y, prep.censored, prep.need, prep.groups
+        y, cens, need, groups, w = prep.y, prep.censored, prep.need, prep.groups, prep.weight
+        has_req = np.isfinite(req)
+        size = w * np.where(has_req, req, 1.0)
         prev_known = int(prep.known_at[0]) if n else 0
         seg = 0
         guard = cfg.guard
-        has_req = np.isfinite(req)
+        thetas = []
         for i in range(n):
             if seg < len(pts) and i == bounds[seg]:
                 k = int(prep.known_at[i])
                 idx = fin[max(0, k - cfg.train_window):k]
-                model = HarpModel(alpha=cfg.alpha, base=GbmQuantile(**cfg.gbm), **cfg.conformal)
-                model.fit(prep.X[idx], y[idx], censored=cens[idx], groups=groups[idx])
+                model = HarpModel(alpha=cfg.alpha, base=GbmQuantile(**cfg.gbm), relative=prep.has_requests,
+                                  resource=prep.resource, calibrator=cfg.conformal)
+                model.fit(prep.X[idx], y[idx], censored=cens[idx], groups=groups[idx], sample_weight=size[idx])
                 stop = bounds[seg + 1]
                 base_pred[i:stop] = model.predict_base(prep.X[i:stop])
                 seg += 1
                 if progress:
-                    progress(f"retrain {seg}/{len(pts)} on {len(idx)} jobs (at job {i})")
+                    progress(f"retrain {seg}/{len(pts)} on {len(idx)} jobs (at job {i}): {model.seeded_}")
             k = int(prep.known_at[i])
             if model is not None and k > prev_known:
-                conf = model.conformal_
+                cal = model.cal_
                 for j in fin[prev_known:k]:
-                    if not math.isfinite(base_pred[j]) or cens[j]:
+                    if not math.isfinite(base_pred[j]):
                         continue
                     a = harp_alloc[j]
-                    first = a if a == a else (req[j] if has_req[j] else math.inf)
-                    conf.update(groups[j], float(y[j] - base_pred[j]), bool(first < need[j]))
+                    r = float(req[j]) if has_req[j] else None
+                    first = a if a == a else (r if r is not None else math.inf)
+                    cal.feedback(groups[j], None if cens[j] else float(y[j] - base_pred[j]),
+                                 float(first), float(need[j]), r, bool(cens[j]), float(w[j]))
             prev_known = k
             if model is None:
                 continue
-            up = base_pred[i] + model.conformal_.offset(groups[i])
-            upper[i] = up
-            v, _ = allocate(req[i] if has_req[i] else None, up, int(prep.n_hist[i]), limit, guard)
+            up = base_pred[i] + model.cal_.offset(groups[i])
+            theta = model.theta
+            v, _ = allocate(req[i] if has_req[i] else None, up, int(prep.n_hist[i]), limit, guard, theta)
             if v is not None:
                 harp_alloc[i] = v
+            if i % 1000 == 0:
+                thetas.append(theta)
+        if progress and thetas:
+            progress(f"theta over time: {np.round(thetas[:: max(1, len(thetas) // 12)], 2).tolist()}")
         if "gbm" in cfg.models:
             alloc["gbm"] = allocate_many(req, base_pred, prep.n_hist, limit, cfg.guard)
         if "harp" in cfg.models:

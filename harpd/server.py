@@ -35,6 +35,7 @@ log = logging.getLogger("harpd.server")
 _CRED = struct.Struct("3i")  # struct ucred: pid, uid, gid
 _MAX_SUN_PATH = 107  # sockaddr_un.sun_path minus the terminating NUL
 _PEER_CACHE_S = 60.0  # pwd/grp lookups can hit LDAP: reuse them for a minute
+_MAX_REJECTED = 256  # busy-answered sockets kept open to read their request
 
 
 class ServerError(Exception):
@@ -74,6 +75,8 @@ class Server:
         self._active = 0
         self._idle = threading.Condition(self._lock)
         self._peers: dict[tuple[int, int], tuple[float, Peer]] = {}
+        self._sel: selectors.BaseSelector | None = None
+        self._rejected: dict[socket.socket, float] = {}  # busy-answered sockets → drain deadline
         self.served = 0  # requests answered (for tests and the stop log line)
 
     # -------------------------------------------------------------- binding
@@ -141,20 +144,30 @@ class Server:
             self.bind()
         assert self._sock is not None
         sel = selectors.DefaultSelector()
+        self._sel = sel
         sel.register(self._sock, selectors.EVENT_READ, "accept")
         sel.register(self._wake_r, selectors.EVENT_READ, "wake")
         try:
             while not self._stop.is_set():
-                for key, _ in sel.select(timeout=1.0):
+                timeout = 1.0
+                if self._rejected:
+                    timeout = max(0.0, min(timeout, min(self._rejected.values()) - time.monotonic()))
+                for key, _ in sel.select(timeout=timeout):
                     if key.data == "wake":
                         try:
                             os.read(self._wake_r, 4096)
                         except BlockingIOError:
                             pass
-                        continue
-                    self._accept()
+                    elif key.data == "accept":
+                        self._accept()
+                    else:
+                        self._drain_rejected(key.fileobj)  # type: ignore[arg-type]
+                self._expire_rejected()
         finally:
+            for conn in list(self._rejected):
+                self._forget_rejected(conn)
             sel.close()
+            self._sel = None
             self._close_listener()
             self._wait_idle(self.request_timeout_s + 1.0)
 
@@ -182,15 +195,47 @@ class Server:
             self._done()
             self._reject(conn, f"harpd overloaded ({exc}); retry")
 
-    @staticmethod
-    def _reject(conn: socket.socket, message: str) -> None:
+    def _reject(self, conn: socket.socket, message: str) -> None:
+        """Answer an error without a thread, then keep the socket briefly in the
+        accept loop's selector to swallow the request: closing with the client's
+        request unread would reset the connection before it reads the answer."""
         try:
             conn.setblocking(False)
             conn.send(p.encode(p.error(message)))
+            conn.shutdown(socket.SHUT_WR)
+        except OSError:
+            conn.close()
+            return
+        if self._sel is None or len(self._rejected) >= _MAX_REJECTED:
+            conn.close()
+            return
+        self._rejected[conn] = time.monotonic() + min(self.request_timeout_s, 2.0)
+        self._sel.register(conn, selectors.EVENT_READ, "rejected")
+
+    def _drain_rejected(self, conn: socket.socket) -> None:
+        try:
+            while conn.recv(1 << 16):
+                pass
+        except BlockingIOError:
+            return  # more may come: wait for EOF or the deadline
         except OSError:
             pass
-        finally:
-            conn.close()
+        self._forget_rejected(conn)
+
+    def _expire_rejected(self) -> None:
+        now = time.monotonic()
+        for conn, until in list(self._rejected.items()):
+            if until <= now:
+                self._forget_rejected(conn)
+
+    def _forget_rejected(self, conn: socket.socket) -> None:
+        self._rejected.pop(conn, None)
+        if self._sel is not None:
+            try:
+                self._sel.unregister(conn)
+            except (KeyError, ValueError):
+                pass
+        conn.close()
 
     def _done(self) -> None:
         with self._lock:

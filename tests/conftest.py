@@ -180,6 +180,9 @@ def slurm_cluster():
         if proc.returncode != 0:
             tail = "\n".join((proc.stderr or proc.stdout).strip().splitlines()[-40:])
             _unavailable(f"scripts/localslurm start exited {proc.returncode}:\n{tail}")
+        # status can fail on a running cluster (a drained node); start then
+        # finds it running and launches nothing, so it is not ours to stop.
+        was_running = "already running from" in proc.stderr
     conf = d / "etc" / "slurm.conf"
     os.environ["SLURM_CONF"] = str(conf)
     workdir = Path(tempfile.mkdtemp(prefix="harp-slurm-tests-"))

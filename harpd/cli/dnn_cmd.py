@@ -5,6 +5,7 @@
 ``zero=auto``: the same numbers harpd uses, so a user can see why a job got the
 GPUs it got.  ``harp dnn choose KEY=VALUE ...`` runs the planner against the
 configured GPU types and prints the sbatch changes it would make.
+``harp dnn check`` compares ``[dnn] gpu_types`` with what Slurm reports.
 """
 
 from __future__ import annotations
@@ -53,6 +54,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     cho.add_argument("keys", nargs="*", metavar="KEY=VALUE", help=keys_help)
     cho.add_argument("--format", choices=("table", "json"), default="table")
     cho.add_argument("--cwd", default=None, help="directory config= paths are relative to (default: here)")
+    sub.add_parser("check", help="compare [dnn] gpu_types with Slurm's partitions and GRES",
+                   description="Check each configured GPU type against scontrol show partition/node; "
+                               "exit 1 when something disagrees.")
 
 
 def _settings(args: argparse.Namespace) -> Any:
@@ -151,16 +155,44 @@ def _choose(args: argparse.Namespace) -> int:
     print(f"harp dnn choose: {chosen['n_gpus']} x {chosen['gpu_type']} ({chosen['nodes']} node(s) x "
           f"{chosen['gpus_per_node']}) in partition {chosen['partition']}, ZeRO stage {chosen['zero']}, "
           f"{chosen['need_gib']} of {chosen['capacity_gib']} GiB per GPU")
-    for ch in plan.changes:
-        print(f"  --{ch['option']}={ch['value']:<14} {ch['reason']}")
+    opts = [f"--{ch['option']}={ch['value']}" for ch in plan.changes]
+    width = max((len(o) for o in opts), default=0)
+    for opt, ch in zip(opts, plan.changes):
+        print(f"  {opt:<{width}}  {ch['reason']}")
     for note in plan.explain["dnn"].get("notes", []):
         print(f"note: {note}")
     return 0
 
 
+def _check(args: argparse.Namespace) -> int:
+    from harpd.dnn.site_check import check_gpu_types
+    from harpd.slurm import SlurmError, get_backend
+
+    settings = _settings(args)
+    types = settings.dnn.gpu_types
+    if not types:
+        raise CliError("no GPU types are configured ([dnn] gpu_types in harpd.toml): nothing to check")
+    try:
+        partitions = get_backend(settings).partitions()
+    except SlurmError as exc:
+        raise CliError(f"cannot read Slurm's partitions: {exc}") from None
+    check = check_gpu_types(types, partitions)
+    for gt in types:
+        nodes = check.max_nodes.get(gt.name, 0)
+        if nodes:
+            gpn = check.gpus_per_node.get(gt.name, gt.gpus_per_node)
+            print(f"{gt.name}: partition {gt.partition}, up to {nodes} node(s) x {gpn} GPUs, "
+                  f"{gt.memory_gb:g} GiB each (from the config), billing weight {gt.billing_weight:g}")
+    for problem in check.problems:
+        print(f"problem: {problem}")
+    return 0 if check.ok else 1
+
+
 def run(args: argparse.Namespace) -> int:
+    if args.dnn_command == "check":
+        return _check(args)
     if args.dnn_command == "estimate":
         return _estimate(args)
     if args.dnn_command == "choose":
         return _choose(args)
-    raise CliError("harp dnn needs an action: estimate or choose (harp dnn --help)")
+    raise CliError("harp dnn needs an action: estimate, choose or check (harp dnn --help)")

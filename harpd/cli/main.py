@@ -17,6 +17,7 @@ from harp_submit import __version__
 # subcommand name -> module (relative to harpd.cli)
 SUBCOMMANDS: dict[str, str] = {
     "dnn": "dnn_cmd",
+    "import": "import_cmd",
     "report": "report_cmd",
 }
 

@@ -115,6 +115,7 @@ def run(args: argparse.Namespace) -> int:
     from harpd.config import ConfigError, load_settings
     from harpd.report import scoreboard
     from harpd.report.aggregate import build_report
+    from harpd.report.fmt import when
     from harpd.report.source import load, store_span
     from harpd.report.window import parse_window
     from harpd.store import Store, StoreError
@@ -145,13 +146,15 @@ def run(args: argparse.Namespace) -> int:
         raise CliError(str(exc)) from None
     try:
         loaded = load(store, args.by, window, user)
-        board = scoreboard.build(store)
+        board = scoreboard.build(
+            store, loaded.jobs, loaded.models, loaded.originals,
+            alpha_time=settings.predict.alpha_time, alpha_mem=settings.predict.alpha_mem,
+            max_attempts=settings.recovery.max_attempts,
+        )
         notes = list(loaded.notes)
         if not len(loaded.jobs.get("outcome", [])):
             total, first, last = store_span(store, user)
             if total:
-                from harpd.report.fmt import when
-
                 notes.append(
                     f"the store holds {total:,} finished job(s){' of ' + user if user else ''} that ended "
                     f"{when(first)} to {when(last)}; widen the window with --since (e.g. --since all)"

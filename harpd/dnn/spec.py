@@ -16,7 +16,6 @@ it themselves.
 
 from __future__ import annotations
 
-import grp
 import json
 import os
 import pwd
@@ -113,7 +112,7 @@ def dnn_tokens(harp_lines: list[str]) -> dict[str, str] | None:
         if text[:5].upper() == "#HARP":
             text = text[5:].strip()
         try:
-            words = shlex.split(text, comments=False)
+            words = shlex.split(text, comments=True)
         except ValueError as exc:
             raise DnnError(f"#HARP dnn line cannot be split ({exc}): {raw.strip()[:80]}") from None
         if not words or words[0].lower() != "dnn":

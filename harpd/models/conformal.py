@@ -25,6 +25,7 @@ from collections import deque
 
 import numpy as np
 
+from harpd.metrics import extra_consumption, extra_consumption_many
 from harpd.models.base import BasePredictor, check_xy
 from harpd.models.gbm import GbmQuantile
 
@@ -43,6 +44,7 @@ class OnlineConformal:
         self.min_group = min_group
         self.gamma = gamma
         self.alpha_max = alpha_max
+        self.alpha_start = alpha  # the level a group starts at (fit-time calibration may raise it)
         self.res: dict[str, deque[float]] = {}
         self.level: dict[str, float] = {}
         self._cache: dict[str, float] = {}
@@ -79,7 +81,7 @@ class OnlineConformal:
         if not d:
             return math.inf
         n = len(d)
-        a = self.level.get(key, self.alpha)
+        a = self.level.get(key, self.alpha_start)
         k = math.ceil((n + 1) * (1.0 - a))
         if k > n:
             return math.inf
@@ -115,68 +117,183 @@ class OnlineConformal:
             self._push(g, residual)
         if self.gamma > 0:
             for k in {key, _ALL}:
-                a = self.level.get(k, self.alpha) + self.gamma * (self.alpha - float(err))
+                a = self.level.get(k, self.alpha_start) + self.gamma * (self.alpha - float(err))
                 self.level[k] = min(max(a, 0.0), self.alpha_max)
                 self._cache.pop(k, None)
 
 
-class ConformalQuantile(BasePredictor):
-    """A base model (default: GBM quantile) plus per-group one-sided conformal offsets.
+class Calibrator:
+    """Turns a quantile model's raw bound into an allocation harp can stand behind.
 
-    ``fit`` trains the base on the older part of the rows and calibrates on
-    the most recent ``cal_fraction`` (chronological split, uncensored rows
-    only: a lower bound is no residual).  ``predict`` returns the base
-    prediction plus the group's offset; ``observe`` feeds finished jobs back.
+    Two budgets, two controls, both set on the most recent jobs at fit time
+    (split-conformal risk control) and both moved online as jobs finish:
+
+    * the miss rate: per-group conformal offsets at level ``α_g``; ACI moves
+      ``α_g`` so the *realised* share of fitting jobs that run out stays at
+      ``aim × alpha`` (requests left alone cannot run out, so the level on the
+      jobs harp does shrink may exceed alpha);
+    * the extra consumption of killed attempts: the leave-alone ratio ``θ``
+      (shrink only when the bound is below θ × request).  A small cut saves
+      little and risks a whole attempt; the controller lowers θ after each
+      costly kill and raises it slowly while the budget (``budget`` × what
+      the users' requests consume) is unspent.
     """
 
-    name = "gbm-conformal"
+    def __init__(self, alpha: float = 0.05, aim: float = 0.9, budget: float = 0.03,
+                 window: int = 3000, min_group: int = 300, gamma: float = 0.005,
+                 eta: float = 0.02, theta_max: float = 0.9, theta_min: float = 0.05,
+                 alpha_max: float = 0.3, relative: bool = True, resource: str = "time",
+                 max_attempts: int = 3):
+        self.alpha = alpha
+        self.aim = aim
+        self.budget = budget
+        self.gamma = gamma
+        self.eta = eta
+        self.theta_max = theta_max
+        self.theta_min = theta_min
+        self.relative = relative
+        self.resource = resource
+        self.max_attempts = max_attempts
+        self.conf = OnlineConformal(alpha * aim, window, min_group, gamma, alpha_max)
+        self.theta = theta_max
+        self.size_ema: float | None = None
+
+    # -- fit time ---------------------------------------------------------------
+    def seed(self, groups: np.ndarray | None, base: np.ndarray, y: np.ndarray,
+             censored: np.ndarray, size: np.ndarray) -> dict:
+        """Calibrate on a recent hold-out: residual windows, starting α and θ.
+
+        ``base`` are the base model's predictions on hold-out rows it did not
+        train on; ``size`` is each row's reference × weight (e.g. requested
+        core-seconds), so costs are weighed as the metric weighs them.
+        """
+        base = np.asarray(base, float)
+        y = np.asarray(y, float)
+        cens = np.asarray(censored, bool)
+        size = np.asarray(size, float)
+        g = np.full(len(y), _ALL, dtype=object) if groups is None else np.asarray(groups, dtype=object)
+        res = y - base
+        self.conf.reset(g[~cens], res[~cens])
+        self.size_ema = float(np.mean(size * np.minimum(np.exp(y), 1.0))) if len(y) else None
+        target = self.alpha * self.aim
+        if not self.relative or len(y) < 50 or (~cens).sum() < 30:
+            self._set_level(target)
+            return {"level": target, "theta": self.theta}
+        need = np.exp(y)
+        used = np.where(cens, 1.0, np.minimum(need, 1.0))
+        tot_used = float(np.sum(size * used))
+        n_fit = int((~cens).sum())
+        best = (-1.0, target, self.theta_min)
+        for level in sorted({target, 0.05, 0.08, 0.12, 0.18, 0.25}):
+            if level < target:
+                continue
+            self._set_level(level)
+            u = np.exp(base + self.conf.offsets(g, len(y)))
+            for theta in (0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9):
+                if theta > self.theta_max:
+                    continue
+                shrink = u < theta
+                miss = shrink & ~cens & (u < need)
+                if miss.sum() > target * n_fit:
+                    continue
+                bad = shrink & (cens | (u < need))
+                final = np.where(shrink & ~bad, u, 1.0)
+                extra = float(np.sum(size[bad] * extra_consumption_many(
+                    u[bad], need[bad], 1.0, cens[bad], self.resource, self.max_attempts)))
+                if extra > self.budget * tot_used:
+                    continue
+                saved = float(np.sum((size * (1.0 - final))[~cens]))
+                if saved > best[0]:
+                    best = (saved, level, theta)
+        _, level, theta = best
+        self._set_level(level)
+        self.theta = theta
+        return {"level": level, "theta": theta}
+
+    def _set_level(self, level: float) -> None:
+        self.conf.level = {k: level for k in self.conf.res}
+        self.conf.alpha_start = level
+        self.conf._cache.clear()
+
+    # -- prediction time ----------------------------------------------------------
+    def offset(self, group) -> float:
+        return self.conf.offset(group)
+
+    # -- as jobs finish -----------------------------------------------------------
+    def feedback(self, group, residual: float | None, first: float, need: float,
+                 request: float | None, censored: bool, weight: float = 1.0) -> None:
+        """One finished job: ``first`` is harp's allocation (the request if left alone)."""
+        if not censored and residual is not None and math.isfinite(residual):
+            err = first < need
+            self.conf.update(group, residual, err)
+        if not self.relative or request is None or not request > 0:
+            return
+        used = weight * (request if censored else min(need, request))
+        extra = weight * extra_consumption(first, need, request, censored, self.resource, self.max_attempts)
+        ema = self.size_ema or used or 1.0
+        self.size_ema = 0.999 * ema + 0.001 * used
+        step = self.eta * (self.budget * used - extra) / max(self.size_ema, 1e-9)
+        step = min(max(step, -0.2), 0.2)
+        self.theta = min(max(self.theta * math.exp(step), self.theta_min), self.theta_max)
+
+
+class HarpModel(BasePredictor):
+    """harp's default: GBM quantile on log(used/request) + ``Calibrator``.
+
+    ``fit`` trains the base on the older rows and calibrates on the most
+    recent ``cal_fraction`` (chronological split).  ``predict`` returns the
+    calibrated bound (base + the group's conformal offset); ``theta`` is the
+    leave-alone ratio the guard rails should apply with it.
+    """
+
+    name = "harp"
     needs_training = True
 
     def __init__(self, alpha: float = 0.05, base: BasePredictor | None = None, cal_fraction: float = 0.25,
-                 window: int = 3000, min_group: int = 300, gamma: float = 0.005, max_cal: int = 20000):
+                 max_cal: int = 20000, relative: bool = True, resource: str = "time",
+                 calibrator: dict | None = None):
         self.alpha = alpha
         self.base = base if base is not None else GbmQuantile()
         self.cal_fraction = cal_fraction
-        self.window = window
-        self.min_group = min_group
-        self.gamma = gamma
         self.max_cal = max_cal
-        self.conformal_: OnlineConformal | None = None
+        self.relative = relative
+        self.resource = resource
+        self.calibrator = dict(calibrator or {})
+        self.cal_: Calibrator | None = None
+        self.seeded_: dict = {}
 
-    def fit(self, X, y, *, censored=None, groups=None):
+    def fit(self, X, y, *, censored=None, groups=None, sample_weight=None):
         X, y = check_xy(X, y)
         n = X.shape[0]
         cens = np.zeros(n, bool) if censored is None else np.asarray(censored, bool)
+        size = np.ones(n) if sample_weight is None else np.asarray(sample_weight, float)
         n_cal = min(max(int(n * self.cal_fraction), 1), self.max_cal) if n > 1 else 0
         cut = n - n_cal
-        self.base.fit(X[:cut], y[:cut], censored=cens[:cut], groups=None if groups is None else groups[:cut])
-        self.conformal_ = OnlineConformal(self.alpha, self.window, self.min_group, self.gamma)
+        g = None if groups is None else np.asarray(groups, dtype=object)
+        self.base.fit(X[:cut], y[:cut], censored=cens[:cut], groups=None if g is None else g[:cut])
+        self.cal_ = Calibrator(self.alpha, relative=self.relative, resource=self.resource, **self.calibrator)
         if n_cal:
-            keep = ~cens[cut:]
-            pred = self.base.predict(X[cut:][keep])
-            g = None if groups is None else np.asarray(groups, dtype=object)[cut:][keep]
-            self.conformal_.reset(g, y[cut:][keep] - pred)
+            self.seeded_ = self.cal_.seed(None if g is None else g[cut:], self.base.predict(X[cut:]),
+                                          y[cut:], cens[cut:], size[cut:])
         return self
+
+    @property
+    def theta(self) -> float:
+        return self.cal_.theta if self.cal_ is not None else 1.0
 
     def predict_base(self, X):
         return self.base.predict(X)
 
     def predict(self, X, groups=None):
         X, _ = check_xy(X)
-        if self.conformal_ is None:
-            raise RuntimeError(f"{self.name}.predict called before fit")
-        return self.base.predict(X) + self.conformal_.offsets(groups, X.shape[0])
+        if self.cal_ is None:
+            raise RuntimeError("harp.predict called before fit")
+        return self.base.predict(X) + self.cal_.conf.offsets(groups, X.shape[0])
 
     def observe(self, groups, residuals, errors=None):
-        if self.conformal_ is None:
+        """Bulk feedback (residuals only); ``Calibrator.feedback`` is the full form."""
+        if self.cal_ is None:
             return
         for i, r in enumerate(np.asarray(residuals, dtype=float)):
-            g = None if groups is None else groups[i]
-            e = None if errors is None else bool(errors[i])
-            self.conformal_.update(g, float(r), e)
-
-
-class HarpModel(ConformalQuantile):
-    """harp's default: GBM quantile + per-partition conformal + ACI on the realised miss rate."""
-
-    name = "harp"
+            self.cal_.conf.update(None if groups is None else groups[i], float(r),
+                                  None if errors is None else bool(errors[i]))

@@ -150,3 +150,43 @@ def simulate(
 
 def _fmt(v: float) -> str:
     return f"{v:g}"
+
+
+def simulate_many(need, first, original_request, cap, outcome: Outcome = Outcome.TIMEOUT,
+                  max_attempts: int = 3, need_is_lower_bound=False):
+    """Vectorised ``simulate`` over numpy arrays (NaN = no request / no cap).
+
+    The same rule as ``next_allocation``, step for step, for the replay's hot
+    loops; tests/unit/recovery checks it against ``simulate`` job by job.
+    Returns ``(killed, fitted, last_allocation, attempts)`` arrays.
+    """
+    import numpy as np
+
+    need = np.asarray(need, float)
+    a = np.asarray(first, float).copy()
+    n = a.shape[0]
+    orig = np.broadcast_to(np.asarray(original_request, float), (n,))
+    capa = np.broadcast_to(np.asarray(cap, float), (n,))
+    lb = np.broadcast_to(np.asarray(need_is_lower_bound, bool), (n,))
+    has_orig = np.isfinite(orig) & (orig > 0)
+    has_cap = np.isfinite(capa) & (capa > 0)
+    escalates = Outcome(outcome) in RESOURCE_OF
+    killed = np.zeros(n)
+    fitted = np.zeros(n, bool)
+    attempts = np.ones(n, np.int64)
+    active = np.ones(n, bool)
+    for attempt in range(1, max(max_attempts, 1) + 1):
+        fits = np.where(lb, a > need, a >= need) & active
+        fitted |= fits
+        active &= ~fits
+        if not active.any():
+            break
+        killed = np.where(active, killed + a, killed)
+        can = active & escalates & (attempt < max_attempts) & (a > 0) & np.isfinite(a)
+        can &= ~(has_cap & (a >= capa))
+        nxt = np.where(has_orig & (a < orig), np.minimum(2.0 * a, np.where(has_orig, orig, np.inf)), 2.0 * a)
+        nxt = np.where(has_cap, np.minimum(nxt, np.where(has_cap, capa, np.inf)), nxt)
+        active &= can
+        a = np.where(active, nxt, a)
+        attempts = np.where(active, attempts + 1, attempts)
+    return killed, fitted, a, attempts

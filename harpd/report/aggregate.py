@@ -201,11 +201,24 @@ def derive(jobs: Jobs) -> _Derived:
 
 
 def _gsum(codes: np.ndarray, k: int, x: np.ndarray, mask: np.ndarray | None = None) -> np.ndarray:
+    """Per-group sums of the known values; NaN for a group whose (masked)
+    jobs all lack the value, so "not measured" never reads as 0."""
     ok = np.isfinite(x) if x.dtype.kind == "f" else np.ones(len(x), dtype=bool)
     if mask is not None:
         ok &= mask
     w = np.where(ok, x, 0.0).astype(np.float64, copy=False)
-    return np.bincount(codes, weights=w, minlength=k)
+    out = np.bincount(codes, weights=w, minlength=k).astype(np.float64, copy=False)
+    known = np.bincount(codes[ok], minlength=k)
+    present = np.bincount(codes, minlength=k) if mask is None else np.bincount(codes[mask], minlength=k)
+    out[(known == 0) & (present > 0)] = np.nan
+    return out
+
+
+def _nsum(v: np.ndarray) -> Any:
+    """Sum of group sums: NaN only if no group knew the value."""
+    if v.dtype.kind == "f":
+        return np.nan if v.size and np.isnan(v).all() else np.nansum(v)
+    return v.sum()
 
 
 def _gcount(codes: np.ndarray, k: int, mask: np.ndarray) -> np.ndarray:
@@ -231,13 +244,17 @@ def group_metrics(d: _Derived, codes: np.ndarray, k: int) -> dict[str, np.ndarra
         "core_h_alloc": _gsum(codes, k, d.core_h_alloc),
         "core_h_used": _gsum(codes, k, d.core_h_used),
         "core_h_waste": _gsum(codes, k, cpu_waste),
-        "cpu_eff": _safe_div(_gsum(codes, k, d.core_h_used, both_cpu), _gsum(codes, k, d.core_h_alloc, both_cpu)),
+        # ratio parts: only jobs where both sides are known
+        "_cpu_num": _gsum(codes, k, d.core_h_used, both_cpu),
+        "_cpu_den": _gsum(codes, k, d.core_h_alloc, both_cpu),
         "mem_gbh_req": _gsum(codes, k, d.mem_gbh_req),
         "mem_gbh_alloc": _gsum(codes, k, d.mem_gbh_alloc),
         "mem_gbh_used": _gsum(codes, k, d.mem_gbh_used),
         "mem_gbh_waste": _gsum(codes, k, mem_waste),
-        "mem_eff": _safe_div(_gsum(codes, k, d.mem_gbh_used, both_mem), _gsum(codes, k, d.mem_gbh_alloc, both_mem)),
-        "time_eff": _safe_div(_gsum(codes, k, d.core_h_alloc, both_time), _gsum(codes, k, d.core_h_req, both_time)),
+        "_mem_num": _gsum(codes, k, d.mem_gbh_used, both_mem),
+        "_mem_den": _gsum(codes, k, d.mem_gbh_alloc, both_mem),
+        "_time_num": _gsum(codes, k, d.core_h_alloc, both_time),
+        "_time_den": _gsum(codes, k, d.core_h_req, both_time),
         "gpu_h_req": _gsum(codes, k, d.gpu_h_req),
         "gpu_h_alloc": _gsum(codes, k, d.gpu_h_alloc),
         "completed": _gcount(codes, k, d.outcome.get("completed", np.zeros(d.n, bool))),
@@ -254,7 +271,18 @@ def group_metrics(d: _Derived, codes: np.ndarray, k: int) -> dict[str, np.ndarra
         "resubmit_core_h": _gsum(codes, k, d.core_h_alloc, d.resubmit),
         "harp_sized": _gcount(codes, k, d.harp),
     }
+    return _with_ratios(m)
+
+
+def _with_ratios(m: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    for eff, part in (("cpu_eff", "_cpu"), ("mem_eff", "_mem"), ("time_eff", "_time")):
+        m[eff] = _safe_div(m[f"{part}_num"], m[f"{part}_den"])
     return m
+
+
+def total_metrics(gm: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """The all-jobs row from the group sums (sums of sums, ratios of sums)."""
+    return _with_ratios({k: np.array([_nsum(v)], dtype=v.dtype) for k, v in gm.items() if not k.endswith("_eff")})
 
 
 def _rows(labels: list[str], m: dict[str, np.ndarray]) -> list[dict[str, Any]]:
@@ -360,15 +388,20 @@ def _calibration_one(
     # coverage per decile of the request (reliability of a quantile forecast)
     deciles = []
     if n >= 20:
-        order = np.argsort(r, kind="stable")
-        for part in np.array_split(order, 10):
-            if len(part):
+        # bins at the request's deciles (searchsorted: no full sort of 1M values);
+        # ties can leave a bin empty, which is then skipped
+        edges = np.quantile(r, np.linspace(0.1, 0.9, 9))
+        b = np.searchsorted(edges, r, side="right")
+        counts = np.bincount(b, minlength=10)
+        cov = np.bincount(b, weights=covered.astype(np.float64), minlength=10)
+        bounds = [float(r.min()), *edges.tolist(), float(r.max())]
+        for k in range(10):
+            if counts[k]:
                 deciles.append({
-                    "req_lo": float(r[part[0]]),
-                    "req_hi": float(r[part[-1]]),
-                    "n": int(len(part)),
-                    "coverage": float(covered[part].mean()),
-                    "median_ratio": float(np.median(ratio[part])),
+                    "req_lo": bounds[k],
+                    "req_hi": bounds[k + 1],
+                    "n": int(counts[k]),
+                    "coverage": float(cov[k] / counts[k]),
                 })
     pts = _sample(np.arange(n), points)
     return {
@@ -544,7 +577,7 @@ def build_report(
     gm = group_metrics(d, codes, k)
     rows = _rows(labels, gm)
     rows.sort(key=lambda r: (-r["core_h_alloc"], -r["jobs"], r["key"]))
-    tm = group_metrics(d, np.zeros(n, dtype=np.int64), 1)
+    tm = total_metrics(gm) if k else group_metrics(d, np.zeros(0, dtype=np.int64), 1)
     total = _rows(["TOTAL"], tm)[0]
     outcome_counts = {name: int(mask.sum()) for name, mask in d.outcome.items() if name != "other"}
     cpus = _prefer(_col(jobs, "alloc_cpus", n), _col(jobs, "req_cpus", n))

@@ -29,7 +29,8 @@ def _ratio(num: np.ndarray, den: np.ndarray) -> np.ndarray:
     den = np.asarray(den, dtype=np.float64)
     out = np.full(np.broadcast(num, den).shape, np.nan)
     ok = np.isfinite(num) & np.isfinite(den) & (den > 0)
-    np.divide(num, den, out=out, where=ok)
+    with np.errstate(over="ignore"):
+        np.divide(num, den, out=out, where=ok)
     return out
 
 

@@ -72,3 +72,16 @@ def mem_mb(mb: float) -> str:
             v = m / size
             return f"{v:.0f}{unit}" if v >= 10 or v == int(v) else f"{v:.1f}{unit}"
     return f"{m:.0f}M" if m >= 1 else f"{m:.2f}M"
+
+
+def metric(v: Any, kind: str) -> str:
+    """A scoreboard cell: ``kind`` is count, percent, ratio or number."""
+    if v is None or isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(float(v)):
+        return "-" if not isinstance(v, str) else v
+    if kind == "count":
+        return compact(v)
+    if kind == "percent":
+        return f"{float(v) * 100:.1f}%"
+    if kind == "ratio":
+        return f"{float(v):.2f}"
+    return f"{float(v):.3g}" if abs(float(v)) < 1e4 else compact(v)

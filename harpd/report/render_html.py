@@ -14,7 +14,7 @@ from typing import Any
 
 from harpd.report import svg
 from harpd.report.aggregate import Report
-from harpd.report.fmt import compact, count, duration, mem_mb, percent, when
+from harpd.report.fmt import compact, count, duration, mem_mb, metric, percent, when
 
 CSP = "default-src 'none'; style-src 'unsafe-inline'; img-src data:"
 USED, WASTE, ALLOC = "#2b8a3e", "#e8590c", "#1971c2"
@@ -26,7 +26,7 @@ MEM_TICKS = tuple(float(1024**e * m) for e in range(0, 3) for m in (1, 10, 100))
 _STYLE = """
 body{font-family:system-ui,-apple-system,'Segoe UI',Roboto,sans-serif;color:#212529;margin:0;background:#f8f9fa}
 main{max-width:1180px;margin:0 auto;padding:20px 24px 40px}
-h1{font-size:22px;margin:0 0 4px}h2{font-size:17px;margin:28px 0 8px;border-bottom:1px solid #dee2e6;padding-bottom:4px}
+h1{font-size:22px;margin:0 0 4px}h3{font-size:14px;margin:14px 0 4px}p{font-size:14px}h2{font-size:17px;margin:28px 0 8px;border-bottom:1px solid #dee2e6;padding-bottom:4px}
 .sub{color:#495057;font-size:13px}
 .cards{display:flex;flex-wrap:wrap;gap:10px;margin-top:14px}
 .card{background:#fff;border:1px solid #dee2e6;border-radius:6px;padding:8px 12px;min-width:120px}
@@ -207,7 +207,7 @@ def _outcomes(r: Report) -> str:
             for label, k in (("TIMEOUT", "timeout"), ("OUT_OF_MEMORY", "oom"), ("other (FAILED, NODE_FAIL)", "other"))]
     out = _table(["failure cause", "jobs", "core-h lost", "GB-h lost"], rows, cls="failures")
     chain = ""
-    if "chains" in rs:
+    if rs.get("chains"):
         chain = (f" harp recovery chains: {count(rs['chains'])} ({count(rs['chains_recovered'])} recovered, "
                  f"{count(rs['chains_pending'])} in progress), {count(rs['attempts'])} attempts recorded.")
     out += (f'<p class="note">Resubmissions: {count(rs["runs"])} runs with attempt &gt; 1 used {compact(rs["core_h"])} '
@@ -241,22 +241,22 @@ def _harp(r: Report) -> str:
 
 def _scoreboard(r: Report) -> str:
     sb = r.scoreboard
-    rows = sb.get("rows") or []
-    if not rows:
-        return f"<p>{_e(sb.get('note') or 'No models trained yet.')}</p>"
-    cols = sb.get("columns") or []
-
-    def cell(v: Any) -> str:
-        if isinstance(v, bool) or v is None:
-            return "-" if v is None else ("yes" if v else "")
-        if isinstance(v, (int, float)):
-            return f"{v:.3g}" if abs(v) < 1000 else compact(v)
-        return str(v)
-
-    body = [[("\u2605 " if x.get("champion") else "") + str(x.get("name")), str(x.get("resource", ""))]
-            + [cell(x.get(c)) for c in cols] for x in rows]
-    note = f'<p class="note">{_e(sb["note"])}</p>' if sb.get("note") else ""
-    return _table(["model", "resource", *cols], body, cls="scoreboard") + note
+    out = []
+    for table in sb.get("tables", []):
+        rows, cols = table.get("rows") or [], table.get("columns") or []
+        out.append(f"<h3>{_e(table.get('title', ''))}</h3>")
+        if not rows:
+            out.append(f"<p>{_e(table.get('note') or 'none')}</p>")
+            continue
+        fmts = table.get("formats") or {}
+        body = [[("\u2605 " if x.get("champion") else "") + str(x.get("name")), str(x.get("resource", ""))]
+                + [metric(x.get(c), fmts.get(c, "number")) for c in cols] for x in rows]
+        labels = table.get("labels") or {}
+        out.append(_table(["model", "resource", *(labels.get(c, c) for c in cols)], body, cls="scoreboard"))
+        if table.get("note"):
+            out.append(f'<p class="note">{_e(table["note"])}</p>')
+    out += [f'<p class="note">Note: {_e(n)}</p>' for n in sb.get("notes", [])]
+    return "".join(out) or "<p>No models.</p>"
 
 
 def render(report: Report, top: int = 50) -> str:

@@ -12,7 +12,7 @@ import textwrap
 from typing import Any
 
 from harpd.report.aggregate import Report
-from harpd.report.fmt import compact, count, percent, when
+from harpd.report.fmt import compact, count, metric, percent, when
 
 WIDTH = 100
 
@@ -77,7 +77,7 @@ def group_table(report: Report, top: int) -> list[str]:
     rest = report.groups[len(rows) :]
     if rest:
         lines.append(
-            f"... {len(rest)} more {report.by}s ({compact(sum(r['core_h_alloc'] for r in rest))} core-h);"
+            f"... {len(rest)} more {report.by}s ({compact(sum(r['core_h_alloc'] for r in rest if r['core_h_alloc'] == r['core_h_alloc']))} core-h);"
             " --top 0 shows all, --format csv exports them"
         )
     lines.append("-" * WIDTH)
@@ -103,7 +103,7 @@ def _resubmissions(report: Report) -> list[str]:
         f"Resubmissions: {count(r['runs'])} run(s) with attempt > 1 used {compact(r['core_h'])} core-h"
         f" and {compact(r['mem_gbh'])} GB-h; {count(r['completed'])} completed"
     ]
-    if "chains" in r:
+    if r.get("chains"):
         out.append(
             f"  harp recovery chains: {count(r['chains'])} ({count(r['chains_recovered'])} recovered,"
             f" {count(r['chains_pending'])} in progress), {count(r['attempts'])} attempt(s) recorded"
@@ -138,22 +138,30 @@ def _harp(report: Report) -> list[str]:
 
 def scoreboard_lines(report: Report) -> list[str]:
     sb = report.scoreboard
-    rows = sb.get("rows") or []
-    if not rows:
-        return [f"Model scoreboard: {sb.get('note') or 'no models trained yet'}"]
-    cols = sb.get("columns") or []
-    title = "Model scoreboard" + (f" ({sb['note']})" if sb.get("note") else "")
-    head = f"  {'model':<22} {'resource':<9}" + "".join(f" {c[:10]:>10}" for c in cols)
-    out = [title, head[:WIDTH]]
-    for r in rows:
-        name = ("*" if r.get("champion") else " ") + str(r.get("name", ""))
-        line = f"  {_cut(name, 22):<22} {_cut(str(r.get('resource', '')), 9):<9}"
-        for c in cols:
-            v = r.get(c)
-            line += f" {(compact(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else str(v if v is not None else '-'))[:10]:>10}"
-        out.append(line[:WIDTH])
-    if any(r.get("champion") for r in rows):
+    out = ["Model scoreboard"]
+    for table in sb.get("tables", []):
+        rows, cols = table.get("rows") or [], table.get("columns") or []
+        out.append(f"  {table.get('title', '')}")
+        if not rows:
+            out.append(f"    {table.get('note') or 'none'}")
+            continue
+        fmts = table.get("formats") or {}
+        labels = table.get("labels") or {}
+        head = "".join(f" {labels.get(c, c)[:10]:>10}" for c in cols)
+        out.append((f"    {'model':<18} {'res':<5}" + head)[:WIDTH])
+        for r in rows:
+            name = ("*" if r.get("champion") else " ") + str(r.get("name", ""))
+            line = f"    {_cut(name, 18):<18} {_cut(str(r.get('resource', '')), 5):<5}"
+            line += "".join(f" {metric(r.get(c), fmts.get(c, 'number'))[:10]:>10}" for c in cols)
+            out.append(line[:WIDTH])
+        if table.get("note"):
+            out += textwrap.wrap(table["note"], WIDTH, initial_indent="    ", subsequent_indent="    ")
+    if any(r.get("champion") for t in sb.get("tables", []) for r in t.get("rows") or []):
         out.append("  * champion")
+    for n in sb.get("notes", []):
+        out += textwrap.wrap(f"note: {n}", WIDTH, initial_indent="  ", subsequent_indent="    ")
+    if len(out) == 1:
+        out.append("  no models")
     return out
 
 

@@ -1,8 +1,12 @@
 """The model scoreboard: how each predictor does on recent outcomes.
 
-Preferred source is ``harpd.metrics`` (the predictors' own metric table,
-computed on recent outcomes); when that is not available the scores the store
-kept at training time are shown instead, and the report says so, because a
+Two tables.  "Live" runs ``harpd.metrics.evaluate`` (the predictors' own
+metric, the one ``harp replay`` ranks models by) on the harp-sized jobs of
+the report window, per model that made the decision: harp's first
+allocation against what the job then used, with the user's original request
+as the baseline.  Models that served no job in the window have no live row;
+for them (and as a fallback when ``harpd.metrics`` is missing) the scores
+the store kept at training time are shown, labelled as such, because a
 training-time holdout score can flatter a model that has since drifted.
 """
 
@@ -11,7 +15,31 @@ from __future__ import annotations
 import math
 from typing import Any
 
+import numpy as np
+
+from harpd.report.columns import Jobs
+
 MAX_COLUMNS = 6
+LIVE_COLUMNS = ("jobs", "ran_out", "over_vs_request", "consumed_vs_request", "lost", "score")
+# short headers so the table fits 100 columns
+LABELS = {
+    "ran_out": "ran out",
+    "under_rate": "under",
+    "over_vs_request": "over/req",
+    "consumed_vs_request": "used/req",
+    "n_train": "trained on",
+}
+FORMATS = {
+    "jobs": "count",
+    "n_train": "count",
+    "lost": "count",
+    "under_rate": "percent",
+    "ran_out": "percent",
+    "changed": "percent",
+    "over_vs_request": "ratio",
+    "consumed_vs_request": "ratio",
+    "score": "number",
+}
 
 
 def _numeric(v: Any) -> bool:
@@ -40,14 +68,94 @@ def from_models_table(models: list[dict[str, Any]]) -> dict[str, Any]:
                 counts[k] = counts.get(k, 0) + 1
         rows.append(row)
     cols = ["n_train"] + [k for k, _ in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))][: MAX_COLUMNS - 1]
-    note = "scores stored at training time; harpd.metrics not available" if rows else "no models trained yet"
-    return {"source": "store.models", "columns": cols, "rows": rows, "note": note}
+    return {
+        "title": "trained models (scores stored at training time)",
+        "columns": cols,
+        "formats": {c: FORMATS.get(c, "number") for c in cols},
+        "labels": {c: LABELS.get(c, c) for c in cols},
+        "rows": rows,
+        "note": "" if rows else "no models trained yet",
+    }
 
 
-def build(store: Any) -> dict[str, Any]:
-    """The scoreboard for ``store``; never raises (a report without it is still a report)."""
+def live_table(
+    jobs: Jobs,
+    models: np.ndarray | None,
+    originals: dict[str, np.ndarray] | None,
+    *,
+    alpha_time: float,
+    alpha_mem: float,
+    max_attempts: int,
+) -> dict[str, Any] | None:
+    """``harpd.metrics`` rows per (model, resource) on the window's harp-sized
+    first runs; None when there is nothing to score or no metrics module."""
     try:
-        models = store.models()
-    except Exception as exc:  # the scoreboard must not sink the whole report
-        return {"source": "none", "columns": [], "rows": [], "note": f"models table unreadable ({exc})"}
-    return from_models_table(models)
+        from harpd.metrics import evaluate
+    except ImportError:
+        return None
+    if models is None or originals is None or "harp_sized" not in jobs:
+        return None
+    first = jobs["harp_sized"] & (jobs["attempt"] == 1)
+    if not first.any():
+        return None
+    out = jobs["outcome"]
+    cpus = jobs["alloc_cpus"]
+    cpus = np.where(np.isfinite(cpus), cpus, jobs["req_cpus"])
+    cpus = np.where(np.isfinite(cpus), cpus, 1.0)
+    spec = (
+        ("time", jobs["req_time_s"], jobs["used_time_s"], originals["time_s"], out == "timeout", cpus, alpha_time),
+        ("mem", jobs["req_mem_mb"], jobs["used_mem_mb"], originals["mem_mb"], out == "oom", np.ones(len(cpus)), alpha_mem),
+    )
+    rows = []
+    names = sorted({str(m) for m in models[first].tolist()})
+    for resource, alloc, used, request, cens, weight, alpha in spec:
+        for name in names:
+            sel = first & (models == name) & np.isfinite(used) & np.isfinite(alloc)
+            if not sel.any():
+                continue
+            kw = dict(resource=resource, alpha=alpha, max_attempts=max_attempts)
+            base = evaluate("request", request[sel], used[sel], request[sel], cens[sel], weight[sel], **kw)
+            m = evaluate(name, alloc[sel], used[sel], request[sel], cens[sel], weight[sel], baseline=base, **kw)
+            d = m.to_dict()
+            # live, a job that needed more than harp gave was killed at harp's
+            # limit: it is censored, which the metric's under_rate leaves out
+            d["ran_out"] = float(cens[sel].mean())
+            row = {"name": name, "resource": resource, "champion": False}
+            row.update({c: d.get(c) for c in LIVE_COLUMNS})
+            rows.append(row)
+    if not rows:
+        return None
+    return {
+        "title": "live: harp-sized jobs of this window (harpd.metrics; lower score is better)",
+        "columns": list(LIVE_COLUMNS),
+        "formats": {c: FORMATS.get(c, "number") for c in LIVE_COLUMNS},
+        "rows": rows,
+        "labels": {c: LABELS.get(c, c) for c in LIVE_COLUMNS},
+        "note": (
+            "ran out: share of first runs killed at harp's limit (TIMEOUT/OOM; on live outcomes these are the "
+            "misses, the metric's under_rate sees only uncensored jobs); over/req and used/req: harp's "
+            "over-reservation and consumption (killed attempts included) relative to the users' own requests"
+        ),
+    }
+
+
+def build(store: Any, jobs: Jobs | None = None, models: np.ndarray | None = None,
+          originals: dict[str, np.ndarray] | None = None, *, alpha_time: float = 0.05,
+          alpha_mem: float = 0.05, max_attempts: int = 3) -> dict[str, Any]:
+    """The scoreboard; never raises (a report without it is still a report)."""
+    tables = []
+    notes = []
+    if jobs is not None:
+        try:
+            live = live_table(jobs, models, originals, alpha_time=alpha_time, alpha_mem=alpha_mem,
+                              max_attempts=max_attempts)
+        except Exception as exc:  # a metric bug must not sink the accounting report
+            live = None
+            notes.append(f"live metrics failed ({type(exc).__name__}: {exc})")
+        if live is not None:
+            tables.append(live)
+    try:
+        tables.append(from_models_table(store.models()))
+    except Exception as exc:
+        notes.append(f"models table unreadable ({exc})")
+    return {"tables": tables, "notes": notes}

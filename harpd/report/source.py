@@ -28,6 +28,7 @@ class Loaded:
     jobs: Jobs
     originals: dict[str, np.ndarray] | None = None
     recovered: np.ndarray | None = None
+    models: np.ndarray | None = None  # per row: the model that sized a harp job
     chains: list[dict[str, Any]] | None = None
     notes: list[str] = field(default_factory=list)
 
@@ -50,79 +51,94 @@ def window_where(window: Window, user: str | None) -> tuple[str, list[Any]]:
 
 # --------------------------------------------------------------- Resources
 
+RESOURCE_KEYS = ("time_s", "mem_mb", "mem_per_cpu_mb", "mem_per_gpu_mb", "cpus_per_task", "ntasks", "nodes",
+                 "gpus", "gres")
+SUBMISSION_PATHS = (
+    "job_id",
+    "decision.model",
+    *(f"original.{k}" for k in RESOURCE_KEYS),
+    *(f"submitted.{k}" for k in RESOURCE_KEYS),
+)
 
-def _num(v: Any) -> float | None:
+
+def _num(v: Any) -> float:
     try:
         f = float(v)
     except (TypeError, ValueError):
-        return None
-    return f if np.isfinite(f) else None
+        return np.nan
+    return f if np.isfinite(f) else np.nan
 
 
-def _gpus(res: dict[str, Any]) -> float | None:
-    g = res.get("gpus")
-    if g is not None:
-        tail = str(g).rsplit(":", 1)[-1]
-        return _num(tail)
-    gres = res.get("gres")
+def _floats(values: list[Any]) -> np.ndarray:
+    """None -> NaN; anything unreadable (a malformed record) -> NaN too."""
+    try:
+        return np.array(values, dtype=np.float64)
+    except (TypeError, ValueError):
+        return np.array([_num(v) for v in values], dtype=np.float64)
+
+
+def _gpu_count(gpus: Any, gres: Any) -> float:
+    if gpus is not None:
+        return _num(str(gpus).rsplit(":", 1)[-1])
     if gres:
         m = _GPU_COUNT.search(str(gres))
         if m:
             return float(m.group(1))
-    return None
+    return np.nan
 
 
-def resource_totals(res: dict[str, Any] | None) -> tuple[float | None, float | None, float | None]:
-    """(time_s, cpus, mem_mb for the whole job) of a protocol ``Resources`` dict.
+def resource_totals(values: dict[str, list[Any]], prefix: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(time_s, cpus, mem_mb for the whole job) of protocol ``Resources``, vectorised.
 
-    ``None`` where the request left it to Slurm's defaults: the report then
-    treats that resource as unchanged rather than guess a partition default.
+    ``values[f"{prefix}.{key}"]`` holds one list per Resources key.  NaN where
+    the request left it to Slurm's defaults: the report then treats that
+    resource as unchanged rather than guess a partition default.
     """
-    if not res:
-        return None, None, None
-    time_s = _num(res.get("time_s"))
-    cpt, ntasks = _num(res.get("cpus_per_task")), _num(res.get("ntasks"))
-    cpus = None if cpt is None and ntasks is None else (cpt or 1.0) * (ntasks or 1.0)
-    mem = None
-    if _num(res.get("mem_mb")) is not None:
-        mem = _num(res.get("mem_mb")) * (_num(res.get("nodes")) or 1.0)  # type: ignore[operator]
-    elif _num(res.get("mem_per_cpu_mb")) is not None:
-        mem = _num(res.get("mem_per_cpu_mb")) * (cpus or 1.0)  # type: ignore[operator]
-    elif _num(res.get("mem_per_gpu_mb")) is not None and _gpus(res) is not None:
-        mem = _num(res.get("mem_per_gpu_mb")) * _gpus(res)  # type: ignore[operator]
-    return time_s, cpus, mem
+    f = {k: _floats(values[f"{prefix}.{k}"]) for k in RESOURCE_KEYS if k not in ("gpus", "gres")}
+
+    def or1(x: np.ndarray) -> np.ndarray:
+        return np.where(np.isnan(x), 1.0, x)
+
+    cpt, ntasks = f["cpus_per_task"], f["ntasks"]
+    cpus = np.where(np.isnan(cpt) & np.isnan(ntasks), np.nan, or1(cpt) * or1(ntasks))
+    gpus = np.full(len(cpt), np.nan)
+    for i in np.flatnonzero(np.isfinite(f["mem_per_gpu_mb"])).tolist():  # rare: parse only these
+        gpus[i] = _gpu_count(values[f"{prefix}.gpus"][i], values[f"{prefix}.gres"][i])
+    mem = np.where(
+        np.isfinite(f["mem_mb"]),
+        f["mem_mb"] * or1(f["nodes"]),
+        np.where(np.isfinite(f["mem_per_cpu_mb"]), f["mem_per_cpu_mb"] * or1(cpus), f["mem_per_gpu_mb"] * gpus),
+    )
+    return f["time_s"], cpus, mem
 
 
 def originals_from_submissions(
-    job_ids: np.ndarray, rows: np.ndarray, subs: dict[str, dict[str, Any]], n: int
-) -> dict[str, np.ndarray]:
-    """Per-row original request and which resources harp changed.
+    rows: np.ndarray, values: dict[str, list[Any]], n: int
+) -> tuple[dict[str, np.ndarray], np.ndarray]:
+    """Per-row original request, which resources harp changed, and the model
+    named in harp's decision ("unknown" without one).
 
+    ``values`` are ``Store.submission_values(ids of rows, SUBMISSION_PATHS)``.
     ``time_changed``/``mem_changed`` compare the original with what was
     submitted; rows without a submission record stay "unknown" (NaN original,
     changed) so a failure there is never excused.
     """
+    found = np.array([j is not None for j in values["job_id"]], dtype=bool)
+    ot, oc, om = resource_totals(values, "original")
+    st, _sc, sm = resource_totals(values, "submitted")
+
+    def differs(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+        return ~((a == b) | (np.isnan(a) & np.isnan(b)))
+
     out = {k: np.full(n, np.nan) for k in ("time_s", "cpus", "mem_mb")}
-    time_changed = np.zeros(n, dtype=bool)
-    mem_changed = np.zeros(n, dtype=bool)
-    for i in rows.tolist():
-        sub = subs.get(str(job_ids[i]))
-        if sub is None:
-            time_changed[i] = mem_changed[i] = True
-            continue
-        ot, oc, om = resource_totals(sub.get("original"))
-        st, _sc, sm = resource_totals(sub.get("submitted"))
-        if ot is not None:
-            out["time_s"][i] = ot
-        if oc is not None:
-            out["cpus"][i] = oc
-        if om is not None:
-            out["mem_mb"][i] = om
-        time_changed[i] = ot != st
-        mem_changed[i] = om != sm
-    out["time_changed"] = time_changed
-    out["mem_changed"] = mem_changed
-    return out
+    out["time_s"][rows], out["cpus"][rows], out["mem_mb"][rows] = ot, oc, om
+    out["time_changed"] = np.zeros(n, dtype=bool)
+    out["mem_changed"] = np.zeros(n, dtype=bool)
+    out["time_changed"][rows] = ~found | differs(ot, st)
+    out["mem_changed"][rows] = ~found | differs(om, sm)
+    models = np.full(n, None, dtype=object)
+    models[rows] = [str(m) if m else "unknown" for m in values["decision.model"]]
+    return out, models
 
 
 # --------------------------------------------------------------- chains
@@ -192,9 +208,11 @@ def load(store: Any, by: str, window: Window, user: str | None) -> Loaded:
     all_attempts = store.all_attempts()
     if len(harp_rows):
         ids = jobs["job_id"]
-        subs = store.submissions_for(str(ids[i]) for i in harp_rows.tolist())
-        loaded.originals = originals_from_submissions(ids, harp_rows, subs, n)
-        missing = len(harp_rows) - sum(1 for i in harp_rows.tolist() if str(ids[i]) in subs)
+        values = store.submission_values([str(j) for j in ids[harp_rows].tolist()], SUBMISSION_PATHS)
+        loaded.originals, loaded.models = originals_from_submissions(harp_rows, values, n)
+        # resubmitted runs may carry no submission of their own; first runs should
+        first = jobs["attempt"][harp_rows] == 1
+        missing = sum(1 for j, f in zip(values["job_id"], first.tolist()) if j is None and f)
         if missing:
             loaded.notes.append(
                 f"{missing} harp-sized job(s) have no submission record (imported?): "
@@ -204,7 +222,9 @@ def load(store: Any, by: str, window: Window, user: str | None) -> Loaded:
         failed = harp_rows[np.isin(out[harp_rows], ["timeout", "oom"])]
         loaded.recovered = _recovered(store, jobs, failed, all_attempts)
     if all_attempts:
-        loaded.chains = _chains_for(all_attempts, set(jobs["job_id"].tolist()))
+        # only runs that ran out or were resubmitted can belong to a chain
+        cand = (jobs["attempt"] > 1) | np.isin(jobs["outcome"], ["timeout", "oom"])
+        loaded.chains = _chains_for(all_attempts, set(jobs["job_id"][cand].tolist()))
     else:
         loaded.chains = []
     return loaded

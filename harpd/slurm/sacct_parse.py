@@ -43,7 +43,7 @@ import json
 import re
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
-from datetime import date
+from datetime import datetime
 from typing import Any
 
 __all__ = [
@@ -189,29 +189,26 @@ def duration_s(text: str | None) -> float | None:
     return days * 86400 + secs
 
 
-_EPOCH_ORDINAL = date(1970, 1, 1).toordinal()
-_DAY_CACHE: dict[str, int] = {}
+_EPOCH = datetime(1970, 1, 1)
+_fromiso = datetime.fromisoformat
 
 
 def timestamp(text: str | None) -> float | None:
     """``2021-05-01T00:06:13`` (read as UTC) or epoch digits -> epoch seconds."""
-    if not text or text in _UNKNOWN_TEXT:
+    if not text:
         return None
-    if text.isdigit():
-        v = int(text)
-        return float(v) if v > 0 else None
-    if len(text) >= 19 and text[10] in "T ":
-        day = text[:10]
-        base = _DAY_CACHE.get(day)
-        try:
-            if base is None:
-                base = (date.fromisoformat(day).toordinal() - _EPOCH_ORDINAL) * 86400
-                if len(_DAY_CACHE) < 100_000:
-                    _DAY_CACHE[day] = base
-            return float(base + int(text[11:13]) * 3600 + int(text[14:16]) * 60 + int(text[17:19]))
-        except ValueError:
-            return None
-    return None
+    c = text[0]
+    if c.isdigit():
+        if len(text) >= 19 and text[4] == "-":
+            try:
+                dt = _fromiso(text)
+            except ValueError:
+                return None
+            return (dt - _EPOCH).total_seconds() if dt.tzinfo is None else dt.timestamp()
+        if text.isdigit():
+            v = int(text)
+            return float(v) if v > 0 else None
+    return None  # Unknown, None, N/A
 
 
 def parse_tres(text: str | None) -> dict[str, str]:
@@ -300,79 +297,147 @@ def _base_id(job_id: str) -> str:
     return job_id.split(".", 1)[0]
 
 
-def _job_from_row(get: Any) -> SacctJob:
-    job_id = get("JobID") or get("JobIDRaw")
-    state = normalize_state(get("State"))
-    rc, sig = _exit_pair(get("ExitCode"))
-    elapsed = get("ElapsedRaw")
-    elapsed_s = float(elapsed) if elapsed and elapsed.isdigit() else duration_s(get("Elapsed"))
-    lim = get("TimelimitRaw")
-    if lim and lim.isdigit():
-        limit_s: float | None = int(lim) * 60.0
-    else:
-        limit_s = duration_s(get("Timelimit")) if not lim else None
-    req_tres = parse_tres(get("ReqTRES"))
-    alloc_tres = parse_tres(get("AllocTRES"))
-    req_cpus = _int(get("ReqCPUS"))
-    nnodes = _int(get("NNodes"))
-    req_nodes = _int(get("ReqNodes")) or _int(req_tres.get("node")) or nnodes
-    alloc_nodes = _int(get("AllocNodes"))
-    if alloc_nodes is None and nnodes is not None and state not in ("PENDING", None):
-        alloc_nodes = nnodes
-    # memory: the TRES (whole job) first, then ReqMem with its old suffixes
-    req_mem, _ = mem_to_mb(req_tres.get("mem"))
-    if req_mem is None:
-        req_mem, per = mem_to_mb(get("ReqMem"))
-        if req_mem is not None:
-            if per == "n":
-                req_mem *= req_nodes or 1
-            elif per == "c":
-                req_mem *= req_cpus or 1
-    if req_mem is not None and req_mem <= 0:
-        req_mem = None  # --mem=0: "all of the node", not a size
-    return SacctJob(
-        job_id=job_id,
-        cluster=get("Cluster") or None,
-        user=get("User") or None,
-        group=get("Group") or None,
-        account=get("Account") or None,
-        partition=get("Partition") or None,
-        job_name=get("JobName") or None,
-        state=state,
-        exit_code=rc,
-        exit_signal=sig,
-        submit_time=timestamp(get("Submit")),
-        start_time=timestamp(get("Start")),
-        end_time=timestamp(get("End")),
-        elapsed_s=elapsed_s,
-        limit_s=limit_s,
-        req_mem_mb=req_mem,
-        req_cpus=req_cpus,
-        req_nodes=req_nodes,
-        req_gpus=_gpus(req_tres),
-        alloc_cpus=_int(get("AllocCPUS")) or _int(alloc_tres.get("cpu")),
-        alloc_nodes=alloc_nodes,
-        alloc_gpus=_gpus(alloc_tres),
-        cpu_s=duration_s(get("TotalCPU")),
-        comment=get("Comment") or None,
-    )
+_TRES_CACHE: dict[str, tuple[float | None, int | None, int | None, int | None]] = {}
+_DUR_CACHE: dict[str, float | None] = {}
+_MEM_CACHE: dict[str, tuple[float | None, str | None]] = {}
+_CACHE_MAX = 50_000
 
 
-def _step_from_row(job_id: str, get: Any) -> SacctStep:
-    rc, sig = _exit_pair(get("ExitCode"))
-    elapsed = get("ElapsedRaw")
-    rss, _ = mem_to_mb(get("MaxRSS"), bare_unit="")
-    return SacctStep(
-        step_id=job_id.split(".", 1)[1],
-        state=normalize_state(get("State")),
-        exit_code=rc,
-        exit_signal=sig,
-        max_rss_mb=rss,
-        ntasks=_int(get("NTasks")),
-        nnodes=_int(get("NNodes")),
-        elapsed_s=float(elapsed) if elapsed and elapsed.isdigit() else duration_s(get("Elapsed")),
-        cpu_s=duration_s(get("TotalCPU")),
-    )
+def _tres_summary(text: str) -> tuple[float | None, int | None, int | None, int | None]:
+    """(mem MiB, gpus, cpus, nodes) of a TRES string; cached: sites reuse a few shapes."""
+    hit = _TRES_CACHE.get(text)
+    if hit is not None:
+        return hit
+    t = parse_tres(text)
+    mem, _ = mem_to_mb(t.get("mem"))
+    out = (mem, _gpus(t), _int(t.get("cpu")), _int(t.get("node")))
+    if len(_TRES_CACHE) < _CACHE_MAX:
+        _TRES_CACHE[text] = out
+    return out
+
+
+def _cached_duration(text: str) -> float | None:
+    try:
+        return _DUR_CACHE[text]
+    except KeyError:
+        v = duration_s(text)
+        if len(_DUR_CACHE) < _CACHE_MAX:
+            _DUR_CACHE[text] = v
+        return v
+
+
+def _cached_mem(text: str) -> tuple[float | None, str | None]:
+    try:
+        return _MEM_CACHE[text]
+    except KeyError:
+        v = mem_to_mb(text)
+        if len(_MEM_CACHE) < _CACHE_MAX:
+            _MEM_CACHE[text] = v
+        return v
+
+
+def _row_parsers(header: list[str]) -> tuple[Any, Any]:
+    """(job row -> SacctJob, step row -> SacctStep) for one header.
+
+    Column positions are resolved once per file; a column the header lacks
+    reads as "" (index -1 of a row padded with one empty field), so exports
+    with any subset of sacct's columns go through the same code.
+    """
+    pos = {name: i for i, name in enumerate(header)}
+
+    def ix(name: str) -> int:
+        return pos.get(name, -1)
+
+    i_jobid, i_raw, i_cluster, i_user, i_group = ix("JobID"), ix("JobIDRaw"), ix("Cluster"), ix("User"), ix("Group")
+    i_account, i_part, i_name, i_state, i_exit = ix("Account"), ix("Partition"), ix("JobName"), ix("State"), ix("ExitCode")
+    i_submit, i_start, i_end = ix("Submit"), ix("Start"), ix("End")
+    i_elraw, i_el, i_limraw, i_lim = ix("ElapsedRaw"), ix("Elapsed"), ix("TimelimitRaw"), ix("Timelimit")
+    i_reqmem, i_reqcpus, i_reqnodes, i_reqtres = ix("ReqMem"), ix("ReqCPUS"), ix("ReqNodes"), ix("ReqTRES")
+    i_alloccpus, i_allocnodes, i_alloctres = ix("AllocCPUS"), ix("AllocNodes"), ix("AllocTRES")
+    i_maxrss, i_ntasks, i_totcpu, i_nnodes, i_comment = ix("MaxRSS"), ix("NTasks"), ix("TotalCPU"), ix("NNodes"), ix("Comment")
+    ts = timestamp
+
+    def job(f: list[str]) -> SacctJob:
+        state = normalize_state(f[i_state])
+        ec = f[i_exit]
+        if ec == "0:0":
+            rc: int | None = 0
+            sig: int | None = 0
+        else:
+            rc, sig = _exit_pair(ec)
+        el = f[i_elraw]
+        elapsed_s = float(el) if el.isdigit() else _cached_duration(f[i_el])
+        lim = f[i_limraw]
+        if lim.isdigit():
+            limit_s: float | None = int(lim) * 60.0
+        elif lim:
+            limit_s = None  # UNLIMITED, Partition_Limit
+        else:
+            limit_s = _cached_duration(f[i_lim])
+        rq = f[i_reqtres]
+        req_mem, req_gpus, tres_cpus, tres_nodes = _tres_summary(rq) if rq else (None, None, None, None)
+        al = f[i_alloctres]
+        _, alloc_gpus, alloc_tres_cpus, _ = _tres_summary(al) if al else (None, None, None, None)
+        req_cpus = _int(f[i_reqcpus]) or tres_cpus
+        nnodes = _int(f[i_nnodes])
+        req_nodes = _int(f[i_reqnodes]) or tres_nodes or nnodes
+        alloc_nodes = _int(f[i_allocnodes])
+        if alloc_nodes is None and nnodes is not None and state not in ("PENDING", None):
+            alloc_nodes = nnodes
+        if req_mem is None:
+            # no mem in the TRES: ReqMem, with its pre-21.08 per-node/per-CPU suffix
+            req_mem, per = _cached_mem(f[i_reqmem])
+            if req_mem is not None:
+                if per == "n":
+                    req_mem *= req_nodes or 1
+                elif per == "c":
+                    req_mem *= req_cpus or 1
+        if req_mem is not None and req_mem <= 0:
+            req_mem = None  # --mem=0: "all of the node", not a size
+        return SacctJob(
+            job_id=f[i_jobid] or f[i_raw],
+            cluster=f[i_cluster] or None,
+            user=f[i_user] or None,
+            group=f[i_group] or None,
+            account=f[i_account] or None,
+            partition=f[i_part] or None,
+            job_name=f[i_name] or None,
+            state=state,
+            exit_code=rc,
+            exit_signal=sig,
+            submit_time=ts(f[i_submit]),
+            start_time=ts(f[i_start]),
+            end_time=ts(f[i_end]),
+            elapsed_s=elapsed_s,
+            limit_s=limit_s,
+            req_mem_mb=req_mem,
+            req_cpus=req_cpus,
+            req_nodes=req_nodes,
+            req_gpus=req_gpus,
+            alloc_cpus=_int(f[i_alloccpus]) or alloc_tres_cpus,
+            alloc_nodes=alloc_nodes,
+            alloc_gpus=alloc_gpus,
+            cpu_s=_cached_duration(f[i_totcpu]) if f[i_totcpu] else None,
+            comment=f[i_comment] or None,
+        )
+
+    def step(job_id: str, f: list[str]) -> SacctStep:
+        rc, sig = _exit_pair(f[i_exit])
+        el = f[i_elraw]
+        rss, _ = mem_to_mb(f[i_maxrss], bare_unit="")
+        return SacctStep(
+            step_id=job_id.split(".", 1)[1],
+            state=normalize_state(f[i_state]),
+            exit_code=rc,
+            exit_signal=sig,
+            max_rss_mb=rss,
+            ntasks=_int(f[i_ntasks]),
+            nnodes=_int(f[i_nnodes]),
+            elapsed_s=float(el) if el.isdigit() else duration_s(f[i_el]),
+            cpu_s=duration_s(f[i_totcpu]),
+        )
+
+    return job, step
 
 
 def iter_parsable2(
@@ -407,7 +472,10 @@ def iter_parsable2(
         )
     ncols = len(header)
     comment_last = header[-1] == "Comment"
+    i_id = header.index("JobID") if "JobID" in header else header.index("JobIDRaw")
+    parse_job, parse_step = _row_parsers(header)
     current: SacctJob | None = None
+    current_id = ""
     runs: dict[str, int] = {}
     for raw in it:
         lineno += 1
@@ -423,19 +491,19 @@ def iter_parsable2(
             else:
                 st.skip(f"{where}:{lineno}", f"{len(f)} fields, header has {ncols}")
                 continue
-        get = dict(zip(header, f)).get
-        jid = get("JobID") or get("JobIDRaw")
+        jid = f[i_id]
         if not jid:
             st.skip(f"{where}:{lineno}", "empty JobID")
             continue
+        f.append("")  # index -1: the columns this header lacks
         try:
             if "." in jid:
-                if current is None or _base_id(jid) != current.job_id:
+                if current is None or _base_id(jid) != current_id:
                     st.skip(f"{where}:{lineno}", f"step {jid} without its job row")
                     continue
-                current.steps.append(_step_from_row(jid, get))
+                current.steps.append(parse_step(jid, f))
                 continue
-            job = _job_from_row(get)
+            job = parse_job(f)
         except (ValueError, IndexError) as exc:
             st.skip(f"{where}:{lineno}", f"unreadable row ({exc})")
             continue
@@ -446,9 +514,12 @@ def iter_parsable2(
         if n is not None:
             job.run = n + 1
             runs[jid] = n + 1
-        elif len(runs) < 100_000:
+        else:
+            if len(runs) >= 200_000:
+                runs.clear()  # sacct prints the runs of a job close together
             runs[jid] = 1
         current = job
+        current_id = jid
     if current is not None:
         st.jobs += 1
         yield current

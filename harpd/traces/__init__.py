@@ -1,1 +1,133 @@
-"""History readers: each turns one trace format into an iterator of JobRecord."""
+"""History readers: each turns one trace format into an iterator of JobRecord.
+
+``read_trace(path)`` picks the reader by the file's content, not its name
+(gzip is recognised by its magic bytes): SWF (``;`` header lines or 18
+numeric fields), a ``sacct --parsable2`` export (a ``|`` header with JobID)
+or a saved ``sacct --json`` document.  Anything else is refused with one
+line naming the file and what its first line looks like.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from harpd.records import JobRecord
+from harpd.traces.swf import TraceFormatError
+
+__all__ = ["read_trace", "TraceReader", "TraceFormatError", "detect_format"]
+
+
+def _first_line(path: Path) -> str:
+    from harpd.traces.sacct_export import open_trace
+
+    text, _, _ = open_trace(path)
+    try:
+        for _ in range(1000):
+            line = text.readline(65536)
+            if not line:
+                return ""
+            if line.strip():
+                return line
+        return ""
+    except (EOFError, OSError, ValueError) as exc:
+        raise TraceFormatError(f"{path}:1: cannot read the start of the file ({exc}); is it a complete trace?") from None
+    finally:
+        text.close()
+
+
+def detect_format(path: str | os.PathLike[str]) -> str:
+    """``"swf"``, ``"sacct"`` (parsable2) or ``"sacct-json"``; TraceFormatError otherwise."""
+    p = Path(path)
+    head = _first_line(p)
+    if not head:
+        raise TraceFormatError(f"{p}: empty file, nothing to import")
+    s = head.strip()
+    if s.startswith("{"):
+        return "sacct-json"
+    if "|" in s:
+        cols = s.split("|")
+        if "JobID" in cols or "JobIDRaw" in cols:
+            return "sacct"
+        raise TraceFormatError(
+            f"{p}:1: '|'-separated but no JobID column in the first line; "
+            "export with `sacct -P -o JobID,...` (header line included)"
+        )
+    if s.startswith(";"):
+        return "swf"
+    tok = s.split()
+    if len(tok) >= 18 and all(t.lstrip("-").replace(".", "", 1).isdigit() for t in tok[:18]):
+        return "swf"
+    raise TraceFormatError(
+        f"{p}:1: unknown trace format (first line {s[:40]!r}); expected SWF or a sacct --parsable2 export"
+    )
+
+
+class TraceReader:
+    """An iterator of JobRecords that also reports skipped rows and progress.
+
+    ``skipped`` and ``errors`` (the first few reasons, with file:line) are
+    filled while iterating; ``fraction()`` is the share of the file read, or
+    None when the format's reader cannot tell.
+    """
+
+    def __init__(self, path: str | os.PathLike[str], source: str | None = None) -> None:
+        self.path = Path(path)
+        self.format = detect_format(self.path)
+        self._inner: Any = None
+        if self.format == "sacct":
+            from harpd.traces.sacct_export import SacctExportReader
+
+            self._inner = SacctExportReader(self.path, source)
+            self.source = self._inner.source
+            self._it: Iterator[JobRecord] = iter(self._inner)
+        elif self.format == "sacct-json":
+            self.source, self._it = self._json(source)
+        else:
+            from harpd.traces.swf import read_swf, source_name
+
+            self.source = source or source_name(self.path)
+            self._it = read_swf(self.path, self.source)
+
+    def _json(self, source: str | None) -> tuple[str, Iterator[JobRecord]]:
+        from harpd.outcomes import to_records
+        from harpd.slurm.sacct_parse import SacctParseError, parse_json
+        from harpd.traces.sacct_export import open_trace, source_name
+
+        text, _, _ = open_trace(self.path)
+        try:
+            data = text.read()
+        except (EOFError, OSError) as exc:
+            raise TraceFormatError(f"{self.path}: cannot read ({exc}); the file is truncated or corrupt") from None
+        finally:
+            text.close()
+        try:
+            jobs = parse_json(data, where=str(self.path))
+        except SacctParseError as exc:
+            raise TraceFormatError(str(exc)) from None
+        src = source or source_name(self.path)
+        return src, to_records(jobs, src)
+
+    @property
+    def skipped(self) -> int:
+        return self._inner.skipped if self._inner is not None else 0
+
+    @property
+    def errors(self) -> list[str]:
+        return list(self._inner.errors) if self._inner is not None else []
+
+    def fraction(self) -> float | None:
+        return self._inner.fraction() if self._inner is not None else None
+
+    def __iter__(self) -> "TraceReader":
+        return self
+
+    def __next__(self) -> JobRecord:
+        return next(self._it)
+
+
+def read_trace(path: str | os.PathLike[str], source: str | None = None) -> TraceReader:
+    """The records of a history file, reader chosen by content (see ``TraceReader``)."""
+    return TraceReader(path, source)

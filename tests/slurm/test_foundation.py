@@ -49,7 +49,7 @@ def jobs(slurm_cluster):
 def test_job_completes_and_is_accounted(slurm_cluster, jobs):
     c = slurm_cluster
     job = jobs["ok"]
-    assert c.wait_job(job, timeout=120) == "COMPLETED"
+    assert c.wait_job(job, timeout=180) == "COMPLETED"
     row = c.sacct(job, "JobID,State,ExitCode,Partition,Cluster", steps=False)[0]
     assert row == {"JobID": job, "State": "COMPLETED", "ExitCode": "0:0",
                    "Partition": "short", "Cluster": "harptest"}
@@ -60,7 +60,7 @@ def test_job_completes_and_is_accounted(slurm_cluster, jobs):
 def test_job_of_another_user_runs_as_that_user(slurm_cluster, jobs):
     c = slurm_cluster
     job = jobs["nobody"]
-    assert c.wait_job(job, timeout=120) == "COMPLETED"
+    assert c.wait_job(job, timeout=180) == "COMPLETED"
     assert c.sacct(job, "User", steps=False)[0]["User"] == "nobody"
     assert (c.workdir / f"slurm-{job}.out").read_text().strip() == "nobody"
 
@@ -68,7 +68,7 @@ def test_job_of_another_user_runs_as_that_user(slurm_cluster, jobs):
 def test_memory_hog_is_killed_and_shows_failed_0_9(slurm_cluster, jobs):
     c = slurm_cluster
     job = jobs["oom"]
-    assert c.wait_job(job, timeout=120) == "FAILED"
+    assert c.wait_job(job, timeout=180) == "FAILED"
     rows = c.sacct(job, "JobID,State,ExitCode,ReqMem,MaxRSS")
     top = rows[0]
     assert top["ExitCode"] == "0:9"
@@ -83,7 +83,7 @@ def test_memory_hog_is_killed_and_shows_failed_0_9(slurm_cluster, jobs):
 def test_time_limit_ends_as_timeout(slurm_cluster, jobs):
     c = slurm_cluster
     job = jobs["timeout"]
-    assert c.wait_job(job, timeout=240) == "TIMEOUT"
+    assert c.wait_job(job, timeout=300) == "TIMEOUT"
     row = c.sacct(job, "JobID,State,Timelimit,ElapsedRaw", steps=False)[0]
     assert row["Timelimit"] == "00:01:00"
     assert 60 <= int(row["ElapsedRaw"]) < 180
@@ -92,7 +92,7 @@ def test_time_limit_ends_as_timeout(slurm_cluster, jobs):
 def test_gpu_job_gets_and_accounts_two_gpus(slurm_cluster, jobs):
     c = slurm_cluster
     job = jobs["gpu"]
-    assert c.wait_job(job, timeout=120) == "COMPLETED"
+    assert c.wait_job(job, timeout=180) == "COMPLETED"
     row = c.sacct(job, "JobID,Partition,AllocTRES", steps=False)[0]
     assert row["Partition"] == "gpu"
     tres = dict(item.split("=", 1) for item in row["AllocTRES"].split(","))

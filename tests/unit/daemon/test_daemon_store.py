@@ -39,7 +39,7 @@ def test_new_store_has_the_design_tables_and_version(tmp_path):
         names = set(s.db.table_names())
         assert {"meta", "jobs", "submissions", "attempts", "models"} <= names
         assert set(JOB_COLUMNS) <= set(s.db["jobs"].columns_dict)
-        assert s.db["jobs"].pks == ["source", "job_id", "attempt"]
+        assert sorted(s.db["jobs"].pks) == ["attempt", "job_id", "source"]
         assert s.db.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
         assert s.db.execute("PRAGMA synchronous").fetchone()[0] == 2  # FULL
     finally:
@@ -503,3 +503,20 @@ def test_sigkill_at_a_random_point_keeps_whole_batches(tmp_path):
         assert n >= last and n % 1000 == 0  # every reported commit kept, batches atomic
     finally:
         s.close()
+
+
+def test_connections_of_finished_threads_are_closed(tmp_path):
+    import gc
+
+    s = Store.open(tmp_path / "h.db")
+    s.insert_jobs([rec(1)])
+    fds_before = len(os.listdir("/proc/self/fd"))
+    for _ in range(100):  # like harpd: one short thread per client
+        t = threading.Thread(target=lambda: s.count_jobs())
+        t.start()
+        t.join()
+    gc.collect()
+    assert s.open_connections == 1  # only this thread's
+    assert len(os.listdir("/proc/self/fd")) <= fds_before + 3
+    s.close()
+    assert s.open_connections == 0

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from conftest import partitions_from_recording, site_settings
+from dnn_helpers import partitions_from_recording, site_settings
 
 from harpd.config import GpuType
 from harpd.dnn.site_check import check_gpu_types, parse_gres

@@ -153,3 +153,29 @@ def test_chain_terminates_monotone_capped(outcome, first, original, cap, max_att
     assert math.isclose(c.killed, sum(a) - (a[-1] if c.fitted else 0.0))
     if not c.fitted:
         assert c.stopped_reason
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    rows=st.lists(
+        st.tuples(pos, pos, st.one_of(st.none(), pos), st.one_of(st.none(), pos), st.booleans()),
+        min_size=1, max_size=20,
+    ),
+    max_attempts=st.integers(1, 6),
+    outcome=st.sampled_from([T, M]),
+)
+def test_simulate_many_matches_simulate(rows, max_attempts, outcome):
+    import numpy as np
+
+    from harpd.recovery.escalation import simulate_many
+
+    rows = [(need, min(first, cap) if cap else first, orig, cap, lb) for need, first, orig, cap, lb in rows]
+    arr = lambda k: np.array([np.nan if r[k] is None else r[k] for r in rows], float)  # noqa: E731
+    killed, fitted, last, attempts = simulate_many(arr(0), arr(1), arr(2), arr(3), outcome, max_attempts,
+                                                    np.array([r[4] for r in rows]))
+    for i, (need, first, orig, cap, lb) in enumerate(rows):
+        c = simulate(need, first, orig, cap, outcome, max_attempts, need_is_lower_bound=lb)
+        assert fitted[i] == c.fitted
+        assert math.isclose(killed[i], c.killed, rel_tol=1e-12)
+        assert last[i] == c.allocations[-1]
+        assert attempts[i] == len(c.allocations)

@@ -1,0 +1,206 @@
+"""harp-submit's own overhead over plain sbatch on the real cluster (target <= 30 ms, median).
+
+Submits the same script with plain ``sbatch`` and with ``harp-submit``,
+interleaved (so drift in the controller's load hits both alike), as held
+jobs (``-H``) that are cancelled at the end.  The overhead is the difference
+of the two median wall times: harp-submit's start-up, its round trip to the
+daemon, the rewrite, and registration of the job id.
+
+By default the daemon is a minimal protocol-speaking server whose decision
+changes ``--time``, so every run takes harp's longest path (predict, rewrite,
+script on standard input, register).  ``--daemon real`` starts the real harpd
+instead (its predictor's time is then included); ``--daemon none`` measures
+the fail-open path (no daemon).
+
+harp-submit is run the way a site installs it: the console script pip
+generates, in a fresh virtual environment holding only harp_submit (built
+here in a second).  This development interpreter's own console script is
+timed too and printed for information: its start-up also runs the
+site-packages hooks of this machine (an editable-install finder and a CA
+injection hook importing certifi), tens of milliseconds that belong to this
+environment, not to harp-submit.  ``--command`` times any other launcher.
+
+    python bench/submit_overhead.py [--n 40] [--daemon fake|real|none] [--command '...']
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shlex
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(REPO / "tests" / "unit" / "submit"))
+
+from harp_submit import client  # noqa: E402
+
+TARGET_MS = 30.0
+SCRIPT = "#!/bin/bash\n#SBATCH --time=30\n#SBATCH -o /dev/null\n#SBATCH -J harp-bench\ntrue\n"
+
+
+def slurm_conf() -> str | None:
+    if os.environ.get("SLURM_CONF"):
+        return os.environ["SLURM_CONF"]
+    d = Path(os.environ.get("HARP_SLURM_DIR", "/tmp/harp-localslurm"))
+    conf = d / "etc" / "slurm.conf"
+    return str(conf) if conf.exists() else None
+
+
+CONSOLE_SCRIPT = """#!{python}
+# -*- coding: utf-8 -*-
+import re
+import sys
+from harp_submit.cli import main
+if __name__ == '__main__':
+    sys.argv[0] = re.sub(r'(-script\\.pyw|\\.exe)?$', '', sys.argv[0])
+    sys.exit(main())
+"""  # what pip writes for [project.scripts] harp-submit = "harp_submit.cli:main"
+
+
+def clean_install(work: Path) -> list[str]:
+    """A fresh venv with harp_submit installed as pip would (package, byte code, console script)."""
+    venv = work / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
+    site = next((venv / "lib").glob("python*/site-packages"))
+    shutil.copytree(REPO / "harp_submit", site / "harp_submit", ignore=shutil.ignore_patterns("__pycache__"))
+    subprocess.run([str(venv / "bin" / "python"), "-m", "compileall", "-q", str(site / "harp_submit")], check=True)
+    script = venv / "bin" / "harp-submit"
+    script.write_text(CONSOLE_SCRIPT.format(python=venv / "bin" / "python"))
+    script.chmod(0o755)
+    return [str(script)]
+
+
+def installed_command() -> list[str] | None:
+    beside = Path(sys.executable).parent / "harp-submit"
+    if beside.exists():
+        return [str(beside)]
+    return None
+
+
+def start_daemon(kind: str, d: Path, env: dict[str, str]) -> tuple[str, object]:
+    sock = str(d / "harpd.sock")
+    if kind == "none":
+        return str(d / "absent.sock"), None
+    if kind == "fake":
+        from submit_fakes import FakeHarpd, change, decision
+
+        server = FakeHarpd(sock, decision(change("time", "00:10:00"), partition="", max_time_s=None,
+                                          max_mem_mb=None, max_cpus=None))
+        server.start()
+        return sock, server
+    cfg = d / "harpd.toml"
+    cfg.write_text(f'[server]\nsocket = "{sock}"\n[store]\npath = "{d}/harp.db"\n[ingest]\npoll_interval_s = 3600\n')
+    proc = subprocess.Popen([sys.executable, "-m", "harpd.main", "--config", str(cfg)], env=env,
+                            stderr=subprocess.DEVNULL, cwd=str(REPO))
+    end = time.monotonic() + 60
+    while True:
+        try:
+            client.call(sock, {"op": "health"}, 5)
+            return sock, proc
+        except client.HarpdUnavailable:
+            if proc.poll() is not None or time.monotonic() > end:
+                raise SystemExit("harpd did not start")
+            time.sleep(0.1)
+
+
+def stop_daemon(handle: object) -> None:
+    if handle is None:
+        return
+    if isinstance(handle, subprocess.Popen):
+        handle.send_signal(signal.SIGTERM)
+        handle.wait(30)
+    else:
+        handle.stop()  # type: ignore[attr-defined]
+
+
+def timed(argv: list[str], env: dict[str, str], cwd: Path) -> tuple[float, str]:
+    t = time.perf_counter()
+    proc = subprocess.run(argv, env=env, cwd=str(cwd), capture_output=True, text=True, stdin=subprocess.DEVNULL)
+    dt = time.perf_counter() - t
+    if proc.returncode != 0:
+        raise SystemExit(f"{argv[0]} failed ({proc.returncode}): {proc.stderr.strip()}")
+    return dt, proc.stdout.strip().split(";")[0]
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--n", type=int, default=40, help="submissions of each kind (default 40)")
+    ap.add_argument("--daemon", choices=["fake", "real", "none"], default="fake")
+    ap.add_argument("--command", help="time this harp-submit launcher instead of a clean install")
+    args = ap.parse_args()
+
+    conf = slurm_conf()
+    if conf is None:
+        print("no Slurm cluster: start one with scripts/localslurm start (or set SLURM_CONF)", file=sys.stderr)
+        return 2
+    sbatch = shutil.which("sbatch")
+    if sbatch is None:
+        print("sbatch not found in PATH", file=sys.stderr)
+        return 2
+    work = Path(tempfile.mkdtemp(prefix="hb-", dir="/tmp"))
+    harp = shlex.split(args.command) if args.command else clean_install(work)
+    other = None if args.command else installed_command()
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("HARP_", "SBATCH_", "PYTHON"))}
+    env["SLURM_CONF"] = conf
+    (work / "job.sh").write_text(SCRIPT)
+    sock, daemon = start_daemon(args.daemon, work, env)
+    # found the way users' harp-submit finds it: from harpd's config file
+    (work / "site-harpd.toml").write_text((REPO / "etc" / "harpd.toml").read_text().replace(
+        'socket = "/run/harp/harpd.sock"', f'socket = "{sock}"'))
+    env["HARP_CONFIG"] = str(work / "site-harpd.toml")
+    plain_t: list[float] = []
+    harp_t: list[float] = []
+    other_t: list[float] = []
+    ids: list[str] = []
+    try:
+        for i in range(args.n + 3):  # 3 warm-up rounds, not counted
+            a, ja = timed([sbatch, "-H", "--parsable", "job.sh"], env, work)
+            b, jb = timed([*harp, "-H", "--parsable", "job.sh"], env, work)
+            ids += [ja, jb]
+            if other:
+                c, jc = timed([*other, "-H", "--parsable", "job.sh"], env, work)
+                ids.append(jc)
+            if i >= 3:
+                plain_t.append(a)
+                harp_t.append(b)
+                if other:
+                    other_t.append(c)
+    finally:
+        stop_daemon(daemon)
+        for k in range(0, len(ids), 100):
+            subprocess.run(["scancel", *ids[k : k + 100]], env=env, capture_output=True)
+        shutil.rmtree(work, ignore_errors=True)
+    plain = statistics.median(plain_t) * 1000
+    harp_ms = statistics.median(harp_t) * 1000
+    overhead = harp_ms - plain
+    print(f"cluster: {conf}")
+    print(f"daemon: {args.daemon}   n={args.n} of each, interleaved, held (-H) and cancelled")
+    print(f"harp-submit: {'clean venv console script' if not args.command else ' '.join(harp)}")
+    print(f"sbatch       median {plain:7.1f} ms   (p10 {_pct(plain_t, 10):.1f}, p90 {_pct(plain_t, 90):.1f})")
+    print(f"harp-submit  median {harp_ms:7.1f} ms   (p10 {_pct(harp_t, 10):.1f}, p90 {_pct(harp_t, 90):.1f})")
+    if other_t:
+        o = statistics.median(other_t) * 1000
+        print(f"(info) {other[0]}: median {o:.1f} ms, overhead {o - plain:.1f} ms"
+              " -- includes this interpreter's site-packages start-up hooks")
+    print(f"ratio        {harp_ms / plain:.2f}x")
+    verdict = "PASS" if overhead <= TARGET_MS else "FAIL"
+    print(f"FIGURE submit_overhead: {overhead:.1f} ms (target <= {TARGET_MS:g} ms) {verdict}")
+    return 0
+
+
+def _pct(values: list[float], p: int) -> float:
+    s = sorted(values)
+    return s[min(len(s) - 1, int(len(s) * p / 100))] * 1000
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,156 @@
+"""Check harpd's decision before acting on it: harp-submit trusts no answer blindly.
+
+A decision is applied only if every change names an option harp may change,
+carries a value sbatch accepts and that can be written without quoting, and
+stays within the limits the decision itself reports for the partition
+(``decision.limits``).  Anything else is refused as a whole, and the caller
+submits the user's request unchanged: a half-applied decision would be a
+request nobody chose.
+"""
+
+from __future__ import annotations
+
+TYPE_CHECKING = False  # typing costs milliseconds to import; checkers still see these
+if TYPE_CHECKING:
+    from typing import Any
+
+from . import units
+from .directives import is_safe_value
+from .request import MEMORY_OPTIONS
+
+#: The options a decision may change (design.md, Decision.changes[].option).
+CHANGEABLE = (
+    "time",
+    "mem",
+    "mem-per-cpu",
+    "mem-per-gpu",
+    "cpus-per-task",
+    "gres",
+    "gpus",
+    "partition",
+    "nodes",
+    "ntasks-per-node",
+)
+
+
+class BadDecision(ValueError):
+    """A decision harp-submit will not apply; the message is one line for the user."""
+
+
+class Change:
+    """One validated change."""
+
+    __slots__ = ("option", "value", "old", "reason", "amount")
+
+    def __init__(self, option: str, value: str, old: str | None, reason: str, amount: Any):
+        self.option = option
+        self.value = value
+        self.old = old
+        self.reason = reason
+        self.amount = amount  # the parsed value: seconds, MiB, a count, or the text
+
+    def __repr__(self) -> str:
+        return f"Change({self.option!r}, {self.value!r})"
+
+
+def _int_or_none(d: dict[str, Any], key: str) -> int | None:
+    v = d.get(key)
+    if v is None:
+        return None
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or v != v or v < 0:
+        raise BadDecision(f"limits.{key} is not a number")
+    return int(v)
+
+
+def parse_changes(decision: Any) -> list[Change]:
+    """The decision's changes, each checked on its own; raises BadDecision."""
+    if not isinstance(decision, dict):
+        raise BadDecision("the decision is not an object")
+    raw = decision.get("changes", [])
+    if raw is None:
+        raw = []
+    if not isinstance(raw, list):
+        raise BadDecision("decision.changes is not a list")
+    out: list[Change] = []
+    seen: set[str] = set()
+    for item in raw:
+        if not isinstance(item, dict):
+            raise BadDecision("a change is not an object")
+        option, value = item.get("option"), item.get("value")
+        if option not in CHANGEABLE:
+            raise BadDecision(f"harp cannot change option {option!r}")
+        if not isinstance(value, str) or not is_safe_value(value):
+            raise BadDecision(f"unusable value {value!r} for --{option}")
+        family = "memory" if option in MEMORY_OPTIONS else option
+        if family in seen:
+            raise BadDecision(f"two changes for --{option}")
+        seen.add(family)
+        reason = item.get("reason")
+        reason = " ".join(reason.split()) if isinstance(reason, str) else ""
+        old = item.get("old")
+        old = old if isinstance(old, str) else None
+        out.append(Change(option, value, old, reason, _amount(option, value)))
+    return out
+
+
+def _amount(option: str, value: str) -> Any:
+    try:
+        if option == "time":
+            secs = units.parse_time(value)
+            if secs is None:
+                raise BadDecision("harp does not hand out unlimited time")
+            return secs
+        if option in MEMORY_OPTIONS:
+            mb = units.parse_mem(value)
+            if mb <= 0:
+                raise BadDecision(f"--{option}={value} is not a memory size harp should set")
+            return mb
+        if option in ("cpus-per-task", "ntasks-per-node"):
+            return units.parse_int(value)
+        if option == "nodes":
+            return units.parse_nodes(value)
+    except ValueError as exc:
+        if isinstance(exc, BadDecision):
+            raise
+        raise BadDecision(f"sbatch would reject --{option}={value}") from None
+    return value
+
+
+def check_limits(decision: dict[str, Any], changes: list[Change], resources: dict[str, Any]) -> None:
+    """Refuse changes beyond ``decision.limits``; ``resources`` is the user's request.
+
+    Memory per CPU is checked as per-task memory (times the CPUs per task the
+    job will have), against the partition's memory per node.
+    """
+    if not changes:
+        return
+    limits = decision.get("limits")
+    if not isinstance(limits, dict):
+        raise BadDecision("the decision has no partition limits")
+    max_time = _int_or_none(limits, "max_time_s")
+    max_mem = _int_or_none(limits, "max_mem_mb")
+    max_cpus = _int_or_none(limits, "max_cpus")
+    by = {c.option: c for c in changes}
+    part = limits.get("partition")
+    target_part = by["partition"].value if "partition" in by else resources.get("partition")
+    if isinstance(part, str) and part and target_part and "," not in target_part and part != target_part:
+        raise BadDecision(f"its limits are for partition {part}, but the job goes to {target_part}")
+    where = f"partition {part}" if isinstance(part, str) and part else "the partition"
+    cpus = by["cpus-per-task"].amount if "cpus-per-task" in by else (resources.get("cpus_per_task") or 1)
+    for c in changes:
+        if c.option == "time" and max_time is not None and c.amount > max_time:
+            raise BadDecision(f"--time={c.value} is beyond {where}'s limit of {units.format_time(max_time)}")
+        if c.option == "mem" and max_mem is not None and c.amount > max_mem:
+            raise BadDecision(f"--mem={c.value} is beyond {where}'s limit of {units.format_mem(max_mem)}")
+        if c.option == "mem-per-cpu" and max_mem is not None and c.amount * cpus > max_mem:
+            raise BadDecision(f"--mem-per-cpu={c.value} x {cpus} CPUs is beyond {where}'s limit of {units.format_mem(max_mem)}")
+        if c.option == "cpus-per-task" and max_cpus is not None and c.amount > max_cpus:
+            raise BadDecision(f"--cpus-per-task={c.value} is beyond {where}'s limit of {max_cpus} CPUs")
+
+
+def validate(answer: dict[str, Any], resources: dict[str, Any]) -> tuple[dict[str, Any], list[Change]]:
+    """The decision of a ``predict`` answer and its checked changes; raises BadDecision."""
+    decision = answer.get("decision")
+    changes = parse_changes(decision)
+    check_limits(decision, changes, resources)
+    return decision, changes

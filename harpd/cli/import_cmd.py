@@ -1,0 +1,72 @@
+"""``harp import FILE``: load job history (SWF, sacct -P export, sacct --json) into the store."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from harpd.cli.main import CliError
+
+NAME = "import"
+HELP = "load a job history file (SWF, sacct --parsable2 export, sacct --json; gzip or plain) into the store"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("file", metavar="FILE", help="trace file; the format is recognised from its content")
+    parser.add_argument("--source", help="name the records' source (default: the file name without suffixes)")
+    parser.add_argument("--db", help="store to write (default: store.path from the config)")
+    parser.add_argument(
+        "--batch-size", type=int, default=20_000, help="records per transaction (default 20000)"
+    )
+    parser.add_argument("--no-progress", action="store_true", help="no progress line, even on a terminal")
+
+
+def run(args: argparse.Namespace) -> int:
+    from harpd.config import ConfigError, load_settings
+    from harpd.importer import ImportError_, import_file
+    from harpd.store import Store, StoreError
+    from harpd.traces import TraceFormatError
+
+    if args.batch_size < 1:
+        raise CliError("--batch-size must be at least 1")
+    path = Path(args.file)
+    if not path.exists():
+        raise CliError(f"{path}: no such file")
+    if path.is_dir():
+        raise CliError(f"{path}: is a directory; give a trace file")
+    if args.db:
+        db = Path(args.db)
+    else:
+        try:
+            db = load_settings(getattr(args, "config", None)).store.path
+        except ConfigError as exc:
+            raise CliError(str(exc)) from None
+    try:
+        store = Store.open(db)
+    except StoreError as exc:
+        raise CliError(str(exc)) from None
+    try:
+        summary = import_file(
+            path,
+            store,
+            args.source,
+            batch_size=args.batch_size,
+            progress=False if args.no_progress else None,
+            stream=sys.stderr,
+        )
+    except ImportError_ as exc:
+        print(exc.summary.line(), file=sys.stderr)
+        raise CliError(str(exc)) from None
+    except TraceFormatError as exc:
+        raise CliError(f"{exc}") from None
+    except StoreError as exc:
+        raise CliError(str(exc)) from None
+    finally:
+        store.close()
+    print(summary.line())
+    if summary.skipped:
+        print(f"harp: {summary.skipped:,} bad rows skipped; the first:", file=sys.stderr)
+        for e in summary.errors:
+            print(f"  {e}", file=sys.stderr)
+    return 0

@@ -1,0 +1,207 @@
+"""Ingest against the real local Slurm 22.05: classification, latency, crash safety.
+
+* A completed, a TIMEOUT and an OOM-killed job, submitted and registered the way
+  harp-submit does it, are each stored with the right outcome (and censoring)
+  by a scheduled Ingestor within two poll intervals of the job's end.
+* An ingest killed with SIGKILL in the middle of its write (a subprocess made
+  slow with many extra records) leaves nothing half-written; run again, it
+  ends with every outcome recorded exactly once, the cursor moved and the
+  submissions closed.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from harpd.config import HarpSettings
+from harpd.ingest import CURSOR_KEY, Ingestor
+from harpd.records import Outcome
+from harpd.slurm.cli_backend import CliBackend
+from harpd.store import Store
+
+pytestmark = pytest.mark.slurm
+
+REPO = Path(__file__).resolve().parents[2]
+POLL_S = 6.0
+EXTRA = 60_000  # copies of real records that make the write last long enough to be killed in
+
+
+def _end_epoch(cluster, job_id: str) -> float:
+    env = dict(cluster.env, SLURM_TIME_FORMAT="%s")
+    out = subprocess.run(["sacct", "-X", "-n", "-P", "-j", job_id, "-o", "End"], capture_output=True,
+                         text=True, env=env, check=True).stdout.split()
+    return float(out[0])
+
+
+def test_outcomes_ingested_within_two_poll_intervals(slurm_cluster, tmp_path):
+    from apscheduler.schedulers.background import BackgroundScheduler
+
+    c = slurm_cluster
+    settings = HarpSettings(ingest={"poll_interval_s": POLL_S, "max_backoff_s": 30})
+    store = Store.open(tmp_path / "harp.db")
+    ids = {
+        "completed": c.sbatch("--time=2", "--mem=100M", "--job-name=ing-ok", script="sleep 2\n"),
+        "timeout": c.sbatch("-p", "tiny", "--time=1", "--mem=100M", "--job-name=ing-timeout", script="sleep 600\n"),
+        "oom": c.sbatch(
+            "--time=2", "--mem=100M", "--job-name=ing-oom",
+            script="python3 -c \"s = b'x' * (300 << 20); import time; time.sleep(15)\"\n",
+        ),
+    }
+    for kind, jid in ids.items():
+        store.add_submission(jid, 0, "root", {"job_name": f"ing-{kind}", "signature": f"sig-{kind}"}, {}, {}, None)
+    ingestor = Ingestor(store, CliBackend(settings), settings)
+    heard: dict[str, tuple[float, object]] = {}
+    lock = threading.Lock()
+
+    def listen(rec):
+        with lock:
+            heard.setdefault(rec.job_id, (time.time(), rec))
+
+    ingestor.on_outcome.append(listen)
+    sched = BackgroundScheduler(daemon=True)
+    ingestor.schedule(sched)
+    sched.start()
+    try:
+        for jid in ids.values():
+            c.wait_job(jid, timeout=240)
+        deadline = time.time() + 2 * POLL_S + 5
+        while time.time() < deadline and len(heard) < len(ids):
+            time.sleep(0.2)
+    finally:
+        sched.shutdown(wait=True)
+    assert set(heard) == set(ids.values()), f"not ingested: {set(ids.values()) - set(heard)}; last error {ingestor.last_error}"
+
+    expected = {
+        "completed": (Outcome.COMPLETED, False, False),
+        "timeout": (Outcome.TIMEOUT, True, False),
+        "oom": (Outcome.OOM, False, True),
+    }
+    for kind, jid in ids.items():
+        seen_at, announced = heard[jid]
+        rec = store.get_job(jid)
+        assert rec is not None and rec.attempt == 1
+        assert (rec.outcome, rec.censored_time, rec.censored_mem) == expected[kind], (kind, rec)
+        assert announced.outcome is rec.outcome
+        assert rec.signature == f"sig-{kind}" and rec.source == "harptest"
+        sub = store.get_submission(jid)
+        assert sub["state"] == "done" and sub["outcome"] == expected[kind][0].value
+        # latency from the end Slurm recorded (whole seconds) to harp knowing it
+        latency = seen_at - _end_epoch(c, jid)
+        assert latency <= 2 * POLL_S + 1.5, f"{kind} job {jid} ingested {latency:.1f} s after its end"
+    timeout = store.get_job(ids["timeout"])
+    assert timeout.used_time_s >= 60 and timeout.req_time_s == 60
+    oom = store.get_job(ids["oom"])
+    assert oom.req_mem_mb == 100 and oom.used_mem_mb >= 95
+    assert store.count_jobs() == 3
+    store.close()
+
+
+CHILD = textwrap.dedent(
+    """\
+    import json, sys
+    from harpd.config import HarpSettings
+    from harpd.ingest import Ingestor
+    from harpd.records import JobRecord
+    from harpd.slurm.cli_backend import CliBackend
+    from harpd.store import Store
+
+    db, extra, out_dir = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+    settings = HarpSettings(ingest={"learn_all_jobs": True, "lookback_s": 7 * 86400, "poll_interval_s": 5})
+
+    class Amplified(CliBackend):
+        # the real cluster's records plus many copies, so the write takes seconds
+        def sacct_jobs(self, job_ids, since, until, all_users):
+            recs = super().sacct_jobs(job_ids, since, until, all_users)
+            if job_ids is None:
+                done = [r for r in recs if r.outcome.finished]
+                for i in range(extra):
+                    d = done[i % len(done)].to_dict()
+                    d["job_id"] = f"{d['job_id']}-copy{i}"
+                    recs.append(JobRecord.from_dict(d))
+                with open(out_dir + "/returned.json", "w") as fh:
+                    json.dump(sorted({(r.source, r.job_id, r.attempt) for r in recs if r.outcome.finished}), fh)
+            return recs
+
+    store = Store.open(db)
+    ing = Ingestor(store, Amplified(settings), settings)
+    log = open(out_dir + "/announced.log", "a")
+    ing.on_outcome.append(lambda r: (log.write(f"{r.source}|{r.job_id}|{r.attempt}\\n"), log.flush()))
+    print(ing.poll_once(), flush=True)
+    """
+)
+
+
+def _child(db: Path, extra: int, out: Path) -> subprocess.Popen:
+    env = dict(os.environ, PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    return subprocess.Popen([sys.executable, "-c", CHILD, str(db), str(extra), str(out)], env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def test_sigkill_mid_ingest_loses_and_duplicates_nothing(slurm_cluster, tmp_path):
+    c = slurm_cluster
+    db = tmp_path / "harp.db"
+    ok = c.sbatch("--time=2", "--job-name=ing-kill-ok", script="true\n")
+    bad = c.sbatch("--time=2", "--job-name=ing-kill-fail", script="exit 3\n")
+    assert c.wait_job(ok) == "COMPLETED" and c.wait_job(bad) == "FAILED"
+    with Store.open(db) as s:
+        for jid in (ok, bad):
+            s.add_submission(jid, 0, "root", {"signature": "kill-test"}, {}, {}, None)
+
+    # run 1: killed while its transaction is being written
+    child = _child(db, EXTRA, tmp_path)
+    wal = Path(str(db) + "-wal")
+    start_size = wal.stat().st_size if wal.exists() else 0
+    deadline = time.time() + 180
+    killed_mid_write = False
+    while time.time() < deadline and child.poll() is None:
+        if (tmp_path / "returned.json").exists() and wal.exists() and wal.stat().st_size > start_size + (4 << 20):
+            os.kill(child.pid, signal.SIGKILL)  # pages of the open transaction are spilling into the WAL
+            killed_mid_write = True
+            break
+        time.sleep(0.02)
+    child.wait(timeout=60)
+    assert killed_mid_write, f"ingest finished before it could be killed: {child.stdout.read()} {child.stderr.read()}"
+    assert child.returncode == -signal.SIGKILL
+    with Store.open(db) as s:
+        assert s.count_jobs(finished_only=False) == 0  # the open transaction is gone, nothing half-written
+        assert s.get_meta(CURSOR_KEY) is None  # the cursor did not move past uncommitted records
+        assert s.get_submission(ok)["state"] == "pending"
+    log = tmp_path / "announced.log"
+    assert not log.exists() or log.read_text() == ""  # nothing announced before its commit
+
+    # run 2: restarted, runs to the end
+    child = _child(db, EXTRA, tmp_path)
+    out, err = child.communicate(timeout=600)
+    assert child.returncode == 0, err
+    returned = {tuple(k) for k in json.loads((tmp_path / "returned.json").read_text())}
+    assert int(out.strip()) == len(returned)
+    with Store.open(db) as s:
+        keys = [(r.source, r.job_id, r.attempt) for r in s.iter_jobs(finished_only=False, order=None)]
+        assert len(keys) == len(set(keys)) == len(returned)  # exactly once each
+        assert set(keys) == returned
+        assert s.get_meta(CURSOR_KEY) is not None
+        assert s.get_job(ok).outcome is Outcome.COMPLETED and s.get_job(bad).outcome is Outcome.FAILED
+        assert s.get_job(bad).signature == "kill-test"
+        assert s.get_submission(ok)["outcome"] == "completed" and s.get_submission(bad)["outcome"] == "failed"
+    announced = (tmp_path / "announced.log").read_text().splitlines()
+    assert {tuple(a.split("|")[:2]) for a in announced} == {k[:2] for k in returned}
+
+    # run 3: nothing new, nothing duplicated
+    child = _child(db, EXTRA, tmp_path)
+    out, err = child.communicate(timeout=600)
+    assert child.returncode == 0, err
+    with Store.open(db) as s:
+        assert s.count_jobs(finished_only=False) >= len(returned)
+        keys = [(r.source, r.job_id, r.attempt) for r in s.iter_jobs(finished_only=False, order=None)]
+        assert len(keys) == len(set(keys))
+        assert returned <= set(keys)

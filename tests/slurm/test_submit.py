@@ -1,0 +1,153 @@
+"""harp-submit against the real local Slurm: rewritten limits reach the job; no job is ever lost."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+
+from harp_submit import client
+
+REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO / "tests" / "unit" / "submit"))
+from submit_fakes import FakeHarpd, change, decision  # noqa: E402
+
+RUN_MAIN = "import sys; from harp_submit.cli import main; sys.exit(main())"
+
+pytestmark = pytest.mark.slurm
+
+
+@pytest.fixture
+def submit_dir():
+    d = tempfile.mkdtemp(prefix="hst-", dir="/tmp")  # short: Unix socket paths are limited
+    os.chmod(d, 0o755)
+    try:
+        yield Path(d)
+    finally:
+        shutil.rmtree(d, ignore_errors=True)
+
+
+def harp_submit(cluster, *args: str, socket_path: str, cwd: Path | None = None,
+                env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    e = {k: v for k, v in cluster.env.items() if not k.startswith(("HARP_", "SBATCH_"))}
+    e.update({"SLURM_CONF": str(cluster.conf), "HARP_SOCKET": socket_path, "PYTHONPATH": str(REPO),
+              "HARP_CONFIG": "/nonexistent/harpd.toml"})
+    e.update(env or {})
+    return subprocess.run([sys.executable, "-c", RUN_MAIN, *args], capture_output=True, text=True,
+                          cwd=str(cwd or cluster.workdir), env=e, stdin=subprocess.DEVNULL, timeout=120)
+
+
+def show_job(cluster, job_id: str) -> dict[str, str]:
+    out = cluster.scontrol("show", "job", job_id)
+    return dict(m.groups() for m in re.finditer(r"(\w+)=(\S*)", out))
+
+
+def test_rewritten_job_runs_with_the_new_limits(slurm_cluster, submit_dir) -> None:
+    work = slurm_cluster.workdir
+    script = work / "limits.sh"
+    script.write_text(
+        "#!/bin/bash\n"
+        "#SBATCH --time=50\n"
+        "#SBATCH -p short\n"
+        "#SBATCH -o harp-limits-%j.out\n"
+        'echo "args=$*"\n'
+        'echo "name=$SLURM_JOB_NAME"\n'
+    )
+    limits = dict(partition="short", max_time_s=slurm_cluster.partitions["short"] * 60, max_mem_mb=4000, max_cpus=2)
+    with FakeHarpd(submit_dir / "h.sock", decision(change("time", "00:07:00"), change("mem", "300M"), **limits)) as harpd:
+        proc = harp_submit(slurm_cluster, "--parsable", "limits.sh", "hello", "world", socket_path=harpd.path)
+        assert proc.returncode == 0, proc.stderr
+        job_id = proc.stdout.strip().split(";")[0]
+        assert job_id.isdigit()
+        assert proc.stderr == ""  # --parsable: harp stays quiet
+        job = show_job(slurm_cluster, job_id)
+        assert job["TimeLimit"] == "00:07:00"
+        assert job["MinMemoryNode"] == "300M"
+        assert job["JobName"] == "limits.sh"  # not "stdin"
+        assert job["WorkDir"] == str(work)
+        assert job["Partition"] == "short"
+        [reg] = harpd.wait_for("register")
+        assert reg["job_id"] == job_id
+        assert reg["original"]["time_s"] == 3000 and reg["submitted"]["time_s"] == 420
+        assert reg["submitted"]["mem_mb"] == 300
+
+    assert slurm_cluster.wait_job(job_id) == "COMPLETED"
+    out = (work / f"harp-limits-{job_id}.out").read_text()
+    assert "args=hello world" in out and "name=limits.sh" in out
+    [row] = slurm_cluster.sacct(job_id, "JobID,Timelimit,ReqMem", steps=False)
+    assert row["Timelimit"] == "00:07:00" and row["ReqMem"].startswith("300M")
+
+
+def test_without_harpd_200_submissions_each_land_exactly_once(slurm_cluster, submit_dir) -> None:
+    (slurm_cluster.workdir / "once.sh").write_text("#!/bin/bash\n#SBATCH -t 1\n#SBATCH -o /dev/null\ntrue\n")
+    token = uuid.uuid4().hex[:8]
+    names = [f"harp-once-{token}-{i}" for i in range(200)]
+    ids: list[str] = []
+    try:
+        for name in names:
+            proc = harp_submit(slurm_cluster, "-H", "--parsable", "-J", name, "once.sh",
+                               socket_path=str(submit_dir / "no-harpd.sock"))
+            assert proc.returncode == 0, proc.stderr
+            ids.append(proc.stdout.strip().split(";")[0])
+            warnings = [x for x in proc.stderr.splitlines() if x.startswith("harp:")]
+            assert len(warnings) == 1 and "harpd is not running" in warnings[0]
+        queue = slurm_cluster.run(["squeue", "-h", "-a", "-o", "%i %j"]).stdout.split("\n")
+        mine = [line.split(" ", 1) for line in queue if f"harp-once-{token}-" in line]
+        assert sorted(n for _, n in mine) == sorted(names)  # every one, exactly once
+        assert sorted(i for i, _ in mine) == sorted(ids) and len(set(ids)) == 200
+    finally:
+        queue = slurm_cluster.run(["squeue", "-h", "-a", "-o", "%i %j"], check=False).stdout.split("\n")
+        leftover = [line.split(" ", 1)[0] for line in queue if f"harp-once-{token}-" in line]
+        for k in range(0, len(leftover), 50):
+            slurm_cluster.run(["scancel", *leftover[k : k + 50]], check=False)
+
+
+@pytest.fixture
+def real_harpd(slurm_cluster, submit_dir):
+    cfg = submit_dir / "harpd.toml"
+    sock = submit_dir / "harpd.sock"
+    cfg.write_text(f'[server]\nsocket = "{sock}"\n[store]\npath = "{submit_dir}/lib/harp.db"\n'
+                   "[ingest]\npoll_interval_s = 3600\n")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("HARP_")}
+    env["SLURM_CONF"] = str(slurm_cluster.conf)
+    proc = subprocess.Popen([sys.executable, "-m", "harpd.main", "--config", str(cfg)], stderr=subprocess.PIPE,
+                            text=True, env=env)
+    end = time.monotonic() + 60
+    while True:
+        assert proc.poll() is None, proc.stderr.read() if proc.stderr else ""
+        try:
+            client.call(str(sock), {"op": "health"}, 5)
+            break
+        except client.HarpdUnavailable:
+            assert time.monotonic() < end, "harpd did not come up"
+            time.sleep(0.1)
+    yield str(sock)
+    proc.send_signal(signal.SIGTERM)
+    proc.wait(30)
+
+
+def test_with_the_real_harpd_the_job_is_predicted_and_registered(slurm_cluster, real_harpd) -> None:
+    (slurm_cluster.workdir / "real.sh").write_text("#!/bin/bash\n#SBATCH -t 20\n#SBATCH -p short\nsleep 1\n")
+    proc = harp_submit(slurm_cluster, "-H", "real.sh", socket_path=real_harpd)
+    assert proc.returncode == 0, proc.stderr
+    m = re.fullmatch(r"Submitted batch job (\d+)\n", proc.stdout)
+    assert m, proc.stdout
+    job_id = m.group(1)
+    try:
+        # the daemon took our request (JobRequest, commands included) and the registration
+        assert "unchanged" not in proc.stderr and "could not register" not in proc.stderr, proc.stderr
+        status = client.call(real_harpd, {"op": "status", "job_id": job_id}, 5)["job"]
+        assert status["registered"] is True
+        assert status["original"]["time_s"] == 1200 and status["original"]["partition"] == "short"
+        assert show_job(slurm_cluster, job_id)["JobState"] == "PENDING"
+    finally:
+        slurm_cluster.run(["scancel", job_id], check=False)

@@ -1,0 +1,315 @@
+"""CliBackend against fake Slurm commands: argv lists, errors, fallback, parsing."""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+import sys
+import tempfile
+import textwrap
+from pathlib import Path
+
+import pytest
+from ingest_helpers import FIXTURES
+
+from harpd.config import HarpSettings
+from harpd.records import Outcome
+from harpd.slurm import get_backend
+from harpd.slurm.base import SlurmBackend, SlurmError
+from harpd.slurm.cli_backend import CliBackend, parse_kv_line
+
+FAKE = textwrap.dedent(
+    """\
+    #!{python}
+    # fake {name}: logs its call, answers from files in its directory
+    import json, os, sys, time
+    here = os.path.dirname(os.path.abspath(__file__))
+    name = os.path.basename(__file__)
+    data = sys.stdin.buffer.read() if name == "sbatch" else b""
+    with open(os.path.join(here, "calls.jsonl"), "a") as fh:
+        fh.write(json.dumps({{"cmd": name, "argv": sys.argv[1:], "uid": os.getuid(), "cwd": os.getcwd(),
+                            "stdin": data.decode(), "tf": os.environ.get("SLURM_TIME_FORMAT"),
+                            "conf": os.environ.get("SLURM_CONF"), "home": os.environ.get("HOME")}}) + "\\n")
+    def answer(key):
+        p = os.path.join(here, key)
+        return open(p).read() if os.path.exists(p) else None
+    if os.path.exists(os.path.join(here, "slow")):
+        time.sleep(10)
+    if os.path.exists(os.path.join(here, "down")):
+        sys.stderr.write("sacct: error: Problem talking to the database: Connection refused\\nmore\\n")
+        sys.exit(1)
+    if name == "sacct":
+        if "--json" in sys.argv:
+            if os.path.exists(os.path.join(here, "no_json")):
+                sys.stderr.write("sacct: unrecognized option '--json'\\n")
+                sys.exit(1)
+            sys.stdout.write(answer("sacct.json"))
+        else:
+            sys.stdout.write(answer("sacct.psv"))
+    elif name == "sbatch":
+        sys.stdout.write(answer("sbatch.out") or "4242;harptest\\n")
+    elif name == "scontrol":
+        key = "scontrol." + sys.argv[2] if len(sys.argv) > 2 and sys.argv[1] == "show" else None
+        out = answer(key) if key else ""
+        if key and out is None:
+            sys.stderr.write("slurm_load_jobs error: Invalid job id specified\\n")
+            sys.exit(1)
+        sys.stdout.write(out or "")
+    """
+)
+
+PARTITIONS = (
+    "PartitionName=short AllowGroups=ALL Default=YES MaxNodes=UNLIMITED MaxTime=01:00:00 Nodes=n[1-2] "
+    "TotalCPUs=4 TotalNodes=2 DefMemPerNode=UNLIMITED MaxMemPerNode=6000 MaxCPUsPerNode=UNLIMITED "
+    "TRES=cpu=4,mem=16000M,node=2,billing=4\n"
+    "PartitionName=gpu AllowGroups=ALL Default=NO MaxNodes=4 MaxTime=2-00:00:00 Nodes=g1 TotalCPUs=8 "
+    "TotalNodes=1 MaxMemPerNode=UNLIMITED MaxCPUsPerNode=6\n"
+    "PartitionName=open Default=NO MaxTime=UNLIMITED Nodes=n1 TotalNodes=1 MaxMemPerNode=UNLIMITED\n"
+)
+NODES = (
+    "NodeName=n1 Arch=x86_64 CoresPerSocket=2 CPUAlloc=0 CPUTot=2 RealMemory=8000 MemSpecLimit=500 "
+    "Gres=(null) Partitions=short,open State=IDLE\n"
+    "NodeName=n2 CPUTot=2 RealMemory=8000 Gres=(null) Partitions=short State=IDLE\n"
+    "NodeName=g1 CPUTot=8 RealMemory=64000 Gres=gpu:a100:4(S:0-1) Partitions=gpu State=MIXED Reason=being fixed by admin [root@2026]\n"
+)
+
+
+def make_bin(d: Path, python: str = sys.executable) -> Path:
+    d.mkdir(parents=True, exist_ok=True)
+    for name in ("sbatch", "sacct", "scontrol", "scancel"):
+        p = d / name
+        p.write_text(FAKE.format(python=python, name=name))
+        p.chmod(0o755)
+    (d / "sacct.json").write_text((FIXTURES / "22.05-jobs.json").read_text())
+    (d / "sacct.psv").write_text((FIXTURES / "22.05-jobs-epoch.psv").read_text())
+    (d / "scontrol.partition").write_text(PARTITIONS)
+    (d / "scontrol.node").write_text(NODES)
+    (d / "scontrol.job").write_text(
+        "JobId=12 JobName=my job UserId=alice(1000) GroupId=alice(1000) JobState=COMPLETED Reason=None "
+        "TimeLimit=00:02:00 TRES=cpu=1,mem=100M,node=1,billing=1 Command=/home/alice/run me.sh WorkDir=/home/alice\n"
+    )
+    return d
+
+
+def calls(d: Path) -> list[dict]:
+    p = d / "calls.jsonl"
+    return [json.loads(x) for x in p.read_text().splitlines()] if p.exists() else []
+
+
+@pytest.fixture
+def bindir(tmp_path):
+    return make_bin(tmp_path / "bin")
+
+
+@pytest.fixture
+def backend(bindir):
+    return CliBackend(HarpSettings(slurm={"bin_dir": str(bindir), "command_timeout_s": 5, "cluster": "clusterA"}))
+
+
+def test_is_a_slurm_backend(backend):
+    assert isinstance(backend, SlurmBackend)
+
+
+# ----------------------------------------------------------------- sacct
+
+
+def test_sacct_json_argv_and_records(backend, bindir):
+    recs = backend.sacct_jobs(["7", "8", "12"], None, None, True)
+    (call,) = calls(bindir)
+    assert call["cmd"] == "sacct"
+    assert call["argv"][0] == "--json"
+    assert "--duplicates" in call["argv"] and "--allusers" in call["argv"]
+    assert call["argv"][call["argv"].index("--jobs") + 1] == "7,8,12"
+    by_id = {r.job_id: r for r in recs}
+    assert by_id["8"].outcome is Outcome.TIMEOUT and by_id["9"].outcome is Outcome.OOM
+    assert all(r.source == "clusterA" for r in recs)  # slurm.cluster names the source
+
+
+def test_sacct_window_argv(backend, bindir):
+    backend.sacct_jobs(None, 1_700_000_000.0, 1_700_003_600.0, False)
+    argv = calls(bindir)[0]["argv"]
+    assert "--allusers" not in argv and "--jobs" not in argv
+    import time as _t
+
+    assert argv[argv.index("--starttime") + 1] == _t.strftime("%Y-%m-%dT%H:%M:%S", _t.localtime(1_700_000_000))
+    assert argv[argv.index("--endtime") + 1] == _t.strftime("%Y-%m-%dT%H:%M:%S", _t.localtime(1_700_003_600))
+
+
+def test_sacct_needs_ids_or_start(backend):
+    with pytest.raises(SlurmError, match="job ids or a start time"):
+        backend.sacct_jobs(None, None, None, True)
+
+
+def test_no_json_falls_back_to_parsable2_and_remembers(backend, bindir):
+    (bindir / "no_json").touch()
+    recs = backend.sacct_jobs(["7"], None, None, True)
+    assert {r.job_id: r.outcome for r in recs}["10"] is Outcome.FAILED
+    backend.sacct_jobs(["7"], None, None, True)
+    seen = calls(bindir)
+    assert [("--json" in c["argv"]) for c in seen] == [True, False, False]
+    p_call = seen[1]
+    assert "--parsable2" in p_call["argv"] and p_call["tf"] == "%s"  # epoch timestamps
+    fmt = p_call["argv"][p_call["argv"].index("--format") + 1]
+    assert fmt.startswith("JobID,JobIDRaw,") and fmt.endswith(",Comment")
+
+
+def test_unparseable_json_falls_back(backend, bindir):
+    (bindir / "sacct.json").write_text("this is not json")
+    recs = backend.sacct_jobs(["7"], None, None, True)
+    assert len(recs) == 12
+
+
+def test_slurmdbd_down_is_one_clear_line(backend, bindir):
+    (bindir / "down").touch()
+    with pytest.raises(SlurmError) as ei:
+        backend.sacct_jobs(["7"], None, None, True)
+    msg = str(ei.value)
+    assert "\n" not in msg
+    assert "sacct" in msg and "exit 1" in msg and "Problem talking to the database: Connection refused" in msg
+    assert backend._json_ok is None  # not mistaken for "no JSON support"
+
+
+def test_timeout(bindir):
+    b = CliBackend(HarpSettings(slurm={"bin_dir": str(bindir), "command_timeout_s": 0.5}))
+    (bindir / "slow").touch()
+    with pytest.raises(SlurmError, match=r"no answer within 0.5 s \(slurm.command_timeout_s\)"):
+        b.show_job("12")
+
+
+def test_missing_command(tmp_path):
+    b = CliBackend(HarpSettings(slurm={"bin_dir": str(tmp_path)}))
+    with pytest.raises(SlurmError, match="sacct not found in slurm.bin_dir"):
+        b.sacct_jobs(["1"], None, None, True)
+
+
+def test_bad_job_id_runs_nothing(backend, bindir):
+    for bad in ("1;rm -rf /", "--all", "", "12.batch", "abc"):
+        with pytest.raises(SlurmError, match="invalid job id"):
+            backend.sacct_jobs([bad], None, None, True)
+        with pytest.raises(SlurmError, match="invalid job id"):
+            backend.cancel(bad)
+    assert calls(bindir) == []
+
+
+# ---------------------------------------------------------------- sbatch
+
+
+def test_submit_script_on_stdin(backend, bindir, tmp_path):
+    work = tmp_path / "work"
+    work.mkdir()
+    jid = backend.submit(["--time=5", "--job-name=a b;c"], b"#!/bin/bash\necho hi\n", str(work),
+                         {"HOME": "/home/alice", "PATH": "/usr/bin"})
+    assert jid == "4242"
+    (call,) = calls(bindir)
+    assert call["argv"] == ["--parsable", "--time=5", "--job-name=a b;c"]
+    assert call["stdin"] == "#!/bin/bash\necho hi\n"
+    assert call["cwd"] == str(work) and call["home"] == "/home/alice"
+
+
+def test_submit_keeps_harpd_slurm_conf(backend, bindir, tmp_path, monkeypatch):
+    monkeypatch.setenv("SLURM_CONF", "/etc/slurm/test.conf")
+    backend.submit(["x.sh"], None, str(tmp_path), {"HOME": "/root"})
+    assert calls(bindir)[0]["conf"] == "/etc/slurm/test.conf"
+    backend.submit(["x.sh"], None, str(tmp_path), {"HOME": "/root", "SLURM_CONF": "/mine.conf"})
+    assert calls(bindir)[1]["conf"] == "/mine.conf"
+
+
+def test_submit_rejects_odd_output(backend, bindir, tmp_path):
+    (bindir / "sbatch.out").write_text("Submitted batch job 12\n")
+    with pytest.raises(SlurmError, match="not a job id"):
+        backend.submit(["x.sh"], None, str(tmp_path), None)
+
+
+def test_submit_missing_cwd(backend, tmp_path):
+    with pytest.raises(SlurmError, match="does not exist"):
+        backend.submit(["x.sh"], None, str(tmp_path / "nope"), None)
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="dropping to another uid needs root")
+@pytest.mark.skipif(not os.access("/usr/bin/python3", os.X_OK), reason="needs a system python nobody can run")
+def test_submit_as_uid_drops_privileges():
+    d = Path(tempfile.mkdtemp(prefix="harp-fake-slurm-"))
+    try:
+        d.chmod(0o777)
+        make_bin(d / "bin", python="/usr/bin/python3")
+        (d / "bin").chmod(0o777)
+        for f in (d / "bin").iterdir():
+            f.chmod(0o777 if f.is_dir() else (f.stat().st_mode | stat.S_IROTH | stat.S_IWOTH))
+        b = CliBackend(HarpSettings(slurm={"bin_dir": str(d / "bin")}))
+        assert b.submit(["x.sh"], None, str(d), {"HOME": "/"}, as_uid=65534) == "4242"
+        assert calls(d / "bin")[0]["uid"] == 65534
+    finally:
+        import shutil
+
+        shutil.rmtree(d, ignore_errors=True)
+
+
+# -------------------------------------------------------------- scontrol
+
+
+def test_partitions(backend):
+    parts = backend.partitions()
+    assert set(parts) == {"short", "gpu", "open"}
+    short = parts["short"]
+    assert short.max_time_s == 3600 and short.default and short.nodes == 2
+    assert short.max_mem_mb_per_node == 6000  # MaxMemPerNode below RealMemory
+    assert short.max_cpus_per_node == 2 and short.gres is None and short.gpus_per_node == 0
+    gpu = parts["gpu"]
+    assert gpu.max_time_s == 2 * 86400 and gpu.max_cpus_per_node == 6 and gpu.max_nodes == 4
+    assert gpu.gres == "gpu:a100:4" and gpu.gpus_per_node == 4 and gpu.max_mem_mb_per_node == 64000
+    assert parts["open"].max_time_s is None
+    assert parts["open"].max_mem_mb_per_node == 7500  # RealMemory minus MemSpecLimit
+
+
+def test_show_job(backend, bindir):
+    job = backend.show_job("12")
+    assert job["JobName"] == "my job" and job["UserId"] == "alice(1000)"
+    assert job["TRES"] == "cpu=1,mem=100M,node=1,billing=1"
+    assert job["Command"] == "/home/alice/run me.sh"
+    assert calls(bindir)[0]["argv"] == ["show", "job", "--oneliner", "12"]
+
+
+def test_show_job_unknown(backend, bindir):
+    (bindir / "scontrol.job").unlink()
+    with pytest.raises(SlurmError, match="Invalid job id specified"):
+        backend.show_job("999")
+
+
+def test_parse_kv_line_values_with_spaces_and_equals():
+    kv = parse_kv_line("A=1 Reason=being fixed by admin [root@x] TRES=cpu=1,mem=2G B=(null)")
+    assert kv == {"A": "1", "Reason": "being fixed by admin [root@x]", "TRES": "cpu=1,mem=2G", "B": "(null)"}
+
+
+def test_job_control_argv(backend, bindir):
+    backend.requeue_hold("5")
+    backend.update_job("5", TimeLimit=90, MinMemoryNode=600)
+    backend.release("5")
+    backend.cancel("5_2")
+    assert [(c["cmd"], c["argv"]) for c in calls(bindir)] == [
+        ("scontrol", ["requeuehold", "5"]),
+        ("scontrol", ["update", "JobId=5", "TimeLimit=90", "MinMemoryNode=600"]),
+        ("scontrol", ["release", "5"]),
+        ("scancel", ["5_2"]),
+    ]
+
+
+def test_update_job_validation(backend, bindir):
+    with pytest.raises(SlurmError, match="invalid scontrol field name"):
+        backend.update_job("5", **{"Time Limit": 3})
+    with pytest.raises(SlurmError, match="invalid value"):
+        backend.update_job("5", Comment="a\nb")
+    with pytest.raises(SlurmError, match="at least one field"):
+        backend.update_job("5")
+    assert calls(bindir) == []
+
+
+# ------------------------------------------------------------ get_backend
+
+
+def test_get_backend():
+    assert isinstance(get_backend(HarpSettings()), CliBackend)
+    with pytest.raises(SlurmError, match="pyslurm"):
+        get_backend(HarpSettings(slurm={"backend": "pyslurm"}))
+    with pytest.raises(SlurmError, match="unknown slurm.backend 'rest'"):
+        get_backend(HarpSettings(slurm={"backend": "rest"}))

@@ -1,0 +1,252 @@
+"""Ingestor with a fake Slurm and a real store: idempotence, durability, backoff."""
+
+from __future__ import annotations
+
+import pytest
+from ingest_helpers import FakeBackend, rec
+
+from harpd.config import HarpSettings
+from harpd.ingest import CURSOR_KEY, UNANNOUNCED_KEY, WATCH_KEY, Ingestor
+from harpd.records import Outcome
+from harpd.store import StoreError
+
+
+def settings(**ingest):
+    return HarpSettings(ingest={"poll_interval_s": 10, "max_backoff_s": 100, **ingest})
+
+
+def submit(store, job_id, decision=None, job=None, submitted_at=None):
+    store.add_submission(job_id, 1000, "alice", job or {"signature": f"sig-{job_id}"}, {}, {}, decision)
+    if submitted_at is not None:
+        store.db.conn.execute("UPDATE submissions SET submitted_at = ? WHERE job_id = ?", (submitted_at, job_id))
+
+
+def stored(store):
+    return {(r.job_id, r.attempt): r for r in store.iter_jobs(finished_only=False, order=None)}
+
+
+def test_poll_records_finished_submissions_once(store):
+    be = FakeBackend([rec("1"), rec("2", Outcome.TIMEOUT, censored_time=True), rec("3", Outcome.RUNNING, end_time=None)])
+    for j in ("1", "2", "3"):
+        submit(store, j, decision={"changes": [{"option": "time"}]} if j == "2" else None)
+    ing = Ingestor(store, be, settings())
+    heard = []
+    ing.on_outcome.append(heard.append)
+    assert ing.poll_once() == 2
+    assert be.calls[0][0] == ["1", "2", "3"]  # only harp's jobs, learn_all_jobs is off
+    got = stored(store)
+    assert set(got) == {("1", 1), ("2", 1)}  # running jobs are never stored
+    assert got[("2", 1)].harp_sized and not got[("1", 1)].harp_sized
+    assert got[("1", 1)].signature == "sig-1"
+    assert [r.job_id for r in heard] == ["1", "2"]
+    assert store.get_submission("1")["state"] == "done" and store.get_submission("2")["outcome"] == "timeout"
+    assert store.get_submission("3")["state"] == "pending"
+    # again: nothing new, nothing announced twice, nothing duplicated
+    assert ing.poll_once() == 0
+    assert len(heard) == 2 and store.count_jobs(finished_only=False) == 2
+    # the running job ends
+    be.jobs[2] = rec("3", Outcome.OOM, censored_mem=True)
+    assert ing.poll_once() == 1
+    assert [r.job_id for r in heard] == ["1", "2", "3"]
+    assert store.get_submission("3")["outcome"] == "oom"
+    assert store.get_meta(UNANNOUNCED_KEY) == []
+
+
+def test_learn_all_jobs_uses_and_advances_the_cursor(store):
+    now = 10_000.0
+    be = FakeBackend([rec("10", end_time=now - 100), rec("11", end_time=now - 50_000)])
+    ing = Ingestor(store, be, settings(learn_all_jobs=True, lookback_s=3600), clock=lambda: now)
+    assert ing.poll_once() == 1  # 11 ended before the look-back window
+    _, since, until, all_users = be.calls[-1]
+    assert since <= now - 3600 and until == now and all_users
+    assert store.get_meta(CURSOR_KEY) == now
+    be.jobs.append(rec("12", end_time=now + 30))
+    now += 60
+    assert ing.poll_once() == 1
+    assert be.calls[-1][1] < 10_000.0  # the next window overlaps the last one
+    assert store.get_meta(CURSOR_KEY) == now
+    assert {k[0] for k in stored(store)} == {"10", "12"}
+
+
+def test_cursor_only_moves_with_a_committed_write(store, monkeypatch):
+    now = 10_000.0
+    be = FakeBackend([rec("10", end_time=now - 100)])
+    ing = Ingestor(store, be, settings(learn_all_jobs=True), clock=lambda: now)
+
+    def broken(*a, **k):
+        raise StoreError("harp.db: disk full; free space and retry")
+
+    monkeypatch.setattr(store, "insert_jobs", broken)
+    with pytest.raises(StoreError):
+        ing.poll_once()
+    assert store.get_meta(CURSOR_KEY) is None
+    monkeypatch.undo()
+    assert ing.poll_once() == 1 and store.get_meta(CURSOR_KEY) == now
+
+
+def test_sacct_failure_writes_nothing_and_backs_off(store, monkeypatch):
+    be = FakeBackend([rec("1")])
+    submit(store, "1")
+    ing = Ingestor(store, be, settings())
+    be.fail = "sacct --json failed (exit 1): Problem talking to the database"
+    t = [1000.0]
+    monkeypatch.setattr("harpd.ingest.time.monotonic", lambda: t[0])
+    ing.tick()
+    assert ing.failures == 1 and "Problem talking" in ing.last_error
+    assert ing._not_before == 1000.0 + 20  # poll interval doubled
+    n_calls = len(be.calls)
+    ing.tick()  # still backing off: sacct is not asked
+    assert len(be.calls) == n_calls
+    for expected in (40, 80, 100, 100):  # doubling, capped at max_backoff_s
+        t[0] = ing._not_before
+        ing.tick()
+        assert ing._not_before - t[0] == expected
+    assert store.count_jobs() == 0 and store.get_submission("1")["state"] == "pending"
+    be.fail = None
+    t[0] = ing._not_before
+    ing.tick()
+    assert ing.failures == 0 and ing.last_error is None
+    assert store.count_jobs() == 1 and store.get_submission("1")["state"] == "done"
+
+
+def test_crash_after_commit_announces_at_restart(store):
+    be = FakeBackend([rec("1"), rec("2")])
+    submit(store, "1")
+    submit(store, "2")
+    first = Ingestor(store, be, settings())
+
+    def die(r):
+        raise SystemExit("killed")  # not an Exception: stands in for SIGKILL
+
+    first.on_outcome.append(die)
+    with pytest.raises(SystemExit):
+        first.poll_once()
+    assert store.count_jobs() == 2  # committed
+    assert sorted(k[1] for k in store.get_meta(UNANNOUNCED_KEY)) == ["1", "2"]
+    assert store.get_submission("1")["state"] == "pending"
+    restarted = Ingestor(store, be, settings())
+    heard = []
+    restarted.on_outcome.append(heard.append)
+    assert restarted.poll_once() == 0  # nothing new to store...
+    assert sorted(r.job_id for r in heard) == ["1", "2"]  # ...but both announced
+    assert heard[0].signature == "sig-1" and heard[0].outcome is Outcome.COMPLETED
+    assert store.get_meta(UNANNOUNCED_KEY) == []
+    assert store.get_submission("1")["state"] == "done"
+    assert store.count_jobs() == 2
+
+
+def test_a_failing_listener_does_not_stop_the_others(store):
+    submit(store, "1")
+    ing = Ingestor(store, FakeBackend([rec("1")]), settings())
+    heard = []
+    ing.on_outcome.append(lambda r: 1 / 0)
+    ing.on_outcome.append(heard.append)
+    assert ing.poll_once() == 1 and len(heard) == 1
+    assert store.get_meta(UNANNOUNCED_KEY) == []
+
+
+def test_requeued_runs_get_their_own_attempts(store):
+    """A job requeued in place: run 1 (timeout) stored, then run 2 appears."""
+    be = FakeBackend([rec("5", Outcome.TIMEOUT, start_time=1000.0, censored_time=True)])
+    submit(store, "5")
+    ing = Ingestor(store, be, settings())
+    assert ing.poll_once() == 1
+    ing.watch("5")
+    assert store.get_meta(WATCH_KEY) == {"5": 2}
+    # sacct --duplicates now: run 1 rewritten as REQUEUED, run 2 running, then done
+    be.jobs = [
+        rec("5", Outcome.PREEMPTED, state="REQUEUED", start_time=1000.0, attempt=1),
+        rec("5", Outcome.RUNNING, start_time=2000.0, end_time=None, attempt=2),
+    ]
+    assert ing.poll_once() == 0
+    assert stored(store)[("5", 1)].outcome is Outcome.TIMEOUT  # not overwritten by REQUEUED
+    be.jobs[1] = rec("5", Outcome.COMPLETED, start_time=2000.0, attempt=2, req_time_s=1800.0)
+    assert ing.poll_once() == 1
+    got = stored(store)
+    assert got[("5", 1)].outcome is Outcome.TIMEOUT and got[("5", 2)].outcome is Outcome.COMPLETED
+    assert store.get_meta(WATCH_KEY) == {}
+
+
+def test_window_query_missing_the_first_run_still_numbers_right(store):
+    """sacct only shows run 2 (a window after run 1): the store knows run 1."""
+    now = 10_000.0
+    be = FakeBackend([rec("7", Outcome.TIMEOUT, start_time=1000.0, end_time=now - 10)])
+    ing = Ingestor(store, be, settings(learn_all_jobs=True), clock=lambda: now)
+    ing.poll_once()
+    be.jobs = [rec("7", Outcome.COMPLETED, start_time=5000.0, end_time=now + 50, attempt=1)]
+    now += 100
+    assert ing.poll_once() == 1
+    assert {k: r.outcome for k, r in stored(store).items()} == {("7", 1): Outcome.TIMEOUT, ("7", 2): Outcome.COMPLETED}
+
+
+def test_resubmission_under_a_new_id_takes_the_chain_attempt(store):
+    submit(store, "100")
+    store.add_attempt("100", 1, "100", {}, "first", "done")
+    store.add_attempt("100", 2, "101", {"time_s": 7200}, "timeout: doubled time", "submitted")
+    submit(store, "101")
+    ing = Ingestor(store, FakeBackend([rec("100", Outcome.TIMEOUT), rec("101")]), settings())
+    ing.poll_once()
+    assert set(stored(store)) == {("100", 1), ("101", 2)}
+
+
+def test_array_submission_closed_when_every_task_ended(store):
+    be = FakeBackend([rec("20_1"), rec("20_2", Outcome.RUNNING, end_time=None)])
+    submit(store, "20", job={"array_size": 2, "signature": "arr"})
+    ing = Ingestor(store, be, settings())
+    assert ing.poll_once() == 1
+    assert store.get_submission("20")["state"] == "pending"
+    assert stored(store)[("20_1", 1)].array_size == 2
+    be.jobs[1] = rec("20_2", Outcome.OOM)
+    assert ing.poll_once() == 1
+    sub = store.get_submission("20")
+    assert sub["state"] == "done" and sub["outcome"] == "oom"  # the one needing attention
+
+
+def test_submissions_sacct_never_heard_of(store):
+    now = 100_000.0
+    submit(store, "30", submitted_at=now - 10)
+    submit(store, "31", submitted_at=now - 90_000)
+    submit(store, "not-a-job")
+    ing = Ingestor(store, FakeBackend([]), settings(lookback_s=86400), clock=lambda: now)
+    ing.poll_once()
+    assert store.get_submission("30")["state"] == "pending"  # may still show up
+    assert store.get_submission("31")["outcome"] == "unknown"
+    assert store.get_submission("not-a-job")["outcome"] == "unknown"
+
+
+def test_changed_outcome_is_rewritten(store):
+    """An outcome that changes for the same run (e.g. sacct caught up) is updated, once."""
+    be = FakeBackend([rec("40", Outcome.FAILED)])
+    ing = Ingestor(store, be, settings(learn_all_jobs=True), clock=lambda: 1_000.0)
+    ing.poll_once()
+    be.jobs = [rec("40", Outcome.OOM, censored_mem=True)]
+    assert ing.poll_once() == 1
+    assert stored(store)[("40", 1)].outcome is Outcome.OOM and store.count_jobs() == 1
+
+
+def test_schedule_adds_one_interval_job(store):
+    from apscheduler.schedulers.background import BackgroundScheduler
+
+    sched = BackgroundScheduler()
+    sched.start(paused=True)
+    try:
+        ing = Ingestor(store, FakeBackend([]), settings())
+        job = ing.schedule(sched)
+        ing.schedule(sched)  # replace, not add
+        jobs = sched.get_jobs()
+        assert len(jobs) == 1 and jobs[0].id == job.id
+        assert job.trigger.interval.total_seconds() == 10 and job.max_instances == 1
+    finally:
+        sched.shutdown(wait=False)
+
+
+def test_start_service(store):
+    from harpd.ingest import start
+
+    svc = start(settings=settings(), store=store, backend=FakeBackend([]))
+    try:
+        assert svc.scheduler.running and svc.ingestor.on_outcome == []
+    finally:
+        svc.shutdown()
+    assert not svc.scheduler.running
+    start(settings=settings(), store=store, backend=None).shutdown()  # no Slurm: a no-op

@@ -1,0 +1,141 @@
+"""`harp report` end to end: identity scoping, options, outputs, bad input."""
+
+import csv
+import io
+import json
+import types
+
+import pytest
+
+from harpd.cli import report_cmd
+from harpd.cli.main import main
+from harpd.records import Outcome
+from harpd.store import Store
+from report_helpers import job
+
+
+@pytest.fixture
+def site(tmp_path, monkeypatch):
+    """A config naming the store and an admin group; a store with two users."""
+    db = tmp_path / "harp.db"
+    with Store.open(db) as s:
+        s.insert_jobs([job("1", user="alice"), job("2", user="bob", outcome=Outcome.OOM),
+                       job("3", user="bob", end_time=1_000_000_000.0)])  # 2001: outside the default window
+    conf = tmp_path / "harpd.toml"
+    conf.write_text(f'[server]\nadmin_group = "hpcadm"\n[store]\npath = "{db}"\n[report]\ndefault_window_days = 36500\n')
+    monkeypatch.delenv("HARP_CONFIG", raising=False)
+    users = {0: "root", 1001: "alice", 1002: "bob", 1003: "carol"}
+    monkeypatch.setattr(report_cmd.pwd, "getpwuid", lambda uid: types.SimpleNamespace(pw_name=users[uid])
+                        if uid in users else (_ for _ in ()).throw(KeyError(uid)))
+    monkeypatch.setattr(report_cmd.grp, "getgrnam", lambda name: types.SimpleNamespace(gr_gid=4000, gr_mem=["carol"])
+                        if name == "hpcadm" else (_ for _ in ()).throw(KeyError(name)))
+    monkeypatch.setattr(report_cmd.os, "getgroups", lambda: [])
+    monkeypatch.setattr(report_cmd.os, "getgid", lambda: 100)
+    return types.SimpleNamespace(db=db, conf=conf, tmp=tmp_path)
+
+
+def as_uid(monkeypatch, uid):
+    monkeypatch.setattr(report_cmd.os, "getuid", lambda: uid)
+
+
+def run(site, *args):
+    return main(["--config", str(site.conf), "report", *args])
+
+
+def json_report(site, capsys, *args):
+    assert run(site, "--format", "json", *args) == 0
+    return json.loads(capsys.readouterr().out)
+
+
+def test_root_sees_everyone(site, monkeypatch, capsys):
+    as_uid(monkeypatch, 0)
+    d = json_report(site, capsys, "--since", "all")
+    assert d["scope"] == "all users" and {g["key"] for g in d["groups"]} == {"alice", "bob"}
+    assert d["total"]["jobs"] == 3 and d["total"]["oom"] == 1
+
+
+def test_a_user_sees_only_their_own_jobs(site, monkeypatch, capsys):
+    as_uid(monkeypatch, 1002)
+    d = json_report(site, capsys, "--since", "all", "--by", "partition")
+    assert d["scope"] == "user bob" and d["total"]["jobs"] == 2
+
+
+def test_a_user_cannot_ask_for_someone_else(site, monkeypatch, capsys):
+    as_uid(monkeypatch, 1001)
+    assert run(site, "--user", "bob") == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("harp: only admins") and "hpcadm" in err and "\n" not in err
+    assert run(site, "--user", "alice", "--format", "csv") == 0  # naming yourself is fine
+
+
+def test_admin_group_members_see_everyone_and_may_pick_a_user(site, monkeypatch, capsys):
+    as_uid(monkeypatch, 1003)
+    assert json_report(site, capsys, "--since", "all")["scope"] == "all users"
+    d = json_report(site, capsys, "--since", "all", "--user", "bob")
+    assert d["scope"] == "user bob" and d["total"]["jobs"] == 2
+
+
+def test_unknown_uid_is_a_clear_error(site, monkeypatch, capsys):
+    as_uid(monkeypatch, 777)
+    assert run(site) == 2
+    assert "uid 777 has no user name" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--since", "last tuesday"], "--since: cannot read"),
+    (["--since", "1d", "--until", "2d"], "not before --until"),
+    (["--top", "-1"], "--top -1"),
+    (["--db", "/nonexistent/harp.db"], "no store at /nonexistent/harp.db"),
+])
+def test_bad_input_is_one_line(site, monkeypatch, capsys, args, message):
+    as_uid(monkeypatch, 0)
+    assert run(site, *args) == 2
+    err = capsys.readouterr().err
+    assert message in err and err.count("\n") == 1 and "Traceback" not in err
+
+
+def test_a_file_that_is_not_a_store(site, monkeypatch, capsys):
+    as_uid(monkeypatch, 0)
+    bad = site.tmp / "notes.db"
+    bad.write_text("hello, this is not sqlite" * 100)
+    before = bad.read_bytes()
+    assert run(site, "--db", str(bad)) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("harp: ") and "not a harp database" in err and err.count("\n") == 1
+    assert bad.read_bytes() == before  # untouched
+
+
+def test_outputs_to_files(site, monkeypatch, capsys):
+    as_uid(monkeypatch, 0)
+    out = site.tmp / "r.csv"
+    assert run(site, "--since", "all", "--format", "csv", "-o", str(out)) == 0
+    rows = list(csv.reader(io.StringIO(out.read_text())))
+    assert [r[0] for r in rows[1:]] == ["alice", "bob", "TOTAL"] or [r[0] for r in rows[1:]] == ["bob", "alice", "TOTAL"]
+    html = site.tmp / "r.html"
+    assert run(site, "--since", "all", "--format", "html", "-o", str(html)) == 0
+    assert html.read_text().startswith("<!DOCTYPE html>")
+    assert not [p for p in site.tmp.iterdir() if p.name.startswith(".r.")]  # no temp files left
+    assert run(site, "--format", "csv", "-o", str(site.tmp / "missing-dir" / "r.csv")) == 2
+    assert "cannot write" in capsys.readouterr().err
+
+
+def test_html_to_a_terminal_asks_for_a_file(site, monkeypatch, capsys):
+    as_uid(monkeypatch, 0)
+    monkeypatch.setattr(report_cmd.sys.stdout, "isatty", lambda: True)
+    assert run(site, "--format", "html") == 2
+    assert "-o report.html" in capsys.readouterr().err
+
+
+def test_empty_window_says_where_the_jobs_are(site, monkeypatch, capsys):
+    as_uid(monkeypatch, 0)
+    assert run(site, "--since", "2001-09-10", "--until", "2001-09-11") == 0
+    out = capsys.readouterr().out
+    assert "0 jobs" in out and "--since all" in out and "holds 3 finished job(s)" in out
+
+
+def test_default_table_run(site, monkeypatch, capsys):
+    as_uid(monkeypatch, 0)
+    assert run(site) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("harp report: jobs that ended since ") and "TOTAL" in out
+    assert max(len(x) for x in out.splitlines()) <= 100
