@@ -21,6 +21,7 @@ are started with ``os.posix_spawn`` or replaced with ``os.execve``.
 from __future__ import annotations
 
 import os
+import stat
 import sys
 
 from . import __version__, client, directives, harp_lines
@@ -138,6 +139,8 @@ class Submit:
             if resolved is None:
                 return None
             try:
+                if not stat.S_ISREG(os.stat(resolved).st_mode):
+                    return None  # a pipe or device (/dev/stdin, <(...)): reading it would leave sbatch nothing
                 with open(resolved, "rb") as fh:
                     if os.fstat(fh.fileno()).st_size > MAX_SCRIPT:
                         self.warn(f"{path} is larger than 4 MiB; submitting it unchanged")

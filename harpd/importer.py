@@ -23,10 +23,10 @@ from typing import IO, Any
 from harpd.records import JobRecord
 from harpd.traces import TraceFormatError, TraceReader, read_trace
 
-__all__ = ["ImportSummary", "ImportError_", "import_file"]
+__all__ = ["ImportSummary", "ImportFailed", "import_file"]
 
 
-class ImportError_(ValueError):
+class ImportFailed(ValueError):
     """The import stopped; ``summary`` says what was written before it did."""
 
     def __init__(self, message: str, summary: "ImportSummary") -> None:
@@ -97,7 +97,7 @@ def import_file(
 
     ``progress``: draw a progress line on ``stream`` (stderr); default: only
     when it is a terminal.  Raises ``TraceFormatError`` for a file that is
-    not a trace at all, ``ImportError_`` (with ``.summary``) when reading
+    not a trace at all, ``ImportFailed`` (with ``.summary``) when reading
     breaks part-way, after writing every record read before the break.
     """
     out = stream if stream is not None else sys.stderr
@@ -130,5 +130,5 @@ def import_file(
         summary.errors = reader.errors
         summary.seconds = time.monotonic() - t0
     if failure:
-        raise ImportError_(f"{failure[0]} ({summary.records:,} records before it were imported)", summary)
+        raise ImportFailed(f"{failure[0]} ({summary.records:,} records before it were imported)", summary)
     return summary

@@ -47,29 +47,14 @@ class ReplayError(ValueError):
 # -- reading ------------------------------------------------------------------
 
 def read_trace(path: str | os.PathLike[str]) -> Iterator[JobRecord]:
-    """SWF or ``sacct --parsable2`` export, told apart by content (gzip or plain)."""
-    from harpd.traces.swf import TraceFormatError, open_text, read_swf
+    """SWF or ``sacct`` export, told apart by content (``harpd.traces.read_trace``)."""
+    from harpd.traces import read_trace as _read
+    from harpd.traces.swf import TraceFormatError
 
     try:
-        with open_text(path) as fh:
-            head = ""
-            for line in fh:
-                if line.strip():
-                    head = line
-                    break
+        return _read(path)
     except TraceFormatError as exc:
         raise ReplayError(str(exc)) from None
-    if not head:
-        raise ReplayError(f"{path}: empty trace")
-    if "|" in head:
-        try:
-            from harpd.traces.sacct_export import read_sacct_export
-        except ImportError:
-            raise ReplayError(f"{path}: sacct export reader (harpd.traces.sacct_export) not installed") from None
-        return read_sacct_export(path)
-    if head.lstrip().startswith(";") or len(head.split()) >= 18:
-        return read_swf(path)
-    raise ReplayError(f"{path}: neither SWF nor a sacct --parsable2 export (first line {head[:40]!r})")
 
 
 # -- pass 1 -------------------------------------------------------------------

@@ -24,7 +24,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from harpd.config import ConfigError, load_settings
-    from harpd.importer import ImportError_, import_file
+    from harpd.importer import ImportFailed, import_file
     from harpd.store import Store, StoreError
     from harpd.traces import TraceFormatError
 
@@ -55,7 +55,7 @@ def run(args: argparse.Namespace) -> int:
             progress=False if args.no_progress else None,
             stream=sys.stderr,
         )
-    except ImportError_ as exc:
+    except ImportFailed as exc:
         print(exc.summary.line(), file=sys.stderr)
         raise CliError(str(exc)) from None
     except TraceFormatError as exc:

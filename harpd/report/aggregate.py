@@ -578,7 +578,7 @@ def build_report(
     rows = _rows(labels, gm)
     rows.sort(key=lambda r: (-r["core_h_alloc"], -r["jobs"], r["key"]))
     tm = total_metrics(gm) if k else group_metrics(d, np.zeros(0, dtype=np.int64), 1)
-    total = _rows(["TOTAL"], tm)[0]
+    total = _rows(["(total)"], tm)[0]  # parenthesised: cannot clash with a user named TOTAL
     outcome_counts = {name: int(mask.sum()) for name, mask in d.outcome.items() if name != "other"}
     cpus = _prefer(_col(jobs, "alloc_cpus", n), _col(jobs, "req_cpus", n))
     per_job = {

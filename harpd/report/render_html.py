@@ -8,6 +8,7 @@ loading anything, so even a stray URL in a job name could not fetch.
 
 from __future__ import annotations
 
+import math
 from datetime import datetime
 from html import escape
 from typing import Any
@@ -20,7 +21,7 @@ CSP = "default-src 'none'; style-src 'unsafe-inline'; img-src data:"
 USED, WASTE, ALLOC = "#2b8a3e", "#e8590c", "#1971c2"
 HARP, USER = "#7048e8", "#868e96"
 # natural log-axis ticks: seconds (1s .. 1 year) and MiB (1M .. 1P)
-TIME_TICKS = (1, 10, 60, 600, 3600, 36000, 86400, 864000, 8640000, 31536000)
+TIME_TICKS = (1, 10, 60, 600, 3600, 86400, 864000, 8640000)
 MEM_TICKS = tuple(float(1024**e * m) for e in range(0, 3) for m in (1, 10, 100))
 
 _STYLE = """
@@ -129,17 +130,20 @@ def _timeline(r: Report) -> str:
 
 
 def _wasters(r: Report, n: int = 12) -> str:
-    by_core = sorted(r.groups, key=lambda g: -g["core_h_waste"])[:n]
-    by_mem = sorted(r.groups, key=lambda g: -g["mem_gbh_waste"])[:n]
+    def top(metric: str) -> list[dict[str, Any]]:
+        known = [g for g in r.groups if math.isfinite(g[metric]) and g[metric] > 0]  # unmeasured: no rank
+        return sorted(known, key=lambda g: -g[metric])[:n]
+
+    by_core, by_mem = top("core_h_waste"), top("mem_gbh_waste")
     return (
         '<div class="charts">'
         + svg.hbar_chart(
-            f"Top {len(by_core)} {r.by}s by wasted core-hours",
+            f"Top {len(by_core) or ''} {r.by}s by wasted core-hours".replace("  ", " "),
             [g["key"] for g in by_core], [g["core_h_waste"] for g in by_core],
             note=[f"CPU eff {percent(g['cpu_eff'])}" for g in by_core], unit=" core-h", width=560, cls="wasters wasters-core",
         )
         + svg.hbar_chart(
-            f"Top {len(by_mem)} {r.by}s by wasted memory GB-hours",
+            f"Top {len(by_mem) or ''} {r.by}s by wasted memory GB-hours".replace("  ", " "),
             [g["key"] for g in by_mem], [g["mem_gbh_waste"] for g in by_mem],
             note=[f"mem eff {percent(g['mem_eff'])}" for g in by_mem], unit=" GB-h", width=560, color="#f08c00",
             cls="wasters wasters-mem",
@@ -198,7 +202,7 @@ def _groups(r: Report, top: int) -> str:
 
     shown = r.groups[:top] if top > 0 else r.groups
     more = "" if len(shown) == len(r.groups) else f'<p class="note">{len(r.groups) - len(shown)} more {r.by}s in the CSV/JSON export.</p>'
-    return _table(head, [row(g) for g in shown], row(r.total), cls="groups") + more
+    return _table(head, [row(g) for g in shown], ["TOTAL", *row(r.total)[1:]], cls="groups") + more
 
 
 def _outcomes(r: Report) -> str:

@@ -137,11 +137,13 @@ def stacked_bars(
     unit: str = "",
     cls: str = "stacked",
 ) -> str:
-    """Bars over time, each split into stacked parts (used + wasted = allocated)."""
+    """Bars over time, each split into stacked parts (used + wasted = allocated).
+    Unknown (NaN) parts draw as nothing."""
+    series = [(name, [v if math.isfinite(v) and v > 0 else 0.0 for v in vals], c) for name, vals, c in series]
     n = len(labels)
     totals = [sum(s[1][i] for s in series) for i in range(n)]
     if n == 0 or max(totals, default=0) <= 0:
-        return _empty(width, height, title, cls, "nothing allocated in this window")
+        return _empty(width, height, title, cls, "nothing measured in this window")
     left, right, top, bottom = 54, 10, 40, 34
     pw, ph = width - left - right, height - top - bottom
     ticks = nice_ticks(max(totals))
@@ -195,11 +197,11 @@ def hbar_chart(
     unit: str = "",
     cls: str = "hbars",
 ) -> str:
-    """Horizontal bars, largest first (top wasters)."""
+    """Horizontal bars, largest first (top wasters); callers drop unknown values."""
     n = len(values)
     height = 40 + max(n, 1) * (bar_h + 4) + 10
-    if n == 0 or max(values) <= 0:
-        return _empty(width, 90, title, cls, "no waste recorded")
+    if n == 0 or not all(math.isfinite(v) for v in values) or max(values) <= 0:
+        return _empty(width, 90, title, cls, "no measured waste in this window")
     left, right = 130, 190 if note else 70
     pw = width - left - right
     vmax = max(values)
@@ -336,7 +338,9 @@ def coverage_chart(
         )
     yt = top + ph - ph * target
     parts.append(f'<line class="target" x1="{left}" x2="{left + pw}" y1="{yt:.1f}" y2="{yt:.1f}" stroke="#c92a2a" stroke-dasharray="5 3"/>')
-    parts.append(f'<text x="{left + pw - 2}" y="{yt - 4:.1f}" font-size="10" fill="#c92a2a" text-anchor="end">target {target * 100:.0f}%</text>')
+    # legend entry for the line, clear of the bars
+    parts.append(f'<line x1="{width - 92}" x2="{width - 74}" y1="29" y2="29" stroke="#c92a2a" stroke-dasharray="5 3"/>')
+    parts.append(f'<text x="{width - 70}" y="33" font-size="11" fill="#c92a2a">target {target * 100:.0f}%</text>')
     parts.append(
         f'<text x="{left + pw / 2:.0f}" y="{height - 4}" font-size="10" fill="{AXIS}" text-anchor="middle">deciles of the request (small to large)</text>'
     )

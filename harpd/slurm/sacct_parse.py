@@ -52,6 +52,7 @@ __all__ = [
     "SacctStep",
     "SacctParseError",
     "parse_json",
+    "json_layout",
     "iter_parsable2",
     "parse_parsable2",
     "Parsable2Stats",

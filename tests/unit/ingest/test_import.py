@@ -10,7 +10,7 @@ import pytest
 from ingest_helpers import FIXTURES
 
 from harpd.cli.main import main as harp
-from harpd.importer import ImportError_, import_file
+from harpd.importer import ImportFailed, import_file
 from harpd.records import Outcome
 from harpd.traces import TraceFormatError, detect_format, read_trace
 from harpd.traces.sacct_export import read_sacct_export, source_name
@@ -181,7 +181,7 @@ def test_import_of_a_truncated_file_commits_the_readable_part(store, tmp_path):
     full = gzip.compress(("\n".join(rows) + "\n").encode())
     p = tmp_path / "cut.psv.gz"
     p.write_bytes(full[: len(full) // 2])
-    with pytest.raises(ImportError_) as ei:
+    with pytest.raises(ImportFailed) as ei:
         import_file(p, store)
     assert ei.value.summary.records == store.count_jobs() > 1000
     assert "records before it were imported" in str(ei.value)

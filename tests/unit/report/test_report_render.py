@@ -55,7 +55,7 @@ def test_csv_has_every_group_and_metric_and_matches_json(synthetic_report):
     rows = list(csv.reader(io.StringIO(render_csv(synthetic_report))))
     assert rows[0] == ["signature", *METRIC_NAMES]
     assert len(rows) == len(synthetic_report.groups) + 2  # header + groups + TOTAL
-    assert rows[-1][0] == "TOTAL"
+    assert rows[-1][0] == "(total)"
     d = json.loads(render_json(synthetic_report))
     first = dict(zip(rows[0], rows[1]))
     g = d["groups"][0]

@@ -176,6 +176,13 @@ def test_wrap_jobs_get_the_change_on_the_command_line(run, harpd) -> None:
     assert harpd.ops("predict")[0]["job"]["commands"] == ["sleep 1"]
 
 
+def test_a_script_from_a_pipe_is_left_for_sbatch_to_read(run, harpd) -> None:
+    proc = run("-H", "/dev/stdin", "arg", stdin=JOB.encode())
+    [call] = run.calls()
+    assert call["argv"] == ["-H", "/dev/stdin", "arg"] and call["stdin"] == JOB
+    assert harpd.requests == [] and proc.returncode == 0
+
+
 def test_chdir_and_path_find_the_script_sbatch_finds(run, harpd) -> None:
     harpd.decision = decision(change("time", "5"))
     run.write("sub/job.sh", JOB.replace("srun", "srun-in-sub"))

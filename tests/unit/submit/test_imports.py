@@ -1,0 +1,27 @@
+"""harp-submit imports only the standard library, and none of its slow-to-import parts."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[3]
+
+# each costs milliseconds of start-up on every submission (enum, re, typing ...)
+SLOW = {"re", "enum", "typing", "json", "socket", "subprocess", "dataclasses", "tomllib", "argparse", "signal",
+        "selectors", "threading", "inspect", "pathlib", "shlex", "tempfile", "logging"}
+
+
+def test_cli_imports_only_fast_standard_library_modules() -> None:
+    code = (
+        "import sys; before = set(sys.modules); sys.path.insert(0, sys.argv[1]);"
+        "import harp_submit.cli; new = sorted(set(sys.modules) - before); print(' '.join(new))"
+    )
+    out = subprocess.run([sys.executable, "-S", "-c", code, str(REPO)], capture_output=True, text=True, check=True)
+    loaded = set(out.stdout.split())
+    ours = {m for m in loaded if m.split(".")[0] == "harp_submit"}
+    others = {m.split(".")[0] for m in loaded - ours}
+    assert others <= set(sys.stdlib_module_names), others - set(sys.stdlib_module_names)
+    assert not (others & SLOW), others & SLOW
+    assert "harp_submit.cli" in ours and not any(m.startswith("harpd") for m in loaded)
