@@ -46,8 +46,25 @@ harp-submit options (removed before sbatch runs):
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Entry point of ``harp-submit``; returns sbatch's exit code."""
+    """Entry point of ``harp-submit``: sbatch's exit code.
+
+    Run as the program (``argv`` None) it ends the process itself with that
+    code, skipping the interpreter's clean-up, which costs more than harp's
+    whole round trip to harpd; with an explicit ``argv`` it returns the code.
+    """
     run = Submit(list(sys.argv[1:] if argv is None else argv), os.environ)
+    code = _run(run)
+    if argv is None:
+        for stream in (sys.stdout, sys.stderr):
+            try:
+                stream.flush()
+            except Exception:
+                pass
+        os._exit(code & 0xFF)
+    return code
+
+
+def _run(run: "Submit") -> int:
     try:
         return run.main()
     except KeyboardInterrupt:
@@ -57,7 +74,11 @@ def main(argv: list[str] | None = None) -> int:
             run.warn(f"internal error after submission ({type(exc).__name__}: {exc})")
             return run.exit_code if run.exit_code is not None else 1
         run.warn(f"internal error ({type(exc).__name__}: {exc}); submitting your job unchanged")
-        return run.untouched(run.fallback_argv())
+        try:
+            return run.untouched(run.fallback_argv())
+        except Exception as again:
+            run.warn(f"cannot run sbatch ({type(again).__name__}: {again})")
+            return 1
 
 
 class Submit:
@@ -248,7 +269,7 @@ class Submit:
             after = build(rewritten.argv, rewritten.environ, request, rewritten.script_text)
         if self.dry_run:
             return self.show_dry_run(final, environ, stdin, request, decision)
-        payload = None
+        payload = original_payload = None
         if register:
             payload = {
                 "op": "register",
@@ -257,7 +278,13 @@ class Submit:
                 "submitted": after.resources(),
                 "decision": decision,
             }
-        return self.run_sbatch(final, environ, stdin, payload)
+            original_payload = {**payload, "submitted": payload["original"], "decision": None}
+        original = None
+        # fall back to the user's own request if sbatch refuses harp's, unless a
+        # failure cannot tell whether a job exists (--wait, --quiet) or none is made (--test-only)
+        if rewritten is not None and not any(request.has(o) for o in ("wait", "quiet", "test-only")):
+            original = (argv, original_payload)
+        return self.run_sbatch(final, environ, stdin, payload, original=original)
 
     def untouched(self, argv: list[str]) -> int:
         """Hand the submission to sbatch exactly as given (sbatch reports any problem)."""
@@ -298,7 +325,22 @@ class Submit:
             _write(1, request.script_text.encode("utf-8", "surrogateescape"))
         return 0
 
-    def run_sbatch(self, argv: list[str], environ: dict | None, stdin: bytes | None, register: dict | None, keep_stdout: bool = False) -> int:
+    def run_sbatch(
+        self,
+        argv: list[str],
+        environ: dict | None,
+        stdin: bytes | None,
+        register: dict | None,
+        keep_stdout: bool = False,
+        original: tuple[list[str], dict | None] | None = None,
+    ) -> int:
+        """Run sbatch (replacing this process when nothing is left to do afterwards).
+
+        ``original``: the user's own submission (argv, registration), given when
+        harp changed the request.  If sbatch then refuses the changed request
+        before creating a job, the original is submitted instead: harp's
+        advice must never cost the user the job.
+        """
         sbatch = find_sbatch(self.environ)
         if sbatch is None:
             self.warn("cannot find sbatch in PATH (set HARP_SBATCH to its path)")
@@ -323,12 +365,20 @@ class Submit:
 
         self.submitted = True
         try:
-            self.exit_code = spawn(sbatch, argv, env, stdin, on_line)
+            code, held = spawn(sbatch, argv, env, stdin, on_line, hold_stderr=original is not None)
         except SpawnError as exc:
             self.submitted = False
             self.warn(f"cannot run {sbatch}: {exc}")
             return 127
-        return self.exit_code
+        if held is not None:
+            if code != 0 and original is not None and _refused_before_submission(held):
+                reason = _last_error(held)
+                self.warn(f"sbatch refused the changed request ({reason}); submitting your job as you wrote it")
+                orig_argv, orig_register = original
+                return self.run_sbatch(orig_argv, None, self.stdin_data, orig_register)
+            _write(2, held)
+        self.exit_code = code
+        return code
 
 
 # --- helpers ----------------------------------------------------------------------
@@ -385,26 +435,48 @@ def sbatch_rejects(data: bytes) -> bool:
 def resolve_script(name: str, chdir: str | None, path_env: str | None) -> str | None:
     """The file sbatch will read for script argument ``name`` (its ``search_path``).
 
-    ``./x`` and ``../x`` are relative to ``--chdir``; ``/x`` is itself; a bare
-    name is looked for in the ``--chdir`` directory first, then along PATH.
-    None when sbatch will not find a file either.
+    As verified with sbatch 22.05: a name starting with ``/`` or ``.`` is
+    opened as given (``./x`` relative to the current directory, even with
+    ``--chdir``); any other name (``x``, ``sub/x``) is looked for in the
+    ``--chdir`` directory (else the current one), then along PATH.  None when
+    sbatch will not find a file either.
     """
     here = os.getcwd()
-    base = os.path.join(here, chdir) if chdir else here
 
     def exists(p: str) -> bool:
         return os.path.exists(p) and not os.path.isdir(p)
 
-    if name.startswith("."):
-        cand = os.path.join(base, name)
-        return cand if exists(cand) else None
-    if name.startswith("/"):
+    if name.startswith(("/", ".")):
         return name if exists(name) else None
+    base = os.path.join(here, chdir) if chdir else here
     for d in [base, *(path_env.split(":") if path_env else [])]:
+        if not d:
+            continue
         cand = os.path.join(os.path.join(base, d) if d.startswith(".") else d, name)
         if exists(cand):
             return cand
     return None
+
+
+def _refused_before_submission(stderr: bytes) -> bool:
+    """Whether sbatch's errors show that no job was created.
+
+    Called only when sbatch failed without printing a job id.  A lost
+    connection ("timed out", "Zero Bytes were transmitted") may have
+    happened after the controller created the job: then nothing is retried.
+    """
+    text = stderr.decode("utf-8", "replace")
+    return "timed out" not in text and "Zero Bytes" not in text
+
+
+def _last_error(stderr: bytes) -> str:
+    lines = [x.strip() for x in stderr.decode("utf-8", "replace").splitlines() if x.strip()]
+    line = lines[-1] if lines else "no reason given"
+    for prefix in ("sbatch: error: ", "sbatch: fatal: ", "sbatch: "):
+        if line.startswith(prefix):
+            line = line[len(prefix) :]
+            break
+    return line[:200]
 
 
 def find_sbatch(environ: dict | os._Environ[str]) -> str | None:
@@ -506,65 +578,49 @@ class SpawnError(OSError):
     """sbatch could not be started (so nothing was submitted)."""
 
 
-def spawn(path: str, argv: list[str], env: dict | os._Environ[str], stdin: bytes | None, on_first_line) -> int:
-    """Run sbatch, feed it ``stdin`` (if any), pass its stdout through, return its exit code.
+def spawn(
+    path: str,
+    argv: list[str],
+    env: dict | os._Environ[str],
+    stdin: bytes | None,
+    on_first_line,
+    hold_stderr: bool = False,
+) -> tuple[int, bytes | None]:
+    """Run sbatch, feed it ``stdin`` (if any), pass its output through; (exit code, held stderr).
 
     stdout is relayed as it comes (``--wait`` prints the job id long before
     sbatch exits) and its first line goes to ``on_first_line`` for the job
-    id; stderr is sbatch's own.  While sbatch runs, harp-submit ignores
-    Ctrl-C like a shell does, and then dies of the same signal sbatch died of.
+    id.  With ``hold_stderr``, sbatch's stderr is kept back until stdout
+    shows that a job exists; if sbatch ends first, the held bytes are
+    returned unprinted so the caller can decide (see ``Submit.run_sbatch``).
+    While sbatch runs, harp-submit ignores Ctrl-C like a shell does, and then
+    dies of the same signal sbatch died of.
     """
     _signal, sigs = _signals()
     out_r, out_w = os.pipe()
     actions = [(os.POSIX_SPAWN_DUP2, out_w, 1)]
-    in_r = in_w = -1
+    in_r = in_w = err_r = err_w = -1
     if stdin is not None:
         in_r, in_w = os.pipe()
         actions.append((os.POSIX_SPAWN_DUP2, in_r, 0))
+    if hold_stderr:
+        err_r, err_w = os.pipe()
+        actions.append((os.POSIX_SPAWN_DUP2, err_w, 2))
     try:
         pid = os.posix_spawn(path, ["sbatch", *argv], env, file_actions=actions, setsigdef=sigs + (_signal.SIGINT,))
     except OSError as exc:
-        os.close(out_r)
-        if in_w >= 0:
-            os.close(in_w)
+        for fd in (out_r, in_w, err_r):
+            if fd >= 0:
+                os.close(fd)
         raise SpawnError(exc.strerror or str(exc)) from None
     finally:
-        os.close(out_w)
-        if in_r >= 0:
-            os.close(in_r)
+        for fd in (out_w, in_r, err_w):
+            if fd >= 0:
+                os.close(fd)
     old_int = _signal.signal(_signal.SIGINT, _signal.SIG_IGN)
+    relay = _Relay(on_first_line, hold_stderr)
     try:
-        if in_w >= 0:
-            try:
-                view = memoryview(stdin)
-                while view:
-                    view = view[os.write(in_w, view) :]
-            except OSError:
-                pass  # sbatch stopped reading (it reports why)
-            finally:
-                os.close(in_w)
-        first: bytes | None = b""
-        stdout_ok = True
-        while True:
-            chunk = os.read(out_r, 1 << 16)
-            if not chunk:
-                break
-            if stdout_ok:
-                try:
-                    view = memoryview(chunk)
-                    while view:
-                        view = view[os.write(1, view) :]
-                except OSError:
-                    stdout_ok = False  # keep draining so sbatch never blocks
-            if first is not None:
-                first += chunk
-                if b"\n" in first:
-                    line, first = first.split(b"\n", 1)[0], None
-                    if on_first_line is not None:
-                        on_first_line(line)
-        if first and on_first_line is not None:
-            on_first_line(first)
-        os.close(out_r)
+        relay.run(in_w, stdin, out_r, err_r)
         _, status = os.waitpid(pid, 0)
         _reap_children()
     finally:
@@ -577,5 +633,105 @@ def spawn(path: str, argv: list[str], env: dict | os._Environ[str], stdin: bytes
             os.kill(os.getpid(), sig)
         except (OSError, ValueError):
             pass
-        return 128 + sig
-    return code
+        return 128 + sig, relay.held
+    return code, relay.held
+
+
+class _Relay:
+    """Moves bytes between harp-submit's standard streams and sbatch's pipes."""
+
+    MAX_HELD = 1 << 20
+
+    def __init__(self, on_first_line, hold_stderr: bool):
+        self.on_first_line = on_first_line
+        self.first: bytes | None = b""  # stdout up to its first newline
+        self.held: bytes | None = b"" if hold_stderr else None
+        self.stdout_ok = True
+
+    def run(self, in_w: int, stdin: bytes | None, out_r: int, err_r: int) -> None:
+        if err_r < 0:
+            # the common case needs no poll(): feed stdin whole, then relay stdout
+            if in_w >= 0:
+                _feed(in_w, stdin or b"")
+            while chunk := os.read(out_r, 1 << 16):
+                self.stdout(chunk)
+            os.close(out_r)
+            self.done()
+            return
+        import select  # only here: polling three pipes
+
+        poller = select.poll()
+        view = memoryview(stdin or b"")
+        live = {out_r, err_r}
+        poller.register(out_r, select.POLLIN)
+        poller.register(err_r, select.POLLIN)
+        if in_w >= 0:
+            os.set_blocking(in_w, False)
+            poller.register(in_w, select.POLLOUT)
+            live.add(in_w)
+        while live:
+            for fd, _ in poller.poll():
+                if fd == in_w:
+                    try:
+                        view = view[os.write(in_w, view[: 1 << 16]) :]
+                    except BlockingIOError:
+                        continue
+                    except OSError:
+                        view = view[:0]  # sbatch stopped reading (it reports why)
+                    if not view:
+                        poller.unregister(in_w)
+                        os.close(in_w)
+                        live.discard(in_w)
+                    continue
+                chunk = os.read(fd, 1 << 16)
+                if not chunk:
+                    poller.unregister(fd)
+                    os.close(fd)
+                    live.discard(fd)
+                elif fd == out_r:
+                    self.stdout(chunk)
+                else:
+                    self.stderr(chunk)
+        self.done()
+
+    def stdout(self, chunk: bytes) -> None:
+        if self.held is not None:  # output on stdout: the job exists, let stderr through
+            _write(2, self.held)
+            self.held = None
+        if self.stdout_ok:
+            try:
+                view = memoryview(chunk)
+                while view:
+                    view = view[os.write(1, view) :]
+            except OSError:
+                self.stdout_ok = False  # keep draining so sbatch never blocks
+        if self.first is not None:
+            self.first += chunk
+            if b"\n" in self.first:
+                line, self.first = self.first.split(b"\n", 1)[0], None
+                if self.on_first_line is not None:
+                    self.on_first_line(line)
+
+    def stderr(self, chunk: bytes) -> None:
+        if self.held is None:
+            _write(2, chunk)
+            return
+        self.held += chunk
+        if len(self.held) > self.MAX_HELD:
+            _write(2, self.held)
+            self.held = None
+
+    def done(self) -> None:
+        if self.first and self.on_first_line is not None:
+            self.on_first_line(self.first)
+
+
+def _feed(fd: int, data: bytes) -> None:
+    try:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view) :]
+    except OSError:
+        pass  # sbatch stopped reading (it reports why)
+    finally:
+        os.close(fd)

@@ -46,6 +46,8 @@ UNANNOUNCED_KEY = "ingest.unannounced"
 WATCH_KEY = "ingest.watch"
 JOB_ID = "harp-ingest"
 
+# how long after a job's end slurmdbd may still be completing its record
+SETTLE_S = 60.0
 # runs of one job id whose start times differ by less than this are the same run
 _SAME_RUN_S = 2.0
 # the outcome a submission is closed with when its array tasks disagree: the
@@ -56,6 +58,25 @@ _WORST_FIRST = [
 ]
 _CHUNK = 500  # job ids per IN (...) query
 _JOB_ID_RE = re.compile(r"^\d+(?:_\d+)?$")
+
+
+def _settled(r: JobRecord, now: float) -> bool:
+    """Whether slurmdbd has finished writing this run.
+
+    slurmdbd shows a fast job's end state a second or two before its
+    partition, limits and the steps' MaxRSS arrive (a requeued job's new run
+    even shows up as "allocation" without a partition); a run stored then
+    would stay wrong, since a stored outcome is not written again.  A run
+    that never gets them (no accounting gather, no partition) is taken as it
+    is once its end is SETTLE_S old.
+    """
+    if r.end_time is not None and now - r.end_time >= SETTLE_S:
+        return True
+    if r.partition is None:
+        return False
+    if r.start_time is not None and r.used_mem_mb is None:
+        return False
+    return True
 
 
 def _key(r: JobRecord) -> tuple[str, str, int]:
@@ -190,9 +211,18 @@ class Ingestor:
                     records.append(r)
             new_cursor = now
 
+        for r in records:
+            if r.outcome.finished and not _settled(r, now):
+                r.outcome = Outcome.RUNNING  # slurmdbd is still filling it in: next poll
         finished = [r for r in records if r.outcome.finished]
-        self._apply_submissions(finished, pending)
         stored = self._assign_attempts(finished, set(pending) | set(watch))
+        known = dict(pending)
+        for jid in watch:  # closed submissions of jobs requeued in place
+            if jid not in known:
+                sub = self.store.get_submission(jid)
+                if sub is not None:
+                    known[jid] = sub
+        self._apply_submissions(finished, known, watch)
         new = self._select_new(finished, stored)
 
         with self.store.transaction():
@@ -210,15 +240,23 @@ class Ingestor:
         return PollResult(new=len(new), seen=len(finished), closed=closed)
 
     @staticmethod
-    def _apply_submissions(records: list[JobRecord], pending: dict[str, dict[str, Any]]) -> None:
-        """Carry what harp-submit knew (signature, array size, whether harp resized) into the records."""
+    def _apply_submissions(
+        records: list[JobRecord], subs: dict[str, dict[str, Any]], watch: dict[str, int]
+    ) -> None:
+        """Carry what harp-submit knew (signature, array size, whether harp resized) into the records.
+
+        A watched job's later runs were requeued by recovery with new limits:
+        harp sized them.
+        """
         for r in records:
-            sub = pending.get(r.job_id) or pending.get(_base_id(r.job_id))
+            sub = subs.get(r.job_id) or subs.get(_base_id(r.job_id))
             if sub is None:
                 continue
             job = sub.get("job") or {}
             decision = sub.get("decision") or {}
             r.harp_sized = bool(decision.get("changes")) if isinstance(decision, dict) else False
+            if r.job_id in watch and r.attempt >= watch[r.job_id]:
+                r.harp_sized = True
             if isinstance(job, dict):
                 if r.signature is None and job.get("signature"):
                     r.signature = str(job["signature"])

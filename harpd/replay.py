@@ -30,9 +30,9 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from harpd.decide import Guard, allocate, allocate_many
-from harpd.features.history import COL, History, JobKeys, as_matrix, keys_of
+from harpd.features.history import COL, History, JobKeys, as_matrix, conformal_group, keys_of
 from harpd.metrics import ModelMetrics, evaluate
-from harpd.models.baselines import Alea, Tsafrir
+from harpd.models import registry
 from harpd.models.conformal import HarpModel
 from harpd.models.gbm import GbmQuantile
 from harpd.records import JobRecord, Outcome
@@ -148,14 +148,17 @@ def prepare(records: Iterable[JobRecord], resource: str = "time", limit: int | N
     request = np.array([row[3] if (row[3] and not absolute) else np.nan for row in rows], float)
     cens = np.array([row[4] for row in rows], bool)
     weight = np.array([row[5] if resource == "time" else 1.0 for row in rows], float)
-    groups = np.array([row[6].partition or "?" for row in rows], dtype=object)
     keys: list[JobKeys] = []
     for row in rows:
         r = row[6]
+        other = r.req_mem_mb if resource == "time" else r.req_time_s
         keys.append(keys_of(r.user, r.account, r.signature, r.job_name,
-                            None if absolute else row[3], row[5], r.array_size))
+                            None if absolute else row[3], row[5], r.array_size, other,
+                            r.req_gpus if r.req_gpus is not None else r.alloc_gpus))
     ref = np.where(np.isfinite(request), request, 1.0)
-    y = np.clip(np.log(np.maximum(need, 1.0) / ref), Y_MIN, Y_MAX)
+    # relative targets live in [-15, 3]; absolute ones (no requests) are log MiB/seconds
+    y = np.log(np.maximum(need, 1.0) / ref)
+    y = np.clip(y, Y_MIN, Y_MAX) if not absolute else np.clip(y, 0.0, 40.0)
     y = np.where(cens & np.isfinite(request), np.maximum(y, 0.0), y)
 
     hist = History()
@@ -171,7 +174,7 @@ def prepare(records: Iterable[JobRecord], resource: str = "time", limit: int | N
         while heap and heap[0][0] <= t:
             _, j = pop(heap)
             kj = keys[j]
-            hist.add(kj, need[j], own[j], bool(cens[j]))
+            hist.add(kj, need[j], own[j], bool(cens[j]), end[j])
             hist.finished(kj)
             finish.append(j)
         known_at[i] = len(finish)
@@ -182,9 +185,12 @@ def prepare(records: Iterable[JobRecord], resource: str = "time", limit: int | N
         push(heap, (end[i], i))
     while heap:
         finish.append(pop(heap)[1])
+    X = as_matrix(feats)
+    lp = X[:, COL["log_pending"]]
+    groups = np.array([conformal_group(row[6].partition, float(lp[i])) for i, row in enumerate(rows)], dtype=object)
     return Prepared(
         resource=resource, source=source, submit=submit, need=need, request=request,
-        censored=cens, weight=weight, n_hist=n_hist, X=as_matrix(feats), y=y, groups=groups,
+        censored=cens, weight=weight, n_hist=n_hist, X=X, y=y, groups=groups,
         known_at=known_at, finish_seq=np.array(finish, np.int64), skipped=skipped,
     )
 
@@ -200,8 +206,11 @@ class ReplayConfig:
     train_window: int = 100_000
     max_attempts: int = 3
     gbm: dict = field(default_factory=dict)  # GbmQuantile parameters
-    conformal: dict = field(default_factory=dict)  # HarpModel parameters
+    conformal: dict = field(default_factory=dict)  # Calibrator parameters
     models: tuple[str, ...] = ("request", "tsafrir", "alea", "gbm", "harp")
+    waste_budget: float = 0.03
+    points: list[int] | None = None  # explicit retrain points (training.py's hold-out)
+    evaluate_from: int = 0  # metrics over jobs from this submission index on
 
 
 @dataclass
@@ -211,6 +220,7 @@ class ReplayResult:
     metrics: list[ModelMetrics]
     retrains: int
     seconds: float
+    notes: dict[str, str] = field(default_factory=dict)
 
 
 def retrain_points(known_at: np.ndarray, every: int, min_train: int) -> list[int]:
@@ -224,91 +234,143 @@ def retrain_points(known_at: np.ndarray, every: int, min_train: int) -> list[int
     return pts
 
 
+def make_model(name: str, cfg: ReplayConfig, prep: Prepared):
+    """A fresh predictor; harp's own get the replay's tuning, others their defaults."""
+    if name == "harp":
+        cal = {"budget": cfg.waste_budget, **cfg.conformal}
+        return HarpModel(alpha=cfg.alpha, base=GbmQuantile(**cfg.gbm), relative=prep.has_requests,
+                         resource=prep.resource, calibrator=cal, max_attempts=cfg.max_attempts)
+    if name == "gbm":
+        return GbmQuantile(**cfg.gbm)
+    return registry.create(name)
+
+
+def _train_rows(prep: Prepared, i: int, window: int) -> np.ndarray:
+    k = int(prep.known_at[i])
+    return prep.finish_seq[max(0, k - window):k]
+
+
+def _fit(model, prep: Prepared, idx: np.ndarray):
+    size = prep.weight[idx] * np.where(np.isfinite(prep.request[idx]), prep.request[idx], 1.0)
+    kw = {"censored": prep.censored[idx], "groups": prep.groups[idx]}
+    try:
+        return model.fit(prep.X[idx], prep.y[idx], sample_weight=size, **kw)
+    except TypeError:  # a site model without sample_weight
+        return model.fit(prep.X[idx], prep.y[idx], **kw)
+
+
+def _batch_model(name: str, prep: Prepared, cfg: ReplayConfig, pts: list[int]) -> np.ndarray:
+    """Upper bounds of a model without online feedback: fit at each point, predict ahead."""
+    n = prep.n
+    up = np.full(n, np.nan)
+    bounds = pts + [n]
+    for s, i in enumerate(pts):
+        model = _fit(make_model(name, cfg, prep), prep, _train_rows(prep, i, cfg.train_window))
+        up[i:bounds[s + 1]] = model.predict(prep.X[i:bounds[s + 1]], groups=prep.groups[i:bounds[s + 1]])
+    return up
+
+
+def _online_model(name: str, prep: Prepared, cfg: ReplayConfig, pts: list[int],
+                  progress: Callable[[str], None] | None) -> tuple[np.ndarray, np.ndarray, list[float]]:
+    """harp's path: refit at each point, then walk the jobs feeding each finished one back.
+
+    Returns the allocations (NaN: request kept), the base predictions and θ over time.
+    """
+    n = prep.n
+    req = prep.request
+    base_pred = np.full(n, np.nan)
+    out = np.full(n, np.nan)
+    bounds = pts + [n]
+    fin = prep.finish_seq
+    y, cens, need, groups, w = prep.y, prep.censored, prep.need, prep.groups, prep.weight
+    has_req = np.isfinite(req)
+    guard = cfg.guard
+    model = None
+    seg = 0
+    prev_known = int(prep.known_at[0]) if n else 0
+    thetas: list[float] = []
+    for i in range(n):
+        if seg < len(pts) and i == bounds[seg]:
+            idx = _train_rows(prep, i, cfg.train_window)
+            model = _fit(make_model(name, cfg, prep), prep, idx)
+            stop = bounds[seg + 1]
+            base_pred[i:stop] = model.predict_base(prep.X[i:stop])
+            seg += 1
+            if progress:
+                progress(f"{name}: retrain {seg}/{len(pts)} on {len(idx)} finished jobs (job {i} of {n})")
+        k = int(prep.known_at[i])
+        if model is not None and k > prev_known:
+            cal = model.cal_
+            for j in fin[prev_known:k]:
+                if not math.isfinite(base_pred[j]):
+                    continue
+                a = out[j]
+                r = float(req[j]) if has_req[j] else None
+                first = a if a == a else (r if r is not None else math.inf)
+                cal.feedback(groups[j], None if cens[j] else float(y[j] - base_pred[j]),
+                             float(first), float(need[j]), r, bool(cens[j]), float(w[j]))
+        prev_known = k
+        if model is None:
+            continue
+        up = base_pred[i] + model.cal_.offset(groups[i])
+        v, _ = allocate(req[i] if has_req[i] else None, up, int(prep.n_hist[i]), None, guard, model.theta)
+        if v is not None:
+            out[i] = v
+        if i % 1000 == 0:
+            thetas.append(model.theta)
+    return out, base_pred, thetas
+
+
 def run(prep: Prepared, cfg: ReplayConfig | None = None,
         progress: Callable[[str], None] | None = None) -> ReplayResult:
+    """Replay ``prep`` under every model of ``cfg.models``; metrics per model."""
     cfg = cfg or ReplayConfig()
     t0 = time.perf_counter()
     n = prep.n
-    if prep.resource == "mem":
-        cfg.guard = Guard(**{**cfg.guard.__dict__, "floor": max(cfg.guard.floor, 100.0)}) \
-            if cfg.guard.floor == 60.0 else cfg.guard
     every = cfg.retrain_every or max(500, n // 20)
-    pts = retrain_points(prep.known_at, every, cfg.min_train)
-    limit = None
-    alloc: dict[str, np.ndarray] = {}
+    pts = cfg.points if cfg.points is not None else retrain_points(prep.known_at, every, cfg.min_train)
     req = prep.request
-    if "request" in cfg.models and prep.has_requests:
-        alloc["request"] = np.full(n, np.nan)
-    for name, cls in (("tsafrir", Tsafrir), ("alea", Alea)):
-        if name in cfg.models:
-            up = cls().predict(prep.X)
-            alloc[name] = allocate_many(req, up, prep.n_hist, limit, cfg.guard)
+    alloc: dict[str, np.ndarray] = {}
+    notes: dict[str, str] = {}
+    base_of_harp: np.ndarray | None = None
+    names = list(dict.fromkeys(cfg.models))
+    if "harp" in names:  # first, so "gbm" can reuse its base model
+        names.remove("harp")
+        names.insert(0, "harp")
+    for name in names:
+        if name == "request":
+            if prep.has_requests:
+                alloc[name] = np.full(n, np.nan)
+            continue
+        if name == "harp":
+            a, base_of_harp, thetas = _online_model(name, prep, cfg, pts, progress)
+            alloc[name] = a
+            if thetas:
+                notes["harp_theta"] = " ".join(f"{t:.2f}" for t in thetas[:: max(1, len(thetas) // 10)])
+            continue
+        if name == "gbm" and base_of_harp is not None:
+            # harp's base model without its calibration: the plain quantile model
+            up = base_of_harp
+            notes["gbm"] = "harp's base quantile model, without calibration"
+        else:
+            model = make_model(name, cfg, prep)
+            if not getattr(model, "needs_training", True):
+                up = model.predict(prep.X, groups=prep.groups)
+            else:
+                up = _batch_model(name, prep, cfg, pts)
+        alloc[name] = allocate_many(req, up, prep.n_hist, None, cfg.guard)
 
-    want_ml = any(m in cfg.models for m in ("gbm", "harp"))
-    if want_ml:
-        base_pred = np.full(n, np.nan)
-        harp_alloc = np.full(n, np.nan)
-        bounds = pts + [n]
-        model: HarpModel | None = None
-        fin = prep.finish_seq
-        y, cens, need, groups, w = prep.y, prep.censored, prep.need, prep.groups, prep.weight
-        has_req = np.isfinite(req)
-        size = w * np.where(has_req, req, 1.0)
-        prev_known = int(prep.known_at[0]) if n else 0
-        seg = 0
-        guard = cfg.guard
-        thetas = []
-        for i in range(n):
-            if seg < len(pts) and i == bounds[seg]:
-                k = int(prep.known_at[i])
-                idx = fin[max(0, k - cfg.train_window):k]
-                model = HarpModel(alpha=cfg.alpha, base=GbmQuantile(**cfg.gbm), relative=prep.has_requests,
-                                  resource=prep.resource, calibrator=cfg.conformal)
-                model.fit(prep.X[idx], y[idx], censored=cens[idx], groups=groups[idx], sample_weight=size[idx])
-                stop = bounds[seg + 1]
-                base_pred[i:stop] = model.predict_base(prep.X[i:stop])
-                seg += 1
-                if progress:
-                    progress(f"retrain {seg}/{len(pts)} on {len(idx)} jobs (at job {i}): {model.seeded_}")
-            k = int(prep.known_at[i])
-            if model is not None and k > prev_known:
-                cal = model.cal_
-                for j in fin[prev_known:k]:
-                    if not math.isfinite(base_pred[j]):
-                        continue
-                    a = harp_alloc[j]
-                    r = float(req[j]) if has_req[j] else None
-                    first = a if a == a else (r if r is not None else math.inf)
-                    cal.feedback(groups[j], None if cens[j] else float(y[j] - base_pred[j]),
-                                 float(first), float(need[j]), r, bool(cens[j]), float(w[j]))
-            prev_known = k
-            if model is None:
-                continue
-            up = base_pred[i] + model.cal_.offset(groups[i])
-            theta = model.theta
-            v, _ = allocate(req[i] if has_req[i] else None, up, int(prep.n_hist[i]), limit, guard, theta)
-            if v is not None:
-                harp_alloc[i] = v
-            if i % 1000 == 0:
-                thetas.append(theta)
-        if progress and thetas:
-            progress(f"theta over time: {np.round(thetas[:: max(1, len(thetas) // 12)], 2).tolist()}")
-        if "gbm" in cfg.models:
-            alloc["gbm"] = allocate_many(req, base_pred, prep.n_hist, limit, cfg.guard)
-        if "harp" in cfg.models:
-            alloc["harp"] = harp_alloc
-
+    sel = slice(cfg.evaluate_from, n)
     metrics: list[ModelMetrics] = []
     base: ModelMetrics | None = None
-    order = [m for m in ("request", "tsafrir", "alea", "gbm", "harp") if m in alloc]
+    if "request" in alloc:
+        base = evaluate("request", alloc["request"][sel], prep.need[sel], req[sel], prep.censored[sel],
+                        prep.weight[sel], resource=prep.resource, alpha=cfg.alpha, max_attempts=cfg.max_attempts)
+        base.over_vs_request = base.consumed_vs_request = base.over_jobs_vs_request = 1.0
+        metrics.append(base)
+    order = [m for m in cfg.models if m in alloc and m != "request"]
     for name in order:
-        m = evaluate(name, alloc[name], prep.need, req, prep.censored, prep.weight,
-                     resource=prep.resource, alpha=cfg.alpha, max_attempts=cfg.max_attempts,
-                     baseline=base)
-        if name == "request":
-            base = m
-            m.over_vs_request = 1.0
-            m.consumed_vs_request = 1.0
-            m.over_jobs_vs_request = 1.0
-        metrics.append(m)
-    return ReplayResult(prep, alloc, metrics, len(pts), time.perf_counter() - t0)
+        metrics.append(evaluate(name, alloc[name][sel], prep.need[sel], req[sel], prep.censored[sel],
+                                prep.weight[sel], resource=prep.resource, alpha=cfg.alpha,
+                                max_attempts=cfg.max_attempts, baseline=base))
+    return ReplayResult(prep, alloc, metrics, len(pts), time.perf_counter() - t0, notes)

@@ -18,6 +18,7 @@ from harp_submit import __version__
 SUBCOMMANDS: dict[str, str] = {
     "dnn": "dnn_cmd",
     "import": "import_cmd",
+    "replay": "replay_cmd",
     "report": "report_cmd",
 }
 

@@ -22,9 +22,11 @@ from dataclasses import dataclass
 import numpy as np
 
 NAN = float("nan")
-KEEP = 8  # runs kept per group (the widest window a feature looks at)
+KEEP = 8  # runs the short-memory features look at
+LONG = 32  # runs kept per group (the long-memory features: q90, max)
+BURST_S = 3600.0  # time constant of the "submissions in the last hour" count
 
-_PER_GROUP = ("n", "last", "mean2", "max5", "rmax5", "rmed", "cens")
+_PER_GROUP = ("n", "last", "mean2", "max5", "rmax5", "rmed", "cens", "rmin", "short", "age", "q90", "max")
 GROUPS = ("u", "s", "r")  # user, user+signature, user+identical request
 FEATURE_NAMES: tuple[str, ...] = (
     "log_ref",
@@ -32,6 +34,10 @@ FEATURE_NAMES: tuple[str, ...] = (
     "log_array",
     "log_gap",
     "log_pending",
+    "log_rel_req",
+    "burst",
+    "log_other",
+    "gpus",
     *(f"{g}_{k}" for g in GROUPS for k in _PER_GROUP),
 )
 N_FEATURES = len(FEATURE_NAMES)
@@ -49,49 +55,61 @@ class JobKeys:
     ref: float  # the job's own request for the resource (1.0 when none: absolute)
     cores: float
     array: float
+    other: float = NAN  # the request of the other resource (memory for time, time for memory)
+    gpus: float = NAN
 
 
 def keys_of(user: str | None, account: str | None, signature: str | None,
             job_name: str | None, ref: float | None, cores: float | None,
-            array_size: int | None = None) -> JobKeys:
+            array_size: int | None = None, other: float | None = None,
+            gpus: float | None = None) -> JobKeys:
     """Grouping keys; an unknown user falls back to the account (Cedar has no users)."""
     who = user or (f"acct:{account}" if account else "?")
     sig = signature or (f"name:{job_name}" if job_name else None)
     r = ref if ref and ref > 0 else 1.0
     c = cores if cores and cores > 0 else 1.0
+    o = float(other) if other and other > 0 else NAN
+    gp = float(gpus) if gpus is not None and gpus >= 0 else NAN
     return JobKeys(
         user=who,
         sig=f"{who}\x1f{sig}" if sig else f"{who}\x1f~{c:g}",
-        req=f"{who}\x1f{r:g}\x1f{c:g}",
+        req=f"{who}\x1f{r:g}\x1f{c:g}\x1f{o:g}\x1f{gp:g}",
         ref=r,
         cores=c,
         array=float(array_size) if array_size else NAN,
+        other=o,
+        gpus=gp,
     )
 
 
 class _Runs:
     """The last KEEP runs of one group, newest last."""
 
-    __slots__ = ("n", "used", "ratio", "cens")
+    __slots__ = ("n", "used", "ratio", "cens", "reqs", "t_end")
 
     def __init__(self) -> None:
         self.n = 0
         self.used: list[float] = []
         self.ratio: list[float] = []
         self.cens: list[float] = []
+        self.reqs: list[float] = []
+        self.t_end: float | None = None
 
-    def add(self, used: float, ratio: float, censored: bool) -> None:
+    def add(self, used: float, ratio: float, censored: bool, ref: float, t_end: float | None) -> None:
         self.n += 1
         self.used.append(used)
         self.ratio.append(ratio)
         self.cens.append(1.0 if censored else 0.0)
-        if len(self.used) > 2 * KEEP:
-            del self.used[:-KEEP], self.ratio[:-KEEP], self.cens[:-KEEP]
+        self.reqs.append(ref)
+        if t_end is not None:
+            self.t_end = t_end
+        if len(self.used) > 2 * LONG:
+            del self.used[:-LONG], self.ratio[:-LONG], self.cens[:-LONG], self.reqs[:-LONG]
 
 
-def _group_features(runs: _Runs | None, lref: float, out: list[float]) -> None:
+def _group_features(runs: _Runs | None, lref: float, now: float | None, out: list[float]) -> None:
     if runs is None or runs.n == 0:
-        out += (0.0, NAN, NAN, NAN, NAN, NAN, NAN)
+        out += (0.0, NAN, NAN, NAN, NAN, NAN, NAN, NAN, NAN, NAN, NAN, NAN)
         return
     u = runs.used
     r = runs.ratio
@@ -99,6 +117,10 @@ def _group_features(runs: _Runs | None, lref: float, out: list[float]) -> None:
     rr = [x for x in r[-5:] if x == x]
     rk = sorted(x for x in r[-KEEP:] if x == x)
     c = runs.cens[-KEEP:]
+    age = NAN
+    if now is not None and runs.t_end is not None:
+        age = math.log1p(max(now - runs.t_end, 0.0))
+    lu = sorted(u[-LONG:])
     out += (
         math.log1p(runs.n),
         math.log(u[-1]) - lref,
@@ -107,6 +129,11 @@ def _group_features(runs: _Runs | None, lref: float, out: list[float]) -> None:
         math.log(max(rr)) if rr else NAN,
         math.log(rk[len(rk) // 2]) if rk else NAN,
         sum(c) / len(c),
+        math.log(rk[0]) if rk else NAN,
+        (sum(1 for x in rk if x < 0.1) / len(rk)) if rk else NAN,
+        age,
+        math.log(lu[min(len(lu) - 1, int(0.9 * len(lu)))]) - lref,
+        math.log(lu[-1]) - lref,
     )
 
 
@@ -117,9 +144,11 @@ class History:
         self.groups: dict[str, _Runs] = {}
         self.last_submit: dict[str, float] = {}
         self.pending: dict[str, int] = {}
+        self.burst: dict[str, tuple[float, float]] = {}  # user -> (decayed count, time)
 
     # -- outcomes -------------------------------------------------------------
-    def add(self, keys: JobKeys, used: float, own_ref: float | None, censored: bool) -> None:
+    def add(self, keys: JobKeys, used: float, own_ref: float | None, censored: bool,
+            t_end: float | None = None) -> None:
         """Record a finished run. ``used`` is floored at 1 (log scale)."""
         used = max(float(used), 1.0)
         ratio = used / own_ref if own_ref and own_ref > 0 and keys.ref != 1.0 else NAN
@@ -128,7 +157,7 @@ class History:
             runs = g.get(k)
             if runs is None:
                 runs = g[k] = _Runs()
-            runs.add(used, ratio, censored)
+            runs.add(used, ratio, censored, keys.ref, t_end)
 
     # -- submissions ----------------------------------------------------------
     def submitted(self, keys: JobKeys, now: float | None) -> None:
@@ -136,6 +165,8 @@ class History:
         self.pending[keys.user] = self.pending.get(keys.user, 0) + 1
         if now is not None:
             self.last_submit[keys.user] = now
+            cnt, t = self.burst.get(keys.user, (0.0, now))
+            self.burst[keys.user] = (cnt * math.exp(-max(now - t, 0.0) / BURST_S) + 1.0, now)
 
     def finished(self, keys: JobKeys) -> None:
         p = self.pending.get(keys.user, 0)
@@ -153,17 +184,30 @@ class History:
         lref = math.log(keys.ref)
         last = self.last_submit.get(keys.user)
         gap = math.log1p(max(now - last, 0.0)) if (now is not None and last is not None) else NAN
+        g = self.groups
+        ur = g.get(keys.user)
+        rel = NAN
+        if ur is not None and ur.reqs:
+            rs = sorted(ur.reqs[-KEEP:])
+            rel = lref - math.log(rs[len(rs) // 2])
+        burst = 0.0
+        b = self.burst.get(keys.user)
+        if b is not None and now is not None:
+            burst = math.log1p(b[0] * math.exp(-max(now - b[1], 0.0) / BURST_S))
         out = [
             lref,
             math.log(keys.cores),
             math.log1p(keys.array) if keys.array == keys.array else NAN,
             gap,
             math.log1p(self.pending.get(keys.user, 0)),
+            rel,
+            burst,
+            math.log(keys.other) if keys.other == keys.other else NAN,
+            keys.gpus,
         ]
-        g = self.groups
-        _group_features(g.get(keys.user), lref, out)
-        _group_features(g.get(keys.sig), lref, out)
-        _group_features(g.get(keys.req), lref, out)
+        _group_features(ur, lref, now, out)
+        _group_features(g.get(keys.sig), lref, now, out)
+        _group_features(g.get(keys.req), lref, now, out)
         return out
 
 
@@ -172,3 +216,16 @@ def as_matrix(rows: list[list[float]]) -> np.ndarray:
     if not rows:
         return np.empty((0, N_FEATURES), dtype=np.float32)
     return np.asarray(rows, dtype=np.float32)
+
+
+def conformal_group(partition: str | None, log_pending: float) -> str:
+    """The calibration group of a job: how many of its user's jobs are unfinished, and where.
+
+    Jobs submitted in a burst share one unknown: if the first is mis-sized,
+    all of them are, and no outcome arrives in time to correct the rest.
+    Calibrating bursts apart gives them the wider bounds their correlated
+    errors need, without widening every other job's.
+    """
+    p = math.expm1(log_pending) if log_pending == log_pending else 0.0
+    b = "p0" if p < 1.5 else "p1" if p < 9.5 else "p2" if p < 99.5 else "p3"
+    return f"{b}|{partition or '?'}"

@@ -8,7 +8,8 @@ request alone" simply "predict ≥ 0", and lets the guard rails in
 ``harpd.decide`` treat every model alike.  ``NaN`` means "no prediction".
 
 Training targets ``y`` are on the same scale; ``censored`` marks rows whose
-``y`` is only a lower bound (TIMEOUT/OOM).  Rows reach ``fit`` in time order
+``y`` is only a lower bound (TIMEOUT/OOM); ``sample_weight`` is each row's size (request × cores,
+the weight the cost metric gives it).  Rows reach ``fit`` in time order
 (oldest first) so models that hold out a calibration tail hold out the most
 recent jobs, as a chronological split must.
 
@@ -30,7 +31,7 @@ class Predictor(Protocol):
     needs_training: bool
 
     def fit(self, X: np.ndarray, y: np.ndarray, *, censored: np.ndarray | None = None,
-            groups: np.ndarray | None = None) -> "Predictor": ...
+            groups: np.ndarray | None = None, sample_weight: np.ndarray | None = None) -> "Predictor": ...
 
     def predict(self, X: np.ndarray, groups: np.ndarray | None = None) -> np.ndarray: ...
 

@@ -18,7 +18,7 @@ class UserRequest(BasePredictor):
     name = "request"
     needs_training = False
 
-    def fit(self, X, y, *, censored=None, groups=None):
+    def fit(self, X, y, *, censored=None, groups=None, sample_weight=None):
         return self
 
     def predict(self, X, groups=None):
@@ -30,7 +30,7 @@ class _Column(BasePredictor):
     needs_training = False
     column = ""
 
-    def fit(self, X, y, *, censored=None, groups=None):
+    def fit(self, X, y, *, censored=None, groups=None, sample_weight=None):
         return self
 
     def predict(self, X, groups=None):

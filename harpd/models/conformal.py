@@ -56,8 +56,16 @@ class OnlineConformal:
         for gi, r in zip(g, residuals):
             self._push(str(gi), float(r))
 
+    @staticmethod
+    def _chain(g: str) -> tuple[str, ...]:
+        """The group, its parent ("bucket|*" for "bucket|partition") and all jobs."""
+        if g == _ALL:
+            return (_ALL,)
+        head, sep, _ = g.partition("|")
+        return (g, head + "|*", _ALL) if sep else (g, _ALL)
+
     def _push(self, g: str, r: float) -> None:
-        for key in (g, _ALL) if g != _ALL else (_ALL,):
+        for key in self._chain(g):
             d = self.res.get(key)
             if d is None:
                 d = self.res[key] = deque(maxlen=self.window)
@@ -65,8 +73,11 @@ class OnlineConformal:
             self._cache.pop(key, None)
 
     def _key(self, g: str) -> str:
-        d = self.res.get(g)
-        return g if d is not None and len(d) >= self.min_group else _ALL
+        for key in self._chain(g):
+            d = self.res.get(key)
+            if d is not None and len(d) >= self.min_group:
+                return key
+        return _ALL
 
     def offset(self, group: str | None) -> float:
         """The conformal offset for a job of ``group`` (inf: cannot bound it)."""
@@ -118,7 +129,9 @@ class OnlineConformal:
         if self.gamma > 0:
             for k in {key, _ALL}:
                 a = self.level.get(k, self.alpha_start) + self.gamma * (self.alpha - float(err))
-                self.level[k] = min(max(a, 0.0), self.alpha_max)
+                # bursts get no head room: their errors arrive together, too late to correct
+                top = self.alpha_max if not k.startswith(("p2|", "p3|")) else max(self.alpha_start, self.alpha)
+                self.level[k] = min(max(a, 0.0), top)
                 self._cache.pop(k, None)
 
 
@@ -142,7 +155,7 @@ class Calibrator:
     def __init__(self, alpha: float = 0.05, aim: float = 0.9, budget: float = 0.03,
                  window: int = 3000, min_group: int = 300, gamma: float = 0.005,
                  eta: float = 0.02, theta_max: float = 0.9, theta_min: float = 0.05,
-                 alpha_max: float = 0.3, relative: bool = True, resource: str = "time",
+                 alpha_max: float = 0.15, relative: bool = True, resource: str = "time",
                  max_attempts: int = 3):
         self.alpha = alpha
         self.aim = aim
@@ -251,7 +264,7 @@ class HarpModel(BasePredictor):
 
     def __init__(self, alpha: float = 0.05, base: BasePredictor | None = None, cal_fraction: float = 0.25,
                  max_cal: int = 20000, relative: bool = True, resource: str = "time",
-                 calibrator: dict | None = None):
+                 calibrator: dict | None = None, max_attempts: int = 3):
         self.alpha = alpha
         self.base = base if base is not None else GbmQuantile()
         self.cal_fraction = cal_fraction
@@ -259,6 +272,7 @@ class HarpModel(BasePredictor):
         self.relative = relative
         self.resource = resource
         self.calibrator = dict(calibrator or {})
+        self.max_attempts = max_attempts
         self.cal_: Calibrator | None = None
         self.seeded_: dict = {}
 
@@ -271,7 +285,8 @@ class HarpModel(BasePredictor):
         cut = n - n_cal
         g = None if groups is None else np.asarray(groups, dtype=object)
         self.base.fit(X[:cut], y[:cut], censored=cens[:cut], groups=None if g is None else g[:cut])
-        self.cal_ = Calibrator(self.alpha, relative=self.relative, resource=self.resource, **self.calibrator)
+        self.cal_ = Calibrator(self.alpha, relative=self.relative, resource=self.resource,
+                               max_attempts=self.max_attempts, **self.calibrator)
         if n_cal:
             self.seeded_ = self.cal_.seed(None if g is None else g[cut:], self.base.predict(X[cut:]),
                                           y[cut:], cens[cut:], size[cut:])

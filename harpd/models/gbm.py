@@ -37,7 +37,7 @@ class GbmQuantile(BasePredictor):
         self.const_: float | None = None
         self.cols_: np.ndarray | None = None
 
-    def fit(self, X, y, *, censored=None, groups=None):
+    def fit(self, X, y, *, censored=None, groups=None, sample_weight=None):
         X, y = check_xy(X, y)
         if self.max_train and X.shape[0] > self.max_train:  # most recent rows: drift
             X, y = X[-self.max_train:], y[-self.max_train:]

@@ -37,9 +37,10 @@ GROUP_KEYS = ("user", "account", "partition", "signature")
 
 
 def columns_for(by: str) -> list[str]:
-    """The store columns a report grouped ``by`` needs (the other keys stay on disk)."""
-    keep_keys = {"user", by}
-    strings = [c for c in STRING_COLUMNS if c not in GROUP_KEYS or c in keep_keys]
+    """The store columns a report grouped ``by`` needs: every column read costs
+    about a quarter of a second per million jobs, so the other keys stay on disk
+    (user scoping happens in SQL)."""
+    strings = [c for c in STRING_COLUMNS if c not in GROUP_KEYS or c == by]
     return strings + list(FLOAT_COLUMNS) + list(BOOL_COLUMNS) + list(INT_COLUMNS)
 
 
@@ -94,7 +95,7 @@ def normalise(raw: Mapping[str, Any]) -> Jobs:
 def from_records(records: Iterable[JobRecord], columns: Iterable[str] | None = None) -> Jobs:
     """Arrays from records: what tests use, and the fallback for small stores."""
     recs = list(records)
-    names = list(columns) if columns is not None else columns_for("signature") + ["account", "partition"]
+    names = list(columns) if columns is not None else columns_for("user") + ["account", "partition", "signature"]
     raw: dict[str, list[Any]] = {}
     for name in dict.fromkeys(names):
         if name == "outcome":

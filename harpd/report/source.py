@@ -33,15 +33,25 @@ class Loaded:
     notes: list[str] = field(default_factory=list)
 
 
-def window_where(window: Window, user: str | None) -> tuple[str, list[Any]]:
-    """SQL condition (written here, values bound) for finished jobs ending in the window."""
+# a window holding more than this share of the table is read by a plain scan
+INDEX_MAX_SHARE = 0.1
+
+
+def window_where(window: Window, user: str | None, *, use_index: bool = True) -> tuple[str, list[Any]]:
+    """SQL condition (written here, values bound) for finished jobs ending in the window.
+
+    ``use_index=False`` writes ``+end_time`` so SQLite scans the table instead
+    of walking the end_time index: reading most of a big table through the
+    index visits its pages in random order, about twice as slow as a scan.
+    """
+    col = "end_time" if use_index else "+end_time"
     where = ["outcome NOT IN (?, ?)"]
     params: list[Any] = list(_UNFINISHED)
     if window.since is not None:
-        where.append("end_time >= ?")
+        where.append(f"{col} >= ?")
         params.append(window.since)
     if window.until is not None:
-        where.append("end_time < ?")
+        where.append(f"{col} < ?")
         params.append(window.until)
     if user is not None:
         where.append('"user" = ?')
@@ -195,9 +205,19 @@ def _recovered(
 # --------------------------------------------------------------- entry
 
 
+def _index_pays(store: Any, window: Window) -> bool:
+    """Whether the window is narrow enough for the end_time index (two
+    index-only counts, a few milliseconds)."""
+    if window.since is None and window.until is None:
+        return False
+    inside = store.count_jobs(since=window.since, until=window.until, finished_only=False, time_field="end_time")
+    total = store.count_jobs(finished_only=False)
+    return inside <= INDEX_MAX_SHARE * total
+
+
 def load(store: Any, by: str, window: Window, user: str | None) -> Loaded:
     """Jobs of the window (and user), with harp's originals and chains."""
-    where, params = window_where(window, user)
+    where, params = window_where(window, user, use_index=_index_pays(store, window))
     raw = store.job_columns(columns_for(by), where, params)
     jobs = normalise(raw)
     n = size(jobs)

@@ -374,3 +374,77 @@ class CliBackend:
 
     def cancel(self, job_id: str) -> None:
         self._run("scancel", [self._check_job_id(job_id)])
+
+    # ------------------------------------------- recovery (harpd.recovery)
+
+    def batch_script(self, job_id: str) -> bytes:
+        """The job's batch script as Slurm keeps it, for a resubmission.
+
+        slurmctld's copy while it holds the job (``MinJobAge``), else the
+        accounting copy (``AccountingStoreFlags=job_script``).  A script that
+        is not UTF-8 is refused rather than resubmitted altered.
+        """
+        jid = self._check_job_id(job_id)
+        try:
+            text = self._run("scontrol", ["write", "batch_script", jid, "-"])
+        except SlurmError as first:
+            try:
+                out = self._run("sacct", ["--batch-script", "--jobs", jid])
+            except SlurmError:
+                raise first from None
+            lines = out.split("\n")
+            # "Batch Script for 123", a line of dashes, then the script
+            if len(lines) < 3 or not lines[0].startswith("Batch Script for") or set(lines[1]) != {"-"}:
+                raise SlurmError(f"no batch script of job {jid} in slurmctld or accounting: {_first_line(out) or 'empty'}") from None
+            text = "\n".join(lines[2:])
+            if text.endswith("\n\n"):
+                text = text[:-1]  # sacct adds a line break after the script
+        if not text.strip() or text.strip() == "NONE":
+            raise SlurmError(f"Slurm has no batch script for job {jid}")
+        if "\ufffd" in text:
+            raise SlurmError(f"the batch script of job {jid} is not UTF-8; it cannot be resubmitted unaltered")
+        return text.encode("utf-8")
+
+    def jobs_with_comment(self, comment: str, user: str | None, since: float | None) -> list[str]:
+        """Ids of the jobs (of ``user``; None: everyone's) whose comment starts
+        with ``comment`` followed by nothing or ``;``: slurmctld's jobs (any
+        state) and accounting's since ``since``.  How recovery finds a
+        resubmission it made before a crash."""
+        if not comment or any(c in comment for c in "|\n\r\x00"):
+            raise SlurmError(f"invalid comment to search for: {comment!r}")
+
+        def hit(c: str) -> bool:
+            c = c.strip()
+            return c == comment or c.startswith(comment + ";")
+
+        found: list[str] = []
+        args = ["--noheader", "--states=all", "--format=%i|%k"]
+        if user:
+            args += ["--user", user]
+        for ln in self._run("squeue", args).splitlines():
+            jid, _, c = ln.partition("|")
+            if hit(c) and jid.strip() not in found:
+                found.append(jid.strip())
+        sel = ["--noheader", "--parsable2", "--allocations", "--duplicates", "--format=JobID,Comment"]
+        sel += ["--user", user] if user else ["--allusers"]
+        if since is not None:
+            sel += ["--starttime", self._sacct_time(since), "--endtime", "now"]
+        for ln in self._run("sacct", sel).splitlines():
+            jid, _, c = ln.partition("|")
+            if hit(c) and jid.strip() not in found:
+                found.append(jid.strip())
+        return found
+
+    def slurm_user(self) -> str | None:
+        """``SlurmUser`` of the cluster (``scontrol show config``), without the uid."""
+        for ln in self._run("scontrol", ["show", "config"]).splitlines():
+            key, sep, value = ln.partition("=")
+            if sep and key.strip() == "SlurmUser":
+                return value.strip().split("(", 1)[0] or None
+        return None
+
+    def admin_level(self, user: str) -> str | None:
+        """The user's Slurm ``AdminLevel`` (None, Operator, Administrator) from sacctmgr."""
+        out = self._run("sacctmgr", ["--noheader", "--parsable2", "show", "user", user, "format=AdminLevel"])
+        line = _first_line(out)
+        return line.rstrip("|") or None

@@ -108,9 +108,9 @@ def test_outcomes_ingested_within_two_poll_intervals(slurm_cluster, tmp_path):
 
 CHILD = textwrap.dedent(
     """\
-    import json, sys
+    import json, sys, time
     from harpd.config import HarpSettings
-    from harpd.ingest import Ingestor
+    from harpd.ingest import Ingestor, _settled
     from harpd.records import JobRecord
     from harpd.slurm.cli_backend import CliBackend
     from harpd.store import Store
@@ -128,12 +128,14 @@ CHILD = textwrap.dedent(
                     d = done[i % len(done)].to_dict()
                     d["job_id"] = f"{d['job_id']}-copy{i}"
                     recs.append(JobRecord.from_dict(d))
+                keep = {(r.source, r.job_id, r.attempt) for r in recs if r.outcome.finished and _settled(r, NOW)}
                 with open(out_dir + "/returned.json", "w") as fh:
-                    json.dump(sorted({(r.source, r.job_id, r.attempt) for r in recs if r.outcome.finished}), fh)
+                    json.dump(sorted(keep), fh)
             return recs
 
+    NOW = time.time()  # one clock for the ingestor and the expected keys
     store = Store.open(db)
-    ing = Ingestor(store, Amplified(settings), settings)
+    ing = Ingestor(store, Amplified(settings), settings, clock=lambda: NOW)
     log = open(out_dir + "/announced.log", "a")
     ing.on_outcome.append(lambda r: (log.write(f"{r.source}|{r.job_id}|{r.attempt}\\n"), log.flush()))
     print(ing.poll_once(), flush=True)
@@ -205,3 +207,43 @@ def test_sigkill_mid_ingest_loses_and_duplicates_nothing(slurm_cluster, tmp_path
         keys = [(r.source, r.job_id, r.attempt) for r in s.iter_jobs(finished_only=False, order=None)]
         assert len(keys) == len(set(keys))
         assert returned <= set(keys)
+
+
+def test_job_requeued_in_place_keeps_both_runs(slurm_cluster, tmp_path):
+    """Recovery's requeue path: same job id, a second run; sacct rewrites run 1 as REQUEUED."""
+    c = slurm_cluster
+    settings = HarpSettings(ingest={"poll_interval_s": 5})
+    backend = CliBackend(settings)
+    store = Store.open(tmp_path / "harp.db")
+    # the first run outlives its 1-minute limit; the rerun ($SLURM_RESTART_COUNT=1) ends at once
+    jid = c.sbatch("-p", "tiny", "--time=1", "--mem=100M", "--job-name=ing-requeue",
+                   script='[ "${SLURM_RESTART_COUNT:-0}" -ge 1 ] && exit 0\nsleep 600\n')
+    store.add_submission(jid, 0, "root", {"signature": "rq"}, {}, {}, None)
+    ing = Ingestor(store, backend, settings)
+    assert c.wait_job(jid, timeout=240) == "TIMEOUT"
+    deadline = time.time() + 60
+    while store.count_jobs() == 0 and time.time() < deadline:
+        ing.poll_once()
+        time.sleep(1)
+    assert store.get_job(jid).outcome is Outcome.TIMEOUT
+    backend.requeue_hold(jid)
+    backend.update_job(jid, TimeLimit=3)
+    backend.release(jid)
+    backend.update_job(jid, StartTime="now")
+    ing.watch(jid)
+    deadline = time.time() + 240
+    while store.count_jobs() < 2 and time.time() < deadline:
+        ing.poll_once()
+        time.sleep(2)
+    runs = {r.attempt: r for r in store.iter_jobs(finished_only=False, order=None)}
+    assert set(runs) == {1, 2}, runs
+    assert runs[1].outcome is Outcome.TIMEOUT and runs[1].censored_time and runs[1].req_time_s == 60
+    assert runs[2].outcome is Outcome.COMPLETED and runs[2].req_time_s == 180
+    assert runs[2].signature == "rq" and runs[2].harp_sized
+    rows = c.sacct(jid, "JobID,State", steps=False, duplicates=True)
+    assert [r["State"].split()[0] for r in rows] == ["REQUEUED", "COMPLETED"]  # what sacct says now
+    ing.poll_once()  # the REQUEUED row never overwrites the TIMEOUT seen before the requeue
+    assert store.get_job(jid).attempt == 2
+    assert {r.attempt: r.outcome for r in store.iter_jobs(finished_only=False, order=None)} == {
+        1: Outcome.TIMEOUT, 2: Outcome.COMPLETED}
+    store.close()

@@ -87,6 +87,24 @@ def test_rewritten_job_runs_with_the_new_limits(slurm_cluster, submit_dir) -> No
     assert row["Timelimit"] == "00:07:00" and row["ReqMem"].startswith("300M")
 
 
+def test_a_change_slurm_refuses_still_submits_the_users_job(slurm_cluster, submit_dir) -> None:
+    """The cluster enforces partition limits at submission: a (wrongly) raised limit is refused."""
+    (slurm_cluster.workdir / "tiny.sh").write_text("#!/bin/bash\n#SBATCH -p tiny\n#SBATCH -t 2\ntrue\n")
+    lying = decision(change("time", "02:00:00"), partition="tiny", max_time_s=10 * 3600)
+    with FakeHarpd(submit_dir / "h.sock", lying) as harpd:
+        proc = harp_submit(slurm_cluster, "-H", "--parsable", "tiny.sh", socket_path=harpd.path)
+        assert proc.returncode == 0, proc.stderr
+        job_id = proc.stdout.strip()
+        try:
+            assert proc.stderr.splitlines() == [
+                "harp: sbatch refused the changed request (Batch job submission failed: Requested time limit is "
+                "invalid (missing or exceeds some limit)); submitting your job as you wrote it"]
+            assert show_job(slurm_cluster, job_id)["TimeLimit"] == "00:02:00"
+            assert harpd.wait_for("register")[0]["job_id"] == job_id
+        finally:
+            slurm_cluster.run(["scancel", job_id], check=False)
+
+
 def test_without_harpd_200_submissions_each_land_exactly_once(slurm_cluster, submit_dir) -> None:
     (slurm_cluster.workdir / "once.sh").write_text("#!/bin/bash\n#SBATCH -t 1\n#SBATCH -o /dev/null\ntrue\n")
     token = uuid.uuid4().hex[:8]
@@ -144,10 +162,53 @@ def test_with_the_real_harpd_the_job_is_predicted_and_registered(slurm_cluster, 
     job_id = m.group(1)
     try:
         # the daemon took our request (JobRequest, commands included) and the registration
-        assert "unchanged" not in proc.stderr and "could not register" not in proc.stderr, proc.stderr
-        status = client.call(real_harpd, {"op": "status", "job_id": job_id}, 5)["job"]
+        assert "unchanged" not in proc.stderr, proc.stderr
+        status = None
+        end = time.monotonic() + 10
+        while status is None:  # registration runs in the background: give it a moment
+            try:
+                status = client.call(real_harpd, {"op": "status", "job_id": job_id}, 5)["job"]
+            except client.HarpdUnavailable:
+                assert time.monotonic() < end, "harpd never heard of the job"
+                time.sleep(0.1)
         assert status["registered"] is True
         assert status["original"]["time_s"] == 1200 and status["original"]["partition"] == "short"
         assert show_job(slurm_cluster, job_id)["JobState"] == "PENDING"
     finally:
         slurm_cluster.run(["scancel", job_id], check=False)
+
+
+BAD_SCRIPTS = {
+    "crlf.sh": b"#!/bin/bash\r\n#SBATCH -t 5\r\necho hi\r\n",
+    "nul.sh": b"#!/bin/bash\n#SBATCH -t 5\necho \x00hi\n",
+    "noshebang.sh": b"#SBATCH -t 5\necho hi\n",
+    "empty.sh": b"",
+    "blank.sh": b"\n  \n",
+    "bogus.sh": b"#!/bin/bash\n#SBATCH --bogus\necho hi\n",
+    "stray.sh": b"#!/bin/bash\n#SBATCH foo -t 5\necho hi\n",
+    "unmatched.sh": b'#!/bin/bash\n#SBATCH -J "oops\necho hi\n',
+    "badmem.sh": b"#!/bin/bash\n#SBATCH --mem=12X\necho hi\n",
+}
+
+
+@pytest.mark.parametrize(
+    "args",
+    [[name] for name in BAD_SCRIPTS]
+    + [["--mem=1.5G", "good.sh"], ["-c", "0", "good.sh"], ["--bogus", "good.sh"], ["missing.sh"],
+       ["--wrap=true", "good.sh"], ["-t", "1:2:3:4", "good.sh"], ["--ti=5", "good.sh"]],
+)
+def test_bad_input_gets_exactly_sbatchs_own_answer(slurm_cluster, submit_dir, args) -> None:
+    work = slurm_cluster.workdir
+    for name, content in BAD_SCRIPTS.items():
+        (work / name).write_bytes(content)
+    (work / "good.sh").write_text("#!/bin/bash\ntrue\n")
+    env = {k: v for k, v in slurm_cluster.env.items() if not k.startswith(("HARP_", "SBATCH_"))}
+    env["SLURM_CONF"] = str(slurm_cluster.conf)
+    plain = subprocess.run(["sbatch", "-H", *args], capture_output=True, cwd=str(work), env=env,
+                           stdin=subprocess.DEVNULL, timeout=60)
+    with FakeHarpd(submit_dir / "h.sock", decision(change("time", "5"))) as harpd:
+        proc = harp_submit(slurm_cluster, "-H", *args, socket_path=harpd.path)
+        assert harpd.requests == []  # harp stepped aside without asking
+    assert plain.returncode != 0, plain.stdout  # each of these is refused by sbatch
+    assert (proc.returncode, proc.stdout, proc.stderr) == (
+        plain.returncode, plain.stdout.decode(), plain.stderr.decode())

@@ -46,7 +46,7 @@ def step(step_id: str = "batch", state: str = "COMPLETED", rss: float | None = 1
 
 def rec(job_id: str, outcome: Outcome = Outcome.COMPLETED, **kw: Any) -> JobRecord:
     base: dict[str, Any] = dict(
-        source="testcl", state=outcome.value.upper(), submit_time=1000.0, start_time=1010.0, end_time=1070.0,
+        source="testcl", state=outcome.value.upper(), partition="short", submit_time=1000.0, start_time=1010.0, end_time=1070.0,
         req_time_s=600.0, req_mem_mb=100.0, used_time_s=60.0, used_mem_mb=50.0,
     )
     base.update(kw)

@@ -164,6 +164,9 @@ def test_requeued_runs_get_their_own_attempts(store):
     assert ing.poll_once() == 1
     got = stored(store)
     assert got[("5", 1)].outcome is Outcome.TIMEOUT and got[("5", 2)].outcome is Outcome.COMPLETED
+    assert not got[("5", 1)].harp_sized
+    # the closed submission still describes the job; recovery's new limits make run 2 harp-sized
+    assert got[("5", 2)].signature == "sig-5" and got[("5", 2)].harp_sized
     assert store.get_meta(WATCH_KEY) == {}
 
 
@@ -250,3 +253,28 @@ def test_start_service(store):
         svc.shutdown()
     assert not svc.scheduler.running
     start(settings=settings(), store=store, backend=None).shutdown()  # no Slurm: a no-op
+
+
+def test_half_written_records_wait_for_slurmdbd(store):
+    """A run without partition or MaxRSS right after its end is looked at again, not stored."""
+    now = [10_000.0]
+    partial = rec("50", partition=None, end_time=now[0] - 2, used_mem_mb=None, job_name="allocation")
+    be = FakeBackend([partial])
+    submit(store, "50")
+    ing = Ingestor(store, be, settings(), clock=lambda: now[0])
+    assert ing.poll_once() == 0
+    assert store.count_jobs() == 0 and store.get_submission("50")["state"] == "pending"
+    be.jobs = [rec("50", end_time=now[0] - 2, used_mem_mb=None)]  # partition in, MaxRSS not yet
+    assert ing.poll_once() == 0
+    be.jobs = [rec("50", end_time=now[0] - 2, job_name="ing")]
+    assert ing.poll_once() == 1
+    assert stored(store)[("50", 1)].partition == "short" and store.get_submission("50")["state"] == "done"
+
+
+def test_records_that_never_complete_are_taken_after_a_while(store):
+    now = [10_000.0]
+    be = FakeBackend([rec("60", partition=None, used_mem_mb=None, end_time=now[0] - 5)])
+    ing = Ingestor(store, be, settings(learn_all_jobs=True), clock=lambda: now[0])
+    assert ing.poll_once() == 0
+    now[0] += 120  # no memory accounting on this site: taken as it is
+    assert ing.poll_once() == 1

@@ -130,3 +130,18 @@ def test_empty_store_loads_nothing(store):
 def test_submission_values_rejects_unknown_fields(store):
     with pytest.raises(ValueError, match="unknown submission field"):
         store.submission_values(["1"], ["original.time_s); DROP TABLE jobs; --"])
+
+
+def test_wide_windows_scan_narrow_windows_use_the_index(store):
+    from harpd.report.source import _index_pays, window_where
+
+    store.insert_jobs([job(str(i), end_time=NOW - i * DAY) for i in range(100)])
+    assert _index_pays(store, Window(NOW - 5 * DAY, NOW + 1))  # 6 of 100 jobs
+    assert not _index_pays(store, Window(NOW - 50 * DAY, NOW + 1))
+    assert not _index_pays(store, ALL)
+    scan, params = window_where(Window(NOW - 50 * DAY, None), None, use_index=False)
+    assert "+end_time >= ?" in scan
+    # both plans read the same rows
+    a = store.job_columns(["job_id"], *window_where(Window(NOW - 50 * DAY, None), None))
+    b = store.job_columns(["job_id"], scan, params)
+    assert sorted(a["job_id"].tolist()) == sorted(b["job_id"].tolist()) and len(a["job_id"]) == 51

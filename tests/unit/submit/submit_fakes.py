@@ -198,6 +198,11 @@ if log:
     with open(log, "a") as fh:
         fh.write(json.dumps({{"argv": argv, "stdin": stdin.decode("utf-8", "surrogateescape"),
                              "script": script, "env": env, "cwd": os.getcwd()}}) + "\n")
+reject = os.environ.get("FAKE_SBATCH_REJECT")
+if reject and (reject in " ".join(argv) or reject in stdin.decode("utf-8", "replace") or reject in (script or "")):
+    sys.stderr.write(os.environ.get("FAKE_SBATCH_REJECT_MSG",
+                                    "sbatch: error: Batch job submission failed: Requested node configuration is not available\n"))
+    sys.exit(1)
 jid = os.environ.get("FAKE_SBATCH_JOBID", "4242")
 out = os.environ.get("FAKE_SBATCH_OUT")
 if os.environ.get("FAKE_SBATCH_OUT_FILE"):

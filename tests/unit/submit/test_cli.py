@@ -189,10 +189,43 @@ def test_chdir_and_path_find_the_script_sbatch_finds(run, harpd) -> None:
     run.write("job.sh", JOB)  # sbatch -D sub job.sh reads sub/job.sh, not this one
     run("-H", "-D", "sub", "job.sh")
     assert "srun-in-sub" in run.calls()[-1]["stdin"]
+    run("-H", "-D", "sub", "./job.sh")  # but ./name is relative to where sbatch runs
+    assert "srun-in-sub" not in run.calls()[-1]["stdin"] and "srun ./a.out" in run.calls()[-1]["stdin"]
     bindir = run.home / "pbin"
     run.write("pbin/onpath.sh", JOB.replace("srun", "srun-on-path"))
     run("-H", "onpath.sh", env={"PATH": f"{bindir}:{run.env['PATH']}"})
     assert "srun-on-path" in run.calls()[-1]["stdin"]
+
+
+def test_a_changed_request_sbatch_refuses_falls_back_to_the_users_own(run, harpd) -> None:
+    harpd.decision = decision(change("mem", "7000M"))
+    run.write("job.sh", JOB)
+    proc = run("-H", "job.sh", env={"FAKE_SBATCH_REJECT": "--mem=7000M"})
+    first, second = run.calls()
+    assert "--mem=7000M" in first["stdin"]
+    assert second["argv"] == ["-H", "job.sh"] and second["stdin"] == "" and second["script"] == JOB
+    assert proc.returncode == 0 and proc.stdout == b"Submitted batch job 4242\n"
+    assert b"Requested node configuration" not in proc.stderr.split(b"harp: sbatch refused")[0]
+    assert harp_lines(proc.stderr)[-1] == (
+        "harp: sbatch refused the changed request (Batch job submission failed: Requested node configuration "
+        "is not available); submitting your job as you wrote it")
+    [reg] = harpd.wait_for("register")
+    assert reg["submitted"] == reg["original"] and reg["decision"] is None
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["-H", "job.sh"], "sbatch: error: Batch job submission failed: Socket timed out on send/recv operation\n"),
+        (["--wait", "job.sh"], "sbatch: error: Batch job submission failed: Requested node configuration is not available\n"),
+    ],
+)
+def test_no_fallback_when_a_job_may_exist(run, harpd, args, message) -> None:
+    harpd.decision = decision(change("mem", "7000M"))
+    run.write("job.sh", JOB)
+    proc = run(*args, env={"FAKE_SBATCH_REJECT": "--mem=7000M", "FAKE_SBATCH_REJECT_MSG": message})
+    assert len(run.calls()) == 1 and proc.returncode == 1 and proc.stdout == b""
+    assert proc.stderr.decode().endswith(message)  # sbatch's own words, unchanged
 
 
 # --- what the user sees ------------------------------------------------------------------

@@ -1,0 +1,230 @@
+"""Which jobs recovery may resubmit, and with which limits: pure functions.
+
+Eligibility (docs in etc/harpd.toml ``[recovery]``): a job is recovered when
+harp-submit registered it AND either harp changed its request (the shrink may
+be what killed it) or the script opted in with a ``#HARP retry`` line.  A
+``#HARP retry off`` (or ``#HARP noretry``) line opts out even of the first
+case.  Everything else is left alone: doubling a request the user chose
+themselves, unasked, would spend their allocation on a guess.  Array and
+heterogeneous jobs are never recovered (one task's limits cannot be raised
+alone).
+
+Limits are kept in the ``attempts.limits`` JSON of every attempt, in the units
+Slurm applies them: ``time_s`` (whole minutes, in seconds) and the memory in
+the option the job used, per node (``mem_mb``, ``--mem``/``MinMemoryNode``) or
+per CPU (``mem_per_cpu_mb``, ``--mem-per-cpu``/``MinMemoryCPU``), because
+sbatch refuses ``--mem`` beside a script's ``#SBATCH --mem-per-cpu``.  The
+doubling itself is ``harpd.recovery.escalation.next_allocation``, the one rule
+``harp replay`` simulates too; this module only supplies its inputs (current
+value, the user's original request, the cap) and rounds its answer to what
+Slurm can express.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from harp_submit.harp_lines import words
+from harpd.recovery.escalation import next_allocation, resource_for
+from harpd.records import JobRecord, Outcome
+
+__all__ = ["retry_choice", "eligible", "first_limits", "next_limits", "Next", "fmt_time", "fmt_mem", "MEM_KEYS"]
+
+MEM_KEYS = ("mem_mb", "mem_per_cpu_mb", "mem_per_gpu_mb")
+_PLAIN_JOB_ID = re.compile(r"^\d+$")
+_OFF = {"off", "no", "false", "0", "never"}
+
+
+def retry_choice(harp_lines: list[str] | None) -> bool | None:
+    """True for ``#HARP retry``, False for ``#HARP retry off``/``#HARP noretry``,
+    None when the script says nothing; the last such line wins."""
+    choice: bool | None = None
+    for line in harp_lines or []:
+        w = [x.lower() for x in words(str(line))]
+        if not w:
+            continue
+        if w[0] == "noretry":
+            choice = False
+        elif w[0] == "retry":
+            choice = not (len(w) > 1 and w[1] in _OFF)
+    return choice
+
+
+def eligible(job_id: str, submission: dict[str, Any] | None) -> tuple[bool, str]:
+    """(may recovery resubmit this job, the one-line reason)."""
+    if not _PLAIN_JOB_ID.match(str(job_id)):
+        return False, "array and heterogeneous jobs are not recovered"
+    if submission is None:
+        return False, "not submitted through harp-submit"
+    job = submission.get("job") or {}
+    if job.get("array_size"):
+        return False, "array jobs are not recovered"
+    choice = retry_choice(job.get("harp_lines"))
+    if choice is False:
+        return False, "the script opted out (#HARP retry off)"
+    if choice is True:
+        return True, "the script opted in (#HARP retry)"
+    decision = submission.get("decision") or {}
+    if isinstance(decision, dict) and decision.get("changes"):
+        return True, "harp had changed its request"
+    return False, "harp did not change its request and the script has no #HARP retry line"
+
+
+def _pos(v: Any) -> float | None:
+    try:
+        f = float(v)
+    except (TypeError, ValueError):
+        return None
+    return f if math.isfinite(f) and f > 0 else None
+
+
+def first_limits(rec: JobRecord, submission: dict[str, Any]) -> dict[str, Any]:
+    """The limits the first run had, in the units recovery escalates.
+
+    Slurm's record is the truth for what was applied (a partition default
+    time when none was asked); the registered ``submitted`` resources say in
+    which option memory was requested.
+    """
+    sub = submission.get("submitted") or {}
+    job = submission.get("job") or {}
+    nodes = int(_pos(rec.alloc_nodes) or _pos(rec.req_nodes) or _pos(sub.get("nodes")) or 1)
+    out: dict[str, Any] = {}
+    t = _pos(rec.req_time_s) or _pos(sub.get("time_s"))
+    out["time_s"] = None if t is None else int(round(t))
+    if _pos(sub.get("mem_per_gpu_mb")):
+        out["mem_per_gpu_mb"] = int(sub["mem_per_gpu_mb"])
+    elif _pos(sub.get("mem_per_cpu_mb")):
+        out["mem_per_cpu_mb"] = int(sub["mem_per_cpu_mb"])
+    else:
+        per_node = _pos(rec.req_mem_mb)
+        per_node = per_node / nodes if per_node is not None else _pos(sub.get("mem_mb"))
+        out["mem_mb"] = None if per_node is None else int(math.ceil(per_node - 1e-9))
+    out["partition"] = rec.partition or sub.get("partition") or job.get("partition")
+    out["nodes"] = nodes
+    cpus = _pos(rec.alloc_cpus) or _pos(rec.req_cpus)
+    out["cpus_per_node"] = None if cpus is None else int(math.ceil(cpus / nodes))
+    return out
+
+
+@dataclass(frozen=True, slots=True)
+class Next:
+    """The limits for the next attempt, or why there is none (``limits`` None)."""
+
+    limits: dict[str, Any] | None
+    reason: str
+    resource: str | None = None
+
+
+def fmt_time(seconds: float | None) -> str:
+    """Seconds as Slurm users write limits: ``2 min``, ``1:30:00``, ``2-00:00:00``."""
+    if seconds is None:
+        return "unlimited"
+    s = int(round(seconds))
+    if s < 3600 and s % 60 == 0:
+        return f"{s // 60} min"
+    d, rest = divmod(s, 86400)
+    h, rest = divmod(rest, 3600)
+    m, sec = divmod(rest, 60)
+    return (f"{d}-" if d else "") + f"{h:d}:{m:02d}:{sec:02d}"
+
+
+def fmt_mem(mb: float | None) -> str:
+    if mb is None:
+        return "unknown"
+    mb = int(math.ceil(mb))
+    if mb >= 10240 and mb % 1024 == 0:
+        return f"{mb // 1024}G"
+    return f"{mb}M"
+
+
+def _smallest(caps: list[tuple[float | None, str]]) -> tuple[float | None, str | None]:
+    known = [(c, n) for c, n in caps if c is not None and c > 0]
+    if not known:
+        return None, None
+    return min(known, key=lambda x: x[0])
+
+
+def next_limits(
+    outcome: Outcome,
+    attempt: int,
+    limits: dict[str, Any],
+    original: dict[str, Any] | None,
+    *,
+    max_attempts: int,
+    partition_max_time_s: float | None,
+    node_mem_mb: float | None,
+    cfg_max_time_s: float | None,
+    cfg_max_mem_mb: float | None,
+    partition: str | None = None,
+) -> Next:
+    """Limits after attempt ``attempt`` ended with ``outcome``; only what ran out changes.
+
+    ``limits`` are the failed attempt's, ``original`` the user's own request
+    (``Resources`` as harp-submit registered it).  Caps: the partition's
+    MaxTime and ``recovery.max_time_s`` for time; the node's memory and
+    ``recovery.max_mem_mb`` (both per node) for memory.
+    """
+    try:
+        outcome = Outcome(outcome)
+    except ValueError:
+        return Next(None, f"unknown outcome {outcome!r}: not resubmitted")
+    res = resource_for(outcome)
+    if res is None:
+        return Next(None, f"ended {outcome.value}: not caused by its limits, so not resubmitted")
+    original = original or {}
+    where = f"partition {partition}" if partition else "the partition"
+    if res == "time":
+        current = _pos(limits.get("time_s"))
+        if current is None:
+            return Next(None, "ran out of time with no known time limit: not resubmitted", res)
+        cap, cap_name = _smallest([(partition_max_time_s, f"{where} MaxTime"), (cfg_max_time_s, "recovery.max_time_s")])
+        step = next_allocation(outcome, current, _pos(original.get("time_s")), cap, attempt, max_attempts)
+        if step.stop or step.value is None:
+            return Next(None, _explain_stop(step.reason, cap, cap_name, fmt_time) + "; not resubmitted", res)
+        minutes = math.ceil(step.value / 60 - 1e-9)
+        if cap is not None and minutes * 60 > cap:
+            minutes = int(cap // 60)  # Slurm limits are whole minutes: stay within the cap
+        if minutes * 60 <= current:
+            return Next(None, f"ran out of time at {fmt_time(current)}: {cap_name} ({fmt_time(cap)}) "
+                              "leaves no whole minute more; not resubmitted", res)
+        new = {**limits, "time_s": minutes * 60}
+        return Next(new, f"{_explain_stop(step.reason, cap, cap_name, fmt_time)}: time {fmt_time(current)} -> {fmt_time(minutes * 60)}", res)
+
+    # memory
+    if _pos(limits.get("mem_per_gpu_mb")):
+        return Next(None, "ran out of memory requested per GPU (--mem-per-gpu): not resubmitted", res)
+    key = "mem_per_cpu_mb" if _pos(limits.get("mem_per_cpu_mb")) else "mem_mb"
+    current = _pos(limits.get(key))
+    if current is None:
+        return Next(None, "ran out of memory with no known memory limit: not resubmitted", res)
+    per = 1
+    if key == "mem_per_cpu_mb":
+        per = int(_pos(limits.get("cpus_per_node")) or 1)
+    caps = [
+        (None if node_mem_mb is None else node_mem_mb / per, "the node's memory"),
+        (None if cfg_max_mem_mb is None else cfg_max_mem_mb / per, "recovery.max_mem_mb"),
+    ]
+    cap, cap_name = _smallest(caps)
+    if cap is not None:
+        cap = float(math.floor(cap))
+    step = next_allocation(outcome, current, _pos(original.get(key)), cap, attempt, max_attempts)
+    if step.stop or step.value is None:
+        return Next(None, _explain_stop(step.reason, cap, cap_name, fmt_mem) + "; not resubmitted", res)
+    value = int(math.ceil(step.value - 1e-9))
+    if cap is not None and value > cap:
+        value = int(cap)
+    if value <= current:
+        return Next(None, f"ran out of memory at {fmt_mem(current)}: {cap_name} leaves no room; not resubmitted", res)
+    new = {**limits, key: value}
+    what = "memory per CPU" if key == "mem_per_cpu_mb" else "memory"
+    return Next(new, f"{_explain_stop(step.reason, cap, cap_name, fmt_mem)}: {what} {fmt_mem(current)} -> {fmt_mem(value)}", res)
+
+
+def _explain_stop(reason: str, cap: float | None, cap_name: str | None, fmt) -> str:
+    """escalation's stop reason, with the cap named ("the cap (180)" says little)."""
+    if cap is not None and cap_name and "the cap" in reason:
+        return reason.replace(f"the cap ({cap:g})", f"the cap, {cap_name} = {fmt(cap)}")
+    return reason
