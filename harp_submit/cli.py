@@ -273,7 +273,8 @@ class Submit:
         if register:
             payload = {
                 "op": "register",
-                "job": job,
+                # argv and SBATCH_* as sbatch gets them: recovery resubmits from them
+                "job": {**job, "argv": list(final), "sbatch_env": {k: v for k, v in (environ or self.environ).items() if k.startswith("SBATCH_")}},
                 "original": request.resources(),
                 "submitted": after.resources(),
                 "decision": decision,
@@ -346,6 +347,8 @@ class Submit:
             self.warn("cannot find sbatch in PATH (set HARP_SBATCH to its path)")
             return 127
         env = environ if environ is not None else self.environ
+        # harp's cli_filter plugin (plugins/cli_filter.lua) steps aside for this sbatch
+        env = {**env, "HARP_SUBMIT_PID": str(os.getpid())}
         if stdin is None and register is None and not keep_stdout:
             _reset_signals()
             try:

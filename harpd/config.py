@@ -74,9 +74,9 @@ class PredictSettings(_Section):
 class RecoverySettings(_Section):
     enabled: bool = True
     max_attempts: int = Field(3, ge=1)
-    max_time_s: int | None = None  # cap beyond partition MaxTime
-    max_mem_mb: int | None = None  # cap beyond node memory
-    mode: str = "auto"  # "auto" | "requeue" | "resubmit"
+    max_time_s: int | None = Field(None, ge=60)  # cap beyond partition MaxTime
+    max_mem_mb: int | None = Field(None, ge=1)  # cap beyond node memory (per node)
+    mode: Literal["auto", "requeue", "resubmit"] = "auto"
 
 
 class RetrainSettings(_Section):

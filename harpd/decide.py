@@ -109,3 +109,309 @@ def allocate_many(request: np.ndarray, upper_log: np.ndarray, n_history: np.ndar
     if guard.max_raise_factor <= 1.0:
         ok &= ~(has_req & (value > request))
     return np.where(ok, value, np.nan)
+
+
+# ---------------------------------------------------------------------------
+# The daemon's predictor: champion models + live history → Decision
+# ---------------------------------------------------------------------------
+
+import logging  # noqa: E402
+import threading  # noqa: E402
+import time as _time  # noqa: E402
+from typing import Any  # noqa: E402
+
+log = logging.getLogger("harpd.decide")
+
+try:  # the client engineer's formatters: the exact sbatch spelling
+    from harp_submit.units import format_mem, format_time
+except ImportError:  # pragma: no cover - minimal fallbacks
+    def format_time(seconds: int | None) -> str:
+        if seconds is None:
+            return "UNLIMITED"
+        d, r = divmod(int(seconds), 86400)
+        h, r = divmod(r, 3600)
+        m, s = divmod(r, 60)
+        return f"{d}-{h:02d}:{m:02d}:{s:02d}" if d else f"{h:02d}:{m:02d}:{s:02d}"
+
+    def format_mem(mb: int) -> str:
+        mb = int(mb)
+        return f"{mb // 1024}G" if mb and mb % 1024 == 0 else f"{mb}M"
+
+
+HISTORY_JOBS = 200_000  # finished jobs replayed into the live history at load
+REFRESH_S = 60.0  # how often new outcomes are pulled from the store
+
+
+class _Loaded:
+    """One resource's champion: the model, its envelope and its live history."""
+
+    def __init__(self, env: dict[str, Any], row: dict[str, Any]) -> None:
+        from harpd.features.history import History
+
+        self.model = env["model"]
+        self.name = env["name"]
+        self.relative = bool(env["relative"])
+        self.resource = env["resource"]
+        self.row = row
+        self.history = History()
+
+
+class ModelPredictor:
+    """``decide(job, user, uid) -> Decision`` from the store's champion models.
+
+    Fast path (every sbatch): a few dict look-ups for the history features,
+    one tree-ensemble prediction per resource, the guard rails.  Slow work
+    (loading models, replaying history from the store, pulling new outcomes)
+    happens at ``reload()`` and in a background refresh, never in a request.
+    Thread-safe: history updates are under a lock; models are read-only.
+    """
+
+    name = "harp"
+
+    def __init__(self, settings, store=None, limits=None, models: dict[str, Any] | None = None) -> None:
+        self.settings = settings
+        self.store = store
+        self._limits = limits
+        self._lock = threading.Lock()
+        self._refresh_lock = threading.Lock()
+        self._loaded: dict[str, _Loaded] = {}
+        self._watermark: float | None = None
+        self._last_refresh = 0.0
+        if models is not None:  # tests and benchmarks: envelopes given directly
+            for res, env in models.items():
+                self._loaded[res] = _Loaded(env, {"name": env["name"]})
+        elif store is not None:
+            self.reload()
+
+    # -- loading ---------------------------------------------------------------
+    def reload(self) -> dict[str, Any]:
+        """Load the champions and rebuild the live history from the store."""
+        from harpd.models.persistence import ModelFileError, load_model
+
+        loaded: dict[str, _Loaded] = {}
+        want = self.settings.predict.predictor
+        for res in ("time", "mem"):
+            row = self._pick(res, want)
+            if row is None:
+                continue
+            try:
+                env = load_model(row["path"])
+            except ModelFileError as exc:
+                log.warning("%s model not loaded: %s", res, exc)
+                continue
+            loaded[res] = _Loaded(env, row)
+        with self._lock:
+            self._loaded = loaded
+            self._watermark = None
+        self.refresh(limit=HISTORY_JOBS)
+        return {res: {"name": ld.name, "path": ld.row.get("path")} for res, ld in loaded.items()}
+
+    def _pick(self, resource: str, want: str) -> dict[str, Any] | None:
+        if want == "auto":
+            return self.store.champion(resource)
+        rows = [m for m in self.store.models() if m["resource"] == resource and m["name"] == want]
+        return rows[-1] if rows else None
+
+    def refresh(self, limit: int | None = None) -> int:
+        """Add outcomes that finished since the last refresh to the live history."""
+        if self.store is None or not self._loaded:
+            return 0
+        if not self._refresh_lock.acquire(blocking=False):
+            return 0
+        try:
+            since = self._watermark
+            if since is None and limit:
+                # only the most recent ``limit`` finished jobs: older ones have aged out of every window
+                n = self.store.count_jobs(time_field="end_time")
+                it = self.store.iter_jobs(order="end_time", time_field="end_time")
+                for _ in range(max(n - limit, 0)):
+                    next(it, None)
+            else:
+                it = self.store.iter_jobs(since=since, order="end_time", time_field="end_time")
+            n_added = 0
+            last = since
+            batch: list = []
+            for rec in it:
+                if since is not None and rec.end_time is not None and rec.end_time <= since:
+                    continue
+                batch.append(rec)
+                if rec.end_time is not None:
+                    last = rec.end_time if last is None else max(last, rec.end_time)
+                if len(batch) >= 5000:
+                    n_added += self._add(batch)
+                    batch = []
+            n_added += self._add(batch)
+            self._watermark = last
+            self._last_refresh = _time.monotonic()
+            return n_added
+        finally:
+            self._refresh_lock.release()
+
+    def observe(self, records) -> int:
+        """Outcomes pushed by ingest (alternative to polling the store)."""
+        return self._add(list(records))
+
+    def _add(self, records: list) -> int:
+        from harpd.features.history import keys_of_record
+
+        if not records:
+            return 0
+        with self._lock:
+            for ld in self._loaded.values():
+                h = ld.history
+                for r in records:
+                    used = r.used_time_s if ld.resource == "time" else r.used_mem_mb
+                    if used is None or not r.outcome.finished:
+                        continue
+                    own = r.req_time_s if ld.resource == "time" else r.req_mem_mb
+                    cens = (r.censored_time or r.outcome.value == "timeout") if ld.resource == "time" \
+                        else (r.censored_mem or r.outcome.value == "oom")
+                    k = keys_of_record(r, ld.resource, ld.relative)
+                    h.add(k, used, own, bool(cens), r.end_time)
+                    h.finished(k)
+        return len(records)
+
+    def _maybe_refresh(self) -> None:
+        if self.store is not None and _time.monotonic() - self._last_refresh > REFRESH_S:
+            self._last_refresh = _time.monotonic()
+            threading.Thread(target=self._safe_refresh, name="harp-refresh", daemon=True).start()
+
+    def _safe_refresh(self) -> None:
+        try:
+            self.refresh()
+        except Exception:  # a failed refresh leaves the old history: predictions go on
+            log.exception("history refresh failed")
+
+    def retrain(self) -> dict[str, Any]:
+        """Admin ``retrain``: train on the store, then load the new champions."""
+        from harpd.training import retrain_all
+
+        out = retrain_all(self.store, self.settings)
+        out["loaded"] = self.reload()
+        return out
+
+    # -- the request path ------------------------------------------------------------
+    def decide(self, job, user: str, uid: int):
+        from harpd.protocol import Change, Decision, Limits
+
+        now = _time.time()
+        partition = job.partition or job.request.partition
+        limits = Limits(partition=partition)
+        if self._limits is not None:
+            try:
+                got = self._limits(partition)
+                if got is not None:
+                    limits = got if isinstance(got, Limits) else Limits.model_validate(got)
+            except Exception as exc:  # limits are a cap, not a prerequisite
+                log.warning("partition limits unavailable for %s: %s", partition, exc)
+        if not self._loaded:
+            return Decision(changes=[], limits=limits, model=None,
+                            explain={"reason": "no trained model yet: request kept"})
+        self._maybe_refresh()
+        changes: list = []
+        explain: dict[str, Any] = {}
+        models_used: list[str] = []
+        for res, ld in self._loaded.items():
+            try:
+                ch, ex = self._one(job, user, res, ld, limits, now)
+            except Exception as exc:  # one resource failing must not lose the other
+                log.exception("predicting %s failed", res)
+                ch, ex = None, {"reason": f"prediction failed: {exc}"}
+            explain[res] = ex
+            if ch is not None:
+                changes.append(Change(**ch))
+                models_used.append(ld.name)
+        return Decision(changes=changes, limits=limits, model=",".join(sorted(set(models_used))) or None,
+                        explain=explain)
+
+    def _one(self, job, user: str, res: str, ld: _Loaded, limits, now: float):
+        import numpy as np
+
+        from harpd.features.history import COL, conformal_group, keys_of
+        from harpd.features.signature import signature_of
+
+        rq = job.request
+        cores = (rq.cpus_per_task or 1) * (rq.ntasks or 1)
+        nodes = rq.nodes or 1
+        gpus = _gpu_count(rq.gpus, rq.gres)
+        mem_job = None
+        if rq.mem_mb:
+            mem_job = float(rq.mem_mb) * nodes  # --mem is per node
+        elif rq.mem_per_cpu_mb:
+            mem_job = float(rq.mem_per_cpu_mb) * cores
+        if res == "time":
+            req, other = (float(rq.time_s) if rq.time_s else None), mem_job
+        else:
+            req, other = mem_job, (float(rq.time_s) if rq.time_s else None)
+        if ld.relative and not req:
+            return None, {"reason": f"no {res} request to size"}
+        sig = job.signature or (signature_of(job.commands) if job.commands else None)
+        keys = keys_of(user, job.account, sig, job.job_name, req if ld.relative else None, cores,
+                       job.array_size, other, gpus)
+        with self._lock:
+            x = ld.history.features(keys, now)
+            n_hist = ld.history.count(keys, "s")
+            ld.history.submitted(keys, now)
+        guard = Guard.from_settings(self.settings.predict, res)
+        if n_hist < guard.min_history:
+            return None, {"reason": f"cold start: {n_hist} of {guard.min_history} runs", "n_history": n_hist}
+        X = np.asarray([x], dtype=np.float32)
+        group = conformal_group(job.partition or rq.partition, x[COL["log_pending"]])
+        up = float(ld.model.predict(X, groups=np.array([group], dtype=object))[0])
+        theta = getattr(ld.model, "theta", None)
+        if res == "time":
+            limit = limits.max_time_s or self.settings.recovery.max_time_s
+        else:
+            per_node = limits.max_mem_mb or self.settings.recovery.max_mem_mb
+            limit = per_node * nodes if per_node else None
+        value, why = allocate(req, up, n_hist, limit, guard, theta)
+        ex = {"model": ld.name, "n_history": n_hist, "bound_ratio": round(math.exp(up), 4) if math.isfinite(up) else None,
+              "leave_alone_ratio": None if theta is None else round(float(theta), 3), "reason": why}
+        if value is None:
+            return None, ex
+        reason = f"{ld.name}: {res} bound from {n_hist} similar runs"
+        if res == "time":
+            secs = int(math.ceil(value / 60.0) * 60)  # sbatch rounds to minutes anyway
+            if req and secs >= req:
+                return None, {**ex, "reason": "rounded bound reaches the request: kept"}
+            return {"option": "time", "value": format_time(secs), "old": format_time(int(req)) if req else None,
+                    "reason": reason}, ex
+        if rq.mem_mb:
+            mb = int(math.ceil(value / nodes))
+            if mb >= rq.mem_mb:
+                return None, {**ex, "reason": "rounded bound reaches the request: kept"}
+            return {"option": "mem", "value": format_mem(mb), "old": format_mem(rq.mem_mb), "reason": reason}, ex
+        if rq.mem_per_cpu_mb:
+            mb = int(math.ceil(value / cores))
+            if mb >= rq.mem_per_cpu_mb:
+                return None, {**ex, "reason": "rounded bound reaches the request: kept"}
+            return {"option": "mem-per-cpu", "value": format_mem(mb), "old": format_mem(rq.mem_per_cpu_mb),
+                    "reason": reason}, ex
+        return {"option": "mem", "value": format_mem(int(math.ceil(value / nodes))), "old": None,
+                "reason": reason}, ex
+
+
+def _gpu_count(gpus: str | None, gres: str | None) -> float | None:
+    """GPUs asked for in ``--gpus`` (``2``, ``a100:2``) or ``--gres gpu[:type]:N``."""
+    for spec in (gpus, gres):
+        if not spec:
+            continue
+        for part in str(spec).split(","):
+            bits = part.split(":")
+            if spec is gres and bits[0] != "gpu":
+                continue
+            try:
+                return float(bits[-1])
+            except ValueError:
+                return 1.0
+    return None
+
+
+def make_predictor(settings, store=None, backend=None):
+    """What harpd.main looks up: the champion-backed predictor (no change until trained)."""
+    limits = None
+    if backend is not None:
+        from harpd.handlers import limits_from_backend
+
+        limits = limits_from_backend(backend)
+    return ModelPredictor(settings, store=store, limits=limits)

@@ -15,6 +15,13 @@ are called after that commit; the list of outcomes to announce is cleared only
 after they ran, so a crash between the two announces them again at restart
 (at least once: make listeners idempotent, as recovery's attempt table is).
 
+A run is stored only once slurmdbd has finished writing it (``_settled``):
+until then it counts as still running, and the window of the next poll
+(overlapping the last by at least 300 s) sees it again.  Runs are numbered
+per job id (``attempt``): a run already stored keeps its number, a new run
+of the same id (a requeue) gets the next, and a resubmission under a new id
+starts at the attempt recovery gave it in its chain.
+
 When sacct or slurmdbd fails, the poll raises ``SlurmError`` and nothing is
 written; the scheduled ``tick`` then waits ``poll_interval_s`` doubled per
 consecutive failure, up to ``ingest.max_backoff_s``, so a slurmdbd outage is
@@ -48,6 +55,7 @@ JOB_ID = "harp-ingest"
 
 # how long after a job's end slurmdbd may still be completing its record
 SETTLE_S = 60.0
+RSS_SETTLE_S = 10.0
 # runs of one job id whose start times differ by less than this are the same run
 _SAME_RUN_S = 2.0
 # the outcome a submission is closed with when its array tasks disagree: the
@@ -67,15 +75,15 @@ def _settled(r: JobRecord, now: float) -> bool:
     partition, limits and the steps' MaxRSS arrive (a requeued job's new run
     even shows up as "allocation" without a partition); a run stored then
     would stay wrong, since a stored outcome is not written again.  A run
-    that never gets them (no accounting gather, no partition) is taken as it
-    is once its end is SETTLE_S old.
+    that never gets them (a job shorter than one accounting sample has no
+    MaxRSS at all) is taken as it is once its end is old enough.
     """
-    if r.end_time is not None and now - r.end_time >= SETTLE_S:
-        return True
+    age = now - r.end_time if r.end_time is not None else math.inf
     if r.partition is None:
-        return False
+        return age >= SETTLE_S
     if r.start_time is not None and r.used_mem_mb is None:
-        return False
+        # MaxRSS comes seconds late, or never for a job shorter than one sample
+        return age >= RSS_SETTLE_S
     return True
 
 
@@ -443,13 +451,18 @@ class Ingestor:
     def _update_watch(self, records: list[JobRecord], watch: dict[str, int]) -> None:
         if not watch:
             return
-        done = {jid for jid, min_att in watch.items() for r in records if r.job_id == jid and r.attempt >= min_att}
-        if not done:
+        seen: dict[str, int] = {}
+        for r in records:
+            if r.job_id in watch and r.attempt >= watch[r.job_id]:
+                seen[r.job_id] = max(seen.get(r.job_id, 0), int(r.attempt))
+        if not seen:
             return
         with self.store.transaction():
             cur = dict(self.store.get_meta(WATCH_KEY, {}) or {})
-            for jid in done:
-                cur.pop(jid, None)
+            for jid, att in seen.items():
+                # a listener may have asked for a later run meanwhile (recovery's next requeue)
+                if int(cur.get(jid, 0)) <= att:
+                    cur.pop(jid, None)
             self.store.set_meta(WATCH_KEY, cur)
 
 
@@ -478,14 +491,25 @@ class _NoIngest:
         return None
 
 
-def start(*, settings: HarpSettings, store: Any, backend: SlurmBackend | None) -> IngestService | _NoIngest:
-    """Start background polling for harpd; without a Slurm backend, nothing to poll."""
+def start(
+    *,
+    settings: HarpSettings,
+    store: Any,
+    backend: SlurmBackend | None,
+    listeners: Iterable[Callable[[JobRecord], None]] = (),
+) -> IngestService | _NoIngest:
+    """Start background polling for harpd; without a Slurm backend, nothing to poll.
+
+    ``listeners`` join ``on_outcome`` before the first poll, which may
+    announce outcomes a killed predecessor left unannounced.
+    """
     if backend is None:
         log.warning("ingest disabled: no Slurm backend")
         return _NoIngest()
     from apscheduler.schedulers.background import BackgroundScheduler
 
     ingestor = Ingestor(store, backend, settings)
+    ingestor.on_outcome.extend(listeners)
     scheduler = BackgroundScheduler(daemon=True)
     ingestor.schedule(scheduler)
     scheduler.start()

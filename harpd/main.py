@@ -14,6 +14,8 @@ change") before the other pieces exist and picks them up once they do:
   (optional; default ``handlers.NoChangePredictor``);
 * ``harpd.ingest.start(settings=, store=, backend=)`` returning an object with
   ``shutdown()`` (optional background polling);
+* ``harpd.recovery.resubmit.make(settings=, store=, backend=)``: a listener
+  of the poller's outcomes that resubmits jobs which ran out (optional);
 * the predictor's ``reload()`` for the admin ``reload`` op and SIGHUP.
 """
 
@@ -130,7 +132,14 @@ def build_handlers(settings: HarpSettings, store: Any) -> tuple[Any, list[Any]]:
     services: list[Any] = []
     start_ingest = _plugin("harpd.ingest", "start")
     if start_ingest is not None:
-        services.append(start_ingest(settings=settings, store=store, backend=backend))
+        # recovery listens to outcomes from the first poll on (exactly once, issue 5)
+        make_recovery = _plugin("harpd.recovery.resubmit", "make")
+        recovery = None if make_recovery is None else make_recovery(settings=settings, store=store, backend=backend)
+        extra = {} if recovery is None else {"listeners": [recovery.on_outcome]}
+        ingest = start_ingest(settings=settings, store=store, backend=backend, **extra)
+        services.append(ingest)
+        if recovery is not None and getattr(ingest, "ingestor", None) is not None:
+            services.append(recovery.attach(ingest))
     return handlers, services
 
 

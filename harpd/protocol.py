@@ -27,6 +27,7 @@ JOB_ID_PATTERN = r"^[0-9]{1,20}(_[0-9]{1,10}|\+[0-9]{1,4})?$"
 
 _Str = Annotated[str, Field(max_length=4096)]
 _Count = Annotated[int, Field(ge=0, le=10_000_000)]
+_Arg = Annotated[str, Field(max_length=128 * 1024)]  # one argv word or value: Linux's MAX_ARG_STRLEN
 
 ChangeOption = Literal[
     "time", "mem", "cpus-per-task", "gres", "partition", "nodes", "ntasks-per-node", "gpus", "mem-per-cpu"
@@ -74,6 +75,10 @@ class JobRequest(_Model):
     # the script's first command lines (harp-submit sends up to 20, 4 KiB in
     # all; the --wrap command for wrap jobs): harpd derives ``signature`` from them
     commands: Annotated[list[_Str], Field(max_length=100)] = Field(default_factory=list)
+    # register only: sbatch's arguments as harp-submit ran it and the SBATCH_*
+    # variables it saw, so recovery can submit the job again (resubmit mode)
+    argv: Annotated[list[_Arg], Field(max_length=4096)] | None = None
+    sbatch_env: Annotated[dict[Annotated[str, Field(max_length=256)], _Arg], Field(max_length=256)] | None = None
 
 
 class Change(_Model):

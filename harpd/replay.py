@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from harpd.decide import Guard, allocate, allocate_many
-from harpd.features.history import COL, History, JobKeys, as_matrix, conformal_group, keys_of
+from harpd.features.history import COL, History, JobKeys, as_matrix, conformal_group, keys_of_record
 from harpd.metrics import ModelMetrics, evaluate
 from harpd.models import registry
 from harpd.models.conformal import HarpModel
@@ -38,6 +38,8 @@ from harpd.models.gbm import GbmQuantile
 from harpd.records import JobRecord, Outcome
 
 Y_MIN, Y_MAX = -15.0, 3.0
+#: the base model's quantile: memory traces are burstier, their tails heavier
+DEFAULT_QUANTILE = {"time": 0.9, "mem": 0.95}
 
 
 class ReplayError(ValueError):
@@ -76,6 +78,7 @@ class Prepared:
     groups: np.ndarray  # conformal groups (partition)
     known_at: np.ndarray  # outcomes known when job i was submitted
     finish_seq: np.ndarray  # job indices in the order they finished
+    limit: np.ndarray | None = None  # cap per job (NaN: none); the request caps relative traces
     skipped: dict[str, int] = field(default_factory=dict)
 
     @property
@@ -148,13 +151,7 @@ def prepare(records: Iterable[JobRecord], resource: str = "time", limit: int | N
     request = np.array([row[3] if (row[3] and not absolute) else np.nan for row in rows], float)
     cens = np.array([row[4] for row in rows], bool)
     weight = np.array([row[5] if resource == "time" else 1.0 for row in rows], float)
-    keys: list[JobKeys] = []
-    for row in rows:
-        r = row[6]
-        other = r.req_mem_mb if resource == "time" else r.req_time_s
-        keys.append(keys_of(r.user, r.account, r.signature, r.job_name,
-                            None if absolute else row[3], row[5], r.array_size, other,
-                            r.req_gpus if r.req_gpus is not None else r.alloc_gpus))
+    keys: list[JobKeys] = [keys_of_record(row[6], resource, not absolute) for row in rows]
     ref = np.where(np.isfinite(request), request, 1.0)
     # relative targets live in [-15, 3]; absolute ones (no requests) are log MiB/seconds
     y = np.log(np.maximum(need, 1.0) / ref)
@@ -169,6 +166,11 @@ def prepare(records: Iterable[JobRecord], resource: str = "time", limit: int | N
     heap: list[tuple[float, int]] = []
     pop, push = heapq.heappop, heapq.heappush
     own = [row[3] for row in rows]
+    parts = [row[6].partition or "?" for row in rows]
+    # traces carry no partition limits: the largest use seen so far in the
+    # partition stands in for "node memory" / MaxTime where there is no request
+    part_max: dict[str, float] = {}
+    limit = np.full(n, np.nan)
     for i in range(n):
         t = submit[i]
         while heap and heap[0][0] <= t:
@@ -177,6 +179,10 @@ def prepare(records: Iterable[JobRecord], resource: str = "time", limit: int | N
             hist.add(kj, need[j], own[j], bool(cens[j]), end[j])
             hist.finished(kj)
             finish.append(j)
+            if need[j] > part_max.get(parts[j], 0.0):
+                part_max[parts[j]] = float(need[j])
+        if absolute:
+            limit[i] = part_max.get(parts[i], np.nan)
         known_at[i] = len(finish)
         k = keys[i]
         n_hist[i] = hist.count(k, "s")
@@ -192,6 +198,7 @@ def prepare(records: Iterable[JobRecord], resource: str = "time", limit: int | N
         resource=resource, source=source, submit=submit, need=need, request=request,
         censored=cens, weight=weight, n_hist=n_hist, X=X, y=y, groups=groups,
         known_at=known_at, finish_seq=np.array(finish, np.int64), skipped=skipped,
+        limit=limit if absolute else None,
     )
 
 
@@ -236,12 +243,13 @@ def retrain_points(known_at: np.ndarray, every: int, min_train: int) -> list[int
 
 def make_model(name: str, cfg: ReplayConfig, prep: Prepared):
     """A fresh predictor; harp's own get the replay's tuning, others their defaults."""
+    gbm = {"quantile": DEFAULT_QUANTILE[prep.resource], **cfg.gbm}
     if name == "harp":
         cal = {"budget": cfg.waste_budget, **cfg.conformal}
-        return HarpModel(alpha=cfg.alpha, base=GbmQuantile(**cfg.gbm), relative=prep.has_requests,
+        return HarpModel(alpha=cfg.alpha, base=GbmQuantile(**gbm), relative=prep.has_requests,
                          resource=prep.resource, calibrator=cal, max_attempts=cfg.max_attempts)
     if name == "gbm":
-        return GbmQuantile(**cfg.gbm)
+        return GbmQuantile(**gbm)
     return registry.create(name)
 
 
@@ -313,7 +321,8 @@ def _online_model(name: str, prep: Prepared, cfg: ReplayConfig, pts: list[int],
         if model is None:
             continue
         up = base_pred[i] + model.cal_.offset(groups[i])
-        v, _ = allocate(req[i] if has_req[i] else None, up, int(prep.n_hist[i]), None, guard, model.theta)
+        lim = None if prep.limit is None or not math.isfinite(prep.limit[i]) else float(prep.limit[i])
+        v, _ = allocate(req[i] if has_req[i] else None, up, int(prep.n_hist[i]), lim, guard, model.theta)
         if v is not None:
             out[i] = v
         if i % 1000 == 0:
@@ -358,7 +367,7 @@ def run(prep: Prepared, cfg: ReplayConfig | None = None,
                 up = model.predict(prep.X, groups=prep.groups)
             else:
                 up = _batch_model(name, prep, cfg, pts)
-        alloc[name] = allocate_many(req, up, prep.n_hist, None, cfg.guard)
+        alloc[name] = allocate_many(req, up, prep.n_hist, prep.limit, cfg.guard)
 
     sel = slice(cfg.evaluate_from, n)
     metrics: list[ModelMetrics] = []

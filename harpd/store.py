@@ -44,6 +44,10 @@ import sqlite_utils
 
 from harpd.records import JobRecord, Outcome
 
+# Bind Outcome as its plain string value: sqlite3's generic str-subclass path
+# costs microseconds per row, which is most of a million-row import.
+sqlite3.register_adapter(Outcome, lambda o: o._value_)
+
 __all__ = ["Store", "StoreError", "JOB_COLUMNS", "SCHEMA_VERSION"]
 
 

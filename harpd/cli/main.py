@@ -20,6 +20,7 @@ SUBCOMMANDS: dict[str, str] = {
     "import": "import_cmd",
     "replay": "replay_cmd",
     "report": "report_cmd",
+    "status": "status_cmd",
 }
 
 

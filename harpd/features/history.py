@@ -82,6 +82,22 @@ def keys_of(user: str | None, account: str | None, signature: str | None,
     )
 
 
+def keys_of_record(r, resource: str, relative: bool) -> JobKeys:
+    """The keys of a finished JobRecord (or any object with its fields) for one resource.
+
+    Training, replay and the daemon's history all group records through this
+    one function, so a live job meets the groups its model was trained on.
+    """
+    if resource == "time":
+        ref, other = r.req_time_s, r.req_mem_mb
+    else:
+        ref, other = r.req_mem_mb, r.req_time_s
+    cores = r.req_cpus or r.alloc_cpus or 1
+    gpus = r.req_gpus if r.req_gpus is not None else r.alloc_gpus
+    return keys_of(r.user, r.account, r.signature, r.job_name, ref if relative else None, cores,
+                   r.array_size, other, gpus)
+
+
 class _Runs:
     """The last KEEP runs of one group, newest last."""
 

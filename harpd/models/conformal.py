@@ -113,6 +113,11 @@ class OnlineConformal:
             out[i] = v
         return out
 
+    def push(self, group: str | None, residual: float) -> None:
+        """Add a residual without moving the ACI level (no decision was made)."""
+        if math.isfinite(residual):
+            self._push(_ALL if group is None else str(group), residual)
+
     def update(self, group: str | None, residual: float, err: bool | None = None) -> None:
         """One finished job: slide its group's window, move its ACI level.
 
@@ -237,8 +242,10 @@ class Calibrator:
                  request: float | None, censored: bool, weight: float = 1.0) -> None:
         """One finished job: ``first`` is harp's allocation (the request if left alone)."""
         if not censored and residual is not None and math.isfinite(residual):
-            err = first < need
-            self.conf.update(group, residual, err)
+            if self.relative or math.isfinite(first):
+                self.conf.update(group, residual, first < need)
+            else:  # no request and no prediction: nothing harp could have missed
+                self.conf.push(group, residual)
         if not self.relative or request is None or not request > 0:
             return
         used = weight * (request if censored else min(need, request))

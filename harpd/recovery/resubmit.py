@@ -289,14 +289,14 @@ class Recovery:
             return  # the requeued run has not ended yet
         self._handle(rec)
 
-    def _locate(self, rec: JobRecord) -> tuple[str, dict[str, Any]] | None:
+    def _locate(self, rec: JobRecord) -> tuple[str, dict[str, Any]] | None | bool:
+        """(chain, attempt row) of a run; None for a run of no chain; False for
+        a run of a chain that matches none of its attempts (left alone)."""
         chain = self.store.chain_of(rec.job_id)
         if chain is None:
             return None
         rows = self._rows(chain)
         mine = [r for r in rows.values() if str(r.get("job_id")) == rec.job_id]
-        if not mine:
-            return None
         if len(mine) == 1:
             return chain, mine[0]
         exact = [r for r in mine if int(r["attempt"]) == int(rec.attempt)]
@@ -305,15 +305,17 @@ class Recovery:
         live = [r for r in mine if r["step"] in (SUBMITTED, REQUEUED)]
         if live:
             return chain, live[0]
-        log.info("job %s run %d belongs to no attempt of chain %s; ignored", rec.job_id, rec.attempt, chain)
-        return None
+        log.info("job %s run %d matches no attempt of chain %s; left alone", rec.job_id, rec.attempt, chain)
+        return False
 
     def _handle(self, rec: JobRecord) -> None:
         found = self._locate(rec)
         if found is None:
             self._start_chain(rec)
             return
-        chain, row = found
+        if found is False:
+            return
+        chain, row = found  # type: ignore[misc]
         self._mark_open(chain)
         attempt = int(row["attempt"])
         if row["step"] == DECIDED:
@@ -330,6 +332,8 @@ class Recovery:
         if Outcome(rec.outcome) not in RESOURCE_OF:
             return
         sub = self.store.get_submission(rec.job_id)
+        if sub is not None and sub.get("chain_id") not in (None, rec.job_id):
+            return  # a resubmission: its chain follows it through the attempts table
         ok, why = eligible(rec.job_id, sub)
         if not ok:
             if sub is not None:
@@ -366,7 +370,6 @@ class Recovery:
     def _continue(self, chain: str, attempt: int) -> None:
         """After attempt ``attempt`` is done: decide the next one (once) and carry it out."""
         rows = self._rows(chain)
-        row = rows[attempt]
         nxt = rows.get(attempt + 1)
         if nxt is None:
             nxt = self._decide(chain, rows, attempt)
@@ -374,7 +377,6 @@ class Recovery:
                 return
         if nxt["step"] == DECIDED:
             self._advance(chain, nxt)
-        del row
 
     def _stop(self, chain: str, attempt: int, reason: str) -> None:
         row = self._rows(chain)[attempt]

@@ -152,8 +152,9 @@ def _child(db: Path, extra: int, out: Path) -> subprocess.Popen:
 def test_sigkill_mid_ingest_loses_and_duplicates_nothing(slurm_cluster, tmp_path):
     c = slurm_cluster
     db = tmp_path / "harp.db"
-    ok = c.sbatch("--time=2", "--job-name=ing-kill-ok", script="true\n")
-    bad = c.sbatch("--time=2", "--job-name=ing-kill-fail", script="exit 3\n")
+    # long enough for an accounting sample: their records are complete at once
+    ok = c.sbatch("--time=2", "--job-name=ing-kill-ok", script="sleep 3\n")
+    bad = c.sbatch("--time=2", "--job-name=ing-kill-fail", script="sleep 3; exit 3\n")
     assert c.wait_job(ok) == "COMPLETED" and c.wait_job(bad) == "FAILED"
     with Store.open(db) as s:
         for jid in (ok, bad):

@@ -278,3 +278,12 @@ def test_records_that_never_complete_are_taken_after_a_while(store):
     assert ing.poll_once() == 0
     now[0] += 120  # no memory accounting on this site: taken as it is
     assert ing.poll_once() == 1
+
+
+def test_a_job_too_short_for_a_memory_sample_is_taken_soon(store):
+    now = [10_000.0]
+    be = FakeBackend([rec("70", used_mem_mb=None, end_time=now[0] - 1)])
+    ing = Ingestor(store, be, settings(learn_all_jobs=True), clock=lambda: now[0])
+    assert ing.poll_once() == 0
+    now[0] += 15
+    assert ing.poll_once() == 1 and stored(store)[("70", 1)].used_mem_mb is None

@@ -1,0 +1,195 @@
+"""``harp status JOBID``: what harp did with a job, its recovery attempts included.
+
+Asks the running harpd (``status`` op over its socket), which answers users
+about their own jobs and admins about any.  ``--direct`` reads the store
+instead (an admin's view, also when harpd is down); without it, a daemon that
+cannot be reached falls back to the store when this user can open it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import sys
+from typing import Any
+
+from harpd.cli.main import CliError
+
+NAME = "status"
+HELP = "show a job's request, outcome and recovery attempts (limits, outcome and reason of each)"
+
+_JOB_ID = re.compile(r"^[0-9]{1,20}(_[0-9]{1,10}|\+[0-9]{1,4})?$")
+_MODE_WORDS = {"requeue": "requeued in place", "resubmit": "resubmitted as a new job"}
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("job_id", metavar="JOBID", help="Slurm job id (any attempt of a chain)")
+    parser.add_argument("--json", action="store_true", help="print harpd's answer as JSON")
+    parser.add_argument("--direct", action="store_true", help="read the store instead of asking harpd (admins)")
+    parser.add_argument("--db", help="store to read with --direct (default: store.path from the config)")
+    parser.add_argument("--timeout", type=float, default=5.0, help="seconds to wait for harpd (default 5)")
+
+
+def run(args: argparse.Namespace) -> int:
+    job_id = str(args.job_id).strip()
+    if not _JOB_ID.match(job_id):
+        raise CliError(f"{args.job_id!r} is not a Slurm job id (like 123 or 123_4)")
+    if args.timeout <= 0:
+        raise CliError("--timeout must be positive")
+    note = None
+    if args.direct or args.db:
+        job = _from_store(job_id, args)
+    else:
+        try:
+            job = _from_daemon(job_id, args)
+        except _Unreachable as exc:
+            try:
+                job = _from_store(job_id, args)
+            except CliError as store_exc:
+                raise CliError(f"{exc}; and reading the store directly failed: {store_exc}") from None
+            note = f"harp: {exc}; read the store directly"
+    if note:
+        print(note, file=sys.stderr)
+    if args.json:
+        print(json.dumps(job, indent=2, sort_keys=True, default=str))
+    else:
+        sys.stdout.write(render(job))
+    return 0
+
+
+class _Unreachable(Exception):
+    pass
+
+
+def _settings(args: argparse.Namespace) -> Any:
+    from harpd.config import ConfigError, load_settings
+
+    try:
+        return load_settings(getattr(args, "config", None))
+    except ConfigError as exc:
+        raise CliError(str(exc)) from None
+
+
+def _from_daemon(job_id: str, args: argparse.Namespace) -> dict[str, Any]:
+    from harp_submit import client
+
+    if getattr(args, "config", None):
+        path = str(_settings(args).server.socket)
+    else:
+        path = client.socket_path(os.environ)
+    try:
+        answer = client.call(path, {"op": "status", "job_id": job_id}, args.timeout)
+    except client.HarpdUnavailable as exc:
+        if exc.reachable and str(exc).startswith("harpd refused: "):
+            raise CliError(str(exc)[len("harpd refused: "):]) from None
+        raise _Unreachable(exc.reason) from None
+    job = answer.get("job")
+    if not isinstance(job, dict):
+        raise CliError("harpd's status answer has no job")
+    return job
+
+
+def _from_store(job_id: str, args: argparse.Namespace) -> dict[str, Any]:
+    """The daemon's own status operation, run on the store as its admin."""
+    from harpd import protocol as p
+    from harpd.handlers import Handlers, Peer
+    from harpd.store import Store, StoreError
+
+    db = args.db or _settings(args).store.path
+    if not os.path.exists(db):
+        raise CliError(f"{db}: no such store; give --db or fix store.path")
+    try:
+        store = Store.open(db)
+    except StoreError as exc:
+        raise CliError(str(exc)) from None
+    try:
+        me = Peer.from_ids(os.getpid(), os.geteuid(), os.getegid())
+        answer = Handlers(store).handle(me, p.StatusRequest(op="status", job_id=job_id))
+    finally:
+        store.close()
+    if isinstance(answer, p.ErrorAnswer):
+        raise CliError(answer.error)
+    return answer.job  # type: ignore[attr-defined]
+
+
+# ---------------------------------------------------------------- rendering
+
+
+def _limits(lim: dict[str, Any] | None) -> str:
+    from harpd.recovery.policy import fmt_mem, fmt_time
+
+    lim = lim or {}
+    parts = []
+    if lim.get("time_s"):
+        parts.append(f"time {fmt_time(lim['time_s'])}")
+    if lim.get("mem_per_cpu_mb"):
+        parts.append(f"mem-per-cpu {fmt_mem(lim['mem_per_cpu_mb'])}")
+    elif lim.get("mem_per_gpu_mb"):
+        parts.append(f"mem-per-gpu {fmt_mem(lim['mem_per_gpu_mb'])}")
+    elif lim.get("mem_mb"):
+        parts.append(f"mem {fmt_mem(lim['mem_mb'])}")
+    if lim.get("partition"):
+        parts.append(f"partition {lim['partition']}")
+    return ", ".join(parts) or "limits unknown"
+
+
+def _resources(r: dict[str, Any] | None) -> str:
+    r = r or {}
+    return _limits({k: r.get(k) for k in ("time_s", "mem_mb", "mem_per_cpu_mb", "mem_per_gpu_mb", "partition")})
+
+
+def render(job: dict[str, Any]) -> str:
+    """The human view of a status answer."""
+    out: list[str] = []
+    jid = job.get("job_id")
+    who = job.get("user") or "?"
+    head = f"job {jid}: {who}"
+    if job.get("chain_id") and str(job["chain_id"]) != str(jid):
+        head += f", attempt of job {job['chain_id']}"
+    out.append(head)
+    if job.get("registered"):
+        reg = job.get("registered_job_id")
+        if reg and str(reg) != str(jid):
+            out.append(f"  registered as job {reg}")
+        out.append(f"  asked for:     {_resources(job.get('original'))}")
+        out.append(f"  submitted:     {_resources(job.get('submitted'))}")
+        decision = job.get("decision") or {}
+        for c in decision.get("changes") or []:
+            out.append(f"  harp changed:  --{c.get('option')} {c.get('old') or '(unset)'} -> {c.get('value')}"
+                       + (f" ({c['reason']})" if c.get("reason") else ""))
+    rec = job.get("record") or {}
+    outcome = rec.get("outcome") or job.get("outcome")
+    if outcome:
+        out.append(f"  last outcome:  {outcome}" + (f" (Slurm {rec['state']})" if rec.get("state") else ""))
+    attempts = job.get("attempts") or []
+    if not attempts:
+        out.append("  recovery:      none (no attempt was made to run it again)")
+        return "\n".join(out) + "\n"
+    out.append(f"  recovery:      {len(attempts)} attempt(s)")
+    stop = None
+    for a in attempts:
+        lim = a.get("limits") or {}
+        mode = _MODE_WORDS.get(lim.get("mode"), "")
+        line = f"  #{a.get('attempt')}  job {a.get('job_id') or '(not submitted yet)'}"
+        line += f"  {a.get('step')}"
+        if a.get("outcome"):
+            line += f"  {a['outcome']}"
+        line += f"  [{_limits(lim)}]"
+        if mode:
+            line += f"  {mode}"
+        out.append(line)
+        if a.get("reason"):
+            out.append(f"      why: {a['reason']}")
+        if lim.get("comment"):
+            out.append(f"      Slurm comment: {lim['comment']}")
+        if lim.get("note"):
+            out.append(f"      note: {lim['note']}")
+        if lim.get("last_error") and a.get("step") == "decided":
+            out.append(f"      waiting: {lim['last_error']} ({lim.get('failures', 1)} failed tries)")
+        if lim.get("stop"):
+            stop = lim["stop"]
+    if stop:
+        out.append(f"  stopped: {stop}")
+    return "\n".join(out) + "\n"
