@@ -197,8 +197,8 @@ def main() -> int:
             print(f"harp report --format {fmt:<5} {dt:6.2f} s  ({size:,} bytes)")
         dt = statistics.median(runs)
         print(f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs (timings stretch with it)")
-        print(f"FIGURE report_speed: {dt:.2f} s (target < {TARGET_S:g} s) {'PASS' if dt < TARGET_S else 'FAIL'}"
-              f" [median of 3 table reports, {stored:,} jobs]")
+        print(f"report_speed: median of 3 table reports, {stored:,} jobs")
+        print(f"FIGURE report_speed: {dt:.2f} s (target < {TARGET_S:g} s) {'PASS' if dt < TARGET_S else 'FAIL'}")
         return 0
     finally:
         if tmp is not None:

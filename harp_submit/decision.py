@@ -79,7 +79,9 @@ def parse_changes(decision: Any) -> list[Change]:
         option, value = item.get("option"), item.get("value")
         if option not in CHANGEABLE:
             raise BadDecision(f"harp cannot change option {option!r}")
-        if not isinstance(value, str) or not is_safe_value(value):
+        # no sbatch value harp sets starts with "-": one that does could read as an
+        # option wherever the value stands alone (``-p VALUE``), so it is refused
+        if not isinstance(value, str) or not is_safe_value(value) or value.startswith("-"):
             raise BadDecision(f"unusable value {value!r} for --{option}")
         family = "memory" if option in MEMORY_OPTIONS else option
         if family in seen:

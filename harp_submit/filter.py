@@ -269,7 +269,7 @@ def predict(msg: dict, environ: dict) -> Answer:
         answer.mark = mark_of(sets, olds)
     after = changed_request(request, sets)
     registered_job = dict(job)
-    argv = recovery_argv(cmdline, sets) if cmdline else None
+    argv = recovery_argv(cmdline, sets) if cmdline and msg.get("command") == "sbatch" else None
     if argv is not None:
         registered_job["argv"] = argv
         registered_job["sbatch_env"] = {k: v for k, v in environ.items() if k.startswith("SBATCH_")}

@@ -33,9 +33,13 @@ class Guard:
     max_raise_factor: float = 1.0
     leave_alone_ratio: float = 0.9
     margin: float = 1.0  # multiply the bound (e.g. 1.05 for slack on top of it)
+    # never cut below request / 2^(attempts−1): escalation then always walks
+    # back to the user's request within the attempts, so no job that fits its
+    # request is ever lost (0 disables)
+    min_fraction: float = 0.25
 
     @classmethod
-    def from_settings(cls, predict, resource: str) -> "Guard":
+    def from_settings(cls, predict, resource: str, max_attempts: int | None = 3) -> "Guard":
         floor = float(predict.floor_time_s if resource == "time" else predict.floor_mem_mb)
         return cls(
             min_history=predict.min_history,
@@ -43,6 +47,7 @@ class Guard:
             allow_shrink=predict.allow_shrink,
             max_raise_factor=predict.max_raise_factor,
             leave_alone_ratio=getattr(predict, "leave_alone_ratio", 0.9),
+            min_fraction=0.5 ** (max(int(max_attempts), 1) - 1) if max_attempts else 0.0,
         )
 
 
@@ -71,6 +76,8 @@ def allocate(request: float | None, upper_log: float, n_history: int, limit: flo
             value = min(value, request * guard.max_raise_factor)
         elif not guard.allow_shrink:
             return None, "shrinking is off"
+        if guard.min_fraction > 0:
+            value = max(value, request * guard.min_fraction)
     value = max(value, guard.floor)
     if limit is not None and limit > 0:
         value = min(value, limit)
@@ -100,6 +107,8 @@ def allocate_many(request: np.ndarray, upper_log: np.ndarray, n_history: np.ndar
     if not guard.allow_shrink:
         ok &= ~(has_req & (ratio < 1.0))
     ok &= ~keep_close
+    if guard.min_fraction > 0:
+        value = np.where(has_req, np.maximum(value, np.where(has_req, request, 0.0) * guard.min_fraction), value)
     value = np.maximum(value, guard.floor)
     if limit is not None:
         lim = np.asarray(limit, dtype=float)
@@ -352,7 +361,7 @@ class ModelPredictor:
             x = ld.history.features(keys, now)
             n_hist = ld.history.count(keys, "s")
             ld.history.submitted(keys, now)
-        guard = Guard.from_settings(self.settings.predict, res)
+        guard = Guard.from_settings(self.settings.predict, res, self.settings.recovery.max_attempts)
         if n_hist < guard.min_history:
             return None, {"reason": f"cold start: {n_hist} of {guard.min_history} runs", "n_history": n_hist}
         X = np.asarray([x], dtype=np.float32)

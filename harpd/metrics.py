@@ -39,7 +39,7 @@ class ModelMetrics:
     consumed_over_used: float  # Σw·(killed + final use) / Σw·used
     consumed_vs_request: float | None  # consumed / what the users' own requests consumed
     killed: float  # Σw·allocations of killed attempts
-    score: float  # the asymmetric harp score, lower is better
+    score: float  # the asymmetric harp score (weighted pinball loss), lower is better
     under_rate_weighted: float = 0.0  # Σw over under-predicted / Σw over fitting jobs
     over_reservation_jobs: float = 0.0  # Σ(final − used), unweighted
     over_jobs_vs_request: float | None = None
@@ -48,14 +48,26 @@ class ModelMetrics:
         return {k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in asdict(self).items()}
 
 
-def penalty(alpha: float) -> float:
-    """λ of the score: a miss costs (1−α)/α times a unit of over-reservation.
+#: disruption cost of one job that runs out, in units of the average job's use
+DISRUPTION = 1.0
 
-    The same ratio that makes α the optimal miss rate under pinball loss
-    (τ = c_u/(c_u+c_o) = 1−α), so the score ranks models by the trade-off the
-    per-resource α already states.
+
+def harp_score(over: float, killed: float, used: float, under_rate: float,
+               disruption: float = DISRUPTION) -> float:
+    """The asymmetric harp score, lower is better (docs/metrics.md).
+
+    score = (Σw·(A_final − U) + Σw·killed) / Σw·U + λ·under_rate
+
+    Over-reservation is charged once per unit (it is held, not burned); a
+    job that runs out is charged twice: every killed attempt in full (burned
+    resource) *and* λ (default 1) average jobs of disruption (the user waits
+    for a resubmission).  So a model that often under-predicts pays in both
+    terms and ranks below one that over-allocates modestly; the users' own
+    requests get the same formula and compete as a candidate.
     """
-    return (1.0 - alpha) / alpha
+    if not used:
+        return math.nan
+    return (over + killed) / used + disruption * under_rate
 
 
 def evaluate(
@@ -135,7 +147,7 @@ def evaluate(
         consumed_over_used=consumed / sum_used if sum_used else math.nan,
         consumed_vs_request=None,
         killed=float(np.sum(w * killed)),
-        score=(over + float(np.sum(w * killed))) / sum_used + penalty(alpha) * under_rate if sum_used else math.nan,
+        score=harp_score(over, float(np.sum(w * killed)), sum_used, under_rate),
         under_rate_weighted=float(np.sum(w[under]) / wfit) if wfit else 0.0,
         over_reservation_jobs=over_jobs,
     )

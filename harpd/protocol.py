@@ -245,7 +245,7 @@ def parse_request(data: bytes | str) -> Request:
         raise ProtocolError("empty request; send one JSON object followed by a newline")
     try:
         obj = json.loads(text)
-    except (json.JSONDecodeError, RecursionError) as exc:
+    except (ValueError, RecursionError) as exc:  # ValueError: also integers over 4300 digits
         raise ProtocolError(f"request is not valid JSON ({_one_line(getattr(exc, 'msg', str(exc)))})") from None
     if not isinstance(obj, dict):
         raise ProtocolError("request must be a JSON object")

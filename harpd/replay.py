@@ -243,9 +243,11 @@ def retrain_points(known_at: np.ndarray, every: int, min_train: int) -> list[int
 
 def make_model(name: str, cfg: ReplayConfig, prep: Prepared):
     """A fresh predictor; harp's own get the replay's tuning, others their defaults."""
+    if name == "request":
+        return registry.create("request")
     gbm = {"quantile": DEFAULT_QUANTILE[prep.resource], **cfg.gbm}
     if name == "harp":
-        cal = {"budget": cfg.waste_budget, **cfg.conformal}
+        cal = {"budget": cfg.waste_budget, "min_fraction": cfg.guard.min_fraction, **cfg.conformal}
         return HarpModel(alpha=cfg.alpha, base=GbmQuantile(**gbm), relative=prep.has_requests,
                          resource=prep.resource, calibrator=cal, max_attempts=cfg.max_attempts)
     if name == "gbm":

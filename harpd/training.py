@@ -47,7 +47,7 @@ def replay_config(settings, resource: str, models: Iterable[str], **kw: Any) -> 
     pr = settings.predict
     return ReplayConfig(
         alpha=pr.alpha_time if resource == "time" else pr.alpha_mem,
-        guard=Guard.from_settings(pr, resource),
+        guard=Guard.from_settings(pr, resource, settings.recovery.max_attempts),
         max_attempts=settings.recovery.max_attempts,
         models=tuple(models),
         waste_budget=pr.waste_budget,
@@ -63,13 +63,18 @@ def evaluate_candidates(prep: Prepared, settings, names: Iterable[str] | None = 
     cut = int(prep.n * (1.0 - frac))
     if prep.known_at[cut] < 100:
         raise ReplayError(f"only {int(prep.known_at[cut])} jobs finished before the hold-out; need more history")
+    names = tuple(n for n in names if n != "request")
     cfg = replay_config(settings, prep.resource, ("request",) + names, points=[cut], evaluate_from=cut)
     return replay_run(prep, cfg).metrics
 
 
 def pick_champion(metrics: list[ModelMetrics], alpha: float) -> str | None:
-    """Lowest score; a model over its miss budget only wins when all are."""
-    cands = [m for m in metrics if m.model != "request" and math.isfinite(m.score)]
+    """Lowest score; a model over its miss budget only wins when all are.
+
+    The users' own requests compete too: where no model beats them, the
+    champion is "request" and harp leaves every request alone.
+    """
+    cands = [m for m in metrics if math.isfinite(m.score)]
     if not cands:
         return None
     within = [m for m in cands if m.under_rate <= alpha]
@@ -95,6 +100,8 @@ def train_prepared(prep: Prepared, settings, models_dir: str | Path, store=None,
     """Evaluate, pick, refit on everything, save (and record in ``store`` if given)."""
     t0 = time.perf_counter()
     names = tuple(names or candidates())
+    if prep.has_requests and "request" not in names:
+        names = ("request",) + names
     res = TrainResult(prep.resource, prep.n)
     alpha = settings.predict.alpha_time if prep.resource == "time" else settings.predict.alpha_mem
     metrics = evaluate_candidates(prep, settings, names)
@@ -115,9 +122,6 @@ def train_prepared(prep: Prepared, settings, models_dir: str | Path, store=None,
         if store is not None:
             store.save_model(name, prep.resource, int(len(all_rows)), score, str(path), name == res.champion)
         res.models.append({"name": name, "path": str(path), "score": score, "champion": name == res.champion})
-    base = by_name.get("request")
-    if base is not None:
-        res.models.append({"name": "request", "path": None, "score": base.to_dict(), "champion": False})
     res.seconds = time.perf_counter() - t0
     return res
 

@@ -190,14 +190,19 @@ local function apply(options, sets)
     return true
 end
 
+-- slurmctld refuses a longer comment; job_submit.lua strips the marker before
+-- that check, but without it the marker must never cost the user the job
+local COMMENT_MAX = 1024
+
 local function add_mark(options, mark)
     if not MARK_JOBS or not mark or mark == "" then return end
-    mark = mark:gsub("[{}]", "")
+    mark = "{harp " .. mark:gsub("[{}]", "") .. "}"
     local comment = options["comment"]
     if comment and comment ~= "" then
-        options["comment"] = comment .. " {harp " .. mark .. "}"
-    else
-        options["comment"] = "{harp " .. mark .. "}"
+        mark = comment .. " " .. mark
+    end
+    if #mark <= COMMENT_MAX then
+        options["comment"] = mark
     end
 end
 
@@ -251,10 +256,11 @@ local function post_submit(offset, job_id)
     if not payload or not job_id then return end
     local path = write_temp(payload)
     if not path then return end
-    -- the helper reads the file, forks a detached child to tell harpd, and exits
-    os.execute(helper_command({ "--register", path, "--job-id", string.format("%d", job_id) })
-        .. " >/dev/null 2>&1 </dev/null")
-    os.remove(path)
+    -- in the background, so sbatch returns at once: the helper deletes the
+    -- file as soon as it has read it, tells harpd, and is killed if it hangs
+    local ok = os.execute("(" .. helper_command({ "--register", path, "--job-id", string.format("%d", job_id) })
+        .. ") >/dev/null 2>&1 </dev/null &")
+    if ok ~= 0 and ok ~= true then os.remove(path) end
 end
 
 -- Slurm's entry points: never an error, never a refused job ----------------------

@@ -72,7 +72,7 @@ def run(args: argparse.Namespace) -> int:
         say(f"{prep.n} jobs, features built in {time.perf_counter() - t0:.1f}s")
         cfg = ReplayConfig(
             alpha=alpha,
-            guard=Guard.from_settings(pr, args.resource),
+            guard=Guard.from_settings(pr, args.resource, settings.recovery.max_attempts),
             retrain_every=args.retrain_every or max(settings.retrain.after_n_outcomes, prep.n // 20),
             max_attempts=settings.recovery.max_attempts,
             models=models,

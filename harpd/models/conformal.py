@@ -25,11 +25,14 @@ from collections import deque
 
 import numpy as np
 
-from harpd.metrics import extra_consumption, extra_consumption_many
+from harpd.metrics import DISRUPTION, extra_consumption, extra_consumption_many
 from harpd.models.base import BasePredictor, check_xy
 from harpd.models.gbm import GbmQuantile
 
 _ALL = "\x00all"
+#: conformal levels and leave-alone ratios the fit-time calibration tries
+LEVELS = (0.01, 0.02, 0.03, 0.045, 0.07, 0.1, 0.15, 0.2, 0.25)
+THETAS = (0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9)
 
 
 class OnlineConformal:
@@ -161,7 +164,7 @@ class Calibrator:
                  window: int = 3000, min_group: int = 300, gamma: float = 0.005,
                  eta: float = 0.02, theta_max: float = 0.9, theta_min: float = 0.05,
                  alpha_max: float = 0.15, relative: bool = True, resource: str = "time",
-                 max_attempts: int = 3):
+                 max_attempts: int = 3, min_fraction: float = 0.0):
         self.alpha = alpha
         self.aim = aim
         self.budget = budget
@@ -172,6 +175,7 @@ class Calibrator:
         self.relative = relative
         self.resource = resource
         self.max_attempts = max_attempts
+        self.min_fraction = min_fraction  # the guard's lowest cut (share of the request)
         self.conf = OnlineConformal(alpha * aim, window, min_group, gamma, alpha_max)
         self.theta = theta_max
         self.size_ema: float | None = None
@@ -201,18 +205,19 @@ class Calibrator:
         used = np.where(cens, 1.0, np.minimum(need, 1.0))
         tot_used = float(np.sum(size * used))
         n_fit = int((~cens).sum())
-        best = (-1.0, target, self.theta_min)
-        for level in sorted({target, 0.05, 0.08, 0.12, 0.18, 0.25}):
-            if level < target:
-                continue
+        # maximise the score's gain (over-reservation saved − killed attempts −
+        # disruption) subject to both budgets, over levels and leave-alone ratios
+        best = (0.0, target, self.theta_min, 0.0)
+        for level in LEVELS:
             self._set_level(level)
-            u = np.exp(base + self.conf.offsets(g, len(y)))
-            for theta in (0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9):
+            u = np.maximum(np.exp(base + self.conf.offsets(g, len(y))), self.min_fraction)
+            for theta in THETAS:
                 if theta > self.theta_max:
                     continue
                 shrink = u < theta
                 miss = shrink & ~cens & (u < need)
-                if miss.sum() > target * n_fit:
+                n_miss = int(miss.sum())
+                if n_miss > target * n_fit:
                     continue
                 bad = shrink & (cens | (u < need))
                 final = np.where(shrink & ~bad, u, 1.0)
@@ -221,12 +226,15 @@ class Calibrator:
                 if extra > self.budget * tot_used:
                     continue
                 saved = float(np.sum((size * (1.0 - final))[~cens]))
-                if saved > best[0]:
-                    best = (saved, level, theta)
-        _, level, theta = best
+                gain = saved - extra - DISRUPTION * (n_miss / n_fit) * tot_used
+                if gain > best[0]:
+                    best = (gain, level, theta, n_miss / n_fit)
+        _, level, theta, miss_rate = best
         self._set_level(level)
         self.theta = theta
-        return {"level": level, "theta": theta}
+        # ACI then holds the miss rate the budgets allowed (never above aim × alpha)
+        self.conf.alpha = min(target, max(miss_rate, self.alpha / 10.0))
+        return {"level": level, "theta": theta, "miss_target": round(self.conf.alpha, 4)}
 
     def _set_level(self, level: float) -> None:
         self.conf.level = {k: level for k in self.conf.res}

@@ -22,8 +22,8 @@ class GbmQuantile(BasePredictor):
     name = "gbm"
     needs_training = True
 
-    def __init__(self, quantile: float = 0.9, max_iter: int = 150, learning_rate: float = 0.08,
-                 max_leaf_nodes: int = 31, min_samples_leaf: int = 40, l2_regularization: float = 1.0,
+    def __init__(self, quantile: float = 0.9, max_iter: int = 100, learning_rate: float = 0.12,
+                 max_leaf_nodes: int = 15, min_samples_leaf: int = 40, l2_regularization: float = 1.0,
                  max_train: int = 250_000, random_state: int = 0):
         self.quantile = quantile
         self.max_iter = max_iter

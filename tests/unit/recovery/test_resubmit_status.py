@@ -54,9 +54,10 @@ def test_status_lists_every_attempt_with_limits_outcome_and_reason(chain, capsys
     out = capsys.readouterr().out
     assert f"job {j2}: me, attempt of job {jid}" in out
     assert "recovery:      3 attempt(s)" in out
-    assert f"#1  job {jid}  done  oom  [mem 100M" in out
+    assert f"#1  job {jid}  done  oom  [time 1 min, mem 100M, partition short]\n" in out
     assert f"#2  job {j2}  done  oom  [time 1 min, mem 200M, partition short]  resubmitted as a new job" in out
-    assert f"#3  job {j3}  done  completed  [time 1 min, mem 400M" in out
+    assert f"#3  job {j3}  done  completed  [time 1 min, mem 400M, partition short]  resubmitted" in out
+    assert "harp changed:  --mem 100M -> 200M" in out and "last outcome:  oom (Slurm OUT_OF_MEMORY)" in out
     assert "why: first run; recovered because the script opted in (#HARP retry)" in out
     assert "why: ran out of mem; doubled mem; attempt 2 of 3: memory 100M -> 200M" in out
     assert f"Slurm comment: harp retry 3 of {jid}" in out
