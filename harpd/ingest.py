@@ -268,6 +268,12 @@ class Ingestor:
             if isinstance(job, dict):
                 if r.signature is None and job.get("signature"):
                     r.signature = str(job["signature"])
+                elif r.signature is None and job.get("commands"):
+                    # harp-submit sends the commands, not a signature: the one
+                    # decide computes from them at predict time, or history never matches
+                    from harpd.features.signature import signature_of
+
+                    r.signature = signature_of([str(c) for c in job["commands"]])
                 if r.array_size is None and job.get("array_size"):
                     r.array_size = int(job["array_size"])
                 if r.job_name is None and job.get("job_name"):

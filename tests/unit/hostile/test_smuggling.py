@@ -212,7 +212,7 @@ def option_token(draw) -> str:
     sep = draw(st.sampled_from(["=", " "]))
     if kind == "time":
         v = draw(st.sampled_from(["5", "10", "1:00:00", "0-02:00:00", "30:00"]))
-        flag = draw(st.sampled_from(["--time", "-t", "--ti"]))
+        flag = draw(st.sampled_from(["--time", "-t"]))
     elif kind == "mem":
         v = draw(st.sampled_from(["100", "1G", "500M", "2048K"]))
         flag = draw(st.sampled_from(["--mem", "--mem-per-cpu"]))

@@ -240,6 +240,20 @@ def test_requeue_interrupted_then_purged_falls_back_without_duplicating(store, f
     assert len(fake.calls("submit")) == 1
 
 
+def test_a_job_slurm_will_not_requeue_is_resubmitted_instead(store, fake):
+    ing, _ = machine(store, fake, "requeue")
+    jid = fake.add_job(uid=1000, user="alice")
+    submission(fake, store, jid)
+    fake.end_run(jid, T)
+    # what 22.05 answers for a job submitted with --no-requeue
+    fake.fail_next("requeue_hold", f"Requested operation is presently disabled for job {jid}")
+    ing.poll_once()
+    a = rows(store, jid)
+    assert a[1]["step"] == "submitted" and a[1]["limits"]["mode"] == "resubmit"
+    assert "requeuehold" in a[1]["limits"]["note"] and a[1]["job_id"] != jid
+    assert fake.state["jobs"][jid]["restarts"] == 0 and len(fake.calls("submit")) == 1
+
+
 def test_limits_refused_leave_the_job_held_and_say_how_to_release_it(store, fake):
     ing, _ = machine(store, fake, "requeue")
     jid = fake.add_job()
