@@ -120,9 +120,11 @@ def apply(request: Request, argv: list[str], changes: list[Change]) -> Rewritten
             environ[var] = change.value
             applied.append(Applied(change, occ.name, occ.value, f"${occ.env_var}"))
         else:
-            assert current.script is not None and occ.option is not None
-            directives.replace_option(current.script, occ.option, change.option, change.value)
-            text = current.script.render()
+            assert current.script is not None and occ.option is not None and text is not None
+            # edit a fresh parse of the same text (same tokens): the caller's Request keeps its script
+            script = directives.parse(text)
+            directives.replace_option(script, occ.option, change.option, change.value)
+            text = script.render()
             applied.append(Applied(change, occ.name, occ.value, "#SBATCH line"))
         current = build(argv, environ, request, text)
     _verify(current, changes)

@@ -292,14 +292,19 @@ class Handlers:
         if sub is None and chain is not None:
             sub = self.store.get_submission(chain)
         record = self.store.get_job(job_id)
-        if sub is not None:
-            if sub["uid"] != peer.uid and not self.is_admin(peer):
-                return p.error(f"job {job_id} is not yours")
-        elif record is not None:
-            if record.user != peer.user and not self.is_admin(peer):
-                return p.error(f"job {job_id} is not yours")
-        else:
+        if sub is None and record is None:
             return p.error(f"harp knows no job {job_id}")
+        if not self.is_admin(peer):
+            # Slurm's record names the owner; a registration only where there is none
+            # yet: a job id claimed by someone else before it existed (when Slurm could
+            # not vouch for the owner) reveals nothing of the owner's run to the claimant
+            if record is not None and record.user is not None:
+                if record.user != peer.user:
+                    return p.error(f"job {job_id} is not yours")
+            elif sub is not None and sub["uid"] != peer.uid:
+                return p.error(f"job {job_id} is not yours")
+            if sub is not None and sub["uid"] != peer.uid:
+                sub = None  # the claimant's registration is not the owner's business either
         job: dict[str, Any] = {
             "job_id": job_id,
             "registered": sub is not None,

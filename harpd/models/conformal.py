@@ -299,7 +299,8 @@ class HarpModel(BasePredictor):
         n_cal = min(max(int(n * self.cal_fraction), 1), self.max_cal) if n > 1 else 0
         cut = n - n_cal
         g = None if groups is None else np.asarray(groups, dtype=object)
-        self.base.fit(X[:cut], y[:cut], censored=cens[:cut], groups=None if g is None else g[:cut])
+        self.base.fit(X[:cut], y[:cut], censored=cens[:cut], groups=None if g is None else g[:cut],
+                      sample_weight=size[:cut])
         self.cal_ = Calibrator(self.alpha, relative=self.relative, resource=self.resource,
                                max_attempts=self.max_attempts, **self.calibrator)
         if n_cal:

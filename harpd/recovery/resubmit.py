@@ -334,6 +334,13 @@ class Recovery:
         sub = self.store.get_submission(rec.job_id)
         if sub is not None and sub.get("chain_id") not in (None, rec.job_id):
             return  # a resubmission: its chain follows it through the attempts table
+        if sub is not None and rec.user != sub.get("user"):
+            # a registration by someone other than the job's owner (a job id claimed
+            # before it existed, when Slurm could not vouch for the owner) never
+            # moves the owner's job, nor resubmits its script as the claimant
+            log.warning("job %s ran out but is not recovered: it ran as %s, registered by %s (uid %s)",
+                        rec.job_id, rec.user, sub.get("user"), sub.get("uid"))
+            return
         ok, why = eligible(rec.job_id, sub)
         if not ok:
             if sub is not None:

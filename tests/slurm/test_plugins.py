@@ -30,7 +30,19 @@ REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "tests" / "unit" / "submit"))
 from submit_fakes import FakeHarpd, change, decision  # noqa: E402
 
-from conftest import SlurmCluster  # noqa: E402
+
+def _load_cluster_class():
+    """tests/conftest.py's SlurmCluster (the name "conftest" may be another directory's module)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("harp_tests_conftest", REPO / "tests" / "conftest.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up there
+    spec.loader.exec_module(module)
+    return module.SlurmCluster
+
+
+SlurmCluster = _load_cluster_class()
 
 pytestmark = pytest.mark.slurm
 

@@ -341,3 +341,14 @@ def test_memory_values_written_are_the_values_decided() -> None:
         assert units.parse_mem(units.format_mem(mb)) == mb
     for s in (60, 3600, 86400 + 60, 10 * 86400):
         assert units.parse_time(units.format_time(s)) == s
+
+
+def test_apply_leaves_the_users_request_as_it_was() -> None:
+    """Found by bench/fuzz_directives.py: apply() edited the Request's own Script in place,
+    so a second use of the request (a fallback, a second decision) saw harp's edit as the user's."""
+    text = "#!/bin/bash\n#SBATCH -t\n#SBATCH 10\n#SBATCH -p short\necho\n"
+    req = request(text)
+    apply(req, [], one_change("time", "00:45:00"))
+    assert req.script.render() == text and req.script_text == text
+    second = apply(req, [], one_change("partition", "long"))
+    assert second.script_text == "#!/bin/bash\n#SBATCH -t\n#SBATCH 10\n#SBATCH -p long\necho\n"

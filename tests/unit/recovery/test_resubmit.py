@@ -16,7 +16,7 @@ from harpd.config import HarpSettings
 from harpd.ingest import WATCH_KEY, Ingestor
 from harpd.recovery import resubmit as rs
 from harpd.recovery.mode import REQUEUE, RESUBMIT, resolve_mode
-from harpd.records import Outcome
+from harpd.records import JobRecord, Outcome
 from harpd.store import Store
 
 T, M = Outcome.TIMEOUT, Outcome.OOM
@@ -393,9 +393,6 @@ def test_array_jobs_are_not_recovered(store, fake):
     ing, rec = machine(store, fake, "requeue")
     jid = fake.add_job()
     submission(fake, store, jid)
-    r = store  # noqa: F841
-    from harpd.records import JobRecord
-
     rec.on_outcome(JobRecord(job_id=f"{jid}_3", outcome=T, req_time_s=60, partition="short"))
     assert rows(store, f"{jid}_3") == [] and rows(store, jid) == []
 
@@ -426,7 +423,7 @@ def test_mode_resolution(monkeypatch):
     assert mode == REQUEUE and "operator" in why and certain
     mode, why, certain = resolve_mode("auto", _Info())
     assert mode == RESUBMIT and certain and "not root, SlurmUser or a Slurm operator" in why
-    assert resolve_mode("auto", _Info(fail=True)) [::2] == (RESUBMIT, False)
+    assert resolve_mode("auto", _Info(fail=True))[::2] == (RESUBMIT, False)
 
 
 def test_config_rejects_unknown_mode():

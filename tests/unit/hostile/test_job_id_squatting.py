@@ -1,0 +1,102 @@
+"""A job id registered before it exists gives its claimant nothing of the owner's job.
+
+Job ids are sequential, so mallory can register the next one before alice's
+plain ``sbatch`` gets it.  At that moment Slurm does not know the job, so
+harpd cannot check the owner and (failing open) records mallory's claim.
+Once alice's job exists and ends, harp learns its real owner from sacct; the
+claim must then yield nothing:
+
+* ``status`` of the id shows mallory no part of alice's run;
+* recovery neither requeues alice's job with new limits nor resubmits
+  alice's script as mallory (found in review: it did both before the check
+  in ``Recovery._start_chain``).
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "recovery"))
+from resubmit_fakes import FakeSlurm, submission  # noqa: E402
+
+from harpd.config import HarpSettings  # noqa: E402
+from harpd.handlers import Handlers, Peer  # noqa: E402
+from harpd.ingest import Ingestor  # noqa: E402
+from harpd import protocol as p  # noqa: E402
+from harpd.recovery import resubmit as rs  # noqa: E402
+from harpd.records import Outcome  # noqa: E402
+from harpd.store import Store  # noqa: E402
+
+ALICE = Peer(pid=10, uid=1000, gid=1000, user="alice", groups=frozenset({1000}))
+MALLORY = Peer(pid=20, uid=2000, gid=2000, user="mallory", groups=frozenset({2000}))
+
+
+@pytest.fixture
+def store(tmp_path):
+    s = Store.open(tmp_path / "harp.db")
+    yield s
+    s.close()
+
+
+@pytest.fixture
+def fake(tmp_path):
+    return FakeSlurm(tmp_path / "slurm.json")
+
+
+def squat(handlers: Handlers, job_id: str) -> None:
+    req = p.parse_request(
+        '{"op": "register", "job_id": "%s", "job": {"harp_lines": ["#HARP retry"], "argv": ["--wrap=id"]},'
+        ' "original": {}, "submitted": {}}' % job_id
+    )
+    assert handlers.handle(MALLORY, req) == p.RegisterAnswer()  # accepted: Slurm could not vouch either way
+
+
+@pytest.mark.parametrize("mode", ["requeue", "resubmit"])
+def test_a_claimed_job_id_does_not_move_the_owners_job(store, fake, mode) -> None:
+    handlers = Handlers(store, job_owner=lambda job_id: None)  # Slurm did not know the job yet
+    next_id = str(fake.state["next_id"])
+    squat(handlers, next_id)
+    jid = fake.add_job(user="alice", uid=1000)  # alice's plain sbatch gets the id
+    assert jid == next_id
+    fake.end_run(jid, Outcome.TIMEOUT)
+
+    settings = HarpSettings(ingest={"poll_interval_s": 5}, recovery={"mode": mode})
+    ing = Ingestor(store, fake, settings)
+    rec = rs.Recovery(store, fake, settings, watch=ing.watch)
+    ing.on_outcome.append(rec.on_outcome)
+    ing.poll_once()
+
+    assert store.attempts(jid) == []
+    moved = [c for c in fake.calls() if c[0] in ("requeue_hold", "update_job", "submit", "release")]
+    assert moved == []  # alice's job untouched, nothing submitted as mallory
+
+
+def test_status_of_a_claimed_job_id_shows_the_claimant_nothing(store, fake) -> None:
+    handlers = Handlers(store, job_owner=lambda job_id: None)
+    jid = str(fake.state["next_id"])
+    squat(handlers, jid)
+    fake.add_job(user="alice", uid=1000, name="alice-secret-project")
+    fake.end_run(jid, Outcome.COMPLETED)
+    Ingestor(store, fake, HarpSettings(recovery={"enabled": False})).poll_once()
+    assert store.get_job(jid).user == "alice"
+
+    status = p.parse_request(f'{{"op": "status", "job_id": "{jid}"}}')
+    assert handlers.handle(MALLORY, status) == p.error(f"job {jid} is not yours")
+    # the owner, by Slurm's record, still sees the run, as does an admin
+    assert handlers.handle(ALICE, status).job["record"]["job_name"] == "alice-secret-project"
+    root = Peer(pid=1, uid=0, gid=0, user="root", groups=frozenset({0}))
+    assert handlers.handle(root, status).job["record"]["user"] == "alice"
+
+
+def test_with_slurm_able_to_vouch_the_owner_wins_the_id_back(store) -> None:
+    owners = {}
+    handlers = Handlers(store, job_owner=lambda job_id: owners.get(job_id))
+    squat(handlers, "777")
+    owners["777"] = ALICE.uid  # the job now exists: Slurm names alice
+    req = p.parse_request('{"op": "register", "job_id": "777", "job": {}, "original": {}, "submitted": {}}')
+    assert handlers.handle(ALICE, req) == p.RegisterAnswer()
+    assert store.get_submission("777")["uid"] == ALICE.uid
+    assert handlers.handle(MALLORY, req) == p.error("job 777 is registered by another user")

@@ -1,0 +1,259 @@
+"""Two real Unix users against one real harpd: neither reaches the other's jobs.
+
+harpd runs as root (as systemd runs it) from a temporary config, with Slurm
+out of reach (``slurm.bin_dir`` points nowhere), so job owners cannot be
+checked with Slurm and only the socket's own rules protect the jobs.  The
+clients are forked children that drop to ``harptest1`` / ``harptest2`` (made
+with useradd when missing) before connecting: the kernel's SO_PEERCRED then
+names them, whatever their messages claim.
+
+What is shown:
+
+* a user's registration and status are theirs: the other gets "not yours"
+  and cannot overwrite the registration;
+* admin operations (retrain, reload, import of any path) are refused to both;
+* identity cannot be claimed in the message (unknown fields are refused);
+* the store file itself is out of their reach (the service's UMask=0027 and
+  its 0750 state directory), and so is the socket's directory.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pwd
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[3]
+USERS = ("harptest1", "harptest2")
+
+pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="needs root: creates users and drops to them")
+
+
+def ensure_user(name: str) -> pwd.struct_passwd:
+    try:
+        return pwd.getpwnam(name)
+    except KeyError:
+        pass
+    proc = subprocess.run(["useradd", "--create-home", "--shell", "/bin/bash", name], capture_output=True, text=True)
+    if proc.returncode not in (0, 9):  # 9: created meanwhile by another test session
+        pytest.fail(f"useradd {name} failed: {proc.stderr.strip()}")
+    return pwd.getpwnam(name)
+
+
+@pytest.fixture(scope="module")
+def users() -> dict[str, pwd.struct_passwd]:
+    return {name: ensure_user(name) for name in USERS}
+
+
+class Harpd:
+    def __init__(self, d: Path, proc: subprocess.Popen[str], log: Path) -> None:
+        self.dir = d
+        self.proc = proc
+        self.log = log
+        self.socket = str(d / "run" / "harpd.sock")
+        self.store = d / "lib" / "harp.db"
+
+
+@pytest.fixture(scope="module")
+def harpd(users) -> Iterator[Harpd]:
+    d = Path(tempfile.mkdtemp(prefix="h2u-", dir="/tmp"))
+    os.chmod(d, 0o755)
+    (d / "run").mkdir(mode=0o755)
+    (d / "lib").mkdir(mode=0o750)  # StateDirectoryMode=0750
+    cfg = d / "harpd.toml"
+    cfg.write_text(
+        f'[server]\nsocket = "{d}/run/harpd.sock"\nrequest_timeout_s = 5\n'
+        f'[store]\npath = "{d}/lib/harp.db"\n'
+        f'[slurm]\nbin_dir = "{d}/no-slurm-here"\n'
+        "[ingest]\npoll_interval_s = 3600\n[recovery]\nenabled = false\n"
+    )
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("HARP_", "SLURM_"))}
+    env["PYTHONPATH"] = str(REPO)
+    log = d / "harpd.log"
+    with log.open("w") as fh:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "harpd.main", "--config", str(cfg), "--log-level", "info"],
+            stdout=fh, stderr=subprocess.STDOUT, text=True, env=env, cwd=str(d),
+            preexec_fn=lambda: os.umask(0o027),  # UMask=0027 of systemd/harpd.service
+        )
+    h = Harpd(d, proc, log)
+    end = time.monotonic() + 60
+    while True:
+        assert proc.poll() is None, log.read_text()
+        try:
+            if call_as(None, h.socket, {"op": "health"})["ok"]:
+                break
+        except OSError:
+            pass
+        assert time.monotonic() < end, "harpd did not come up:\n" + log.read_text()
+        time.sleep(0.2)
+    yield h
+    proc.send_signal(signal.SIGTERM)
+    try:
+        proc.wait(30)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+    shutil.rmtree(d, ignore_errors=True)
+
+
+def as_user(name: str | None, fn: Callable[[], Any]) -> Any:
+    """Run ``fn`` in a forked child as ``name`` (groups, gid, uid all dropped); its JSON-able result."""
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # child
+        code = 0
+        try:
+            os.close(r)
+            if name is not None:
+                pw = pwd.getpwnam(name)
+                os.setgroups(os.getgrouplist(name, pw.pw_gid))
+                os.setgid(pw.pw_gid)
+                os.setuid(pw.pw_uid)
+            try:
+                result = {"value": fn()}
+            except Exception as exc:  # noqa: BLE001 - reported to the parent
+                result = {"raised": type(exc).__name__, "message": str(exc)}
+            os.write(w, json.dumps(result).encode())
+        except BaseException:  # noqa: BLE001
+            code = 1
+        finally:
+            os._exit(code)
+    os.close(w)
+    chunks = []
+    while chunk := os.read(r, 65536):
+        chunks.append(chunk)
+    os.close(r)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0, f"child as {name} failed"
+    out = json.loads(b"".join(chunks))
+    if "raised" in out:
+        raise RuntimeError(f"{out['raised']}: {out['message']}")
+    return out["value"]
+
+
+def raw_call(path: str, request: dict[str, Any]) -> dict[str, Any]:
+    import socket
+
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
+        s.settimeout(10)
+        s.connect(path)
+        s.sendall(json.dumps({"v": 1, **request}).encode() + b"\n")
+        buf = b""
+        while not buf.endswith(b"\n"):
+            chunk = s.recv(65536)
+            if not chunk:
+                break
+            buf += chunk
+    return json.loads(buf)
+
+
+def call_as(name: str | None, path: str, request: dict[str, Any]) -> dict[str, Any]:
+    if name is None:
+        return raw_call(path, request)
+    return as_user(name, lambda: raw_call(path, request))
+
+
+def register(job_id: str, job_name: str, time_s: int = 600) -> dict[str, Any]:
+    res = {"time_s": time_s, "partition": "short"}
+    return {"op": "register", "job_id": job_id,
+            "job": {"job_name": job_name, "partition": "short", "request": res,
+                    "argv": ["-J", job_name, "job.sh"], "sbatch_env": {}},
+            "original": res, "submitted": res, "decision": None}
+
+
+def test_clients_really_run_as_the_two_users(users) -> None:
+    got = [as_user(n, lambda: [os.getuid(), os.geteuid(), os.getgid(), sorted(os.getgroups())]) for n in USERS]
+    for name, (uid, euid, gid, groups) in zip(USERS, got):
+        pw = users[name]
+        assert uid == euid == pw.pw_uid != 0 and gid == pw.pw_gid and 0 not in groups
+
+
+def test_each_user_reads_only_their_own_jobs(harpd, users) -> None:
+    u1, u2 = USERS
+    assert call_as(u1, harpd.socket, register("910001", "u1-secret-name")) == {"ok": True}
+    assert call_as(u2, harpd.socket, register("910002", "u2-job")) == {"ok": True}
+
+    mine = call_as(u1, harpd.socket, {"op": "status", "job_id": "910001"})
+    assert mine["ok"] is True and mine["job"]["user"] == u1 and mine["job"]["uid"] == users[u1].pw_uid
+
+    for who, job in ((u2, "910001"), (u1, "910002")):
+        theirs = call_as(who, harpd.socket, {"op": "status", "job_id": job})
+        assert theirs == {"ok": False, "error": f"job {job} is not yours"}
+        assert "u1-secret-name" not in json.dumps(theirs)
+    # root (an admin) sees both
+    assert call_as(None, harpd.socket, {"op": "status", "job_id": "910002"})["job"]["user"] == u2
+
+
+def test_a_user_cannot_alter_another_users_registration(harpd, users) -> None:
+    u1, u2 = USERS
+    assert call_as(u1, harpd.socket, register("910011", "u1-original", time_s=600))["ok"] is True
+    hijack = call_as(u2, harpd.socket, register("910011", "u2-hijack", time_s=99999))
+    assert hijack == {"ok": False, "error": "job 910011 is registered by another user"}
+    seen = call_as(None, harpd.socket, {"op": "status", "job_id": "910011"})["job"]
+    assert seen["uid"] == users[u1].pw_uid and seen["user"] == u1
+    assert seen["original"]["time_s"] == 600 and seen["submitted"]["time_s"] == 600
+
+
+def test_identity_cannot_be_claimed_in_the_message(harpd, users) -> None:
+    u2 = USERS[1]
+    for extra in ({"uid": 0}, {"user": "root"}, {"peer": {"uid": 0}}):
+        ans = call_as(u2, harpd.socket, {"op": "status", "job_id": "910001", **extra})
+        assert ans["ok"] is False and "Extra inputs are not permitted" in ans["error"]
+    claim = register("910021", "claimed")
+    claim["job"]["user"] = USERS[0]
+    ans = call_as(u2, harpd.socket, claim)
+    assert ans["ok"] is False and "job.user" in ans["error"]
+    assert call_as(None, harpd.socket, {"op": "status", "job_id": "910021"}) == {
+        "ok": False, "error": "harp knows no job 910021"}
+
+
+@pytest.mark.parametrize("request_", [
+    {"op": "retrain"}, {"op": "reload"},
+    {"op": "import", "path": "/etc/shadow"}, {"op": "import", "path": "/etc/passwd"},
+], ids=lambda r: r["op"] + r.get("path", ""))
+def test_no_admin_action_for_either_user(harpd, users, request_) -> None:
+    for name in USERS:
+        ans = call_as(name, harpd.socket, request_)
+        assert ans == {"ok": False, "error": f"{request_['op']} is an admin operation: run it as root"}
+    log = harpd.log.read_text()
+    for name in USERS:
+        assert f"refused {request_['op']} from uid {users[name].pw_uid} ({name}): not an admin" in log
+        assert f"requested by {name}" not in log  # nothing started on their behalf
+
+
+def test_the_store_and_the_socket_directory_are_out_of_reach(harpd, users) -> None:
+    assert harpd.store.exists()
+
+    def poke() -> dict[str, str]:
+        out = {}
+        for what, action in (
+            ("read store", lambda: open(harpd.store, "rb").read(16)),
+            ("list store dir", lambda: os.listdir(harpd.store.parent)),
+            ("replace socket", lambda: os.unlink(harpd.socket)),
+            ("plant file beside socket", lambda: open(Path(harpd.socket).parent / "x", "w")),
+        ):
+            try:
+                action()
+                out[what] = "allowed"
+            except PermissionError:
+                out[what] = "denied"
+        return out
+
+    for name in USERS:
+        assert as_user(name, poke) == {
+            "read store": "denied", "list store dir": "denied",
+            "replace socket": "denied", "plant file beside socket": "denied",
+        }
+    assert call_as(USERS[0], harpd.socket, {"op": "health"})["ok"] is True  # the socket itself is for everyone
