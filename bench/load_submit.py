@@ -62,11 +62,13 @@ def slurm_conf() -> str | None:
 class Harpd:
     """A real harpd process with its own config, socket, store and log."""
 
-    def __init__(self, d: Path, env: dict[str, str], log_level: str = "debug") -> None:
+    def __init__(self, d: Path, env: dict[str, str], log_level: str = "debug", prefix: list[str] | None = None,
+                 store: Path | None = None) -> None:
         self.dir = d
+        self.prefix = prefix or []  # e.g. setpriv dropping capabilities, as systemd/harpd.service does
         self.env = env
         self.socket = str(d / "harpd.sock")
-        self.store = d / "lib" / "harp.db"
+        self.store = store or d / "lib" / "harp.db"
         self.config = d / "harpd.toml"
         self.log = d / "harpd.log"
         self.log_level = log_level
@@ -80,7 +82,8 @@ class Harpd:
     def start(self, timeout: float = 60) -> None:
         with self.log.open("ab") as fh:
             self.proc = subprocess.Popen(
-                [sys.executable, "-m", "harpd.main", "--config", str(self.config), "--log-level", self.log_level],
+                [*self.prefix, sys.executable, "-m", "harpd.main", "--config", str(self.config),
+                 "--log-level", self.log_level],
                 stdout=fh, stderr=subprocess.STDOUT, env=self.env, cwd=str(self.dir))
         end = time.monotonic() + timeout
         while True:

@@ -192,17 +192,16 @@ class Demo:
         return m.group(1) if m else None
 
     def stored(self, jobs: list[str]) -> set[str]:
-        """Which of these jobs harpd's store holds finished records of (the ingest poll wrote them)."""
-        import sqlite3
-
-        try:
-            con = sqlite3.connect(f"file:{self.store}?mode=ro", uri=True, timeout=5)
-            marks = ",".join("?" for _ in jobs)
-            rows = con.execute(f"SELECT DISTINCT job_id FROM jobs WHERE job_id IN ({marks})", jobs).fetchall()
-            con.close()
-            return {str(r[0]) for r in rows}
-        except sqlite3.Error:
-            return set()
+        """Which of these jobs harpd has a finished record of (its ingest poll wrote them)."""
+        have = set()
+        for job in jobs:
+            try:
+                got = self.call("status", job_id=job).get("job") or {}
+            except RuntimeError:
+                continue
+            if got.get("record"):
+                have.add(job)
+        return have
 
 
 # --- the steps ------------------------------------------------------------------------------------

@@ -233,6 +233,7 @@ class Store:
         self._conns: weakref.WeakSet[_ThreadConn] = weakref.WeakSet()
         self._conns_lock = threading.Lock()
         self._closed = False
+        self._identity: tuple[int, int] | None = None  # (st_dev, st_ino) of the file once open
 
     # ---------------------------------------------------------------- opening
 
@@ -271,6 +272,8 @@ class Store:
         store = cls(p, busy_timeout_s=busy_timeout_s)
         try:
             store._migrate()
+            st = os.stat(p)
+            store._identity = (st.st_dev, st.st_ino)
         except StoreError:
             store.close()
             raise
@@ -300,7 +303,29 @@ class Store:
             raise
         return sqlite_utils.Database(conn, execute_plugins=False)
 
+    def _check_file(self) -> None:
+        """Refuse to go on when the store file was deleted or replaced under us.
+
+        SQLite would carry on regardless: open connections write into the
+        unlinked file (lost at close) and a new one silently creates an empty
+        database in its place.  One stat per use, microseconds.
+        """
+        if self._identity is None:
+            return
+        try:
+            st = os.stat(self.path)
+        except FileNotFoundError:
+            raise StoreError(
+                f"{self.path}: the store file was deleted while harpd was running; restore it, "
+                "or restart harpd to start an empty store"
+            ) from None
+        except OSError as exc:
+            raise StoreError(f"{self.path}: cannot check the store file ({exc.strerror})") from None
+        if (st.st_dev, st.st_ino) != self._identity:
+            raise StoreError(f"{self.path}: the store file was replaced while harpd was running; restart harpd")
+
     def _holder(self) -> _ThreadConn:
+        self._check_file()
         h = getattr(self._local, "conn", None)
         if h is None or self._closed:
             h = _ThreadConn(self._connect())
@@ -409,6 +434,15 @@ class Store:
                     with contextlib.suppress(sqlite3.Error):
                         db.conn.execute("ROLLBACK")
                 raise StoreError(_explain(exc, self.path)) from None
+
+    def _query(self, sql: str, params: Sequence[Any] = ()) -> list[dict[str, Any]]:
+        """Rows as dicts (sqlite-utils' query), with SQLite errors as StoreError."""
+        try:
+            return list(self.db.query(sql, list(params)))
+        except sqlite3.Error as exc:
+            if _is_translatable(exc):
+                raise StoreError(_explain(exc, self.path)) from None
+            raise
 
     def _read(self, sql: str, params: Sequence[Any] = ()) -> sqlite3.Cursor:
         try:
@@ -684,7 +718,7 @@ class Store:
         return row
 
     def get_submission(self, job_id: str) -> dict[str, Any] | None:
-        rows = list(self.db.query("SELECT * FROM submissions WHERE job_id = ?", [str(job_id)]))
+        rows = self._query("SELECT * FROM submissions WHERE job_id = ?", [str(job_id)])
         return self._submission(rows[0]) if rows else None
 
     _SUBMISSION_COLS = frozenset({"job_id", "uid", "user", "submitted_at", "state", "chain_id", "outcome", "done_at"})
@@ -722,12 +756,12 @@ class Store:
 
     def all_attempts(self) -> list[dict[str, Any]]:
         """Every attempt of every chain, by chain then attempt (reports; the table holds only resubmissions)."""
-        rows = self.db.query("SELECT * FROM attempts ORDER BY chain_id, attempt")
+        rows = self._query("SELECT * FROM attempts ORDER BY chain_id, attempt")
         return [{**r, "limits": _loads(r["limits"])} for r in rows]
 
     def pending_submissions(self) -> list[dict[str, Any]]:
         """Submissions whose outcome is not yet known, oldest first."""
-        rows = self.db.query("SELECT * FROM submissions WHERE state = 'pending' ORDER BY submitted_at, job_id")
+        rows = self._query("SELECT * FROM submissions WHERE state = 'pending' ORDER BY submitted_at, job_id")
         return [self._submission(r) for r in rows]
 
     def mark_submission_done(self, job_id: str, outcome: str) -> bool:
@@ -791,7 +825,7 @@ class Store:
             return cur.rowcount > 0
 
     def attempts(self, chain_id: str) -> list[dict[str, Any]]:
-        rows = self.db.query("SELECT * FROM attempts WHERE chain_id = ? ORDER BY attempt", [str(chain_id)])
+        rows = self._query("SELECT * FROM attempts WHERE chain_id = ? ORDER BY attempt", [str(chain_id)])
         out = []
         for r in rows:
             r["limits"] = _loads(r["limits"])
@@ -844,14 +878,12 @@ class Store:
 
     def models(self) -> list[dict[str, Any]]:
         """Every model ever saved, oldest first."""
-        return [self._model(r) for r in self.db.query("SELECT * FROM models ORDER BY trained_at, id")]
+        return [self._model(r) for r in self._query("SELECT * FROM models ORDER BY trained_at, id")]
 
     def champion(self, resource: str) -> dict[str, Any] | None:
-        rows = list(
-            self.db.query(
-                "SELECT * FROM models WHERE resource = ? AND champion = 1 ORDER BY trained_at DESC, id DESC LIMIT 1",
-                [resource],
-            )
+        rows = self._query(
+            "SELECT * FROM models WHERE resource = ? AND champion = 1 ORDER BY trained_at DESC, id DESC LIMIT 1",
+            [resource],
         )
         return self._model(rows[0]) if rows else None
 
