@@ -19,6 +19,7 @@ seeded random mutator; the count of inputs tried is the first figure.
     python bench/fuzz_directives.py [--runs 100000] [--engine auto|atheris|random] [--seed 1]
 """
 
+# bench: slow
 # bench: timeout=900
 
 from __future__ import annotations

@@ -22,6 +22,7 @@ restarted harpd must open the store a SIGKILL left behind.
     python bench/load_submit.py [--n 1000] [--clients 20] [--kill-n 300]
 """
 
+# bench: slow
 # bench: timeout=1500
 
 from __future__ import annotations

@@ -467,8 +467,13 @@ def _refused_before_submission(stderr: bytes) -> bool:
     Called only when sbatch failed without printing a job id.  A lost
     connection ("timed out", "Zero Bytes were transmitted") may have
     happened after the controller created the job: then nothing is retried.
+    Nor when the controller was never reached ("Unable to contact slurm
+    controller"): it refused nothing of harp's, the user's request would
+    fail the same way, and sbatch's own error must reach the user as is.
     """
     text = stderr.decode("utf-8", "replace")
+    if "Unable to contact slurm controller" in text:
+        return False
     return "timed out" not in text and "Zero Bytes" not in text
 
 

@@ -52,22 +52,25 @@ class ModelMetrics:
 DISRUPTION = 1.0
 
 
-def harp_score(over: float, killed: float, used: float, under_rate: float,
+def harp_score(over: float, killed: float, used: float, under_rate: float, alpha: float = 0.05,
                disruption: float = DISRUPTION) -> float:
     """The asymmetric harp score, lower is better (docs/metrics.md).
 
-    score = (Σw·(A_final − U) + Σw·killed) / Σw·U + λ·under_rate
+    score = (Σw·(A_final − U) + Σw·killed) / Σw·U
+            + λ·u + ((1−α)/α)·max(0, u − α),      u = under-prediction rate
 
-    Over-reservation is charged once per unit (it is held, not burned); a
-    job that runs out is charged twice: every killed attempt in full (burned
-    resource) *and* λ (default 1) average jobs of disruption (the user waits
-    for a resubmission).  So a model that often under-predicts pays in both
-    terms and ranks below one that over-allocates modestly; the users' own
-    requests get the same formula and compete as a candidate.
+    Over-reservation is charged once per unit (held, not burned).  A job that
+    runs out is charged its killed attempts in full (burned) plus λ = 1
+    average job of disruption; past the miss budget α every further point of
+    miss rate costs (1−α)/α = 19 times more (the pinball ratio of the
+    (1−α)-quantile).  So a model that often under-predicts ranks below one
+    that over-allocates modestly, and within budget models compete on
+    resources.  The users' own requests get the same formula.
     """
     if not used:
         return math.nan
-    return (over + killed) / used + disruption * under_rate
+    return ((over + killed) / used + disruption * under_rate
+            + (1.0 - alpha) / alpha * max(0.0, under_rate - alpha))
 
 
 def evaluate(
@@ -147,7 +150,7 @@ def evaluate(
         consumed_over_used=consumed / sum_used if sum_used else math.nan,
         consumed_vs_request=None,
         killed=float(np.sum(w * killed)),
-        score=harp_score(over, float(np.sum(w * killed)), sum_used, under_rate),
+        score=harp_score(over, float(np.sum(w * killed)), sum_used, under_rate, alpha),
         under_rate_weighted=float(np.sum(w[under]) / wfit) if wfit else 0.0,
         over_reservation_jobs=over_jobs,
     )

@@ -39,7 +39,7 @@ from harpd.records import JobRecord, Outcome
 
 Y_MIN, Y_MAX = -15.0, 3.0
 #: the base model's quantile: memory traces are burstier, their tails heavier
-DEFAULT_QUANTILE = {"time": 0.9, "mem": 0.95}
+DEFAULT_QUANTILE = {"time": 0.8, "mem": 0.95}
 
 
 class ReplayError(ValueError):
@@ -299,6 +299,7 @@ def _online_model(name: str, prep: Prepared, cfg: ReplayConfig, pts: list[int],
     seg = 0
     prev_known = int(prep.known_at[0]) if n else 0
     thetas: list[float] = []
+    hfloor = make_model(name, cfg, prep).floor_of(prep.X)  # a function of the features alone
     for i in range(n):
         if seg < len(pts) and i == bounds[seg]:
             idx = _train_rows(prep, i, cfg.train_window)
@@ -317,12 +318,12 @@ def _online_model(name: str, prep: Prepared, cfg: ReplayConfig, pts: list[int],
                 a = out[j]
                 r = float(req[j]) if has_req[j] else None
                 first = a if a == a else (r if r is not None else math.inf)
-                cal.feedback(groups[j], None if cens[j] else float(y[j] - base_pred[j]),
+                cal.feedback(groups[j], float(base_pred[j]), None if cens[j] else float(y[j]),
                              float(first), float(need[j]), r, bool(cens[j]), float(w[j]))
         prev_known = k
         if model is None:
             continue
-        up = base_pred[i] + model.cal_.offset(groups[i])
+        up = max(model.cal_.bound(groups[i], float(base_pred[i])), float(hfloor[i]))
         lim = None if prep.limit is None or not math.isfinite(prep.limit[i]) else float(prep.limit[i])
         v, _ = allocate(req[i] if has_req[i] else None, up, int(prep.n_hist[i]), lim, guard, model.theta)
         if v is not None:

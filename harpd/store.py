@@ -234,6 +234,7 @@ class Store:
         self._conns_lock = threading.Lock()
         self._closed = False
         self._identity: tuple[int, int] | None = None  # (st_dev, st_ino) of the file once open
+        self._write_error: str | None = None  # why the last write failed, until one succeeds (health)
 
     # ---------------------------------------------------------------- opening
 
@@ -406,7 +407,8 @@ class Store:
             else:
                 db.conn.execute(f"SAVEPOINT harp_{depth}")
         except sqlite3.Error as exc:
-            raise StoreError(_explain(exc, self.path)) from None
+            self._write_error = _explain(exc, self.path)
+            raise StoreError(self._write_error) from None
         h.depth = depth + 1
         try:
             yield db
@@ -420,20 +422,23 @@ class Store:
                         db.conn.execute(f"ROLLBACK TO SAVEPOINT harp_{depth}")
                         db.conn.execute(f"RELEASE SAVEPOINT harp_{depth}")
             if _is_translatable(exc):
-                raise StoreError(_explain(exc, self.path)) from None
+                self._write_error = _explain(exc, self.path)
+                raise StoreError(self._write_error) from None
             raise
         else:
             h.depth = depth
             try:
                 if depth == 0:
                     db.conn.execute("COMMIT")
+                    self._write_error = None
                 else:
                     db.conn.execute(f"RELEASE SAVEPOINT harp_{depth}")
             except sqlite3.Error as exc:
                 if depth == 0 and db.conn.in_transaction:
                     with contextlib.suppress(sqlite3.Error):
                         db.conn.execute("ROLLBACK")
-                raise StoreError(_explain(exc, self.path)) from None
+                self._write_error = _explain(exc, self.path)
+                raise StoreError(self._write_error) from None
 
     def _query(self, sql: str, params: Sequence[Any] = ()) -> list[dict[str, Any]]:
         """Rows as dicts (sqlite-utils' query), with SQLite errors as StoreError."""
@@ -893,6 +898,11 @@ class Store:
         """'ok' or a one-line reason: a cheap liveness probe for ``health``."""
         try:
             self._read("SELECT count(*) FROM meta").fetchone()
-            return "ok"
         except (StoreError, sqlite3.Error) as exc:
             return str(exc)
+        # readable is not enough: registrations and outcomes are writes
+        if self._write_error is not None:
+            return f"writes failing: {self._write_error}"
+        if not (os.access(self.path, os.W_OK) and os.access(self.path.parent, os.W_OK | os.X_OK)):
+            return f"{self.path}: store is read-only for uid {os.geteuid()}; make the file and {self.path.parent} writable"
+        return "ok"

@@ -26,6 +26,7 @@ from collections import deque
 import numpy as np
 
 from harpd.metrics import DISRUPTION, extra_consumption, extra_consumption_many
+from harpd.features.history import COL
 from harpd.models.base import BasePredictor, check_xy
 from harpd.models.gbm import GbmQuantile
 
@@ -33,6 +34,26 @@ _ALL = "\x00all"
 #: conformal levels and leave-alone ratios the fit-time calibration tries
 LEVELS = (0.01, 0.02, 0.03, 0.045, 0.07, 0.1, 0.15, 0.2, 0.25)
 THETAS = (0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9)
+
+
+def _is_burst(key: str) -> bool:
+    return "p2" in key.split("|") or "p3" in key.split("|")
+
+
+def bound_bucket(base: float, relative: bool = True) -> str:
+    """Mondrian bin of the base prediction.
+
+    harp acts on the jobs whose bound is low, and a model is most
+    over-confident exactly there (the winner's curse of selecting on it);
+    calibrating each bin on its own makes the coverage hold *given* the
+    predicted size, which is the coverage the decision relies on.
+    """
+    if base != base:
+        return "b?"
+    if relative:
+        r = math.exp(min(base, 5.0))
+        return "b0" if r < 0.05 else "b1" if r < 0.15 else "b2" if r < 0.35 else "b3" if r < 0.7 else "b4"
+    return f"a{min(max(int(base), 0), 15)}"  # e-folds of the absolute amount
 
 
 class OnlineConformal:
@@ -61,11 +82,15 @@ class OnlineConformal:
 
     @staticmethod
     def _chain(g: str) -> tuple[str, ...]:
-        """The group, its parent ("bucket|*" for "bucket|partition") and all jobs."""
+        """The group and its coarser parents: "a|b|c" → "a|b|*" → "a|*|*" → all jobs."""
         if g == _ALL:
             return (_ALL,)
-        head, sep, _ = g.partition("|")
-        return (g, head + "|*", _ALL) if sep else (g, _ALL)
+        parts = g.split("|")
+        out = [g]
+        for k in range(len(parts) - 1, 0, -1):
+            out.append("|".join(parts[:k] + ["*"] * (len(parts) - k)))
+        out.append(_ALL)
+        return tuple(out)
 
     def _push(self, g: str, r: float) -> None:
         for key in self._chain(g):
@@ -138,7 +163,7 @@ class OnlineConformal:
             for k in {key, _ALL}:
                 a = self.level.get(k, self.alpha_start) + self.gamma * (self.alpha - float(err))
                 # bursts get no head room: their errors arrive together, too late to correct
-                top = self.alpha_max if not k.startswith(("p2|", "p3|")) else max(self.alpha_start, self.alpha)
+                top = max(self.alpha_start, self.alpha) if _is_burst(k) else self.alpha_max
                 self.level[k] = min(max(a, 0.0), top)
                 self._cache.pop(k, None)
 
@@ -182,7 +207,7 @@ class Calibrator:
 
     # -- fit time ---------------------------------------------------------------
     def seed(self, groups: np.ndarray | None, base: np.ndarray, y: np.ndarray,
-             censored: np.ndarray, size: np.ndarray) -> dict:
+             censored: np.ndarray, size: np.ndarray, floor: np.ndarray | None = None) -> dict:
         """Calibrate on a recent hold-out: residual windows, starting α and θ.
 
         ``base`` are the base model's predictions on hold-out rows it did not
@@ -193,7 +218,7 @@ class Calibrator:
         y = np.asarray(y, float)
         cens = np.asarray(censored, bool)
         size = np.asarray(size, float)
-        g = np.full(len(y), _ALL, dtype=object) if groups is None else np.asarray(groups, dtype=object)
+        g = self.keys(base, groups)
         res = y - base
         self.conf.reset(g[~cens], res[~cens])
         self.size_ema = float(np.mean(size * np.minimum(np.exp(y), 1.0))) if len(y) else None
@@ -211,6 +236,8 @@ class Calibrator:
         for level in LEVELS:
             self._set_level(level)
             u = np.maximum(np.exp(base + self.conf.offsets(g, len(y))), self.min_fraction)
+            if floor is not None:
+                u = np.maximum(u, np.exp(np.minimum(floor, 5.0)))
             for theta in THETAS:
                 if theta > self.theta_max:
                     continue
@@ -242,18 +269,33 @@ class Calibrator:
         self.conf._cache.clear()
 
     # -- prediction time ----------------------------------------------------------
-    def offset(self, group) -> float:
-        return self.conf.offset(group)
+    def key(self, base: float, group) -> str:
+        return f"{bound_bucket(base, self.relative)}|{group if group is not None else '?'}"
+
+    def keys(self, base: np.ndarray, groups) -> np.ndarray:
+        if groups is None:
+            return np.array([self.key(b, None) for b in base], dtype=object)
+        return np.array([self.key(b, g) for b, g in zip(base, groups)], dtype=object)
+
+    def offset(self, group, base: float) -> float:
+        return self.conf.offset(self.key(base, group))
+
+    def bound(self, group, base: float) -> float:
+        """The calibrated upper bound (log scale) of a job with base prediction ``base``."""
+        return base + self.offset(group, base)
 
     # -- as jobs finish -----------------------------------------------------------
-    def feedback(self, group, residual: float | None, first: float, need: float,
+    def feedback(self, group, base: float, y: float | None, first: float, need: float,
                  request: float | None, censored: bool, weight: float = 1.0) -> None:
-        """One finished job: ``first`` is harp's allocation (the request if left alone)."""
-        if not censored and residual is not None and math.isfinite(residual):
+        """One finished job: ``base`` was its base prediction, ``y`` its target
+        (None when censored), ``first`` harp's allocation (the request if left alone)."""
+        key = self.key(base, group)
+        if not censored and y is not None and math.isfinite(y):
+            residual = y - base
             if self.relative or math.isfinite(first):
-                self.conf.update(group, residual, first < need)
+                self.conf.update(key, residual, first < need)
             else:  # no request and no prediction: nothing harp could have missed
-                self.conf.push(group, residual)
+                self.conf.push(key, residual)
         if not self.relative or request is None or not request > 0:
             return
         used = weight * (request if censored else min(need, request))
@@ -279,7 +321,7 @@ class HarpModel(BasePredictor):
 
     def __init__(self, alpha: float = 0.05, base: BasePredictor | None = None, cal_fraction: float = 0.25,
                  max_cal: int = 20000, relative: bool = True, resource: str = "time",
-                 calibrator: dict | None = None, max_attempts: int = 3):
+                 calibrator: dict | None = None, max_attempts: int = 3, history_floor: str = "q90"):
         self.alpha = alpha
         self.base = base if base is not None else GbmQuantile()
         self.cal_fraction = cal_fraction
@@ -288,6 +330,7 @@ class HarpModel(BasePredictor):
         self.resource = resource
         self.calibrator = dict(calibrator or {})
         self.max_attempts = max_attempts
+        self.history_floor = history_floor
         self.cal_: Calibrator | None = None
         self.seeded_: dict = {}
 
@@ -305,12 +348,34 @@ class HarpModel(BasePredictor):
                                max_attempts=self.max_attempts, **self.calibrator)
         if n_cal:
             self.seeded_ = self.cal_.seed(None if g is None else g[cut:], self.base.predict(X[cut:]),
-                                          y[cut:], cens[cut:], size[cut:])
+                                          y[cut:], cens[cut:], size[cut:], floor=self.floor_of(X[cut:]))
         return self
 
     @property
     def theta(self) -> float:
         return self.cal_.theta if self.cal_ is not None else 1.0
+
+    def floor_of(self, X) -> np.ndarray:
+        """The history veto: never below what this template recently used.
+
+        A template (same user and request, or same user and program) whose
+        recent runs reached 90% of a request will reach it again: a pooled
+        quantile model may still put it low when most of its pool is short
+        (bimodal templates: quick failures and full runs).  The floor is the
+        90th percentile of the template's last runs (its maximum while it has
+        fewer than ten), relative to this job's request; -inf without history.
+        """
+        X = np.asarray(X, dtype=np.float32)
+        if self.history_floor == "none" or not self.relative:
+            return np.full(X.shape[0], -np.inf)
+        out = np.full(X.shape[0], -np.inf)
+        for g in ("r", "s"):
+            n = np.expm1(np.nan_to_num(X[:, COL[f"{g}_n"]], nan=0.0))
+            q = X[:, COL[f"{g}_q90" if self.history_floor == "q90" else f"{g}_max"]].astype(float)
+            mx = X[:, COL[f"{g}_max"]].astype(float)
+            v = np.where(n >= 10, q, mx)
+            out = np.fmax(out, np.where(np.isfinite(v), v, -np.inf))
+        return out
 
     def predict_base(self, X):
         return self.base.predict(X)
@@ -319,7 +384,9 @@ class HarpModel(BasePredictor):
         X, _ = check_xy(X)
         if self.cal_ is None:
             raise RuntimeError("harp.predict called before fit")
-        return self.base.predict(X) + self.cal_.conf.offsets(groups, X.shape[0])
+        base = self.base.predict(X)
+        up = base + self.cal_.conf.offsets(self.cal_.keys(base, groups), X.shape[0])
+        return np.maximum(up, self.floor_of(X))
 
     def observe(self, groups, residuals, errors=None):
         """Bulk feedback (residuals only); ``Calibrator.feedback`` is the full form."""

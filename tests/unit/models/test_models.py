@@ -81,7 +81,7 @@ def test_groups_fall_back_to_parent_then_all():
     c = OnlineConformal(alpha=0.1, window=100, min_group=10, gamma=0.0)
     c.reset(np.array(["p0|a"] * 5 + ["p0|b"] * 20, dtype=object), np.r_[np.full(5, 100.0), np.zeros(20)])
     assert c._key("p0|b") == "p0|b"
-    assert c._key("p0|a") == "p0|*"  # 5 < min_group: the bucket's pool
+    assert c._key("p0|a") == "p0|*"  # 5 < min_group: the bucket pool
     assert c._key("p9|z") == "\x00all"
 
 
@@ -108,11 +108,11 @@ def test_calibrator_theta_falls_after_costly_kill_and_recovers():
     cal = Calibrator(alpha=0.05, budget=0.03, eta=0.05)
     cal.seed(None, np.full(200, -1.0), np.full(200, -2.0), np.zeros(200, bool), np.ones(200))
     t0 = cal.theta
-    cal.feedback(None, 0.5, first=100.0, need=900.0, request=1000.0, censored=False)
+    cal.feedback(None, -1.0, -0.5, first=100.0, need=900.0, request=1000.0, censored=False)
     assert cal.theta < t0
     t1 = cal.theta
     for _ in range(500):
-        cal.feedback(None, -1.0, first=1000.0, need=300.0, request=1000.0, censored=False)
+        cal.feedback(None, -1.0, -2.0, first=1000.0, need=300.0, request=1000.0, censored=False)
     assert cal.theta > t1
 
 
@@ -163,3 +163,18 @@ def test_persistence_round_trip_and_refusals(tmp_path):
     (tmp_path / "old.pkl").write_bytes(pickle.dumps(env))
     with pytest.raises(ModelFileError, match="feature layout"):
         load_model(tmp_path / "old.pkl")
+
+
+def test_flat_trees_match_sklearn_one_row_at_a_time():
+    rng = np.random.default_rng(5)
+    X = rng.normal(size=(3000, N_FEATURES)).astype(np.float32)
+    X[rng.random(X.shape) < 0.15] = np.nan  # missing values take the learned side
+    y = np.nan_to_num(X[:, 0]) - np.nan_to_num(X[:, 3]) + rng.normal(size=3000)
+    m = GbmQuantile(quantile=0.8, max_iter=40).fit(X, y)
+    ref = m.model_.predict(X[:300][:, m.cols_])
+    one = np.array([m.predict(X[i:i + 1])[0] for i in range(300)])
+    assert np.allclose(ref, one, rtol=0, atol=1e-9)
+    import pickle
+
+    m2 = pickle.loads(pickle.dumps(m))  # the flat copy is not pickled, and rebuilt
+    assert "fast_" not in m2.__dict__ and np.isclose(m2.predict(X[:1])[0], ref[0])

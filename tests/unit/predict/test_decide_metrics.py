@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from harpd.decide import Guard, _gpu_count, allocate, allocate_many
 from harpd.metrics import evaluate, extra_consumption, extra_consumption_many
 
-G = Guard(min_history=5, floor=60.0, leave_alone_ratio=0.9)
+G = Guard(min_history=5, floor=60.0, leave_alone_ratio=0.9, min_fraction=0.0)
 
 
 def test_cold_start_keeps_request():
@@ -29,6 +29,18 @@ def test_shrink_floor_limit_and_leave_alone():
     assert allocate(3600, math.log(0.5), 10, None, G, leave_alone_ratio=0.4)[0] is None  # model's θ
     assert allocate(3600, math.inf, 10, None, G)[0] is None
     assert allocate(30, math.log(0.5), 10, None, G)[0] is None  # floor above the request
+
+
+def test_never_below_what_escalation_can_walk_back():
+    g = Guard(min_fraction=0.25)  # 3 attempts: x, 2x, 4x ≥ request
+    assert allocate(3600, math.log(0.01), 10, None, g)[0] == pytest.approx(900)
+    assert Guard.from_settings(_P(), "time", max_attempts=4).min_fraction == pytest.approx(0.125)
+    assert Guard.from_settings(_P(), "mem").floor == 100
+
+
+class _P:
+    min_history, floor_time_s, floor_mem_mb, allow_shrink, max_raise_factor = 5, 60, 100, True, 1.0
+    leave_alone_ratio = 0.9
 
 
 def test_raise_only_when_allowed():
@@ -54,7 +66,8 @@ def test_absolute_without_request():
     theta=st.floats(0.1, 1.0),
 )
 def test_vectorised_matches_scalar(req, up, nh, limit, shrink, raise_f, theta):
-    g = Guard(min_history=5, floor=60.0, allow_shrink=shrink, max_raise_factor=raise_f, leave_alone_ratio=theta)
+    g = Guard(min_history=5, floor=60.0, allow_shrink=shrink, max_raise_factor=raise_f, leave_alone_ratio=theta,
+              min_fraction=0.25)
     v, _ = allocate(req, up, nh, limit, g)
     arr = allocate_many(np.array([np.nan if req is None else req]), np.array([up]), np.array([nh]),
                         None if limit is None else np.array([limit]), g)

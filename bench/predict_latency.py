@@ -1,0 +1,211 @@
+"""Latency of a live prediction: in-process (target p99 < 5 ms) and over harpd's socket with 50 clients.
+
+Setup: a temporary store holding real history (the KTH and CTC traces), the
+models trained on it by ``harpd.training``, and ``[predict] predictor =
+"harp"`` so the GBM + conformal model answers (not a no-change champion).
+The requests are the traces' most recent jobs, sent as their users.
+
+1. in-process: ``ModelPredictor.decide`` on one thread (the work harpd does
+   per request: history features, one prediction per resource, guard rails);
+2. socket: a real ``harpd`` process, 50 client threads each sending
+   ``predict`` requests over the Unix socket (connect, send, answer, close),
+   latency measured by the client.
+
+    python bench/predict_latency.py [--requests 5000] [--clients 50]
+"""
+# bench: timeout=1200
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+TRACES = REPO.parent / "shared" / "traces"
+TARGET_MS = 5.0
+
+
+def _requests(recs, n):
+    from harpd.protocol import JobRequest
+
+    out = []
+    for r in recs[-n:]:
+        # the signature as the store has it (harp-submit computes it the same way live)
+        job = JobRequest(partition=r.partition, request={"time_s": int(r.req_time_s), "ntasks": r.req_cpus or 1},
+                         signature=r.signature)
+        out.append((job, r.user or "nobody"))
+    return out
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--requests", type=int, default=5000)
+    ap.add_argument("--clients", type=int, default=50)
+    ap.add_argument("--rate", type=float, default=200.0,
+                    help="offered load of the 50 clients together, requests/s (open loop)")
+    args = ap.parse_args()
+
+    from threadpoolctl import threadpool_limits
+
+    from harp_submit import client
+    from harpd.config import HarpSettings
+    from harpd.decide import ModelPredictor
+    from harpd.store import Store
+    from harpd.traces import read_trace
+    from harpd.training import train
+
+    recs = []
+    for name in ("KTH-SP2-1996-2.1-cln.swf.gz", "CTC-SP2-1996-3.1-cln.swf.gz"):
+        p = TRACES / name
+        if p.exists():
+            recs.extend(r for r in read_trace(p) if r.req_time_s and r.submit_time is not None)
+    if not recs:
+        print("predict_latency: no traces found", file=sys.stderr)
+        print(f"FIGURE predict_inprocess_p99_ms: nan ms (target < {TARGET_MS:g}) FAIL")
+        return 1
+    recs.sort(key=lambda r: r.submit_time)
+    ok_all = True
+    with tempfile.TemporaryDirectory() as d:
+        d = Path(d)
+        sock = d / "harpd.sock"
+        db = d / "harp.db"
+        cfg = d / "harpd.toml"
+        cfg.write_text(
+            f'[server]\nsocket = "{sock}"\nmax_clients = 64\nlog_level = "warning"\n'
+            f'[store]\npath = "{db}"\n[slurm]\nbin_dir = "{d / "no-slurm"}"\n'
+            '[ingest]\npoll_interval_s = 3600\n[recovery]\nenabled = false\n'
+            '[predict]\npredictor = "harp"\n'
+        )
+        settings = HarpSettings(store={"path": str(db)}, predict={"predictor": "harp"})
+        store = Store.open(db)
+        store.insert_jobs(recs)
+        # harpd knows callers by SO_PEERCRED: give this process's user the KTH users' history
+        import dataclasses
+        import pwd
+
+        me = pwd.getpwuid(os.getuid()).pw_name
+        mine = [dataclasses.replace(r, user=me, source="bench") for r in recs if r.source.startswith("KTH")]
+        store.insert_jobs(mine)
+        with threadpool_limits(1):
+            res = train(store, settings, "time")
+        print(f"trained on {res.n_jobs} jobs in {res.seconds:.1f}s (champion {res.champion})")
+        store.close()
+
+        # 1. in-process
+        store = Store.open(db)
+        t0 = time.perf_counter()
+        pred = ModelPredictor(settings, store=store)
+        print(f"predictor loaded in {time.perf_counter() - t0:.2f}s")
+        reqs = _requests(recs, args.requests)
+        lat = []
+        changed = 0
+        with threadpool_limits(1):
+            for job, user in reqs[:200]:  # warm-up
+                pred.decide(job, user, 1000)
+            for job, user in reqs:
+                t = time.perf_counter()
+                dec = pred.decide(job, user, 1000)
+                lat.append((time.perf_counter() - t) * 1e3)
+                changed += bool(dec.changes)
+        store.close()
+        p50, p99 = np.percentile(lat, 50), np.percentile(lat, 99)
+        ok = p99 < TARGET_MS
+        ok_all &= ok
+        print(f"in-process: {len(lat)} decisions, {changed} changed a request, p50 {p50:.2f} ms")
+        print(f"FIGURE predict_inprocess_p99_ms: {p99:.2f} ms (target < {TARGET_MS:g}) {'PASS' if ok else 'FAIL'}")
+
+        # 2. over the socket, 50 clients
+        env = {**os.environ, "HARP_CONFIG": str(cfg), "OMP_NUM_THREADS": "1"}
+        log = (d / "harpd.log").open("wb")
+        proc = subprocess.Popen([sys.executable, "-m", "harpd.main", "--config", str(cfg)],
+                                stdout=log, stderr=subprocess.STDOUT, env=env, cwd=str(d))
+        try:
+            end = time.monotonic() + 120
+            while True:
+                if proc.poll() is not None:
+                    raise RuntimeError((d / "harpd.log").read_text()[-2000:])
+                try:
+                    h = client.call(str(sock), {"op": "health"}, 5)
+                    if h.get("store") == "ok":
+                        break
+                except client.HarpdUnavailable:
+                    pass
+                if time.monotonic() > end:
+                    raise RuntimeError("harpd did not start: " + (d / "harpd.log").read_text()[-2000:])
+                time.sleep(0.2)
+            kth = [(j, u) for j, u in _requests(mine, args.requests)]
+            msgs = [{"op": "predict", "job": job.model_dump(exclude_none=True)} for job, _ in kth]
+            warm = [client.call(str(sock), m, 10) for m in msgs[:300]]
+            n_changed = sum(bool(a["decision"]["changes"]) for a in warm)
+            models = {a["decision"].get("model") for a in warm}
+            print(f"harpd answers: {n_changed} of {len(warm)} changed a request (models {models})")
+            per = max(1, len(msgs) // args.clients)
+            slat: list[float] = []
+            errors: list[str] = []
+            lock = threading.Lock()
+
+            def worker(k: int, rate: float | None) -> None:
+                mine = []
+                rng = np.random.default_rng(k)
+                nxt = time.perf_counter()
+                for m in msgs[k * per:(k + 1) * per]:
+                    if rate:  # open loop: Poisson arrivals, as sbatch calls arrive
+                        nxt += rng.exponential(args.clients / rate)
+                        time.sleep(max(0.0, nxt - time.perf_counter()))
+                    t = time.perf_counter()
+                    try:
+                        client.call(str(sock), m, 10)
+                    except client.HarpdUnavailable as exc:
+                        with lock:
+                            errors.append(str(exc))
+                        continue
+                    mine.append((time.perf_counter() - t) * 1e3)
+                with lock:
+                    slat.extend(mine)
+
+            def load(rate: float | None) -> tuple[list[float], float]:
+                slat.clear()
+                th = [threading.Thread(target=worker, args=(k, rate)) for k in range(args.clients)]
+                t0 = time.perf_counter()
+                for t in th:
+                    t.start()
+                for t in th:
+                    t.join()
+                return list(slat), time.perf_counter() - t0
+
+            sat, sat_wall = load(None)  # closed loop: every client as fast as it can
+            opn, opn_wall = load(args.rate)
+        finally:
+            proc.terminate()
+            try:
+                proc.wait(30)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+            log.close()
+        if not sat or not opn:
+            print(f"socket: every request failed: {errors[:3]}")
+            print(f"FIGURE predict_socket_p99_ms: nan ms (target < {TARGET_MS:g}) FAIL")
+            return 1
+        print(f"socket, {args.clients} clients flat out: {len(sat)} answers in {sat_wall:.1f}s "
+              f"({len(sat) / sat_wall:.0f}/s), p50 {np.percentile(sat, 50):.2f} ms, "
+              f"p99 {np.percentile(sat, 99):.2f} ms (queueing: latency = clients / throughput)")
+        sp50, sp99 = np.percentile(opn, 50), np.percentile(opn, 99)
+        ok = sp99 < TARGET_MS and not errors
+        ok_all &= ok
+        print(f"socket, {args.clients} clients at {args.rate:g} req/s offered: {len(opn)} answers, "
+              f"p50 {sp50:.2f} ms, errors {len(errors)}")
+        print(f"FIGURE predict_socket_p99_ms: {sp99:.2f} ms (target < {TARGET_MS:g}) {'PASS' if ok else 'FAIL'}")
+    return 0 if ok_all else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

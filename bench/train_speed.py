@@ -1,0 +1,97 @@
+"""Training on 1,000,000 job records: wall time (target < 2 min) and peak memory (< 2 GiB).
+
+The records are the real traces (CTC, HPC2N, KTH, Cedar) repeated with the
+users renamed per copy and the clock shifted, until there are a million:
+real request/usage habits, a million rows.  The timed part is what the
+daemon's retrain does after reading the store: features from history,
+candidate evaluation on the chronological hold-out, the champion chosen and
+every candidate refitted and saved.  Peak memory is the process's maximum
+resident set (ru_maxrss), records included.
+
+    python bench/train_speed.py [--n 1000000]
+"""
+# bench: slow
+# bench: timeout=1200
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import resource
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+TRACES = REPO.parent / "shared" / "traces"
+TARGET_S = 120.0
+TARGET_GIB = 2.0
+
+
+def records(n: int):
+    from harpd.traces import read_trace
+
+    base = []
+    for name in ("HPC2N-2002-2.2-cln.swf.gz", "CTC-SP2-1996-3.1-cln.swf.gz",
+                 "KTH-SP2-1996-2.1-cln.swf.gz", "cedar-2021.sacct.psv.gz"):
+        p = TRACES / name
+        if p.exists():
+            base.extend(r for r in read_trace(p) if r.submit_time is not None and r.req_time_s)
+    if not base:
+        raise SystemExit("train_speed: no traces found under " + str(TRACES))
+    t0 = min(r.submit_time for r in base)
+    span = max(r.submit_time for r in base) - t0 + 86400.0
+    out = []
+    copy = 0
+    while len(out) < n:
+        shift = copy * span
+        for r in base:
+            if len(out) >= n:
+                break
+            d = {"submit_time": r.submit_time + shift,
+                 "start_time": None if r.start_time is None else r.start_time + shift,
+                 "end_time": None if r.end_time is None else r.end_time + shift,
+                 "user": None if r.user is None else f"{r.user}.{copy}",
+                 "account": None if r.account is None else f"{r.account}.{copy}"}
+            out.append(dataclasses.replace(r, **d))
+        copy += 1
+    out.sort(key=lambda r: r.submit_time)
+    return out
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--n", type=int, default=1_000_000)
+    args = ap.parse_args()
+    from threadpoolctl import threadpool_limits
+
+    from harpd.config import HarpSettings
+    from harpd.replay import prepare
+    from harpd.training import train_prepared
+
+    recs = records(args.n)
+    print(f"{len(recs)} records built")
+    settings = HarpSettings()
+    with tempfile.TemporaryDirectory() as d, threadpool_limits(2):
+        t0 = time.perf_counter()
+        prep = prepare(recs, "time")
+        t1 = time.perf_counter()
+        del recs
+        res = train_prepared(prep, settings, Path(d))
+        wall = time.perf_counter() - t0
+    peak_gib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / (1024 ** 2)
+    print(f"features {t1 - t0:.1f}s, evaluate+fit+save {wall - (t1 - t0):.1f}s, champion {res.champion}")
+    for m in res.models:
+        sc = m["score"]
+        if sc:
+            print(f"  {m['name']:8} score {sc['score']:.3f} under {sc['under_rate']:.2%}")
+    ok_t, ok_m = wall < TARGET_S, peak_gib < TARGET_GIB
+    print(f"FIGURE train_1m_s: {wall:.1f} s (target < {TARGET_S:g}) {'PASS' if ok_t else 'FAIL'}")
+    print(f"FIGURE train_1m_peak_gib: {peak_gib:.2f} GiB (target < {TARGET_GIB:g}) {'PASS' if ok_m else 'FAIL'}")
+    return 0 if ok_t and ok_m else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
