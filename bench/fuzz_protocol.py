@@ -13,7 +13,7 @@ chunks.  Each request must get exactly one JSON line with a boolean ``ok``
 (an empty one may just be closed, as a probe), harpd must still answer
 ``health`` at the end, and its log must hold no traceback.
 
-    python bench/fuzz_protocol.py [--runs 200000] [--live-runs 5000] [--engine auto|atheris|random]
+    python bench/fuzz_protocol.py [--runs 1000000] [--live-runs 5000] [--engine auto|atheris|random]
 """
 
 # bench: timeout=900
@@ -214,5 +214,5 @@ def _add_arguments(ap: argparse.ArgumentParser) -> None:
 
 
 if __name__ == "__main__":
-    sys.exit(_fuzzing.main("fuzz_protocol", load, SEEDS, default_runs=200_000, instrument=["harpd"],
+    sys.exit(_fuzzing.main("fuzz_protocol", load, SEEDS, default_runs=1_000_000, instrument=["harpd"],
                            max_len=8192, add_arguments=_add_arguments, after=live))

@@ -234,16 +234,18 @@ def check_landing(load: Load, names: list[str], env: dict[str, str]) -> Landing:
     )
 
 
-def registered(store: Path, token_names: list[str]) -> int:
-    """Submissions in harpd's store whose job name is one of ours."""
-    import sqlite3
-
-    con = sqlite3.connect(f"file:{store}?mode=ro", uri=True, timeout=30)
-    try:
-        names = set(token_names)
-        return sum(1 for (n,) in con.execute("SELECT json_extract(job, '$.job_name') FROM submissions") if n in names)
-    finally:
-        con.close()
+def registered(socket_path: str, load: Load) -> int:
+    """How many of the load's jobs harpd has a registration for (asked over its socket, as root)."""
+    n = 0
+    for r in load.results:
+        if r.job_id is None:
+            continue
+        try:
+            job = client.call(socket_path, {"op": "status", "job_id": r.job_id}, 10)["job"]
+        except client.HarpdUnavailable:
+            continue
+        n += bool(job.get("registered"))
+    return n
 
 
 def percentile(values: list[float], p: float) -> float:
@@ -308,7 +310,7 @@ def main() -> int:
         problems = harpd.problems()
         lat = harpd.latencies("predict")
         reg_lat = harpd.latencies("register")
-        n_reg = registered(harpd.store, names)
+        n_reg = registered(harpd.socket, load)
         wall = sorted(r.seconds for r in load.results)
         print(f"phase 1: {args.n} submissions from {args.clients} clients in {load.seconds:.1f} s "
               f"({args.n / load.seconds:.1f}/s); harp-submit wall p50 {percentile(wall, 50) * 1000:.0f} ms, "

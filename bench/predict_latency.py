@@ -147,7 +147,8 @@ def main() -> int:
             warm = [client.call(str(sock), m, 10) for m in msgs[:300]]
             n_changed = sum(bool(a["decision"]["changes"]) for a in warm)
             models = {a["decision"].get("model") for a in warm}
-            print(f"harpd answers: {n_changed} of {len(warm)} changed a request (models {models})")
+            print(f"harpd answers: {n_changed} of {len(warm)} changed a request (models {models}); "
+                  f"e.g. {warm[-1]['decision'].get('explain')}")
             per = max(1, len(msgs) // args.clients)
             slat: list[float] = []
             errors: list[str] = []

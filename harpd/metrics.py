@@ -100,6 +100,9 @@ def evaluate(
     w = np.asarray(weight, float)
     has_req = np.isfinite(req) & (req > 0)
     first = np.where(np.isfinite(alloc), alloc, req)
+    # share of all jobs harp set an allocation for (other than the request)
+    changed_all = float(np.mean(np.isfinite(alloc) & ~(np.abs(alloc - np.where(has_req, req, np.nan)) <= 1e-9))) \
+        if len(alloc) else 0.0
     sel = np.isfinite(first)
     first, need, req, cens, w, has_req = first[sel], need[sel], req[sel], cens[sel], w[sel], has_req[sel]
     capv = None if cap is None else np.asarray(cap, float)[sel]
@@ -140,7 +143,7 @@ def evaluate(
     m = ModelMetrics(
         model=model,
         jobs=n,
-        changed=float(np.mean(has_req & (np.abs(first - req) > 1e-9))) if n else 0.0,
+        changed=changed_all,
         under_rate=under_rate,
         under_jobs=int(under.sum()),
         lost=lost,

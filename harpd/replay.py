@@ -99,6 +99,13 @@ def _usage(r: JobRecord, resource: str) -> tuple[float | None, float | None, boo
 
 
 def prepare(records: Iterable[JobRecord], resource: str = "time", limit: int | None = None) -> Prepared:
+    """Arrays and submission-time features of a trace's finished jobs, oldest first.
+
+    Jobs without a request are dropped when most jobs have one (they cannot
+    be compared with the user's own request); when almost none has one (a
+    memory trace like METACENTRUM) every job is kept and sized absolutely.
+    A job that ran to its request is censored whatever its state says.
+    """
     if resource not in ("time", "mem"):
         raise ReplayError(f"unknown resource {resource!r}: use time or mem")
     rows: list[tuple] = []
@@ -114,6 +121,8 @@ def prepare(records: Iterable[JobRecord], resource: str = "time", limit: int | N
         if used is None or used < 0:
             skipped["no usage"] += 1
             continue
+        if req is not None and req > 0 and used >= req:
+            cens = True  # ran to its limit (whatever the state says): a lower bound
         if r.submit_time is None:
             skipped["no submit time"] += 1
             continue
@@ -122,10 +131,9 @@ def prepare(records: Iterable[JobRecord], resource: str = "time", limit: int | N
             if resource == "mem" and abs(req - used) < 1e-6 * max(req, 1.0):
                 n_same += 1
         end = r.end_time
-        if end is None:
-            end = (r.start_time if r.start_time is not None else r.submit_time) + used if resource == "time" else r.submit_time
-            if resource == "mem" and r.used_time_s is not None:
-                end = (r.start_time or r.submit_time) + r.used_time_s
+        if end is None:  # when its outcome became known: start (or submit) + run time
+            began = r.start_time if r.start_time is not None else r.submit_time
+            end = began + (r.used_time_s or 0.0)
         cores = r.req_cpus or r.alloc_cpus or 1
         rows.append((r.submit_time, end, used, req, cens, cores, r))
     if not rows:

@@ -185,7 +185,7 @@ class Calibrator:
       the users' requests consume) is unspent.
     """
 
-    def __init__(self, alpha: float = 0.05, aim: float = 0.9, budget: float = 0.03,
+    def __init__(self, alpha: float = 0.05, aim: float = 0.8, budget: float = 0.03,
                  window: int = 3000, min_group: int = 300, gamma: float = 0.005,
                  eta: float = 0.02, theta_max: float = 0.9, theta_min: float = 0.05,
                  alpha_max: float = 0.15, relative: bool = True, resource: str = "time",
@@ -366,7 +366,7 @@ class HarpModel(BasePredictor):
         fewer than ten), relative to this job's request; -inf without history.
         """
         X = np.asarray(X, dtype=np.float32)
-        if self.history_floor == "none" or not self.relative:
+        if self.history_floor == "none":
             return np.full(X.shape[0], -np.inf)
         out = np.full(X.shape[0], -np.inf)
         for g in ("r", "s"):

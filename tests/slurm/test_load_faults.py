@@ -124,7 +124,7 @@ def test_100_submissions_from_10_clients_each_land_exactly_once(slurm_cluster, w
     time.sleep(1.0)  # registrations finish in detached children
     assert h.problems() == []
     assert len(h.latencies("predict")) == 100
-    assert registered(h.store, names) == 100
+    assert registered(h.socket, load) == 100
 
 
 def test_harpd_sigkilled_during_the_load_loses_and_duplicates_nothing(slurm_cluster, work, harpds,
