@@ -217,6 +217,9 @@ class Submit:
             return self.submit(request, argv, None, None, job, True)
         if self.explain:
             self.show_explain(decision)
+        message = decision.get("message")
+        if isinstance(message, str) and message and "\n" not in message:
+            self.info(message[:300])
         if not changes:
             return self.submit(request, argv, None, decision, job, True)
         try:

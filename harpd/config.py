@@ -68,7 +68,7 @@ class PredictSettings(_Section):
     max_raise_factor: float = Field(1.0, ge=1.0)
     predictor: str = "auto"  # "auto": the champion; else a registered name
     leave_alone_ratio: float = Field(0.9, gt=0, le=1)  # keep requests when the bound is this close
-    waste_budget: float = Field(0.03, ge=0, lt=1)  # killed-attempt consumption harp may add (share)
+    waste_budget: float = Field(0.04, ge=0, lt=1)  # killed-attempt consumption harp may add (share)
 
 
 class RecoverySettings(_Section):

@@ -121,6 +121,14 @@ def build_handlers(settings: HarpSettings, store: Any) -> tuple[Any, list[Any]]:
     make_predictor = _plugin("harpd.decide", "make_predictor")
     if make_predictor is not None:
         predictor = make_predictor(settings=settings, store=store, backend=backend)
+    if predictor is None:
+        from harpd.handlers import NoChangePredictor
+
+        predictor = NoChangePredictor(None if backend is None else limits_from_backend(backend))
+    # DNN jobs (#HARP dnn) get their GPUs from the ZeRO memory model
+    from harpd.dnn.predictor import DnnRoutingPredictor
+
+    predictor = DnnRoutingPredictor(predictor, settings, backend)
     handlers = Handlers(
         store,
         settings,

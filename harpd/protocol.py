@@ -102,6 +102,9 @@ class Decision(_Model):
     limits: Limits = Field(default_factory=Limits)
     model: _Str | None = None
     explain: dict[str, Any] = Field(default_factory=dict)
+    # one line for the user when harp deliberately leaves the job alone
+    # (e.g. "no GPU configuration fits ..."); harp-submit prints it as `harp: ...`
+    message: Annotated[str, Field(max_length=300)] | None = None
 
 
 # ---------------------------------------------------------------- requests

@@ -45,9 +45,6 @@ class BasePredictor:
     def get_params(self) -> dict[str, Any]:
         return {k: v for k, v in vars(self).items() if not k.endswith("_") and not k.startswith("_")}
 
-    def observe(self, groups: np.ndarray, residuals: np.ndarray, errors: np.ndarray | None = None) -> None:
-        """Online feedback from finished jobs (adaptive models override it)."""
-
     def __repr__(self) -> str:
         ps = ", ".join(f"{k}={v!r}" for k, v in self.get_params().items() if not hasattr(v, "fit"))
         return f"{type(self).__name__}({ps})"

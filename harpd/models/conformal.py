@@ -6,16 +6,20 @@ exchangeable data: with residuals s_i = y_i − q̂(x_i) of jobs the model did
 not train on, adding the k-th smallest, k = ⌈(n+1)(1−α)⌉, gives
 P(y ≤ q̂ + s_(k)) ≥ 1−α.  One-sided because only under-prediction kills jobs.
 
-Per group (partition) where a group has ``min_group`` residuals, else over
-all jobs: partitions differ in how predictable they are, and a single offset
-would over-pad the easy ones to cover the hard ones.
+Groups are Mondrian: predicted-size bin | burst bin | partition, each
+falling back to its coarser parent ("b1|p0|*", "b1|*|*", all jobs) until it
+has ``min_group`` residuals.  Partitions differ in how predictable they are;
+a model is most over-confident where it predicts a deep cut; jobs submitted
+in a burst share one error.  One pooled offset would over-pad the easy jobs
+to cover the hard ones and still miss the hard ones.
 
 Real traces drift, which breaks exchangeability; adaptive conformal inference
 (Gibbs & Candès 2021) keeps the *realised* miss rate on target anyway by
 moving each group's level after every finished job: α ← α + γ(α* − err).
-The residual windows slide too, so old behaviour ages out.  ``observe`` is
-how finished jobs feed back (replay calls it as jobs end; the daemon may call
-it from ingest, and every retrain re-seeds it from a fresh hold-out).
+The residual windows slide too, so old behaviour ages out.
+``Calibrator.feedback`` is how finished jobs feed back (replay calls it as
+jobs end); every retrain re-seeds everything from a fresh hold-out, which is
+how the daemon adapts between its scheduled retrains.
 """
 
 from __future__ import annotations
@@ -25,8 +29,8 @@ from collections import deque
 
 import numpy as np
 
-from harpd.metrics import DISRUPTION, extra_consumption, extra_consumption_many
 from harpd.features.history import COL
+from harpd.metrics import DISRUPTION, extra_consumption, extra_consumption_many
 from harpd.models.base import BasePredictor, check_xy
 from harpd.models.gbm import GbmQuantile
 
@@ -185,7 +189,7 @@ class Calibrator:
       the users' requests consume) is unspent.
     """
 
-    def __init__(self, alpha: float = 0.05, aim: float = 0.8, budget: float = 0.03,
+    def __init__(self, alpha: float = 0.05, aim: float = 0.8, budget: float = 0.04,
                  window: int = 3000, min_group: int = 300, gamma: float = 0.005,
                  eta: float = 0.02, theta_max: float = 0.9, theta_min: float = 0.05,
                  alpha_max: float = 0.15, relative: bool = True, resource: str = "time",
@@ -387,11 +391,3 @@ class HarpModel(BasePredictor):
         base = self.base.predict(X)
         up = base + self.cal_.conf.offsets(self.cal_.keys(base, groups), X.shape[0])
         return np.maximum(up, self.floor_of(X))
-
-    def observe(self, groups, residuals, errors=None):
-        """Bulk feedback (residuals only); ``Calibrator.feedback`` is the full form."""
-        if self.cal_ is None:
-            return
-        for i, r in enumerate(np.asarray(residuals, dtype=float)):
-            self.cal_.conf.update(None if groups is None else groups[i], float(r),
-                                  None if errors is None else bool(errors[i]))

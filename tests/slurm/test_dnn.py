@@ -142,3 +142,66 @@ def test_harp_dnn_check_against_the_live_cluster(slurm_cluster, tmp_path, monkey
     assert main(["dnn", "check"]) == 1
     assert ("problem: [dnn] gpu type a100: config says gpus_per_node=8 but partition 'gpu' nodes "
             "have gpu:a100:4") in capsys.readouterr().out
+
+
+GPU_TOML = """
+[dnn]
+safety_margin = 0.10
+[[dnn.gpu_types]]
+name = "a100"
+memory_gb = 6.2
+gpus_per_node = 4
+billing_weight = 1.0
+partition = "gpu"
+"""
+
+
+def test_through_harp_submit_and_the_real_harpd(slurm_cluster, job_dir, tmp_path_factory):
+    """The whole route: #HARP dnn line -> harp-submit -> harpd (ZeRO plan) -> rewritten GRES -> gpu partition."""
+    import subprocess
+    import sys
+    import tempfile
+
+    from tests.helpers.harpd_process import running_harpd
+
+    d = Path(tempfile.mkdtemp(prefix="hdn-", dir="/tmp"))  # short: socket paths are limited
+    with running_harpd(d, slurm_conf=slurm_cluster.conf, extra_toml=GPU_TOML) as sock:
+        env = {k: v for k, v in slurm_cluster.env.items() if not k.startswith(("HARP_", "SBATCH_"))}
+        env.update({"SLURM_CONF": str(slurm_cluster.conf), "HARP_SOCKET": sock,
+                    "HARP_CONFIG": "/nonexistent/harpd.toml"})
+        proc = subprocess.run([sys.executable, "-c", "import sys; from harp_submit.cli import main; sys.exit(main())", "--parsable", "job.sh"],
+                              capture_output=True, text=True, cwd=str(job_dir), env=env,
+                              stdin=subprocess.DEVNULL, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    job_id = proc.stdout.strip().split(";")[0]
+    assert job_id.isdigit(), proc.stdout
+    _check_ran_on_two_a100(slurm_cluster, job_id, job_dir)
+
+
+def test_when_nothing_fits_the_job_is_submitted_unchanged_with_one_line(slurm_cluster, job_dir):
+    import subprocess
+    import sys
+    import tempfile
+
+    from tests.helpers.harpd_process import running_harpd
+
+    big = SCRIPT.replace("config=config.json", "params=70e9 layers=80 hidden=8192 heads=64").replace(
+        "zero=auto", "zero=0")
+    (job_dir / "big.sh").write_text(big)
+    d = Path(tempfile.mkdtemp(prefix="hdn-", dir="/tmp"))
+    with running_harpd(d, slurm_conf=slurm_cluster.conf, extra_toml=GPU_TOML) as sock:
+        env = {k: v for k, v in slurm_cluster.env.items() if not k.startswith(("HARP_", "SBATCH_"))}
+        env.update({"SLURM_CONF": str(slurm_cluster.conf), "HARP_SOCKET": sock,
+                    "HARP_CONFIG": "/nonexistent/harpd.toml"})
+        proc = subprocess.run([sys.executable, "-c", "import sys; from harp_submit.cli import main; sys.exit(main())", "-H", "big.sh"],
+                              capture_output=True, text=True, cwd=str(job_dir), env=env,
+                              stdin=subprocess.DEVNULL, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    job_id = proc.stdout.split()[-1]
+    try:
+        lines = [ln for ln in proc.stderr.splitlines() if ln.startswith("harp:")]
+        assert len(lines) == 1 and "DNN job left unchanged" in lines[0], proc.stderr
+        job = slurm_cluster.scontrol("show", "job", "-o", job_id)
+        assert "Partition=short" in job and "TresPerNode=gres:gpu:1" in job
+    finally:
+        slurm_cluster.run(["scancel", job_id], check=False)

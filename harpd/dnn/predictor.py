@@ -1,0 +1,110 @@
+"""Route DNN training jobs through the ZeRO memory model, everything else through history.
+
+For a job with a ``#HARP dnn`` line the GPU request follows from the model's
+description (``plan_dnn_job``), not from history: the history predictor still
+sizes what history knows (walltime), but the GPU type and count, nodes, tasks
+per node, partition and host memory are the planner's.  When the planner finds
+no configuration that fits, the job is left exactly as submitted and the
+decision carries a one-line ``message`` saying why, which harp-submit prints.
+
+Wrapping rather than editing the history predictor keeps one job per module:
+the history predictor never needs to know about GPUs.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from typing import Any
+
+from harpd.dnn.plan import plan_dnn_job
+
+log = logging.getLogger(__name__)
+
+# options the DNN plan owns; a history change to one of these is dropped
+_DNN_OPTIONS = {"gres", "gpus", "partition", "nodes", "ntasks-per-node", "mem", "mem-per-cpu", "mem-per-gpu"}
+
+
+def has_dnn_line(harp_lines: list[str] | None) -> bool:
+    for line in harp_lines or []:
+        words = line.split()
+        # "#HARP dnn ..." as harp-submit sends it, or "dnn ..." without the prefix
+        if words and words[0].upper() == "#HARP":
+            words = words[1:]
+        if words and words[0].lower() == "dnn":
+            return True
+    return False
+
+
+class DnnRoutingPredictor:
+    """A Predictor (``decide(job, user, uid)``) that adds GPU planning to ``inner``."""
+
+    def __init__(self, inner: Any, settings: Any, backend: Any = None, ttl_s: float = 60.0) -> None:
+        self.inner = inner
+        self.settings = settings
+        self.backend = backend
+        self._ttl = ttl_s
+        self._lock = threading.Lock()
+        self._parts: tuple[float, dict[str, Any] | None] = (-1e18, None)
+        self.name = getattr(inner, "name", type(inner).__name__)
+
+    def __getattr__(self, name: str) -> Any:  # reload, retrain, observe... go to the inner predictor
+        return getattr(self.inner, name)
+
+    def _partitions(self) -> dict[str, Any] | None:
+        if self.backend is None:
+            return None
+        with self._lock:
+            at, parts = self._parts
+            if time.monotonic() - at > self._ttl:
+                try:
+                    parts = self.backend.partitions()
+                except Exception as exc:  # a cap, not a prerequisite
+                    log.warning("partitions unavailable for GPU planning: %s", exc)
+                    parts = None
+                self._parts = (time.monotonic(), parts)
+            return parts
+
+    def decide(self, job: Any, user: str, uid: int) -> Any:
+        from harpd.protocol import Change, Decision, Limits
+
+        base = self.inner.decide(job, user, uid)
+        if not isinstance(base, Decision):
+            base = Decision.model_validate(base)
+        if not has_dnn_line(job.harp_lines):
+            return base
+        partitions = self._partitions()
+        plan = plan_dnn_job(list(job.harp_lines), job.request, job.cwd, self.settings,
+                            partitions=partitions, uid=uid)
+        explain = dict(base.explain)
+        explain.update(plan.explain)
+        if plan.error:
+            # nothing fits (or the description is wrong): the whole job stays as submitted
+            return Decision(changes=[], limits=base.limits, model=base.model, explain=explain,
+                            message=f"DNN job left unchanged: {plan.error}"[:300])
+        if not plan.changes:
+            return base.model_copy(update={"explain": explain})
+        changes = [c for c in base.changes if c.option not in _DNN_OPTIONS]
+        changes += [Change(**c) for c in plan.changes]
+        limits = base.limits
+        new_part = next((c.value for c in changes if c.option == "partition"), None)
+        if new_part and partitions and new_part in partitions:
+            info = partitions[new_part]
+            limits = Limits(partition=info.name, max_time_s=info.max_time_s,
+                            max_mem_mb=info.max_mem_mb_per_node, max_cpus=info.max_cpus_per_node)
+            # a history time change may not fit the new partition: keep the user's time then
+            if info.max_time_s is not None:
+                changes = [c for c in changes if not (c.option == "time" and _over(c.value, info.max_time_s))]
+        models = ",".join(m for m in (base.model, "zero-dnn") if m)
+        return Decision(changes=changes, limits=limits, model=models, explain=explain)
+
+
+def _over(value: str, max_time_s: int) -> bool:
+    from harp_submit.units import parse_time
+
+    try:
+        seconds = parse_time(value)
+    except Exception:
+        return True
+    return seconds is not None and seconds > max_time_s

@@ -1,0 +1,1 @@
+"""Helpers shared by test folders (real processes, not fakes)."""

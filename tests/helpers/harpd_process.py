@@ -1,0 +1,58 @@
+"""Start a real ``harpd`` process for a test and stop it afterwards.
+
+Several test modules need the real daemon (not a fake) on a private socket and
+store; one helper keeps how it is started, waited for and stopped in one place.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+from harp_submit import client
+
+
+@contextlib.contextmanager
+def running_harpd(workdir: Path, *, slurm_conf: str | os.PathLike[str] | None = None,
+                  extra_toml: str = "", poll_interval_s: float = 3600,
+                  timeout_s: float = 60) -> Iterator[str]:
+    """Yield the socket path of a harpd serving from ``workdir`` (config, store, socket)."""
+    workdir = Path(workdir)
+    cfg = workdir / "harpd.toml"
+    sock = workdir / "harpd.sock"
+    cfg.write_text(f'[server]\nsocket = "{sock}"\n[store]\npath = "{workdir}/lib/harp.db"\n'
+                   f"[ingest]\npoll_interval_s = {poll_interval_s}\n{extra_toml}")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("HARP_")}
+    if slurm_conf is not None:
+        env["SLURM_CONF"] = str(slurm_conf)
+    log = open(workdir / "harpd.log", "w")
+    proc = subprocess.Popen([sys.executable, "-m", "harpd.main", "--config", str(cfg)],
+                            stdout=log, stderr=subprocess.STDOUT, env=env)
+    try:
+        end = time.monotonic() + timeout_s
+        while True:
+            if proc.poll() is not None:
+                raise AssertionError("harpd exited: " + (workdir / "harpd.log").read_text()[-2000:])
+            try:
+                client.call(str(sock), {"op": "health"}, 5)
+                break
+            except client.HarpdUnavailable:
+                if time.monotonic() > end:
+                    raise AssertionError("harpd did not come up") from None
+                time.sleep(0.1)
+        yield str(sock)
+    finally:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+            try:
+                proc.wait(30)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+        log.close()
