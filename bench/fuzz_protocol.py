@@ -25,7 +25,6 @@ import json
 import os
 import random
 import shutil
-import signal
 import socket
 import subprocess
 import sys
@@ -38,6 +37,7 @@ sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import _fuzzing  # noqa: E402
+from tests.helpers.harpd_process import stop_harpd, wait_for_health  # noqa: E402
 
 SEEDS = [
     b'{"v": 1, "op": "health"}',
@@ -108,18 +108,11 @@ def start_harpd(d: Path) -> tuple[subprocess.Popen[bytes], str, Path]:
     proc = subprocess.Popen([sys.executable, "-m", "harpd.main", "--config", str(cfg), "--log-level", "info"],
                             stdout=fh, stderr=subprocess.STDOUT, env=env, cwd=str(d))
     fh.close()
-    end = time.monotonic() + 60
-    while True:
-        if proc.poll() is not None:
-            raise SystemExit("harpd exited at start:\n" + log.read_text())
-        try:
-            if exchange(sock, [b'{"v":1,"op":"health"}\n'])[0].startswith(b'{"ok":true'):
-                return proc, sock, log
-        except OSError:
-            pass
-        if time.monotonic() > end:
-            raise SystemExit("harpd did not start:\n" + log.read_text())
-        time.sleep(0.1)
+    try:
+        wait_for_health(sock, proc, log)
+    except AssertionError as exc:
+        raise SystemExit(str(exc)) from None
+    return proc, sock, log
 
 
 def exchange(path: str, chunks: list[bytes], timeout: float = 10.0) -> tuple[bytes, float]:
@@ -188,12 +181,7 @@ def live(args: argparse.Namespace) -> int:
         elif not health.startswith(b'{"ok":true'):
             failures.append(f"health after fuzzing: {health[:200]!r}")
     finally:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        stop_harpd(proc)
         text = log.read_text(errors="replace")
         shutil.rmtree(d, ignore_errors=True)
     tracebacks = text.count("Traceback (most recent call last)")

@@ -55,6 +55,7 @@ def records(n: int):
             d = {"submit_time": r.submit_time + shift,
                  "start_time": None if r.start_time is None else r.start_time + shift,
                  "end_time": None if r.end_time is None else r.end_time + shift,
+                 "job_id": f"{r.job_id}.{copy}",  # the store's key is (source, job_id, attempt)
                  "user": None if r.user is None else f"{r.user}.{copy}",
                  "account": None if r.account is None else f"{r.account}.{copy}"}
             out.append(dataclasses.replace(r, **d))
@@ -100,7 +101,7 @@ def main() -> int:
             wall = time.perf_counter() - t0
         st.close()
     peak_gib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / (1024 ** 2)
-    print(f"{res.n_jobs} jobs used, champion {res.champion}")
+    print(f"{res.n_jobs} jobs used, champion {res.champion}; phases: {res.phases}")
     for m in res.models:
         sc = m["score"]
         if sc:

@@ -89,10 +89,12 @@ class TrainResult:
     models: list[dict[str, Any]] = field(default_factory=list)
     skipped: str | None = None
     seconds: float = 0.0
+    phases: dict[str, float] = field(default_factory=dict)  # seconds per step, for the logs
 
     def to_dict(self) -> dict[str, Any]:
         return {"resource": self.resource, "n_jobs": self.n_jobs, "champion": self.champion,
-                "models": self.models, "skipped": self.skipped, "seconds": round(self.seconds, 2)}
+                "models": self.models, "skipped": self.skipped, "seconds": round(self.seconds, 2),
+                "phases": {k: round(v, 2) for k, v in self.phases.items()}}
 
 
 def train_prepared(prep: Prepared, settings, models_dir: str | Path, store=None,
@@ -105,6 +107,7 @@ def train_prepared(prep: Prepared, settings, models_dir: str | Path, store=None,
     res = TrainResult(prep.resource, prep.n)
     alpha = settings.predict.alpha_time if prep.resource == "time" else settings.predict.alpha_mem
     metrics = evaluate_candidates(prep, settings, names)
+    res.phases["evaluate"] = time.perf_counter() - t0
     by_name = {m.model: m for m in metrics}
     res.champion = pick_champion(metrics, alpha)
     cfg = replay_config(settings, prep.resource, names)
@@ -123,6 +126,7 @@ def train_prepared(prep: Prepared, settings, models_dir: str | Path, store=None,
             store.save_model(name, prep.resource, int(len(all_rows)), score, str(path), name == res.champion)
         res.models.append({"name": name, "path": str(path), "score": score, "champion": name == res.champion})
     res.seconds = time.perf_counter() - t0
+    res.phases["refit_save"] = res.seconds - res.phases["evaluate"]
     return res
 
 
@@ -154,7 +158,9 @@ def train(store, settings, resource: str, models_dir: str | Path | None = None,
     if prep.n < MIN_JOBS:
         return TrainResult(resource, prep.n, skipped=f"only {prep.n} usable jobs; need {MIN_JOBS}",
                            seconds=time.perf_counter() - t0)
+    t_prep = time.perf_counter() - t0
     res = train_prepared(prep, settings, models_dir or models_dir_of(settings), store)
+    res.phases = {"read_features": t_prep, **res.phases}
     res.seconds = time.perf_counter() - t0
     log.info("trained %s on %d jobs: champion %s (%.1fs)", resource, prep.n, res.champion, res.seconds)
     return res

@@ -25,7 +25,7 @@ from typing import IO
 from harpd.outcomes import to_record
 from harpd.records import JobRecord
 from harpd.slurm.sacct_parse import Parsable2Stats, SacctParseError, iter_parsable2
-from harpd.traces.swf import TraceFormatError
+from harpd.traces._open import TraceFormatError, open_binary
 
 __all__ = ["read_sacct_export", "SacctExportReader", "source_name", "open_trace"]
 
@@ -68,14 +68,7 @@ class _CountingReader(io.RawIOBase):
 def open_trace(path: str | os.PathLike[str]) -> tuple[io.TextIOWrapper, _CountingReader, int]:
     """(text stream, byte counter, file size) for plain or gzip text, told by content."""
     p = Path(path)
-    try:
-        raw = p.open("rb")
-    except FileNotFoundError:
-        raise TraceFormatError(f"{p}: no such file") from None
-    except IsADirectoryError:
-        raise TraceFormatError(f"{p}: is a directory, expected a trace file") from None
-    except OSError as exc:
-        raise TraceFormatError(f"{p}: cannot read ({exc.strerror})") from None
+    raw = open_binary(p)
     size = os.fstat(raw.fileno()).st_size
     magic = raw.read(2)
     raw.seek(0)

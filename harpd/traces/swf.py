@@ -22,27 +22,17 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from harpd.records import JobRecord, Outcome
+from harpd.traces._open import TraceFormatError, open_binary
 
 N_FIELDS = 18
 _STATUS = {1: Outcome.COMPLETED, 0: Outcome.FAILED, 5: Outcome.CANCELLED}
 
 
-class TraceFormatError(ValueError):
-    """A trace line harp cannot read; the message names file, line and problem."""
-
-
 def open_text(path: str | os.PathLike[str]) -> io.TextIOBase:
     """Open plain or gzip text by content (magic bytes), not by file name."""
     p = Path(path)
-    try:
-        with p.open("rb") as fh:
-            magic = fh.read(2)
-    except FileNotFoundError:
-        raise TraceFormatError(f"{p}: no such file") from None
-    except IsADirectoryError:
-        raise TraceFormatError(f"{p}: is a directory, expected a trace file") from None
-    except OSError as exc:
-        raise TraceFormatError(f"{p}: cannot read ({exc.strerror})") from None
+    with open_binary(p) as fh:
+        magic = fh.read(2)
     if magic == b"\x1f\x8b":
         return io.TextIOWrapper(gzip.open(p, "rb"), encoding="utf-8", errors="replace")
     return p.open("r", encoding="utf-8", errors="replace")

@@ -35,24 +35,48 @@ def running_harpd(workdir: Path, *, slurm_conf: str | os.PathLike[str] | None = 
     proc = subprocess.Popen([sys.executable, "-m", "harpd.main", "--config", str(cfg)],
                             stdout=log, stderr=subprocess.STDOUT, env=env)
     try:
-        end = time.monotonic() + timeout_s
-        while True:
-            if proc.poll() is not None:
-                raise AssertionError("harpd exited: " + (workdir / "harpd.log").read_text()[-2000:])
-            try:
-                client.call(str(sock), {"op": "health"}, 5)
-                break
-            except client.HarpdUnavailable:
-                if time.monotonic() > end:
-                    raise AssertionError("harpd did not come up") from None
-                time.sleep(0.1)
+        wait_for_health(str(sock), proc, workdir / "harpd.log", timeout_s)
         yield str(sock)
     finally:
-        if proc.poll() is None:
-            proc.send_signal(signal.SIGTERM)
-            try:
-                proc.wait(30)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+        stop_harpd(proc)
         log.close()
+
+
+def wait_for_health(sock: str, proc: subprocess.Popen, log: Path | None = None,
+                    timeout_s: float = 60) -> None:
+    """Return once harpd on ``sock`` answers health ok; AssertionError if it exits or stays silent.
+
+    The failure message carries the end of harpd's output (``log``, else its
+    piped stderr) because that is where the reason it did not start is.
+    """
+    def output() -> str:
+        if log is not None:
+            return Path(log).read_text(errors="replace")[-2000:]
+        if proc.stderr is not None and proc.poll() is not None:
+            out = proc.stderr.read()
+            return out.decode(errors="replace") if isinstance(out, bytes) else out
+        return ""
+
+    end = time.monotonic() + timeout_s
+    while True:
+        if proc.poll() is not None:
+            raise AssertionError(f"harpd exited (code {proc.returncode}): " + output())
+        try:
+            client.call(sock, {"op": "health"}, 5)
+            return
+        except (client.HarpdUnavailable, OSError):
+            if time.monotonic() > end:
+                raise AssertionError("harpd did not come up: " + output()) from None
+            time.sleep(0.1)
+
+
+def stop_harpd(proc: subprocess.Popen) -> int:
+    """SIGTERM harpd and wait for it (killing it after 30 s); its exit code."""
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+    return proc.returncode

@@ -4,14 +4,13 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import subprocess
 import sys
-import time
 
 import pytest
 
 from daemon_helpers import call
+from tests.helpers.harpd_process import stop_harpd, wait_for_health
 
 pytestmark = pytest.mark.slurm
 
@@ -50,18 +49,9 @@ def harpd(slurm_cluster, short_dir):
     proc = subprocess.Popen([sys.executable, "-m", "harpd.main", "--config", str(cfg)],
                             stderr=subprocess.PIPE, text=True, env=env)
     sock = f"{short_dir}/harpd.sock"
-    end = time.monotonic() + 60
-    while True:
-        assert proc.poll() is None, proc.stderr.read()
-        try:
-            call(sock, {"op": "health"}, timeout=5)
-            break
-        except OSError:
-            assert time.monotonic() < end, "harpd did not come up"
-            time.sleep(0.1)
+    wait_for_health(sock, proc)
     yield sock
-    proc.send_signal(signal.SIGTERM)
-    assert proc.wait(30) == 0
+    assert stop_harpd(proc) == 0
 
 
 def test_register_checks_the_owner_with_slurm(slurm_cluster, harpd):

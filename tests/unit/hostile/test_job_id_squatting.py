@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "recovery"))
-from resubmit_fakes import FakeSlurm, submission  # noqa: E402
+from resubmit_fakes import fake, store, submission  # noqa: E402,F401 (fixtures)
 
 from harpd.config import HarpSettings  # noqa: E402
 from harpd.handlers import Handlers, Peer  # noqa: E402
@@ -28,22 +28,9 @@ from harpd.ingest import Ingestor  # noqa: E402
 from harpd import protocol as p  # noqa: E402
 from harpd.recovery import resubmit as rs  # noqa: E402
 from harpd.records import Outcome  # noqa: E402
-from harpd.store import Store  # noqa: E402
 
 ALICE = Peer(pid=10, uid=1000, gid=1000, user="alice", groups=frozenset({1000}))
 MALLORY = Peer(pid=20, uid=2000, gid=2000, user="mallory", groups=frozenset({2000}))
-
-
-@pytest.fixture
-def store(tmp_path):
-    s = Store.open(tmp_path / "harp.db")
-    yield s
-    s.close()
-
-
-@pytest.fixture
-def fake(tmp_path):
-    return FakeSlurm(tmp_path / "slurm.json")
 
 
 def squat(handlers: Handlers, job_id: str) -> None:

@@ -23,16 +23,16 @@ import json
 import os
 import pwd
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
-import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+
+from tests.helpers.harpd_process import stop_harpd, wait_for_health
 
 REPO = Path(__file__).resolve().parents[3]
 USERS = ("harptest1", "harptest2")
@@ -88,23 +88,9 @@ def harpd(users) -> Iterator[Harpd]:
             preexec_fn=lambda: os.umask(0o027),  # UMask=0027 of systemd/harpd.service
         )
     h = Harpd(d, proc, log)
-    end = time.monotonic() + 60
-    while True:
-        assert proc.poll() is None, log.read_text()
-        try:
-            if call_as(None, h.socket, {"op": "health"})["ok"]:
-                break
-        except OSError:
-            pass
-        assert time.monotonic() < end, "harpd did not come up:\n" + log.read_text()
-        time.sleep(0.2)
+    wait_for_health(h.socket, proc, log)
     yield h
-    proc.send_signal(signal.SIGTERM)
-    try:
-        proc.wait(30)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait()
+    stop_harpd(proc)
     shutil.rmtree(d, ignore_errors=True)
 
 

@@ -17,8 +17,11 @@ import time
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from harpd.records import JobRecord, Outcome
 from harpd.slurm.base import PartitionInfo, SlurmError
+from harpd.store import Store
 
 FINISHED = {"COMPLETED", "FAILED", "TIMEOUT", "OUT_OF_MEMORY", "CANCELLED", "NODE_FAIL", "PREEMPTED"}
 _STATE_OF = {
@@ -293,3 +296,19 @@ def submission(fake: FakeSlurm, store: Any, job_id: str, *, harp_lines=("#HARP r
     }
     decision = {"changes": list(changes or []), "limits": {}, "model": None, "explain": {}}
     store.add_submission(job_id, j["uid"] if uid is None else uid, user or j["user"], job, original or res, res, decision)
+
+
+# Fixtures shared by the recovery and hostile tests: import them by name
+# (``from resubmit_fakes import fake, store``) so both build the same store and fake Slurm.
+
+
+@pytest.fixture
+def store(tmp_path):
+    s = Store.open(tmp_path / "harp.db")
+    yield s
+    s.close()
+
+
+@pytest.fixture
+def fake(tmp_path):
+    return FakeSlurm(tmp_path / "slurm.json")

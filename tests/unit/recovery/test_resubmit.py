@@ -10,29 +10,16 @@ from __future__ import annotations
 import os
 
 import pytest
-from resubmit_fakes import FakeSlurm, submission
+from resubmit_fakes import fake, store, submission  # noqa: F401 (fixtures)
 
 from harpd.config import HarpSettings
 from harpd.ingest import WATCH_KEY, Ingestor
 from harpd.recovery import resubmit as rs
 from harpd.recovery.mode import REQUEUE, RESUBMIT, resolve_mode
 from harpd.records import JobRecord, Outcome
-from harpd.store import Store
 
 T, M = Outcome.TIMEOUT, Outcome.OOM
 ME = os.geteuid()
-
-
-@pytest.fixture
-def store(tmp_path):
-    s = Store.open(tmp_path / "harp.db")
-    yield s
-    s.close()
-
-
-@pytest.fixture
-def fake(tmp_path):
-    return FakeSlurm(tmp_path / "slurm.json")
 
 
 def machine(store, fake, mode="requeue", **recovery):
