@@ -135,6 +135,7 @@ def build_handlers(settings: HarpSettings, store: Any) -> tuple[Any, list[Any]]:
         predictor,
         job_owner=None if backend is None else owner_from_backend(backend),
         partition_limits=None if backend is None else limits_from_backend(backend),
+        retrain=getattr(predictor, "retrain", None),
     )
     log.info("predictor: %s", getattr(handlers.predictor, "name", type(handlers.predictor).__name__))
     services: list[Any] = []
@@ -148,6 +149,12 @@ def build_handlers(settings: HarpSettings, store: Any) -> tuple[Any, list[Any]]:
         services.append(ingest)
         if recovery is not None and getattr(ingest, "ingestor", None) is not None:
             services.append(recovery.attach(ingest))
+        retrain = getattr(predictor, "retrain", None)
+        if retrain is not None and getattr(ingest, "scheduler", None) is not None:
+            # retrain every retrain.interval_s and after retrain.after_n_outcomes outcomes
+            from harpd.training import attach_retrain
+
+            ingest.ingestor.on_outcome.append(attach_retrain(ingest.scheduler, retrain, settings.retrain))
     return handlers, services
 
 

@@ -30,7 +30,14 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from harpd.decide import Guard, allocate, allocate_many
-from harpd.features.history import COL, N_FEATURES, History, JobKeys, conformal_group, keys_of_record
+from harpd.features.history import (
+    COL,
+    N_FEATURES,
+    History,
+    conformal_group,
+    key_fields,
+    keys_from_fields,
+)
 from harpd.metrics import ModelMetrics, evaluate
 from harpd.models import registry
 from harpd.models.conformal import HarpModel
@@ -135,7 +142,8 @@ def prepare(records: Iterable[JobRecord], resource: str = "time", limit: int | N
             began = r.start_time if r.start_time is not None else r.submit_time
             end = began + (r.used_time_s or 0.0)
         cores = r.req_cpus or r.alloc_cpus or 1
-        rows.append((r.submit_time, end, used, req, cens, cores, r))
+        # keep a few fields, not the record: training holds a million of these
+        rows.append((r.submit_time, end, used, req, cens, cores, key_fields(r, resource), r.partition))
     if not rows:
         raise ReplayError(f"trace has no finished jobs with {resource} usage")
     if resource == "mem" and n_req and n_same > 0.9 * n_req:
@@ -159,7 +167,7 @@ def prepare(records: Iterable[JobRecord], resource: str = "time", limit: int | N
     request = np.array([row[3] if (row[3] and not absolute) else np.nan for row in rows], float)
     cens = np.array([row[4] for row in rows], bool)
     weight = np.array([row[5] if resource == "time" else 1.0 for row in rows], float)
-    keys: list[JobKeys] = [keys_of_record(row[6], resource, not absolute) for row in rows]
+    relative = not absolute
     ref = np.where(np.isfinite(request), request, 1.0)
     # relative targets live in [-15, 3]; absolute ones (no requests) are log MiB/seconds
     y = np.log(np.maximum(need, 1.0) / ref)
@@ -174,7 +182,7 @@ def prepare(records: Iterable[JobRecord], resource: str = "time", limit: int | N
     heap: list[tuple[float, int]] = []
     pop, push = heapq.heappop, heapq.heappush
     own = [row[3] for row in rows]
-    parts = [row[6].partition or "?" for row in rows]
+    parts = [row[7] or "?" for row in rows]
     # traces carry no partition limits: the largest use seen so far in the
     # partition stands in for "node memory" / MaxTime where there is no request
     part_max: dict[str, float] = {}
@@ -183,7 +191,7 @@ def prepare(records: Iterable[JobRecord], resource: str = "time", limit: int | N
         t = submit[i]
         while heap and heap[0][0] <= t:
             _, j = pop(heap)
-            kj = keys[j]
+            kj = keys_from_fields(rows[j][6], relative)  # recomputed: cheaper than holding a million
             hist.add(kj, need[j], own[j], bool(cens[j]), end[j])
             hist.finished(kj)
             finish.append(j)
@@ -192,7 +200,7 @@ def prepare(records: Iterable[JobRecord], resource: str = "time", limit: int | N
         if absolute:
             limit[i] = part_max.get(parts[i], np.nan)
         known_at[i] = len(finish)
-        k = keys[i]
+        k = keys_from_fields(rows[i][6], relative)
         n_hist[i] = hist.count(k, "s")
         X[i] = hist.features(k, t)
         hist.submitted(k, t)
@@ -200,7 +208,7 @@ def prepare(records: Iterable[JobRecord], resource: str = "time", limit: int | N
     while heap:
         finish.append(pop(heap)[1])
     lp = X[:, COL["log_pending"]]
-    groups = np.array([conformal_group(row[6].partition, float(lp[i])) for i, row in enumerate(rows)], dtype=object)
+    groups = np.array([conformal_group(row[7], float(lp[i])) for i, row in enumerate(rows)], dtype=object)
     return Prepared(
         resource=resource, source=source, submit=submit, need=need, request=request,
         censored=cens, weight=weight, n_hist=n_hist, X=X, y=y, groups=groups,

@@ -16,8 +16,9 @@ from __future__ import annotations
 
 import logging
 import math
+import threading
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -204,3 +205,35 @@ class RetrainSchedule:
     def trained(self, now: float | None = None) -> None:
         self.last_trained_at = time.time() if now is None else now
         self.new_outcomes = 0
+
+
+def attach_retrain(scheduler: Any, retrain: Callable[[], Any], retrain_settings,
+                   check_every_s: float = 60.0) -> Callable[[Any], None]:
+    """Retrain on the daemon's scheduler: every ``interval_s`` and after ``after_n_outcomes``.
+
+    Returns the outcome listener to register on the ingestor (it only counts);
+    the training itself runs in a scheduler job, never on the poll's thread,
+    so a long fit cannot delay the recording of outcomes.
+    """
+    schedule = RetrainSchedule(retrain_settings, last_trained_at=time.time())
+    lock = threading.Lock()
+
+    def listener(_record: Any) -> None:
+        with lock:
+            schedule.note_outcomes(1)
+
+    def check() -> None:
+        with lock:
+            due = schedule.due()
+        if not due:
+            return
+        try:
+            retrain()
+        except Exception:  # noqa: BLE001 - a failed fit keeps the old models serving
+            log.exception("scheduled retrain failed; keeping the current models")
+        with lock:
+            schedule.trained()
+
+    scheduler.add_job(check, "interval", seconds=check_every_s, id="harp-retrain",
+                      max_instances=1, coalesce=True)
+    return listener

@@ -82,20 +82,31 @@ def keys_of(user: str | None, account: str | None, signature: str | None,
     )
 
 
+def key_fields(r, resource: str) -> tuple:
+    """What grouping needs of a record, as a small tuple (training holds one per job).
+
+    (user, account, signature, job_name, request, cores, array_size, other request, gpus)
+    """
+    if resource == "time":
+        ref, other = r.req_time_s, r.req_mem_mb
+    else:
+        ref, other = r.req_mem_mb, r.req_time_s
+    gpus = r.req_gpus if r.req_gpus is not None else r.alloc_gpus
+    return (r.user, r.account, r.signature, r.job_name, ref, r.req_cpus or r.alloc_cpus or 1,
+            r.array_size, other, gpus)
+
+
+def keys_from_fields(f: tuple, relative: bool) -> JobKeys:
+    return keys_of(f[0], f[1], f[2], f[3], f[4] if relative else None, f[5], f[6], f[7], f[8])
+
+
 def keys_of_record(r, resource: str, relative: bool) -> JobKeys:
     """The keys of a finished JobRecord (or any object with its fields) for one resource.
 
     Training, replay and the daemon's history all group records through this
     one function, so a live job meets the groups its model was trained on.
     """
-    if resource == "time":
-        ref, other = r.req_time_s, r.req_mem_mb
-    else:
-        ref, other = r.req_mem_mb, r.req_time_s
-    cores = r.req_cpus or r.alloc_cpus or 1
-    gpus = r.req_gpus if r.req_gpus is not None else r.alloc_gpus
-    return keys_of(r.user, r.account, r.signature, r.job_name, ref if relative else None, cores,
-                   r.array_size, other, gpus)
+    return keys_from_fields(key_fields(r, resource), relative)
 
 
 class _Runs:
@@ -225,13 +236,6 @@ class History:
         _group_features(g.get(keys.sig), lref, now, out)
         _group_features(g.get(keys.req), lref, now, out)
         return out
-
-
-def as_matrix(rows: list[list[float]]) -> np.ndarray:
-    """Rows → float32 matrix (half the memory of float64; trees do not mind)."""
-    if not rows:
-        return np.empty((0, N_FEATURES), dtype=np.float32)
-    return np.asarray(rows, dtype=np.float32)
 
 
 def conformal_group(partition: str | None, log_pending: float) -> str:
