@@ -22,6 +22,8 @@ import pytest
 
 from harpd.config import DnnSettings, GpuType, HarpSettings
 from harpd.dnn.plan import plan_dnn_job
+from tests.helpers.harpd_process import running_harpd
+from tests.helpers.processes import run_harp_submit, short_tmpdir
 from harpd.dnn.site_check import check_gpu_types
 from harpd.slurm import PartitionInfo, get_backend
 
@@ -156,22 +158,10 @@ partition = "gpu"
 """
 
 
-def test_through_harp_submit_and_the_real_harpd(slurm_cluster, job_dir, tmp_path_factory):
+def test_through_harp_submit_and_the_real_harpd(slurm_cluster, job_dir):
     """The whole route: #HARP dnn line -> harp-submit -> harpd (ZeRO plan) -> rewritten GRES -> gpu partition."""
-    import subprocess
-    import sys
-    import tempfile
-
-    from tests.helpers.harpd_process import running_harpd
-
-    d = Path(tempfile.mkdtemp(prefix="hdn-", dir="/tmp"))  # short: socket paths are limited
-    with running_harpd(d, slurm_conf=slurm_cluster.conf, extra_toml=GPU_TOML) as sock:
-        env = {k: v for k, v in slurm_cluster.env.items() if not k.startswith(("HARP_", "SBATCH_"))}
-        env.update({"SLURM_CONF": str(slurm_cluster.conf), "HARP_SOCKET": sock,
-                    "HARP_CONFIG": "/nonexistent/harpd.toml"})
-        proc = subprocess.run([sys.executable, "-c", "import sys; from harp_submit.cli import main; sys.exit(main())", "--parsable", "job.sh"],
-                              capture_output=True, text=True, cwd=str(job_dir), env=env,
-                              stdin=subprocess.DEVNULL, timeout=120)
+    with short_tmpdir("hdn-") as d, running_harpd(d, slurm_conf=slurm_cluster.conf, extra_toml=GPU_TOML) as sock:
+        proc = run_harp_submit(slurm_cluster, "--parsable", "job.sh", socket_path=sock, cwd=job_dir)
     assert proc.returncode == 0, proc.stderr
     job_id = proc.stdout.strip().split(";")[0]
     assert job_id.isdigit(), proc.stdout
@@ -179,23 +169,11 @@ def test_through_harp_submit_and_the_real_harpd(slurm_cluster, job_dir, tmp_path
 
 
 def test_when_nothing_fits_the_job_is_submitted_unchanged_with_one_line(slurm_cluster, job_dir):
-    import subprocess
-    import sys
-    import tempfile
-
-    from tests.helpers.harpd_process import running_harpd
-
     big = SCRIPT.replace("config=config.json", "params=70e9 layers=80 hidden=8192 heads=64").replace(
         "zero=auto", "zero=0")
     (job_dir / "big.sh").write_text(big)
-    d = Path(tempfile.mkdtemp(prefix="hdn-", dir="/tmp"))
-    with running_harpd(d, slurm_conf=slurm_cluster.conf, extra_toml=GPU_TOML) as sock:
-        env = {k: v for k, v in slurm_cluster.env.items() if not k.startswith(("HARP_", "SBATCH_"))}
-        env.update({"SLURM_CONF": str(slurm_cluster.conf), "HARP_SOCKET": sock,
-                    "HARP_CONFIG": "/nonexistent/harpd.toml"})
-        proc = subprocess.run([sys.executable, "-c", "import sys; from harp_submit.cli import main; sys.exit(main())", "-H", "big.sh"],
-                              capture_output=True, text=True, cwd=str(job_dir), env=env,
-                              stdin=subprocess.DEVNULL, timeout=120)
+    with short_tmpdir("hdn-") as d, running_harpd(d, slurm_conf=slurm_cluster.conf, extra_toml=GPU_TOML) as sock:
+        proc = run_harp_submit(slurm_cluster, "-H", "big.sh", socket_path=sock, cwd=job_dir)
     assert proc.returncode == 0, proc.stderr
     job_id = proc.stdout.split()[-1]
     try:

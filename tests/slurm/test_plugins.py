@@ -30,6 +30,8 @@ REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "tests" / "unit" / "submit"))
 from submit_fakes import FakeHarpd, change, decision  # noqa: E402
 
+from tests.helpers.processes import short_tmpdir  # noqa: E402
+
 
 def _load_cluster_class():
     """tests/conftest.py's SlurmCluster (the name "conftest" may be another directory's module)."""
@@ -110,12 +112,8 @@ def plugin_cluster():
 
 @pytest.fixture
 def sock_dir():
-    d = tempfile.mkdtemp(prefix="hpt-", dir="/tmp")  # short: Unix socket paths are limited
-    os.chmod(d, 0o755)
-    try:
-        yield Path(d)
-    finally:
-        shutil.rmtree(d, ignore_errors=True)
+    with short_tmpdir("hpt-") as d:
+        yield d
 
 
 def sbatch(cluster: SlurmCluster, *args: str, env: dict[str, str] | None = None,

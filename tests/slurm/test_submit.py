@@ -4,11 +4,9 @@ from __future__ import annotations
 
 import os
 import re
-import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 import time
 import uuid
 from pathlib import Path
@@ -21,29 +19,18 @@ REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "tests" / "unit" / "submit"))
 from submit_fakes import FakeHarpd, change, decision  # noqa: E402
 
-RUN_MAIN = "import sys; from harp_submit.cli import main; sys.exit(main())"
+from tests.helpers.processes import run_harp_submit, short_tmpdir  # noqa: E402
 
 pytestmark = pytest.mark.slurm
 
 
 @pytest.fixture
 def submit_dir():
-    d = tempfile.mkdtemp(prefix="hst-", dir="/tmp")  # short: Unix socket paths are limited
-    os.chmod(d, 0o755)
-    try:
-        yield Path(d)
-    finally:
-        shutil.rmtree(d, ignore_errors=True)
+    with short_tmpdir("hst-") as d:
+        yield d
 
 
-def harp_submit(cluster, *args: str, socket_path: str, cwd: Path | None = None,
-                env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    e = {k: v for k, v in cluster.env.items() if not k.startswith(("HARP_", "SBATCH_"))}
-    e.update({"SLURM_CONF": str(cluster.conf), "HARP_SOCKET": socket_path, "PYTHONPATH": str(REPO),
-              "HARP_CONFIG": "/nonexistent/harpd.toml"})
-    e.update(env or {})
-    return subprocess.run([sys.executable, "-c", RUN_MAIN, *args], capture_output=True, text=True,
-                          cwd=str(cwd or cluster.workdir), env=e, stdin=subprocess.DEVNULL, timeout=120)
+harp_submit = run_harp_submit
 
 
 def show_job(cluster, job_id: str) -> dict[str, str]:
