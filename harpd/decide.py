@@ -416,10 +416,13 @@ def _gpu_count(gpus: str | None, gres: str | None) -> float | None:
     return None
 
 
-def make_predictor(settings, store=None, backend=None):
-    """What harpd.main looks up: the champion-backed predictor (no change until trained)."""
-    limits = None
-    if backend is not None:
+def make_predictor(settings, store=None, backend=None, limits=None):
+    """What harpd.main looks up: the champion-backed predictor (no change until trained).
+
+    ``limits``: the daemon's shared (cached) partition-limits lookup; built from
+    ``backend`` only when the caller has none.
+    """
+    if limits is None and backend is not None:
         from harpd.handlers import limits_from_backend
 
         limits = limits_from_backend(backend)

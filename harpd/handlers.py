@@ -133,28 +133,49 @@ def owner_from_backend(backend: Any) -> OwnerLookup:
     return lookup
 
 
-def limits_from_backend(backend: Any, ttl_s: float = 60.0) -> LimitsLookup:
-    """Partition limits via ``backend.partitions()``, cached: scontrol is too slow per sbatch."""
+def cached_partitions(backend: Any, ttl_s: float = 60.0) -> Callable[[], dict[str, Any]]:
+    """``backend.partitions()``, cached: scontrol is too slow to run per sbatch.
+
+    One cache serves every reader of partition data in the daemon (the limits
+    sent with each decision, the DNN planner), so scontrol runs once per ``ttl_s``.
+    """
     lock = threading.Lock()
     cache: dict[str, Any] = {"at": -1e18, "parts": {}}
 
-    def lookup(partition: str | None) -> Limits | None:
+    def partitions() -> dict[str, Any]:
         with lock:
             if time.monotonic() - cache["at"] > ttl_s:
                 cache["parts"] = backend.partitions()
                 cache["at"] = time.monotonic()
-            parts = cache["parts"]
+            return cache["parts"]
+
+    return partitions
+
+
+def limits_of(info: Any) -> Limits:
+    """The caps harp-submit checks a decision against, from one PartitionInfo."""
+    return Limits(
+        partition=info.name,
+        max_time_s=info.max_time_s,
+        max_mem_mb=info.max_mem_mb_per_node,
+        max_cpus=info.max_cpus_per_node,
+    )
+
+
+def limits_from_partitions(partitions: Callable[[], dict[str, Any]]) -> LimitsLookup:
+    """Partition limits by name (None: the default partition)."""
+
+    def lookup(partition: str | None) -> Limits | None:
+        parts = partitions()
         info = parts.get(partition) if partition else next((i for i in parts.values() if i.default), None)
-        if info is None:
-            return None
-        return Limits(
-            partition=info.name,
-            max_time_s=info.max_time_s,
-            max_mem_mb=info.max_mem_mb_per_node,
-            max_cpus=info.max_cpus_per_node,
-        )
+        return None if info is None else limits_of(info)
 
     return lookup
+
+
+def limits_from_backend(backend: Any, ttl_s: float = 60.0) -> LimitsLookup:
+    """Partition limits via a cached ``backend.partitions()``."""
+    return limits_from_partitions(cached_partitions(backend, ttl_s))
 
 
 def _as_result(value: Any) -> dict[str, Any]:

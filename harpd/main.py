@@ -108,7 +108,7 @@ def _plugin(module: str, attr: str) -> Callable[..., Any] | None:
 
 def build_handlers(settings: HarpSettings, store: Any) -> tuple[Any, list[Any]]:
     """Handlers wired to whatever parts are installed, plus services to stop later."""
-    from harpd.handlers import Handlers, limits_from_backend, owner_from_backend
+    from harpd.handlers import Handlers, cached_partitions, limits_from_partitions, owner_from_backend
 
     backend = None
     make_backend = _plugin("harpd.slurm", "get_backend") or _plugin("harpd.slurm", "make_backend")
@@ -117,24 +117,27 @@ def build_handlers(settings: HarpSettings, store: Any) -> tuple[Any, list[Any]]:
             backend = make_backend(settings)
         except Exception as exc:  # Slurm missing is not fatal: predictions still work
             log.warning("no Slurm backend (%s); job owners not verified, no partition limits", exc)
+    # one cache of scontrol's partition data for every reader (limits, DNN planning)
+    partitions = None if backend is None else cached_partitions(backend)
+    limits = None if partitions is None else limits_from_partitions(partitions)
     predictor = None
     make_predictor = _plugin("harpd.decide", "make_predictor")
     if make_predictor is not None:
-        predictor = make_predictor(settings=settings, store=store, backend=backend)
+        predictor = make_predictor(settings=settings, store=store, backend=backend, limits=limits)
     if predictor is None:
         from harpd.handlers import NoChangePredictor
 
-        predictor = NoChangePredictor(None if backend is None else limits_from_backend(backend))
+        predictor = NoChangePredictor(limits)
     # DNN jobs (#HARP dnn) get their GPUs from the ZeRO memory model
     from harpd.dnn.predictor import DnnRoutingPredictor
 
-    predictor = DnnRoutingPredictor(predictor, settings, backend)
+    predictor = DnnRoutingPredictor(predictor, settings, partitions)
     handlers = Handlers(
         store,
         settings,
         predictor,
         job_owner=None if backend is None else owner_from_backend(backend),
-        partition_limits=None if backend is None else limits_from_backend(backend),
+        partition_limits=limits,
         retrain=getattr(predictor, "retrain", None),
     )
     log.info("predictor: %s", getattr(handlers.predictor, "name", type(handlers.predictor).__name__))

@@ -14,8 +14,7 @@ the history predictor never needs to know about GPUs.
 from __future__ import annotations
 
 import logging
-import threading
-import time
+from collections.abc import Callable
 from typing import Any
 
 from harpd.dnn.plan import plan_dnn_job
@@ -40,34 +39,29 @@ def has_dnn_line(harp_lines: list[str] | None) -> bool:
 class DnnRoutingPredictor:
     """A Predictor (``decide(job, user, uid)``) that adds GPU planning to ``inner``."""
 
-    def __init__(self, inner: Any, settings: Any, backend: Any = None, ttl_s: float = 60.0) -> None:
+    def __init__(self, inner: Any, settings: Any,
+                 partitions: Callable[[], dict[str, Any]] | None = None) -> None:
+        """``partitions``: the daemon's cached ``backend.partitions()`` (None: no Slurm)."""
         self.inner = inner
         self.settings = settings
-        self.backend = backend
-        self._ttl = ttl_s
-        self._lock = threading.Lock()
-        self._parts: tuple[float, dict[str, Any] | None] = (-1e18, None)
+        self._partitions_fn = partitions
         self.name = getattr(inner, "name", type(inner).__name__)
 
     def __getattr__(self, name: str) -> Any:  # reload, retrain, observe... go to the inner predictor
         return getattr(self.inner, name)
 
     def _partitions(self) -> dict[str, Any] | None:
-        if self.backend is None:
+        if self._partitions_fn is None:
             return None
-        with self._lock:
-            at, parts = self._parts
-            if time.monotonic() - at > self._ttl:
-                try:
-                    parts = self.backend.partitions()
-                except Exception as exc:  # a cap, not a prerequisite
-                    log.warning("partitions unavailable for GPU planning: %s", exc)
-                    parts = None
-                self._parts = (time.monotonic(), parts)
-            return parts
+        try:
+            return self._partitions_fn()
+        except Exception as exc:  # a cap, not a prerequisite
+            log.warning("partitions unavailable for GPU planning: %s", exc)
+            return None
 
     def decide(self, job: Any, user: str, uid: int) -> Any:
-        from harpd.protocol import Change, Decision, Limits
+        from harpd.handlers import limits_of
+        from harpd.protocol import Change, Decision
 
         base = self.inner.decide(job, user, uid)
         if not isinstance(base, Decision):
@@ -91,8 +85,7 @@ class DnnRoutingPredictor:
         new_part = next((c.value for c in changes if c.option == "partition"), None)
         if new_part and partitions and new_part in partitions:
             info = partitions[new_part]
-            limits = Limits(partition=info.name, max_time_s=info.max_time_s,
-                            max_mem_mb=info.max_mem_mb_per_node, max_cpus=info.max_cpus_per_node)
+            limits = limits_of(info)
             # a history time change may not fit the new partition: keep the user's time then
             if info.max_time_s is not None:
                 changes = [c for c in changes if not (c.option == "time" and _over(c.value, info.max_time_s))]
