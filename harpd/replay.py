@@ -87,6 +87,7 @@ class Prepared:
     finish_seq: np.ndarray  # job indices in the order they finished
     limit: np.ndarray | None = None  # cap per job (NaN: none); the request caps relative traces
     skipped: dict[str, int] = field(default_factory=dict)
+    template: np.ndarray | None = None  # per job its user+request template key (``keep_templates``)
 
     @property
     def n(self) -> int:
@@ -105,13 +106,16 @@ def _usage(r: JobRecord, resource: str) -> tuple[float | None, float | None, boo
     return r.used_mem_mb, r.req_mem_mb, cens
 
 
-def prepare(records: Iterable[JobRecord], resource: str = "time", limit: int | None = None) -> Prepared:
+def prepare(records: Iterable[JobRecord], resource: str = "time", limit: int | None = None,
+            keep_templates: bool = False) -> Prepared:
     """Arrays and submission-time features of a trace's finished jobs, oldest first.
 
     Jobs without a request are dropped when most jobs have one (they cannot
     be compared with the user's own request); when almost none has one (a
     memory trace like METACENTRUM) every job is kept and sized absolutely.
     A job that ran to its request is censored whatever its state says.
+    ``keep_templates`` also keeps each job's template key (same user, request
+    and cores: the History's "r" group), for evaluations that group jobs.
     """
     if resource not in ("time", "mem"):
         raise ReplayError(f"unknown resource {resource!r}: use time or mem")
@@ -214,6 +218,8 @@ def prepare(records: Iterable[JobRecord], resource: str = "time", limit: int | N
         censored=cens, weight=weight, n_hist=n_hist, X=X, y=y, groups=groups,
         known_at=known_at, finish_seq=np.array(finish, np.int64), skipped=skipped,
         limit=limit if absolute else None,
+        template=np.array([keys_from_fields(row[6], relative).req for row in rows], dtype=object)
+        if keep_templates else None,
     )
 
 
@@ -233,6 +239,7 @@ class ReplayConfig:
     waste_budget: float = 0.04
     points: list[int] | None = None  # explicit retrain points (training.py's hold-out)
     evaluate_from: int = 0  # metrics over jobs from this submission index on
+    bounds: bool = False  # add the reference rows of harpd.replay_bounds (needs keep_templates)
 
 
 @dataclass
@@ -400,4 +407,11 @@ def run(prep: Prepared, cfg: ReplayConfig | None = None,
         metrics.append(evaluate(name, alloc[name][sel], prep.need[sel], req[sel], prep.censored[sel],
                                 prep.weight[sel], resource=prep.resource, alpha=cfg.alpha,
                                 max_attempts=cfg.max_attempts, baseline=base))
+    if cfg.bounds and base is not None:
+        from harpd.replay_bounds import allocations
+
+        for name, a in allocations(prep).items():
+            metrics.append(evaluate(f"bound:{name}", a[sel], prep.need[sel], req[sel], prep.censored[sel],
+                                    prep.weight[sel], resource=prep.resource, alpha=cfg.alpha,
+                                    max_attempts=cfg.max_attempts, baseline=base))
     return ReplayResult(prep, alloc, metrics, len(pts), time.perf_counter() - t0, notes)

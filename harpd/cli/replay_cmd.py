@@ -28,6 +28,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="retrain after N new outcomes (default: 1/20 of the trace, at least 500)")
     p.add_argument("--threads", type=int, default=1, metavar="N",
                    help="threads for model training (default 1: best on a shared machine)")
+    p.add_argument("--bounds", action="store_true",
+                   help="add reference rows: what clairvoyant per-template rules (future included) and a simple "
+                        "history rule reach on this trace (harpd/replay_bounds.py)")
     p.add_argument("--quiet", action="store_true", help="no progress on stderr")
 
 
@@ -68,7 +71,7 @@ def run(args: argparse.Namespace) -> int:
     t0 = time.perf_counter()
     try:
         say(f"reading {args.trace}")
-        prep = prepare(read_trace(args.trace), args.resource, args.limit)
+        prep = prepare(read_trace(args.trace), args.resource, args.limit, keep_templates=args.bounds)
         say(f"{prep.n} jobs, features built in {time.perf_counter() - t0:.1f}s")
         cfg = ReplayConfig(
             alpha=alpha,
@@ -77,6 +80,7 @@ def run(args: argparse.Namespace) -> int:
             max_attempts=settings.recovery.max_attempts,
             models=models,
             waste_budget=pr.waste_budget,
+            bounds=args.bounds,
         )
         with threadpool_limits(args.threads):
             res = replay_run(prep, cfg, progress=say)

@@ -1,0 +1,139 @@
+"""Issue 6's accuracy targets on every shared trace, from `harp replay --bounds`.
+
+For each trace with requests (KTH-SP2, CTC-SP2, HPC2N, Cedar): harp's
+under-prediction rate, its over-reservation and consumption against the
+users' own requests; then the over-reservation on the median trace; for
+METACENTRUM (used memory only) the memory under-prediction rate and
+reserved/used.  Each over-reservation figure carries, after its verdict, what
+the reference rules of ``harpd/replay_bounds.py`` reach on the same trace
+(clairvoyant per-template allocations, future included), so a failing
+figure says whether the trace could have allowed more.
+
+    python bench/replay_targets.py [--traces DIR] [--only KTH,CTC] [--json OUT]
+"""
+# bench: slow
+# bench: timeout=3600
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+TRACES = REPO.parent / "shared" / "traces"
+TIME_TRACES = {
+    "KTH": "KTH-SP2-1996-2.1-cln.swf.gz",
+    "CTC": "CTC-SP2-1996-3.1-cln.swf.gz",
+    "HPC2N": "HPC2N-2002-2.2-cln.swf.gz",
+    "Cedar": "cedar-2021.sacct.psv.gz",
+}
+MEM_TRACE = ("METACENTRUM", "METACENTRUM-2009-2.swf.gz")
+ALPHA = 0.05
+
+
+def replay(path: Path, resource: str) -> dict | None:
+    argv = [sys.executable, "-m", "harpd.cli.main", "replay", str(path), "--format", "json", "--quiet",
+            "--resource", resource, "--models", "request,tsafrir,alea,gbm,harp"]
+    if resource == "time":
+        argv.append("--bounds")
+    t0 = time.perf_counter()
+    proc = subprocess.run(argv, cwd=str(REPO), capture_output=True, text=True)
+    if proc.returncode != 0:
+        print(f"replay_targets: {path.name}: {proc.stderr.strip()[-500:]}", file=sys.stderr)
+        return None
+    rep = json.loads(proc.stdout)
+    print(f"{path.name}: {rep['jobs']} jobs, {time.perf_counter() - t0:.0f}s", flush=True)
+    return rep
+
+
+def rows(rep: dict) -> dict[str, dict]:
+    return {m["model"]: m for m in rep["models"]}
+
+
+def verdict(ok: bool) -> str:
+    return "PASS" if ok else "FAIL"
+
+
+def print_table(name: str, rep: dict) -> None:
+    print(f"  {'model':24} {'under':>7} {'over vs users':>14} {'consumed vs users':>18} {'resv/used':>10}")
+    for m in rep["models"]:
+        ov, co = m.get("over_vs_request"), m.get("consumed_vs_request")
+        print(f"  {m['model']:24} {m['under_rate']:7.2%} {'-' if ov is None else f'{ov:.3f}':>14} "
+              f"{'-' if co is None else f'{co:.3f}':>18} {m['reserved_over_used']:10.3f}")
+
+
+def best_bound(r: dict[str, dict]) -> tuple[str, float] | None:
+    """The lowest over-reservation among reference rules that keep both budgets."""
+    ok = [(m["over_vs_request"], k) for k, m in r.items() if k.startswith("bound:clairvoyant")
+          and m["under_rate"] <= ALPHA and (m["consumed_vs_request"] or 9) <= 1.05]
+    if not ok:
+        return None
+    v, k = min(ok)
+    return k.removeprefix("bound:"), v
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--traces", default=str(TRACES), help="folder of the shared traces")
+    ap.add_argument("--only", help="comma-separated trace names (KTH,CTC,HPC2N,Cedar,METACENTRUM)")
+    ap.add_argument("--json", metavar="OUT", help="also write every replay's JSON report here")
+    args = ap.parse_args()
+    folder = Path(args.traces)
+    only = set(args.only.split(",")) if args.only else None
+    reports: dict[str, dict] = {}
+    failed = False
+    harp_over: dict[str, float] = {}
+    bound_over: dict[str, float] = {}
+    for name, file in TIME_TRACES.items():
+        if only and name not in only:
+            continue
+        path = folder / file
+        rep = replay(path, "time") if path.exists() else None
+        if rep is None:
+            print(f"FIGURE under_rate_{name}: nan (target <= {ALPHA}) FAIL trace missing or replay failed")
+            failed = True
+            continue
+        reports[name] = rep
+        r = rows(rep)
+        h = r["harp"]
+        print_table(name, rep)
+        bb = best_bound(r)
+        note = f"best clairvoyant rule within budgets: {bb[0]} {bb[1]:.3f}" if bb else "no clairvoyant rule within budgets"
+        harp_over[name] = h["over_vs_request"]
+        if bb:
+            bound_over[name] = bb[1]
+        print(f"FIGURE under_rate_{name}: {h['under_rate']:.4f} (target <= {ALPHA}) {verdict(h['under_rate'] <= ALPHA)}")
+        print(f"FIGURE over_vs_users_{name}: {h['over_vs_request']:.3f} (target <= 1) "
+              f"{verdict(h['over_vs_request'] <= 1.0)} {note}")
+        print(f"FIGURE consumed_vs_users_{name}: {h['consumed_vs_request']:.3f} (target <= 1.05) "
+              f"{verdict(h['consumed_vs_request'] <= 1.05)}")
+    if len(harp_over) == len(TIME_TRACES):
+        med = statistics.median(harp_over.values())
+        bmed = statistics.median(bound_over.values()) if len(bound_over) == len(TIME_TRACES) else float("nan")
+        print(f"FIGURE over_vs_users_median_trace: {med:.3f} (target <= 0.5) {verdict(med <= 0.5)} "
+              f"median of {', '.join(f'{k} {v:.3f}' for k, v in harp_over.items())}; "
+              f"the clairvoyant rules' median: {bmed:.3f}")
+    if not only or MEM_TRACE[0] in only:
+        path = folder / MEM_TRACE[1]
+        rep = replay(path, "mem") if path.exists() else None
+        if rep is None:
+            print(f"FIGURE under_rate_mem_{MEM_TRACE[0]}: nan (target <= {ALPHA}) FAIL trace missing or replay failed")
+            failed = True
+        else:
+            reports[MEM_TRACE[0]] = rep
+            print_table(MEM_TRACE[0], rep)
+            h = rows(rep)["harp"]
+            print(f"FIGURE under_rate_mem_{MEM_TRACE[0]}: {h['under_rate']:.4f} (target <= {ALPHA}) "
+                  f"{verdict(h['under_rate'] <= ALPHA)} reserved/used {h['reserved_over_used']:.2f}")
+    if args.json:
+        Path(args.json).write_text(json.dumps(reports, indent=1))
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
