@@ -59,12 +59,15 @@ def verdict(ok: bool) -> str:
     return "PASS" if ok else "FAIL"
 
 
+def _f(v: float | None, fmt: str = ".3f") -> str:
+    return "-" if v is None else format(v, fmt)
+
+
 def print_table(name: str, rep: dict) -> None:
     print(f"  {'model':24} {'under':>7} {'over vs users':>14} {'consumed vs users':>18} {'resv/used':>10}")
     for m in rep["models"]:
-        ov, co = m.get("over_vs_request"), m.get("consumed_vs_request")
-        print(f"  {m['model']:24} {m['under_rate']:7.2%} {'-' if ov is None else f'{ov:.3f}':>14} "
-              f"{'-' if co is None else f'{co:.3f}':>18} {m['reserved_over_used']:10.3f}")
+        print(f"  {m['model']:24} {_f(m['under_rate'], '.2%'):>7} {_f(m.get('over_vs_request')):>14} "
+              f"{_f(m.get('consumed_vs_request')):>18} {_f(m.get('reserved_over_used')):>10}")
 
 
 def best_bound(r: dict[str, dict]) -> tuple[str, float] | None:
@@ -129,7 +132,7 @@ def main() -> int:
             print_table(MEM_TRACE[0], rep)
             h = rows(rep)["harp"]
             print(f"FIGURE under_rate_mem_{MEM_TRACE[0]}: {h['under_rate']:.4f} (target <= {ALPHA}) "
-                  f"{verdict(h['under_rate'] <= ALPHA)} reserved/used {h['reserved_over_used']:.2f}")
+                  f"{verdict(h['under_rate'] <= ALPHA)} reserved/used {_f(h.get('reserved_over_used'), '.2f')}")
     if args.json:
         Path(args.json).write_text(json.dumps(reports, indent=1))
     return 1 if failed else 0
