@@ -134,8 +134,13 @@ def timeout_s(environ: Mapping[str, str] = os.environ) -> tuple[float, str | Non
     return value, None
 
 
-def call(path: str, message: dict[str, Any], timeout: float) -> dict[str, Any]:
-    """Send one request and return the ``ok`` answer; raise HarpdUnavailable otherwise."""
+def call(path: str, message: dict[str, Any], timeout: float, max_answer: int | None = None) -> dict[str, Any]:
+    """Send one request and return the ``ok`` answer; raise HarpdUnavailable otherwise.
+
+    ``max_answer`` (bytes, default MAX_ANSWER) guards against a runaway peer;
+    only the admin CLI's reports raise it.
+    """
+    limit = MAX_ANSWER if max_answer is None else max_answer
     deadline = time.monotonic() + timeout
     data = dumps({"v": PROTOCOL_VERSION, **message}).encode() + b"\n"
     reachable = False
@@ -160,8 +165,8 @@ def call(path: str, message: dict[str, Any], timeout: float) -> dict[str, Any]:
             buf += chunk
             if b"\n" in chunk:
                 break
-            if len(buf) > MAX_ANSWER:
-                raise HarpdUnavailable("harpd's answer is too large", reachable)
+            if len(buf) > limit:
+                raise HarpdUnavailable(f"harpd's answer is too large (over {limit} bytes)", reachable)
     except HarpdUnavailable:
         raise
     except TimeoutError:

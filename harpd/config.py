@@ -115,6 +115,8 @@ class DnnSettings(_Section):
 
 class ReportSettings(_Section):
     default_window_days: int = Field(30, ge=1)
+    # reports harpd builds at once for users who cannot read the store; more get "retry"
+    max_concurrent: int = Field(2, ge=1, le=64)
 
 
 class HarpSettings(BaseSettings):

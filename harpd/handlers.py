@@ -220,6 +220,9 @@ class Handlers:
         self.importer = importer
         self.started = time.monotonic()
         self._admin_lock = threading.Lock()  # one retrain/reload/import at a time
+        # a report over a big store takes seconds of CPU: a few at once, never a queue of them
+        self.max_reports = int(getattr(getattr(settings, "report", None), "max_concurrent", 2))
+        self._reports = threading.BoundedSemaphore(self.max_reports)
 
     # ------------------------------------------------------------- dispatch
 
@@ -360,6 +363,37 @@ class Handlers:
             predictor=str(name),
             uptime_s=round(time.monotonic() - self.started, 3),
         )
+
+    def op_report(self, peer: Peer, req: p.ReportRequest) -> BaseModel:
+        """``harp report`` for callers who cannot read the store themselves.
+
+        Runs the CLI's own report code on the daemon's store; the scope comes
+        from the kernel's idea of the caller, never from the request.
+        """
+        from harpd.report import build
+
+        settings = self.settings
+        if settings is None:
+            from harpd.config import HarpSettings
+
+            settings = HarpSettings()
+        try:
+            user = build.resolve_scope(self.is_admin(peer), peer.user, req.user, self._admin_group_name())
+            window = build.window_of(settings, req.since, req.until)
+        except ValueError as exc:
+            return p.error(str(exc))
+        if not self._reports.acquire(blocking=False):
+            return p.error(f"harpd is already building {self.max_reports} report(s); retry in a minute")
+        try:
+            started = time.monotonic()
+            report = build.build(self.store, settings, by=req.by, window=window, user=user,
+                                 source=f"harpd ({self.store.path})")
+            text = build.render(report, req.format, req.top)
+        finally:
+            self._reports.release()
+        log.info("report by %s (%s) for %s (uid %d) in %.1fs", req.by, req.format, report.scope, peer.uid,
+                 time.monotonic() - started)
+        return p.ReportAnswer(scope=report.scope, text=text)
 
     def op_retrain(self, peer: Peer, req: p.RetrainRequest) -> BaseModel:
         if self.retrain_action is None:

@@ -150,6 +150,25 @@ class ImportRequest(_Request):
     path: Annotated[str, Field(min_length=1, max_length=4096)]
 
 
+_Word = Annotated[str, Field(max_length=100)]
+
+
+class ReportRequest(_Request):
+    """``harp report`` served by harpd, for users who cannot read the store.
+
+    Not an admin op: the daemon scopes it to the caller's own jobs unless the
+    caller is an admin (harpd.report.build.resolve_scope).
+    """
+
+    op: Literal["report"]
+    by: Literal["user", "account", "partition", "signature"] = "user"
+    since: _Word | None = None
+    until: _Word | None = None
+    user: _Word | None = None
+    format: Literal["table", "csv", "json", "html"] = "table"
+    top: Annotated[int, Field(ge=0, le=1_000_000)] | None = None
+
+
 Request = Annotated[
     Union[
         PredictRequest,
@@ -159,10 +178,11 @@ Request = Annotated[
         RetrainRequest,
         ReloadRequest,
         ImportRequest,
+        ReportRequest,
     ],
     Field(discriminator="op"),
 ]
-OPS: tuple[str, ...] = ("predict", "register", "status", "health", "retrain", "reload", "import")
+OPS: tuple[str, ...] = ("predict", "register", "status", "health", "retrain", "reload", "import", "report")
 ADMIN_OPS: frozenset[str] = frozenset({"retrain", "reload", "import"})
 _REQUEST = TypeAdapter(Request)
 
@@ -204,7 +224,12 @@ class AdminAnswer(_Answer):
     result: dict[str, Any] = Field(default_factory=dict)
 
 
-Answer = Union[ErrorAnswer, PredictAnswer, RegisterAnswer, StatusAnswer, HealthAnswer, AdminAnswer]
+class ReportAnswer(_Answer):
+    scope: str
+    text: str
+
+
+Answer = Union[ErrorAnswer, PredictAnswer, RegisterAnswer, StatusAnswer, HealthAnswer, AdminAnswer, ReportAnswer]
 
 
 # --------------------------------------------------------------- encoding

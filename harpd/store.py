@@ -87,6 +87,9 @@ _UNFINISHED = (Outcome.RUNNING.value, Outcome.UNKNOWN.value)
 _ORDERABLE = frozenset(JOB_COLUMNS)
 
 
+_COLUMN_SLICE = 20_000  # rows job_columns converts at a time
+
+
 def _q(name: str) -> str:
     return '"' + name.replace('"', '""') + '"'
 
@@ -648,25 +651,32 @@ class Store:
             if order not in _ORDERABLE:
                 raise ValueError(f"unknown job column {order!r} to order by")
             sql += f" ORDER BY {_q(order)}, job_id, source, attempt"
-        rows = self._read(sql, params).fetchall()
-        n = len(rows)
-        out: dict[str, np.ndarray] = {}
-        if n == 0:
-            for c in cols:
-                out[c] = np.empty(0, dtype=self._dtype(c))
-            return out
-        transposed = list(zip(*rows))
-        for c, values in zip(cols, transposed):
-            dt = self._dtype(c)
-            if dt is bool:
-                out[c] = np.array(values, dtype=bool)  # C loop: a generator costs seconds per 1M rows
-            elif dt is float:
-                out[c] = np.array(values, dtype=np.float64)  # None -> NaN, in C
-            else:
-                arr = np.empty(n, dtype=object)
-                arr[:] = values
-                out[c] = arr
-        return out
+        # read and convert in slices: one transpose of a million rows is a single
+        # C call that holds the GIL for a second, stalling harpd's predictions
+        # while a report runs; slices let the other threads in between
+        cur = self._read(sql, params)
+        parts: dict[str, list[np.ndarray]] = {c: [] for c in cols}
+        try:
+            while rows := cur.fetchmany(_COLUMN_SLICE):
+                for c, values in zip(cols, zip(*rows)):
+                    parts[c].append(self._column_array(c, values))
+        except sqlite3.Error as exc:
+            if _is_translatable(exc):
+                raise StoreError(_explain(exc, self.path)) from None
+            raise
+        return {
+            c: np.concatenate(parts[c]) if parts[c] else np.empty(0, dtype=self._dtype(c)) for c in cols
+        }
+
+    def _column_array(self, col: str, values: tuple[Any, ...]) -> np.ndarray:
+        dt = self._dtype(col)
+        if dt is bool:
+            return np.array(values, dtype=bool)  # C loop: a generator costs seconds per 1M rows
+        if dt is float:
+            return np.array(values, dtype=np.float64)  # None -> NaN, in C
+        arr = np.empty(len(values), dtype=object)
+        arr[:] = values
+        return arr
 
     @staticmethod
     def _dtype(col: str) -> type:

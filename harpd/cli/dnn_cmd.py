@@ -15,7 +15,7 @@ import json
 import sys
 from typing import Any
 
-from harpd.cli.main import CliError
+from harpd.cli.main import CliError, settings_of
 
 NAME = "dnn"
 HELP = "DNN training jobs: per-GPU memory estimate (ZeRO) and GPU configuration choice"
@@ -59,15 +59,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                                "exit 1 when something disagrees.")
 
 
-def _settings(args: argparse.Namespace) -> Any:
-    from harpd.config import ConfigError, load_settings
-
-    try:
-        return load_settings(getattr(args, "config", None))
-    except ConfigError as exc:
-        raise CliError(str(exc)) from None
-
-
 def _cwd(args: argparse.Namespace) -> str:
     import os
 
@@ -97,7 +88,7 @@ def _estimate(args: argparse.Namespace) -> int:
     if not args.keys:
         raise CliError("harp dnn estimate needs KEY=VALUE words, e.g. params=7e9 layers=32 hidden=4096 "
                        "heads=32 seq_len=4096 gpus=8 zero=auto")
-    dnn = _settings(args).dnn
+    dnn = settings_of(args).dnn
     try:
         spec = build_spec(tokens_from_args(args.keys), _cwd(args))
         n = spec.gpus or 1
@@ -142,7 +133,7 @@ def _choose(args: argparse.Namespace) -> int:
 
     if not args.keys:
         raise CliError("harp dnn choose needs KEY=VALUE words, e.g. config=config.json seq_len=2048 zero=auto")
-    settings = _settings(args)
+    settings = settings_of(args)
     line = "#HARP dnn " + " ".join(shlex.quote(k) for k in args.keys)
     plan = plan_dnn_job([line], {}, _cwd(args), settings)
     if args.format == "json":
@@ -168,7 +159,7 @@ def _check(args: argparse.Namespace) -> int:
     from harpd.dnn.site_check import check_gpu_types
     from harpd.slurm import SlurmError, get_backend
 
-    settings = _settings(args)
+    settings = settings_of(args)
     types = settings.dnn.gpu_types
     if not types:
         raise CliError("no GPU types are configured ([dnn] gpu_types in harpd.toml): nothing to check")

@@ -6,7 +6,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from harpd.cli.main import CliError
+from harpd.cli.main import CliError, settings_of
 
 NAME = "import"
 HELP = "load a job history file (SWF, sacct --parsable2 export, sacct --json; gzip or plain) into the store"
@@ -23,7 +23,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from harpd.config import ConfigError, load_settings
     from harpd.importer import ImportFailed, import_file
     from harpd.store import Store, StoreError
     from harpd.traces import TraceFormatError
@@ -38,10 +37,7 @@ def run(args: argparse.Namespace) -> int:
     if args.db:
         db = Path(args.db)
     else:
-        try:
-            db = load_settings(getattr(args, "config", None)).store.path
-        except ConfigError as exc:
-            raise CliError(str(exc)) from None
+        db = settings_of(args).store.path
     try:
         store = Store.open(db)
     except StoreError as exc:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import sys
+from typing import Any
 
 from harp_submit import __version__
 
@@ -26,6 +27,16 @@ SUBCOMMANDS: dict[str, str] = {
 
 class CliError(Exception):
     """An error for the user: printed as one ``harp: ...`` line, exit 2."""
+
+
+def settings_of(args: argparse.Namespace) -> Any:
+    """The config ``--config`` names (else HARP_CONFIG / the default); a bad one is a CliError."""
+    from harpd.config import ConfigError, load_settings
+
+    try:
+        return load_settings(getattr(args, "config", None))
+    except ConfigError as exc:
+        raise CliError(str(exc)) from None
 
 
 def _build_parser(argv: list[str]) -> tuple[argparse.ArgumentParser, object | None]:

@@ -4,6 +4,11 @@ Reads the store (imported history and jobs harp saw alike) and prints a
 100-column table, or writes CSV, JSON or one self-contained HTML page.
 Users see only their own jobs; root and members of ``server.admin_group``
 see everyone's, because job names and usage are not everyone's business.
+
+Whoever can open the store (root, as harpd leaves it) reads it directly;
+everyone else gets the same report from harpd's ``report`` operation, which
+runs the same code (harpd.report.build) scoped by the kernel's word on who
+is asking.
 """
 
 from __future__ import annotations
@@ -17,12 +22,10 @@ import tempfile
 from pathlib import Path
 
 from harpd.cli.main import CliError
+from harpd.report import FORMATS, GROUPINGS
 
 NAME = "report"
 HELP = "accounting report: allocated vs used, efficiency, failures, what harp saved"
-
-FORMATS = ("table", "csv", "json", "html")
-GROUPINGS = ("user", "account", "partition", "signature")
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -36,6 +39,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--top", type=int, default=None, metavar="N",
                    help="rows shown in table/html (default 20 / 50; 0 = all); csv/json always hold all")
     p.add_argument("--db", metavar="PATH", help="store to read (default: [store] path of the config)")
+    p.add_argument("--daemon", action="store_true",
+                   help="ask harpd even if this user can open the store (the default when they cannot)")
+    p.add_argument("--timeout", type=float, default=120.0, metavar="S",
+                   help="seconds to wait for harpd's report (default 120)")
 
 
 # ------------------------------------------------------------------ identity
@@ -64,19 +71,6 @@ def is_admin(uid: int, admin_group: str | None) -> bool:
         return pwd.getpwuid(uid).pw_name in g.gr_mem
     except KeyError:
         return False
-
-
-def scope_user(uid: int, admin_group: str | None, wanted: str | None) -> str | None:
-    """The user whose jobs to report, or None for everyone (admins only)."""
-    if is_admin(uid, admin_group):
-        return wanted
-    me = user_name(uid)
-    if wanted is not None and wanted != me:
-        raise CliError(
-            f"only admins (root or group {admin_group or '<server.admin_group unset>'}) may report on other users;"
-            f" drop --user to see your own jobs ({me})"
-        )
-    return me
 
 
 # ------------------------------------------------------------------ output
@@ -110,32 +104,95 @@ def write_output(text: str, path: str | None) -> None:
 
 # ------------------------------------------------------------------ run
 
+# a whole-site CSV/JSON can be large; harpd's answer is bounded all the same
+MAX_REPORT_ANSWER = 512 << 20
+
 
 def run(args: argparse.Namespace) -> int:
-    from harpd.config import ConfigError, load_settings
-    from harpd.report import scoreboard
-    from harpd.report.aggregate import build_report
-    from harpd.report.fmt import when
-    from harpd.report.source import load, store_span
-    from harpd.report.window import parse_window
-    from harpd.store import Store, StoreError
+    from harpd.cli.main import settings_of
+    from harpd.report.build import window_of
 
     if args.top is not None and args.top < 0:
         raise CliError(f"--top {args.top}: must be 0 (all) or a positive number of rows")
+    if args.timeout <= 0:
+        raise CliError(f"--timeout {args.timeout:g}: must be a positive number of seconds")
+    if args.daemon and args.db:
+        raise CliError("--daemon asks harpd, which reads its own store; drop --db or --daemon")
     if args.format == "html" and args.output in (None, "-") and sys.stdout.isatty():
         raise CliError("--format html writes a file; add -o report.html")
+    settings = settings_of(args)
     try:
-        settings = load_settings(getattr(args, "config", None))
-    except ConfigError as exc:
-        raise CliError(str(exc)) from None
-    try:
-        window = parse_window(args.since, args.until, settings.report.default_window_days)
+        window_of(settings, args.since, args.until)  # bad dates fail here, before anything is read
     except ValueError as exc:
         raise CliError(str(exc)) from None
-    uid = os.getuid()
-    user = scope_user(uid, settings.server.admin_group, args.only_user)
 
     db = Path(args.db) if args.db else settings.store.path
+    if args.daemon:
+        text = _from_daemon(args)
+    elif args.db or _can_open(db):
+        text = _from_store(args, settings, db)
+    else:
+        # the store is root's (as the systemd unit leaves it): harpd reads it for us
+        why = f"cannot open the store {db} ({_why_not(db)})"
+        try:
+            text = _from_daemon(args)
+        except _Unreachable as exc:
+            raise CliError(f"{why} and {exc}; start harpd, or run as root / an admin with --db PATH") from None
+    write_output(text, args.output)
+    if args.output not in (None, "-"):
+        print(f"harp: wrote {args.format} report to {args.output}", file=sys.stderr)
+    return 0
+
+
+def _can_open(db: Path) -> bool:
+    """Whether this user can open the store itself (SQLite in WAL mode needs write access)."""
+    return os.path.isfile(db) and os.access(db, os.R_OK | os.W_OK) and os.access(db.parent, os.W_OK | os.X_OK)
+
+
+def _why_not(db: Path) -> str:
+    try:
+        os.stat(db)
+    except FileNotFoundError:
+        return "no such file"
+    except OSError as exc:
+        return (exc.strerror or str(exc)).lower()
+    return "permission denied"
+
+
+class _Unreachable(Exception):
+    pass
+
+
+def _from_daemon(args: argparse.Namespace) -> str:
+    """The report harpd builds from its own store, scoped to this user unless an admin."""
+    from harpd.cli.ask import Unreachable, ask
+
+    message = {"op": "report", "by": args.by, "since": args.since, "until": args.until,
+               "user": args.only_user, "format": args.format, "top": args.top}
+    try:
+        answer = ask(args, {k: v for k, v in message.items() if v is not None}, args.timeout,
+                     max_answer=MAX_REPORT_ANSWER)
+    except Unreachable as exc:
+        raise _Unreachable(str(exc)) from None
+    text = answer.get("text")
+    if not isinstance(text, str):
+        raise CliError("harpd's report answer has no text; is harpd older than this harp?")
+    return text
+
+
+def _from_store(args: argparse.Namespace, settings: object, db: Path) -> str:
+    """The report read straight from the store (root, admins, or a store of one's own)."""
+    from harpd.report import build
+    from harpd.store import Store, StoreError
+
+    uid = os.getuid()
+    admin_group = settings.server.admin_group  # type: ignore[attr-defined]
+    admin = is_admin(uid, admin_group)
+    try:
+        user = build.resolve_scope(admin, "" if admin else user_name(uid), args.only_user, admin_group)
+    except build.ScopeError as exc:
+        raise CliError(str(exc)) from None
+    window = build.window_of(settings, args.since, args.until)
     if not db.exists():
         raise CliError(f"no store at {db}; run `harp import` or start harpd first, or pass --db PATH")
     if db.is_dir():
@@ -145,58 +202,9 @@ def run(args: argparse.Namespace) -> int:
     except StoreError as exc:
         raise CliError(str(exc)) from None
     try:
-        loaded = load(store, args.by, window, user)
-        board = scoreboard.build(
-            store, loaded.jobs, loaded.models, loaded.originals,
-            alpha_time=settings.predict.alpha_time, alpha_mem=settings.predict.alpha_mem,
-            max_attempts=settings.recovery.max_attempts,
-        )
-        notes = list(loaded.notes)
-        if not len(loaded.jobs.get("outcome", [])):
-            total, first, last = store_span(store, user)
-            if total:
-                notes.append(
-                    f"the store holds {total:,} finished job(s){' of ' + user if user else ''} that ended "
-                    f"{when(first)} to {when(last)}; widen the window with --since (e.g. --since all)"
-                )
-            else:
-                notes.append("the store holds no finished jobs" + (f" of {user}" if user else "") + " yet")
+        report = build.build(store, settings, by=args.by, window=window, user=user, source=str(db))
     except StoreError as exc:
         raise CliError(str(exc)) from None
     finally:
         store.close()
-
-    report = build_report(
-        loaded.jobs,
-        by=args.by,
-        window=window,
-        scope="all users" if user is None else f"user {user}",
-        originals=loaded.originals,
-        recovered=loaded.recovered,
-        chains=loaded.chains,
-        scoreboard=board,
-        targets={"time": 1 - settings.predict.alpha_time, "mem": 1 - settings.predict.alpha_mem},
-    )
-    report.notes.extend(notes)
-    report.source = str(db)
-
-    if args.format == "table":
-        from harpd.report.render_table import render
-
-        text = render(report, top=20 if args.top is None else args.top)
-    elif args.format == "csv":
-        from harpd.report.render_csv_json import render_csv
-
-        text = render_csv(report)
-    elif args.format == "json":
-        from harpd.report.render_csv_json import render_json
-
-        text = render_json(report)
-    else:
-        from harpd.report.render_html import render as render_html
-
-        text = render_html(report, top=50 if args.top is None else args.top)
-    write_output(text, args.output)
-    if args.output not in (None, "-"):
-        print(f"harp: wrote {args.format} report to {args.output}", file=sys.stderr)
-    return 0
+    return build.render(report, args.format, args.top)

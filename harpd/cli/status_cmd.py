@@ -15,7 +15,8 @@ import re
 import sys
 from typing import Any
 
-from harpd.cli.main import CliError
+from harpd.cli.ask import Unreachable, ask
+from harpd.cli.main import CliError, settings_of
 
 NAME = "status"
 HELP = "show a job's request, outcome and recovery attempts (limits, outcome and reason of each)"
@@ -44,7 +45,7 @@ def run(args: argparse.Namespace) -> int:
     else:
         try:
             job = _from_daemon(job_id, args)
-        except _Unreachable as exc:
+        except Unreachable as exc:
             try:
                 job = _from_store(job_id, args)
             except CliError as store_exc:
@@ -59,32 +60,8 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-class _Unreachable(Exception):
-    pass
-
-
-def _settings(args: argparse.Namespace) -> Any:
-    from harpd.config import ConfigError, load_settings
-
-    try:
-        return load_settings(getattr(args, "config", None))
-    except ConfigError as exc:
-        raise CliError(str(exc)) from None
-
-
 def _from_daemon(job_id: str, args: argparse.Namespace) -> dict[str, Any]:
-    from harp_submit import client
-
-    if getattr(args, "config", None):
-        path = str(_settings(args).server.socket)
-    else:
-        path = client.socket_path(os.environ)
-    try:
-        answer = client.call(path, {"op": "status", "job_id": job_id}, args.timeout)
-    except client.HarpdUnavailable as exc:
-        if exc.reachable and str(exc).startswith("harpd refused: "):
-            raise CliError(str(exc)[len("harpd refused: "):]) from None
-        raise _Unreachable(exc.reason) from None
+    answer = ask(args, {"op": "status", "job_id": job_id}, args.timeout)
     job = answer.get("job")
     if not isinstance(job, dict):
         raise CliError("harpd's status answer has no job")
@@ -97,7 +74,7 @@ def _from_store(job_id: str, args: argparse.Namespace) -> dict[str, Any]:
     from harpd.handlers import Handlers, Peer
     from harpd.store import Store, StoreError
 
-    db = args.db or _settings(args).store.path
+    db = args.db or settings_of(args).store.path
     if not os.path.exists(db):
         raise CliError(f"{db}: no such store; give --db or fix store.path")
     try:

@@ -288,6 +288,21 @@ def test_job_columns_types_and_nulls(store):
         store.job_columns(["nope"])
 
 
+def test_job_columns_read_in_slices_match_one_read(store, monkeypatch):
+    import harpd.store as store_module
+
+    store.insert_jobs([rec(i, used_mem_mb=None if i % 4 == 0 else 100.0 + i, user=None if i % 5 == 0 else f"u{i % 3}")
+                       for i in range(23)])
+    names = ["job_id", "used_mem_mb", "user", "censored_mem", "outcome"]
+    whole = store.job_columns(names, order="job_id")
+    monkeypatch.setattr(store_module, "_COLUMN_SLICE", 4)  # 23 rows: six slices, the last one short
+    sliced = store.job_columns(names, order="job_id")
+    for c in names:
+        assert sliced[c].dtype == whole[c].dtype and len(sliced[c]) == 23
+        np.testing.assert_array_equal(sliced[c], whole[c])
+    assert list(sliced["job_id"]) == sorted(str(i) for i in range(23))
+
+
 # ------------------------------------------------------- submissions etc.
 
 

@@ -243,3 +243,103 @@ def test_the_store_and_the_socket_directory_are_out_of_reach(harpd, users) -> No
             "replace socket": "denied", "plant file beside socket": "denied",
         }
     assert call_as(USERS[0], harpd.socket, {"op": "health"})["ok"] is True  # the socket itself is for everyone
+
+
+# ------------------------------------------------------------------ reports
+# The store is root's (0750 directory), so `harp report` run by a user cannot
+# open it and asks harpd, which must scope the report by the kernel's word.
+
+
+def _harp_cli(argv: list[str]) -> list[Any]:
+    """`harp ARGV` in this process: [exit code, stdout, stderr]."""
+    import contextlib
+    import io
+
+    from harpd.cli.main import main
+
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        rc = main(argv)
+    return [rc, out.getvalue(), err.getvalue()]
+
+
+def harp_as(name: str | None, daemon: Harpd, *args: str) -> list[Any]:
+    # everything the child needs is imported before the fork: the users may not read the checkout
+    import harp_submit.client  # noqa: F401
+    import harpd.cli.ask  # noqa: F401
+    import harpd.cli.main  # noqa: F401
+    import harpd.cli.report_cmd  # noqa: F401
+    import harpd.config  # noqa: F401
+    import harpd.report.window  # noqa: F401
+
+    argv = ["--config", str(daemon.dir / "harpd.toml"), "report", *args]
+    return _harp_cli(argv) if name is None else as_user(name, lambda: _harp_cli(argv))
+
+
+@pytest.fixture(scope="module")
+def reported(harpd) -> Harpd:
+    import time
+
+    from harpd.records import JobRecord, Outcome
+    from harpd.store import Store
+
+    now = time.time()
+
+    def rec(job_id: str, user: str, name: str, outcome: Outcome = Outcome.COMPLETED) -> JobRecord:
+        return JobRecord(job_id=job_id, user=user, account="acct", partition="short", signature=name,
+                         submit_time=now - 7200, start_time=now - 7000, end_time=now - 3600, outcome=outcome,
+                         req_time_s=7200.0, req_mem_mb=4096.0, req_cpus=2, alloc_cpus=2,
+                         used_time_s=3400.0, used_mem_mb=1000.0, used_cpu_s=3400.0)
+
+    with Store.open(harpd.store) as s:  # root, beside the running harpd (WAL: both may)
+        s.insert_jobs([rec("920001", USERS[0], "u1-secret-sig"), rec("920002", USERS[0], "u1-other"),
+                       rec("920003", USERS[1], "u2-sig", Outcome.OOM)])
+    return harpd
+
+
+def test_a_user_gets_their_own_report_from_harpd(reported, users) -> None:
+    u1, u2 = USERS
+    rc, out, err = harp_as(u1, reported, "--format", "json", "--by", "signature", "--since", "all")
+    assert rc == 0, err
+    d = json.loads(out)
+    assert d["scope"] == f"user {u1}" and d["total"]["jobs"] == 2
+    assert {g["key"] for g in d["groups"]} == {"u1-secret-sig", "u1-other"}
+    assert "u2-sig" not in out and u2 not in out
+
+    rc, out, err = harp_as(u2, reported, "--since", "all", "--by", "signature")  # the terminal table
+    assert rc == 0, err
+    assert "u2-sig" in out and "u1-secret-sig" not in out and u1 not in out
+
+
+def test_a_user_cannot_get_someone_elses_report(reported, users) -> None:
+    u1, u2 = USERS
+    rc, out, err = harp_as(u2, reported, "--user", u1, "--since", "all", "--format", "csv")
+    assert rc == 2 and out == ""
+    assert err.startswith("harp: only admins") and err.count("\n") == 1 and "u1-secret-sig" not in err
+    # nor by asking the socket directly, with the identity in the message
+    ans = call_as(u2, reported.socket, {"op": "report", "user": u1, "since": "all"})
+    assert ans["ok"] is False and "only admins" in ans["error"]
+
+
+def test_root_reports_on_everyone_directly_and_through_harpd(reported, users) -> None:
+    for extra in ((), ("--daemon",)):
+        rc, out, err = harp_as(None, reported, "--format", "json", "--since", "all", *extra)
+        assert rc == 0, err
+        d = json.loads(out)
+        assert d["scope"] == "all users" and {g["key"] for g in d["groups"]} >= set(USERS)
+        assert d["total"]["oom"] >= 1
+        assert ("harpd (" in d.get("source", "")) == bool(extra)
+
+
+def test_a_user_without_harpd_gets_one_line_naming_both_ways(reported, users) -> None:
+    cfg = reported.dir / "down.toml"
+    cfg.write_text(f'[server]\nsocket = "{reported.dir}/nobody-here.sock"\n[store]\npath = "{reported.store}"\n')
+    os.chmod(cfg, 0o644)
+
+    def run() -> list[Any]:
+        return _harp_cli(["--config", str(cfg), "report"])
+
+    rc, out, err = as_user(USERS[0], run)
+    assert rc == 2 and out == ""
+    assert err.count("\n") == 1 and "Traceback" not in err
+    assert f"cannot open the store {reported.store} (permission denied)" in err and "harpd is not running" in err

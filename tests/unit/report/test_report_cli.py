@@ -139,3 +139,88 @@ def test_default_table_run(site, monkeypatch, capsys):
     out = capsys.readouterr().out
     assert out.startswith("harp report: jobs that ended since ") and "TOTAL" in out
     assert max(len(x) for x in out.splitlines()) <= 100
+
+
+# ----------------------------------------------------- through harpd
+# A user who cannot open the store (root's, as harpd leaves it) gets the
+# report from harpd; the real two-user test is tests/unit/hostile/test_two_users.py.
+
+
+@pytest.fixture
+def daemon(site):
+    """An in-process harpd serving the site's store, and a config whose store this user cannot open."""
+    import shutil
+    import tempfile
+    import threading
+    from pathlib import Path
+
+    from harpd.config import HarpSettings
+    from harpd.handlers import Handlers
+    from harpd.server import Server
+
+    d = Path(tempfile.mkdtemp(prefix="hr-", dir="/tmp"))  # socket paths must stay short
+    store = Store.open(site.db)
+    srv = Server(d / "harpd.sock", Handlers(store, HarpSettings.model_validate(
+        {"report": {"default_window_days": 36500, "max_concurrent": 1}})))
+    srv.bind()
+    t = threading.Thread(target=srv.serve_forever, daemon=True)
+    t.start()
+    conf = site.tmp / "user.toml"
+    conf.write_text(f'[server]\nsocket = "{d}/harpd.sock"\n[store]\npath = "{site.tmp}/root-only/harp.db"\n')
+    yield types.SimpleNamespace(conf=conf, sock=d / "harpd.sock", server=srv)
+    srv.shutdown()
+    t.join(5)
+    srv.close()
+    store.close()
+    shutil.rmtree(d, ignore_errors=True)
+
+
+def test_a_store_out_of_reach_is_read_through_harpd(site, daemon, monkeypatch, capsys):
+    as_uid(monkeypatch, 1001)
+    assert main(["--config", str(daemon.conf), "report", "--format", "json", "--since", "all"]) == 0
+    d = json.loads(capsys.readouterr().out)
+    assert d["source"].startswith("harpd (") and d["total"]["jobs"] == 3  # harpd saw root: this process
+    out = site.tmp / "via-harpd.html"
+    assert main(["--config", str(daemon.conf), "report", "--format", "html", "-o", str(out)]) == 0
+    assert out.read_text().startswith("<!DOCTYPE html>")
+
+
+def test_daemon_flag_asks_harpd_even_when_the_store_opens(site, daemon, monkeypatch, capsys):
+    as_uid(monkeypatch, 0)
+    conf = site.tmp / "both.toml"
+    conf.write_text(f'[server]\nsocket = "{daemon.sock}"\n[store]\npath = "{site.db}"\n')
+    assert main(["--config", str(conf), "report", "--format", "json", "--since", "all", "--daemon"]) == 0
+    assert json.loads(capsys.readouterr().out)["source"].startswith("harpd (")
+    assert main(["--config", str(conf), "report", "--format", "json", "--since", "all"]) == 0
+    assert json.loads(capsys.readouterr().out)["source"] == str(site.db)
+
+
+def test_harpds_refusal_is_the_error_line(site, daemon, monkeypatch, capsys):
+    as_uid(monkeypatch, 1001)
+    assert main(["--config", str(daemon.conf), "report", "--since", "yesterday-ish"]) == 2  # caught locally
+    assert "--since: cannot read" in capsys.readouterr().err
+    daemon.server.handlers._reports.acquire()  # its one report slot taken: harpd's own words reach the user
+    assert main(["--config", str(daemon.conf), "report"]) == 2
+    err = capsys.readouterr().err
+    assert err == "harp: harpd is already building 1 report(s); retry in a minute\n"
+
+
+def test_no_store_and_no_harpd_is_one_line(site, monkeypatch, capsys):
+    as_uid(monkeypatch, 1001)
+    conf = site.tmp / "nothing.toml"
+    conf.write_text(f'[server]\nsocket = "{site.tmp}/none.sock"\n[store]\npath = "{site.tmp}/none.db"\n')
+    assert main(["--config", str(conf), "report"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "Traceback" not in err
+    assert f"cannot open the store {site.tmp}/none.db (no such file)" in err and "harpd is not running" in err
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--daemon", "--db", "/tmp/x.db"], "drop --db or --daemon"),
+    (["--timeout", "0"], "--timeout 0: must be a positive"),
+])
+def test_bad_daemon_options(site, monkeypatch, capsys, args, message):
+    as_uid(monkeypatch, 0)
+    assert run(site, *args) == 2
+    err = capsys.readouterr().err
+    assert message in err and err.count("\n") == 1

@@ -1,0 +1,102 @@
+"""One report, from a store to rendered text: the path `harp report` and harpd share.
+
+An admin with access to the store runs this in the CLI; everyone else asks
+harpd, whose ``report`` operation runs the very same function on the
+daemon's store.  Who may see what is decided here too (``resolve_scope``),
+so the two ways in cannot drift apart.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from harpd.report import FORMATS, scoreboard
+from harpd.report.aggregate import Report, build_report
+from harpd.report.fmt import when
+from harpd.report.source import load, store_span
+from harpd.report.window import Window, parse_window
+from harpd.store import Store
+
+DEFAULT_TOP = {"table": 20, "html": 50}
+
+
+class ScopeError(ValueError):
+    """A report the caller may not see; the text is the one-line answer."""
+
+
+def resolve_scope(admin: bool, me: str, wanted: str | None, admin_group: str | None) -> str | None:
+    """The user whose jobs to report, or None for everyone (admins only).
+
+    Job names and usage are not everyone's business: a user sees their own
+    jobs, root and members of ``server.admin_group`` may see anyone's.
+    """
+    if admin:
+        return wanted
+    if wanted is not None and wanted != me:
+        raise ScopeError(
+            f"only admins (root or group {admin_group or '<server.admin_group unset>'}) may report on other users;"
+            f" drop --user to see your own jobs ({me})"
+        )
+    return me
+
+
+def window_of(settings: Any, since: str | None, until: str | None) -> Window:
+    """``--since``/``--until`` as given; ValueError (one line) when unreadable."""
+    return parse_window(since, until, settings.report.default_window_days)
+
+
+def build(store: Store, settings: Any, *, by: str, window: Window, user: str | None, source: str) -> Report:
+    """The report of ``user``'s jobs (None: everyone's) that ended in ``window``."""
+    loaded = load(store, by, window, user)
+    board = scoreboard.build(
+        store, loaded.jobs, loaded.models, loaded.originals,
+        alpha_time=settings.predict.alpha_time, alpha_mem=settings.predict.alpha_mem,
+        max_attempts=settings.recovery.max_attempts,
+    )
+    notes = list(loaded.notes)
+    if not len(loaded.jobs.get("outcome", [])):
+        total, first, last = store_span(store, user)
+        if total:
+            notes.append(
+                f"the store holds {total:,} finished job(s){' of ' + user if user else ''} that ended "
+                f"{when(first)} to {when(last)}; widen the window with --since (e.g. --since all)"
+            )
+        else:
+            notes.append("the store holds no finished jobs" + (f" of {user}" if user else "") + " yet")
+    report = build_report(
+        loaded.jobs,
+        by=by,
+        window=window,
+        scope="all users" if user is None else f"user {user}",
+        originals=loaded.originals,
+        recovered=loaded.recovered,
+        chains=loaded.chains,
+        scoreboard=board,
+        targets={"time": 1 - settings.predict.alpha_time, "mem": 1 - settings.predict.alpha_mem},
+    )
+    report.notes.extend(notes)
+    report.source = source
+    return report
+
+
+def render(report: Report, fmt: str, top: int | None = None) -> str:
+    """The report as ``fmt``; ``top`` rows in table/html (None: their default, 0: all)."""
+    if top is None:
+        top = DEFAULT_TOP.get(fmt, 0)
+    if fmt == "table":
+        from harpd.report.render_table import render as render_table
+
+        return render_table(report, top=top)
+    if fmt == "csv":
+        from harpd.report.render_csv_json import render_csv
+
+        return render_csv(report)
+    if fmt == "json":
+        from harpd.report.render_csv_json import render_json
+
+        return render_json(report)
+    if fmt == "html":
+        from harpd.report.render_html import render as render_html
+
+        return render_html(report, top=top)
+    raise ValueError(f"unknown report format {fmt!r}; expected one of {', '.join(FORMATS)}")
