@@ -9,15 +9,8 @@ import pytest
 
 from harpd.cli.main import main as harp_main
 from harpd.features.history import COL
-from harpd.records import JobRecord, Outcome
 from harpd.replay import ReplayConfig, ReplayError, prepare, retrain_points, run
-
-
-def _rec(i, submit, run_s, req, user="u1", cens=False):
-    return JobRecord(job_id=str(i), source="t", user=user, partition="p", submit_time=float(submit),
-                     start_time=float(submit), end_time=float(submit + run_s), used_time_s=float(run_s),
-                     req_time_s=float(req), req_cpus=2, outcome=Outcome.TIMEOUT if cens else Outcome.COMPLETED,
-                     censored_time=cens)
+from replay_helpers import rec as _rec
 
 
 def test_features_only_from_finished_jobs():

@@ -7,14 +7,11 @@ import pytest
 
 from harpd.replay import ReplayConfig, prepare, run
 from harpd.replay_bounds import allocations, causal_max, clairvoyant_local, clairvoyant_quantile
-from harpd.records import JobRecord, Outcome
+from replay_helpers import rec
 
 
-def _rec(i, submit, run_s, req, user="u1", cens=False):
-    return JobRecord(job_id=str(i), source="t", user=user, partition="p", submit_time=float(submit),
-                     start_time=float(submit), end_time=float(submit + run_s), used_time_s=float(run_s),
-                     req_time_s=float(req), req_cpus=1, outcome=Outcome.TIMEOUT if cens else Outcome.COMPLETED,
-                     censored_time=cens)
+def _rec(*args, **kw):
+    return rec(*args, cpus=1, **kw)
 
 
 def _two_users():
