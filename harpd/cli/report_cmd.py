@@ -128,7 +128,10 @@ def run(args: argparse.Namespace) -> int:
 
     db = Path(args.db) if args.db else settings.store.path
     if args.daemon:
-        text = _from_daemon(args)
+        try:
+            text = _from_daemon(args)
+        except _Unreachable as exc:
+            raise CliError(f"{exc}; start harpd, or drop --daemon to read the store {db}") from None
     elif args.db or _can_open(db):
         text = _from_store(args, settings, db)
     else:
@@ -193,9 +196,9 @@ def _from_store(args: argparse.Namespace, settings: object, db: Path) -> str:
     except build.ScopeError as exc:
         raise CliError(str(exc)) from None
     window = build.window_of(settings, args.since, args.until)
-    if not db.exists():
+    if not os.path.exists(db):
         raise CliError(f"no store at {db}; run `harp import` or start harpd first, or pass --db PATH")
-    if db.is_dir():
+    if os.path.isdir(db):
         raise CliError(f"{db} is a directory; pass the store file to --db")
     try:
         store = Store.open(db)

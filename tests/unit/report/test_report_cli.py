@@ -205,6 +205,16 @@ def test_harpds_refusal_is_the_error_line(site, daemon, monkeypatch, capsys):
     assert err == "harp: harpd is already building 1 report(s); retry in a minute\n"
 
 
+def test_daemon_flag_without_harpd_is_one_line(site, monkeypatch, capsys):
+    as_uid(monkeypatch, 0)
+    conf = site.tmp / "down.toml"
+    conf.write_text(f'[server]\nsocket = "{site.tmp}/none.sock"\n[store]\npath = "{site.db}"\n')
+    assert main(["--config", str(conf), "report", "--daemon"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("harp: harpd is not running") and f"drop --daemon to read the store {site.db}" in err
+    assert err.count("\n") == 1
+
+
 def test_no_store_and_no_harpd_is_one_line(site, monkeypatch, capsys):
     as_uid(monkeypatch, 1001)
     conf = site.tmp / "nothing.toml"
