@@ -168,27 +168,23 @@ def time_report(db: Path, fmt: str) -> tuple[float, int]:
 
 
 def _harpd(db: Path, d: Path) -> tuple[subprocess.Popen[bytes], Path]:
-    """A real harpd serving ``db``, Slurm out of reach (no polling, no recovery)."""
+    """A real harpd serving ``db``, Slurm out of reach (no polling, no recovery); its log in ``d``."""
+    from tests.helpers.harpd_process import wait_for_health
+
     sock = d / "harpd.sock"
     cfg = d / "harpd.toml"
     cfg.write_text(f'[server]\nsocket = "{sock}"\n[store]\npath = "{db}"\n[slurm]\nbin_dir = "{d}/no-slurm"\n'
                    "[ingest]\npoll_interval_s = 3600\n[recovery]\nenabled = false\n")
     env = {k: v for k, v in os.environ.items() if not k.startswith(("HARP_", "SLURM_"))}
-    log = (d / "harpd.log").open("wb")
-    proc = subprocess.Popen([sys.executable, "-m", "harpd.main", "--config", str(cfg)], cwd=REPO, env=env,
-                            stdout=log, stderr=subprocess.STDOUT)
-    from harp_submit import client
-
-    deadline = time.monotonic() + 120
-    while True:
-        try:
-            client.call(str(sock), {"op": "health"}, 2.0)
-            return proc, cfg
-        except client.HarpdUnavailable as exc:
-            if proc.poll() is not None or time.monotonic() > deadline:
-                proc.kill()
-                raise SystemExit(f"harpd did not start ({exc}); see {d / 'harpd.log'}") from None
-            time.sleep(0.2)
+    with (d / "harpd.log").open("wb") as log:  # the child keeps its own copy of the descriptor
+        proc = subprocess.Popen([sys.executable, "-m", "harpd.main", "--config", str(cfg)], cwd=REPO, env=env,
+                                stdout=log, stderr=subprocess.STDOUT)
+    try:
+        wait_for_health(str(sock), proc, d / "harpd.log", timeout_s=120)
+    except AssertionError as exc:
+        proc.kill()
+        raise SystemExit(f"harpd did not start: {exc}") from None
+    return proc, cfg
 
 
 def _report_via_harpd(cfg: Path, *extra: str) -> float:
@@ -202,8 +198,8 @@ def _report_via_harpd(cfg: Path, *extra: str) -> float:
     return dt
 
 
-def _predict_while(cfg: Path, sock: Path, extra: tuple[str, ...]) -> tuple[float, list[float]]:
-    """(report seconds, predict latencies in ms sent one after another meanwhile)."""
+def _predict_while(cfg: Path, sock: Path) -> tuple[float, list[float]]:
+    """(seconds of everyone's report, predict latencies in ms sent one after another meanwhile)."""
     import threading
 
     from harp_submit import client
@@ -222,7 +218,7 @@ def _predict_while(cfg: Path, sock: Path, extra: tuple[str, ...]) -> tuple[float
     t = threading.Thread(target=predict)
     t.start()
     try:
-        dt = _report_via_harpd(cfg, *extra)
+        dt = _report_via_harpd(cfg)
     finally:
         done.set()
         t.join()
@@ -231,6 +227,7 @@ def _predict_while(cfg: Path, sock: Path, extra: tuple[str, ...]) -> tuple[float
 
 def bench_daemon(db: Path) -> None:
     from harpd.store import Store
+    from tests.helpers.harpd_process import stop_harpd
 
     with Store.open(db) as store:  # the busiest user: the worst case of a user's own report
         busiest, n_jobs = store.db.execute(
@@ -242,7 +239,7 @@ def bench_daemon(db: Path) -> None:
             runs = [_report_via_harpd(cfg, "--user", busiest) for _ in range(3)]
             print(f"harp report via harpd, {busiest} ({n_jobs:,} jobs): "
                   + ", ".join(f"{r:.2f}" for r in runs) + " s")
-            dt, lat = _predict_while(cfg, Path(d) / "harpd.sock", ())
+            dt, lat = _predict_while(cfg, Path(d) / "harpd.sock")
             print(f"harp report via harpd, everyone: {dt:.2f} s; meanwhile {len(lat)} predictions, "
                   f"p50 {statistics.median(lat):.1f} ms, p99 {_p99(lat):.1f} ms, max {max(lat):.1f} ms")
             med = statistics.median(runs)
@@ -251,8 +248,7 @@ def bench_daemon(db: Path) -> None:
             print(f"FIGURE report_all_via_harpd: {dt:.2f} s (target < {TARGET_S:g} s) "
                   f"{'PASS' if dt < TARGET_S else 'FAIL'} every user, as an admin with --daemon")
         finally:
-            proc.terminate()
-            proc.wait(30)
+            stop_harpd(proc)
 
 
 def _p99(xs: list[float]) -> float:

@@ -18,6 +18,8 @@ from typing import Annotated, Any, Literal, Union
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 
+from harpd.report import FORMATS, GROUPINGS
+
 PROTOCOL_VERSION = 1
 MAX_REQUEST_BYTES = 1 << 20  # default for server.max_request_bytes
 
@@ -161,11 +163,11 @@ class ReportRequest(_Request):
     """
 
     op: Literal["report"]
-    by: Literal["user", "account", "partition", "signature"] = "user"
+    by: Literal[GROUPINGS] = "user"  # type: ignore[valid-type]
     since: _Word | None = None
     until: _Word | None = None
     user: _Word | None = None
-    format: Literal["table", "csv", "json", "html"] = "table"
+    format: Literal[FORMATS] = "table"  # type: ignore[valid-type]
     top: Annotated[int, Field(ge=0, le=1_000_000)] | None = None
 
 

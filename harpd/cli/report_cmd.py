@@ -109,6 +109,7 @@ MAX_REPORT_ANSWER = 512 << 20
 
 
 def run(args: argparse.Namespace) -> int:
+    from harpd.cli.ask import Unreachable
     from harpd.cli.main import settings_of
     from harpd.report.build import window_of
 
@@ -122,7 +123,7 @@ def run(args: argparse.Namespace) -> int:
         raise CliError("--format html writes a file; add -o report.html")
     settings = settings_of(args)
     try:
-        window_of(settings, args.since, args.until)  # bad dates fail here, before anything is read
+        window = window_of(settings, args.since, args.until)  # bad dates fail here, before anything is read
     except ValueError as exc:
         raise CliError(str(exc)) from None
 
@@ -130,16 +131,16 @@ def run(args: argparse.Namespace) -> int:
     if args.daemon:
         try:
             text = _from_daemon(args)
-        except _Unreachable as exc:
+        except Unreachable as exc:
             raise CliError(f"{exc}; start harpd, or drop --daemon to read the store {db}") from None
     elif args.db or _can_open(db):
-        text = _from_store(args, settings, db)
+        text = _from_store(args, settings, window, db)
     else:
         # the store is root's (as the systemd unit leaves it): harpd reads it for us
         why = f"cannot open the store {db} ({_why_not(db)})"
         try:
             text = _from_daemon(args)
-        except _Unreachable as exc:
+        except Unreachable as exc:
             raise CliError(f"{why} and {exc}; start harpd, or run as root / an admin with --db PATH") from None
     write_output(text, args.output)
     if args.output not in (None, "-"):
@@ -162,28 +163,21 @@ def _why_not(db: Path) -> str:
     return "permission denied"
 
 
-class _Unreachable(Exception):
-    pass
-
-
 def _from_daemon(args: argparse.Namespace) -> str:
     """The report harpd builds from its own store, scoped to this user unless an admin."""
-    from harpd.cli.ask import Unreachable, ask
+    from harpd.cli.ask import ask
 
     message = {"op": "report", "by": args.by, "since": args.since, "until": args.until,
                "user": args.only_user, "format": args.format, "top": args.top}
-    try:
-        answer = ask(args, {k: v for k, v in message.items() if v is not None}, args.timeout,
-                     max_answer=MAX_REPORT_ANSWER)
-    except Unreachable as exc:
-        raise _Unreachable(str(exc)) from None
+    answer = ask(args, {k: v for k, v in message.items() if v is not None}, args.timeout,
+                 max_answer=MAX_REPORT_ANSWER)  # Unreachable: the caller says what else to try
     text = answer.get("text")
     if not isinstance(text, str):
         raise CliError("harpd's report answer has no text; is harpd older than this harp?")
     return text
 
 
-def _from_store(args: argparse.Namespace, settings: object, db: Path) -> str:
+def _from_store(args: argparse.Namespace, settings: object, window: object, db: Path) -> str:
     """The report read straight from the store (root, admins, or a store of one's own)."""
     from harpd.report import build
     from harpd.store import Store, StoreError
@@ -195,7 +189,6 @@ def _from_store(args: argparse.Namespace, settings: object, db: Path) -> str:
         user = build.resolve_scope(admin, "" if admin else user_name(uid), args.only_user, admin_group)
     except build.ScopeError as exc:
         raise CliError(str(exc)) from None
-    window = build.window_of(settings, args.since, args.until)
     if not os.path.exists(db):
         raise CliError(f"no store at {db}; run `harp import` or start harpd first, or pass --db PATH")
     if os.path.isdir(db):
