@@ -60,7 +60,7 @@ SEEDS = [
 
 def load():
     from harpd import protocol as p
-    from harpd.handlers import Handlers, Peer
+    from harpd.daemon.handlers import Handlers, Peer
     from harpd.store import Store
 
     work = Path(os.environ.get("HARP_FUZZ_WORK") or tempfile.mkdtemp(prefix="harp-fuzz-proto-"))
@@ -105,7 +105,7 @@ def start_harpd(d: Path) -> tuple[subprocess.Popen[bytes], str, Path]:
     env["PYTHONPATH"] = str(REPO)
     log = d / "harpd.log"
     fh = log.open("wb")
-    proc = subprocess.Popen([sys.executable, "-m", "harpd.main", "--config", str(cfg), "--log-level", "info"],
+    proc = subprocess.Popen([sys.executable, "-m", "harpd.daemon.main", "--config", str(cfg), "--log-level", "info"],
                             stdout=fh, stderr=subprocess.STDOUT, env=env, cwd=str(d))
     fh.close()
     try:

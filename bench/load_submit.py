@@ -83,7 +83,7 @@ class Harpd:
     def start(self, timeout: float = 60) -> None:
         with self.log.open("ab") as fh:
             self.proc = subprocess.Popen(
-                [*self.prefix, sys.executable, "-m", "harpd.main", "--config", str(self.config),
+                [*self.prefix, sys.executable, "-m", "harpd.daemon.main", "--config", str(self.config),
                  "--log-level", self.log_level],
                 stdout=fh, stderr=subprocess.STDOUT, env=self.env, cwd=str(self.dir))
         end = time.monotonic() + timeout

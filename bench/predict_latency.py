@@ -1,7 +1,7 @@
 """Latency of a live prediction: in-process (target p99 < 5 ms) and over harpd's socket with 50 clients.
 
 Setup: a temporary store holding real history (the KTH and CTC traces), the
-models trained on it by ``harpd.training``, and ``[predict] predictor =
+models trained on it by ``harpd.predict.training``, and ``[predict] predictor =
 "harp"`` so the GBM + conformal model answers (not a no-change champion).
 The requests are the traces' most recent jobs, sent as their users.
 
@@ -58,10 +58,10 @@ def main() -> int:
 
     from harp_submit import client
     from harpd.config import HarpSettings
-    from harpd.decide import ModelPredictor
+    from harpd.predict.live import ModelPredictor
     from harpd.store import Store
     from harpd.traces import read_trace
-    from harpd.training import train
+    from harpd.predict.training import train
 
     recs = []
     for name in ("KTH-SP2-1996-2.1-cln.swf.gz", "CTC-SP2-1996-3.1-cln.swf.gz"):
@@ -126,7 +126,7 @@ def main() -> int:
         # 2. over the socket, 50 clients
         env = {**os.environ, "HARP_CONFIG": str(cfg), "OMP_NUM_THREADS": "1"}
         log = (d / "harpd.log").open("wb")
-        proc = subprocess.Popen([sys.executable, "-m", "harpd.main", "--config", str(cfg)],
+        proc = subprocess.Popen([sys.executable, "-m", "harpd.daemon.main", "--config", str(cfg)],
                                 stdout=log, stderr=subprocess.STDOUT, env=env, cwd=str(d))
         try:
             end = time.monotonic() + 120

@@ -177,7 +177,7 @@ def _harpd(db: Path, d: Path) -> tuple[subprocess.Popen[bytes], Path]:
                    "[ingest]\npoll_interval_s = 3600\n[recovery]\nenabled = false\n")
     env = {k: v for k, v in os.environ.items() if not k.startswith(("HARP_", "SLURM_"))}
     with (d / "harpd.log").open("wb") as log:  # the child keeps its own copy of the descriptor
-        proc = subprocess.Popen([sys.executable, "-m", "harpd.main", "--config", str(cfg)], cwd=REPO, env=env,
+        proc = subprocess.Popen([sys.executable, "-m", "harpd.daemon.main", "--config", str(cfg)], cwd=REPO, env=env,
                                 stdout=log, stderr=subprocess.STDOUT)
     try:
         wait_for_health(str(sock), proc, d / "harpd.log", timeout_s=120)

@@ -102,7 +102,7 @@ def start_daemon(kind: str, d: Path, env: dict[str, str]) -> tuple[str, object]:
         return sock, server
     cfg = d / "harpd.toml"
     cfg.write_text(f'[server]\nsocket = "{sock}"\n[store]\npath = "{d}/harp.db"\n[ingest]\npoll_interval_s = 3600\n')
-    proc = subprocess.Popen([sys.executable, "-m", "harpd.main", "--config", str(cfg)], env=env,
+    proc = subprocess.Popen([sys.executable, "-m", "harpd.daemon.main", "--config", str(cfg)], env=env,
                             stderr=subprocess.DEVNULL, cwd=str(REPO))
     end = time.monotonic() + 60
     while True:

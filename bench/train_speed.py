@@ -86,7 +86,7 @@ def main() -> int:
 
     from harpd.config import HarpSettings
     from harpd.store import Store
-    from harpd.training import train
+    from harpd.predict.training import train
 
     with tempfile.TemporaryDirectory() as d:
         db = str(Path(d) / "harp.db")

@@ -265,7 +265,7 @@ users' own requests competing too: a model only wins where it beats them.
             return
         say("harpd has no 'retrain' op yet: training from the store here, then 'reload'.")
         code = ("import json, sys; from harpd.config import load_settings; from harpd.store import Store; "
-                "from harpd.training import retrain_all; s = load_settings(sys.argv[1]); "
+                "from harpd.predict.training import retrain_all; s = load_settings(sys.argv[1]); "
                 "st = Store.open(s.store.path); print(json.dumps(retrain_all(st, s), default=str))")
         proc = subprocess.run([sys.executable, "-c", code, str(demo.config)], capture_output=True, text=True,
                               env=demo.env, timeout=600)

@@ -16,7 +16,7 @@ from typing import Any
 
 
 class Outcome(str, Enum):
-    """How a job ended, as harp classifies it (see ``harpd.outcomes``)."""
+    """How a job ended, as harp classifies it (see ``harpd.slurm.classify``)."""
 
     COMPLETED = "completed"
     TIMEOUT = "timeout"

@@ -23,7 +23,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from harpd.importer import ImportFailed, import_file
+    from harpd.ingest.importer import ImportFailed, import_file
     from harpd.store import Store, StoreError
     from harpd.traces import TraceFormatError
 

@@ -30,7 +30,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="threads for model training (default 1: best on a shared machine)")
     p.add_argument("--bounds", action="store_true",
                    help="add reference rows: what clairvoyant per-template rules (future included) and a simple "
-                        "history rule reach on this trace (harpd/replay_bounds.py)")
+                        "history rule reach on this trace (harpd/predict/bounds.py)")
     p.add_argument("--quiet", action="store_true", help="no progress on stderr")
 
 
@@ -44,10 +44,10 @@ def run(args: argparse.Namespace) -> int:
     from threadpoolctl import threadpool_limits
 
     from harpd.config import ConfigError, load_settings
-    from harpd.decide import Guard
+    from harpd.predict.allocation import Guard
     from harpd.models.registry import UnknownPredictor, available
-    from harpd.replay import ReplayConfig, ReplayError, prepare, read_trace
-    from harpd.replay import run as replay_run
+    from harpd.predict.replay import ReplayConfig, ReplayError, prepare, read_trace
+    from harpd.predict.replay import run as replay_run
     from harpd.traces.swf import TraceFormatError
 
     if args.limit is not None and args.limit < 1:

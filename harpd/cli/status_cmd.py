@@ -71,7 +71,7 @@ def _from_daemon(job_id: str, args: argparse.Namespace) -> dict[str, Any]:
 def _from_store(job_id: str, args: argparse.Namespace) -> dict[str, Any]:
     """The daemon's own status operation, run on the store as its admin."""
     from harpd import protocol as p
-    from harpd.handlers import Handlers, Peer
+    from harpd.daemon.handlers import Handlers, Peer
     from harpd.store import Store, StoreError
 
     db = args.db or settings_of(args).store.path

@@ -60,7 +60,7 @@ class DnnRoutingPredictor:
             return None
 
     def decide(self, job: Any, user: str, uid: int) -> Any:
-        from harpd.handlers import limits_of
+        from harpd.daemon.handlers import limits_of
         from harpd.protocol import Change, Decision
 
         base = self.inner.decide(job, user, uid)

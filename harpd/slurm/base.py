@@ -78,7 +78,7 @@ class SlurmBackend(Protocol):
         """Accounting records of the given jobs (or of every job in the window).
 
         Finished and running jobs alike (``outcome`` RUNNING for the latter),
-        classified by ``harpd.outcomes``.  A job requeued in place appears once
+        classified by ``harpd.slurm.classify``.  A job requeued in place appears once
         per run, ``attempt`` numbering the runs from 1.
         """
         ...

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from harpd.config import HarpSettings, SlurmSettings
-from harpd.outcomes import to_records
+from harpd.slurm.classify import to_records
 from harpd.records import JobRecord
 from harpd.slurm.base import PartitionInfo, SlurmError
 from harpd.slurm.sacct_parse import (

@@ -1,6 +1,6 @@
 """Turn what ``sacct`` prints into ``SacctJob``s: one per job run, steps folded in.
 
-Three inputs, one result shape, so classification (``harpd.outcomes``) and the
+Three inputs, one result shape, so classification (``harpd.slurm.classify``) and the
 history importer never care where a job came from:
 
 * ``sacct --json`` in the 22.05 layout (openapi/dbv0.0.38): ``state.current``
@@ -109,7 +109,7 @@ class SacctStep:
 
 @dataclass(slots=True)
 class SacctJob:
-    """One run of one job, as parsed; ``harpd.outcomes`` turns it into a JobRecord."""
+    """One run of one job, as parsed; ``harpd.slurm.classify`` turns it into a JobRecord."""
 
     job_id: str  # "12", "12_3" (array task), "12+0" (het component)
     cluster: str | None = None

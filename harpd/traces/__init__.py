@@ -92,7 +92,7 @@ class TraceReader:
             self._it = read_swf(self.path, self.source)
 
     def _json(self, source: str | None) -> tuple[str, Iterator[JobRecord]]:
-        from harpd.outcomes import to_records
+        from harpd.slurm.classify import to_records
         from harpd.slurm.sacct_parse import SacctParseError, parse_json
         from harpd.traces.sacct_export import open_trace, source_name
 

@@ -3,7 +3,7 @@
 A site's own accounting history is the best training data harp can get, and
 ``sacct -P`` is how sites export it.  Rows go through the same parser and the
 same classifier as live polling (``harpd.slurm.sacct_parse`` and
-``harpd.outcomes``), so an imported job and a polled job of the same run are
+``harpd.slurm.classify``), so an imported job and a polled job of the same run are
 the same record.
 
 Bad rows (wrong field count, a step whose job row is missing) are skipped and
@@ -22,7 +22,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import IO
 
-from harpd.outcomes import to_record
+from harpd.slurm.classify import to_record
 from harpd.records import JobRecord
 from harpd.slurm.sacct_parse import Parsable2Stats, SacctParseError, iter_parsable2
 from harpd.traces._open import TraceFormatError, open_binary

@@ -32,7 +32,7 @@ def running_harpd(workdir: Path, *, slurm_conf: str | os.PathLike[str] | None = 
     if slurm_conf is not None:
         env["SLURM_CONF"] = str(slurm_conf)
     log = open(workdir / "harpd.log", "w")
-    proc = subprocess.Popen([sys.executable, "-m", "harpd.main", "--config", str(cfg)],
+    proc = subprocess.Popen([sys.executable, "-m", "harpd.daemon.main", "--config", str(cfg)],
                             stdout=log, stderr=subprocess.STDOUT, env=env)
     try:
         wait_for_health(str(sock), proc, workdir / "harpd.log", timeout_s)

@@ -24,7 +24,7 @@ from pathlib import Path
 import pytest
 
 from harpd.config import HarpSettings
-from harpd.ingest import CURSOR_KEY, Ingestor
+from harpd.ingest.poller import CURSOR_KEY, Ingestor
 from harpd.records import Outcome
 from harpd.slurm.cli_backend import CliBackend
 from harpd.store import Store
@@ -110,7 +110,7 @@ CHILD = textwrap.dedent(
     """\
     import json, sys, time
     from harpd.config import HarpSettings
-    from harpd.ingest import Ingestor, _settled
+    from harpd.ingest.poller import Ingestor, _settled
     from harpd.records import JobRecord
     from harpd.slurm.cli_backend import CliBackend
     from harpd.store import Store

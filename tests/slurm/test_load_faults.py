@@ -266,7 +266,7 @@ def test_store_fault_harpd_says_so_and_submissions_go_on(slurm_cluster, work, ha
         assert _health_store(h) == "ok"
     elif fault == "corrupted":  # a restart refuses the file in one line, and harp-submit fails open
         h.stop()
-        proc = subprocess.run([sys.executable, "-m", "harpd.main", "--config", str(h.config)], capture_output=True,
+        proc = subprocess.run([sys.executable, "-m", "harpd.daemon.main", "--config", str(h.config)], capture_output=True,
                               text=True, env=h.env, timeout=60)
         assert proc.returncode == 1
         assert proc.stderr.strip().count("\n") == 0 and "not a harp database" in proc.stderr, proc.stderr

@@ -402,7 +402,7 @@ def _seed_and_train(store_path: Path, script: str, settings) -> None:
     from harpd.features.signature import signature_of
     from harpd.records import JobRecord, Outcome
     from harpd.store import Store
-    from harpd.training import retrain_all
+    from harpd.predict.training import retrain_all
 
     req = Request(SBATCH_TABLE.parse([]), {}, directives.parse(script), script_path="real.sh",
                   script_text=script, harp_lines=hl.find(script))
@@ -440,7 +440,7 @@ def test_real_harpd_decides_and_records_the_job(plugin_cluster, sock_dir) -> Non
     )
     _seed_and_train(store, script, HarpSettings(store={"path": store}))
     env = {**plugin_cluster.env, "HARP_CONFIG": str(config)}
-    daemon = subprocess.Popen([sys.executable, "-m", "harpd.main", "--config", str(config)], env=env,
+    daemon = subprocess.Popen([sys.executable, "-m", "harpd.daemon.main", "--config", str(config)], env=env,
                               stdout=subprocess.DEVNULL, stderr=open(sock_dir / "harpd.log", "w"))
     try:
         deadline = time.monotonic() + 60

@@ -82,7 +82,7 @@ def user_python(user: str) -> tuple[str, str]:
     paths = [str(REPO), *site.getsitepackages()]
     pythonpath = os.pathsep.join(paths)
     want = f"{sys.version_info[0]}.{sys.version_info[1]}"
-    check = ("import sys, harpd.main, harp_submit.cli, pydantic, apscheduler, sqlite_utils; "
+    check = ("import sys, harpd.daemon.main, harp_submit.cli, pydantic, apscheduler, sqlite_utils; "
              f"assert '%d.%d' % sys.version_info[:2] == '{want}'")
     tried = []
     for py in dict.fromkeys([sys.executable, f"/usr/bin/python{want}", "/usr/bin/python3", shutil.which("python3") or ""]):
@@ -135,7 +135,7 @@ class Daemon:
         )
 
     def _argv(self) -> list[str]:
-        cmd = [self.python, "-m", "harpd.main", "--config", str(self.dir / "harpd.toml"), "--log-level", "info"]
+        cmd = [self.python, "-m", "harpd.daemon.main", "--config", str(self.dir / "harpd.toml"), "--log-level", "info"]
         env = [f"SLURM_CONF={self.slurm_conf}", f"PYTHONPATH={self.pythonpath}", f"PATH={os.environ.get('PATH', '/usr/bin:/bin')}"]
         if self.crash_at and not self.crashes:
             env.append(f"HARP_TEST_CRASH_AT={self.crash_at}")

@@ -124,7 +124,7 @@ def real_harpd(slurm_cluster, submit_dir):
                    "[ingest]\npoll_interval_s = 3600\n")
     env = {k: v for k, v in os.environ.items() if not k.startswith("HARP_")}
     env["SLURM_CONF"] = str(slurm_cluster.conf)
-    proc = subprocess.Popen([sys.executable, "-m", "harpd.main", "--config", str(cfg)], stderr=subprocess.PIPE,
+    proc = subprocess.Popen([sys.executable, "-m", "harpd.daemon.main", "--config", str(cfg)], stderr=subprocess.PIPE,
                             text=True, env=env)
     end = time.monotonic() + 60
     while True:

@@ -12,8 +12,8 @@ from typing import Any
 
 import pytest
 
-from harpd.handlers import Handlers
-from harpd.server import Server
+from harpd.daemon.handlers import Handlers
+from harpd.daemon.server import Server
 from harpd.store import Store
 
 from daemon_helpers import call

@@ -7,7 +7,7 @@ import os
 import pytest
 
 from harpd import protocol as p
-from harpd.handlers import Handlers, NoChangePredictor, Peer, Predictor, resolve_group
+from harpd.daemon.handlers import Handlers, NoChangePredictor, Peer, Predictor, resolve_group
 from harpd.records import JobRecord, Outcome
 
 ALICE = Peer(pid=10, uid=1000, gid=1000, user="alice", groups=frozenset({1000}))
@@ -213,7 +213,7 @@ def test_import_without_importer_module(store, tmp_path, monkeypatch):
 
     f = tmp_path / "t.swf"
     f.write_text("x")
-    monkeypatch.setitem(sys.modules, "harpd.importer", None)  # import fails
+    monkeypatch.setitem(sys.modules, "harpd.ingest.importer", None)  # import fails
     assert Handlers(store).handle(ROOT, req({"op": "import", "path": str(f)})).error == "import not available in this harpd"
 
 
@@ -282,7 +282,7 @@ class FakeBackend:
 
 
 def test_backend_adapters_owner_and_cached_limits(store):
-    from harpd.handlers import limits_from_backend, owner_from_backend
+    from harpd.daemon.handlers import limits_from_backend, owner_from_backend
 
     be = FakeBackend()
     owner = owner_from_backend(be)

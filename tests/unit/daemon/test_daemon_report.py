@@ -10,7 +10,7 @@ import pytest
 
 from harpd import protocol as p
 from harpd.config import HarpSettings
-from harpd.handlers import Handlers, Peer
+from harpd.daemon.handlers import Handlers, Peer
 from harpd.records import JobRecord, Outcome
 
 ALICE = Peer(pid=10, uid=1000, gid=1000, user="alice", groups=frozenset({1000}))

@@ -13,8 +13,8 @@ import time
 import pytest
 
 from harpd import protocol as p
-from harpd.handlers import Handlers
-from harpd.server import Server, ServerError
+from harpd.daemon.handlers import Handlers
+from harpd.daemon.server import Server, ServerError
 
 from daemon_helpers import call, read_answer
 

@@ -46,7 +46,7 @@ def harpd(slurm_cluster, short_dir):
     )
     env = {k: v for k, v in os.environ.items() if not k.startswith("HARP_")}
     env["SLURM_CONF"] = str(slurm_cluster.conf)
-    proc = subprocess.Popen([sys.executable, "-m", "harpd.main", "--config", str(cfg)],
+    proc = subprocess.Popen([sys.executable, "-m", "harpd.daemon.main", "--config", str(cfg)],
                             stderr=subprocess.PIPE, text=True, env=env)
     sock = f"{short_dir}/harpd.sock"
     wait_for_health(sock, proc)

@@ -23,8 +23,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "recovery"))
 from resubmit_fakes import fake, store, submission  # noqa: E402,F401 (fixtures)
 
 from harpd.config import HarpSettings  # noqa: E402
-from harpd.handlers import Handlers, Peer  # noqa: E402
-from harpd.ingest import Ingestor  # noqa: E402
+from harpd.daemon.handlers import Handlers, Peer  # noqa: E402
+from harpd.ingest.poller import Ingestor  # noqa: E402
 from harpd import protocol as p  # noqa: E402
 from harpd.recovery import resubmit as rs  # noqa: E402
 from harpd.records import Outcome  # noqa: E402

@@ -32,8 +32,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from harpd import protocol as p
-from harpd.handlers import Handlers, Peer
-from harpd.server import Server
+from harpd.daemon.handlers import Handlers, Peer
+from harpd.daemon.server import Server
 from harpd.store import Store
 
 FUZZ = settings(max_examples=300, deadline=None, suppress_health_check=list(HealthCheck))

@@ -83,7 +83,7 @@ def harpd(users) -> Iterator[Harpd]:
     log = d / "harpd.log"
     with log.open("w") as fh:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "harpd.main", "--config", str(cfg), "--log-level", "info"],
+            [sys.executable, "-m", "harpd.daemon.main", "--config", str(cfg), "--log-level", "info"],
             stdout=fh, stderr=subprocess.STDOUT, text=True, env=env, cwd=str(d),
             preexec_fn=lambda: os.umask(0o027),  # UMask=0027 of systemd/harpd.service
         )

@@ -10,7 +10,7 @@ import pytest
 from ingest_helpers import FIXTURES
 
 from harpd.cli.main import main as harp
-from harpd.importer import ImportFailed, import_file
+from harpd.ingest.importer import ImportFailed, import_file
 from harpd.records import Outcome
 from harpd.traces import TraceFormatError, detect_format, read_trace
 from harpd.traces.sacct_export import read_sacct_export, source_name
@@ -96,7 +96,7 @@ def test_sacct_export_records(cedar_gz):
 
 def test_same_parser_as_live_polling():
     """An export of the recorded jobs reads exactly like the live -P output."""
-    from harpd.outcomes import to_records
+    from harpd.slurm.classify import to_records
     from harpd.slurm.sacct_parse import parse_parsable2
 
     live = {r.job_id: r.to_dict() for r in to_records(parse_parsable2((FIXTURES / "22.05-jobs.psv").read_text()), "x")}

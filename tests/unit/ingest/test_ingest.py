@@ -6,7 +6,7 @@ import pytest
 from ingest_helpers import FakeBackend, rec
 
 from harpd.config import HarpSettings
-from harpd.ingest import CURSOR_KEY, UNANNOUNCED_KEY, WATCH_KEY, Ingestor
+from harpd.ingest.poller import CURSOR_KEY, UNANNOUNCED_KEY, WATCH_KEY, Ingestor
 from harpd.records import Outcome
 from harpd.store import StoreError
 
@@ -90,7 +90,7 @@ def test_sacct_failure_writes_nothing_and_backs_off(store, monkeypatch):
     ing = Ingestor(store, be, settings())
     be.fail = "sacct --json failed (exit 1): Problem talking to the database"
     t = [1000.0]
-    monkeypatch.setattr("harpd.ingest.time.monotonic", lambda: t[0])
+    monkeypatch.setattr("harpd.ingest.poller.time.monotonic", lambda: t[0])
     ing.tick()
     assert ing.failures == 1 and "Problem talking" in ing.last_error
     assert ing._not_before == 1000.0 + 20  # poll interval doubled
@@ -244,7 +244,7 @@ def test_schedule_adds_one_interval_job(store):
 
 
 def test_start_service(store):
-    from harpd.ingest import start
+    from harpd.ingest.poller import start
 
     svc = start(settings=settings(), store=store, backend=FakeBackend([]))
     try:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from ingest_helpers import by_name, fixture_text, sjob, step
 
-from harpd.outcomes import OOM_RSS_FRACTION, classify, to_record, to_records
+from harpd.slurm.classify import OOM_RSS_FRACTION, classify, to_record, to_records
 from harpd.records import Outcome
 from harpd.slurm.sacct_parse import parse_json, parse_parsable2
 

@@ -9,8 +9,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from harpd.decide import Guard, _gpu_count, allocate, allocate_many
-from harpd.metrics import evaluate, extra_consumption, extra_consumption_many
+from harpd.predict.allocation import Guard, allocate, allocate_many
+from harpd.predict.live import _gpu_count
+from harpd.predict.metric import evaluate, extra_consumption, extra_consumption_many
 
 G = Guard(min_history=5, floor=60.0, leave_alone_ratio=0.9, min_fraction=0.0)
 

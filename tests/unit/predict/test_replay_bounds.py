@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from harpd.replay import ReplayConfig, prepare, run
-from harpd.replay_bounds import allocations, causal_max, clairvoyant_local, clairvoyant_quantile
+from harpd.predict.replay import ReplayConfig, prepare, run
+from harpd.predict.bounds import allocations, causal_max, clairvoyant_local, clairvoyant_quantile
 from replay_helpers import rec
 
 

@@ -6,12 +6,12 @@ import numpy as np
 import pytest
 
 from harpd.config import HarpSettings
-from harpd.decide import ModelPredictor, make_predictor
-from harpd.metrics import ModelMetrics
+from harpd.predict.live import ModelPredictor, make_predictor
+from harpd.predict.metric import ModelMetrics
 from harpd.protocol import JobRequest
 from harpd.records import JobRecord, Outcome
 from harpd.store import Store
-from harpd.training import RetrainSchedule, pick_champion, should_retrain, train
+from harpd.predict.training import RetrainSchedule, pick_champion, should_retrain, train
 
 
 def _records(n=3000, seed=0):

@@ -13,7 +13,7 @@ import pytest
 from resubmit_fakes import fake, store, submission  # noqa: F401 (fixtures)
 
 from harpd.config import HarpSettings
-from harpd.ingest import WATCH_KEY, Ingestor
+from harpd.ingest.poller import WATCH_KEY, Ingestor
 from harpd.recovery import resubmit as rs
 from harpd.recovery.mode import REQUEUE, RESUBMIT, resolve_mode
 from harpd.records import JobRecord, Outcome

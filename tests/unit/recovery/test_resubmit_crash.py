@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 from resubmit_fakes import FakeSlurm, submission
 
-from harpd.ingest import WATCH_KEY
+from harpd.ingest.poller import WATCH_KEY
 from harpd.recovery.resubmit import CRASH_ENV, CRASH_POINTS
 from harpd.records import Outcome
 from harpd.store import Store
@@ -35,7 +35,7 @@ CHILD = textwrap.dedent(
     sys.path.insert(0, sys.argv[4])
     from resubmit_fakes import FakeSlurm
     from harpd.config import HarpSettings
-    from harpd.ingest import Ingestor
+    from harpd.ingest.poller import Ingestor
     from harpd.recovery.resubmit import Recovery
     from harpd.store import Store
 
@@ -45,7 +45,7 @@ CHILD = textwrap.dedent(
     settings = HarpSettings(ingest={"poll_interval_s": 5}, recovery={"mode": mode})
     ing = Ingestor(store, fake, settings)
     rec = Recovery(store, fake, settings, watch=ing.watch)
-    ing.on_outcome.append(rec.on_outcome)   # as harpd.main wires it: before the first poll
+    ing.on_outcome.append(rec.on_outcome)   # as harpd.daemon.main wires it: before the first poll
     ing.poll_once()                         # re-announces what a killed harpd left
     rec.resume()                            # the recovery tick
     print("ok")

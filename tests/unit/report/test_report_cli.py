@@ -155,8 +155,8 @@ def daemon(site):
     from pathlib import Path
 
     from harpd.config import HarpSettings
-    from harpd.handlers import Handlers
-    from harpd.server import Server
+    from harpd.daemon.handlers import Handlers
+    from harpd.daemon.server import Server
 
     d = Path(tempfile.mkdtemp(prefix="hr-", dir="/tmp"))  # socket paths must stay short
     store = Store.open(site.db)

@@ -28,9 +28,9 @@ import time
 from pathlib import Path
 
 from harpd import protocol as p
-from harpd.handlers import Handlers, Peer
+from harpd.daemon.handlers import Handlers, Peer
 
-log = logging.getLogger("harpd.server")
+log = logging.getLogger("harpd.daemon.server")
 
 _CRED = struct.Struct("3i")  # struct ucred: pid, uid, gid
 _MAX_SUN_PATH = 107  # sockaddr_un.sun_path minus the terminating NUL

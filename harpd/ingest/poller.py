@@ -44,7 +44,7 @@ from harpd.config import HarpSettings
 from harpd.records import JobRecord, Outcome
 from harpd.slurm.base import SlurmBackend
 
-log = logging.getLogger("harpd.ingest")
+log = logging.getLogger("harpd.ingest.poller")
 
 __all__ = ["Ingestor", "start", "IngestService"]
 
@@ -473,7 +473,7 @@ class Ingestor:
 
 
 # ---------------------------------------------------------------------------
-# daemon wiring (harpd.main looks up ``start``)
+# daemon wiring (harpd.daemon.main looks up ``start``)
 
 
 class IngestService:

@@ -1,150 +1,23 @@
-"""Guard rails: from a model's upper bound to what harp actually asks Slurm for.
+"""The daemon's predictor: champion models + live history → Decision.
 
-A model only says "this job probably needs at most X".  Whether harp acts on
-it is decided here, the same way for the live daemon and for ``harp replay``
-(``allocate_many`` is the vectorised twin of ``allocate``; a test keeps them
-equal), so replay figures describe the policy the daemon runs:
-
-* cold start: fewer than ``min_history`` finished runs of the job's signature
-  → the user's request stands;
-* no finite bound (the model cannot bound this job) → the request stands;
-* the bound is close to the request (≥ ``leave_alone_ratio`` of it) → the
-  request stands: a small cut saves little and any miss costs a whole run;
-* never below the floor (1 min, 100 MB), never above the partition limit;
-* shrink only when ``allow_shrink``; raise at most to
-  ``max_raise_factor`` × request (1.0, the default, never raises).
+Kept apart from the guard rails (``allocation``) so that replay and training,
+which need only the rails, never pull in the daemon's request path.
 """
 
 from __future__ import annotations
 
+import logging
 import math
-from dataclasses import dataclass
+import threading
+import time as _time
+from typing import Any
 
 import numpy as np
 
+from harpd.predict.allocation import Guard, allocate
+from harp_submit.units import format_mem, format_time
 
-@dataclass(frozen=True, slots=True)
-class Guard:
-    """The guard-rail settings of one resource (from ``settings.predict``)."""
-
-    min_history: int = 5
-    floor: float = 60.0
-    allow_shrink: bool = True
-    max_raise_factor: float = 1.0
-    leave_alone_ratio: float = 0.9
-    margin: float = 1.0  # multiply the bound (e.g. 1.05 for slack on top of it)
-    # never cut below request / 2^(attempts−1): escalation then always walks
-    # back to the user's request within the attempts, so no job that fits its
-    # request is ever lost (0 disables)
-    min_fraction: float = 0.25
-
-    @classmethod
-    def from_settings(cls, predict, resource: str, max_attempts: int | None = 3) -> "Guard":
-        floor = float(predict.floor_time_s if resource == "time" else predict.floor_mem_mb)
-        return cls(
-            min_history=predict.min_history,
-            floor=floor,
-            allow_shrink=predict.allow_shrink,
-            max_raise_factor=predict.max_raise_factor,
-            leave_alone_ratio=getattr(predict, "leave_alone_ratio", 0.9),
-            min_fraction=0.5 ** (max(int(max_attempts), 1) - 1) if max_attempts else 0.0,
-        )
-
-
-def allocate(request: float | None, upper_log: float, n_history: int, limit: float | None,
-             guard: Guard, leave_alone_ratio: float | None = None) -> tuple[float | None, str]:
-    """The allocation harp should set, or None to keep the request, and why.
-
-    ``upper_log`` is the model's bound as log(need / request) when there is a
-    request, log(need) otherwise (see ``harpd.models.base``).
-    ``leave_alone_ratio`` lowers the guard's (a calibrated model's own θ).
-    """
-    keep_at = guard.leave_alone_ratio if leave_alone_ratio is None else min(leave_alone_ratio, guard.leave_alone_ratio)
-    if n_history < guard.min_history:
-        return None, f"cold start: {n_history} of {guard.min_history} runs needed"
-    if upper_log is None or not math.isfinite(upper_log):
-        return None, "no confident bound for this job"
-    has_req = request is not None and request > 0
-    ratio = math.exp(upper_log) * guard.margin
-    value = ratio * request if has_req else ratio
-    if has_req:
-        if ratio >= keep_at and ratio <= 1.0:
-            return None, f"bound is {ratio:.0%} of the request: kept"
-        if ratio > 1.0:
-            if guard.max_raise_factor <= 1.0:
-                return None, "bound is above the request; raising is off"
-            value = min(value, request * guard.max_raise_factor)
-        elif not guard.allow_shrink:
-            return None, "shrinking is off"
-        if guard.min_fraction > 0:
-            value = max(value, request * guard.min_fraction)
-    value = max(value, guard.floor)
-    if limit is not None and limit > 0:
-        value = min(value, limit)
-    if has_req and abs(value - request) < 1e-9 * max(request, 1.0):
-        return None, "same as the request"
-    if has_req and value > request and guard.max_raise_factor <= 1.0:
-        return None, "floor is above the request: kept"
-    return float(value), "bound"
-
-
-def allocate_many(request: np.ndarray, upper_log: np.ndarray, n_history: np.ndarray,
-                  limit: np.ndarray | None, guard: Guard) -> np.ndarray:
-    """Vectorised ``allocate``: the allocation per job, NaN where the request stands."""
-    request = np.asarray(request, dtype=float)
-    up = np.asarray(upper_log, dtype=float)
-    has_req = np.isfinite(request) & (request > 0)
-    ok = (np.asarray(n_history) >= guard.min_history) & np.isfinite(up)
-    with np.errstate(over="ignore", invalid="ignore"):
-        ratio = np.exp(up) * guard.margin
-        value = np.where(has_req, ratio * np.where(has_req, request, 1.0), ratio)
-    keep_close = has_req & (ratio >= guard.leave_alone_ratio) & (ratio <= 1.0)
-    above = has_req & (ratio > 1.0)
-    if guard.max_raise_factor <= 1.0:
-        ok &= ~above
-    else:
-        value = np.where(above, np.minimum(value, request * guard.max_raise_factor), value)
-    if not guard.allow_shrink:
-        ok &= ~(has_req & (ratio < 1.0))
-    ok &= ~keep_close
-    if guard.min_fraction > 0:
-        value = np.where(has_req, np.maximum(value, np.where(has_req, request, 0.0) * guard.min_fraction), value)
-    value = np.maximum(value, guard.floor)
-    if limit is not None:
-        lim = np.asarray(limit, dtype=float)
-        value = np.where(np.isfinite(lim) & (lim > 0), np.minimum(value, lim), value)
-    same = has_req & (np.abs(value - request) < 1e-9 * np.maximum(request, 1.0))
-    ok &= ~same
-    if guard.max_raise_factor <= 1.0:
-        ok &= ~(has_req & (value > request))
-    return np.where(ok, value, np.nan)
-
-
-# ---------------------------------------------------------------------------
-# The daemon's predictor: champion models + live history → Decision
-# ---------------------------------------------------------------------------
-
-import logging  # noqa: E402
-import threading  # noqa: E402
-import time as _time  # noqa: E402
-from typing import Any  # noqa: E402
-
-log = logging.getLogger("harpd.decide")
-
-try:  # the client engineer's formatters: the exact sbatch spelling
-    from harp_submit.units import format_mem, format_time
-except ImportError:  # pragma: no cover - minimal fallbacks
-    def format_time(seconds: int | None) -> str:
-        if seconds is None:
-            return "UNLIMITED"
-        d, r = divmod(int(seconds), 86400)
-        h, r = divmod(r, 3600)
-        m, s = divmod(r, 60)
-        return f"{d}-{h:02d}:{m:02d}:{s:02d}" if d else f"{h:02d}:{m:02d}:{s:02d}"
-
-    def format_mem(mb: int) -> str:
-        mb = int(mb)
-        return f"{mb // 1024}G" if mb and mb % 1024 == 0 else f"{mb}M"
+log = logging.getLogger("harpd.predict")
 
 
 HISTORY_JOBS = 200_000  # finished jobs replayed into the live history at load
@@ -293,7 +166,7 @@ class ModelPredictor:
 
     def retrain(self) -> dict[str, Any]:
         """Admin ``retrain``: train on the store, then load the new champions."""
-        from harpd.training import retrain_all
+        from harpd.predict.training import retrain_all
 
         out = retrain_all(self.store, self.settings)
         out["loaded"] = self.reload()
@@ -334,8 +207,6 @@ class ModelPredictor:
                         explain=explain)
 
     def _one(self, job, user: str, res: str, ld: _Loaded, limits, now: float):
-        import numpy as np
-
         from harpd.features.history import COL, conformal_group, keys_of
         from harpd.features.signature import signature_of
 
@@ -417,13 +288,13 @@ def _gpu_count(gpus: str | None, gres: str | None) -> float | None:
 
 
 def make_predictor(settings, store=None, backend=None, limits=None):
-    """What harpd.main looks up: the champion-backed predictor (no change until trained).
+    """What harpd.daemon.main looks up: the champion-backed predictor (no change until trained).
 
     ``limits``: the daemon's shared (cached) partition-limits lookup; built from
     ``backend`` only when the caller has none.
     """
     if limits is None and backend is not None:
-        from harpd.handlers import limits_from_backend
+        from harpd.daemon.handlers import limits_from_backend
 
         limits = limits_from_backend(backend)
     return ModelPredictor(settings, store=store, limits=limits)

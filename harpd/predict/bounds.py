@@ -4,7 +4,7 @@ A replay figure alone cannot tell "harp is weak" from "the trace holds no
 more information": if users of a cluster already ask about right, or their
 runs of one script vary widely, no model can cut their requests much without
 killing jobs.  These rules bound that from both sides, on the replay's own
-arrays and metric (``harpd.metrics.evaluate``):
+arrays and metric (``harpd.predict.metric.evaluate``):
 
 * ``clairvoyant-q90`` / ``clairvoyant-q95``: each template (same user, same
   request, same cores: the History's "r" group) gets the 90th / 95th
@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 if TYPE_CHECKING:
-    from harpd.replay import Prepared
+    from harpd.predict.replay import Prepared
 
 KEEP_AT = 0.9  # bound/request at or above which the request stands
 MARGIN = 1.1

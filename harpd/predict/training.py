@@ -3,7 +3,7 @@
 Model selection must look like deployment: every candidate is trained on the
 jobs that had finished before the hold-out starts and then meets the
 hold-out's jobs in submission order, with the same guard rails and online
-calibration as the daemon (it is ``harpd.replay`` run over the tail).  The
+calibration as the daemon (it is ``harpd.predict.replay`` run over the tail).  The
 champion is the candidate with the lowest harp score (docs/metrics.md); the
 others stay in the store as challengers with their scores.  Finally every
 candidate is refitted on all the data and saved.
@@ -23,15 +23,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from harpd.decide import Guard
-from harpd.metrics import ModelMetrics
+from harpd.predict.allocation import Guard
+from harpd.predict.metric import ModelMetrics
 from harpd.models import registry
 from harpd.models.persistence import save_model
 from harpd.records import JobRecord
-from harpd.replay import Prepared, ReplayConfig, ReplayError, _fit, make_model, prepare
-from harpd.replay import run as replay_run
+from harpd.predict.replay import Prepared, ReplayConfig, ReplayError, _fit, make_model, prepare
+from harpd.predict.replay import run as replay_run
 
-log = logging.getLogger("harpd.training")
+log = logging.getLogger("harpd.predict.training")
 
 RESOURCES = ("time", "mem")
 DEFAULT_CANDIDATES = ("tsafrir", "alea", "gbm", "harp")

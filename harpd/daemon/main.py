@@ -10,9 +10,9 @@ change") before the other pieces exist and picks them up once they do:
 * ``harpd.slurm.get_backend(settings) -> SlurmBackend`` (optional): job owners
   are checked with its ``show_job`` and partition limits come from its
   ``partitions()`` (cached a minute);
-* ``harpd.decide.make_predictor(settings=, store=, backend=) -> Predictor``
+* ``harpd.predict.live.make_predictor(settings=, store=, backend=) -> Predictor``
   (optional; default ``handlers.NoChangePredictor``);
-* ``harpd.ingest.start(settings=, store=, backend=)`` returning an object with
+* ``harpd.ingest.poller.start(settings=, store=, backend=)`` returning an object with
   ``shutdown()`` (optional background polling);
 * ``harpd.recovery.resubmit.make(settings=, store=, backend=)``: a listener
   of the poller's outcomes that resubmits jobs which ran out (optional);
@@ -80,7 +80,7 @@ def sd_notify(state: str) -> bool:
 
 def check_settings(settings: HarpSettings) -> None:
     """Checks pydantic cannot do alone (they need the system); ConfigError naming the key."""
-    from harpd.handlers import resolve_group
+    from harpd.daemon.handlers import resolve_group
 
     try:
         resolve_group(settings.server.admin_group)
@@ -108,7 +108,7 @@ def _plugin(module: str, attr: str) -> Callable[..., Any] | None:
 
 def build_handlers(settings: HarpSettings, store: Any) -> tuple[Any, list[Any]]:
     """Handlers wired to whatever parts are installed, plus services to stop later."""
-    from harpd.handlers import Handlers, cached_partitions, limits_from_partitions, owner_from_backend
+    from harpd.daemon.handlers import Handlers, cached_partitions, limits_from_partitions, owner_from_backend
 
     backend = None
     make_backend = _plugin("harpd.slurm", "get_backend") or _plugin("harpd.slurm", "make_backend")
@@ -121,11 +121,11 @@ def build_handlers(settings: HarpSettings, store: Any) -> tuple[Any, list[Any]]:
     partitions = None if backend is None else cached_partitions(backend)
     limits = None if partitions is None else limits_from_partitions(partitions)
     predictor = None
-    make_predictor = _plugin("harpd.decide", "make_predictor")
+    make_predictor = _plugin("harpd.predict.live", "make_predictor")
     if make_predictor is not None:
         predictor = make_predictor(settings=settings, store=store, backend=backend, limits=limits)
     if predictor is None:
-        from harpd.handlers import NoChangePredictor
+        from harpd.daemon.handlers import NoChangePredictor
 
         predictor = NoChangePredictor(limits)
     # DNN jobs (#HARP dnn) get their GPUs from the ZeRO memory model
@@ -142,7 +142,7 @@ def build_handlers(settings: HarpSettings, store: Any) -> tuple[Any, list[Any]]:
     )
     log.info("predictor: %s", getattr(handlers.predictor, "name", type(handlers.predictor).__name__))
     services: list[Any] = []
-    start_ingest = _plugin("harpd.ingest", "start")
+    start_ingest = _plugin("harpd.ingest.poller", "start")
     if start_ingest is not None:
         # recovery listens to outcomes from the first poll on (exactly once, issue 5)
         make_recovery = _plugin("harpd.recovery.resubmit", "make")
@@ -155,7 +155,7 @@ def build_handlers(settings: HarpSettings, store: Any) -> tuple[Any, list[Any]]:
         retrain = getattr(predictor, "retrain", None)
         if retrain is not None and getattr(ingest, "scheduler", None) is not None:
             # retrain every retrain.interval_s and after retrain.after_n_outcomes outcomes
-            from harpd.training import attach_retrain
+            from harpd.predict.training import attach_retrain
 
             ingest.ingestor.on_outcome.append(attach_retrain(ingest.scheduler, retrain, settings.retrain))
     return handlers, services
@@ -181,7 +181,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
 
     setup_logging(args.log_level or settings.server.log_level)
-    from harpd.server import Server, ServerError
+    from harpd.daemon.server import Server, ServerError
     from harpd.store import Store, StoreError
 
     try:

@@ -30,7 +30,7 @@ from harpd import protocol as p
 from harpd.protocol import Decision, JobRequest, Limits
 from harpd.store import Store, StoreError
 
-log = logging.getLogger("harpd.handlers")
+log = logging.getLogger("harpd.daemon.handlers")
 
 
 @runtime_checkable
@@ -416,7 +416,7 @@ class Handlers:
         importer = self.importer
         if importer is None:
             try:
-                from harpd.importer import import_file  # written by the ingest engineer
+                from harpd.ingest.importer import import_file  # written by the ingest engineer
             except ImportError:
                 return p.error("import not available in this harpd")
             importer = import_file

@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from harpd.decide import Guard, allocate, allocate_many
+from harpd.predict.allocation import Guard, allocate, allocate_many
 from harpd.features.history import (
     COL,
     N_FEATURES,
@@ -38,7 +38,7 @@ from harpd.features.history import (
     key_fields,
     keys_from_fields,
 )
-from harpd.metrics import ModelMetrics, evaluate
+from harpd.predict.metric import ModelMetrics, evaluate
 from harpd.models import registry
 from harpd.models.conformal import HarpModel
 from harpd.models.gbm import GbmQuantile
@@ -239,7 +239,7 @@ class ReplayConfig:
     waste_budget: float = 0.04
     points: list[int] | None = None  # explicit retrain points (training.py's hold-out)
     evaluate_from: int = 0  # metrics over jobs from this submission index on
-    bounds: bool = False  # add the reference rows of harpd.replay_bounds (needs keep_templates)
+    bounds: bool = False  # add the reference rows of harpd.predict.bounds (needs keep_templates)
 
 
 @dataclass
@@ -408,7 +408,7 @@ def run(prep: Prepared, cfg: ReplayConfig | None = None,
                                 prep.weight[sel], resource=prep.resource, alpha=cfg.alpha,
                                 max_attempts=cfg.max_attempts, baseline=base))
     if cfg.bounds and base is not None:
-        from harpd.replay_bounds import allocations
+        from harpd.predict.bounds import allocations
 
         for name, a in allocations(prep).items():
             metrics.append(evaluate(f"bound:{name}", a[sel], prep.need[sel], req[sel], prep.censored[sel],

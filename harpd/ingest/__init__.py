@@ -1,0 +1,1 @@
+"""Outcomes into the store: the sacct poller (``poller``) and ``harp import`` (``importer``)."""

@@ -1,0 +1,1 @@
+"""From history to an allocation: guard rails, the live predictor, replay, training, the metric."""
