@@ -19,6 +19,8 @@ from .directives import is_safe_value
 from .request import MEMORY_OPTIONS
 
 #: The options a decision may change (design.md, Decision.changes[].option).
+#: The one list: harpd's ``protocol.ChangeOption`` is built from it, so the
+#: daemon's model accepts exactly what this client applies.
 CHANGEABLE = (
     "time",
     "mem",

@@ -236,7 +236,7 @@ def replace_option(script: Script, opt: ParsedOption, name: str, value: str) -> 
     if opt.value_index is not None:
         edits.append((script.tokens[opt.value_index], value))
         if not same:
-            edits.append((tok, _with_lead(_cluster_lead(tok.value, opt), f"--{name}")))
+            edits.append((tok, _with_lead(opt.cluster_lead(tok.value), f"--{name}")))
     else:
         if opt.value_start is None:
             raise ValueError(f"option {opt.spelled} has no value to replace")
@@ -245,22 +245,13 @@ def replace_option(script: Script, opt: ParsedOption, name: str, value: str) -> 
             head = raw[: opt.value_start] if _plain(raw) else tok.value[: opt.value_start]
             new = head + value
         else:
-            lead = _cluster_lead(tok.value[: opt.value_start], opt)
+            lead = opt.cluster_lead(tok.value[: opt.value_start])
             new = _with_lead(lead, f"--{name}={value}")
         edits.append((tok, new))
     # right to left, so that earlier spans on the same line stay valid
     for t, new in sorted(edits, key=lambda e: (e[0].line, e[0].start), reverse=True):
         line = script.lines[t.line]
         script.lines[t.line] = line[: t.start] + new + line[t.end :]
-
-
-def _cluster_lead(text: str, opt: ParsedOption) -> str:
-    """The short flags before ``opt`` in its cluster: ``-H`` of ``-Hc``; else ''."""
-    if opt.spelled.startswith("--"):
-        return ""
-    end = text.rfind(opt.spelled[1])
-    lead = text[:end]
-    return "" if lead == "-" else lead
 
 
 def _with_lead(lead: str, new: str) -> str:

@@ -5,8 +5,9 @@ plugin inside the sbatch process, after sbatch has merged ``#SBATCH`` lines,
 ``SBATCH_*`` variables and the command line.  Lua 5.1 has no sockets and no
 JSON parser, so the plugin hands the merged options to this helper and
 applies what it prints.  Everything that decides, the JobRequest, the check
-of harpd's answer and the wording, is harp-submit's own code (``request``,
-``decision``, ``client``, ``harp_lines``): one behaviour for both entry points.
+of harpd's answer, when to step aside and the wording, is harp-submit's own
+code (``request``, ``decision``, ``step_aside``, ``registration``): one
+behaviour for both entry points.
 
 Two modes, both reading a file the plugin wrote with ``os.tmpname`` (a 0600
 file of the submitting user; only its path crosses the shell, so no user text
@@ -41,29 +42,20 @@ from __future__ import annotations
 import os
 import sys
 
-from . import client, directives, harp_lines, units
-from .cli import MAX_SCRIPT, _DISABLE_VALUES, register_in_background, resolve_script
+from . import client, registration, step_aside
 from .decision import BadDecision, validate
 from .request import MEMORY_OPTIONS, VALIDATORS, Request
 from .sbatch_options import SBATCH_TABLE, GetoptError
+from .step_aside import MAX_SCRIPT, UNCHANGED, StepAside, resolve_script
 
 PROTOCOL = "harp-filter 1"
 MAX_REQUEST = 8 << 20  # options of a 4 MiB --wrap and its command line, with room
-UNCHANGED = "submitting your job unchanged"
 
 #: The options harp reads from sbatch's merged options (the rest do not bear on a prediction).
 READ_OPTIONS = (*VALIDATORS, "gres", "gpus", "partition", "account", "job-name", "chdir", "array")
 
 #: The Slurm commands the plugin may consult harp for (it decides which are enabled).
 COMMANDS = ("sbatch", "salloc", "srun")
-
-
-class StepAside(Exception):
-    """harp leaves this job alone; ``reason`` is one line for the user, or None to stay silent."""
-
-    def __init__(self, reason: str | None = None):
-        super().__init__(reason or "")
-        self.reason = reason
 
 
 class Answer:
@@ -121,13 +113,7 @@ def read_script(path: str, chdir: str | None, environ: dict) -> tuple[str, str]:
     resolved = resolve_script(path, chdir, environ.get("PATH"))
     if resolved is None:
         raise StepAside(f"cannot find the script {path}; {UNCHANGED}")
-    try:
-        with open(resolved, "rb") as fh:
-            data = fh.read(MAX_SCRIPT + 1)
-    except OSError as exc:
-        raise StepAside(f"cannot read the script {path} ({exc.strerror or exc}); {UNCHANGED}") from None
-    if len(data) > MAX_SCRIPT:
-        raise StepAside(f"{path} is larger than 4 MiB; {UNCHANGED}")
+    data = _read_capped(resolved, MAX_SCRIPT, f"the script {path}", f"{path} is larger than 4 MiB")
     return resolved, data.decode("utf-8", "surrogateescape")
 
 
@@ -142,7 +128,7 @@ def build_request(msg: dict, environ: dict) -> tuple[Request, list[str], dict]:
     options = msg.get("options")
     if command not in COMMANDS or not isinstance(options, dict):
         raise StepAside(f"the plugin sent no usable options; {UNCHANGED}")
-    if environ.get("HARP_DISABLE", "").strip().lower() in _DISABLE_VALUES:
+    if step_aside.disabled(environ):
         raise StepAside()
     if msg.get("offset", 0) != 0:
         raise StepAside()  # a later component of a het job
@@ -160,12 +146,7 @@ def build_request(msg: dict, environ: dict) -> tuple[Request, list[str], dict]:
         if not args:
             raise StepAside()  # script on standard input: sbatch has read it, harp cannot check it
         path, text = read_script(args[0], opts.get("chdir"), environ)
-        script = directives.parse(text)
-        if script.hetjob:
-            raise StepAside()
-        lines = harp_lines.find(text)
-        if harp_lines.is_off(lines):
-            raise StepAside()
+        _, lines = step_aside.script_directives(text)
         path = args[0]
     elif command != "sbatch":
         wrap = " ".join(args)  # srun/salloc: the command is the job
@@ -235,16 +216,11 @@ def predict(msg: dict, environ: dict) -> Answer:
         if aside.reason:
             answer.says.append(aside.reason)
         return answer
-    timeout, problem = client.timeout_s(environ)
-    if problem:
-        answer.says.append(problem)
-    path = client.socket_path(environ)
     job = request.job_request()
     original = request.resources()
     try:
-        reply = client.call(path, {"op": "predict", "job": job}, timeout)
-    except client.HarpdUnavailable as exc:
-        answer.says.append(f"{exc.reason}; {UNCHANGED}")
+        reply = step_aside.ask_harpd(job, environ, answer.says.append)
+    except client.HarpdUnavailable:
         return answer
     decision: dict | None = None
     sets: list[tuple[str, str]] = []
@@ -268,29 +244,25 @@ def predict(msg: dict, environ: dict) -> Answer:
     if sets or decision is not None:
         answer.mark = mark_of(sets, olds)
     after = changed_request(request, sets)
-    registered_job = dict(job)
     argv = recovery_argv(cmdline, sets) if cmdline and msg.get("command") == "sbatch" else None
-    if argv is not None:
-        registered_job["argv"] = argv
-        registered_job["sbatch_env"] = {k: v for k, v in environ.items() if k.startswith("SBATCH_")}
-    answer.register = {
-        "op": "register",
-        "job": registered_job,
-        "original": original,
-        "submitted": after.resources(),
-        "decision": decision,
-    }
+    answer.register = registration.message(job, argv, environ, original, after.resources(), decision)
     return answer
 
 
-def _read_json_file(path: str, limit: int) -> dict:
+def _read_capped(path: str, limit: int, what: str, too_large: str) -> bytes:
+    """At most ``limit`` bytes of ``path``; StepAside, naming ``what``, when unreadable or larger."""
     try:
         with open(path, "rb") as fh:
             data = fh.read(limit + 1)
     except OSError as exc:
-        raise StepAside(f"cannot read {path} ({exc.strerror or exc}); {UNCHANGED}") from None
+        raise StepAside(f"cannot read {what} ({exc.strerror or exc}); {UNCHANGED}") from None
     if len(data) > limit:
-        raise StepAside(f"the plugin's request is larger than {limit >> 20} MiB; {UNCHANGED}")
+        raise StepAside(f"{too_large}; {UNCHANGED}")
+    return data
+
+
+def _read_json_file(path: str, limit: int) -> dict:
+    data = _read_capped(path, limit, path, f"the plugin's request is larger than {limit >> 20} MiB")
     try:
         msg = client.loads(data.decode("utf-8", "surrogateescape"))
     except ValueError:
@@ -353,8 +325,8 @@ def register(path: str, job_id: str, environ: dict) -> int:
             pass
     if not job_id.isdigit() or payload.get("op") != "register":
         return 1
-    timeout = min(0.5, client.timeout_s(environ)[0])  # the same bound as harp-submit's registration
-    register_in_background(client.socket_path(environ), {**payload, "job_id": job_id}, timeout)
+    timeout = registration.timeout_s(environ)
+    registration.register_in_background(client.socket_path(environ), {**payload, "job_id": job_id}, timeout)
     return 0
 
 

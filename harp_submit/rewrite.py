@@ -150,20 +150,13 @@ def _verify(after: Request, changes: list[Change]) -> None:
                     raise RewriteError(f"--{o.name} ({o.where()}) would conflict with --{c.option}")
 
 
-def _cluster_lead(text: str, opt: ParsedOption) -> str:
-    if opt.spelled.startswith("--"):
-        return ""
-    lead = text[: text.rfind(opt.spelled[1])]
-    return "" if lead == "-" else lead
-
-
 def _replace_in_argv(argv: list[str], opt: ParsedOption, name: str, value: str) -> None:
     """Set the command-line option ``opt`` to ``--name=value`` in place, keeping the user's spelling."""
     same = opt.name == name
     if opt.value_index is not None:
         argv[opt.value_index] = value
         if not same:
-            lead = _cluster_lead(argv[opt.index], opt)
+            lead = opt.cluster_lead(argv[opt.index])
             argv[opt.index : opt.index + 1] = [lead, f"--{name}"] if lead else [f"--{name}"]
         return
     if opt.value_start is None:
@@ -172,5 +165,5 @@ def _replace_in_argv(argv: list[str], opt: ParsedOption, name: str, value: str) 
     if same:
         argv[opt.index] = tok[: opt.value_start] + value
     else:
-        lead = _cluster_lead(tok[: opt.value_start], opt)
+        lead = opt.cluster_lead(tok[: opt.value_start])
         argv[opt.index : opt.index + 1] = [lead, f"--{name}={value}"] if lead else [f"--{name}={value}"]

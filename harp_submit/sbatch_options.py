@@ -262,6 +262,17 @@ class ParsedOption:
     def __repr__(self) -> str:
         return f"ParsedOption({self.name!r}, {self.value!r}, {self.index}, {self.value_index}, {self.value_start}, {self.spelled!r})"
 
+    def cluster_lead(self, text: str) -> str:
+        """The short flags before this option in its cluster: ``-H`` of ``-Hc``; else ''.
+
+        ``text`` is the option's token, cut before an attached value.  When
+        harp renames the option, these flags must stay in front of it.
+        """
+        if self.spelled.startswith("--"):
+            return ""
+        lead = text[: text.rfind(self.spelled[1])]
+        return "" if lead == "-" else lead
+
 
 class ParsedArgs:
     """getopt's result: the options, and where the non-option arguments start."""

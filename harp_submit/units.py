@@ -9,7 +9,16 @@ src/common/proc_args.c, ``parse_int``), including their odd corners (``"0"``
 means no limit, ``"5GB"`` is accepted, ``"5 "`` is not).  The unit tests check
 them against the installed libslurmfull where it exists.
 
-Pure functions, standard library only: harpd imports this module too.
+Accounting prints values in other forms than sbatch reads: ``sacct`` and
+``scontrol`` show fractional sizes (``1.50G``), sizes in bytes (a bare MaxRSS),
+fractional seconds (``00:01.234``), a bare number as seconds rather than
+minutes, and words (``UNLIMITED``, ``Partition_Limit``).  Those are read by
+``parse_duration_s`` and ``parse_size_mb`` below, kept apart from the sbatch
+parsers because the two grammars disagree (``"5"`` is five minutes to sbatch,
+five seconds in sacct's ``Elapsed``).
+
+Pure functions, standard library only: harpd reads and writes Slurm's time
+and memory values through this module too, so there is one grammar of each.
 """
 
 from __future__ import annotations
@@ -26,6 +35,9 @@ __all__ = [
     "format_mem",
     "parse_int",
     "parse_nodes",
+    "parse_duration_s",
+    "parse_size_mb",
+    "parse_size_mb_per",
 ]
 
 #: Slurm's sentinels as C ``int`` (``0xffffffff`` and ``0xfffffffe``).
@@ -326,3 +338,86 @@ def parse_nodes(s: str) -> tuple[int, int]:
     if hi != 0 and hi < lo:
         raise ValueError(f"invalid node count {s!r}")
     return lo, hi
+
+
+# ---------------------------------------------------------------------------
+# accounting forms: what sacct and scontrol print
+
+#: Words sacct and scontrol print where a value is unknown or not set.
+_ACCT_UNKNOWN = frozenset({"", "Unknown", "None", "N/A", "(null)", "INVALID"})
+_SIZE_MB = {"K": 1.0 / 1024, "M": 1.0, "G": 1024.0, "T": 1024.0**2, "P": 1024.0**3, "E": 1024.0**4}
+_PER = "nc"
+
+
+def _ascii_digits(s: str) -> bool:
+    return s.isascii() and s.isdigit()
+
+
+def parse_duration_s(text: str | None) -> float | None:
+    """Seconds of a duration as accounting prints it, None when there is none.
+
+    ``[D-]HH:MM:SS[.mmm]``, ``MM:SS[.mmm]`` or bare seconds (``Elapsed``,
+    ``TotalCPU``, ``Timelimit``, scontrol's ``TimeLimit``/``MaxTime``).  Words
+    (``UNLIMITED``, ``Partition_Limit``, ``Unknown``...) and anything
+    unreadable give None: a limit harp cannot read is no limit to it.
+    """
+    if not text or text in _ACCT_UNKNOWN or text[0].isalpha():
+        return None
+    days = 0
+    if "-" in text:
+        d, _, text = text.partition("-")
+        try:
+            days = int(d)
+        except ValueError:
+            return None
+    parts = text.split(":")
+    try:
+        if len(parts) == 3:
+            secs = int(parts[0]) * 3600 + int(parts[1]) * 60 + float(parts[2])
+        elif len(parts) == 2:
+            secs = int(parts[0]) * 60 + float(parts[1])
+        elif len(parts) == 1:
+            secs = float(parts[0])
+        else:
+            return None
+    except ValueError:
+        return None
+    return days * 86400 + secs
+
+
+def parse_size_mb_per(text: str | None, bare_unit: str = "M") -> tuple[float | None, str | None]:
+    """``"4Gc"`` -> ``(4096.0, "c")``: MiB and the per-node/per-CPU suffix, if any.
+
+    Slurm before 21.08 printed ``ReqMem`` with ``n`` (per node) or ``c`` (per
+    CPU) after the unit; the second item is that letter or None.  Units K, M,
+    G, T, P, E (powers of 1024), fractions allowed; a bare number is in
+    ``bare_unit`` (``""``: bytes, as in a bare MaxRSS).  Unknown or unreadable
+    text gives ``(None, None)``.
+    """
+    if not text or text in _ACCT_UNKNOWN:
+        return None, None
+    end = len(text)
+    per = None
+    if text[-1] in _PER:
+        per = text[-1]
+        end -= 1
+    unit = ""
+    if end and text[end - 1] in _SIZE_MB:
+        unit = text[end - 1]
+        end -= 1
+    num = text[:end]
+    whole, dot, frac = num.partition(".")
+    if not _ascii_digits(whole) or (dot and frac and not _ascii_digits(frac)):
+        return None, None
+    u = unit or bare_unit
+    factor = _SIZE_MB[u] if u else 1.0 / (1024 * 1024)
+    return float(num) * factor, per
+
+
+def parse_size_mb(text: str | None, bare_unit: str = "M") -> float | None:
+    """MiB of a size as accounting prints it (``1.50G``, ``45824K``, ``300M``), or None.
+
+    The grammar of ``parse_size_mb_per``, whose per-node/per-CPU suffix only
+    ``ReqMem`` of old releases carries; here it is read and dropped.
+    """
+    return parse_size_mb_per(text, bare_unit)[0]

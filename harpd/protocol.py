@@ -18,7 +18,7 @@ from typing import Annotated, Any, Literal, Union
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 
-from harpd.report import FORMATS, GROUPINGS
+from harp_submit.decision import CHANGEABLE
 
 PROTOCOL_VERSION = 1
 MAX_REQUEST_BYTES = 1 << 20  # default for server.max_request_bytes
@@ -31,9 +31,9 @@ _Str = Annotated[str, Field(max_length=4096)]
 _Count = Annotated[int, Field(ge=0, le=10_000_000)]
 _Arg = Annotated[str, Field(max_length=128 * 1024)]  # one argv word or value: Linux's MAX_ARG_STRLEN
 
-ChangeOption = Literal[
-    "time", "mem", "cpus-per-task", "gres", "partition", "nodes", "ntasks-per-node", "gpus", "mem-per-cpu"
-]
+# the options a decision may change: harp-submit's list, the one that validates
+# what harpd sends, so the daemon can never emit a change the client refuses
+ChangeOption = Literal[CHANGEABLE]  # type: ignore[valid-type]
 
 
 class _Model(BaseModel):
@@ -154,6 +154,11 @@ class ImportRequest(_Request):
 
 _Word = Annotated[str, Field(max_length=100)]
 
+# what a report may be asked for: the socket's ``report`` request and the
+# ``harp report`` options alike (harpd.report renders exactly these)
+REPORT_FORMATS = ("table", "csv", "json", "html")
+REPORT_GROUPINGS = ("user", "account", "partition", "signature")
+
 
 class ReportRequest(_Request):
     """``harp report`` served by harpd, for users who cannot read the store.
@@ -163,11 +168,11 @@ class ReportRequest(_Request):
     """
 
     op: Literal["report"]
-    by: Literal[GROUPINGS] = "user"  # type: ignore[valid-type]
+    by: Literal[REPORT_GROUPINGS] = "user"  # type: ignore[valid-type]
     since: _Word | None = None
     until: _Word | None = None
     user: _Word | None = None
-    format: Literal[FORMATS] = "table"  # type: ignore[valid-type]
+    format: Literal[REPORT_FORMATS] = "table"  # type: ignore[valid-type]
     top: Annotated[int, Field(ge=0, le=1_000_000)] | None = None
 
 

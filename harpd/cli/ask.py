@@ -1,9 +1,10 @@
 """Ask the running harpd one question: the admin CLI's only way onto the socket.
 
-``harp status`` and ``harp report`` both go through here, so both find the
-socket the same way (``--config``'s ``server.socket``, else HARP_SOCKET or the
-harp-submit default) and tell "harpd is not there" (``Unreachable``: the
-caller may fall back to the store) from "harpd said no" (``CliError``).
+``harp status``, ``harp report``, ``harp retrain`` and ``harp reload`` all go
+through here, so all find the socket the same way (``--config``'s
+``server.socket``, else HARP_SOCKET or the harp-submit default) and tell
+"harpd is not there" (``Unreachable``: the caller may fall back to the store)
+from "harpd said no" (``Refused``).
 """
 
 from __future__ import annotations
@@ -16,7 +17,25 @@ from harpd.cli.main import CliError, settings_of
 
 
 class Unreachable(Exception):
-    """No answer from harpd; the text is one line naming why."""
+    """No answer from harpd; the text is one line naming why.
+
+    ``reachable``: harpd took the request but no whole answer came back (it
+    timed out or broke off), so it may still be working on it.
+    """
+
+    def __init__(self, reason: str, reachable: bool = False) -> None:
+        super().__init__(reason)
+        self.reachable = reachable
+
+
+class Refused(CliError):
+    """harpd answered with an error; the text is harpd's own line."""
+
+
+class NotDone(CliError):
+    """An admin operation harpd did not do (not there, refused, or failed): exit 1."""
+
+    exit_code = 1
 
 
 def socket_of(args: argparse.Namespace) -> str:
@@ -36,5 +55,27 @@ def ask(args: argparse.Namespace, message: dict[str, Any], timeout: float, *,
         return client.call(socket_of(args), message, timeout, max_answer=max_answer)
     except client.HarpdUnavailable as exc:
         if exc.reachable and str(exc).startswith("harpd refused: "):
-            raise CliError(str(exc)[len("harpd refused: "):]) from None
-        raise Unreachable(exc.reason) from None
+            raise Refused(str(exc)[len("harpd refused: "):]) from None
+        raise Unreachable(exc.reason, exc.reachable) from None
+
+
+def add_admin_arguments(p: argparse.ArgumentParser, timeout_s: float, why: str) -> None:
+    """``--format`` and ``--timeout``, as every admin-operation subcommand takes them."""
+    p.add_argument("--format", choices=("text", "json"), default="text",
+                   help="text (default), or json: harpd's answer as it came")
+    p.add_argument("--timeout", type=float, default=timeout_s, metavar="S",
+                   help=f"seconds to wait for harpd (default {timeout_s:g}: {why})")
+
+
+def ask_admin(args: argparse.Namespace, op: str, timeout: float) -> dict[str, Any]:
+    """harpd's answer to the admin operation ``op``; NotDone (one line) when it was not done."""
+    if timeout <= 0:
+        raise CliError(f"--timeout {timeout:g}: must be a positive number of seconds")
+    try:
+        return ask(args, {"op": op}, timeout)
+    except Refused as exc:  # not an admin, or the operation failed: harpd's words
+        raise NotDone(str(exc)) from None
+    except Unreachable as exc:
+        if exc.reachable:
+            raise NotDone(f"{exc}; harpd may still be at its {op}: see its log (journalctl -u harpd)") from None
+        raise NotDone(f"{exc}; start harpd (systemctl start harpd), then run harp {op} again") from None

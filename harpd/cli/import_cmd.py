@@ -6,7 +6,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from harpd.cli.main import CliError, settings_of
+from harpd.cli.main import CliError, open_store, settings_of
 
 NAME = "import"
 HELP = "load a job history file (SWF, sacct --parsable2 export, sacct --json; gzip or plain) into the store"
@@ -24,7 +24,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from harpd.ingest.importer import ImportFailed, import_file
-    from harpd.store import Store, StoreError
+    from harpd.store import StoreError
     from harpd.traces import TraceFormatError
 
     if args.batch_size < 1:
@@ -38,10 +38,7 @@ def run(args: argparse.Namespace) -> int:
         db = Path(args.db)
     else:
         db = settings_of(args).store.path
-    try:
-        store = Store.open(db)
-    except StoreError as exc:
-        raise CliError(str(exc)) from None
+    store = open_store(db)
     try:
         summary = import_file(
             path,

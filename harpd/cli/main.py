@@ -19,14 +19,18 @@ from harp_submit import __version__
 SUBCOMMANDS: dict[str, str] = {
     "dnn": "dnn_cmd",
     "import": "import_cmd",
+    "reload": "reload_cmd",
     "replay": "replay_cmd",
     "report": "report_cmd",
+    "retrain": "retrain_cmd",
     "status": "status_cmd",
 }
 
 
 class CliError(Exception):
-    """An error for the user: printed as one ``harp: ...`` line, exit 2."""
+    """An error for the user: printed as one ``harp: ...`` line, exit ``exit_code`` (2: usage)."""
+
+    exit_code = 2
 
 
 def settings_of(args: argparse.Namespace) -> Any:
@@ -36,6 +40,16 @@ def settings_of(args: argparse.Namespace) -> Any:
     try:
         return load_settings(getattr(args, "config", None))
     except ConfigError as exc:
+        raise CliError(str(exc)) from None
+
+
+def open_store(db: Any) -> Any:
+    """The store at ``db``, for a subcommand that reads or writes it itself; a CliError saying why not."""
+    from harpd.store import Store, StoreError
+
+    try:
+        return Store.open(db)
+    except StoreError as exc:
         raise CliError(str(exc)) from None
 
 
@@ -77,7 +91,7 @@ def main(argv: list[str] | None = None) -> int:
         return int(module.run(args) or 0)
     except CliError as exc:
         print(f"harp: {exc}", file=sys.stderr)
-        return 2
+        return exc.exit_code
     except KeyboardInterrupt:
         print("harp: interrupted", file=sys.stderr)
         return 130

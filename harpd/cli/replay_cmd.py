@@ -44,9 +44,10 @@ def run(args: argparse.Namespace) -> int:
     from threadpoolctl import threadpool_limits
 
     from harpd.config import ConfigError, load_settings
-    from harpd.predict.allocation import Guard
     from harpd.models.registry import UnknownPredictor, available
-    from harpd.predict.replay import ReplayConfig, ReplayError, prepare, read_trace
+    from harpd.predict.allocation import Guard
+    from harpd.predict.dataset import ReplayError, prepare, read_trace
+    from harpd.predict.replay import ReplayConfig
     from harpd.predict.replay import run as replay_run
     from harpd.traces.swf import TraceFormatError
 
@@ -99,7 +100,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def check_targets(rows: dict[str, dict], alpha: float, relative: bool) -> dict[str, dict]:
-    """The issue's acceptance checks for harp's row (the users' row is the reference)."""
+    """harp's accuracy targets, checked on its row (the users' row is the reference)."""
     h = rows.get("harp")
     if h is None:
         return {}
@@ -109,7 +110,7 @@ def check_targets(rows: dict[str, dict], alpha: float, relative: bool) -> dict[s
         co = h.get("consumed_vs_request")
         out["over_reservation_vs_users"] = {"value": ov, "target": "<= 1 (never more than the users')",
                                             "pass": ov is not None and ov <= 1.0}
-        out["over_reservation_halved"] = {"value": ov, "target": "<= 0.5 (issue 6: on the median trace)",
+        out["over_reservation_halved"] = {"value": ov, "target": "<= 0.5 on the median trace",
                                           "pass": ov is not None and ov <= 0.5}
         out["consumed_vs_users"] = {"value": co, "target": "<= 1.05",
                                     "pass": co is not None and co <= 1.05}

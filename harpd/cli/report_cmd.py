@@ -14,27 +14,26 @@ is asking.
 from __future__ import annotations
 
 import argparse
-import grp
 import os
-import pwd
 import sys
 import tempfile
 from pathlib import Path
 
-from harpd.cli.main import CliError
-from harpd.report import FORMATS, GROUPINGS
+from harpd import access
+from harpd.cli.main import CliError, open_store, settings_of
+from harpd.protocol import REPORT_FORMATS, REPORT_GROUPINGS
 
 NAME = "report"
 HELP = "accounting report: allocated vs used, efficiency, failures, what harp saved"
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--by", choices=GROUPINGS, default="user", help="group rows by this (default: user)")
+    p.add_argument("--by", choices=REPORT_GROUPINGS, default="user", help="group rows by this (default: user)")
     p.add_argument("--since", help="jobs that ended at or after: ISO date/time or span back (7d, 12h, 2w), or 'all'"
                    " (default: [report] default_window_days ago)")
     p.add_argument("--until", help="jobs that ended before: ISO date/time or span back (default: now)")
     p.add_argument("--user", dest="only_user", metavar="NAME", help="only this user's jobs (admins; others see only their own)")
-    p.add_argument("--format", choices=FORMATS, default="table", help="output format (default: table)")
+    p.add_argument("--format", choices=REPORT_FORMATS, default="table", help="output format (default: table)")
     p.add_argument("-o", "--output", metavar="FILE", help="write to FILE instead of standard output (needed for html on a terminal)")
     p.add_argument("--top", type=int, default=None, metavar="N",
                    help="rows shown in table/html (default 20 / 50; 0 = all); csv/json always hold all")
@@ -49,28 +48,20 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def user_name(uid: int) -> str:
-    try:
-        return pwd.getpwuid(uid).pw_name
-    except KeyError:
-        raise CliError(f"uid {uid} has no user name on this machine; cannot tell which jobs are yours") from None
+    name = access.user_of(uid)
+    if name is None:
+        raise CliError(f"uid {uid} has no user name on this machine; cannot tell which jobs are yours")
+    return name
 
 
 def is_admin(uid: int, admin_group: str | None) -> bool:
-    """Root, or a member (primary or supplementary) of ``admin_group``."""
-    if uid == 0:
-        return True
-    if not admin_group:
-        return False
+    """harp's admin rule (harpd.access, as harpd applies it) for this process."""
     try:
-        g = grp.getgrnam(admin_group)
-    except KeyError:
-        return False
-    if g.gr_gid == os.getgid() or g.gr_gid in os.getgroups():
-        return True
-    try:
-        return pwd.getpwuid(uid).pw_name in g.gr_mem
-    except KeyError:
-        return False
+        admin_gid = access.resolve_group(admin_group)
+    except ValueError:
+        admin_gid = None  # a group that does not exist has no members
+    gids = access.groups_of(access.user_of(uid), os.getgid()) | set(os.getgroups())
+    return access.is_admin(uid, gids, admin_gid)
 
 
 # ------------------------------------------------------------------ output
@@ -110,7 +101,6 @@ MAX_REPORT_ANSWER = 512 << 20
 
 def run(args: argparse.Namespace) -> int:
     from harpd.cli.ask import Unreachable
-    from harpd.cli.main import settings_of
     from harpd.report.build import window_of
 
     if args.top is not None and args.top < 0:
@@ -180,7 +170,7 @@ def _from_daemon(args: argparse.Namespace) -> str:
 def _from_store(args: argparse.Namespace, settings: object, window: object, db: Path) -> str:
     """The report read straight from the store (root, admins, or a store of one's own)."""
     from harpd.report import build
-    from harpd.store import Store, StoreError
+    from harpd.store import StoreError
 
     uid = os.getuid()
     admin_group = settings.server.admin_group  # type: ignore[attr-defined]
@@ -193,10 +183,7 @@ def _from_store(args: argparse.Namespace, settings: object, window: object, db: 
         raise CliError(f"no store at {db}; run `harp import` or start harpd first, or pass --db PATH")
     if os.path.isdir(db):
         raise CliError(f"{db} is a directory; pass the store file to --db")
-    try:
-        store = Store.open(db)
-    except StoreError as exc:
-        raise CliError(str(exc)) from None
+    store = open_store(db)
     try:
         report = build.build(store, settings, by=args.by, window=window, user=user, source=str(db))
     except StoreError as exc:

@@ -4,19 +4,18 @@ Handlers know who is calling (a ``Peer`` built from SO_PEERCRED by the server)
 and what was asked (a validated ``protocol`` request); they never see bytes or
 sockets, so the authorisation rules are tested without a daemon.
 
-Everything the daemon plugs in is injected: the ``Predictor`` (the predictors
-engineer's decide layer), the job-owner lookup (the Slurm backend), and the
-admin actions (retrain, reload, import).  A missing piece degrades to a clear
-error answer or to "no change", never to a crash: harp-submit fails open.
+Everything the daemon plugs in is injected by harpd.daemon.main: the
+``Predictor`` (harpd.predict.live behind the DNN router), the job-owner
+lookup (the Slurm backend), and the admin actions (retrain, reload, import).
+A missing piece degrades to a clear error answer or to "no change", never to
+a crash: harp-submit fails open.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import grp
 import logging
 import os
-import pwd
 import threading
 import time
 from collections.abc import Callable
@@ -26,8 +25,12 @@ from typing import Any, Protocol, runtime_checkable
 from pydantic import BaseModel, ValidationError
 
 from harp_submit import __version__
+from harpd import access
 from harpd import protocol as p
+from harpd.config import HarpSettings
 from harpd.protocol import Decision, JobRequest, Limits
+from harpd.report import build
+from harpd.report.job_status import JobStatusError, job_status
 from harpd.store import Store, StoreError
 
 log = logging.getLogger("harpd.daemon.handlers")
@@ -47,7 +50,7 @@ ImportAction = Callable[[str, Store], Any]
 
 
 class NoChangePredictor:
-    """The predictor when none is installed: keep the request, report limits.
+    """``Handlers``' predictor when none is injected: keep the request, report limits.
 
     ``limits(partition)`` (usually the Slurm backend's partition limits) fills
     ``Decision.limits`` so harp-submit still gets the caps; without it the
@@ -91,91 +94,9 @@ class Peer:
     @classmethod
     def from_ids(cls, pid: int, uid: int, gid: int) -> "Peer":
         """Resolve name and groups (primary gid + supplementary from the group database)."""
-        groups = {gid}
-        try:
-            name = pwd.getpwuid(uid).pw_name
-        except KeyError:
-            name = str(uid)
-        else:
-            try:
-                groups.update(os.getgrouplist(name, gid))
-            except OSError:
-                pass
-        return cls(pid=pid, uid=uid, gid=gid, user=name, groups=frozenset(groups))
-
-
-def resolve_group(name: str | None) -> int | None:
-    """gid of ``server.admin_group`` (name or number); ValueError if unknown."""
-    if name is None or name == "":
-        return None
-    try:
-        return grp.getgrnam(name).gr_gid
-    except KeyError:
-        if name.isdigit():
-            return int(name)
-        raise ValueError(f"no such group {name!r}") from None
-
-
-def owner_from_backend(backend: Any) -> OwnerLookup:
-    """Job owner uid via ``backend.show_job`` (scontrol's ``UserId=alice(1000)``).
-
-    None when Slurm does not know the job (already purged, or a made-up id):
-    the caller's own uid is then recorded, which gives nobody else's job away.
-    """
-
-    def lookup(job_id: str) -> int | None:
-        info = backend.show_job(job_id)
-        raw = str(info.get("UserId", "")) if info else ""
-        if "(" in raw and raw.endswith(")"):
-            raw = raw[raw.rindex("(") + 1 : -1]
-        return int(raw) if raw.isdigit() else None
-
-    return lookup
-
-
-def cached_partitions(backend: Any, ttl_s: float = 60.0) -> Callable[[], dict[str, Any]]:
-    """``backend.partitions()``, cached: scontrol is too slow to run per sbatch.
-
-    One cache serves every reader of partition data in the daemon (the limits
-    sent with each decision, the DNN planner), so scontrol runs once per ``ttl_s``.
-    """
-    lock = threading.Lock()
-    cache: dict[str, Any] = {"at": -1e18, "parts": {}}
-
-    def partitions() -> dict[str, Any]:
-        with lock:
-            if time.monotonic() - cache["at"] > ttl_s:
-                cache["parts"] = backend.partitions()
-                cache["at"] = time.monotonic()
-            return cache["parts"]
-
-    return partitions
-
-
-def limits_of(info: Any) -> Limits:
-    """The caps harp-submit checks a decision against, from one PartitionInfo."""
-    return Limits(
-        partition=info.name,
-        max_time_s=info.max_time_s,
-        max_mem_mb=info.max_mem_mb_per_node,
-        max_cpus=info.max_cpus_per_node,
-    )
-
-
-def limits_from_partitions(partitions: Callable[[], dict[str, Any]]) -> LimitsLookup:
-    """Partition limits by name (None: the default partition)."""
-
-    def lookup(partition: str | None) -> Limits | None:
-        parts = partitions()
-        info = parts.get(partition) if partition else next((i for i in parts.values() if i.default), None)
-        return None if info is None else limits_of(info)
-
-    return lookup
-
-
-def limits_from_backend(backend: Any, ttl_s: float = 60.0) -> LimitsLookup:
-    """Partition limits via a cached ``backend.partitions()``."""
-    return limits_from_partitions(cached_partitions(backend, ttl_s))
+        name = access.user_of(uid)
+        return cls(pid=pid, uid=uid, gid=gid, user=str(uid) if name is None else name,
+                   groups=access.groups_of(name, gid))
 
 
 def _as_result(value: Any) -> dict[str, Any]:
@@ -212,7 +133,7 @@ class Handlers:
         self.settings = settings
         self.predictor: Predictor = predictor or NoChangePredictor(partition_limits)
         if admin_gid is None and settings is not None:
-            admin_gid = resolve_group(getattr(settings.server, "admin_group", None))
+            admin_gid = access.resolve_group(getattr(settings.server, "admin_group", None))
         self.admin_gid = admin_gid
         self.job_owner = job_owner
         self.retrain_action = retrain
@@ -227,9 +148,8 @@ class Handlers:
     # ------------------------------------------------------------- dispatch
 
     def is_admin(self, peer: Peer) -> bool:
-        if peer.uid == 0 or peer.uid == os.geteuid():
-            return True
-        return self.admin_gid is not None and self.admin_gid in peer.groups
+        """harp's admin rule, and whoever harpd itself runs as (they own its store anyway)."""
+        return peer.uid == os.geteuid() or access.is_admin(peer.uid, peer.groups, self.admin_gid)
 
     def handle(self, peer: Peer, req: BaseModel) -> BaseModel:
         op = getattr(req, "op", None)
@@ -283,10 +203,7 @@ class Handlers:
                 log.warning("uid %d tried to register job %s owned by uid %d", peer.uid, req.job_id, owner)
                 return p.error(f"job {req.job_id} is not yours; register only jobs you submitted")
             uid = owner  # root registering on a user's behalf: record the owner
-            try:
-                user = pwd.getpwuid(owner).pw_name
-            except KeyError:
-                user = str(owner)
+            user = access.user_of(owner) or str(owner)
         self.store.add_submission(
             req.job_id,
             uid,
@@ -310,39 +227,10 @@ class Handlers:
             return None
 
     def op_status(self, peer: Peer, req: p.StatusRequest) -> BaseModel:
-        job_id = req.job_id
-        sub = self.store.get_submission(job_id)
-        chain = self.store.chain_of(job_id)
-        if sub is None and chain is not None:
-            sub = self.store.get_submission(chain)
-        record = self.store.get_job(job_id)
-        if sub is None and record is None:
-            return p.error(f"harp knows no job {job_id}")
-        if not self.is_admin(peer):
-            # Slurm's record names the owner; a registration only where there is none
-            # yet: a job id claimed by someone else before it existed (when Slurm could
-            # not vouch for the owner) reveals nothing of the owner's run to the claimant
-            if record is not None and record.user is not None:
-                if record.user != peer.user:
-                    return p.error(f"job {job_id} is not yours")
-            elif sub is not None and sub["uid"] != peer.uid:
-                return p.error(f"job {job_id} is not yours")
-            if sub is not None and sub["uid"] != peer.uid:
-                sub = None  # the claimant's registration is not the owner's business either
-        job: dict[str, Any] = {
-            "job_id": job_id,
-            "registered": sub is not None,
-            "chain_id": chain or (sub or {}).get("chain_id"),
-            "record": None if record is None else record.to_dict(),
-            "attempts": self.store.attempts(chain) if chain else [],
-        }
-        if sub is not None:
-            for k in ("uid", "user", "state", "outcome", "submitted_at", "done_at", "original", "submitted", "decision"):
-                job[k] = sub.get(k)
-            job["registered_job_id"] = sub["job_id"]
-        else:
-            job["user"] = record.user if record else None
-            job["outcome"] = record.outcome.value if record else None
+        try:
+            job = job_status(self.store, req.job_id, admin=self.is_admin(peer), uid=peer.uid, user=peer.user)
+        except JobStatusError as exc:
+            return p.error(str(exc))
         return p.StatusAnswer(job=job)
 
     def op_health(self, peer: Peer, req: p.HealthRequest) -> BaseModel:
@@ -370,13 +258,7 @@ class Handlers:
         Runs the CLI's own report code on the daemon's store; the scope comes
         from the kernel's idea of the caller, never from the request.
         """
-        from harpd.report import build
-
-        settings = self.settings
-        if settings is None:
-            from harpd.config import HarpSettings
-
-            settings = HarpSettings()
+        settings = self.settings if self.settings is not None else HarpSettings()
         try:
             user = build.resolve_scope(self.is_admin(peer), peer.user, req.user, self._admin_group_name())
             window = build.window_of(settings, req.since, req.until)
@@ -415,11 +297,7 @@ class Handlers:
     def op_import(self, peer: Peer, req: p.ImportRequest) -> BaseModel:
         importer = self.importer
         if importer is None:
-            try:
-                from harpd.ingest.importer import import_file  # written by the ingest engineer
-            except ImportError:
-                return p.error("import not available in this harpd")
-            importer = import_file
+            return p.error("import not available in this harpd")
         if not os.path.isabs(req.path):
             return p.error(f"import path {req.path!r} must be absolute (harpd does not share your working directory)")
         if not os.path.isfile(req.path):

@@ -4,25 +4,29 @@ Start order is chosen so that every admin mistake shows up at start, as one
 ``harpd: ...`` line, before any user's sbatch depends on the daemon: config
 (exit 2), then store and socket (exit 1), then READY=1 to systemd.
 
-Pluggable parts are looked up by name, so the daemon runs (predicting "no
-change") before the other pieces exist and picks them up once they do:
+``build_handlers`` wires the parts, in this order:
 
-* ``harpd.slurm.get_backend(settings) -> SlurmBackend`` (optional): job owners
-  are checked with its ``show_job`` and partition limits come from its
-  ``partitions()`` (cached a minute);
-* ``harpd.predict.live.make_predictor(settings=, store=, backend=) -> Predictor``
-  (optional; default ``handlers.NoChangePredictor``);
-* ``harpd.ingest.poller.start(settings=, store=, backend=)`` returning an object with
-  ``shutdown()`` (optional background polling);
-* ``harpd.recovery.resubmit.make(settings=, store=, backend=)``: a listener
-  of the poller's outcomes that resubmits jobs which ran out (optional);
-* the predictor's ``reload()`` for the admin ``reload`` op and SIGHUP.
+1. the Slurm backend; without one (no Slurm on this host) harpd still
+   predicts, but job owners are not verified, decisions carry no partition
+   limits, and nothing is polled or recovered;
+2. one cache of Slurm's partitions (scontrol at most once a minute) for the
+   limits sent with each decision and for the DNN planner;
+3. the live predictor (champion models and the live history), wrapped by the
+   DNN router that plans GPUs for ``#HARP dnn`` jobs;
+4. the socket operations, with the live predictor's retrain and reload and
+   the trace importer as admin actions;
+5. the sacct poller, which stores each job's outcome and then hands it to
+   its listeners: recovery (resubmits what ran out) and the retrain trigger
+   (counts outcomes).  The live history is not a listener: the predictor
+   reads the stored outcomes back itself (``ModelPredictor.refresh``, off the
+   request path).
+
+SIGHUP reloads the models, as ``harp reload`` (the admin ``reload`` operation) does.
 """
 
 from __future__ import annotations
 
 import argparse
-import importlib
 import logging
 import os
 import signal
@@ -33,7 +37,19 @@ from collections.abc import Callable
 from typing import Any
 
 from harp_submit import __version__
+from harpd.access import resolve_group
 from harpd.config import DEFAULT_CONFIG_PATH, ConfigError, HarpSettings, load_settings
+from harpd.daemon.handlers import Handlers
+from harpd.daemon.server import Server, ServerError
+from harpd.dnn.predictor import DnnRoutingPredictor
+from harpd.ingest import poller
+from harpd.ingest.importer import import_file
+from harpd.predict.live import make_predictor
+from harpd.predict.retrain_timer import attach_retrain
+from harpd.recovery.machine import make as make_recovery
+from harpd.slurm import SlurmBackend, get_backend
+from harpd.slurm.partitions import cached_partitions, limits_from_partitions, owner_from_backend
+from harpd.store import Store, StoreError
 
 log = logging.getLogger("harpd")
 
@@ -80,8 +96,6 @@ def sd_notify(state: str) -> bool:
 
 def check_settings(settings: HarpSettings) -> None:
     """Checks pydantic cannot do alone (they need the system); ConfigError naming the key."""
-    from harpd.daemon.handlers import resolve_group
-
     try:
         resolve_group(settings.server.admin_group)
     except ValueError as exc:
@@ -95,70 +109,52 @@ def check_settings(settings: HarpSettings) -> None:
         raise ConfigError(f"invalid setting store.path: {str(settings.store.path)!r} must be an absolute path")
 
 
-def _plugin(module: str, attr: str) -> Callable[..., Any] | None:
-    """``module.attr`` if that module exists; errors inside it are real errors."""
-    try:
-        mod = importlib.import_module(module)
-    except ModuleNotFoundError as exc:
-        if exc.name is not None and (module == exc.name or module.startswith(exc.name + ".")):
-            return None
-        raise
-    return getattr(mod, attr, None)
-
-
-def build_handlers(settings: HarpSettings, store: Any) -> tuple[Any, list[Any]]:
-    """Handlers wired to whatever parts are installed, plus services to stop later."""
-    from harpd.daemon.handlers import Handlers, cached_partitions, limits_from_partitions, owner_from_backend
-
-    backend = None
-    make_backend = _plugin("harpd.slurm", "get_backend") or _plugin("harpd.slurm", "make_backend")
-    if make_backend is not None:
-        try:
-            backend = make_backend(settings)
-        except Exception as exc:  # Slurm missing is not fatal: predictions still work
-            log.warning("no Slurm backend (%s); job owners not verified, no partition limits", exc)
-    # one cache of scontrol's partition data for every reader (limits, DNN planning)
+def build_handlers(settings: HarpSettings, store: Store) -> tuple[Handlers, list[Any]]:
+    """The socket operations wired to every part (see the module docstring), plus services to stop later."""
+    backend = slurm_backend(settings)
     partitions = None if backend is None else cached_partitions(backend)
     limits = None if partitions is None else limits_from_partitions(partitions)
-    predictor = None
-    make_predictor = _plugin("harpd.predict.live", "make_predictor")
-    if make_predictor is not None:
-        predictor = make_predictor(settings=settings, store=store, backend=backend, limits=limits)
-    if predictor is None:
-        from harpd.daemon.handlers import NoChangePredictor
-
-        predictor = NoChangePredictor(limits)
-    # DNN jobs (#HARP dnn) get their GPUs from the ZeRO memory model
-    from harpd.dnn.predictor import DnnRoutingPredictor
-
-    predictor = DnnRoutingPredictor(predictor, settings, partitions)
+    live = make_predictor(settings=settings, store=store, backend=backend, limits=limits)
+    predictor = DnnRoutingPredictor(live, settings, partitions)
     handlers = Handlers(
         store,
         settings,
         predictor,
         job_owner=None if backend is None else owner_from_backend(backend),
         partition_limits=limits,
-        retrain=getattr(predictor, "retrain", None),
+        retrain=live.retrain,
+        reload=live.reload,
+        importer=import_file,
     )
-    log.info("predictor: %s", getattr(handlers.predictor, "name", type(handlers.predictor).__name__))
-    services: list[Any] = []
-    start_ingest = _plugin("harpd.ingest.poller", "start")
-    if start_ingest is not None:
-        # recovery listens to outcomes from the first poll on (exactly once, issue 5)
-        make_recovery = _plugin("harpd.recovery.resubmit", "make")
-        recovery = None if make_recovery is None else make_recovery(settings=settings, store=store, backend=backend)
-        extra = {} if recovery is None else {"listeners": [recovery.on_outcome]}
-        ingest = start_ingest(settings=settings, store=store, backend=backend, **extra)
-        services.append(ingest)
-        if recovery is not None and getattr(ingest, "ingestor", None) is not None:
-            services.append(recovery.attach(ingest))
-        retrain = getattr(predictor, "retrain", None)
-        if retrain is not None and getattr(ingest, "scheduler", None) is not None:
-            # retrain every retrain.interval_s and after retrain.after_n_outcomes outcomes
-            from harpd.predict.training import attach_retrain
+    log.info("predictor: %s", predictor.name)
+    return handlers, start_services(settings, store, backend, live.retrain)
 
-            ingest.ingestor.on_outcome.append(attach_retrain(ingest.scheduler, retrain, settings.retrain))
-    return handlers, services
+
+def slurm_backend(settings: HarpSettings) -> SlurmBackend | None:
+    """The configured Slurm backend; None (and a warning) when Slurm cannot be used here."""
+    try:
+        return get_backend(settings)
+    except Exception as exc:  # Slurm missing is not fatal: predictions still work
+        log.warning("no Slurm backend (%s); job owners not verified, no partition limits", exc)
+        return None
+
+
+def start_services(settings: HarpSettings, store: Store, backend: SlurmBackend | None,
+                   retrain: Callable[[], Any]) -> list[Any]:
+    """The sacct poller and the listeners of its outcomes: recovery, then the retrain trigger."""
+    recovery = make_recovery(settings=settings, store=store, backend=backend)  # None: off, or no Slurm
+    # recovery listens from the first poll on, which may announce outcomes a
+    # killed predecessor left unannounced: each run's outcome reaches it once
+    ingest = poller.start(settings=settings, store=store, backend=backend,
+                          listeners=[] if recovery is None else [recovery.on_outcome])
+    services: list[Any] = [ingest]
+    if ingest.ingestor is None:  # no Slurm: nothing is polled
+        return services
+    if recovery is not None:
+        services.append(recovery.attach(ingest))
+    # retrain every retrain.interval_s and after retrain.after_n_outcomes outcomes
+    ingest.ingestor.on_outcome.append(attach_retrain(ingest.scheduler, retrain, settings.retrain))
+    return services
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -181,9 +177,6 @@ def main(argv: list[str] | None = None) -> int:
         return 0
 
     setup_logging(args.log_level or settings.server.log_level)
-    from harpd.daemon.server import Server, ServerError
-    from harpd.store import Store, StoreError
-
     try:
         store = Store.open(settings.store.path, busy_timeout_s=settings.store.busy_timeout_s)
     except StoreError as exc:
@@ -219,7 +212,7 @@ def main(argv: list[str] | None = None) -> int:
         server.shutdown()
 
     def on_hup(signum: int, frame: object) -> None:
-        threading.Thread(target=_reload, args=(handlers,), name="harpd-reload", daemon=True).start()
+        threading.Thread(target=_reload, args=(handlers.reload_action,), name="harpd-reload", daemon=True).start()
 
     signal.signal(signal.SIGTERM, on_stop)
     signal.signal(signal.SIGINT, on_stop)
@@ -236,11 +229,7 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def _reload(handlers: Any) -> None:
-    action = handlers.reload_action or getattr(handlers.predictor, "reload", None)
-    if action is None:
-        log.info("SIGHUP: nothing to reload")
-        return
+def _reload(action: Callable[[], Any]) -> None:
     try:
         action()
         log.info("SIGHUP: reloaded")
@@ -248,7 +237,7 @@ def _reload(handlers: Any) -> None:
         log.exception("SIGHUP: reload failed")
 
 
-def _stop(services: list[Any], store: Any, server: Any) -> None:
+def _stop(services: list[Any], store: Store, server: Server | None) -> None:
     for svc in services:
         try:
             svc.shutdown()

@@ -18,6 +18,7 @@ from collections.abc import Callable
 from typing import Any
 
 from harpd.dnn.plan import plan_dnn_job
+from harpd.slurm.partitions import limits_of
 
 log = logging.getLogger(__name__)
 
@@ -60,7 +61,6 @@ class DnnRoutingPredictor:
             return None
 
     def decide(self, job: Any, user: str, uid: int) -> Any:
-        from harpd.daemon.handlers import limits_of
         from harpd.protocol import Change, Decision
 
         base = self.inner.decide(job, user, uid)

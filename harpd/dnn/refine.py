@@ -21,12 +21,13 @@ from __future__ import annotations
 
 import hashlib
 import json
-import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-_UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
-_GPUMEM = re.compile(r"(?:^|,)gres/gpumem=([0-9.]+)([KMGT]?)(?:,|$)")
+from harp_submit.units import parse_size_mb
+from harpd.slurm.sacct_records import parse_tres
+
+_MIB = float(1 << 20)
 
 # DnnSpec fields that change the memory a job needs (not where it runs).
 _SIGNATURE_FIELDS = ("params", "layers", "hidden", "heads", "vocab", "seq_len", "micro_batch",
@@ -54,13 +55,12 @@ def spec_signature(spec) -> str:
 
 
 def gpumem_bytes(tres_usage: str | None) -> float | None:
-    """The ``gres/gpumem`` value of a sacct TRES string (``...,gres/gpumem=2048M,...``) in bytes."""
-    if not tres_usage:
-        return None
-    m = _GPUMEM.search(tres_usage)
-    if not m:
-        return None
-    return float(m.group(1)) * _UNITS[m.group(2)]
+    """The ``gres/gpumem`` value of a sacct TRES string (``...,gres/gpumem=2048M,...``) in bytes.
+
+    A bare number is bytes, as sacct prints it without a unit.
+    """
+    mb = parse_size_mb(parse_tres(tres_usage).get("gres/gpumem"), bare_unit="")
+    return None if mb is None else mb * _MIB
 
 
 def refined_need(formula_need: float, observations: Iterable[PeakObservation], *, n_gpus: int,

@@ -302,9 +302,5 @@ def deepspeed_zero3_estimate(total_params: float, largest_layer_params: float, n
     return int(cpu_mem), int(gpu_mem), largest_layer_memory
 
 
-def gib(n: float) -> float:
-    return n / GIB
-
-
 def ceil_gib(n: float) -> int:
     return max(1, math.ceil(n / GIB))

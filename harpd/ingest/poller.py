@@ -43,6 +43,7 @@ from typing import Any
 from harpd.config import HarpSettings
 from harpd.records import JobRecord, Outcome
 from harpd.slurm.base import SlurmBackend
+from harpd.slurm.job_ids import submitted_id
 
 log = logging.getLogger("harpd.ingest.poller")
 
@@ -89,11 +90,6 @@ def _settled(r: JobRecord, now: float) -> bool:
 
 def _key(r: JobRecord) -> tuple[str, str, int]:
     return (r.source, r.job_id, int(r.attempt))
-
-
-def _base_id(job_id: str) -> str:
-    """``12_3`` -> ``12`` (the id sbatch printed for the whole array)."""
-    return job_id.split("_", 1)[0].split("+", 1)[0]
 
 
 @dataclass(slots=True)
@@ -257,7 +253,7 @@ class Ingestor:
         harp sized them.
         """
         for r in records:
-            sub = subs.get(r.job_id) or subs.get(_base_id(r.job_id))
+            sub = subs.get(r.job_id) or subs.get(submitted_id(r.job_id))
             if sub is None:
                 continue
             job = sub.get("job") or {}
@@ -339,7 +335,7 @@ class Ingestor:
             if match is not None:
                 r.attempt = match
                 continue
-            base = self._chain_base(r.job_id) if _base_id(r.job_id) in harp_ids else 1
+            base = self._chain_base(r.job_id) if submitted_id(r.job_id) in harp_ids else 1
             want = base + r.attempt - 1
             if want in used:
                 want = max(used) + 1
@@ -431,7 +427,7 @@ class Ingestor:
             return 0
         latest: dict[str, dict[str, JobRecord]] = {}
         for r in records:
-            sub_id = r.job_id if r.job_id in pending else _base_id(r.job_id)
+            sub_id = r.job_id if r.job_id in pending else submitted_id(r.job_id)
             if sub_id not in pending:
                 continue
             cur = latest.setdefault(sub_id, {}).get(r.job_id)

@@ -1,1 +1,2 @@
-"""Estimators behind one fit/predict interface (see ``base``), and their registry."""
+"""Estimators behind one fit/predict interface (see ``base``), their registry, construction
+by name, persistence, and the escalation cost they are calibrated on."""

@@ -5,7 +5,7 @@ Every model answers the same question in the same space: the log of an
 when there is one, else 1 unit, i.e. an absolute amount).  Working relative
 to the request lets one model serve jobs of every size, makes "leave the
 request alone" simply "predict ≥ 0", and lets the guard rails in
-``harpd.predict.live`` treat every model alike.  ``NaN`` means "no prediction".
+``harpd.predict.allocation`` treat every model alike.  ``NaN`` means "no prediction".
 
 Training targets ``y`` are on the same scale; ``censored`` marks rows whose
 ``y`` is only a lower bound (TIMEOUT/OOM); ``sample_weight`` is each row's size (request × cores,

@@ -30,8 +30,8 @@ from collections import deque
 import numpy as np
 
 from harpd.features.history import COL
-from harpd.predict.metric import DISRUPTION, extra_consumption, extra_consumption_many
 from harpd.models.base import BasePredictor, check_xy
+from harpd.models.cost import DISRUPTION, extra_consumption, extra_consumption_many
 from harpd.models.gbm import GbmQuantile
 
 _ALL = "\x00all"

@@ -1,1 +1,2 @@
-"""From history to an allocation: guard rails, the live predictor, replay, training, the metric."""
+"""From history to an allocation: guard rails, the live predictor, dataset preparation,
+replay, reference bounds, training, the metric."""

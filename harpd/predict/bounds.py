@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 if TYPE_CHECKING:
-    from harpd.predict.replay import Prepared
+    from harpd.predict.dataset import Prepared
 
 KEEP_AT = 0.9  # bound/request at or above which the request stands
 MARGIN = 1.1

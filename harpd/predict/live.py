@@ -14,7 +14,9 @@ from typing import Any
 
 import numpy as np
 
+from harpd.features.resources import gpu_count
 from harpd.predict.allocation import Guard, allocate
+from harpd.slurm.partitions import limits_from_backend
 from harp_submit.units import format_mem, format_time
 
 log = logging.getLogger("harpd.predict")
@@ -129,10 +131,6 @@ class ModelPredictor:
         finally:
             self._refresh_lock.release()
 
-    def observe(self, records) -> int:
-        """Outcomes pushed by ingest (alternative to polling the store)."""
-        return self._add(list(records))
-
     def _add(self, records: list) -> int:
         from harpd.features.history import keys_of_record
 
@@ -213,7 +211,7 @@ class ModelPredictor:
         rq = job.request
         cores = (rq.cpus_per_task or 1) * (rq.ntasks or 1)
         nodes = rq.nodes or 1
-        gpus = _gpu_count(rq.gpus, rq.gres)
+        gpus = gpu_count(rq.gpus, rq.gres)
         mem_job = None
         if rq.mem_mb:
             mem_job = float(rq.mem_mb) * nodes  # --mem is per node
@@ -271,22 +269,6 @@ class ModelPredictor:
                 "reason": reason}, ex
 
 
-def _gpu_count(gpus: str | None, gres: str | None) -> float | None:
-    """GPUs asked for in ``--gpus`` (``2``, ``a100:2``) or ``--gres gpu[:type]:N``."""
-    for spec in (gpus, gres):
-        if not spec:
-            continue
-        for part in str(spec).split(","):
-            bits = part.split(":")
-            if spec is gres and bits[0] != "gpu":
-                continue
-            try:
-                return float(bits[-1])
-            except ValueError:
-                return 1.0
-    return None
-
-
 def make_predictor(settings, store=None, backend=None, limits=None):
     """What harpd.daemon.main looks up: the champion-backed predictor (no change until trained).
 
@@ -294,7 +276,5 @@ def make_predictor(settings, store=None, backend=None, limits=None):
     ``backend`` only when the caller has none.
     """
     if limits is None and backend is not None:
-        from harpd.daemon.handlers import limits_from_backend
-
         limits = limits_from_backend(backend)
     return ModelPredictor(settings, store=store, limits=limits)

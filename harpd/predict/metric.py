@@ -11,7 +11,9 @@ Censored jobs (killed at the user's limit in the trace) only say "needs more
 than R"; the trace cannot tell what a longer run would have done, so their
 simulation stops at the user's own request (the cap of the replay horizon):
 harp is charged for its killed attempts below R, and the attempt at R
-consumes R, as it did in reality.
+consumes R, as it did in reality.  The per-job cost that harp's calibrated
+model steers on (``harpd.models.cost``) is the same escalation charge, kept
+below the models so that they can use it.
 """
 
 from __future__ import annotations
@@ -21,7 +23,8 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
-from harpd.recovery.escalation import simulate, simulate_many
+from harpd.models.cost import DISRUPTION
+from harpd.recovery.escalation import simulate_many
 from harpd.records import Outcome
 
 
@@ -46,10 +49,6 @@ class ModelMetrics:
 
     def to_dict(self) -> dict:
         return {k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in asdict(self).items()}
-
-
-#: disruption cost of one job that runs out, in units of the average job's use
-DISRUPTION = 1.0
 
 
 def harp_score(over: float, killed: float, used: float, under_rate: float, alpha: float = 0.05,
@@ -166,48 +165,3 @@ def evaluate(
         m.consumed_vs_request = consumed / base_consumed if base_consumed else None
     return m
 
-
-def extra_consumption(first: float, need: float, request: float | None, censored: bool,
-                      resource: str = "time", max_attempts: int = 3) -> float:
-    """What harp's first allocation costs on top of what the user's request consumed.
-
-    Zero when the first allocation fits; else the killed attempts of the
-    escalation chain (a censored job is charged for its attempts below the
-    request, the attempt at the request being what the user paid anyway).
-    Used by the online controller in ``harpd.models.conformal`` so the model
-    steers on exactly the cost this module reports.
-    """
-    has_req = request is not None and request > 0
-    if censored:
-        if first > need:
-            return 0.0
-    elif first >= need:
-        return 0.0
-    outcome = Outcome.TIMEOUT if resource == "time" else Outcome.OOM
-    cap = request if (censored and has_req) else None
-    ch = simulate(need, first, request if has_req else None, cap, outcome, max_attempts,
-                  need_is_lower_bound=censored)
-    if censored and has_req and ch.allocations[-1] >= request:
-        return ch.killed - request
-    return ch.killed
-
-
-def extra_consumption_many(first, need, request, censored, resource: str = "time",
-                           max_attempts: int = 3) -> np.ndarray:
-    """Vectorised ``extra_consumption`` (NaN request: none)."""
-    first = np.asarray(first, float)
-    need = np.asarray(need, float)
-    req = np.broadcast_to(np.asarray(request, float), first.shape)
-    cens = np.broadcast_to(np.asarray(censored, bool), first.shape)
-    has_req = np.isfinite(req) & (req > 0)
-    short = np.where(cens, first <= need, first < need)
-    out = np.zeros(first.shape)
-    if not short.any():
-        return out
-    i = np.flatnonzero(short)
-    outcome = Outcome.TIMEOUT if resource == "time" else Outcome.OOM
-    cap = np.where(cens[i] & has_req[i], req[i], np.nan)
-    k, _, last, _ = simulate_many(need[i], first[i], np.where(has_req[i], req[i], np.nan), cap, outcome,
-                                  max_attempts, cens[i])
-    out[i] = np.where(cens[i] & has_req[i] & (last >= np.where(has_req[i], req[i], np.inf)), k - req[i], k)
-    return out

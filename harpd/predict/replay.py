@@ -9,9 +9,9 @@ rule (``harpd.recovery.escalation``) when the metrics are computed.
 
 Three passes keep 200k jobs inside a few minutes on one core:
 
-1. ``prepare``: one chronological walk builds every job's feature row from the
-   ``History`` of finished jobs (the daemon's code path), and remembers which
-   jobs finished between consecutive submissions;
+1. ``harpd.predict.dataset.prepare``: one chronological walk builds every
+   job's feature row from the ``History`` of finished jobs (the daemon's code
+   path), and remembers which jobs finished between consecutive submissions;
 2. trained models are refitted at each retrain point and predict the jobs up
    to the next one in one batch (the model is fixed in between);
 3. the conformal model's online part (ACI, sliding residual windows) and the
@@ -20,210 +20,19 @@ Three passes keep 200k jobs inside a few minutes on one core:
 
 from __future__ import annotations
 
-import heapq
 import math
-import os
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
 
+from harpd.models import construct
 from harpd.predict.allocation import Guard, allocate, allocate_many
-from harpd.features.history import (
-    COL,
-    N_FEATURES,
-    History,
-    conformal_group,
-    key_fields,
-    keys_from_fields,
-)
+from harpd.predict.bounds import allocations
+from harpd.predict.dataset import Prepared, fit_rows
 from harpd.predict.metric import ModelMetrics, evaluate
-from harpd.models import registry
-from harpd.models.conformal import HarpModel
-from harpd.models.gbm import GbmQuantile
-from harpd.records import JobRecord, Outcome
 
-Y_MIN, Y_MAX = -15.0, 3.0
-#: the base model's quantile: memory traces are burstier, their tails heavier
-DEFAULT_QUANTILE = {"time": 0.8, "mem": 0.95}
-
-
-class ReplayError(ValueError):
-    """A trace or option the replay cannot use; one line for the user."""
-
-
-# -- reading ------------------------------------------------------------------
-
-def read_trace(path: str | os.PathLike[str]) -> Iterator[JobRecord]:
-    """SWF or ``sacct`` export, told apart by content (``harpd.traces.read_trace``)."""
-    from harpd.traces import read_trace as _read
-    from harpd.traces.swf import TraceFormatError
-
-    try:
-        return _read(path)
-    except TraceFormatError as exc:
-        raise ReplayError(str(exc)) from None
-
-
-# -- pass 1 -------------------------------------------------------------------
-
-@dataclass
-class Prepared:
-    """A trace as arrays in submission order, with features at submission time."""
-
-    resource: str
-    source: str
-    submit: np.ndarray
-    need: np.ndarray  # used amount (lower bound when censored)
-    request: np.ndarray  # the user's request, NaN when none
-    censored: np.ndarray
-    weight: np.ndarray
-    n_hist: np.ndarray  # finished runs of the job's signature group when submitted
-    X: np.ndarray
-    y: np.ndarray  # training target: log(need / reference)
-    groups: np.ndarray  # conformal groups (partition)
-    known_at: np.ndarray  # outcomes known when job i was submitted
-    finish_seq: np.ndarray  # job indices in the order they finished
-    limit: np.ndarray | None = None  # cap per job (NaN: none); the request caps relative traces
-    skipped: dict[str, int] = field(default_factory=dict)
-    template: np.ndarray | None = None  # per job its user+request template key (``keep_templates``)
-
-    @property
-    def n(self) -> int:
-        return len(self.submit)
-
-    @property
-    def has_requests(self) -> bool:
-        return bool(np.isfinite(self.request).any())
-
-
-def _usage(r: JobRecord, resource: str) -> tuple[float | None, float | None, bool]:
-    if resource == "time":
-        cens = r.censored_time or r.outcome == Outcome.TIMEOUT
-        return r.used_time_s, r.req_time_s, cens
-    cens = r.censored_mem or r.outcome == Outcome.OOM
-    return r.used_mem_mb, r.req_mem_mb, cens
-
-
-def prepare(records: Iterable[JobRecord], resource: str = "time", limit: int | None = None,
-            keep_templates: bool = False) -> Prepared:
-    """Arrays and submission-time features of a trace's finished jobs, oldest first.
-
-    Jobs without a request are dropped when most jobs have one (they cannot
-    be compared with the user's own request); when almost none has one (a
-    memory trace like METACENTRUM) every job is kept and sized absolutely.
-    A job that ran to its request is censored whatever its state says.
-    ``keep_templates`` also keeps each job's template key (same user, request
-    and cores: the History's "r" group), for evaluations that group jobs.
-    """
-    if resource not in ("time", "mem"):
-        raise ReplayError(f"unknown resource {resource!r}: use time or mem")
-    rows: list[tuple] = []
-    skipped = {"no usage": 0, "no submit time": 0, "no request": 0, "not finished": 0}
-    source = ""
-    n_req = n_same = 0
-    for r in records:
-        source = source or r.source
-        used, req, cens = _usage(r, resource)
-        if r.outcome in (Outcome.RUNNING,):
-            skipped["not finished"] += 1
-            continue
-        if used is None or used < 0:
-            skipped["no usage"] += 1
-            continue
-        if req is not None and req > 0 and used >= req:
-            cens = True  # ran to its limit (whatever the state says): a lower bound
-        if r.submit_time is None:
-            skipped["no submit time"] += 1
-            continue
-        if req is not None and req > 0:
-            n_req += 1
-            if resource == "mem" and abs(req - used) < 1e-6 * max(req, 1.0):
-                n_same += 1
-        end = r.end_time
-        if end is None:  # when its outcome became known: start (or submit) + run time
-            began = r.start_time if r.start_time is not None else r.submit_time
-            end = began + (r.used_time_s or 0.0)
-        cores = r.req_cpus or r.alloc_cpus or 1
-        # keep a few fields, not the record: training holds a million of these
-        rows.append((r.submit_time, end, used, req, cens, cores, key_fields(r, resource), r.partition))
-    if not rows:
-        raise ReplayError(f"trace has no finished jobs with {resource} usage")
-    if resource == "mem" and n_req and n_same > 0.9 * n_req:
-        raise ReplayError(
-            f"used memory equals the request in {n_same / n_req:.0%} of jobs: not a measurement, cannot replay memory"
-        )
-    with_req = n_req / len(rows)
-    absolute = with_req < 0.5  # e.g. METACENTRUM: no requests at all → absolute sizes
-    if not absolute:
-        before = len(rows)
-        rows = [row for row in rows if row[3] is not None and row[3] > 0]
-        skipped["no request"] += before - len(rows)
-    rows.sort(key=lambda row: row[0])
-    if limit:
-        rows = rows[:limit]
-    n = len(rows)
-
-    submit = np.array([row[0] for row in rows], float)
-    end = np.array([max(row[1], row[0]) for row in rows], float)
-    need = np.array([row[2] for row in rows], float)
-    request = np.array([row[3] if (row[3] and not absolute) else np.nan for row in rows], float)
-    cens = np.array([row[4] for row in rows], bool)
-    weight = np.array([row[5] if resource == "time" else 1.0 for row in rows], float)
-    relative = not absolute
-    ref = np.where(np.isfinite(request), request, 1.0)
-    # relative targets live in [-15, 3]; absolute ones (no requests) are log MiB/seconds
-    y = np.log(np.maximum(need, 1.0) / ref)
-    y = np.clip(y, Y_MIN, Y_MAX) if not absolute else np.clip(y, 0.0, 40.0)
-    y = np.where(cens & np.isfinite(request), np.maximum(y, 0.0), y)
-
-    hist = History()
-    X = np.empty((n, N_FEATURES), dtype=np.float32)  # rows filled in place: no list of lists
-    n_hist = np.zeros(n, np.int32)
-    known_at = np.zeros(n, np.int64)
-    finish: list[int] = []
-    heap: list[tuple[float, int]] = []
-    pop, push = heapq.heappop, heapq.heappush
-    own = [row[3] for row in rows]
-    parts = [row[7] or "?" for row in rows]
-    # traces carry no partition limits: the largest use seen so far in the
-    # partition stands in for "node memory" / MaxTime where there is no request
-    part_max: dict[str, float] = {}
-    limit = np.full(n, np.nan)
-    for i in range(n):
-        t = submit[i]
-        while heap and heap[0][0] <= t:
-            _, j = pop(heap)
-            kj = keys_from_fields(rows[j][6], relative)  # recomputed: cheaper than holding a million
-            hist.add(kj, need[j], own[j], bool(cens[j]), end[j])
-            hist.finished(kj)
-            finish.append(j)
-            if need[j] > part_max.get(parts[j], 0.0):
-                part_max[parts[j]] = float(need[j])
-        if absolute:
-            limit[i] = part_max.get(parts[i], np.nan)
-        known_at[i] = len(finish)
-        k = keys_from_fields(rows[i][6], relative)
-        n_hist[i] = hist.count(k, "s")
-        X[i] = hist.features(k, t)
-        hist.submitted(k, t)
-        push(heap, (end[i], i))
-    while heap:
-        finish.append(pop(heap)[1])
-    lp = X[:, COL["log_pending"]]
-    groups = np.array([conformal_group(row[7], float(lp[i])) for i, row in enumerate(rows)], dtype=object)
-    return Prepared(
-        resource=resource, source=source, submit=submit, need=need, request=request,
-        censored=cens, weight=weight, n_hist=n_hist, X=X, y=y, groups=groups,
-        known_at=known_at, finish_seq=np.array(finish, np.int64), skipped=skipped,
-        limit=limit if absolute else None,
-        template=np.array([keys_from_fields(row[6], relative).req for row in rows], dtype=object)
-        if keep_templates else None,
-    )
-
-
-# -- passes 2 and 3 --------------------------------------------------------------
 
 @dataclass
 class ReplayConfig:
@@ -240,6 +49,13 @@ class ReplayConfig:
     points: list[int] | None = None  # explicit retrain points (training.py's hold-out)
     evaluate_from: int = 0  # metrics over jobs from this submission index on
     bounds: bool = False  # add the reference rows of harpd.predict.bounds (needs keep_templates)
+
+    def make_model(self, name: str, prep: Prepared):
+        """A fresh predictor ``name`` with this replay's tuning, for ``prep``'s trace."""
+        return construct.make_model(name, resource=prep.resource, relative=prep.has_requests, alpha=self.alpha,
+                                    max_attempts=self.max_attempts, waste_budget=self.waste_budget,
+                                    min_fraction=self.guard.min_fraction, gbm=self.gbm,
+                                    conformal=self.conformal)
 
 
 @dataclass
@@ -263,32 +79,9 @@ def retrain_points(known_at: np.ndarray, every: int, min_train: int) -> list[int
     return pts
 
 
-def make_model(name: str, cfg: ReplayConfig, prep: Prepared):
-    """A fresh predictor; harp's own get the replay's tuning, others their defaults."""
-    if name == "request":
-        return registry.create("request")
-    gbm = {"quantile": DEFAULT_QUANTILE[prep.resource], **cfg.gbm}
-    if name == "harp":
-        cal = {"budget": cfg.waste_budget, "min_fraction": cfg.guard.min_fraction, **cfg.conformal}
-        return HarpModel(alpha=cfg.alpha, base=GbmQuantile(**gbm), relative=prep.has_requests,
-                         resource=prep.resource, calibrator=cal, max_attempts=cfg.max_attempts)
-    if name == "gbm":
-        return GbmQuantile(**gbm)
-    return registry.create(name)
-
-
 def _train_rows(prep: Prepared, i: int, window: int) -> np.ndarray:
     k = int(prep.known_at[i])
     return prep.finish_seq[max(0, k - window):k]
-
-
-def _fit(model, prep: Prepared, idx: np.ndarray):
-    size = prep.weight[idx] * np.where(np.isfinite(prep.request[idx]), prep.request[idx], 1.0)
-    kw = {"censored": prep.censored[idx], "groups": prep.groups[idx]}
-    try:
-        return model.fit(prep.X[idx], prep.y[idx], sample_weight=size, **kw)
-    except TypeError:  # a site model without sample_weight
-        return model.fit(prep.X[idx], prep.y[idx], **kw)
 
 
 def _batch_model(name: str, prep: Prepared, cfg: ReplayConfig, pts: list[int]) -> np.ndarray:
@@ -297,7 +90,7 @@ def _batch_model(name: str, prep: Prepared, cfg: ReplayConfig, pts: list[int]) -
     up = np.full(n, np.nan)
     bounds = pts + [n]
     for s, i in enumerate(pts):
-        model = _fit(make_model(name, cfg, prep), prep, _train_rows(prep, i, cfg.train_window))
+        model = fit_rows(cfg.make_model(name, prep), prep, _train_rows(prep, i, cfg.train_window))
         up[i:bounds[s + 1]] = model.predict(prep.X[i:bounds[s + 1]], groups=prep.groups[i:bounds[s + 1]])
     return up
 
@@ -321,11 +114,11 @@ def _online_model(name: str, prep: Prepared, cfg: ReplayConfig, pts: list[int],
     seg = 0
     prev_known = int(prep.known_at[0]) if n else 0
     thetas: list[float] = []
-    hfloor = make_model(name, cfg, prep).floor_of(prep.X)  # a function of the features alone
+    hfloor = cfg.make_model(name, prep).floor_of(prep.X)  # a function of the features alone
     for i in range(n):
         if seg < len(pts) and i == bounds[seg]:
             idx = _train_rows(prep, i, cfg.train_window)
-            model = _fit(make_model(name, cfg, prep), prep, idx)
+            model = fit_rows(cfg.make_model(name, prep), prep, idx)
             stop = bounds[seg + 1]
             base_pred[i:stop] = model.predict_base(prep.X[i:stop])
             seg += 1
@@ -387,7 +180,7 @@ def run(prep: Prepared, cfg: ReplayConfig | None = None,
             up = base_of_harp
             notes["gbm"] = "harp's base quantile model, without calibration"
         else:
-            model = make_model(name, cfg, prep)
+            model = cfg.make_model(name, prep)
             if not getattr(model, "needs_training", True):
                 up = model.predict(prep.X, groups=prep.groups)
             else:
@@ -408,8 +201,6 @@ def run(prep: Prepared, cfg: ReplayConfig | None = None,
                                 prep.weight[sel], resource=prep.resource, alpha=cfg.alpha,
                                 max_attempts=cfg.max_attempts, baseline=base))
     if cfg.bounds and base is not None:
-        from harpd.predict.bounds import allocations
-
         for name, a in allocations(prep).items():
             metrics.append(evaluate(f"bound:{name}", a[sel], prep.need[sel], req[sel], prep.censored[sel],
                                     prep.weight[sel], resource=prep.resource, alpha=cfg.alpha,

@@ -9,12 +9,12 @@ themselves, unasked, would spend their allocation on a guess.  Array and
 heterogeneous jobs are never recovered (one task's limits cannot be raised
 alone).
 
-Limits are kept in the ``attempts.limits`` JSON of every attempt, in the units
-Slurm applies them: ``time_s`` (whole minutes, in seconds) and the memory in
-the option the job used, per node (``mem_mb``, ``--mem``/``MinMemoryNode``) or
-per CPU (``mem_per_cpu_mb``, ``--mem-per-cpu``/``MinMemoryCPU``), because
-sbatch refuses ``--mem`` beside a script's ``#SBATCH --mem-per-cpu``.  The
-doubling itself is ``harpd.recovery.escalation.next_allocation``, the one rule
+Limits (``attempts.AttemptLimits``) are in the units Slurm applies them:
+``time_s`` (whole minutes, in seconds) and the memory in the option the job
+used, per node (``mem_mb``, ``--mem``/``MinMemoryNode``) or per CPU
+(``mem_per_cpu_mb``, ``--mem-per-cpu``/``MinMemoryCPU``), because sbatch
+refuses ``--mem`` beside a script's ``#SBATCH --mem-per-cpu``.  The doubling
+itself is ``harpd.recovery.escalation.next_allocation``, the one rule
 ``harp replay`` simulates too; this module only supplies its inputs (current
 value, the user's original request, the cap) and rounds its answer to what
 Slurm can express.
@@ -28,12 +28,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from harp_submit.harp_lines import words
+from harpd.protocol import Resources
+from harpd.recovery.attempts import AttemptLimits
 from harpd.recovery.escalation import next_allocation, resource_for
 from harpd.records import JobRecord, Outcome
 
-__all__ = ["retry_choice", "eligible", "first_limits", "next_limits", "Next", "fmt_time", "fmt_mem", "MEM_KEYS"]
+__all__ = ["retry_choice", "eligible", "first_limits", "next_limits", "Next", "fmt_time", "fmt_mem"]
 
-MEM_KEYS = ("mem_mb", "mem_per_cpu_mb", "mem_per_gpu_mb")
 _PLAIN_JOB_ID = re.compile(r"^\d+$")
 _OFF = {"off", "no", "false", "0", "never"}
 
@@ -81,7 +82,7 @@ def _pos(v: Any) -> float | None:
     return f if math.isfinite(f) and f > 0 else None
 
 
-def first_limits(rec: JobRecord, submission: dict[str, Any]) -> dict[str, Any]:
+def first_limits(rec: JobRecord, submission: dict[str, Any]) -> AttemptLimits:
     """The limits the first run had, in the units recovery escalates.
 
     Slurm's record is the truth for what was applied (a partition default
@@ -91,35 +92,42 @@ def first_limits(rec: JobRecord, submission: dict[str, Any]) -> dict[str, Any]:
     sub = submission.get("submitted") or {}
     job = submission.get("job") or {}
     nodes = int(_pos(rec.alloc_nodes) or _pos(rec.req_nodes) or _pos(sub.get("nodes")) or 1)
-    out: dict[str, Any] = {}
     t = _pos(rec.req_time_s) or _pos(sub.get("time_s"))
-    out["time_s"] = None if t is None else int(round(t))
+    mem: dict[str, int | None]
     if _pos(sub.get("mem_per_gpu_mb")):
-        out["mem_per_gpu_mb"] = int(sub["mem_per_gpu_mb"])
+        mem = {"mem_per_gpu_mb": int(sub["mem_per_gpu_mb"])}
     elif _pos(sub.get("mem_per_cpu_mb")):
-        out["mem_per_cpu_mb"] = int(sub["mem_per_cpu_mb"])
+        mem = {"mem_per_cpu_mb": int(sub["mem_per_cpu_mb"])}
     else:
         per_node = _pos(rec.req_mem_mb)
         per_node = per_node / nodes if per_node is not None else _pos(sub.get("mem_mb"))
-        out["mem_mb"] = None if per_node is None else int(math.ceil(per_node - 1e-9))
-    out["partition"] = rec.partition or sub.get("partition") or job.get("partition")
-    out["nodes"] = nodes
+        mem = {"mem_mb": None if per_node is None else int(math.ceil(per_node - 1e-9))}
     cpus = _pos(rec.alloc_cpus) or _pos(rec.req_cpus)
-    out["cpus_per_node"] = None if cpus is None else int(math.ceil(cpus / nodes))
-    return out
+    return AttemptLimits(
+        time_s=None if t is None else int(round(t)),
+        **mem,
+        partition=rec.partition or sub.get("partition") or job.get("partition"),
+        nodes=nodes,
+        cpus_per_node=None if cpus is None else int(math.ceil(cpus / nodes)),
+    )
 
 
 @dataclass(frozen=True, slots=True)
 class Next:
     """The limits for the next attempt, or why there is none (``limits`` None)."""
 
-    limits: dict[str, Any] | None
+    limits: AttemptLimits | None
     reason: str
     resource: str | None = None
 
 
 def fmt_time(seconds: float | None) -> str:
-    """Seconds as Slurm users write limits: ``2 min``, ``1:30:00``, ``2-00:00:00``."""
+    """Seconds as recovery's reasons and ``harp status`` say them: ``2 min``, ``1:30:00``, ``2-00:00:00``.
+
+    Not ``units.format_time``: that is sbatch's spelling (``00:02:00``,
+    ``UNLIMITED``), this the wording users have been shown since recovery
+    began (``1 min -> 2 min``), which tests and scripts read.
+    """
     if seconds is None:
         return "unlimited"
     s = int(round(seconds))
@@ -132,6 +140,11 @@ def fmt_time(seconds: float | None) -> str:
 
 
 def fmt_mem(mb: float | None) -> str:
+    """MiB as recovery's reasons say them: ``200M``, ``64G``; ``unknown`` for None.
+
+    Not ``units.format_mem``, which turns every multiple of 1024 into G (and
+    T): recovery has always said ``1024M``/``2048M`` and only whole G from 10G up.
+    """
     if mb is None:
         return "unknown"
     mb = int(math.ceil(mb))
@@ -150,8 +163,8 @@ def _smallest(caps: list[tuple[float | None, str]]) -> tuple[float | None, str |
 def next_limits(
     outcome: Outcome,
     attempt: int,
-    limits: dict[str, Any],
-    original: dict[str, Any] | None,
+    limits: AttemptLimits,
+    original: Resources | None,
     *,
     max_attempts: int,
     partition_max_time_s: float | None,
@@ -174,14 +187,14 @@ def next_limits(
     res = resource_for(outcome)
     if res is None:
         return Next(None, f"ended {outcome.value}: not caused by its limits, so not resubmitted")
-    original = original or {}
+    original = original or Resources()
     where = f"partition {partition}" if partition else "the partition"
     if res == "time":
-        current = _pos(limits.get("time_s"))
+        current = _pos(limits.time_s)
         if current is None:
             return Next(None, "ran out of time with no known time limit: not resubmitted", res)
         cap, cap_name = _smallest([(partition_max_time_s, f"{where} MaxTime"), (cfg_max_time_s, "recovery.max_time_s")])
-        step = next_allocation(outcome, current, _pos(original.get("time_s")), cap, attempt, max_attempts)
+        step = next_allocation(outcome, current, _pos(original.time_s), cap, attempt, max_attempts)
         if step.stop or step.value is None:
             return Next(None, _explain_stop(step.reason, cap, cap_name, fmt_time) + "; not resubmitted", res)
         minutes = math.ceil(step.value / 60 - 1e-9)
@@ -190,19 +203,19 @@ def next_limits(
         if minutes * 60 <= current:
             return Next(None, f"ran out of time at {fmt_time(current)}: {cap_name} ({fmt_time(cap)}) "
                               "leaves no whole minute more; not resubmitted", res)
-        new = {**limits, "time_s": minutes * 60}
+        new = limits.but(time_s=minutes * 60)
         return Next(new, f"{_explain_stop(step.reason, cap, cap_name, fmt_time)}: time {fmt_time(current)} -> {fmt_time(minutes * 60)}", res)
 
     # memory
-    if _pos(limits.get("mem_per_gpu_mb")):
+    if _pos(limits.mem_per_gpu_mb):
         return Next(None, "ran out of memory requested per GPU (--mem-per-gpu): not resubmitted", res)
-    key = "mem_per_cpu_mb" if _pos(limits.get("mem_per_cpu_mb")) else "mem_mb"
-    current = _pos(limits.get(key))
+    key = "mem_per_cpu_mb" if _pos(limits.mem_per_cpu_mb) else "mem_mb"
+    current = _pos(getattr(limits, key))
     if current is None:
         return Next(None, "ran out of memory with no known memory limit: not resubmitted", res)
     per = 1
     if key == "mem_per_cpu_mb":
-        per = int(_pos(limits.get("cpus_per_node")) or 1)
+        per = int(_pos(limits.cpus_per_node) or 1)
     caps = [
         (None if node_mem_mb is None else node_mem_mb / per, "the node's memory"),
         (None if cfg_max_mem_mb is None else cfg_max_mem_mb / per, "recovery.max_mem_mb"),
@@ -210,7 +223,7 @@ def next_limits(
     cap, cap_name = _smallest(caps)
     if cap is not None:
         cap = float(math.floor(cap))
-    step = next_allocation(outcome, current, _pos(original.get(key)), cap, attempt, max_attempts)
+    step = next_allocation(outcome, current, _pos(getattr(original, key)), cap, attempt, max_attempts)
     if step.stop or step.value is None:
         return Next(None, _explain_stop(step.reason, cap, cap_name, fmt_mem) + "; not resubmitted", res)
     value = int(math.ceil(step.value - 1e-9))
@@ -218,7 +231,7 @@ def next_limits(
         value = int(cap)
     if value <= current:
         return Next(None, f"ran out of memory at {fmt_mem(current)}: {cap_name} leaves no room; not resubmitted", res)
-    new = {**limits, key: value}
+    new = limits.but(**{key: value})
     what = "memory per CPU" if key == "mem_per_cpu_mb" else "memory"
     return Next(new, f"{_explain_stop(step.reason, cap, cap_name, fmt_mem)}: {what} {fmt_mem(current)} -> {fmt_mem(value)}", res)
 

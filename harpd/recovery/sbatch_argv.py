@@ -22,9 +22,9 @@ are set explicitly here:
 
 from __future__ import annotations
 
-from typing import Any
-
 from harp_submit.sbatch_options import SBATCH_TABLE, GetoptError
+from harpd.recovery.attempts import AttemptLimits
+from harpd.slurm.base import whole_minutes
 
 __all__ = ["resubmit_argv", "ArgvError"]
 
@@ -41,13 +41,9 @@ class ArgvError(ValueError):
     """The registered argv cannot be turned into a resubmission (one line)."""
 
 
-def _minutes(seconds: int) -> str:
-    return str(max(1, -(-int(seconds) // 60)))
-
-
 def resubmit_argv(
     argv: list[str],
-    limits: dict[str, Any],
+    limits: AttemptLimits,
     *,
     job_name: str | None,
     workdir: str,
@@ -59,7 +55,7 @@ def resubmit_argv(
         parsed = SBATCH_TABLE.parse(list(argv))
     except GetoptError as exc:
         raise ArgvError(f"the registered sbatch arguments do not parse: {exc}") from None
-    sets_mem = bool(limits.get("mem_mb") or limits.get("mem_per_cpu_mb"))
+    sets_mem = bool(limits.mem)
     out: list[str] = []
     for o in parsed.options:
         if o.name in _DROP or (sets_mem and o.name in _MEM):
@@ -69,18 +65,18 @@ def resubmit_argv(
     script_args = rest[1:] if rest else []
     if job_name:
         out.append(f"--job-name={job_name}")
-    if limits.get("partition"):
-        out.append(f"--partition={limits['partition']}")
+    if limits.partition:
+        out.append(f"--partition={limits.partition}")
     if account:
         out.append(f"--account={account}")
     out.append(f"--chdir={workdir}")
     out.append(f"--comment={comment}")
-    if limits.get("time_s"):
-        out.append(f"--time={_minutes(limits['time_s'])}")
-    if limits.get("mem_per_cpu_mb"):
-        out.append(f"--mem-per-cpu={int(limits['mem_per_cpu_mb'])}M")
-    elif limits.get("mem_mb"):
-        out.append(f"--mem={int(limits['mem_mb'])}M")
+    if limits.time_s:
+        out.append(f"--time={whole_minutes(limits.time_s)}")
+    if limits.mem_per_cpu_mb:
+        out.append(f"--mem-per-cpu={int(limits.mem_per_cpu_mb)}M")
+    elif limits.mem_mb:
+        out.append(f"--mem={int(limits.mem_mb)}M")
     if script_args:
         # sbatch takes script arguments only after a script file name
         out += ["/dev/stdin", *script_args]

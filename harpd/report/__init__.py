@@ -1,9 +1,7 @@
 """``harp report``: aggregation over the store (numpy) and its renderers.
 
 Data flows columns -> aggregate.Report -> render_table / render_csv_json /
-render_html; only ``source`` talks to the store.
+render_html; only ``source`` talks to the store.  What a report may be asked
+for (formats, groupings) is the wire contract's: ``harpd.protocol.REPORT_FORMATS``
+and ``REPORT_GROUPINGS``.
 """
-
-# what a report can be asked for (the CLI's choices and the socket's request alike)
-FORMATS = ("table", "csv", "json", "html")
-GROUPINGS = ("user", "account", "partition", "signature")

@@ -10,7 +10,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from harpd.report import FORMATS, scoreboard
+from harpd.protocol import REPORT_FORMATS
+from harpd.report import scoreboard
 from harpd.report.aggregate import Report, build_report
 from harpd.report.fmt import when
 from harpd.report.source import load, store_span
@@ -99,4 +100,4 @@ def render(report: Report, fmt: str, top: int | None = None) -> str:
         from harpd.report.render_html import render as render_html
 
         return render_html(report, top=top)
-    raise ValueError(f"unknown report format {fmt!r}; expected one of {', '.join(FORMATS)}")
+    raise ValueError(f"unknown report format {fmt!r}; expected one of {', '.join(REPORT_FORMATS)}")

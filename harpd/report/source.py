@@ -8,17 +8,16 @@ only for the few rows that need it.
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
+from harpd.features.resources import gpu_count
 from harpd.report.columns import Jobs, columns_for, normalise, size
 from harpd.report.window import Window
 
 _UNFINISHED = ("running", "unknown")
-_GPU_COUNT = re.compile(r"(?:^|[,\s])(?:gpu)(?::[^:,]+)?:(\d+)")
 
 
 @dataclass
@@ -87,16 +86,6 @@ def _floats(values: list[Any]) -> np.ndarray:
         return np.array([_num(v) for v in values], dtype=np.float64)
 
 
-def _gpu_count(gpus: Any, gres: Any) -> float:
-    if gpus is not None:
-        return _num(str(gpus).rsplit(":", 1)[-1])
-    if gres:
-        m = _GPU_COUNT.search(str(gres))
-        if m:
-            return float(m.group(1))
-    return np.nan
-
-
 def resource_totals(values: dict[str, list[Any]], prefix: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(time_s, cpus, mem_mb for the whole job) of protocol ``Resources``, vectorised.
 
@@ -113,7 +102,8 @@ def resource_totals(values: dict[str, list[Any]], prefix: str) -> tuple[np.ndarr
     cpus = np.where(np.isnan(cpt) & np.isnan(ntasks), np.nan, or1(cpt) * or1(ntasks))
     gpus = np.full(len(cpt), np.nan)
     for i in np.flatnonzero(np.isfinite(f["mem_per_gpu_mb"])).tolist():  # rare: parse only these
-        gpus[i] = _gpu_count(values[f"{prefix}.gpus"][i], values[f"{prefix}.gres"][i])
+        n_gpus = gpu_count(values[f"{prefix}.gpus"][i], values[f"{prefix}.gres"][i])
+        gpus[i] = np.nan if n_gpus is None else n_gpus
     mem = np.where(
         np.isfinite(f["mem_mb"]),
         f["mem_mb"] * or1(f["nodes"]),

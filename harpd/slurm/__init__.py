@@ -1,19 +1,20 @@
 """The only place harp talks to Slurm: pick a backend with ``get_backend``.
 
 Importing this package is cheap (the CLI backend loads on first use), so
-modules that only need ``SlurmError`` or ``PartitionInfo`` pay nothing.
+modules that only need ``SlurmError`` or the typed records (``JobInfo``,
+``PartitionInfo``) pay nothing.
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from harpd.slurm.base import PartitionInfo, SlurmBackend, SlurmError
+from harpd.slurm.base import JobChanges, JobInfo, PartitionInfo, SlurmBackend, SlurmError
 
 if TYPE_CHECKING:
     from harpd.config import HarpSettings, SlurmSettings
 
-__all__ = ["get_backend", "SlurmBackend", "SlurmError", "PartitionInfo"]
+__all__ = ["get_backend", "SlurmBackend", "SlurmError", "PartitionInfo", "JobInfo", "JobChanges"]
 
 
 def get_backend(settings: "HarpSettings | SlurmSettings") -> SlurmBackend:

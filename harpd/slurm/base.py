@@ -14,11 +14,16 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Protocol, runtime_checkable
+from typing import Protocol, TypedDict, Unpack, runtime_checkable
 
 from harpd.records import JobRecord
 
-__all__ = ["SlurmBackend", "SlurmError", "PartitionInfo"]
+__all__ = ["SlurmBackend", "SlurmError", "PartitionInfo", "JobInfo", "JobChanges", "FINISHED_STATES", "whole_minutes"]
+
+#: job states after which a job no longer runs (``scontrol requeuehold`` accepts only these)
+FINISHED_STATES = frozenset(
+    {"COMPLETED", "FAILED", "TIMEOUT", "OUT_OF_MEMORY", "CANCELLED", "NODE_FAIL", "PREEMPTED", "BOOT_FAIL", "DEADLINE"}
+)
 
 
 class SlurmError(Exception):
@@ -46,6 +51,70 @@ class PartitionInfo:
     default: bool = False
     max_nodes: int | None = None
     node_names: tuple[str, ...] = field(default_factory=tuple)
+
+
+@dataclass(frozen=True, slots=True)
+class JobInfo:
+    """One job as slurmctld sees it now (``scontrol show job``), the fields harp acts on.
+
+    Fields Slurm has not filled in (``(null)``, ``N/A``, ``None``, absent) are
+    None, so "unknown" never passes for a value: a pending job's owner may be
+    unknown for a moment, and a job without a memory limit has ``mem_mb`` None.
+    ``mem_mb`` is the per-node limit (``--mem``, MinMemoryNode),
+    ``mem_per_cpu_mb`` the per-CPU one (``--mem-per-cpu``, MinMemoryCPU): a
+    job has at most one of them.
+    """
+
+    job_id: str
+    name: str | None = None
+    user: str | None = None
+    uid: int | None = None
+    state: str | None = None
+    reason: str | None = None
+    restarts: int = 0
+    time_limit_s: int | None = None
+    mem_mb: int | None = None
+    mem_per_cpu_mb: int | None = None
+    comment: str | None = None
+    workdir: str | None = None
+    account: str | None = None
+
+    @property
+    def held(self) -> bool:
+        """Pending and held: after ``requeuehold`` (REQUEUE_HOLD, or PENDING for a held reason)."""
+        state = (self.state or "").upper()
+        reason = (self.reason or "").lower()
+        return state.startswith("REQUEUE_HOLD") or (state.startswith("PENDING") and "held" in reason)
+
+    @property
+    def finished(self) -> bool:
+        """The job's run has ended (a state in ``FINISHED_STATES``)."""
+        return (self.state or "") in FINISHED_STATES
+
+
+class JobChanges(TypedDict, total=False):
+    """What ``update_job`` may change; keys left out stay as they are.
+
+    ``time_limit_s`` goes to Slurm in whole minutes, rounded up
+    (``whole_minutes``); ``start_now`` lets a requeued job start at once
+    instead of waiting out its BeginTime (about two minutes).
+    """
+
+    time_limit_s: int
+    mem_mb: int
+    mem_per_cpu_mb: int
+    comment: str
+    start_now: bool
+
+
+def whole_minutes(seconds: int) -> int:
+    """A time limit as Slurm keeps it: whole minutes, rounded up, at least one.
+
+    Slurm stores limits in minutes, so sbatch's ``--time=N`` and scontrol's
+    ``TimeLimit=N`` take minutes; harp's seconds are rounded up so a limit
+    never ends up shorter than decided.
+    """
+    return max(1, -(-int(seconds) // 60))
 
 
 @runtime_checkable
@@ -83,8 +152,8 @@ class SlurmBackend(Protocol):
         """
         ...
 
-    def show_job(self, job_id: str) -> dict[str, str]:
-        """``scontrol show job -o JOB`` as key/value pairs (the controller's view)."""
+    def show_job(self, job_id: str) -> JobInfo:
+        """The controller's view of the job (``scontrol show job``); SlurmError when it does not know it."""
         ...
 
     def partitions(self) -> dict[str, PartitionInfo]:
@@ -95,11 +164,10 @@ class SlurmBackend(Protocol):
         """``scontrol requeuehold JOB``: back to pending, held, same job id."""
         ...
 
-    def update_job(self, job_id: str, **fields: Any) -> None:
-        """``scontrol update JobId=JOB Key=Value...`` with scontrol's own keys.
+    def update_job(self, job_id: str, **changes: Unpack[JobChanges]) -> None:
+        """Change a (held or pending) job's limits and comment: ``scontrol update``.
 
-        E.g. ``TimeLimit=90`` (minutes, or ``D-HH:MM:SS``) and
-        ``MinMemoryNode=600`` (a plain number of MB: ``600M`` is refused).
+        At least one change; SlurmError when Slurm refuses any of them.
         """
         ...
 

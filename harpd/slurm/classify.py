@@ -32,7 +32,7 @@ import math
 from collections.abc import Iterable, Iterator
 
 from harpd.records import JobRecord, Outcome
-from harpd.slurm.sacct_parse import SacctJob, SacctStep
+from harpd.slurm.sacct_records import SacctJob, SacctStep
 
 __all__ = ["classify", "to_record", "to_records", "OOM_RSS_FRACTION", "OOM_SIGNAL"]
 

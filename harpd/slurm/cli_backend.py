@@ -18,42 +18,22 @@ import subprocess
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Unpack
 
 from harpd.config import HarpSettings, SlurmSettings
 from harpd.slurm.classify import to_records
 from harpd.records import JobRecord
-from harpd.slurm.base import PartitionInfo, SlurmError
-from harpd.slurm.sacct_parse import (
-    PARSABLE2_COLUMNS,
-    SacctJob,
-    SacctParseError,
-    duration_s,
-    parse_json,
-    parse_parsable2,
-)
+from harpd.slurm.base import JobChanges, JobInfo, PartitionInfo, SlurmError
+from harpd.slurm.scontrol import job_info, parse_kv_line, update_fields
+from harp_submit.units import parse_duration_s as duration_s
+from harpd.slurm.sacct_json import parse_json
+from harpd.slurm.sacct_records import SacctJob, SacctParseError
+from harpd.slurm.sacct_text import PARSABLE2_COLUMNS, parse_parsable2
 
-__all__ = ["CliBackend", "parse_kv_line"]
+__all__ = ["CliBackend"]
 
 _JOB_ID_RE = re.compile(r"^\d+(?:_\d+)?$")
-_KEY_RE = re.compile(r"^[A-Za-z][A-Za-z0-9_]*$")
-# a key of `scontrol show -o` output: a word right after a space, up to '='
-_KV_KEY_RE = re.compile(r"(?:^|(?<=\s))([A-Za-z][A-Za-z0-9_/:.\-]*)=")
 _IDS_PER_CALL = 500
-
-
-def parse_kv_line(line: str) -> dict[str, str]:
-    """``Key=Value Key2=a=b,c=d`` (one ``scontrol show -o`` line) -> dict.
-
-    Values may contain ``=`` and ``,`` (TRES=cpu=1,mem=100M); a value runs up
-    to the next `` Key=``, so values with spaces (Reason, Command) survive.
-    """
-    out: dict[str, str] = {}
-    matches = list(_KV_KEY_RE.finditer(line))
-    for i, m in enumerate(matches):
-        end = matches[i + 1].start() if i + 1 < len(matches) else len(line)
-        out[m.group(1)] = line[m.end() : end].strip()
-    return out
 
 
 def _first_line(text: str) -> str:
@@ -294,13 +274,13 @@ class CliBackend:
 
     # ------------------------------------------------------------- scontrol
 
-    def show_job(self, job_id: str) -> dict[str, str]:
+    def show_job(self, job_id: str) -> JobInfo:
         jid = self._check_job_id(job_id)
         out = self._run("scontrol", ["show", "job", "--oneliner", jid])
         line = _first_line(out)
         if not line:
             raise SlurmError(f"scontrol show job {jid}: empty answer")
-        return parse_kv_line(out.splitlines()[0] if out.splitlines() else line)
+        return job_info(parse_kv_line(out.splitlines()[0] if out.splitlines() else line))
 
     def partitions(self) -> dict[str, PartitionInfo]:
         parts = [parse_kv_line(ln) for ln in self._run("scontrol", ["show", "partition", "--oneliner"]).splitlines() if ln.strip()]
@@ -356,17 +336,10 @@ class CliBackend:
     def requeue_hold(self, job_id: str) -> None:
         self._run("scontrol", ["requeuehold", self._check_job_id(job_id)])
 
-    def update_job(self, job_id: str, **fields: Any) -> None:
-        if not fields:
-            raise SlurmError("update_job needs at least one field")
+    def update_job(self, job_id: str, **changes: Unpack[JobChanges]) -> None:
+        fields = update_fields(changes)
         args = ["update", f"JobId={self._check_job_id(job_id)}"]
-        for k, v in fields.items():
-            if not _KEY_RE.match(k):
-                raise SlurmError(f"invalid scontrol field name {k!r}")
-            sv = str(v)
-            if not sv or any(c in sv for c in "\n\r\x00"):
-                raise SlurmError(f"invalid value for {k}: {sv!r}")
-            args.append(f"{k}={sv}")
+        args += [f"{k}={v}" for k, v in fields.items()]
         self._run("scontrol", args)
 
     def release(self, job_id: str) -> None:

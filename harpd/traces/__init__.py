@@ -93,7 +93,8 @@ class TraceReader:
 
     def _json(self, source: str | None) -> tuple[str, Iterator[JobRecord]]:
         from harpd.slurm.classify import to_records
-        from harpd.slurm.sacct_parse import SacctParseError, parse_json
+        from harpd.slurm.sacct_json import parse_json
+        from harpd.slurm.sacct_records import SacctParseError
         from harpd.traces.sacct_export import open_trace, source_name
 
         text, _, _ = open_trace(self.path)

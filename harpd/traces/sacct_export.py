@@ -2,7 +2,7 @@
 
 A site's own accounting history is the best training data harp can get, and
 ``sacct -P`` is how sites export it.  Rows go through the same parser and the
-same classifier as live polling (``harpd.slurm.sacct_parse`` and
+same classifier as live polling (``harpd.slurm.sacct_text`` and
 ``harpd.slurm.classify``), so an imported job and a polled job of the same run are
 the same record.
 
@@ -24,7 +24,8 @@ from typing import IO
 
 from harpd.slurm.classify import to_record
 from harpd.records import JobRecord
-from harpd.slurm.sacct_parse import Parsable2Stats, SacctParseError, iter_parsable2
+from harpd.slurm.sacct_records import SacctParseError
+from harpd.slurm.sacct_text import Parsable2Stats, iter_parsable2
 from harpd.traces._open import TraceFormatError, open_binary
 
 __all__ = ["read_sacct_export", "SacctExportReader", "source_name", "open_trace"]

@@ -228,9 +228,9 @@ def test_job_requeued_in_place_keeps_both_runs(slurm_cluster, tmp_path):
         time.sleep(1)
     assert store.get_job(jid).outcome is Outcome.TIMEOUT
     backend.requeue_hold(jid)
-    backend.update_job(jid, TimeLimit=3)
+    backend.update_job(jid, time_limit_s=3 * 60)
     backend.release(jid)
-    backend.update_job(jid, StartTime="now")
+    backend.update_job(jid, start_now=True)
     ing.watch(jid)
     deadline = time.time() + 240
     while store.count_jobs() < 2 and time.time() < deadline:

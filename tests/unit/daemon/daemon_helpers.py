@@ -1,9 +1,10 @@
 """Raw socket client helpers for the daemon tests (no harp_submit dependency:
-these tests check the wire format itself)."""
+these tests check the wire format itself), and a way to be ``nobody``."""
 
 from __future__ import annotations
 
 import json
+import os
 import socket
 from typing import Any
 
@@ -28,3 +29,30 @@ def read_answer(s: socket.socket) -> dict[str, Any]:
     assert buf.endswith(b"\n"), f"answer not newline-terminated: {buf!r}"
     assert buf.count(b"\n") == 1
     return json.loads(buf)
+
+
+def as_nobody(fn: Any) -> Any:
+    """Run fn() in a forked child as nobody; return its JSON-able result."""
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # child
+        code = 0
+        try:
+            os.close(r)
+            os.setgroups([])
+            os.setgid(65534)
+            os.setuid(65534)
+            out = fn()
+        except BaseException as e:  # report everything to the parent
+            out = {"child_error": repr(e)}
+            code = 1
+        os.write(w, json.dumps(out).encode())
+        os.close(w)
+        os._exit(code)
+    os.close(w)
+    data = b""
+    while chunk := os.read(r, 65536):
+        data += chunk
+    os.close(r)
+    os.waitpid(pid, 0)
+    return json.loads(data)

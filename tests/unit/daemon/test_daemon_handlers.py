@@ -7,8 +7,10 @@ import os
 import pytest
 
 from harpd import protocol as p
-from harpd.daemon.handlers import Handlers, NoChangePredictor, Peer, Predictor, resolve_group
+from harpd.access import resolve_group
+from harpd.daemon.handlers import Handlers, NoChangePredictor, Peer, Predictor
 from harpd.records import JobRecord, Outcome
+from harpd.slurm.scontrol import job_info
 
 ALICE = Peer(pid=10, uid=1000, gid=1000, user="alice", groups=frozenset({1000}))
 BOB = Peer(pid=11, uid=1001, gid=1001, user="bob", groups=frozenset({1001, 5000}))
@@ -208,12 +210,9 @@ def test_import_calls_the_importer_with_the_store(store, tmp_path):
     assert "line 3: not SWF" in Handlers(store, importer=bad).handle(ROOT, req({"op": "import", "path": str(f)})).error
 
 
-def test_import_without_importer_module(store, tmp_path, monkeypatch):
-    import sys
-
+def test_import_without_an_importer(store, tmp_path):
     f = tmp_path / "t.swf"
     f.write_text("x")
-    monkeypatch.setitem(sys.modules, "harpd.ingest.importer", None)  # import fails
     assert Handlers(store).handle(ROOT, req({"op": "import", "path": str(f)})).error == "import not available in this harpd"
 
 
@@ -268,7 +267,7 @@ class FakeBackend:
     def show_job(self, job_id):
         if job_id == "404":
             raise RuntimeError("scontrol: error: Invalid job id specified")
-        return {"JobId": job_id, "UserId": "alice(1000)", "GroupId": "alice(1000)"}
+        return job_info({"JobId": job_id, "UserId": "alice(1000)", "GroupId": "alice(1000)"})
 
     def partitions(self):
         from harpd.slurm.base import PartitionInfo
@@ -282,7 +281,7 @@ class FakeBackend:
 
 
 def test_backend_adapters_owner_and_cached_limits(store):
-    from harpd.daemon.handlers import limits_from_backend, owner_from_backend
+    from harpd.slurm.partitions import limits_from_backend, owner_from_backend
 
     be = FakeBackend()
     owner = owner_from_backend(be)

@@ -16,7 +16,7 @@ from harpd import protocol as p
 from harpd.daemon.handlers import Handlers
 from harpd.daemon.server import Server, ServerError
 
-from daemon_helpers import call, read_answer
+from daemon_helpers import as_nobody, call, read_answer
 
 HEALTH = {"v": 1, "op": "health"}
 needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="needs root to drop to nobody")
@@ -188,38 +188,11 @@ def test_an_answer_that_cannot_be_encoded_is_reported(serve, store):
 # ----------------------------------------------------- identity (SO_PEERCRED)
 
 
-def _as_nobody(fn) -> dict:
-    """Run fn() in a forked child as nobody; return its JSON-able result."""
-    r, w = os.pipe()
-    pid = os.fork()
-    if pid == 0:  # child
-        code = 0
-        try:
-            os.close(r)
-            os.setgroups([])
-            os.setgid(65534)
-            os.setuid(65534)
-            out = fn()
-        except BaseException as e:  # report everything to the parent
-            out = {"child_error": repr(e)}
-            code = 1
-        os.write(w, json.dumps(out).encode())
-        os.close(w)
-        os._exit(code)
-    os.close(w)
-    data = b""
-    while chunk := os.read(r, 65536):
-        data += chunk
-    os.close(r)
-    os.waitpid(pid, 0)
-    return json.loads(data)
-
-
 @needs_root
 def test_identity_comes_from_the_kernel(serve, store):
     srv = serve()
     reg = {"op": "register", "job_id": "500", "job": {}, "original": {}, "submitted": {}}
-    out = _as_nobody(lambda: {
+    out = as_nobody(lambda: {
         "register": call(srv.path, reg),
         "status": call(srv.path, {"op": "status", "job_id": "500"}),
         "retrain": call(srv.path, {"op": "retrain"}),
@@ -235,7 +208,7 @@ def test_identity_comes_from_the_kernel(serve, store):
 def test_a_user_cannot_see_or_take_over_roots_job(serve, store):
     srv = serve()
     assert srv.call({"op": "register", "job_id": "600", "job": {}, "original": {}, "submitted": {}}) == {"ok": True}
-    out = _as_nobody(lambda: {
+    out = as_nobody(lambda: {
         "status": call(srv.path, {"op": "status", "job_id": "600"}),
         "register": call(srv.path, {"op": "register", "job_id": "600", "job": {}, "original": {}, "submitted": {}}),
     })
@@ -248,7 +221,7 @@ def test_a_user_cannot_see_or_take_over_roots_job(serve, store):
 def test_admin_group_member_may_retrain(serve, store):
     h = Handlers(store, admin_gid=65534, retrain=lambda: {"done": True})
     srv = serve(handlers=h)
-    out = _as_nobody(lambda: call(srv.path, {"op": "retrain"}))
+    out = as_nobody(lambda: call(srv.path, {"op": "retrain"}))
     assert out == {"ok": True, "message": "retrain done", "result": {"done": True}}
 
 
@@ -256,7 +229,7 @@ def test_admin_group_member_may_retrain(serve, store):
 def test_socket_mode_is_applied_and_enforced(serve):
     srv = serve(mode=0o600)
     assert stat.S_IMODE(os.stat(srv.path).st_mode) == 0o600
-    out = _as_nobody(lambda: call(srv.path, HEALTH))
+    out = as_nobody(lambda: call(srv.path, HEALTH))
     assert "PermissionError" in out["child_error"]
     assert srv.call(HEALTH)["ok"] is True
 

@@ -2,39 +2,16 @@
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 import sys
 
 import pytest
 
-from daemon_helpers import call
+from daemon_helpers import as_nobody, call
 from tests.helpers.harpd_process import stop_harpd, wait_for_health
 
 pytestmark = pytest.mark.slurm
-
-
-def _as_nobody(fn):
-    r, w = os.pipe()
-    pid = os.fork()
-    if pid == 0:
-        try:
-            os.close(r)
-            os.setgroups([])
-            os.setgid(65534)
-            os.setuid(65534)
-            out = fn()
-        except BaseException as e:
-            out = {"child_error": repr(e)}
-        os.write(w, json.dumps(out).encode())
-        os._exit(0)
-    os.close(w)
-    data = b""
-    while chunk := os.read(r, 65536):
-        data += chunk
-    os.waitpid(pid, 0)
-    return json.loads(data)
 
 
 @pytest.fixture
@@ -59,8 +36,8 @@ def test_register_checks_the_owner_with_slurm(slurm_cluster, harpd):
     theirs = slurm_cluster.sbatch("--hold", "--wrap=true", "-t", "1", user="nobody")
     try:
         reg = lambda jid: {"op": "register", "job_id": jid, "job": {}, "original": {}, "submitted": {}}  # noqa: E731
-        out = _as_nobody(lambda: {"root_job": call(harpd, reg(roots)), "own_job": call(harpd, reg(theirs)),
-                                  "status": call(harpd, {"op": "status", "job_id": theirs})})
+        out = as_nobody(lambda: {"root_job": call(harpd, reg(roots)), "own_job": call(harpd, reg(theirs)),
+                                 "status": call(harpd, {"op": "status", "job_id": theirs})})
         assert out["root_job"]["ok"] is False and "not yours" in out["root_job"]["error"]
         assert out["own_job"] == {"ok": True}
         assert out["status"]["job"]["uid"] == 65534

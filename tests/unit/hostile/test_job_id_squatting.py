@@ -26,7 +26,7 @@ from harpd.config import HarpSettings  # noqa: E402
 from harpd.daemon.handlers import Handlers, Peer  # noqa: E402
 from harpd.ingest.poller import Ingestor  # noqa: E402
 from harpd import protocol as p  # noqa: E402
-from harpd.recovery import resubmit as rs  # noqa: E402
+from harpd.recovery import machine as rs  # noqa: E402
 from harpd.records import Outcome  # noqa: E402
 
 ALICE = Peer(pid=10, uid=1000, gid=1000, user="alice", groups=frozenset({1000}))

@@ -8,7 +8,7 @@ from typing import Any
 
 from harpd.records import JobRecord, Outcome
 from harpd.slurm.base import PartitionInfo, SlurmError
-from harpd.slurm.sacct_parse import SacctJob, SacctStep
+from harpd.slurm.sacct_records import SacctJob, SacctStep
 
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "sacct"
 

@@ -17,7 +17,8 @@ from harpd.config import HarpSettings
 from harpd.records import Outcome
 from harpd.slurm import get_backend
 from harpd.slurm.base import SlurmBackend, SlurmError
-from harpd.slurm.cli_backend import CliBackend, parse_kv_line
+from harpd.slurm.cli_backend import CliBackend
+from harpd.slurm.scontrol import parse_kv_line
 
 FAKE = textwrap.dedent(
     """\
@@ -264,9 +265,10 @@ def test_partitions(backend):
 
 def test_show_job(backend, bindir):
     job = backend.show_job("12")
-    assert job["JobName"] == "my job" and job["UserId"] == "alice(1000)"
-    assert job["TRES"] == "cpu=1,mem=100M,node=1,billing=1"
-    assert job["Command"] == "/home/alice/run me.sh"
+    assert job.name == "my job" and (job.user, job.uid) == ("alice", 1000)
+    assert job.state == "COMPLETED" and job.finished and not job.held and job.reason is None
+    assert job.time_limit_s == 120 and job.mem_mb is None
+    assert job.workdir == "/home/alice"  # after Command's value with a space in it
     assert calls(bindir)[0]["argv"] == ["show", "job", "--oneliner", "12"]
 
 
@@ -283,7 +285,7 @@ def test_parse_kv_line_values_with_spaces_and_equals():
 
 def test_job_control_argv(backend, bindir):
     backend.requeue_hold("5")
-    backend.update_job("5", TimeLimit=90, MinMemoryNode=600)
+    backend.update_job("5", time_limit_s=90 * 60, mem_mb=600)
     backend.release("5")
     backend.cancel("5_2")
     assert [(c["cmd"], c["argv"]) for c in calls(bindir)] == [
@@ -295,10 +297,12 @@ def test_job_control_argv(backend, bindir):
 
 
 def test_update_job_validation(backend, bindir):
-    with pytest.raises(SlurmError, match="invalid scontrol field name"):
+    with pytest.raises(SlurmError, match="cannot change 'Time Limit'"):
         backend.update_job("5", **{"Time Limit": 3})
     with pytest.raises(SlurmError, match="invalid value"):
-        backend.update_job("5", Comment="a\nb")
+        backend.update_job("5", comment="")
+    with pytest.raises(SlurmError, match="invalid value"):
+        backend.update_job("5", comment="a\nb")
     with pytest.raises(SlurmError, match="at least one field"):
         backend.update_job("5")
     assert calls(bindir) == []

@@ -97,7 +97,7 @@ def test_sacct_export_records(cedar_gz):
 def test_same_parser_as_live_polling():
     """An export of the recorded jobs reads exactly like the live -P output."""
     from harpd.slurm.classify import to_records
-    from harpd.slurm.sacct_parse import parse_parsable2
+    from harpd.slurm.sacct_text import parse_parsable2
 
     live = {r.job_id: r.to_dict() for r in to_records(parse_parsable2((FIXTURES / "22.05-jobs.psv").read_text()), "x")}
     export = {r.job_id: r.to_dict() for r in read_sacct_export(FIXTURES / "22.05-jobs.psv", source="x")}

@@ -7,7 +7,8 @@ from ingest_helpers import by_name, fixture_text, sjob, step
 
 from harpd.slurm.classify import OOM_RSS_FRACTION, classify, to_record, to_records
 from harpd.records import Outcome
-from harpd.slurm.sacct_parse import parse_json, parse_parsable2
+from harpd.slurm.sacct_json import parse_json
+from harpd.slurm.sacct_text import parse_parsable2
 
 # what the recorded 22.05 jobs must come out as, whichever way sacct printed them
 EXPECTED_2205 = {

@@ -6,7 +6,8 @@ import json
 
 import pytest
 
-from harpd.slurm import sacct_parse as sp
+from harp_submit import units
+from harpd.slurm import job_ids, sacct_json, sacct_records, sacct_text
 from ingest_helpers import by_name, load_json
 
 
@@ -29,8 +30,8 @@ from ingest_helpers import by_name, load_json
         ("junk", "M", (None, None)),
     ],
 )
-def test_mem_to_mb(text, bare, expected):
-    value, per = sp.mem_to_mb(text, bare_unit=bare)
+def test_size_mb_per(text, bare, expected):
+    value, per = units.parse_size_mb_per(text, bare_unit=bare)
     if expected[0] is None:
         assert value is None
     else:
@@ -53,35 +54,41 @@ def test_mem_to_mb(text, bare, expected):
     ],
 )
 def test_duration(text, expected):
-    got = sp.duration_s(text)
+    got = units.parse_duration_s(text)
     assert got == (pytest.approx(expected) if expected is not None else None)
 
 
 def test_timestamps_iso_is_utc_and_epoch_digits():
-    assert sp.timestamp("2021-05-01T00:06:13") == 1619827573.0
-    assert sp.timestamp("1795317215") == 1795317215.0
-    assert sp.timestamp("2021-05-01T00:06:13+02:00") == 1619827573.0 - 7200
+    assert sacct_text.timestamp("2021-05-01T00:06:13") == 1619827573.0
+    assert sacct_text.timestamp("1795317215") == 1795317215.0
+    assert sacct_text.timestamp("2021-05-01T00:06:13+02:00") == 1619827573.0 - 7200
     for unknown in ("Unknown", "None", "", "0", "N/A", "2021-13-40T00:00:00"):
-        assert sp.timestamp(unknown) is None
+        assert sacct_text.timestamp(unknown) is None
+
+
+def test_job_ids():
+    assert job_ids.job_of_step("12_3.batch") == "12_3" and job_ids.job_of_step("12.0") == "12"
+    assert job_ids.submitted_id("12_3") == "12" and job_ids.submitted_id("12+1") == "12"
+    assert job_ids.submitted_id("12") == "12"
 
 
 def test_states_normalised():
-    assert sp.normalize_state("CANCELLED by 0") == "CANCELLED"
-    assert sp.normalize_state(["OUT_OF_MEMORY"]) == "OUT_OF_MEMORY"
-    assert sp.normalize_state(["REQUEUED", "COMPLETED"]) == "REQUEUED"
-    assert sp.normalize_state("CANCELLED+") == "CANCELLED"
-    assert sp.normalize_state([]) is None
+    assert sacct_records.normalize_state("CANCELLED by 0") == "CANCELLED"
+    assert sacct_records.normalize_state(["OUT_OF_MEMORY"]) == "OUT_OF_MEMORY"
+    assert sacct_records.normalize_state(["REQUEUED", "COMPLETED"]) == "REQUEUED"
+    assert sacct_records.normalize_state("CANCELLED+") == "CANCELLED"
+    assert sacct_records.normalize_state([]) is None
 
 
 # ------------------------------------------------------- 22.05 JSON layout
 
 
 def test_2205_json_layout_detected(json_2205):
-    assert sp.json_layout(json.loads(json_2205)) == "22.05"
+    assert sacct_json.json_layout(json.loads(json_2205)) == "22.05"
 
 
 def test_2205_json_jobs(json_2205):
-    jobs = by_name(sp.parse_json(json_2205))
+    jobs = by_name(sacct_json.parse_json(json_2205))
     assert set(jobs) == {
         "fx-completed", "fx-timeout", "fx-oom", "fx-failed", "fx-cancelled", "fx-array",
         "fx-percpu", "fx-steps", "fx-stepoom", "fx-gpu",
@@ -104,12 +111,12 @@ def test_2205_json_memory_per_cpu_comes_from_tres(json_2205):
     doc = json.loads(json_2205)
     raw = next(j for j in doc["jobs"] if j["name"] == "fx-percpu")
     assert raw["required"]["memory"] == 150  # the 22.05 ambiguity, as recorded
-    job = by_name(sp.parse_json(json_2205))["fx-percpu"][0]
+    job = by_name(sacct_json.parse_json(json_2205))["fx-percpu"][0]
     assert job.req_mem_mb == 300.0 and job.req_cpus == 2
 
 
 def test_2205_json_exit_codes(json_2205):
-    jobs = by_name(sp.parse_json(json_2205))
+    jobs = by_name(sacct_json.parse_json(json_2205))
     oom = jobs["fx-oom"][0]
     assert (oom.exit_code, oom.exit_signal) == (0, 9)
     # 22.05 says SUCCESS/0 for `exit 1`: recorded as unknown, not as 0
@@ -118,12 +125,12 @@ def test_2205_json_exit_codes(json_2205):
 
 
 def test_2205_json_array_ids(json_2205):
-    ids = sorted(j.job_id for j in by_name(sp.parse_json(json_2205))["fx-array"])
+    ids = sorted(j.job_id for j in by_name(sacct_json.parse_json(json_2205))["fx-array"])
     assert ids == ["12_1", "12_2", "12_3"]
 
 
 def test_2205_json_steps_folded(json_2205):
-    steps = by_name(sp.parse_json(json_2205))["fx-steps"][0].steps
+    steps = by_name(sacct_json.parse_json(json_2205))["fx-steps"][0].steps
     assert [s.step_id for s in steps] == ["batch", "0", "1"]
     two_tasks = steps[1]
     assert two_tasks.ntasks == 2 and two_tasks.nnodes == 1
@@ -131,7 +138,7 @@ def test_2205_json_steps_folded(json_2205):
 
 
 def test_2205_json_gpu(json_2205):
-    gpu = by_name(sp.parse_json(json_2205))["fx-gpu"][0]
+    gpu = by_name(sacct_json.parse_json(json_2205))["fx-gpu"][0]
     assert gpu.req_gpus == 1 and gpu.alloc_gpus == 1
 
 
@@ -139,11 +146,11 @@ def test_2205_json_gpu(json_2205):
 
 
 def test_2311_layout_detected(json_2311):
-    assert sp.json_layout(json.loads(json_2311)) == "23.11+"
+    assert sacct_json.json_layout(json.loads(json_2311)) == "23.11+"
 
 
 def test_2311_jobs(json_2311):
-    jobs = by_name(sp.parse_json(json_2311))
+    jobs = by_name(sacct_json.parse_json(json_2311))
     done = jobs["fx-completed"][0]
     assert done.state == "COMPLETED" and done.limit_s == 120.0 and done.req_mem_mb == 100.0
     assert done.steps[0].step_id == "batch"  # from "101.batch"
@@ -159,7 +166,7 @@ def test_2311_jobs(json_2311):
 
 
 def test_2311_duplicates_numbered_as_runs(json_2311):
-    runs = by_name(sp.parse_json(json_2311))["fx-requeued"]
+    runs = by_name(sacct_json.parse_json(json_2311))["fx-requeued"]
     assert [(r.state, r.run) for r in runs] == [("REQUEUED", 1), ("COMPLETED", 2)]
 
 
@@ -168,7 +175,7 @@ def test_2311_memory_fields_without_tres():
     doc = load_json("23.11-constructed.json")
     for j in doc["jobs"]:
         j["tres"]["requested"] = []
-    jobs = by_name(sp.parse_json(doc))
+    jobs = by_name(sacct_json.parse_json(doc))
     assert jobs["fx-percpu"][0].req_mem_mb == 150 * 2
     assert jobs["fx-completed"][0].req_mem_mb == 100
 
@@ -178,9 +185,9 @@ def test_2311_memory_fields_without_tres():
 
 def test_parsable2_matches_json(json_2205, psv_2205, psv_2205_epoch):
     """The same 22.05 jobs read three ways agree on everything both carry."""
-    from_json = {j.job_id: j for j in sp.parse_json(json_2205)}
+    from_json = {j.job_id: j for j in sacct_json.parse_json(json_2205)}
     for text in (psv_2205, psv_2205_epoch):
-        from_p = {j.job_id: j for j in sp.parse_parsable2(text)}
+        from_p = {j.job_id: j for j in sacct_text.parse_parsable2(text)}
         assert set(from_p) == set(from_json)
         for jid, pj in from_p.items():
             jj = from_json[jid]
@@ -195,12 +202,12 @@ def test_parsable2_matches_json(json_2205, psv_2205, psv_2205_epoch):
 
 
 def test_parsable2_keeps_real_exit_code(psv_2205):
-    failed = by_name(sp.parse_parsable2(psv_2205))["fx-failed"][0]
+    failed = by_name(sacct_text.parse_parsable2(psv_2205))["fx-failed"][0]
     assert (failed.exit_code, failed.exit_signal) == (1, 0)
 
 
 def test_parsable2_step_folding(psv_2205):
-    jobs = by_name(sp.parse_parsable2(psv_2205))
+    jobs = by_name(sacct_text.parse_parsable2(psv_2205))
     assert [s.step_id for s in jobs["fx-steps"][0].steps] == ["batch", "0", "1"]
     stepoom = jobs["fx-stepoom"][0]
     assert [(s.step_id, s.state, s.exit_signal) for s in stepoom.steps] == [
@@ -215,7 +222,7 @@ def test_parsable2_old_reqmem_suffixes():
         "2|COMPLETED|1000Mn|4|3|3|UNLIMITED|00:10:00\n"
         "3|COMPLETED|0n|4|1|1|Partition_Limit|00:10:00\n"
     )
-    j1, j2, j3 = sp.parse_parsable2(text)
+    j1, j2, j3 = sacct_text.parse_parsable2(text)
     assert j1.req_mem_mb == 4096 * 8 and j1.limit_s == 3600 and j1.elapsed_s == 600
     assert j2.req_mem_mb == 3000 and j2.limit_s is None
     assert j3.req_mem_mb is None and j3.limit_s is None  # --mem=0 is not a size
@@ -227,7 +234,7 @@ def test_parsable2_cedar_like_header_subset():
         "57979981|acct1|part25|528|2112000M|billing=528,cpu=528,node=11|11|1-00:00:00|1-00:00:01|TIMEOUT|"
         "2021-05-01T00:16:46|2021-05-01T00:16:46|2021-05-03T17:07:03|2021-05-04T17:07:04\n"
     )
-    (j,) = sp.parse_parsable2(text)
+    (j,) = sacct_text.parse_parsable2(text)
     assert j.req_mem_mb == 2112000 and j.req_nodes == 11 and j.alloc_nodes == 11
     assert j.limit_s == 86400 and j.elapsed_s == 86401 and j.user is None and j.alloc_cpus is None
 
@@ -241,8 +248,8 @@ def test_parsable2_bad_rows_skipped_and_counted():
         "3|COMPLETED|00:01:00|a|b|c\n"  # '|' inside the last (Comment) column
         "|COMPLETED|00:01:00|\n"
     )
-    stats = sp.Parsable2Stats()
-    jobs = list(sp.iter_parsable2(text.splitlines(), where="f.psv", stats=stats))
+    stats = sacct_text.Parsable2Stats()
+    jobs = list(sacct_text.iter_parsable2(text.splitlines(), where="f.psv", stats=stats))
     assert [j.job_id for j in jobs] == ["1", "3"]
     assert jobs[1].comment == "a|b|c"
     assert stats.skipped == 3
@@ -251,8 +258,8 @@ def test_parsable2_bad_rows_skipped_and_counted():
 
 
 def test_parsable2_without_jobid_header_is_refused():
-    with pytest.raises(sp.SacctParseError, match="no JobID column"):
-        sp.parse_parsable2("State|Elapsed\nCOMPLETED|00:01:00\n", where="x.psv")
+    with pytest.raises(sacct_records.SacctParseError, match="no JobID column"):
+        sacct_text.parse_parsable2("State|Elapsed\nCOMPLETED|00:01:00\n", where="x.psv")
 
 
 @pytest.mark.parametrize(
@@ -266,5 +273,5 @@ def test_parsable2_without_jobid_header_is_refused():
     ],
 )
 def test_json_bad_input(doc, match):
-    with pytest.raises(sp.SacctParseError, match=match):
-        sp.parse_json(doc)
+    with pytest.raises(sacct_records.SacctParseError, match=match):
+        sacct_json.parse_json(doc)

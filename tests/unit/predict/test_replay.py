@@ -9,7 +9,8 @@ import pytest
 
 from harpd.cli.main import main as harp_main
 from harpd.features.history import COL
-from harpd.predict.replay import ReplayConfig, ReplayError, prepare, retrain_points, run
+from harpd.predict.dataset import ReplayError, prepare
+from harpd.predict.replay import ReplayConfig, retrain_points, run
 from replay_helpers import rec as _rec
 
 

@@ -5,8 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from harpd.predict.replay import ReplayConfig, prepare, run
 from harpd.predict.bounds import allocations, causal_max, clairvoyant_local, clairvoyant_quantile
+from harpd.predict.dataset import prepare
+from harpd.predict.replay import ReplayConfig, run
 from replay_helpers import rec
 
 

@@ -11,7 +11,8 @@ from harpd.predict.metric import ModelMetrics
 from harpd.protocol import JobRequest
 from harpd.records import JobRecord, Outcome
 from harpd.store import Store
-from harpd.predict.training import RetrainSchedule, pick_champion, should_retrain, train
+from harpd.predict.retrain_timer import RetrainSchedule, should_retrain
+from harpd.predict.training import pick_champion, train
 
 
 def _records(n=3000, seed=0):

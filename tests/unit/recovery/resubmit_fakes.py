@@ -20,7 +20,8 @@ from typing import Any
 import pytest
 
 from harpd.records import JobRecord, Outcome
-from harpd.slurm.base import PartitionInfo, SlurmError
+from harpd.slurm.base import JobInfo, PartitionInfo, SlurmError
+from harpd.slurm.scontrol import job_info, update_fields
 from harpd.store import Store
 
 FINISHED = {"COMPLETED", "FAILED", "TIMEOUT", "OUT_OF_MEMORY", "CANCELLED", "NODE_FAIL", "PREEMPTED"}
@@ -190,7 +191,7 @@ class FakeSlurm:
                                      req_time_s=float(j["time_s"])))
         return out
 
-    def show_job(self, job_id: str) -> dict[str, str]:
+    def show_job(self, job_id: str) -> JobInfo:
         st = self._load()
         self._call(st, "show_job", str(job_id))
         self._save(st)
@@ -206,7 +207,7 @@ class FakeSlurm:
             info["MinMemoryCPU"] = f"{j['mem_per_cpu_mb']}M"
         elif j["mem_mb"]:
             info["MinMemoryNode"] = f"{j['mem_mb']}M"
-        return info
+        return job_info(info)
 
     def partitions(self) -> dict[str, PartitionInfo]:
         st = self._load()
@@ -230,9 +231,10 @@ class FakeSlurm:
         j["held"] = True
         self._save(st)
 
-    def update_job(self, job_id: str, **fields: Any) -> None:
+    def update_job(self, job_id: str, **changes: Any) -> None:
+        fields = update_fields(changes)  # recorded as scontrol would get them
         st = self._load()
-        self._call(st, "update_job", str(job_id), {k: str(v) for k, v in fields.items()})
+        self._call(st, "update_job", str(job_id), fields)
         j = self._job(st, job_id)
         if "TimeLimit" in fields:
             j["time_s"] = int(fields["TimeLimit"]) * 60

@@ -14,7 +14,7 @@ from resubmit_fakes import fake, store, submission  # noqa: F401 (fixtures)
 
 from harpd.config import HarpSettings
 from harpd.ingest.poller import WATCH_KEY, Ingestor
-from harpd.recovery import resubmit as rs
+from harpd.recovery import machine as rs
 from harpd.recovery.mode import REQUEUE, RESUBMIT, resolve_mode
 from harpd.records import JobRecord, Outcome
 
@@ -343,7 +343,7 @@ def test_a_per_user_harpd_does_not_submit_for_someone_else(store, fake, monkeypa
     jid = fake.add_job(uid=4321, user="bob")
     submission(fake, store, jid)
     fake.end_run(jid, T)
-    monkeypatch.setattr(rs.os, "geteuid", lambda: 1234)
+    monkeypatch.setattr(os, "geteuid", lambda: 1234)
     ing.poll_once()
     a = rows(store, jid)
     assert "cannot submit for bob (uid 4321)" in a[1]["limits"]["stop"] and fake.calls("submit") == []

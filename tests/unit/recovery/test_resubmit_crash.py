@@ -22,7 +22,7 @@ import pytest
 from resubmit_fakes import FakeSlurm, submission
 
 from harpd.ingest.poller import WATCH_KEY
-from harpd.recovery.resubmit import CRASH_ENV, CRASH_POINTS
+from harpd.recovery.crash import CRASH_ENV, CRASH_POINTS
 from harpd.records import Outcome
 from harpd.store import Store
 
@@ -36,7 +36,7 @@ CHILD = textwrap.dedent(
     from resubmit_fakes import FakeSlurm
     from harpd.config import HarpSettings
     from harpd.ingest.poller import Ingestor
-    from harpd.recovery.resubmit import Recovery
+    from harpd.recovery.machine import Recovery
     from harpd.store import Store
 
     db, state, mode = sys.argv[1:4]

@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
+from harpd.protocol import Resources
+from harpd.recovery.attempts import AttemptLimits
 from harpd.recovery.policy import eligible, first_limits, fmt_mem, fmt_time, next_limits, retry_choice
 from harpd.recovery.sbatch_argv import ArgvError, resubmit_argv
 from harpd.records import JobRecord, Outcome
@@ -45,22 +49,24 @@ def test_eligible_reasons():
 
 def test_first_limits_from_the_record_and_the_memory_option_used():
     rec = JobRecord(job_id="7", req_time_s=600, req_mem_mb=800, alloc_nodes=2, alloc_cpus=8, partition="long")
-    lim = first_limits(rec, {"submitted": {"mem_mb": 400}})
+    lim = first_limits(rec, {"submitted": {"mem_mb": 400}}).to_json()
     assert lim == {"time_s": 600, "mem_mb": 400, "partition": "long", "nodes": 2, "cpus_per_node": 4}
-    lim = first_limits(rec, {"submitted": {"mem_per_cpu_mb": 100}})
+    lim = first_limits(rec, {"submitted": {"mem_per_cpu_mb": 100}}).to_json()
     assert lim["mem_per_cpu_mb"] == 100 and "mem_mb" not in lim
     # no memory asked: the partition default Slurm applied, per node
-    assert first_limits(rec, {"submitted": {}})["mem_mb"] == 400
+    assert first_limits(rec, {"submitted": {}}).mem_mb == 400
     # no record values: what harp-submit registered
     bare = JobRecord(job_id="7")
-    lim = first_limits(bare, {"submitted": {"time_s": 120, "mem_mb": 64, "partition": "short"}})
+    lim = first_limits(bare, {"submitted": {"time_s": 120, "mem_mb": 64, "partition": "short"}}).to_json()
     assert (lim["time_s"], lim["mem_mb"], lim["partition"]) == (120, 64, "short")
 
 
 def nl(outcome, attempt, limits, original=None, **kw):
     args = dict(max_attempts=3, partition_max_time_s=None, node_mem_mb=None, cfg_max_time_s=None, cfg_max_mem_mb=None)
     args.update(kw)
-    return next_limits(outcome, attempt, limits, original, **args)
+    n = next_limits(outcome, attempt, AttemptLimits.from_json(limits), None if original is None else Resources(**original),
+                     **args)
+    return dataclasses.replace(n, limits=n.limits and n.limits.to_json())  # the row recovery stores
 
 
 def test_doubles_only_what_ran_out():
@@ -115,7 +121,7 @@ def test_formats():
 def test_argv_keeps_options_drops_one_time_ones_and_sets_limits():
     argv = ["-J", "x", "-p", "gpu", "-t", "5", "--mem-per-cpu=50M", "-c2", "--dependency=afterok:1", "-H",
             "--export=ALL,FOO=1", "--output=o-%j.txt", "job.sh", "a b", "--flag"]
-    out = resubmit_argv(argv, {"time_s": 600, "mem_mb": 300, "partition": "short"},
+    out = resubmit_argv(argv, AttemptLimits(time_s=600, mem_mb=300, partition="short"),
                         job_name="x", workdir="/w", comment="harp retry 2 of 9", account="acct")
     assert out == [
         "--cpus-per-task=2", "--export=ALL,FOO=1", "--output=o-%j.txt",
@@ -125,16 +131,16 @@ def test_argv_keeps_options_drops_one_time_ones_and_sets_limits():
 
 
 def test_argv_per_cpu_memory_and_no_script_arguments():
-    out = resubmit_argv(["--mem-per-cpu=50M", "--", "job.sh"], {"time_s": 60, "mem_per_cpu_mb": 100},
+    out = resubmit_argv(["--mem-per-cpu=50M", "--", "job.sh"], AttemptLimits(time_s=60, mem_per_cpu_mb=100),
                         job_name=None, workdir="/w", comment="c")
     assert out == ["--chdir=/w", "--comment=c", "--time=1", "--mem-per-cpu=100M"]
 
 
 def test_argv_without_known_memory_keeps_the_users():
-    out = resubmit_argv(["--mem-per-gpu=4G", "job.sh"], {"time_s": 120}, job_name="j", workdir="/w", comment="c")
+    out = resubmit_argv(["--mem-per-gpu=4G", "job.sh"], AttemptLimits(time_s=120), job_name="j", workdir="/w", comment="c")
     assert "--mem-per-gpu=4G" in out and not any(a.startswith("--mem=") for a in out)
 
 
 def test_argv_that_does_not_parse():
     with pytest.raises(ArgvError, match="do not parse"):
-        resubmit_argv(["--no-such-option"], {}, job_name=None, workdir="/w", comment="c")
+        resubmit_argv(["--no-such-option"], AttemptLimits(), job_name=None, workdir="/w", comment="c")

@@ -11,7 +11,7 @@ from resubmit_fakes import FakeSlurm, submission
 from harpd.cli.main import main as harp
 from harpd.config import HarpSettings
 from harpd.ingest.poller import Ingestor
-from harpd.recovery.resubmit import Recovery
+from harpd.recovery.machine import Recovery
 from harpd.records import Outcome
 from harpd.store import Store
 

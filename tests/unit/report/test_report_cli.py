@@ -7,6 +7,7 @@ import types
 
 import pytest
 
+from harpd import access
 from harpd.cli import report_cmd
 from harpd.cli.main import main
 from harpd.records import Outcome
@@ -25,10 +26,11 @@ def site(tmp_path, monkeypatch):
     conf.write_text(f'[server]\nadmin_group = "hpcadm"\n[store]\npath = "{db}"\n[report]\ndefault_window_days = 36500\n')
     monkeypatch.delenv("HARP_CONFIG", raising=False)
     users = {0: "root", 1001: "alice", 1002: "bob", 1003: "carol"}
-    monkeypatch.setattr(report_cmd.pwd, "getpwuid", lambda uid: types.SimpleNamespace(pw_name=users[uid])
+    monkeypatch.setattr(access.pwd, "getpwuid", lambda uid: types.SimpleNamespace(pw_name=users[uid])
                         if uid in users else (_ for _ in ()).throw(KeyError(uid)))
-    monkeypatch.setattr(report_cmd.grp, "getgrnam", lambda name: types.SimpleNamespace(gr_gid=4000, gr_mem=["carol"])
+    monkeypatch.setattr(access.grp, "getgrnam", lambda name: types.SimpleNamespace(gr_gid=4000, gr_mem=["carol"])
                         if name == "hpcadm" else (_ for _ in ()).throw(KeyError(name)))
+    monkeypatch.setattr(access.os, "getgrouplist", lambda name, gid: [gid, 4000] if name == "carol" else [gid])
     monkeypatch.setattr(report_cmd.os, "getgroups", lambda: [])
     monkeypatch.setattr(report_cmd.os, "getgid", lambda: 100)
     return types.SimpleNamespace(db=db, conf=conf, tmp=tmp_path)

@@ -162,3 +162,68 @@ def test_time_parsing_matches_libslurm(lib, text: str) -> None:
 @given(slurmish)
 def test_memory_parsing_matches_libslurm(lib, text: str) -> None:
     assert units.str_to_mbytes(text) == lib.str_to_mbytes(text.encode())
+
+
+# ------------------------------------------------------- accounting forms
+
+
+@pytest.mark.parametrize(
+    "text, seconds",
+    [
+        ("1-02:03:04", 93784.0),  # days-hours:minutes:seconds
+        ("19:35:20", 70520.0),
+        ("00:01.234", 1.234),  # TotalCPU: minutes:seconds.milliseconds
+        ("05:30", 330.0),
+        ("42", 42.0),  # a bare number is seconds here, not minutes as for sbatch
+        ("2-00:00:00", 172800.0),
+    ],
+)
+def test_parse_duration_s_reads_what_sacct_prints(text: str, seconds: float) -> None:
+    assert units.parse_duration_s(text) == pytest.approx(seconds)
+
+
+@pytest.mark.parametrize(
+    "text",
+    [None, "", "UNLIMITED", "Partition_Limit", "INVALID", "Unknown", "(null)", "1:2:3:4", "x-1:00", "-5", "1-", "1:xx"],
+)
+def test_parse_duration_s_none_for_no_limit_or_unreadable(text: str | None) -> None:
+    assert units.parse_duration_s(text) is None
+
+
+@pytest.mark.parametrize(
+    "text, bare, mb",
+    [
+        ("1.50G", "M", 1536.0),
+        ("123K", "M", 123 / 1024),
+        ("300M", "M", 300.0),
+        ("2T", "M", 2 * 1024 * 1024.0),
+        ("1P", "M", 1024.0**3),
+        ("512", "M", 512.0),  # ReqMem without unit: MiB
+        ("1048576", "", 1.0),  # MaxRSS without unit: bytes
+        ("5.", "M", 5.0),
+        ("4Gn", "M", 4096.0),  # the old per-node suffix is read and dropped
+    ],
+)
+def test_parse_size_mb_reads_what_sacct_prints(text: str, bare: str, mb: float) -> None:
+    assert units.parse_size_mb(text, bare_unit=bare) == pytest.approx(mb)
+
+
+@pytest.mark.parametrize("text", [None, "", "N/A", "junk", "1.5.0G", ".5G", "5KB", "5 G", "-5M", "5g", "١٢M", "G"])
+def test_parse_size_mb_none_for_unknown_or_unreadable(text: str | None) -> None:
+    assert units.parse_size_mb(text) is None
+    assert units.parse_size_mb_per(text) == (None, None)
+
+
+def test_parse_size_mb_per_keeps_the_old_per_node_or_per_cpu_suffix() -> None:
+    assert units.parse_size_mb_per("4Gc") == (4096.0, "c")
+    assert units.parse_size_mb_per("100Mn") == (100.0, "n")
+    assert units.parse_size_mb_per("100c") == (100.0, "c")
+    assert units.parse_size_mb_per("100M") == (100.0, None)
+
+
+def test_accounting_and_sbatch_grammars_differ_where_slurm_does() -> None:
+    # sbatch: a bare time is minutes and sizes are whole; sacct: seconds, fractions allowed
+    assert units.parse_time("5") == 300 and units.parse_duration_s("5") == 5.0
+    with pytest.raises(ValueError):
+        units.parse_mem("1.50G")
+    assert units.parse_size_mb("1.50G") == 1536.0

@@ -1,0 +1,96 @@
+"""When harp leaves a job exactly as the user wrote it, and the one line that says why.
+
+harp-submit (in front of sbatch) and harp-filter (the cli_filter helper,
+inside sbatch) must step aside for the same reasons, in the same words:
+harp turned off (``HARP_DISABLE``, ``#HARP off``), a het job, a script too
+large for slurmctld, and harpd absent, slow or talking nonsense.  The rules
+live here once; each entry point decides only how its one line reaches the
+user (harp-submit's stderr, the plugin's ``say`` line).
+"""
+
+from __future__ import annotations
+
+import os
+
+from . import client, directives, harp_lines
+
+TYPE_CHECKING = False  # typing costs milliseconds to import; checkers still see these
+if TYPE_CHECKING:
+    from collections.abc import Callable, Mapping
+    from typing import Any
+
+UNCHANGED = "submitting your job unchanged"
+MAX_SCRIPT = 4 << 20  # bytes; slurmctld's default max_script_size is 4 MB
+_DISABLE_VALUES = ("1", "yes", "true", "on")
+
+
+class StepAside(Exception):
+    """harp leaves this job alone; ``reason`` is one line for the user, or None to stay silent."""
+
+    def __init__(self, reason: str | None = None):
+        super().__init__(reason or "")
+        self.reason = reason
+
+
+def disabled(environ: Mapping[str, str]) -> bool:
+    """Whether ``HARP_DISABLE`` turns harp off for this submission."""
+    return environ.get("HARP_DISABLE", "").strip().lower() in _DISABLE_VALUES
+
+
+def resolve_script(name: str, chdir: str | None, path_env: str | None) -> str | None:
+    """The file sbatch will read for script argument ``name`` (its ``search_path``).
+
+    As verified with sbatch 22.05: a name starting with ``/`` or ``.`` is
+    opened as given (``./x`` relative to the current directory, even with
+    ``--chdir``); any other name (``x``, ``sub/x``) is looked for in the
+    ``--chdir`` directory (else the current one), then along PATH.  None when
+    sbatch will not find a file either.
+    """
+    here = os.getcwd()
+
+    def exists(p: str) -> bool:
+        return os.path.exists(p) and not os.path.isdir(p)
+
+    if name.startswith(("/", ".")):
+        return name if exists(name) else None
+    base = os.path.join(here, chdir) if chdir else here
+    for d in [base, *(path_env.split(":") if path_env else [])]:
+        if not d:
+            continue
+        cand = os.path.join(os.path.join(base, d) if d.startswith(".") else d, name)
+        if exists(cand):
+            return cand
+    return None
+
+
+def script_directives(text: str) -> tuple[directives.Script, list[str]]:
+    """The script's directives and ``#HARP`` lines; StepAside (silently) when it opts out.
+
+    A het job (harp sizes single jobs only) or a ``#HARP off`` line: the
+    user has said nothing wrong, so there is nothing to tell them.
+    """
+    script = directives.parse(text)
+    if script.hetjob:
+        raise StepAside()
+    lines = harp_lines.find(text)
+    if harp_lines.is_off(lines):
+        raise StepAside()
+    return script, lines
+
+
+def ask_harpd(job: dict[str, Any], environ: Mapping[str, str], say: Callable[[str], None]) -> dict[str, Any]:
+    """harpd's answer to ``predict`` for ``job``, within HARP_TIMEOUT.
+
+    A bad HARP_TIMEOUT is said and the default used.  When harpd gives no
+    usable answer, its reason is said with ``UNCHANGED`` and
+    ``client.HarpdUnavailable`` raised again for the caller to step aside.
+    """
+    timeout, problem = client.timeout_s(environ)
+    if problem:
+        say(problem)
+    path = client.socket_path(environ)
+    try:
+        return client.call(path, {"op": "predict", "job": job}, timeout)
+    except client.HarpdUnavailable as exc:
+        say(f"{exc.reason}; {UNCHANGED}")
+        raise

@@ -1,0 +1,211 @@
+"""A trace as arrays, each job with the features it had when it was submitted.
+
+Replay and training both learn from a trace (or the store's history) walked
+in submission order: ``prepare`` builds every job's feature row from the
+``History`` of jobs that had *finished* by then (the daemon's own code path),
+and remembers which jobs finished between consecutive submissions, so that a
+model retrained at job i sees only what the daemon would have known there.
+"""
+
+from __future__ import annotations
+
+import heapq
+import os
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from harpd.features.history import (
+    COL,
+    N_FEATURES,
+    History,
+    conformal_group,
+    key_fields,
+    keys_from_fields,
+)
+from harpd.models import construct
+from harpd.records import JobRecord, Outcome
+
+Y_MIN, Y_MAX = -15.0, 3.0
+
+
+class ReplayError(ValueError):
+    """A trace or option the replay cannot use; one line for the user."""
+
+
+# -- reading ------------------------------------------------------------------
+
+def read_trace(path: str | os.PathLike[str]) -> Iterator[JobRecord]:
+    """SWF or ``sacct`` export, told apart by content (``harpd.traces.read_trace``)."""
+    from harpd.traces import read_trace as _read
+    from harpd.traces.swf import TraceFormatError
+
+    try:
+        return _read(path)
+    except TraceFormatError as exc:
+        raise ReplayError(str(exc)) from None
+
+
+# -- features at submission time ----------------------------------------------
+
+@dataclass
+class Prepared:
+    """A trace as arrays in submission order, with features at submission time."""
+
+    resource: str
+    source: str
+    submit: np.ndarray
+    need: np.ndarray  # used amount (lower bound when censored)
+    request: np.ndarray  # the user's request, NaN when none
+    censored: np.ndarray
+    weight: np.ndarray
+    n_hist: np.ndarray  # finished runs of the job's signature group when submitted
+    X: np.ndarray
+    y: np.ndarray  # training target: log(need / reference)
+    groups: np.ndarray  # conformal groups (partition)
+    known_at: np.ndarray  # outcomes known when job i was submitted
+    finish_seq: np.ndarray  # job indices in the order they finished
+    limit: np.ndarray | None = None  # cap per job (NaN: none); the request caps relative traces
+    skipped: dict[str, int] = field(default_factory=dict)
+    template: np.ndarray | None = None  # per job its user+request template key (``keep_templates``)
+
+    @property
+    def n(self) -> int:
+        return len(self.submit)
+
+    @property
+    def has_requests(self) -> bool:
+        return bool(np.isfinite(self.request).any())
+
+
+def _usage(r: JobRecord, resource: str) -> tuple[float | None, float | None, bool]:
+    if resource == "time":
+        cens = r.censored_time or r.outcome == Outcome.TIMEOUT
+        return r.used_time_s, r.req_time_s, cens
+    cens = r.censored_mem or r.outcome == Outcome.OOM
+    return r.used_mem_mb, r.req_mem_mb, cens
+
+
+def prepare(records: Iterable[JobRecord], resource: str = "time", limit: int | None = None,
+            keep_templates: bool = False) -> Prepared:
+    """Arrays and submission-time features of a trace's finished jobs, oldest first.
+
+    Jobs without a request are dropped when most jobs have one (they cannot
+    be compared with the user's own request); when almost none has one (a
+    memory trace like METACENTRUM) every job is kept and sized absolutely.
+    A job that ran to its request is censored whatever its state says.
+    ``keep_templates`` also keeps each job's template key (same user, request
+    and cores: the History's "r" group), for evaluations that group jobs.
+    """
+    if resource not in ("time", "mem"):
+        raise ReplayError(f"unknown resource {resource!r}: use time or mem")
+    rows: list[tuple] = []
+    skipped = {"no usage": 0, "no submit time": 0, "no request": 0, "not finished": 0}
+    source = ""
+    n_req = n_same = 0
+    for r in records:
+        source = source or r.source
+        used, req, cens = _usage(r, resource)
+        if r.outcome in (Outcome.RUNNING,):
+            skipped["not finished"] += 1
+            continue
+        if used is None or used < 0:
+            skipped["no usage"] += 1
+            continue
+        if req is not None and req > 0 and used >= req:
+            cens = True  # ran to its limit (whatever the state says): a lower bound
+        if r.submit_time is None:
+            skipped["no submit time"] += 1
+            continue
+        if req is not None and req > 0:
+            n_req += 1
+            if resource == "mem" and abs(req - used) < 1e-6 * max(req, 1.0):
+                n_same += 1
+        end = r.end_time
+        if end is None:  # when its outcome became known: start (or submit) + run time
+            began = r.start_time if r.start_time is not None else r.submit_time
+            end = began + (r.used_time_s or 0.0)
+        cores = r.req_cpus or r.alloc_cpus or 1
+        # keep a few fields, not the record: training holds a million of these
+        rows.append((r.submit_time, end, used, req, cens, cores, key_fields(r, resource), r.partition))
+    if not rows:
+        raise ReplayError(f"trace has no finished jobs with {resource} usage")
+    if resource == "mem" and n_req and n_same > 0.9 * n_req:
+        raise ReplayError(
+            f"used memory equals the request in {n_same / n_req:.0%} of jobs: not a measurement, cannot replay memory"
+        )
+    with_req = n_req / len(rows)
+    absolute = with_req < 0.5  # e.g. METACENTRUM: no requests at all → absolute sizes
+    if not absolute:
+        before = len(rows)
+        rows = [row for row in rows if row[3] is not None and row[3] > 0]
+        skipped["no request"] += before - len(rows)
+    rows.sort(key=lambda row: row[0])
+    if limit:
+        rows = rows[:limit]
+    n = len(rows)
+
+    submit = np.array([row[0] for row in rows], float)
+    end = np.array([max(row[1], row[0]) for row in rows], float)
+    need = np.array([row[2] for row in rows], float)
+    request = np.array([row[3] if (row[3] and not absolute) else np.nan for row in rows], float)
+    cens = np.array([row[4] for row in rows], bool)
+    weight = np.array([row[5] if resource == "time" else 1.0 for row in rows], float)
+    relative = not absolute
+    ref = np.where(np.isfinite(request), request, 1.0)
+    # relative targets live in [-15, 3]; absolute ones (no requests) are log MiB/seconds
+    y = np.log(np.maximum(need, 1.0) / ref)
+    y = np.clip(y, Y_MIN, Y_MAX) if not absolute else np.clip(y, 0.0, 40.0)
+    y = np.where(cens & np.isfinite(request), np.maximum(y, 0.0), y)
+
+    hist = History()
+    X = np.empty((n, N_FEATURES), dtype=np.float32)  # rows filled in place: no list of lists
+    n_hist = np.zeros(n, np.int32)
+    known_at = np.zeros(n, np.int64)
+    finish: list[int] = []
+    heap: list[tuple[float, int]] = []
+    pop, push = heapq.heappop, heapq.heappush
+    own = [row[3] for row in rows]
+    parts = [row[7] or "?" for row in rows]
+    # traces carry no partition limits: the largest use seen so far in the
+    # partition stands in for "node memory" / MaxTime where there is no request
+    part_max: dict[str, float] = {}
+    limit = np.full(n, np.nan)
+    for i in range(n):
+        t = submit[i]
+        while heap and heap[0][0] <= t:
+            _, j = pop(heap)
+            kj = keys_from_fields(rows[j][6], relative)  # recomputed: cheaper than holding a million
+            hist.add(kj, need[j], own[j], bool(cens[j]), end[j])
+            hist.finished(kj)
+            finish.append(j)
+            if need[j] > part_max.get(parts[j], 0.0):
+                part_max[parts[j]] = float(need[j])
+        if absolute:
+            limit[i] = part_max.get(parts[i], np.nan)
+        known_at[i] = len(finish)
+        k = keys_from_fields(rows[i][6], relative)
+        n_hist[i] = hist.count(k, "s")
+        X[i] = hist.features(k, t)
+        hist.submitted(k, t)
+        push(heap, (end[i], i))
+    while heap:
+        finish.append(pop(heap)[1])
+    lp = X[:, COL["log_pending"]]
+    groups = np.array([conformal_group(row[7], float(lp[i])) for i, row in enumerate(rows)], dtype=object)
+    return Prepared(
+        resource=resource, source=source, submit=submit, need=need, request=request,
+        censored=cens, weight=weight, n_hist=n_hist, X=X, y=y, groups=groups,
+        known_at=known_at, finish_seq=np.array(finish, np.int64), skipped=skipped,
+        limit=limit if absolute else None,
+        template=np.array([keys_from_fields(row[6], relative).req for row in rows], dtype=object)
+        if keep_templates else None,
+    )
+
+
+def fit_rows(model, prep: Prepared, idx: np.ndarray):
+    """``model`` fitted on rows ``idx``, each weighed by its size (request × cores, as the metric weighs it)."""
+    size = prep.weight[idx] * np.where(np.isfinite(prep.request[idx]), prep.request[idx], 1.0)
+    return construct.fit(model, prep.X[idx], prep.y[idx], censored=prep.censored[idx],
+                         groups=prep.groups[idx], sample_weight=size)

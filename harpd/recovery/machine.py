@@ -1,0 +1,455 @@
+"""Automatic recovery: give a job that ran out of time or memory another attempt.
+
+Driven by the ingest poller: ``Recovery.on_outcome`` is one of its
+``on_outcome`` listeners.  When a recoverable job (``policy.eligible``) ends
+TIMEOUT or OOM, the resource that ran out is doubled (``policy.next_limits``
+around ``escalation.next_allocation``) and the job runs again, in one of two
+ways (``mode.resolve_mode``):
+
+* ``requeue`` (``requeue.py``): the same job id and user: ``scontrol
+  requeuehold``, update the time limit, memory, comment and start time,
+  ``release``; the ingest poller is told to ``watch`` the id for its next run;
+* ``resubmit`` (``resubmit.py``): a new job, as the owner, with the
+  registered sbatch arguments and the script Slurm stored (``sbatch_argv``),
+  registered as a submission of its own with ``chain_id`` = the first job, so
+  the poller follows it too.
+
+Exactly once.  Every attempt is a row of the store's ``attempts`` table
+(unique ``(chain_id, attempt)``, typed in ``attempts.py``), moved through
+persisted steps::
+
+    decided --(requeue: scontrol)--> requeued --(outcome)--> done
+    decided --(resubmit: sbatch)---> submitted --(outcome)--> done
+
+``decided`` is committed BEFORE the side effect, with everything the side
+effect needs (limits, mode, the marker comment ``harp retry N of CHAIN``,
+for requeue the job's restart count); ``submitted``/``requeued`` AFTER it.
+Whatever is left ``decided`` by a crash is finished at restart (and on every
+tick) by asking Slurm what already happened, never by repeating blindly:
+
+* requeue: ``scontrol show job`` tells whether the requeue happened (its
+  restart count grew past the recorded one), whether the job is still held
+  (then the limits are updated again, idempotently, and it is released) or
+  already released;
+* resubmit: a job carrying the marker comment (``squeue --states=all`` and
+  ``sacct``) is the resubmission made before the crash: it is adopted, not
+  submitted again.  A search that fails submits nothing.
+
+The ingest poller announces each outcome at least once (again after a
+crash), and deciding attempt N+1 is an ``INSERT ... ON CONFLICT DO NOTHING``,
+so a repeated announcement can neither decide twice nor skip a decision.
+
+Tests kill the process between the steps: ``HARP_TEST_CRASH_AT=<point>``
+(one of ``crash.CRASH_POINTS``) SIGKILLs harpd right there.
+
+Every attempt's Slurm record is stored by the poller like any job's (a
+TIMEOUT at limit L is censored: the job needs more than L); records of later
+attempts get the chain's signature and ``harp_sized`` so the models learn
+from them as from the first.  Why each step happened is the ``reason`` of
+its row; why a chain stopped is ``limits.stop`` of its last row (``harp
+status JOBID`` shows both).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from datetime import datetime
+from typing import Any
+
+from harpd.config import HarpSettings
+from harpd.protocol import Resources
+from harpd.recovery.attempts import (
+    DECIDED, DONE, NOT_SUBMITTED, REQUEUED, SUBMITTED, Attempt, AttemptLimits, Fallback, Plan, Stop, marker,
+)
+from harpd.recovery.crash import crash_point
+from harpd.recovery.escalation import RESOURCE_OF
+from harpd.recovery.mode import REQUEUE, RESUBMIT, resolve_mode
+from harpd.recovery.policy import eligible, first_limits, fmt_mem, fmt_time, next_limits
+from harpd.recovery.requeue import requeue
+from harpd.recovery.resubmit import resubmit
+from harpd.records import JobRecord, Outcome
+from harpd.slurm.base import PartitionInfo, SlurmError
+from harpd.store import Store
+
+log = logging.getLogger("harpd.recovery")
+
+__all__ = ["Recovery", "make", "MAX_FAILURES"]
+
+#: a decided attempt whose side effect keeps failing is given up after this many tries
+MAX_FAILURES = 20
+
+
+def _original(sub: dict[str, Any]) -> Resources:
+    """The user's own request as harp-submit registered it (``Resources``, validated at registration)."""
+    raw = sub.get("original") or {}
+    return Resources.model_construct(**{k: v for k, v in raw.items() if k in Resources.model_fields})
+
+
+def _brief(limits: AttemptLimits) -> str:
+    parts = [f"time {fmt_time(limits.time_s)}"]
+    if limits.mem_per_cpu_mb:
+        parts.append(f"mem-per-cpu {fmt_mem(limits.mem_per_cpu_mb)}")
+    elif limits.mem_mb:
+        parts.append(f"mem {fmt_mem(limits.mem_mb)}")
+    return ", ".join(parts)
+
+
+class Recovery:
+    """The recovery state machine over the store's ``attempts`` table.  Thread-safe."""
+
+    def __init__(
+        self,
+        store: Store,
+        backend: Any,
+        settings: HarpSettings | None = None,
+        *,
+        watch: Callable[[str, int], None] | None = None,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.store = store
+        self.backend = backend
+        self.settings = settings or HarpSettings()
+        self.cfg = self.settings.recovery
+        self.clock = clock
+        self._watch = watch
+        self._attached = threading.Event()
+        if watch is not None:
+            self._attached.set()
+        self._lock = threading.RLock()
+        self._mode: str | None = None
+        self._mode_certain = False
+        self._open: set[str] | None = None  # chains that may need work; None: not scanned yet
+        self._partitions: tuple[float, dict[str, PartitionInfo]] | None = None
+
+    # ------------------------------------------------------------ wiring
+
+    def attach(self, ingest_service: Any) -> "Recovery":
+        """Bind to the running poller: its ``watch`` and a periodic ``tick``."""
+        ingestor = ingest_service.ingestor
+        self._watch = ingestor.watch
+        self._attached.set()
+        scheduler = getattr(ingest_service, "scheduler", None)
+        if scheduler is not None:
+            scheduler.add_job(
+                self.tick,
+                "interval",
+                seconds=float(self.settings.ingest.poll_interval_s),
+                id="harp-recovery",
+                name="harp recovery (finish interrupted attempts)",
+                replace_existing=True,
+                max_instances=1,
+                coalesce=True,
+                next_run_time=datetime.now(),
+            )
+        log.info("recovery: on (mode %s, at most %d attempts)", self.cfg.mode, self.cfg.max_attempts)
+        return self
+
+    def shutdown(self) -> None:
+        """Nothing to stop: the poller's scheduler runs the ticks."""
+
+    def mode(self) -> str:
+        if self._mode is None or not self._mode_certain:
+            mode, why, certain = resolve_mode(self.cfg.mode, self.backend)
+            if mode != self._mode:
+                log.info("recovery mode: %s (%s)", mode, why)
+            self._mode, self._mode_certain = mode, certain
+        return self._mode
+
+    # ------------------------------------------------------------ entry points
+
+    def on_outcome(self, rec: JobRecord) -> None:
+        """Ingest listener: a run's outcome was stored (at least once per run)."""
+        if not self.cfg.enabled or not rec.outcome.finished:
+            return
+        if not self._attached.wait(60):
+            log.error("recovery: not attached to the poller; outcome of job %s left for the next tick", rec.job_id)
+            return
+        with self._lock:
+            self._handle(rec)
+
+    def tick(self) -> None:
+        """Scheduled: finish what a crash or a Slurm error left half done; never raises."""
+        try:
+            self.resume()
+        except Exception:  # noqa: BLE001 - a scheduler job must not die
+            log.exception("recovery tick failed")
+
+    def resume(self) -> int:
+        """Carry every open chain forward as far as Slurm allows; returns how many were looked at."""
+        if not self.cfg.enabled:
+            return 0
+        with self._lock:
+            if self._open is None:
+                chains: dict[str, list[Attempt]] = {}
+                for row in self.store.all_attempts():
+                    a = Attempt.from_row(row)
+                    chains.setdefault(a.chain, []).append(a)
+                self._open = {c for c, attempts in chains.items() if self._is_open(attempts)}
+            n = 0
+            for chain in sorted(self._open):
+                n += 1
+                try:
+                    self._resume_chain(chain)
+                except Exception as exc:  # noqa: BLE001 - one chain must not block the others
+                    log.warning("recovery of job %s: %s", chain, exc)
+            return n
+
+    # ------------------------------------------------------------ the machine
+
+    def _rows(self, chain: str) -> dict[int, Attempt]:
+        return {a.number: a for a in map(Attempt.from_row, self.store.attempts(chain))}
+
+    @staticmethod
+    def _is_open(attempts: list[Attempt]) -> bool:
+        last = max(attempts, key=lambda a: a.number)
+        if last.step != DONE:
+            return True
+        if last.plan.stop:
+            return False
+        return str(last.outcome or "") in {o.value for o in RESOURCE_OF}
+
+    def _mark_open(self, chain: str) -> None:
+        if self._open is not None:
+            self._open.add(chain)
+
+    def _resume_chain(self, chain: str) -> None:
+        rows = self._rows(chain)
+        if not rows:
+            self._open.discard(chain)  # type: ignore[union-attr]
+            return
+        last = rows[max(rows)]
+        if last.step == DECIDED:
+            self._advance(last)
+            last = self._rows(chain)[last.number]
+        if last.step in (SUBMITTED, REQUEUED):
+            self._catch_up(last)
+        elif last.step == DONE:
+            self._continue(chain, last.number)
+        if not self._is_open(list(self._rows(chain).values())):
+            self._open.discard(chain)  # type: ignore[union-attr]
+
+    def _catch_up(self, row: Attempt) -> None:
+        """An outcome the store has but recovery never heard of (lost announcement)."""
+        if not row.job_id:
+            return
+        rec = self.store.get_job(row.job_id)
+        if rec is None or not rec.outcome.finished:
+            return
+        if row.plan.mode == REQUEUE and rec.attempt < row.number:
+            return  # the requeued run has not ended yet
+        self._handle(rec)
+
+    def _locate(self, rec: JobRecord) -> tuple[str, Attempt] | None | bool:
+        """(chain, attempt row) of a run; None for a run of no chain; False for
+        a run of a chain that matches none of its attempts (left alone)."""
+        chain = self.store.chain_of(rec.job_id)
+        if chain is None:
+            return None
+        rows = self._rows(chain)
+        mine = [a for a in rows.values() if a.job_id == rec.job_id]
+        if len(mine) == 1:
+            return chain, mine[0]
+        exact = [a for a in mine if a.number == int(rec.attempt)]
+        if exact:
+            return chain, exact[0]
+        live = [a for a in mine if a.step in (SUBMITTED, REQUEUED)]
+        if live:
+            return chain, live[0]
+        log.info("job %s run %d matches no attempt of chain %s; left alone", rec.job_id, rec.attempt, chain)
+        return False
+
+    def _handle(self, rec: JobRecord) -> None:
+        found = self._locate(rec)
+        if found is None:
+            self._start_chain(rec)
+            return
+        if found is False:
+            return
+        chain, row = found  # type: ignore[misc]
+        self._mark_open(chain)
+        number = row.number
+        if row.step == DECIDED:
+            # its side effect happened before a crash and the run already ended
+            self._advance(row)
+            row = self._rows(chain)[number]
+        if row.step in (SUBMITTED, REQUEUED):
+            self._finish(row, rec)
+        if self._rows(chain)[number].step == DONE:
+            self._continue(chain, number)
+
+    def _start_chain(self, rec: JobRecord) -> None:
+        """A first run that ran out: open a chain if the job may be recovered."""
+        if Outcome(rec.outcome) not in RESOURCE_OF:
+            return
+        sub = self.store.get_submission(rec.job_id)
+        if sub is not None and sub.get("chain_id") not in (None, rec.job_id):
+            return  # a resubmission: its chain follows it through the attempts table
+        if sub is not None and rec.user != sub.get("user"):
+            # a registration by someone other than the job's owner (a job id claimed
+            # before it existed, when Slurm could not vouch for the owner) never
+            # moves the owner's job, nor resubmits its script as the claimant
+            log.warning("job %s ran out but is not recovered: it ran as %s, registered by %s (uid %s)",
+                        rec.job_id, rec.user, sub.get("user"), sub.get("uid"))
+            return
+        ok, why = eligible(rec.job_id, sub)
+        if not ok:
+            if sub is not None:
+                log.info("job %s ran out (%s) but is not recovered: %s", rec.job_id, rec.outcome.value, why)
+            return
+        assert sub is not None
+        chain = rec.job_id
+        limits = first_limits(rec, sub)
+        with self.store.transaction():
+            if self.store.add_attempt(chain, 1, rec.job_id, limits.to_json(), f"first run; recovered because {why}", DONE):
+                self.store.update_attempt(chain, 1, outcome=rec.outcome.value)
+        log.info("job %s ran out of %s (limits %s): recovery starts", chain, RESOURCE_OF[Outcome(rec.outcome)], _brief(limits))
+        self._mark_open(chain)
+        crash_point("done")
+        self._continue(chain, 1)
+
+    def _finish(self, row: Attempt, rec: JobRecord) -> None:
+        """Record an attempt's outcome; later attempts' records get the chain's identity."""
+        chain, number = row.chain, row.number
+        enrich = number >= 2 and int(rec.attempt) == number
+        if enrich:
+            sub = self.store.get_submission(chain) or {}
+            job = sub.get("job") or {}
+            rec.signature = rec.signature or job.get("signature")
+            rec.job_name = rec.job_name or job.get("job_name")
+            rec.harp_sized = True
+        with self.store.transaction():
+            self.store.update_attempt(chain, number, outcome=rec.outcome.value, step=DONE)
+            if enrich:
+                self.store.insert_jobs([rec])
+        log.info("job %s attempt %d (job %s) ended %s", chain, number, rec.job_id, rec.outcome.value)
+        crash_point("done")
+
+    def _continue(self, chain: str, number: int) -> None:
+        """After attempt ``number`` is done: decide the next one (once) and carry it out."""
+        rows = self._rows(chain)
+        nxt = rows.get(number + 1)
+        if nxt is None:
+            nxt = self._decide(chain, rows, number)
+            if nxt is None:
+                return
+        if nxt.step == DECIDED:
+            self._advance(nxt)
+
+    def _stop(self, chain: str, number: int, reason: str) -> None:
+        row = self._rows(chain)[number]
+        if row.plan.stop:
+            return
+        self.store.update_attempt(chain, number, limits=row.plan.but(stop=reason).to_json())
+        log.warning("job %s: no attempt %d: %s", chain, number + 1, reason)
+
+    def _partition(self, name: str | None) -> PartitionInfo | None:
+        now = time.monotonic()
+        if self._partitions is None or now - self._partitions[0] > 60:
+            self._partitions = (now, self.backend.partitions())
+        parts = self._partitions[1]
+        if name and name in parts:
+            return parts[name]
+        return next((p for p in parts.values() if getattr(p, "default", False)), None)
+
+    def _decide(self, chain: str, rows: dict[int, Attempt], number: int) -> Attempt | None:
+        row = rows[number]
+        if row.plan.stop:
+            return None
+        try:
+            outcome = Outcome(row.outcome)
+        except ValueError:
+            return None
+        if outcome == Outcome.COMPLETED:
+            return None
+        if outcome not in RESOURCE_OF:
+            self._stop(chain, number, f"ended {outcome.value}: not caused by its limits, so not resubmitted")
+            return None
+        limits = row.plan.limits
+        sub = self.store.get_submission(chain) or {}
+        part = self._partition(limits.partition)
+        nxt = next_limits(
+            outcome,
+            number,
+            limits,
+            _original(sub),
+            max_attempts=self.cfg.max_attempts,
+            partition_max_time_s=getattr(part, "max_time_s", None),
+            node_mem_mb=getattr(part, "max_mem_mb_per_node", None),
+            cfg_max_time_s=self.cfg.max_time_s,
+            cfg_max_mem_mb=self.cfg.max_mem_mb,
+            partition=getattr(part, "name", None) or limits.partition,
+        )
+        if nxt.limits is None:
+            self._stop(chain, number, nxt.reason)
+            return None
+        failed_job = str(row.job_id)
+        plan = Plan(limits=nxt.limits, escalated=nxt.resource, comment=marker(chain, number + 1))
+        job_id: str | None = None
+        mode = self.mode()
+        if mode == REQUEUE:
+            try:
+                info = self.backend.show_job(failed_job)
+            except SlurmError as exc:
+                if "invalid job id" not in str(exc).lower():
+                    raise
+                mode = RESUBMIT
+                plan = plan.but(note=f"job {failed_job} had left slurmctld (MinJobAge): resubmitted instead of requeued")
+            else:
+                plan = plan.but(restarts_before=info.restarts)
+                job_id = failed_job
+        plan = plan.but(mode=mode)
+        if self.store.add_attempt(chain, number + 1, job_id, plan.to_json(), nxt.reason, DECIDED):
+            log.info("job %s: attempt %d decided (%s): %s", chain, number + 1, mode, nxt.reason)
+        crash_point("decided")
+        return self._rows(chain)[number + 1]
+
+    # ------------------------------------------------------------ side effects
+
+    def _advance(self, row: Attempt) -> None:
+        """Carry out a decided attempt, finding out first what a crash already did."""
+        chain, number = row.chain, row.number
+        plan = row.plan
+        try:
+            if plan.mode == REQUEUE:
+                try:
+                    requeue(self.store, self.backend, self._watch, row, plan)
+                    return
+                except Fallback as fb:
+                    plan = plan.but(mode=RESUBMIT, note=str(fb), restarts_before=None)
+                    self.store.update_attempt(chain, number, limits=plan.to_json(), job_id=None)
+                    log.warning("job %s attempt %d: %s; resubmitting instead", chain, number, fb)
+                    row = self._rows(chain)[number]
+            resubmit(self.store, self.backend, row, plan, self._rows(chain).get(number - 1), self.clock)
+        except Stop as stop:
+            reason = str(stop)
+            with self.store.transaction():
+                self.store.update_attempt(chain, number, limits=plan.but(stop=reason).to_json(), step=DONE,
+                                          outcome=NOT_SUBMITTED)
+            log.warning("job %s: attempt %d not carried out: %s", chain, number, reason)
+        except (SlurmError, OSError) as exc:
+            failures = int(plan.failures or 0) + 1
+            if failures >= MAX_FAILURES:
+                reason = f"gave up after {failures} failed tries: {exc}"
+                with self.store.transaction():
+                    self.store.update_attempt(chain, number, limits=plan.but(failures=failures, stop=reason).to_json(),
+                                              step=DONE, outcome=NOT_SUBMITTED)
+                log.error("job %s: attempt %d %s", chain, number, reason)
+            else:
+                self.store.update_attempt(chain, number,
+                                          limits=plan.but(failures=failures, last_error=str(exc)).to_json())
+                log.warning("job %s: attempt %d not carried out yet (try %d of %d): %s",
+                            chain, number, failures, MAX_FAILURES, exc)
+
+
+def make(*, settings: HarpSettings, store: Store, backend: Any) -> Recovery | None:
+    """harpd's recovery (None when disabled or without Slurm); ``attach`` it to the poller."""
+    if not settings.recovery.enabled:
+        log.info("recovery: off (recovery.enabled = false)")
+        return None
+    if backend is None:
+        log.warning("recovery: off (no Slurm backend)")
+        return None
+    return Recovery(store, backend, settings)

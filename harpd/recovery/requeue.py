@@ -1,0 +1,121 @@
+"""Requeue in place: the same job id runs again with the new limits.
+
+``scontrol requeuehold``, update the limits, comment and start time,
+``release``; then the ingest poller is told to ``watch`` the id for its next
+run.  Each step first asks slurmctld what already happened (a restarted harpd
+may find the job requeued, held with or without the new limits, or already
+released), so carrying out a decided attempt twice never requeues twice.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+
+from harpd.recovery.attempts import REQUEUED, Attempt, Fallback, Plan, Stop
+from harpd.recovery.crash import crash_point
+from harpd.slurm.base import JobChanges, JobInfo, SlurmBackend, SlurmError
+from harpd.slurm.scontrol import update_fields
+from harpd.store import Store
+
+log = logging.getLogger("harpd.recovery")
+
+__all__ = ["requeue", "pending_changes"]
+
+#: Slurm's answers that no retry will change (the job or harpd lacks the right)
+_PERMANENT = ("access/permission denied", "permission denied", "invalid", "not supported", "disabled")
+
+Watch = Callable[[str, int], None]
+
+
+def _permanent(exc: SlurmError) -> bool:
+    return any(p in str(exc).lower() for p in _PERMANENT)
+
+
+def _show(backend: SlurmBackend, jid: str) -> JobInfo | None:
+    """The job as slurmctld sees it; None once it has forgotten the job (MinJobAge)."""
+    try:
+        return backend.show_job(jid)
+    except SlurmError as exc:
+        if "invalid job id" not in str(exc).lower():
+            raise
+        return None
+
+
+def pending_changes(info: JobInfo, plan: Plan) -> JobChanges:
+    """The changes the held job still needs to match the plan (always a start now)."""
+    lim = plan.limits
+    changes: JobChanges = {}
+    if lim.time_s and info.time_limit_s != int(lim.time_s):
+        changes["time_limit_s"] = int(lim.time_s)
+    if lim.mem_per_cpu_mb:
+        if info.mem_per_cpu_mb != int(lim.mem_per_cpu_mb):
+            changes["mem_per_cpu_mb"] = int(lim.mem_per_cpu_mb)
+    elif lim.mem_mb:
+        if info.mem_mb != int(lim.mem_mb):
+            changes["mem_mb"] = int(lim.mem_mb)
+    if plan.comment and info.comment != plan.comment:
+        changes["comment"] = plan.comment
+    changes["start_now"] = True  # a requeued job otherwise waits ~2 min (BeginTime)
+    return changes
+
+
+def requeue(store: Store, backend: SlurmBackend, watch: Watch | None, attempt: Attempt, plan: Plan) -> None:
+    """Carry out a decided requeue; Fallback when only a resubmission can recover the job."""
+    chain, number = attempt.chain, attempt.number
+    jid = str(attempt.job_id)
+    before = int(plan.restarts_before or 0)
+    info = _show(backend, jid)
+    if info is None:
+        # purged from slurmctld: accounting tells whether it ran again
+        runs = [r for r in backend.sacct_jobs([jid], None, None, True) if r.job_id == jid]
+        if len(runs) > before + 1:
+            _commit(store, watch, chain, number, jid)
+            return
+        raise Fallback(f"job {jid} left slurmctld (MinJobAge) before harp could requeue it")
+    if info.restarts <= before:
+        if not info.finished:
+            raise SlurmError(f"job {jid} is {info.state or 'in an unknown state'}, not finished: requeue later")
+        try:
+            backend.requeue_hold(jid)
+        except SlurmError as exc:
+            if backend.show_job(jid).restarts <= before:
+                if _permanent(exc):
+                    raise Fallback(f"scontrol requeuehold {jid} refused ({exc})") from None
+                raise
+        crash_point("held")
+        info = backend.show_job(jid)
+    if info.held:
+        try:
+            backend.update_job(jid, **pending_changes(info, plan))
+        except SlurmError as exc:
+            if _permanent(exc):
+                raise Stop(
+                    f"Slurm refused the new limits ({exc}); job {jid} is left held: "
+                    f"`scontrol release {jid}` runs it unchanged, `scancel {jid}` drops it"
+                ) from None
+            raise
+        crash_point("updated")
+        left: JobChanges = pending_changes(backend.show_job(jid), plan)
+        left.pop("start_now", None)
+        left.pop("comment", None)
+        if left:
+            # named as scontrol shows them: what an admin compares and sets by hand
+            fields = update_fields(left)
+            raise Stop(
+                f"Slurm did not apply {', '.join(f'{k}={v}' for k, v in fields.items())} (not an operator?); "
+                f"job {jid} is left held: `scontrol release {jid}` runs it unchanged, `scancel {jid}` drops it"
+            )
+        backend.release(jid)
+        crash_point("released")
+    _commit(store, watch, chain, number, jid)
+
+
+def _commit(store: Store, watch: Watch | None, chain: str, number: int, jid: str) -> None:
+    if watch is None:
+        raise SlurmError("recovery is not attached to the ingest poller yet")
+    with store.transaction():
+        store.update_attempt(chain, number, step=REQUEUED, job_id=jid)
+        watch(jid, number)
+    log.info("job %s: attempt %d requeued as job %s", chain, number, jid)
+    crash_point("committed")

@@ -1,0 +1,74 @@
+"""What the daemon asks Slurm on a user's request path: partition limits (cached) and job owners.
+
+scontrol takes tens of milliseconds to seconds on a busy controller, too slow
+to run for every sbatch, so one cache of ``partitions()`` serves every reader
+in the daemon (the limits sent with each decision, the DNN planner, the live
+predictor) and scontrol runs at most once per ``ttl_s``.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+from harpd.protocol import Limits
+from harpd.slurm.base import PartitionInfo, SlurmBackend
+
+__all__ = ["cached_partitions", "limits_of", "limits_from_partitions", "limits_from_backend", "owner_from_backend"]
+
+
+def owner_from_backend(backend: SlurmBackend) -> Callable[[str], int | None]:
+    """The job owner's uid, as slurmctld reports it (``JobInfo.uid``).
+
+    None when Slurm has not filled the owner in; SlurmError when it does not
+    know the job (already purged, or a made-up id).  Either way the caller's
+    own uid is then recorded, which gives nobody else's job away.
+    """
+
+    def lookup(job_id: str) -> int | None:
+        return backend.show_job(job_id).uid
+
+    return lookup
+
+
+def cached_partitions(backend: SlurmBackend, ttl_s: float = 60.0) -> Callable[[], dict[str, PartitionInfo]]:
+    """``backend.partitions()``, fetched again once it is ``ttl_s`` old."""
+    lock = threading.Lock()
+    cache: dict[str, Any] = {"at": -1e18, "parts": {}}
+
+    def partitions() -> dict[str, PartitionInfo]:
+        with lock:
+            if time.monotonic() - cache["at"] > ttl_s:
+                cache["parts"] = backend.partitions()
+                cache["at"] = time.monotonic()
+            return cache["parts"]
+
+    return partitions
+
+
+def limits_of(info: PartitionInfo) -> Limits:
+    """The caps harp-submit checks a decision against, from one PartitionInfo."""
+    return Limits(
+        partition=info.name,
+        max_time_s=info.max_time_s,
+        max_mem_mb=info.max_mem_mb_per_node,
+        max_cpus=info.max_cpus_per_node,
+    )
+
+
+def limits_from_partitions(partitions: Callable[[], dict[str, PartitionInfo]]) -> Callable[[str | None], Limits | None]:
+    """Partition limits by name (None: the default partition)."""
+
+    def lookup(partition: str | None) -> Limits | None:
+        parts = partitions()
+        info = parts.get(partition) if partition else next((i for i in parts.values() if i.default), None)
+        return None if info is None else limits_of(info)
+
+    return lookup
+
+
+def limits_from_backend(backend: SlurmBackend, ttl_s: float = 60.0) -> Callable[[str | None], Limits | None]:
+    """Partition limits via a cached ``backend.partitions()``."""
+    return limits_from_partitions(cached_partitions(backend, ttl_s))
