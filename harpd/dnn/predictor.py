@@ -48,7 +48,7 @@ class DnnRoutingPredictor:
         self._partitions_fn = partitions
         self.name = getattr(inner, "name", type(inner).__name__)
 
-    def __getattr__(self, name: str) -> Any:  # reload, retrain, observe... go to the inner predictor
+    def __getattr__(self, name: str) -> Any:  # reload, retrain, refresh... go to the inner predictor
         return getattr(self.inner, name)
 
     def _partitions(self) -> dict[str, Any] | None:

@@ -469,7 +469,7 @@ class Ingestor:
 
 
 # ---------------------------------------------------------------------------
-# daemon wiring (harpd.daemon.main looks up ``start``)
+# daemon wiring: harpd.daemon.main calls ``start``
 
 
 class IngestService:

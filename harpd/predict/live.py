@@ -270,7 +270,7 @@ class ModelPredictor:
 
 
 def make_predictor(settings, store=None, backend=None, limits=None):
-    """What harpd.daemon.main looks up: the champion-backed predictor (no change until trained).
+    """The champion-backed predictor harpd.daemon.main wires in (no change until trained).
 
     ``limits``: the daemon's shared (cached) partition-limits lookup; built from
     ``backend`` only when the caller has none.

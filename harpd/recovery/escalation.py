@@ -5,7 +5,7 @@ agree to the byte: the daemon's recovery (a real job was killed, resubmit it)
 and ``harp replay`` (a simulated job would have been killed).  If they drifted
 apart, replay figures would describe a policy harp does not run.
 
-The rule (issue 5):
+The rule:
 
 * only TIMEOUT (time ran out) and OOM (memory ran out) escalate; PREEMPTED,
   NODE_FAIL, CANCELLED and ordinary failures are not the allocation's fault,

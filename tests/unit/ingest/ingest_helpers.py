@@ -82,7 +82,9 @@ class FakeBackend:
         raise SlurmError("not in this fake")
 
     def show_job(self, job_id):
-        return {}
+        from harpd.slurm.base import JobInfo
+
+        return JobInfo(job_id=job_id)
 
     def partitions(self):
         return {"short": PartitionInfo("short", 3600, 8000, 2, 1)}
