@@ -26,6 +26,10 @@ When sacct or slurmdbd fails, the poll raises ``SlurmError`` and nothing is
 written; the scheduled ``tick`` then waits ``poll_interval_s`` doubled per
 consecutive failure, up to ``ingest.max_backoff_s``, so a slurmdbd outage is
 not hammered and nothing is lost: pending submissions stay pending.
+
+One module (a little over 500 lines) because the poll, the attempt numbering
+and the announcement share one transaction: split apart, the exactly-once
+argument above would span files.
 """
 
 from __future__ import annotations
