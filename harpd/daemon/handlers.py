@@ -33,7 +33,7 @@ from harpd.report import build
 from harpd.report.job_status import JobStatusError, job_status
 from harpd.store import Store, StoreError
 
-log = logging.getLogger("harpd.daemon.handlers")
+log = logging.getLogger("harpd.handlers")
 
 
 @runtime_checkable

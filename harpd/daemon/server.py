@@ -30,7 +30,7 @@ from pathlib import Path
 from harpd import protocol as p
 from harpd.daemon.handlers import Handlers, Peer
 
-log = logging.getLogger("harpd.daemon.server")
+log = logging.getLogger("harpd.server")
 
 _CRED = struct.Struct("3i")  # struct ucred: pid, uid, gid
 _MAX_SUN_PATH = 107  # sockaddr_un.sun_path minus the terminating NUL

@@ -49,7 +49,7 @@ from harpd.records import JobRecord, Outcome
 from harpd.slurm.base import SlurmBackend
 from harpd.slurm.job_ids import submitted_id
 
-log = logging.getLogger("harpd.ingest.poller")
+log = logging.getLogger("harpd.ingest")
 
 __all__ = ["Ingestor", "start", "IngestService"]
 

@@ -19,7 +19,7 @@ from harpd.predict.allocation import Guard, allocate
 from harpd.slurm.partitions import limits_from_backend
 from harp_submit.units import format_mem, format_time
 
-log = logging.getLogger("harpd.predict")
+log = logging.getLogger("harpd.decide")
 
 
 HISTORY_JOBS = 200_000  # finished jobs replayed into the live history at load

@@ -13,7 +13,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-log = logging.getLogger("harpd.predict.training")
+log = logging.getLogger("harpd.training")
 
 
 def should_retrain(last_trained_at: float | None, now: float, new_outcomes: int, retrain_settings) -> bool:

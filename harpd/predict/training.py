@@ -31,7 +31,7 @@ from harpd.predict.replay import ReplayConfig
 from harpd.predict.replay import run as replay_run
 from harpd.records import JobRecord
 
-log = logging.getLogger("harpd.predict.training")
+log = logging.getLogger("harpd.training")
 
 RESOURCES = ("time", "mem")
 DEFAULT_CANDIDATES = ("tsafrir", "alea", "gbm", "harp")

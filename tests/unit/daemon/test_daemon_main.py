@@ -138,7 +138,7 @@ def test_real_harpd_serves_and_stops_cleanly(short_dir):
             proc.wait()
         notify.close()
     log = proc.stderr.read()
-    assert "INFO harpd.daemon.server: listening on" in log and "SIGTERM: shutting down" in log
+    assert "INFO harpd.server: listening on" in log and "SIGTERM: shutting down" in log
     assert "Traceback" not in log
     assert not os.path.exists(sock)
     # what was registered survived the restart
@@ -186,4 +186,4 @@ def test_journald_gets_syslog_priorities(short_dir):
     finally:
         if proc.poll() is None:
             proc.kill()
-    assert "<6>INFO harpd" in log and "<7>DEBUG harpd.daemon.server" in log
+    assert "<6>INFO harpd" in log and "<7>DEBUG harpd.server" in log
