@@ -69,6 +69,10 @@ class PredictSettings(_Section):
     predictor: str = "auto"  # "auto": the champion; else a registered name
     leave_alone_ratio: float = Field(0.9, gt=0, le=1)  # keep requests when the bound is this close
     waste_budget: float = Field(0.04, ge=0, lt=1)  # killed-attempt consumption harp may add (share)
+    # soft limits (privileged harpd extends jobs up to the user's request; harpd.predict.soft)
+    soft_quantile: float = Field(0.9, gt=0.5, lt=1)  # share of jobs the start limit should cover
+    soft_extension_budget: float = Field(0.10, gt=0, lt=1)  # share of jobs (all through harp) that may be extended
+    soft_recent_margin: float = Field(1.1, ge=1.0, le=4.0)  # start-time rule: this × the template's last 5 runs
 
 
 class RecoverySettings(_Section):
@@ -77,6 +81,18 @@ class RecoverySettings(_Section):
     max_time_s: int | None = Field(None, ge=60)  # cap beyond partition MaxTime
     max_mem_mb: int | None = Field(None, ge=1)  # cap beyond node memory (per node)
     mode: Literal["auto", "requeue", "resubmit"] = "auto"
+
+
+class WatchSettings(_Section):
+    """Soft limits: extend running jobs before harp's limit, re-size pending ones (harpd.watch)."""
+
+    enabled: bool = True
+    soft_limits: bool = True
+    interval_s: float = Field(30.0, gt=0)
+    margin_s: float = Field(120.0, gt=0)
+    resize: bool = True
+    resize_min_ratio: float = Field(0.10, ge=0, lt=1)
+    resize_min_s: int = Field(300, ge=0)
 
 
 class RetrainSettings(_Section):
@@ -130,6 +146,7 @@ class HarpSettings(BaseSettings):
     ingest: IngestSettings = Field(default_factory=IngestSettings)
     predict: PredictSettings = Field(default_factory=PredictSettings)
     recovery: RecoverySettings = Field(default_factory=RecoverySettings)
+    watch: WatchSettings = Field(default_factory=WatchSettings)
     retrain: RetrainSettings = Field(default_factory=RetrainSettings)
     dnn: DnnSettings = Field(default_factory=DnnSettings)
     report: ReportSettings = Field(default_factory=ReportSettings)

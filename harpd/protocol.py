@@ -224,6 +224,7 @@ class HealthAnswer(_Answer):
     models: dict[str, Any] = Field(default_factory=dict)
     predictor: str | None = None
     uptime_s: float | None = None
+    limits: dict[str, Any] | None = None  # soft or hard time limits and why (harpd.watch.privilege)
 
 
 class AdminAnswer(_Answer):

@@ -165,7 +165,31 @@ def _m001_initial(db: sqlite_utils.Database) -> None:
     db["models"].create_index(["resource", "champion"], if_not_exists=True)
 
 
-MIGRATIONS: list[Callable[[sqlite_utils.Database], None]] = [_m001_initial]
+def _m002_limit_changes(db: sqlite_utils.Database) -> None:
+    # harpd's own changes to a live job's time limit: "extend" (running, before
+    # its limit) and "resize" (pending, re-decided).  The unique (job, kind,
+    # old limit) key is the exactly-once rule: one change per crossing.
+    db["limit_changes"].create(
+        {
+            "job_id": str,
+            "kind": str,
+            "old_time_s": int,
+            "new_time_s": int,
+            "old_mem_mb": int,
+            "new_mem_mb": int,
+            "step": str,
+            "reason": str,
+            "created_at": float,
+            "updated_at": float,
+        },
+        pk=("job_id", "kind", "old_time_s"),
+        not_null=["job_id", "kind", "old_time_s", "step", "created_at"],
+        if_not_exists=True,
+    )
+    db["limit_changes"].create_index(["step"], if_not_exists=True)
+
+
+MIGRATIONS: list[Callable[[sqlite_utils.Database], None]] = [_m001_initial, _m002_limit_changes]
 SCHEMA_VERSION = len(MIGRATIONS)
 
 
@@ -861,6 +885,52 @@ class Store:
             return row[0]
         row = self._read("SELECT chain_id FROM attempts WHERE chain_id = ? LIMIT 1", (str(job_id),)).fetchone()
         return None if row is None else row[0]
+
+    # ---------------------------------------------------------- limit changes
+
+    _LIMIT_CHANGE_COLS = frozenset({"new_time_s", "new_mem_mb", "step", "reason"})
+
+    def add_limit_change(
+        self, job_id: str, kind: str, old_time_s: int, new_time_s: int, reason: str, step: str,
+        *, old_mem_mb: int | None = None, new_mem_mb: int | None = None,
+    ) -> bool:
+        """Record a decided change of a live job's limit; False if this crossing already has one."""
+        now = time.time()
+        with self.transaction() as db:
+            cur = db.conn.execute(
+                """INSERT INTO limit_changes (job_id, kind, old_time_s, new_time_s, old_mem_mb, new_mem_mb,
+                                              step, reason, created_at, updated_at)
+                   VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT(job_id, kind, old_time_s) DO NOTHING""",
+                (str(job_id), str(kind), int(old_time_s), int(new_time_s), old_mem_mb, new_mem_mb, step, reason,
+                 now, now),
+            )
+            return cur.rowcount > 0
+
+    def update_limit_change(self, job_id: str, kind: str, old_time_s: int, **cols: Any) -> bool:
+        """Set columns (new_time_s, new_mem_mb, step, reason) of one change; False if absent."""
+        bad = set(cols) - self._LIMIT_CHANGE_COLS
+        if bad:
+            raise ValueError(f"unknown limit change column(s): {', '.join(sorted(bad))}")
+        if not cols:
+            return False
+        sets = ", ".join(f"{_q(k)} = ?" for k in cols)
+        with self.transaction() as db:
+            cur = db.conn.execute(
+                f"UPDATE limit_changes SET {sets}, updated_at = ? WHERE job_id = ? AND kind = ? AND old_time_s = ?",
+                (*cols.values(), time.time(), str(job_id), str(kind), int(old_time_s)),
+            )
+            return cur.rowcount > 0
+
+    def limit_changes(self, job_id: str | None = None, *, step: str | None = None) -> list[dict[str, Any]]:
+        """Changes of one job (or of all), oldest first; optionally only those at ``step``."""
+        sql, params = "SELECT * FROM limit_changes WHERE 1 = 1", []
+        if job_id is not None:
+            sql += " AND job_id = ?"
+            params.append(str(job_id))
+        if step is not None:
+            sql += " AND step = ?"
+            params.append(step)
+        return self._query(sql + " ORDER BY created_at, job_id, old_time_s", params)
 
     # ----------------------------------------------------------------- models
 

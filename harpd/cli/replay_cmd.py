@@ -32,6 +32,16 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="add reference rows: what clairvoyant per-template rules (future included) and a simple "
                         "history rule reach on this trace (harpd/predict/bounds.py)")
     p.add_argument("--quiet", action="store_true", help="no progress on stderr")
+    p.add_argument("--limits", choices=["hard", "soft"], default="hard",
+                   help="hard: harp's limit is the kill time (an unprivileged harpd, the default); soft: a "
+                        "privileged harpd extends jobs up to the user's request, decided again at each job's "
+                        "start (docs/metrics.md, 'Soft limits'; time only)")
+    p.add_argument("--schedule", action="store_true",
+                   help="also simulate the queue (FCFS + EASY backfilling) under the users' requests, harp's hard "
+                        "and soft limits and the exact runtimes: wait, bounded slowdown, utilization (docs/metrics.md)")
+    p.add_argument("--procs", type=int, metavar="N",
+                   help="processors of the simulated machine for --schedule (default: the SWF MaxProcs/MaxNodes "
+                        "header; required for sacct exports)")
 
 
 def _fail(msg: str):
@@ -49,6 +59,7 @@ def run(args: argparse.Namespace) -> int:
     from harpd.predict.dataset import ReplayError, prepare, read_trace
     from harpd.predict.replay import ReplayConfig
     from harpd.predict.replay import run as replay_run
+    from harpd.predict.soft import SoftPolicy
     from harpd.traces.swf import TraceFormatError
 
     if args.limit is not None and args.limit < 1:
@@ -57,6 +68,8 @@ def run(args: argparse.Namespace) -> int:
         _fail("--retrain-every must be a positive number of outcomes")
     if args.threads < 1:
         _fail("--threads must be at least 1")
+    if args.limits == "soft" and args.resource != "time":
+        _fail("--limits soft extends running jobs' time limits; use it with --resource time")
     models = tuple(m.strip() for m in args.models.split(",") if m.strip())
     known = set(available())
     bad = [m for m in models if m not in known]
@@ -69,10 +82,12 @@ def run(args: argparse.Namespace) -> int:
     pr = settings.predict
     alpha = pr.alpha_time if args.resource == "time" else pr.alpha_mem
     say = (lambda m: None) if args.quiet else (lambda m: print(f"harp replay: {m}", file=sys.stderr, flush=True))
+    procs = _machine_size(args)
     t0 = time.perf_counter()
     try:
         say(f"reading {args.trace}")
-        prep = prepare(read_trace(args.trace), args.resource, args.limit, keep_templates=args.bounds)
+        prep = prepare(read_trace(args.trace), args.resource, args.limit,
+                       keep_templates=args.bounds or args.schedule or args.limits == "soft")
         say(f"{prep.n} jobs, features built in {time.perf_counter() - t0:.1f}s")
         cfg = ReplayConfig(
             alpha=alpha,
@@ -82,6 +97,8 @@ def run(args: argparse.Namespace) -> int:
             models=models,
             waste_budget=pr.waste_budget,
             bounds=args.bounds,
+            limits=args.limits,
+            soft=SoftPolicy.from_settings(pr),
         )
         with threadpool_limits(args.threads):
             res = replay_run(prep, cfg, progress=say)
@@ -89,21 +106,146 @@ def run(args: argparse.Namespace) -> int:
         _fail(str(exc))
     except OSError as exc:
         _fail(f"{args.trace}: {exc.strerror or exc}")
+    queue = None
+    if procs is not None:
+        with threadpool_limits(args.threads):
+            queue = _schedule(args, prep, cfg, res, procs, say)
     total = time.perf_counter() - t0
     report = build_report(res, args.trace, alpha, total)
+    if queue is not None:
+        report["queue"] = queue
     if args.format == "json":
         json.dump(report, sys.stdout, indent=1)
         sys.stdout.write("\n")
     else:
         sys.stdout.write(render_table(report))
+        if queue is not None:
+            sys.stdout.write(render_queue(queue))
     return 0
 
 
-def check_targets(rows: dict[str, dict], alpha: float, relative: bool) -> dict[str, dict]:
+# -- --schedule: the queue simulation (harpd.predict.queue) ------------------
+
+
+def _machine_size(args: argparse.Namespace) -> int | None:
+    """Processors of the simulated machine (None without --schedule); a one-line error when unknown."""
+    if args.procs is not None and not args.schedule:
+        _fail("--procs sizes the simulated machine of --schedule; add --schedule or drop --procs")
+    if not args.schedule:
+        return None
+    if args.resource != "time":
+        _fail("--schedule simulates run times; use it with --resource time")
+    if args.procs is not None:
+        if args.procs < 1:
+            _fail(f"--procs {args.procs}: the machine needs at least one processor")
+        return args.procs
+    from harpd.traces.swf import TraceFormatError, machine_size
+
+    try:
+        size = machine_size(args.trace)
+    except (OSError, TraceFormatError, UnicodeError) as exc:
+        _fail(f"{args.trace}: {getattr(exc, 'strerror', None) or exc}")
+    if size is None:
+        _fail(f"{args.trace} gives no machine size (no SWF MaxProcs/MaxNodes header; sacct exports have none): "
+              "pass --procs N, the processors of the cluster")
+    return size
+
+
+def _schedule(args, prep, cfg, res, procs: int, say) -> dict:
+    """Replay the missing limit mode if needed, simulate every policy, save the figures for `harp report`."""
+    import dataclasses
+
+    from harpd.predict.queue import MODEL, QueueError, schedule
+    from harpd.predict.replay import run as replay_run
+    from harpd.simulate.progress import TextBar
+
+    notes: list[str] = []
+    got = {getattr(res, "limits", "hard"): res}
+    soft_ok = "limits" in {f.name for f in dataclasses.fields(cfg)}
+    if MODEL not in res.alloc:
+        notes.append(f"no {MODEL} rows: add {MODEL} to --models")
+    else:
+        for mode in ("hard", "soft") if soft_ok else ("hard",):
+            if mode not in got:
+                say(f"queue: replaying {MODEL} with {mode} limits")
+                other = dataclasses.replace(cfg, limits=mode, models=("request", MODEL), bounds=False)
+                try:
+                    got[mode] = replay_run(prep, other, progress=say)
+                except ValueError as exc:  # ReplayError: this trace cannot be replayed so
+                    notes.append(f"harp-{mode} absent: {exc}")
+        if not soft_ok:
+            notes.append("harp-soft absent: this harp's replay has no soft limits (issue 16)")
+    alloc = {mode: r.alloc.get(MODEL) for mode, r in got.items()}
+    bar = None if args.quiet else (lambda name: TextBar(name))
+    say(f"queue: simulating {prep.n} jobs on {procs} processors")
+    try:
+        queue = schedule(prep, procs, alloc.get("hard"), alloc.get("soft"), max_attempts=cfg.max_attempts,
+                         progress=bar, notes=notes)
+    except QueueError as exc:
+        _fail(str(exc))
+    queue["trace"] = str(args.trace)
+    _save_queue(args, queue, say)
+    return queue
+
+
+def _save_queue(args, queue: dict, say) -> None:
+    """Leave the figures beside the store for `harp report --format html` (skipped when not writable)."""
+    from harpd.config import ConfigError, load_settings
+    from harpd.simulate.saved import path_beside, save
+
+    try:
+        target = path_beside(load_settings(getattr(args, "config", None)).store.path)
+        save(target, queue)
+    except (ConfigError, OSError, ValueError) as exc:
+        say(f"queue figures not saved for harp report ({exc})")
+        return
+    say(f"queue figures saved to {target} for harp report --format html")
+
+
+def render_queue(q: dict) -> str:
+    """The --schedule table: one row per policy."""
+    head = ["policy", "mean wait", "p95 wait", "mean bsld", "util", "kills", "ext", "delayed by ext",
+            "delayed by kill"]
+    lines = [head]
+    for p in q["policies"]:
+        lines.append([p["policy"], _f(p["mean_wait_s"], ",.0f"), _f(p["p95_wait_s"], ",.0f"),
+                      _f(p["mean_bounded_slowdown"], ".2f"), _f(p["utilization"], ".3f"), str(p["kills"]),
+                      str(p["extensions"]), str(p["delayed_by_extension"]), str(p["delayed_by_kill"])])
+    widths = [max(len(r[i]) for r in lines) for i in range(len(head))]
+    out = ["", f"queue: FCFS + EASY backfilling on {q['procs']} processors, {q['jobs']} jobs (seconds; "
+               "bsld: bounded slowdown, 10 s bound)"]
+    for k, r in enumerate(lines):
+        out.append("  ".join(c.ljust(widths[i]) if i == 0 else c.rjust(widths[i]) for i, c in enumerate(r)))
+        if k == 0:
+            out.append("  ".join("-" * w for w in widths))
+    for name, g in q["gap_closed"].items():
+        out.append(f"{name} closes {_f(g['mean_wait_s'], '.0%')} of the users→exact gap in mean wait, "
+                   f"{_f(g['mean_bounded_slowdown'], '.0%')} in mean bounded slowdown")
+    out += [f"note: {n}" for n in q["notes"]]
+    return "\n".join(out) + "\n"
+
+
+def check_soft_targets(h: dict, budget: float) -> dict[str, dict]:
+    """The soft-limit targets of issue 16, on harp's row."""
+    ov, co, ext = h.get("over_vs_request"), h.get("consumed_vs_request"), h.get("extended_share")
+    return {
+        "harp_kills": {"value": h.get("harp_kills"), "target": "== 0", "pass": h.get("harp_kills") == 0},
+        "consumed_vs_users": {"value": co, "target": "<= 1.00", "pass": co is not None and co <= 1.0 + 1e-9},
+        "final_over_reservation_vs_users": {"value": ov, "target": "<= 0.8 on every trace (0.5 on the median)",
+                                            "pass": ov is not None and ov <= 0.8},
+        "extended_share": {"value": ext, "target": f"<= {budget:g} of the jobs",
+                           "pass": ext is not None and ext <= budget},
+    }
+
+
+def check_targets(rows: dict[str, dict], alpha: float, relative: bool, limits: str = "hard",
+                  budget: float = 0.10) -> dict[str, dict]:
     """harp's accuracy targets, checked on its row (the users' row is the reference)."""
     h = rows.get("harp")
     if h is None:
         return {}
+    if limits == "soft":
+        return check_soft_targets(h, budget)
     out = {"under_rate": {"value": h["under_rate"], "target": f"<= {alpha:g}", "pass": h["under_rate"] <= alpha}}
     if relative:
         ov = h.get("over_vs_request")
@@ -121,6 +263,9 @@ def build_report(res, trace: str, alpha: float, seconds: float) -> dict:
     prep = res.prepared
     rows = {m.model: m.to_dict() for m in res.metrics}
     unit = ("core-hours", 3600.0) if prep.resource == "time" else ("GiB", 1024.0)
+    limits = getattr(res, "limits", "hard")
+    policy = getattr(res, "soft", None)
+    budget = policy.extension_budget if policy is not None else 0.10
     return {
         "trace": str(trace),
         "source": prep.source,
@@ -135,8 +280,10 @@ def build_report(res, trace: str, alpha: float, seconds: float) -> dict:
         "unit": unit[0],
         "unit_scale": unit[1],
         "models": list(rows.values()),
-        "targets": check_targets(rows, alpha, prep.has_requests),
+        "targets": check_targets(rows, alpha, prep.has_requests, limits, budget),
         "notes": res.notes,
+        "limits": limits,
+        "soft_policy": policy.explain() if (policy is not None and limits == "soft") else None,
     }
 
 
@@ -146,12 +293,29 @@ def _f(v, fmt: str) -> str:
     return format(v, fmt)
 
 
+def _soft_lines(rep: dict) -> list[list[str]]:
+    """The table under soft limits: extensions instead of kills, the final limit's over-reservation."""
+    scale = rep["unit_scale"]
+    lines = [["model", "jobs", "changed", "extended", "ext/job", "harp kills", f"over-res {rep['unit']}",
+              "vs users", "planned wrongly", "vs users", "consumed vs users", "score"]]
+    for m in rep["models"]:
+        name = "users' requests" if m["model"] == "request" else m["model"]
+        lines.append([
+            name, str(m["jobs"]), _f(m["changed"], ".1%"), _f(m["extended_share"], ".1%"),
+            _f(m["extensions_per_job"], ".2f"), str(m["harp_kills"]), _f(m["over_reservation"] / scale, ",.0f"),
+            _f(m["over_vs_request"], ".3f"), _f(m["planned_wrongly"], ".3f"),
+            _f(m["planned_wrongly_vs_request"], ".3f"), _f(m["consumed_vs_request"], ".3f"), _f(m["score"], ".3f"),
+        ])
+    return lines
+
+
 def render_table(rep: dict) -> str:
     scale = rep["unit_scale"]
+    soft = rep.get("limits") == "soft"
     head = ["model", "jobs", "changed", "under", "lost", "resv/used", f"over-res {rep['unit']}",
             "vs users", "consumed/used", "vs users", "score"]
     lines = [head]
-    for m in rep["models"]:
+    for m in ([] if soft else rep["models"]):
         name = "users' requests" if m["model"] == "request" else m["model"]
         lines.append([
             name, str(m["jobs"]), _f(m["changed"], ".1%"), _f(m["under_rate"], ".2%"), str(m["lost"]),
@@ -159,9 +323,15 @@ def render_table(rep: dict) -> str:
             _f(m["over_vs_request"], ".3f"), _f(m["consumed_over_used"], ".3f"),
             _f(m["consumed_vs_request"], ".3f"), _f(m["score"], ".3f"),
         ])
+    if soft:
+        lines = _soft_lines(rep)
+        head = lines[0]
     widths = [max(len(r[i]) for r in lines) for i in range(len(head))]
     out = [f"{rep['source']}: {rep['jobs']} jobs, resource {rep['resource']}, {rep['retrains']} retrains, "
-           f"{rep['seconds']:.0f}s" + (f" (skipped: {rep['skipped']})" if rep["skipped"] else "")]
+           f"{rep['seconds']:.0f}s, {rep.get('limits', 'hard')} limits"
+           + (f" (skipped: {rep['skipped']})" if rep["skipped"] else "")]
+    if soft and rep.get("soft_policy"):
+        out.append("soft policy: " + ", ".join(f"{k} {v}" for k, v in rep["soft_policy"].items() if k != "limits"))
     for k, r in enumerate(lines):
         out.append("  ".join(c.ljust(widths[i]) if i == 0 else c.rjust(widths[i]) for i, c in enumerate(r)))
         if k == 0:
@@ -171,6 +341,11 @@ def render_table(rep: dict) -> str:
         for name, t in rep["targets"].items():
             out.append(f"target {name}: {_f(t['value'], '.4f')} ({t['target']}) {'PASS' if t['pass'] else 'FAIL'}")
     out.append("")
-    out.append("under: share of jobs that fit their request but run out under harp's first allocation; "
-               "score: lower is better (docs/metrics.md)")
+    if soft:
+        out.append("extended: share of jobs extended at least once; over-res: of the final limit "
+                   "after extensions; planned wrongly: Σ cores × |limit at start − used| / Σ cores × used; "
+                   "score: lower is better (docs/metrics.md, 'Soft limits')")
+    else:
+        out.append("under: share of jobs that fit their request but run out under harp's first allocation; "
+                   "score: lower is better (docs/metrics.md)")
     return "\n".join(out) + "\n"

@@ -114,6 +114,35 @@ def _resources(r: dict[str, Any] | None) -> str:
     return _limits({k: r.get(k) for k in ("time_s", "mem_mb", "mem_per_cpu_mb", "mem_per_gpu_mb", "partition")})
 
 
+_CHANGE_WORDS = {"extend": "extended", "resize": "re-sized"}
+_STEP_WORDS = {"done": "", "decided": " (not made yet)", "ended": " (not made: the job had ended)",
+               "refused": " (refused)"}
+
+
+def _limit_changes(job: dict[str, Any]) -> list[str]:
+    """The limits mode harpd runs in and each change harpd made to the live job's time limit."""
+    from harpd.recovery.policy import fmt_time
+
+    out: list[str] = []
+    mode = job.get("limits_mode") or {}
+    if mode.get("mode"):
+        words = ("soft: harp's limit is extended up to the request while the job runs" if mode["mode"] == "soft"
+                 else "hard: harp's limit is the kill time; recovery resubmits what runs out")
+        out.append(f"  time limits:   {words}")
+    changes = job.get("limit_changes") or []
+    n = sum(1 for c in changes if c.get("kind") == "extend" and c.get("step") == "done")
+    if changes:
+        out.append(f"  extensions:    {n}")
+    for c in changes:
+        kind = _CHANGE_WORDS.get(str(c.get("kind")), str(c.get("kind")))
+        line = (f"    {kind} {fmt_time(c.get('old_time_s'))} -> {fmt_time(c.get('new_time_s'))}"
+                f"{_STEP_WORDS.get(str(c.get('step')), ' (' + str(c.get('step')) + ')')}")
+        out.append(line)
+        if c.get("reason"):
+            out.append(f"      why: {c['reason']}")
+    return out
+
+
 def render(job: dict[str, Any]) -> str:
     """The human view of a status answer."""
     out: list[str] = []
@@ -137,6 +166,7 @@ def render(job: dict[str, Any]) -> str:
     outcome = rec.get("outcome") or job.get("outcome")
     if outcome:
         out.append(f"  last outcome:  {outcome}" + (f" (Slurm {rec['state']})" if rec.get("state") else ""))
+    out += _limit_changes(job)
     attempts = job.get("attempts") or []
     if not attempts:
         out.append("  recovery:      none (no attempt was made to run it again)")

@@ -128,8 +128,11 @@ class Handlers:
         retrain: AdminAction | None = None,
         reload: AdminAction | None = None,
         importer: ImportAction | None = None,
+        limits_mode: dict[str, Any] | None = None,
     ) -> None:
         self.store = store
+        # soft or hard time limits and why (harpd.watch.privilege), shown by health
+        self.limits_mode = limits_mode
         self.settings = settings
         self.predictor: Predictor = predictor or NoChangePredictor(partition_limits)
         if admin_gid is None and settings is not None:
@@ -231,6 +234,8 @@ class Handlers:
             job = job_status(self.store, req.job_id, admin=self.is_admin(peer), uid=peer.uid, user=peer.user)
         except JobStatusError as exc:
             return p.error(str(exc))
+        if self.limits_mode is not None:
+            job["limits_mode"] = self.limits_mode
         return p.StatusAnswer(job=job)
 
     def op_health(self, peer: Peer, req: p.HealthRequest) -> BaseModel:
@@ -250,6 +255,7 @@ class Handlers:
             models=models,
             predictor=str(name),
             uptime_s=round(time.monotonic() - self.started, 3),
+            limits=self.limits_mode,
         )
 
     def op_report(self, peer: Peer, req: p.ReportRequest) -> BaseModel:

@@ -16,8 +16,11 @@ Start order is chosen so that every admin mistake shows up at start, as one
 4. the socket operations, with the live predictor's retrain and reload and
    the trace importer as admin actions;
 5. the sacct poller, which stores each job's outcome and then hands it to
-   its listeners: recovery (resubmits what ran out) and the retrain trigger
-   (counts outcomes).  The live history is not a listener: the predictor
+   its listeners: recovery (resubmits what ran out), the watcher (re-sizes
+   pending siblings) and the retrain trigger (counts outcomes);
+6. the watcher (``harpd.watch``), only when harpd may change other users'
+   jobs (``privilege.detect``, decided once at start, shown in ``health``):
+   it extends running jobs before harp's limit and re-sizes pending ones.  The live history is not a listener: the predictor
    reads the stored outcomes back itself (``ModelPredictor.refresh``, off the
    request path).
 
@@ -50,6 +53,8 @@ from harpd.recovery.machine import make as make_recovery
 from harpd.slurm import SlurmBackend, get_backend
 from harpd.slurm.partitions import cached_partitions, limits_from_partitions, owner_from_backend
 from harpd.store import Store, StoreError
+from harpd.watch.privilege import Privilege, detect as detect_privilege
+from harpd.watch.service import make as make_watch
 
 log = logging.getLogger("harpd")
 
@@ -114,7 +119,8 @@ def build_handlers(settings: HarpSettings, store: Store) -> tuple[Handlers, list
     backend = slurm_backend(settings)
     partitions = None if backend is None else cached_partitions(backend)
     limits = None if partitions is None else limits_from_partitions(partitions)
-    live = make_predictor(settings=settings, store=store, backend=backend, limits=limits)
+    privilege = detect_privilege(settings, backend)
+    live = _make_live(settings, store, backend, limits, privilege)
     predictor = DnnRoutingPredictor(live, settings, partitions)
     handlers = Handlers(
         store,
@@ -125,9 +131,18 @@ def build_handlers(settings: HarpSettings, store: Store) -> tuple[Handlers, list
         retrain=live.retrain,
         reload=live.reload,
         importer=import_file,
+        limits_mode=privilege.as_health(),
     )
     log.info("predictor: %s", predictor.name)
-    return handlers, start_services(settings, store, backend, live.retrain)
+    return handlers, start_services(settings, store, backend, live.retrain, privilege=privilege,
+                                    predictor=predictor, partitions=partitions)
+
+
+def _make_live(settings: HarpSettings, store: Store, backend: SlurmBackend | None, limits: Any,
+               privilege: Privilege) -> Any:
+    """The live predictor; soft limits (bolder bounds) only when harpd can extend what it cut."""
+    return make_predictor(settings=settings, store=store, backend=backend, limits=limits,
+                          soft_limits=privilege.soft_limits)
 
 
 def slurm_backend(settings: HarpSettings) -> SlurmBackend | None:
@@ -140,8 +155,9 @@ def slurm_backend(settings: HarpSettings) -> SlurmBackend | None:
 
 
 def start_services(settings: HarpSettings, store: Store, backend: SlurmBackend | None,
-                   retrain: Callable[[], Any]) -> list[Any]:
-    """The sacct poller and the listeners of its outcomes: recovery, then the retrain trigger."""
+                   retrain: Callable[[], Any], *, privilege: Privilege | None = None, predictor: Any = None,
+                   partitions: Any = None) -> list[Any]:
+    """The sacct poller and the listeners of its outcomes: recovery, the watcher, the retrain trigger."""
     recovery = make_recovery(settings=settings, store=store, backend=backend)  # None: off, or no Slurm
     # recovery listens from the first poll on, which may announce outcomes a
     # killed predecessor left unannounced: each run's outcome reaches it once
@@ -152,6 +168,11 @@ def start_services(settings: HarpSettings, store: Store, backend: SlurmBackend |
         return services
     if recovery is not None:
         services.append(recovery.attach(ingest))
+    if privilege is not None:
+        watch = make_watch(settings=settings, store=store, backend=backend, privilege=privilege,
+                           predictor=predictor, partitions=partitions)  # None: hard limits, as before
+        if watch is not None:
+            services.append(watch.attach(ingest))
     # retrain every retrain.interval_s and after retrain.after_n_outcomes outcomes
     ingest.ingestor.on_outcome.append(attach_retrain(ingest.scheduler, retrain, settings.retrain))
     return services

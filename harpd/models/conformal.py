@@ -193,8 +193,11 @@ class Calibrator:
                  window: int = 3000, min_group: int = 300, gamma: float = 0.005,
                  eta: float = 0.02, theta_max: float = 0.9, theta_min: float = 0.05,
                  alpha_max: float = 0.15, relative: bool = True, resource: str = "time",
-                 max_attempts: int = 3, min_fraction: float = 0.0):
+                 max_attempts: int = 3, min_fraction: float = 0.0, soft: bool = False):
         self.alpha = alpha
+        # soft limits (issue 16): a miss is an extension, not a killed run, so
+        # the level is the extension target itself and θ has no kills to steer on
+        self.soft = soft
         self.aim = aim
         self.budget = budget
         self.gamma = gamma
@@ -227,7 +230,7 @@ class Calibrator:
         self.conf.reset(g[~cens], res[~cens])
         self.size_ema = float(np.mean(size * np.minimum(np.exp(y), 1.0))) if len(y) else None
         target = self.alpha * self.aim
-        if not self.relative or len(y) < 50 or (~cens).sum() < 30:
+        if self.soft or not self.relative or len(y) < 50 or (~cens).sum() < 30:
             self._set_level(target)
             return {"level": target, "theta": self.theta}
         need = np.exp(y)
@@ -300,7 +303,7 @@ class Calibrator:
                 self.conf.update(key, residual, first < need)
             else:  # no request and no prediction: nothing harp could have missed
                 self.conf.push(key, residual)
-        if not self.relative or request is None or not request > 0:
+        if self.soft or not self.relative or request is None or not request > 0:
             return
         used = weight * (request if censored else min(need, request))
         extra = weight * extra_consumption(first, need, request, censored, self.resource, self.max_attempts)

@@ -16,6 +16,12 @@ arrays and metric (``harpd.predict.metric.evaluate``):
 * ``causal-max5``: the most the template's last five *finished* runs used,
   times 1.1 — the simplest deployable history rule (ALEA-like), for contrast.
 
+Under soft limits (``soft_allocations``) the same rules give the limit a job
+*starts* with, and harpd extends it up to the request; there a lower
+per-template quantile can pay (a miss is an extension, not a kill), so the
+clairvoyant q50 and q75 join, and the history rule is also given at the
+job's start (``causal-max5-start``: the runs finished by then).
+
 Each leaves a request alone when its bound is 90% of it or more, and never
 allocates below one minute; censored runs (killed at their limit) count as
 needing more than their request.  Only for traces with requests.
@@ -102,6 +108,26 @@ def causal_max(prep: "Prepared", k: int = NEIGHBOURS) -> np.ndarray:
         if d is not None and len(d) >= min(k, 3):
             bound[i] = max(d) * MARGIN
     return _allocate(prep, bound)
+
+
+def causal_max_at_start(prep: "Prepared", k: int = NEIGHBOURS) -> np.ndarray:
+    """``causal_max`` decided at the job's start (the runs that had finished by then)."""
+    from harpd.predict.soft import recent_at
+
+    count, mx = recent_at(prep, prep.start, k)
+    return _allocate(prep, np.where(count >= min(k, 3), mx * MARGIN, np.inf))
+
+
+def soft_allocations(prep: "Prepared") -> dict[str, np.ndarray]:
+    """Reference start limits under soft limits (NaN: request kept), by rule name."""
+    if not prep.has_requests:
+        return {}
+    return {
+        "clairvoyant-q50": clairvoyant_quantile(prep, 0.50),
+        "clairvoyant-q75": clairvoyant_quantile(prep, 0.75),
+        **allocations(prep),
+        "causal-max5-start": causal_max_at_start(prep),
+    }
 
 
 def allocations(prep: "Prepared") -> dict[str, np.ndarray]:

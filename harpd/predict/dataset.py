@@ -69,6 +69,10 @@ class Prepared:
     limit: np.ndarray | None = None  # cap per job (NaN: none); the request caps relative traces
     skipped: dict[str, int] = field(default_factory=dict)
     template: np.ndarray | None = None  # per job its user+request template key (``keep_templates``)
+    # when each job started and ended (the trace's; a job without a start time
+    # starts when submitted): the soft-limit replay decides again at the start
+    start: np.ndarray | None = None
+    end: np.ndarray | None = None
 
     @property
     def n(self) -> int:
@@ -122,13 +126,13 @@ def prepare(records: Iterable[JobRecord], resource: str = "time", limit: int | N
             n_req += 1
             if resource == "mem" and abs(req - used) < 1e-6 * max(req, 1.0):
                 n_same += 1
+        began = r.start_time if r.start_time is not None else r.submit_time
         end = r.end_time
         if end is None:  # when its outcome became known: start (or submit) + run time
-            began = r.start_time if r.start_time is not None else r.submit_time
             end = began + (r.used_time_s or 0.0)
         cores = r.req_cpus or r.alloc_cpus or 1
         # keep a few fields, not the record: training holds a million of these
-        rows.append((r.submit_time, end, used, req, cens, cores, key_fields(r, resource), r.partition))
+        rows.append((r.submit_time, end, used, req, cens, cores, key_fields(r, resource), r.partition, began))
     if not rows:
         raise ReplayError(f"trace has no finished jobs with {resource} usage")
     if resource == "mem" and n_req and n_same > 0.9 * n_req:
@@ -148,6 +152,7 @@ def prepare(records: Iterable[JobRecord], resource: str = "time", limit: int | N
 
     submit = np.array([row[0] for row in rows], float)
     end = np.array([max(row[1], row[0]) for row in rows], float)
+    start = np.clip(np.array([row[8] for row in rows], float), submit, end)
     need = np.array([row[2] for row in rows], float)
     request = np.array([row[3] if (row[3] and not absolute) else np.nan for row in rows], float)
     cens = np.array([row[4] for row in rows], bool)
@@ -201,6 +206,7 @@ def prepare(records: Iterable[JobRecord], resource: str = "time", limit: int | N
         limit=limit if absolute else None,
         template=np.array([keys_from_fields(row[6], relative).req for row in rows], dtype=object)
         if keep_templates else None,
+        start=start, end=end,
     )
 
 

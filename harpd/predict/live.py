@@ -16,6 +16,7 @@ import numpy as np
 
 from harpd.features.resources import gpu_count
 from harpd.predict.allocation import Guard, allocate
+from harpd.predict.soft import SoftPolicy, soft_guard
 from harpd.slurm.partitions import limits_from_backend
 from harp_submit.units import format_mem, format_time
 
@@ -52,8 +53,12 @@ class ModelPredictor:
 
     name = "harp"
 
-    def __init__(self, settings, store=None, limits=None, models: dict[str, Any] | None = None) -> None:
+    def __init__(self, settings, store=None, limits=None, models: dict[str, Any] | None = None,
+                 soft_limits: bool = False) -> None:
         self.settings = settings
+        # soft limits (a privileged harpd extends jobs up to the user's request,
+        # harpd.watch): the time limit is cut deeper, by harpd.predict.soft's policy
+        self.soft_limits = bool(soft_limits)
         self.store = store
         self._limits = limits
         self._lock = threading.Lock()
@@ -204,6 +209,22 @@ class ModelPredictor:
         return Decision(changes=changes, limits=limits, model=",".join(sorted(set(models_used))) or None,
                         explain=explain)
 
+    @staticmethod
+    def _soft_bound(x, up: float, policy: SoftPolicy) -> tuple[float, str]:
+        """The soft policy's bound (log need/request) from a job's history features.
+
+        The template's (same user and request) most recent runs decide when
+        there are enough of them, as in ``harpd.predict.soft.start_bound``;
+        else the model's own bound stands.
+        """
+        from harpd.features.history import COL
+
+        n_runs = math.expm1(x[COL["r_n"]]) if x[COL["r_n"]] == x[COL["r_n"]] else 0.0
+        rmax = x[COL["r_max5"]]
+        if n_runs + 0.5 >= policy.min_recent and rmax == rmax:
+            return float(rmax) + math.log(policy.recent_margin), f"{policy.recent_margin:g} x the most of the last runs"
+        return up, "model bound"
+
     def _one(self, job, user: str, res: str, ld: _Loaded, limits, now: float):
         from harpd.features.history import COL, conformal_group, keys_of
         from harpd.features.signature import signature_of
@@ -231,6 +252,9 @@ class ModelPredictor:
             n_hist = ld.history.count(keys, "s")
             ld.history.submitted(keys, now)
         guard = Guard.from_settings(self.settings.predict, res, self.settings.recovery.max_attempts)
+        soft = self.soft_limits and res == "time" and ld.relative and bool(req)
+        if soft:
+            guard = soft_guard(guard)
         if n_hist < guard.min_history:
             return None, {"reason": f"cold start: {n_hist} of {guard.min_history} runs", "n_history": n_hist}
         X = np.asarray([x], dtype=np.float32)
@@ -242,12 +266,19 @@ class ModelPredictor:
         else:
             per_node = limits.max_mem_mb or self.settings.recovery.max_mem_mb
             limit = per_node * nodes if per_node else None
+        ex: dict[str, Any] = {}
+        if soft:
+            policy = SoftPolicy.from_settings(self.settings.predict)
+            up, rule = self._soft_bound(x, up, policy)
+            ex.update(policy.explain(), soft_rule=rule)
         value, why = allocate(req, up, n_hist, limit, guard, theta)
         ex = {"model": ld.name, "n_history": n_hist, "bound_ratio": round(math.exp(up), 4) if math.isfinite(up) else None,
-              "leave_alone_ratio": None if theta is None else round(float(theta), 3), "reason": why}
+              "leave_alone_ratio": None if theta is None else round(float(theta), 3), "reason": why, **ex}
         if value is None:
             return None, ex
         reason = f"{ld.name}: {res} bound from {n_hist} similar runs"
+        if soft:
+            reason += f" (extended automatically up to {format_time(int(req))} while it runs)"
         if res == "time":
             secs = int(math.ceil(value / 60.0) * 60)  # sbatch rounds to minutes anyway
             if req and secs >= req:
@@ -269,12 +300,13 @@ class ModelPredictor:
                 "reason": reason}, ex
 
 
-def make_predictor(settings, store=None, backend=None, limits=None):
+def make_predictor(settings, store=None, backend=None, limits=None, soft_limits: bool = False):
     """The champion-backed predictor harpd.daemon.main wires in (no change until trained).
 
     ``limits``: the daemon's shared (cached) partition-limits lookup; built from
-    ``backend`` only when the caller has none.
+    ``backend`` only when the caller has none.  ``soft_limits``: harpd is
+    privileged and extends jobs before their limit (the soft policy sizes time).
     """
     if limits is None and backend is not None:
         limits = limits_from_backend(backend)
-    return ModelPredictor(settings, store=store, limits=limits)
+    return ModelPredictor(settings, store=store, limits=limits, soft_limits=soft_limits)

@@ -46,6 +46,14 @@ class ModelMetrics:
     under_rate_weighted: float = 0.0  # Σw over under-predicted / Σw over fitting jobs
     over_reservation_jobs: float = 0.0  # Σ(final − used), unweighted
     over_jobs_vs_request: float | None = None
+    # soft limits (``evaluate_soft``): None under hard limits
+    limits: str = "hard"
+    extensions_per_job: float | None = None  # extensions / jobs harp managed (changed)
+    extended_share: float | None = None  # share of jobs (all through harp) extended at least once
+    extended_share_changed: float | None = None  # the same, of the jobs whose limit harp changed
+    harp_kills: int | None = None  # jobs killed below their own request (0 under soft limits)
+    planned_wrongly: float | None = None  # Σw·|limit at start − used| / Σw·used
+    planned_wrongly_vs_request: float | None = None  # the same against the users' requests
 
     def to_dict(self) -> dict:
         return {k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in asdict(self).items()}
@@ -163,5 +171,67 @@ def evaluate(
         )
         base_consumed = baseline.consumed_over_used * sum_used
         m.consumed_vs_request = consumed / base_consumed if base_consumed else None
+    return m
+
+
+def evaluate_soft(model: str, start: np.ndarray, need: np.ndarray, request: np.ndarray, censored: np.ndarray,
+                  weight: np.ndarray, *, extension_budget: float = 0.10, cap: np.ndarray | None = None,
+                  baseline: "ModelMetrics | None" = None) -> ModelMetrics:
+    """The metric row of one model under soft limits (docs/metrics.md, "Soft limits").
+
+    ``start`` is the limit each job starts with (NaN: the request stands);
+    harpd extends it by the escalation rule up to the request
+    (``harpd.predict.soft.extend``), so nothing is killed by harp and the
+    consumption is the users' own.  Over-reservation is that of the FINAL
+    limit F; "planned wrongly" charges the start limit S the backfill planner
+    trusted: Σw·|S − U|.  The score replaces the miss penalty of the hard
+    score by one on extensions beyond the budget (same pinball shape).
+    Only for traces with requests (the request is the kill time).
+    """
+    from harpd.predict.soft import extend
+
+    start = np.asarray(start, float)
+    need = np.maximum(np.asarray(need, float), 0.0)
+    req = np.asarray(request, float)
+    cens = np.asarray(censored, bool)
+    w = np.asarray(weight, float)
+    final, ext, harp_killed = extend(start, need, req, cens, cap)
+    first = np.where(np.isfinite(start), start, req)
+    managed = np.isfinite(start) & ~(np.abs(start - req) <= 1e-9)
+    used = np.where(cens, req, need)
+    sum_used = float(np.sum(w * used))
+    over = float(np.sum(w * (final - used)))
+    over_jobs = float(np.sum(final - used))
+    n, n_man = len(first), int(managed.sum())
+    extended = ext > 0
+    fit = ~cens
+    under = fit & (first < need)
+    n_fit = int(fit.sum())
+    wfit = float(np.sum(w[fit]))
+    share = float(extended.mean()) if n else 0.0
+    b = min(max(extension_budget, 1e-6), 1.0)
+    plan = float(np.sum(w * np.abs(first - used)))
+    m = ModelMetrics(
+        model=model, jobs=n, changed=float(n_man / n) if n else 0.0,
+        under_rate=float(under.sum() / n_fit) if n_fit else 0.0, under_jobs=int(under.sum()), lost=0,
+        reserved_over_used=float(np.sum(w * final) / sum_used) if sum_used else math.nan,
+        over_reservation=over, over_vs_request=None, consumed_over_used=1.0 if sum_used else math.nan,
+        consumed_vs_request=None, killed=0.0,
+        score=(over / sum_used + (1.0 - b) / b * max(0.0, share - b)) if sum_used else math.nan,
+        under_rate_weighted=float(np.sum(w[under]) / wfit) if wfit else 0.0,
+        over_reservation_jobs=over_jobs, limits="soft",
+        extensions_per_job=float(ext[managed].sum() / n_man) if n_man else 0.0,
+        extended_share=share, extended_share_changed=float(np.sum(extended & managed) / n_man) if n_man else 0.0,
+        harp_kills=int(harp_killed.sum()),
+        planned_wrongly=plan / sum_used if sum_used else math.nan,
+    )
+    if baseline is not None:
+        m.over_vs_request = over / baseline.over_reservation if baseline.over_reservation else None
+        m.over_jobs_vs_request = (over_jobs / baseline.over_reservation_jobs
+                                  if baseline.over_reservation_jobs else None)
+        base_consumed = baseline.consumed_over_used * sum_used
+        m.consumed_vs_request = sum_used / base_consumed if base_consumed else None
+        if baseline.planned_wrongly:
+            m.planned_wrongly_vs_request = m.planned_wrongly / baseline.planned_wrongly
     return m
 

@@ -16,6 +16,10 @@ Three passes keep 200k jobs inside a few minutes on one core:
    to the next one in one batch (the model is fixed in between);
 3. the conformal model's online part (ACI, sliding residual windows) and the
    guard rails walk the jobs again, feeding back each job as it finishes.
+
+``limits="soft"`` (issue 16) replays a privileged harpd that extends jobs
+instead of letting Slurm kill them: harp's limits are decided again at each
+job's start and scored by ``metric.evaluate_soft`` (``harpd.predict.soft``).
 """
 
 from __future__ import annotations
@@ -29,9 +33,10 @@ import numpy as np
 
 from harpd.models import construct
 from harpd.predict.allocation import Guard, allocate, allocate_many
-from harpd.predict.bounds import allocations
-from harpd.predict.dataset import Prepared, fit_rows
-from harpd.predict.metric import ModelMetrics, evaluate
+from harpd.predict.bounds import allocations, soft_allocations
+from harpd.predict.dataset import Prepared, ReplayError, fit_rows
+from harpd.predict.metric import ModelMetrics, evaluate, evaluate_soft
+from harpd.predict.soft import SoftPolicy, hold_budget, recent_at, soft_guard, start_bound
 
 
 @dataclass
@@ -49,9 +54,20 @@ class ReplayConfig:
     points: list[int] | None = None  # explicit retrain points (training.py's hold-out)
     evaluate_from: int = 0  # metrics over jobs from this submission index on
     bounds: bool = False  # add the reference rows of harpd.predict.bounds (needs keep_templates)
+    # "hard": harp's limit is Slurm's kill time (today's daemon); "soft": harpd
+    # extends a job before its limit, up to the user's request (issue 16):
+    # ``ReplayResult.alloc[name]`` is then the limit the scheduler sees when the
+    # job STARTS (NaN = the user's request stands), raised by the escalation rule
+    limits: str = "hard"
+    soft: SoftPolicy = field(default_factory=SoftPolicy)  # the soft policy's knobs (limits="soft")
 
     def make_model(self, name: str, prep: Prepared):
         """A fresh predictor ``name`` with this replay's tuning, for ``prep``'s trace."""
+        if self.limits == "soft":
+            return construct.make_model(name, resource=prep.resource, relative=prep.has_requests,
+                                        alpha=1.0 - self.soft.quantile, max_attempts=self.max_attempts,
+                                        waste_budget=self.waste_budget, min_fraction=0.0, gbm=self.gbm,
+                                        conformal={"aim": 1.0, "soft": True, **self.conformal})
         return construct.make_model(name, resource=prep.resource, relative=prep.has_requests, alpha=self.alpha,
                                     max_attempts=self.max_attempts, waste_budget=self.waste_budget,
                                     min_fraction=self.guard.min_fraction, gbm=self.gbm,
@@ -66,6 +82,8 @@ class ReplayResult:
     retrains: int
     seconds: float
     notes: dict[str, str] = field(default_factory=dict)
+    limits: str = "hard"  # the ReplayConfig.limits this result was replayed under
+    soft: SoftPolicy | None = None  # the soft policy's knobs (limits="soft")
 
 
 def retrain_points(known_at: np.ndarray, every: int, min_train: int) -> list[int]:
@@ -96,10 +114,14 @@ def _batch_model(name: str, prep: Prepared, cfg: ReplayConfig, pts: list[int]) -
 
 
 def _online_model(name: str, prep: Prepared, cfg: ReplayConfig, pts: list[int],
-                  progress: Callable[[str], None] | None) -> tuple[np.ndarray, np.ndarray, list[float]]:
+                  progress: Callable[[str], None] | None,
+                  bounds_out: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray, list[float]]:
     """harp's path: refit at each point, then walk the jobs feeding each finished one back.
 
-    Returns the allocations (NaN: request kept), the base predictions and θ over time.
+    Returns the allocations (NaN: request kept), the base predictions and θ over time;
+    ``bounds_out`` (if given) receives each job's calibrated bound (log need/request).
+    Under soft limits the guard loses its walk-back floor and the model is
+    calibrated at the soft quantile (a miss is an extension, not a kill).
     """
     n = prep.n
     req = prep.request
@@ -109,7 +131,8 @@ def _online_model(name: str, prep: Prepared, cfg: ReplayConfig, pts: list[int],
     fin = prep.finish_seq
     y, cens, need, groups, w = prep.y, prep.censored, prep.need, prep.groups, prep.weight
     has_req = np.isfinite(req)
-    guard = cfg.guard
+    soft = cfg.limits == "soft"
+    guard = soft_guard(cfg.guard) if soft else cfg.guard
     model = None
     seg = 0
     prev_known = int(prep.known_at[0]) if n else 0
@@ -140,6 +163,8 @@ def _online_model(name: str, prep: Prepared, cfg: ReplayConfig, pts: list[int],
             continue
         up = max(model.cal_.bound(groups[i], float(base_pred[i])), float(hfloor[i]))
         lim = None if prep.limit is None or not math.isfinite(prep.limit[i]) else float(prep.limit[i])
+        if bounds_out is not None:
+            bounds_out[i] = up
         v, _ = allocate(req[i] if has_req[i] else None, up, int(prep.n_hist[i]), lim, guard, model.theta)
         if v is not None:
             out[i] = v
@@ -152,6 +177,11 @@ def run(prep: Prepared, cfg: ReplayConfig | None = None,
         progress: Callable[[str], None] | None = None) -> ReplayResult:
     """Replay ``prep`` under every model of ``cfg.models``; metrics per model."""
     cfg = cfg or ReplayConfig()
+    if cfg.limits not in ("hard", "soft"):
+        raise ReplayError(f"unknown limits {cfg.limits!r}: use hard or soft")
+    soft = cfg.limits == "soft"
+    if soft and (prep.resource != "time" or not prep.has_requests or prep.template is None):
+        raise ReplayError("soft limits replay time on a trace with requests (prepare with keep_templates)")
     t0 = time.perf_counter()
     n = prep.n
     every = cfg.retrain_every or max(500, n // 20)
@@ -170,7 +200,10 @@ def run(prep: Prepared, cfg: ReplayConfig | None = None,
                 alloc[name] = np.full(n, np.nan)
             continue
         if name == "harp":
-            a, base_of_harp, thetas = _online_model(name, prep, cfg, pts, progress)
+            ups = np.full(n, np.inf) if soft else None
+            a, base_of_harp, thetas = _online_model(name, prep, cfg, pts, progress, ups)
+            if soft:
+                a = _soft_start(prep, cfg, ups, notes)
             alloc[name] = a
             if thetas:
                 notes["harp_theta"] = " ".join(f"{t:.2f}" for t in thetas[:: max(1, len(thetas) // 10)])
@@ -185,8 +218,12 @@ def run(prep: Prepared, cfg: ReplayConfig | None = None,
                 up = model.predict(prep.X, groups=prep.groups)
             else:
                 up = _batch_model(name, prep, cfg, pts)
-        alloc[name] = allocate_many(req, up, prep.n_hist, prep.limit, cfg.guard)
+        alloc[name] = allocate_many(req, up, prep.n_hist, prep.limit, soft_guard(cfg.guard) if soft else cfg.guard)
 
+    if soft:
+        metrics = _soft_metrics(prep, cfg, alloc)
+        return ReplayResult(prep, alloc, metrics, len(pts), time.perf_counter() - t0, notes, limits=cfg.limits,
+                            soft=cfg.soft)
     sel = slice(cfg.evaluate_from, n)
     metrics: list[ModelMetrics] = []
     base: ModelMetrics | None = None
@@ -205,4 +242,37 @@ def run(prep: Prepared, cfg: ReplayConfig | None = None,
             metrics.append(evaluate(f"bound:{name}", a[sel], prep.need[sel], req[sel], prep.censored[sel],
                                     prep.weight[sel], resource=prep.resource, alpha=cfg.alpha,
                                     max_attempts=cfg.max_attempts, baseline=base))
-    return ReplayResult(prep, alloc, metrics, len(pts), time.perf_counter() - t0, notes)
+    return ReplayResult(prep, alloc, metrics, len(pts), time.perf_counter() - t0, notes, limits=cfg.limits)
+
+
+def _soft_start(prep: Prepared, cfg: ReplayConfig, ups: np.ndarray, notes: dict[str, str]) -> np.ndarray:
+    """harp's start limits under soft limits: the start-time rule, else the model, under the budget controller."""
+    count, mx = recent_at(prep, prep.start, cfg.soft.recent_runs)
+    bound = start_bound(ups, count, mx, cfg.soft)
+    scales: list[float] = []
+    out = hold_budget(prep, bound, cfg.guard, cfg.soft, scales)
+    use = (count >= cfg.soft.min_recent) & np.isfinite(mx)
+    notes["harp_soft"] = (f"start-time rule ({cfg.soft.recent_margin:g} x the most of the template's last "
+                          f"{cfg.soft.recent_runs} runs) for {use.mean():.0%} of jobs, the model at quantile "
+                          f"{cfg.soft.quantile:g} for the rest; budget controller scale over time: "
+                          + " ".join(f"{x:.2f}" for x in scales[:: max(1, len(scales) // 10)]))
+    return out
+
+
+def _soft_metrics(prep: Prepared, cfg: ReplayConfig, alloc: dict[str, np.ndarray]) -> list[ModelMetrics]:
+    """Every model's (and reference rule's) row under soft limits: ``alloc`` are start limits."""
+    sel = slice(cfg.evaluate_from, prep.n)
+    budget = cfg.soft.extension_budget
+
+    def row(name: str, a: np.ndarray, base: ModelMetrics | None) -> ModelMetrics:
+        return evaluate_soft(name, a[sel], prep.need[sel], prep.request[sel], prep.censored[sel],
+                             prep.weight[sel], extension_budget=budget, baseline=base)
+
+    base = row("request", np.full(prep.n, np.nan), None)
+    base.over_vs_request = base.consumed_vs_request = base.over_jobs_vs_request = 1.0
+    base.planned_wrongly_vs_request = 1.0
+    metrics = [base] if "request" in alloc else []
+    metrics += [row(name, alloc[name], base) for name in cfg.models if name in alloc and name != "request"]
+    if cfg.bounds:
+        metrics += [row(f"bound:{name}", a, base) for name, a in soft_allocations(prep).items()]
+    return metrics

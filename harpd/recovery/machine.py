@@ -81,6 +81,11 @@ __all__ = ["Recovery", "make", "MAX_FAILURES"]
 #: a decided attempt whose side effect keeps failing is given up after this many tries
 MAX_FAILURES = 20
 
+#: store meta key: runs that ran out before Slurm named their owner {job id: first seen}
+AWAITING_OWNER_KEY = "recovery.awaiting_owner"
+#: how long to wait for that owner (slurmdbd lags minutes on a loaded host) before giving up
+OWNER_WAIT_S = 1800
+
 
 def _original(sub: dict[str, Any]) -> Resources:
     """The user's own request as harp-submit registered it (``Resources``, validated at registration)."""
@@ -188,7 +193,7 @@ class Recovery:
                     a = Attempt.from_row(row)
                     chains.setdefault(a.chain, []).append(a)
                 self._open = {c for c, attempts in chains.items() if self._is_open(attempts)}
-            n = 0
+            n = self._retry_owners()
             for chain in sorted(self._open):
                 n += 1
                 try:
@@ -287,6 +292,12 @@ class Recovery:
         sub = self.store.get_submission(rec.job_id)
         if sub is not None and sub.get("chain_id") not in (None, rec.job_id):
             return  # a resubmission: its chain follows it through the attempts table
+        if sub is not None and rec.user is None:
+            # slurmdbd fills in a run's owner a little after its end: unknown is
+            # not a mismatch; wait for it (``_owner_known``) and compare then
+            rec = self._with_owner(rec)
+            if rec is None:
+                return
         if sub is not None and rec.user != sub.get("user"):
             # a registration by someone other than the job's owner (a job id claimed
             # before it existed, when Slurm could not vouch for the owner) never
@@ -309,6 +320,63 @@ class Recovery:
         self._mark_open(chain)
         crash_point("done")
         self._continue(chain, 1)
+
+    # ------------------------------------------------------------ unknown owners
+
+    def _awaiting(self) -> dict[str, float]:
+        return dict(self.store.get_meta(AWAITING_OWNER_KEY, {}) or {})
+
+    def _with_owner(self, rec: JobRecord) -> JobRecord | None:
+        """``rec`` with its owner from Slurm; None (and remembered) while Slurm does not know it yet.
+
+        The waiting list is in the store, so a restarted harpd still asks:
+        the poller announced this outcome once and will not again.
+        """
+        user = self._owner_from_slurm(rec.job_id)
+        awaiting = self._awaiting()
+        if user is not None:
+            if rec.job_id in awaiting:
+                awaiting.pop(rec.job_id)
+                self.store.set_meta(AWAITING_OWNER_KEY, awaiting)
+            rec.user = user
+            return rec
+        first = awaiting.setdefault(rec.job_id, self.clock())
+        if self.clock() - first > OWNER_WAIT_S:
+            awaiting.pop(rec.job_id)
+            self.store.set_meta(AWAITING_OWNER_KEY, awaiting)
+            log.warning("job %s ran out but is not recovered: Slurm did not name its owner within %d s",
+                        rec.job_id, OWNER_WAIT_S)
+            return None
+        self.store.set_meta(AWAITING_OWNER_KEY, awaiting)
+        log.info("job %s ran out; its owner is not in Slurm's record yet: recovery waits for it", rec.job_id)
+        return None
+
+    def _owner_from_slurm(self, job_id: str) -> str | None:
+        """The job's owner as accounting (then slurmctld) reports it; None while neither does."""
+        try:
+            for r in self.backend.sacct_jobs([job_id], None, None, True):
+                if r.job_id == job_id and r.user:
+                    return str(r.user)
+        except SlurmError as exc:
+            log.info("owner of job %s: sacct failed (%s)", job_id, exc)
+        try:
+            return self.backend.show_job(job_id).user
+        except SlurmError:
+            return None
+
+    def _retry_owners(self) -> int:
+        """Runs whose owner was unknown at their outcome: look again (every tick)."""
+        n = 0
+        for job_id in sorted(self._awaiting()):
+            n += 1
+            rec = self.store.get_job(job_id)
+            if rec is None or not rec.outcome.finished:
+                continue
+            try:
+                self._start_chain(rec)
+            except Exception as exc:  # noqa: BLE001 - one job must not block the others
+                log.warning("recovery of job %s: %s", job_id, exc)
+        return n
 
     def _finish(self, row: Attempt, rec: JobRecord) -> None:
         """Record an attempt's outcome; later attempts' records get the chain's identity."""

@@ -87,6 +87,7 @@ class Report:
     scoreboard: dict[str, Any] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
     source: str = ""
+    queue: dict[str, Any] = field(default_factory=dict)  # `harp replay --schedule`'s last figures, if any
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
@@ -440,7 +441,8 @@ def _calibration(jobs: Jobs, d: _Derived, targets: dict[str, float], points: int
     return out
 
 
-def _resubmissions(d: _Derived, chains: list[dict[str, Any]] | None) -> dict[str, Any]:
+def _resubmissions(d: _Derived, chains: list[dict[str, Any]] | None,
+                    extensions: dict[str, int] | None = None) -> dict[str, Any]:
     out: dict[str, Any] = {
         "runs": int(d.resubmit.sum()),
         "core_h": float(np.nansum(d.core_h_alloc[d.resubmit])),
@@ -463,6 +465,8 @@ def _resubmissions(d: _Derived, chains: list[dict[str, Any]] | None) -> dict[str
         out["chains_recovered"] = recovered
         out["chains_pending"] = pending
         out["attempts"] = len(chains)
+    if extensions:  # soft limits: what harpd raised or re-sized instead of letting it be killed
+        out.update(extensions)
     return out
 
 
@@ -558,6 +562,7 @@ def build_report(
     originals: dict[str, np.ndarray] | None = None,
     recovered: np.ndarray | None = None,
     chains: list[dict[str, Any]] | None = None,
+    extensions: dict[str, int] | None = None,
     scoreboard: dict[str, Any] | None = None,
     targets: dict[str, float] | None = None,
     calibration_points: int = 1500,
@@ -597,7 +602,7 @@ def build_report(
         groups=rows,
         outcomes=dict(sorted(outcome_counts.items())),
         failures=_failures(d),
-        resubmissions=_resubmissions(d, chains),
+        resubmissions=_resubmissions(d, chains, extensions),
         harp=_harp(jobs, d, originals, recovered),
         distributions={k2: _distribution(v) for k2, v in per_job.items()},
         timeline=_timeline(jobs, d, window, now),

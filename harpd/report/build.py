@@ -16,6 +16,7 @@ from harpd.report.aggregate import Report, build_report
 from harpd.report.fmt import when
 from harpd.report.source import load, store_span
 from harpd.report.window import Window, parse_window
+from harpd.simulate import saved as saved_queue
 from harpd.store import Store
 
 DEFAULT_TOP = {"table": 20, "html": 50}
@@ -72,11 +73,14 @@ def build(store: Store, settings: Any, *, by: str, window: Window, user: str | N
         originals=loaded.originals,
         recovered=loaded.recovered,
         chains=loaded.chains,
+        extensions=loaded.extensions,
         scoreboard=board,
         targets={"time": 1 - settings.predict.alpha_time, "mem": 1 - settings.predict.alpha_mem},
     )
     report.notes.extend(notes)
     report.source = source
+    # the queue panel: what `harp replay --schedule` left beside this store
+    report.queue = saved_queue.load(saved_queue.path_beside(store.path)) or {}
     return report
 
 

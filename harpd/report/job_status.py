@@ -17,7 +17,7 @@ class JobStatusError(ValueError):
 
 
 def job_status(store: Store, job_id: str, *, admin: bool, uid: int, user: str) -> dict[str, Any]:
-    """The job's registration, Slurm record and recovery attempts (StoreError if the store fails)."""
+    """The job's registration, Slurm record, limit changes and recovery attempts (StoreError if the store fails)."""
     sub = store.get_submission(job_id)
     chain = store.chain_of(job_id)
     if sub is None and chain is not None:
@@ -42,6 +42,8 @@ def job_status(store: Store, job_id: str, *, admin: bool, uid: int, user: str) -
         "chain_id": chain or (sub or {}).get("chain_id"),
         "record": None if record is None else record.to_dict(),
         "attempts": store.attempts(chain) if chain else [],
+        # harpd's changes of the live job's limit: extensions while it ran, re-sizes while it waited
+        "limit_changes": store.limit_changes(job_id),
     }
     if sub is not None:
         for k in ("uid", "user", "state", "outcome", "submitted_at", "done_at", "original", "submitted", "decision"):

@@ -214,6 +214,9 @@ def _outcomes(r: Report) -> str:
     if rs.get("chains"):
         chain = (f" harp recovery chains: {count(rs['chains'])} ({count(rs['chains_recovered'])} recovered, "
                  f"{count(rs['chains_pending'])} in progress), {count(rs['attempts'])} attempts recorded.")
+    if rs.get("extensions") or rs.get("resized"):
+        chain += (f" Soft limits: {count(rs.get('extensions', 0))} extensions of {count(rs.get('jobs_extended', 0))} "
+                  f"running jobs before their limit, {count(rs.get('resized', 0))} pending jobs re-sized.")
     out += (f'<p class="note">Resubmissions: {count(rs["runs"])} runs with attempt &gt; 1 used {compact(rs["core_h"])} '
             f'core-h and {compact(rs["mem_gbh"])} GB-h; {count(rs["completed"])} completed.{_e(chain)} '
             f'Cancelled or preempted (not failures): {count(r.total["cancelled"])}.</p>')
@@ -263,6 +266,54 @@ def _scoreboard(r: Report) -> str:
     return "".join(out) or "<p>No models.</p>"
 
 
+#: the queue panel's row labels (``harpd.predict.queue.POLICIES``)
+QUEUE_LABELS = {"users": "users' requests", "harp-hard": "harp, hard limits", "harp-soft": "harp, soft limits",
+                "exact": "exact runtimes"}
+
+
+def _queue(q: dict[str, Any]) -> str:
+    """Wait and slowdown per policy, side by side, from `harp replay --schedule`'s saved figures."""
+    pols = [p for p in q.get("policies", []) if isinstance(p, dict)]
+    labels = [QUEUE_LABELS.get(str(p.get("policy")), str(p.get("policy"))) for p in pols]
+
+    def num(p: dict[str, Any], k: str) -> float:
+        v = p.get(k)
+        return float(v) if isinstance(v, (int, float)) else math.nan
+
+    charts = (
+        svg.hbar_chart("mean wait", labels, [num(p, "mean_wait_s") / 3600 for p in pols], color=HARP, unit=" h",
+                       cls="queue-wait")
+        + svg.hbar_chart("mean bounded slowdown", labels, [num(p, "mean_bounded_slowdown") for p in pols],
+                         color=USER, cls="queue-bsld")
+    )
+    def dur(v: float) -> str:  # seconds in full: policies often differ by a few percent
+        return f"{v:,.0f} s" if math.isfinite(v) else "-"
+
+    rows = [[lab, dur(num(p, "mean_wait_s")), dur(num(p, "p95_wait_s")),
+             metric(p.get("mean_bounded_slowdown"), "number"), percent(p.get("utilization")),
+             count(p.get("kills") or 0), count(p.get("extensions") or 0), count(p.get("delayed_starts") or 0)]
+            for lab, p in zip(labels, pols)]
+    gaps = q.get("gap_closed") or {}
+    gap_text = "".join(
+        f"<li>{_e(QUEUE_LABELS.get(name, name))} closes {percent(g.get('mean_wait_s'))} of the gap between the "
+        f"users' requests and the exact runtimes in mean wait, {percent(g.get('mean_bounded_slowdown'))} in "
+        "mean bounded slowdown</li>"
+        for name, g in gaps.items() if isinstance(g, dict))
+    notes = "".join(f'<p class="note">Note: {_e(n)}</p>' for n in q.get("notes") or [])
+    return (
+        f"<p>Simulated queue of {_e(q.get('trace', 'the replayed trace'))}: {count(q.get('jobs') or 0)} jobs on "
+        f"{count(q.get('procs') or 0)} processors, FCFS with EASY backfilling (<code>harp replay --schedule</code>)."
+        "</p>"
+        f'<div class="charts">{charts}</div>'
+        + _table(["policy", "mean wait", "p95 wait", "mean bounded slowdown", "utilization", "kills", "extensions",
+                  "starts delayed"], rows, cls="queue")
+        + (f'<ul class="note">{gap_text}</ul>' if gap_text else "")
+        + notes
+        + '<p class="note">Wait runs from the first submission to the start of the run that completes; bounded '
+        "slowdown is (wait + run) / max(run, 10 s). See docs/metrics.md, Queue.</p>"
+    )
+
+
 def render(report: Report, top: int = 50) -> str:
     t = report.total
     title = f"harp report: {report.window.describe()}"
@@ -280,8 +331,10 @@ def render(report: Report, top: int = 50) -> str:
         _card("GB-h saved by harp (net)", compact(net.get("mem_gbh_alloc")), _sign(net.get("mem_gbh_alloc"))),
     ])
     notes = "".join(f'<p class="note">Note: {_e(n)}</p>' for n in report.notes)
+    # the simulated queue does not depend on the window: shown whenever a replay left it
+    queue = f'<h2 id="queue">What harp does to the queue</h2>{_queue(report.queue)}' if report.queue else ""
     if not t["jobs"]:
-        body = "<p>No finished jobs in this window.</p>" + notes
+        body = "<p>No finished jobs in this window.</p>" + notes + queue
     else:
         sections = (
             ("efficiency", "Efficiency distributions", _distributions(report)),
@@ -295,6 +348,7 @@ def render(report: Report, top: int = 50) -> str:
         )
         body = (
             "".join(f'<h2 id="{a}">{_e(h)}</h2>{html}' for a, h, html in sections)
+            + queue
             + notes
             +             '<p class="note">Allocated = CPUs or ReqMem x elapsed; used = TotalCPU or MaxRSS x elapsed '
             "(peak memory, so an upper bound); reserved = x time limit. Efficiencies in tables are "

@@ -108,6 +108,10 @@ def _resubmissions(report: Report) -> list[str]:
             f"  harp recovery chains: {count(r['chains'])} ({count(r['chains_recovered'])} recovered,"
             f" {count(r['chains_pending'])} in progress), {count(r['attempts'])} attempt(s) recorded"
         )
+    if r.get("extensions") or r.get("resized"):
+        out.append(f"  soft limits: {count(r.get('extensions', 0))} extension(s) of"
+                   f" {count(r.get('jobs_extended', 0))} running job(s) before their limit,"
+                   f" {count(r.get('resized', 0))} pending job(s) re-sized")
     return out
 
 

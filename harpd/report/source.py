@@ -29,6 +29,8 @@ class Loaded:
     recovered: np.ndarray | None = None
     models: np.ndarray | None = None  # per row: the model that sized a harp job
     chains: list[dict[str, Any]] | None = None
+    # harpd's changes of live jobs' limits (harpd.watch) for the window's jobs
+    extensions: dict[str, int] | None = None
     notes: list[str] = field(default_factory=list)
 
 
@@ -231,6 +233,7 @@ def load(store: Any, by: str, window: Window, user: str | None) -> Loaded:
         out = jobs["outcome"]
         failed = harp_rows[np.isin(out[harp_rows], ["timeout", "oom"])]
         loaded.recovered = _recovered(store, jobs, failed, all_attempts)
+    loaded.extensions = _limit_changes(store, jobs)
     if all_attempts:
         # only runs that ran out or were resubmitted can belong to a chain
         cand = (jobs["attempt"] > 1) | np.isin(jobs["outcome"], ["timeout", "oom"])
@@ -238,6 +241,31 @@ def load(store: Any, by: str, window: Window, user: str | None) -> Loaded:
     else:
         loaded.chains = []
     return loaded
+
+
+def _limit_changes(store: Any, jobs: Jobs) -> dict[str, int]:
+    """Extensions (running) and re-sizes (pending) harpd made to the window's jobs.
+
+    The table holds one row per change made, far fewer than jobs, so it is
+    read whole and matched against the window's job ids.
+    """
+    changes = [c for c in store.limit_changes(step="done") if c["kind"] in ("extend", "resize")]
+    out = {"extensions": 0, "jobs_extended": 0, "resized": 0}
+    if not changes:
+        return out
+    ids = set(str(j) for j in jobs["job_id"].tolist())
+    extended: set[str] = set()
+    for c in changes:
+        jid = str(c["job_id"])
+        if jid not in ids:
+            continue
+        if c["kind"] == "extend":
+            out["extensions"] += 1
+            extended.add(jid)
+        else:
+            out["resized"] += 1
+    out["jobs_extended"] = len(extended)
+    return out
 
 
 def store_span(store: Any, user: str | None) -> tuple[int, float | None, float | None]:

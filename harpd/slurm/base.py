@@ -18,7 +18,10 @@ from typing import Protocol, TypedDict, Unpack, runtime_checkable
 
 from harpd.records import JobRecord
 
-__all__ = ["SlurmBackend", "SlurmError", "PartitionInfo", "JobInfo", "JobChanges", "FINISHED_STATES", "whole_minutes"]
+__all__ = [
+    "SlurmBackend", "SlurmError", "PartitionInfo", "JobInfo", "QueuedJob", "JobChanges", "FINISHED_STATES",
+    "whole_minutes",
+]
 
 #: job states after which a job no longer runs (``scontrol requeuehold`` accepts only these)
 FINISHED_STATES = frozenset(
@@ -90,6 +93,49 @@ class JobInfo:
     def finished(self) -> bool:
         """The job's run has ended (a state in ``FINISHED_STATES``)."""
         return (self.state or "") in FINISHED_STATES
+
+
+@dataclass(frozen=True, slots=True)
+class QueuedJob:
+    """One job slurmctld still runs or keeps pending: a row of ``queue()``.
+
+    What harpd's watcher needs to extend running jobs and re-size pending
+    ones, for every job at once (one Slurm call per interval, never one per
+    job).  ``job_id`` is the id Slurm acts on (``123`` or ``123_4`` for an
+    array task); ``array_job_id`` the array's id (None for a plain job), with
+    ``array_task`` None for the array's still-pending tasks listed as one
+    record.  ``time_used_s`` is Slurm's RunTime; ``time_limit_s`` None means
+    unlimited or unknown.
+    """
+
+    job_id: str
+    state: str
+    user: str | None = None
+    uid: int | None = None
+    array_job_id: str | None = None
+    array_task: str | None = None
+    time_limit_s: int | None = None
+    time_used_s: int | None = None
+    start_time: float | None = None
+    partition: str | None = None
+    comment: str | None = None
+    mem_mb: int | None = None
+    mem_per_cpu_mb: int | None = None
+
+    @property
+    def running(self) -> bool:
+        return self.state == "RUNNING"
+
+    @property
+    def pending(self) -> bool:
+        return self.state == "PENDING"
+
+    @property
+    def time_left_s(self) -> int | None:
+        """Seconds until the limit as Slurm counts it; None when unlimited or unknown."""
+        if self.time_limit_s is None or self.time_used_s is None:
+            return None
+        return self.time_limit_s - self.time_used_s
 
 
 class JobChanges(TypedDict, total=False):
@@ -169,6 +215,10 @@ class SlurmBackend(Protocol):
 
         At least one change; SlurmError when Slurm refuses any of them.
         """
+        ...
+
+    def queue(self) -> list[QueuedJob]:
+        """Every running and pending job slurmctld holds, all users, in ONE Slurm call."""
         ...
 
     def release(self, job_id: str) -> None:

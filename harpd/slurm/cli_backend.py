@@ -23,8 +23,8 @@ from typing import Any, Unpack
 from harpd.config import HarpSettings, SlurmSettings
 from harpd.slurm.classify import to_records
 from harpd.records import JobRecord
-from harpd.slurm.base import JobChanges, JobInfo, PartitionInfo, SlurmError
-from harpd.slurm.scontrol import job_info, parse_kv_line, update_fields
+from harpd.slurm.base import JobChanges, JobInfo, PartitionInfo, QueuedJob, SlurmError
+from harpd.slurm.scontrol import job_info, parse_kv_line, queued_job, update_fields
 from harp_submit.units import parse_duration_s as duration_s
 from harpd.slurm.sacct_json import parse_json
 from harpd.slurm.sacct_records import SacctJob, SacctParseError
@@ -341,6 +341,13 @@ class CliBackend:
         args = ["update", f"JobId={self._check_job_id(job_id)}"]
         args += [f"{k}={v}" for k, v in fields.items()]
         self._run("scontrol", args)
+
+    def queue(self) -> list[QueuedJob]:
+        # one `scontrol show job` lists every job slurmctld holds; finished ones
+        # (kept for MinJobAge) are dropped here
+        out = self._run("scontrol", ["show", "job", "--oneliner"])
+        jobs = [queued_job(parse_kv_line(ln)) for ln in out.splitlines() if ln.strip().startswith("JobId=")]
+        return [j for j in jobs if j.running or j.pending]
 
     def release(self, job_id: str) -> None:
         self._run("scontrol", ["release", self._check_job_id(job_id)])

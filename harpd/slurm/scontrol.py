@@ -9,12 +9,13 @@ forms Slurm prints them (``parse_duration_s``, ``parse_size_mb``).
 from __future__ import annotations
 
 import re
+import time
 from collections.abc import Mapping
 
 from harp_submit.units import parse_duration_s, parse_size_mb
-from harpd.slurm.base import JobChanges, JobInfo, SlurmError, whole_minutes
+from harpd.slurm.base import JobChanges, JobInfo, QueuedJob, SlurmError, whole_minutes
 
-__all__ = ["parse_kv_line", "job_info", "update_fields"]
+__all__ = ["parse_kv_line", "job_info", "queued_job", "update_fields"]
 
 # a key of `scontrol show -o` output: a word right after a space, up to '='
 _KV_KEY_RE = re.compile(r"(?:^|(?<=\s))([A-Za-z][A-Za-z0-9_/:.\-]*)=")
@@ -76,6 +77,43 @@ def job_info(kv: Mapping[str, str]) -> JobInfo:
         comment=_value(kv, "Comment"),
         workdir=_value(kv, "WorkDir"),
         account=_value(kv, "Account"),
+    )
+
+
+def _epoch(text: str | None) -> float | None:
+    """scontrol's ``2026-11-23T21:40:01`` (local time) -> epoch seconds; None for Unknown."""
+    if not text or not text[:1].isdigit():
+        return None
+    try:
+        return time.mktime(time.strptime(text, "%Y-%m-%dT%H:%M:%S"))
+    except ValueError:
+        return None
+
+
+def queued_job(kv: Mapping[str, str]) -> QueuedJob:
+    """A parsed ``scontrol show job -o`` line as a ``QueuedJob`` (the watcher's view)."""
+    user, uid = _owner(_value(kv, "UserId"))
+    state = (_value(kv, "JobState") or "").split()
+    array_id = _value(kv, "ArrayJobId")
+    task = _value(kv, "ArrayTaskId")
+    job_id = _value(kv, "JobId") or ""
+    if array_id is not None:
+        # an array's pending tasks come as one record (ArrayTaskId=3-9): act on the array's id
+        job_id = f"{array_id}_{task}" if task and task.isdigit() else array_id
+    return QueuedJob(
+        job_id=job_id,
+        state=state[0] if state else "",
+        user=user,
+        uid=uid,
+        array_job_id=array_id,
+        array_task=task if task and task.isdigit() else None,
+        time_limit_s=_whole(parse_duration_s(_value(kv, "TimeLimit"))),
+        time_used_s=_whole(parse_duration_s(_value(kv, "RunTime"))),
+        start_time=_epoch(_value(kv, "StartTime")),
+        partition=_value(kv, "Partition"),
+        comment=_value(kv, "Comment"),
+        mem_mb=_whole(parse_size_mb(_value(kv, "MinMemoryNode"))),
+        mem_per_cpu_mb=_whole(parse_size_mb(_value(kv, "MinMemoryCPU"))),
     )
 
 

@@ -135,3 +135,29 @@ def _record(tok: list[str], src: str, base: float) -> JobRecord:
         used_cpu_s=(cpu_avg * alloc) if cpu_avg is not None and alloc else None,
         censored_time=censored,
     )
+
+
+def machine_size(path: str | os.PathLike[str]) -> int | None:
+    """The machine's processors from the SWF header (``MaxProcs``, else ``MaxNodes``); None if absent.
+
+    The queue simulation (``harp replay --schedule``) needs the machine the
+    trace ran on; only the header says it.  Reads the header lines only.
+    """
+    found: dict[str, int] = {}
+    with open_text(path) as fh:
+        for line in fh:
+            s = line.strip()
+            if not s:
+                continue
+            if not s.startswith(";"):
+                break
+            key, _, val = s[1:].partition(":")
+            key = key.strip()
+            if key in ("MaxProcs", "MaxNodes") and key not in found:
+                try:
+                    v = int(float(val.split()[0]))
+                except (ValueError, IndexError):
+                    continue
+                if v > 0:
+                    found[key] = v
+    return found.get("MaxProcs") or found.get("MaxNodes")

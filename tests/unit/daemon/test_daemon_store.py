@@ -69,7 +69,7 @@ def test_migrations_run_in_order_from_the_stored_version(tmp_path, monkeypatch):
     monkeypatch.setattr(store_mod, "MIGRATIONS", store_mod.MIGRATIONS + [m2])
     monkeypatch.setattr(store_mod, "SCHEMA_VERSION", len(store_mod.MIGRATIONS))
     with Store.open(p) as s:
-        assert s.get_meta("schema_version") == 2 and "extra" in s.db.table_names()
+        assert s.get_meta("schema_version") == SCHEMA_VERSION + 1 and "extra" in s.db.table_names()
     with Store.open(p) as s:
         pass
     assert calls == ["m2"]  # applied once
@@ -85,12 +85,12 @@ def test_a_failing_migration_leaves_the_old_version_intact(tmp_path, monkeypatch
         raise sqlite3.OperationalError("disk I/O error")
 
     monkeypatch.setattr(store_mod, "MIGRATIONS", store_mod.MIGRATIONS + [bad])
-    monkeypatch.setattr(store_mod, "SCHEMA_VERSION", 2)
+    monkeypatch.setattr(store_mod, "SCHEMA_VERSION", SCHEMA_VERSION + 1)
     with pytest.raises(StoreError):
         Store.open(p)
     monkeypatch.undo()
     with Store.open(p) as s:
-        assert s.get_meta("schema_version") == 1
+        assert s.get_meta("schema_version") == SCHEMA_VERSION
         assert "half" not in s.db.table_names()
         assert s.count_jobs() == 1
 

@@ -12,6 +12,7 @@ from harpd.features.history import COL
 from harpd.predict.dataset import ReplayError, prepare
 from harpd.predict.replay import ReplayConfig, retrain_points, run
 from replay_helpers import rec as _rec
+from replay_helpers import write_swf as _write_swf
 
 
 def test_features_only_from_finished_jobs():
@@ -75,14 +76,6 @@ def test_run_on_predictable_users():
     assert h.over_vs_request < 0.7  # ...cuts over-reservation...
     assert h.under_rate <= 0.06 and h.consumed_vs_request <= 1.05  # ...and stays safe
     assert rows["tsafrir"].under_rate > h.under_rate
-
-
-def _write_swf(path, recs):
-    lines = ["; UnixStartTime: 0"]
-    for r in recs:
-        lines.append(f"{r.job_id} {r.submit_time:.0f} 0 {r.used_time_s:.0f} 2 -1 -1 2 {r.req_time_s:.0f} -1 1 "
-                     f"{r.user[1:]} 1 -1 -1 1 -1 -1")
-    path.write_text("\n".join(lines) + "\n")
 
 
 def test_cli_table_and_json(tmp_path, capsys):

@@ -1,0 +1,179 @@
+"""What harp does to the queue on every shared time trace, from `harp replay --schedule`.
+
+For each trace with requested times (KTH-SP2, CTC-SP2, HPC2N, Cedar) it runs
+the real command (``--models request,harp --schedule --format json``) and
+prints, per policy (users' requests, harp with hard limits, harp with soft
+limits, exact runtimes), the mean and p95 wait, the mean bounded slowdown and
+the utilization; then the targets of issue 17:
+
+* harp with soft limits: lower mean bounded slowdown and lower mean wait than
+  the users' own requests;
+* harp with hard limits: never worse than the users' on either;
+* the share of the users → exact gap each harp policy closes, and its median
+  over the traces (goal: at least half), or a note where exact runtimes do
+  not beat the users' requests.
+
+Machine size: the SWF ``MaxProcs`` header; for Cedar (a sacct export of part
+of a larger cluster) the most cores its jobs held at once in the trace's own
+schedule (the smallest machine that ran it), computed here.
+
+With ``--reference-only`` it prints instead the rows the literature reports
+(users' requests, exact runtimes, exact runtimes x 2) on each trace, without
+harp, in a fraction of the time.
+
+    python bench/queue_targets.py [--traces DIR] [--only KTH,CTC] [--json OUT] [--reference-only]
+"""
+# bench: slow
+# bench: timeout=3600
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+from bench.replay_targets import TIME_TRACES, TRACES  # noqa: E402  the same four traces
+FIGS = (("mean_wait_s", "wait"), ("mean_bounded_slowdown", "bsld"))
+
+
+def peak_cores(path: Path) -> int:
+    """Most cores held at once in the trace's recorded schedule (ends before starts at one instant)."""
+    from harpd.traces import read_trace
+
+    ev: list[tuple[float, int]] = []
+    for r in read_trace(path):
+        if r.start_time is None or r.end_time is None:
+            continue
+        c = r.alloc_cpus or r.req_cpus or 1
+        ev += [(r.start_time, c), (r.end_time, -c)]
+    ev.sort()
+    held = peak = 0
+    for _, d in ev:
+        held += d
+        peak = max(peak, held)
+    return peak
+
+
+def reference(name: str, path: Path, procs: int | None) -> None:
+    """The literature's rows without harp: users, exact, exact x 2 (Mu'alem & Feitelson), in-process."""
+    import numpy as np
+
+    from harpd.predict.dataset import prepare, read_trace
+    from harpd.predict.queue import policies, workload_of
+    from harpd.simulate import LimitPolicy, simulate
+    from harpd.traces.swf import machine_size
+
+    procs = procs or machine_size(path)
+    prep = prepare(read_trace(path), "time")
+    pols = policies(prep, None, None) + [LimitPolicy(np.maximum(2 * prep.need, 1.0), "hard", None, "exact-x2")]
+    work = workload_of(prep)
+    for pol in pols:
+        m = simulate(work, pol, procs).summary()
+        print(f"reference {name} {m.policy}: mean wait {m.mean_wait_s:.0f} s, mean bsld "
+              f"{m.mean_bounded_slowdown:.2f} ({m.jobs} jobs, {procs} processors)", flush=True)
+
+
+def schedule(path: Path, procs: int | None, env: dict[str, str]) -> dict | None:
+    argv = [sys.executable, "-m", "harpd.cli.main", "replay", str(path), "--format", "json", "--quiet",
+            "--models", "request,harp", "--schedule"]
+    if procs:
+        argv += ["--procs", str(procs)]
+    t0 = time.perf_counter()
+    proc = subprocess.run(argv, cwd=str(REPO), capture_output=True, text=True, env=env)
+    if proc.returncode != 0:
+        print(f"queue_targets: {path.name}: {proc.stderr.strip()[-500:]}", file=sys.stderr)
+        return None
+    rep = json.loads(proc.stdout)
+    print(f"{path.name}: {rep['jobs']} jobs, {time.perf_counter() - t0:.0f}s", flush=True)
+    return rep
+
+
+def verdict(ok: bool) -> str:
+    return "PASS" if ok else "FAIL"
+
+
+def _pct(v: float | None) -> str:
+    return "n/a" if v is None else f"{v:.0%}"
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--traces", type=Path, default=TRACES)
+    ap.add_argument("--only", help="comma-separated trace names (default: all)")
+    ap.add_argument("--json", type=Path, help="also write every queue section here")
+    ap.add_argument("--reference-only", action="store_true",
+                    help="only the literature's rows (users, exact, exact x 2), without harp's replays")
+    args = ap.parse_args()
+    names = [n for n in TIME_TRACES if not args.only or n in args.only.split(",")]
+    fails = 0
+    gaps: dict[str, list[float]] = {"harp-hard": [], "harp-soft": []}
+    out: dict[str, dict] = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        # the figures `harp replay --schedule` saves for `harp report` go to a scratch store folder
+        cfg = Path(tmp) / "harp.toml"
+        cfg.write_text(f'[store]\npath = "{Path(tmp) / "harp.db"}"\n')
+        env = dict(os.environ, HARP_CONFIG=str(cfg))
+        for name in names:
+            path = args.traces / TIME_TRACES[name]
+            if not path.exists():
+                print(f"queue_targets: {path} not found, skipped", file=sys.stderr)
+                continue
+            procs = None if path.name.endswith(".swf.gz") else peak_cores(path)
+            if args.reference_only:
+                reference(name, path, procs)
+                continue
+            rep = schedule(path, procs, env)
+            if rep is None:
+                fails += 1
+                continue
+            q = rep["queue"]
+            out[name] = q
+            rows = {p["policy"]: p for p in q["policies"]}
+            print(f"  {name}: {q['procs']} processors{' (peak cores held in the trace)' if procs else ' (MaxProcs)'}")
+            print(f"  {'policy':10} {'mean wait s':>12} {'p95 wait s':>12} {'mean bsld':>10} {'util':>6} "
+                  f"{'kills':>6} {'ext':>6} {'sim s':>6}")
+            for p in q["policies"]:
+                print(f"  {p['policy']:10} {p['mean_wait_s']:12,.0f} {p['p95_wait_s']:12,.0f} "
+                      f"{p['mean_bounded_slowdown']:10.2f} {p['utilization']:6.3f} {p['kills']:6d} "
+                      f"{p['extensions']:6d} {p['seconds']:6.1f}")
+            u = rows["users"]
+            if "harp-soft" in rows:
+                for f, short in FIGS:
+                    r = rows["harp-soft"][f] / u[f]
+                    fails += not r < 1
+                    print(f"FIGURE queue_{name}_soft_{short}_vs_users: {r:.4f} (target < 1) {verdict(r < 1)}")
+            else:
+                print(f"queue_targets: {name}: no harp-soft row ({'; '.join(q['notes'])})")
+            if "harp-hard" in rows:
+                for f, short in FIGS:
+                    r = rows["harp-hard"][f] / u[f]
+                    fails += not r <= 1
+                    print(f"FIGURE queue_{name}_hard_{short}_vs_users: {r:.4f} (target <= 1) {verdict(r <= 1)}")
+            for pol, g in q["gap_closed"].items():
+                for f, short in FIGS:
+                    print(f"  {pol} closes {_pct(g[f])} of the users -> exact gap in {short}"
+                          + ("" if g[f] is not None else " (exact runtimes do not beat the users' requests)"))
+                if g["mean_bounded_slowdown"] is not None:
+                    gaps[pol].append(g["mean_bounded_slowdown"])
+            for n in q["notes"]:
+                print(f"  note: {n}")
+    for pol, vals in gaps.items():
+        if vals:
+            med = statistics.median(vals)
+            print(f"FIGURE queue_{pol}_gap_closed_bsld_median: {med:.0%} (target >= 50%) {verdict(med >= 0.5)} "
+                  f"over {len(vals)} trace(s)")
+    if args.json:
+        args.json.write_text(json.dumps(out, indent=1))
+    return 1 if fails else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,166 @@
+"""What harp does to the queue: a replay's allocations through the EASY simulator.
+
+The adapter between ``harp replay`` (``harpd.predict.replay``: which limit
+harp would have given each job) and the scheduler simulation
+(``harpd.simulate``: what the queue would then have looked like).  It builds
+one ``Workload`` from the replayed trace and one ``LimitPolicy`` per row of
+the comparison:
+
+* ``users``: the users' own requests; a job still running at its request is
+  killed there for good (as the trace's scheduler did);
+* ``harp-hard``: harp's first allocation of a hard-limit replay (NaN: the
+  request stands); a job reaching it is killed and resubmitted at once with
+  the escalation rule's next limit (``harpd.recovery.escalation``, the
+  daemon's own rule), capped by the user's request; when harp's attempts run
+  out below the request the user resubmits with the request (as the replay's
+  metric assumes);
+* ``harp-soft``: the limit of a soft-limit replay when the job starts; a job
+  reaching it is extended by the same rule (double, capped by the request,
+  however many times) and only killed at the request.  The replay gives no
+  separate submission-time limit, so the queued job is planned with its
+  start limit too (an approximation, stated in docs/metrics.md);
+* ``exact``: limits equal to the runtimes, the bound no predictor beats.
+
+Jobs come from ``Prepared``: submit time, ``need`` (the used time) as the
+runtime, ``weight`` (cores) as the width.  The figures' definitions are
+``harpd.simulate.schedule``'s.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from harpd.predict.dataset import Prepared
+from harpd.records import Outcome
+from harpd.recovery.escalation import next_allocation
+from harpd.simulate import LimitHook, LimitPolicy, Summary, Workload, simulate
+
+#: the rows of a queue comparison, in display order
+POLICIES = ("users", "harp-hard", "harp-soft", "exact")
+#: the allocation (``ReplayResult.alloc``) the harp rows are built from
+MODEL = "harp"
+#: figures whose gap (users → exact) each harp row closes
+GAP_FIGURES = ("mean_wait_s", "mean_bounded_slowdown")
+
+Progress = Callable[[str], "Callable[[int, int], None] | None"]
+
+
+class QueueError(ValueError):
+    """A trace or option the queue simulation cannot use; one line for the user."""
+
+
+def workload_of(prep: Prepared) -> Workload:
+    """The trace's jobs as the simulator sees them: submit, cores, used time."""
+    if prep.resource != "time":
+        raise QueueError("the queue simulation needs run times: replay with --resource time")
+    return Workload(prep.submit, np.maximum(np.rint(prep.weight), 1).astype(np.int64), np.maximum(prep.need, 0.0))
+
+
+def _requests(prep: Prepared) -> np.ndarray:
+    req = prep.request
+    if not prep.has_requests or not np.all(np.isfinite(req) & (req > 0)):
+        raise QueueError("the trace has jobs without a requested time; the queue simulation compares with the "
+                         "users' requests and needs one for every job")
+    return req
+
+
+def _cap(prep: Prepared, req: np.ndarray) -> np.ndarray:
+    """The most a job's limit may become: its request, and the partition limit where known."""
+    if prep.limit is None:
+        return req
+    return np.fmin(req, prep.limit)
+
+
+def escalation_hook(req: np.ndarray, cap: np.ndarray, max_attempts: int, mode: str) -> LimitHook:
+    """``on_limit`` for a harp policy: the escalation rule's next limit (see the module doc)."""
+
+    def hook(j: int, limit: float, events: int) -> float | None:
+        r, c = float(req[j]), float(cap[j])
+        # soft: an extension is not an attempt, only the cap ends the walk
+        attempt = events + 1 if mode == "hard" else 1
+        step = next_allocation(Outcome.TIMEOUT, limit, r, c, attempt, max_attempts)
+        if step.value is not None and step.value > limit:
+            return step.value
+        if mode == "hard" and limit < min(r, c):
+            return min(r, c)  # harp gave up below the request: the user resubmits with it
+        return None
+
+    return hook
+
+
+def _first_limits(alloc: np.ndarray, req: np.ndarray) -> np.ndarray:
+    a = np.asarray(alloc, float)
+    return np.maximum(np.where(np.isfinite(a), a, req), 1.0)
+
+
+def policies(prep: Prepared, hard: np.ndarray | None, soft: np.ndarray | None,
+             max_attempts: int = 3) -> list[LimitPolicy]:
+    """The comparison's rows: ``hard``/``soft`` are harp's allocations (None: row absent)."""
+    req = _requests(prep)
+    cap = _cap(prep, req)
+    out = [LimitPolicy(req, "hard", None, "users")]
+    if hard is not None:
+        out.append(LimitPolicy(_first_limits(hard, req), "hard", escalation_hook(req, cap, max_attempts, "hard"),
+                               "harp-hard"))
+    if soft is not None:
+        out.append(LimitPolicy(_first_limits(soft, req), "soft", escalation_hook(req, cap, max_attempts, "soft"),
+                               "harp-soft"))
+    out.append(LimitPolicy(np.maximum(prep.need, 1.0), "hard", None, "exact"))
+    return out
+
+
+def gap_closed(rows: dict[str, dict[str, Any]]) -> dict[str, dict[str, float | None]]:
+    """Per harp row and figure: (users − harp) / (users − exact); None where exact does not beat the users."""
+    u, x = rows.get("users"), rows.get("exact")
+    out: dict[str, dict[str, float | None]] = {}
+    if u is None or x is None:
+        return out
+    for name in ("harp-hard", "harp-soft"):
+        h = rows.get(name)
+        if h is None:
+            continue
+        out[name] = {}
+        for f in GAP_FIGURES:
+            if u[f] is None or x[f] is None or h[f] is None:  # no job simulated
+                out[name][f] = None
+                continue
+            gap = u[f] - x[f]
+            out[name][f] = (u[f] - h[f]) / gap if gap > 0 else None
+    return out
+
+
+def _clean(v: Any) -> Any:
+    return None if isinstance(v, float) and not math.isfinite(v) else v
+
+
+def schedule(prep: Prepared, procs: int, hard: np.ndarray | None, soft: np.ndarray | None, *,
+             max_attempts: int = 3, progress: Progress | None = None,
+             notes: list[str] | None = None) -> dict[str, Any]:
+    """Simulate every policy; the JSON-able queue section of a replay report."""
+    if procs < 1:
+        raise QueueError(f"--procs {procs}: the machine needs at least one processor")
+    work = workload_of(prep)
+    summaries: list[Summary] = []
+    seconds: list[float] = []
+    for pol in policies(prep, hard, soft, max_attempts):
+        t0 = time.perf_counter()
+        summaries.append(simulate(work, pol, procs, progress=progress(pol.name) if progress else None).summary())
+        seconds.append(round(time.perf_counter() - t0, 2))
+    rows = {s.policy: {k: _clean(v) for k, v in s.to_dict().items()} | {"seconds": t}
+            for s, t in zip(summaries, seconds)}
+    notes = list(notes or [])
+    rejected = summaries[0].rejected
+    if rejected:
+        notes.append(f"{rejected} job(s) wider than {procs} processors were left out of every policy")
+    gap = gap_closed(rows)
+    u, x = rows["users"], rows["exact"]
+    for f in GAP_FIGURES:
+        if u[f] is not None and x[f] is not None and x[f] >= u[f]:
+            notes.append(f"exact runtimes do not beat the users' requests on {f}: no gap to close")
+    return {"procs": int(procs), "jobs": int(len(work)), "policies": list(rows.values()), "gap_closed": gap,
+            "notes": notes}

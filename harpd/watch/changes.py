@@ -1,0 +1,52 @@
+"""The persisted steps of one change of a live job's limit, shared by ``extend`` and ``resize``.
+
+A change is a row of the store's ``limit_changes`` table keyed (job, kind,
+old limit), committed ``decided`` before Slurm is asked (``extend``'s module
+docstring tells why that makes it exactly once).  What a row left
+``decided`` by a crash means is read from the job as Slurm lists it now,
+the same way for both kinds: only the state the job must still be in
+differs (running for an extension, pending for a re-size).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from harpd.recovery.policy import fmt_time
+from harpd.slurm.base import QueuedJob
+from harpd.store import Store
+
+__all__ = ["DECIDED", "DONE", "ENDED", "REFUSED", "set_step", "still_to_do"]
+
+DECIDED = "decided"
+DONE = "done"
+ENDED = "ended"  # not carried out: the job had left the state the change was for
+REFUSED = "refused"
+
+
+def set_step(store: Store, row: dict[str, Any], step: str, why: str | None = None) -> None:
+    """Move a change to ``step``, adding ``why`` to its reason."""
+    cols: dict[str, Any] = {"step": step}
+    if why:
+        cols["reason"] = f"{row['reason']}; {why}"
+    store.update_limit_change(row["job_id"], row["kind"], int(row["old_time_s"]), **cols)
+
+
+def still_to_do(store: Store, row: dict[str, Any], job: QueuedJob | None, state: str) -> bool:
+    """Whether the decided change must be made now; else its final step is recorded.
+
+    The job no longer in ``state``: ended (never changed after that); its
+    limit already the new one: made before a crash; its limit neither old
+    nor new: someone else changed it, refused.
+    """
+    new = int(row["new_time_s"])
+    if job is None or job.state != state:
+        set_step(store, row, ENDED, f"the job was no longer {state.lower()}: not changed")
+        return False
+    if job.time_limit_s == new:
+        set_step(store, row, DONE)
+        return False
+    if job.time_limit_s != int(row["old_time_s"]):
+        set_step(store, row, REFUSED, f"its limit changed meanwhile to {fmt_time(job.time_limit_s)}")
+        return False
+    return True

@@ -1,0 +1,161 @@
+"""Extend a running job before harp's limit runs out, exactly once per crossing.
+
+A job harp shortened keeps the user's own request as its true kill time.
+When less than ``watch.margin_s`` is left of its current limit, harpd raises
+the limit by THE escalation rule (``recovery.escalation.next_allocation``:
+double, back to the user's request at most, never past the partition
+MaxTime) and appends a note to the job's comment (never replacing it: the
+comment may carry recovery's marker, which a search after a crash reads).
+
+Exactly once, as recovery's attempts are.  Each extension is a row of the
+store's ``limit_changes`` table keyed (job, "extend", old limit), moved
+through persisted steps::
+
+    decided --(scontrol update)--> done
+    decided --(job gone / not running)--> ended
+    decided --(Slurm refused)--> refused
+
+``decided`` is committed BEFORE ``scontrol update``.  A row left ``decided``
+by a crash is finished on the next tick by looking at the job: its limit
+already at the new value means the update happened (``done``); the job no
+longer running means it ended (``ended``, never extended after its end); the
+limit unchanged means the update never happened and is made now.  Setting
+TimeLimit is absolute, so making it again is harmless; the key makes a
+second extension of the same crossing impossible.
+
+Fail safe: a refusal (a reservation, an association limit, no rights) is
+recorded and the job runs into its limit, where recovery resubmits it, as
+without soft limits.  A Slurm error that may be transient (no answer) keeps
+the row ``decided`` to try again while the job runs.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from harpd.config import HarpSettings
+from harpd.recovery.crash import crash_point
+from harpd.recovery.escalation import next_allocation
+from harpd.recovery.policy import fmt_time
+from harpd.records import Outcome
+from harpd.slurm.base import PartitionInfo, QueuedJob, SlurmError, whole_minutes
+from harpd.store import Store
+from harpd.watch.changes import DECIDED, DONE, ENDED, REFUSED, set_step, still_to_do
+from harpd.watch.managed import harp_set_time, original_time_s, submission_of
+
+log = logging.getLogger("harpd.watch")
+
+__all__ = ["Extender", "EXTEND", "note"]
+
+EXTEND = "extend"
+
+# scontrol's answers that mean the job is no longer there to extend
+_GONE = ("invalid job id", "already completed", "job has already finished", "job is no longer")
+# answers that may be transient: try again next tick
+_TRANSIENT = ("gave no answer", "cannot run", "socket timed out", "unable to contact", "connection refused")
+
+
+def note(old_s: int, new_s: int) -> str:
+    """The comment text of one extension (no ``=``: scontrol's key=value output stays parseable)."""
+    return f"harp extended {fmt_time(old_s)} -> {fmt_time(new_s)}"
+
+
+def _appended(comment: str | None, text: str) -> str:
+    return f"{comment}; {text}" if comment else text
+
+
+class Extender:
+    """Raises running jobs' limits before they run out.  Not thread-safe: one tick at a time."""
+
+    def __init__(self, store: Store, backend: Any, settings: HarpSettings,
+                 partitions: Callable[[], dict[str, PartitionInfo]] | None = None) -> None:
+        self.store = store
+        self.backend = backend
+        self.margin_s = float(settings.watch.margin_s)
+        self._partitions = partitions or backend.partitions
+
+    def tick(self, jobs: Iterable[QueuedJob]) -> int:
+        """Finish interrupted extensions, then extend what crosses the margin; returns extensions made."""
+        by_id = {j.job_id: j for j in jobs}
+        made = 0
+        for row in self.store.limit_changes(step=DECIDED):
+            if row["kind"] == EXTEND:
+                made += self._carry_out(row, by_id.get(row["job_id"]))
+        for job in by_id.values():
+            left = job.time_left_s
+            if job.running and left is not None and left < self.margin_s:
+                made += self._consider(job)
+        return made
+
+    # ------------------------------------------------------------ deciding
+
+    def _cap(self, partition: str | None) -> int | None:
+        try:
+            parts = self._partitions()
+        except SlurmError as exc:
+            log.warning("partition limits unavailable (%s): extending up to the user's request only", exc)
+            return None
+        info = parts.get(partition or "") or next((p for p in parts.values() if p.default), None)
+        return None if info is None else info.max_time_s
+
+    def _consider(self, job: QueuedJob) -> int:
+        current = job.time_limit_s
+        if current is None:
+            return 0
+        rows = {int(r["old_time_s"]): r for r in self.store.limit_changes(job.job_id) if r["kind"] == EXTEND}
+        if current in rows:  # this crossing was handled (or refused): never twice
+            return 0
+        sub = submission_of(self.store, job)
+        if sub is None or not harp_set_time(sub):
+            return 0  # not sized by harp, or opted out: its limit is the user's
+        original = original_time_s(sub)
+        if original is None or current >= original:
+            return 0  # already at the user's own request: that is the kill time
+        step = next_allocation(Outcome.TIMEOUT, current, original, self._cap(job.partition), attempt=1,
+                               max_attempts=2)
+        if step.value is None:
+            return 0
+        new = min(whole_minutes(int(step.value)) * 60, max(current, original))
+        if new <= current:
+            return 0
+        # the escalation rule's own words for what it did (its first clause is about a kill: not here)
+        parts = [p.strip() for p in step.reason.split(";")]
+        how = parts[1] if len(parts) > 1 else step.reason
+        reason = f"{fmt_time(job.time_left_s)} left of {fmt_time(current)}; {how}"
+        if self.store.add_limit_change(job.job_id, EXTEND, current, new, reason, DECIDED):
+            log.info("job %s: extension decided, %s -> %s (%s)", job.job_id, fmt_time(current), fmt_time(new), reason)
+        crash_point("extend-decided")
+        row = next(r for r in self.store.limit_changes(job.job_id) if r["kind"] == EXTEND
+                   and int(r["old_time_s"]) == current)
+        return self._carry_out(row, job) if row["step"] == DECIDED else 0
+
+    # ------------------------------------------------------------ carrying out
+
+    def _set(self, row: dict[str, Any], step: str, why: str | None = None) -> None:
+        set_step(self.store, row, step, why)
+
+    def _carry_out(self, row: dict[str, Any], job: QueuedJob | None) -> int:
+        jid, old, new = str(row["job_id"]), int(row["old_time_s"]), int(row["new_time_s"])
+        if not still_to_do(self.store, row, job, "RUNNING"):
+            return 0
+        assert job is not None
+        try:
+            self.backend.update_job(jid, time_limit_s=new, comment=_appended(job.comment, note(old, new)))
+        except SlurmError as exc:
+            msg = str(exc).lower()
+            if any(s in msg for s in _GONE):
+                self._set(row, ENDED, f"Slurm: {exc}")
+            elif any(s in msg for s in _TRANSIENT):
+                log.warning("job %s: extension not made yet (%s); trying again next tick", jid, exc)
+            else:
+                self._set(row, REFUSED, f"Slurm refused: {exc}")
+                log.warning("job %s: extension %s -> %s refused by Slurm (%s); it runs into its limit "
+                            "and recovery takes over", jid, fmt_time(old), fmt_time(new), exc)
+            return 0
+        crash_point("extend-updated")
+        self._set(row, DONE)
+        log.info("job %s: extended %s -> %s", jid, fmt_time(old), fmt_time(new))
+        return 1

@@ -1,0 +1,86 @@
+"""One Slurm listing per interval, handed to the extender and the re-sizer.
+
+Runs on the ingest poller's scheduler (one thread pool, one place that
+stops), every ``watch.interval_s``, only when harpd may change other users'
+jobs and soft limits are on: otherwise nothing here runs and harpd behaves
+as before (harp's limit is the kill time; recovery resubmits).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable
+from datetime import datetime
+from typing import Any
+
+from harpd.config import HarpSettings
+from harpd.slurm.base import PartitionInfo, SlurmError
+from harpd.store import Store
+from harpd.watch.extend import Extender
+from harpd.watch.privilege import Privilege
+from harpd.watch.resize import Resizer, time_decider
+
+log = logging.getLogger("harpd.watch")
+
+__all__ = ["Watch", "make"]
+
+JOB_ID = "harp-watch"
+
+
+class Watch:
+    """The watcher: ``tick`` lists the queue once and lets each part act on it."""
+
+    def __init__(self, store: Store, backend: Any, settings: HarpSettings, predictor: Any = None,
+                 partitions: Callable[[], dict[str, PartitionInfo]] | None = None) -> None:
+        self.backend = backend
+        self.settings = settings
+        self.extender = Extender(store, backend, settings, partitions)
+        self.resizer = None
+        if settings.watch.resize and predictor is not None:
+            self.resizer = Resizer(store, backend, settings, time_decider(predictor))
+        self._lock = threading.Lock()
+
+    def on_outcome(self, rec: Any) -> None:
+        if self.resizer is not None:
+            self.resizer.on_outcome(rec)
+
+    def tick(self) -> None:
+        """Scheduled: never raises."""
+        with self._lock:
+            try:
+                jobs = self.backend.queue()
+            except SlurmError as exc:
+                log.warning("watch: cannot list the queue (%s); next try in %g s", exc, self.settings.watch.interval_s)
+                return
+            for part in (self.extender, self.resizer):
+                if part is None:
+                    continue
+                try:
+                    part.tick(jobs)
+                except Exception:  # noqa: BLE001 - a scheduler job must not die
+                    log.exception("watch: %s failed", type(part).__name__)
+
+    def attach(self, ingest_service: Any) -> "Watch":
+        """Run on the poller's scheduler and hear its outcomes."""
+        ingest_service.ingestor.on_outcome.append(self.on_outcome)
+        scheduler = getattr(ingest_service, "scheduler", None)
+        if scheduler is not None:
+            scheduler.add_job(self.tick, "interval", seconds=float(self.settings.watch.interval_s), id=JOB_ID,
+                              name="harp watch (extend running, re-size pending jobs)", replace_existing=True,
+                              max_instances=1, coalesce=True, next_run_time=datetime.now())
+        log.info("watch: on (every %g s, extend with %g s left%s)", self.settings.watch.interval_s,
+                 self.settings.watch.margin_s, ", re-size pending jobs" if self.resizer else "")
+        return self
+
+    def shutdown(self) -> None:
+        """Nothing to stop: the poller's scheduler runs the ticks."""
+
+
+def make(*, settings: HarpSettings, store: Store, backend: Any, privilege: Privilege, predictor: Any = None,
+         partitions: Callable[[], dict[str, PartitionInfo]] | None = None) -> Watch | None:
+    """The watcher, or None when soft limits are off (unprivileged, disabled, no Slurm)."""
+    if backend is None or not privilege.soft_limits:
+        log.info("watch: off (%s limits: %s)", privilege.mode, privilege.why)
+        return None
+    return Watch(store, backend, settings, predictor, partitions)

@@ -1,0 +1,285 @@
+"""Soft time limits (issue 16) against the real Slurm 22.05, end to end.
+
+Real harpd daemons with short watch settings (a listing every 2 s, extend
+with less than 12 s left: the one crossing of a 1-minute limit comes well
+before Slurm's own check, and a 100 s job under the extended 2 minutes
+finishes before a second crossing):
+
+* (a) a root harpd (privileged: soft limits): a job the user asked 10 minutes
+  for, that harp shortened to 1 minute, running 100 s, completes on its first
+  run, same job id, one extension recorded, no requeue;
+* (b) the same job with harpd stopped before its limit: killed (TIMEOUT) and
+  recovered as without soft limits (requeued in place once harpd is back);
+* (c) a pending job (held, so it cannot start) whose sibling finishes is
+  re-decided by a harpd with a trained model (1500 synthetic runs of the
+  signature, trained before the daemon starts) and gets a lower TimeLimit
+  before it starts;
+* (d) a plain user's job is extended by the privileged harpd and never by a
+  per-user (unprivileged) harpd, which says "hard" in health.
+
+The jobs are submitted with ``sbatch --time=1`` and registered over harpd's
+socket with the decision harp-submit registers when harp shortens
+``--time=10`` to 1 minute: no trained model is needed to make harp's
+decision, and the registration is byte for byte the one harp-submit sends.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+from test_recovery import REPO, USER, Daemon, ensure_user, user_python
+
+from harp_submit import client
+
+pytestmark = pytest.mark.slurm
+
+WATCH = "[watch]\ninterval_s = 2.0\nmargin_s = 12.0\n"
+DEADLINE_S = 12 * 60
+SCRIPT = "#!/bin/bash\nsleep 100\necho finished\n"
+
+
+@dataclass
+class SoftDaemon(Daemon):
+    def write_config(self) -> None:
+        super().write_config()
+        with open(self.dir / "harpd.toml", "a") as fh:
+            fh.write(WATCH)
+
+
+def register(d: Daemon, job_id: str, cwd: Path, *, signature: str = "soft-test", asked_min: int = 10,
+             given_min: int = 1) -> None:
+    """What harp-submit registers for ``--time=asked_min`` shortened by harp to ``given_min``."""
+    req = {
+        "op": "register", "job_id": job_id,
+        "job": {"partition": "short", "job_name": "soft.sh", "signature": signature, "cwd": str(cwd),
+                "request": {"time_s": asked_min * 60, "mem_mb": 100, "partition": "short"}, "harp_lines": []},
+        "original": {"time_s": asked_min * 60, "mem_mb": 100, "partition": "short"},
+        "submitted": {"time_s": given_min * 60, "mem_mb": 100, "partition": "short"},
+        "decision": {"changes": [{"option": "time", "value": f"{given_min // 60:02d}:{given_min % 60:02d}:00",
+                                  "old": f"{asked_min // 60:02d}:{asked_min % 60:02d}:00", "reason": "test"}],
+                     "limits": {"partition": "short"}, "model": "test", "explain": {}},
+    }
+    answer = client.call(d.socket, req, 10.0)
+    assert answer.get("ok"), answer
+
+
+@dataclass
+class Soft:
+    cluster: Any
+    base: Path
+    daemons: dict[str, SoftDaemon]
+    workdirs: dict[str, Path]
+    jobs: dict[str, str]
+
+    def sbatch(self, key: str, user: str | None, *opts: str, time_min: int = 1, script: str = "soft.sh") -> str:
+        wd = self.workdirs[user or "root"]
+        out = self.cluster.run(["sbatch", "--parsable", f"--time={time_min}", "--mem=100M", "-p", "short", *opts,
+                                str(wd / script)], user=user, cwd=wd).stdout
+        jid = out.strip().split(";")[0]
+        assert jid.isdigit(), out
+        self.jobs[key] = jid
+        return jid
+
+    def runs(self, jid: str) -> list[dict[str, str]]:
+        return [r for r in self.cluster.sacct(jid, "JobID,State,Timelimit,Comment,User", steps=False,
+                                              duplicates=True) if r["JobID"] == jid]
+
+    def wait_ended(self, jid: str, timeout: float = DEADLINE_S) -> list[dict[str, str]]:
+        """Until the job's last run has ended in accounting and slurmctld no longer runs it."""
+        deadline = time.monotonic() + timeout
+        runs: list[dict[str, str]] = []
+        while time.monotonic() < deadline:
+            runs = self.runs(jid)
+            queued = self.cluster.run(["squeue", "-h", "-j", jid, "-o", "%T"], check=False).stdout.strip()
+            if runs and not queued and runs[-1]["State"].split()[0] not in ("RUNNING", "PENDING", "REQUEUED"):
+                return runs
+            time.sleep(2)
+        raise AssertionError(f"job {jid} has not ended after {timeout:.0f} s: {runs}")
+
+    def limit(self, jid: str) -> str:
+        out = self.cluster.run(["squeue", "-h", "-j", jid, "-o", "%l"], check=False).stdout.strip()
+        return out
+
+
+@pytest.fixture(scope="module")
+def soft(slurm_cluster):
+    c = slurm_cluster
+    pw = ensure_user(USER)
+    upy, upath = user_python(USER)
+    base = Path(tempfile.mkdtemp(prefix="hsl-", dir="/tmp"))
+    base.chmod(0o755)
+    workdirs = {"root": base / "work-root", USER: base / "work-user"}
+    for owner, wd in workdirs.items():
+        wd.mkdir()
+        (wd / "soft.sh").write_text(SCRIPT)
+        (wd / "quick.sh").write_text("#!/bin/bash\nsleep 2\n")
+        if owner != "root":
+            for p in [wd, *wd.iterdir()]:
+                os.chown(p, pw.pw_uid, pw.pw_gid)
+    daemons = {
+        "root": SoftDaemon("root", base / "d-root", None, sys.executable, str(REPO), str(c.conf)),
+        "down": SoftDaemon("down", base / "d-down", None, sys.executable, str(REPO), str(c.conf)),
+        "user": SoftDaemon("user", base / "d-user", USER, upy, upath, str(c.conf)),
+        "resize": SoftDaemon("resize", base / "d-resize", None, sys.executable, str(REPO), str(c.conf)),
+    }
+    for d in daemons.values():
+        d.dir.mkdir()
+        d.write_config()
+        if d.user:
+            os.chown(d.dir, pw.pw_uid, pw.pw_gid)
+            os.chown(d.dir / "harpd.toml", pw.pw_uid, pw.pw_gid)
+    train(daemons["resize"])
+    s = Soft(c, base, daemons, workdirs, {})
+    try:
+        for d in daemons.values():
+            d.start()
+        # (c): a pending (held) job harp gave 30 of its 60 minutes, then a sibling that finishes
+        jp = s.sbatch("pending", None, "--hold", time_min=30)
+        register(daemons["resize"], jp, workdirs["root"], signature=SIGNATURE, asked_min=60, given_min=30)
+        js = s.sbatch("sibling", None, time_min=30, script="quick.sh")
+        register(daemons["resize"], js, workdirs["root"], signature=SIGNATURE, asked_min=60, given_min=30)
+        # (b) first: held until harpd "down" is stopped, so it never sees the job run
+        jb = s.sbatch("down", None, "--hold")
+        register(daemons["down"], jb, workdirs["root"])
+        daemons["down"].stop()
+        c.run(["scontrol", "release", jb])
+        for key, daemon, user in [("root", "root", None), ("plain_priv", "root", USER), ("plain_unpriv", "user", USER)]:
+            jid = s.sbatch(key, user)
+            register(daemons[daemon], jid, workdirs[user or "root"])
+        yield s
+    finally:
+        for d in daemons.values():
+            d.stop()
+        live = c.run(["squeue", "-h", "-o", "%i"], check=False).stdout.split()
+        left = [j for j in live if j in set(s.jobs.values())]
+        if left:
+            c.run(["scancel", *left], check=False)
+        shutil.rmtree(base, ignore_errors=True)
+
+
+SIGNATURE = "resize-test"
+
+
+def train(d: SoftDaemon) -> None:
+    """A store with 1500 finished runs of SIGNATURE (about 100 s of a 1-hour request) and champions trained on it."""
+    import random
+
+    from harpd.config import HarpSettings
+    from harpd.predict.live import make_predictor
+    from harpd.records import JobRecord, Outcome
+    from harpd.store import Store
+
+    rng = random.Random(16)
+    now = time.time()
+    recs = []
+    for i in range(1500):
+        used = rng.uniform(80, 120)
+        end = now - 100_000 + i * 60
+        recs.append(JobRecord(
+            job_id=str(900_000 + i), source="slurm", user="root", partition="short", job_name="soft.sh",
+            signature=SIGNATURE, outcome=Outcome.COMPLETED, submit_time=end - used - 10, start_time=end - used,
+            end_time=end, req_time_s=3600.0, used_time_s=used, req_mem_mb=100.0, used_mem_mb=20.0, req_cpus=1,
+            alloc_cpus=1, req_nodes=1, alloc_nodes=1))
+    with Store.open(d.db) as store:
+        store.insert_jobs(recs)
+        out = make_predictor(settings=HarpSettings(store={"path": str(d.db)}), store=store).retrain()
+    assert out["time"]["champion"], out["time"]
+
+
+def _extensions(job: dict[str, Any]) -> list[tuple[int, int, str]]:
+    return [(c["old_time_s"], c["new_time_s"], c["step"]) for c in job.get("limit_changes") or []
+            if c["kind"] == "extend"]
+
+
+def test_health_says_soft_for_root_and_hard_for_a_plain_user(soft):
+    root = client.call(soft.daemons["root"].socket, {"op": "health"}, 10.0)
+    user = client.call(soft.daemons["user"].socket, {"op": "health"}, 10.0)
+    assert root["limits"]["mode"] == "soft" and root["limits"]["privileged"], root
+    assert user["limits"]["mode"] == "hard" and not user["limits"]["privileged"], user
+    assert "not root, SlurmUser or a Slurm operator" in user["limits"]["why"]
+
+
+def test_a_shortened_job_is_extended_once_and_completes_on_its_first_run(soft):
+    jid = soft.jobs["root"]
+    runs = soft.wait_ended(jid)
+    assert [r["State"].split()[0] for r in runs] == ["COMPLETED"], runs  # one run: no requeue, same id
+    assert runs[0]["Timelimit"] == "00:02:00"
+    assert runs[0]["Comment"] == "harp extended 1 min -> 2 min"
+    job = soft.daemons["root"].status(jid)
+    assert _extensions(job) == [(60, 120, "done")]
+    assert job["attempts"] == []  # recovery had nothing to do
+    assert job["limits_mode"]["mode"] == "soft"
+
+
+def test_with_harpd_down_the_job_is_killed_and_recovered_as_before(soft):
+    jid = soft.jobs["down"]
+    d = soft.daemons["down"]
+    deadline = time.monotonic() + DEADLINE_S
+    while time.monotonic() < deadline:  # the first run ends TIMEOUT at harp's 1 minute
+        runs = soft.runs(jid)
+        if runs and runs[0]["State"].split()[0] in ("TIMEOUT", "REQUEUED"):
+            break
+        time.sleep(2)
+    else:
+        raise AssertionError(f"job {jid} never ran out: {soft.runs(jid)}")
+    assert runs[0]["Timelimit"] == "00:01:00"  # nobody extended it
+    d.stopping = False
+    d.start()  # harpd is back: recovery requeues it, as without soft limits
+    deadline = time.monotonic() + DEADLINE_S
+    job: dict[str, Any] = {}
+    while time.monotonic() < deadline:
+        job = d.status(jid)
+        att = job.get("attempts") or []
+        if att and att[-1]["step"] == "done" and att[-1]["outcome"] == "completed":
+            break
+        time.sleep(2)
+    else:
+        raise AssertionError(f"job {jid} not recovered: {job.get('attempts')}\n{d.log_tail()}")
+    assert [(a["attempt"], a["outcome"]) for a in job["attempts"]] == [(1, "timeout"), (2, "completed")]
+    assert job["attempts"][1]["job_id"] == jid
+    assert all(c["old_time_s"] != 60 for c in job.get("limit_changes") or [])  # never the killed run
+
+
+def test_a_plain_users_job_is_extended_by_a_privileged_harpd_only(soft):
+    priv, unpriv = soft.jobs["plain_priv"], soft.jobs["plain_unpriv"]
+    runs = soft.wait_ended(priv)
+    assert [r["State"].split()[0] for r in runs] == ["COMPLETED"] and runs[0]["User"] == USER, runs
+    assert _extensions(soft.daemons["root"].status(priv)) == [(60, 120, "done")]
+
+    runs = soft.wait_ended(unpriv)
+    first = runs[0]
+    assert first["State"].split()[0] in ("TIMEOUT", "REQUEUED") and first["Timelimit"] == "00:01:00", runs
+    assert "extended" not in (first["Comment"] or "")
+    job = soft.daemons["user"].status(unpriv)
+    assert job.get("limit_changes") == [] and job["limits_mode"]["mode"] == "hard"
+
+
+def test_a_pending_job_gets_a_lower_limit_when_its_sibling_finishes(soft):
+    jid = soft.jobs["pending"]
+    d = soft.daemons["resize"]
+    deadline = time.monotonic() + DEADLINE_S
+    job: dict[str, Any] = {}
+    while time.monotonic() < deadline:
+        job = d.status(jid)
+        if any(c["kind"] == "resize" and c["step"] != "decided" for c in job.get("limit_changes") or []):
+            break
+        time.sleep(2)
+    else:
+        raise AssertionError(f"pending job {jid} never re-sized: {job.get('limit_changes')}\n{d.log_tail()}")
+    (change,) = job["limit_changes"]
+    assert change["kind"] == "resize" and change["step"] == "done", change
+    assert change["old_time_s"] == 1800 and 60 <= change["new_time_s"] <= 1800 - 300, change
+    state = soft.cluster.run(["squeue", "-h", "-j", jid, "-o", "%T %l"], check=False).stdout.split()
+    assert state[0] == "PENDING", state  # changed before it started
+    minutes = change["new_time_s"] // 60
+    assert state[1] == f"{minutes // 60}:{minutes % 60:02d}:00" if minutes >= 60 else state[1] == f"{minutes}:00", state
+    sib = d.status(soft.jobs["sibling"])
+    assert sib["limit_changes"] == []  # the finished sibling itself is not touched

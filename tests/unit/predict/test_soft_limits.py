@@ -1,0 +1,219 @@
+"""Soft limits in the replay (extend, never kill) and in the live predictor (issue 16)."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from harpd.cli.main import main as harp_main
+from harpd.predict.allocation import Guard
+from harpd.predict.dataset import prepare
+from harpd.predict.metric import evaluate_soft
+from harpd.predict.replay import ReplayConfig, run
+from harpd.predict.soft import SoftPolicy, extend, hold_budget, recent_at, start_limits
+from replay_helpers import rec as _rec
+from replay_helpers import write_swf as _write_swf
+
+NAN = np.nan
+
+
+def test_a_job_that_outgrows_its_start_limit_is_extended_never_killed():
+    # start 100 s, needs 350 s of a 1000 s request: 100 → 200 → 400 (two extensions)
+    final, ext, killed = extend(np.array([100.0]), np.array([350.0]), np.array([1000.0]), np.array([False]))
+    assert final.tolist() == [400.0] and ext.tolist() == [2] and not killed.any()
+    # doubling past the request stops at the request: 300 → 600 → 1000
+    final, ext, _ = extend(np.array([300.0]), np.array([900.0]), np.array([1000.0]), np.array([False]))
+    assert final.tolist() == [1000.0] and ext.tolist() == [2]
+    # a job that fits its start limit is not extended; NaN: the request stands
+    final, ext, _ = extend(np.array([500.0, NAN]), np.array([350.0, 350.0]), np.array([1000.0, 1000.0]),
+                           np.array([False, False]))
+    assert final.tolist() == [500.0, 1000.0] and ext.tolist() == [0, 0]
+
+
+def test_a_job_past_its_own_request_is_the_users_kill_not_harps():
+    # censored: killed at its own request 1000 in the trace; harp's 250 is extended to it
+    final, ext, killed = extend(np.array([250.0]), np.array([1000.0]), np.array([1000.0]), np.array([True]))
+    assert final.tolist() == [1000.0] and ext.tolist() == [2] and killed.tolist() == [False]
+    m = evaluate_soft("x", np.array([250.0]), np.array([1000.0]), np.array([1000.0]), np.array([True]),
+                      np.array([1.0]))
+    assert m.harp_kills == 0 and m.over_reservation == 0.0
+
+
+def test_soft_metric_by_hand():
+    # R, U, start S, cores w; F after extensions
+    req = np.array([1000.0, 1000.0, 1000.0, 800.0])
+    need = np.array([350.0, 100.0, 1000.0, 200.0])
+    cens = np.array([False, False, True, False])
+    start = np.array([100.0, 200.0, 500.0, NAN])
+    w = np.array([2.0, 1.0, 1.0, 4.0])
+    # F = 400 (two ext), 200, 1000 (censored: one ext to R), 800 (request)
+    base = evaluate_soft("request", np.full(4, NAN), need, req, cens, w)
+    m = evaluate_soft("harp", start, need, req, cens, w, extension_budget=0.5, baseline=base)
+    used = np.array([350.0, 100.0, 1000.0, 200.0])
+    over = 2 * (400 - 350) + 1 * (200 - 100) + 0 + 4 * (800 - 200)
+    over_users = 2 * 650 + 1 * 900 + 0 + 4 * 600
+    assert m.over_reservation == pytest.approx(over)
+    assert m.over_vs_request == pytest.approx(over / over_users)
+    # planned wrongly: Σ w·|S − U| (S = R where harp left it)
+    plan = 2 * 250 + 1 * 100 + 1 * 500 + 4 * 600
+    plan_users = 2 * 650 + 1 * 900 + 0 + 4 * 600
+    su = float(np.sum(w * used))
+    assert m.planned_wrongly == pytest.approx(plan / su)
+    assert m.planned_wrongly_vs_request == pytest.approx(plan / plan_users)
+    # changed: jobs 0-2; extended: jobs 0 and 2 (of 4 jobs); three extensions in all
+    assert m.changed == pytest.approx(0.75)
+    assert m.extended_share == pytest.approx(0.5) and m.extensions_per_job == pytest.approx(3 / 3)
+    assert m.extended_share_changed == pytest.approx(2 / 3)
+    assert m.harp_kills == 0 and m.killed == 0.0 and m.consumed_vs_request == pytest.approx(1.0)
+    # under_rate: fitting jobs that outgrew their start limit (job 0 of 3)
+    assert m.under_rate == pytest.approx(1 / 3)
+
+
+def test_recent_runs_are_those_finished_before_the_start():
+    # same template; job 2 was submitted before jobs 1 and 3 ended but started after both
+    recs = [_rec(1, 0, 100, 1000), _rec(2, 50, 300, 1000), _rec(3, 60, 50, 1000)]
+    recs[1].start_time = 150.0
+    recs[1].end_time = 450.0
+    p = prepare(recs, "time", keep_templates=True)
+    assert p.start.tolist() == [0.0, 150.0, 60.0]
+    count, mx = recent_at(p, p.start, 5)
+    assert count.tolist() == [0, 2, 0]
+    assert mx[1] == pytest.approx(0.1)  # the most of 100/1000 and 50/1000
+    # at submission job 2 knew nothing
+    count_s, _ = recent_at(p, p.submit, 5)
+    assert count_s.tolist() == [0, 0, 0]
+
+
+def test_start_limits_follow_the_template_and_skip_the_walk_back_floor():
+    recs = [_rec(i, i * 1000, 100, 4000) for i in range(8)]
+    p = prepare(recs, "time", keep_templates=True)
+    lim = start_limits(p, np.full(p.n, NAN), Guard(min_history=3), SoftPolicy(recent_margin=1.5))
+    # 3 runs of 100 s known: 1.5 × 100 = 150 s, below the hard guard's 1/4 of the request
+    assert np.isnan(lim[:3]).all()
+    assert lim[3:] == pytest.approx([150.0] * 5)
+
+
+def _habits(n=1600, seed=1):
+    rng = np.random.default_rng(seed)
+    recs, t = [], 0.0
+    for i in range(n):
+        u = int(rng.integers(0, 10))
+        used = 300.0 * (u + 1) * rng.uniform(0.8, 1.2)
+        t += rng.exponential(60)
+        recs.append(_rec(i, t, used, 1200.0 * (u + 1), user=f"u{u}"))
+    return recs
+
+
+def test_hard_replay_is_unchanged_by_the_soft_inputs():
+    cfg = dict(models=("request", "alea"))
+    hard = run(prepare(_habits(600), "time", keep_templates=True), ReplayConfig(**cfg))
+    plain = run(prepare(_habits(600), "time"), ReplayConfig(**cfg))  # templates kept or not: same figures
+    assert hard.limits == "hard"
+    assert [m.to_dict() for m in hard.metrics] == [m.to_dict() for m in plain.metrics]
+    assert all(m.harp_kills is None and m.limits == "hard" for m in hard.metrics)
+
+
+def test_replay_soft_rows():
+    p = prepare(_habits(900), "time", keep_templates=True)
+    soft = run(p, ReplayConfig(limits="soft", bounds=True, models=("request", "alea", "harp"), min_train=300,
+                               retrain_every=300))
+    assert soft.limits == "soft" and "harp_soft" in soft.notes
+    rows = {m.model: m for m in soft.metrics}
+    assert {"request", "alea", "harp", "bound:causal-max5-start", "bound:clairvoyant-q50"} <= set(rows)
+    h = rows["harp"]
+    assert h.harp_kills == 0 and h.consumed_vs_request == pytest.approx(1.0)
+    # learnable habits: far below the users' over-reservation and planning error, few extensions
+    assert h.over_vs_request < 0.6 and h.planned_wrongly_vs_request < 0.6
+    assert h.extended_share <= 0.25
+    # the start limit per job: harp's alloc is finite where it changed the request
+    assert np.isfinite(soft.alloc["harp"]).mean() == pytest.approx(h.changed)
+
+
+def test_budget_controller_backs_off_after_extensions():
+    # every run of the template takes 1000 s, but the bound says 100 s: each start is extended
+    recs = [_rec(i, i * 2000, 1000, 8000) for i in range(40)]
+    p = prepare(recs, "time", keep_templates=True)
+    scales: list[float] = []
+    pol = SoftPolicy(gamma=0.5, scale_range=(0.5, 4.0))
+    lim = hold_budget(p, np.full(p.n, np.log(100 / 8000)), Guard(min_history=1), pol, scales)
+    got = lim[np.isfinite(lim)]
+    # job 0 (cold start, left alone, not extended) moved s down once: γ·(0 − budget)
+    assert got[0] == pytest.approx(100.0 * np.exp(-0.5 * 0.1))
+    assert got[-1] == pytest.approx(400.0)  # then every extension raised it, to the top of its range
+    assert np.all(np.diff(got) >= -1e-9)
+
+
+def test_soft_needs_templates():
+    p = prepare(_habits(200), "time")
+    with pytest.raises(ValueError, match="soft limits"):
+        run(p, ReplayConfig(limits="soft", models=("request",)))
+
+
+def test_cli_soft_table_and_json(tmp_path, capsys):
+    f = tmp_path / "syn.swf"
+    _write_swf(f, _habits(1200))
+    assert harp_main(["replay", str(f), "--quiet", "--limits", "soft", "--models", "request,alea",
+                      "--format", "json"]) == 0
+    d = json.loads(capsys.readouterr().out)
+    assert d["limits"] == "soft" and d["soft_policy"]["extension_budget"] == pytest.approx(0.10)
+    alea = d["models"][1]
+    for k in ("extensions_per_job", "extended_share", "harp_kills", "planned_wrongly_vs_request"):
+        assert alea[k] is not None
+    assert harp_main(["replay", str(f), "--quiet", "--limits", "soft", "--models", "request,alea"]) == 0
+    out = capsys.readouterr().out
+    assert "soft limits" in out and "planned wrongly" in out and "extension_budget 0.1" in out
+    assert harp_main(["replay", str(f), "--quiet", "--limits", "soft", "--resource", "mem"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "--limits soft" in err[0]
+
+
+# -- the live predictor's soft mode -----------------------------------------------
+
+
+class _Half:
+    """A stand-in model: every job needs at most half its request."""
+
+    theta = None
+
+    def predict(self, X, groups=None):
+        return np.full(len(X), np.log(0.5))
+
+
+def _live(soft: bool):
+    from harpd.config import HarpSettings
+    from harpd.predict.live import ModelPredictor
+    from harpd.records import JobRecord, Outcome
+
+    env = {"model": _Half(), "name": "half", "relative": True, "resource": "time"}
+    p = ModelPredictor(HarpSettings(), models={"time": env}, soft_limits=soft)
+    recs = [JobRecord(job_id=str(i), source="t", user="ann", account="a", partition="cpu", signature="sig",
+                      submit_time=1000.0 * i, start_time=1000.0 * i, end_time=1000.0 * i + 590, used_time_s=590.0,
+                      req_time_s=7200.0, req_cpus=4, outcome=Outcome.COMPLETED) for i in range(8)]
+    p._add(recs)
+    return p
+
+
+def _decide(p):
+    from harpd.protocol import JobRequest
+
+    job = JobRequest(partition="cpu", signature="sig", request={"time_s": 7200, "ntasks": 4})
+    return p.decide(job, "ann", 1000)
+
+
+def test_live_soft_mode_cuts_to_recent_runs_and_says_it_extends():
+    d = _decide(_live(True))
+    (c,) = [c for c in d.changes if c.option == "time"]
+    assert c.old == "02:00:00" and c.value == "00:11:00"  # 1.1 × 590 s, rounded up to the minute
+    assert c.reason.endswith("(extended automatically up to 02:00:00 while it runs)")
+    ex = d.explain["time"]
+    assert ex["limits"] == "soft" and ex["extension_budget"] == pytest.approx(0.10)
+    assert ex["quantile"] == pytest.approx(0.9) and "last runs" in ex["soft_rule"]
+
+
+def test_live_hard_mode_is_unchanged():
+    d = _decide(_live(False))
+    (c,) = [c for c in d.changes if c.option == "time"]
+    assert c.value == "01:00:00" and "extended automatically" not in c.reason
+    assert "limits" not in d.explain["time"]

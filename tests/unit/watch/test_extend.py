@@ -1,0 +1,159 @@
+"""The extender against an in-memory Slurm: when, by how much, exactly once, never past the request."""
+
+from __future__ import annotations
+
+import pytest
+from watch_fakes import register, settings, slurm, store  # noqa: F401 (fixtures)
+
+from harpd.watch import extend as ex
+from harpd.watch.extend import Extender
+
+
+class Crash(Exception):
+    pass
+
+
+def crash_at(monkeypatch, point):
+    def hook(name):
+        if name == point:
+            raise Crash(name)
+    monkeypatch.setattr(ex, "crash_point", hook)
+
+
+def extender(store, slurm):
+    return Extender(store, slurm, settings())
+
+
+def steps(store, jid):
+    return [(r["old_time_s"], r["new_time_s"], r["step"]) for r in store.limit_changes(jid)]
+
+
+def test_extends_by_doubling_up_to_the_request_appending_the_comment(store, slurm):
+    register(store, "7", original_s=600)
+    slurm.add("7", limit_s=60, used_s=10, comment="my note")
+    e = extender(store, slurm)
+    assert e.tick(slurm.queue()) == 0  # 50 s left: above the 45 s margin
+    slurm.jobs["7"]["used"] = 20
+    assert e.tick(slurm.queue()) == 1
+    assert slurm.jobs["7"]["limit"] == 120
+    assert slurm.jobs["7"]["comment"] == "my note; harp extended 1 min -> 2 min"
+    assert e.tick(slurm.queue()) == 0  # the same crossing: never twice
+    limits = []
+    for used in (100, 220, 460):
+        slurm.jobs["7"]["used"] = used
+        e.tick(slurm.queue())
+        limits.append(slurm.jobs["7"]["limit"])
+    assert limits == [240, 480, 600]  # the last step stops at the user's own request
+    slurm.jobs["7"]["used"] = 580
+    assert e.tick(slurm.queue()) == 0 and slurm.jobs["7"]["limit"] == 600  # never beyond it
+    assert steps(store, "7") == [(60, 120, "done"), (120, 240, "done"), (240, 480, "done"), (480, 600, "done")]
+    assert slurm.jobs["7"]["comment"].startswith("my note; harp extended 1 min -> 2 min; harp extended 2 min")
+
+
+def test_partition_max_time_caps_the_extension(store, slurm):
+    register(store, "8", original_s=600)
+    slurm.add("8", limit_s=120, used_s=100, partition="tiny")
+    e = extender(store, slurm)
+    e.tick(slurm.queue())
+    assert slurm.jobs["8"]["limit"] == 180
+    slurm.jobs["8"]["used"] = 170
+    assert e.tick(slurm.queue()) == 0 and slurm.jobs["8"]["limit"] == 180
+
+
+@pytest.mark.parametrize("kw", [
+    {"harp_time": None},  # harp did not change the time
+    {"decision": False},  # no decision at all
+    {"original_s": None},  # the user asked for no time
+    {"original_s": 60},  # harp's limit is already the request
+])
+def test_jobs_harp_did_not_shorten_are_left_alone(store, slurm, kw):
+    register(store, "9", **kw)
+    slurm.add("9", limit_s=60, used_s=50)
+    assert extender(store, slurm).tick(slurm.queue()) == 0
+    assert slurm.calls == [] and store.limit_changes("9") == []
+
+
+def test_unregistered_and_pending_jobs_are_left_alone(store, slurm):
+    slurm.add("10", limit_s=60, used_s=50)  # not submitted through harp
+    register(store, "11")
+    slurm.add("11", state="PENDING", limit_s=60, used_s=0)
+    assert extender(store, slurm).tick(slurm.queue()) == 0 and slurm.calls == []
+
+
+def test_crash_after_the_decision_extends_once_at_restart(store, slurm, monkeypatch):
+    register(store, "12")
+    slurm.add("12", limit_s=60, used_s=30)
+    crash_at(monkeypatch, "extend-decided")
+    with pytest.raises(Crash):
+        extender(store, slurm).tick(slurm.queue())
+    assert steps(store, "12") == [(60, 120, "decided")] and slurm.calls == []
+    monkeypatch.setattr(ex, "crash_point", lambda name: None)
+    assert extender(store, slurm).tick(slurm.queue()) == 1
+    assert steps(store, "12") == [(60, 120, "done")] and len(slurm.calls) == 1
+
+
+def test_crash_after_the_update_is_not_extended_twice(store, slurm, monkeypatch):
+    register(store, "13")
+    slurm.add("13", limit_s=60, used_s=30, comment="c")
+    crash_at(monkeypatch, "extend-updated")
+    with pytest.raises(Crash):
+        extender(store, slurm).tick(slurm.queue())
+    assert steps(store, "13") == [(60, 120, "decided")] and slurm.jobs["13"]["limit"] == 120
+    monkeypatch.setattr(ex, "crash_point", lambda name: None)
+    extender(store, slurm).tick(slurm.queue())  # 90 s left of 120: not a new crossing
+    assert steps(store, "13") == [(60, 120, "done")] and len(slurm.calls) == 1
+    assert slurm.jobs["13"]["comment"] == "c; harp extended 1 min -> 2 min"
+
+
+def test_a_job_that_ended_meanwhile_is_never_extended(store, slurm, monkeypatch):
+    register(store, "14")
+    slurm.add("14", limit_s=60, used_s=30)
+    crash_at(monkeypatch, "extend-decided")
+    with pytest.raises(Crash):
+        extender(store, slurm).tick(slurm.queue())
+    slurm.jobs["14"]["state"] = "TIMEOUT"  # harpd was down until after the end
+    monkeypatch.setattr(ex, "crash_point", lambda name: None)
+    assert extender(store, slurm).tick(slurm.queue()) == 0
+    assert steps(store, "14") == [(60, 120, "ended")] and slurm.calls == []
+
+
+def test_the_job_ending_between_listing_and_update_is_recorded_as_ended(store, slurm):
+    register(store, "15")
+    slurm.add("15", limit_s=60, used_s=30)
+    listing = slurm.queue()
+    slurm.jobs["15"]["state"] = "COMPLETED"
+    assert extender(store, slurm).tick(listing) == 0
+    assert steps(store, "15") == [(60, 120, "ended")]
+
+
+def test_a_refusal_is_recorded_and_not_retried(store, slurm):
+    register(store, "16")
+    slurm.add("16", limit_s=60, used_s=30)
+    slurm.fail = "scontrol update failed (exit 1): Access/permission denied"
+    e = extender(store, slurm)
+    assert e.tick(slurm.queue()) == 0
+    (row,) = store.limit_changes("16")
+    assert row["step"] == "refused" and "permission denied" in row["reason"]
+    e.tick(slurm.queue())
+    assert len(slurm.calls) == 1 and slurm.jobs["16"]["limit"] == 60  # runs into its limit: recovery's turn
+
+
+def test_a_transient_error_is_retried_while_the_job_runs(store, slurm):
+    register(store, "17")
+    slurm.add("17", limit_s=60, used_s=30)
+    slurm.fail = "scontrol update gave no answer within 30 s (slurm.command_timeout_s); is slurmctld/slurmdbd up?"
+    e = extender(store, slurm)
+    e.tick(slurm.queue())
+    assert steps(store, "17") == [(60, 120, "decided")]
+    assert e.tick(slurm.queue()) == 1
+    assert steps(store, "17") == [(60, 120, "done")] and slurm.jobs["17"]["limit"] == 120
+
+
+def test_a_timeout_after_the_update_took_effect_is_not_repeated(store, slurm):
+    register(store, "18")
+    slurm.add("18", limit_s=60, used_s=30)
+    slurm.fail, slurm.fail_after = "scontrol update gave no answer within 30 s", True
+    e = extender(store, slurm)
+    e.tick(slurm.queue())
+    assert e.tick(slurm.queue()) == 0
+    assert steps(store, "18") == [(60, 120, "done")] and len(slurm.calls) == 1

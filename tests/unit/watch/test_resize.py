@@ -1,0 +1,87 @@
+"""Re-sizing pending jobs when their siblings' outcomes arrive."""
+
+from __future__ import annotations
+
+from watch_fakes import register, settings, slurm, store  # noqa: F401 (fixtures)
+
+from harpd.records import JobRecord, Outcome
+from harpd.watch.resize import Resizer
+
+
+def outcome(signature="sig-a"):
+    return JobRecord(job_id="1", source="slurm", outcome=Outcome.COMPLETED, signature=signature)
+
+
+def resizer(store, slurm, want):
+    return Resizer(store, slurm, settings(resize_min_ratio=0.1, resize_min_s=300), lambda sub: want[0])
+
+
+def test_pending_sibling_gets_the_new_bound_once(store, slurm):
+    register(store, "20", original_s=7200, harp_time="60")
+    slurm.add("20", state="PENDING", limit_s=3600)
+    want = [1200]
+    r = resizer(store, slurm, want)
+    assert r.tick(slurm.queue()) == 0  # no outcome yet: nothing to re-decide
+    r.on_outcome(outcome())
+    assert r.tick(slurm.queue()) == 1
+    assert slurm.jobs["20"]["limit"] == 1200 and slurm.calls == [("20", {"TimeLimit": "20"})]
+    assert [(c["kind"], c["old_time_s"], c["new_time_s"], c["step"]) for c in store.limit_changes("20")] == [
+        ("resize", 3600, 1200, "done")]
+    r.on_outcome(outcome())
+    assert r.tick(slurm.queue()) == 0  # same bound: no change
+
+
+def test_small_differences_other_signatures_running_and_foreign_jobs_are_left_alone(store, slurm):
+    register(store, "21", original_s=7200, harp_time="60")
+    slurm.add("21", state="PENDING", limit_s=3600)
+    register(store, "22", original_s=7200, harp_time="60", signature="sig-b")
+    slurm.add("22", state="PENDING", limit_s=3600)
+    register(store, "23", original_s=7200, harp_time="60")
+    slurm.add("23", state="RUNNING", limit_s=3600)
+    register(store, "24", original_s=7200, harp_time=None)  # harp left its time alone
+    slurm.add("24", state="PENDING", limit_s=7200)
+    slurm.add("25", state="PENDING", limit_s=7200)  # not harp's
+    r = resizer(store, slurm, [3400])  # 200 s less: under 300 s
+    r.on_outcome(outcome())
+    assert r.tick(slurm.queue()) == 0 and slurm.calls == []
+
+
+def test_never_above_the_request_nor_below_the_floor(store, slurm):
+    register(store, "26", original_s=5400, harp_time="30")
+    slurm.add("26", state="PENDING", limit_s=1800)
+    r = resizer(store, slurm, [99999])
+    r.on_outcome(outcome())
+    r.tick(slurm.queue())
+    assert slurm.jobs["26"]["limit"] == 5400
+    register(store, "27", original_s=5400, harp_time="30")
+    slurm.add("27", state="PENDING", limit_s=1800)
+    r = resizer(store, slurm, [1])
+    r.on_outcome(outcome())
+    r.tick(slurm.queue())
+    assert slurm.jobs["27"]["limit"] == 60  # predict.floor_time_s
+
+
+def test_array_pending_tasks_are_updated_through_the_array_id(store, slurm):
+    register(store, "30", original_s=7200, harp_time="60")
+    slurm.add("30", state="PENDING", limit_s=3600, array_job_id="30")
+    slurm.add("30_1", state="RUNNING", limit_s=3600, array_job_id="30")
+    r = resizer(store, slurm, [900])
+    r.on_outcome(outcome())
+    r.tick(slurm.queue())
+    assert slurm.calls == [("30", {"TimeLimit": "15"})]
+
+
+def test_refused_update_is_recorded_and_a_started_job_is_not_resized_after_a_crash(store, slurm):
+    register(store, "31", original_s=7200, harp_time="60")
+    slurm.add("31", state="PENDING", limit_s=3600)
+    slurm.fail = "scontrol update failed (exit 1): Access/permission denied"
+    r = resizer(store, slurm, [900])
+    r.on_outcome(outcome())
+    r.tick(slurm.queue())
+    assert store.limit_changes("31")[0]["step"] == "refused"
+    # a decided re-size whose job started before harpd came back is not carried out
+    register(store, "32", original_s=7200, harp_time="60")
+    store.add_limit_change("32", "resize", 3600, 900, "test", "decided")
+    slurm.add("32", state="RUNNING", limit_s=3600)
+    r.tick(slurm.queue())
+    assert store.limit_changes("32")[0]["step"] == "ended" and all(c[0] != "32" for c in slurm.calls)

@@ -1,0 +1,37 @@
+"""The watcher's wiring: one listing per tick for every job, off unless soft limits apply."""
+
+from __future__ import annotations
+
+from watch_fakes import register, settings, slurm, store  # noqa: F401 (fixtures)
+
+from harpd.slurm.base import SlurmError
+from harpd.watch.privilege import Privilege
+from harpd.watch.service import make
+
+
+def test_one_listing_per_tick_whatever_the_number_of_jobs(store, slurm):
+    for i in range(5):
+        register(store, str(50 + i))
+        slurm.add(str(50 + i), limit_s=60, used_s=30)
+    w = make(settings=settings(), store=store, backend=slurm, privilege=Privilege(True, "root", True))
+    w.tick()
+    assert slurm.listings == 1 and len(slurm.calls) == 5
+
+
+def test_off_when_unprivileged_or_soft_limits_off(store, slurm):
+    assert make(settings=settings(), store=store, backend=slurm, privilege=Privilege(False, "plain", False)) is None
+    assert make(settings=settings(), store=store, backend=slurm, privilege=Privilege(True, "root", False)) is None
+    assert make(settings=settings(), store=store, backend=None, privilege=Privilege(True, "root", True)) is None
+
+
+def test_a_failed_listing_changes_nothing(store, slurm):
+    register(store, "60")
+    slurm.add("60", limit_s=60, used_s=30)
+
+    def down():
+        raise SlurmError("scontrol show job gave no answer")
+
+    slurm.queue = down
+    w = make(settings=settings(), store=store, backend=slurm, privilege=Privilege(True, "root", True))
+    w.tick()  # never raises
+    assert slurm.calls == [] and store.limit_changes() == []

@@ -1,0 +1,80 @@
+"""An in-memory Slurm for the watcher tests: running/pending jobs with limits, time used and comments."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from harpd.config import HarpSettings
+from harpd.slurm.base import PartitionInfo, QueuedJob, SlurmError
+from harpd.slurm.scontrol import update_fields
+from harpd.store import Store
+
+
+class FakeQueue:
+    def __init__(self) -> None:
+        self.jobs: dict[str, dict[str, Any]] = {}
+        self.calls: list[tuple[str, dict[str, str]]] = []
+        self.fail: str | None = None  # the next update_job raises this
+        self.fail_after = False  # ... after it took effect
+        self.listings = 0
+
+    def add(self, jid: str, *, state: str = "RUNNING", limit_s: int = 60, used_s: int = 0,
+            comment: str | None = None, partition: str = "debug", array_job_id: str | None = None) -> None:
+        self.jobs[jid] = dict(state=state, limit=limit_s, used=used_s, comment=comment, partition=partition,
+                              array=array_job_id)
+
+    def queue(self) -> list[QueuedJob]:
+        self.listings += 1
+        return [QueuedJob(job_id=j, state=v["state"], user="alice", uid=1000, time_limit_s=v["limit"],
+                          time_used_s=v["used"], partition=v["partition"], comment=v["comment"],
+                          array_job_id=v["array"])
+                for j, v in self.jobs.items() if v["state"] in ("RUNNING", "PENDING")]
+
+    def update_job(self, job_id: str, **changes: Any) -> None:
+        fields = update_fields(changes)
+        self.calls.append((job_id, fields))
+        if self.fail and not self.fail_after:
+            msg, self.fail = self.fail, None
+            raise SlurmError(msg)
+        j = self.jobs.get(job_id)
+        if j is None or j["state"] not in ("RUNNING", "PENDING"):
+            raise SlurmError(f"scontrol update JobId={job_id} failed (exit 1): Job has already finished")
+        if "TimeLimit" in fields:
+            j["limit"] = int(fields["TimeLimit"]) * 60
+        if "Comment" in fields:
+            j["comment"] = fields["Comment"]
+        if self.fail:
+            msg, self.fail, self.fail_after = self.fail, None, False
+            raise SlurmError(msg)
+
+    def partitions(self) -> dict[str, PartitionInfo]:
+        return {"debug": PartitionInfo("debug", 3600, 8000, 8, 1, default=True),
+                "tiny": PartitionInfo("tiny", 180, 8000, 8, 1)}
+
+
+def register(store: Store, jid: str, *, original_s: int | None = 600, harp_time: str | None = "1",
+             signature: str = "sig-a", user: str = "alice", uid: int = 1000, decision: bool = True) -> None:
+    """What harp-submit registers for a job harp shortened to ``harp_time`` (minutes)."""
+    changes = [] if harp_time is None else [{"option": "time", "value": harp_time, "old": "10", "reason": "model"}]
+    job = {"signature": signature, "job_name": "job.sh", "partition": "debug",
+           "request": {"time_s": original_s}, "harp_lines": []}
+    store.add_submission(jid, uid, user, job, {"time_s": original_s}, {"time_s": 60},
+                         {"changes": changes, "limits": {}, "model": "m", "explain": {}} if decision else None)
+
+
+def settings(**watch: Any) -> HarpSettings:
+    return HarpSettings(watch={"interval_s": 5, "margin_s": 45, **watch})
+
+
+@pytest.fixture
+def store(tmp_path):
+    s = Store.open(tmp_path / "harp.db")
+    yield s
+    s.close()
+
+
+@pytest.fixture
+def slurm():
+    return FakeQueue()
