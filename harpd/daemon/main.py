@@ -10,7 +10,8 @@ Start order is chosen so that every admin mistake shows up at start, as one
    predicts, but job owners are not verified, decisions carry no partition
    limits, and nothing is polled or recovered;
 2. one cache of Slurm's partitions (scontrol at most once a minute) for the
-   limits sent with each decision and for the DNN planner;
+   limits sent with each decision, the DNN planner, recovery's caps and the
+   extender's;
 3. the live predictor (champion models and the live history), wrapped by the
    DNN router that plans GPUs for ``#HARP dnn`` jobs;
 4. the socket operations, with the live predictor's retrain and reload and
@@ -109,7 +110,7 @@ def check_settings(settings: HarpSettings) -> None:
     if not os.path.isabs(sock):
         raise ConfigError(f"invalid setting server.socket: {sock!r} must be an absolute path")
     if len(os.fsencode(sock)) > 107:
-        raise ConfigError(f"invalid setting server.socket: longer than 107 bytes, the Unix socket limit")
+        raise ConfigError("invalid setting server.socket: longer than 107 bytes, the Unix socket limit")
     if not os.path.isabs(str(settings.store.path)):
         raise ConfigError(f"invalid setting store.path: {str(settings.store.path)!r} must be an absolute path")
 
@@ -158,7 +159,8 @@ def start_services(settings: HarpSettings, store: Store, backend: SlurmBackend |
                    retrain: Callable[[], Any], *, privilege: Privilege | None = None, predictor: Any = None,
                    partitions: Any = None) -> list[Any]:
     """The sacct poller and the listeners of its outcomes: recovery, the watcher, the retrain trigger."""
-    recovery = make_recovery(settings=settings, store=store, backend=backend)  # None: off, or no Slurm
+    recovery = make_recovery(settings=settings, store=store, backend=backend,
+                             partitions=partitions)  # None: off, or no Slurm
     # recovery listens from the first poll on, which may announce outcomes a
     # killed predecessor left unannounced: each run's outcome reaches it once
     ingest = poller.start(settings=settings, store=store, backend=backend,

@@ -72,6 +72,7 @@ from harpd.recovery.requeue import requeue
 from harpd.recovery.resubmit import resubmit
 from harpd.records import JobRecord, Outcome
 from harpd.slurm.base import PartitionInfo, SlurmError
+from harpd.slurm.partitions import cached_partitions, partition_of
 from harpd.store import Store
 
 log = logging.getLogger("harpd.recovery")
@@ -113,6 +114,7 @@ class Recovery:
         *,
         watch: Callable[[str, int], None] | None = None,
         clock: Callable[[], float] = time.time,
+        partitions: Callable[[], dict[str, PartitionInfo]] | None = None,
     ) -> None:
         self.store = store
         self.backend = backend
@@ -127,7 +129,8 @@ class Recovery:
         self._mode: str | None = None
         self._mode_certain = False
         self._open: set[str] | None = None  # chains that may need work; None: not scanned yet
-        self._partitions: tuple[float, dict[str, PartitionInfo]] | None = None
+        # the daemon's one cache of scontrol's partitions (refreshed once a minute)
+        self._partitions = partitions or cached_partitions(backend)
 
     # ------------------------------------------------------------ wiring
 
@@ -414,13 +417,7 @@ class Recovery:
         log.warning("job %s: no attempt %d: %s", chain, number + 1, reason)
 
     def _partition(self, name: str | None) -> PartitionInfo | None:
-        now = time.monotonic()
-        if self._partitions is None or now - self._partitions[0] > 60:
-            self._partitions = (now, self.backend.partitions())
-        parts = self._partitions[1]
-        if name and name in parts:
-            return parts[name]
-        return next((p for p in parts.values() if getattr(p, "default", False)), None)
+        return partition_of(self._partitions(), name)
 
     def _decide(self, chain: str, rows: dict[int, Attempt], number: int) -> Attempt | None:
         row = rows[number]
@@ -512,7 +509,8 @@ class Recovery:
                             chain, number, failures, MAX_FAILURES, exc)
 
 
-def make(*, settings: HarpSettings, store: Store, backend: Any) -> Recovery | None:
+def make(*, settings: HarpSettings, store: Store, backend: Any,
+         partitions: Callable[[], dict[str, PartitionInfo]] | None = None) -> Recovery | None:
     """harpd's recovery (None when disabled or without Slurm); ``attach`` it to the poller."""
     if not settings.recovery.enabled:
         log.info("recovery: off (recovery.enabled = false)")
@@ -520,4 +518,4 @@ def make(*, settings: HarpSettings, store: Store, backend: Any) -> Recovery | No
     if backend is None:
         log.warning("recovery: off (no Slurm backend)")
         return None
-    return Recovery(store, backend, settings)
+    return Recovery(store, backend, settings, partitions=partitions)

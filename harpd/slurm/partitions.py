@@ -48,6 +48,17 @@ def cached_partitions(backend: SlurmBackend, ttl_s: float = 60.0) -> Callable[[]
     return partitions
 
 
+def partition_of(parts: dict[str, PartitionInfo], name: str | None) -> PartitionInfo | None:
+    """The partition a job runs in: ``name`` when Slurm has it, else the default partition.
+
+    Recovery and the extender cap a job's next limit by it; an unnamed or
+    unknown partition falls back to the default, so a cap is still found.
+    """
+    if name and name in parts:
+        return parts[name]
+    return next((p for p in parts.values() if p.default), None)
+
+
 def limits_of(info: PartitionInfo) -> Limits:
     """The caps harp-submit checks a decision against, from one PartitionInfo."""
     return Limits(
@@ -63,7 +74,8 @@ def limits_from_partitions(partitions: Callable[[], dict[str, PartitionInfo]]) -
 
     def lookup(partition: str | None) -> Limits | None:
         parts = partitions()
-        info = parts.get(partition) if partition else next((i for i in parts.values() if i.default), None)
+        # an unknown named partition has no limits (harp-submit then checks none); no name: the default
+        info = parts.get(partition) if partition else partition_of(parts, None)
         return None if info is None else limits_of(info)
 
     return lookup

@@ -16,12 +16,22 @@ from harpd.recovery.policy import fmt_time
 from harpd.slurm.base import QueuedJob
 from harpd.store import Store
 
-__all__ = ["DECIDED", "DONE", "ENDED", "REFUSED", "set_step", "still_to_do"]
+__all__ = ["DECIDED", "DONE", "ENDED", "REFUSED", "decided", "row_of", "set_step", "still_to_do"]
 
 DECIDED = "decided"
 DONE = "done"
 ENDED = "ended"  # not carried out: the job had left the state the change was for
 REFUSED = "refused"
+
+
+def decided(store: Store, kind: str) -> list[dict[str, Any]]:
+    """Changes of ``kind`` decided but not yet carried out (a crash, or a transient refusal)."""
+    return [r for r in store.limit_changes(step=DECIDED) if r["kind"] == kind]
+
+
+def row_of(store: Store, job_id: str, kind: str, old_time_s: int) -> dict[str, Any]:
+    """The stored change of ``job_id`` from ``old_time_s`` (it exists: just added, or added before)."""
+    return next(r for r in store.limit_changes(job_id) if r["kind"] == kind and int(r["old_time_s"]) == old_time_s)
 
 
 def set_step(store: Store, row: dict[str, Any], step: str, why: str | None = None) -> None:

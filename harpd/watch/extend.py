@@ -32,7 +32,6 @@ the row ``decided`` to try again while the job runs.
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Callable, Iterable
 from typing import Any
 
@@ -42,8 +41,9 @@ from harpd.recovery.escalation import next_allocation
 from harpd.recovery.policy import fmt_time
 from harpd.records import Outcome
 from harpd.slurm.base import PartitionInfo, QueuedJob, SlurmError, whole_minutes
+from harpd.slurm.partitions import partition_of
 from harpd.store import Store
-from harpd.watch.changes import DECIDED, DONE, ENDED, REFUSED, set_step, still_to_do
+from harpd.watch.changes import DECIDED, DONE, ENDED, REFUSED, decided, row_of, set_step, still_to_do
 from harpd.watch.managed import harp_set_time, original_time_s, submission_of
 
 log = logging.getLogger("harpd.watch")
@@ -81,9 +81,8 @@ class Extender:
         """Finish interrupted extensions, then extend what crosses the margin; returns extensions made."""
         by_id = {j.job_id: j for j in jobs}
         made = 0
-        for row in self.store.limit_changes(step=DECIDED):
-            if row["kind"] == EXTEND:
-                made += self._carry_out(row, by_id.get(row["job_id"]))
+        for row in decided(self.store, EXTEND):
+            made += self._carry_out(row, by_id.get(row["job_id"]))
         for job in by_id.values():
             left = job.time_left_s
             if job.running and left is not None and left < self.margin_s:
@@ -98,7 +97,7 @@ class Extender:
         except SlurmError as exc:
             log.warning("partition limits unavailable (%s): extending up to the user's request only", exc)
             return None
-        info = parts.get(partition or "") or next((p for p in parts.values() if p.default), None)
+        info = partition_of(parts, partition)
         return None if info is None else info.max_time_s
 
     def _consider(self, job: QueuedJob) -> int:
@@ -128,14 +127,10 @@ class Extender:
         if self.store.add_limit_change(job.job_id, EXTEND, current, new, reason, DECIDED):
             log.info("job %s: extension decided, %s -> %s (%s)", job.job_id, fmt_time(current), fmt_time(new), reason)
         crash_point("extend-decided")
-        row = next(r for r in self.store.limit_changes(job.job_id) if r["kind"] == EXTEND
-                   and int(r["old_time_s"]) == current)
+        row = row_of(self.store, job.job_id, EXTEND, current)
         return self._carry_out(row, job) if row["step"] == DECIDED else 0
 
     # ------------------------------------------------------------ carrying out
-
-    def _set(self, row: dict[str, Any], step: str, why: str | None = None) -> None:
-        set_step(self.store, row, step, why)
 
     def _carry_out(self, row: dict[str, Any], job: QueuedJob | None) -> int:
         jid, old, new = str(row["job_id"]), int(row["old_time_s"]), int(row["new_time_s"])
@@ -147,15 +142,15 @@ class Extender:
         except SlurmError as exc:
             msg = str(exc).lower()
             if any(s in msg for s in _GONE):
-                self._set(row, ENDED, f"Slurm: {exc}")
+                set_step(self.store, row, ENDED, f"Slurm: {exc}")
             elif any(s in msg for s in _TRANSIENT):
                 log.warning("job %s: extension not made yet (%s); trying again next tick", jid, exc)
             else:
-                self._set(row, REFUSED, f"Slurm refused: {exc}")
+                set_step(self.store, row, REFUSED, f"Slurm refused: {exc}")
                 log.warning("job %s: extension %s -> %s refused by Slurm (%s); it runs into its limit "
                             "and recovery takes over", jid, fmt_time(old), fmt_time(new), exc)
             return 0
         crash_point("extend-updated")
-        self._set(row, DONE)
+        set_step(self.store, row, DONE)
         log.info("job %s: extended %s -> %s", jid, fmt_time(old), fmt_time(new))
         return 1

@@ -31,7 +31,7 @@ from harpd.recovery.policy import fmt_time
 from harpd.records import JobRecord
 from harpd.slurm.base import QueuedJob, SlurmError, whole_minutes
 from harpd.store import Store
-from harpd.watch.changes import DECIDED, DONE, REFUSED, set_step, still_to_do
+from harpd.watch.changes import DECIDED, DONE, REFUSED, decided, row_of, set_step, still_to_do
 from harpd.watch.managed import harp_set_time, original_time_s, submission_of
 
 log = logging.getLogger("harpd.watch")
@@ -85,9 +85,8 @@ class Resizer:
         """Finish interrupted re-sizes, then re-decide the signatures that had outcomes; returns changes made."""
         by_id = {j.job_id: j for j in jobs}
         made = 0
-        for row in self.store.limit_changes(step=DECIDED):
-            if row["kind"] == RESIZE:
-                made += self._carry_out(row, by_id.get(row["job_id"]))
+        for row in decided(self.store, RESIZE):
+            made += self._carry_out(row, by_id.get(row["job_id"]))
         with self._lock:
             dirty, self._dirty = self._dirty, set()
         if not dirty:
@@ -122,8 +121,7 @@ class Resizer:
         if not self.store.add_limit_change(job.job_id, RESIZE, current, new, reason, DECIDED):
             return 0  # this limit was re-sized before: never twice
         log.info("job %s: %s", job.job_id, reason)
-        row = next(r for r in self.store.limit_changes(job.job_id) if r["kind"] == RESIZE
-                   and int(r["old_time_s"]) == current)
+        row = row_of(self.store, job.job_id, RESIZE, current)
         return self._carry_out(row, job)
 
     def _carry_out(self, row: dict[str, Any], job: QueuedJob | None) -> int:
