@@ -41,7 +41,10 @@ local HELPER = "harp-filter"
 
 -- Seconds before the helper is killed. harpd's own deadline is HARP_TIMEOUT
 -- (default 2 s); this bounds everything else (a hung interpreter, a slow disk).
+-- A user or site that gives harpd longer (HARP_TIMEOUT) gets that plus this
+-- margin, so the helper is never killed before harpd's own deadline.
 local HELPER_TIMEOUT_S = 5
+local HELPER_MARGIN_S = 3
 
 -- Append a `{harp ...}` marker to the job's comment, which job_submit.lua moves
 -- into AdminComment (and strips from the comment). Set to false when
@@ -111,6 +114,16 @@ local function shell_quote(word)
     return "'" .. word:gsub("'", "'\\''") .. "'"
 end
 
+-- HELPER_TIMEOUT_S, or HARP_TIMEOUT plus a margin when that is longer (whole
+-- seconds; an unusable HARP_TIMEOUT is the helper's to report, not ours).
+local function helper_timeout_s()
+    local t = tonumber(os.getenv("HARP_TIMEOUT") or "")
+    if t and t > 0 and t <= 3600 and t + HELPER_MARGIN_S > HELPER_TIMEOUT_S then
+        return math.ceil(t + HELPER_MARGIN_S)
+    end
+    return HELPER_TIMEOUT_S
+end
+
 -- The helper's command line: fixed words plus arguments harp made itself.
 local function helper_command(args)
     local words = {}
@@ -118,7 +131,7 @@ local function helper_command(args)
         words[#words + 1] = shell_quote(word)
     end
     for _, a in ipairs(args) do words[#words + 1] = shell_quote(a) end
-    return "exec timeout -k 1 " .. tostring(HELPER_TIMEOUT_S) .. " " .. table.concat(words, " ")
+    return "exec timeout -k 1 " .. tostring(helper_timeout_s()) .. " " .. table.concat(words, " ")
 end
 
 local function write_temp(data)

@@ -253,6 +253,16 @@ def test_slow_harpd_is_abandoned_within_its_timeout(plugin_cluster, sock_dir) ->
     assert took < 10, f"sbatch took {took:.1f}s with a stalled harpd"
 
 
+def test_a_longer_harp_timeout_lengthens_the_helpers_own_bound(plugin_cluster, sock_dir) -> None:
+    # harpd answers after 7 s: beyond the plugin's default 5 s bound on the helper, within
+    # HARP_TIMEOUT=15 (+ margin); the helper must not be killed before harpd's own deadline
+    fake = FakeHarpd(sock_dir / "h.sock", decision(change("time", "00:07:00"), **LIMITS))
+    fake.delay_s = 7
+    with fake:
+        job, err = sbatch(plugin_cluster, env={"HARP_SOCKET": fake.path, "HARP_TIMEOUT": "15"})
+    assert show_job(plugin_cluster, job)["TimeLimit"] == "00:07:00", err
+
+
 def test_an_unusable_decision_is_refused_as_a_whole(plugin_cluster, sock_dir) -> None:
     # over the partition's limit: harp-submit's own check refuses it; nothing is applied
     bad = decision(change("time", "00:07:00"), change("mem", "90000M"), **LIMITS)
@@ -447,7 +457,10 @@ def test_real_harpd_decides_and_records_the_job(plugin_cluster, sock_dir) -> Non
         while not sock.exists() and daemon.poll() is None and time.monotonic() < deadline:
             time.sleep(0.2)
         assert sock.exists(), (sock_dir / "harpd.log").read_text()
-        job, err = sbatch(plugin_cluster, env={"HARP_SOCKET": str(sock)}, script=script, name="real.sh")
+        # the decision is under test here, not harpd's latency: on a loaded machine the first
+        # answer (models loading) can take longer than the default 2 s, so allow it more
+        job, err = sbatch(plugin_cluster, env={"HARP_SOCKET": str(sock), "HARP_TIMEOUT": "30"},
+                          script=script, name="real.sh")
         info = show_job(plugin_cluster, job)
         lines = harp_lines(err)
         assert info["TimeLimit"] != "00:50:00", (err, (sock_dir / "harpd.log").read_text()[-3000:])
