@@ -6,8 +6,9 @@ prints, for each figure it measures, one line::
     FIGURE <name>: <measured> <unit> (target <op> <value>) PASS|FAIL
 
 This package holds what the runner needs to find the scripts and read those
-lines; the scripts themselves never import it (each must stay runnable on its
-own as ``python bench/<name>.py``).
+lines; the scripts themselves use only its private helpers (``_traces``: where
+the real traces are; ``_fuzzing``), and each stays runnable on its own as
+``python bench/<name>.py``.
 
 How a script is run is declared in the script itself, in comment lines near
 its top (so adding a benchmark needs no edit here)::

@@ -1,7 +1,7 @@
 """``harp import`` of 1,000,000 records: under 60 s and under 1 GiB of memory.
 
 The input is real: the Cedar ``sacct --parsable2`` export
-(../shared/traces/cedar-2021.sacct.psv.gz, 115,043 jobs) repeated with shifted
+(cedar-2021.sacct.psv.gz, 115,043 jobs, in the traces folder) repeated with shifted
 job ids until it holds the requested number of records, written gzip'd like a
 site's export would be.  Building that file is not timed.  The import then
 runs as the real command (``python -m harpd.cli.main import FILE --db DB``) in
@@ -9,7 +9,7 @@ a child process, so the figures are the command's own: wall time, records per
 second, and the child's peak resident memory (``ru_maxrss``).  The file is
 streamed: memory must not grow with the number of records.
 
-    python bench/import_speed.py [--n 1000000] [--trace PATH] [--dir DIR]
+    python bench/import_speed.py [--n 1000000] [--trace PATH | --traces DIR] [--dir DIR]
 """
 
 from __future__ import annotations
@@ -25,7 +25,10 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-DEFAULT_TRACE = ROOT.parent / "shared" / "traces" / "cedar-2021.sacct.psv.gz"
+sys.path.insert(0, str(ROOT))
+from bench._traces import trace_file  # noqa: E402
+
+DEFAULT_TRACE = "cedar-2021.sacct.psv.gz"
 TARGET_S = 60.0
 TARGET_RATE = 1_000_000 / TARGET_S
 TARGET_MIB = 1024.0
@@ -62,12 +65,11 @@ def build_input(trace: Path, n: int, out: Path) -> int:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--n", type=int, default=1_000_000, help="records to import (default 1000000)")
-    ap.add_argument("--trace", type=Path, default=DEFAULT_TRACE, help="sacct -P export to repeat")
+    ap.add_argument("--trace", type=Path, help=f"sacct -P export to repeat (default: {DEFAULT_TRACE} in the traces folder)")
+    ap.add_argument("--traces", help="folder of the traces (default: $HARP_TRACES, else ../shared/traces)")
     ap.add_argument("--dir", help="work directory (default: a temp dir, removed after)")
     args = ap.parse_args()
-    if not args.trace.exists():
-        print(f"import_speed: {args.trace} not found; pass --trace", file=sys.stderr)
-        return 2
+    args.trace = trace_file("import_speed", DEFAULT_TRACE, args.trace, args.traces)
     with tempfile.TemporaryDirectory(dir=args.dir, prefix="harp-import-bench-") as tmp:
         data = Path(tmp) / "history.sacct.psv.gz"
         db = Path(tmp) / "harp.db"

@@ -11,7 +11,7 @@ The requests are the traces' most recent jobs, sent as their users.
    ``predict`` requests over the Unix socket (connect, send, answer, close),
    latency measured by the client.
 
-    python bench/predict_latency.py [--requests 5000] [--clients 50]
+    python bench/predict_latency.py [--requests 5000] [--clients 50] [--traces DIR]
 """
 # bench: timeout=1200
 
@@ -30,7 +30,9 @@ import numpy as np
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
-TRACES = REPO.parent / "shared" / "traces"
+from bench._traces import traces_folder  # noqa: E402
+
+TRACES = ("KTH-SP2-1996-2.1-cln.swf.gz", "CTC-SP2-1996-3.1-cln.swf.gz")
 TARGET_MS = 5.0
 
 
@@ -52,7 +54,9 @@ def main() -> int:
     ap.add_argument("--clients", type=int, default=50)
     ap.add_argument("--rate", type=float, default=200.0,
                     help="offered load of the 50 clients together, requests/s (open loop)")
+    ap.add_argument("--traces", help="folder of the traces (default: $HARP_TRACES, else ../shared/traces)")
     args = ap.parse_args()
+    folder = traces_folder("predict_latency", TRACES, args.traces)
 
     from threadpoolctl import threadpool_limits
 
@@ -64,8 +68,8 @@ def main() -> int:
     from harpd.predict.training import train
 
     recs = []
-    for name in ("KTH-SP2-1996-2.1-cln.swf.gz", "CTC-SP2-1996-3.1-cln.swf.gz"):
-        p = TRACES / name
+    for name in TRACES:
+        p = folder / name
         if p.exists():
             recs.extend(r for r in read_trace(p) if r.req_time_s and r.submit_time is not None)
     if not recs:

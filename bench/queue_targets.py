@@ -40,7 +40,8 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
-from bench.replay_targets import TIME_TRACES, TRACES  # noqa: E402  the same four traces
+from bench._traces import traces_folder  # noqa: E402
+from bench.replay_targets import TIME_TRACES  # noqa: E402  the same four traces
 FIGS = (("mean_wait_s", "wait"), ("mean_bounded_slowdown", "bsld"))
 
 
@@ -106,13 +107,14 @@ def _pct(v: float | None) -> str:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--traces", type=Path, default=TRACES)
+    ap.add_argument("--traces", type=Path, help="folder of the traces (default: $HARP_TRACES, else ../shared/traces)")
     ap.add_argument("--only", help="comma-separated trace names (default: all)")
     ap.add_argument("--json", type=Path, help="also write every queue section here")
     ap.add_argument("--reference-only", action="store_true",
                     help="only the literature's rows (users, exact, exact x 2), without harp's replays")
     args = ap.parse_args()
     names = [n for n in TIME_TRACES if not args.only or n in args.only.split(",")]
+    folder = traces_folder("queue_targets", [TIME_TRACES[n] for n in names], args.traces)
     fails = 0
     gaps: dict[str, list[float]] = {"harp-hard": [], "harp-soft": []}
     out: dict[str, dict] = {}
@@ -122,7 +124,7 @@ def main() -> int:
         cfg.write_text(f'[store]\npath = "{Path(tmp) / "harp.db"}"\n')
         env = dict(os.environ, HARP_CONFIG=str(cfg))
         for name in names:
-            path = args.traces / TIME_TRACES[name]
+            path = folder / TIME_TRACES[name]
             if not path.exists():
                 print(f"queue_targets: {path} not found, skipped", file=sys.stderr)
                 continue

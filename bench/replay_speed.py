@@ -4,7 +4,7 @@ Runs the real command as a process (reading the gzip SWF, building features,
 20 retrains of the GBM + conformal model, the baselines, the metric table),
 single-threaded as on a shared machine, and prints its wall time.
 
-    python bench/replay_speed.py [--trace PATH] [--limit N]
+    python bench/replay_speed.py [--trace PATH | --traces DIR] [--limit N]
 """
 # bench: slow
 # bench: timeout=1200
@@ -19,20 +19,21 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-TRACE = REPO.parent / "shared" / "traces" / "HPC2N-2002-2.2-cln.swf.gz"
+sys.path.insert(0, str(REPO))
+from bench._traces import trace_file  # noqa: E402
+
+TRACE = "HPC2N-2002-2.2-cln.swf.gz"
 TARGET_S = 300.0
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--trace", default=str(TRACE))
+    ap.add_argument("--trace", help=f"the trace to replay (default: {TRACE} in the traces folder)")
+    ap.add_argument("--traces", help="folder of the traces (default: $HARP_TRACES, else ../shared/traces)")
     ap.add_argument("--limit", type=int)
     args = ap.parse_args()
-    if not Path(args.trace).exists():
-        print(f"replay_speed: trace {args.trace} not found", file=sys.stderr)
-        print(f"FIGURE replay_hpc2n_s: nan s (target < {TARGET_S:g}) FAIL")
-        return 1
-    argv = [sys.executable, "-m", "harpd.cli.main", "replay", args.trace, "--format", "json", "--quiet"]
+    trace = str(trace_file("replay_speed", TRACE, args.trace, args.traces))
+    argv = [sys.executable, "-m", "harpd.cli.main", "replay", trace, "--format", "json", "--quiet"]
     if args.limit:
         argv += ["--limit", str(args.limit)]
     t0 = time.perf_counter()

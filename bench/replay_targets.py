@@ -33,7 +33,9 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-TRACES = REPO.parent / "shared" / "traces"
+sys.path.insert(0, str(REPO))
+from bench._traces import traces_folder  # noqa: E402
+
 TIME_TRACES = {
     "KTH": "KTH-SP2-1996-2.1-cln.swf.gz",
     "CTC": "CTC-SP2-1996-3.1-cln.swf.gz",
@@ -150,14 +152,15 @@ def soft_figures(folder: Path, only: set[str] | None, reports: dict[str, dict]) 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--traces", default=str(TRACES), help="folder of the shared traces")
+    ap.add_argument("--traces", help="folder of the traces (default: $HARP_TRACES, else ../shared/traces)")
     ap.add_argument("--only", help="comma-separated trace names (KTH,CTC,HPC2N,Cedar,METACENTRUM)")
     ap.add_argument("--json", metavar="OUT", help="also write every replay's JSON report here")
     ap.add_argument("--limits", default="hard,soft", help="which limit modes to check (default: %(default)s)")
     args = ap.parse_args()
     modes = set(args.limits.split(","))
-    folder = Path(args.traces)
     only = set(args.only.split(",")) if args.only else None
+    wanted = [f for n, f in [*TIME_TRACES.items(), MEM_TRACE] if not only or n in only]
+    folder = traces_folder("replay_targets", wanted, args.traces)
     reports: dict[str, dict] = {}
     failed = False
     harp_over: dict[str, float] = {}

@@ -17,7 +17,7 @@ one's); the replays' own time is printed beside it (``bench/replay_speed.py``
 holds the replay's target).  A progress bar appears on stderr when it is a
 terminal.
 
-    python bench/schedule_speed.py [--trace PATH] [--procs N] [--quiet]
+    python bench/schedule_speed.py [--trace PATH | --traces DIR] [--procs N] [--quiet]
 """
 # bench: slow
 # bench: timeout=900
@@ -34,20 +34,22 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-TRACE = REPO.parent / "shared" / "traces" / "CTC-SP2-1996-3.1-cln.swf.gz"
+sys.path.insert(0, str(REPO))
+from bench._traces import trace_file  # noqa: E402
+
+TRACE = "CTC-SP2-1996-3.1-cln.swf.gz"
 TARGET_S = 300.0
 POLICIES = 4
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--trace", type=Path, default=TRACE, help="SWF trace (default: CTC-SP2 in ../shared/traces)")
+    ap.add_argument("--trace", type=Path, help=f"SWF trace (default: {TRACE} in the traces folder)")
+    ap.add_argument("--traces", help="folder of the traces (default: $HARP_TRACES, else ../shared/traces)")
     ap.add_argument("--procs", type=int, help="machine size (default: the MaxProcs/MaxNodes header)")
     ap.add_argument("--quiet", action="store_true", help="no progress bar")
     args = ap.parse_args()
-    if not args.trace.exists():
-        print(f"schedule_speed: trace {args.trace} not found; pass --trace", file=sys.stderr)
-        return 2
+    args.trace = trace_file("schedule_speed", TRACE, args.trace, args.traces)
     argv = [sys.executable, "-m", "harpd.cli.main", "replay", str(args.trace), "--models", "request,harp",
             "--schedule", "--format", "json"]
     if args.procs:

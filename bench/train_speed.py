@@ -9,7 +9,7 @@ history, evaluate every candidate on the chronological hold-out, pick the
 champion, refit and save all.  Peak memory is this process's maximum
 resident set (ru_maxrss), so the store building is not in it.
 
-    python bench/train_speed.py [--n 1000000]
+    python bench/train_speed.py [--n 1000000] [--traces DIR]
 """
 # bench: slow
 # bench: timeout=1200
@@ -27,22 +27,24 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
-TRACES = REPO.parent / "shared" / "traces"
+from bench._traces import traces_folder  # noqa: E402
+
+TRACES = ("HPC2N-2002-2.2-cln.swf.gz", "CTC-SP2-1996-3.1-cln.swf.gz",
+          "KTH-SP2-1996-2.1-cln.swf.gz", "cedar-2021.sacct.psv.gz")
 TARGET_S = 120.0
 TARGET_GIB = 2.0
 
 
-def records(n: int):
+def records(n: int, folder: Path):
     from harpd.traces import read_trace
 
     base = []
-    for name in ("HPC2N-2002-2.2-cln.swf.gz", "CTC-SP2-1996-3.1-cln.swf.gz",
-                 "KTH-SP2-1996-2.1-cln.swf.gz", "cedar-2021.sacct.psv.gz"):
-        p = TRACES / name
+    for name in TRACES:
+        p = folder / name
         if p.exists():
             base.extend(r for r in read_trace(p) if r.submit_time is not None and r.req_time_s)
     if not base:
-        raise SystemExit("train_speed: no traces found under " + str(TRACES))
+        raise SystemExit("train_speed: no usable jobs in the traces under " + str(folder))
     t0 = min(r.submit_time for r in base)
     span = max(r.submit_time for r in base) - t0 + 86400.0
     out = []
@@ -64,10 +66,10 @@ def records(n: int):
     return out
 
 
-def build_store(path: str, n: int) -> None:
+def build_store(path: str, n: int, folder: Path) -> None:
     from harpd.store import Store
 
-    recs = records(n)
+    recs = records(n, folder)
     st = Store.open(path)
     st.insert_jobs(recs)
     st.close()
@@ -77,10 +79,12 @@ def build_store(path: str, n: int) -> None:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--n", type=int, default=1_000_000)
+    ap.add_argument("--traces", help="folder of the traces (default: $HARP_TRACES, else ../shared/traces)")
     ap.add_argument("--build-store", metavar="PATH", help=argparse.SUPPRESS)
     args = ap.parse_args()
+    folder = traces_folder("train_speed", TRACES, args.traces)
     if args.build_store:
-        build_store(args.build_store, args.n)
+        build_store(args.build_store, args.n, folder)
         return 0
     from threadpoolctl import threadpool_limits
 
@@ -91,7 +95,8 @@ def main() -> int:
     with tempfile.TemporaryDirectory() as d:
         db = str(Path(d) / "harp.db")
         t0 = time.perf_counter()
-        subprocess.run([sys.executable, __file__, "--n", str(args.n), "--build-store", db], check=True)
+        subprocess.run([sys.executable, __file__, "--n", str(args.n), "--traces", str(folder), "--build-store", db],
+                       check=True)
         print(f"store built in {time.perf_counter() - t0:.0f}s (not timed)")
         settings = HarpSettings(store={"path": db})
         st = Store.open(db)

@@ -26,8 +26,12 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 BIN = Path(sys.executable).parent  # .venv/bin: harpd, harp, harp-submit
-TRACE = Path(os.environ.get("HARP_DEMO_TRACE", REPO.parent / "shared" / "traces" / "CTC-SP2-1996-3.1-cln.swf.gz"))
+# the history the demo imports: a slice of a public log shipped in the repository (demo/traces/README.md);
+# HARP_DEMO_TRACE names another SWF or sacct file, of which the first HARP_DEMO_TRACE_JOBS jobs are imported
+SHIPPED_TRACE = REPO / "demo" / "traces" / "CTC-SP2-1996-3.1-cln.first4000.swf.gz"
+TRACE = Path(os.environ.get("HARP_DEMO_TRACE") or SHIPPED_TRACE)
 TRACE_JOBS = int(os.environ.get("HARP_DEMO_TRACE_JOBS", "4000"))
+TRAIN_WAIT_S = 300  # harpd's training at start: seconds on 4000 jobs, minutes on a loaded machine
 WARMUP_RUNS = 6  # harpd's guard rail: 5 finished runs of a program before it changes anything
 
 # name: (program copy, --mb, --seconds, #SBATCH lines) -- requests far above what the runs use
@@ -223,84 +227,119 @@ def write_jobs(demo: Demo) -> dict[str, str]:
 
 
 def import_history(demo: Demo) -> None:
-    step(f"Importing real history: the first {TRACE_JOBS} jobs of {TRACE.name}")
+    shipped = TRACE == SHIPPED_TRACE
+    step(f"Importing real history: {'' if shipped else f'the first {TRACE_JOBS} jobs of '}{TRACE.name}")
     explain("""
 harp learns from a site's own accounting. A new site starts from its past
-(sacct exports, SWF traces); here a slice of the Cornell Theory Center SP2
-log (1996, Parallel Workloads Archive): requested vs. used run time of real jobs.
-""")
+(sacct exports, SWF traces) with `harp import`, before or after starting harpd.
+""" + ("""Here: the first 4000 jobs of the Cornell Theory Center SP2 log (1996, from the
+Parallel Workloads Archive; demo/traces/README.md), requested vs. used run time
+of real jobs.
+""" if shipped else f"Here: the first {TRACE_JOBS} jobs of {TRACE} (HARP_DEMO_TRACE).\n"))
     if not TRACE.exists():
-        record("import history", "partial", f"{TRACE} not found (set HARP_DEMO_TRACE); models cannot be trained")
+        record("import history", "partial", f"{TRACE} not found (HARP_DEMO_TRACE); models cannot be trained")
         return
-    slice_path = demo.root / f"{TRACE.name.split('.')[0]}-first{TRACE_JOBS}.swf"
-    with gzip.open(TRACE, "rt", errors="replace") as src, open(slice_path, "w") as dst:
-        n = 0
-        for line in src:
-            if line.startswith(";"):
-                dst.write(line)
-                continue
-            dst.write(line)
-            n += 1
-            if n >= TRACE_JOBS:
-                break
-    proc = show([str(BIN / "harp"), "--config", str(demo.config), "import", "--no-progress", str(slice_path)], env=demo.env)
+    path = TRACE if shipped else cut_trace(TRACE, TRACE_JOBS, demo.root)
+    proc = show([str(BIN / "harp"), "--config", str(demo.config), "import", "--no-progress", str(path)], env=demo.env)
     record("import history", "ok" if proc.returncode == 0 else "partial",
            "" if proc.returncode == 0 else f"harp import exited {proc.returncode}")
 
 
+def cut_trace(trace: Path, jobs: int, folder: Path) -> Path:
+    """The header and the first ``jobs`` jobs of an SWF or sacct -P file, as a plain file in ``folder``.
+
+    A sacct --json export is one document, not lines: it is imported whole.
+    """
+    opener = gzip.open if trace.read_bytes()[:2] == b"\x1f\x8b" else open
+    with opener(trace, "rt", errors="replace") as src:
+        if src.read(4096).lstrip().startswith("{"):
+            return trace
+    stem = trace.name.removesuffix(".gz")
+    suffix = next((s for s in (".swf", ".psv", ".txt", ".csv") if stem.endswith(s)), "")
+    out = folder / f"{stem.removesuffix(suffix)}.first{jobs}{suffix}"
+    with opener(trace, "rt", errors="replace") as src, open(out, "w") as dst:
+        n = 0
+        for i, line in enumerate(src):
+            dst.write(line)
+            if line.startswith(";") or (i == 0 and "|" in line and not line[:1].isdigit()):
+                continue  # SWF header, sacct column names
+            n += 1
+            if n >= jobs:
+                break
+    return out
+
+
 def train(demo: Demo) -> None:
-    step("Training: every candidate model replays the history; the best becomes the champion")
+    step("Training: harpd found history and no model at start, so it trains now")
     explain("""
 Candidates (Tsafrir, ALEA, a gradient-boosted quantile model, harp's conformal
 model) are scored on the newest 20% of the history as if deployed, with the
 users' own requests competing too: a model only wins where it beats them.
+harpd does this in the background when it starts on a store with history and
+no model (and again as outcomes come in); requests are answered meanwhile.
 """)
-    result = None
-    try:
-        result = demo.call("retrain", timeout=300).get("result")
-        say("harpd retrained (admin op 'retrain').")
-    except RuntimeError as exc:
-        if "not available" not in str(exc):
-            record("training", "partial", f"harpd's retrain failed: {exc}")
-            return
-        say("harpd has no 'retrain' op yet: training from the store here, then 'reload'.")
-        code = ("import json, sys; from harpd.config import load_settings; from harpd.store import Store; "
-                "from harpd.predict.training import retrain_all; s = load_settings(sys.argv[1]); "
-                "st = Store.open(s.store.path); print(json.dumps(retrain_all(st, s), default=str))")
-        proc = subprocess.run([sys.executable, "-c", code, str(demo.config)], capture_output=True, text=True,
-                              env=demo.env, timeout=600)
-        if proc.returncode != 0:
-            record("training", "partial", f"training failed: {proc.stderr.strip().splitlines()[-1:]}")
-            return
-        result = json.loads(proc.stdout.strip().splitlines()[-1])
-        try:
-            demo.call("reload", timeout=60)
-        except RuntimeError as exc:
-            record("training", "partial", f"harpd could not load the models: {exc}")
-            return
-    champions = {}
-    for res, out in (result or {}).items():
-        if not isinstance(out, dict):
-            continue
-        if out.get("skipped"):
-            say(f"  {res:5s}: not trained ({out['skipped']})")
-            continue
-        champions[res] = out.get("champion")
-        scores = ", ".join(f"{m['name']} {m['score'].get('score', float('nan')):.3f}" for m in out.get("models", [])
-                           if isinstance(m.get("score"), dict) and m["score"])
-        say(f"  {res:5s}: champion {out.get('champion')}  (harp score, lower is better: {scores})")
-    if not champions:
-        record("training", "partial", "no model was trained; harpd will keep every request")
-    elif all(c in (None, "request") for c in champions.values()):
-        record("training", "partial", "the users' requests beat every model on this history; harpd keeps requests")
+    champions = wait_for_models(demo)
+    if champions:
+        show_models(demo, champions)
+        if all(c in (None, "request") for c in champions.values()):
+            record("training", "partial", "the users' requests beat every model on this history; harpd keeps requests")
+        else:
+            record("training", "ok", "harpd trained at start on the imported history")
     else:
-        record("training", "ok")
+        say(f"harpd trained no model on its own within {TRAIN_WAIT_S} s; asking it to: harp retrain")
+        proc = show([str(BIN / "harp"), "--config", str(demo.config), "retrain"], env=demo.env, timeout=900)
+        record("training", "partial", "harpd did not train at start" + ("; trained when asked (harp retrain)"
+                                                                         if proc.returncode == 0 else ""))
     if "mem" not in champions:
         explain("""
 No memory model: SWF traces record run time, not measured memory (METACENTRUM
 has usage but no requests). Memory comes in through harpd's own accounting
-polls as jobs finish; recovery below handles memory that runs out.
+polls as jobs finish; until a memory model is trained, a program with enough
+runs of its own is sized from them. Recovery below handles memory that runs out.
 """)
+
+
+def wait_for_models(demo: Demo) -> dict[str, str]:
+    """The champions harpd's health names once it has trained on its own (resource -> model), or {}."""
+    deadline = time.monotonic() + TRAIN_WAIT_S
+    while time.monotonic() < deadline:
+        if demo.daemon is not None and demo.daemon.poll() is not None:
+            raise DemoFailed(f"harpd exited with {demo.daemon.returncode} while training:\n{demo.log_tail()}")
+        try:
+            models = demo.call("health", timeout=5).get("models") or {}
+        except RuntimeError:
+            models = {}
+        if models:
+            return {res: m.get("name") for res, m in models.items()}
+        time.sleep(1)
+    return {}
+
+
+def show_models(demo: Demo, champions: dict[str, str]) -> None:
+    """What harpd trained: each candidate's score on the held-out newest jobs (read from the store)."""
+    sys.path.insert(0, str(REPO))
+    from harpd.store import Store
+
+    store = Store.open(demo.store)
+    try:
+        rows = store.models()
+    finally:
+        store.close()
+    for res, name in sorted(champions.items()):
+        champ = next((m for m in reversed(rows) if m["resource"] == res and m["champion"]), None)
+        if champ is None:
+            continue
+        # the candidates of the same training (the store keeps every model ever trained)
+        same = {m["name"]: m["score"] for m in rows if m["resource"] == res and m["n_train"] == champ["n_train"]}
+        scores = ", ".join(f"{n} {sc['score']:.3f}" for n, sc in same.items() if isinstance(sc, dict) and "score" in sc)
+        say(f"  {res:5s}: champion {name}, trained on {champ['n_train']:,} jobs"
+            f"  (harp score on the newest 20%, lower is better: {scores})")
+        sc = champ.get("score") or {}
+        if sc.get("under_rate") is not None and sc.get("over_vs_request") is not None:
+            say(f"         there it under-predicted {sc['under_rate']:.1%} of the jobs; its over-reservation "
+                f"was {sc['over_vs_request']:.2f} x the users' own")
+    if "mem" not in champions:
+        say("  mem  : not trained (this history records run times, not memory)")
 
 
 def warm_up(demo: Demo, scripts: dict[str, str]) -> list[str]:
@@ -472,7 +511,7 @@ def main() -> int:
     demo = Demo(root)
     failed = None
     try:
-        step(f"harpd with its own config, socket and store in {root}")
+        step(f"harpd's config: its own socket and store in {root}")
         explain("""
 harpd is the daemon users' submissions ask (a Unix socket; one JSON line each
 way, 2 s deadline, fail-open). It also polls Slurm's accounting for outcomes,
@@ -481,9 +520,10 @@ trains models and recovers jobs that ran out.
         demo.write_config()
         say(demo.config.read_text().rstrip())
         scripts = write_jobs(demo)
+        import_history(demo)
+        step("Starting harpd on that store")
         demo.start_harpd()
         record("harpd", "ok")
-        import_history(demo)
         train(demo)
         warm_up(demo, scripts)
         rewritten(demo, scripts)

@@ -7,12 +7,16 @@ cannot help with certainty (no daemon, a slow or odd answer, input it does
 not fully understand, an internal error) the user's submission goes to
 sbatch untouched; harp's own lines go to stderr, prefixed ``harp:``.
 
-The flow: read argv the way sbatch does (``sbatch_options``), find and read
+The flow: take harp's own ``--harp-...`` options out of argv (``harp_options``;
+an unknown one is an error and nothing is submitted), read argv the way
+sbatch does (``sbatch_options``), find and read
 the script the way sbatch does, merge #SBATCH lines, environment and command
 line (``request``), ask harpd (``step_aside.ask_harpd``), check its decision
 (``decision``), apply it where each value lives (``rewrite``), run sbatch
 (``sbatch_run``), then register the job id with harpd (``registration``).  Every
 reason to leave the job alone is ``step_aside``'s, shared with harp-filter.
+With ``--harp-dry-run`` every one of these paths ends by printing what would
+have been submitted, and why harp stepped aside; sbatch is never run.
 
 Start-up time matters (this runs on every submission), so the module avoids
 subprocess/signal/json/socket/re (each drags in ``enum`` and more).
@@ -24,14 +28,16 @@ import os
 import stat
 import sys
 
-from . import __version__, client, registration, step_aside
-from .decision import BadDecision, validate
+from . import __version__, client, harp_options, registration, step_aside
+from .decision import BadDecision, check_beside, validate
 from .request import Request
 from .rewrite import RewriteError, Rewritten, apply, build
-from .sbatch_options import CLI_TABLE, HARP_OPTION_NAMES, SBATCH_TABLE, GetoptError, ParsedArgs
+from .sbatch_options import CLI_TABLE, SBATCH_TABLE, ParsedArgs
 from .sbatch_run import SpawnError, exec_sbatch, find_sbatch, last_error, parse_job_id, refused_before_submission, spawn
 from .sbatch_run import write
 from .step_aside import MAX_SCRIPT, UNCHANGED, StepAside, resolve_script
+
+DRY_UNCHANGED = "a real run would submit your job unchanged"
 
 HARP_HELP = """\
 harp-submit options (removed before sbatch runs):
@@ -39,6 +45,7 @@ harp-submit options (removed before sbatch runs):
       --harp-verbose          say what harp changed even with --parsable/--quiet
       --harp-dry-run          print the rewritten script and the decision; submit nothing
       --harp-explain          print the details of harpd's prediction
+  An unknown --harp-... option is an error: nothing is submitted.
   A '#HARP off' line in the script, or HARP_DISABLE=1, also turns harp off.
   HARP_SOCKET, HARP_CONFIG and HARP_TIMEOUT (seconds, default 2) find and bound harpd.
 """
@@ -72,6 +79,7 @@ def _run(run: "Submit") -> int:
         if run.submitted:
             run.warn(f"internal error after submission ({type(exc).__name__}: {exc})")
             return run.exit_code if run.exit_code is not None else 1
+        run.dry_run = run.dry_run or harp_options.mentions_dry_run(run.args)  # a dry run never submits
         run.warn(f"internal error ({type(exc).__name__}: {exc}); {UNCHANGED}")
         try:
             return run.untouched(run.fallback_argv())
@@ -98,6 +106,8 @@ class Submit:
     # --- output -------------------------------------------------------------------
 
     def warn(self, text: str) -> None:
+        if self.dry_run:
+            text = text.replace(UNCHANGED, DRY_UNCHANGED)
         write(2, f"harp: {text}\n")
 
     def info(self, text: str) -> None:
@@ -108,101 +118,101 @@ class Submit:
 
     def main(self) -> int:
         try:
-            parsed = CLI_TABLE.parse(self.args)
-        except GetoptError:
-            return self.untouched(self.fallback_argv())  # sbatch prints the error
-        harp = {o.name for o in parsed.options if o.name in HARP_OPTION_NAMES}
-        drop = {o.index for o in parsed.options if o.name in HARP_OPTION_NAMES}
-        argv = [a for i, a in enumerate(self.args) if i not in drop]
-        self.argv = argv
-        self.dry_run = "harp-dry-run" in harp
+            found = harp_options.split(self.args, CLI_TABLE)
+        except harp_options.HarpUsage as exc:
+            self.warn(str(exc))
+            return 2
+        harp = found.names
+        argv = self.argv = found.argv
+        self.dry_run = harp_options.DRY_RUN in harp
         self.verbose = "harp-verbose" in harp
         self.explain = "harp-explain" in harp
+        if found.unreadable is not None:  # sbatch prints the error, or knows an option harp does not
+            return self.untouched(argv, f"harp cannot read the command line ({found.unreadable})")
         cli = SBATCH_TABLE.parse(argv)
         names = {o.name for o in cli.options}
         if names & {"help", "version", "usage"}:
             return self.help_or_version(argv, names)
         self.quiet = bool(names & {"parsable", "quiet"})
-        if "harp-off" in harp or step_aside.disabled(self.environ):
-            return self.untouched(argv)
+        if "harp-off" in harp:
+            return self.untouched(argv, "--harp-off")
+        if step_aside.disabled(self.environ):
+            return self.untouched(argv, "HARP_DISABLE is set")
 
-        request = self.read_request(argv, cli)
-        if request is None:
-            return self.untouched(argv)
+        try:
+            request = self.read_request(argv, cli)
+        except StepAside as aside:
+            if aside.reason:
+                self.warn(aside.reason)
+            return self.untouched(argv, None if aside.reason else aside.detail)
         if request.has("parsable") or request.has("quiet"):
             self.quiet = True
         return self.decide_and_submit(request, argv)
 
-    def read_request(self, argv: list[str], cli: ParsedArgs) -> Request | None:
-        """Read the script and settings as sbatch will; None when harp must step aside.
+    def read_request(self, argv: list[str], cli: ParsedArgs) -> Request:
+        """Read the script and settings as sbatch will; StepAside when harp must step aside.
 
         Stepping aside covers everything sbatch would refuse (it then prints
-        its own error) and everything harp does not fully understand.
+        its own error, so harp stays silent: ``StepAside.detail`` is shown by
+        a dry run only) and everything harp does not fully understand.
         """
         wrap = _last_value(cli, "wrap")
         positional = argv[cli.end :]
         path: str | None = None
         if wrap is not None:
             if positional:
-                return None  # "Script arguments not permitted with --wrap option"
+                raise StepAside(detail="sbatch refuses script arguments with --wrap")
             data = None
         elif positional:
             path = positional[0]
             data = self.read_script_file(path, _last_value(cli, "chdir"))
-            if data is None:
-                return None
         else:
             data = self.read_script_stdin()
-            if data is None:
-                return None
         text = None
         script = None
         lines: list[str] = []
         if data is not None:
             if sbatch_rejects(data):
-                return None
+                raise StepAside(detail="sbatch refuses this script (empty, no #! line, NUL bytes or CRLF line ends)")
             text = data.decode("utf-8", "surrogateescape")
-            try:
-                script, lines = step_aside.script_directives(text)
-            except StepAside:
-                return None
+            script, lines = step_aside.script_directives(text)
             if script.error:
-                return None  # sbatch reports the bad directive itself
+                raise StepAside(detail=f"sbatch refuses a #SBATCH line ({script.error})")
         request = Request(cli, self.environ, script, script_path=path, script_text=text, wrap=wrap, harp_lines=lines)
-        if request.invalid():
-            return None  # sbatch reports the bad value itself
+        bad = request.invalid()
+        if bad:
+            raise StepAside(detail=f"sbatch refuses {bad}")
         return request
 
-    def read_script_file(self, path: str, chdir: str | None) -> bytes | None:
-        """The script sbatch will read for ``path``; None to step aside (sbatch reports a missing one)."""
+    def read_script_file(self, path: str, chdir: str | None) -> bytes:
+        """The script sbatch will read for ``path``; StepAside when harp cannot (sbatch reports a missing one)."""
         resolved = resolve_script(path, chdir, self.environ.get("PATH"))
         if resolved is None:
-            return None
+            raise StepAside(detail=f"sbatch will not find the script {path}")
+        too_large = f"{path} is larger than 4 MiB; {UNCHANGED}"
         try:
             if not stat.S_ISREG(os.stat(resolved).st_mode):
-                return None  # a pipe or device (/dev/stdin, <(...)): reading it would leave sbatch nothing
+                # a pipe or device (/dev/stdin, <(...)): reading it would leave sbatch nothing
+                raise StepAside(detail=f"{path} is not a regular file; sbatch reads it itself")
             with open(resolved, "rb") as fh:
                 if os.fstat(fh.fileno()).st_size > MAX_SCRIPT:
-                    self.warn(f"{path} is larger than 4 MiB; submitting it unchanged")
-                    return None
+                    raise StepAside(too_large)
                 data = fh.read(MAX_SCRIPT + 1)
-        except OSError:
-            return None
+        except OSError as exc:
+            raise StepAside(detail=f"cannot read {path} ({exc.strerror or exc})") from None
         if len(data) > MAX_SCRIPT:
-            self.warn(f"{path} is larger than 4 MiB; submitting it unchanged")
-            return None
+            raise StepAside(too_large)
         return data
 
-    def read_script_stdin(self) -> bytes | None:
-        """The script on standard input, kept for sbatch; None to step aside."""
+    def read_script_stdin(self) -> bytes:
+        """The script on standard input, kept for sbatch; StepAside when harp cannot use it."""
         try:
             data = _read_all(0)
-        except OSError:
-            return None
+        except OSError as exc:
+            raise StepAside(detail=f"cannot read standard input ({exc.strerror or exc})") from None
         self.stdin_data = data
         if len(data) > MAX_SCRIPT:
-            self.warn("the script on standard input is larger than 4 MiB; submitting it unchanged")
-            return None
+            raise StepAside(f"the script on standard input is larger than 4 MiB; {UNCHANGED}")
         return data
 
     def decide_and_submit(self, request: Request, argv: list[str]) -> int:
@@ -213,6 +223,7 @@ class Submit:
             return self.submit(request, argv, None, None, job, exc.reachable)
         try:
             decision, changes = validate(answer, request.resources())
+            check_beside(changes, request.value("tres-per-task"))
         except BadDecision as exc:
             self.warn(f"ignoring harpd's decision: {exc}; {UNCHANGED}")
             return self.submit(request, argv, None, None, job, True)
@@ -284,8 +295,14 @@ class Submit:
             original = (argv, original_payload)
         return self.run_sbatch(final, environ, stdin, payload, original=original)
 
-    def untouched(self, argv: list[str]) -> int:
-        """Hand the submission to sbatch exactly as given (sbatch reports any problem)."""
+    def untouched(self, argv: list[str], why: str | None = None) -> int:
+        """Hand the submission to sbatch exactly as given (sbatch reports any problem).
+
+        ``why`` harp steps aside, when no line has said it yet: a dry run (or
+        --harp-verbose) shows it, since sbatch's own error may never come.
+        """
+        if why and (self.dry_run or self.verbose):
+            write(2, f"harp: steps aside: {why}\n")
         if self.dry_run:
             return self.show_dry_run(argv, None, self.stdin_data, None, None)
         return self.run_sbatch(argv, None, self.stdin_data, None)
@@ -293,7 +310,7 @@ class Submit:
     def fallback_argv(self) -> list[str]:
         if self.argv is not None:
             return self.argv
-        return [a for a in self.args if a not in ("--" + n for n in HARP_OPTION_NAMES)]
+        return harp_options.without_harp_words(self.args)
 
     def help_or_version(self, argv: list[str], names: set[str]) -> int:
         if self.dry_run:
@@ -339,6 +356,8 @@ class Submit:
         before creating a job, the original is submitted instead: harp's
         advice must never cost the user the job.
         """
+        if self.dry_run:  # the last guard: whatever path led here, a dry run submits nothing
+            return self.show_dry_run(argv, environ, stdin, None, None)
         sbatch = find_sbatch(self.environ)
         if sbatch is None:
             self.warn("cannot find sbatch in PATH (set HARP_SBATCH to its path)")

@@ -42,28 +42,50 @@ class HarpdUnavailable(Exception):
 
 def socket_path(environ: Mapping[str, str] = os.environ) -> str:
     """HARP_SOCKET, else ``[server] socket`` of the harpd config, else the default."""
+    return socket_choice(environ)[0]
+
+
+def socket_choice(environ: Mapping[str, str] = os.environ) -> tuple[str, str | None]:
+    """``socket_path``'s answer, and one line for the user when HARP_CONFIG was set but unusable.
+
+    A HARP_CONFIG that names a missing, unreadable or malformed file is
+    someone's mistake (a typo, a config not copied to this host): harp still
+    falls back to the default socket, but says so instead of failing
+    silently.  The default config being absent is normal and not mentioned.
+    """
     path = environ.get("HARP_SOCKET")
     if path:
-        return path
-    config = environ.get("HARP_CONFIG") or DEFAULT_CONFIG
+        return path, None
+    explicit = environ.get("HARP_CONFIG")
+    config = explicit or DEFAULT_CONFIG
+
+    def fallback(problem: str) -> tuple[str, str | None]:
+        if not explicit:
+            return DEFAULT_SOCKET, None
+        return DEFAULT_SOCKET, f"HARP_CONFIG={config}: {problem}; using the default socket {DEFAULT_SOCKET}"
+
     try:
         with open(config, "rb") as fh:
             raw = fh.read()
-    except OSError:
-        return DEFAULT_SOCKET
+    except FileNotFoundError:
+        return fallback("no such file")
+    except OSError as exc:
+        return fallback(f"cannot read it ({exc.strerror or exc})")
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError:
-        return DEFAULT_SOCKET
+        return fallback("not UTF-8 text")
     value = _simple_server_socket(text)
     if value is _UNSURE:
         try:
             import tomllib  # exact, but its import costs more than a whole round trip
 
             value = tomllib.loads(text).get("server", {}).get("socket")
-        except (ValueError, AttributeError):  # TOMLDecodeError is a ValueError
-            return DEFAULT_SOCKET
-    return value if isinstance(value, str) and value else DEFAULT_SOCKET
+        except ValueError:  # TOMLDecodeError
+            return fallback("not valid TOML")
+        except AttributeError:
+            return fallback("its [server] is not a table")
+    return (value, None) if isinstance(value, str) and value else (DEFAULT_SOCKET, None)
 
 
 _UNSURE = object()

@@ -158,3 +158,16 @@ def validate(answer: dict[str, Any], resources: dict[str, Any]) -> tuple[dict[st
     changes = parse_changes(decision)
     check_limits(decision, changes, resources)
     return decision, changes
+
+
+def check_beside(changes: list[Change], tres_per_task: str | None) -> None:
+    """Refuse changes sbatch would reject beside the user's other options; raises BadDecision.
+
+    sbatch 23.02 and later die on ``--cpus-per-task`` beside a
+    ``--tres-per-task`` that counts CPUs (``cpu=4``): that user has already
+    said how many CPUs each task gets, in the newer spelling.
+    """
+    if tres_per_task is None or "cpu" not in tres_per_task.lower():
+        return
+    if any(c.option == "cpus-per-task" for c in changes):
+        raise BadDecision(f"--tres-per-task={tres_per_task} sets the CPUs per task, and sbatch refuses --cpus-per-task beside it")

@@ -43,7 +43,7 @@ import os
 import sys
 
 from . import client, registration, step_aside
-from .decision import BadDecision, validate
+from .decision import BadDecision, check_beside, validate
 from .request import MEMORY_OPTIONS, VALIDATORS, Request
 from .sbatch_options import SBATCH_TABLE, GetoptError
 from .step_aside import MAX_SCRIPT, UNCHANGED, StepAside, resolve_script
@@ -227,6 +227,7 @@ def predict(msg: dict, environ: dict) -> Answer:
     olds: dict[str, str | None] = {}
     try:
         decision, changes = validate(reply, original)
+        check_beside(changes, opts.get("tres-per-task"))
         set_memory = [m for m in MEMORY_OPTIONS if m in opts]
         for c in changes:
             if c.option in MEMORY_OPTIONS and set_memory and set_memory != [c.option]:

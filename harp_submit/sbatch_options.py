@@ -1,11 +1,15 @@
 """sbatch's option table and its getopt_long, so harp reads argv exactly as sbatch does.
 
-The table is the one Slurm 22.05's ``slurm_option_table_create`` builds for
-sbatch (dumped from the installed libslurmfull; a unit test re-checks it
-there), in the same order, because GNU getopt_long's handling of abbreviated
-long options (``--part`` for ``--partition``; ``--ti`` is ambiguous) depends
-on the table and its order.  sbatch parses with a leading ``+`` in its short
-option string: options stop at the first non-option, which is the script.
+The table starts with the one Slurm 22.05's ``slurm_option_table_create``
+builds for sbatch (dumped from the installed libslurmfull; a unit test
+re-checks it there), in the same order, because GNU getopt_long's handling
+of abbreviated long options (``--part`` for ``--partition``; ``--ti`` is
+ambiguous) depends on the table.  The long options later releases added
+(``NEWER_OPTIONS``, up to ``TABLE_COVERS``) follow, each with the release
+that added it, so harp still reads (and advises) a job that uses them, and
+never mistakes such an option's value for the script.  sbatch parses with a
+leading ``+`` in its short option string: options stop at the first
+non-option, which is the script.
 
 The same parser reads the ``#SBATCH`` tokens of a script: sbatch feeds those
 through getopt_long with the same table.
@@ -38,7 +42,7 @@ def _spec(name: str, has_arg: int, short: str | None = None, canonical: str | No
 
 
 #: sbatch 22.05's long options, in libslurmfull's order.
-SBATCH_OPTIONS: tuple[OptSpec, ...] = (
+SBATCH_OPTIONS_22_05: tuple[OptSpec, ...] = (
     _spec("account", REQ, "A"),
     _spec("acctg-freq", REQ),
     _spec("array", REQ, "a"),
@@ -146,6 +150,47 @@ SBATCH_OPTIONS: tuple[OptSpec, ...] = (
     _spec("wckey", REQ),
     _spec("wrap", REQ),
 )
+
+#: The release the option table covers: the newest Slurm release whose sbatch options it holds.
+TABLE_COVERS = "26.05"
+
+#: Long options sbatch gained after 22.05, with the release that added each.
+#: Taken from doc/man/man1/sbatch.1 of each release (SchedMD/slurm, tags
+#: slurm-23-02-8-1, -23-11-11-1, -24-05-8-1, -24-11-7-1, -25-05-8-1, -25-11-7-1
+#: and -26-05-3-1), the value's form from the same page (``=<x>``: required,
+#: ``[=x]``: optional) and checked against src/common/slurm_opt.c of the same
+#: tag.  ``autocomplete`` and ``external`` are in sbatch's getopt table but not
+#: on the page; they are listed because they make abbreviations ambiguous.
+#: Options that were dropped later stay known (harp reads them; sbatch
+#: reports them): ``--power`` (gone in 24.05).  No release added a short option.
+NEWER_OPTIONS: tuple[tuple[str, OptSpec], ...] = (
+    ("23.02", _spec("autocomplete", REQ)),
+    ("23.02", _spec("container-id", REQ)),
+    ("23.02", _spec("extra", REQ)),
+    ("23.02", _spec("tres-per-task", REQ)),
+    ("23.11", _spec("tres-bind", REQ)),
+    ("24.05", _spec("resv-ports", OPT)),
+    ("24.05", _spec("segment", REQ)),
+    ("24.05", _spec("stepmgr", NO)),
+    ("24.11", _spec("oom-kill-step", OPT)),
+    ("25.05", _spec("external", NO)),
+    ("25.11", _spec("consolidate-segments", NO)),
+    ("25.11", _spec("resources", REQ)),
+    ("25.11", _spec("spread-segments", NO)),
+    ("26.05", _spec("container-type", REQ)),
+    ("26.05", _spec("mem-update", REQ)),
+)
+
+#: Options whose argument changed after 22.05; harp accepts every release's form.
+#: ``--requeue[=expedite]`` (25.11: none -> optional).  ``--get-user-env`` lost its
+#: optional value in 25.05 and keeps it here (a value is then sbatch's to refuse).
+_WIDENED = {"requeue": ("25.11", OPT)}
+
+#: Every long option harp knows: 22.05's table, widened, then the newer ones.
+SBATCH_OPTIONS: tuple[OptSpec, ...] = tuple(
+    _spec(o.name, _WIDENED[o.name][1], o.short, o.canonical) if o.name in _WIDENED else o
+    for o in SBATCH_OPTIONS_22_05
+) + tuple(spec for _, spec in NEWER_OPTIONS)
 
 #: harp-submit's own options; only on the command line, removed before sbatch runs.
 HARP_OPTIONS: tuple[OptSpec, ...] = (

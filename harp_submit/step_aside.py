@@ -25,11 +25,16 @@ _DISABLE_VALUES = ("1", "yes", "true", "on")
 
 
 class StepAside(Exception):
-    """harp leaves this job alone; ``reason`` is one line for the user, or None to stay silent."""
+    """harp leaves this job alone; ``reason`` is one line for the user, or None to stay silent.
 
-    def __init__(self, reason: str | None = None):
-        super().__init__(reason or "")
+    ``detail`` says why when harp stays silent (sbatch reports the problem
+    itself, or the user opted out): a dry run shows it, since nothing else will.
+    """
+
+    def __init__(self, reason: str | None = None, detail: str | None = None):
+        super().__init__(reason or detail or "")
         self.reason = reason
+        self.detail = detail
 
 
 def disabled(environ: Mapping[str, str]) -> bool:
@@ -71,10 +76,10 @@ def script_directives(text: str) -> tuple[directives.Script, list[str]]:
     """
     script = directives.parse(text)
     if script.hetjob:
-        raise StepAside()
+        raise StepAside(detail="a het job (harp sizes single jobs only)")
     lines = harp_lines.find(text)
     if harp_lines.is_off(lines):
-        raise StepAside()
+        raise StepAside(detail="the script has a '#HARP off' line")
     return script, lines
 
 
@@ -88,7 +93,9 @@ def ask_harpd(job: dict[str, Any], environ: Mapping[str, str], say: Callable[[st
     timeout, problem = client.timeout_s(environ)
     if problem:
         say(problem)
-    path = client.socket_path(environ)
+    path, problem = client.socket_choice(environ)
+    if problem:
+        say(problem)
     try:
         return client.call(path, {"op": "predict", "job": job}, timeout)
     except client.HarpdUnavailable as exc:

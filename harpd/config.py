@@ -99,6 +99,9 @@ class RetrainSettings(_Section):
     interval_s: float = Field(86400.0, gt=0)
     after_n_outcomes: int = Field(500, ge=1)
     holdout_fraction: float = Field(0.2, gt=0, lt=1)
+    # no model, or one learnt from < first_below_jobs jobs: retrain first_after_s after new outcomes
+    first_after_s: float = Field(300.0, gt=0)
+    first_below_jobs: int = Field(5000, ge=0)
 
 
 class GpuType(_Section):
@@ -161,18 +164,116 @@ class ConfigError(Exception):
     """A config problem, already phrased as the one line the admin should read."""
 
 
-def _first_error(err: ValidationError) -> str:
-    e = err.errors()[0]
-    key = ".".join(str(p) for p in e["loc"]) or "(top level)"
-    return f"{key}: {e['msg']}"
+# ---------------------------------------------------------------- errors in a sysadmin's words
+#
+# pydantic says "Input should be a valid number, unable to parse string as a
+# number" and stops nowhere near the variable that caused it; an admin needs
+# the variable or the key, and every wrong one at once, not one per restart.
+
+
+def _env_var(loc: tuple[Any, ...]) -> str | None:
+    """The HARP_* variable that set ``loc`` (or a whole section/list above it), if any."""
+    names = {k.upper(): k for k in os.environ if k.upper().startswith("HARP_")}
+    parts = [str(p) for p in loc]
+    for n in range(len(parts), 0, -1):
+        var = "HARP_" + "__".join(parts[:n]).upper()
+        if var in names:
+            return names[var]
+    return None
+
+
+def _num(v: Any) -> str:
+    return f"{v:g}" if isinstance(v, (int, float)) else str(v)
+
+
+def _known_keys(loc: tuple[Any, ...]) -> list[str]:
+    """The keys allowed where ``loc`` points (a section, a [[dnn.gpu_types]] entry, the top)."""
+    model: Any = HarpSettings
+    for part in loc[:-1]:
+        if isinstance(part, int):
+            continue
+        field_ = model.model_fields.get(str(part))
+        if field_ is None:
+            return []
+        ann = field_.annotation
+        model = getattr(ann, "__args__", (ann,))[0] if not hasattr(ann, "model_fields") else ann
+        if not hasattr(model, "model_fields"):
+            return []
+    return list(model.model_fields)
+
+
+def _in_words(e: dict[str, Any]) -> str:
+    """One pydantic error as "must be ..., got ..."."""
+    import difflib
+
+    t, ctx, got = e["type"], e.get("ctx") or {}, e.get("input")
+    key = next((str(p) for p in reversed(e["loc"]) if isinstance(p, str)), "")
+    unit = " of seconds" if key.endswith("_s") else ""
+    shown = "" if isinstance(got, (dict, list)) else f", got {got!r}"
+    if t in ("float_parsing", "float_type", "finite_number"):
+        return f"must be a number{unit}{shown}"
+    if t in ("int_parsing", "int_type", "int_from_float"):
+        return f"must be a whole number{unit}{shown}"
+    if t in ("bool_parsing", "bool_type"):
+        return f"must be true or false{shown}"
+    bounds = {"greater_than": ("greater than", "gt"), "greater_than_equal": ("at least", "ge"),
+              "less_than": ("less than", "lt"), "less_than_equal": ("at most", "le")}
+    if t in bounds:
+        words, k = bounds[t]
+        return f"must be {words} {_num(ctx.get(k))}{shown}"
+    if t == "literal_error":
+        return f"must be one of {ctx.get('expected')}{shown}"
+    if t == "extra_forbidden":
+        known = _known_keys(tuple(e["loc"]))
+        where = "as a section" if len(e["loc"]) < 2 else f"in [{'.'.join(str(p) for p in e['loc'][:-1])}]"
+        near = difflib.get_close_matches(key, known, n=1)
+        hint = f"did you mean {near[0]}?" if near else f"known: {', '.join(known)}"
+        return f"unknown key, not permitted {where} ({hint})"
+    if t == "missing":
+        return "is required"
+    if t in ("string_type", "path_type"):
+        return f"must be text (a {'path' if t == 'path_type' else 'string'}){shown}"
+    if t in ("model_type", "model_attributes_type", "dict_type"):
+        return f"must be a table of settings{shown}"
+    if t == "list_type":
+        return f"must be a list{shown}"
+    msg = str(e.get("msg", "is not valid"))
+    return msg.removeprefix("Value error, ") + shown
+
+
+def _error_lines(err: ValidationError, path: Path, have_file: bool) -> list[str]:
+    """One line per wrong setting, naming the HARP_* variable or the file's key."""
+    lines: list[str] = []
+    missing: dict[tuple[Any, ...], list[str]] = {}
+    for e in err.errors():
+        loc = tuple(e["loc"])
+        if e["type"] == "missing" and len(loc) > 1:  # "missing a, b, c" once per entry
+            missing.setdefault(loc[:-1], []).append(str(loc[-1]))
+            continue
+        lines.append(_located(loc, _in_words(e), path, have_file))
+    for parent, keys in missing.items():
+        lines.append(_located(parent, f"missing {', '.join(keys)}", path, have_file))
+    return lines
+
+
+def _located(loc: tuple[Any, ...], what: str, path: Path, have_file: bool) -> str:
+    key = ".".join(str(p) for p in loc) or "(top level)"
+    var = _env_var(loc)
+    if var is not None:
+        return f"{var} (environment variable, setting {key}): {what}"
+    return f"{key} in {path}: {what}" if have_file else f"{key}: {what}"
 
 
 def load_settings(path: str | os.PathLike[str] | None = None) -> HarpSettings:
-    """Read and validate the config; raise ConfigError naming key and reason.
+    """Read and validate the config; raise ConfigError naming every wrong key and why.
 
-    A missing file is only an error when the path was given explicitly: the
-    default path being absent means "run on the embedded defaults".
+    A missing file is only an error when the path was given explicitly
+    (``--config`` or ``HARP_CONFIG``): the default path being absent means
+    "run on the embedded defaults".  Several wrong settings give one line each.
     """
+    from pydantic_settings import SettingsError
+
+    from_env = path is None and bool(os.environ.get("HARP_CONFIG"))
     explicit = path is not None or "HARP_CONFIG" in os.environ
     p = Path(path or os.environ.get("HARP_CONFIG") or DEFAULT_CONFIG_PATH)
     data: dict[str, Any] = {}
@@ -184,9 +285,17 @@ def load_settings(path: str | os.PathLike[str] | None = None) -> HarpSettings:
             raise ConfigError(f"{p}: not valid TOML ({exc}); fix the syntax") from None
         except OSError as exc:
             raise ConfigError(f"{p}: cannot read ({exc.strerror})") from None
+    elif from_env:
+        raise ConfigError(f"HARP_CONFIG={p}: no such config file; point HARP_CONFIG to an existing file or unset it")
     elif explicit:
         raise ConfigError(f"{p}: no such config file; pass --config with an existing file")
     try:
         return HarpSettings(**data)
     except ValidationError as exc:
-        raise ConfigError(f"{p}: invalid setting {_first_error(exc)}") from None
+        lines = _error_lines(exc, p, p.exists())
+    except SettingsError as exc:  # a HARP_* variable that should hold JSON (a list, a table) does not
+        raise ConfigError(f"a HARP_* environment variable is not valid JSON ({exc}); "
+                          "give lists and tables as JSON, e.g. HARP_DNN__GPU_TYPES='[...]'") from None
+    if len(lines) == 1:
+        raise ConfigError(f"invalid setting {lines[0]}")
+    raise ConfigError(f"{len(lines)} invalid settings, one a line:\n" + "\n".join(f"  {ln}" for ln in lines))

@@ -153,6 +153,7 @@ class ImportRequest(_Request):
 
 
 _Word = Annotated[str, Field(max_length=100)]
+_Names = Annotated[str, Field(max_length=2000)]  # a comma list of names
 
 # what a report may be asked for: the socket's ``report`` request and the
 # ``harp report`` options alike (harpd.report renders exactly these)
@@ -171,7 +172,10 @@ class ReportRequest(_Request):
     by: Literal[REPORT_GROUPINGS] = "user"  # type: ignore[valid-type]
     since: _Word | None = None
     until: _Word | None = None
-    user: _Word | None = None
+    user: _Names | None = None
+    account: _Names | None = None  # comma lists, as the CLI's -A/-r/--source take them
+    partition: _Names | None = None
+    source: _Names | None = None
     format: Literal[REPORT_FORMATS] = "table"  # type: ignore[valid-type]
     top: Annotated[int, Field(ge=0, le=1_000_000)] | None = None
 

@@ -63,6 +63,9 @@ class StoreError(Exception):
 # (source, job_id, attempt) identifies a run; job_id leads the key's index so
 # get_job(job_id) needs no second index (one index less to update per insert)
 _PK = ("job_id", "source", "attempt")
+# meta key: the sources harpd's sacct poller wrote, i.e. the cluster's own jobs;
+# every other source came from `harp import` (a trace whose job ids may collide)
+LIVE_SOURCES_KEY = "ingest.live_sources"
 _BOOL_FIELDS = frozenset(
     f.name for f in fields(JobRecord) if typing.get_type_hints(JobRecord)[f.name] is bool
 )

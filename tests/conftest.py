@@ -195,3 +195,15 @@ def slurm_cluster():
         if cluster.started_here:
             _localslurm("stop", d, timeout=180)
         shutil.rmtree(workdir, ignore_errors=True)
+
+
+@pytest.fixture
+def no_harpd(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """No HARP_* setting of the developer's shell leaks in, and harpd is not running:
+    HARP_SOCKET names a socket that does not exist (returned)."""
+    for k in list(os.environ):
+        if k.startswith("HARP_"):
+            monkeypatch.delenv(k)
+    sock = tmp_path / "no-harpd.sock"
+    monkeypatch.setenv("HARP_SOCKET", str(sock))
+    return sock

@@ -41,22 +41,43 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     sub = p.add_subparsers(dest="dnn_command", metavar="ACTION")
     keys_help = "KEY=VALUE as on a #HARP dnn line, e.g. params=7e9 layers=32 hidden=4096 heads=32 " \
                 "seq_len=4096 micro_batch=4 zero=2 gpus=8 (harp dnn estimate keys lists them)"
-    est = sub.add_parser("estimate", help="per-GPU memory breakdown for gpus=N (default 1)",
+    est = sub.add_parser("estimate", usage="harp dnn estimate [options] KEY=VALUE ...", help="per-GPU memory breakdown for gpus=N (default 1)",
                          description="Per-GPU memory of a training setup: model states by ZeRO stage, "
-                                     "activations, CUDA context, distributed buffers, margin.")
-    est.add_argument("keys", nargs="*", metavar="KEY=VALUE", help=keys_help)
-    est.add_argument("--gpus-per-node", type=int, default=None, metavar="N",
-                     help="GPUs on each node, for host memory under offload (default: all on one node)")
-    est.add_argument("--format", choices=("table", "json"), default="table")
-    est.add_argument("--cwd", default=None, help="directory config= paths are relative to (default: here)")
-    cho = sub.add_parser("choose", help="the GPU configuration harp would request, from [dnn] gpu_types",
+                                     "activations, CUDA context, distributed buffers, margin. With params= "
+                                     "alone: the model states only.")
+    _add_keys_and_options(est, "estimate", keys_help, argparse.REMAINDER)
+    cho = sub.add_parser("choose", usage="harp dnn choose [options] KEY=VALUE ...", help="the GPU configuration harp would request, from [dnn] gpu_types",
                          description="Run the planner on a description and print the sbatch changes.")
-    cho.add_argument("keys", nargs="*", metavar="KEY=VALUE", help=keys_help)
-    cho.add_argument("--format", choices=("table", "json"), default="table")
-    cho.add_argument("--cwd", default=None, help="directory config= paths are relative to (default: here)")
+    _add_keys_and_options(cho, "choose", keys_help, argparse.REMAINDER)
     sub.add_parser("check", help="compare [dnn] gpu_types with Slurm's partitions and GRES",
                    description="Check each configured GPU type against scontrol show partition/node; "
                                "exit 1 when something disagrees.")
+
+
+def _add_keys_and_options(p: argparse.ArgumentParser, action: str, keys_help: str, nargs: str) -> None:
+    """KEY=VALUE words and the options of ``estimate``/``choose``, in one place.
+
+    The words are taken with ``nargs=REMAINDER`` by the main parser, so options
+    may come before, between or after them (``params=7e9 --format json gpus=8``);
+    ``_options_among_keys`` then parses the words again with ``nargs="*"``.
+    """
+    p.add_argument("keys", nargs=nargs, metavar="KEY=VALUE", help=keys_help)
+    if action == "estimate":
+        p.add_argument("--gpus-per-node", type=int, default=None, metavar="N",
+                       help="GPUs on each node, for host memory under offload (default: all on one node)")
+    p.add_argument("--format", choices=("table", "json"), default="table")
+    p.add_argument("--cwd", default=None, help="directory config= paths are relative to (default: here)")
+
+
+def _options_among_keys(args: argparse.Namespace) -> None:
+    """Options written among or after the KEY=VALUE words, parsed into ``args``."""
+    if not any(w.startswith("-") for w in args.keys):
+        return
+    action = args.dnn_command
+    p = argparse.ArgumentParser(prog=f"harp dnn {action}", add_help=False)
+    _add_keys_and_options(p, action, "", "*")
+    p.set_defaults(**{k: v for k, v in vars(args).items() if k != "keys"})
+    args.__dict__.update(vars(p.parse_intermixed_args(args.keys)))
 
 
 def _cwd(args: argparse.Namespace) -> str:
@@ -90,11 +111,13 @@ def _estimate(args: argparse.Namespace) -> int:
                        "heads=32 seq_len=4096 gpus=8 zero=auto")
     dnn = settings_of(args).dnn
     try:
-        spec = build_spec(tokens_from_args(args.keys), _cwd(args))
+        spec = build_spec(tokens_from_args(args.keys), _cwd(args), shape_required=False)
         n = spec.gpus or 1
         gpn = args.gpus_per_node
         if gpn is not None and gpn < 1:
             raise CliError("--gpus-per-node must be at least 1")
+        if not spec.shape_known:
+            return _states_only(args, spec, n)
         results = {stage: estimate(spec, n, stage, cuda_context_gb=dnn.cuda_context_gb,
                                    distributed_overhead_gb=dnn.distributed_overhead_gb,
                                    margin=dnn.safety_margin, gpus_per_node=gpn)
@@ -123,6 +146,57 @@ def _estimate(args: argparse.Namespace) -> int:
         print(f"{lbl:26}" + "".join(f" {_gib(e.breakdown()[key])}" for e in results.values()))
     for note in spec.notes:
         print(f"note: {note}")
+    return 0
+
+
+_STATE_ROWS = (("parameters", "parameters"), ("gradients", "gradients"),
+               ("optimizer_states", "optimizer states"), ("gathered_layer", "gathered layer (ZeRO-3)"))
+NEED_SHAPE = "activations need layers= hidden= heads= seq_len= (or config=path/to/config.json)"
+
+
+def _states_only(args: argparse.Namespace, spec: Any, n: int) -> int:
+    """params= without the model's shape: the model states per GPU, and what the rest needs.
+
+    The ZeRO paper's own example (params=7.5e9 gpus=64, no shape) is asked this
+    way; refusing it for want of layers= would hide the part that needs nothing else.
+    """
+    from harpd.dnn.gpu_choice import stages_for
+    from harpd.dnn.zero import model_states
+
+    rows: dict[int, dict[str, float]] = {}
+    for stage in stages_for(spec):
+        st = model_states(spec.params, stage, n, optimizer=spec.optimizer, precision=spec.precision,
+                          momentum=spec.momentum, offload_optimizer=spec.offload_optimizer,
+                          offload_param=spec.offload_param, largest_layer=spec.largest_layer,
+                          accounting=spec.accounting)
+        rows[stage] = {"parameters": st.params, "gradients": st.grads, "optimizer_states": st.optimizer,
+                       "gathered_layer": st.gathered, "model_states": st.gpu, "host_per_rank": st.host_per_rank}
+    if args.format == "json":
+        out = {"spec": spec.to_dict(), "gpus": n, "model_states_only": True, "missing": NEED_SHAPE,
+               "stages": {str(s): {k: round(v) for k, v in r.items()} for s, r in rows.items()},
+               "unit": "bytes per GPU (host_per_rank: bytes in host memory per rank)"}
+        json.dump(out, sys.stdout, indent=2)
+        print()
+        return 0
+    opt = spec.optimizer + ("" if spec.optimizer != "sgd" else (" +momentum" if spec.momentum else " no momentum"))
+    print(f"harp dnn estimate: {spec.params / 1e9:.3g}B parameters, {opt} {spec.precision}, "
+          f"accounting={spec.accounting}: model states only")
+    print(f"{n} GPU(s), data parallel; GiB per GPU")
+    print(f"{'':26}" + "".join(f"{'zero=' + str(s):>10}" for s in rows))
+    for key, label in _STATE_ROWS:
+        if key == "gathered_layer" and not any(r[key] for r in rows.values()):
+            continue
+        print(f"{label:26}" + "".join(f" {_gib(r[key])}" for r in rows.values()))
+    print(f"{'model states (GiB)':26}" + "".join(f" {_gib(r['model_states'])}" for r in rows.values()))
+    print(f"{'model states (GB)':26}" + "".join(f" {r['model_states'] / 1e9:9.2f}" for r in rows.values()))
+    if any(r["host_per_rank"] for r in rows.values()):
+        print(f"{'host memory per rank':26}" + "".join(f" {_gib(r['host_per_rank'])}" for r in rows.values()))
+    print(f"not counted: activations, CUDA context, distributed buffers; {NEED_SHAPE} for the whole GPU")
+    if spec.accounting == "harp":
+        print("note: accounting=harp counts what DeepSpeed allocates; accounting=paper gives the ZeRO paper's "
+              "arithmetic (2+2+K bytes per parameter, K=12 for mixed-precision Adam)")
+    if 3 in rows and spec.accounting == "harp" and not spec.largest_layer:
+        print("note: ZeRO-3 also gathers its largest layer whole: not counted without largest_layer= or hidden=")
     return 0
 
 
@@ -180,6 +254,8 @@ def _check(args: argparse.Namespace) -> int:
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.dnn_command in ("estimate", "choose"):
+        _options_among_keys(args)
     if args.dnn_command == "check":
         return _check(args)
     if args.dnn_command == "estimate":

@@ -19,7 +19,28 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--batch-size", type=int, default=20_000, help="records per transaction (default 20000)"
     )
-    parser.add_argument("--no-progress", action="store_true", help="no progress line, even on a terminal")
+    parser.add_argument("--no-progress", action="store_true", help="no progress bar, even on a terminal")
+    parser.add_argument("--start", metavar="DATE",
+                        help="when an SWF trace begins, to place its jobs in time: an ISO date (2012-01-01, UTC "
+                             "unless it names a zone) or epoch seconds; replaces the file's UnixStartTime header")
+
+
+def parse_start(text: str) -> float:
+    """``--start``: epoch seconds, or an ISO date/time (UTC when it names no zone)."""
+    from datetime import datetime, timezone
+
+    try:
+        return float(text)
+    except ValueError:
+        pass
+    try:
+        when = datetime.fromisoformat(text.strip())
+    except ValueError:
+        raise CliError(f"--start {text!r}: not a date; give an ISO date such as 2012-01-01 "
+                       "(or 2012-01-01T08:00+01:00) or epoch seconds") from None
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=timezone.utc)
+    return when.timestamp()
 
 
 def run(args: argparse.Namespace) -> int:
@@ -29,6 +50,7 @@ def run(args: argparse.Namespace) -> int:
 
     if args.batch_size < 1:
         raise CliError("--batch-size must be at least 1")
+    start = None if args.start is None else parse_start(args.start)
     path = Path(args.file)
     if not path.exists():
         raise CliError(f"{path}: no such file")
@@ -47,9 +69,9 @@ def run(args: argparse.Namespace) -> int:
             batch_size=args.batch_size,
             progress=False if args.no_progress else None,
             stream=sys.stderr,
+            start=start,
         )
     except ImportFailed as exc:
-        print(exc.summary.line(), file=sys.stderr)
         raise CliError(str(exc)) from None
     except TraceFormatError as exc:
         raise CliError(f"{exc}") from None
@@ -57,6 +79,8 @@ def run(args: argparse.Namespace) -> int:
         raise CliError(str(exc)) from None
     finally:
         store.close()
+    for warning in summary.warnings:
+        print(f"harp: warning: {warning}", file=sys.stderr)
     print(summary.line())
     if summary.skipped:
         print(f"harp: {summary.skipped:,} bad rows skipped; the first:", file=sys.stderr)

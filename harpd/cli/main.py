@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 from typing import Any
 
@@ -25,6 +26,9 @@ SUBCOMMANDS: dict[str, str] = {
     "retrain": "retrain_cmd",
     "status": "status_cmd",
 }
+
+
+CONFIG_HELP = "harpd.toml to use (default: HARP_CONFIG, else /etc/harp/harpd.toml); before or after the subcommand"
 
 
 class CliError(Exception):
@@ -56,7 +60,7 @@ def open_store(db: Any) -> Any:
 def _build_parser(argv: list[str]) -> tuple[argparse.ArgumentParser, object | None]:
     parser = argparse.ArgumentParser(prog="harp", description="harp admin CLI")
     parser.add_argument("--version", action="version", version=f"harp {__version__}")
-    parser.add_argument("--config", help="harpd.toml to use (default /etc/harp/harpd.toml)")
+    parser.add_argument("--config", help=CONFIG_HELP)
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     # only import the module of the chosen subcommand (fast start, fewer deps)
     chosen = None
@@ -75,8 +79,15 @@ def _build_parser(argv: list[str]) -> tuple[argparse.ArgumentParser, object | No
             module = importlib.import_module(f"harpd.cli.{modname}")
             p = sub.add_parser(name, help=module.HELP, description=module.HELP)
             module.add_arguments(p)
+            # `harp report --config x.toml` as well as `harp --config x.toml report`;
+            # SUPPRESS: absent here, the value given before the subcommand stays
+            p.add_argument("--config", default=argparse.SUPPRESS, help=CONFIG_HELP)
+        elif chosen is None:
+            # no subcommand: the overview lists them all, so read each one's line (HELP stays in its module)
+            other = importlib.import_module(f"harpd.cli.{modname}")
+            sub.add_parser(name, help=other.HELP, add_help=False)
         else:
-            sub.add_parser(name, help=f"(see harp {name} --help)", add_help=False)
+            sub.add_parser(name, add_help=False)
     return parser, module
 
 
@@ -88,13 +99,21 @@ def main(argv: list[str] | None = None) -> int:
         parser.print_help()
         return 2
     try:
-        return int(module.run(args) or 0)
+        code = int(module.run(args) or 0)
+        sys.stdout.flush()  # inside the try: a reader that left shows here, not at interpreter exit
+        return code
     except CliError as exc:
         print(f"harp: {exc}", file=sys.stderr)
         return exc.exit_code
     except KeyboardInterrupt:
         print("harp: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:
+        # `harp ... | head`: the reader left, which is not an error of harp's; say nothing
+        # and keep Python from complaining again when it flushes stdout at exit
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return 141
 
 
 if __name__ == "__main__":

@@ -1,6 +1,8 @@
 """``harp replay TRACE``: what harp would have done on a real trace, model by model.
 
-Prints one row per model plus the users' own requests, with the harp metric
+Prints a plain verdict first (harp against the users' own requests:
+reservation saved, jobs killed or extended, consumption; ``replay_verdict``),
+then one row per model plus the users' own requests, with the harp metric
 and cost (docs/metrics.md).  ``--format json`` prints the same figures for
 scripts.  Progress goes to stderr so stdout stays machine-readable.
 """
@@ -14,7 +16,7 @@ import sys
 import time
 
 NAME = "replay"
-HELP = "replay a trace (SWF or sacct export) through harp's models and print the metric table"
+HELP = "what harp would have saved and cost on a past trace (SWF or sacct export), against the users' own requests"
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -31,7 +33,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--bounds", action="store_true",
                    help="add reference rows: what clairvoyant per-template rules (future included) and a simple "
                         "history rule reach on this trace (harpd/predict/bounds.py)")
-    p.add_argument("--quiet", action="store_true", help="no progress on stderr")
+    # --no-progress as in `harp import`; --quiet, the older name, still works
+    p.add_argument("--no-progress", "--quiet", dest="quiet", action="store_true", help="no progress on stderr")
     p.add_argument("--limits", choices=["hard", "soft"], default="hard",
                    help="hard: harp's limit is the kill time (an unprivileged harpd, the default); soft: a "
                         "privileged harpd extends jobs up to the user's request, decided again at each job's "
@@ -174,7 +177,7 @@ def _schedule(args, prep, cfg, res, procs: int, say) -> dict:
                 except ValueError as exc:  # ReplayError: this trace cannot be replayed so
                     notes.append(f"harp-{mode} absent: {exc}")
         if not soft_ok:
-            notes.append("harp-soft absent: this harp's replay has no soft limits (issue 16)")
+            notes.append("harp-soft absent: this harp's replay has no soft limits")
     alloc = {mode: r.alloc.get(MODEL) for mode, r in got.items()}
     bar = None if args.quiet else (lambda name: TextBar(name))
     say(f"queue: simulating {prep.n} jobs on {procs} processors")
@@ -260,13 +263,15 @@ def check_targets(rows: dict[str, dict], alpha: float, relative: bool, limits: s
 
 
 def build_report(res, trace: str, alpha: float, seconds: float) -> dict:
+    from harpd.cli.replay_verdict import verdict
+
     prep = res.prepared
     rows = {m.model: m.to_dict() for m in res.metrics}
     unit = ("core-hours", 3600.0) if prep.resource == "time" else ("GiB", 1024.0)
     limits = getattr(res, "limits", "hard")
     policy = getattr(res, "soft", None)
     budget = policy.extension_budget if policy is not None else 0.10
-    return {
+    report = {
         "trace": str(trace),
         "source": prep.source,
         "resource": prep.resource,
@@ -285,6 +290,8 @@ def build_report(res, trace: str, alpha: float, seconds: float) -> dict:
         "limits": limits,
         "soft_policy": policy.explain() if (policy is not None and limits == "soft") else None,
     }
+    report["verdict"] = verdict(report)
+    return report
 
 
 def _f(v, fmt: str) -> str:
@@ -297,7 +304,7 @@ def _soft_lines(rep: dict) -> list[list[str]]:
     """The table under soft limits: extensions instead of kills, the final limit's over-reservation."""
     scale = rep["unit_scale"]
     lines = [["model", "jobs", "changed", "extended", "ext/job", "harp kills", f"over-res {rep['unit']}",
-              "vs users", "planned wrongly", "vs users", "consumed vs users", "score"]]
+              "over-res vs users", "planned wrongly", "planned wrongly vs users", "consumed vs users", "score"]]
     for m in rep["models"]:
         name = "users' requests" if m["model"] == "request" else m["model"]
         lines.append([
@@ -313,7 +320,7 @@ def render_table(rep: dict) -> str:
     scale = rep["unit_scale"]
     soft = rep.get("limits") == "soft"
     head = ["model", "jobs", "changed", "under", "lost", "resv/used", f"over-res {rep['unit']}",
-            "vs users", "consumed/used", "vs users", "score"]
+            "over-res vs users", "consumed/used", "consumed vs users", "score"]
     lines = [head]
     for m in ([] if soft else rep["models"]):
         name = "users' requests" if m["model"] == "request" else m["model"]
@@ -330,17 +337,17 @@ def render_table(rep: dict) -> str:
     out = [f"{rep['source']}: {rep['jobs']} jobs, resource {rep['resource']}, {rep['retrains']} retrains, "
            f"{rep['seconds']:.0f}s, {rep.get('limits', 'hard')} limits"
            + (f" (skipped: {rep['skipped']})" if rep["skipped"] else "")]
+    out += rep["verdict"]["text"] if rep.get("verdict") else []
+    out.append("")
     if soft and rep.get("soft_policy"):
         out.append("soft policy: " + ", ".join(f"{k} {v}" for k, v in rep["soft_policy"].items() if k != "limits"))
     for k, r in enumerate(lines):
         out.append("  ".join(c.ljust(widths[i]) if i == 0 else c.rjust(widths[i]) for i, c in enumerate(r)))
         if k == 0:
             out.append("  ".join("-" * w for w in widths))
-    if rep["targets"]:
-        out.append("")
-        for name, t in rep["targets"].items():
-            out.append(f"target {name}: {_f(t['value'], '.4f')} ({t['target']}) {'PASS' if t['pass'] else 'FAIL'}")
     out.append("")
+    out.append("vs users: the model's figure over the users' requests' on the same jobs (below 1: less than the "
+               "users')")
     if soft:
         out.append("extended: share of jobs extended at least once; over-res: of the final limit "
                    "after extensions; planned wrongly: Σ cores × |limit at start − used| / Σ cores × used; "

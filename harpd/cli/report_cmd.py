@@ -29,10 +29,19 @@ HELP = "accounting report: allocated vs used, efficiency, failures, what harp sa
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--by", choices=REPORT_GROUPINGS, default="user", help="group rows by this (default: user)")
-    p.add_argument("--since", help="jobs that ended at or after: ISO date/time or span back (7d, 12h, 2w), or 'all'"
+    p.add_argument("-S", "--since", "--starttime", dest="since", metavar="TIME",
+                   help="jobs that ended at or after TIME: ISO date/time, a span back (7d, 12h, 2w), sacct's forms"
+                   " (now-7days, today, midnight, noon, 0501, 05/01/24), or 'all'"
                    " (default: [report] default_window_days ago)")
-    p.add_argument("--until", help="jobs that ended before: ISO date/time or span back (default: now)")
-    p.add_argument("--user", dest="only_user", metavar="NAME", help="only this user's jobs (admins; others see only their own)")
+    p.add_argument("-E", "--until", "--endtime", dest="until", metavar="TIME",
+                   help="jobs that ended before TIME, in the same forms (default: now)")
+    p.add_argument("-u", "--user", dest="only_user", metavar="NAME[,NAME]",
+                   help="only these users' jobs (admins; others see only their own)")
+    p.add_argument("-A", "--account", metavar="NAME[,NAME]", help="only jobs of these accounts")
+    p.add_argument("-r", "--partition", metavar="NAME[,NAME]", help="only jobs of these partitions")
+    p.add_argument("--source", metavar="NAME[,NAME]",
+                   help="only jobs from these sources (a cluster, or the file stem of an imported trace);"
+                   " rows keep sources apart by default")
     p.add_argument("--format", choices=REPORT_FORMATS, default="table", help="output format (default: table)")
     p.add_argument("-o", "--output", metavar="FILE", help="write to FILE instead of standard output (needed for html on a terminal)")
     p.add_argument("--top", type=int, default=None, metavar="N",
@@ -109,6 +118,10 @@ def run(args: argparse.Namespace) -> int:
         raise CliError(f"--timeout {args.timeout:g}: must be a positive number of seconds")
     if args.daemon and args.db:
         raise CliError("--daemon asks harpd, which reads its own store; drop --db or --daemon")
+    for option, value in (("--user", args.only_user), ("--account", args.account),
+                          ("--partition", args.partition), ("--source", args.source)):
+        if value is not None and not _names(value):
+            raise CliError(f"{option} {value!r}: no name given; give one or more names separated by commas")
     if args.format == "html" and args.output in (None, "-") and sys.stdout.isatty():
         raise CliError("--format html writes a file; add -o report.html")
     settings = settings_of(args)
@@ -153,12 +166,19 @@ def _why_not(db: Path) -> str:
     return "permission denied"
 
 
+def _names(text: str | None) -> tuple[str, ...]:
+    from harpd.report.build import names_of
+
+    return names_of(text)
+
+
 def _from_daemon(args: argparse.Namespace) -> str:
     """The report harpd builds from its own store, scoped to this user unless an admin."""
     from harpd.cli.ask import ask
 
     message = {"op": "report", "by": args.by, "since": args.since, "until": args.until,
-               "user": args.only_user, "format": args.format, "top": args.top}
+               "user": args.only_user, "account": args.account, "partition": args.partition,
+               "source": args.source, "format": args.format, "top": args.top}
     answer = ask(args, {k: v for k, v in message.items() if v is not None}, args.timeout,
                  max_answer=MAX_REPORT_ANSWER)  # Unreachable: the caller says what else to try
     text = answer.get("text")
@@ -185,7 +205,9 @@ def _from_store(args: argparse.Namespace, settings: object, window: object, db: 
         raise CliError(f"{db} is a directory; pass the store file to --db")
     store = open_store(db)
     try:
-        report = build.build(store, settings, by=args.by, window=window, user=user, source=str(db))
+        filters = build.Filters(accounts=_names(args.account), partitions=_names(args.partition),
+                                sources=_names(args.source))
+        report = build.build(store, settings, by=args.by, window=window, user=user, source=str(db), filters=filters)
     except StoreError as exc:
         raise CliError(str(exc)) from None
     finally:

@@ -19,7 +19,7 @@ from harpd.cli.ask import Unreachable, ask
 from harpd.cli.main import CliError, open_store, settings_of
 
 NAME = "status"
-HELP = "show a job's request, outcome and recovery attempts (limits, outcome and reason of each)"
+HELP = "what harp did with a job: its source, request, outcome and recovery attempts"
 
 _JOB_ID = re.compile(r"^[0-9]{1,20}(_[0-9]{1,10}|\+[0-9]{1,4})?$")
 _MODE_WORDS = {"requeue": "requeued in place", "resubmit": "resubmitted as a new job"}
@@ -27,10 +27,13 @@ _MODE_WORDS = {"requeue": "requeued in place", "resubmit": "resubmitted as a new
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("job_id", metavar="JOBID", help="Slurm job id (any attempt of a chain)")
-    parser.add_argument("--json", action="store_true", help="print harpd's answer as JSON")
+    parser.add_argument("--format", choices=("text", "json"), default="text",
+                        help="text (default), or json: harpd's answer as it came")
+    # the old spelling, kept working for scripts but no longer shown: every subcommand says --format json
+    parser.add_argument("--json", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--direct", action="store_true", help="read the store instead of asking harpd (admins)")
-    parser.add_argument("--db", help="store to read with --direct (default: store.path from the config)")
-    parser.add_argument("--timeout", type=float, default=5.0, help="seconds to wait for harpd (default 5)")
+    parser.add_argument("--db", metavar="PATH", help="store to read with --direct (default: store.path from the config)")
+    parser.add_argument("--timeout", type=float, default=5.0, metavar="S", help="seconds to wait for harpd (default 5)")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -39,6 +42,9 @@ def run(args: argparse.Namespace) -> int:
         raise CliError(f"{args.job_id!r} is not a Slurm job id (like 123 or 123_4)")
     if args.timeout <= 0:
         raise CliError("--timeout must be positive")
+    if args.json:
+        print("harp: --json is deprecated; use --format json", file=sys.stderr)
+        args.format = "json"
     note = None
     if args.direct or args.db:
         job = _from_store(job_id, args)
@@ -53,7 +59,7 @@ def run(args: argparse.Namespace) -> int:
             note = f"harp: {exc}; read the store directly"
     if note:
         print(note, file=sys.stderr)
-    if args.json:
+    if args.format == "json":
         print(json.dumps(job, indent=2, sort_keys=True, default=str))
     else:
         sys.stdout.write(render(job))
@@ -73,13 +79,14 @@ def _from_store(job_id: str, args: argparse.Namespace) -> dict[str, Any]:
     from harpd.report.job_status import JobStatusError, job_status
     from harpd.store import StoreError
 
-    db = args.db or settings_of(args).store.path
+    settings = settings_of(args)
+    db = args.db or settings.store.path
     if not os.path.exists(db):
         raise CliError(f"{db}: no such store; give --db or fix store.path")
     store = open_store(db)
     try:
         # whoever can open the store sees every job in it: an admin's view
-        return job_status(store, job_id, admin=True, uid=os.geteuid(), user="")
+        return job_status(store, job_id, admin=True, uid=os.geteuid(), user="", cluster=settings.slurm.cluster)
     except JobStatusError as exc:
         raise CliError(str(exc)) from None
     except StoreError as exc:
@@ -143,6 +150,15 @@ def _limit_changes(job: dict[str, Any]) -> list[str]:
     return out
 
 
+def _source(kind: str | None, source: str | None) -> str:
+    """Where a shown job comes from, in words: the cluster's own records never read like a trace's."""
+    if kind == "imported":
+        return f"imported trace {source} (history loaded with harp import: not a job of this cluster)"
+    if kind == "cluster":
+        return f"this cluster ({source})" if source else "this cluster (registered by harp-submit; no Slurm record yet)"
+    return f"{source} (harp cannot tell whether it is this cluster's or imported: harpd has not polled yet)"
+
+
 def render(job: dict[str, Any]) -> str:
     """The human view of a status answer."""
     out: list[str] = []
@@ -152,6 +168,11 @@ def render(job: dict[str, Any]) -> str:
     if job.get("chain_id") and str(job["chain_id"]) != str(jid):
         head += f", attempt of job {job['chain_id']}"
     out.append(head)
+    if job.get("source") or job.get("source_kind"):
+        out.append(f"  source:        {_source(job.get('source_kind'), job.get('source'))}")
+    if job.get("also_imported"):
+        out.append(f"  not shown:     job {jid} of imported trace(s) {', '.join(job['also_imported'])}, "
+                   "a different job with the same id")
     if job.get("registered"):
         reg = job.get("registered_job_id")
         if reg and str(reg) != str(jid):
@@ -169,8 +190,9 @@ def render(job: dict[str, Any]) -> str:
     out += _limit_changes(job)
     attempts = job.get("attempts") or []
     if not attempts:
-        out.append("  recovery:      none (no attempt was made to run it again)")
-        return "\n".join(out) + "\n"
+        if job.get("source_kind") != "imported":  # harp never ran a trace's job
+            out.append("  recovery:      none (no attempt was made to run it again)")
+        return "\n".join(out + _other_records(job)) + "\n"
     out.append(f"  recovery:      {len(attempts)} attempt(s)")
     stop = None
     for a in attempts:
@@ -196,4 +218,14 @@ def render(job: dict[str, Any]) -> str:
             stop = lim["stop"]
     if stop:
         out.append(f"  stopped: {stop}")
-    return "\n".join(out) + "\n"
+    return "\n".join(out + _other_records(job)) + "\n"
+
+
+def _other_records(job: dict[str, Any]) -> list[str]:
+    """The same job id in further sources (only where none is the cluster's), each with its source."""
+    out: list[str] = []
+    for other in job.get("other_records") or []:
+        out.append(f"job {job.get('job_id')}: {other.get('user') or '?'}")
+        out.append(f"  source:        {_source(job.get('source_kind'), other.get('source'))}")
+        out.append(f"  last outcome:  {other.get('outcome')}" + (f" (Slurm {other['state']})" if other.get("state") else ""))
+    return out

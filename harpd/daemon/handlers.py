@@ -231,7 +231,8 @@ class Handlers:
 
     def op_status(self, peer: Peer, req: p.StatusRequest) -> BaseModel:
         try:
-            job = job_status(self.store, req.job_id, admin=self.is_admin(peer), uid=peer.uid, user=peer.user)
+            job = job_status(self.store, req.job_id, admin=self.is_admin(peer), uid=peer.uid, user=peer.user,
+                             cluster=getattr(getattr(self.settings, "slurm", None), "cluster", None))
         except JobStatusError as exc:
             return p.error(str(exc))
         if self.limits_mode is not None:
@@ -274,8 +275,10 @@ class Handlers:
             return p.error(f"harpd is already building {self.max_reports} report(s); retry in a minute")
         try:
             started = time.monotonic()
+            filters = build.Filters(accounts=build.names_of(req.account), partitions=build.names_of(req.partition),
+                                    sources=build.names_of(req.source))
             report = build.build(self.store, settings, by=req.by, window=window, user=user,
-                                 source=f"harpd ({self.store.path})")
+                                 source=f"harpd ({self.store.path})", filters=filters)
             text = build.render(report, req.format, req.top)
         finally:
             self._reports.release()

@@ -18,7 +18,8 @@ Start order is chosen so that every admin mistake shows up at start, as one
    the trace importer as admin actions;
 5. the sacct poller, which stores each job's outcome and then hands it to
    its listeners: recovery (resubmits what ran out), the watcher (re-sizes
-   pending siblings) and the retrain trigger (counts outcomes);
+   pending siblings) and the retrain trigger (counts outcomes; it trains at
+   once, in the background, when the store has history but no model);
 6. the watcher (``harpd.watch``), only when harpd may change other users'
    jobs (``privilege.detect``, decided once at start, shown in ``health``):
    it extends running jobs before harp's limit and re-sizes pending ones.  The live history is not a listener: the predictor
@@ -49,7 +50,7 @@ from harpd.dnn.predictor import DnnRoutingPredictor
 from harpd.ingest import poller
 from harpd.ingest.importer import import_file
 from harpd.predict.live import make_predictor
-from harpd.predict.retrain_timer import attach_retrain
+from harpd.predict.retrain_timer import attach_retrain, train_in_background
 from harpd.recovery.machine import make as make_recovery
 from harpd.slurm import SlurmBackend, get_backend
 from harpd.slurm.partitions import cached_partitions, limits_from_partitions, owner_from_backend
@@ -136,7 +137,8 @@ def build_handlers(settings: HarpSettings, store: Store) -> tuple[Handlers, list
     )
     log.info("predictor: %s", predictor.name)
     return handlers, start_services(settings, store, backend, live.retrain, privilege=privilege,
-                                    predictor=predictor, partitions=partitions)
+                                    predictor=predictor, partitions=partitions,
+                                    trained_on=getattr(live, "trained_on", None))
 
 
 def _make_live(settings: HarpSettings, store: Store, backend: SlurmBackend | None, limits: Any,
@@ -157,8 +159,14 @@ def slurm_backend(settings: HarpSettings) -> SlurmBackend | None:
 
 def start_services(settings: HarpSettings, store: Store, backend: SlurmBackend | None,
                    retrain: Callable[[], Any], *, privilege: Privilege | None = None, predictor: Any = None,
-                   partitions: Any = None) -> list[Any]:
-    """The sacct poller and the listeners of its outcomes: recovery, the watcher, the retrain trigger."""
+                   partitions: Any = None, trained_on: Callable[[], int | None] | None = None) -> list[Any]:
+    """The sacct poller and the listeners of its outcomes: recovery, the watcher, the retrain trigger.
+
+    ``trained_on``: the most jobs a loaded model learnt from (None: no model);
+    with history in the store and no model, the first training starts at
+    once, in the background (requests are answered meanwhile).
+    """
+    train_now = _first_training_due(store, trained_on)
     recovery = make_recovery(settings=settings, store=store, backend=backend,
                              partitions=partitions)  # None: off, or no Slurm
     # recovery listens from the first poll on, which may announce outcomes a
@@ -167,6 +175,8 @@ def start_services(settings: HarpSettings, store: Store, backend: SlurmBackend |
                           listeners=[] if recovery is None else [recovery.on_outcome])
     services: list[Any] = [ingest]
     if ingest.ingestor is None:  # no Slurm: nothing is polled
+        if train_now:
+            train_in_background(retrain)
         return services
     if recovery is not None:
         services.append(recovery.attach(ingest))
@@ -175,9 +185,22 @@ def start_services(settings: HarpSettings, store: Store, backend: SlurmBackend |
                            predictor=predictor, partitions=partitions)  # None: hard limits, as before
         if watch is not None:
             services.append(watch.attach(ingest))
-    # retrain every retrain.interval_s and after retrain.after_n_outcomes outcomes
-    ingest.ingestor.on_outcome.append(attach_retrain(ingest.scheduler, retrain, settings.retrain))
+    # retrain every retrain.interval_s, after retrain.after_n_outcomes outcomes, and
+    # retrain.first_after_s after new outcomes while the models are missing or young
+    ingest.ingestor.on_outcome.append(attach_retrain(ingest.scheduler, retrain, settings.retrain,
+                                                     trained_on=trained_on, train_now=train_now,
+                                                     history_size=store.count_jobs))
     return services
+
+
+def _first_training_due(store: Store, trained_on: Callable[[], int | None] | None) -> bool:
+    """No model loaded but finished jobs in the store (``harp import``): train at start."""
+    if trained_on is None or trained_on() is not None:
+        return False
+    n = store.count_jobs()
+    if n:
+        log.info("no trained model and %d finished jobs in the store: training now, in the background", n)
+    return n > 0
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -87,6 +87,7 @@ class DnnSpec:
     model: str | None = None  # model_type when read from a config
     config_path: str | None = None
     notes: list[str] = field(default_factory=list)
+    shape_known: bool = True  # False: params only (harp dnn estimate), no activations
 
     @property
     def one_task_per_node(self) -> bool:
@@ -292,8 +293,15 @@ def _offload(value: str) -> tuple[bool, bool]:
     return bool(parts & {"optimizer", "cpu"}), bool(parts & {"param", "params"})
 
 
-def build_spec(tokens: dict[str, str], cwd: str | None = None, uid: int | None = None) -> DnnSpec:
-    """Resolve KEY=VALUE tokens into a DnnSpec; DnnError on anything wrong."""
+def build_spec(tokens: dict[str, str], cwd: str | None = None, uid: int | None = None, *,
+               shape_required: bool = True) -> DnnSpec:
+    """Resolve KEY=VALUE tokens into a DnnSpec; DnnError on anything wrong.
+
+    ``shape_required=False`` (``harp dnn estimate``) accepts params= alone: the
+    model states need only the parameter count, so the spec comes back with
+    ``shape_known=False`` and zeros for the shape instead of an error; the
+    planner keeps the default, since it cannot size a GPU without activations.
+    """
     unknown = sorted(set(tokens) - set(KEYS))
     if unknown:
         raise DnnError(f"#HARP dnn: unknown key '{unknown[0]}' (known: {', '.join(KEYS)})")
@@ -317,9 +325,11 @@ def build_spec(tokens: dict[str, str], cwd: str | None = None, uid: int | None =
     if params is None:
         raise DnnError("#HARP dnn: give params= (e.g. params=7e9) or config=path/to/config.json")
     missing = [k for k, v in (("layers", layers), ("hidden", hidden), ("heads", heads)) if v is None]
-    if missing:
+    if missing and shape_required:
         raise DnnError(f"#HARP dnn: activations need {' '.join(m + '=' for m in missing)} "
                        "(or config=path/to/config.json)")
+    if missing:
+        return _apply_options(_states_only_spec(tokens, params, hidden, vocab), tokens)
     assert layers is not None and hidden is not None and heads is not None
     if vocab is None:
         vocab = ASSUMED_VOCAB
@@ -349,6 +359,23 @@ def build_spec(tokens: dict[str, str], cwd: str | None = None, uid: int | None =
     if shape:
         spec.model = shape.model_type
         spec.config_path = tokens["config"]
+    return _apply_options(spec, tokens)
+
+
+def _states_only_spec(tokens: dict[str, str], params: int, hidden: int | None, vocab: int | None) -> DnnSpec:
+    """A spec without the model's shape: enough for the model states, not for activations."""
+    if "largest_layer" in tokens:
+        largest = parse_count("largest_layer", tokens["largest_layer"], hi=10**14)
+    elif hidden is not None:
+        largest = max((vocab or ASSUMED_VOCAB) * hidden, 4 * hidden * hidden + 4 * hidden)
+    else:
+        largest = 0  # unknown: the caller says ZeRO-3's gathered layer is not counted
+    return DnnSpec(params=params, layers=0, hidden=hidden or 0, heads=0, vocab=vocab or 0, seq_len=0,
+                   micro_batch=0, largest_layer=min(largest, params), shape_known=False)
+
+
+def _apply_options(spec: DnnSpec, tokens: dict[str, str]) -> DnnSpec:
+    """The keys that are not the model's size (optimizer, precision, ZeRO, ...), checked."""
     if "optimizer" in tokens:
         spec.optimizer = _choice("optimizer", tokens["optimizer"], _OPTIMIZERS)
     if "momentum" in tokens:

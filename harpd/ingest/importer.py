@@ -6,9 +6,14 @@ in one transaction.  Importing the same file twice changes nothing (the store
 upserts by source, job id and attempt), which is also how an interrupted or
 failed import is resumed: run it again.
 
-When the file turns out broken part-way (a truncated gzip), every record read
-before the break is still written, then the error is raised: nothing readable
-is lost and the message names the line to look at.
+When the file turns out broken part-way (a truncated gzip), every complete
+record read before the break is still written (a line cut by the break never
+is), then the error is raised saying how many were written and where: nothing
+readable is lost, nothing half-read is stored, and importing a complete copy
+later updates those records instead of duplicating them.
+
+Progress is the share of the file's bytes read (``TraceText.fraction``),
+drawn by ``harpd.progress`` on a terminal only.
 """
 
 from __future__ import annotations
@@ -21,7 +26,7 @@ from dataclasses import dataclass, field
 from typing import IO, Any
 
 from harpd.records import JobRecord
-from harpd.traces import TraceFormatError, TraceReader, read_trace
+from harpd.traces import TraceFormatError, read_trace
 
 __all__ = ["ImportSummary", "ImportFailed", "import_file"]
 
@@ -43,45 +48,16 @@ class ImportSummary:
     skipped: int = 0
     seconds: float = 0.0
     errors: list[str] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+    store: str = ""
 
     def line(self) -> str:
         rate = self.records / self.seconds if self.seconds > 0 else 0.0
+        into = f" into {self.store}" if self.store else ""
         return (
             f"imported {self.records:,} records from {os.path.basename(self.path)} as source "
-            f"{self.source!r} ({self.skipped:,} skipped) in {self.seconds:.1f} s ({rate:,.0f} records/s)"
+            f"{self.source!r} ({self.skipped:,} skipped) in {self.seconds:.1f} s ({rate:,.0f} records/s){into}"
         )
-
-
-class _Progress:
-    """One self-overwriting stderr line, at most five updates a second."""
-
-    def __init__(self, stream: IO[str], reader: TraceReader, label: str) -> None:
-        self.stream = stream
-        self.reader = reader
-        self.label = label
-        self.t0 = time.monotonic()
-        self.last = 0.0
-
-    def update(self, n: int, force: bool = False) -> None:
-        now = time.monotonic()
-        if not force and now - self.last < 0.2:
-            return
-        self.last = now
-        el = max(now - self.t0, 1e-9)
-        frac = self.reader.fraction()
-        if frac is not None:
-            width = 24
-            done = int(frac * width)
-            bar = f"[{'#' * done}{'.' * (width - done)}] {frac * 100:5.1f}% "
-        else:
-            bar = ""
-        self.stream.write(f"\r{self.label}: {bar}{n:,} records, {n / el:,.0f}/s ")
-        self.stream.flush()
-
-    def close(self, n: int) -> None:
-        self.update(n, force=True)
-        self.stream.write("\n")
-        self.stream.flush()
 
 
 def import_file(
@@ -92,43 +68,58 @@ def import_file(
     batch_size: int = 20_000,
     progress: bool | None = None,
     stream: IO[str] | None = None,
+    start: float | None = None,
 ) -> ImportSummary:
     """Load a trace (SWF, sacct -P export, sacct --json) into ``store``.
 
-    ``progress``: draw a progress line on ``stream`` (stderr); default: only
-    when it is a terminal.  Raises ``TraceFormatError`` for a file that is
-    not a trace at all, ``ImportFailed`` (with ``.summary``) when reading
-    breaks part-way, after writing every record read before the break.
+    ``progress``: draw a progress bar on ``stream`` (stderr); default: only
+    when it is a terminal.  ``start``: epoch seconds that place an SWF's
+    relative times (its ``UnixStartTime`` otherwise).  Raises
+    ``TraceFormatError`` for a file that is not a trace at all, ``ImportFailed``
+    (with ``.summary``) when reading breaks part-way, after writing every
+    complete record read before the break.
     """
+    from harpd.progress import Bar
+
     out = stream if stream is not None else sys.stderr
-    if progress is None:
-        progress = bool(getattr(out, "isatty", lambda: False)())
     t0 = time.monotonic()
-    reader = read_trace(path, source)
-    summary = ImportSummary(path=str(path), source=reader.source, format=reader.format)
-    bar = _Progress(out, reader, f"importing {os.path.basename(str(path))}") if progress else None
+    reader = read_trace(path, source, start)
+    summary = ImportSummary(path=str(path), source=reader.source, format=reader.format,
+                            store=str(getattr(store, "path", "") or ""))
+    label = f"importing {os.path.basename(str(path))}"
+    size = os.path.getsize(path) if reader.fraction() is not None else None
+    bar = Bar(label, total=size, stream=out, enabled=False if progress is False else progress,
+              unit="B" if size else "records", unit_scale=bool(size))
     count = 0
     failure: list[BaseException] = []
+
+    def show() -> None:
+        frac = reader.fraction()
+        bar.to(count if size is None or frac is None else frac * size)
+        bar.note(f"{count:,} records")
 
     def records() -> Iterator[JobRecord]:
         nonlocal count
         try:
             for rec in reader:
                 count += 1
-                if bar is not None and not count & 1023:
-                    bar.update(count)
+                if not count & 255:
+                    show()
                 yield rec
         except TraceFormatError as exc:  # stop cleanly: what was read still gets written
             failure.append(exc)
 
     try:
         summary.records = store.insert_jobs(records(), batch_size=batch_size)
+        show()
     finally:
-        if bar is not None:
-            bar.close(count)
+        bar.close()
         summary.skipped = reader.skipped
         summary.errors = reader.errors
+        summary.warnings = reader.warnings
         summary.seconds = time.monotonic() - t0
     if failure:
-        raise ImportFailed(f"{failure[0]} ({summary.records:,} records before it were imported)", summary)
+        where = f" into {summary.store}" if summary.store else ""
+        raise ImportFailed(f"{failure[0]}; the {summary.records:,} records before it were imported{where} "
+                           "(importing a complete copy updates them, never duplicates)", summary)
     return summary

@@ -48,6 +48,7 @@ from harpd.config import HarpSettings
 from harpd.records import JobRecord, Outcome
 from harpd.slurm.base import SlurmBackend
 from harpd.slurm.job_ids import submitted_id
+from harpd.store import LIVE_SOURCES_KEY
 
 log = logging.getLogger("harpd.ingest")
 
@@ -239,6 +240,10 @@ class Ingestor:
                 left = list(self.store.get_meta(UNANNOUNCED_KEY, []) or [])
                 left += [list(_key(r)) for r in new]
                 self.store.set_meta(UNANNOUNCED_KEY, left)
+                # the cluster's own sources, so `harp status` never mistakes an imported job for a live one
+                live = set(self.store.get_meta(LIVE_SOURCES_KEY, []) or [])
+                if not {r.source for r in new} <= live:
+                    self.store.set_meta(LIVE_SOURCES_KEY, sorted(live | {r.source for r in new}))
             if new_cursor is not None:
                 self.store.set_meta(CURSOR_KEY, new_cursor)
         self._announce(new)

@@ -2,6 +2,14 @@
 
 Kept apart from the guard rails (``allocation``) so that replay and training,
 which need only the rails, never pull in the daemon's request path.
+
+Before a resource has a trained model, its live history is kept all the
+same and the history rule sizes a program from its own runs: ``MARGIN`` ×
+the most its last five finished runs used, through the same guard rails
+(``min_history``, the floor, the leave-alone ratio, the walk-back floor,
+never above the request), and never while a recent run was killed at its
+limit.  A site that has just started harpd thus right-sizes a repeated
+program after a handful of runs instead of a day later.
 """
 
 from __future__ import annotations
@@ -16,6 +24,7 @@ import numpy as np
 
 from harpd.features.resources import gpu_count
 from harpd.predict.allocation import Guard, allocate
+from harpd.predict.bounds import MARGIN
 from harpd.predict.soft import SoftPolicy, soft_guard
 from harpd.slurm.partitions import limits_from_backend
 from harp_submit.units import format_mem, format_time
@@ -25,10 +34,12 @@ log = logging.getLogger("harpd.decide")
 
 HISTORY_JOBS = 200_000  # finished jobs replayed into the live history at load
 REFRESH_S = 60.0  # how often new outcomes are pulled from the store
+HISTORY_RULE = "history"  # the name decisions carry where no model is trained (the history rule)
+NO_MODEL = "no trained model yet"
 
 
 class _Loaded:
-    """One resource's champion: the model, its envelope and its live history."""
+    """One resource's champion (``model`` None: none yet, the history rule) and its live history."""
 
     def __init__(self, env: dict[str, Any], row: dict[str, Any]) -> None:
         from harpd.features.history import History
@@ -66,6 +77,9 @@ class ModelPredictor:
         self._loaded: dict[str, _Loaded] = {}
         self._watermark: float | None = None
         self._last_refresh = 0.0
+        self._train_lock = threading.Lock()  # one training at a time (start, schedule, admin)
+        self._trainings = 0  # trainings finished, so a waiting caller can join the one it waited for
+        self._last_training: dict[str, Any] | None = None
         if models is not None:  # tests and benchmarks: envelopes given directly
             for res, env in models.items():
                 self._loaded[res] = _Loaded(env, {"name": env["name"]})
@@ -89,11 +103,23 @@ class ModelPredictor:
                 log.warning("%s model not loaded: %s", res, exc)
                 continue
             loaded[res] = _Loaded(env, row)
+        for res in ("time", "mem"):
+            if res not in loaded:  # no model yet: keep the history for the history rule
+                loaded[res] = _Loaded({"model": None, "name": HISTORY_RULE, "relative": True, "resource": res}, {})
         with self._lock:
             self._loaded = loaded
             self._watermark = None
         self.refresh(limit=HISTORY_JOBS)
-        return {res: {"name": ld.name, "path": ld.row.get("path")} for res, ld in loaded.items()}
+        return {res: {"name": ld.name, "path": ld.row.get("path")} for res, ld in loaded.items()
+                if ld.model is not None}
+
+    def trained_on(self) -> int | None:
+        """The most jobs a loaded champion learnt from; None without any (the retrain trigger asks)."""
+        ns = [int(ld.row.get("n_train") or 0) for ld in self._loaded.values() if ld.model is not None]
+        return max(ns) if ns else None
+
+    def has_model(self) -> bool:
+        return any(ld.model is not None for ld in self._loaded.values())
 
     def _pick(self, resource: str, want: str) -> dict[str, Any] | None:
         if want == "auto":
@@ -168,12 +194,23 @@ class ModelPredictor:
             log.exception("history refresh failed")
 
     def retrain(self) -> dict[str, Any]:
-        """Admin ``retrain``: train on the store, then load the new champions."""
+        """Train on the store, then load the new champions (admin ``retrain``, start, schedule).
+
+        One training at a time: a caller that finds one running waits for it
+        and takes its result (it read the same store) instead of training
+        twice in a row on a busy daemon host.
+        """
         from harpd.predict.training import retrain_all
 
-        out = retrain_all(self.store, self.settings)
-        out["loaded"] = self.reload()
-        return out
+        seen = self._trainings
+        with self._train_lock:
+            if self._trainings != seen and self._last_training is not None:
+                return {**self._last_training, "joined": "a training already running"}
+            out = retrain_all(self.store, self.settings)
+            out["loaded"] = self.reload()
+            self._last_training = out
+            self._trainings += 1
+            return out
 
     # -- the request path ------------------------------------------------------------
     def decide(self, job, user: str, uid: int):
@@ -191,7 +228,7 @@ class ModelPredictor:
                 log.warning("partition limits unavailable for %s: %s", partition, exc)
         if not self._loaded:
             return Decision(changes=[], limits=limits, model=None,
-                            explain={"reason": "no trained model yet: request kept"})
+                            explain={"reason": f"{NO_MODEL}: request kept"})
         self._maybe_refresh()
         changes: list = []
         explain: dict[str, Any] = {}
@@ -206,6 +243,9 @@ class ModelPredictor:
             if ch is not None:
                 changes.append(Change(**ch))
                 models_used.append(ld.name)
+        if not any(ld.model is not None for ld in self._loaded.values()):
+            explain["reason"] = (f"{NO_MODEL}: sized from this program's own runs" if changes
+                                 else f"{NO_MODEL}: request kept")
         return Decision(changes=changes, limits=limits, model=",".join(sorted(set(models_used))) or None,
                         explain=explain)
 
@@ -224,6 +264,24 @@ class ModelPredictor:
         if n_runs + 0.5 >= policy.min_recent and rmax == rmax:
             return float(rmax) + math.log(policy.recent_margin), f"{policy.recent_margin:g} x the most of the last runs"
         return up, "model bound"
+
+    @staticmethod
+    def _history_bound(x, margin: float) -> tuple[float | None, str]:
+        """The history rule's bound (log need/request) from the signature's own runs, or None and why.
+
+        ``margin`` × the most its last five finished runs used (History's
+        ``s_max5``); none while one of its recent runs was killed at its
+        limit (``s_cens``): that run needed more than it had, by how much
+        nobody knows.
+        """
+        from harpd.features.history import COL
+
+        smax, cens = x[COL["s_max5"]], x[COL["s_cens"]]
+        if cens == cens and cens > 0:
+            return None, "a recent run of this program hit its limit: request kept"
+        if smax != smax:
+            return None, "no usage recorded for this program's runs: request kept"
+        return float(smax) + math.log(margin), f"{margin:g} x the most of its last runs"
 
     def _one(self, job, user: str, res: str, ld: _Loaded, limits, now: float):
         from harpd.features.history import COL, conformal_group, keys_of
@@ -257,26 +315,36 @@ class ModelPredictor:
             guard = soft_guard(guard)
         if n_hist < guard.min_history:
             return None, {"reason": f"cold start: {n_hist} of {guard.min_history} runs", "n_history": n_hist}
-        X = np.asarray([x], dtype=np.float32)
-        group = conformal_group(job.partition or rq.partition, x[COL["log_pending"]])
-        up = float(ld.model.predict(X, groups=np.array([group], dtype=object))[0])
-        theta = getattr(ld.model, "theta", None)
+        ex: dict[str, Any] = {}
+        theta = None
+        if ld.model is None:
+            margin = SoftPolicy.from_settings(self.settings.predict).recent_margin if soft else MARGIN
+            up, rule = self._history_bound(x, margin)
+            if up is None:
+                return None, {"model": None, "rule": HISTORY_RULE, "n_history": n_hist, "reason": rule}
+            ex.update(rule=HISTORY_RULE, source=f"this program's own runs ({NO_MODEL})")
+            reason = f"{res} from this program's own {n_hist} runs ({rule}; {NO_MODEL})"
+        else:
+            X = np.asarray([x], dtype=np.float32)
+            group = conformal_group(job.partition or rq.partition, x[COL["log_pending"]])
+            up = float(ld.model.predict(X, groups=np.array([group], dtype=object))[0])
+            theta = getattr(ld.model, "theta", None)
+            if soft:
+                policy = SoftPolicy.from_settings(self.settings.predict)
+                up, rule = self._soft_bound(x, up, policy)
+                ex.update(policy.explain(), soft_rule=rule)
+            reason = f"{ld.name}: {res} bound from {n_hist} similar runs"
         if res == "time":
             limit = limits.max_time_s or self.settings.recovery.max_time_s
         else:
             per_node = limits.max_mem_mb or self.settings.recovery.max_mem_mb
             limit = per_node * nodes if per_node else None
-        ex: dict[str, Any] = {}
-        if soft:
-            policy = SoftPolicy.from_settings(self.settings.predict)
-            up, rule = self._soft_bound(x, up, policy)
-            ex.update(policy.explain(), soft_rule=rule)
         value, why = allocate(req, up, n_hist, limit, guard, theta)
-        ex = {"model": ld.name, "n_history": n_hist, "bound_ratio": round(math.exp(up), 4) if math.isfinite(up) else None,
+        ex = {"model": None if ld.model is None else ld.name, "n_history": n_hist,
+              "bound_ratio": round(math.exp(up), 4) if math.isfinite(up) else None,
               "leave_alone_ratio": None if theta is None else round(float(theta), 3), "reason": why, **ex}
         if value is None:
             return None, ex
-        reason = f"{ld.name}: {res} bound from {n_hist} similar runs"
         if soft:
             reason += f" (extended automatically up to {format_time(int(req))} while it runs)"
         if res == "time":

@@ -54,6 +54,9 @@ class ModelMetrics:
     harp_kills: int | None = None  # jobs killed below their own request (0 under soft limits)
     planned_wrongly: float | None = None  # Σw·|limit at start − used| / Σw·used
     planned_wrongly_vs_request: float | None = None  # the same against the users' requests
+    # for the plain verdict of `harp replay` (what harp saves and costs, in resource units × weight)
+    used_total: float = 0.0  # Σw·used: the work itself, the same for every model
+    killed_jobs: int = 0  # jobs with at least one attempt killed below what they needed
 
     def to_dict(self) -> dict:
         return {k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in asdict(self).items()}
@@ -163,6 +166,8 @@ def evaluate(
         score=harp_score(over, float(np.sum(w * killed)), sum_used, under_rate, alpha),
         under_rate_weighted=float(np.sum(w[under]) / wfit) if wfit else 0.0,
         over_reservation_jobs=over_jobs,
+        used_total=sum_used,
+        killed_jobs=int(np.sum(killed > 0)),
     )
     if baseline is not None:
         m.over_vs_request = over / baseline.over_reservation if baseline.over_reservation else None
@@ -224,6 +229,7 @@ def evaluate_soft(model: str, start: np.ndarray, need: np.ndarray, request: np.n
         extended_share=share, extended_share_changed=float(np.sum(extended & managed) / n_man) if n_man else 0.0,
         harp_kills=int(harp_killed.sum()),
         planned_wrongly=plan / sum_used if sum_used else math.nan,
+        used_total=sum_used, killed_jobs=int(harp_killed.sum()),
     )
     if baseline is not None:
         m.over_vs_request = over / baseline.over_reservation if baseline.over_reservation else None

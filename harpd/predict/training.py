@@ -8,8 +8,10 @@ champion is the candidate with the lowest harp score (docs/metrics.md); the
 others stay in the store as challengers with their scores.  Finally every
 candidate is refitted on all the data and saved.
 
-Retraining runs on a schedule and after N new outcomes (``should_retrain``,
-``RetrainSchedule``); the daemon calls ``retrain_all`` when either is due.
+Retraining runs at start when the store has history but no model, on a
+schedule, after N new outcomes, and soon after new outcomes while the models
+are missing or young (``harpd.predict.retrain_timer``); the daemon calls
+``retrain_all`` when one is due.
 """
 
 from __future__ import annotations

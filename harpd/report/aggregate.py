@@ -4,8 +4,11 @@ Everything is a numpy pass over whole columns (group sums via ``bincount``),
 so a million stored jobs cost well under a second here; the store read is
 the expensive part.  The renderers get plain dicts and lists (``Report``) and
 never see arrays, so table, CSV, JSON and HTML cannot disagree on a number.
-It is one module (about 600 lines) because every section of a report shares
+It is one module (about 680 lines) because every section of a report shares
 the same group index and job masks, computed once at the top of ``aggregate``.
+
+Rows are per (source, group): imported history and the cluster's own jobs,
+or two imported traces, may share user names that are not the same people.
 
 Definitions (per job, then summed):
 - core-hours requested = CPUs x time limit (what the user reserved);
@@ -16,6 +19,9 @@ Definitions (per job, then summed):
 - GPU-hours requested = GPUs x time limit; allocated = AllocGPUs x elapsed.
   Slurm accounting has no GPU utilisation, so there is no "used".
 - waste = allocated - used, never negative per job.
+- reserved, never held = CPUs x (time limit - elapsed): what a time limit
+  blocked beyond the run; the one waste an export without TotalCPU and
+  MaxRSS (sacct -o without them) still shows.
 - group efficiencies are ratios of the sums (used/allocated core-hours,
   used/allocated GB-hours, allocated/requested core-hours for time), i.e.
   resource-weighted; per-job seff-style values feed the distributions.
@@ -52,6 +58,7 @@ METRICS: tuple[tuple[str, str, str], ...] = (
     ("mem_gbh_waste", "GB-h", "allocated - used"),
     ("mem_eff", "ratio", "used / allocated GB-hours"),
     ("time_eff", "ratio", "allocated / requested core-hours (elapsed / time limit)"),
+    ("core_h_limit_unused", "core-h", "CPUs x (time limit - elapsed): reserved, never held"),
     ("gpu_h_req", "GPU-h", "GPUs x time limit"),
     ("gpu_h_alloc", "GPU-h", "AllocGPUs x elapsed"),
     ("completed", "count", "jobs that completed"),
@@ -65,6 +72,19 @@ METRICS: tuple[tuple[str, str, str], ...] = (
     ("harp_sized", "count", "jobs whose request harp changed"),
 )
 METRIC_NAMES = tuple(m[0] for m in METRICS)
+
+# the sacct fields (``sacct -o``) each job column comes from: when an export
+# lacks one, the report says which field would fill its empty panels
+SACCT_FIELDS = {
+    "used_cpu_s": "TotalCPU",
+    "used_mem_mb": "MaxRSS",
+    "used_time_s": "Elapsed",
+    "req_time_s": "Timelimit",
+    "req_mem_mb": "ReqMem",
+    "user": "User",
+    "account": "Account",
+    "partition": "Partition",
+}
 
 
 @dataclass
@@ -88,6 +108,13 @@ class Report:
     notes: list[str] = field(default_factory=list)
     source: str = ""
     queue: dict[str, Any] = field(default_factory=dict)  # `harp replay --schedule`'s last figures, if any
+    sources: list[str] = field(default_factory=list)  # the jobs' sources (cluster or trace), sorted
+    # per job column (SACCT_FIELDS): how many of the report's jobs carry a value
+    measured: dict[str, int] = field(default_factory=dict)
+
+    def missing(self, *columns: str) -> list[str]:
+        """The sacct fields of ``columns`` that no job of the report carries."""
+        return [SACCT_FIELDS.get(c, c) for c in columns if self.measured.get(c, 0) == 0]
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
@@ -131,6 +158,7 @@ class _Derived:
     n: int
     core_h_req: np.ndarray
     core_h_alloc: np.ndarray
+    core_h_limit_unused: np.ndarray
     core_h_used: np.ndarray
     mem_gbh_req: np.ndarray
     mem_gbh_alloc: np.ndarray
@@ -187,6 +215,7 @@ def derive(jobs: Jobs) -> _Derived:
         n=n,
         core_h_req=req_cpus * limit_h,
         core_h_alloc=cpus * elapsed_h,
+        core_h_limit_unused=np.maximum(req_cpus * limit_h - cpus * elapsed_h, 0.0),
         core_h_used=_col(jobs, "used_cpu_s", n) / 3600.0,
         mem_gbh_req=mem_gb * limit_h,
         mem_gbh_alloc=mem_gb * elapsed_h,
@@ -258,6 +287,7 @@ def group_metrics(d: _Derived, codes: np.ndarray, k: int) -> dict[str, np.ndarra
         "_mem_den": _gsum(codes, k, d.mem_gbh_alloc, both_mem),
         "_time_num": _gsum(codes, k, d.core_h_alloc, both_time),
         "_time_den": _gsum(codes, k, d.core_h_req, both_time),
+        "core_h_limit_unused": _gsum(codes, k, d.core_h_limit_unused),
         "gpu_h_req": _gsum(codes, k, d.gpu_h_req),
         "gpu_h_alloc": _gsum(codes, k, d.gpu_h_alloc),
         "completed": _gcount(codes, k, d.outcome.get("completed", np.zeros(d.n, bool))),
@@ -288,10 +318,12 @@ def total_metrics(gm: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
     return _with_ratios({k: np.array([_nsum(v)], dtype=v.dtype) for k, v in gm.items() if not k.endswith("_eff")})
 
 
-def _rows(labels: list[str], m: dict[str, np.ndarray]) -> list[dict[str, Any]]:
+def _rows(labels: list[str], m: dict[str, np.ndarray], sources: list[str] | None = None) -> list[dict[str, Any]]:
     rows = []
     for i, lab in enumerate(labels):
         row: dict[str, Any] = {"key": lab}
+        if sources is not None:
+            row["source"] = sources[i]
         for name in METRIC_NAMES:
             v = m[name][i]
             row[name] = int(v) if m[name].dtype.kind in "iu" else float(v)
@@ -336,7 +368,7 @@ def _timeline(jobs: Jobs, d: _Derived, window: Window, now: float) -> dict[str, 
     ok = np.isfinite(end)
     if not ok.any():
         return {"bin_s": 0, "starts": [], "core_h_alloc": [], "core_h_used": [], "core_h_waste": [],
-                "mem_gbh_alloc": [], "mem_gbh_used": [], "jobs": []}
+                "core_h_limit_unused": [], "mem_gbh_alloc": [], "mem_gbh_used": [], "jobs": [], "gaps": 0}
     # an open end follows the data (imported history may be years old), a
     # given end is kept even if empty: "nothing ran then" is information
     lo = window.since if window.since is not None else float(end[ok].min())
@@ -358,16 +390,26 @@ def _timeline(jobs: Jobs, d: _Derived, window: Window, now: float) -> dict[str, 
     idx = np.where(ok, idx, 0).astype(np.int64)
     both = np.isfinite(d.core_h_used) & np.isfinite(d.core_h_alloc)
     waste = np.where(both, np.maximum(d.core_h_alloc - d.core_h_used, 0.0), np.nan)
-    return {
-        "bin_s": bin_s,
-        "starts": [start + i * bin_s for i in range(nb)],
-        "core_h_alloc": _gsum(idx, nb, d.core_h_alloc, ok).tolist(),
-        "core_h_used": _gsum(idx, nb, d.core_h_used, ok).tolist(),
-        "core_h_waste": _gsum(idx, nb, waste, ok).tolist(),
-        "mem_gbh_alloc": _gsum(idx, nb, d.mem_gbh_alloc, ok).tolist(),
-        "mem_gbh_used": _gsum(idx, nb, d.mem_gbh_used, ok).tolist(),
-        "jobs": np.bincount(idx[ok], minlength=nb).tolist(),
+    jobs_per_bin = np.bincount(idx[ok], minlength=nb)
+    # an open start follows the data: two sources decades apart (an old trace
+    # and this year's cluster) would stretch the chart over empty years, so
+    # empty bins are left out there ("gaps" counts them); a window the admin
+    # gave keeps its empty bins, as above
+    keep = np.flatnonzero(jobs_per_bin > 0) if window.since is None else np.arange(nb)
+    series = {
+        "core_h_alloc": d.core_h_alloc,
+        "core_h_used": d.core_h_used,
+        "core_h_waste": waste,
+        "core_h_limit_unused": d.core_h_limit_unused,
+        "mem_gbh_alloc": d.mem_gbh_alloc,
+        "mem_gbh_used": d.mem_gbh_used,
     }
+    out: dict[str, Any] = {"bin_s": bin_s, "starts": [start + i * bin_s for i in keep.tolist()]}
+    for name, values in series.items():
+        out[name] = _gsum(idx, nb, values, ok)[keep].tolist()
+    out["jobs"] = jobs_per_bin[keep].tolist()
+    out["gaps"] = int(nb - len(keep))
+    return out
 
 
 def _sample(idx: np.ndarray, k: int) -> np.ndarray:
@@ -579,13 +621,14 @@ def build_report(
     n = d.n
     if by not in jobs:
         raise ValueError(f"cannot group by {by!r}: column not loaded")
-    codes, labels = factorize(jobs[by]) if n else (np.zeros(0, np.int64), [])
+    codes, labels, group_sources = _groups(jobs, by, n)
     k = len(labels)
     gm = group_metrics(d, codes, k)
-    rows = _rows(labels, gm)
+    rows = _rows(labels, gm, group_sources)
     rows.sort(key=lambda r: (-r["core_h_alloc"], -r["jobs"], r["key"]))
     tm = total_metrics(gm) if k else group_metrics(d, np.zeros(0, dtype=np.int64), 1)
     total = _rows(["(total)"], tm)[0]  # parenthesised: cannot clash with a user named TOTAL
+    sources = sorted(set(group_sources or ()))
     outcome_counts = {name: int(mask.sum()) for name, mask in d.outcome.items() if name != "other"}
     cpus = _prefer(_col(jobs, "alloc_cpus", n), _col(jobs, "req_cpus", n))
     per_job = {
@@ -608,4 +651,25 @@ def build_report(
         timeline=_timeline(jobs, d, window, now),
         calibration=_calibration(jobs, d, targets or {"time": 0.95, "mem": 0.95}, calibration_points),
         scoreboard=scoreboard or {},
+        sources=sources,
+        measured={c: int(np.isfinite(jobs[c]).sum()) if jobs[c].dtype.kind == "f" else
+                  sum(1 for v in jobs[c].tolist() if v) for c in SACCT_FIELDS if c in jobs},
     )
+
+
+def _groups(jobs: Jobs, by: str, n: int) -> tuple[np.ndarray, list[str], list[str] | None]:
+    """Per job its group code; per group its label and source (None: no source column).
+
+    A group is a (source, ``by``) pair, so two sources' users of one name stay
+    apart; integer codes combine without another pass over Python strings.
+    """
+    if not n:
+        return np.zeros(0, np.int64), [], ([] if "source" in jobs else None)
+    codes, labels = factorize(jobs[by])
+    if "source" not in jobs:
+        return codes, labels, None
+    src_codes, src_labels = factorize(jobs["source"], missing="(unknown)")
+    pairs, codes = np.unique(src_codes * len(labels) + codes, return_inverse=True)
+    pairs = pairs.tolist()
+    return (codes.astype(np.int64), [labels[p % len(labels)] for p in pairs],
+            [src_labels[p // len(labels)] for p in pairs])

@@ -8,13 +8,14 @@ so the two ways in cannot drift apart.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 from harpd.protocol import REPORT_FORMATS
 from harpd.report import scoreboard
 from harpd.report.aggregate import Report, build_report
-from harpd.report.fmt import when
-from harpd.report.source import load, store_span
+from harpd.report.fmt import compact, when
+from harpd.report.source import Filters, load, store_span
 from harpd.report.window import Window, parse_window
 from harpd.simulate import saved as saved_queue
 from harpd.store import Store
@@ -32,9 +33,10 @@ def resolve_scope(admin: bool, me: str, wanted: str | None, admin_group: str | N
     Job names and usage are not everyone's business: a user sees their own
     jobs, root and members of ``server.admin_group`` may see anyone's.
     """
+    names = names_of(wanted)
     if admin:
-        return wanted
-    if wanted is not None and wanted != me:
+        return ",".join(names) if names else None
+    if any(n != me for n in names):
         raise ScopeError(
             f"only admins (root or group {admin_group or '<server.admin_group unset>'}) may report on other users;"
             f" drop --user to see your own jobs ({me})"
@@ -42,14 +44,25 @@ def resolve_scope(admin: bool, me: str, wanted: str | None, admin_group: str | N
     return me
 
 
+def names_of(text: str | None) -> tuple[str, ...]:
+    """sacct's comma lists (``-u alice,bob``): the names, blanks dropped, order kept."""
+    if text is None:
+        return ()
+    return tuple(dict.fromkeys(n.strip() for n in text.split(",") if n.strip()))
+
+
 def window_of(settings: Any, since: str | None, until: str | None) -> Window:
     """``--since``/``--until`` as given; ValueError (one line) when unreadable."""
     return parse_window(since, until, settings.report.default_window_days)
 
 
-def build(store: Store, settings: Any, *, by: str, window: Window, user: str | None, source: str) -> Report:
-    """The report of ``user``'s jobs (None: everyone's) that ended in ``window``."""
-    loaded = load(store, by, window, user)
+def build(store: Store, settings: Any, *, by: str, window: Window, user: str | None, source: str,
+          filters: Filters | None = None) -> Report:
+    """The report of ``user``'s jobs (None: everyone's; a comma list: those users')
+    that ended in ``window`` and pass ``filters`` (accounts, partitions, sources)."""
+    users = names_of(user)
+    filters = Filters(users=users) if filters is None else replace(filters, users=users)
+    loaded = load(store, by, window, filters)
     board = scoreboard.build(
         store, loaded.jobs, loaded.models, loaded.originals,
         alpha_time=settings.predict.alpha_time, alpha_mem=settings.predict.alpha_mem,
@@ -57,19 +70,20 @@ def build(store: Store, settings: Any, *, by: str, window: Window, user: str | N
     )
     notes = list(loaded.notes)
     if not len(loaded.jobs.get("outcome", [])):
-        total, first, last = store_span(store, user)
+        total, first, last = store_span(store, filters)
+        of = f" {filters.describe()}" if filters.describe() else ""
         if total:
             notes.append(
-                f"the store holds {total:,} finished job(s){' of ' + user if user else ''} that ended "
+                f"the store holds {total:,} finished job(s){of} that ended "
                 f"{when(first)} to {when(last)}; widen the window with --since (e.g. --since all)"
             )
         else:
-            notes.append("the store holds no finished jobs" + (f" of {user}" if user else "") + " yet")
+            notes.append(f"the store holds no finished jobs{of} yet")
     report = build_report(
         loaded.jobs,
         by=by,
         window=window,
-        scope="all users" if user is None else f"user {user}",
+        scope=_scope(filters),
         originals=loaded.originals,
         recovered=loaded.recovered,
         chains=loaded.chains,
@@ -77,11 +91,33 @@ def build(store: Store, settings: Any, *, by: str, window: Window, user: str | N
         scoreboard=board,
         targets={"time": 1 - settings.predict.alpha_time, "mem": 1 - settings.predict.alpha_mem},
     )
+    if len(loaded.jobs.get("outcome", [])) and by in ("user", "account", "partition") and report.missing(by):
+        field = report.missing(by)[0]
+        other = "account" if by != "account" else "partition"
+        notes.append(f"none of these jobs carry a {by} name (the export has no {field} field), so they form one row;"
+                     f" try --by {other}, or add {field} to sacct -o when exporting")
+    usage = report.missing("used_cpu_s", "used_mem_mb")
+    if len(loaded.jobs.get("outcome", [])) and usage:
+        notes.append(
+            f"these jobs carry no {' or '.join(usage)}, so their use, efficiency and waste of "
+            f"{'CPU' if 'TotalCPU' in usage else ''}{' and ' if len(usage) == 2 else ''}"
+            f"{'memory' if 'MaxRSS' in usage else ''} are unknown; what the time limits reserved beyond the runs is "
+            f"known: {compact(report.total['core_h_limit_unused'])} core-h (CPUs x (time limit - elapsed)). "
+            f"Add {','.join(usage)} to sacct -o when exporting to see the rest"
+        )
     report.notes.extend(notes)
     report.source = source
     # the queue panel: what `harp replay --schedule` left beside this store
     report.queue = saved_queue.load(saved_queue.path_beside(store.path)) or {}
     return report
+
+
+def _scope(filters: Filters) -> str:
+    """'all users', 'user alice', 'users alice, bob', with any other filter after it."""
+    users = filters.users
+    who = "all users" if not users else (f"user {users[0]}" if len(users) == 1 else f"users {', '.join(users)}")
+    rest = filters.describe(users=False)
+    return f"{who} {rest}" if rest else who
 
 
 def render(report: Report, fmt: str, top: int | None = None) -> str:

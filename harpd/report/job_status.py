@@ -3,48 +3,85 @@
 harpd's ``status`` operation answers users over the socket; ``harp status
 --direct`` reads the store as an admin.  Both call ``job_status`` so the
 answer, and who may see it, cannot drift apart.
+
+The store keeps jobs by (source, job id): the cluster's own records (the
+sources harpd's sacct poller wrote, ``LIVE_SOURCES_KEY``, and the configured
+``slurm.cluster``) sit beside imported traces, whose job ids are another
+machine's and collide with live ones.  A live job is shown with the cluster's
+records only; a job id known only from imported traces is shown as such,
+naming the trace.  Where the store cannot tell (harpd never polled and no
+cluster is configured) every record is shown with its source and no claim.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from harpd.store import Store
+from harpd.records import JobRecord
+from harpd.store import LIVE_SOURCES_KEY, Store
+
+CLUSTER, IMPORTED, UNKNOWN = "cluster", "imported", "unknown"
 
 
 class JobStatusError(ValueError):
     """No job to show this asker; the text is the one-line answer."""
 
 
-def job_status(store: Store, job_id: str, *, admin: bool, uid: int, user: str) -> dict[str, Any]:
-    """The job's registration, Slurm record, limit changes and recovery attempts (StoreError if the store fails)."""
+def live_sources(store: Store, cluster: str | None = None) -> set[str]:
+    """The sources that are this cluster's own jobs (empty: the store cannot tell)."""
+    known = {str(s) for s in (store.get_meta(LIVE_SOURCES_KEY, []) or [])}
+    return known | ({cluster} if cluster else set())
+
+
+def _records(store: Store, job_id: str) -> dict[str, JobRecord]:
+    """Each source's record of ``job_id`` (its latest attempt), newest first."""
+    sources = dict.fromkeys(str(s) for s in store.job_columns(["source"], "job_id = ?", [str(job_id)])["source"])
+    recs = {s: r for s in sources if (r := store.get_job(job_id, s)) is not None}
+    return dict(sorted(recs.items(), key=lambda kv: -(kv[1].end_time or kv[1].submit_time or 0.0)))
+
+
+def job_status(store: Store, job_id: str, *, admin: bool, uid: int, user: str,
+               cluster: str | None = None) -> dict[str, Any]:
+    """The job's registration, Slurm record, limit changes and recovery attempts (StoreError if the store fails).
+
+    ``cluster``: the configured ``slurm.cluster``, the source name of the cluster's own records.
+    """
     sub = store.get_submission(job_id)
     chain = store.chain_of(job_id)
     if sub is None and chain is not None:
         sub = store.get_submission(chain)
-    record = store.get_job(job_id)
-    if sub is None and record is None:
+    recs = _records(store, job_id)
+    live = live_sources(store, cluster)
+    kinds = {s: (UNKNOWN if not live else CLUSTER if s in live else IMPORTED) for s in recs}
+    own = {s: r for s, r in recs.items() if kinds[s] == CLUSTER}
+    imported = {s: r for s, r in recs.items() if kinds[s] == IMPORTED}
+    changes = store.limit_changes(job_id)  # harpd changed a live job's limit: running, maybe not stored yet
+    is_live = sub is not None or chain is not None or bool(own) or bool(changes) or not live
+    shown = own if (own or (live and is_live)) else (recs if not live else imported)
+    if sub is None and not shown:
         raise JobStatusError(f"harp knows no job {job_id}")
     if not admin:
-        # Slurm's record names the owner; a registration only where there is none
-        # yet: a job id claimed by someone else before it existed (when Slurm could
-        # not vouch for the owner) reveals nothing of the owner's run to the claimant
-        if record is not None and record.user is not None:
-            if record.user != user:
-                raise JobStatusError(f"job {job_id} is not yours")
-        elif sub is not None and sub["uid"] != uid:
-            raise JobStatusError(f"job {job_id} is not yours")
+        shown = _visible(shown, sub, job_id, uid=uid, user=user)
         if sub is not None and sub["uid"] != uid:
             sub = None  # the claimant's registration is not the owner's business either
+    record = next(iter(shown.values()), None)
+    source = next(iter(shown), None)
     job: dict[str, Any] = {
         "job_id": job_id,
         "registered": sub is not None,
         "chain_id": chain or (sub or {}).get("chain_id"),
         "record": None if record is None else record.to_dict(),
+        # where the record comes from: "cluster" (harpd's own), "imported" (a trace), "unknown" (cannot tell)
+        "source": source,
+        "source_kind": kinds.get(source) if source else (CLUSTER if sub is not None else None),
+        # other imported traces holding the same job id: a different job, never mixed in
+        "also_imported": sorted(s for s in imported if s not in shown) if admin else [],
         "attempts": store.attempts(chain) if chain else [],
         # harpd's changes of the live job's limit: extensions while it ran, re-sizes while it waited
-        "limit_changes": store.limit_changes(job_id),
+        "limit_changes": changes,
     }
+    if len(shown) > 1:  # no live record to prefer: every trace's job, each with its source
+        job["other_records"] = [r.to_dict() for r in list(shown.values())[1:]]
     if sub is not None:
         for k in ("uid", "user", "state", "outcome", "submitted_at", "done_at", "original", "submitted", "decision"):
             job[k] = sub.get(k)
@@ -53,3 +90,22 @@ def job_status(store: Store, job_id: str, *, admin: bool, uid: int, user: str) -
         job["user"] = record.user if record else None
         job["outcome"] = record.outcome.value if record else None
     return job
+
+
+def _visible(shown: dict[str, JobRecord], sub: dict[str, Any] | None, job_id: str, *,
+             uid: int, user: str) -> dict[str, JobRecord]:
+    """The records a user may see, or JobStatusError("not yours").
+
+    Slurm's record names the owner; a registration only where there is none yet:
+    a job id claimed by someone else before it existed (when Slurm could not
+    vouch for the owner) reveals nothing of the owner's run to the claimant.
+    """
+    named = {s: r for s, r in shown.items() if r.user is not None}
+    if named:
+        mine = {s: r for s, r in shown.items() if r.user == user}
+        if not mine:
+            raise JobStatusError(f"job {job_id} is not yours")
+        return mine
+    if sub is not None and sub["uid"] != uid:
+        raise JobStatusError(f"job {job_id} is not yours")
+    return shown

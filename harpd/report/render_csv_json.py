@@ -1,9 +1,15 @@
 """Machine-readable reports: CSV for spreadsheets, JSON for everything.
 
-CSV carries the group table only (one row per group plus TOTAL, every metric,
-raw numbers, no units in cells) because that is what goes into a
-spreadsheet; JSON carries the whole report, including the sections the table
-summarises in prose, with NaN written as null.
+CSV carries the group table only (one row per group, every metric, raw
+numbers, no units in cells) because that is what goes into a spreadsheet.
+Its headers are sacct's field names where one exists (``User``, ``Account``,
+``Partition``: ``sacct -o`` spells them so), and harp's own figures keep
+harp's names.  The all-jobs total is left out of the CSV: a total row among
+the data rows is summed again by every spreadsheet formula and pivot that
+takes the column, and a second section after a blank line breaks readers
+that expect one table; the total (with its ratios of sums) is in the JSON.
+JSON carries the whole report, including the sections the table summarises
+in prose, with NaN written as null.
 """
 
 from __future__ import annotations
@@ -14,14 +20,18 @@ import json
 
 from harpd.report.aggregate import METRIC_NAMES, Report
 
+# report groupings as ``sacct -o`` names them; ``signature`` is harp's own
+SACCT_KEY = {"user": "User", "account": "Account", "partition": "Partition"}
+
 
 def render_csv(report: Report) -> str:
     buf = io.StringIO()
     w = csv.writer(buf, lineterminator="\n")
-    w.writerow([report.by, *METRIC_NAMES])
+    w.writerow([SACCT_KEY.get(report.by, report.by), "source", *METRIC_NAMES])
     d = report.to_dict()
-    for row in [*d["groups"], d["total"]]:
-        w.writerow([row["key"], *("" if row[m] is None else _num(row[m]) for m in METRIC_NAMES)])
+    for row in d["groups"]:
+        w.writerow([row["key"], row.get("source") or "",
+                    *("" if row[m] is None else _num(row[m]) for m in METRIC_NAMES)])
     return buf.getvalue()
 
 

@@ -40,6 +40,8 @@ th{background:#f1f3f5;font-weight:600}td:first-child,th:first-child{text-align:l
 tr.total td{font-weight:600;background:#f1f3f5}
 .note{font-size:12px;color:#495057;max-width:900px}
 .bad{color:#c92a2a}.good{color:#2b8a3e}
+.missing{background:#fff;border:1px dashed #adb5bd;border-radius:6px;padding:10px 14px;width:340px;font-size:13px}
+.missing b{display:block;margin-bottom:4px}
 """
 
 
@@ -82,13 +84,33 @@ def _bin_name(bin_s: float) -> str:
             7862400: "quarter", 31536000: "year"}.get(int(bin_s), f"{bin_s / 86400:g} days")
 
 
+def _needs(r: Report, title: str, *columns: str) -> str:
+    """In place of a panel the jobs cannot fill: what is missing and how to get it.
+
+    An export such as ``sacct -o JobID,Account,...,Elapsed,State`` without
+    TotalCPU or MaxRSS leaves usage unknown; an empty chart would read as
+    "no waste", so the panel says which sacct fields would fill it.
+    """
+    missing = r.missing(*columns)
+    if not missing:
+        return ""
+    fields = ",".join(missing)
+    return (f'<div class="missing needs-{_e("-".join(m.lower() for m in missing))}"><b>{_e(title)}</b>'
+            f"needs {_e(' and '.join(missing))}, which none of these jobs carry: add {_e(fields)} to "
+            f"<code>sacct -o</code> (or <code>--format</code>) when exporting, then import again.</div>")
+
+
 def _distributions(r: Report) -> str:
     charts = []
-    for key, title, formula, color in (
-        ("cpu_eff", "CPU efficiency", "TotalCPU / (elapsed x CPUs)", ALLOC),
-        ("mem_eff", "Memory efficiency", "MaxRSS / ReqMem", USED),
-        ("time_eff", "Time efficiency", "elapsed / time limit", HARP),
+    for key, title, formula, color, needs in (
+        ("cpu_eff", "CPU efficiency", "TotalCPU / (elapsed x CPUs)", ALLOC, ("used_cpu_s", "used_time_s")),
+        ("mem_eff", "Memory efficiency", "MaxRSS / ReqMem", USED, ("used_mem_mb", "req_mem_mb")),
+        ("time_eff", "Time efficiency", "elapsed / time limit", HARP, ("used_time_s", "req_time_s")),
     ):
+        missing = _needs(r, title, *needs)
+        if missing:
+            charts.append(missing)
+            continue
         d = r.distributions[key]
         sub = f"{title}: median {percent(d['median'])}"
         ticks = [b.split("-")[0].rstrip("%").replace(">=", "\u2265") for b in d["bins"]]
@@ -105,6 +127,7 @@ def _distributions(r: Report) -> str:
 
 
 def _timeline(r: Report) -> str:
+    """Use and waste per time bin; empty bins between sources are skipped (aggregate)."""
     t = r.timeline
     if not t["starts"]:
         return "<p>No jobs with an end time.</p>"
@@ -113,51 +136,69 @@ def _timeline(r: Report) -> str:
     waste_core = t["core_h_waste"]
     mem_used = t["mem_gbh_used"]
     mem_waste = [max(a - u, 0.0) for a, u in zip(t["mem_gbh_alloc"], t["mem_gbh_used"])]
-    return (
-        '<div class="charts">'
-        + svg.stacked_bars(
-            f"Core-hours per {_bin_name(t['bin_s'])}: used and wasted",
+    per = _bin_name(t["bin_s"])
+    if r.missing("used_cpu_s"):
+        # without TotalCPU the waste that can be shown is the time limits': reserved, never held
+        core = svg.stacked_bars(
+            f"Core-hours per {per}: held and reserved beyond the run",
+            labels, [("held (CPUs x elapsed)", t["core_h_alloc"], ALLOC),
+                     ("reserved, never held (time limit - elapsed)", t["core_h_limit_unused"], WASTE)],
+            width=560, unit=" core-h", cls="timeline timeline-core timeline-reserved",
+        ) + _needs(r, "CPU time used per " + per, "used_cpu_s")
+    else:
+        core = svg.stacked_bars(
+            f"Core-hours per {per}: used and wasted",
             labels, [("used", used_core, USED), ("wasted (allocated, not used)", waste_core, WASTE)],
             width=560, unit=" core-h", cls="timeline timeline-core",
         )
-        + svg.stacked_bars(
-            f"Memory GB-hours per {_bin_name(t['bin_s'])}: used and wasted",
-            labels, [("used (MaxRSS)", mem_used, USED), ("wasted", mem_waste, WASTE)],
-            width=560, unit=" GB-h", cls="timeline timeline-mem",
-        )
-        + "</div>"
+    mem = _needs(r, f"Memory GB-hours per {per}", "used_mem_mb", "req_mem_mb") or svg.stacked_bars(
+        f"Memory GB-hours per {per}: used and wasted",
+        labels, [("used (MaxRSS)", mem_used, USED), ("wasted", mem_waste, WASTE)],
+        width=560, unit=" GB-h", cls="timeline timeline-mem",
     )
+    gaps = t.get("gaps") or 0
+    gap_note = (f'<p class="note">{count(gaps)} empty {_e(per)}(s) between the jobs\' spans are left out '
+                "(the sources cover different periods); the bars are in time order.</p>") if gaps else ""
+    return '<div class="charts">' + core + mem + "</div>" + gap_note
 
 
 def _wasters(r: Report, n: int = 12) -> str:
-    def top(metric: str) -> list[dict[str, Any]]:
-        known = [g for g in r.groups if math.isfinite(g[metric]) and g[metric] > 0]  # unmeasured: no rank
-        return sorted(known, key=lambda g: -g[metric])[:n]
+    mixed = len(r.sources) > 1
 
-    by_core, by_mem = top("core_h_waste"), top("mem_gbh_waste")
-    return (
-        '<div class="charts">'
-        + svg.hbar_chart(
-            f"Top {len(by_core) or ''} {r.by}s by wasted core-hours".replace("  ", " "),
-            [g["key"] for g in by_core], [g["core_h_waste"] for g in by_core],
-            note=[f"CPU eff {percent(g['cpu_eff'])}" for g in by_core], unit=" core-h", width=560, cls="wasters wasters-core",
+    def chart(metric: str, what: str, eff: str, eff_label: str, unit: str, cls: str, **kw: Any) -> str:
+        """The ``n`` groups with the most ``metric`` (unmeasured groups have no rank)."""
+        known = sorted((g for g in r.groups if math.isfinite(g[metric]) and g[metric] > 0), key=lambda g: -g[metric])
+        rows = known[:n]
+        return svg.hbar_chart(
+            f"Top {len(rows) or ''} {r.by}s by {what}".replace("  ", " "),
+            [f"{g['key']} ({g.get('source')})" if mixed else str(g["key"]) for g in rows], [g[metric] for g in rows],
+            note=[f"{eff_label} {percent(g[eff])}" for g in rows], unit=unit, width=560, cls=cls, **kw,
         )
-        + svg.hbar_chart(
-            f"Top {len(by_mem) or ''} {r.by}s by wasted memory GB-hours".replace("  ", " "),
-            [g["key"] for g in by_mem], [g["mem_gbh_waste"] for g in by_mem],
-            note=[f"mem eff {percent(g['mem_eff'])}" for g in by_mem], unit=" GB-h", width=560, color="#f08c00",
-            cls="wasters wasters-mem",
-        )
-        + "</div>"
-    )
+
+    if r.missing("used_cpu_s"):  # without TotalCPU: the time limits' waste, and what would show the rest
+        core = chart("core_h_limit_unused", "reserved, never-held core-hours", "time_eff", "time eff", " core-h",
+                     "wasters wasters-core wasters-reserved") + _needs(r, f"Top {r.by}s by wasted core-hours",
+                                                                       "used_cpu_s")
+    else:
+        core = chart("core_h_waste", "wasted core-hours", "cpu_eff", "CPU eff", " core-h", "wasters wasters-core")
+    mem = _needs(r, f"Top {r.by}s by wasted memory GB-hours", "used_mem_mb", "req_mem_mb") or chart(
+        "mem_gbh_waste", "wasted memory GB-hours", "mem_eff", "mem eff", " GB-h", "wasters wasters-mem",
+        color="#f08c00")
+    return '<div class="charts">' + core + mem + "</div>"
 
 
 def _calibration(r: Report) -> str:
     c = r.calibration
     charts = []
     rows = []
-    for res, label, fmt, ticks in (("time", "time", duration, TIME_TICKS), ("mem", "memory", mem_mb, MEM_TICKS)):
+    for res, label, fmt, ticks, needs in (("time", "time", duration, TIME_TICKS, ("used_time_s", "req_time_s")),
+                                          ("mem", "memory", mem_mb, MEM_TICKS, ("used_mem_mb", "req_mem_mb"))):
         h, u = c[res]["harp"], c[res]["user"]
+        missing = _needs(r, f"{label.capitalize()}: requested vs used, and coverage", *needs)
+        if missing:
+            charts.append(missing)
+            rows += [[label, who, "0", "-", "-"] for who in ("harp-sized", "user requests")]
+            continue
         series = []
         if h["n"]:
             series.append(("harp-sized", [tuple(p) for p in h["points"]], HARP))
@@ -191,18 +232,25 @@ def _calibration(r: Report) -> str:
 
 
 def _groups(r: Report, top: int) -> str:
-    head = [r.by, "jobs", "core-h alloc", "core-h used", "CPU eff", "GB-h alloc", "GB-h used", "mem eff",
-            "time eff", "GPU-h alloc", "TIMEOUT", "OOM", "other fail", "resubmits", "harp-sized"]
+    mixed = len(r.sources) > 1  # one source: the heading names it
+    head = [r.by, *(["source"] if mixed else []), "jobs", "core-h alloc", "core-h used", "CPU eff", "GB-h alloc",
+            "GB-h used", "mem eff", "time eff", "core-h reserved, never held", "GPU-h alloc", "TIMEOUT", "OOM",
+            "other fail", "resubmits", "harp-sized"]
 
     def row(g: dict[str, Any]) -> list[str]:
-        return [g["key"], count(g["jobs"]), compact(g["core_h_alloc"]), compact(g["core_h_used"]), percent(g["cpu_eff"]),
+        return [g["key"], *([str(g.get("source") or "")] if mixed else []), count(g["jobs"]),
+                compact(g["core_h_alloc"]), compact(g["core_h_used"]), percent(g["cpu_eff"]),
                 compact(g["mem_gbh_alloc"]), compact(g["mem_gbh_used"]), percent(g["mem_eff"]), percent(g["time_eff"]),
-                compact(g["gpu_h_alloc"]), count(g["timeout"]), count(g["oom"]), count(g["failed_other"]),
-                count(g["resubmitted"]), count(g["harp_sized"])]
+                compact(g["core_h_limit_unused"]), compact(g["gpu_h_alloc"]), count(g["timeout"]), count(g["oom"]),
+                count(g["failed_other"]), count(g["resubmitted"]), count(g["harp_sized"])]
 
     shown = r.groups[:top] if top > 0 else r.groups
     more = "" if len(shown) == len(r.groups) else f'<p class="note">{len(r.groups) - len(shown)} more {r.by}s in the CSV/JSON export.</p>'
-    return _table(head, [row(g) for g in shown], ["TOTAL", *row(r.total)[1:]], cls="groups") + more
+    total = row(r.total)
+    total[0] = "TOTAL"
+    if mixed:
+        total[1] = ""
+    return _table(head, [row(g) for g in shown], total, cls="groups") + more
 
 
 def _outcomes(r: Report) -> str:
@@ -314,6 +362,11 @@ def _queue(q: dict[str, Any]) -> str:
     )
 
 
+def _sources(r: Report) -> str:
+    """The jobs' own sources (clusters, imported traces), after the store's path."""
+    return f" ({_e(', '.join(r.sources))})" if r.sources else ""
+
+
 def render(report: Report, top: int = 50) -> str:
     t = report.total
     title = f"harp report: {report.window.describe()}"
@@ -362,7 +415,7 @@ def render(report: Report, top: int = 50) -> str:
         f"<title>{_e(title)}</title><style>{_STYLE}</style></head><body><main>"
         f"<h1>harp report</h1>"
         f'<div class="sub">Jobs that ended {_e(report.window.describe())}, by {_e(report.by)}, {_e(report.scope)}. '
-        f"Source: {_e(report.source or 'store')}. Generated {_e(when(report.generated_at, '%Y-%m-%d %H:%M'))}.</div>"
+        f"Source: {_e(report.source or 'store')}{_sources(report)}. Generated {_e(when(report.generated_at, '%Y-%m-%d %H:%M'))}.</div>"
         f'<div class="cards">{cards}</div>'
         f"{body}"
         "</main></body></html>\n"

@@ -3,98 +3,112 @@
 Admins read this over ssh in a default-width terminal, so the group table
 keeps to the numbers that drive decisions (allocated against used, the three
 efficiencies, failures) in compact units; every number and more is in the CSV
-and JSON outputs.
+and JSON outputs.  Tables are laid out by tabulate (headers are wrapped,
+never cut); only the group names, which users choose, are shortened (``~``)
+when a table would not fit.
 """
 
 from __future__ import annotations
 
 import textwrap
+import threading
+from collections.abc import Sequence
 from typing import Any
+
+import tabulate as tabulate_module
+from tabulate import tabulate
 
 from harpd.report.aggregate import Report
 from harpd.report.fmt import compact, count, metric, percent, when
 
 WIDTH = 100
 
-# (title line 2, metric, formatter, width); title line 1 spans are added below
-_COLUMNS: tuple[tuple[str, str, Any, int], ...] = (
-    ("jobs", "jobs", compact, 6),
-    ("alloc", "core_h_alloc", compact, 7),
-    ("used", "core_h_used", compact, 7),
-    ("cpu%", "cpu_eff", percent, 5),
-    ("alloc", "mem_gbh_alloc", compact, 7),
-    ("used", "mem_gbh_used", compact, 7),
-    ("mem%", "mem_eff", percent, 5),
-    ("time%", "time_eff", percent, 6),
-    ("alloc", "gpu_h_alloc", compact, 6),
-    ("T/O", "timeout", compact, 5),
-    ("OOM", "oom", compact, 5),
-    ("other", "failed_other", compact, 6),
+# (header, metric, formatter), in output order
+_COLUMNS: tuple[tuple[str, str, Any], ...] = (
+    ("jobs", "jobs", compact),
+    ("core-h\nalloc", "core_h_alloc", compact),
+    ("core-h\nused", "core_h_used", compact),
+    ("cpu%", "cpu_eff", percent),
+    ("GB-h\nalloc", "mem_gbh_alloc", compact),
+    ("GB-h\nused", "mem_gbh_used", compact),
+    ("mem%", "mem_eff", percent),
+    ("time%", "time_eff", percent),
+    ("GPU-h\nalloc", "gpu_h_alloc", compact),
+    ("T/O", "timeout", compact),
+    ("OOM", "oom", compact),
+    ("other\nfail", "failed_other", compact),
 )
-_SPANS = (  # (label, first column index, last column index)
-    ("core-hours", 1, 3),
-    ("memory GB-h", 4, 6),
-    ("GPU-h", 8, 8),
-    ("failures", 9, 11),
-)
-_KEY_W = WIDTH - sum(w + 1 for *_, w in _COLUMNS) - 1
+MIN_KEY_W = 8
+# tabulate pads every header by MIN_PADDING (2) spaces on top of the column
+# gap; at 13 columns that alone costs 26 of the terminal's 100.  It is a
+# module setting, so it is changed only around our own calls (harpd may build
+# two reports at once: the lock keeps them from restoring it under each other).
+_PADDING_LOCK = threading.Lock()
 
 
 def _cut(s: str, w: int) -> str:
     return s if len(s) <= w else s[: w - 1] + "~"
 
 
-def _row(key: str, values: dict[str, Any]) -> str:
-    cells = [f"{_cut(key, _KEY_W):<{_KEY_W}}"]
-    for _t, metric, f, w in _COLUMNS:
-        cells.append(f"{f(values.get(metric)):>{w}}")
-    return " ".join(cells).rstrip()
+def table(headers: Sequence[str], rows: Sequence[Sequence[Any]], *, left: int = 1, indent: str = "",
+          cut: int | None = None, width: int = WIDTH) -> list[str]:
+    """``rows`` (already formatted) under ``headers``: the first ``left`` columns
+    left-aligned, the rest right-aligned.  When the table is wider than
+    ``width``, column ``cut`` (a user-chosen name) is shortened to fit."""
 
+    def lay(body: Sequence[Sequence[Any]]) -> list[str]:
+        with _PADDING_LOCK:
+            saved, tabulate_module.MIN_PADDING = tabulate_module.MIN_PADDING, 0
+            try:
+                text = tabulate([[str(c) for c in r] for r in body], headers=list(headers), tablefmt="simple",
+                                disable_numparse=True, colalign=["left"] * left + ["right"] * (len(headers) - left))
+            finally:
+                tabulate_module.MIN_PADDING = saved
+        return [indent + line.rstrip() for line in text.splitlines()]
 
-def _header(by: str) -> list[str]:
-    # first line: centred span labels over their columns
-    starts = []
-    pos = _KEY_W + 1
-    for *_, w in _COLUMNS:
-        starts.append(pos)
-        pos += w + 1
-    line = [" "] * WIDTH
-    for label, a, b in _SPANS:
-        lo, hi = starts[a], starts[b] + _COLUMNS[b][3]
-        text = label if len(label) <= hi - lo else label[: hi - lo]
-        off = lo + max(0, (hi - lo - len(text)) // 2)
-        line[off : off + len(text)] = text
-    second = [f"{by:<{_KEY_W}}"] + [f"{t:>{w}}" for t, _m, _f, w in _COLUMNS]
-    return ["".join(line).rstrip(), " ".join(second).rstrip()]
+    lines = lay(rows)
+    over = max(len(x) for x in lines) - width
+    if over > 0 and cut is not None and rows:
+        w = max(max(len(str(r[cut])) for r in rows) - over, MIN_KEY_W)
+        lines = lay([[_cut(str(c), w) if i == cut else c for i, c in enumerate(r)] for r in rows])
+    return lines
 
 
 def group_table(report: Report, top: int) -> list[str]:
-    lines = _header(report.by)
-    lines.append("-" * WIDTH)
-    rows = report.groups if top <= 0 else report.groups[:top]
-    for r in rows:
-        lines.append(_row(r["key"], r))
-    rest = report.groups[len(rows) :]
+    """The groups, largest first, then TOTAL under a rule; the source of each
+    row is a column when the report mixes sources (else the heading names it)."""
+    shown = report.groups if top <= 0 else report.groups[:top]
+    mixed = len(report.sources) > 1
+    head = [report.by, *(["source"] if mixed else []), *(t for t, _m, _f in _COLUMNS)]
+
+    def cells(key: str, values: dict[str, Any]) -> list[str]:
+        src = [str(values.get("source") or "")] if mixed else []
+        return [key, *src, *(f(values.get(m)) for _t, m, f in _COLUMNS)]
+
+    lines = table(head, [cells(r["key"], r) for r in shown] + [cells("TOTAL", report.total)], left=1 + mixed, cut=0)
+    total = lines.pop()
+    rule = lines[head_lines(head)].replace(" ", "-")  # tabulate's header rule, joined into one line
+    rest = report.groups[len(shown) :]
     if rest:
         lines.append(
             f"... {len(rest)} more {report.by}s ({compact(sum(r['core_h_alloc'] for r in rest if r['core_h_alloc'] == r['core_h_alloc']))} core-h);"
             " --top 0 shows all, --format csv exports them"
         )
-    lines.append("-" * WIDTH)
-    lines.append(_row("TOTAL", report.total))
-    return lines
+    return [*lines, rule, total]
+
+
+def head_lines(head: Sequence[str]) -> int:
+    """How many lines tabulate's header takes (the rule follows them)."""
+    return max(h.count("\n") for h in head) + 1
 
 
 def _failures(report: Report) -> list[str]:
     f = report.failures
     cancelled = report.total.get("cancelled", 0)
-    out = ["Failures by cause                      jobs    core-h lost   mem GB-h lost"]
-    for label, key in (("TIMEOUT", "timeout"), ("OUT_OF_MEMORY", "oom"), ("other (FAILED, NODE_FAIL)", "other")):
-        out.append(
-            f"  {label:<33} {compact(f[key]['jobs']):>7} {compact(f[key]['core_h']):>14} {compact(f[key]['mem_gbh']):>15}"
-        )
-    out.append(f"  {'cancelled/preempted (not failures)':<33} {compact(cancelled):>7}")
-    return out
+    rows = [[label, compact(f[key]["jobs"]), compact(f[key]["core_h"]), compact(f[key]["mem_gbh"])]
+            for label, key in (("TIMEOUT", "timeout"), ("OUT_OF_MEMORY", "oom"), ("other (FAILED, NODE_FAIL)", "other"))]
+    rows.append(["cancelled/preempted (not failures)", compact(cancelled), "", ""])
+    return ["Failures by cause", *table(["cause", "jobs", "core-h lost", "mem GB-h lost"], rows, indent="  ")]
 
 
 def _resubmissions(report: Report) -> list[str]:
@@ -126,18 +140,23 @@ def _harp(report: Report) -> list[str]:
         f" on record), {count(h['completed'])} completed",
         f"  failures harp caused: {count(fc['jobs'])} (TIMEOUT {count(fc['timeout'])}, OOM {count(fc['oom'])}),"
         f" {rec}",
-        f"  {'':<24} {'users asked':>12} {'harp gave':>11} {'saved':>10} {'failures cost':>14} {'net saved':>10}",
     ]
-    for label, key in (
-        ("core-h reserved (limit)", "core_h_reserved"),
-        ("core-h allocated", "core_h_alloc"),
-        ("memory GB-h allocated", "mem_gbh_alloc"),
-    ):
-        out.append(
-            f"  {label:<24} {compact(h['asked'][key]):>12} {compact(h['allocated'][key]):>11}"
-            f" {compact(h['saved'][key]):>10} {compact(fc['cost'][key]):>14} {compact(h['net_saved'][key]):>10}"
-        )
+    rows = [[label, compact(h["asked"][key]), compact(h["allocated"][key]), compact(h["saved"][key]),
+             compact(fc["cost"][key]), compact(h["net_saved"][key])]
+            for label, key in (("core-h reserved (limit)", "core_h_reserved"), ("core-h allocated", "core_h_alloc"),
+                               ("memory GB-h allocated", "mem_gbh_alloc"))]
+    out += table(["", "users asked", "harp gave", "saved", "failures cost", "net saved"], rows, indent="  ")
     return out
+
+
+def scoreboard_table(tab: dict[str, Any], cols: list[str], rows: list[dict[str, Any]]) -> list[str]:
+    """One scoreboard table: whole headers (wrapped at spaces), whole numbers."""
+    fmts = tab.get("formats") or {}
+    labels = tab.get("labels") or {}
+    head = ["model", "res", *(textwrap.fill(labels.get(c, c.replace("_", " ")), 10) for c in cols)]
+    body = [[("*" if r.get("champion") else " ") + str(r.get("name", "")), str(r.get("resource", "")),
+             *(metric(r.get(c), fmts.get(c, "number")) for c in cols)] for r in rows]
+    return table(head, body, left=2, indent="    ", cut=0)
 
 
 def scoreboard_lines(report: Report) -> list[str]:
@@ -149,15 +168,7 @@ def scoreboard_lines(report: Report) -> list[str]:
         if not rows:
             out.append(f"    {table.get('note') or 'none'}")
             continue
-        fmts = table.get("formats") or {}
-        labels = table.get("labels") or {}
-        head = "".join(f" {labels.get(c, c)[:10]:>10}" for c in cols)
-        out.append((f"    {'model':<18} {'res':<5}" + head)[:WIDTH])
-        for r in rows:
-            name = ("*" if r.get("champion") else " ") + str(r.get("name", ""))
-            line = f"    {_cut(name, 18):<18} {_cut(str(r.get('resource', '')), 5):<5}"
-            line += "".join(f" {metric(r.get(c), fmts.get(c, 'number'))[:10]:>10}" for c in cols)
-            out.append(line[:WIDTH])
+        out += scoreboard_table(table, cols, rows)
         if table.get("note"):
             out += textwrap.wrap(table["note"], WIDTH, initial_indent="    ", subsequent_indent="    ")
     if any(r.get("champion") for t in sb.get("tables", []) for r in t.get("rows") or []):
@@ -173,7 +184,8 @@ def render(report: Report, top: int = 20) -> str:
     t = report.total
     lines = [
         *textwrap.wrap(f"harp report: jobs that ended {report.window.describe()}, by {report.by}, {report.scope}", WIDTH),
-        *textwrap.wrap(f"{count(t['jobs'])} jobs from {report.source or 'the store'}; generated "
+        *textwrap.wrap(f"{count(t['jobs'])} jobs from {report.source or 'the store'}"
+                       f"{' (sources: ' + ', '.join(report.sources) + ')' if report.sources else ''}; generated "
                        f"{when(report.generated_at, '%Y-%m-%d %H:%M')}", WIDTH),
         "",
     ]

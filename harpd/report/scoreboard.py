@@ -20,11 +20,16 @@ import numpy as np
 from harpd.report.columns import Jobs
 
 MAX_COLUMNS = 6
-LIVE_COLUMNS = ("jobs", "ran_out", "over_vs_request", "consumed_vs_request", "lost", "score")
-# short headers so the table fits 100 columns
+LIVE_COLUMNS = ("jobs", "ran_out", "under_rate", "over_vs_request", "consumed_vs_request", "lost", "score")
+# what picks the champion (harpd.predict.training.pick_champion: the lowest
+# score among models within their miss budget, the under-prediction rate),
+# then what an admin asks next: how much less than the users' requests
+CHAMPION_KEYS = ("score", "under_rate")
+PREFERRED = (*CHAMPION_KEYS, "over_vs_request", "consumed_vs_request", "changed", "lost")
+# short headers so the table fits 100 columns (renderers wrap, never cut them)
 LABELS = {
     "ran_out": "ran out",
-    "under_rate": "under",
+    "under_rate": "under rate",
     "over_vs_request": "over/req",
     "consumed_vs_request": "used/req",
     "n_train": "trained on",
@@ -67,12 +72,15 @@ def from_models_table(models: list[dict[str, Any]]) -> dict[str, Any]:
                 row[k] = float(v)
                 counts[k] = counts.get(k, 0) + 1
         rows.append(row)
-    cols = ["n_train"] + [k for k, _ in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))][: MAX_COLUMNS - 1]
+    # the champion's keys first, then the preferred ones, then the most common
+    ranked = sorted(counts.items(), key=lambda kv: (PREFERRED.index(kv[0]) if kv[0] in PREFERRED else len(PREFERRED),
+                                                     -kv[1], kv[0]))
+    cols = ["n_train"] + [k for k, _ in ranked][: MAX_COLUMNS - 1]
     return {
         "title": "trained models (scores stored at training time)",
         "columns": cols,
         "formats": {c: FORMATS.get(c, "number") for c in cols},
-        "labels": {c: LABELS.get(c, c) for c in cols},
+        "labels": {c: LABELS.get(c, c.replace("_", " ")) for c in cols},
         "rows": rows,
         "note": "" if rows else "no models trained yet",
     }
@@ -130,8 +138,9 @@ def live_table(
         "columns": list(LIVE_COLUMNS),
         "formats": {c: FORMATS.get(c, "number") for c in LIVE_COLUMNS},
         "rows": rows,
-        "labels": {c: LABELS.get(c, c) for c in LIVE_COLUMNS},
+        "labels": {c: LABELS.get(c, c.replace("_", " ")) for c in LIVE_COLUMNS},
         "note": (
+            "under rate: the metric's under-prediction rate (with the score, what picks a champion); "
             "ran out: share of first runs killed at harp's limit (TIMEOUT/OOM; on live outcomes these are the "
             "misses, the metric's under_rate sees only uncensored jobs); over/req and used/req: harp's "
             "over-reservation and consumption (killed attempts included) relative to the users' own requests"

@@ -38,13 +38,43 @@ class Loaded:
 INDEX_MAX_SHARE = 0.1
 
 
-def window_where(window: Window, user: str | None, *, use_index: bool = True) -> tuple[str, list[Any]]:
+@dataclass(frozen=True)
+class Filters:
+    """Which jobs a report covers besides the window: sacct's ``-u``, ``-A``,
+    ``-r`` and harp's ``--source``, each a list of names (empty: any)."""
+
+    users: tuple[str, ...] = ()
+    accounts: tuple[str, ...] = ()
+    partitions: tuple[str, ...] = ()
+    sources: tuple[str, ...] = ()
+
+    def describe(self, *, users: bool = True) -> str:
+        """'of alice in account physics from ctc' (empty without filters)."""
+        parts = []
+        for on, label, names in ((users, "of", self.users), (True, "in account", self.accounts),
+                                 (True, "in partition", self.partitions), (True, "from", self.sources)):
+            if on and names:
+                parts.append(f"{label} {', '.join(names)}")
+        return " ".join(parts)
+
+
+def _in(column: str, names: tuple[str, ...] | str | None) -> tuple[str, list[Any]]:
+    names = (names,) if isinstance(names, str) else tuple(names or ())
+    if len(names) == 1:
+        return f'"{column}" = ?', list(names)
+    return f'"{column}" IN ({", ".join("?" for _ in names)})', list(names)
+
+
+def window_where(window: Window, filters: Filters | str | None, *, use_index: bool = True) -> tuple[str, list[Any]]:
     """SQL condition (written here, values bound) for finished jobs ending in the window.
 
+    ``filters`` may be a user name alone (the scope of older callers).
     ``use_index=False`` writes ``+end_time`` so SQLite scans the table instead
     of walking the end_time index: reading most of a big table through the
     index visits its pages in random order, about twice as slow as a scan.
     """
+    if not isinstance(filters, Filters):
+        filters = Filters(users=(filters,) if filters is not None else ())
     col = "end_time" if use_index else "+end_time"
     where = ["outcome NOT IN (?, ?)"]
     params: list[Any] = list(_UNFINISHED)
@@ -54,9 +84,12 @@ def window_where(window: Window, user: str | None, *, use_index: bool = True) ->
     if window.until is not None:
         where.append(f"{col} < ?")
         params.append(window.until)
-    if user is not None:
-        where.append('"user" = ?')
-        params.append(user)
+    for column, names in (("user", filters.users), ("account", filters.accounts),
+                          ("partition", filters.partitions), ("source", filters.sources)):
+        if names:
+            cond, values = _in(column, names)
+            where.append(cond)
+            params.extend(values)
     return " AND ".join(where), params
 
 
@@ -207,10 +240,10 @@ def _index_pays(store: Any, window: Window) -> bool:
     return inside <= INDEX_MAX_SHARE * total
 
 
-def load(store: Any, by: str, window: Window, user: str | None) -> Loaded:
-    """Jobs of the window (and user), with harp's originals and chains."""
-    where, params = window_where(window, user, use_index=_index_pays(store, window))
-    raw = store.job_columns(columns_for(by), where, params)
+def load(store: Any, by: str, window: Window, filters: Filters | str | None) -> Loaded:
+    """Jobs of the window (and filters), with harp's originals and chains."""
+    where, params = window_where(window, filters, use_index=_index_pays(store, window))
+    raw = store.job_columns(columns_for(by) + ["source"], where, params)
     jobs = normalise(raw)
     n = size(jobs)
     loaded = Loaded(jobs=jobs)
@@ -268,10 +301,10 @@ def _limit_changes(store: Any, jobs: Jobs) -> dict[str, int]:
     return out
 
 
-def store_span(store: Any, user: str | None) -> tuple[int, float | None, float | None]:
+def store_span(store: Any, filters: Filters | str | None) -> tuple[int, float | None, float | None]:
     """How many finished jobs the store holds and their end-time range: for the
     hint shown when a window catches nothing."""
-    where, params = window_where(Window(None, None), user)
+    where, params = window_where(Window(None, None), filters)
     cols = store.job_columns(["end_time"], where, params)
     end = np.asarray(cols["end_time"], dtype=np.float64)
     ok = end[np.isfinite(end)]

@@ -21,9 +21,9 @@ __all__ = ["read_trace", "TraceReader", "TraceFormatError", "detect_format"]
 
 
 def _first_line(path: Path) -> str:
-    from harpd.traces.sacct_export import open_trace
+    from harpd.traces._open import TraceText
 
-    text, _, _ = open_trace(path)
+    text = TraceText(path).text
     try:
         for _ in range(1000):
             line = text.readline(65536)
@@ -73,10 +73,14 @@ class TraceReader:
     None when the format's reader cannot tell.
     """
 
-    def __init__(self, path: str | os.PathLike[str], source: str | None = None) -> None:
+    def __init__(self, path: str | os.PathLike[str], source: str | None = None,
+                 start: float | None = None) -> None:
         self.path = Path(path)
         self.format = detect_format(self.path)
         self._inner: Any = None
+        if start is not None and self.format != "swf":
+            raise TraceFormatError(f"{self.path}: a start date places SWF jobs; this {self.format} file "
+                                   "carries its own dates, drop --start")
         if self.format == "sacct":
             from harpd.traces.sacct_export import SacctExportReader
 
@@ -86,18 +90,20 @@ class TraceReader:
         elif self.format == "sacct-json":
             self.source, self._it = self._json(source)
         else:
-            from harpd.traces.swf import read_swf, source_name
+            from harpd.traces.swf import SwfReader
 
-            self.source = source or source_name(self.path)
-            self._it = read_swf(self.path, self.source)
+            self._inner = SwfReader(self.path, source, start)
+            self.source = self._inner.source
+            self._it = iter(self._inner)
 
     def _json(self, source: str | None) -> tuple[str, Iterator[JobRecord]]:
         from harpd.slurm.classify import to_records
         from harpd.slurm.sacct_json import parse_json
         from harpd.slurm.sacct_records import SacctParseError
-        from harpd.traces.sacct_export import open_trace, source_name
+        from harpd.traces._open import TraceText
+        from harpd.traces.sacct_export import source_name
 
-        text, _, _ = open_trace(self.path)
+        text = TraceText(self.path).text
         try:
             data = text.read()
         except (EOFError, OSError) as exc:
@@ -113,11 +119,16 @@ class TraceReader:
 
     @property
     def skipped(self) -> int:
-        return self._inner.skipped if self._inner is not None else 0
+        return getattr(self._inner, "skipped", 0)
 
     @property
     def errors(self) -> list[str]:
-        return list(self._inner.errors) if self._inner is not None else []
+        return list(getattr(self._inner, "errors", []))
+
+    @property
+    def warnings(self) -> list[str]:
+        """Things the reader had to assume (an SWF without UnixStartTime), one line each."""
+        return list(getattr(self._inner, "warnings", []))
 
     def fraction(self) -> float | None:
         return self._inner.fraction() if self._inner is not None else None
@@ -129,6 +140,10 @@ class TraceReader:
         return next(self._it)
 
 
-def read_trace(path: str | os.PathLike[str], source: str | None = None) -> TraceReader:
-    """The records of a history file, reader chosen by content (see ``TraceReader``)."""
-    return TraceReader(path, source)
+def read_trace(path: str | os.PathLike[str], source: str | None = None,
+               start: float | None = None) -> TraceReader:
+    """The records of a history file, reader chosen by content (see ``TraceReader``).
+
+    ``start`` (epoch seconds) places an SWF's relative times; refused for other formats.
+    """
+    return TraceReader(path, source, start)

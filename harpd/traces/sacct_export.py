@@ -14,21 +14,17 @@ the file and the line reached.
 
 from __future__ import annotations
 
-import gzip
-import io
 import os
-import zlib
 from collections.abc import Iterator
 from pathlib import Path
-from typing import IO
 
 from harpd.slurm.classify import to_record
 from harpd.records import JobRecord
 from harpd.slurm.sacct_records import SacctParseError
 from harpd.slurm.sacct_text import Parsable2Stats, iter_parsable2
-from harpd.traces._open import TraceFormatError, open_binary
+from harpd.traces._open import TraceFormatError, TraceText
 
-__all__ = ["read_sacct_export", "SacctExportReader", "source_name", "open_trace"]
+__all__ = ["read_sacct_export", "SacctExportReader", "source_name"]
 
 _SUFFIXES = (".gz", ".psv", ".txt", ".csv", ".sacct", ".json", ".swf")
 
@@ -46,40 +42,6 @@ def source_name(path: str | os.PathLike[str]) -> str:
     return name
 
 
-class _CountingReader(io.RawIOBase):
-    """Wraps the raw file so progress can be read as bytes consumed / size."""
-
-    def __init__(self, fh: IO[bytes]) -> None:
-        self.fh = fh
-        self.pos = 0
-
-    def readable(self) -> bool:
-        return True
-
-    def readinto(self, b: bytearray) -> int:  # type: ignore[override]
-        n = self.fh.readinto(b)  # type: ignore[attr-defined]
-        self.pos += n or 0
-        return n
-
-    def close(self) -> None:
-        self.fh.close()
-        super().close()
-
-
-def open_trace(path: str | os.PathLike[str]) -> tuple[io.TextIOWrapper, _CountingReader, int]:
-    """(text stream, byte counter, file size) for plain or gzip text, told by content."""
-    p = Path(path)
-    raw = open_binary(p)
-    size = os.fstat(raw.fileno()).st_size
-    magic = raw.read(2)
-    raw.seek(0)
-    counter = _CountingReader(raw)
-    buffered = io.BufferedReader(counter, buffer_size=1 << 20)
-    stream: IO[bytes] = gzip.GzipFile(fileobj=buffered, mode="rb") if magic == b"\x1f\x8b" else buffered
-    text = io.TextIOWrapper(stream, encoding="utf-8", errors="replace", newline="")
-    return text, counter, size
-
-
 class SacctExportReader:
     """Iterates the JobRecords of one export; ``stats`` counts rows and skips.
 
@@ -91,9 +53,11 @@ class SacctExportReader:
         self.path = Path(path)
         self.source = source or source_name(path)
         self.stats = Parsable2Stats()
-        self._text, self._counter, self._size = open_trace(path)
-        self.lines_read = 0
-        self._error: TraceFormatError | None = None
+        self._text = TraceText(path)
+
+    @property
+    def lines_read(self) -> int:
+        return self._text.lines_read
 
     @property
     def skipped(self) -> int:
@@ -104,37 +68,12 @@ class SacctExportReader:
         return self.stats.first_errors
 
     def fraction(self) -> float | None:
-        if not self._size:
-            return None
-        return min(1.0, self._counter.pos / self._size)
+        return self._text.fraction()
 
     def _lines(self) -> Iterator[str]:
-        """The file's lines; a read error ends them cleanly and is raised after.
-
-        One line is held back so that when the data breaks off, a last line
-        cut in the middle (no newline) is dropped as a bad row instead of
-        being read as a job with half its fields.
-        """
-        prev: str | None = None
-        try:
-            for line in self._text:
-                self.lines_read += 1
-                if prev is not None:
-                    yield prev
-                prev = line
-        except (EOFError, gzip.BadGzipFile, zlib.error, OSError) as exc:
-            what = "gzip data ends or breaks" if not isinstance(exc, OSError) or isinstance(exc, gzip.BadGzipFile) else "read error"
-            self._error = TraceFormatError(
-                f"{self.path}:{self.lines_read + 1}: {what} here ({exc}); the file is truncated or corrupt, copy it again"
-            )
-            if prev is not None:
-                if prev.endswith("\n"):
-                    yield prev
-                else:
-                    self.stats.skip(f"{self.path}:{self.lines_read}", "line cut short where the data breaks off")
-            return
-        if prev is not None:
-            yield prev
+        """The file's lines; a last line cut where the data breaks off is a skipped row."""
+        return self._text.lines(
+            on_cut=lambda n: self.stats.skip(f"{self.path}:{n}", "line cut short where the data breaks off"))
 
     def __iter__(self) -> Iterator[JobRecord]:
         src = self.source
@@ -145,8 +84,8 @@ class SacctExportReader:
             raise TraceFormatError(str(exc)) from None
         finally:
             self._text.close()
-        if self._error is not None:
-            raise self._error
+        if self._text.error is not None:
+            raise self._text.error
 
 
 def read_sacct_export(path: str | os.PathLike[str], source: str | None = None) -> Iterator[JobRecord]:

@@ -15,27 +15,15 @@ fields; -1 means unknown.  Conversions (fixed here so nothing else guesses):
 
 from __future__ import annotations
 
-import gzip
-import io
 import os
 from collections.abc import Iterator
 from pathlib import Path
 
 from harpd.records import JobRecord, Outcome
-from harpd.traces._open import TraceFormatError, open_binary
+from harpd.traces._open import TraceFormatError, TraceText
 
 N_FIELDS = 18
 _STATUS = {1: Outcome.COMPLETED, 0: Outcome.FAILED, 5: Outcome.CANCELLED}
-
-
-def open_text(path: str | os.PathLike[str]) -> io.TextIOBase:
-    """Open plain or gzip text by content (magic bytes), not by file name."""
-    p = Path(path)
-    with open_binary(p) as fh:
-        magic = fh.read(2)
-    if magic == b"\x1f\x8b":
-        return io.TextIOWrapper(gzip.open(p, "rb"), encoding="utf-8", errors="replace")
-    return p.open("r", encoding="utf-8", errors="replace")
 
 
 def source_name(path: str | os.PathLike[str]) -> str:
@@ -52,17 +40,35 @@ def _num(tok: str) -> float | None:
     return None if v < 0 else v
 
 
-def read_swf(path: str | os.PathLike[str], source: str | None = None) -> Iterator[JobRecord]:
-    """Yield one JobRecord per job line of an SWF file (gzip or plain).
+class SwfReader:
+    """The JobRecords of one SWF file (gzip or plain); iterate once.
 
-    Times become epoch seconds when the header gives ``UnixStartTime``.
-    Raises TraceFormatError naming the line for a malformed job line: a trace
-    that silently loses jobs would bias every figure computed from it.
+    Times become epoch seconds from the header's ``UnixStartTime``, or from
+    ``start`` (epoch seconds) when given, which wins over the header.  Without
+    either, times count from 1970-01-01 and ``warnings`` says so once, with
+    what to do: some archive files (METACENTRUM's) have no such header.
+    ``fraction()`` is the share of the file read, for progress bars.
     """
-    src = source or source_name(path)
-    base = 0.0
-    with open_text(path) as fh:
-        for lineno, line in enumerate(fh, 1):
+
+    def __init__(self, path: str | os.PathLike[str], source: str | None = None,
+                 start: float | None = None) -> None:
+        self.path = path
+        self.source = source or source_name(path)
+        self.start = start
+        self.warnings: list[str] = []
+        self._text = TraceText(path)
+
+    def fraction(self) -> float | None:
+        return self._text.fraction()
+
+    def __iter__(self) -> Iterator[JobRecord]:
+        """Raises TraceFormatError naming the line for a malformed job line (a trace
+        that silently loses jobs would bias every figure computed from it), and,
+        after the jobs before it, for a file that breaks off (a truncated gzip)."""
+        path, src = self.path, self.source
+        header: float | None = None
+        base: float | None = self.start
+        for lineno, line in enumerate(self._text.lines(), 1):
             s = line.strip()
             if not s:
                 continue
@@ -70,19 +76,33 @@ def read_swf(path: str | os.PathLike[str], source: str | None = None) -> Iterato
                 key, _, val = s[1:].partition(":")
                 if key.strip() == "UnixStartTime":
                     try:
-                        base = float(val.split()[0])
+                        header = float(val.split()[0])
                     except (ValueError, IndexError):
                         pass
                 continue
+            if base is None:
+                base = header if header is not None else 0.0
+                if header is None:
+                    self.warnings.append(
+                        f"{path}: no UnixStartTime header, so job times count from 1970-01-01; "
+                        "pass --start DATE (the day the trace begins, e.g. --start 2012-01-01) to place them")
             tok = s.split()
             if len(tok) < N_FIELDS:
                 raise TraceFormatError(
                     f"{path}:{lineno}: expected {N_FIELDS} SWF fields, found {len(tok)}; is this an SWF file?"
                 )
             try:
-                yield _record(tok, src, base)
+                rec = _record(tok, src, base)
             except ValueError:
                 raise TraceFormatError(f"{path}:{lineno}: non-numeric SWF field in {s[:60]!r}") from None
+            yield rec
+        if self._text.error is not None:
+            raise self._text.error
+
+
+def read_swf(path: str | os.PathLike[str], source: str | None = None) -> Iterator[JobRecord]:
+    """Yield one JobRecord per job line of an SWF file (see ``SwfReader``)."""
+    return iter(SwfReader(path, source))
 
 
 def _record(tok: list[str], src: str, base: float) -> JobRecord:
@@ -144,8 +164,8 @@ def machine_size(path: str | os.PathLike[str]) -> int | None:
     trace ran on; only the header says it.  Reads the header lines only.
     """
     found: dict[str, int] = {}
-    with open_text(path) as fh:
-        for line in fh:
+    with TraceText(path) as fh:
+        for line in fh.text:
             s = line.strip()
             if not s:
                 continue

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 import threading
 import time
 
@@ -66,12 +67,22 @@ def test_admins_see_everyone_and_may_pick_a_user(handlers):
     assert by_group["scope"] == "user alice" and [g["key"] for g in by_group["groups"]] == ["alice-sig"]
 
 
+def test_account_partition_and_source_filters_reach_harpds_report(handlers, store):
+    store.insert_jobs([replace(rec("5", "alice"), account="chem", partition="gpu", source="ctc")])
+    assert report_json(handlers, ROOT, since="all", account="chem")["total"]["jobs"] == 1
+    assert report_json(handlers, ROOT, since="all", partition="gpu,none")["total"]["jobs"] == 1
+    assert report_json(handlers, ROOT, since="all", source="ctc")["total"]["jobs"] == 1
+    assert report_json(handlers, ROOT, since="all", account="a")["total"]["jobs"] == 4
+    # a user's own scope still holds under a filter
+    assert report_json(handlers, BOB, since="all", account="chem", user="bob")["total"]["jobs"] == 0
+
+
 def test_the_default_window_and_an_explicit_one(handlers):
     assert report_json(handlers, ROOT)["total"]["jobs"] == 3  # 30 days: the 2001 job is out
     assert report_json(handlers, ROOT, since="2000-01-01", until="2002-01-01")["total"]["jobs"] == 1
 
 
-@pytest.mark.parametrize("fmt, marker", [("table", "harp report"), ("csv", "user,jobs,"), ("html", "<svg")])
+@pytest.mark.parametrize("fmt, marker", [("table", "harp report"), ("csv", "User,source,jobs,"), ("html", "<svg")])
 def test_every_format_renders(handlers, fmt, marker):
     ans = handlers.handle(ROOT, req(format=fmt, since="all"))
     assert isinstance(ans, p.ReportAnswer) and marker in ans.text

@@ -196,7 +196,7 @@ def test_progress_only_on_a_terminal(store, cedar_gz):
     assert quiet.getvalue() == ""
     tty = Tty()
     import_file(cedar_gz, store, stream=tty)
-    assert "importing cedar-2021.sacct.psv.gz" in tty.getvalue() and "100.0%" in tty.getvalue()
+    assert "importing cedar-2021.sacct.psv.gz" in tty.getvalue() and "100%|" in tty.getvalue()
 
 
 # ------------------------------------------------------------ the CLI

@@ -83,7 +83,7 @@ def test_cli_table_and_json(tmp_path, capsys):
     _write_swf(f, _synthetic(1600))
     assert harp_main(["replay", str(f), "--quiet", "--retrain-every", "500"]) == 0
     out = capsys.readouterr().out
-    assert "users' requests" in out and "harp" in out and "target under_rate" in out
+    assert "users' requests" in out and "harp" in out and "verdict:" in out
     assert harp_main(["replay", str(f), "--quiet", "--format", "json", "--limit", "1200",
                       "--models", "request,alea"]) == 0
     d = json.loads(capsys.readouterr().out)

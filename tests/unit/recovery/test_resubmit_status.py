@@ -17,12 +17,8 @@ from harpd.store import Store
 
 
 @pytest.fixture
-def chain(tmp_path, monkeypatch):
+def chain(tmp_path, no_harpd):
     """A resubmit chain: OOM at 100M, OOM at 200M, completed at 400M; and a tiny-partition stop."""
-    for k in list(os.environ):
-        if k.startswith("HARP_"):
-            monkeypatch.delenv(k)
-    monkeypatch.setenv("HARP_SOCKET", str(tmp_path / "no-harpd.sock"))
     db = tmp_path / "harp.db"
     store = Store.open(db)
     fake = FakeSlurm(tmp_path / "slurm.json")

@@ -437,7 +437,6 @@ def test_script_over_4_mib_gets_one_harp_line(run, harpd) -> None:
         (["job.sh"], {"SBATCH_MEM_PER_NODE": "lots"}),
         (["--bogus", "job.sh"], {}),
         (["--time"], {}),
-        (["--harp", "job.sh"], {}),  # ambiguous harp option: sbatch reports it
         (["--wrap=echo", "job.sh"], {}),
         (["-n1", ":", "-n2", "job.sh"], {}),  # het job on the command line
     ],

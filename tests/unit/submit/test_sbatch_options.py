@@ -12,7 +12,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from harp_submit.sbatch_options import CLI_TABLE, SBATCH_OPTIONS, SBATCH_TABLE, GetoptError
+from harp_submit.sbatch_options import CLI_TABLE, SBATCH_OPTIONS, SBATCH_OPTIONS_22_05, SBATCH_TABLE, GetoptError
 
 LIBSLURM = "/usr/lib/x86_64-linux-gnu/slurm-wlm/libslurmfull.so"
 OPTSTRING = "+A:a:b:D:M:C:S:c:d:m:e:x:B:G:hHi:J:L:k::F:w:N:n:o:Osp:q:Qt:vVW"
@@ -119,9 +119,9 @@ def test_table_matches_installed_sbatch(tmp_path) -> None:
     lines = out.stdout.splitlines()
     assert lines[0] == OPTSTRING
     rows = [line.split() for line in lines[1:]]
-    assert [r[0] for r in rows] == [s.name for s in SBATCH_OPTIONS]
-    assert [int(r[1]) for r in rows] == [s.has_arg for s in SBATCH_OPTIONS]
-    for (name, _, val), spec in zip(rows, SBATCH_OPTIONS):
+    assert [r[0] for r in rows] == [s.name for s in SBATCH_OPTIONS_22_05]
+    assert [int(r[1]) for r in rows] == [s.has_arg for s in SBATCH_OPTIONS_22_05]
+    for (name, _, val), spec in zip(rows, SBATCH_OPTIONS_22_05):
         val = int(val)
         if val < 256:
             assert spec.short == chr(val), name
@@ -129,7 +129,7 @@ def test_table_matches_installed_sbatch(tmp_path) -> None:
             assert spec.short is None, name
     # options sharing a numeric val are aliases of one canonical option
     by_val: dict[str, set[str]] = {}
-    for (_, _, val), spec in zip(rows, SBATCH_OPTIONS):
+    for (_, _, val), spec in zip(rows, SBATCH_OPTIONS_22_05):
         by_val.setdefault(val, set()).add(spec.canonical)
     assert all(len(c) == 1 for c in by_val.values())
 

@@ -1,0 +1,132 @@
+"""The plain verdict `harp replay` prints first: would harp have beaten the users' own requests?
+
+A sysadmin deciding whether to run harp needs one sentence and the figures
+behind it, in the trace's own units: how much reservation harp frees, what it
+costs (jobs killed or extended, core-hours burned in killed attempts) and the
+consumption against the users' requests.  The table below it is for people
+who compare models.
+
+Who is better is decided by the harp score (docs/metrics.md), the same
+formula for both rows: over-reservation and killed attempts per unit of work,
+plus one average job of disruption per job harp kills and the steep penalty
+past the miss budget.  A reservation saving that does not pay for harp's kills
+therefore counts for the users' requests, as it should: a killed job is a
+user's lost afternoon, a held core-hour is only a planning loss.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+MODEL = "harp"
+USERS = "request"
+# relative score difference below which one side is only "slightly" better
+SLIGHT = 0.02
+
+
+def _num(v: Any) -> float | None:
+    return float(v) if isinstance(v, (int, float)) and math.isfinite(v) else None
+
+
+def verdict(rep: dict[str, Any]) -> dict[str, Any]:
+    """The verdict of a `build_report` dict: figures, who is better, and the lines to print."""
+    rows = {m["model"]: m for m in rep["models"]}
+    h, u = rows.get(MODEL), rows.get(USERS)
+    if not rep["relative"]:
+        return _none("this trace has no users' requests to compare harp with")
+    if h is None or u is None:
+        return _none(f"add {MODEL} and {USERS} to --models to compare harp with the users' own requests")
+    scale, unit = rep["unit_scale"], rep["unit"]
+    soft = rep.get("limits") == "soft"
+    saved = (u["over_reservation"] - h["over_reservation"]) / scale
+    ov = _num(h.get("over_vs_request"))
+    co = _num(h.get("consumed_vs_request"))
+    consumed_u = (u["consumed_over_used"] or 0.0) * (u.get("used_total") or 0.0)
+    consumed_h = (h["consumed_over_used"] or 0.0) * (h.get("used_total") or 0.0)
+    extra = (consumed_h - consumed_u) / scale
+    hs, us = _num(h.get("score")), _num(u.get("score"))
+    better, margin = _compare(hs, us)
+    out: dict[str, Any] = {
+        "model": MODEL,
+        "limits": rep.get("limits", "hard"),
+        "unit": unit,
+        "reserved_saved": saved,
+        "reserved_saved_share": None if ov is None else 1.0 - ov,
+        "over_reservation_vs_users": ov,
+        "consumed_vs_users": co,
+        "consumed_extra": extra,
+        "killed_jobs": int(h.get("killed_jobs") or h.get("harp_kills") or 0),
+        "killed": h["killed"] / scale,
+        "lost": int(h.get("lost") or 0),
+        "extended_jobs": (round((h.get("extended_share") or 0.0) * h["jobs"]) if soft else None),
+        "missed_share": h["under_rate"],
+        "score": hs,
+        "users_score": us,
+        "better": better,
+        "margin": margin,
+    }
+    out["text"] = _lines(out, rep)
+    return out
+
+
+def _none(why: str) -> dict[str, Any]:
+    return {"better": None, "text": [f"no verdict: {why}"]}
+
+
+def _compare(hs: float | None, us: float | None) -> tuple[str | None, str | None]:
+    if hs is None or us is None:
+        return None, None
+    if math.isclose(hs, us, rel_tol=1e-9, abs_tol=1e-12):
+        return "same", None
+    rel = abs(hs - us) / max(abs(us), abs(hs), 1e-12)
+    return ("harp" if hs < us else "users"), ("slightly" if rel < SLIGHT else "clearly")
+
+
+def _amount(v: float, unit: str) -> str:
+    return f"{abs(v):,.0f} {unit}"
+
+
+def _share(v: float | None) -> str:
+    return "-" if v is None else f"{abs(v):.1%}"
+
+
+def _lines(v: dict[str, Any], rep: dict[str, Any]) -> list[str]:
+    unit, jobs = v["unit"], rep["jobs"]
+    word = {"slightly": "slightly ", "clearly": ""}.get(v["margin"] or "", "")
+    saved, share = v["reserved_saved"], v["reserved_saved_share"]
+    if v["better"] == "harp":
+        head = f"verdict: harp would have been {word}better than the users' own requests on this trace"
+    elif v["better"] == "users":
+        head = f"verdict: the users' own requests would have been {word}better than harp on this trace"
+        if saved > 0:
+            head += ": what harp saves does not pay for the jobs it kills"
+    elif v["better"] == "same":
+        head = "verdict: harp and the users' own requests come out the same on this trace"
+    else:
+        head = "verdict: none (no score to compare on this trace)"
+    lines = [head + "."]
+    held = "final limits" if v["limits"] == "soft" else "limits"
+    lines.append(f"  reserved: harp's {held} hold {_amount(saved, unit)} ({_share(share)}) "
+                 f"{'less' if saved >= 0 else 'MORE'} beyond use than the users' requests")
+    if v["limits"] == "soft":
+        ext = v["extended_jobs"] or 0
+        budget = (rep.get("soft_policy") or {}).get("extension_budget")
+        allowed = f" (allowed {budget:.0%}: predict.soft_extension_budget)" if budget is not None else ""
+        lines.append(f"  extended: {ext:,} jobs ({ext / jobs if jobs else 0:.1%}) extended while running{allowed}; "
+                     f"{v['killed_jobs']:,} killed below their own request")
+    else:
+        k = v["killed_jobs"]
+        line = (f"  killed:   {k:,} jobs ({k / jobs if jobs else 0:.1%}) killed below their need and run again, "
+                f"burning {_amount(v['killed'], unit)}")
+        if v["lost"]:
+            line += f"; {v['lost']:,} run out of attempts (resubmitted by hand)"
+        lines.append(line)
+    co = v["consumed_vs_users"]
+    if co is not None:
+        more = "more" if v["consumed_extra"] >= 0 else "less"
+        lines.append(f"  consumed: {co:.3f} x the users' ({_amount(v['consumed_extra'], unit)} {more})")
+    if v["limits"] != "soft":
+        lines.append(f"  missed:   {v['missed_share']:.1%} of the jobs that fit their request ran out at harp's first "
+                     f"limit (allowed {rep['alpha']:.0%}: predict.alpha_{rep['resource']})")
+    return lines
