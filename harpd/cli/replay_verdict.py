@@ -56,7 +56,7 @@ def verdict(rep: dict[str, Any]) -> dict[str, Any]:
         "over_reservation_vs_users": ov,
         "consumed_vs_users": co,
         "consumed_extra": extra,
-        "killed_jobs": int(h.get("killed_jobs") or h.get("harp_kills") or 0),
+        "killed_jobs": int(h["killed_jobs"]),
         "killed": h["killed"] / scale,
         "lost": int(h.get("lost") or 0),
         "extended_jobs": (round((h.get("extended_share") or 0.0) * h["jobs"]) if soft else None),

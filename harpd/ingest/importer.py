@@ -88,7 +88,7 @@ def import_file(
                             store=str(getattr(store, "path", "") or ""))
     label = f"importing {os.path.basename(str(path))}"
     size = os.path.getsize(path) if reader.fraction() is not None else None
-    bar = Bar(label, total=size, stream=out, enabled=False if progress is False else progress,
+    bar = Bar(label, total=size, stream=out, enabled=progress,
               unit="B" if size else "records", unit_scale=bool(size))
     count = 0
     failure: list[BaseException] = []

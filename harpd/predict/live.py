@@ -243,7 +243,7 @@ class ModelPredictor:
             if ch is not None:
                 changes.append(Change(**ch))
                 models_used.append(ld.name)
-        if not any(ld.model is not None for ld in self._loaded.values()):
+        if not self.has_model():
             explain["reason"] = (f"{NO_MODEL}: sized from this program's own runs" if changes
                                  else f"{NO_MODEL}: request kept")
         return Decision(changes=changes, limits=limits, model=",".join(sorted(set(models_used))) or None,

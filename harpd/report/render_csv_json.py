@@ -18,16 +18,14 @@ import csv
 import io
 import json
 
-from harpd.report.aggregate import METRIC_NAMES, Report
-
-# report groupings as ``sacct -o`` names them; ``signature`` is harp's own
-SACCT_KEY = {"user": "User", "account": "Account", "partition": "Partition"}
+from harpd.report.aggregate import METRIC_NAMES, SACCT_FIELDS, Report
 
 
 def render_csv(report: Report) -> str:
     buf = io.StringIO()
     w = csv.writer(buf, lineterminator="\n")
-    w.writerow([SACCT_KEY.get(report.by, report.by), "source", *METRIC_NAMES])
+    # the grouping as ``sacct -o`` names it (``signature`` is harp's own and keeps its name)
+    w.writerow([SACCT_FIELDS.get(report.by, report.by), "source", *METRIC_NAMES])
     d = report.to_dict()
     for row in d["groups"]:
         w.writerow([row["key"], row.get("source") or "",

@@ -162,15 +162,15 @@ def scoreboard_table(tab: dict[str, Any], cols: list[str], rows: list[dict[str, 
 def scoreboard_lines(report: Report) -> list[str]:
     sb = report.scoreboard
     out = ["Model scoreboard"]
-    for table in sb.get("tables", []):
-        rows, cols = table.get("rows") or [], table.get("columns") or []
-        out.append(f"  {table.get('title', '')}")
+    for tab in sb.get("tables", []):
+        rows, cols = tab.get("rows") or [], tab.get("columns") or []
+        out.append(f"  {tab.get('title', '')}")
         if not rows:
-            out.append(f"    {table.get('note') or 'none'}")
+            out.append(f"    {tab.get('note') or 'none'}")
             continue
-        out += scoreboard_table(table, cols, rows)
-        if table.get("note"):
-            out += textwrap.wrap(table["note"], WIDTH, initial_indent="    ", subsequent_indent="    ")
+        out += scoreboard_table(tab, cols, rows)
+        if tab.get("note"):
+            out += textwrap.wrap(tab["note"], WIDTH, initial_indent="    ", subsequent_indent="    ")
     if any(r.get("champion") for t in sb.get("tables", []) for r in t.get("rows") or []):
         out.append("  * champion")
     for n in sb.get("notes", []):

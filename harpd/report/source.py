@@ -58,23 +58,20 @@ class Filters:
         return " ".join(parts)
 
 
-def _in(column: str, names: tuple[str, ...] | str | None) -> tuple[str, list[Any]]:
-    names = (names,) if isinstance(names, str) else tuple(names or ())
+def _in(column: str, names: tuple[str, ...]) -> tuple[str, list[Any]]:
     if len(names) == 1:
         return f'"{column}" = ?', list(names)
     return f'"{column}" IN ({", ".join("?" for _ in names)})', list(names)
 
 
-def window_where(window: Window, filters: Filters | str | None, *, use_index: bool = True) -> tuple[str, list[Any]]:
+def window_where(window: Window, filters: Filters | None = None, *, use_index: bool = True) -> tuple[str, list[Any]]:
     """SQL condition (written here, values bound) for finished jobs ending in the window.
 
-    ``filters`` may be a user name alone (the scope of older callers).
     ``use_index=False`` writes ``+end_time`` so SQLite scans the table instead
     of walking the end_time index: reading most of a big table through the
     index visits its pages in random order, about twice as slow as a scan.
     """
-    if not isinstance(filters, Filters):
-        filters = Filters(users=(filters,) if filters is not None else ())
+    filters = filters or Filters()
     col = "end_time" if use_index else "+end_time"
     where = ["outcome NOT IN (?, ?)"]
     params: list[Any] = list(_UNFINISHED)
@@ -240,7 +237,7 @@ def _index_pays(store: Any, window: Window) -> bool:
     return inside <= INDEX_MAX_SHARE * total
 
 
-def load(store: Any, by: str, window: Window, filters: Filters | str | None) -> Loaded:
+def load(store: Any, by: str, window: Window, filters: Filters | None) -> Loaded:
     """Jobs of the window (and filters), with harp's originals and chains."""
     where, params = window_where(window, filters, use_index=_index_pays(store, window))
     raw = store.job_columns(columns_for(by) + ["source"], where, params)
@@ -301,7 +298,7 @@ def _limit_changes(store: Any, jobs: Jobs) -> dict[str, int]:
     return out
 
 
-def store_span(store: Any, filters: Filters | str | None) -> tuple[int, float | None, float | None]:
+def store_span(store: Any, filters: Filters | None) -> tuple[int, float | None, float | None]:
     """How many finished jobs the store holds and their end-time range: for the
     hint shown when a window catches nothing."""
     where, params = window_where(Window(None, None), filters)

@@ -26,7 +26,6 @@ _OPEN = {"all", "ever", "beginning"}
 # sacct: now[{+|-}count[seconds(default)|minutes|hours|days|weeks]]
 _NOW_OFFSET = re.compile(r"^now\s*([+-])\s*(\d+)\s*(s|sec|secs|seconds?|min|mins|minutes?|h|hours?|d|days?|w|weeks?)?$",
                          re.IGNORECASE)
-_NOW_UNIT_S = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
 _CLOCK = r"(?:-(\d{1,2}):(\d{2})(?::(\d{2}))?)?"
 # MMDD[YY], MM/DD[/YY], MM.DD[.YY], each with an optional -HH:MM[:SS]
 _MONTH_DAY = (
@@ -102,7 +101,7 @@ def _parse(t: str, now: float) -> float | None:
     if m:
         sign = 1 if m.group(1) == "+" else -1
         unit = (m.group(3) or "s")[0]
-        return now + sign * int(m.group(2)) * _NOW_UNIT_S[unit]
+        return now + sign * int(m.group(2)) * _UNIT_S[unit]
     today = datetime.fromtimestamp(now).replace(hour=0, minute=0, second=0, microsecond=0)
     if low in _NAMED_HOURS:
         return _not_after(today.replace(hour=_NAMED_HOURS[low]), now, days=1)

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from harpd.records import Outcome
-from harpd.report.source import SUBMISSION_PATHS, load, originals_from_submissions, resource_totals, store_span
+from harpd.report.source import SUBMISSION_PATHS, Filters, load, originals_from_submissions, resource_totals, store_span
 from harpd.report.window import Window
 from report_helpers import DAY, NOW, job, resources
 
@@ -69,9 +69,9 @@ def test_load_filters_window_unfinished_and_user(store):
     ])
     got = load(store, "user", Window(NOW - 7 * DAY, NOW), None)
     assert sorted(got.jobs["job_id"].tolist()) == ["1", "3"]
-    mine = load(store, "user", ALL, "alice")
+    mine = load(store, "user", ALL, Filters(users=("alice",)))
     assert sorted(mine.jobs["job_id"].tolist()) == ["1", "2"]
-    assert store_span(store, "bob") == (1, NOW - 2 * DAY, NOW - 2 * DAY)
+    assert store_span(store, Filters(users=("bob",))) == (1, NOW - 2 * DAY, NOW - 2 * DAY)
 
 
 def test_load_joins_submissions_and_finds_recoveries(store):
@@ -117,7 +117,7 @@ def test_chains_of_other_users_are_not_shown(store):
     store.add_attempt("1", 1, "1", {}, "first", "done")
     store.add_attempt("1", 2, "2", {}, "retry", "done")
     store.add_attempt("7", 2, "8", {}, "someone else", "submitted")
-    alice = load(store, "user", ALL, "alice")
+    alice = load(store, "user", ALL, Filters(users=("alice",)))
     assert {r["chain_id"] for r in alice.chains} == {"1"}
 
 
