@@ -45,6 +45,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--procs", type=int, metavar="N",
                    help="processors of the simulated machine for --schedule (default: the SWF MaxProcs/MaxNodes "
                         "header; required for sacct exports)")
+    p.add_argument("--replicas", type=int, metavar="N", default=5,
+                   help="--schedule: average the queue figures over N copies of the trace, the first as recorded, "
+                        "the others shaken (one simulation alone is chaotic; docs/metrics.md, 'Queue'; "
+                        "default: %(default)s, 1 for the recorded trace only)")
+    p.add_argument("--shake", type=float, metavar="SECONDS", default=60.0,
+                   help="--schedule: move each submission of a shaken copy by up to this many seconds either way "
+                        "(default: %(default)g)")
 
 
 def _fail(msg: str):
@@ -134,6 +141,10 @@ def _machine_size(args: argparse.Namespace) -> int | None:
     """Processors of the simulated machine (None without --schedule); a one-line error when unknown."""
     if args.procs is not None and not args.schedule:
         _fail("--procs sizes the simulated machine of --schedule; add --schedule or drop --procs")
+    if args.replicas < 1:
+        _fail(f"--replicas {args.replicas}: at least 1 copy of the trace is simulated (1: the trace as recorded)")
+    if not (args.shake >= 0) or args.shake == float("inf"):
+        _fail(f"--shake {args.shake:g}: give the seconds a submission may move, 0 or more")
     if not args.schedule:
         return None
     if args.resource != "time":
@@ -183,7 +194,7 @@ def _schedule(args, prep, cfg, res, procs: int, say) -> dict:
     say(f"queue: simulating {prep.n} jobs on {procs} processors")
     try:
         queue = schedule(prep, procs, alloc.get("hard"), alloc.get("soft"), max_attempts=cfg.max_attempts,
-                         progress=bar, notes=notes)
+                         progress=bar, notes=notes, replicas=args.replicas, shake_s=args.shake)
     except QueueError as exc:
         _fail(str(exc))
     queue["trace"] = str(args.trace)
@@ -205,22 +216,40 @@ def _save_queue(args, queue: dict, say) -> None:
     say(f"queue figures saved to {target} for harp report --format html")
 
 
+def _pm(v, se, fmt: str) -> str:
+    return _f(v, fmt) if se is None else f"{_f(v, fmt)} ±{_f(se, fmt)}"
+
+
 def render_queue(q: dict) -> str:
-    """The --schedule table: one row per policy."""
+    """The --schedule table: one row per policy (means over the copies, ± their standard error)."""
     head = ["policy", "mean wait", "p95 wait", "mean bsld", "util", "kills", "ext", "delayed by ext",
             "delayed by kill"]
     lines = [head]
     for p in q["policies"]:
-        lines.append([p["policy"], _f(p["mean_wait_s"], ",.0f"), _f(p["p95_wait_s"], ",.0f"),
-                      _f(p["mean_bounded_slowdown"], ".2f"), _f(p["utilization"], ".3f"), str(p["kills"]),
+        lines.append([p["policy"], _pm(p["mean_wait_s"], p.get("mean_wait_s_se"), ",.0f"),
+                      _f(p["p95_wait_s"], ",.0f"),
+                      _pm(p["mean_bounded_slowdown"], p.get("mean_bounded_slowdown_se"), ".2f"),
+                      _f(p["utilization"], ".3f"), str(p["kills"]),
                       str(p["extensions"]), str(p["delayed_by_extension"]), str(p["delayed_by_kill"])])
     widths = [max(len(r[i]) for r in lines) for i in range(len(head))]
+    copies = q.get("replicas", 1)
     out = ["", f"queue: FCFS + EASY backfilling on {q['procs']} processors, {q['jobs']} jobs (seconds; "
-               "bsld: bounded slowdown, 10 s bound)"]
+               "bsld: bounded slowdown, 10 s bound"
+               + (f"; means over {copies} copies, ± standard error)" if copies > 1 else ")")]
     for k, r in enumerate(lines):
         out.append("  ".join(c.ljust(widths[i]) if i == 0 else c.rjust(widths[i]) for i, c in enumerate(r)))
         if k == 0:
             out.append("  ".join("-" * w for w in widths))
+    for name, cmp in (q.get("vs_users") or {}).items():
+        parts = []
+        for f, short in (("mean_wait_s", "wait"), ("mean_bounded_slowdown", "bsld")):
+            c = cmp.get(f) or {}
+            if c.get("rel_diff") is None:
+                continue
+            se = "" if c.get("se") is None else f" ±{c['se']:.1%}"
+            parts.append(f"{short} {c['rel_diff']:+.1%}{se} ({c['verdict']})")
+        if parts:
+            out.append(f"{name} vs the users' requests, copy by copy: " + ", ".join(parts))
     for name, g in q["gap_closed"].items():
         out.append(f"{name} closes {_f(g['mean_wait_s'], '.0%')} of the users→exact gap in mean wait, "
                    f"{_f(g['mean_bounded_slowdown'], '.0%')} in mean bounded slowdown")

@@ -250,13 +250,17 @@ class Handlers:
             except StoreError as exc:
                 store = str(exc)
         name = getattr(self.predictor, "name", None) or type(self.predictor).__name__
+        limits = self.limits_mode
+        soft = getattr(self.predictor, "soft_state", None)
+        if limits is not None and soft is not None:  # what the extension budget taught the soft policy
+            limits = {**limits, **soft.explain()}
         return p.HealthAnswer(
             version=__version__,
             store=store,
             models=models,
             predictor=str(name),
             uptime_s=round(time.monotonic() - self.started, 3),
-            limits=self.limits_mode,
+            limits=limits,
         )
 
     def op_report(self, peer: Peer, req: p.ReportRequest) -> BaseModel:

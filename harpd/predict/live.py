@@ -25,7 +25,8 @@ import numpy as np
 from harpd.features.resources import gpu_count
 from harpd.predict.allocation import Guard, allocate
 from harpd.predict.bounds import MARGIN
-from harpd.predict.soft import SoftPolicy, soft_guard
+from harpd.predict.soft import SoftPolicy, running_bound, soft_guard, stake_of, tilt
+from harpd.predict.soft_state import SoftState
 from harpd.slurm.partitions import limits_from_backend
 from harp_submit.units import format_mem, format_time
 
@@ -71,6 +72,10 @@ class ModelPredictor:
         # harpd.watch): the time limit is cut deeper, by harpd.predict.soft's policy
         self.soft_limits = bool(soft_limits)
         self.store = store
+        # the budget scale, siblings in flight and usual stake the soft policy
+        # reads (fed by harpd.watch); None without soft limits
+        self.soft_state: SoftState | None = (
+            SoftState(SoftPolicy.from_settings(settings.predict), store) if self.soft_limits else None)
         self._limits = limits
         self._lock = threading.Lock()
         self._refresh_lock = threading.Lock()
@@ -266,6 +271,18 @@ class ModelPredictor:
         return up, "model bound"
 
     @staticmethod
+    def _soft_live(up: float, template: str, cores: float, req: float, policy: SoftPolicy, state: SoftState,
+                   now: float, ex: dict[str, Any]) -> float:
+        """The bound with what the replay's walk adds (``soft.soft_starts``): running siblings, tilts, budget scale."""
+        n_flight, longest = state.running(template, now)
+        up = float(running_bound(up, longest, req, policy))
+        stake = float(stake_of(cores, req))
+        usual = state.usual_stake(stake)
+        up += state.scale + float(tilt(policy, n_flight, stake, usual))
+        ex.update(state.explain(), siblings_running=n_flight, sibling_longest_s=round(longest))
+        return up
+
+    @staticmethod
     def _history_bound(x, margin: float) -> tuple[float | None, str]:
         """The history rule's bound (log need/request) from the signature's own runs, or None and why.
 
@@ -283,8 +300,10 @@ class ModelPredictor:
             return None, "no usage recorded for this program's runs: request kept"
         return float(smax) + math.log(margin), f"{margin:g} x the most of its last runs"
 
-    def _one(self, job, user: str, res: str, ld: _Loaded, limits, now: float):
-        from harpd.features.history import COL, conformal_group, keys_of
+    @staticmethod
+    def _keys(job, user: str, res: str, relative: bool):
+        """(cores, nodes, request of ``res``, grouping keys) of a job request: one place for both callers."""
+        from harpd.features.history import keys_of
         from harpd.features.signature import signature_of
 
         rq = job.request
@@ -300,11 +319,24 @@ class ModelPredictor:
             req, other = (float(rq.time_s) if rq.time_s else None), mem_job
         else:
             req, other = mem_job, (float(rq.time_s) if rq.time_s else None)
+        sig = job.signature or (signature_of(job.commands) if job.commands else None)
+        keys = keys_of(user, job.account, sig, job.job_name, req if relative else None, cores,
+                       job.array_size, other, gpus)
+        return cores, nodes, req, keys
+
+    def template_of(self, job, user: str) -> str | None:
+        """The time template (same user, request, cores) of a registered job: the watcher groups running jobs by it."""
+        ld = self._loaded.get("time")
+        _, _, req, keys = self._keys(job, user, "time", True if ld is None else ld.relative)
+        return keys.req if req else None
+
+    def _one(self, job, user: str, res: str, ld: _Loaded, limits, now: float):
+        from harpd.features.history import COL, conformal_group
+
+        rq = job.request
+        cores, nodes, req, keys = self._keys(job, user, res, ld.relative)
         if ld.relative and not req:
             return None, {"reason": f"no {res} request to size"}
-        sig = job.signature or (signature_of(job.commands) if job.commands else None)
-        keys = keys_of(user, job.account, sig, job.job_name, req if ld.relative else None, cores,
-                       job.array_size, other, gpus)
         with self._lock:
             x = ld.history.features(keys, now)
             n_hist = ld.history.count(keys, "s")
@@ -333,6 +365,8 @@ class ModelPredictor:
                 policy = SoftPolicy.from_settings(self.settings.predict)
                 up, rule = self._soft_bound(x, up, policy)
                 ex.update(policy.explain(), soft_rule=rule)
+                if self.soft_state is not None:
+                    up = self._soft_live(up, keys.req, cores, req, policy, self.soft_state, now, ex)
             reason = f"{ld.name}: {res} bound from {n_hist} similar runs"
         if res == "time":
             limit = limits.max_time_s or self.settings.recovery.max_time_s

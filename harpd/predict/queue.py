@@ -38,7 +38,8 @@ import numpy as np
 from harpd.predict.dataset import Prepared
 from harpd.records import Outcome
 from harpd.recovery.escalation import next_allocation
-from harpd.simulate import LimitHook, LimitPolicy, Summary, Workload, simulate
+from harpd.simulate import LimitHook, LimitPolicy, Workload
+from harpd.simulate.shake import mean_row, paired, simulate_shaken
 
 #: the rows of a queue comparison, in display order
 POLICIES = ("users", "harp-hard", "harp-soft", "exact")
@@ -140,21 +141,31 @@ def _clean(v: Any) -> Any:
 
 def schedule(prep: Prepared, procs: int, hard: np.ndarray | None, soft: np.ndarray | None, *,
              max_attempts: int = 3, progress: Progress | None = None,
-             notes: list[str] | None = None) -> dict[str, Any]:
-    """Simulate every policy; the JSON-able queue section of a replay report."""
+             notes: list[str] | None = None, replicas: int = 1, shake_s: float = 60.0,
+             seed: int = 0) -> dict[str, Any]:
+    """Simulate every policy; the JSON-able queue section of a replay report.
+
+    With ``replicas`` > 1 each figure is the mean over that many copies of
+    the trace, copy 0 as recorded and the others shaken by ±``shake_s`` on
+    the submissions (``harpd.simulate.shake``); ``paired`` then compares
+    each row with the users' copy by copy.
+    """
     if procs < 1:
         raise QueueError(f"--procs {procs}: the machine needs at least one processor")
+    if replicas < 1:
+        raise QueueError(f"--replicas {replicas}: at least one copy of the trace is simulated")
+    if shake_s < 0:
+        raise QueueError(f"--shake {shake_s:g}: a shaking amplitude is 0 seconds or more")
     work = workload_of(prep)
-    summaries: list[Summary] = []
-    seconds: list[float] = []
-    for pol in policies(prep, hard, soft, max_attempts):
-        t0 = time.perf_counter()
-        summaries.append(simulate(work, pol, procs, progress=progress(pol.name) if progress else None).summary())
-        seconds.append(round(time.perf_counter() - t0, 2))
-    rows = {s.policy: {k: _clean(v) for k, v in s.to_dict().items()} | {"seconds": t}
-            for s, t in zip(summaries, seconds)}
+    pols = policies(prep, hard, soft, max_attempts)
+    t0 = time.perf_counter()
+    runs = simulate_shaken(work, pols, procs, replicas=replicas, amplitude_s=shake_s, seed=seed,
+                           progress=progress)
+    per_policy_s = round((time.perf_counter() - t0) / max(len(pols), 1), 2)
+    rows = {name: {k: _clean(v) for k, v in mean_row(s).items()} | {"seconds": per_policy_s}
+            for name, s in runs.items()}
     notes = list(notes or [])
-    rejected = summaries[0].rejected
+    rejected = runs["users"][0].rejected
     if rejected:
         notes.append(f"{rejected} job(s) wider than {procs} processors were left out of every policy")
     gap = gap_closed(rows)
@@ -162,5 +173,9 @@ def schedule(prep: Prepared, procs: int, hard: np.ndarray | None, soft: np.ndarr
     for f in GAP_FIGURES:
         if u[f] is not None and x[f] is not None and x[f] >= u[f]:
             notes.append(f"exact runtimes do not beat the users' requests on {f}: no gap to close")
-    return {"procs": int(procs), "jobs": int(len(work)), "policies": list(rows.values()), "gap_closed": gap,
-            "notes": notes}
+    if replicas > 1:
+        notes.append(f"each figure is the mean over {replicas} copies of the trace (the first as recorded, the "
+                     f"others with every submission moved by up to ±{shake_s:g} s: input shaking)")
+    compared = {name: paired(runs["users"], s) for name, s in runs.items() if name != "users"}
+    return {"procs": int(procs), "jobs": int(len(work)), "replicas": int(replicas), "shake_s": float(shake_s),
+            "policies": list(rows.values()), "gap_closed": gap, "vs_users": compared, "notes": notes}

@@ -36,7 +36,7 @@ from harpd.predict.allocation import Guard, allocate, allocate_many
 from harpd.predict.bounds import allocations, soft_allocations
 from harpd.predict.dataset import Prepared, ReplayError, fit_rows
 from harpd.predict.metric import ModelMetrics, evaluate, evaluate_soft
-from harpd.predict.soft import SoftPolicy, hold_budget, recent_at, soft_guard, start_bound
+from harpd.predict.soft import SoftPolicy, soft_guard, soft_starts
 
 
 @dataclass
@@ -246,15 +246,14 @@ def run(prep: Prepared, cfg: ReplayConfig | None = None,
 
 
 def _soft_start(prep: Prepared, cfg: ReplayConfig, ups: np.ndarray, notes: dict[str, str]) -> np.ndarray:
-    """harp's start limits under soft limits: the start-time rule, else the model, under the budget controller."""
-    count, mx = recent_at(prep, prep.start, cfg.soft.recent_runs)
-    bound = start_bound(ups, count, mx, cfg.soft)
+    """harp's start limits under soft limits (``soft.soft_starts``: the daemon's own steps)."""
     scales: list[float] = []
-    out = hold_budget(prep, bound, cfg.guard, cfg.soft, scales)
-    use = (count >= cfg.soft.min_recent) & np.isfinite(mx)
-    notes["harp_soft"] = (f"start-time rule ({cfg.soft.recent_margin:g} x the most of the template's last "
-                          f"{cfg.soft.recent_runs} runs) for {use.mean():.0%} of jobs, the model at quantile "
-                          f"{cfg.soft.quantile:g} for the rest; budget controller scale over time: "
+    out, use = soft_starts(prep, ups, cfg.guard, cfg.soft, scales)
+    pol = cfg.soft
+    notes["harp_soft"] = (f"start-time rule ({pol.recent_margin:g} x the most of the template's last "
+                          f"{pol.recent_runs} runs) for {use.mean():.0%} of jobs, the model at quantile "
+                          f"{pol.quantile:g} for the rest; never below a running sibling's run so far; burst tilt "
+                          f"{pol.burst_tilt:g}, stake tilt {pol.stake_tilt:g}; budget controller scale over time: "
                           + " ".join(f"{x:.2f}" for x in scales[:: max(1, len(scales) // 10)]))
     return out
 

@@ -12,7 +12,18 @@ user's request and the partition).  Two things change in what harp can do:
   in the queue has more of them;
 * a miss costs an extension (a broken promise to the planner), not a killed
   run, so harp can cut much deeper: it aims at a quantile such that about
-  the extension budget of jobs outgrow their start limit.
+  the extension budget of jobs outgrow their start limit;
+* what is *running* is evidence too: a sibling of the same template that has
+  already run for ``e`` seconds needs more than ``e``, so no job of the
+  template starts with less (``running_bound``); and a burst of siblings
+  started together shares one guess, so one wrong limit costs the whole
+  burst an extension each: the more siblings in flight, the more cautious
+  the start limit (``burst_tilt``);
+* the extension budget counts jobs, but the reservation a cut saves is
+  cores x time: the budget goes furthest where the most core-hours are at
+  stake, so jobs with more at stake than usual are cut a little deeper and
+  small ones a little less (``stake_tilt``; docs/metrics.md measures what it
+  costs the queue).
 
 The start-time decision uses the trace's start time (submit + wait): it
 ignores how harp's own limits would have changed the schedule.
@@ -52,31 +63,121 @@ class SoftPolicy:
     recent_runs: int = 5
     recent_margin: float = 1.1
     min_recent: int = 3
+    # log-bound added per log(1 + siblings of the template running at the start)
+    burst_tilt: float = 0.2
+    # log-bound taken off per unit of log(cores x request) above the usual (and added below it)
+    stake_tilt: float = 0.1
     # the budget controller: log-scale step per finished job, and its range
     gamma: float = 0.02
     scale_range: tuple[float, float] = (0.5, 4.0)
+    # the controller holds this share of the budget: it sits on its target,
+    # so aiming at the budget itself would end a trace on the line or over it
+    aim: float = 0.95
+    # the usual stake: a running mean over about this many recent starts
+    stake_window: int = 5000
 
     @classmethod
     def from_settings(cls, predict) -> "SoftPolicy":
+        d = cls()  # a slotted dataclass: the defaults live on an instance, not the class
         return cls(
-            quantile=getattr(predict, "soft_quantile", cls.quantile),
-            extension_budget=getattr(predict, "soft_extension_budget", cls.extension_budget),
-            recent_margin=getattr(predict, "soft_recent_margin", cls.recent_margin),
+            quantile=getattr(predict, "soft_quantile", d.quantile),
+            extension_budget=getattr(predict, "soft_extension_budget", d.extension_budget),
+            recent_margin=getattr(predict, "soft_recent_margin", d.recent_margin),
+            burst_tilt=getattr(predict, "soft_burst_tilt", d.burst_tilt),
+            stake_tilt=getattr(predict, "soft_stake_tilt", d.stake_tilt),
         )
 
     def explain(self) -> dict:
         return {"limits": "soft", "quantile": self.quantile, "extension_budget": self.extension_budget,
-                "recent_runs": self.recent_runs, "recent_margin": self.recent_margin}
+                "recent_runs": self.recent_runs, "recent_margin": self.recent_margin,
+                "burst_tilt": self.burst_tilt, "stake_tilt": self.stake_tilt}
+
+
+class BudgetController:
+    """The scale ``s`` (log) added to every soft bound, holding the share of extended jobs.
+
+    Adaptive conformal inference's update on the extension rate: up by
+    ``gamma × (1 − target)`` when a job outgrows its start limit (when harpd
+    extends it, so jobs started together learn from the first extension, not
+    from its end), down by ``gamma × target`` when a job ends without one.
+    The long-run share of extended jobs then settles at ``target`` (``aim`` ×
+    the budget), within ``scale_range``.  The replay and the live daemon run
+    this same object; the daemon keeps ``s`` in its store across restarts.
+    """
+
+    def __init__(self, policy: SoftPolicy, s: float = 0.0) -> None:
+        self.gamma = float(policy.gamma)
+        self.target = float(policy.extension_budget) * float(policy.aim)
+        self.lo, self.hi = math.log(policy.scale_range[0]), math.log(policy.scale_range[1])
+        self.s = min(max(float(s), self.lo), self.hi)
+
+    def _step(self, err: float) -> None:
+        self.s = min(max(self.s + self.gamma * (err - self.target), self.lo), self.hi)
+
+    def extended(self) -> None:
+        """A job outgrew its start limit (its first extension)."""
+        self._step(1.0)
+
+    def ended(self) -> None:
+        """A job ended within its start limit."""
+        self._step(0.0)
+
+
+class StakeMean:
+    """A running mean of log(cores × request) over about ``window`` recent starts: the usual stake."""
+
+    def __init__(self, window: int, mean: float = math.nan, n: int = 0) -> None:
+        self.window = max(int(window), 1)
+        self.mean = float(mean)
+        self.n = int(n)
+
+    def add(self, z: float) -> float:
+        """Count one start's stake; returns the mean including it."""
+        if not math.isfinite(z):
+            return self.mean
+        self.n += 1
+        self.mean = z if self.n == 1 else self.mean + (z - self.mean) / min(self.n, self.window)
+        return self.mean
+
+
+def stake_of(cores, request):
+    """log(cores × request): what a job's reservation puts at stake (vectorised)."""
+    return np.log(np.maximum(np.asarray(cores, float) * np.asarray(request, float), 1.0))
+
+
+def tilt(policy: SoftPolicy, in_flight, stake, usual_stake):
+    """The per-job change of the log-bound: a burst adds caution, a large stake cuts deeper."""
+    dz = np.nan_to_num(np.asarray(stake, float) - np.asarray(usual_stake, float))
+    return policy.burst_tilt * np.log1p(np.maximum(np.asarray(in_flight, float), 0.0)) - policy.stake_tilt * dz
+
+
+def running_bound(up_log, elapsed, request, policy: SoftPolicy):
+    """No start limit below ``recent_margin`` × what a running sibling already used (log need/request).
+
+    ``elapsed``: the longest run so far among the template's siblings still
+    running (0 or NaN: none).  That sibling needs more than it has had, so
+    the template's runs are at least that long: a lower bound nobody has to
+    wait for, which matters most for arrays and bursts whose first runs
+    have not finished yet.
+    """
+    up = np.asarray(up_log, float)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        low = np.log(np.asarray(elapsed, float) * policy.recent_margin / np.asarray(request, float))
+    return np.where(np.isfinite(low), np.fmax(up, low), up)
 
 
 def soft_guard(guard: Guard) -> Guard:
-    """The hard guard rails without their walk-back floor.
+    """The hard guard rails without their walk-back floor and their cold start.
 
     ``min_fraction`` keeps a hard cut within reach of the request in the
     escalation's few attempts; an extension has no attempt limit, so under
     soft limits only the floor (one minute) bounds a cut from below.
+    ``min_history`` keeps a model from cutting a program it has never seen
+    into a kill; under soft limits such a miss is one extension, which the
+    budget controller counts like any other, so the model speaks for new
+    programs too.
     """
-    return Guard(min_history=guard.min_history, floor=guard.floor, allow_shrink=guard.allow_shrink,
+    return Guard(min_history=0, floor=guard.floor, allow_shrink=guard.allow_shrink,
                  max_raise_factor=guard.max_raise_factor, leave_alone_ratio=guard.leave_alone_ratio,
                  margin=guard.margin, min_fraction=0.0)
 
@@ -128,27 +229,67 @@ def start_bound(up_log: np.ndarray, count: np.ndarray, recent_max: np.ndarray, p
     return np.where(use, rec, up_log)
 
 
+def running_at(prep) -> tuple[np.ndarray, np.ndarray]:
+    """Per job, at its start: how many jobs of its template were running, and the longest run so far among them.
+
+    What harpd's watcher sees of the queue when it re-sizes a pending job
+    (one listing per interval): siblings that started and have not ended.
+    Needs the template keys (``prepare(..., keep_templates=True)``).
+    """
+    import heapq
+
+    if prep.template is None or prep.end is None:
+        raise ValueError("soft limits need template keys and end times: prepare(..., keep_templates=True)")
+    n = prep.n
+    tmpl = prep.template
+    t = np.concatenate([prep.end, prep.start])
+    kind = np.concatenate([np.zeros(n, np.int8), np.ones(n, np.int8)])  # ends before starts at one instant
+    idx = np.concatenate([np.arange(n), np.arange(n)])
+    order = np.lexsort((idx, kind, t))
+    started: dict[object, list[tuple[float, int]]] = {}  # template -> heap of (start, job) that started
+    ended = np.zeros(n, bool)
+    count = np.zeros(n, np.int64)
+    elapsed = np.zeros(n)
+    for e in order:
+        i = int(idx[e])
+        if kind[e] == 0:
+            ended[i] = True
+            continue
+        heap = started.setdefault(tmpl[i], [])
+        while heap and ended[heap[0][1]]:
+            heapq.heappop(heap)
+        if heap:
+            elapsed[i] = float(prep.start[i]) - heap[0][0]
+            count[i] = sum(1 for _, j in heap if not ended[j])
+        heapq.heappush(heap, (float(prep.start[i]), i))
+        if len(heap) > 64 and count[i] < len(heap) // 2:  # drop the ended ones now and then
+            started[tmpl[i]] = heap = [x for x in heap if not ended[x[1]]]
+            heapq.heapify(heap)
+    return count, elapsed
+
+
 def start_limits(prep, up_log: np.ndarray, guard: Guard, policy: SoftPolicy) -> np.ndarray:
     """The limit each job starts with (NaN: the user's request stands), without the budget controller."""
     count, mx = recent_at(prep, prep.start, policy.recent_runs)
     bound = start_bound(np.asarray(up_log, float), count, mx, policy)
-    return allocate_many(prep.request, bound, prep.n_hist, prep.limit, soft_guard(guard))
+    return allocate_many(prep.request, bound, np.maximum(prep.n_hist, count), prep.limit, soft_guard(guard))
 
 
 def hold_budget(prep, bound_log: np.ndarray, guard: Guard, policy: SoftPolicy,
-                trace: list[float] | None = None) -> np.ndarray:
+                trace: list[float] | None = None, in_flight: np.ndarray | None = None,
+                n_hist: np.ndarray | None = None) -> np.ndarray:
     """Start limits from ``bound_log`` under a controller that holds the extension budget.
 
     Walks starts, extensions and ends in time order.  At its start a job
-    gets ``allocate(request, bound + s)``; ``s`` moves by
-    ``gamma × (extended − budget)`` (adaptive conformal inference's update,
-    on the extension rate): up at the moment a job outgrows its start limit
-    (when harpd extends it: jobs submitted together learn from the first
-    one's extension, not from its end), slowly down when a job ends without
-    one.  So the long-run share of jobs (all that pass through harp, left
-    alone or not) that needed an extension settles at the budget, within
-    ``scale_range``.  ``trace`` (if given) collects ``exp(s)`` every
-    thousand starts.
+    gets ``allocate(request, bound + s + tilt)``; ``s`` is the
+    ``BudgetController``'s scale (up at the moment a job outgrows its start
+    limit, slowly down when a job ends without one), so the long-run share
+    of jobs (all that pass through harp, left alone or not) that needed an
+    extension settles at the controller's target; ``tilt`` is ``tilt()``'s,
+    from the siblings in flight (``in_flight``, 0 if not given) and the
+    job's stake against the running usual stake.  ``n_hist``: the history
+    each job has at its start (default: at submission).  ``trace`` (if
+    given) collects ``exp(s)`` every thousand starts.
     """
     import heapq
 
@@ -157,7 +298,11 @@ def hold_budget(prep, bound_log: np.ndarray, guard: Guard, policy: SoftPolicy,
     n = prep.n
     req, need, cens = prep.request, prep.need, prep.censored
     g = soft_guard(guard)
-    lo, hi = math.log(policy.scale_range[0]), math.log(policy.scale_range[1])
+    nh = prep.n_hist if n_hist is None else n_hist
+    flight = np.zeros(n) if in_flight is None else np.asarray(in_flight, float)
+    stake = stake_of(prep.weight, np.where(np.isfinite(req), req, 1.0))
+    ctl = BudgetController(policy)
+    usual = StakeMean(policy.stake_window)
     out = np.full(n, np.nan)
     # static events: ends (kind 0) before starts (kind 2) at equal times; extensions (kind 1) come later
     t = np.concatenate([prep.end, prep.start])
@@ -166,26 +311,22 @@ def hold_budget(prep, bound_log: np.ndarray, guard: Guard, policy: SoftPolicy,
     order = np.lexsort((kind, t))
     crossings: list[tuple[float, int]] = []
     extended = np.zeros(n, bool)
-    s = 0.0
-    budget, gamma = policy.extension_budget, policy.gamma
     started = 0
     limit = prep.limit
-
-    def step(err: float) -> None:
-        nonlocal s
-        s = min(max(s + gamma * (err - budget), lo), hi)
 
     for e in order:
         te = t[e]
         while crossings and crossings[0][0] <= te:  # jobs that outgrew their start limit by now
-            step(1.0)
+            ctl.extended()
             heapq.heappop(crossings)
         i = int(idx[e])
         if kind[e] == 2:
             b = bound_log[i]
+            mean = usual.add(float(stake[i]))
             if math.isfinite(b):
                 lim = None if limit is None or not math.isfinite(limit[i]) else float(limit[i])
-                v, _ = allocate(float(req[i]), float(b) + s, int(prep.n_hist[i]), lim, g)
+                adj = float(tilt(policy, flight[i], stake[i], mean))
+                v, _ = allocate(float(req[i]), float(b) + ctl.s + adj, int(nh[i]), lim, g)
                 if v is not None:
                     out[i] = v
                     if (v <= need[i]) if cens[i] else (v < need[i]):
@@ -193,10 +334,26 @@ def hold_budget(prep, bound_log: np.ndarray, guard: Guard, policy: SoftPolicy,
                         heapq.heappush(crossings, (float(prep.start[i]) + v, i))
             started += 1
             if trace is not None and started % 1000 == 0:
-                trace.append(math.exp(s))
+                trace.append(math.exp(ctl.s))
         elif not extended[i]:
-            step(0.0)
+            ctl.ended()
     return out
+
+
+def soft_starts(prep, up_log: np.ndarray, guard: Guard, policy: SoftPolicy,
+                trace: list[float] | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """harp's start limits under soft limits, as the daemon decides them; and which jobs the start-time rule sized.
+
+    The template's recent runs (else the model's bound ``up_log``), never
+    below what a running sibling already used, under the budget controller
+    with the burst and stake tilts; each job with the history it has at its
+    start.
+    """
+    count, mx = recent_at(prep, prep.start, policy.recent_runs)
+    flight, elapsed = running_at(prep)
+    bound = running_bound(start_bound(np.asarray(up_log, float), count, mx, policy), elapsed, prep.request, policy)
+    out = hold_budget(prep, bound, guard, policy, trace, in_flight=flight, n_hist=np.maximum(prep.n_hist, count))
+    return out, (count >= policy.min_recent) & np.isfinite(mx)
 
 
 def extend(start: np.ndarray, need: np.ndarray, request: np.ndarray, censored: np.ndarray,

@@ -71,11 +71,13 @@ class Extender:
     """Raises running jobs' limits before they run out.  Not thread-safe: one tick at a time."""
 
     def __init__(self, store: Store, backend: Any, settings: HarpSettings,
-                 partitions: Callable[[], dict[str, PartitionInfo]] | None = None) -> None:
+                 partitions: Callable[[], dict[str, PartitionInfo]] | None = None,
+                 on_extended: Callable[[str], None] | None = None) -> None:
         self.store = store
         self.backend = backend
         self.margin_s = float(settings.watch.margin_s)
         self._partitions = partitions or backend.partitions
+        self._on_extended = on_extended  # told of each extension made (the soft budget counts them)
 
     def tick(self, jobs: Iterable[QueuedJob]) -> int:
         """Finish interrupted extensions, then extend what crosses the margin; returns extensions made."""
@@ -153,4 +155,9 @@ class Extender:
         crash_point("extend-updated")
         set_step(self.store, row, DONE)
         log.info("job %s: extended %s -> %s", jid, fmt_time(old), fmt_time(new))
+        if self._on_extended is not None:
+            try:
+                self._on_extended(jid)
+            except Exception:  # noqa: BLE001 - learning from it must not undo the extension
+                log.exception("job %s: extension not counted in the soft budget", jid)
         return 1

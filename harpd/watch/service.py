@@ -18,6 +18,7 @@ from harpd.config import HarpSettings
 from harpd.slurm.base import PartitionInfo, SlurmError
 from harpd.store import Store
 from harpd.watch.extend import Extender
+from harpd.watch.feedback import SoftFeedback
 from harpd.watch.privilege import Privilege
 from harpd.watch.resize import Resizer, time_decider
 
@@ -35,15 +36,24 @@ class Watch:
                  partitions: Callable[[], dict[str, PartitionInfo]] | None = None) -> None:
         self.backend = backend
         self.settings = settings
-        self.extender = Extender(store, backend, settings, partitions)
+        state = getattr(predictor, "soft_state", None)
+        # the soft policy learns from this listing and these extensions (harpd.watch.feedback)
+        self.feedback = None if state is None else SoftFeedback(store, predictor, state)
+        self.extender = Extender(store, backend, settings, partitions,
+                                 on_extended=None if self.feedback is None else self.feedback.on_extended)
         self.resizer = None
         if settings.watch.resize and predictor is not None:
             self.resizer = Resizer(store, backend, settings, time_decider(predictor))
         self._lock = threading.Lock()
 
     def on_outcome(self, rec: Any) -> None:
-        if self.resizer is not None:
-            self.resizer.on_outcome(rec)
+        for part in (self.feedback, self.resizer):
+            if part is None:
+                continue
+            try:
+                part.on_outcome(rec)
+            except Exception:  # noqa: BLE001 - one listener must not stop the other
+                log.exception("watch: %s failed on job %s", type(part).__name__, getattr(rec, "job_id", "?"))
 
     def tick(self) -> None:
         """Scheduled: never raises."""
@@ -53,7 +63,8 @@ class Watch:
             except SlurmError as exc:
                 log.warning("watch: cannot list the queue (%s); next try in %g s", exc, self.settings.watch.interval_s)
                 return
-            for part in (self.extender, self.resizer):
+            # feedback first: the re-sizer then decides with this listing's siblings in flight
+            for part in (self.feedback, self.extender, self.resizer):
                 if part is None:
                     continue
                 try:

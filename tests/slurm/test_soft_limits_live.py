@@ -217,6 +217,10 @@ def test_a_shortened_job_is_extended_once_and_completes_on_its_first_run(soft):
     assert _extensions(job) == [(60, 120, "done")]
     assert job["attempts"] == []  # recovery had nothing to do
     assert job["limits_mode"]["mode"] == "soft"
+    # the extension taught the soft policy's budget controller: every start limit gets more room now
+    # (one first extension: +0.02·(1 − 0.095); each job ending without one: −0.02·0.095, far fewer here)
+    health = client.call(soft.daemons["root"].socket, {"op": "health"}, 10.0)
+    assert health["limits"]["budget_scale"] > 1.0, health
 
 
 def test_with_harpd_down_the_job_is_killed_and_recovered_as_before(soft):

@@ -148,6 +148,11 @@ def test_cli_schedule_json_and_saved_figures(tmp_path, capsys, monkeypatch):
             assert k in p, k
     saved = load(path_beside(db))
     assert saved is not None and [p["policy"] for p in saved["policies"]] == names
+    # five copies by default (input shaking): standard errors and the paired comparison with the users
+    assert q["replicas"] == 5 and q["shake_s"] == 60.0
+    assert all(p["replicas"] == 5 and p["mean_wait_s_se"] is not None for p in q["policies"])
+    assert set(q["vs_users"]) == set(names) - {"users"}
+    assert q["vs_users"]["exact"]["mean_bounded_slowdown"]["verdict"] in ("lower", "higher", "no clear difference")
     # the table: --procs overrides the header
     assert harp_main(["replay", str(f), "--quiet", "--models", "request", "--schedule", "--procs", "8"]) == 0
     out = capsys.readouterr().out
@@ -158,6 +163,9 @@ def test_cli_schedule_json_and_saved_figures(tmp_path, capsys, monkeypatch):
     (["--schedule"], "pass --procs N"),  # a sacct export: no machine size
     (["--schedule", "--procs", "0"], "at least one processor"),
     (["--procs", "4"], "add --schedule"),
+    (["--schedule", "--procs", "4", "--replicas", "0"], "--replicas 0: at least 1 copy"),
+    (["--schedule", "--procs", "4", "--shake", "-5"], "--shake -5: give the seconds"),
+    (["--schedule", "--procs", "4", "--shake", "nan"], "--shake nan: give the seconds"),
 ])
 def test_cli_schedule_errors_are_one_line(tmp_path, capsys, monkeypatch, argv, msg):
     _config(tmp_path, monkeypatch)

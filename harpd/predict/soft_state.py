@@ -1,0 +1,105 @@
+"""The live daemon's soft-limit state: what the replay's walk knows, kept between requests.
+
+``harpd.predict.soft.soft_starts`` decides a start limit from three things
+beyond the job's own history: the budget controller's scale ``s``, the
+template's siblings running right now, and the usual stake.  In the
+replay they come from the trace's timeline; in harpd they come from the
+watcher (``harpd.watch``: one Slurm listing per interval, and the outcomes
+of jobs harp passed) and live here, between the watcher that feeds them and
+the predictor that reads them on every request.
+
+``s`` is kept in the store (meta ``soft.scale``), so a restart does not
+forget what the extensions taught it; the siblings in flight are only
+trusted while the watcher keeps listing the queue (``max_age_s``).
+Thread-safe: the watcher writes from the scheduler's thread, requests read.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+import time
+from typing import Any
+
+from harpd.predict.soft import BudgetController, SoftPolicy, StakeMean
+
+__all__ = ["SoftState", "SCALE_KEY"]
+
+#: store meta key of the budget controller's scale (log)
+SCALE_KEY = "soft.scale"
+
+
+class SoftState:
+    """Budget scale, siblings in flight, usual stake: one per harpd, shared by the predictor and the watcher."""
+
+    def __init__(self, policy: SoftPolicy, store: Any = None, max_age_s: float = 300.0) -> None:
+        self.policy = policy
+        self.store = store
+        self.max_age_s = float(max_age_s)
+        s = 0.0
+        if store is not None:
+            try:
+                got = store.get_meta(SCALE_KEY)
+                s = float(got) if got is not None and math.isfinite(float(got)) else 0.0
+            except (TypeError, ValueError):
+                s = 0.0
+        self._ctl = BudgetController(policy, s)
+        self._saved = self._ctl.s
+        self._usual = StakeMean(policy.stake_window)
+        self._running: dict[str, tuple[int, float]] = {}
+        self._running_at = -math.inf
+        self._lock = threading.Lock()
+
+    # -- the budget controller ---------------------------------------------------
+    @property
+    def scale(self) -> float:
+        """The controller's scale (log) added to every soft bound."""
+        return self._ctl.s
+
+    def extended(self) -> None:
+        """A job harp sized outgrew its start limit (the watcher made its first extension)."""
+        with self._lock:
+            self._ctl.extended()
+
+    def ended(self) -> None:
+        """A job that passed through harp ended without an extension."""
+        with self._lock:
+            self._ctl.ended()
+
+    def save(self) -> None:
+        """Write the scale to the store when it moved (the watcher calls this once per tick)."""
+        with self._lock:
+            s = self._ctl.s
+            if self.store is None or s == self._saved:
+                return
+            self._saved = s
+        self.store.set_meta(SCALE_KEY, s)
+
+    # -- siblings in flight ------------------------------------------------------
+    def set_running(self, running: dict[str, tuple[int, float]], now: float | None = None) -> None:
+        """The watcher's latest listing: template key -> (jobs running, longest run so far in seconds)."""
+        with self._lock:
+            self._running = dict(running)
+            self._running_at = time.time() if now is None else now
+
+    def running(self, template: str, now: float | None = None) -> tuple[int, float]:
+        """Siblings of ``template`` in flight and the longest run so far, as of the last listing.
+
+        (0, 0.0) when the watcher has not listed the queue recently: no
+        evidence is better than stale evidence.
+        """
+        now = time.time() if now is None else now
+        with self._lock:
+            if now - self._running_at > self.max_age_s:
+                return 0, 0.0
+            n, longest = self._running.get(template, (0, 0.0))
+            return n, (longest + max(0.0, now - self._running_at)) if n else 0.0
+
+    # -- the usual stake ---------------------------------------------------------
+    def usual_stake(self, stake: float) -> float:
+        """Count one decided job's stake; returns the running mean including it."""
+        with self._lock:
+            return self._usual.add(stake)
+
+    def explain(self) -> dict[str, Any]:
+        return {"budget_scale": round(math.exp(self._ctl.s), 3)}

@@ -1,0 +1,143 @@
+"""The soft policy's parts beyond the template's history: running siblings, tilts, the budget controller."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from harpd.config import HarpSettings
+from harpd.predict.allocation import Guard
+from harpd.predict.dataset import prepare
+from harpd.predict.soft import (BudgetController, SoftPolicy, StakeMean, hold_budget, running_at, running_bound,
+                                soft_starts, stake_of, tilt)
+from harpd.predict.soft_state import SCALE_KEY, SoftState
+from harpd.store import Store
+from replay_helpers import rec as _rec
+
+
+def _brute_running(p):
+    count = np.zeros(p.n, np.int64)
+    longest = np.zeros(p.n)
+    for i in range(p.n):
+        sib = [j for j in range(p.n) if j != i and p.template[j] == p.template[i]
+               and (p.start[j], j) < (p.start[i], i) and p.end[j] > p.start[i]]
+        count[i] = len(sib)
+        longest[i] = max((p.start[i] - p.start[j] for j in sib), default=0.0)
+    return count, longest
+
+
+def test_running_at_matches_a_brute_force_count():
+    rng = np.random.default_rng(3)
+    recs = [_rec(i, float(rng.integers(0, 5000)), float(rng.integers(1, 3000)), 4000.0, user=f"u{rng.integers(0, 3)}")
+            for i in range(150)]
+    p = prepare(recs, "time", keep_templates=True)
+    count, longest = running_at(p)
+    want_c, want_l = _brute_running(p)
+    assert count.tolist() == want_c.tolist()
+    assert longest == pytest.approx(want_l)
+    assert count.max() > 3  # the case is not trivial
+
+
+def test_a_running_sibling_is_a_lower_bound():
+    pol = SoftPolicy(recent_margin=1.1)
+    up = np.log(np.array([100 / 4000, 100 / 4000, 100 / 4000]))
+    got = running_bound(up, np.array([0.0, 50.0, 1000.0]), np.array([4000.0] * 3), pol)
+    # none running, one shorter than the bound: unchanged; one that ran 1000 s: 1.1 × 1000
+    assert np.exp(got) * 4000 == pytest.approx([100.0, 100.0, 1100.0])
+
+
+def test_tilts_point_the_right_way():
+    pol = SoftPolicy(burst_tilt=0.2, stake_tilt=0.1)
+    assert tilt(pol, 0, 5.0, 5.0) == pytest.approx(0.0)
+    assert tilt(pol, 9, 5.0, 5.0) == pytest.approx(0.2 * math.log(10))  # a burst: more room
+    assert tilt(pol, 0, 7.0, 5.0) == pytest.approx(-0.2)  # more at stake than usual: cut deeper
+    assert tilt(pol, 0, 3.0, 5.0) == pytest.approx(0.2)  # less: cut less
+    assert tilt(SoftPolicy(burst_tilt=0, stake_tilt=0), 9, 7.0, 5.0) == pytest.approx(0.0)
+    assert stake_of(4, 3600) == pytest.approx(math.log(4 * 3600))
+
+
+def test_budget_controller_settles_at_its_target():
+    pol = SoftPolicy(gamma=0.05, extension_budget=0.2, aim=0.5)
+    ctl = BudgetController(pol)
+    rng = np.random.default_rng(0)
+    hits = []
+    for _ in range(20000):  # a job is extended with probability falling in s: p = 0.5·exp(−2s)
+        p = min(1.0, 0.5 * math.exp(-2 * ctl.s))
+        hit = rng.random() < p
+        hits.append(hit)
+        ctl.extended() if hit else ctl.ended()
+    assert np.mean(hits[5000:]) == pytest.approx(0.1, abs=0.01)  # aim × budget
+    ctl = BudgetController(pol, s=99.0)
+    assert ctl.s == pytest.approx(math.log(4.0))  # clipped to the range
+
+
+def test_stake_mean_forgets_beyond_its_window():
+    m = StakeMean(window=10)
+    for _ in range(100):
+        m.add(1.0)
+    for _ in range(100):
+        m.add(5.0)
+    assert m.mean == pytest.approx(5.0, abs=0.01)
+    assert m.add(float("nan")) == pytest.approx(m.mean)
+
+
+def _burst(n_bursts=30, size=10, need=3000.0):
+    """Bursts of one template started together; each run takes ``need``, the first of the day misleads."""
+    recs, i = [], 0
+    for b in range(n_bursts):
+        t0 = b * 20000.0
+        for k in range(size):
+            used = 100.0 if (b % 3 == 0) else need  # every third burst is short: the history misleads
+            recs.append(_rec(i, t0 + k, used, 8000.0))
+            i += 1
+    return prepare(recs, "time", keep_templates=True)
+
+
+def test_the_burst_tilt_spends_fewer_extensions_on_bursts():
+    p = _burst()
+    bound = np.full(p.n, np.log(110 / 8000))
+    ext = {}
+    for b in (0.0, 1.0):
+        lim = hold_budget(p, bound, Guard(), SoftPolicy(burst_tilt=b, stake_tilt=0.0), in_flight=running_at(p)[0])
+        ext[b] = int(np.sum(np.isfinite(lim) & (lim < p.need)))
+    assert ext[1.0] < ext[0.0]
+
+
+def test_soft_starts_use_history_at_the_start_and_running_siblings():
+    # two runs of a template, 1000 s each; then a third starts while a fourth sibling has run 5000 s
+    recs = [_rec(0, 0, 1000, 20000), _rec(1, 2000, 1000, 20000),
+            _rec(2, 5000, 9000, 20000), _rec(3, 10000, 1000, 20000)]
+    p = prepare(recs, "time", keep_templates=True)
+    pol = SoftPolicy(min_recent=2, burst_tilt=0.0, stake_tilt=0.0, gamma=0.0)
+    lim, use = soft_starts(p, np.full(p.n, np.log(0.5)), Guard(), pol)
+    i = int(np.argmax(p.start == 10000))
+    assert use[i]
+    # the rule alone says 1.1 × 1000; the sibling started at 5000 has run 5000 s: 1.1 × 5000 wins
+    assert lim[i] == pytest.approx(5500.0)
+
+
+def test_soft_state_keeps_its_scale_in_the_store_and_forgets_a_stale_listing(tmp_path):
+    store = Store.open(tmp_path / "h.db")
+    try:
+        st = SoftState(SoftPolicy(gamma=0.1), store, max_age_s=60)
+        st.extended()
+        st.save()
+        again = SoftState(SoftPolicy(gamma=0.1), store)
+        assert again.scale == pytest.approx(0.1 * (1 - 0.095)) and store.get_meta(SCALE_KEY) == pytest.approx(again.scale)
+        st.set_running({"t": (3, 100.0)}, now=1000.0)
+        assert st.running("t", now=1010.0) == (3, pytest.approx(110.0))  # it has run on since the listing
+        assert st.running("other", now=1010.0) == (0, 0.0)
+        assert st.running("t", now=1100.0) == (0, 0.0)  # the watcher stopped listing: no evidence
+    finally:
+        store.close()
+
+
+def test_settings_reach_the_policy():
+    s = HarpSettings(predict={"soft_burst_tilt": 0.5, "soft_stake_tilt": 0.0})
+    pol = SoftPolicy.from_settings(s.predict)
+    assert pol.burst_tilt == 0.5 and pol.stake_tilt == 0.0
+    assert pol.explain()["burst_tilt"] == 0.5
+    with pytest.raises(Exception, match="soft_stake_tilt"):
+        HarpSettings(predict={"soft_stake_tilt": -1})
