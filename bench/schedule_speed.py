@@ -13,7 +13,9 @@ single-threaded, one after the other:
 * ``exact``: limits equal to the true runtimes (the bound no predictor beats).
 
 The figure is the simulation time of the policies (the command reports each
-one's); the replays' own time is printed beside it (``bench/replay_speed.py``
+one's), over all the copies of the trace it simulates (``--replicas``,
+default 5: the recorded trace and four shaken copies, ``harpd.simulate.shake``);
+the replays' own time is printed beside it (``bench/replay_speed.py``
 holds the replay's target).  A progress bar appears on stderr when it is a
 terminal.
 
@@ -67,7 +69,7 @@ def main() -> int:
         print(f"FIGURE schedule_speed_ctc_4_policies_s: nan s (target < {TARGET_S:g}) FAIL")
         return 1
     q = json.loads(proc.stdout)["queue"]
-    print(f"trace {args.trace.name}: {q['jobs']:,} jobs, {q['procs']} processors")
+    print(f"trace {args.trace.name}: {q['jobs']:,} jobs, {q['procs']} processors, {q.get('replicas', 1)} copies")
     for p in q["policies"]:
         print(f"{p['policy']:<10} mean wait {p['mean_wait_s']:9.0f} s  p95 wait {p['p95_wait_s']:9.0f} s  "
               f"mean bsld {p['mean_bounded_slowdown']:8.2f}  util {p['utilization']:.3f} "

@@ -74,7 +74,8 @@ class PredictSettings(_Section):
     soft_extension_budget: float = Field(0.10, gt=0, lt=1)  # share of jobs (all through harp) that may be extended
     soft_recent_margin: float = Field(1.1, ge=1.0, le=4.0)  # start-time rule: this × the template's last 5 runs
     soft_burst_tilt: float = Field(0.2, ge=0.0, le=2.0)  # more caution per log(1 + siblings running)
-    soft_stake_tilt: float = Field(0.1, ge=0.0, le=1.0)  # deeper cut per log of cores × request above the usual
+    soft_stake_tilt: float = Field(0.15, ge=0.0, le=1.0)  # deeper cut per log of cores × request above the usual
+    soft_max_extensions: int = Field(2, ge=1, le=64)  # the last one goes straight to the user's request
 
 
 class RecoverySettings(_Section):

@@ -194,7 +194,8 @@ def _schedule(args, prep, cfg, res, procs: int, say) -> dict:
     say(f"queue: simulating {prep.n} jobs on {procs} processors")
     try:
         queue = schedule(prep, procs, alloc.get("hard"), alloc.get("soft"), max_attempts=cfg.max_attempts,
-                         progress=bar, notes=notes, replicas=args.replicas, shake_s=args.shake)
+                         progress=bar, notes=notes, replicas=args.replicas, shake_s=args.shake,
+                         max_extensions=cfg.soft.max_extensions)
     except QueueError as exc:
         _fail(str(exc))
     queue["trace"] = str(args.trace)

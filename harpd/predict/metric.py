@@ -181,7 +181,7 @@ def evaluate(
 
 def evaluate_soft(model: str, start: np.ndarray, need: np.ndarray, request: np.ndarray, censored: np.ndarray,
                   weight: np.ndarray, *, extension_budget: float = 0.10, cap: np.ndarray | None = None,
-                  baseline: "ModelMetrics | None" = None) -> ModelMetrics:
+                  baseline: "ModelMetrics | None" = None, max_extensions: int | None = None) -> ModelMetrics:
     """The metric row of one model under soft limits (docs/metrics.md, "Soft limits").
 
     ``start`` is the limit each job starts with (NaN: the request stands);
@@ -193,14 +193,15 @@ def evaluate_soft(model: str, start: np.ndarray, need: np.ndarray, request: np.n
     score by one on extensions beyond the budget (same pinball shape).
     Only for traces with requests (the request is the kill time).
     """
-    from harpd.predict.soft import extend
+    from harpd.predict.soft import MAX_EXTENSIONS, extend
 
     start = np.asarray(start, float)
     need = np.maximum(np.asarray(need, float), 0.0)
     req = np.asarray(request, float)
     cens = np.asarray(censored, bool)
     w = np.asarray(weight, float)
-    final, ext, harp_killed = extend(start, need, req, cens, cap)
+    final, ext, harp_killed = extend(start, need, req, cens, cap,
+                                     MAX_EXTENSIONS if max_extensions is None else max_extensions)
     first = np.where(np.isfinite(start), start, req)
     managed = np.isfinite(start) & ~(np.abs(start - req) <= 1e-9)
     used = np.where(cens, req, need)

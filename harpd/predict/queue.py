@@ -15,8 +15,9 @@ the comparison:
   out below the request the user resubmits with the request (as the replay's
   metric assumes);
 * ``harp-soft``: the limit of a soft-limit replay when the job starts; a job
-  reaching it is extended by the same rule (double, capped by the request,
-  however many times) and only killed at the request.  The replay gives no
+  reaching it is extended by the same rule (double, capped by the request;
+  its ``max_extensions``-th extension straight to the request, as harpd's
+  extender does) and only killed at the request.  The replay gives no
   separate submission-time limit, so the queued job is planned with its
   start limit too (an approximation, stated in docs/metrics.md);
 * ``exact``: limits equal to the runtimes, the bound no predictor beats.
@@ -36,6 +37,7 @@ from typing import Any
 import numpy as np
 
 from harpd.predict.dataset import Prepared
+from harpd.predict.soft import MAX_EXTENSIONS
 from harpd.records import Outcome
 from harpd.recovery.escalation import next_allocation
 from harpd.simulate import LimitHook, LimitPolicy, Workload
@@ -77,11 +79,19 @@ def _cap(prep: Prepared, req: np.ndarray) -> np.ndarray:
     return np.fmin(req, prep.limit)
 
 
-def escalation_hook(req: np.ndarray, cap: np.ndarray, max_attempts: int, mode: str) -> LimitHook:
-    """``on_limit`` for a harp policy: the escalation rule's next limit (see the module doc)."""
+def escalation_hook(req: np.ndarray, cap: np.ndarray, max_attempts: int, mode: str,
+                    max_extensions: int = MAX_EXTENSIONS) -> LimitHook:
+    """``on_limit`` for a harp policy: the escalation rule's next limit (see the module doc).
+
+    Soft: the ``max_extensions``-th extension of a job goes straight to its
+    request (capped), as harpd's extender does (``SoftPolicy.max_extensions``).
+    """
 
     def hook(j: int, limit: float, events: int) -> float | None:
         r, c = float(req[j]), float(cap[j])
+        if mode == "soft" and events + 1 >= max_extensions:
+            last = min(r, c)
+            return last if last > limit else None
         # soft: an extension is not an attempt, only the cap ends the walk
         attempt = events + 1 if mode == "hard" else 1
         step = next_allocation(Outcome.TIMEOUT, limit, r, c, attempt, max_attempts)
@@ -100,7 +110,7 @@ def _first_limits(alloc: np.ndarray, req: np.ndarray) -> np.ndarray:
 
 
 def policies(prep: Prepared, hard: np.ndarray | None, soft: np.ndarray | None,
-             max_attempts: int = 3) -> list[LimitPolicy]:
+             max_attempts: int = 3, max_extensions: int = MAX_EXTENSIONS) -> list[LimitPolicy]:
     """The comparison's rows: ``hard``/``soft`` are harp's allocations (None: row absent)."""
     req = _requests(prep)
     cap = _cap(prep, req)
@@ -109,8 +119,8 @@ def policies(prep: Prepared, hard: np.ndarray | None, soft: np.ndarray | None,
         out.append(LimitPolicy(_first_limits(hard, req), "hard", escalation_hook(req, cap, max_attempts, "hard"),
                                "harp-hard"))
     if soft is not None:
-        out.append(LimitPolicy(_first_limits(soft, req), "soft", escalation_hook(req, cap, max_attempts, "soft"),
-                               "harp-soft"))
+        out.append(LimitPolicy(_first_limits(soft, req), "soft",
+                               escalation_hook(req, cap, max_attempts, "soft", max_extensions), "harp-soft"))
     out.append(LimitPolicy(np.maximum(prep.need, 1.0), "hard", None, "exact"))
     return out
 
@@ -142,7 +152,7 @@ def _clean(v: Any) -> Any:
 def schedule(prep: Prepared, procs: int, hard: np.ndarray | None, soft: np.ndarray | None, *,
              max_attempts: int = 3, progress: Progress | None = None,
              notes: list[str] | None = None, replicas: int = 1, shake_s: float = 60.0,
-             seed: int = 0) -> dict[str, Any]:
+             seed: int = 0, max_extensions: int = MAX_EXTENSIONS) -> dict[str, Any]:
     """Simulate every policy; the JSON-able queue section of a replay report.
 
     With ``replicas`` > 1 each figure is the mean over that many copies of
@@ -157,7 +167,7 @@ def schedule(prep: Prepared, procs: int, hard: np.ndarray | None, soft: np.ndarr
     if shake_s < 0:
         raise QueueError(f"--shake {shake_s:g}: a shaking amplitude is 0 seconds or more")
     work = workload_of(prep)
-    pols = policies(prep, hard, soft, max_attempts)
+    pols = policies(prep, hard, soft, max_attempts, max_extensions)
     t0 = time.perf_counter()
     runs = simulate_shaken(work, pols, procs, replicas=replicas, amplitude_s=shake_s, seed=seed,
                            progress=progress)

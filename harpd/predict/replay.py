@@ -265,7 +265,8 @@ def _soft_metrics(prep: Prepared, cfg: ReplayConfig, alloc: dict[str, np.ndarray
 
     def row(name: str, a: np.ndarray, base: ModelMetrics | None) -> ModelMetrics:
         return evaluate_soft(name, a[sel], prep.need[sel], prep.request[sel], prep.censored[sel],
-                             prep.weight[sel], extension_budget=budget, baseline=base)
+                             prep.weight[sel], extension_budget=budget, baseline=base,
+                             max_extensions=cfg.soft.max_extensions)
 
     base = row("request", np.full(prep.n, np.nan), None)
     base.over_vs_request = base.consumed_vs_request = base.over_jobs_vs_request = 1.0

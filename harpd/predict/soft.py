@@ -66,7 +66,7 @@ class SoftPolicy:
     # log-bound added per log(1 + siblings of the template running at the start)
     burst_tilt: float = 0.2
     # log-bound taken off per unit of log(cores x request) above the usual (and added below it)
-    stake_tilt: float = 0.1
+    stake_tilt: float = 0.15
     # the budget controller: log-scale step per finished job, and its range
     gamma: float = 0.02
     scale_range: tuple[float, float] = (0.5, 4.0)
@@ -75,6 +75,11 @@ class SoftPolicy:
     aim: float = 0.95
     # the usual stake: a running mean over about this many recent starts
     stake_window: int = 5000
+    # extensions of one job: each doubles its limit, and the last goes straight
+    # to the user's own request (the kill time): a job that outgrew harp's limit
+    # that often is one harp cannot predict, and every further doubling would be
+    # one more broken promise to the backfill planner
+    max_extensions: int = 2
 
     @classmethod
     def from_settings(cls, predict) -> "SoftPolicy":
@@ -85,12 +90,14 @@ class SoftPolicy:
             recent_margin=getattr(predict, "soft_recent_margin", d.recent_margin),
             burst_tilt=getattr(predict, "soft_burst_tilt", d.burst_tilt),
             stake_tilt=getattr(predict, "soft_stake_tilt", d.stake_tilt),
+            max_extensions=getattr(predict, "soft_max_extensions", d.max_extensions),
         )
 
     def explain(self) -> dict:
         return {"limits": "soft", "quantile": self.quantile, "extension_budget": self.extension_budget,
                 "recent_runs": self.recent_runs, "recent_margin": self.recent_margin,
-                "burst_tilt": self.burst_tilt, "stake_tilt": self.stake_tilt}
+                "burst_tilt": self.burst_tilt, "stake_tilt": self.stake_tilt,
+                "max_extensions": self.max_extensions}
 
 
 class BudgetController:
@@ -357,24 +364,32 @@ def soft_starts(prep, up_log: np.ndarray, guard: Guard, policy: SoftPolicy,
 
 
 def extend(start: np.ndarray, need: np.ndarray, request: np.ndarray, censored: np.ndarray,
-           cap: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+           cap: np.ndarray | None = None, max_extensions: int = MAX_EXTENSIONS,
+           ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """What harpd's extensions make of each start limit: ``(final, extensions, harp_killed)``.
 
     ``start`` is the limit at the start (NaN: the request); a job that
-    outgrows its limit is raised by the escalation rule, capped by its own
-    request (the kill time) and ``cap``, as often as it needs.  A job that
-    needs more than its request (censored) is killed at the request: the
-    user's limit, not harp's.  ``harp_killed`` marks jobs stopped below their
-    request, which the rule never does (kept as a check, 0 by construction).
+    outgrows its limit is raised by the escalation rule (double), capped by
+    its own request (the kill time) and ``cap``; its ``max_extensions``-th
+    extension goes straight to that kill time (``SoftPolicy.max_extensions``,
+    harpd's extender does the same).  A job that needs more than its request
+    (censored) is killed at the request: the user's limit, not harp's.
+    ``harp_killed`` marks jobs stopped below their request, which the rule
+    never does (kept as a check, 0 by construction).
     """
     req = np.asarray(request, float)
     need = np.asarray(need, float)
     cens = np.asarray(censored, bool)
     first = np.where(np.isfinite(start), start, req)
     kill_at = req if cap is None else np.fmin(req, np.asarray(cap, float))
-    _, fitted, last, attempts = simulate_many(need, first, req, kill_at, Outcome.TIMEOUT,
-                                              MAX_EXTENSIONS, cens)
+    n_ext = max(int(max_extensions), 1)
+    # the doublings: up to n_ext − 1 of them (an attempt per limit tried)
+    _, fitted, last, attempts = simulate_many(need, first, req, kill_at, Outcome.TIMEOUT, n_ext, cens)
     ext = attempts - 1
     final = np.where(np.isfinite(last), last, req)
+    # the last extension: straight to the kill time, for what still does not fit below it
+    to_kill = ~fitted & np.isfinite(kill_at) & (final < kill_at)
+    final = np.where(to_kill, kill_at, final)
+    ext = np.where(to_kill, ext + 1, ext)
     harp_killed = ~fitted & ~cens & (final < np.where(np.isfinite(kill_at), kill_at, math.inf))
     return final, ext, harp_killed

@@ -4,7 +4,10 @@ A job harp shortened keeps the user's own request as its true kill time.
 When less than ``watch.margin_s`` is left of its current limit, harpd raises
 the limit by THE escalation rule (``recovery.escalation.next_allocation``:
 double, back to the user's request at most, never past the partition
-MaxTime) and appends a note to the job's comment (never replacing it: the
+MaxTime); the job's ``predict.soft_max_extensions``-th extension goes
+straight to the user's request (a job that outgrew harp's limit that often
+is one harp cannot predict: each further doubling would be one more broken
+promise to the backfill planner) and appends a note to the job's comment (never replacing it: the
 comment may carry recovery's marker, which a search after a crash reads).
 
 Exactly once, as recovery's attempts are.  Each extension is a row of the
@@ -36,6 +39,7 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from harpd.config import HarpSettings
+from harpd.predict.soft import SoftPolicy
 from harpd.recovery.crash import crash_point
 from harpd.recovery.escalation import next_allocation
 from harpd.recovery.policy import fmt_time
@@ -76,6 +80,8 @@ class Extender:
         self.store = store
         self.backend = backend
         self.margin_s = float(settings.watch.margin_s)
+        # the soft policy's last extension goes straight to the user's request (SoftPolicy.max_extensions)
+        self.max_extensions = int(SoftPolicy.from_settings(settings.predict).max_extensions)
         self._partitions = partitions or backend.partitions
         self._on_extended = on_extended  # told of each extension made (the soft budget counts them)
 
@@ -115,16 +121,23 @@ class Extender:
         original = original_time_s(sub)
         if original is None or current >= original:
             return 0  # already at the user's own request: that is the kill time
-        step = next_allocation(Outcome.TIMEOUT, current, original, self._cap(job.partition), attempt=1,
-                               max_attempts=2)
-        if step.value is None:
-            return 0
-        new = min(whole_minutes(int(step.value)) * 60, max(current, original))
+        cap = self._cap(job.partition)
+        made = sum(1 for r in rows.values() if r["step"] == DONE)
+        if made + 1 >= self.max_extensions:
+            # the last extension: back to the user's own request (within the partition), no more broken promises
+            last = original if cap is None else min(original, cap)
+            new = min(whole_minutes(int(last)) * 60, max(current, original))
+            how = f"extension {made + 1} of at most {self.max_extensions}: back to the requested {fmt_time(last)}"
+        else:
+            step = next_allocation(Outcome.TIMEOUT, current, original, cap, attempt=1, max_attempts=2)
+            if step.value is None:
+                return 0
+            new = min(whole_minutes(int(step.value)) * 60, max(current, original))
+            # the escalation rule's own words for what it did (its first clause is about a kill: not here)
+            parts = [p.strip() for p in step.reason.split(";")]
+            how = parts[1] if len(parts) > 1 else step.reason
         if new <= current:
             return 0
-        # the escalation rule's own words for what it did (its first clause is about a kill: not here)
-        parts = [p.strip() for p in step.reason.split(";")]
-        how = parts[1] if len(parts) > 1 else step.reason
         reason = f"{fmt_time(job.time_left_s)} left of {fmt_time(current)}; {how}"
         if self.store.add_limit_change(job.job_id, EXTEND, current, new, reason, DECIDED):
             log.info("job %s: extension decided, %s -> %s (%s)", job.job_id, fmt_time(current), fmt_time(new), reason)

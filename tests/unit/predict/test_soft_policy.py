@@ -141,3 +141,20 @@ def test_settings_reach_the_policy():
     assert pol.explain()["burst_tilt"] == 0.5
     with pytest.raises(Exception, match="soft_stake_tilt"):
         HarpSettings(predict={"soft_stake_tilt": -1})
+
+
+def test_the_last_extension_goes_to_the_request_in_the_metric_and_the_queue():
+    from harpd.predict.queue import escalation_hook
+    from harpd.predict.soft import extend
+
+    start, need, req, cens = (np.array([100.0, 100.0, 100.0]), np.array([350.0, 150.0, 1000.0]),
+                              np.array([1000.0] * 3), np.array([False, False, True]))
+    final, ext, killed = extend(start, need, req, cens, max_extensions=2)
+    # 100 → 200 → 1000 (the second, last, to the request); 100 → 200 fits; censored: to its request
+    assert final.tolist() == [1000.0, 200.0, 1000.0] and ext.tolist() == [2, 1, 2] and not killed.any()
+    final, ext, _ = extend(start, need, req, cens, max_extensions=1)
+    assert final.tolist() == [1000.0, 1000.0, 1000.0] and ext.tolist() == [1, 1, 1]
+    final, ext, _ = extend(start, need, req, cens)  # unbounded: doubling all the way
+    assert final.tolist() == [400.0, 200.0, 1000.0] and ext.tolist() == [2, 1, 4]
+    hook = escalation_hook(np.array([1000.0]), np.array([900.0]), 3, "soft", max_extensions=2)
+    assert hook(0, 100.0, 0) == 200.0 and hook(0, 200.0, 1) == 900.0 and hook(0, 900.0, 2) is None

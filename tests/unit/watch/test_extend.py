@@ -20,8 +20,11 @@ def crash_at(monkeypatch, point):
     monkeypatch.setattr(ex, "crash_point", hook)
 
 
-def extender(store, slurm):
-    return Extender(store, slurm, settings())
+def extender(store, slurm, **predict):
+    s = settings()
+    if predict:
+        s = s.model_copy(update={"predict": s.predict.model_copy(update=predict)})
+    return Extender(store, slurm, s)
 
 
 def steps(store, jid):
@@ -31,7 +34,7 @@ def steps(store, jid):
 def test_extends_by_doubling_up_to_the_request_appending_the_comment(store, slurm):
     register(store, "7", original_s=600)
     slurm.add("7", limit_s=60, used_s=10, comment="my note")
-    e = extender(store, slurm)
+    e = extender(store, slurm, soft_max_extensions=8)  # doubling all the way
     assert e.tick(slurm.queue()) == 0  # 50 s left: above the 45 s margin
     slurm.jobs["7"]["used"] = 20
     assert e.tick(slurm.queue()) == 1
@@ -48,6 +51,27 @@ def test_extends_by_doubling_up_to_the_request_appending_the_comment(store, slur
     assert e.tick(slurm.queue()) == 0 and slurm.jobs["7"]["limit"] == 600  # never beyond it
     assert steps(store, "7") == [(60, 120, "done"), (120, 240, "done"), (240, 480, "done"), (480, 600, "done")]
     assert slurm.jobs["7"]["comment"].startswith("my note; harp extended 1 min -> 2 min; harp extended 2 min")
+
+
+def test_the_last_extension_goes_straight_to_the_request(store, slurm):
+    register(store, "17", original_s=3000)
+    slurm.add("17", limit_s=60, used_s=20)
+    e = extender(store, slurm)  # the default: at most 2 extensions, the second to the request
+    assert e.tick(slurm.queue()) == 1 and slurm.jobs["17"]["limit"] == 120  # first: doubled
+    slurm.jobs["17"]["used"] = 100
+    assert e.tick(slurm.queue()) == 1 and slurm.jobs["17"]["limit"] == 3000  # second: the user's own request
+    rows = store.limit_changes("17")
+    assert [(r["old_time_s"], r["new_time_s"]) for r in rows] == [(60, 120), (120, 3000)]
+    assert "extension 2 of at most 2: back to the requested 50 min" in rows[1]["reason"]
+    slurm.jobs["17"]["used"] = 2990
+    assert e.tick(slurm.queue()) == 0  # the request is the kill time
+    # within the partition's MaxTime: a 3-minute partition caps the last extension too
+    register(store, "18", original_s=600)
+    slurm.add("18", limit_s=60, used_s=20, partition="tiny")
+    e.tick(slurm.queue())
+    slurm.jobs["18"]["used"] = 100
+    e.tick(slurm.queue())
+    assert slurm.jobs["18"]["limit"] == 180
 
 
 def test_partition_max_time_caps_the_extension(store, slurm):
