@@ -121,7 +121,8 @@ def _resources(r: dict[str, Any] | None) -> str:
     return _limits({k: r.get(k) for k in ("time_s", "mem_mb", "mem_per_cpu_mb", "mem_per_gpu_mb", "partition")})
 
 
-_CHANGE_WORDS = {"extend": "extended", "resize": "re-sized"}
+_CHANGE_WORDS = {"extend": "extended", "resize": "re-sized", "resize-mem": "re-sized",
+                 "resize-mem-per-cpu": "re-sized"}
 _STEP_WORDS = {"done": "", "decided": " (not made yet)", "ended": " (not made: the job had ended)",
                "refused": " (refused)"}
 
@@ -142,8 +143,12 @@ def _limit_changes(job: dict[str, Any]) -> list[str]:
         out.append(f"  extensions:    {n}")
     for c in changes:
         kind = _CHANGE_WORDS.get(str(c.get("kind")), str(c.get("kind")))
-        line = (f"    {kind} {fmt_time(c.get('old_time_s'))} -> {fmt_time(c.get('new_time_s'))}"
-                f"{_STEP_WORDS.get(str(c.get('step')), ' (' + str(c.get('step')) + ')')}")
+        if str(c.get("kind")).startswith("resize-mem"):  # a pending job's memory: MB, not time
+            what = "--mem-per-cpu" if c.get("kind") == "resize-mem-per-cpu" else "--mem"
+            values = f"{what} {c.get('old_mem_mb')} MB -> {c.get('new_mem_mb')} MB"
+        else:
+            values = f"{fmt_time(c.get('old_time_s'))} -> {fmt_time(c.get('new_time_s'))}"
+        line = f"    {kind} {values}{_STEP_WORDS.get(str(c.get('step')), ' (' + str(c.get('step')) + ')')}"
         out.append(line)
         if c.get("reason"):
             out.append(f"      why: {c['reason']}")

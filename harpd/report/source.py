@@ -279,7 +279,8 @@ def _limit_changes(store: Any, jobs: Jobs) -> dict[str, int]:
     The table holds one row per change made, far fewer than jobs, so it is
     read whole and matched against the window's job ids.
     """
-    changes = [c for c in store.limit_changes(step="done") if c["kind"] in ("extend", "resize")]
+    changes = [c for c in store.limit_changes(step="done") if c["kind"] in ("extend", "resize", "resize-mem",
+                                                                           "resize-mem-per-cpu")]
     out = {"extensions": 0, "jobs_extended": 0, "resized": 0}
     if not changes:
         return out

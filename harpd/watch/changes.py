@@ -42,21 +42,28 @@ def set_step(store: Store, row: dict[str, Any], step: str, why: str | None = Non
     store.update_limit_change(row["job_id"], row["kind"], int(row["old_time_s"]), **cols)
 
 
-def still_to_do(store: Store, row: dict[str, Any], job: QueuedJob | None, state: str) -> bool:
+def still_to_do(store: Store, row: dict[str, Any], job: QueuedJob | None, state: str,
+                memory: str | None = None) -> bool:
     """Whether the decided change must be made now; else its final step is recorded.
 
     The job no longer in ``state``: ended (never changed after that); its
     limit already the new one: made before a crash; its limit neither old
-    nor new: someone else changed it, refused.
+    nor new: someone else changed it, refused.  ``memory`` ("mem" or
+    "mem-per-cpu"): the change is of that memory limit (``old_mem_mb`` →
+    ``new_mem_mb``), not of the time limit.
     """
-    new = int(row["new_time_s"])
     if job is None or job.state != state:
         set_step(store, row, ENDED, f"the job was no longer {state.lower()}: not changed")
         return False
-    if job.time_limit_s == new:
+    if memory is None:
+        now, old, new, shown = job.time_limit_s, int(row["old_time_s"]), int(row["new_time_s"]), fmt_time
+    else:
+        now = job.mem_mb if memory == "mem" else job.mem_per_cpu_mb
+        old, new, shown = int(row["old_mem_mb"]), int(row["new_mem_mb"]), (lambda v: f"{v} MB")
+    if now == new:
         set_step(store, row, DONE)
         return False
-    if job.time_limit_s != int(row["old_time_s"]):
-        set_step(store, row, REFUSED, f"its limit changed meanwhile to {fmt_time(job.time_limit_s)}")
+    if now != old:
+        set_step(store, row, REFUSED, f"its limit changed meanwhile to {shown(now)}")
         return False
     return True

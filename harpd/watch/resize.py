@@ -8,9 +8,15 @@ jobs harp sized, through the same predictor as at submission, and updates
 their TimeLimit when the new one differs enough to matter (at least
 ``watch.resize_min_ratio`` of it and ``watch.resize_min_s``): never above the
 user's request, never below the floor, never for a job harp did not size.
+Memory the same way (``MinMemoryNode``/``MinMemoryCPU``, which Slurm lets an
+operator change while a job is pending), for jobs whose memory harp sized
+at submission: at least ``watch.resize_min_ratio`` and 64 MB apart, between
+the memory floor and the user's request.
 An array's pending tasks are one record, updated through the array's id.
 
-Exactly once per (job, old limit), with the same persisted steps as
+Exactly once per (job, kind, old time limit) (kinds ``resize`` for time,
+``resize-mem`` for memory, whose old and new values are the row's
+``old_mem_mb``/``new_mem_mb``), with the same persisted steps as
 extensions (``extend``'s module docstring): the change is committed
 ``decided`` before ``scontrol update`` and finished after a crash by
 looking at the job (still pending with the old limit: update; with the new
@@ -22,9 +28,10 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 from typing import Any
 
-from harp_submit.units import parse_duration_s
+from harp_submit.units import parse_duration_s, parse_mem
 from harpd.config import HarpSettings
 from harpd.protocol import Decision, JobRequest
 from harpd.recovery.policy import fmt_time
@@ -36,40 +43,73 @@ from harpd.watch.managed import harp_set_time, original_time_s, submission_of
 
 log = logging.getLogger("harpd.watch")
 
-__all__ = ["Resizer", "RESIZE", "time_decider"]
+__all__ = ["Resizer", "RESIZE", "MEM_KINDS", "Fresh", "decider"]
 
 RESIZE = "resize"
+#: the kinds of memory re-sizes, by the memory option harp changed at submission
+MEM_KINDS = {"mem": "resize-mem", "mem-per-cpu": "resize-mem-per-cpu"}
+MEM_OPTION_OF = {kind: option for option, kind in MEM_KINDS.items()}
 
-#: a submission -> harp's time bound for it now (seconds; None: no bound, keep the current limit)
-TimeDecider = Callable[[dict[str, Any]], "int | None"]
+@dataclass(frozen=True)
+class Fresh:
+    """What the predictor decides for a registered job now: its time, its memory (None: no change)."""
+
+    time_s: int | None = None
+    mem_option: str | None = None  # "mem" (MB per node) or "mem-per-cpu"
+    mem_mb: int | None = None
 
 
-def time_decider(predictor: Any) -> TimeDecider:
-    """Ask ``predictor`` (the daemon's, as at submission) again for a registered job's time."""
+#: a submission -> harp's bounds for it now
+Decider = Callable[[dict[str, Any]], Fresh]
 
-    def decide(sub: dict[str, Any]) -> int | None:
+#: memory re-sizes smaller than this are not worth a change
+MIN_MEM_STEP_MB = 64
+
+
+def decider(predictor: Any) -> Decider:
+    """Ask ``predictor`` (the daemon's, as at submission) again for a registered job's time and memory."""
+
+    def decide(sub: dict[str, Any]) -> Fresh:
         job = JobRequest.model_validate(sub.get("job") or {})
         got = predictor.decide(job, str(sub.get("user") or ""), int(sub.get("uid") or 0))
         decision = got if isinstance(got, Decision) else Decision.model_validate(got)
+        time_s = mem_mb = option = None
         for change in decision.changes:
             if change.option == "time":
                 t = parse_duration_s(change.value)
-                return None if t is None else int(t)
-        # no time change now (no model yet, or the bound is too close to the
-        # request to bother): leave the limit decided at submission as it is
-        return None
+                time_s = None if t is None else int(t)
+            elif change.option in ("mem", "mem-per-cpu"):
+                try:
+                    mem_mb, option = parse_mem(change.value), change.option
+                except ValueError:
+                    pass
+        # no change now (no model yet, or the bound is too close to the request
+        # to bother): leave what was decided at submission as it is
+        return Fresh(time_s, option, mem_mb)
 
     return decide
+
+
+def harp_set_mem(sub: dict[str, Any]) -> str | None:
+    """Which memory option harp's decision changed at submission (None: not harp's memory to move)."""
+    decision = sub.get("decision")
+    if not isinstance(decision, dict):
+        return None
+    for c in decision.get("changes") or []:
+        if isinstance(c, dict) and c.get("option") in ("mem", "mem-per-cpu"):
+            return str(c["option"])
+    return None
 
 
 class Resizer:
     """Re-decides pending jobs whose signature had new outcomes.  ``on_outcome`` is thread-safe."""
 
-    def __init__(self, store: Store, backend: Any, settings: HarpSettings, decide: TimeDecider) -> None:
+    def __init__(self, store: Store, backend: Any, settings: HarpSettings, decide: Decider) -> None:
         self.store = store
         self.backend = backend
         self.decide = decide
         self.floor_s = int(settings.predict.floor_time_s)
+        self.floor_mb = int(settings.predict.floor_mem_mb)
         self.min_ratio = float(settings.watch.resize_min_ratio)
         self.min_s = int(settings.watch.resize_min_s)
         self._dirty: set[str] = set()
@@ -85,8 +125,9 @@ class Resizer:
         """Finish interrupted re-sizes, then re-decide the signatures that had outcomes; returns changes made."""
         by_id = {j.job_id: j for j in jobs}
         made = 0
-        for row in decided(self.store, RESIZE):
-            made += self._carry_out(row, by_id.get(row["job_id"]))
+        for kind in (RESIZE, *MEM_KINDS.values()):
+            for row in decided(self.store, kind):
+                made += self._carry_out(row, by_id.get(row["job_id"]))
         with self._lock:
             dirty, self._dirty = self._dirty, set()
         if not dirty:
@@ -95,26 +136,33 @@ class Resizer:
             if not job.pending or job.time_limit_s is None:
                 continue
             sub = submission_of(self.store, job)
-            if sub is None or (sub.get("job") or {}).get("signature") not in dirty or not harp_set_time(sub):
+            if sub is None or (sub.get("job") or {}).get("signature") not in dirty:
+                continue
+            mem_option = harp_set_mem(sub)
+            if not harp_set_time(sub) and mem_option is None:
                 continue
             try:
-                made += self._consider(job, sub)
+                fresh = self.decide(sub)
+                if harp_set_time(sub):
+                    made += self._consider(job, sub, fresh)
+                if mem_option is not None:
+                    made += self._consider_mem(job, sub, fresh, mem_option)
             except Exception as exc:  # noqa: BLE001 - one job must not stop the others
                 log.warning("job %s: not re-sized: %s", job.job_id, exc)
         return made
 
-    def bound(self, job: QueuedJob, sub: dict[str, Any]) -> int | None:
+    def bound(self, job: QueuedJob, sub: dict[str, Any], fresh: Fresh) -> int | None:
         """The limit the job should have now, within the floor and the user's request; None: leave it."""
         original = original_time_s(sub)
-        want = self.decide(sub)
+        want = fresh.time_s
         if want is None or original is None:
             return None
         want = max(self.floor_s, min(int(want), original))
         return min(whole_minutes(want) * 60, max(original, self.floor_s))
 
-    def _consider(self, job: QueuedJob, sub: dict[str, Any]) -> int:
+    def _consider(self, job: QueuedJob, sub: dict[str, Any], fresh: Fresh) -> int:
         current = int(job.time_limit_s or 0)
-        new = self.bound(job, sub)
+        new = self.bound(job, sub, fresh)
         if new is None or abs(new - current) < max(self.min_ratio * current, self.min_s):
             return 0
         reason = f"re-decided while pending after its siblings' outcomes: {fmt_time(current)} -> {fmt_time(new)}"
@@ -124,15 +172,51 @@ class Resizer:
         row = row_of(self.store, job.job_id, RESIZE, current)
         return self._carry_out(row, job)
 
-    def _carry_out(self, row: dict[str, Any], job: QueuedJob | None) -> int:
-        jid, old, new = str(row["job_id"]), int(row["old_time_s"]), int(row["new_time_s"])
-        if not still_to_do(self.store, row, job, "PENDING"):
-            return 0
+    def mem_bound(self, sub: dict[str, Any], fresh: Fresh, option: str) -> int | None:
+        """The memory (MB, of ``option``) the job should have now, within the floor and the user's request."""
+        if fresh.mem_option != option or fresh.mem_mb is None:
+            return None
+        original = (sub.get("original") or {}).get("mem_mb" if option == "mem" else "mem_per_cpu_mb")
         try:
-            self.backend.update_job(jid, time_limit_s=new)
+            original = int(original) if original else None
+        except (TypeError, ValueError):
+            original = None
+        if original is None:
+            return None  # the user gave no such memory: nothing to stay under
+        return max(min(self.floor_mb, original), min(int(fresh.mem_mb), original))
+
+    def _consider_mem(self, job: QueuedJob, sub: dict[str, Any], fresh: Fresh, option: str) -> int:
+        current = job.mem_mb if option == "mem" else job.mem_per_cpu_mb
+        new = self.mem_bound(sub, fresh, option)
+        if current is None or new is None or abs(new - current) < max(self.min_ratio * current, MIN_MEM_STEP_MB):
+            return 0
+        kind = MEM_KINDS[option]
+        at = int(job.time_limit_s or 0)
+        reason = (f"re-decided while pending after its siblings' outcomes: --{option} {current} MB -> {new} MB")
+        if not self.store.add_limit_change(job.job_id, kind, at, at, reason, DECIDED, old_mem_mb=int(current),
+                                           new_mem_mb=int(new)):
+            return 0  # this job's memory was re-sized at this time limit before: never twice
+        log.info("job %s: %s", job.job_id, reason)
+        return self._carry_out(row_of(self.store, job.job_id, kind, at), job)
+
+    def _carry_out(self, row: dict[str, Any], job: QueuedJob | None) -> int:
+        jid = str(row["job_id"])
+        option = MEM_OPTION_OF.get(row["kind"])
+        if not still_to_do(self.store, row, job, "PENDING", memory=option):
+            return 0
+        if option is None:
+            old, new = int(row["old_time_s"]), int(row["new_time_s"])
+            change: dict[str, int] = {"time_limit_s": new}
+            shown = f"{fmt_time(old)} -> {fmt_time(new)}"
+        else:
+            old, new = int(row["old_mem_mb"]), int(row["new_mem_mb"])
+            change = {"mem_mb" if option == "mem" else "mem_per_cpu_mb": new}
+            shown = f"--{option} {old} MB -> {new} MB"
+        try:
+            self.backend.update_job(jid, **change)
         except SlurmError as exc:
             set_step(self.store, row, REFUSED, f"Slurm refused: {exc}")
-            log.warning("job %s: re-size %s -> %s refused by Slurm (%s)", jid, fmt_time(old), fmt_time(new), exc)
+            log.warning("job %s: re-size %s refused by Slurm (%s)", jid, shown, exc)
             return 0
         set_step(self.store, row, DONE)
         return 1

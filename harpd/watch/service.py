@@ -20,7 +20,7 @@ from harpd.store import Store
 from harpd.watch.extend import Extender
 from harpd.watch.feedback import SoftFeedback
 from harpd.watch.privilege import Privilege
-from harpd.watch.resize import Resizer, time_decider
+from harpd.watch.resize import Resizer, decider
 
 log = logging.getLogger("harpd.watch")
 
@@ -43,7 +43,7 @@ class Watch:
                                  on_extended=None if self.feedback is None else self.feedback.on_extended)
         self.resizer = None
         if settings.watch.resize and predictor is not None:
-            self.resizer = Resizer(store, backend, settings, time_decider(predictor))
+            self.resizer = Resizer(store, backend, settings, decider(predictor))
         self._lock = threading.Lock()
 
     def on_outcome(self, rec: Any) -> None:

@@ -71,6 +71,21 @@ def register(d: Daemon, job_id: str, cwd: Path, *, signature: str = "soft-test",
     assert answer.get("ok"), answer
 
 
+def register_mem(d: Daemon, job_id: str, cwd: Path, *, signature: str, asked_mb: int, given_mb: int) -> None:
+    """What harp-submit registers for ``--mem=asked_mb`` cut by harp to ``given_mb`` (its 30 minutes kept)."""
+    req = {
+        "op": "register", "job_id": job_id,
+        "job": {"partition": "short", "job_name": "soft.sh", "signature": signature, "cwd": str(cwd),
+                "request": {"time_s": 1800, "mem_mb": asked_mb, "partition": "short"}, "harp_lines": []},
+        "original": {"time_s": 1800, "mem_mb": asked_mb, "partition": "short"},
+        "submitted": {"time_s": 1800, "mem_mb": given_mb, "partition": "short"},
+        "decision": {"changes": [{"option": "mem", "value": f"{given_mb}M", "old": f"{asked_mb}M", "reason": "test"}],
+                     "limits": {"partition": "short"}, "model": "test", "explain": {}},
+    }
+    answer = client.call(d.socket, req, 10.0)
+    assert answer.get("ok"), answer
+
+
 @dataclass
 class Soft:
     cluster: Any
@@ -144,6 +159,9 @@ def soft(slurm_cluster):
         # (c): a pending (held) job harp gave 30 of its 60 minutes, then a sibling that finishes
         jp = s.sbatch("pending", None, "--hold", time_min=30)
         register(daemons["resize"], jp, workdirs["root"], signature=SIGNATURE, asked_min=60, given_min=30)
+        # ... and one whose memory harp cut from 4000 to 2000 MB at submission (its time left alone)
+        jm = s.sbatch("pending_mem", None, "--hold", "--mem=2000M", time_min=30)
+        register_mem(daemons["resize"], jm, workdirs["root"], signature=SIGNATURE, asked_mb=4000, given_mb=2000)
         js = s.sbatch("sibling", None, time_min=30, script="quick.sh")
         register(daemons["resize"], js, workdirs["root"], signature=SIGNATURE, asked_min=60, given_min=30)
         # (b) first: held until harpd "down" is stopped, so it never sees the job run
@@ -287,3 +305,24 @@ def test_a_pending_job_gets_a_lower_limit_when_its_sibling_finishes(soft):
     assert state[1] == f"{minutes // 60}:{minutes % 60:02d}:00" if minutes >= 60 else state[1] == f"{minutes}:00", state
     sib = d.status(soft.jobs["sibling"])
     assert sib["limit_changes"] == []  # the finished sibling itself is not touched
+
+
+def test_a_pending_jobs_memory_follows_its_siblings_too(soft):
+    # the trained runs of SIGNATURE used 20 of 100 MB: harp's 2000 of 4000 MB is far too much
+    jid = soft.jobs["pending_mem"]
+    d = soft.daemons["resize"]
+    deadline = time.monotonic() + DEADLINE_S
+    job: dict[str, Any] = {}
+    while time.monotonic() < deadline:
+        job = d.status(jid)
+        if any(c["kind"] == "resize-mem" and c["step"] != "decided" for c in job.get("limit_changes") or []):
+            break
+        time.sleep(2)
+    else:
+        raise AssertionError(f"pending job {jid} memory never re-sized: {job.get('limit_changes')}\n{d.log_tail()}")
+    (change,) = [c for c in job["limit_changes"] if c["kind"] == "resize-mem"]
+    assert change["step"] == "done" and change["old_mem_mb"] == 2000, change
+    assert 100 <= change["new_mem_mb"] <= 1800, change  # lower, never below the floor
+    state = soft.cluster.run(["squeue", "-h", "-j", jid, "-o", "%T %m"], check=False).stdout.split()
+    assert state[0] == "PENDING", state  # changed before it started
+    assert state[1] == f"{change['new_mem_mb']}M", state

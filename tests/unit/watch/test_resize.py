@@ -5,7 +5,7 @@ from __future__ import annotations
 from watch_fakes import register, settings, slurm, store  # noqa: F401 (fixtures)
 
 from harpd.records import JobRecord, Outcome
-from harpd.watch.resize import Resizer
+from harpd.watch.resize import Fresh, Resizer
 
 
 def outcome(signature="sig-a"):
@@ -13,7 +13,7 @@ def outcome(signature="sig-a"):
 
 
 def resizer(store, slurm, want):
-    return Resizer(store, slurm, settings(resize_min_ratio=0.1, resize_min_s=300), lambda sub: want[0])
+    return Resizer(store, slurm, settings(resize_min_ratio=0.1, resize_min_s=300), lambda sub: Fresh(time_s=want[0]))
 
 
 def test_pending_sibling_gets_the_new_bound_once(store, slurm):
@@ -85,3 +85,49 @@ def test_refused_update_is_recorded_and_a_started_job_is_not_resized_after_a_cra
     slurm.add("32", state="RUNNING", limit_s=3600)
     r.tick(slurm.queue())
     assert store.limit_changes("32")[0]["step"] == "ended" and all(c[0] != "32" for c in slurm.calls)
+
+
+def test_pending_memory_follows_the_siblings_within_the_request_and_once(store, slurm):
+    # harp gave 2000 of the 8000 MB asked at submission; the siblings now say 600 MB
+    register(store, "30", original_s=7200, harp_time=None, original_mem_mb=8000, harp_mem="2000M")
+    slurm.add("30", state="PENDING", limit_s=7200, mem_mb=2000)
+    r = Resizer(store, slurm, settings(resize_min_ratio=0.1, resize_min_s=300),
+                lambda sub: Fresh(time_s=None, mem_option="mem", mem_mb=600))
+    r.on_outcome(outcome())
+    assert r.tick(slurm.queue()) == 1
+    assert slurm.jobs["30"]["mem"] == 600 and slurm.calls == [("30", {"MinMemoryNode": "600"})]
+    (row,) = store.limit_changes("30")
+    assert (row["kind"], row["old_mem_mb"], row["new_mem_mb"], row["step"]) == ("resize-mem", 2000, 600, "done")
+    r.on_outcome(outcome())
+    assert r.tick(slurm.queue()) == 0  # already there
+
+
+def test_pending_memory_never_above_the_request_and_small_steps_are_skipped(store, slurm):
+    register(store, "31", original_s=7200, harp_time=None, original_mem_mb=3000, harp_mem="1000M")
+    slurm.add("31", state="PENDING", limit_s=7200, mem_mb=1000)
+    register(store, "32", original_s=7200, harp_time=None, original_mem_mb=3000, harp_mem="1000M")
+    slurm.add("32", state="PENDING", limit_s=7200, mem_mb=1000)
+    register(store, "33", original_s=7200, harp_time=None)  # harp did not size its memory
+    slurm.add("33", state="PENDING", limit_s=7200, mem_mb=1000)
+    want = {"31": 99999, "32": 1040, "33": 200}
+    r = Resizer(store, slurm, settings(resize_min_ratio=0.1, resize_min_s=300),
+                lambda sub: Fresh(mem_option="mem", mem_mb=want[sub["job_id"]]))
+    r.on_outcome(outcome())
+    r.tick(slurm.queue())
+    assert slurm.jobs["31"]["mem"] == 3000  # capped by the user's own request
+    assert slurm.jobs["32"]["mem"] == 1000  # 40 MB: not worth a change
+    assert slurm.jobs["33"]["mem"] == 1000 and store.limit_changes("33") == []
+
+
+def test_a_memory_resize_refused_by_slurm_is_recorded_and_the_per_cpu_form_is_used(store, slurm):
+    register(store, "34", original_s=7200, harp_time=None, original_mem_mb=4000, harp_mem="1000M",
+             mem_option="mem-per-cpu")
+    slurm.add("34", state="PENDING", limit_s=7200, mem_per_cpu_mb=1000)
+    slurm.fail = "scontrol update JobId=34 failed (exit 1): Access/permission denied"
+    r = Resizer(store, slurm, settings(resize_min_ratio=0.1, resize_min_s=300),
+                lambda sub: Fresh(mem_option="mem-per-cpu", mem_mb=300))
+    r.on_outcome(outcome())
+    assert r.tick(slurm.queue()) == 0
+    assert slurm.calls == [("34", {"MinMemoryCPU": "300"})]
+    (row,) = store.limit_changes("34")
+    assert row["kind"] == "resize-mem-per-cpu" and row["step"] == "refused" and "permission" in row["reason"]

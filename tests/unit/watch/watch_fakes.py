@@ -21,15 +21,16 @@ class FakeQueue:
         self.listings = 0
 
     def add(self, jid: str, *, state: str = "RUNNING", limit_s: int = 60, used_s: int = 0,
-            comment: str | None = None, partition: str = "debug", array_job_id: str | None = None) -> None:
+            comment: str | None = None, partition: str = "debug", array_job_id: str | None = None,
+            mem_mb: int | None = None, mem_per_cpu_mb: int | None = None) -> None:
         self.jobs[jid] = dict(state=state, limit=limit_s, used=used_s, comment=comment, partition=partition,
-                              array=array_job_id)
+                              array=array_job_id, mem=mem_mb, mem_cpu=mem_per_cpu_mb)
 
     def queue(self) -> list[QueuedJob]:
         self.listings += 1
         return [QueuedJob(job_id=j, state=v["state"], user="alice", uid=1000, time_limit_s=v["limit"],
                           time_used_s=v["used"], partition=v["partition"], comment=v["comment"],
-                          array_job_id=v["array"])
+                          array_job_id=v["array"], mem_mb=v["mem"], mem_per_cpu_mb=v["mem_cpu"])
                 for j, v in self.jobs.items() if v["state"] in ("RUNNING", "PENDING")]
 
     def update_job(self, job_id: str, **changes: Any) -> None:
@@ -45,6 +46,10 @@ class FakeQueue:
             j["limit"] = int(fields["TimeLimit"]) * 60
         if "Comment" in fields:
             j["comment"] = fields["Comment"]
+        if "MinMemoryNode" in fields:
+            j["mem"] = int(fields["MinMemoryNode"])
+        if "MinMemoryCPU" in fields:
+            j["mem_cpu"] = int(fields["MinMemoryCPU"])
         if self.fail:
             msg, self.fail, self.fail_after = self.fail, None, False
             raise SlurmError(msg)
@@ -55,12 +60,18 @@ class FakeQueue:
 
 
 def register(store: Store, jid: str, *, original_s: int | None = 600, harp_time: str | None = "1",
-             signature: str = "sig-a", user: str = "alice", uid: int = 1000, decision: bool = True) -> None:
-    """What harp-submit registers for a job harp shortened to ``harp_time`` (minutes)."""
+             signature: str = "sig-a", user: str = "alice", uid: int = 1000, decision: bool = True,
+             original_mem_mb: int | None = None, harp_mem: str | None = None,
+             mem_option: str = "mem") -> None:
+    """What harp-submit registers for a job harp shortened to ``harp_time`` (minutes) (and ``harp_mem``)."""
     changes = [] if harp_time is None else [{"option": "time", "value": harp_time, "old": "10", "reason": "model"}]
+    if harp_mem is not None:
+        changes.append({"option": mem_option, "value": harp_mem, "old": f"{original_mem_mb}M", "reason": "model"})
+    key = "mem_mb" if mem_option == "mem" else "mem_per_cpu_mb"
+    original = {"time_s": original_s, **({key: original_mem_mb} if original_mem_mb else {})}
     job = {"signature": signature, "job_name": "job.sh", "partition": "debug",
-           "request": {"time_s": original_s}, "harp_lines": []}
-    store.add_submission(jid, uid, user, job, {"time_s": original_s}, {"time_s": 60},
+           "request": original, "harp_lines": []}
+    store.add_submission(jid, uid, user, job, original, {"time_s": 60},
                          {"changes": changes, "limits": {}, "model": "m", "explain": {}} if decision else None)
 
 
