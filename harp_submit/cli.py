@@ -33,7 +33,7 @@ from .decision import BadDecision, check_beside, validate
 from .request import Request
 from .rewrite import RewriteError, Rewritten, apply, build
 from .sbatch_options import CLI_TABLE, SBATCH_TABLE, ParsedArgs
-from .sbatch_run import SpawnError, exec_sbatch, find_sbatch, last_error, parse_job_id, refused_before_submission, spawn
+from .sbatch_run import SpawnError, find_sbatch, last_error, mark_process, parse_job_id, refused_before_submission, spawn
 from .sbatch_run import write
 from .step_aside import MAX_SCRIPT, UNCHANGED, StepAside, resolve_script
 
@@ -363,14 +363,10 @@ class Submit:
             self.warn("cannot find sbatch in PATH (set HARP_SBATCH to its path)")
             return 127
         env = environ if environ is not None else self.environ
-        # harp's cli_filter plugin (plugins/cli_filter.lua) steps aside for this sbatch
-        env = {**env, "HARP_SUBMIT_PID": str(os.getpid())}
-        if stdin is None and register is None and not keep_stdout:
-            try:
-                exec_sbatch(sbatch, argv, env)
-            except OSError as exc:
-                self.warn(f"cannot run {sbatch}: {exc.strerror or exc}")
-                return 127
+        # harp's cli_filter plugin (plugins/cli_filter.lua) steps aside for an sbatch
+        # whose parent is named harp-submit: a mark that, unlike an environment
+        # variable, never reaches the job's environment (--export=ALL)
+        mark_process()
         on_line = None
         if register is not None:
             timeout = registration.timeout_s(self.environ)
