@@ -38,6 +38,8 @@ from .sbatch_run import write
 from .step_aside import MAX_SCRIPT, UNCHANGED, StepAside, resolve_script
 
 DRY_UNCHANGED = "a real run would submit your job unchanged"
+#: script names that are harp-submit's own standard input (and so, once fed, sbatch's)
+STDIN_NAMES = frozenset({"/dev/stdin", "/dev/fd/0", "/proc/self/fd/0"})
 
 HARP_HELP = """\
 harp-submit options (removed before sbatch runs):
@@ -163,6 +165,12 @@ class Submit:
             if positional:
                 raise StepAside(detail="sbatch refuses script arguments with --wrap")
             data = None
+        elif positional and positional[0] in STDIN_NAMES:
+            # sbatch reads the script from its standard input under this name
+            # (Snakemake's --slurm-pass-command-as-script): harp reads it first,
+            # bounded, and hands it on through sbatch's stdin like any script
+            path = positional[0]
+            data = self.read_script_stdin()
         elif positional:
             path = positional[0]
             data = self.read_script_file(path, _last_value(cli, "chdir"))
@@ -205,7 +213,12 @@ class Submit:
         return data
 
     def read_script_stdin(self) -> bytes:
-        """The script on standard input, kept for sbatch; StepAside when harp cannot use it."""
+        """The script on standard input, kept for sbatch; StepAside when harp cannot use it.
+
+        Bounded in what harp reads into a decision: past 4 MiB (what slurmctld
+        accepts by default) harp steps aside, but still hands sbatch every byte
+        it read, so a site with a larger max_script_size loses nothing.
+        """
         try:
             data = _read_all(0)
         except OSError as exc:
@@ -454,7 +467,7 @@ def _stdin_argv(argv: list[str], request: Request) -> list[str]:
     cli = SBATCH_TABLE.parse(argv)
     opts = argv[: cli.end]
     rest = argv[cli.end + 1 :] if request.script_path is not None else []
-    if request.script_path is not None and request.value("job-name") is None:
+    if request.script_path not in (None, *STDIN_NAMES) and request.value("job-name") is None:
         at = cli.dashdash if cli.dashdash is not None else len(opts)
         opts = opts[:at] + [f"--job-name={os.path.basename(request.script_path)}"] + opts[at:]
     return opts + (["/dev/stdin", *rest] if rest else [])
