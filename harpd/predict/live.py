@@ -420,13 +420,18 @@ def _signature(job) -> str | None:
 
 
 def identity_of(job) -> dict[str, Any]:
-    """What harp takes the job to be (``--harp-explain``): a workflow task, or a program by its commands."""
+    """What harp takes the job to be (``--harp-explain``): a workflow task, or a program by its commands.
+
+    An array's tasks share one identity (their index, like a rule's wildcards,
+    names an input, not a program); the explanation says how many there are.
+    """
+    array = {"array_tasks": job.array_size} if job.array_size else {}
     if job.signature:
-        return {"signature": job.signature}
+        return {"signature": job.signature, **array}
     task = identify(job.commands, job.job_name, job.script_name, job.cwd)
     if task is not None:
-        return task.explain()
-    return {"program": normalise_commands(job.commands or []) or None, "signature": _signature(job)}
+        return {**task.explain(), **array}
+    return {"program": normalise_commands(job.commands or []) or None, "signature": _signature(job), **array}
 
 
 def make_predictor(settings, store=None, backend=None, limits=None, soft_limits: bool = False):

@@ -100,3 +100,18 @@ def test_with_a_trained_model_workflow_tasks_still_follow_their_own_runs(store) 
     p.refresh()
     d = p.decide(plain, "alice", 1000)
     assert d.model == "eager" and "time" in _changes(d)
+
+
+def test_explain_names_the_program_and_an_arrays_tasks_share_it(store) -> None:
+    settings, st = store
+    p = ModelPredictor(settings, store=st)
+    plain = JobRequest(partition="cpu", commands=["srun ./sim --seed $SLURM_ARRAY_TASK_ID"], array_size=6,
+                       request={"time_s": 600})
+    ident = p.decide(plain, "alice", 1000).explain["identity"]
+    assert ident["program"] == "sim" and ident["array_tasks"] == 6 and ident["signature"].startswith("sig:")
+    one = p.decide(plain.model_copy(update={"array_size": None}), "alice", 1000).explain["identity"]
+    assert one["signature"] == ident["signature"] and "array_tasks" not in one
+    # Snakemake's array submissions (one rule, many wildcards): the rule, with the count
+    arr = _task("work").model_copy(update={"array_size": 6})
+    ident = p.decide(arr, "alice", 1000).explain["identity"]
+    assert ident["task"] == "work" and ident["array_tasks"] == 6
