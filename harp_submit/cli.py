@@ -33,11 +33,13 @@ from .decision import BadDecision, check_beside, validate
 from .request import Request
 from .rewrite import RewriteError, Rewritten, apply, build
 from .sbatch_options import CLI_TABLE, SBATCH_TABLE, ParsedArgs
-from .sbatch_run import SpawnError, exec_sbatch, find_sbatch, last_error, parse_job_id, refused_before_submission, spawn
+from .sbatch_run import SpawnError, find_sbatch, last_error, mark_process, parse_job_id, refused_before_submission, spawn
 from .sbatch_run import write
 from .step_aside import MAX_SCRIPT, UNCHANGED, StepAside, resolve_script
 
 DRY_UNCHANGED = "a real run would submit your job unchanged"
+#: script names that are harp-submit's own standard input (and so, once fed, sbatch's)
+STDIN_NAMES = frozenset({"/dev/stdin", "/dev/fd/0", "/proc/self/fd/0"})
 
 HARP_HELP = """\
 harp-submit options (removed before sbatch runs):
@@ -163,6 +165,12 @@ class Submit:
             if positional:
                 raise StepAside(detail="sbatch refuses script arguments with --wrap")
             data = None
+        elif positional and positional[0] in STDIN_NAMES:
+            # sbatch reads the script from its standard input under this name
+            # (Snakemake's --slurm-pass-command-as-script): harp reads it first,
+            # bounded, and hands it on through sbatch's stdin like any script
+            path = positional[0]
+            data = self.read_script_stdin()
         elif positional:
             path = positional[0]
             data = self.read_script_file(path, _last_value(cli, "chdir"))
@@ -205,7 +213,12 @@ class Submit:
         return data
 
     def read_script_stdin(self) -> bytes:
-        """The script on standard input, kept for sbatch; StepAside when harp cannot use it."""
+        """The script on standard input, kept for sbatch; StepAside when harp cannot use it.
+
+        Bounded in what harp reads into a decision: past 4 MiB (what slurmctld
+        accepts by default) harp steps aside, but still hands sbatch every byte
+        it read, so a site with a larger max_script_size loses nothing.
+        """
         try:
             data = _read_all(0)
         except OSError as exc:
@@ -363,14 +376,10 @@ class Submit:
             self.warn("cannot find sbatch in PATH (set HARP_SBATCH to its path)")
             return 127
         env = environ if environ is not None else self.environ
-        # harp's cli_filter plugin (plugins/cli_filter.lua) steps aside for this sbatch
-        env = {**env, "HARP_SUBMIT_PID": str(os.getpid())}
-        if stdin is None and register is None and not keep_stdout:
-            try:
-                exec_sbatch(sbatch, argv, env)
-            except OSError as exc:
-                self.warn(f"cannot run {sbatch}: {exc.strerror or exc}")
-                return 127
+        # harp's cli_filter plugin (plugins/cli_filter.lua) steps aside for an sbatch
+        # whose parent is named harp-submit: a mark that, unlike an environment
+        # variable, never reaches the job's environment (--export=ALL)
+        mark_process()
         on_line = None
         if register is not None:
             timeout = registration.timeout_s(self.environ)
@@ -458,7 +467,7 @@ def _stdin_argv(argv: list[str], request: Request) -> list[str]:
     cli = SBATCH_TABLE.parse(argv)
     opts = argv[: cli.end]
     rest = argv[cli.end + 1 :] if request.script_path is not None else []
-    if request.script_path is not None and request.value("job-name") is None:
+    if request.script_path not in (None, *STDIN_NAMES) and request.value("job-name") is None:
         at = cli.dashdash if cli.dashdash is not None else len(opts)
         opts = opts[:at] + [f"--job-name={os.path.basename(request.script_path)}"] + opts[at:]
     return opts + (["/dev/stdin", *rest] if rest else [])

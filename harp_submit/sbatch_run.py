@@ -7,7 +7,8 @@ stderr, the same exit status, and the same death when a signal kills it.
 
 Start-up time matters (this runs on every submission), so the module avoids
 subprocess/signal/select (each drags in ``enum`` and more): processes are
-started with ``os.posix_spawn`` or replaced with ``os.execve``, signals are
+started with ``os.posix_spawn`` (never replaced by sbatch: cli_filter.lua
+recognises harp-submit as sbatch's parent, ``mark_process``), signals are
 set through the C module ``_signal``, and ``select`` is imported only when
 three pipes must be polled.
 """
@@ -51,10 +52,25 @@ def find_sbatch(environ: dict | os._Environ[str]) -> str | None:
     return None
 
 
-def exec_sbatch(path: str, argv: list[str], env: dict | os._Environ[str]) -> None:
-    """Become sbatch (returns only by raising OSError when it cannot be started)."""
-    _reset_signals()
-    os.execve(path, ["sbatch", *argv], env)
+#: the name harp-submit gives its own process (``/proc/self/comm``) before it runs sbatch;
+#: plugins/cli_filter.lua steps aside for an sbatch whose parent has this name
+PROCESS_NAME = "harp-submit"
+
+
+def mark_process() -> None:
+    """Name this process ``harp-submit`` so harp's cli_filter leaves its sbatch child alone.
+
+    The mark used to be an environment variable, which sbatch copies into the
+    job (``--export=ALL``, the default) and so into everything the job runs.
+    A process name is seen by the plugin (its parent's ``/proc/PID/comm``)
+    and by nothing after sbatch exits.  Where /proc cannot be written the
+    plugin asks harpd once more: a second decision, never a lost job.
+    """
+    try:
+        with open("/proc/self/comm", "w") as fh:
+            fh.write(PROCESS_NAME)
+    except OSError:
+        pass
 
 
 def parse_job_id(line: bytes) -> str | None:
@@ -109,13 +125,6 @@ def _signals() -> tuple:
 
     names = ("SIGPIPE", "SIGXFSZ", "SIGXFZ")
     return _signal, tuple(getattr(_signal, n) for n in names if hasattr(_signal, n))
-
-
-def _reset_signals() -> None:
-    """Give sbatch the signal dispositions it would get from a shell (Python ignores SIGPIPE)."""
-    _signal, sigs = _signals()
-    for s in sigs:
-        _signal.signal(s, _signal.SIG_DFL)
 
 
 def spawn(

@@ -765,6 +765,12 @@ class Store:
         rows = self._query("SELECT * FROM submissions WHERE job_id = ?", [str(job_id)])
         return self._submission(rows[0]) if rows else None
 
+    def submissions_since(self, uid: int, since: float) -> list[dict[str, Any]]:
+        """The submissions of ``uid`` registered at or after ``since``, oldest first (a manager's retries)."""
+        rows = self._query("SELECT * FROM submissions WHERE uid = ? AND submitted_at >= ? ORDER BY submitted_at, job_id",
+                           [int(uid), float(since)])
+        return [self._submission(r) for r in rows]
+
     _SUBMISSION_COLS = frozenset({"job_id", "uid", "user", "submitted_at", "state", "chain_id", "outcome", "done_at"})
     _SUBMISSION_JSON = frozenset({"job", "original", "submitted", "decision"})
 

@@ -225,9 +225,8 @@ local function pre_submit(options, offset)
     if not enabled(command) then return end
     if command ~= "sbatch" and os.getenv("SLURM_JOB_ID") then return end -- a step of a job
     if DISABLE_VALUES[trim(os.getenv("HARP_DISABLE") or ""):lower()] then return end
-    local pid, ppid = pids()
-    local via = os.getenv("HARP_SUBMIT_PID")
-    if via and (via == pid or via == ppid) then
+    local _, ppid = pids()
+    if ppid and trim(read_file("/proc/" .. ppid .. "/comm") or "") == "harp-submit" then
         add_mark(options, "harp-submit") -- harp-submit decided already
         return
     end

@@ -276,9 +276,10 @@ class Ingestor:
                 elif r.signature is None and job.get("commands"):
                     # harp-submit sends the commands, not a signature: the one
                     # decide computes from them at predict time, or history never matches
-                    from harpd.features.signature import signature_of
+                    from harpd.features.workflow import job_signature
 
-                    r.signature = signature_of([str(c) for c in job["commands"]])
+                    r.signature = job_signature([str(c) for c in job["commands"]], _text(job.get("job_name")),
+                                                _text(job.get("script_name")), _text(job.get("cwd")))
                 if r.array_size is None and job.get("array_size"):
                     r.array_size = int(job["array_size"])
                 if r.job_name is None and job.get("job_name"):
@@ -530,3 +531,7 @@ def start(
         settings.ingest.learn_all_jobs,
     )
     return IngestService(ingestor, scheduler)
+
+
+def _text(value: Any) -> str | None:
+    return str(value) if value is not None else None

@@ -3,6 +3,10 @@
 Kept apart from the guard rails (``allocation``) so that replay and training,
 which need only the rails, never pull in the daemon's request path.
 
+A workflow task (``harpd.features.workflow``: a Snakemake rule, a Nextflow
+process) is always sized by the history rule from its own rule's runs, even
+once a model exists, and a rule with no runs of its own is left as requested.
+
 Before a resource has a trained model, its live history is kept all the
 same and the history rule sizes a program from its own runs: ``MARGIN`` ×
 the most its last five finished runs used, through the same guard rails
@@ -23,6 +27,8 @@ from typing import Any
 import numpy as np
 
 from harpd.features.resources import gpu_count
+from harpd.features.signature import normalise_commands
+from harpd.features.workflow import identify, is_workflow_signature, job_signature
 from harpd.predict.allocation import Guard, allocate
 from harpd.predict.bounds import MARGIN
 from harpd.predict.soft import SoftPolicy, running_bound, soft_guard, stake_of, tilt
@@ -248,6 +254,7 @@ class ModelPredictor:
             if ch is not None:
                 changes.append(Change(**ch))
                 models_used.append(ld.name)
+        explain["identity"] = identity_of(job)
         if not self.has_model():
             explain["reason"] = (f"{NO_MODEL}: sized from this program's own runs" if changes
                                  else f"{NO_MODEL}: request kept")
@@ -304,7 +311,6 @@ class ModelPredictor:
     def _keys(job, user: str, res: str, relative: bool):
         """(cores, nodes, request of ``res``, grouping keys) of a job request: one place for both callers."""
         from harpd.features.history import keys_of
-        from harpd.features.signature import signature_of
 
         rq = job.request
         cores = (rq.cpus_per_task or 1) * (rq.ntasks or 1)
@@ -319,7 +325,7 @@ class ModelPredictor:
             req, other = (float(rq.time_s) if rq.time_s else None), mem_job
         else:
             req, other = mem_job, (float(rq.time_s) if rq.time_s else None)
-        sig = job.signature or (signature_of(job.commands) if job.commands else None)
+        sig = job.signature or _signature(job)
         keys = keys_of(user, job.account, sig, job.job_name, req if relative else None, cores,
                        job.array_size, other, gpus)
         return cores, nodes, req, keys
@@ -334,7 +340,11 @@ class ModelPredictor:
         from harpd.features.history import COL, conformal_group
 
         rq = job.request
-        cores, nodes, req, keys = self._keys(job, user, res, ld.relative)
+        # a workflow task is sized from its own rule's runs only, model or not (the
+        # model's features mix the user's other rules, which say nothing of this one),
+        # by the history rule, which reads its runs relative to this request
+        task = is_workflow_signature(job.signature or _signature(job))
+        cores, nodes, req, keys = self._keys(job, user, res, ld.relative or task)
         if ld.relative and not req:
             return None, {"reason": f"no {res} request to size"}
         with self._lock:
@@ -349,13 +359,15 @@ class ModelPredictor:
             return None, {"reason": f"cold start: {n_hist} of {guard.min_history} runs", "n_history": n_hist}
         ex: dict[str, Any] = {}
         theta = None
-        if ld.model is None:
+        if ld.model is None or task:
             margin = SoftPolicy.from_settings(self.settings.predict).recent_margin if soft else MARGIN
             up, rule = self._history_bound(x, margin)
             if up is None:
                 return None, {"model": None, "rule": HISTORY_RULE, "n_history": n_hist, "reason": rule}
-            ex.update(rule=HISTORY_RULE, source=f"this program's own runs ({NO_MODEL})")
-            reason = f"{res} from this program's own {n_hist} runs ({rule}; {NO_MODEL})"
+            why_rule = "this workflow task's own runs" if task else f"this program's own runs ({NO_MODEL})"
+            ex.update(rule=HISTORY_RULE, source=why_rule)
+            reason = (f"{res} from this workflow task's own {n_hist} runs ({rule})" if task
+                      else f"{res} from this program's own {n_hist} runs ({rule}; {NO_MODEL})")
         else:
             X = np.asarray([x], dtype=np.float32)
             group = conformal_group(job.partition or rq.partition, x[COL["log_pending"]])
@@ -400,6 +412,26 @@ class ModelPredictor:
                     "reason": reason}, ex
         return {"option": "mem", "value": format_mem(int(math.ceil(value / nodes))), "old": None,
                 "reason": reason}, ex
+
+
+def _signature(job) -> str | None:
+    """A job request's signature (workflow task, else commands), computed as the poller does."""
+    return job_signature(job.commands, job.job_name, job.script_name, job.cwd)
+
+
+def identity_of(job) -> dict[str, Any]:
+    """What harp takes the job to be (``--harp-explain``): a workflow task, or a program by its commands.
+
+    An array's tasks share one identity (their index, like a rule's wildcards,
+    names an input, not a program); the explanation says how many there are.
+    """
+    array = {"array_tasks": job.array_size} if job.array_size else {}
+    if job.signature:
+        return {"signature": job.signature, **array}
+    task = identify(job.commands, job.job_name, job.script_name, job.cwd)
+    if task is not None:
+        return {**task.explain(), **array}
+    return {"program": normalise_commands(job.commands or []) or None, "signature": _signature(job), **array}
 
 
 def make_predictor(settings, store=None, backend=None, limits=None, soft_limits: bool = False):

@@ -17,6 +17,8 @@ that distinction through reads and updates.
 
 from __future__ import annotations
 
+import re
+
 import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -52,6 +54,21 @@ class Fallback(Exception):
 def marker(chain: str, attempt: int) -> str:
     """The Slurm comment of attempt ``attempt`` of ``chain``: visible to users, searchable after a crash."""
     return f"harp retry {attempt} of {chain}"
+
+
+_MARKER = re.compile(r"^harp retry \d+ of \S+$")
+
+
+def with_marker(comment: str | None, mark: str) -> str:
+    """The job's comment with harp's ``mark`` appended, a previous attempt's marker dropped.
+
+    A requeue keeps the job id, so whatever reads the comment goes on reading
+    it: Snakemake's Slurm executor names the rule there (``rule_work_wildcards_s1``)
+    and reads it back for its efficiency report.  Replacing it would lose that;
+    appending each attempt's marker would grow it without end.
+    """
+    parts = [p for p in (comment or "").split("; ") if p.strip() and p != "(null)" and not _MARKER.match(p)]
+    return "; ".join([*parts, mark])
 
 
 class AttemptLimits(BaseModel):

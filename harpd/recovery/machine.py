@@ -66,6 +66,7 @@ from harpd.recovery.attempts import (
 )
 from harpd.recovery.crash import crash_point
 from harpd.recovery.escalation import RESOURCE_OF
+from harpd.recovery.manager_retry import LEFT_TO_MANAGER, NO_RESUBMIT, manager_retry, task_of
 from harpd.recovery.mode import REQUEUE, RESUBMIT, resolve_mode
 from harpd.recovery.policy import eligible, first_limits, fmt_mem, fmt_time, next_limits
 from harpd.recovery.requeue import requeue
@@ -434,6 +435,11 @@ class Recovery:
             return None
         limits = row.plan.limits
         sub = self.store.get_submission(chain) or {}
+        task = task_of(sub)
+        retry = manager_retry(self.store, sub, task) if task is not None else None
+        if retry is not None:
+            self._stop(chain, number, LEFT_TO_MANAGER.format(job=retry))
+            return None
         part = self._partition(limits.partition)
         nxt = next_limits(
             outcome,
@@ -465,6 +471,9 @@ class Recovery:
             else:
                 plan = plan.but(restarts_before=info.restarts)
                 job_id = failed_job
+        if task is not None and mode == RESUBMIT:
+            self._stop(chain, number, NO_RESUBMIT)
+            return None
         plan = plan.but(mode=mode)
         if self.store.add_attempt(chain, number + 1, job_id, plan.to_json(), nxt.reason, DECIDED):
             log.info("job %s: attempt %d decided (%s): %s", chain, number + 1, mode, nxt.reason)

@@ -12,7 +12,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 
-from harpd.recovery.attempts import REQUEUED, Attempt, Fallback, Plan, Stop
+from harpd.recovery.attempts import REQUEUED, Attempt, Fallback, Plan, Stop, with_marker
 from harpd.recovery.crash import crash_point
 from harpd.slurm.base import JobChanges, JobInfo, SlurmBackend, SlurmError
 from harpd.slurm.scontrol import update_fields
@@ -54,8 +54,10 @@ def pending_changes(info: JobInfo, plan: Plan) -> JobChanges:
     elif lim.mem_mb:
         if info.mem_mb != int(lim.mem_mb):
             changes["mem_mb"] = int(lim.mem_mb)
-    if plan.comment and info.comment != plan.comment:
-        changes["comment"] = plan.comment
+    if plan.comment:
+        comment = with_marker(info.comment, plan.comment)  # the job's own comment kept
+        if info.comment != comment:
+            changes["comment"] = comment
     changes["start_now"] = True  # a requeued job otherwise waits ~2 min (BeginTime)
     return changes
 

@@ -307,21 +307,32 @@ def test_opt_outs_leave_the_job_untouched(plugin_cluster, sock_dir, env, script,
         assert fake.requests == []
 
 
-def test_harp_submit_jobs_are_not_asked_twice(plugin_cluster, sock_dir) -> None:
+@pytest.mark.parametrize("harp_args", [[], ["--harp-off"]], ids=["decided", "harp-off"])
+def test_harp_submit_jobs_are_not_asked_twice(plugin_cluster, sock_dir, harp_args) -> None:
+    # --export=ALL (sbatch's default, and what Snakemake's plugin passes): nothing of
+    # harp-submit's own reaches the job's environment, yet the plugin still steps aside
+    script = SCRIPT.replace("echo plugin test\n", "env > env-$SLURM_JOB_ID.txt\n")
     with FakeHarpd(sock_dir / "h.sock", decision(change("time", "00:07:00"), **LIMITS)) as fake:
-        (plugin_cluster.workdir / "hs.sh").write_text(SCRIPT)
+        (plugin_cluster.workdir / "hs.sh").write_text(script)
         env = {**plugin_cluster.env, "HARP_SOCKET": fake.path}
         proc = subprocess.run([sys.executable, "-c", "import sys; from harp_submit.cli import main; sys.exit(main())",
-                               "--parsable", "hs.sh"], capture_output=True, text=True,
+                               *harp_args, "--parsable", "--export=ALL", "hs.sh"], capture_output=True, text=True,
                               cwd=plugin_cluster.workdir, env=env, timeout=60)
         assert proc.returncode == 0, proc.stderr
         job = proc.stdout.strip().split(";")[0]
         info = show_job(plugin_cluster, job)
-        assert info["TimeLimit"] == "00:07:00"
+        assert info["TimeLimit"] == ("00:50:00" if harp_args else "00:07:00")
         assert info["AdminComment"] == "harp: harp-submit"
-        assert len(fake.ops("predict")) == 1  # harp-submit's; the plugin stepped aside
-        fake.wait_for("register", timeout=10)
-        assert len(fake.ops("register")) == 1
+        # harp-submit's own ask only (none with --harp-off); the plugin stepped aside
+        assert len(fake.ops("predict")) == (0 if harp_args else 1)
+        if not harp_args:
+            fake.wait_for("register", timeout=10)
+            assert len(fake.ops("register")) == 1
+        assert plugin_cluster.wait_job(job) == "COMPLETED"
+        job_env = (plugin_cluster.workdir / f"env-{job}.txt").read_text()
+        assert "SLURM_JOB_ID=" in job_env  # the file is the job's environment
+        assert "HARP_SOCKET=" in job_env  # --export=ALL carried the submitter's variables
+        assert "HARP_SUBMIT" not in job_env
 
 
 def test_recovery_resubmissions_are_left_to_harpd(plugin_cluster, sock_dir) -> None:

@@ -311,7 +311,9 @@ def run(slurm_cluster):
         for d in daemons.values():
             d.start()
         # everything first (the cluster runs them side by side), then wait
-        r.submit("rq_timeout", "root", "sleep90.sh", "a b", "c", opts=["--time=1", "--mem=100M"])
+        # a comment of the job's own (Snakemake's executor names the rule there) survives the requeue
+        r.submit("rq_timeout", "root", "sleep90.sh", "a b", "c",
+                 opts=["--time=1", "--mem=100M", "--comment=rule_slow_wildcards_s1"])
         r.submit("rq_oom", "root", "oom.sh", opts=["--time=5", "--mem=100M"])
         r.submit("rq_cap", "root", "need5.sh", opts=["-p", "tiny", "--time=2", "--mem=100M"])
         r.submit("rq_plain", "root", "plain.sh", opts=["-p", "tiny", "--time=1", "--mem=100M"])
@@ -362,7 +364,7 @@ def test_timeout_requeued_in_place_completes_with_2_minutes(run):
     runs = run.sacct(jid, "JobID,State,Timelimit,Comment,User", duplicates=True)
     assert [r["State"].split()[0] for r in runs] == ["REQUEUED", "COMPLETED"], runs
     assert runs[-1]["Timelimit"] == "00:02:00" and runs[-1]["User"] == "root"
-    assert runs[-1]["Comment"] == f"harp retry 2 of {jid}"
+    assert runs[-1]["Comment"] == f"rule_slow_wildcards_s1; harp retry 2 of {jid}"
     args = (run.workdirs["root"] / f"args-{jid}.txt").read_text()
     assert args == "<a b><c>"  # requeue keeps the script's arguments
 

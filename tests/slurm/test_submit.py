@@ -199,3 +199,26 @@ def test_bad_input_gets_exactly_sbatchs_own_answer(slurm_cluster, submit_dir, ar
     assert plain.returncode != 0, plain.stdout  # each of these is refused by sbatch
     assert (proc.returncode, proc.stdout, proc.stderr) == (
         plain.returncode, plain.stdout.decode(), plain.stderr.decode())
+
+
+def test_a_script_on_dev_stdin_is_sized_and_registered(slurm_cluster, submit_dir) -> None:
+    """Snakemake's --slurm-pass-command-as-script: `sbatch ... /dev/stdin` with the script piped in (issue #21)."""
+    from tests.helpers.processes import RUN_MAIN
+
+    script = "#!/bin/sh\n#SBATCH --time=50\n#SBATCH -o harp-stdin-%j.out\necho from-stdin \"$1\"\n"
+    limits = dict(partition="short", max_time_s=slurm_cluster.partitions["short"] * 60, max_mem_mb=4000, max_cpus=2)
+    with FakeHarpd(submit_dir / "h.sock", decision(change("time", "00:06:00"), **limits)) as harpd:
+        env = {k: v for k, v in slurm_cluster.env.items() if not k.startswith(("HARP_", "SBATCH_"))}
+        env.update({"SLURM_CONF": str(slurm_cluster.conf), "HARP_SOCKET": harpd.path, "PYTHONPATH": str(REPO),
+                    "HARP_CONFIG": "/nonexistent/harpd.toml"})
+        proc = subprocess.run([sys.executable, "-c", RUN_MAIN, "--parsable", "/dev/stdin", "arg1"], input=script,
+                              capture_output=True, text=True, cwd=slurm_cluster.workdir, env=env, timeout=120)
+        assert proc.returncode == 0, proc.stderr
+        job_id = proc.stdout.strip().split(";")[0]
+        assert show_job(slurm_cluster, job_id)["TimeLimit"] == "00:06:00"
+        [ask] = harpd.ops("predict")
+        assert ask["job"]["commands"] == ['echo from-stdin "$1"']
+        [reg] = harpd.wait_for("register")
+        assert reg["job_id"] == job_id
+    assert slurm_cluster.wait_job(job_id) == "COMPLETED"
+    assert (slurm_cluster.workdir / f"harp-stdin-{job_id}.out").read_text() == "from-stdin arg1\n"

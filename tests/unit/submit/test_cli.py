@@ -176,11 +176,27 @@ def test_wrap_jobs_get_the_change_on_the_command_line(run, harpd) -> None:
     assert harpd.ops("predict")[0]["job"]["commands"] == ["sleep 1"]
 
 
-def test_a_script_from_a_pipe_is_left_for_sbatch_to_read(run, harpd) -> None:
+def test_a_script_named_dev_stdin_is_read_and_sized_like_any_script(run, harpd) -> None:
+    # Snakemake's --slurm-pass-command-as-script: `sbatch ... /dev/stdin` with the script piped in
+    harpd.decision = decision(change("mem", "1G"))
     proc = run("-H", "/dev/stdin", "arg", stdin=JOB.encode())
     [call] = run.calls()
-    assert call["argv"] == ["-H", "/dev/stdin", "arg"] and call["stdin"] == JOB
-    assert harpd.requests == [] and proc.returncode == 0
+    assert call["argv"] == ["-H", "/dev/stdin", "arg"]  # sbatch names the job "stdin" itself
+    assert "#SBATCH --mem=1G\n" in call["stdin"] and "srun ./a.out\n" in call["stdin"]
+    [ask] = harpd.ops("predict")
+    assert ask["job"]["commands"] == ["module load foo", "srun ./a.out"]
+    assert ask["job"]["request"]["time_s"] == 2 * 86400
+    harpd.wait_for("register", timeout=10)
+    assert proc.returncode == 0
+
+
+def test_a_dev_stdin_script_harp_keeps_reaches_sbatch_byte_for_byte(run, harpd) -> None:
+    proc = run("-H", "/dev/stdin", stdin=JOB.encode())
+    [call] = run.calls()
+    assert call["argv"] == ["-H", "/dev/stdin"] and call["stdin"] == JOB
+    assert len(harpd.ops("predict")) == 1  # asked, and registered: harp learns from it
+    harpd.wait_for("register", timeout=10)
+    assert proc.returncode == 0
 
 
 def test_chdir_and_path_find_the_script_sbatch_finds(run, harpd) -> None:

@@ -1,0 +1,136 @@
+"""Which task of which workflow a job runs, when a workflow manager submitted it.
+
+Snakemake and Nextflow submit thousands of jobs that all run the same
+program (``python -m snakemake ...``, Nextflow's ``.command.run``), with job
+names that change on every run (Snakemake's run UUID).  By its commands
+alone every task of every workflow is one program to harp, so a rule it has
+never seen would be sized from other rules' runs.  The task's real identity
+is in what the manager sends:
+
+* Snakemake (its Slurm executor's ``--wrap``, a ``--slurm-pass-command-as-script``
+  script, or a cluster jobscript): the ``--snakefile`` and the rule
+  (``--allowed-rules``, else the rule part of ``--target-jobs rule:wildcards``);
+* Nextflow: its ``.command.run`` script with the job name ``nf-<PROCESS>_(<tag>)``, and the launch directory above the task's ``work/xx/yyyy…`` directory.
+
+The identity is workflow + rule (or process).  The wildcards or the tag name
+the task's inputs, not its program: they are kept apart (shown, never hashed),
+so the samples of a rule share one history.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+import shlex
+from dataclasses import dataclass
+
+from harpd.features.signature import signature_of
+
+#: the prefix of a workflow task's signature (``harpd.predict.live`` sizes these from their own runs only)
+WORKFLOW_PREFIX = "wf:"
+
+_NF_NAME = re.compile(r"^nf-(?P<process>.+?)(?:_\((?P<tag>.*)\))?$")
+_NF_WORKDIR = re.compile(r"^(?P<launch>.*)/work/[0-9a-f]{2}/[0-9a-f]{6,}/?$")
+_SNAKEMAKE = re.compile(r"(?:^|[\s/])snakemake(?:\s|$)|-m\s+snakemake\b")
+
+
+@dataclass(frozen=True)
+class TaskIdentity:
+    """One workflow task: the manager, the workflow, the rule/process and (apart) its inputs."""
+
+    manager: str  # "snakemake" | "nextflow"
+    workflow: str  # the Snakefile (absolute) or Nextflow's launch directory
+    task: str  # the rule or process
+    instance: str | None = None  # the wildcards or tag: what it runs on, not what it runs
+
+    def signature(self) -> str:
+        """``wf:`` + 16 hex digits of manager, workflow and task (never the instance)."""
+        text = "\x1f".join((self.manager, self.workflow, self.task))
+        return WORKFLOW_PREFIX + hashlib.sha1(text.encode("utf-8")).hexdigest()[:16]
+
+    def explain(self) -> dict[str, str | None]:
+        return {"manager": self.manager, "workflow": self.workflow, "task": self.task,
+                "instance": self.instance, "signature": self.signature()}
+
+
+def _options(tokens: list[str]) -> dict[str, str]:
+    """The first value of each ``--option value`` / ``--option=value`` among ``tokens``."""
+    out: dict[str, str] = {}
+    for i, t in enumerate(tokens):
+        if not t.startswith("--"):
+            continue
+        name, eq, value = t.partition("=")
+        if not eq:
+            if i + 1 >= len(tokens) or tokens[i + 1].startswith("--"):
+                continue
+            value = tokens[i + 1]
+        out.setdefault(name, value)
+    return out
+
+
+def _tokens(text: str) -> list[str]:
+    try:
+        return shlex.split(text)
+    except ValueError:  # unbalanced quotes (a truncated command): whitespace will do
+        return text.split()
+
+
+def snakemake_task(commands: list[str], cwd: str | None) -> TaskIdentity | None:
+    """The Snakemake rule a job runs, from the command Snakemake's executor built; None when none."""
+    text = "\n".join(commands)
+    if not _SNAKEMAKE.search(text):
+        return None
+    opts = _options(_tokens(text.replace("\n", " ")))
+    target = opts.get("--target-jobs", "")
+    rule, _, wildcards = target.partition(":")
+    allowed = opts.get("--allowed-rules", "").replace(",", " ").split()
+    if allowed:
+        rule = allowed[0]
+    if not rule:
+        return None
+    snakefile = opts.get("--snakefile") or opts.get("-s") or "Snakefile"
+    if cwd and not os.path.isabs(snakefile):
+        snakefile = os.path.normpath(os.path.join(cwd, snakefile))
+    return TaskIdentity("snakemake", snakefile, rule, wildcards or None)
+
+
+def nextflow_task(job_name: str | None, script_name: str | None, cwd: str | None) -> TaskIdentity | None:
+    """The Nextflow process a job runs: its ``.command.run`` script and ``nf-`` job name; None otherwise.
+
+    Both are needed: a user's own job may well be called ``nf-something``.
+    """
+    if script_name != ".command.run":
+        return None
+    m = _NF_NAME.match(job_name or "")
+    if m is None:
+        return None
+    launch = cwd or ""
+    w = _NF_WORKDIR.match(launch)
+    if w is not None:
+        launch = w.group("launch")
+    return TaskIdentity("nextflow", launch or "?", m.group("process"), m.group("tag"))
+
+
+def identify(commands: list[str] | None, job_name: str | None = None, script_name: str | None = None,
+             cwd: str | None = None) -> TaskIdentity | None:
+    """The workflow task a job is, or None for a job no manager submitted."""
+    cmds = [str(c) for c in commands or []]
+    return snakemake_task(cmds, cwd) or nextflow_task(job_name, script_name, cwd)
+
+
+def job_signature(commands: list[str] | None, job_name: str | None = None, script_name: str | None = None,
+                  cwd: str | None = None) -> str | None:
+    """The signature harpd groups a job by: its workflow task's, else its commands' (None without either).
+
+    The one function both the request path (``harpd.predict.live``) and the
+    outcome path (``harpd.ingest.poller``) use, so a task's runs meet its history.
+    """
+    ident = identify(commands, job_name, script_name, cwd)
+    if ident is not None:
+        return ident.signature()
+    return signature_of(commands) if commands else None
+
+
+def is_workflow_signature(signature: str | None) -> bool:
+    return bool(signature) and str(signature).startswith(WORKFLOW_PREFIX)
