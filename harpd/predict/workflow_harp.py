@@ -19,6 +19,7 @@ from __future__ import annotations
 import numpy as np
 
 MIN_RUNS = 3  # below this, the largest usage seen, doubled
+MARGINS = (0.0, 0.02, 0.05, 0.1, 0.2, 0.35, 0.5)  # above the chosen ratio, priced like the ratio itself
 _ROUNDS = 12  # escalation steps simulated when choosing the multiplier (2**12: far past any miss)
 
 
@@ -39,6 +40,33 @@ def escalated_cost(first: np.ndarray, y: np.ndarray, t: np.ndarray, request: np.
         nxt = np.where(cur < req, np.minimum(2.0 * cur, req), 2.0 * cur)
         cur = np.where(miss, nxt, cur)
     return waste + np.maximum(cur - y, 0.0) * t
+
+
+def _choose_multiplier(ratio: np.ndarray, base: np.ndarray, y: np.ndarray, t: np.ndarray,
+                       req: np.ndarray) -> tuple[float, float]:
+    """The multiplier on ``base`` with the least leave-one-out cost, and that cost.
+
+    A candidate is an order statistic of the usage/fit ratios (from the median
+    up to the largest) times a margin.  Each run is priced with the candidate
+    computed *without* it, so the largest ratio is not free: the run that set
+    it would have failed under the others' maximum, as a new run above every
+    earlier one will.  That is what makes a margin above the maximum worth
+    its price when failures are dear (long runs) and not when they are cheap.
+    """
+    n = len(ratio)
+    order = np.argsort(ratio, kind="stable")
+    rs = ratio[order]
+    rank = np.empty(n, dtype=int)
+    rank[order] = np.arange(n)
+    best_m, best_cost = float(rs[-1]), np.inf
+    for k in np.unique(np.round(np.linspace((n - 1) // 2, n - 2, 17)).astype(int)):
+        loo = np.where(k < rank, rs[k], rs[min(k + 1, n - 1)])  # k-th of the others, for each run
+        full = rs[int(round(k * (n - 1) / max(n - 2, 1)))]
+        for margin in MARGINS:
+            cost = float(escalated_cost(loo * (1 + margin) * base, y, t, req).sum())
+            if cost < best_cost:
+                best_m, best_cost = float(full * (1 + margin)), cost
+    return best_m, best_cost
 
 
 class HarpTaskModel:
@@ -82,12 +110,10 @@ class HarpTaskModel:
         floor = 0.05 * float(y.max())
         for a, b in fits:
             base = np.maximum(a + b * x, floor)
-            ratio = np.sort(y / base)
-            cand = np.unique(np.quantile(ratio, np.linspace(0.5, 1.0, 41)))
-            cost = np.array([escalated_cost(m * base, y, t, req).sum() for m in cand])
-            k = int(np.argmin(cost))
-            if best is None or cost[k] < best[3]:
-                best = (a, b, float(cand[k]), float(cost[k]))
+            ratio = y / base
+            m, cost = _choose_multiplier(ratio, base, y, t, req)
+            if best is None or cost < best[3]:
+                best = (a, b, m, cost)
         assert best is not None
         self._fit = best[:3]
 
