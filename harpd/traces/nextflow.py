@@ -62,15 +62,22 @@ def parse_size(v: str) -> float | None:
     return float(m.group(1)) * _UNITS[(m.group(2) or "B").upper()]
 
 
+def _raw_ms(s: str) -> float | None:
+    """Seconds from a raw millisecond count (``trace.raw``), None when ``s`` is not a plain number."""
+    try:
+        return float(s) / 1000.0
+    except ValueError:
+        return None
+
+
 def parse_duration(v: str) -> float | None:
     """Seconds from ``1h 2m 3s``/``45.2s``/``300ms``/``12345`` (raw milliseconds); None for ``-``."""
     if _missing(v):
         return None
     s = v.strip()
-    try:
-        return float(s) / 1000.0
-    except ValueError:
-        pass
+    raw = _raw_ms(s)
+    if raw is not None:
+        return raw
     parts = _DUR_PART.findall(s)
     if not parts or _DUR_PART.sub("", s).strip():
         raise _Bad(f"duration {s!r} is not milliseconds nor like '1h 2m 3s'")
@@ -91,10 +98,9 @@ def _instant(v: str) -> float | None:
     if _missing(v):
         return None
     s = v.strip()
-    try:
-        return float(s) / 1000.0
-    except ValueError:
-        pass
+    raw = _raw_ms(s)
+    if raw is not None:
+        return raw
     try:
         return datetime.fromisoformat(s).replace(tzinfo=timezone.utc).timestamp()
     except ValueError:
