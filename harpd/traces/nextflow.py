@@ -21,7 +21,7 @@ from __future__ import annotations
 import csv
 import os
 import re
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -62,26 +62,27 @@ def parse_size(v: str) -> float | None:
     return float(m.group(1)) * _UNITS[(m.group(2) or "B").upper()]
 
 
-def _raw_ms(s: str) -> float | None:
-    """Seconds from a raw millisecond count (``trace.raw``), None when ``s`` is not a plain number."""
-    try:
-        return float(s) / 1000.0
-    except ValueError:
-        return None
-
-
-def parse_duration(v: str) -> float | None:
-    """Seconds from ``1h 2m 3s``/``45.2s``/``300ms``/``12345`` (raw milliseconds); None for ``-``."""
+def _ms_or(v: str, other: Callable[[str], float]) -> float | None:
+    """Seconds from a raw millisecond count (``trace.raw``), else ``other(text)``; None for ``-``."""
     if _missing(v):
         return None
     s = v.strip()
-    raw = _raw_ms(s)
-    if raw is not None:
-        return raw
+    try:
+        return float(s) / 1000.0
+    except ValueError:
+        return other(s)
+
+
+def _human_duration(s: str) -> float:
     parts = _DUR_PART.findall(s)
     if not parts or _DUR_PART.sub("", s).strip():
         raise _Bad(f"duration {s!r} is not milliseconds nor like '1h 2m 3s'")
     return sum(float(n) * _DUR_S[u.lower()] for n, u in parts)
+
+
+def parse_duration(v: str) -> float | None:
+    """Seconds from ``1h 2m 3s``/``45.2s``/``300ms``/``12345`` (raw milliseconds); None for ``-``."""
+    return _ms_or(v, _human_duration)
 
 
 def _percent(v: str) -> float | None:
@@ -93,18 +94,16 @@ def _percent(v: str) -> float | None:
         raise _Bad(f"percentage {v.strip()!r} is not a number like '95.3%'") from None
 
 
-def _instant(v: str) -> float | None:
-    """Epoch seconds from raw epoch milliseconds or ``2023-01-23 16:48:23.249`` (read as UTC)."""
-    if _missing(v):
-        return None
-    s = v.strip()
-    raw = _raw_ms(s)
-    if raw is not None:
-        return raw
+def _iso_date(s: str) -> float:
     try:
         return datetime.fromisoformat(s).replace(tzinfo=timezone.utc).timestamp()
     except ValueError:
         raise _Bad(f"date {s!r} is neither epoch milliseconds nor like '2023-01-23 16:48:23.249'") from None
+
+
+def _instant(v: str) -> float | None:
+    """Epoch seconds from raw epoch milliseconds or ``2023-01-23 16:48:23.249`` (read as UTC)."""
+    return _ms_or(v, _iso_date)
 
 
 def _split(line: str, sep: str) -> list[str]:
