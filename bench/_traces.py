@@ -23,6 +23,8 @@ SHARED = REPO.parent / "shared" / "traces"  # the development machines' copy
 PWA = "https://www.cs.huji.ac.il/labs/parallel/workload/"
 PWA_NAME = "the Parallel Workloads Archive"
 CEDAR = "cedar-2021.sacct.psv.gz"
+SIZEY = ("the Sizey paper's repository, https://github.com/dos-group/sizey (data/trace_*.csv, gzipped as "
+         "workflows/nf-core-*.trace.csv.gz)")
 MILA = "the Mila slurm-queue-time-pred data set, https://github.com/mila-iqia/slurm-queue-time-pred, as a sacct -P export"
 PAGES = {  # each SWF log's page in the archive
     "KTH-SP2-1996-2.1-cln.swf.gz": "l_kth_sp2/index.html",
@@ -34,8 +36,11 @@ PAGES = {  # each SWF log's page in the archive
 
 def where(names: list[str]) -> str:
     """Which files, and where to download them: one log's page, or the archive for several."""
-    swf = [n for n in names if n != CEDAR]
+    swf = [n for n in names if n != CEDAR and not n.startswith("workflows/")]
     parts = []
+    flows = [n for n in names if n.startswith("workflows/")]
+    if flows:
+        parts.append(f"{', '.join(flows)} (from {SIZEY})")
     if len(swf) == 1:
         parts.append(f"{swf[0]} (from {PWA_NAME}, {PWA}{PAGES.get(swf[0], '')})")
     elif swf:

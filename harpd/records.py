@@ -69,6 +69,7 @@ class JobRecord:
     used_time_s: float | None = None  # elapsed wall time
     used_mem_mb: float | None = None  # peak RSS over steps (per job)
     used_cpu_s: float | None = None  # total CPU time
+    input_bytes: float | None = None  # bytes the job read (Nextflow's rchar): workflow tasks' input size
     array_size: int | None = None
     censored_time: bool = False
     censored_mem: bool = False

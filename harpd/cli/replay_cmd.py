@@ -16,11 +16,15 @@ import sys
 import time
 
 NAME = "replay"
-HELP = "what harp would have saved and cost on a past trace (SWF or sacct export), against the users' own requests"
+HELP = ("what harp would have saved and cost on a past trace (SWF, sacct export or Nextflow trace), against the "
+        "users' own requests")
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("trace", metavar="TRACE", help="SWF file or `sacct --parsable2` export (gzip or plain)")
+    from harpd.cli import replay_workflow
+
+    p.add_argument("trace", metavar="TRACE", help="SWF file, `sacct --parsable2` export or Nextflow trace "
+                                                  "(gzip or plain)")
     p.add_argument("--format", choices=["table", "json"], default="table")
     p.add_argument("--resource", choices=["time", "mem"], default="time")
     p.add_argument("--limit", type=int, metavar="N", help="only the first N jobs (in submission order)")
@@ -52,6 +56,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--shake", type=float, metavar="SECONDS", default=60.0,
                    help="--schedule: move each submission of a shaken copy by up to this many seconds either way "
                         "(default: %(default)g)")
+    replay_workflow.add_arguments(p)
 
 
 def _fail(msg: str):
@@ -80,6 +85,13 @@ def run(args: argparse.Namespace) -> int:
         _fail("--threads must be at least 1")
     if args.limits == "soft" and args.resource != "time":
         _fail("--limits soft extends running jobs' time limits; use it with --resource time")
+    from harpd.cli import replay_workflow
+
+    problem = replay_workflow.check(args)
+    if problem:
+        _fail(problem)
+    if args.protocol == "sizey":
+        return _workflow_only(args)
     models = tuple(m.strip() for m in args.models.split(",") if m.strip())
     known = set(available())
     bad = [m for m in models if m not in known]
@@ -120,10 +132,13 @@ def run(args: argparse.Namespace) -> int:
     if procs is not None:
         with threadpool_limits(args.threads):
             queue = _schedule(args, prep, cfg, res, procs, say)
+    workflow = _workflow(args) if args.resource == "mem" and replay_workflow.is_nextflow(args.trace) else None
     total = time.perf_counter() - t0
     report = build_report(res, args.trace, alpha, total)
     if queue is not None:
         report["queue"] = queue
+    if workflow is not None:
+        report["workflow"] = workflow
     if args.format == "json":
         json.dump(report, sys.stdout, indent=1)
         sys.stdout.write("\n")
@@ -131,6 +146,35 @@ def run(args: argparse.Namespace) -> int:
         sys.stdout.write(render_table(report))
         if queue is not None:
             sys.stdout.write(render_queue(queue))
+        if workflow is not None:
+            sys.stdout.write(replay_workflow.render(workflow))
+    return 0
+
+
+def _workflow(args: argparse.Namespace) -> dict:
+    """Sizey's wastage of a Nextflow trace (harpd.predict.workflow_replay), errors as one line."""
+    from harpd.cli import replay_workflow
+    from harpd.predict.workflow_replay import WorkflowReplayError
+    from harpd.traces import TraceFormatError
+
+    try:
+        return replay_workflow.report(args.trace, args.protocol, args.seed)
+    except (WorkflowReplayError, TraceFormatError) as exc:
+        _fail(str(exc))
+    raise AssertionError("unreachable")
+
+
+def _workflow_only(args: argparse.Namespace) -> int:
+    """--protocol sizey: the paper's evaluation alone (the harp metric replays chronologically)."""
+    from harpd.cli import replay_workflow
+
+    rep = _workflow(args)
+    if args.format == "json":
+        json.dump({"trace": str(args.trace), "resource": "mem", "workflow": rep}, sys.stdout, indent=1)
+        sys.stdout.write("\n")
+    else:
+        sys.stdout.write(f"{args.trace}: {rep['tasks']} tasks, {rep['seconds']:.1f}s" + "\n")
+        sys.stdout.write(replay_workflow.render(rep))
     return 0
 
 

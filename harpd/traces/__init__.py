@@ -2,8 +2,9 @@
 
 ``read_trace(path)`` picks the reader by the file's content, not its name
 (gzip is recognised by its magic bytes): SWF (``;`` header lines or 18
-numeric fields), a ``sacct --parsable2`` export (a ``|`` header with JobID)
-or a saved ``sacct --json`` document.  Anything else is refused with one
+numeric fields), a ``sacct --parsable2`` export (a ``|`` header with JobID),
+a saved ``sacct --json`` document or a Nextflow trace (a tab- or
+comma-separated header with a ``process`` column).  Anything else is refused with one
 line naming the file and what its first line looks like.
 """
 
@@ -39,7 +40,9 @@ def _first_line(path: Path) -> str:
 
 
 def detect_format(path: str | os.PathLike[str]) -> str:
-    """``"swf"``, ``"sacct"`` (parsable2) or ``"sacct-json"``; TraceFormatError otherwise."""
+    """``"swf"``, ``"sacct"`` (parsable2), ``"sacct-json"`` or ``"nextflow"``; TraceFormatError otherwise."""
+    from harpd.traces.nextflow import is_nextflow_header
+
     p = Path(path)
     head = _first_line(p)
     if not head:
@@ -57,11 +60,13 @@ def detect_format(path: str | os.PathLike[str]) -> str:
         )
     if s.startswith(";"):
         return "swf"
+    if is_nextflow_header(head):
+        return "nextflow"
     tok = s.split()
     if len(tok) >= 18 and all(t.lstrip("-").replace(".", "", 1).isdigit() for t in tok[:18]):
         return "swf"
     raise TraceFormatError(
-        f"{p}:1: unknown trace format (first line {s[:40]!r}); expected SWF or a sacct --parsable2 export"
+        f"{p}:1: unknown trace format (first line {s[:40]!r}); expected SWF, a sacct --parsable2 export or a Nextflow trace"
     )
 
 
@@ -87,6 +92,12 @@ class TraceReader:
             self._inner = SacctExportReader(self.path, source)
             self.source = self._inner.source
             self._it: Iterator[JobRecord] = iter(self._inner)
+        elif self.format == "nextflow":
+            from harpd.traces.nextflow import NextflowReader
+
+            self._inner = NextflowReader(self.path, source)
+            self.source = self._inner.source
+            self._it = iter(self._inner)
         elif self.format == "sacct-json":
             self.source, self._it = self._json(source)
         else:

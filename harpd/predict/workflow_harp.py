@@ -1,0 +1,126 @@
+"""harp's memory model for workflow tasks: per task type, input size as the feature, cost-chosen offset.
+
+A workflow task type (a Nextflow process) runs the same tool on many inputs,
+so its memory follows its input size more than anything a user wrote.  For
+each type harp fits usage against input size (least squares, never a
+negative slope; a constant when the sizes do not vary), and then chooses the
+multiplier on that fit that would have cost least on the type's own history
+under harp's escalation rule (a failure doubles towards, then past, the
+user's request: ``harpd.recovery.escalation``).  The same asymmetric idea as
+the rest of harp: an under-sized task costs its whole run again, so the
+offset is set by the cost of both errors, not by a fixed percentile.
+
+Everything is refitted when a run is learnt, so a prediction is a multiply.
+Units: bytes, seconds.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+MIN_RUNS = 3  # below this, the largest usage seen, doubled
+MARGINS = (0.0, 0.02, 0.05, 0.1, 0.2, 0.35, 0.5)  # above the chosen ratio, priced like the ratio itself
+_ROUNDS = 12  # escalation steps simulated when choosing the multiplier (2**12: far past any miss)
+
+
+def escalated_cost(first: np.ndarray, y: np.ndarray, t: np.ndarray, request: np.ndarray) -> np.ndarray:
+    """Bytes·seconds wasted per task when ``first`` escalates by harp's rule until it fits ``y``.
+
+    The vectorised twin of ``harpd.recovery.escalation.next_allocation`` for
+    OOM (while below the request: ``min(2a, request)``, else ``2a``), no cap.
+    """
+    cur = first.astype(float).copy()
+    waste = np.zeros_like(cur)
+    req = np.where(np.isfinite(request) & (request > 0), request, np.inf)
+    for _ in range(_ROUNDS):
+        miss = cur < y
+        if not miss.any():
+            break
+        waste += np.where(miss, cur * t, 0.0)
+        nxt = np.where(cur < req, np.minimum(2.0 * cur, req), 2.0 * cur)
+        cur = np.where(miss, nxt, cur)
+    return waste + np.maximum(cur - y, 0.0) * t
+
+
+def _choose_multiplier(ratio: np.ndarray, base: np.ndarray, y: np.ndarray, t: np.ndarray,
+                       req: np.ndarray) -> tuple[float, float]:
+    """The multiplier on ``base`` with the least leave-one-out cost, and that cost.
+
+    A candidate is an order statistic of the usage/fit ratios (from the median
+    up to the largest) times a margin.  Each run is priced with the candidate
+    computed *without* it, so the largest ratio is not free: the run that set
+    it would have failed under the others' maximum, as a new run above every
+    earlier one will.  That is what makes a margin above the maximum worth
+    its price when failures are dear (long runs) and not when they are cheap.
+    """
+    n = len(ratio)
+    order = np.argsort(ratio, kind="stable")
+    rs = ratio[order]
+    rank = np.empty(n, dtype=int)
+    rank[order] = np.arange(n)
+    best_m, best_cost = float(rs[-1]), np.inf
+    for k in np.unique(np.round(np.linspace((n - 1) // 2, n - 2, 17)).astype(int)):
+        loo = np.where(k < rank, rs[k], rs[min(k + 1, n - 1)])  # k-th of the others, for each run
+        full = rs[int(round(k * (n - 1) / max(n - 2, 1)))]
+        for margin in MARGINS:
+            cost = float(escalated_cost(loo * (1 + margin) * base, y, t, req).sum())
+            if cost < best_cost:
+                best_m, best_cost = float(full * (1 + margin)), cost
+    return best_m, best_cost
+
+
+class HarpTaskModel:
+    """One task type's model: ``first(x, request)`` is harp's first allocation."""
+
+    name = "harp"
+
+    def __init__(self) -> None:
+        self.x: list[float] = []
+        self.y: list[float] = []
+        self.t: list[float] = []
+        self.req: list[float] = []
+        self._fit: tuple[float, float, float] | None = None  # intercept, slope, multiplier
+
+    def fit(self, x: np.ndarray, y: np.ndarray, t: np.ndarray, req: np.ndarray | None = None) -> None:
+        self.x, self.y, self.t = list(map(float, x)), list(map(float, y)), list(map(float, t))
+        self.req = list(map(float, req)) if req is not None else [np.nan] * len(self.y)
+        self._refit()
+
+    def learn(self, x: float, y: float, t: float, request: float | None = None) -> None:
+        self.x.append(float(x))
+        self.y.append(float(y))
+        self.t.append(float(t))
+        self.req.append(float(request) if request else np.nan)
+        self._refit()
+
+    def _refit(self) -> None:
+        n = len(self.y)
+        if n < MIN_RUNS:
+            self._fit = None
+            return
+        x, y = np.asarray(self.x), np.asarray(self.y)
+        t = np.maximum(np.asarray(self.t), 1e-3)
+        req = np.asarray(self.req)
+        fits = [(float(np.median(y)), 0.0)]
+        if np.ptp(x) > 0:
+            b, a = np.polyfit(x, y, 1)
+            if b > 0:
+                fits.append((float(a), float(b)))
+        best: tuple[float, float, float, float] | None = None
+        floor = 0.05 * float(y.max())
+        for a, b in fits:
+            base = np.maximum(a + b * x, floor)
+            ratio = y / base
+            m, cost = _choose_multiplier(ratio, base, y, t, req)
+            if best is None or cost < best[3]:
+                best = (a, b, m, cost)
+        assert best is not None
+        self._fit = best[:3]
+
+    def first(self, x: float, request: float) -> float | None:
+        if not self.y:
+            return None
+        if self._fit is None:
+            return 2.0 * max(self.y)
+        a, b, m = self._fit
+        return m * max(a + b * float(x), 0.05 * max(self.y))
