@@ -32,3 +32,27 @@ def test_status_without_a_mode_or_changes_says_nothing_new(store):
     job = h.handle(Peer(pid=1, uid=0, gid=0, user="root", groups=frozenset()), p.StatusRequest(op="status", job_id="41")).job
     assert "limits_mode" not in job and job["limit_changes"] == []
     assert "extensions" not in render(job) and "time limits" not in render(job)
+
+
+def test_status_shows_a_pending_memory_resize_in_mb(store):
+    register(store, "42", original_mem_mb=4000, harp_mem="2000M")
+    store.add_limit_change("42", "resize-mem", 1800, 1800, "re-decided while pending", "done",
+                           old_mem_mb=2000, new_mem_mb=880)
+    h = Handlers(store, HarpSettings(), admin_gid=None, limits_mode=MODE)
+    job = h.handle(Peer(pid=1, uid=0, gid=0, user="root", groups=frozenset()), p.StatusRequest(op="status", job_id="42")).job
+    text = render(job)
+    assert "re-sized --mem 2000 MB -> 880 MB" in text and "30 min -> 30 min" not in text
+
+
+def test_health_shows_the_budget_scale_when_soft_limits_are_on(store):
+    from harpd.predict.soft import SoftPolicy
+    from harpd.predict.soft_state import SoftState
+
+    class Predictor:
+        name = "harp"
+        soft_state = SoftState(SoftPolicy(gamma=0.5), None)
+
+    Predictor.soft_state.extended()
+    h = Handlers(store, HarpSettings(), Predictor(), admin_gid=None, limits_mode=MODE)
+    health = h.handle(Peer(pid=1, uid=0, gid=0, user="root", groups=frozenset()), p.HealthRequest(op="health"))
+    assert health.limits["mode"] == "soft" and health.limits["budget_scale"] > 1.4
