@@ -147,3 +147,49 @@ def test_replay_counts_core_hours_and_slowed_jobs():
     assert m.used_core_h == pytest.approx((30 * 1 + 3) * 600 / 3600)
     # the first 19 finished runs are needed before any job is given fewer cores
     assert m.changed == 31 - 19
+
+
+# -- harp replay --resource cpus -----------------------------------------------------------
+
+NF_HEAD = "task_id,process,name,status,exit,attempt,cpus,memory,time,realtime,%cpu,peak_rss,submit,start,complete"
+
+
+def _nextflow_trace(path, n: int = 40, pct: str = "95.0"):
+    """``n`` tasks of one process asking 4 CPUs and keeping ``pct`` % of one busy, each finished before the next."""
+    rows, t = [NF_HEAD], 1_700_000_000_000
+    for i in range(n):
+        rows.append(f"{i + 1},WF:THREADS,WF:THREADS ({i}),COMPLETED,0,1,4,1000000000,3600000,600000,{pct},"
+                    f"500000000,{t},{t + 1000},{t + 601000}")
+        t += 700_000
+    path.write_text("\n".join(rows) + "\n")
+    return path
+
+
+@pytest.fixture
+def no_config(tmp_path, monkeypatch):
+    (tmp_path / "empty.toml").write_text("")
+    monkeypatch.setenv("HARP_CONFIG", str(tmp_path / "empty.toml"))
+
+
+def test_cli_replays_cores_of_a_nextflow_trace(tmp_path, capsys, no_config):
+    import json
+
+    from harpd.cli.main import main as harp
+
+    p = _nextflow_trace(tmp_path / "wf.trace.csv")
+    assert harp(["replay", str(p), "--resource", "cpus", "--format", "json"]) == 0
+    rep = json.loads(capsys.readouterr().out)["multi_cpu"]
+    assert rep["jobs"] == 40 and rep["changed"] == 40 - 19 and rep["slowed"] == 0
+    assert rep["users_core_h"] == pytest.approx(40 * 4 * 600 / 3600, abs=1e-3)
+    assert rep["harp_core_h"] == pytest.approx((19 * 4 + 21 * 1) * 600 / 3600, abs=1e-3)
+    assert harp(["replay", str(p), "--resource", "cpus"]) == 0
+    assert "asked for > 1 CPU" in capsys.readouterr().out
+
+
+def test_cli_cores_replay_without_cpu_time_is_one_line(tmp_path, capsys, no_config):
+    from harpd.cli.main import main as harp
+
+    p = _nextflow_trace(tmp_path / "wf.trace.csv", pct="-")
+    assert harp(["replay", str(p), "--resource", "cpus"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "no job with CPU time" in err and "Traceback" not in err
