@@ -2,18 +2,14 @@
 
 from __future__ import annotations
 
-import os
 import re
-import signal
-import subprocess
-import sys
 import time
 
 import pytest
 
-from harp_submit import client
 from harpd.records import JobRecord, Outcome
 from harpd.store import Store
+from tests.helpers.harpd_process import running_harpd
 from tests.helpers.processes import run_harp_submit, short_tmpdir
 
 pytestmark = pytest.mark.slurm
@@ -46,28 +42,11 @@ def _seed(store_path, signature: str | None) -> None:
 @pytest.fixture
 def harpd_with_history(slurm_cluster):
     with short_tmpdir("hcl-") as d:
-        cfg, sock, db = d / "harpd.toml", d / "harpd.sock", d / "harp.db"
-        _seed(db, _signature(SCRIPT.format(extra="--mem-per-cpu=100M")))
-        cfg.write_text(f'[server]\nsocket = "{sock}"\n[store]\npath = "{db}"\n'
-                       "[ingest]\npoll_interval_s = 3600\n[watch]\nsoft_limits = false\n")
-        env = {k: v for k, v in os.environ.items() if not k.startswith("HARP_")}
-        env["SLURM_CONF"] = str(slurm_cluster.conf)
-        proc = subprocess.Popen([sys.executable, "-m", "harpd.daemon.main", "--config", str(cfg)],
-                                stderr=open(d / "harpd.log", "w"), env=env)
-        end = time.monotonic() + 90
-        while True:
-            assert proc.poll() is None, (d / "harpd.log").read_text()
-            try:
-                client.call(str(sock), {"op": "health"}, 5)
-                break
-            except client.HarpdUnavailable:
-                assert time.monotonic() < end, "harpd did not come up"
-                time.sleep(0.2)
-        try:
-            yield str(sock)
-        finally:
-            proc.send_signal(signal.SIGTERM)
-            proc.wait(30)
+        (d / "lib").mkdir()
+        _seed(d / "lib" / "harp.db", _signature(SCRIPT.format(extra="--mem-per-cpu=100M")))
+        with running_harpd(d, slurm_conf=slurm_cluster.conf, extra_toml="[watch]\nsoft_limits = false\n",
+                           timeout_s=90) as sock:
+            yield sock
 
 
 def _show(cluster, job_id: str) -> dict[str, str]:

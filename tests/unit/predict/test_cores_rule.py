@@ -165,13 +165,7 @@ def _nextflow_trace(path, n: int = 40, pct: str = "95.0"):
     return path
 
 
-@pytest.fixture
-def no_config(tmp_path, monkeypatch):
-    (tmp_path / "empty.toml").write_text("")
-    monkeypatch.setenv("HARP_CONFIG", str(tmp_path / "empty.toml"))
-
-
-def test_cli_replays_cores_of_a_nextflow_trace(tmp_path, capsys, no_config):
+def test_cli_replays_cores_of_a_nextflow_trace(tmp_path, capsys, cfg):
     import json
 
     from harpd.cli.main import main as harp
@@ -186,7 +180,7 @@ def test_cli_replays_cores_of_a_nextflow_trace(tmp_path, capsys, no_config):
     assert "asked for > 1 CPU" in capsys.readouterr().out
 
 
-def test_cli_cores_replay_without_cpu_time_is_one_line(tmp_path, capsys, no_config):
+def test_cli_cores_replay_without_cpu_time_is_one_line(tmp_path, capsys, cfg):
     from harpd.cli.main import main as harp
 
     p = _nextflow_trace(tmp_path / "wf.trace.csv", pct="-")
