@@ -267,6 +267,8 @@ class ModelPredictor:
             if job.request.mem_per_cpu_mb and not any(c.option in ("mem", "mem-per-cpu") for c in changes):
                 changes.append(Change(**_total_mem(job.request)))
         explain["identity"] = identity_of(job)
+        if job.input_bytes is not None:
+            explain["input_bytes"] = job.input_bytes  # harp_submit.input_size: the files the job names
         if not self.has_model():
             explain["reason"] = (f"{NO_MODEL}: sized from this program's own runs" if changes
                                  else f"{NO_MODEL}: request kept")
