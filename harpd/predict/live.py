@@ -366,7 +366,8 @@ class ModelPredictor:
             req, other = mem_job, (float(rq.time_s) if rq.time_s else None)
         sig = job.signature or _signature(job)
         keys = keys_of(user, job.account, sig, job.job_name, req if relative else None,
-                       cores if given is None else given * (rq.ntasks or 1), job.array_size, other, gpus)
+                       cores if given is None else given * (rq.ntasks or 1), job.array_size, other, gpus,
+                       job.input_bytes)
         return cores, nodes, req, keys
 
     def template_of(self, job, user: str) -> str | None:
