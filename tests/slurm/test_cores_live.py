@@ -1,4 +1,5 @@
-"""Cores lowered for real (issue 20 part 3): a 4-CPU job whose program used one core gets fewer CPUs and runs."""
+"""Cores lowered for real (issue 20 part 3): a 4-CPU job whose program used one core gets fewer CPUs and runs;
+its input size (part 2) reaches --harp-explain."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ from tests.helpers.processes import run_harp_submit, short_tmpdir
 
 pytestmark = pytest.mark.slurm
 
-SCRIPT = "#!/bin/bash\n#SBATCH -p short -t 5 -c 4 {extra}\nsleep 1\npython3 -c 'print(20)'\n"
+SCRIPT = "#!/bin/bash\n#SBATCH -p short -t 5 -c 4 {extra}\nwc -c input.bin\npython3 -c 'print(20)'\n"
 
 
 def _signature(script: str) -> str | None:
@@ -56,6 +57,7 @@ def _show(cluster, job_id: str) -> dict[str, str]:
 
 def _submit(cluster, sock: str, name: str, extra: str) -> tuple[str, str]:
     (cluster.workdir / name).write_text(SCRIPT.format(extra=extra))
+    (cluster.workdir / "input.bin").write_bytes(b"\0" * 4096)  # the input harp-submit sizes (issue 20 part 2)
     # a generous answer time: the first decision on a busy machine loads the history
     proc = run_harp_submit(cluster, "--parsable", "--harp-explain", "-o", f"{name}-%j.out", name, socket_path=sock,
                            env={"HARP_TIMEOUT": "30"})
@@ -83,6 +85,7 @@ def test_cpus_per_task_lowered_memory_kept_as_a_total_and_the_job_runs(slurm_clu
         # --harp-explain says why: the program's own runs, and the memory turned into a total
         assert "'option': 'cpus-per-task', 'value': '1'" in err.replace('"', "'") or "cpus-per-task" in err, err
         assert "harp: explain: cores:" in err and "n_history" in err, err
+        assert "harp: explain: input_bytes: 4096" in err, err
         assert _wait_done(slurm_cluster, job) == "COMPLETED"
         assert (slurm_cluster.workdir / f"cores.sh-{job}.out").read_text().strip().endswith("20")
     finally:
