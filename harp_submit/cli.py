@@ -236,7 +236,7 @@ class Submit:
             return self.submit(request, argv, None, None, job, exc.reachable)
         try:
             decision, changes = validate(answer, request.resources())
-            check_beside(changes, request.value("tres-per-task"))
+            check_beside(changes, request.value("tres-per-task"), request.value("ntasks-per-node"))
         except BadDecision as exc:
             self.warn(f"ignoring harpd's decision: {exc}; {UNCHANGED}")
             return self.submit(request, argv, None, None, job, True)

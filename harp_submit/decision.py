@@ -157,16 +157,42 @@ def validate(answer: dict[str, Any], resources: dict[str, Any]) -> tuple[dict[st
     decision = answer.get("decision")
     changes = parse_changes(decision)
     check_limits(decision, changes, resources)
+    check_cores(changes, resources)
     return decision, changes
 
 
-def check_beside(changes: list[Change], tres_per_task: str | None) -> None:
+def check_cores(changes: list[Change], resources: dict[str, Any]) -> None:
+    """Refuse a ``--cpus-per-task`` change harp-submit would not apply safely; raises BadDecision.
+
+    harpd lowers the cores of single-task jobs only; the client checks again
+    on its own reading of the request, because a wrong answer here would take
+    cores from MPI ranks (``--ntasks`` stays) or shrink a ``--mem-per-cpu``
+    job's memory with its cores: such a change must come with a total
+    ``--mem``.
+    """
+    by = {c.option: c for c in changes}
+    if "cpus-per-task" not in by:
+        return
+    ntasks, nodes = resources.get("ntasks") or 1, resources.get("nodes") or 1
+    if ntasks > 1 or nodes > 1:
+        raise BadDecision(f"harp changes the CPUs of single-task jobs only (--ntasks={ntasks}, --nodes={nodes})")
+    if by["cpus-per-task"].amount > (resources.get("cpus_per_task") or 1):
+        raise BadDecision("harp lowers --cpus-per-task, it never raises it")
+    if resources.get("mem_per_cpu_mb") and "mem" not in by:
+        raise BadDecision("fewer CPUs with --mem-per-cpu would shrink the memory; no total --mem came with them")
+
+
+def check_beside(changes: list[Change], tres_per_task: str | None, tasks_per_node: str | None = None) -> None:
     """Refuse changes sbatch would reject beside the user's other options; raises BadDecision.
 
     sbatch 23.02 and later die on ``--cpus-per-task`` beside a
     ``--tres-per-task`` that counts CPUs (``cpu=4``): that user has already
-    said how many CPUs each task gets, in the newer spelling.
+    said how many CPUs each task gets, in the newer spelling.  And a job
+    with ``--ntasks-per-node`` above one runs several tasks (harpd is not
+    told that option): its CPUs per task stay.
     """
+    if tasks_per_node not in (None, "1") and any(c.option == "cpus-per-task" for c in changes):
+        raise BadDecision(f"--ntasks-per-node={tasks_per_node} runs several tasks; their CPUs stay")
     if tres_per_task is None or "cpu" not in tres_per_task.lower():
         return
     if any(c.option == "cpus-per-task" for c in changes):

@@ -227,7 +227,7 @@ def predict(msg: dict, environ: dict) -> Answer:
     olds: dict[str, str | None] = {}
     try:
         decision, changes = validate(reply, original)
-        check_beside(changes, opts.get("tres-per-task"))
+        check_beside(changes, opts.get("tres-per-task"), opts.get("ntasks-per-node"))
         set_memory = [m for m in MEMORY_OPTIONS if m in opts]
         for c in changes:
             if c.option in MEMORY_OPTIONS and set_memory and set_memory != [c.option]:

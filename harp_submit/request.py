@@ -14,7 +14,7 @@ TYPE_CHECKING = False  # typing costs milliseconds to import; checkers still see
 if TYPE_CHECKING:
     from typing import Any, Callable, Mapping
 
-from . import units
+from . import input_size, units
 from .directives import Script
 from .sbatch_options import ENV_OPTIONS, ParsedArgs, ParsedOption
 
@@ -211,6 +211,8 @@ class Request:
             "request": self.resources(),
             "harp_lines": [_text(x) or "" for x in self.harp_lines],
             "commands": self.commands(),
+            "input_bytes": input_size.input_bytes(self.commands(), self.cwd(),
+                                                  os.path.basename(self.script_path) if self.script_path else None),
         }
 
 

@@ -77,6 +77,8 @@ class JobRequest(_Model):
     # the script's first command lines (harp-submit sends up to 20, 4 KiB in
     # all; the --wrap command for wrap jobs): harpd derives ``signature`` from them
     commands: Annotated[list[_Str], Field(max_length=100)] = Field(default_factory=list)
+    # total bytes of the regular files the job names (harp_submit.input_size); None: unknown
+    input_bytes: Annotated[int, Field(ge=0, le=1 << 62)] | None = None
     # register only: sbatch's arguments as harp-submit ran it and the SBATCH_*
     # variables it saw, so recovery can submit the job again (resubmit mode)
     argv: Annotated[list[_Arg], Field(max_length=4096)] | None = None

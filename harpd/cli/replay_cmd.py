@@ -26,7 +26,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("trace", metavar="TRACE", help="SWF file, `sacct --parsable2` export or Nextflow trace "
                                                   "(gzip or plain)")
     p.add_argument("--format", choices=["table", "json"], default="table")
-    p.add_argument("--resource", choices=["time", "mem"], default="time")
+    p.add_argument("--resource", choices=["time", "mem", "cpus"], default="time",
+                   help="cpus: core-hours reserved by users and by harp's cores rule, and the share of jobs it "
+                        "would slow (needs TotalCPU or Nextflow's %%cpu)")
     p.add_argument("--limit", type=int, metavar="N", help="only the first N jobs (in submission order)")
     p.add_argument("--models", metavar="A,B", default="request,tsafrir,alea,gbm,harp",
                    help="comma-separated predictors (default: %(default)s)")
@@ -92,6 +94,8 @@ def run(args: argparse.Namespace) -> int:
         _fail(problem)
     if args.protocol == "sizey":
         return _workflow_only(args)
+    if args.resource == "cpus":
+        return _cores_only(args)
     models = tuple(m.strip() for m in args.models.split(",") if m.strip())
     known = set(available())
     bad = [m for m in models if m not in known]
@@ -162,6 +166,28 @@ def _workflow(args: argparse.Namespace) -> dict:
     except (WorkflowReplayError, TraceFormatError) as exc:
         _fail(str(exc))
     raise AssertionError("unreachable")
+
+
+def _cores_only(args: argparse.Namespace) -> int:
+    """--resource cpus: the cores rule replayed (harpd.cli.replay_cores), errors as one line."""
+    from harpd.cli import replay_cores
+    from harpd.config import ConfigError, load_settings
+    from harpd.predict.dataset import ReplayError
+    from harpd.traces import TraceFormatError
+
+    try:
+        alpha = load_settings(getattr(args, "config", None)).predict.alpha_cpus
+        rep = replay_cores.report(args.trace, alpha)
+    except (ConfigError, ReplayError, TraceFormatError) as exc:
+        _fail(str(exc))
+    except OSError as exc:
+        _fail(f"{args.trace}: {exc.strerror or exc}")
+    if args.format == "json":
+        json.dump(rep, sys.stdout, indent=1)
+        sys.stdout.write("\n")
+    else:
+        sys.stdout.write(replay_cores.render(rep))
+    return 0
 
 
 def _workflow_only(args: argparse.Namespace) -> int:

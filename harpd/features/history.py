@@ -38,6 +38,7 @@ FEATURE_NAMES: tuple[str, ...] = (
     "burst",
     "log_other",
     "gpus",
+    "log_input",  # log1p of the input's bytes (harp-submit's stat of the files the job names; Nextflow's rchar)
     *(f"{g}_{k}" for g in GROUPS for k in _PER_GROUP),
 )
 N_FEATURES = len(FEATURE_NAMES)
@@ -57,12 +58,13 @@ class JobKeys:
     array: float
     other: float = NAN  # the request of the other resource (memory for time, time for memory)
     gpus: float = NAN
+    input: float = NAN  # bytes of the job's input files, NAN when unknown
 
 
 def keys_of(user: str | None, account: str | None, signature: str | None,
             job_name: str | None, ref: float | None, cores: float | None,
             array_size: int | None = None, other: float | None = None,
-            gpus: float | None = None) -> JobKeys:
+            gpus: float | None = None, input_bytes: float | None = None) -> JobKeys:
     """Grouping keys; an unknown user falls back to the account (Cedar has no users)."""
     who = user or (f"acct:{account}" if account else "?")
     sig = signature or (f"name:{job_name}" if job_name else None)
@@ -79,13 +81,14 @@ def keys_of(user: str | None, account: str | None, signature: str | None,
         array=float(array_size) if array_size else NAN,
         other=o,
         gpus=gp,
+        input=float(input_bytes) if input_bytes is not None and input_bytes >= 0 else NAN,
     )
 
 
 def key_fields(r, resource: str) -> tuple:
     """What grouping needs of a record, as a small tuple (training holds one per job).
 
-    (user, account, signature, job_name, request, cores, array_size, other request, gpus)
+    (user, account, signature, job_name, request, cores, array_size, other request, gpus, input bytes)
     """
     if resource == "time":
         ref, other = r.req_time_s, r.req_mem_mb
@@ -93,11 +96,11 @@ def key_fields(r, resource: str) -> tuple:
         ref, other = r.req_mem_mb, r.req_time_s
     gpus = r.req_gpus if r.req_gpus is not None else r.alloc_gpus
     return (r.user, r.account, r.signature, r.job_name, ref, r.req_cpus or r.alloc_cpus or 1,
-            r.array_size, other, gpus)
+            r.array_size, other, gpus, r.input_bytes)
 
 
 def keys_from_fields(f: tuple, relative: bool) -> JobKeys:
-    return keys_of(f[0], f[1], f[2], f[3], f[4] if relative else None, f[5], f[6], f[7], f[8])
+    return keys_of(f[0], f[1], f[2], f[3], f[4] if relative else None, f[5], f[6], f[7], f[8], f[9])
 
 
 def keys_of_record(r, resource: str, relative: bool) -> JobKeys:
@@ -231,6 +234,7 @@ class History:
             burst,
             math.log(keys.other) if keys.other == keys.other else NAN,
             keys.gpus,
+            math.log1p(keys.input) if keys.input == keys.input else NAN,
         ]
         _group_features(ur, lref, now, out)
         _group_features(g.get(keys.sig), lref, now, out)

@@ -280,6 +280,8 @@ class Ingestor:
 
                     r.signature = job_signature([str(c) for c in job["commands"]], _text(job.get("job_name")),
                                                 _text(job.get("script_name")), _text(job.get("cwd")))
+                if r.input_bytes is None and isinstance(job.get("input_bytes"), (int, float)):
+                    r.input_bytes = float(job["input_bytes"])  # harp-submit's stat of the inputs
                 if r.array_size is None and job.get("array_size"):
                     r.array_size = int(job["array_size"])
                 if r.job_name is None and job.get("job_name"):

@@ -31,6 +31,7 @@ from harpd.features.signature import normalise_commands
 from harpd.features.workflow import identify, is_workflow_signature, job_signature
 from harpd.predict.allocation import Guard, allocate
 from harpd.predict.bounds import MARGIN
+from harpd.predict.cores import CoresHistory, cores_used, unsafe_reason
 from harpd.predict.soft import SoftPolicy, running_bound, soft_guard, stake_of, tilt
 from harpd.predict.soft_state import SoftState
 from harpd.slurm.partitions import limits_from_backend
@@ -86,6 +87,7 @@ class ModelPredictor:
         self._lock = threading.Lock()
         self._refresh_lock = threading.Lock()
         self._loaded: dict[str, _Loaded] = {}
+        self._cores = CoresHistory()  # per signature, the cores its last runs used (harpd.predict.cores)
         self._watermark: float | None = None
         self._last_refresh = 0.0
         self._train_lock = threading.Lock()  # one training at a time (start, schedule, admin)
@@ -119,6 +121,7 @@ class ModelPredictor:
                 loaded[res] = _Loaded({"model": None, "name": HISTORY_RULE, "relative": True, "resource": res}, {})
         with self._lock:
             self._loaded = loaded
+            self._cores = CoresHistory()
             self._watermark = None
         self.refresh(limit=HISTORY_JOBS)
         return {res: {"name": ld.name, "path": ld.row.get("path")} for res, ld in loaded.items()
@@ -179,6 +182,9 @@ class ModelPredictor:
         if not records:
             return 0
         with self._lock:
+            for r in records:
+                if r.outcome.finished:
+                    self._cores.add(r.signature, cores_used(r.used_cpu_s, r.used_time_s))
             for ld in self._loaded.values():
                 h = ld.history
                 for r in records:
@@ -244,9 +250,11 @@ class ModelPredictor:
         changes: list = []
         explain: dict[str, Any] = {}
         models_used: list[str] = []
+        cores_change, explain["cores"] = self._cores_change(job)
+        given = int(cores_change["value"]) if cores_change else None
         for res, ld in self._loaded.items():
             try:
-                ch, ex = self._one(job, user, res, ld, limits, now)
+                ch, ex = self._one(job, user, res, ld, limits, now, given)
             except Exception as exc:  # one resource failing must not lose the other
                 log.exception("predicting %s failed", res)
                 ch, ex = None, {"reason": f"prediction failed: {exc}"}
@@ -254,7 +262,13 @@ class ModelPredictor:
             if ch is not None:
                 changes.append(Change(**ch))
                 models_used.append(ld.name)
+        if cores_change is not None:
+            changes.append(Change(**cores_change))
+            if job.request.mem_per_cpu_mb and not any(c.option in ("mem", "mem-per-cpu") for c in changes):
+                changes.append(Change(**_total_mem(job.request)))
         explain["identity"] = identity_of(job)
+        if job.input_bytes is not None:
+            explain["input_bytes"] = job.input_bytes  # harp_submit.input_size: the files the job names
         if not self.has_model():
             explain["reason"] = (f"{NO_MODEL}: sized from this program's own runs" if changes
                                  else f"{NO_MODEL}: request kept")
@@ -307,9 +321,34 @@ class ModelPredictor:
             return None, "no usage recorded for this program's runs: request kept"
         return float(smax) + math.log(margin), f"{margin:g} x the most of its last runs"
 
+    def _cores_change(self, job) -> tuple[dict[str, Any] | None, dict[str, Any]]:
+        """The ``cpus-per-task`` change of a single-task job (``harpd.predict.cores``), or None and why not."""
+        rq = job.request
+        requested = rq.cpus_per_task or 1
+        if requested <= 1:
+            return None, {"reason": "one CPU asked: kept"}
+        if not self.settings.predict.allow_shrink:
+            return None, {"reason": "predict.allow_shrink is off: kept"}
+        unsafe = unsafe_reason(rq.ntasks, rq.nodes, job.commands or [])
+        if unsafe is not None:
+            return None, {"reason": unsafe}
+        sig = job.signature or _signature(job)
+        alpha = self.settings.predict.alpha_cpus
+        with self._lock:
+            given, ex = self._cores.decide(sig, requested, alpha)
+        if given is None:
+            return None, ex
+        return {"option": "cpus-per-task", "value": str(given), "old": str(requested),
+                "reason": f"cores from this program's own runs ({ex['reason']})"}, ex
+
     @staticmethod
-    def _keys(job, user: str, res: str, relative: bool):
-        """(cores, nodes, request of ``res``, grouping keys) of a job request: one place for both callers."""
+    def _keys(job, user: str, res: str, relative: bool, given: int | None = None):
+        """(cores, nodes, request of ``res``, grouping keys) of a job request: one place for both callers.
+
+        ``given``: the CPUs per task harp gives (a lowered ``--cpus-per-task``):
+        the job is predicted for those cores, its memory stays the request's
+        total (``--mem-per-cpu`` becomes ``--mem``, it does not shrink).
+        """
         from harpd.features.history import keys_of
 
         rq = job.request
@@ -326,8 +365,9 @@ class ModelPredictor:
         else:
             req, other = mem_job, (float(rq.time_s) if rq.time_s else None)
         sig = job.signature or _signature(job)
-        keys = keys_of(user, job.account, sig, job.job_name, req if relative else None, cores,
-                       job.array_size, other, gpus)
+        keys = keys_of(user, job.account, sig, job.job_name, req if relative else None,
+                       cores if given is None else given * (rq.ntasks or 1), job.array_size, other, gpus,
+                       job.input_bytes)
         return cores, nodes, req, keys
 
     def template_of(self, job, user: str) -> str | None:
@@ -336,7 +376,7 @@ class ModelPredictor:
         _, _, req, keys = self._keys(job, user, "time", True if ld is None else ld.relative)
         return keys.req if req else None
 
-    def _one(self, job, user: str, res: str, ld: _Loaded, limits, now: float):
+    def _one(self, job, user: str, res: str, ld: _Loaded, limits, now: float, given: int | None = None):
         from harpd.features.history import COL, conformal_group
 
         rq = job.request
@@ -344,7 +384,7 @@ class ModelPredictor:
         # model's features mix the user's other rules, which say nothing of this one),
         # by the history rule, which reads its runs relative to this request
         task = is_workflow_signature(job.signature or _signature(job))
-        cores, nodes, req, keys = self._keys(job, user, res, ld.relative or task)
+        cores, nodes, req, keys = self._keys(job, user, res, ld.relative or task, given)
         if ld.relative and not req:
             return None, {"reason": f"no {res} request to size"}
         with self._lock:
@@ -404,6 +444,11 @@ class ModelPredictor:
             if mb >= rq.mem_mb:
                 return None, {**ex, "reason": "rounded bound reaches the request: kept"}
             return {"option": "mem", "value": format_mem(mb), "old": format_mem(rq.mem_mb), "reason": reason}, ex
+        if rq.mem_per_cpu_mb and given is not None:  # fewer cores: the memory becomes a total, never less
+            mb = int(math.ceil(value / nodes))
+            if mb >= rq.mem_per_cpu_mb * cores:
+                return None, {**ex, "reason": "rounded bound reaches the request: kept as a total"}
+            return {**_total_mem(rq), "value": format_mem(mb), "reason": reason}, ex
         if rq.mem_per_cpu_mb:
             mb = int(math.ceil(value / cores))
             if mb >= rq.mem_per_cpu_mb:
@@ -412,6 +457,14 @@ class ModelPredictor:
                     "reason": reason}, ex
         return {"option": "mem", "value": format_mem(int(math.ceil(value / nodes))), "old": None,
                 "reason": reason}, ex
+
+
+def _total_mem(rq) -> dict[str, Any]:
+    """The ``--mem`` change that keeps a ``--mem-per-cpu`` request's total when its cores are lowered."""
+    cores = (rq.cpus_per_task or 1) * (rq.ntasks or 1)
+    return {"option": "mem", "value": format_mem(int(rq.mem_per_cpu_mb) * cores),
+            "old": f"{format_mem(int(rq.mem_per_cpu_mb))} per CPU",
+            "reason": f"memory kept as the total of {cores} CPUs, now that the job gets fewer"}
 
 
 def _signature(job) -> str | None:

@@ -117,7 +117,9 @@ def request(text: str, argv: list[str] | None = None, env: dict[str, str] | None
 
 
 def one_change(option: str, value: str) -> list:
-    return validate(answer(option, value), {})[1]
+    # validated against a request of 64 CPUs: harp only lowers --cpus-per-task, and what is
+    # under test here is what the rewrite touches, not which changes harp-submit accepts
+    return validate(answer(option, value), {"cpus_per_task": 64})[1]
 
 
 def options_of(text: str) -> list[tuple[str, str | None]]:

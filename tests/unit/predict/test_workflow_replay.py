@@ -129,12 +129,6 @@ def test_protocol_sizey_needs_a_nextflow_trace(tmp_path):
         replay_workflow(p, "sizey")
 
 
-@pytest.fixture
-def cfg(tmp_path, monkeypatch):
-    (tmp_path / "empty.toml").write_text("")
-    monkeypatch.setenv("HARP_CONFIG", str(tmp_path / "empty.toml"))
-
-
 def test_cli_protocol_sizey_prints_the_table(tmp_path, capsys, cfg):
     p = synthetic_trace(tmp_path / "wf.trace.csv")
     assert harp(["replay", str(p), "--resource", "mem", "--protocol", "sizey", "--seed", "5", "--quiet"]) == 0

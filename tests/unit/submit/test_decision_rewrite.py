@@ -91,8 +91,8 @@ def test_script_values_are_replaced_in_the_script() -> None:
 def test_command_line_values_are_replaced_on_the_command_line() -> None:
     argv = ["-H", "-t", "30", "--mem-per-cpu=1G", "-Qc4", "job.sh", "-t", "99"]
     r = request(argv, text=SCRIPT)
-    out = apply(r, argv, changes(change("time", "45"), change("mem-per-cpu", "2G"), change("cpus-per-task", "8")))
-    assert out.argv == ["-H", "-t", "45", "--mem-per-cpu=2G", "-Qc8", "job.sh", "-t", "99"]
+    out = apply(r, argv, changes(change("time", "45"), change("mem-per-cpu", "2G"), change("cpus-per-task", "1")))
+    assert out.argv == ["-H", "-t", "45", "--mem-per-cpu=2G", "-Qc1", "job.sh", "-t", "99"]
     assert out.script_text == SCRIPT  # the script's overridden values stay
     assert [a.where for a in out.applied] == ["command line"] * 3
 

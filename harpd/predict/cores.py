@@ -1,0 +1,140 @@
+"""Cores for single-task jobs: what a signature's history shows its runs use (issue 20 part 3).
+
+A run's cores used are its CPU time over its elapsed time (sacct's
+TotalCPU / Elapsed; Nextflow's ``%cpu`` x realtime / realtime).  harp gives
+a job the one-sided upper quantile of its signature's recent runs' cores,
+rounded up to whole cores, never above the request: the
+``ceil((n + 1)(1 - alpha))``-th smallest of ``n`` exchangeable runs, so at
+most ``alpha`` of jobs would have used more than harp gives (the conformal
+guarantee time and memory have).  With fewer runs than that order needs
+(19 runs at alpha = 0.05) the request stands: the guarantee cannot be given.
+
+Why a quantile of the signature's own runs and no trained model: cores used
+are a property of the program (its threads, its I/O waits) far more than of
+the user or the request, and the rule needs no training, so it holds from
+the first day at a site with TotalCPU in its accounting.
+
+Shared by the live predictor (``live``) and the replay figures
+(``cores_replay``), so the figures are those of the rule harp runs.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+from typing import Any
+
+#: runs of a signature kept (the most recent): enough for alpha = 0.01
+WINDOW = 200
+#: a run that used this little over a whole core is counted as one core:
+#: ``%cpu`` of 101 % on one core is accounting noise, not a second thread
+SLACK = 0.05
+#: scripts naming these start more than one task or read the CPU count
+#: themselves: harp never changes their cores (``unsafe_reason``)
+MPI_WORDS = ("srun", "mpirun", "mpiexec", "orterun", "aprun", "charmrun")
+CPU_VARS = ("SLURM_CPUS_PER_TASK", "SLURM_CPUS_ON_NODE", "SLURM_JOB_CPUS_PER_NODE", "OMP_NUM_THREADS",
+            "nproc", "cpu_count", "NSLOTS")
+
+
+def cores_used(used_cpu_s: float | None, used_time_s: float | None) -> float | None:
+    """Mean cores a run kept busy (CPU time / elapsed), or None when either is unknown or zero."""
+    if used_cpu_s is None or used_time_s is None or used_time_s <= 0 or used_cpu_s < 0:
+        return None
+    if used_cpu_s != used_cpu_s or used_time_s != used_time_s:
+        return None
+    return used_cpu_s / used_time_s
+
+
+def whole(cores: float) -> int:
+    """Whole cores that hold ``cores`` (with ``SLACK`` forgiven), at least one."""
+    return max(1, math.ceil(cores - SLACK))
+
+
+def order_index(n: int, alpha: float) -> int | None:
+    """1-based order statistic of ``n`` runs that bounds a new run with probability 1 - alpha; None if > n."""
+    k = math.ceil((n + 1) * (1.0 - alpha))
+    return k if k <= n else None
+
+
+def quantile_bound(runs: list[float] | deque[float], alpha: float) -> float | None:
+    """The conformal upper bound of the next run's cores from ``runs``, or None with too few runs."""
+    k = order_index(len(runs), alpha)
+    if k is None:
+        return None
+    return sorted(runs)[k - 1]
+
+
+def give(requested: int, bound: float | None) -> int | None:
+    """The cores to give for a request and a bound; None to keep the request."""
+    if bound is None or requested <= 1:
+        return None
+    cores = whole(bound)
+    return cores if cores < requested else None
+
+
+def unsafe_reason(ntasks: int | None, nodes: int | None, commands: list[str]) -> str | None:
+    """Why a job's cores must stay as requested, or None when it is a single task harp may shrink.
+
+    Conservative on purpose: several tasks or nodes (MPI ranks keep their
+    cores), a launcher in the script (its steps may start ranks or take the
+    job's CPUs), or a script that reads its CPU count (a thread pool sized
+    from ``$SLURM_CPUS_PER_TASK`` behaves differently with fewer cores than
+    the history measured).
+    """
+    if (ntasks or 1) > 1:
+        return f"--ntasks={ntasks}: MPI ranks keep their cores"
+    if (nodes or 1) > 1:
+        return f"--nodes={nodes}: a multi-node job keeps its cores"
+    for line in commands:
+        words = line.replace(";", " ").replace("|", " ").replace("&", " ").split()
+        for w in words:
+            if w.rsplit("/", 1)[-1] in MPI_WORDS:
+                return f"the script runs {w.rsplit('/', 1)[-1]}: its steps keep their cores"
+        for var in CPU_VARS:
+            if var in line:
+                return f"the script reads {var}: its threads follow the cores it gets"
+    return None
+
+
+class CoresHistory:
+    """Per signature, the cores its most recent finished runs used; not thread-safe (the caller locks)."""
+
+    def __init__(self, window: int = WINDOW) -> None:
+        self.window = window
+        self._runs: dict[str, deque[float]] = {}
+
+    def add(self, signature: str | None, used: float | None) -> None:
+        if signature is None or used is None:
+            return
+        runs = self._runs.get(signature)
+        if runs is None:
+            runs = self._runs[signature] = deque(maxlen=self.window)
+        runs.append(used)
+
+    def count(self, signature: str | None) -> int:
+        return len(self._runs.get(signature or "", ()))
+
+    def bound(self, signature: str | None, alpha: float) -> float | None:
+        runs = self._runs.get(signature or "")
+        return None if not runs else quantile_bound(runs, alpha)
+
+    def decide(self, signature: str | None, requested: int, alpha: float) -> tuple[int | None, dict[str, Any]]:
+        """(cores to give or None, the explanation) for a single-task request of ``requested`` cores."""
+        n = self.count(signature)
+        bound = self.bound(signature, alpha)
+        ex: dict[str, Any] = {"n_history": n, "alpha": alpha}
+        if bound is None:
+            need = order_index(n, alpha)
+            while need is None:
+                n += 1
+                need = order_index(n, alpha)
+            ex["reason"] = f"{self.count(signature)} runs with CPU time recorded, {n} needed: request kept"
+            return None, ex
+        ex["bound_cores"] = round(bound, 3)
+        cores = give(requested, bound)
+        if cores is None:
+            ex["reason"] = f"its runs use up to {bound:.2f} cores of {requested}: request kept"
+        else:
+            ex["reason"] = (f"{1 - alpha:.0%} of its last {self.count(signature)} runs used at most "
+                            f"{bound:.2f} cores")
+        return cores, ex

@@ -1,0 +1,103 @@
+"""Cores lowered for real (issue 20 part 3): a 4-CPU job whose program used one core gets fewer CPUs and runs;
+its input size (part 2) reaches --harp-explain."""
+
+from __future__ import annotations
+
+import re
+import time
+
+import pytest
+
+from harpd.records import JobRecord, Outcome
+from harpd.store import Store
+from tests.helpers.harpd_process import running_harpd
+from tests.helpers.processes import run_harp_submit, short_tmpdir
+
+pytestmark = pytest.mark.slurm
+
+SCRIPT = "#!/bin/bash\n#SBATCH -p short -t 5 -c 4 {extra}\nwc -c input.bin\npython3 -c 'print(20)'\n"
+
+
+def _signature(script: str) -> str | None:
+    """The signature harpd computes for this script, as the poller would store it."""
+    from harp_submit import directives
+    from harp_submit.request import Request
+    from harp_submit.sbatch_options import SBATCH_TABLE
+    from harpd.features.workflow import job_signature
+
+    req = Request(SBATCH_TABLE.parse([]), {}, directives.parse(script), script_path="cores.sh", script_text=script)
+    return job_signature(req.commands(), req.job_name(), "cores.sh", None)
+
+
+def _seed(store_path, signature: str | None) -> None:
+    """25 earlier runs that held 4 CPUs and kept one busy (TotalCPU = Elapsed), using 380 of 400 MiB."""
+    now = time.time()
+    with Store.open(store_path) as st:
+        st.insert_jobs([JobRecord(job_id=f"seed{i}", source="seed", user="root", account="harp", partition="short",
+                                  job_name="cores.sh", signature=signature, submit_time=now - 7200 + i * 60,
+                                  start_time=now - 7200 + i * 60, end_time=now - 7140 + i * 60, used_time_s=60.0,
+                                  used_cpu_s=60.0, req_time_s=300.0, req_cpus=4, alloc_cpus=4, req_mem_mb=400.0,
+                                  used_mem_mb=380.0, outcome=Outcome.COMPLETED) for i in range(25)])
+
+
+@pytest.fixture
+def harpd_with_history(slurm_cluster):
+    with short_tmpdir("hcl-") as d:
+        (d / "lib").mkdir()
+        _seed(d / "lib" / "harp.db", _signature(SCRIPT.format(extra="--mem-per-cpu=100M")))
+        with running_harpd(d, slurm_conf=slurm_cluster.conf, extra_toml="[watch]\nsoft_limits = false\n",
+                           timeout_s=90) as sock:
+            yield sock
+
+
+def _show(cluster, job_id: str) -> dict[str, str]:
+    out = cluster.scontrol("show", "job", job_id)
+    return dict(m.groups() for m in re.finditer(r"([\w/]+)=(\S*)", out))
+
+
+def _submit(cluster, sock: str, name: str, extra: str) -> tuple[str, str]:
+    (cluster.workdir / name).write_text(SCRIPT.format(extra=extra))
+    (cluster.workdir / "input.bin").write_bytes(b"\0" * 4096)  # the input harp-submit sizes (issue 20 part 2)
+    # a generous answer time: the first decision on a busy machine loads the history
+    proc = run_harp_submit(cluster, "--parsable", "--harp-explain", "-o", f"{name}-%j.out", name, socket_path=sock,
+                           env={"HARP_TIMEOUT": "30"})
+    assert proc.returncode == 0, proc.stderr
+    return proc.stdout.strip().split(";")[0], proc.stderr
+
+
+def _wait_done(cluster, job_id: str, timeout: float = 240.0) -> str:
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        state = _show(cluster, job_id).get("JobState", "")
+        if state in ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "OUT_OF_MEMORY", "NODE_FAIL"):
+            return state
+        time.sleep(1)
+    raise AssertionError(f"job {job_id} did not finish in {timeout:.0f} s: {_show(cluster, job_id)}")
+
+
+def test_cpus_per_task_lowered_memory_kept_as_a_total_and_the_job_runs(slurm_cluster, harpd_with_history) -> None:
+    sock = harpd_with_history
+    job, err = _submit(slurm_cluster, sock, "cores.sh", "--mem-per-cpu=100M")
+    try:
+        info = _show(slurm_cluster, job)
+        assert info["CPUs/Task"] == "1" and info["NumCPUs"] == "1", (err, info)
+        assert info.get("MinMemoryNode") == "400M" and "MinMemoryCPU" not in info, (err, info)
+        # --harp-explain says why: the program's own runs, and the memory turned into a total
+        assert "'option': 'cpus-per-task', 'value': '1'" in err.replace('"', "'") or "cpus-per-task" in err, err
+        assert "harp: explain: cores:" in err and "n_history" in err, err
+        assert "harp: explain: input_bytes: 4096" in err, err
+        assert _wait_done(slurm_cluster, job) == "COMPLETED"
+        assert (slurm_cluster.workdir / f"cores.sh-{job}.out").read_text().strip().endswith("20")
+    finally:
+        slurm_cluster.run(["scancel", job], check=False)
+
+
+def test_several_tasks_keep_their_cpus(slurm_cluster, harpd_with_history) -> None:
+    job, err = _submit(slurm_cluster, harpd_with_history, "mpi.sh", "--mem-per-cpu=100M --ntasks=2")
+    try:
+        info = _show(slurm_cluster, job)
+        assert info["CPUs/Task"] == "4", (err, info)
+        assert "MinMemoryCPU" in info, (err, info)  # memory stays per CPU (the memory rule may size it)
+        assert "MPI ranks keep their cores" in err, err  # the same program: kept because of --ntasks
+    finally:
+        slurm_cluster.run(["scancel", job], check=False)

@@ -1,0 +1,189 @@
+"""Cores for single-task jobs (issue 20 part 3): the rule, the live decision, the replay figures."""
+
+from __future__ import annotations
+
+import pytest
+
+from harpd.config import HarpSettings
+from harpd.predict.cores import CoresHistory, cores_used, give, order_index, quantile_bound, unsafe_reason
+from harpd.predict.cores_replay import replay_cores
+from harpd.predict.live import ModelPredictor
+from harpd.protocol import JobRequest
+from harpd.records import JobRecord, Outcome
+from harpd.store import Store
+
+T0 = 1_700_000_000.0
+
+
+def _runs(n: int, used_cores: float = 1.0, req_cpus: int = 4, sig: str = "sig-threads", elapsed: float = 600.0,
+          gap: float = 1000.0) -> list[JobRecord]:
+    """``n`` finished runs of one program, each ``elapsed`` s keeping ``used_cores`` busy of ``req_cpus``."""
+    return [JobRecord(job_id=str(i), source="slurm", user="alice", account="a", partition="cpu", signature=sig,
+                      submit_time=T0 + gap * i, start_time=T0 + gap * i, end_time=T0 + gap * i + elapsed,
+                      used_time_s=elapsed, used_cpu_s=used_cores * elapsed, req_time_s=3600.0, req_cpus=req_cpus,
+                      req_mem_mb=8192.0, used_mem_mb=7000.0, outcome=Outcome.COMPLETED) for i in range(n)]
+
+
+@pytest.fixture
+def predictor(tmp_path):
+    opened: list[Store] = []
+
+    def make(records: list[JobRecord], **predict) -> ModelPredictor:
+        s = HarpSettings(store={"path": str(tmp_path / f"h{len(opened)}.db")}, predict=predict)
+        st = Store.open(s.store.path)
+        st.insert_jobs(records)
+        opened.append(st)
+        return ModelPredictor(s, store=st)
+
+    yield make
+    for st in opened:
+        st.close()
+
+
+def _job(sig: str = "sig-threads", commands: tuple[str, ...] = (), **request) -> JobRequest:
+    return JobRequest(partition="cpu", signature=sig, commands=list(commands),
+                      request={"time_s": 3600, "cpus_per_task": 4, **request})
+
+
+# -- the rule -----------------------------------------------------------------------
+
+
+def test_the_quantile_needs_enough_runs_for_its_guarantee():
+    assert order_index(18, 0.05) is None and order_index(19, 0.05) == 19
+    assert quantile_bound([1.0] * 18, 0.05) is None
+    runs = [1.0] * 38 + [3.0, 3.5]  # 40 runs: the 39th smallest bounds the next with 95 %
+    assert quantile_bound(runs, 0.05) == 3.0
+
+
+def test_cores_are_rounded_up_never_above_the_request():
+    assert give(4, 0.98) == 1 and give(4, 1.02) == 1  # accounting noise over one core is one core
+    assert give(4, 1.3) == 2 and give(4, 3.9) is None and give(1, 0.1) is None and give(4, None) is None
+    assert cores_used(1200.0, 600.0) == 2.0 and cores_used(10.0, 0.0) is None and cores_used(None, 5.0) is None
+
+
+@pytest.mark.parametrize("ntasks,nodes,commands,word", [
+    (4, None, ["./a.out"], "--ntasks=4"),
+    (None, 2, ["./a.out"], "--nodes=2"),
+    (None, None, ["srun ./a.out"], "srun"),
+    (None, None, ["/usr/bin/mpirun -np 4 ./a.out"], "mpirun"),
+    (None, None, ["bwa mem -t $SLURM_CPUS_PER_TASK ref.fa r.fq"], "SLURM_CPUS_PER_TASK"),
+    (None, None, ["export OMP_NUM_THREADS=4", "./solver"], "OMP_NUM_THREADS"),
+])
+def test_jobs_harp_must_not_shrink_say_why(ntasks, nodes, commands, word):
+    why = unsafe_reason(ntasks, nodes, commands)
+    assert why is not None and word in why
+    assert unsafe_reason(1, 1, ["python train.py --epochs 3"]) is None
+
+
+def test_history_keeps_the_request_until_it_has_the_runs_it_needs():
+    h = CoresHistory()
+    for _ in range(10):
+        h.add("s", 1.0)
+    cores, ex = h.decide("s", 4, 0.05)
+    assert cores is None and "19 needed" in ex["reason"]
+
+
+# -- the live decision --------------------------------------------------------------------
+
+
+def test_a_four_core_job_whose_runs_used_one_gets_one_core(predictor):
+    d = predictor(_runs(25)).decide(_job(mem_mb=8192), "alice", 1000)
+    by = {c.option: c for c in d.changes}
+    assert by["cpus-per-task"].value == "1" and by["cpus-per-task"].old == "4"
+    assert d.explain["cores"]["n_history"] == 25
+
+
+def test_mem_per_cpu_becomes_a_total_that_does_not_shrink(predictor):
+    # 25 runs that used 7000 of 8192 MiB: no memory cut; cores lowered to 1
+    d = predictor(_runs(25)).decide(_job(mem_per_cpu_mb=2048), "alice", 1000)
+    by = {c.option: c for c in d.changes}
+    assert by["cpus-per-task"].value == "1"
+    assert "mem-per-cpu" not in by
+    assert by["mem"].value in ("8G", "8192M")  # 2048 MiB x 4 CPUs, as a total
+
+
+def test_mem_per_cpu_cut_by_the_memory_rule_is_a_total_of_the_job(predictor):
+    runs = _runs(25)
+    for r in runs:
+        r.used_mem_mb = 1000.0
+    d = predictor(runs).decide(_job(mem_per_cpu_mb=2048), "alice", 1000)
+    by = {c.option: c for c in d.changes}
+    assert by["cpus-per-task"].value == "1" and "mem-per-cpu" not in by
+    from harp_submit.units import parse_mem
+
+    assert 1000 < parse_mem(by["mem"].value) < 8192  # sized as the job's total, not per remaining CPU
+
+
+def test_mpi_jobs_and_short_histories_keep_their_cores(predictor):
+    p = predictor(_runs(25) + _runs(5, sig="sig-young"))
+    for job in (_job(ntasks=4), _job(commands=("srun ./a.out",)), _job(sig="sig-young")):
+        d = p.decide(job, "alice", 1000)
+        assert "cpus-per-task" not in {c.option for c in d.changes}, d.explain["cores"]
+
+
+def test_cores_the_runs_used_are_given(predictor):
+    d = predictor(_runs(25, used_cores=2.6)).decide(_job(), "alice", 1000)
+    by = {c.option: c for c in d.changes}
+    assert by["cpus-per-task"].value == "3"
+
+
+def test_allow_shrink_off_keeps_the_cores(predictor):
+    d = predictor(_runs(25), allow_shrink=False).decide(_job(), "alice", 1000)
+    assert "cpus-per-task" not in {c.option for c in d.changes}
+
+
+# -- the replay figures -------------------------------------------------------------------
+
+
+def test_replay_counts_core_hours_and_slowed_jobs():
+    runs = _runs(30) + _runs(1, used_cores=3.0, sig="sig-threads")
+    runs[-1].job_id, runs[-1].submit_time = "late", T0 + 1_000_000.0
+    runs[-1].end_time = runs[-1].submit_time + 600.0
+    r = replay_cores(runs, 0.05)
+    m = r.multi
+    assert m.jobs == 31 and m.changed >= 1 and m.slowed == 1  # the 3-core run got 1 core
+    assert m.harp_core_h < m.users_core_h
+    assert m.users_core_h == pytest.approx(31 * 4 * 600 / 3600)
+    assert m.used_core_h == pytest.approx((30 * 1 + 3) * 600 / 3600)
+    # the first 19 finished runs are needed before any job is given fewer cores
+    assert m.changed == 31 - 19
+
+
+# -- harp replay --resource cpus -----------------------------------------------------------
+
+NF_HEAD = "task_id,process,name,status,exit,attempt,cpus,memory,time,realtime,%cpu,peak_rss,submit,start,complete"
+
+
+def _nextflow_trace(path, n: int = 40, pct: str = "95.0"):
+    """``n`` tasks of one process asking 4 CPUs and keeping ``pct`` % of one busy, each finished before the next."""
+    rows, t = [NF_HEAD], 1_700_000_000_000
+    for i in range(n):
+        rows.append(f"{i + 1},WF:THREADS,WF:THREADS ({i}),COMPLETED,0,1,4,1000000000,3600000,600000,{pct},"
+                    f"500000000,{t},{t + 1000},{t + 601000}")
+        t += 700_000
+    path.write_text("\n".join(rows) + "\n")
+    return path
+
+
+def test_cli_replays_cores_of_a_nextflow_trace(tmp_path, capsys, cfg):
+    import json
+
+    from harpd.cli.main import main as harp
+
+    p = _nextflow_trace(tmp_path / "wf.trace.csv")
+    assert harp(["replay", str(p), "--resource", "cpus", "--format", "json"]) == 0
+    rep = json.loads(capsys.readouterr().out)["multi_cpu"]
+    assert rep["jobs"] == 40 and rep["changed"] == 40 - 19 and rep["slowed"] == 0
+    assert rep["users_core_h"] == pytest.approx(40 * 4 * 600 / 3600, abs=1e-3)
+    assert rep["harp_core_h"] == pytest.approx((19 * 4 + 21 * 1) * 600 / 3600, abs=1e-3)
+    assert harp(["replay", str(p), "--resource", "cpus"]) == 0
+    assert "asked for > 1 CPU" in capsys.readouterr().out
+
+
+def test_cli_cores_replay_without_cpu_time_is_one_line(tmp_path, capsys, cfg):
+    from harpd.cli.main import main as harp
+
+    p = _nextflow_trace(tmp_path / "wf.trace.csv", pct="-")
+    assert harp(["replay", str(p), "--resource", "cpus"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "no job with CPU time" in err and "Traceback" not in err
