@@ -187,7 +187,11 @@ SIGNATURE = "resize-test"
 
 
 def train(d: SoftDaemon) -> None:
-    """A store with 1500 finished runs of SIGNATURE (about 100 s of a 1-hour request) and champions trained on it."""
+    """A store with 1500 finished runs of SIGNATURE (about 100 s of a 1-hour request, 200 of 1000 MB) and champions.
+
+    The memory is ten times the floor (100 MB), so a memory model can cut it
+    and beats the users' requests: the pending memory re-size needs one.
+    """
     import random
 
     from harpd.config import HarpSettings
@@ -204,12 +208,13 @@ def train(d: SoftDaemon) -> None:
         recs.append(JobRecord(
             job_id=str(900_000 + i), source="slurm", user="root", partition="short", job_name="soft.sh",
             signature=SIGNATURE, outcome=Outcome.COMPLETED, submit_time=end - used - 10, start_time=end - used,
-            end_time=end, req_time_s=3600.0, used_time_s=used, req_mem_mb=100.0, used_mem_mb=20.0, req_cpus=1,
+            end_time=end, req_time_s=3600.0, used_time_s=used, req_mem_mb=1000.0, used_mem_mb=200.0, req_cpus=1,
             alloc_cpus=1, req_nodes=1, alloc_nodes=1))
     with Store.open(d.db) as store:
         store.insert_jobs(recs)
         out = make_predictor(settings=HarpSettings(store={"path": str(d.db)}), store=store).retrain()
     assert out["time"]["champion"], out["time"]
+    assert out["mem"]["champion"] not in (None, "request"), out["mem"]
 
 
 def _extensions(job: dict[str, Any]) -> list[tuple[int, int, str]]:
@@ -308,7 +313,7 @@ def test_a_pending_job_gets_a_lower_limit_when_its_sibling_finishes(soft):
 
 
 def test_a_pending_jobs_memory_follows_its_siblings_too(soft):
-    # the trained runs of SIGNATURE used 20 of 100 MB: harp's 2000 of 4000 MB is far too much
+    # the trained runs of SIGNATURE used 200 of 1000 MB: harp's 2000 of 4000 MB is far too much
     jid = soft.jobs["pending_mem"]
     d = soft.daemons["resize"]
     deadline = time.monotonic() + DEADLINE_S
