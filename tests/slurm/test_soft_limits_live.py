@@ -289,18 +289,22 @@ def test_a_plain_users_job_is_extended_by_a_privileged_harpd_only(soft):
     assert job.get("limit_changes") == [] and job["limits_mode"]["mode"] == "hard"
 
 
-def test_a_pending_job_gets_a_lower_limit_when_its_sibling_finishes(soft):
-    jid = soft.jobs["pending"]
-    d = soft.daemons["resize"]
+def _wait_resized(d: SoftDaemon, jid: str, kind: str) -> dict[str, Any]:
+    """The job's status once harpd has carried out (or given up) a re-size of ``kind``; fails at the deadline."""
     deadline = time.monotonic() + DEADLINE_S
     job: dict[str, Any] = {}
     while time.monotonic() < deadline:
         job = d.status(jid)
-        if any(c["kind"] == "resize" and c["step"] != "decided" for c in job.get("limit_changes") or []):
-            break
+        if any(c["kind"] == kind and c["step"] != "decided" for c in job.get("limit_changes") or []):
+            return job
         time.sleep(2)
-    else:
-        raise AssertionError(f"pending job {jid} never re-sized: {job.get('limit_changes')}\n{d.log_tail()}")
+    raise AssertionError(f"pending job {jid} never re-sized ({kind}): {job.get('limit_changes')}\n{d.log_tail()}")
+
+
+def test_a_pending_job_gets_a_lower_limit_when_its_sibling_finishes(soft):
+    jid = soft.jobs["pending"]
+    d = soft.daemons["resize"]
+    job = _wait_resized(d, jid, "resize")
     (change,) = job["limit_changes"]
     assert change["kind"] == "resize" and change["step"] == "done", change
     assert change["old_time_s"] == 1800 and 60 <= change["new_time_s"] <= 1800 - 300, change
@@ -315,16 +319,7 @@ def test_a_pending_job_gets_a_lower_limit_when_its_sibling_finishes(soft):
 def test_a_pending_jobs_memory_follows_its_siblings_too(soft):
     # the trained runs of SIGNATURE used 200 of 1000 MB: harp's 2000 of 4000 MB is far too much
     jid = soft.jobs["pending_mem"]
-    d = soft.daemons["resize"]
-    deadline = time.monotonic() + DEADLINE_S
-    job: dict[str, Any] = {}
-    while time.monotonic() < deadline:
-        job = d.status(jid)
-        if any(c["kind"] == "resize-mem" and c["step"] != "decided" for c in job.get("limit_changes") or []):
-            break
-        time.sleep(2)
-    else:
-        raise AssertionError(f"pending job {jid} memory never re-sized: {job.get('limit_changes')}\n{d.log_tail()}")
+    job = _wait_resized(soft.daemons["resize"], jid, "resize-mem")
     (change,) = [c for c in job["limit_changes"] if c["kind"] == "resize-mem"]
     assert change["step"] == "done" and change["old_mem_mb"] == 2000, change
     assert 100 <= change["new_mem_mb"] <= 1800, change  # lower, never below the floor
