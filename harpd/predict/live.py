@@ -250,11 +250,12 @@ class ModelPredictor:
         changes: list = []
         explain: dict[str, Any] = {}
         models_used: list[str] = []
-        cores_change, explain["cores"] = self._cores_change(job)
+        sig = _signature(job)  # once per request: every resource and the cores rule group by it
+        cores_change, explain["cores"] = self._cores_change(job, sig)
         given = int(cores_change["value"]) if cores_change else None
         for res, ld in self._loaded.items():
             try:
-                ch, ex = self._one(job, user, res, ld, limits, now, given)
+                ch, ex = self._one(job, user, res, ld, limits, now, sig, given)
             except Exception as exc:  # one resource failing must not lose the other
                 log.exception("predicting %s failed", res)
                 ch, ex = None, {"reason": f"prediction failed: {exc}"}
@@ -266,7 +267,7 @@ class ModelPredictor:
             changes.append(Change(**cores_change))
             if job.request.mem_per_cpu_mb and not any(c.option in ("mem", "mem-per-cpu") for c in changes):
                 changes.append(Change(**_total_mem(job.request)))
-        explain["identity"] = identity_of(job)
+        explain["identity"] = identity_of(job, sig)
         if job.input_bytes is not None:
             explain["input_bytes"] = job.input_bytes  # harp_submit.input_size: the files the job names
         if not self.has_model():
@@ -321,7 +322,7 @@ class ModelPredictor:
             return None, "no usage recorded for this program's runs: request kept"
         return float(smax) + math.log(margin), f"{margin:g} x the most of its last runs"
 
-    def _cores_change(self, job) -> tuple[dict[str, Any] | None, dict[str, Any]]:
+    def _cores_change(self, job, sig: str | None) -> tuple[dict[str, Any] | None, dict[str, Any]]:
         """The ``cpus-per-task`` change of a single-task job (``harpd.predict.cores``), or None and why not."""
         rq = job.request
         requested = rq.cpus_per_task or 1
@@ -332,7 +333,6 @@ class ModelPredictor:
         unsafe = unsafe_reason(rq.ntasks, rq.nodes, job.commands or [])
         if unsafe is not None:
             return None, {"reason": unsafe}
-        sig = job.signature or _signature(job)
         alpha = self.settings.predict.alpha_cpus
         with self._lock:
             given, ex = self._cores.decide(sig, requested, alpha)
@@ -342,7 +342,7 @@ class ModelPredictor:
                 "reason": f"cores from this program's own runs ({ex['reason']})"}, ex
 
     @staticmethod
-    def _keys(job, user: str, res: str, relative: bool, given: int | None = None):
+    def _keys(job, user: str, res: str, relative: bool, sig: str | None, given: int | None = None):
         """(cores, nodes, request of ``res``, grouping keys) of a job request: one place for both callers.
 
         ``given``: the CPUs per task harp gives (a lowered ``--cpus-per-task``):
@@ -364,7 +364,6 @@ class ModelPredictor:
             req, other = (float(rq.time_s) if rq.time_s else None), mem_job
         else:
             req, other = mem_job, (float(rq.time_s) if rq.time_s else None)
-        sig = job.signature or _signature(job)
         keys = keys_of(user, job.account, sig, job.job_name, req if relative else None,
                        cores if given is None else given * (rq.ntasks or 1), job.array_size, other, gpus,
                        job.input_bytes)
@@ -373,18 +372,19 @@ class ModelPredictor:
     def template_of(self, job, user: str) -> str | None:
         """The time template (same user, request, cores) of a registered job: the watcher groups running jobs by it."""
         ld = self._loaded.get("time")
-        _, _, req, keys = self._keys(job, user, "time", True if ld is None else ld.relative)
+        _, _, req, keys = self._keys(job, user, "time", True if ld is None else ld.relative, _signature(job))
         return keys.req if req else None
 
-    def _one(self, job, user: str, res: str, ld: _Loaded, limits, now: float, given: int | None = None):
+    def _one(self, job, user: str, res: str, ld: _Loaded, limits, now: float, sig: str | None,
+             given: int | None = None):
         from harpd.features.history import COL, conformal_group
 
         rq = job.request
         # a workflow task is sized from its own rule's runs only, model or not (the
         # model's features mix the user's other rules, which say nothing of this one),
         # by the history rule, which reads its runs relative to this request
-        task = is_workflow_signature(job.signature or _signature(job))
-        cores, nodes, req, keys = self._keys(job, user, res, ld.relative or task, given)
+        task = is_workflow_signature(sig)
+        cores, nodes, req, keys = self._keys(job, user, res, ld.relative or task, sig, given)
         if ld.relative and not req:
             return None, {"reason": f"no {res} request to size"}
         with self._lock:
@@ -468,11 +468,11 @@ def _total_mem(rq) -> dict[str, Any]:
 
 
 def _signature(job) -> str | None:
-    """A job request's signature (workflow task, else commands), computed as the poller does."""
-    return job_signature(job.commands, job.job_name, job.script_name, job.cwd)
+    """A job request's signature: the one harp-submit sent, else (workflow task, else commands) as the poller does."""
+    return job.signature or job_signature(job.commands, job.job_name, job.script_name, job.cwd)
 
 
-def identity_of(job) -> dict[str, Any]:
+def identity_of(job, sig: str | None) -> dict[str, Any]:
     """What harp takes the job to be (``--harp-explain``): a workflow task, or a program by its commands.
 
     An array's tasks share one identity (their index, like a rule's wildcards,
@@ -484,7 +484,7 @@ def identity_of(job) -> dict[str, Any]:
     task = identify(job.commands, job.job_name, job.script_name, job.cwd)
     if task is not None:
         return {**task.explain(), **array}
-    return {"program": normalise_commands(job.commands or []) or None, "signature": _signature(job), **array}
+    return {"program": normalise_commands(job.commands or []) or None, "signature": sig, **array}
 
 
 def make_predictor(settings, store=None, backend=None, limits=None, soft_limits: bool = False):

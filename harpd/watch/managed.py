@@ -14,7 +14,7 @@ from harpd.slurm.base import QueuedJob
 from harpd.slurm.job_ids import submitted_id
 from harpd.store import Store
 
-__all__ = ["submission_of", "original_time_s", "harp_set_time"]
+__all__ = ["submission_of", "original_time_s", "harp_set_time", "harp_set_mem"]
 
 
 def submission_of(store: Store, job: QueuedJob) -> dict[str, Any] | None:
@@ -36,9 +36,19 @@ def original_time_s(sub: dict[str, Any]) -> int | None:
         return None
 
 
-def harp_set_time(sub: dict[str, Any]) -> bool:
-    """Whether harp's decision changed the job's time (else: not harp's limit to move)."""
+def _changed(sub: dict[str, Any]) -> list[str]:
+    """The options harp's decision changed at submission (none without a decision)."""
     decision = sub.get("decision")
     if not isinstance(decision, dict):
-        return False
-    return any(isinstance(c, dict) and c.get("option") == "time" for c in decision.get("changes") or [])
+        return []
+    return [str(c.get("option")) for c in decision.get("changes") or [] if isinstance(c, dict)]
+
+
+def harp_set_time(sub: dict[str, Any]) -> bool:
+    """Whether harp's decision changed the job's time (else: not harp's limit to move)."""
+    return "time" in _changed(sub)
+
+
+def harp_set_mem(sub: dict[str, Any]) -> str | None:
+    """Which memory option harp's decision changed at submission (None: not harp's memory to move)."""
+    return next((o for o in _changed(sub) if o in ("mem", "mem-per-cpu")), None)

@@ -39,7 +39,7 @@ from harpd.records import JobRecord
 from harpd.slurm.base import QueuedJob, SlurmError, whole_minutes
 from harpd.store import Store
 from harpd.watch.changes import DECIDED, DONE, REFUSED, decided, row_of, set_step, still_to_do
-from harpd.watch.managed import harp_set_time, original_time_s, submission_of
+from harpd.watch.managed import harp_set_mem, harp_set_time, original_time_s, submission_of
 
 log = logging.getLogger("harpd.watch")
 
@@ -90,17 +90,6 @@ def decider(predictor: Any) -> Decider:
     return decide
 
 
-def harp_set_mem(sub: dict[str, Any]) -> str | None:
-    """Which memory option harp's decision changed at submission (None: not harp's memory to move)."""
-    decision = sub.get("decision")
-    if not isinstance(decision, dict):
-        return None
-    for c in decision.get("changes") or []:
-        if isinstance(c, dict) and c.get("option") in ("mem", "mem-per-cpu"):
-            return str(c["option"])
-    return None
-
-
 class Resizer:
     """Re-decides pending jobs whose signature had new outcomes.  ``on_outcome`` is thread-safe."""
 
@@ -138,12 +127,12 @@ class Resizer:
             sub = submission_of(self.store, job)
             if sub is None or (sub.get("job") or {}).get("signature") not in dirty:
                 continue
-            mem_option = harp_set_mem(sub)
-            if not harp_set_time(sub) and mem_option is None:
+            time_set, mem_option = harp_set_time(sub), harp_set_mem(sub)
+            if not time_set and mem_option is None:
                 continue
             try:
                 fresh = self.decide(sub)
-                if harp_set_time(sub):
+                if time_set:
                     made += self._consider(job, sub, fresh)
                 if mem_option is not None:
                     made += self._consider_mem(job, sub, fresh, mem_option)

@@ -45,5 +45,5 @@ def test_the_input_size_is_a_model_feature_at_training_and_at_submission():
     # and the live predictor reads it from harp-submit's request
     s = HarpSettings()
     job = JobRequest(signature="sig", input_bytes=2048, request={"time_s": 600, "mem_mb": 4000})
-    _, _, _, keys = ModelPredictor(s, models={})._keys(job, "alice", "mem", True)
+    _, _, _, keys = ModelPredictor(s, models={})._keys(job, "alice", "mem", True, job.signature)
     assert h.features(keys, None)[COL["log_input"]] == math.log1p(2048)
