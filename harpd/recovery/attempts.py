@@ -47,6 +47,10 @@ class Stop(Exception):
     """The decided attempt cannot be carried out, now or later: the chain ends (reason)."""
 
 
+class NotYet(Exception):
+    """The attempt cannot be carried out yet, through nobody's fault: a later tick does it (not a failed try)."""
+
+
 class Fallback(Exception):
     """Requeue is impossible and nothing was done: resubmit instead (reason)."""
 

@@ -62,7 +62,8 @@ from typing import Any
 from harpd.config import HarpSettings
 from harpd.protocol import Resources
 from harpd.recovery.attempts import (
-    DECIDED, DONE, NOT_SUBMITTED, REQUEUED, SUBMITTED, Attempt, AttemptLimits, Fallback, Plan, Stop, marker,
+    DECIDED, DONE, NOT_SUBMITTED, REQUEUED, SUBMITTED, Attempt, AttemptLimits, Fallback, NotYet, Plan, Stop,
+    marker,
 )
 from harpd.recovery.crash import crash_point
 from harpd.recovery.escalation import RESOURCE_OF
@@ -489,7 +490,10 @@ class Recovery:
         try:
             if plan.mode == REQUEUE:
                 try:
-                    requeue(self.store, self.backend, self._watch, row, plan)
+                    requeue(self.store, self.backend, self._watch, row, plan, self.clock)
+                    return
+                except NotYet as wait:
+                    log.info("job %s attempt %d: %s", chain, number, wait)
                     return
                 except Fallback as fb:
                     plan = plan.but(mode=RESUBMIT, note=str(fb), restarts_before=None)

@@ -2,7 +2,11 @@
 
 ``scontrol requeuehold``, update the limits, comment and start time,
 ``release``; then the ingest poller is told to ``watch`` the id for its next
-run.  Each step first asks slurmctld what already happened (a restarted harpd
+run.  Not in the first seconds after the run ended (``SETTLE_S``): slurmd
+revokes a killed job's credential with a time in whole seconds and refuses a
+relaunch whose credential is not newer ("Job credential revoked"), so a job
+requeued and started within the second it timed out fails at once, FAILED
+with exit code 1, its new limits wasted.  Each step first asks slurmctld what already happened (a restarted harpd
 may find the job requeued, held with or without the new limits, or already
 released), so carrying out a decided attempt twice never requeues twice.
 """
@@ -10,9 +14,10 @@ released), so carrying out a decided attempt twice never requeues twice.
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable
 
-from harpd.recovery.attempts import REQUEUED, Attempt, Fallback, Plan, Stop, with_marker
+from harpd.recovery.attempts import REQUEUED, Attempt, Fallback, NotYet, Plan, Stop, with_marker
 from harpd.recovery.crash import crash_point
 from harpd.slurm.base import JobChanges, JobInfo, SlurmBackend, SlurmError
 from harpd.slurm.scontrol import update_fields
@@ -26,6 +31,10 @@ __all__ = ["requeue", "pending_changes"]
 _PERMANENT = ("access/permission denied", "permission denied", "invalid", "not supported", "disabled")
 
 Watch = Callable[[str, int], None]
+
+#: seconds after a run's end before it is requeued: past slurmd's revocation
+#: second, with room for the clocks of harpd's and slurmctld's hosts to differ
+SETTLE_S = 3.0
 
 
 def _permanent(exc: SlurmError) -> bool:
@@ -62,8 +71,9 @@ def pending_changes(info: JobInfo, plan: Plan) -> JobChanges:
     return changes
 
 
-def requeue(store: Store, backend: SlurmBackend, watch: Watch | None, attempt: Attempt, plan: Plan) -> None:
-    """Carry out a decided requeue; Fallback when only a resubmission can recover the job."""
+def requeue(store: Store, backend: SlurmBackend, watch: Watch | None, attempt: Attempt, plan: Plan,
+            clock: Callable[[], float] = time.time) -> None:
+    """Carry out a decided requeue; Fallback when only a resubmission can recover the job, NotYet too soon."""
     chain, number = attempt.chain, attempt.number
     jid = str(attempt.job_id)
     before = int(plan.restarts_before or 0)
@@ -78,6 +88,9 @@ def requeue(store: Store, backend: SlurmBackend, watch: Watch | None, attempt: A
     if info.restarts <= before:
         if not info.finished:
             raise SlurmError(f"job {jid} is {info.state or 'in an unknown state'}, not finished: requeue later")
+        ago = None if info.end_time is None else clock() - info.end_time
+        if ago is not None and ago < SETTLE_S:
+            raise NotYet(f"job {jid} ended {max(ago, 0.0):.1f} s ago: requeued once {SETTLE_S:.0f} s have passed")
         try:
             backend.requeue_hold(jid)
         except SlurmError as exc:

@@ -81,6 +81,7 @@ class JobInfo:
     comment: str | None = None
     workdir: str | None = None
     account: str | None = None
+    end_time: float | None = None  # epoch seconds the last run ended (EndTime); None while it runs
 
     @property
     def held(self) -> bool:

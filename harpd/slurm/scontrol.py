@@ -77,6 +77,7 @@ def job_info(kv: Mapping[str, str]) -> JobInfo:
         comment=_value(kv, "Comment"),
         workdir=_value(kv, "WorkDir"),
         account=_value(kv, "Account"),
+        end_time=_epoch(_value(kv, "EndTime")),
     )
 
 

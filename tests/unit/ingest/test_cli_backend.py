@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import time
 import os
 import stat
 import sys
@@ -88,7 +89,8 @@ def make_bin(d: Path, python: str = sys.executable) -> Path:
     (d / "scontrol.node").write_text(NODES)
     (d / "scontrol.job").write_text(
         "JobId=12 JobName=my job UserId=alice(1000) GroupId=alice(1000) JobState=COMPLETED Reason=None "
-        "TimeLimit=00:02:00 TRES=cpu=1,mem=100M,node=1,billing=1 Command=/home/alice/run me.sh WorkDir=/home/alice\n"
+        "TimeLimit=00:02:00 StartTime=2026-11-24T08:11:40 EndTime=2026-11-24T08:13:03 "
+        "TRES=cpu=1,mem=100M,node=1,billing=1 Command=/home/alice/run me.sh WorkDir=/home/alice\n"
     )
     return d
 
@@ -269,6 +271,7 @@ def test_show_job(backend, bindir):
     assert job.state == "COMPLETED" and job.finished and not job.held and job.reason is None
     assert job.time_limit_s == 120 and job.mem_mb is None
     assert job.workdir == "/home/alice"  # after Command's value with a space in it
+    assert job.end_time == time.mktime((2026, 11, 24, 8, 13, 3, 0, 0, -1))  # local time, as scontrol prints it
     assert calls(bindir)[0]["argv"] == ["show", "job", "--oneliner", "12"]
 
 

@@ -111,12 +111,12 @@ class FakeSlurm:
         self._save(st)
         return jid
 
-    def end_run(self, job_id: str, outcome: Outcome, used_mem_mb: float = 50.0) -> None:
-        """The job's current run ends with ``outcome``."""
+    def end_run(self, job_id: str, outcome: Outcome, used_mem_mb: float = 50.0, ago_s: float = 30.0) -> None:
+        """The job's current run ends with ``outcome``, ``ago_s`` seconds ago (as sacct reports it, later)."""
         st = self._load()
         j = st["jobs"][str(job_id)]
         assert j["state"] not in FINISHED and not j["held"], f"job {job_id} is {j['state']} (held={j['held']})"
-        now = time.time()
+        now = time.time() - ago_s
         start = now - 10 - 100 * len(j["runs"])
         limit = j["time_s"]
         j["runs"].append({
@@ -202,6 +202,8 @@ class FakeSlurm:
             "Reason": reason, "Restarts": str(j["restarts"]), "TimeLimit": _hms(j["time_s"]),
             "Partition": j["partition"], "WorkDir": j["workdir"], "Comment": j["comment"] or "(null)",
             "Account": j.get("account") or "(null)",
+            "EndTime": time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(j["runs"][-1]["end"]))
+            if j["runs"] and j["state"] in FINISHED else "Unknown",
         }
         if j["mem_per_cpu_mb"]:
             info["MinMemoryCPU"] = f"{j['mem_per_cpu_mb']}M"

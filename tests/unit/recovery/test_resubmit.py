@@ -71,6 +71,32 @@ def test_requeue_timeout_doubles_time_and_completes(store, fake):
     assert len(fake.calls("requeue_hold")) == 1 and len(rows(store, jid)) == 2
 
 
+def test_a_job_is_requeued_only_once_slurmd_would_relaunch_it(store, fake):
+    """In the second a job timed out, slurmd refuses its relaunch ("Job credential revoked"): wait, no failed try."""
+    import time
+
+    settings = HarpSettings(ingest={"poll_interval_s": 5}, recovery={"mode": "requeue"})
+    now = [time.time()]
+    ing = Ingestor(store, fake, settings)
+    rec = rs.Recovery(store, fake, settings, watch=ing.watch, clock=lambda: now[0])
+    ing.on_outcome.append(rec.on_outcome)
+    jid = fake.add_job(time_s=60, mem_mb=100)
+    submission(fake, store, jid)
+    fake.end_run(jid, T, ago_s=0.5)
+    ing.poll_once()
+    rec.resume()
+    a = rows(store, jid)
+    assert [(r["attempt"], r["step"]) for r in a] == [(1, "done"), (2, "decided")]
+    assert fake.calls("requeue_hold") == [] and not a[1]["limits"].get("failures")
+
+    now[0] += 4.0
+    rec.resume()
+    a = rows(store, jid)
+    assert [(r["attempt"], r["step"]) for r in a] == [(1, "done"), (2, "requeued")]
+    assert len(fake.calls("requeue_hold")) == 1 and not a[1]["limits"].get("failures")
+    assert fake.state["jobs"][jid]["time_s"] == 120
+
+
 def test_requeue_oom_per_cpu_memory_updates_min_memory_cpu(store, fake):
     ing, _ = machine(store, fake, "requeue")
     jid = fake.add_job(mem_mb=None, mem_per_cpu_mb=100)
