@@ -18,7 +18,9 @@ from __future__ import annotations
 
 import numpy as np
 
-MIN_RUNS = 3  # below this, the largest usage seen, doubled
+from harpd.predict.workflow_prior import TypePrior
+
+MIN_RUNS = 3  # below this, the largest usage seen, doubled (at most the request)
 MARGINS = (0.0, 0.02, 0.05, 0.1, 0.2, 0.35, 0.5)  # above the chosen ratio, priced like the ratio itself
 _ROUNDS = 12  # escalation steps simulated when choosing the multiplier (2**12: far past any miss)
 
@@ -70,11 +72,17 @@ def _choose_multiplier(ratio: np.ndarray, base: np.ndarray, y: np.ndarray, t: np
 
 
 class HarpTaskModel:
-    """One task type's model: ``first(x, request)`` is harp's first allocation."""
+    """One task type's model: ``first(x, request)`` is harp's first allocation, never above the request.
+
+    ``prior``: shared by the types of one history (one user's, one replay's);
+    this type's runs feed it under ``kind``, and it sizes this type's first
+    tasks, before any run of its own has finished.
+    """
 
     name = "harp"
 
-    def __init__(self) -> None:
+    def __init__(self, prior: TypePrior | None = None, kind: str = "") -> None:
+        self.prior, self.kind = prior, kind
         self.x: list[float] = []
         self.y: list[float] = []
         self.t: list[float] = []
@@ -91,6 +99,8 @@ class HarpTaskModel:
         self.y.append(float(y))
         self.t.append(float(t))
         self.req.append(float(request) if request else np.nan)
+        if self.prior is not None and request:
+            self.prior.learn(self.kind, float(y), float(request))
         self._refit()
 
     def _refit(self) -> None:
@@ -119,8 +129,12 @@ class HarpTaskModel:
 
     def first(self, x: float, request: float) -> float | None:
         if not self.y:
-            return None
+            return None if self.prior is None else self.prior.first(request)
         if self._fit is None:
-            return 2.0 * max(self.y)
-        a, b, m = self._fit
-        return m * max(a + b * float(x), 0.05 * max(self.y))
+            want = 2.0 * max(self.y)
+        else:
+            a, b, m = self._fit
+            want = m * max(a + b * float(x), 0.05 * max(self.y))
+        # the user's request is the ceiling, as for every job harp sizes: a
+        # type's first runs doubled can ask for more than the user did
+        return min(want, request) if request > 0 else want

@@ -153,5 +153,5 @@ def test_cli_mem_replay_of_a_nextflow_trace_adds_the_chronological_table(tmp_pat
     p = synthetic_trace(tmp_path / "wf.trace.csv", per_type=40)
     assert harp(["replay", str(p), "--resource", "mem", "--models", "request,harp", "--quiet"]) == 0
     out = capsys.readouterr().out
-    assert "users' requests" in out and "Sizey's wastage (chronological)" in out
+    assert "users' requests" in out and "Sizey's wastage (chronological, decided at start)" in out
     assert out.index("resource mem") < out.index("Sizey's wastage")
