@@ -94,13 +94,14 @@ class HarpTaskModel:
         self.req = list(map(float, req)) if req is not None else [np.nan] * len(self.y)
         self._refit()
 
-    def learn(self, x: float, y: float, t: float, request: float | None = None) -> None:
+    def learn(self, x: float, y: float, t: float, request: float | None = None, end: float | None = None) -> None:
+        """One finished run (``end``: when it ended, so the prior can answer as of an earlier time)."""
         self.x.append(float(x))
         self.y.append(float(y))
         self.t.append(float(t))
         self.req.append(float(request) if request else np.nan)
         if self.prior is not None and request:
-            self.prior.learn(self.kind, float(y), float(request))
+            self.prior.learn(self.kind, float(y), float(request), end)
         self._refit()
 
     def _refit(self) -> None:
@@ -127,9 +128,10 @@ class HarpTaskModel:
         assert best is not None
         self._fit = best[:3]
 
-    def first(self, x: float, request: float) -> float | None:
+    def first(self, x: float, request: float, submitted: float | None = None) -> float | None:
+        """The first allocation; with no run of its own, the prior as it stood at ``submitted`` (None: now)."""
         if not self.y:
-            return None if self.prior is None else self.prior.first(request)
+            return None if self.prior is None else self.prior.first(request, submitted)
         if self._fit is None:
             want = 2.0 * max(self.y)
         else:

@@ -22,6 +22,7 @@ Units: a share is a ratio, allocations are bytes.
 
 from __future__ import annotations
 
+import bisect
 import math
 
 ALPHA = 0.1  # at most this share of new types needs more than the prior gives (9 types seen before it acts)
@@ -36,15 +37,21 @@ class TypePrior:
         self.alpha = alpha
         self.shares: dict[str, float] = {}
         self._share: float | None = None
+        # (when, share from then on), for runs learnt with a time, in the order learnt
+        self._times: list[float] = []
+        self._past: list[float | None] = []
 
-    def learn(self, kind: str, usage: float, request: float) -> None:
-        """One finished run of type ``kind`` (a run without a request says nothing about shares)."""
+    def learn(self, kind: str, usage: float, request: float, at: float | None = None) -> None:
+        """One finished run of type ``kind``, ended ``at`` (a run without a request says nothing about shares)."""
         if not (request > 0) or not (usage >= 0):
             return
         share = usage / request
         if share > self.shares.get(kind, -math.inf):
             self.shares[kind] = share
             self._refit()
+            if at is not None and at == at:
+                self._times.append(float(at))
+                self._past.append(self._share)
 
     def _refit(self) -> None:
         k = len(self.shares)
@@ -56,8 +63,19 @@ class TypePrior:
         """The share a new type gets (None: too few types yet)."""
         return self._share
 
-    def first(self, request: float) -> float | None:
-        """A new type's first allocation: the share of ``request``; None (the request stands) when no less."""
-        if self._share is None or not (request > 0) or self._share >= 1.0:
+    def share_as_of(self, when: float) -> float | None:
+        """The share as it stood at ``when``, from the runs learnt with their end time (in time order)."""
+        i = bisect.bisect_right(self._times, when)
+        return self._past[i - 1] if i else None
+
+    def first(self, request: float, as_of: float | None = None) -> float | None:
+        """A new type's first allocation: the share of ``request``; None (the request stands) when no less.
+
+        ``as_of``: the share as it stood then (a task sized at its submission
+        and not re-decided since: harpd re-decides a pending task only when a
+        task of its own type finishes).
+        """
+        share = self._share if as_of is None else self.share_as_of(as_of)
+        if share is None or not (request > 0) or share >= 1.0:
             return None
-        return self._share * request
+        return share * request

@@ -147,9 +147,11 @@ def _retries(first: float, y: float, retry: Callable[[float], float]) -> list[fl
 def _size(rows: dict[str, Wastage], sizers: dict[str, object], task: Task, timings: list[float]) -> None:
     for name, sizer in sizers.items():
         t0 = time.perf_counter()
-        first = sizer.first(task.input_bytes, task.request)  # type: ignore[attr-defined]
-        if name == "harp":
+        if name == "harp":  # a type's prior is the one at submission: only a sibling's end re-decides a task
+            first = sizer.first(task.input_bytes, task.request, task.submit)  # type: ignore[attr-defined]
             timings.append((time.perf_counter() - t0) * 1000.0)
+        else:
+            first = sizer.first(task.input_bytes, task.request)  # type: ignore[attr-defined]
         rows[name].add(_chain(name, sizer, task, first), task.usage, task.runtime_s)
     req = task.request if task.request > 0 else task.peak
     rows["request"].add([max(req, task.peak)], task.peak, task.runtime_s)
@@ -158,7 +160,8 @@ def _size(rows: dict[str, Wastage], sizers: dict[str, object], task: Task, timin
 def _learn(sizers: dict[str, object], task: Task) -> None:
     for name, sizer in sizers.items():
         if name == "harp":
-            sizer.learn(task.input_bytes, task.usage, task.runtime_s, task.request)  # type: ignore[attr-defined]
+            sizer.learn(task.input_bytes, task.usage, task.runtime_s, task.request,  # type: ignore[attr-defined]
+                        task.end)
         else:
             sizer.learn(task.input_bytes, task.usage, task.runtime_s)  # type: ignore[attr-defined]
 
