@@ -8,6 +8,7 @@ import pytest
 
 from harpd.predict.workflow_harp import HarpTaskModel
 from harpd.predict.workflow_prior import TypePrior
+from harpd.predict.sizey_metric import GBH
 from harpd.predict.workflow_replay import Task, WorkflowReplayError, run_chronological
 
 GB = 1e9
@@ -87,3 +88,25 @@ def test_deciding_at_start_learns_siblings_that_ended_while_it_was_pending():
 def test_unknown_decision_time_is_one_error():
     with pytest.raises(WorkflowReplayError, match="decision time"):
         run_chronological([_t("P", 2.0, 0.0, 0.0, 1.0)], "later")
+
+
+def test_the_share_as_it_stood_at_an_earlier_time():
+    prior = TypePrior(alpha=0.4)
+    prior.learn("a", 1 * GB, 4 * GB, at=100.0)
+    prior.learn("b", 2 * GB, 4 * GB, at=200.0)
+    assert prior.share_as_of(50.0) is None and prior.share_as_of(150.0) is None  # one type: too few
+    assert prior.share_as_of(200.0) == pytest.approx(0.5) == prior.share
+    assert prior.first(8 * GB, as_of=150.0) is None and prior.first(8 * GB, as_of=250.0) == pytest.approx(4 * GB)
+
+
+def test_a_task_nothing_of_its_type_ended_for_keeps_the_prior_of_its_submission():
+    # nine types end by 110 (enough at alpha 0.1), each having used 2 of its 8; a new type's task is
+    # submitted at 50 and starts at 200, another's is submitted at 150
+    done = [_t(f"T{k}", 2.0, 0.0, 0.0, 100.0 + k) for k in range(9)]
+    late = _t("C", 1.0, submit=50.0, start=200.0, end=300.0)
+    after = _t("D", 1.0, submit=150.0, start=150.0, end=250.0)
+    res = run_chronological([*done, late, after], "start")
+    # C: nothing of its type ever ends before it starts, so the resizer never re-decides it: it runs at
+    # the request harp kept at its submission (8 for a usage of 1); D gets 0.25 of its 8, 2
+    over = res.rows["harp"].over_gbh * GBH
+    assert over == pytest.approx(sum(6.0 * t.runtime_s for t in done) + 7.0 * 100.0 + 1.0 * 100.0)
