@@ -10,6 +10,10 @@ user's request: ``harpd.recovery.escalation``).  The same asymmetric idea as
 the rest of harp: an under-sized task costs its whole run again, so the
 offset is set by the cost of both errors, not by a fixed percentile.
 
+Never above the user's request, as every allocation harp makes.  A type
+with no finished run gets a share of its request from the types seen before
+it (``workflow_prior``).
+
 Everything is refitted when a run is learnt, so a prediction is a multiply.
 Units: bytes, seconds.
 """

@@ -3,10 +3,13 @@
 Two protocols walk the same tasks (docs/metrics.md, "Workflow task memory"):
 
 * ``chronological`` (the default): every finished task with a usage and a
-  runtime, in submission order; a task's usage is learnt when it has
-  finished, i.e. before the first task submitted after its end (tasks of a
-  workflow run side by side, so a sibling submitted earlier cannot know it).
-  A type's first tasks, with nothing learnt, keep the user's request.
+  runtime; each is sized from the tasks of its type that had ended by its
+  start (``at="start"``: harpd's resizer re-decides a pending task each time
+  a sibling finishes, ``harpd.watch.resize``) or by its submission
+  (``at="submit"``), every predictor alike.  A type's first tasks, with
+  nothing of their type learnt, keep the user's request under the baselines
+  and get harp's prior (``workflow_prior``) as it stood at their submission
+  (a task of another type ending does not re-decide them).
 * ``sizey``: the paper's evaluation (Bader et al., CLUSTER 2024, code at
   github.com/dos-group/sizey): per task type, rows with usage > 0, types with
   fewer than 34 rows or any zero runtime dropped, ``train_test_split(
