@@ -105,7 +105,8 @@ def main() -> int:
     if first.exists():
         base = read_tasks(first, "chronological")
         span = max(t.end for t in base) - min(t.submit for t in base) + 1.0
-        many = [dataclasses.replace(t, submit=t.submit + k * span, end=t.end + k * span)
+        many = [dataclasses.replace(t, submit=t.submit + k * span, start=t.start + k * span,
+                                    end=t.end + k * span)
                 for k in range(SPEED_TASKS // len(base) + 1) for t in base][:SPEED_TASKS]
         t0 = time.perf_counter()
         run_chronological(many)
