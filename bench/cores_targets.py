@@ -3,12 +3,14 @@
 For nf-core chipseq and rnaseq (Nextflow traces with ``cpus`` and ``%cpu``,
 in ``workflows/`` of the traces folder), replayed in submission order
 (``harpd.predict.cores_replay``): core-hours reserved by the users and by
-harp's cores rule for the tasks that asked for more than one CPU, against
-the target of at most half the users'; the share of those tasks harp would
-have slowed (used more cores than given), target at most 5 %; and, as
-information, the core-hours used and the clairvoyant reference (each task
-its own cores used, in whole cores), the least any rule that slows no task
-could reserve.  The Compute Canada export (cedar-2021) has no TotalCPU
+harp's cores rule for the tasks that asked for more than one CPU, read two
+ways against the issue's "cut by at least half": harp's core-hours at most
+half the users' (the literal reading), and harp removing at least half of
+the excess the users reserved over what the tasks used; the share of those
+tasks harp would have slowed (used more cores than given), target at most
+5 %; and the clairvoyant floor (each task its own cores used, in whole
+cores), the least any rule that slows no task could reserve: where the
+floor is above a target, no such rule can reach it, and the line says so.  The Compute Canada export (cedar-2021) has no TotalCPU
 column, so it has no cores figures.
 
     python bench/cores_targets.py [--traces DIR] [--alpha 0.05]
@@ -59,8 +61,15 @@ def main() -> int:
               f"{m.users_core_h:,.1f}, harp {m.harp_core_h:,.1f} ({m.changed} tasks given fewer cores); used "
               f"{m.used_core_h:,.1f}; clairvoyant {m.best_core_h:,.1f} ({best:.3f} of the users'); all tasks: users "
               f"{r.all.users_core_h:,.1f}, harp {r.all.harp_core_h:,.1f}, used {r.all.used_core_h:,.1f}")
+        floor = "" if best <= SHARE else "; unreachable: the clairvoyant floor is above the target"
         print(f"FIGURE cores_reserved_share_{name}: {m.share:.3f} (target <= {SHARE}) {verdict(m.share <= SHARE)} "
-              f"harp {m.harp_core_h:,.1f} / users {m.users_core_h:,.1f} core-h (clairvoyant floor {best:.3f})")
+              f"harp {m.harp_core_h:,.1f} / users {m.users_core_h:,.1f} core-h (clairvoyant floor {best:.3f}{floor})")
+        excess = m.users_core_h - m.used_core_h
+        cut = (m.users_core_h - m.harp_core_h) / excess if excess > 0 else 0.0
+        best_cut = (m.users_core_h - m.best_core_h) / excess if excess > 0 else 0.0
+        floor = "" if best_cut >= SHARE else "; unreachable: the clairvoyant floor removes less"
+        print(f"FIGURE cores_excess_removed_{name}: {cut:.3f} (target >= {SHARE}) {verdict(cut >= SHARE)} of the "
+              f"{excess:,.1f} core-h the users reserved over the tasks' use (clairvoyant floor {best_cut:.3f}{floor})")
         print(f"FIGURE cores_slowed_share_{name}: {m.slowed_share:.4f} (target <= {SLOWED}) "
               f"{verdict(m.slowed_share <= SLOWED)} {m.slowed} of {m.jobs} tasks used more cores than given")
     return 0

@@ -162,7 +162,7 @@ def _workflow(args: argparse.Namespace) -> dict:
     from harpd.traces import TraceFormatError
 
     try:
-        return replay_workflow.report(args.trace, args.protocol, args.seed)
+        return replay_workflow.report(args.trace, args.protocol, args.seed, args.decide_at)
     except (WorkflowReplayError, TraceFormatError) as exc:
         _fail(str(exc))
     raise AssertionError("unreachable")

@@ -19,6 +19,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="--resource mem on a Nextflow trace: chronological (the default: submission order, a task "
                         "learnt once finished) or sizey (the Sizey paper's per-type 30/70 split; docs/metrics.md, "
                         "'Workflow task memory')")
+    p.add_argument("--decide-at", choices=["start", "submit"], default="start", dest="decide_at",
+                   help="--protocol chronological: a task is sized from its type's tasks that had ended by its start "
+                        "(the default: harpd re-sizes a pending task as its siblings finish) or by its submission")
     p.add_argument("--seed", type=int, default=1996, metavar="N",
                    help="--protocol sizey: the split's random_state (default: %(default)s, the paper's)")
 
@@ -43,17 +46,19 @@ def check(args: argparse.Namespace) -> str | None:
     return None
 
 
-def report(trace: str, protocol: str, seed: int) -> dict:
+def report(trace: str, protocol: str, seed: int, at: str = "start") -> dict:
     """The workflow figures as a dict (raises WorkflowReplayError / TraceFormatError with one line)."""
     from harpd.predict.workflow_replay import replay_workflow
 
-    return replay_workflow(trace, protocol, seed).to_dict()
+    return replay_workflow(trace, protocol, seed, at).to_dict()
 
 
 def render(rep: dict) -> str:
     """Sizey's table: wastage GB·h (failures) per predictor, best baseline and harp's ratio to it."""
     rows = rep["rows"]
     proto = rep["protocol"] + (f", seed {rep['seed']}" if rep["seed"] is not None else "")
+    if rep.get("decided_at"):
+        proto += f", decided at {rep['decided_at']}"
     out = ["", f"workflow task memory, Sizey's wastage ({proto}): {rep['tasks']} tasks of {rep['types']} types, "
                f"memory used {rows['harp']['used_gbh']:,.1f} GB·h"]
     width = max(len(v) for v in NAMES.values())

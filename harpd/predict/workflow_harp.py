@@ -10,6 +10,10 @@ user's request: ``harpd.recovery.escalation``).  The same asymmetric idea as
 the rest of harp: an under-sized task costs its whole run again, so the
 offset is set by the cost of both errors, not by a fixed percentile.
 
+Never above the user's request, as every allocation harp makes.  A type
+with no finished run gets a share of its request from the types seen before
+it (``workflow_prior``).
+
 Everything is refitted when a run is learnt, so a prediction is a multiply.
 Units: bytes, seconds.
 """
@@ -18,7 +22,9 @@ from __future__ import annotations
 
 import numpy as np
 
-MIN_RUNS = 3  # below this, the largest usage seen, doubled
+from harpd.predict.workflow_prior import TypePrior
+
+MIN_RUNS = 3  # below this, the largest usage seen, doubled (at most the request)
 MARGINS = (0.0, 0.02, 0.05, 0.1, 0.2, 0.35, 0.5)  # above the chosen ratio, priced like the ratio itself
 _ROUNDS = 12  # escalation steps simulated when choosing the multiplier (2**12: far past any miss)
 
@@ -70,11 +76,17 @@ def _choose_multiplier(ratio: np.ndarray, base: np.ndarray, y: np.ndarray, t: np
 
 
 class HarpTaskModel:
-    """One task type's model: ``first(x, request)`` is harp's first allocation."""
+    """One task type's model: ``first(x, request)`` is harp's first allocation, never above the request.
+
+    ``prior``: shared by the types of one history (one user's, one replay's);
+    this type's runs feed it under ``kind``, and it sizes this type's first
+    tasks, before any run of its own has finished.
+    """
 
     name = "harp"
 
-    def __init__(self) -> None:
+    def __init__(self, prior: TypePrior | None = None, kind: str = "") -> None:
+        self.prior, self.kind = prior, kind
         self.x: list[float] = []
         self.y: list[float] = []
         self.t: list[float] = []
@@ -86,11 +98,14 @@ class HarpTaskModel:
         self.req = list(map(float, req)) if req is not None else [np.nan] * len(self.y)
         self._refit()
 
-    def learn(self, x: float, y: float, t: float, request: float | None = None) -> None:
+    def learn(self, x: float, y: float, t: float, request: float | None = None, end: float | None = None) -> None:
+        """One finished run (``end``: when it ended, so the prior can answer as of an earlier time)."""
         self.x.append(float(x))
         self.y.append(float(y))
         self.t.append(float(t))
         self.req.append(float(request) if request else np.nan)
+        if self.prior is not None and request:
+            self.prior.learn(self.kind, float(y), float(request), end)
         self._refit()
 
     def _refit(self) -> None:
@@ -117,10 +132,15 @@ class HarpTaskModel:
         assert best is not None
         self._fit = best[:3]
 
-    def first(self, x: float, request: float) -> float | None:
+    def first(self, x: float, request: float, submitted: float | None = None) -> float | None:
+        """The first allocation; with no run of its own, the prior as it stood at ``submitted`` (None: now)."""
         if not self.y:
-            return None
+            return None if self.prior is None else self.prior.first(request, submitted)
         if self._fit is None:
-            return 2.0 * max(self.y)
-        a, b, m = self._fit
-        return m * max(a + b * float(x), 0.05 * max(self.y))
+            want = 2.0 * max(self.y)
+        else:
+            a, b, m = self._fit
+            want = m * max(a + b * float(x), 0.05 * max(self.y))
+        # the user's request is the ceiling, as for every job harp sizes: a
+        # type's first runs doubled can ask for more than the user did
+        return min(want, request) if request > 0 else want

@@ -3,10 +3,13 @@
 Two protocols walk the same tasks (docs/metrics.md, "Workflow task memory"):
 
 * ``chronological`` (the default): every finished task with a usage and a
-  runtime, in submission order; a task's usage is learnt when it has
-  finished, i.e. before the first task submitted after its end (tasks of a
-  workflow run side by side, so a sibling submitted earlier cannot know it).
-  A type's first tasks, with nothing learnt, keep the user's request.
+  runtime; each is sized from the tasks of its type that had ended by its
+  start (``at="start"``: harpd's resizer re-decides a pending task each time
+  a sibling finishes, ``harpd.watch.resize``) or by its submission
+  (``at="submit"``), every predictor alike.  A type's first tasks, with
+  nothing of their type learnt, keep the user's request under the baselines
+  and get harp's prior (``workflow_prior``) as it stood at their submission
+  (a task of another type ending does not re-decide them).
 * ``sizey``: the paper's evaluation (Bader et al., CLUSTER 2024, code at
   github.com/dos-group/sizey): per task type, rows with usage > 0, types with
   fewer than 34 rows or any zero runtime dropped, ``train_test_split(
@@ -33,10 +36,14 @@ import numpy as np
 from harpd.predict.sizey_metric import Wastage
 from harpd.predict.workflow_baselines import BASELINES, NODE_BYTES
 from harpd.predict.workflow_harp import HarpTaskModel
+from harpd.predict.workflow_prior import TypePrior
 from harpd.records import Outcome
 from harpd.recovery.escalation import simulate
 
 PROTOCOLS = ("chronological", "sizey")
+#: when the chronological replay decides a task: at its start (harpd re-sizes a pending task as its
+#: siblings finish, ``harpd.watch.resize``), or at its submission only
+DECIDE_AT = ("start", "submit")
 MIN_TYPE_ROWS = 34  # the paper's code drops task types with fewer rows
 TRAIN_SHARE = 0.3
 MAX_RETRIES = 64  # a safety bound: every retry rule at least doubles, so this is never reached in practice
@@ -59,6 +66,7 @@ class Task:
     request: float  # bytes asked for (NaN: none)
     submit: float
     end: float
+    start: float = math.nan  # when it started running (NaN: unknown, taken as its submission)
 
 
 @dataclass(slots=True)
@@ -70,12 +78,14 @@ class Result:
     rows: dict[str, Wastage]
     predict_ms: list[float] = field(default_factory=list)
     seconds: float = 0.0
+    decided_at: str | None = None  # chronological: "start" or "submit"
 
     def to_dict(self) -> dict:
         p = self.predict_ms
         return {"protocol": self.protocol, "seed": self.seed, "tasks": self.tasks, "types": self.types,
                 "rows": {k: v.to_dict() for k, v in self.rows.items()},
-                "predict_ms_p99": float(np.percentile(p, 99)) if p else None, "seconds": round(self.seconds, 2)}
+                "predict_ms_p99": float(np.percentile(p, 99)) if p else None, "seconds": round(self.seconds, 2),
+                "decided_at": self.decided_at}
 
 
 def read_tasks(path: str | os.PathLike[str], protocol: str) -> list[Task]:
@@ -101,12 +111,13 @@ def read_tasks(path: str | os.PathLike[str], protocol: str) -> list[Task]:
                         peak=peak, runtime_s=rec.used_time_s or 0.0,
                         request=(rec.req_mem_mb * MIB) if rec.req_mem_mb else math.nan,
                         submit=rec.submit_time if rec.submit_time is not None else start,
-                        end=rec.end_time if rec.end_time is not None else start + (rec.used_time_s or 0.0)))
+                        end=rec.end_time if rec.end_time is not None else start + (rec.used_time_s or 0.0),
+                        start=rec.start_time if rec.start_time is not None else math.nan))
     return out
 
 
-def _sizers() -> dict[str, object]:
-    made: dict[str, object] = {"harp": HarpTaskModel()}
+def _sizers(prior: TypePrior | None = None, kind: str = "") -> dict[str, object]:
+    made: dict[str, object] = {"harp": HarpTaskModel(prior, kind)}
     made.update({name: make() for name, make in BASELINES.items()})
     return made
 
@@ -139,9 +150,11 @@ def _retries(first: float, y: float, retry: Callable[[float], float]) -> list[fl
 def _size(rows: dict[str, Wastage], sizers: dict[str, object], task: Task, timings: list[float]) -> None:
     for name, sizer in sizers.items():
         t0 = time.perf_counter()
-        first = sizer.first(task.input_bytes, task.request)  # type: ignore[attr-defined]
-        if name == "harp":
+        if name == "harp":  # a type's prior is the one at submission: only a sibling's end re-decides a task
+            first = sizer.first(task.input_bytes, task.request, task.submit)  # type: ignore[attr-defined]
             timings.append((time.perf_counter() - t0) * 1000.0)
+        else:
+            first = sizer.first(task.input_bytes, task.request)  # type: ignore[attr-defined]
         rows[name].add(_chain(name, sizer, task, first), task.usage, task.runtime_s)
     req = task.request if task.request > 0 else task.peak
     rows["request"].add([max(req, task.peak)], task.peak, task.runtime_s)
@@ -150,7 +163,8 @@ def _size(rows: dict[str, Wastage], sizers: dict[str, object], task: Task, timin
 def _learn(sizers: dict[str, object], task: Task) -> None:
     for name, sizer in sizers.items():
         if name == "harp":
-            sizer.learn(task.input_bytes, task.usage, task.runtime_s, task.request)  # type: ignore[attr-defined]
+            sizer.learn(task.input_bytes, task.usage, task.runtime_s, task.request,  # type: ignore[attr-defined]
+                        task.end)
         else:
             sizer.learn(task.input_bytes, task.usage, task.runtime_s)  # type: ignore[attr-defined]
 
@@ -197,27 +211,37 @@ def run_sizey(tasks: list[Task], seed: int) -> Result:
     return Result("sizey", seed, n, types, rows, timings, time.perf_counter() - t0)
 
 
-def run_chronological(tasks: list[Task]) -> Result:
+def decided_at(task: Task, at: str) -> float:
+    """When a task's first allocation is decided: its submission, or its start (re-decided while pending)."""
+    return task.start if at == "start" and task.start == task.start else task.submit
+
+
+def run_chronological(tasks: list[Task], at: str = "start") -> Result:
+    """Every predictor sizes each task from the tasks of its type that had ended by ``at`` (DECIDE_AT)."""
+    if at not in DECIDE_AT:
+        raise WorkflowReplayError(f"unknown decision time {at!r}; use one of {', '.join(DECIDE_AT)}")
     t0 = time.perf_counter()
     rows, timings = _empty_rows(), []
-    order = sorted((t for t in tasks if t.usage > 0 and t.runtime_s > 0), key=lambda t: t.submit)
+    order = sorted((t for t in tasks if t.usage > 0 and t.runtime_s > 0), key=lambda t: decided_at(t, at))
     if not order:
         raise WorkflowReplayError("no finished task with a memory usage and a runtime: nothing to replay")
     sizers: dict[str, dict[str, object]] = {}
     pending: list[tuple[float, int, Task]] = []
+    prior = TypePrior()  # harp's only: what the baselines publish sizes a type from its own runs
     for i, task in enumerate(order):
-        while pending and pending[0][0] <= task.submit:
+        while pending and pending[0][0] <= decided_at(task, at):
             _, _, done = heapq.heappop(pending)
             _learn(sizers[done.process], done)
-        own = sizers.setdefault(task.process, _sizers())
+        own = sizers.setdefault(task.process, _sizers(prior, task.process))
         _size(rows, own, task, timings)
         heapq.heappush(pending, (task.end, i, task))
-    return Result("chronological", None, len(order), len(sizers), rows, timings, time.perf_counter() - t0)
+    return Result("chronological", None, len(order), len(sizers), rows, timings, time.perf_counter() - t0, at)
 
 
-def replay_workflow(path: str | os.PathLike[str], protocol: str = "chronological", seed: int = 1996) -> Result:
+def replay_workflow(path: str | os.PathLike[str], protocol: str = "chronological", seed: int = 1996,
+                    at: str = "start") -> Result:
     """Sizey's wastage of harp, the baselines and the users' requests on one Nextflow trace."""
     if protocol not in PROTOCOLS:
         raise WorkflowReplayError(f"unknown protocol {protocol!r}; use one of {', '.join(PROTOCOLS)}")
     tasks = read_tasks(path, protocol)
-    return run_sizey(tasks, seed) if protocol == "sizey" else run_chronological(tasks)
+    return run_sizey(tasks, seed) if protocol == "sizey" else run_chronological(tasks, at)

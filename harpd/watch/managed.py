@@ -4,17 +4,20 @@ harp-submit registers each job it sized with the user's own request
 (``original``) and harp's decision.  Only those jobs are touched, only when
 harp changed their time (a job with no decision, or opted out with ``#HARP
 off``, is never registered with one), and never beyond the user's request.
+One exception, for memory: a workflow task that harp left as asked because
+no task of its type had finished yet (``cold_task_mem``).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+from harpd.features.workflow import is_workflow_signature
 from harpd.slurm.base import QueuedJob
 from harpd.slurm.job_ids import submitted_id
 from harpd.store import Store
 
-__all__ = ["submission_of", "original_time_s", "harp_set_time", "harp_set_mem"]
+__all__ = ["submission_of", "original_time_s", "harp_set_time", "harp_set_mem", "cold_task_mem"]
 
 
 def submission_of(store: Store, job: QueuedJob) -> dict[str, Any] | None:
@@ -52,3 +55,25 @@ def harp_set_time(sub: dict[str, Any]) -> bool:
 def harp_set_mem(sub: dict[str, Any]) -> str | None:
     """Which memory option harp's decision changed at submission (None: not harp's memory to move)."""
     return next((o for o in _changed(sub) if o in ("mem", "mem-per-cpu")), None)
+
+
+def cold_task_mem(sub: dict[str, Any]) -> str | None:
+    """The user's memory option of a workflow task harp was asked about but left as requested; else None.
+
+    A workflow submits all samples of a process at once, before any of them
+    has finished, so harp keeps their request at submission; they often wait
+    in the queue while their first siblings finish.  Such a pending task is
+    re-decided like one whose memory harp set (never above the user's own
+    request), so harp sizes it from the siblings that had ended before it
+    started (docs/metrics.md, "decided at start").
+    """
+    if not isinstance(sub.get("decision"), dict) or harp_set_mem(sub) is not None:
+        return None
+    if not is_workflow_signature((sub.get("job") or {}).get("signature")):
+        return None
+    original = sub.get("original") or {}
+    if original.get("mem_mb"):
+        return "mem"
+    if original.get("mem_per_cpu_mb"):
+        return "mem-per-cpu"
+    return None

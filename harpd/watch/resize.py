@@ -10,8 +10,10 @@ their TimeLimit when the new one differs enough to matter (at least
 user's request, never below the floor, never for a job harp did not size.
 Memory the same way (``MinMemoryNode``/``MinMemoryCPU``, which Slurm lets an
 operator change while a job is pending), for jobs whose memory harp sized
-at submission: at least ``watch.resize_min_ratio`` and 64 MB apart, between
-the memory floor and the user's request.
+at submission and for workflow tasks harp left as asked because none of
+their type had finished (``managed.cold_task_mem``: a process's samples are
+submitted together): at least ``watch.resize_min_ratio`` and 64 MB apart,
+between the memory floor and the user's request.
 An array's pending tasks are one record, updated through the array's id.
 
 Exactly once per (job, kind, old time limit) (kinds ``resize`` for time,
@@ -39,7 +41,7 @@ from harpd.records import JobRecord
 from harpd.slurm.base import QueuedJob, SlurmError, whole_minutes
 from harpd.store import Store
 from harpd.watch.changes import DECIDED, DONE, REFUSED, decided, row_of, set_step, still_to_do
-from harpd.watch.managed import harp_set_mem, harp_set_time, original_time_s, submission_of
+from harpd.watch.managed import cold_task_mem, harp_set_mem, harp_set_time, original_time_s, submission_of
 
 log = logging.getLogger("harpd.watch")
 
@@ -127,7 +129,7 @@ class Resizer:
             sub = submission_of(self.store, job)
             if sub is None or (sub.get("job") or {}).get("signature") not in dirty:
                 continue
-            time_set, mem_option = harp_set_time(sub), harp_set_mem(sub)
+            time_set, mem_option = harp_set_time(sub), harp_set_mem(sub) or cold_task_mem(sub)
             if not time_set and mem_option is None:
                 continue
             try:

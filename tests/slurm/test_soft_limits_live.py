@@ -15,7 +15,10 @@ finishes before a second crossing):
   signature, trained before the daemon starts) and gets a lower TimeLimit
   before it starts;
 * (d) a plain user's job is extended by the privileged harpd and never by a
-  per-user (unprivileged) harpd, which says "hard" in health.
+  per-user (unprivileged) harpd, which says "hard" in health;
+* (e) a pending workflow task whose memory harp left as asked at submission
+  (nothing of its type had finished) gets less memory once a sibling task
+  finishes, before it starts.
 
 The jobs are submitted with ``sbatch --time=1`` and registered over harpd's
 socket with the decision harp-submit registers when harp shortens
@@ -71,16 +74,21 @@ def register(d: Daemon, job_id: str, cwd: Path, *, signature: str = "soft-test",
     assert answer.get("ok"), answer
 
 
-def register_mem(d: Daemon, job_id: str, cwd: Path, *, signature: str, asked_mb: int, given_mb: int) -> None:
-    """What harp-submit registers for ``--mem=asked_mb`` cut by harp to ``given_mb`` (its 30 minutes kept)."""
+def register_mem(d: Daemon, job_id: str, cwd: Path, *, signature: str, asked_mb: int,
+                 given_mb: int | None) -> None:
+    """What harp-submit registers for ``--mem=asked_mb`` cut by harp to ``given_mb`` (its 30 minutes kept).
+
+    ``given_mb`` None: harp was asked and kept the request (a workflow task's cold start).
+    """
+    changes = [] if given_mb is None else [{"option": "mem", "value": f"{given_mb}M", "old": f"{asked_mb}M",
+                                            "reason": "test"}]
     req = {
         "op": "register", "job_id": job_id,
         "job": {"partition": "short", "job_name": "soft.sh", "signature": signature, "cwd": str(cwd),
                 "request": {"time_s": 1800, "mem_mb": asked_mb, "partition": "short"}, "harp_lines": []},
         "original": {"time_s": 1800, "mem_mb": asked_mb, "partition": "short"},
-        "submitted": {"time_s": 1800, "mem_mb": given_mb, "partition": "short"},
-        "decision": {"changes": [{"option": "mem", "value": f"{given_mb}M", "old": f"{asked_mb}M", "reason": "test"}],
-                     "limits": {"partition": "short"}, "model": "test", "explain": {}},
+        "submitted": {"time_s": 1800, "mem_mb": given_mb or asked_mb, "partition": "short"},
+        "decision": {"changes": changes, "limits": {"partition": "short"}, "model": "test", "explain": {}},
     }
     answer = client.call(d.socket, req, 10.0)
     assert answer.get("ok"), answer
@@ -164,6 +172,11 @@ def soft(slurm_cluster):
         register_mem(daemons["resize"], jm, workdirs["root"], signature=SIGNATURE, asked_mb=4000, given_mb=2000)
         js = s.sbatch("sibling", None, time_min=30, script="quick.sh")
         register(daemons["resize"], js, workdirs["root"], signature=SIGNATURE, asked_min=60, given_min=30)
+        # (e) a workflow task harp kept at its 1000 MB at submission, then a sibling task that finishes
+        jw = s.sbatch("pending_task", None, "--hold", "--mem=1000M", time_min=30)
+        register_mem(daemons["resize"], jw, workdirs["root"], signature=TASK_SIGNATURE, asked_mb=1000, given_mb=None)
+        jt = s.sbatch("sibling_task", None, time_min=30, script="quick.sh")
+        register(daemons["resize"], jt, workdirs["root"], signature=TASK_SIGNATURE, asked_min=60, given_min=30)
         # (b) first: held until harpd "down" is stopped, so it never sees the job run
         jb = s.sbatch("down", None, "--hold")
         register(daemons["down"], jb, workdirs["root"])
@@ -184,6 +197,7 @@ def soft(slurm_cluster):
 
 
 SIGNATURE = "resize-test"
+TASK_SIGNATURE = "wf:nextflow:RESIZE:STEP"  # a workflow task's signature (harpd.features.workflow)
 
 
 def train(d: SoftDaemon) -> None:
@@ -191,6 +205,8 @@ def train(d: SoftDaemon) -> None:
 
     The memory is ten times the floor (100 MB), so a memory model can cut it
     and beats the users' requests: the pending memory re-size needs one.
+    Every tenth run is one of the workflow task TASK_SIGNATURE (a workflow
+    task is sized from its own runs by the history rule).
     """
     import random
 
@@ -207,7 +223,7 @@ def train(d: SoftDaemon) -> None:
         end = now - 100_000 + i * 60
         recs.append(JobRecord(
             job_id=str(900_000 + i), source="slurm", user="root", partition="short", job_name="soft.sh",
-            signature=SIGNATURE, outcome=Outcome.COMPLETED, submit_time=end - used - 10, start_time=end - used,
+            signature=TASK_SIGNATURE if i % 10 == 0 else SIGNATURE, outcome=Outcome.COMPLETED, submit_time=end - used - 10, start_time=end - used,
             end_time=end, req_time_s=3600.0, used_time_s=used, req_mem_mb=1000.0, used_mem_mb=200.0, req_cpus=1,
             alloc_cpus=1, req_nodes=1, alloc_nodes=1))
     with Store.open(d.db) as store:
@@ -316,13 +332,23 @@ def test_a_pending_job_gets_a_lower_limit_when_its_sibling_finishes(soft):
     assert sib["limit_changes"] == []  # the finished sibling itself is not touched
 
 
-def test_a_pending_jobs_memory_follows_its_siblings_too(soft):
-    # the trained runs of SIGNATURE used 200 of 1000 MB: harp's 2000 of 4000 MB is far too much
-    jid = soft.jobs["pending_mem"]
+def _pending_mem_resized(soft: Soft, key: str, old_mb: int, most_mb: int) -> None:
+    """The pending job ``key`` had its memory lowered from ``old_mb`` (to at least the floor, at most ``most_mb``)."""
+    jid = soft.jobs[key]
     job = _wait_resized(soft.daemons["resize"], jid, "resize-mem")
     (change,) = [c for c in job["limit_changes"] if c["kind"] == "resize-mem"]
-    assert change["step"] == "done" and change["old_mem_mb"] == 2000, change
-    assert 100 <= change["new_mem_mb"] <= 1800, change  # lower, never below the floor
+    assert change["step"] == "done" and change["old_mem_mb"] == old_mb, change
+    assert 100 <= change["new_mem_mb"] <= most_mb, change  # lower, never below the floor
     state = soft.cluster.run(["squeue", "-h", "-j", jid, "-o", "%T %m"], check=False).stdout.split()
     assert state[0] == "PENDING", state  # changed before it started
     assert state[1] == f"{change['new_mem_mb']}M", state
+
+
+def test_a_pending_jobs_memory_follows_its_siblings_too(soft):
+    # the trained runs of SIGNATURE used 200 of 1000 MB: harp's 2000 of 4000 MB is far too much
+    _pending_mem_resized(soft, "pending_mem", 2000, 1800)
+
+
+def test_a_pending_workflow_task_harp_kept_at_submission_is_sized_when_a_sibling_finishes(soft):
+    # its type's runs used 200 of 1000 MB; harp had kept the 1000 MB asked (registered with no change)
+    _pending_mem_resized(soft, "pending_task", 1000, 900)

@@ -75,6 +75,29 @@ def test_jobs_harp_must_not_shrink_say_why(ntasks, nodes, commands, word):
     assert unsafe_reason(1, 1, ["python train.py --epochs 3"]) is None
 
 
+def test_pooled_ratios_count_only_young_signatures_and_scale_their_most():
+    h = CoresHistory()
+    for k in range(10):  # ten young programs whose second run used up to 1.5 x their first
+        h.add(f"y{k}", 1.0)
+        h.add(f"y{k}", 1.0 + 0.05 * k)
+    assert h.pooled_factor(0.05) is None  # 10 ratios: the 95 % order statistic needs 19
+    for k in range(10, 20):
+        h.add(f"y{k}", 1.0)
+        h.add(f"y{k}", 1.0)
+    assert h.pooled_factor(0.05) == pytest.approx(1.45)  # the 19th smallest of 20 ratios
+    for _ in range(40):
+        h.add("old", 1.0)  # its first 18 add ratios of 1; later runs are not young at alpha 0.05
+    assert h.pooled_factor(0.05) == pytest.approx(1.45)  # the 38th of 38
+    only_old = CoresHistory()
+    for _ in range(40):
+        only_old.add("old", 1.0)
+    assert only_old.pooled_factor(0.05) is None  # 18 young ratios only, whatever its later runs
+    h.add("new", 2.0)
+    assert h.bound_and_source("new", 0.05) == (pytest.approx(2.9), "pooled")  # 1.45 x its most
+    assert h.bound_and_source("old", 0.05)[1] == "own" and h.bound_and_source("none", 0.05) == (None, "none")
+    assert h.decide("new", 4, 0.05)[0] == 3 and h.decide("new", 3, 0.05)[0] is None
+
+
 def test_history_keeps_the_request_until_it_has_the_runs_it_needs():
     h = CoresHistory()
     for _ in range(10):
@@ -115,10 +138,17 @@ def test_mem_per_cpu_cut_by_the_memory_rule_is_a_total_of_the_job(predictor):
 
 
 def test_mpi_jobs_and_short_histories_keep_their_cores(predictor):
-    p = predictor(_runs(25) + _runs(5, sig="sig-young"))
-    for job in (_job(ntasks=4), _job(commands=("srun ./a.out",)), _job(sig="sig-young")):
+    for p, job in ((predictor(_runs(25)), _job(ntasks=4)), (predictor(_runs(25)), _job(commands=("srun ./a.out",))),
+                   (predictor(_runs(5, sig="sig-young")), _job(sig="sig-young"))):  # 4 pooled ratios: too few
         d = p.decide(job, "alice", 1000)
         assert "cpus-per-task" not in {c.option for c in d.changes}, d.explain["cores"]
+
+
+def test_a_young_program_is_bounded_by_its_runs_and_the_pooled_ratios(predictor):
+    # 25 runs of a steady program pooled 18 ratios of 1 (its first 18 runs were young): with its 5, enough
+    d = predictor(_runs(25) + _runs(5, sig="sig-young")).decide(_job(sig="sig-young"), "alice", 1000)
+    by = {c.option: c for c in d.changes}
+    assert by["cpus-per-task"].value == "1" and d.explain["cores"]["bound_from"] == "pooled"
 
 
 def test_cores_the_runs_used_are_given(predictor):

@@ -153,5 +153,16 @@ def test_cli_mem_replay_of_a_nextflow_trace_adds_the_chronological_table(tmp_pat
     p = synthetic_trace(tmp_path / "wf.trace.csv", per_type=40)
     assert harp(["replay", str(p), "--resource", "mem", "--models", "request,harp", "--quiet"]) == 0
     out = capsys.readouterr().out
-    assert "users' requests" in out and "Sizey's wastage (chronological)" in out
+    assert "users' requests" in out and "Sizey's wastage (chronological, decided at start)" in out
     assert out.index("resource mem") < out.index("Sizey's wastage")
+
+
+def test_cli_decide_at_submit_and_a_bad_value_is_one_line(tmp_path, capsys, cfg):
+    p = synthetic_trace(tmp_path / "wf.trace.csv", per_type=40)
+    assert harp(["replay", str(p), "--resource", "mem", "--models", "request,harp", "--decide-at", "submit",
+                 "--quiet"]) == 0
+    assert "Sizey's wastage (chronological, decided at submit)" in capsys.readouterr().out
+    with pytest.raises(SystemExit) as exc:  # argparse's own refusal: the usage line and one error line
+        harp(["replay", str(p), "--resource", "mem", "--decide-at", "later", "--quiet"])
+    err = capsys.readouterr().err
+    assert exc.value.code == 2 and "--decide-at" in err.splitlines()[-1] and "Traceback" not in err

@@ -131,3 +131,22 @@ def test_a_memory_resize_refused_by_slurm_is_recorded_and_the_per_cpu_form_is_us
     assert slurm.calls == [("34", {"MinMemoryCPU": "300"})]
     (row,) = store.limit_changes("34")
     assert row["kind"] == "resize-mem-per-cpu" and row["step"] == "refused" and "permission" in row["reason"]
+
+
+def test_a_workflow_task_left_as_asked_at_submission_is_sized_from_its_finished_siblings(store, slurm):
+    # nf-core submits a process's samples together: harp kept their 8000 MB (nothing of the type had ended)
+    task, program = "wf:nextflow:PIPE:STAR_ALIGN", "sig-a"
+    register(store, "40", original_s=7200, harp_time=None, original_mem_mb=8000, signature=task)
+    slurm.add("40", state="PENDING", limit_s=7200, mem_mb=8000)
+    register(store, "41", original_s=7200, harp_time=None, original_mem_mb=8000, signature=program)
+    slurm.add("41", state="PENDING", limit_s=7200, mem_mb=8000)  # not a workflow task: harp did not size it
+    register(store, "42", original_s=7200, harp_time=None, original_mem_mb=8000, signature=task, decision=False)
+    slurm.add("42", state="PENDING", limit_s=7200, mem_mb=8000)  # no decision (#HARP off): never touched
+    r = Resizer(store, slurm, settings(resize_min_ratio=0.1, resize_min_s=300),
+                lambda sub: Fresh(mem_option="mem", mem_mb=3000))
+    r.on_outcome(outcome(task))
+    r.on_outcome(outcome(program))
+    assert r.tick(slurm.queue()) == 1
+    assert slurm.jobs["40"]["mem"] == 3000 and slurm.calls == [("40", {"MinMemoryNode": "3000"})]
+    assert slurm.jobs["41"]["mem"] == slurm.jobs["42"]["mem"] == 8000
+    assert store.limit_changes("41") == store.limit_changes("42") == []
