@@ -46,6 +46,7 @@ from harpd.access import resolve_group
 from harpd.config import DEFAULT_CONFIG_PATH, ConfigError, HarpSettings, load_settings
 from harpd.daemon.handlers import Handlers
 from harpd.daemon.server import Server, ServerError
+from harpd.daemon.tcp_door import doors_for
 from harpd.dnn.predictor import DnnRoutingPredictor
 from harpd.ingest import poller
 from harpd.ingest.importer import import_file
@@ -231,14 +232,20 @@ def main(argv: list[str] | None = None) -> int:
     services: list[Any] = []
     # bind before starting anything else: a second harpd must fail here, before
     # it polls Slurm beside the first one; early clients wait in the backlog
-    server = Server(
-        settings.server.socket,
-        None,
-        mode=settings.server.socket_mode,
-        request_timeout_s=settings.server.request_timeout_s,
-        max_request_bytes=settings.server.max_request_bytes,
-        max_clients=settings.server.max_clients,
-    )
+    try:
+        server = Server(
+            settings.server.socket,
+            None,
+            mode=settings.server.socket_mode,
+            request_timeout_s=settings.server.request_timeout_s,
+            max_request_bytes=settings.server.max_request_bytes,
+            max_clients=settings.server.max_clients,
+            doors=doors_for(settings.server.listen, settings.munge.socket),
+        )
+    except ServerError as exc:
+        print(f"harpd: {exc}", file=sys.stderr)
+        _stop(services, store, None)
+        return 1
     try:
         server.bind()
     except ServerError as exc:
@@ -265,7 +272,8 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGHUP, on_hup)
 
     log.info("harpd %s ready (store %s, pid %d)", __version__, settings.store.path, os.getpid())
-    sd_notify(f"READY=1\nSTATUS=serving on {settings.server.socket}\nMAINPID={os.getpid()}")
+    where = " and ".join([str(settings.server.socket), *settings.server.listen])
+    sd_notify(f"READY=1\nSTATUS=serving on {where}\nMAINPID={os.getpid()}")
     try:
         server.serve_forever()
     finally:
