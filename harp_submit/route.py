@@ -27,8 +27,11 @@ DEFAULT_PORT = 6820
 _KEYS = (("server", "socket"), ("client", "servers"), ("client", "harpd_uid"), ("munge", "socket"))
 
 
-def parse_address(text: str) -> tuple[str, int]:
-    """(host, port) of ``HOST:PORT`` or ``[IPv6]:PORT``; ValueError saying what is wrong."""
+def parse_address(text: str, any_port: bool = False) -> tuple[str, int]:
+    """(host, port) of ``HOST:PORT`` or ``[IPv6]:PORT``; ValueError saying what is wrong.
+
+    ``any_port``: port 0 (the kernel picks one) is allowed, for tests' listeners.
+    """
     if not isinstance(text, str) or not text.strip():
         raise ValueError(f"{text!r} is not HOST:PORT (e.g. harp1:{DEFAULT_PORT})")
     text = text.strip()
@@ -40,7 +43,7 @@ def parse_address(text: str) -> tuple[str, int]:
             raise ValueError(f"{text!r}: write an IPv6 address in brackets, e.g. [::1]:{DEFAULT_PORT}")
     if not sep or not host:
         raise ValueError(f"{text!r} is not HOST:PORT (e.g. harp1:{DEFAULT_PORT})")
-    if not (port.isdigit() and port.isascii() and 1 <= int(port) <= 65535):
+    if not (port.isdigit() and port.isascii() and (0 if any_port else 1) <= int(port) <= 65535):
         raise ValueError(f"{text!r}: the port must be a number from 1 to 65535")
     return host, int(port)
 

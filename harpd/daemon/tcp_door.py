@@ -38,7 +38,7 @@ class TcpDoor:
 
     def __init__(self, address: str, munge: Munge) -> None:
         try:
-            self.host, self.port = parse_address(address)
+            self.host, self.port = parse_address(address, any_port=True)
         except ValueError as exc:
             raise ServerError(f"server.listen: {exc}") from None
         self.address = address
@@ -59,6 +59,7 @@ class TcpDoor:
             sock.bind(addr)
             sock.listen(min(socket.SOMAXCONN, 4096))
             sock.setblocking(False)
+            self.port = sock.getsockname()[1]  # the real one when listen asked for port 0 (tests)
         except OSError as exc:
             sock.close()
             hint = "another harpd (or something else) holds the port" if exc.errno == 98 else "check server.listen"
