@@ -71,36 +71,25 @@ def timeout_s(environ: Mapping[str, str] = os.environ) -> tuple[float, str | Non
     return value, None
 
 
-def call(path: str, message: dict[str, Any], timeout: float, max_answer: int | None = None) -> dict[str, Any]:
+def call(path: str, message: dict[str, Any], timeout: float, max_answer: int | None = None,
+         deadline: float | None = None) -> dict[str, Any]:
     """Send one request over the Unix socket and return the ``ok`` answer; raise HarpdUnavailable otherwise.
 
     ``max_answer`` (bytes, default MAX_ANSWER) guards against a runaway peer;
-    only the admin CLI's reports raise it.
+    only the admin CLI's reports raise it.  ``deadline`` (time.monotonic()):
+    when earlier servers already used part of ``timeout`` (``ask``).
     """
-    deadline = time.monotonic() + timeout
-    data = _body(message) + b"\n"
+    deadline = time.monotonic() + timeout if deadline is None else deadline
     sock = _socket.socket(_socket.AF_UNIX, _socket.SOCK_STREAM)
-    try:
-        sock.settimeout(timeout)
-        try:
-            sock.connect(path)
-        except (FileNotFoundError, ConnectionRefusedError):
-            raise HarpdUnavailable(f"harpd is not running (no socket at {path})") from None
-        except PermissionError:
-            raise HarpdUnavailable(f"no permission to use harpd's socket {path}") from None
-        except TimeoutError:
-            raise HarpdUnavailable(f"harpd did not answer within {timeout:g} s") from None
-        except OSError as exc:
-            raise HarpdUnavailable(f"cannot talk to harpd at {path}: {exc.strerror or exc}") from None
-        lines = _converse(sock, data, deadline, timeout, path, max_answer, sealed=False)
-    finally:
-        sock.close()
+    lines = _exchange(sock, path, path, _body(message) + b"\n", deadline, timeout, None, max_answer, False,
+                      absent=f"harpd is not running (no socket at {path})",
+                      denied=f"no permission to use harpd's socket {path}")
     return _answer(lines[0], "harpd")
 
 
 def call_tcp(server: tuple[str, int], message: dict[str, Any], timeout: float, munge: Any,
              harpd_uids: tuple[int, ...] = (0,), connect_timeout: float | None = None,
-             max_answer: int | None = None) -> dict[str, Any]:
+             max_answer: int | None = None, deadline: float | None = None) -> dict[str, Any]:
     """``call`` over TCP: the request sealed with a MUNGE credential, the answer believed only if sealed by harpd.
 
     ``munge`` is a ``harp_submit.munge.Munge``; ``connect_timeout`` bounds the
@@ -110,7 +99,7 @@ def call_tcp(server: tuple[str, int], message: dict[str, Any], timeout: float, m
     from .sealed import Refused, open_answer, seal_request
     from .munge import MungeError
 
-    deadline = time.monotonic() + timeout
+    deadline = time.monotonic() + timeout if deadline is None else deadline
     where = f"{server[0]}:{server[1]}"
     try:
         data, nonce = seal_request(munge, _body(message))
@@ -120,20 +109,9 @@ def call_tcp(server: tuple[str, int], message: dict[str, Any], timeout: float, m
         family, kind, proto, _, addr = _socket.getaddrinfo(server[0], server[1], 0, _socket.SOCK_STREAM)[0]
     except OSError as exc:
         raise HarpdUnavailable(f"cannot resolve harpd's host {server[0]}: {exc.strerror or exc}") from None
-    sock = _socket.socket(family, kind, proto)
-    try:
-        sock.settimeout(max(0.001, min(connect_timeout or timeout, deadline - time.monotonic())))
-        try:
-            sock.connect(addr)
-        except ConnectionRefusedError:
-            raise HarpdUnavailable(f"harpd is not running at {where} (connection refused)") from None
-        except TimeoutError:
-            raise HarpdUnavailable(f"harpd at {where} did not accept a connection in time") from None
-        except OSError as exc:
-            raise HarpdUnavailable(f"cannot reach harpd at {where}: {exc.strerror or exc}") from None
-        lines = _converse(sock, data, deadline, timeout, where, max_answer, sealed=True)
-    finally:
-        sock.close()
+    lines = _exchange(_socket.socket(family, kind, proto), addr, where, data, deadline, timeout, connect_timeout,
+                      max_answer, True, absent=f"harpd is not running at {where} (connection refused)",
+                      denied=f"no permission to reach harpd at {where}")
     if len(lines) < 2:  # unsealed: harpd refusing our credential, or not harpd at all; either way not final
         try:
             _answer(lines[0], f"harpd at {where}")
@@ -163,14 +141,14 @@ def ask(where: route.Route, message: dict[str, Any], timeout: float, max_answer:
             break
         try:
             if isinstance(target, str):
-                return call(target, message, left, max_answer)
+                return call(target, message, timeout, max_answer, deadline)
             if munge is None:
                 from .munge import Munge, socket_path as munge_socket
 
                 munge = Munge(munge_socket(where.munge_socket))
             more = i < len(targets) - 1
-            return call_tcp(target, message, left, munge, where.harpd_uids,
-                            min(left, CONNECT_TIMEOUT_S) if more else None, max_answer)
+            return call_tcp(target, message, timeout, munge, where.harpd_uids,
+                            min(left, CONNECT_TIMEOUT_S) if more else None, max_answer, deadline)
         except HarpdUnavailable as exc:
             if exc.final:
                 raise
@@ -186,12 +164,27 @@ def _body(message: dict[str, Any]) -> bytes:
     return dumps({"v": PROTOCOL_VERSION, **message}).encode()
 
 
-def _converse(sock: Any, data: bytes, deadline: float, timeout: float, where: str, max_answer: int | None,
-              sealed: bool) -> list[bytes]:
-    """Send ``data``, read the answer's lines: one, or two when it starts with a MUNGE credential."""
+def _exchange(sock: Any, addr: Any, where: str, data: bytes, deadline: float, timeout: float,
+              connect_timeout: float | None, max_answer: int | None, sealed: bool, *, absent: str,
+              denied: str) -> list[bytes]:
+    """Connect ``sock`` (closed afterwards), send ``data``, read the answer's lines: one, or two when
+    it starts with a MUNGE credential (``sealed``).  ``absent``/``denied``: the reasons for nothing
+    listening and no permission; ``connect_timeout`` bounds the connection alone."""
     limit = MAX_ANSWER if max_answer is None else max_answer
     buf = bytearray()
     try:
+        sock.settimeout(max(0.001, min(connect_timeout or timeout, deadline - time.monotonic())))
+        try:
+            sock.connect(addr)
+        except (FileNotFoundError, ConnectionRefusedError):
+            raise HarpdUnavailable(absent) from None
+        except PermissionError:
+            raise HarpdUnavailable(denied) from None
+        except TimeoutError:
+            raise HarpdUnavailable(f"harpd at {where} did not accept a connection in time" if connect_timeout
+                                   else f"harpd did not answer within {timeout:g} s") from None
+        except OSError as exc:
+            raise HarpdUnavailable(f"cannot reach harpd at {where}: {exc.strerror or exc}") from None
         _settimeout(sock, deadline)
         sock.sendall(data)
         while True:
@@ -210,6 +203,8 @@ def _converse(sock: Any, data: bytes, deadline: float, timeout: float, where: st
         raise HarpdUnavailable(f"harpd did not answer within {timeout:g} s", True) from None
     except OSError as exc:
         raise HarpdUnavailable(f"cannot talk to harpd at {where}: {exc.strerror or exc}", True) from None
+    finally:
+        sock.close()
     lines = bytes(buf).split(b"\n")
     if not lines[0].strip():
         raise HarpdUnavailable("harpd closed the connection without an answer", True)
