@@ -5,12 +5,13 @@ from __future__ import annotations
 import contextlib
 import os
 import re
-import signal
 import socket
 import subprocess
 import time
 from collections.abc import Iterator
 from pathlib import Path
+
+from tests.helpers.harpd_process import stop_harpd
 
 SYSTEM_SOCKET = "/run/munge/munge.socket.2"
 
@@ -47,9 +48,4 @@ def foreign_munged(d: Path) -> Iterator[str]:
             time.sleep(0.1)
         yield str(sock)
     finally:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(15)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        stop_harpd(proc)  # SIGTERM, wait, kill: any daemon's stop

@@ -21,7 +21,6 @@ import os
 import pwd
 import subprocess
 import sys
-import threading
 import time
 import uuid
 from pathlib import Path
@@ -32,14 +31,16 @@ REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "bench"))
 sys.path.insert(0, str(REPO / "tests" / "unit" / "submit"))
 
-from load_submit import Harpd, cancel, check_landing, client_env, queued_jobs, submit_all  # noqa: E402
+from load_submit import Harpd, client_env  # noqa: E402
 from submit_fakes import change, decision  # noqa: E402
 
 from harp_submit import client, sealed  # noqa: E402
 from harp_submit.munge import Munge  # noqa: E402
+from tests.helpers.outage import submit_through_outage  # noqa: E402
 from tests.helpers.munge_env import cluster_munge_socket, foreign_munged, free_port  # noqa: E402
 from tests.helpers.processes import short_tmpdir  # noqa: E402
 from tests.helpers.users import ensure_user, user_python  # noqa: E402
+from tests.slurm.test_load_faults import cleanup_tokens as tokens  # noqa: E402,F401  (the fixture: jobs cancelled)
 
 pytestmark = pytest.mark.slurm
 
@@ -94,15 +95,6 @@ def tcp_harpd(slurm_cluster, work, munge_socket):
     h.start()
     yield h
     h.stop()
-
-
-@pytest.fixture
-def tokens(slurm_cluster):
-    made: list[str] = []
-    yield made
-    env = client_env(str(slurm_cluster.conf), "/nonexistent")
-    for t in made:
-        cancel([jid for jid, _ in queued_jobs(t, env)], env)
 
 
 def tcp_env(cluster, h: Harpd, munge_socket: str) -> dict[str, str]:
@@ -282,29 +274,7 @@ def test_harpd_restarted_mid_load_over_tcp_every_submission_lands_once(slurm_clu
     token = f"harp-tcpload-{uuid.uuid4().hex[:8]}"
     tokens.append(token)
     names = [f"{token}-{i}" for i in range(60)]
-    events: list[str] = []
-    lock = threading.Lock()
-
-    def progress(n: int) -> None:
-        with lock:
-            if n >= 20 and not events:
-                h.stop()  # SIGTERM: the TCP port closes with the socket
-                events.append("stopped")
-            elif n >= 40 and events == ["stopped"]:
-                h.start()  # the same port again (SO_REUSEADDR: TIME_WAIT does not block it)
-                events.append("restarted")
-
-    env = tcp_env(slurm_cluster, h, munge_socket)
-    load = submit_all(names, 10, env, work, token, on_progress=progress)
-    assert events == ["stopped", "restarted"]
-    landing = check_landing(load, names, env)
-    assert (landing.missing, landing.duplicated, landing.id_mismatch) == ([], [], [])
-    assert landing.exactly_once == 60
-    assert [r for r in load.results if r.rc != 0] == []
-    failed_open = [r for r in load.results if r.stderr]
-    assert failed_open, "no submission met the stopped harpd: the stop came too late to prove anything"
-    for r in failed_open:
-        assert r.stderr.startswith("harp: ") and r.stderr.endswith("; submitting your job unchanged\n"), r.stderr
-    answered = [r for r in load.results if not r.stderr]
-    assert answered, "harpd answered none over TCP"
+    # down: SIGTERM, the TCP port closes with the socket; up: the same port again (SO_REUSEADDR)
+    load = submit_through_outage(h.stop, h.start, names, tcp_env(slurm_cluster, h, munge_socket), work, token)
+    assert [r for r in load.results if not r.stderr], "harpd answered none over TCP"
     wait_log(h, "predict uid=0 from 127.0.0.1:")

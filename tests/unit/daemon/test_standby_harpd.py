@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import signal
 import subprocess
 import sys
 import time
@@ -12,6 +11,7 @@ from pathlib import Path
 from harpd.daemon.active_lock import StoreInUse, hold, lock_path
 
 from daemon_helpers import call
+from tests.helpers.harpd_process import stop_harpd
 
 HARPD = [sys.executable, "-m", "harpd.daemon.main"]
 
@@ -43,14 +43,7 @@ def _health(sock: str, proc: subprocess.Popen[str], timeout: float = 90) -> None
         time.sleep(0.1)
 
 
-def _stop(proc: subprocess.Popen[str]) -> None:
-    if proc.poll() is None:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+_stop = stop_harpd
 
 
 def test_the_lock_names_its_holder_and_is_free_again_once_closed(tmp_path: Path) -> None:
