@@ -278,3 +278,25 @@ def test_harpd_restarted_mid_load_over_tcp_every_submission_lands_once(slurm_clu
     load = submit_through_outage(h.stop, h.start, names, tcp_env(slurm_cluster, h, munge_socket), work, token)
     assert [r for r in load.results if not r.stderr], "harpd answered none over TCP"
     wait_log(h, "predict uid=0 from 127.0.0.1:")
+
+
+# ------------------------------------------------- without libmunge: the commands
+
+
+def test_the_munge_commands_do_the_work_where_libmunge_is_missing(tcp_harpd, munge_socket) -> None:
+    """HARP_MUNGE_COMMANDS=1 stands for a node without libmunge.so.2: munge/unmunge instead, same answers."""
+    port = int((tcp_harpd.listen or "").rsplit(":", 1)[1])
+    code = (
+        "import sys; from harp_submit import client; from harp_submit.munge import Munge, MungeError\n"
+        "m = Munge(sys.argv[1]); assert m.via == 'munge/unmunge commands', m.via\n"
+        "print(client.call_tcp(('127.0.0.1', int(sys.argv[2])), {'op': 'health'}, 30, m)['ok'])\n"
+        "cred = m.encode(b'payload')\n"
+        "print(m.decode(cred)[0].decode())\n"
+        "try:\n    m.decode(cred)\nexcept MungeError as exc:\n    print(exc.code, exc.message)\n"
+    )
+    env = {**{k: v for k, v in os.environ.items() if not k.startswith("HARP_")}, "HARP_MUNGE_COMMANDS": "1",
+           "PYTHONPATH": str(REPO)}
+    out = subprocess.run([sys.executable, "-c", code, munge_socket, str(port)], capture_output=True, text=True,
+                         env=env, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.splitlines() == ["True", "payload", "17 credential replayed (munge error 17)"], out.stdout
