@@ -191,15 +191,19 @@ def test_the_real_harpd_refuses_tcp_without_munged(short_dir: Path) -> None:
     assert "Traceback" not in out.stderr
 
 
-@pytest.mark.parametrize("listen, needle", [
-    ('["0.0.0.0"]', "not HOST:PORT"),
-    ('["0.0.0.0:99999"]', "port must be"),
-    ('"0.0.0.0:6820"', "must be a list"),
+@pytest.mark.parametrize("key, value, needle", [
+    ("server.listen", '["0.0.0.0"]', "not HOST:PORT"),
+    ("server.listen", '["0.0.0.0:99999"]', "port must be"),
+    ("server.listen", '"0.0.0.0:6820"', "must be a list"),
+    ("client.servers", '["harp1:6820", "harp2"]', "'harp2' is not HOST:PORT"),
+    ("client.servers", '["::1:6820"]', "IPv6 address in brackets"),
+    ("client.harpd_uid", "-1", "at least 0"),
 ])
-def test_bad_listen_entries_stop_harpd_naming_the_key(short_dir: Path, listen: str, needle: str) -> None:
+def test_bad_addresses_stop_harpd_naming_the_key(short_dir: Path, key: str, value: str, needle: str) -> None:
     cfg = short_dir / "harpd.toml"
-    cfg.write_text(f"[server]\nlisten = {listen}\n")
+    table, name = key.split(".")
+    cfg.write_text(f"[{table}]\n{name} = {value}\n")
     out = subprocess.run([sys.executable, "-m", "harpd.daemon.main", "--config", str(cfg), "--check-config"],
                          capture_output=True, text=True, timeout=120)
-    assert out.returncode == 2 and "server.listen" in out.stderr and needle in out.stderr, out.stderr
-    assert "Traceback" not in out.stderr
+    assert out.returncode == 2 and key in out.stderr and needle in out.stderr, out.stderr
+    assert out.stderr.count("\n") == 1 and "Traceback" not in out.stderr
