@@ -22,7 +22,8 @@ floor for a harpd host of its own.
    the latency percentiles.  FIGURE lines: the saturation throughput, the
    rate answered at 500/s, and that load's p99.
 
-    python bench/tcp_load.py [--clients 200] [--procs 2] [--rate 500] [--seconds 20] [--munge-socket PATH]
+    python bench/tcp_load.py [--clients 200] [--procs 2] [--rate 500] [--seconds 20] [--nice -10]
+                             [--munge-socket PATH]
 """
 # bench: timeout=1500
 
@@ -136,7 +137,18 @@ def main() -> int:
     ap.add_argument("--seconds", type=float, default=20.0, help="length of each phase")
     ap.add_argument("--munge-socket", help="munged's socket (default: the local cluster's, else munged's default)")
     ap.add_argument("--traces", help="folder of the traces (default: $HARP_TRACES, else ../shared/traces)")
+    ap.add_argument("--nice", type=int, default=-10,
+                    help="run harpd and the clients at this niceness when permitted (default -10, as "
+                         "bench/submit_overhead.py): other work on a shared machine then disturbs the tail less; "
+                         "0 to leave it (munged keeps its own)")
     args = ap.parse_args()
+    niceness = "unchanged"
+    if args.nice:
+        try:
+            os.nice(args.nice)  # inherited by harpd and the client processes
+            niceness = f"{args.nice:+d}"
+        except OSError:
+            niceness = "unchanged (not permitted)"
     folder = traces_folder("tcp_load", trained.TRACES, args.traces)
 
     from harp_submit import client
@@ -168,7 +180,7 @@ def main() -> int:
             munge = Munge(sock)
             warm = [client.call_tcp(server, m, 10, munge) for m in msgs[:300]]
             changed = sum(bool(a["decision"]["changes"]) for a in warm)
-            print(f"munged {sock} via {munge.via}; harpd over TCP: {changed} of {len(warm)} warm-up answers "
+            print(f"niceness {niceness}; munged {sock} via {munge.via}; harpd over TCP: {changed} of {len(warm)} warm-up answers "
                   f"changed a request (models {sorted({str(a['decision'].get('model')) for a in warm})})")
             sat, sat_err, sat_s = load(args.clients, args.procs, server, sock, msgs, None, args.seconds)
             opn, opn_err, opn_s = load(args.clients, args.procs, server, sock, msgs, args.rate, args.seconds)
