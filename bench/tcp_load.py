@@ -60,9 +60,12 @@ def munge_socket(given: str | None) -> str:
     return cluster_munge_socket(conf) if Path(conf).exists() else SYSTEM_SOCKET
 
 
-def clients(k: int, threads: int, server: tuple[str, int], sock: str, msgs: list[dict[str, Any]],
+def clients(k: int, threads: int, server: tuple[str, int] | str, sock: str, msgs: list[dict[str, Any]],
             rate: float | None, seconds: float, start_at: float, out: Any) -> None:
-    """One client process: ``threads`` clients until ``start_at + seconds``; puts (latencies ms, errors)."""
+    """One client process: ``threads`` clients until ``start_at + seconds``; puts (latencies ms, errors).
+
+    ``server``: (host, port) for TCP with MUNGE, or a Unix socket path (``--path unix``, for comparison).
+    """
     from harp_submit import client
     from harp_submit.munge import Munge
 
@@ -90,7 +93,10 @@ def clients(k: int, threads: int, server: tuple[str, int], sock: str, msgs: list
             i += threads
             t0 = time.perf_counter()
             try:
-                client.call_tcp(server, msg, 10, munge)
+                if isinstance(server, str):
+                    client.call(server, msg, 10)
+                else:
+                    client.call_tcp(server, msg, 10, munge)
                 mine.append((time.perf_counter() - t0) * 1e3)
             except client.HarpdUnavailable as exc:
                 bad.append(exc.reason)
@@ -106,7 +112,7 @@ def clients(k: int, threads: int, server: tuple[str, int], sock: str, msgs: list
     out.put((lat, errors))
 
 
-def load(n_clients: int, procs: int, server: tuple[str, int], sock: str, msgs: list[dict[str, Any]],
+def load(n_clients: int, procs: int, server: tuple[str, int] | str, sock: str, msgs: list[dict[str, Any]],
          rate: float | None, seconds: float) -> tuple[list[float], list[str], float]:
     """(latencies ms, errors, seconds) of ``n_clients`` clients over ``procs`` processes."""
     ctx = mp.get_context("fork")
@@ -135,6 +141,8 @@ def main() -> int:
     ap.add_argument("--procs", type=int, default=2, help="client processes the clients are spread over")
     ap.add_argument("--rate", type=float, default=TARGET_RATE, help="offered load of all clients together, /s")
     ap.add_argument("--seconds", type=float, default=20.0, help="length of each phase")
+    ap.add_argument("--path", choices=["tcp", "unix"], default="tcp",
+                    help="tcp (default): TCP with MUNGE; unix: the same load over harpd's Unix socket, for comparison")
     ap.add_argument("--munge-socket", help="munged's socket (default: the local cluster's, else munged's default)")
     ap.add_argument("--traces", help="folder of the traces (default: $HARP_TRACES, else ../shared/traces)")
     ap.add_argument("--nice", type=int, default=-10,
@@ -142,6 +150,7 @@ def main() -> int:
                          "bench/submit_overhead.py): other work on a shared machine then disturbs the tail less; "
                          "0 to leave it (munged keeps its own)")
     args = ap.parse_args()
+    name = args.path  # the FIGURE lines' prefix
     niceness = "unchanged"
     if args.nice:
         try:
@@ -159,7 +168,7 @@ def main() -> int:
         Munge(sock).check()
     except MungeError as exc:
         print(f"tcp_load: {exc.message}", file=sys.stderr)
-        print(f"FIGURE tcp_predictions_per_s: nan /s (target >= {TARGET_RATE:g}) FAIL")
+        print(f"FIGURE {name}_predictions_per_s: nan /s (target >= {TARGET_RATE:g}) FAIL")
         return 2
     recs = trained.history(folder)
     if not recs:
@@ -182,13 +191,15 @@ def main() -> int:
             changed = sum(bool(a["decision"]["changes"]) for a in warm)
             print(f"niceness {niceness}; munged {sock} via {munge.via}; harpd over TCP: {changed} of {len(warm)} warm-up answers "
                   f"changed a request (models {sorted({str(a['decision'].get('model')) for a in warm})})")
-            sat, sat_err, sat_s = load(args.clients, args.procs, server, sock, msgs, None, args.seconds)
-            opn, opn_err, opn_s = load(args.clients, args.procs, server, sock, msgs, args.rate, args.seconds)
+            target: tuple[str, int] | str = server if args.path == "tcp" else str(unix)
+            print(f"path: {args.path} ({'TCP with MUNGE' if args.path == 'tcp' else 'the Unix socket, no MUNGE'})")
+            sat, sat_err, sat_s = load(args.clients, args.procs, target, sock, msgs, None, args.seconds)
+            opn, opn_err, opn_s = load(args.clients, args.procs, target, sock, msgs, args.rate, args.seconds)
         finally:
             trained.stop(proc)
     if not sat or not opn:
         print(f"tcp_load: every request failed: {(sat_err + opn_err)[:3]}")
-        print(f"FIGURE tcp_predictions_per_s: nan /s (target >= {TARGET_RATE:g}) FAIL")
+        print(f"FIGURE {name}_predictions_per_s: nan /s (target >= {TARGET_RATE:g}) FAIL")
         return 1
     capacity = len(sat) / sat_s
     print(f"saturation, {args.clients} clients in {args.procs} processes, each sending as soon as answered: "
@@ -204,10 +215,10 @@ def main() -> int:
     ok_cap = capacity >= TARGET_RATE
     ok_rate = answered >= 0.97 * args.rate and not opn_err  # Poisson: the count itself varies by ~1%
     ok_p99 = p99 <= TARGET_P99_MS and not opn_err
-    print(f"FIGURE tcp_predictions_per_s: {capacity:.0f} /s (target >= {TARGET_RATE:g}) {'PASS' if ok_cap else 'FAIL'}")
-    print(f"FIGURE tcp_answered_at_{args.rate:g}_per_s: {answered:.0f} /s (target >= {0.97 * args.rate:g}) "
+    print(f"FIGURE {name}_predictions_per_s: {capacity:.0f} /s (target >= {TARGET_RATE:g}) {'PASS' if ok_cap else 'FAIL'}")
+    print(f"FIGURE {name}_answered_at_{args.rate:g}_per_s: {answered:.0f} /s (target >= {0.97 * args.rate:g}) "
           f"{'PASS' if ok_rate else 'FAIL'}")
-    print(f"FIGURE tcp_p99_ms: {p99:.1f} ms (target <= {TARGET_P99_MS:g}) {'PASS' if ok_p99 else 'FAIL'}")
+    print(f"FIGURE {name}_p99_ms: {p99:.1f} ms (target <= {TARGET_P99_MS:g}) {'PASS' if ok_p99 else 'FAIL'}")
     return 0 if ok_cap and ok_rate and ok_p99 else 1
 
 
