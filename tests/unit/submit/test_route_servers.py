@@ -78,3 +78,44 @@ def test_the_shipped_config_names_no_servers() -> None:
     etc = Path(__file__).resolve().parents[3] / "etc" / "harpd.toml"
     where, problems = route.choose({"HARP_CONFIG": str(etc)})
     assert problems == [] and where.servers == () and where.harpd_uids == (0,)
+
+
+@pytest.mark.parametrize("text", [
+    '[client]\nservers = ["a:1", "b:2"]\n',
+    "[client]\nservers = ['a:1','b:2'] # two\n",
+    '[client]\nservers = []\n',
+    '[client]\nservers = ["a:1",]\n',
+    '[client]\nservers = [\n  "a:1",\n]\n',           # multi-line: left to tomllib
+    '[client]\nservers = ["a\\\\:1"]\n',                 # escapes: left to tomllib
+    '[client.extra]\nx = 1\n[client]\nservers = ["a:1"]\n',
+    '[client]\nharpd_uid = 990\n',
+    '[client]\nharpd_uid = 0990\n',                      # not TOML: both refuse
+])
+def test_the_fast_reader_agrees_with_tomllib_on_the_client_keys(text: str) -> None:
+    import tomllib
+
+    from harp_submit import config_file
+
+    keys = [("client", "servers"), ("client", "harpd_uid")]
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError:
+        with pytest.raises(ValueError):
+            config_file.values(text, keys)
+        return
+    expected = {(t, k): data[t][k] for t, k in keys if k in data.get(t, {})}
+    fast = config_file.simple_values(text, keys)
+    assert fast is config_file.UNSURE or fast == expected
+    assert config_file.values(text, keys) == expected
+
+
+def test_harp_cli_with_config_reaches_harpd_as_the_file_says(tmp_path: Path) -> None:
+    import argparse
+
+    from harpd.cli.ask import route_of
+
+    cfg = _config(tmp_path, '[server]\nsocket = "/x/h.sock"\n[client]\nservers = ["harp1:6820"]\nharpd_uid = 7\n'
+                            '[munge]\nsocket = "/m.sock"\n')
+    where = route_of(argparse.Namespace(config=cfg))
+    assert (where.socket, where.servers, where.munge_socket, where.harpd_uids) == \
+        ("/x/h.sock", (("harp1", 6820),), "/m.sock", (7,))
