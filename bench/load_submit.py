@@ -64,7 +64,8 @@ class Harpd:
     """A real harpd process with its own config, socket, store and log."""
 
     def __init__(self, d: Path, env: dict[str, str], log_level: str = "debug", prefix: list[str] | None = None,
-                 store: Path | None = None) -> None:
+                 store: Path | None = None, listen: str | None = None, munge_socket: str | None = None) -> None:
+        """``listen``: a TCP address served too (needs munged; ``munge_socket``: its socket)."""
         self.dir = d
         self.prefix = prefix or []  # e.g. setpriv dropping capabilities, as systemd/harpd.service does
         self.env = env
@@ -74,10 +75,13 @@ class Harpd:
         self.log = d / "harpd.log"
         self.log_level = log_level
         self.proc: subprocess.Popen[bytes] | None = None
+        self.listen = listen
         self.config.write_text(
             f'[server]\nsocket = "{self.socket}"\nmax_clients = 64\n'
-            f'[store]\npath = "{self.store}"\n'
+            + (f'listen = ["{listen}"]\n' if listen else "")
+            + f'[store]\npath = "{self.store}"\n'
             "[ingest]\npoll_interval_s = 3600\n[recovery]\nenabled = false\n"
+            + (f'[munge]\nsocket = "{munge_socket}"\n' if munge_socket else "")
         )
 
     def start(self, timeout: float = 60) -> None:

@@ -18,8 +18,6 @@ The requests are the traces' most recent jobs, sent as their users.
 from __future__ import annotations
 
 import argparse
-import os
-import subprocess
 import sys
 import tempfile
 import threading
@@ -30,22 +28,12 @@ import numpy as np
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
+from bench import _trained_harpd as trained  # noqa: E402
+from bench._trained_harpd import TRACES  # noqa: E402
 from bench._traces import traces_folder  # noqa: E402
 
-TRACES = ("KTH-SP2-1996-2.1-cln.swf.gz", "CTC-SP2-1996-3.1-cln.swf.gz")
 TARGET_MS = 5.0
-
-
-def _requests(recs, n):
-    from harpd.protocol import JobRequest
-
-    out = []
-    for r in recs[-n:]:
-        # the signature as the store has it (harp-submit computes it the same way live)
-        job = JobRequest(partition=r.partition, request={"time_s": int(r.req_time_s), "ntasks": r.req_cpus or 1},
-                         signature=r.signature)
-        out.append((job, r.user or "nobody"))
-    return out
+_requests = trained.requests
 
 
 def main() -> int:
@@ -64,45 +52,18 @@ def main() -> int:
     from harpd.config import HarpSettings
     from harpd.predict.live import ModelPredictor
     from harpd.store import Store
-    from harpd.traces import read_trace
-    from harpd.predict.training import train
 
-    recs = []
-    for name in TRACES:
-        p = folder / name
-        if p.exists():
-            recs.extend(r for r in read_trace(p) if r.req_time_s and r.submit_time is not None)
+    recs = trained.history(folder)
     if not recs:
         print("predict_latency: no traces found", file=sys.stderr)
         print(f"FIGURE predict_inprocess_p99_ms: nan ms (target < {TARGET_MS:g}) FAIL")
         return 1
-    recs.sort(key=lambda r: r.submit_time)
     ok_all = True
     with tempfile.TemporaryDirectory() as d:
         d = Path(d)
-        sock = d / "harpd.sock"
+        cfg, sock, mine = trained.trained_store(d, recs)
         db = d / "harp.db"
-        cfg = d / "harpd.toml"
-        cfg.write_text(
-            f'[server]\nsocket = "{sock}"\nmax_clients = 64\nlog_level = "warning"\n'
-            f'[store]\npath = "{db}"\n[slurm]\nbin_dir = "{d / "no-slurm"}"\n'
-            '[ingest]\npoll_interval_s = 3600\n[recovery]\nenabled = false\n'
-            '[predict]\npredictor = "harp"\n'
-        )
         settings = HarpSettings(store={"path": str(db)}, predict={"predictor": "harp"})
-        store = Store.open(db)
-        store.insert_jobs(recs)
-        # harpd knows callers by SO_PEERCRED: give this process's user the KTH users' history
-        import dataclasses
-        import pwd
-
-        me = pwd.getpwuid(os.getuid()).pw_name
-        mine = [dataclasses.replace(r, user=me, source="bench") for r in recs if r.source.startswith("KTH")]
-        store.insert_jobs(mine)
-        with threadpool_limits(1):
-            res = train(store, settings, "time")
-        print(f"trained on {res.n_jobs} jobs in {res.seconds:.1f}s (champion {res.champion})")
-        store.close()
 
         # 1. in-process
         store = Store.open(db)
@@ -128,24 +89,8 @@ def main() -> int:
         print(f"FIGURE predict_inprocess_p99_ms: {p99:.2f} ms (target < {TARGET_MS:g}) {'PASS' if ok else 'FAIL'}")
 
         # 2. over the socket, 50 clients
-        env = {**os.environ, "HARP_CONFIG": str(cfg), "OMP_NUM_THREADS": "1"}
-        log = (d / "harpd.log").open("wb")
-        proc = subprocess.Popen([sys.executable, "-m", "harpd.daemon.main", "--config", str(cfg)],
-                                stdout=log, stderr=subprocess.STDOUT, env=env, cwd=str(d))
+        proc = trained.start(cfg, d, sock)
         try:
-            end = time.monotonic() + 120
-            while True:
-                if proc.poll() is not None:
-                    raise RuntimeError((d / "harpd.log").read_text()[-2000:])
-                try:
-                    h = client.call(str(sock), {"op": "health"}, 5)
-                    if h.get("store") == "ok":
-                        break
-                except client.HarpdUnavailable:
-                    pass
-                if time.monotonic() > end:
-                    raise RuntimeError("harpd did not start: " + (d / "harpd.log").read_text()[-2000:])
-                time.sleep(0.2)
             kth = [(j, u) for j, u in _requests(mine, args.requests)]
             msgs = [{"op": "predict", "job": job.model_dump(exclude_none=True)} for job, _ in kth]
             warm = [client.call(str(sock), m, 10) for m in msgs[:300]]
@@ -190,12 +135,7 @@ def main() -> int:
             sat, sat_wall = load(None)  # closed loop: every client as fast as it can
             opn, opn_wall = load(args.rate)
         finally:
-            proc.terminate()
-            try:
-                proc.wait(30)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-            log.close()
+            trained.stop(proc)
         if not sat or not opn:
             print(f"socket: every request failed: {errors[:3]}")
             print(f"FIGURE predict_socket_p99_ms: nan ms (target < {TARGET_MS:g}) FAIL")

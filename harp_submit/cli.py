@@ -28,7 +28,7 @@ import os
 import stat
 import sys
 
-from . import __version__, client, harp_options, registration, step_aside
+from . import __version__, client, harp_options, registration, route, step_aside
 from .decision import BadDecision, check_beside, validate
 from .request import Request
 from .rewrite import RewriteError, Rewritten, apply, build
@@ -383,12 +383,12 @@ class Submit:
         on_line = None
         if register is not None:
             timeout = registration.timeout_s(self.environ)
-            path = client.socket_path(self.environ)
+            where = route.choose(self.environ)[0]
 
             def on_line(line: bytes) -> None:
                 job_id = parse_job_id(line)
                 if job_id is not None:
-                    registration.register_in_background(path, {**register, "job_id": job_id}, timeout)
+                    registration.register_in_background(where, {**register, "job_id": job_id}, timeout)
 
         self.submitted = True
         try:

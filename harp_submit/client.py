@@ -16,28 +16,34 @@ import _json
 import _socket
 import os
 import time
+
+from . import route
+
 TYPE_CHECKING = False  # typing costs milliseconds to import; checkers still see these
 if TYPE_CHECKING:
     from typing import Any, Mapping
 
-DEFAULT_SOCKET = "/run/harp/harpd.sock"
-DEFAULT_CONFIG = "/etc/harp/harpd.toml"
+DEFAULT_SOCKET = route.DEFAULT_SOCKET
+DEFAULT_CONFIG = route.DEFAULT_CONFIG
 DEFAULT_TIMEOUT_S = 2.0
 MAX_ANSWER = 1 << 20  # same bound as the server's request limit
 PROTOCOL_VERSION = 1
+CONNECT_TIMEOUT_S = 0.5  # per server while another is left to try: a dead host must not eat the budget
 
 
 class HarpdUnavailable(Exception):
     """No usable answer from harpd; ``reason`` is one line for the user.
 
     ``reachable`` tells whether something answered at all (so a later
-    ``register`` is worth trying).
+    ``register`` is worth trying); ``final`` that harpd itself refused (no
+    other server is asked).
     """
 
-    def __init__(self, reason: str, reachable: bool = False):
+    def __init__(self, reason: str, reachable: bool = False, final: bool = False):
         super().__init__(reason)
         self.reason = reason
         self.reachable = reachable
+        self.final = final
 
 
 def socket_path(environ: Mapping[str, str] = os.environ) -> str:
@@ -46,100 +52,9 @@ def socket_path(environ: Mapping[str, str] = os.environ) -> str:
 
 
 def socket_choice(environ: Mapping[str, str] = os.environ) -> tuple[str, str | None]:
-    """``socket_path``'s answer, and one line for the user when HARP_CONFIG was set but unusable.
-
-    A HARP_CONFIG that names a missing, unreadable or malformed file is
-    someone's mistake (a typo, a config not copied to this host): harp still
-    falls back to the default socket, but says so instead of failing
-    silently.  The default config being absent is normal and not mentioned.
-    """
-    path = environ.get("HARP_SOCKET")
-    if path:
-        return path, None
-    explicit = environ.get("HARP_CONFIG")
-    config = explicit or DEFAULT_CONFIG
-
-    def fallback(problem: str) -> tuple[str, str | None]:
-        if not explicit:
-            return DEFAULT_SOCKET, None
-        return DEFAULT_SOCKET, f"HARP_CONFIG={config}: {problem}; using the default socket {DEFAULT_SOCKET}"
-
-    try:
-        with open(config, "rb") as fh:
-            raw = fh.read()
-    except FileNotFoundError:
-        return fallback("no such file")
-    except OSError as exc:
-        return fallback(f"cannot read it ({exc.strerror or exc})")
-    try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError:
-        return fallback("not UTF-8 text")
-    value = _simple_server_socket(text)
-    if value is _UNSURE:
-        try:
-            import tomllib  # exact, but its import costs more than a whole round trip
-
-            value = tomllib.loads(text).get("server", {}).get("socket")
-        except ValueError:  # TOMLDecodeError
-            return fallback("not valid TOML")
-        except AttributeError:
-            return fallback("its [server] is not a table")
-    return (value, None) if isinstance(value, str) and value else (DEFAULT_SOCKET, None)
-
-
-_UNSURE = object()
-
-
-def _simple_server_socket(text: str) -> object:
-    """``[server] socket`` from a plainly written TOML file, or _UNSURE.
-
-    Handles what harpd.toml looks like (tables, ``key = value`` lines, comments,
-    plain quoted strings); anything else that could bear on the answer
-    (dotted keys, inline tables, multi-line or escaped strings) is left to
-    tomllib.  Returns None when the file plainly has no such key.
-    """
-    table = ""
-    found: object = None
-    for raw in text.splitlines():
-        line = raw.strip()
-        if not line or line.startswith("#"):
-            continue
-        if '"""' in line or "\'\'\'" in line:
-            return _UNSURE
-        if line.startswith("["):
-            if line.startswith("[["):
-                return _UNSURE
-            end = line.find("]")
-            rest = line[end + 1 :].strip()
-            if end < 0 or (rest and not rest.startswith("#")):
-                return _UNSURE
-            table = line[1:end].strip()
-            if table.startswith("server.") or "\"" in table or "'" in table:
-                return _UNSURE
-            continue
-        key, eq, value = line.partition("=")
-        key = key.strip()
-        if not eq:
-            return _UNSURE
-        if "." in key or key.startswith(('"', "'")) or (table == "" and key == "server"):
-            return _UNSURE  # dotted, quoted or inline-table keys: tomllib knows best
-        if table != "server" or key != "socket":
-            continue
-        value = value.strip()
-        if len(value) < 2 or value[0] not in "\"'":
-            return _UNSURE
-        q = value[0]
-        close = value.find(q, 1)
-        if close < 0:
-            return _UNSURE
-        inner, tail = value[1:close], value[close + 1 :].strip()
-        if (q == '"' and "\\" in inner) or (tail and not tail.startswith("#")):
-            return _UNSURE
-        if found is not None:
-            return _UNSURE  # a duplicate key: invalid TOML, let tomllib say so
-        found = inner
-    return found
+    """``socket_path``'s answer, and one line for the user when HARP_CONFIG was set but unusable."""
+    found, problems = route.choose(environ)
+    return found.socket, (problems[0] if problems and problems[0].startswith("HARP_CONFIG=") else None)
 
 
 def timeout_s(environ: Mapping[str, str] = os.environ) -> tuple[float, str | None]:
@@ -156,29 +71,122 @@ def timeout_s(environ: Mapping[str, str] = os.environ) -> tuple[float, str | Non
     return value, None
 
 
-def call(path: str, message: dict[str, Any], timeout: float, max_answer: int | None = None) -> dict[str, Any]:
-    """Send one request and return the ``ok`` answer; raise HarpdUnavailable otherwise.
+def call(path: str, message: dict[str, Any], timeout: float, max_answer: int | None = None,
+         deadline: float | None = None) -> dict[str, Any]:
+    """Send one request over the Unix socket and return the ``ok`` answer; raise HarpdUnavailable otherwise.
 
     ``max_answer`` (bytes, default MAX_ANSWER) guards against a runaway peer;
-    only the admin CLI's reports raise it.
+    only the admin CLI's reports raise it.  ``deadline`` (time.monotonic()):
+    when earlier servers already used part of ``timeout`` (``ask``).
     """
-    limit = MAX_ANSWER if max_answer is None else max_answer
-    deadline = time.monotonic() + timeout
-    data = dumps({"v": PROTOCOL_VERSION, **message}).encode() + b"\n"
-    reachable = False
+    deadline = time.monotonic() + timeout if deadline is None else deadline
     sock = _socket.socket(_socket.AF_UNIX, _socket.SOCK_STREAM)
+    lines = _exchange(sock, path, path, _body(message) + b"\n", deadline, timeout, None, max_answer, False,
+                      absent=f"harpd is not running (no socket at {path})",
+                      denied=f"no permission to use harpd's socket {path}")
+    return _answer(lines[0], "harpd")
+
+
+def call_tcp(server: tuple[str, int], message: dict[str, Any], timeout: float, munge: Any,
+             harpd_uids: tuple[int, ...] = (0,), connect_timeout: float | None = None,
+             max_answer: int | None = None, deadline: float | None = None) -> dict[str, Any]:
+    """``call`` over TCP: the request sealed with a MUNGE credential, the answer believed only if sealed by harpd.
+
+    ``munge`` is a ``harp_submit.munge.Munge``; ``connect_timeout`` bounds the
+    connection alone, so a host that drops packets leaves time for the next.
+    An answer harpd did not seal raises HarpdUnavailable: the job goes in unchanged.
+    """
+    from .sealed import Refused, open_answer, seal_request
+    from .munge import MungeError
+
+    deadline = time.monotonic() + timeout if deadline is None else deadline
+    where = f"{server[0]}:{server[1]}"
     try:
-        sock.settimeout(timeout)
+        data, nonce = seal_request(munge, _body(message))
+    except MungeError as exc:
+        raise HarpdUnavailable(f"cannot make a MUNGE credential for harpd at {where}: {exc.message}") from None
+    try:
+        family, kind, proto, _, addr = _socket.getaddrinfo(server[0], server[1], 0, _socket.SOCK_STREAM)[0]
+    except OSError as exc:
+        raise HarpdUnavailable(f"cannot resolve harpd's host {server[0]}: {exc.strerror or exc}") from None
+    lines = _exchange(_socket.socket(family, kind, proto), addr, where, data, deadline, timeout, connect_timeout,
+                      max_answer, True, absent=f"harpd is not running at {where} (connection refused)",
+                      denied=f"no permission to reach harpd at {where}")
+    if len(lines) < 2:  # unsealed: harpd refusing our credential, or not harpd at all; either way not final
         try:
-            sock.connect(path)
+            _answer(lines[0], f"harpd at {where}")
+        except HarpdUnavailable as exc:
+            raise HarpdUnavailable(exc.reason, True) from None
+        raise HarpdUnavailable(f"unsealed answer from {where} ignored", True)
+    try:
+        open_answer(munge, nonce, lines[0], lines[1], harpd_uids)
+    except Refused as exc:
+        raise HarpdUnavailable(f"answer from {where} not believed: {exc.reason}", True) from None
+    return _answer(lines[1], f"harpd at {where}")
+
+
+def ask(where: route.Route, message: dict[str, Any], timeout: float, max_answer: int | None = None) -> dict[str, Any]:
+    """harpd's ``ok`` answer from the first of ``where``'s targets that gives one, all within ``timeout``.
+
+    Only a refusal harpd itself vouches for (the Unix socket, or a sealed
+    answer) ends the search; anything else moves on to the next server.
+    """
+    deadline = time.monotonic() + timeout
+    targets = where.targets()
+    failures: list[HarpdUnavailable] = []
+    munge = None
+    for i, target in enumerate(targets):
+        left = deadline - time.monotonic()
+        if left <= 0:
+            break
+        try:
+            if isinstance(target, str):
+                return call(target, message, timeout, max_answer, deadline)
+            if munge is None:
+                from .munge import Munge, socket_path as munge_socket
+
+                munge = Munge(munge_socket(where.munge_socket))
+            more = i < len(targets) - 1
+            return call_tcp(target, message, timeout, munge, where.harpd_uids,
+                            min(left, CONNECT_TIMEOUT_S) if more else None, max_answer, deadline)
+        except HarpdUnavailable as exc:
+            if exc.final:
+                raise
+            failures.append(exc)
+    if not failures:
+        raise HarpdUnavailable(f"no time left to ask harpd (HARP_TIMEOUT {timeout:g} s)")
+    if len(failures) == 1:
+        raise failures[0]
+    raise HarpdUnavailable("; ".join(f.reason for f in failures), any(f.reachable for f in failures))
+
+
+def _body(message: dict[str, Any]) -> bytes:
+    return dumps({"v": PROTOCOL_VERSION, **message}).encode()
+
+
+def _exchange(sock: Any, addr: Any, where: str, data: bytes, deadline: float, timeout: float,
+              connect_timeout: float | None, max_answer: int | None, sealed: bool, *, absent: str,
+              denied: str) -> list[bytes]:
+    """Connect ``sock`` (closed afterwards), send ``data``, read the answer's lines: one, or two when
+    it starts with a MUNGE credential (``sealed``).  ``absent``/``denied``: the reasons for nothing
+    listening and no permission; ``connect_timeout`` bounds the connection alone."""
+    limit = MAX_ANSWER if max_answer is None else max_answer
+    buf = bytearray()
+    try:
+        sock.settimeout(max(0.001, min(connect_timeout or timeout, deadline - time.monotonic())))
+        try:
+            sock.connect(addr)
         except (FileNotFoundError, ConnectionRefusedError):
-            raise HarpdUnavailable(f"harpd is not running (no socket at {path})") from None
+            raise HarpdUnavailable(absent) from None
         except PermissionError:
-            raise HarpdUnavailable(f"no permission to use harpd's socket {path}") from None
-        reachable = True
+            raise HarpdUnavailable(denied) from None
+        except TimeoutError:
+            raise HarpdUnavailable(f"harpd at {where} did not accept a connection in time" if connect_timeout
+                                   else f"harpd did not answer within {timeout:g} s") from None
+        except OSError as exc:
+            raise HarpdUnavailable(f"cannot reach harpd at {where}: {exc.strerror or exc}") from None
         _settimeout(sock, deadline)
         sock.sendall(data)
-        buf = bytearray()
         while True:
             _settimeout(sock, deadline)
             chunk = sock.recv(65536)
@@ -186,30 +194,37 @@ def call(path: str, message: dict[str, Any], timeout: float, max_answer: int | N
                 break
             buf += chunk
             if b"\n" in chunk:
-                break
+                need = 2 if sealed and buf.startswith(b"MUNGE:") else 1
+                if buf.count(b"\n") >= need:
+                    break
             if len(buf) > limit:
-                raise HarpdUnavailable(f"harpd's answer is too large (over {limit} bytes)", reachable)
-    except HarpdUnavailable:
-        raise
+                raise HarpdUnavailable(f"harpd's answer is too large (over {limit} bytes)", True)
     except TimeoutError:
-        raise HarpdUnavailable(f"harpd did not answer within {timeout:g} s", reachable) from None
+        raise HarpdUnavailable(f"harpd did not answer within {timeout:g} s", True) from None
     except OSError as exc:
-        raise HarpdUnavailable(f"cannot talk to harpd at {path}: {exc.strerror or exc}", reachable) from None
+        raise HarpdUnavailable(f"cannot talk to harpd at {where}: {exc.strerror or exc}", True) from None
     finally:
         sock.close()
-    line = bytes(buf).split(b"\n", 1)[0]
-    if not line.strip():
-        raise HarpdUnavailable("harpd closed the connection without an answer", reachable)
+    lines = bytes(buf).split(b"\n")
+    if not lines[0].strip():
+        raise HarpdUnavailable("harpd closed the connection without an answer", True)
+    if sealed and lines[0].startswith(b"MUNGE:"):
+        return lines[:2]
+    return lines[:1]
+
+
+def _answer(line: bytes, who: str) -> dict[str, Any]:
+    """The ``ok`` answer in ``line``; HarpdUnavailable (final: harpd said no) otherwise."""
     try:
         answer = loads(line.decode("utf-8"))
     except ValueError:
-        raise HarpdUnavailable("harpd's answer is not JSON", reachable) from None
+        raise HarpdUnavailable(f"{who}'s answer is not JSON", True) from None
     if not isinstance(answer, dict):
-        raise HarpdUnavailable("harpd's answer is not a JSON object", reachable)
+        raise HarpdUnavailable(f"{who}'s answer is not a JSON object", True)
     if answer.get("ok") is not True:
         err = answer.get("error")
         err = err if isinstance(err, str) and err else "no reason given"
-        raise HarpdUnavailable(f"harpd refused: {_one_line(err)}", reachable)
+        raise HarpdUnavailable(f"{who} refused: {_one_line(err)}", True, final=True)
     return answer
 
 

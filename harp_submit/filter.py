@@ -42,7 +42,7 @@ from __future__ import annotations
 import os
 import sys
 
-from . import client, registration, step_aside
+from . import client, registration, route, step_aside
 from .decision import BadDecision, check_beside, validate
 from .request import MEMORY_OPTIONS, VALIDATORS, Request
 from .sbatch_options import SBATCH_TABLE, GetoptError
@@ -327,7 +327,7 @@ def register(path: str, job_id: str, environ: dict) -> int:
     if not job_id.isdigit() or payload.get("op") != "register":
         return 1
     timeout = registration.timeout_s(environ)
-    registration.register_in_background(client.socket_path(environ), {**payload, "job_id": job_id}, timeout)
+    registration.register_in_background(route.choose(environ)[0], {**payload, "job_id": job_id}, timeout)
     return 0
 
 

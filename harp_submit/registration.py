@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import os
 
-from . import client
+from . import client, route
 
 TYPE_CHECKING = False  # typing costs milliseconds to import; checkers still see these
 if TYPE_CHECKING:
@@ -46,7 +46,7 @@ def timeout_s(environ: Mapping[str, str]) -> float:
     return min(TIMEOUT_S, client.timeout_s(environ)[0])
 
 
-def register_in_background(path: str, message: dict, timeout: float) -> None:
+def register_in_background(where: route.Route, message: dict, timeout: float) -> None:
     """Tell harpd about the new job from a detached child, so the user never waits for it.
 
     The child lets go of the terminal and of sbatch's pipes at once (a shell
@@ -69,7 +69,10 @@ def register_in_background(path: str, message: dict, timeout: float) -> None:
             for fd in (0, 1, 2):
                 os.dup2(devnull, fd)
             os.closerange(3, 256)
-        client.call(path, message, timeout)
+            # background work: on a busy login node the user's harp-submit, still
+            # exiting, goes first (over TCP the child makes and checks MUNGE credentials)
+            os.nice(10)
+        client.ask(where, message, timeout)
     except BaseException:
         pass
     finally:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import os
 
-from . import client, directives, harp_lines
+from . import client, directives, harp_lines, route
 
 TYPE_CHECKING = False  # typing costs milliseconds to import; checkers still see these
 if TYPE_CHECKING:
@@ -93,11 +93,11 @@ def ask_harpd(job: dict[str, Any], environ: Mapping[str, str], say: Callable[[st
     timeout, problem = client.timeout_s(environ)
     if problem:
         say(problem)
-    path, problem = client.socket_choice(environ)
-    if problem:
+    where, problems = route.choose(environ)
+    for problem in problems:
         say(problem)
     try:
-        return client.call(path, {"op": "predict", "job": job}, timeout)
+        return client.ask(where, {"op": "predict", "job": job}, timeout)
     except client.HarpdUnavailable as exc:
         say(f"{exc.reason}; {UNCHANGED}")
         raise

@@ -35,6 +35,40 @@ class ServerSettings(_Section):
     max_request_bytes: int = Field(1 << 20, gt=0)
     max_clients: int = Field(64, gt=0)
     log_level: Literal["debug", "info", "warning", "error"] = "info"
+    # TCP addresses ("HOST:PORT") served beside the socket, every request sealed with MUNGE; [] = socket only
+    listen: list[str] = Field(default_factory=list)
+
+    @field_validator("listen")
+    @classmethod
+    def _addresses(cls, entries: list[str]) -> list[str]:
+        return _checked_addresses(entries, "0.0.0.0:6820")
+
+
+class ClientSettings(_Section):
+    """Where harp-submit, harp-filter and ``harp`` find harpd from other hosts (harp_submit.route)."""
+
+    servers: list[str] = Field(default_factory=list)
+    harpd_uid: int = Field(0, ge=0)  # the uid harpd runs as: answers sealed by any other are not believed
+
+    @field_validator("servers")
+    @classmethod
+    def _addresses(cls, entries: list[str]) -> list[str]:
+        return _checked_addresses(entries, "harp1:6820")
+
+
+class MungeSettings(_Section):
+    socket: str | None = None  # munged's socket; None: HARP_MUNGE_SOCKET, else /run/munge/munge.socket.2
+
+
+def _checked_addresses(entries: list[str], example: str) -> list[str]:
+    from harp_submit.route import parse_address
+
+    for entry in entries:
+        try:
+            parse_address(entry)
+        except ValueError as exc:
+            raise ValueError(f"{exc}; write each entry as \"HOST:PORT\", e.g. \"{example}\"") from None
+    return entries
 
 
 class StoreSettings(_Section):
@@ -147,6 +181,8 @@ class HarpSettings(BaseSettings):
     )
 
     server: ServerSettings = Field(default_factory=ServerSettings)
+    client: ClientSettings = Field(default_factory=ClientSettings)
+    munge: MungeSettings = Field(default_factory=MungeSettings)
     store: StoreSettings = Field(default_factory=StoreSettings)
     slurm: SlurmSettings = Field(default_factory=SlurmSettings)
     ingest: IngestSettings = Field(default_factory=IngestSettings)

@@ -1,8 +1,9 @@
 """Ask the running harpd one question: the admin CLI's only way onto the socket.
 
 ``harp status``, ``harp report``, ``harp retrain`` and ``harp reload`` all go
-through here, so all find the socket the same way (``--config``'s
-``server.socket``, else HARP_SOCKET or the harp-submit default) and tell
+through here, so all find harpd the same way (``--config``'s
+``server.socket`` and ``client.servers``, else what harp-submit uses:
+HARP_SOCKET, HARP_SERVERS, /etc/harp/harpd.toml) and tell
 "harpd is not there" (``Unreachable``: the caller may fall back to the store)
 from "harpd said no" (``Refused``).
 """
@@ -38,12 +39,15 @@ class NotDone(CliError):
     exit_code = 1
 
 
-def socket_of(args: argparse.Namespace) -> str:
-    from harp_submit import client
+def route_of(args: argparse.Namespace) -> Any:
+    """``--config``'s socket, servers and munge socket; else what harp-submit would use (``harp_submit.route``)."""
+    from harp_submit import route
 
     if getattr(args, "config", None):
-        return str(settings_of(args).server.socket)
-    return client.socket_path(os.environ)
+        s = settings_of(args)
+        return route.Route(str(s.server.socket), tuple(route.parse_address(a) for a in s.client.servers),
+                           s.munge.socket, (s.client.harpd_uid,))
+    return route.choose(os.environ)[0]
 
 
 def ask(args: argparse.Namespace, message: dict[str, Any], timeout: float, *,
@@ -52,10 +56,10 @@ def ask(args: argparse.Namespace, message: dict[str, Any], timeout: float, *,
     from harp_submit import client
 
     try:
-        return client.call(socket_of(args), message, timeout, max_answer=max_answer)
+        return client.ask(route_of(args), message, timeout, max_answer=max_answer)
     except client.HarpdUnavailable as exc:
-        if exc.reachable and str(exc).startswith("harpd refused: "):
-            raise Refused(str(exc)[len("harpd refused: "):]) from None
+        if exc.final:
+            raise Refused(exc.reason.partition(" refused: ")[2]) from None
         raise Unreachable(exc.reason, exc.reachable) from None
 
 

@@ -83,20 +83,25 @@ class NoChangePredictor:
 
 @dataclass(frozen=True)
 class Peer:
-    """The caller, as the kernel reports it (never as the message claims)."""
+    """The caller, as the kernel (Unix socket) or munged (TCP) reports it, never as the message claims."""
 
-    pid: int
+    pid: int  # 0 over TCP
     uid: int
     gid: int
     user: str
     groups: frozenset[int]
+    host: str | None = None  # "ADDR:PORT" of a TCP peer; None on the Unix socket
 
     @classmethod
-    def from_ids(cls, pid: int, uid: int, gid: int) -> "Peer":
-        """Resolve name and groups (primary gid + supplementary from the group database)."""
+    def from_ids(cls, pid: int, uid: int, gid: int, host: str | None = None) -> "Peer":
+        """Resolve name and groups (primary gid + supplementary from this host's group database)."""
         name = access.user_of(uid)
         return cls(pid=pid, uid=uid, gid=gid, user=str(uid) if name is None else name,
-                   groups=access.groups_of(name, gid))
+                   groups=access.groups_of(name, gid), host=host)
+
+    def describe(self) -> str:
+        """For log lines: the uid and where the request came from."""
+        return f"uid={self.uid} pid={self.pid}" if self.host is None else f"uid={self.uid} from {self.host}"
 
 
 def _as_result(value: Any) -> dict[str, Any]:

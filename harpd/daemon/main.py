@@ -44,8 +44,10 @@ from typing import Any
 from harp_submit import __version__
 from harpd.access import resolve_group
 from harpd.config import DEFAULT_CONFIG_PATH, ConfigError, HarpSettings, load_settings
+from harpd.daemon.active_lock import StoreInUse, hold as hold_store
 from harpd.daemon.handlers import Handlers
 from harpd.daemon.server import Server, ServerError
+from harpd.daemon.tcp_door import doors_for
 from harpd.dnn.predictor import DnnRoutingPredictor
 from harpd.ingest import poller
 from harpd.ingest.importer import import_file
@@ -208,6 +210,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--config", help=f"config file (default: $HARP_CONFIG or {DEFAULT_CONFIG_PATH})")
     ap.add_argument("--check-config", action="store_true", help="validate the config and exit (0: valid, 2: invalid)")
     ap.add_argument("--log-level", choices=["debug", "info", "warning", "error"], help="override server.log_level")
+    ap.add_argument("--standby", action="store_true",
+                    help="when another harpd holds the store, wait and take over when it stops (instead of exit 1)")
     ap.add_argument("--version", action="version", version=f"harpd {__version__}")
     args = ap.parse_args(argv)
 
@@ -223,22 +227,35 @@ def main(argv: list[str] | None = None) -> int:
         return 0
 
     setup_logging(args.log_level or settings.server.log_level)
-    try:
+    try:  # first: its errors name the store's directory and file problems best
         store = Store.open(settings.store.path, busy_timeout_s=settings.store.busy_timeout_s)
     except StoreError as exc:
         print(f"harpd: {exc}", file=sys.stderr)
         return 1
+    try:  # then one active harpd per store (harpd.daemon.active_lock); a standby waits here
+        active = hold_store(settings.store.path, standby=args.standby,
+                            on_wait=lambda line: sd_notify(f"STATUS={line}"))
+    except StoreInUse as exc:
+        print(f"harpd: {exc}", file=sys.stderr)
+        store.close()
+        return 1
     services: list[Any] = []
     # bind before starting anything else: a second harpd must fail here, before
     # it polls Slurm beside the first one; early clients wait in the backlog
-    server = Server(
-        settings.server.socket,
-        None,
-        mode=settings.server.socket_mode,
-        request_timeout_s=settings.server.request_timeout_s,
-        max_request_bytes=settings.server.max_request_bytes,
-        max_clients=settings.server.max_clients,
-    )
+    try:
+        server = Server(
+            settings.server.socket,
+            None,
+            mode=settings.server.socket_mode,
+            request_timeout_s=settings.server.request_timeout_s,
+            max_request_bytes=settings.server.max_request_bytes,
+            max_clients=settings.server.max_clients,
+            doors=doors_for(settings.server.listen, settings.munge.socket),
+        )
+    except ServerError as exc:
+        print(f"harpd: {exc}", file=sys.stderr)
+        _stop(services, store, None)
+        return 1
     try:
         server.bind()
     except ServerError as exc:
@@ -265,13 +282,15 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGHUP, on_hup)
 
     log.info("harpd %s ready (store %s, pid %d)", __version__, settings.store.path, os.getpid())
-    sd_notify(f"READY=1\nSTATUS=serving on {settings.server.socket}\nMAINPID={os.getpid()}")
+    where = " and ".join([str(settings.server.socket), *settings.server.listen])
+    sd_notify(f"READY=1\nSTATUS=serving on {where}\nMAINPID={os.getpid()}")
     try:
         server.serve_forever()
     finally:
         sd_notify("STOPPING=1")
         _stop(services, store, server)
     log.info("stopped after %d requests", server.served)
+    os.close(active)  # the standby, if any, takes over from here
     return 0
 
 

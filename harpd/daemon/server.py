@@ -1,9 +1,11 @@
-"""The Unix socket server: identity from the kernel, bounded everything.
+"""harpd's server: the Unix socket and any TCP addresses, bounded everything.
 
-Every user's sbatch goes through this socket, so one bad client must never
-hold up the others or take the daemon down:
+Every user's sbatch goes through here, so one bad client must never hold up
+the others or take the daemon down:
 
-* the caller's uid/gid come from SO_PEERCRED, never from the message;
+* the caller's uid/gid come from SO_PEERCRED on the Unix socket and from a
+  MUNGE credential over TCP (a ``Door`` each: ``unix_door``, ``tcp_door``),
+  never from the message; both ways in share this one loop;
 * each connection has its own thread (daemon threads, so a slow admin import
   never blocks shutdown) and at most ``max_clients`` run at once; the next one
   gets an immediate "busy" answer instead of queueing behind stalled clients;
@@ -16,36 +18,26 @@ hold up the others or take the daemon down:
 
 from __future__ import annotations
 
-import errno
 import logging
 import os
+import queue
 import selectors
 import socket
-import stat
-import struct
 import threading
 import time
-from pathlib import Path
+from collections.abc import Sequence
 
 from harpd import protocol as p
+from harpd.daemon.door import Admission, Door, Refused, ServerError, as_is, peer_address
 from harpd.daemon.handlers import Handlers, Peer
+from harpd.daemon.unix_door import UnixDoor, peer_ids
+
+__all__ = ["Server", "ServerError", "peer_ids"]
 
 log = logging.getLogger("harpd.server")
 
-_CRED = struct.Struct("3i")  # struct ucred: pid, uid, gid
-_MAX_SUN_PATH = 107  # sockaddr_un.sun_path minus the terminating NUL
 _PEER_CACHE_S = 60.0  # pwd/grp lookups can hit LDAP: reuse them for a minute
 _MAX_REJECTED = 256  # busy-answered sockets kept open to read their request
-
-
-class ServerError(Exception):
-    """Cannot serve (socket path unusable, another harpd running): one line."""
-
-
-def peer_ids(conn: socket.socket) -> tuple[int, int, int]:
-    """(pid, uid, gid) of the process at the other end, from the kernel."""
-    raw = conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, _CRED.size)
-    return _CRED.unpack(raw)
 
 
 class Server:
@@ -58,15 +50,18 @@ class Server:
         request_timeout_s: float = 5.0,
         max_request_bytes: int = p.MAX_REQUEST_BYTES,
         max_clients: int = 64,
+        doors: Sequence[Door] = (),
     ) -> None:
-        self.path = Path(path)
+        """``doors``: further ways in beside the Unix socket at ``path`` (TCP)."""
+        self.unix = UnixDoor(path, mode)
+        self.path = self.unix.path
+        self.doors: list[Door] = [self.unix, *doors]
         self.handlers = handlers
         self.mode = mode
         self.request_timeout_s = request_timeout_s
         self.max_request_bytes = max_request_bytes
         self.max_clients = max_clients
-        self._sock: socket.socket | None = None
-        self._inode: tuple[int, int] | None = None
+        self._socks: dict[socket.socket, Door] = {}
         self._wake_r, self._wake_w = os.pipe()
         os.set_blocking(self._wake_r, False)
         os.set_blocking(self._wake_w, False)
@@ -77,75 +72,32 @@ class Server:
         self._peers: dict[tuple[int, int], tuple[float, Peer]] = {}
         self._sel: selectors.BaseSelector | None = None
         self._rejected: dict[socket.socket, float] = {}  # busy-answered sockets → drain deadline
+        self._work: queue.SimpleQueue[tuple[socket.socket, Door, object] | None] = queue.SimpleQueue()
+        self._idle_workers = 0
         self.served = 0  # requests answered (for tests and the stop log line)
 
     # -------------------------------------------------------------- binding
 
     def bind(self) -> None:
-        """Create the socket: parent dir made, stale socket replaced, live one refused."""
-        path = self.path
-        if len(os.fsencode(str(path))) > _MAX_SUN_PATH:
-            raise ServerError(f"socket path {path} is longer than {_MAX_SUN_PATH} bytes; set a shorter server.socket")
+        """Listen at every door (the Unix socket first); ServerError and nothing left open if one fails."""
         try:
-            path.parent.mkdir(mode=0o755, parents=True, exist_ok=True)
-        except OSError as exc:
-            raise ServerError(f"cannot create socket directory {path.parent} ({exc.strerror}); set server.socket") from None
-        try:
-            st = os.lstat(path)
-        except FileNotFoundError:
-            st = None
-        if st is not None:
-            if not stat.S_ISSOCK(st.st_mode):
-                raise ServerError(f"{path} exists and is not a socket; remove it or set server.socket")
-            if self._alive(path):
-                raise ServerError(f"another harpd is already serving on {path}; stop it first (systemctl stop harpd)")
-            log.info("replacing stale socket %s", path)
-            try:
-                os.unlink(path)
-            except FileNotFoundError:
-                pass
-            except OSError as exc:
-                raise ServerError(f"cannot remove stale socket {path} ({exc.strerror})") from None
-        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        try:
-            sock.bind(str(path))
-            # chmod before listen(): nobody can connect while the mode is wrong
-            os.chmod(path, self.mode)
-            sock.listen(min(socket.SOMAXCONN, 4096))
-            sock.setblocking(False)
-        except OSError as exc:
-            sock.close()
-            raise ServerError(f"cannot listen on {path} ({exc.strerror}); check server.socket") from None
-        st = os.stat(path)
-        self._inode = (st.st_dev, st.st_ino)
-        self._sock = sock
-        log.info("listening on %s (mode %o, max %d clients)", path, self.mode, self.max_clients)
-
-    @staticmethod
-    def _alive(path: Path) -> bool:
-        probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        probe.settimeout(1.0)
-        try:
-            probe.connect(str(path))
-            return True
-        except (ConnectionRefusedError, FileNotFoundError):
-            return False
-        except OSError as exc:
-            # EAGAIN: backlog full, i.e. very much alive; anything else: treat as alive, refuse to clobber
-            return exc.errno != errno.ECONNREFUSED
-        finally:
-            probe.close()
+            for door in self.doors:
+                self._socks[door.bind()] = door
+        except ServerError:
+            self._close_listener()
+            raise
+        log.info("serving at most %d clients at once", self.max_clients)
 
     # -------------------------------------------------------------- serving
 
     def serve_forever(self) -> None:
         """Accept until shutdown(); then stop accepting and wait briefly for running requests."""
-        if self._sock is None:
+        if not self._socks:
             self.bind()
-        assert self._sock is not None
         sel = selectors.DefaultSelector()
         self._sel = sel
-        sel.register(self._sock, selectors.EVENT_READ, "accept")
+        for listener in self._socks:
+            sel.register(listener, selectors.EVENT_READ, "accept")
         sel.register(self._wake_r, selectors.EVENT_READ, "wake")
         try:
             while not self._stop.is_set():
@@ -159,7 +111,7 @@ class Server:
                         except BlockingIOError:
                             pass
                     elif key.data == "accept":
-                        self._accept()
+                        self._accept(key.fileobj)  # type: ignore[arg-type]
                     else:
                         self._drain_rejected(key.fileobj)  # type: ignore[arg-type]
                 self._expire_rejected()
@@ -170,11 +122,14 @@ class Server:
             self._sel = None
             self._close_listener()
             self._wait_idle(self.request_timeout_s + 1.0)
+            self._release_workers()
 
-    def _accept(self) -> None:
-        assert self._sock is not None
+    def _accept(self, listener: socket.socket) -> None:
+        door = self._socks.get(listener)
+        if door is None:
+            return
         try:
-            conn, _ = self._sock.accept()
+            conn, addr = listener.accept()
         except (BlockingIOError, InterruptedError):
             return
         except OSError as exc:  # EMFILE and friends: back off instead of spinning
@@ -190,10 +145,44 @@ class Server:
             self._reject(conn, f"harpd busy: {self.max_clients} clients already connected; retry")
             return
         try:
-            threading.Thread(target=self._serve_conn, args=(conn,), name="harpd-conn", daemon=True).start()
+            self._dispatch(conn, door, addr)
         except RuntimeError as exc:  # cannot start a thread: answer here, cheaply
             self._done()
             self._reject(conn, f"harpd overloaded ({exc}); retry")
+
+    def _dispatch(self, conn: socket.socket, door: Door, addr: object) -> None:
+        """Hand the connection to an idle worker thread, or start one.
+
+        Workers outlive their connection and wait for the next: starting a
+        thread costs a fifth of a millisecond, a quarter of a whole request's
+        work at the rates a cluster-wide harpd sees.  At most ``max_clients``
+        connections are ever served at once (``_accept``), so at most that
+        many workers exist; they are daemon threads, as the old per-connection
+        ones were, so a stuck request never blocks shutdown.
+        """
+        with self._lock:
+            spawn = self._idle_workers == 0
+            if not spawn:
+                self._idle_workers -= 1
+        self._work.put((conn, door, addr))
+        if spawn:
+            threading.Thread(target=self._worker, name="harpd-conn", daemon=True).start()
+
+    def _release_workers(self) -> None:
+        """Idle workers end (busy ones end with their request: they are daemon threads)."""
+        with self._lock:
+            idle, self._idle_workers = self._idle_workers, 0
+        for _ in range(idle):
+            self._work.put(None)
+
+    def _worker(self) -> None:
+        while True:
+            item = self._work.get()
+            if item is None:
+                return
+            self._serve_conn(*item)
+            with self._lock:
+                self._idle_workers += 1
 
     def _reject(self, conn: socket.socket, message: str) -> None:
         """Answer an error without a thread, then keep the socket briefly in the
@@ -243,35 +232,42 @@ class Server:
             if self._active == 0:
                 self._idle.notify_all()
 
-    def _peer(self, conn: socket.socket) -> Peer:
-        pid, uid, gid = peer_ids(conn)
+    def _peer(self, who: Admission) -> Peer:
+        pid, uid, gid, host = who.pid, who.uid, who.gid, who.host
         now = time.monotonic()
         hit = self._peers.get((uid, gid))
         if hit is not None and now - hit[0] < _PEER_CACHE_S:
             cached = hit[1]
-            return Peer(pid=pid, uid=uid, gid=gid, user=cached.user, groups=cached.groups)
-        peer = Peer.from_ids(pid, uid, gid)
+            return Peer(pid=pid, uid=uid, gid=gid, user=cached.user, groups=cached.groups, host=host)
+        peer = Peer.from_ids(pid, uid, gid, host)
         if len(self._peers) > 10000:
             self._peers.clear()
         self._peers[(uid, gid)] = (now, peer)
         return peer
 
-    def _serve_conn(self, conn: socket.socket) -> None:
+    def _serve_conn(self, conn: socket.socket, door: Door, addr: object) -> None:
         start = time.monotonic()
         op = "?"
         peer: Peer | None = None
+        seal = as_is
         try:
-            peer = self._peer(conn)
             deadline = start + self.request_timeout_s
-            data, problem = self._read_request(conn, deadline)
-            if problem is None and not data:
-                log.debug("uid=%d pid=%d connected and closed without a request", peer.uid, peer.pid)
+            lines, problem = self._read_request(conn, deadline, door.lines)
+            if problem is None and not any(lines):
+                log.debug("%s: a connection closed without a request", door)
                 return
             if problem is not None:
                 answer = p.error(problem)
             else:
                 try:
-                    req = p.parse_request(data)
+                    who = door.admit(conn, addr, lines)
+                    peer, seal = self._peer(who), who.seal
+                except Refused as exc:
+                    log.warning("%s: refused %s: %s", door, peer_address(addr) or "a peer", exc)
+                    self._send(conn, p.encode(p.error(str(exc))))
+                    return
+                try:
+                    req = p.parse_request(lines[-1])
                     op = req.op
                     if self.handlers is None:
                         answer = p.error("harpd is starting; retry")
@@ -284,7 +280,7 @@ class Server:
             except Exception as exc:  # an answer that does not serialise is a bug: say so, do not hang up
                 log.exception("cannot encode the answer to %s", op)
                 line = p.encode(p.error(f"internal error encoding the answer: {type(exc).__name__}"))
-            self._send(conn, line)
+            self._send(conn, seal(line))
             if problem is not None and problem.startswith("request over"):
                 # let a client that is still sending finish, so it can read the error
                 self._drain(conn, time.monotonic() + self.request_timeout_s)
@@ -293,47 +289,46 @@ class Server:
             ok = not isinstance(answer, p.ErrorAnswer)
             log.log(
                 level if ok else logging.INFO,
-                "%s uid=%d pid=%d %s %.1fms%s",
+                "%s %s %s %.1fms%s",
                 op,
-                peer.uid,
-                peer.pid,
+                peer.describe() if peer else f"{door} {peer_address(addr) or ''}".strip(),
                 "ok" if ok else "error",
                 (time.monotonic() - start) * 1000,
                 "" if ok else f": {answer.error}",  # type: ignore[attr-defined]
             )
         except Exception:
-            log.exception("connection from %s failed", f"uid {peer.uid}" if peer else "unknown peer")
+            log.exception("connection from %s failed", peer.describe() if peer else "unknown peer")
         finally:
             try:
                 conn.close()
             finally:
                 self._done()
 
-    def _read_request(self, conn: socket.socket, deadline: float) -> tuple[bytes, str | None]:
+    def _read_request(self, conn: socket.socket, deadline: float, lines: int = 1) -> tuple[list[bytes], str | None]:
+        """The request's ``lines`` lines (fewer at EOF; [b""] for a probe), or a problem to answer."""
         limit = self.max_request_bytes
         buf = bytearray()
         while True:
             remaining = deadline - time.monotonic()
             if remaining <= 0:
-                return b"", f"request not complete within {self.request_timeout_s:g}s; send one JSON line"
+                return [], f"request not complete within {self.request_timeout_s:g}s; send one JSON line"
             conn.settimeout(remaining)
             try:
                 chunk = conn.recv(65536)
             except TimeoutError:
-                return b"", f"request not complete within {self.request_timeout_s:g}s; send one JSON line"
+                return [], f"request not complete within {self.request_timeout_s:g}s; send one JSON line"
             except OSError as exc:
-                return b"", f"cannot read request ({exc.strerror or exc})"
+                return [], f"cannot read request ({exc.strerror or exc})"
             if not chunk:  # EOF: a client that shut down its write side without a newline
-                return bytes(buf), None  # empty: a probe (e.g. a second harpd checking for us)
-            nl = chunk.find(b"\n")
-            if nl >= 0:
-                if len(buf) + nl > limit:
-                    return b"", f"request over {limit} bytes; harpd accepts at most {limit}"
-                buf += chunk[:nl]
-                return bytes(buf), None
+                return bytes(buf).split(b"\n")[:lines], None  # [b""]: a probe (e.g. a second harpd checking for us)
             buf += chunk
+            if b"\n" in chunk and buf.count(b"\n") >= lines:
+                got = bytes(buf).split(b"\n")[:lines]
+                if sum(map(len, got)) + lines - 1 > limit:
+                    return [], f"request over {limit} bytes; harpd accepts at most {limit}"
+                return got, None
             if len(buf) > limit:
-                return b"", f"request over {limit} bytes; harpd accepts at most {limit}"
+                return [], f"request over {limit} bytes; harpd accepts at most {limit}"
 
     def _send(self, conn: socket.socket, data: bytes) -> None:
         conn.settimeout(self.request_timeout_s)
@@ -367,18 +362,11 @@ class Server:
             pass
 
     def _close_listener(self) -> None:
-        sock, self._sock = self._sock, None
-        if sock is not None:
+        socks, self._socks = self._socks, {}
+        for sock in socks:
             sock.close()
-        # unlink only our own socket: a newer harpd may have replaced it
-        if self._inode is not None:
-            try:
-                st = os.stat(self.path)
-                if (st.st_dev, st.st_ino) == self._inode:
-                    os.unlink(self.path)
-            except OSError:
-                pass
-            self._inode = None
+        for door in self.doors:
+            door.close()
 
     def _wait_idle(self, timeout: float) -> bool:
         end = time.monotonic() + timeout

@@ -42,6 +42,7 @@ from load_submit import (  # noqa: E402
 from submit_fakes import FakeHarpd, change, decision  # noqa: E402
 
 from harp_submit import client  # noqa: E402
+from tests.helpers.outage import submit_through_outage  # noqa: E402
 
 pytestmark = pytest.mark.slurm
 
@@ -133,29 +134,8 @@ def test_harpd_sigkilled_during_the_load_loses_and_duplicates_nothing(slurm_clus
     h.start()
     token = new_token(cleanup_tokens, "kill")
     names = [f"{token}-{i}" for i in range(60)]
-    events: list[str] = []
-    lock = threading.Lock()
-
-    def progress(n: int) -> None:
-        with lock:
-            if n >= 20 and not events:
-                h.kill()
-                events.append("killed")
-            elif n >= 40 and events == ["killed"]:
-                h.start()  # replaces the stale socket, opens the store SIGKILL left
-                events.append("restarted")
-
-    env = client_env(str(slurm_cluster.conf), h.socket)
-    load = submit_all(names, 10, env, work, token, on_progress=progress)
-    assert events == ["killed", "restarted"]
-    landing = check_landing(load, names, env)
-    assert (landing.missing, landing.duplicated, landing.id_mismatch) == ([], [], [])
-    assert [r for r in load.results if r.rc != 0] == []
-    failed_open = [r for r in load.results if r.stderr]
-    assert failed_open, "no submission met the dead harpd: the kill came too late to prove anything"
-    for r in failed_open:  # each says why, once, and submitted unchanged
-        assert r.stderr.startswith("harp: ") and r.stderr.endswith("; submitting your job unchanged\n"), r.stderr
-        assert r.stderr.count("\n") == 1
+    # up: replaces the stale socket, opens the store SIGKILL left
+    submit_through_outage(h.kill, h.start, names, client_env(str(slurm_cluster.conf), h.socket), work, token)
     assert client.call(h.socket, {"op": "health"}, 5)["store"] == "ok"
 
 

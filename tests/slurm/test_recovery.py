@@ -28,7 +28,6 @@ import os
 import pwd
 import shutil
 import signal
-import site
 import subprocess
 import sys
 import tempfile
@@ -41,6 +40,8 @@ from typing import Any
 import pytest
 
 from harp_submit import client
+
+from tests.helpers.users import ensure_user, user_python
 
 pytestmark = pytest.mark.slurm
 
@@ -61,39 +62,6 @@ SCRIPTS = {
 
 
 # ---------------------------------------------------------------- helpers
-
-
-def ensure_user(name: str) -> pwd.struct_passwd:
-    try:
-        return pwd.getpwnam(name)
-    except KeyError:
-        proc = subprocess.run(["useradd", "--create-home", "--shell", "/bin/bash", name], capture_output=True, text=True)
-        if proc.returncode != 0:
-            pytest.fail(f"cannot create test user {name}: {proc.stderr.strip()}", pytrace=False)
-        return pwd.getpwnam(name)
-
-
-def user_python(user: str) -> tuple[str, str]:
-    """(python, PYTHONPATH) with which ``user`` can import harp and its dependencies.
-
-    This interpreter may live where other users cannot go (pyenv under /root);
-    then a system Python of the same version gets this one's site-packages.
-    """
-    paths = [str(REPO), *site.getsitepackages()]
-    pythonpath = os.pathsep.join(paths)
-    want = f"{sys.version_info[0]}.{sys.version_info[1]}"
-    check = ("import sys, harpd.daemon.main, harp_submit.cli, pydantic, apscheduler, sqlite_utils; "
-             f"assert '%d.%d' % sys.version_info[:2] == '{want}'")
-    tried = []
-    for py in dict.fromkeys([sys.executable, f"/usr/bin/python{want}", "/usr/bin/python3", shutil.which("python3") or ""]):
-        if not py:
-            continue
-        proc = subprocess.run(["runuser", "-u", user, "--", "env", f"PYTHONPATH={pythonpath}", py, "-c", check],
-                              capture_output=True, text=True, cwd="/")
-        if proc.returncode == 0:
-            return py, pythonpath
-        tried.append(f"{py}: {(proc.stderr.strip().splitlines() or ['?'])[-1]}")
-    pytest.fail(f"no Python {want} that {user} can run with harp importable ({'; '.join(tried)})", pytrace=False)
 
 
 @dataclass

@@ -125,9 +125,10 @@ def test_real_harpd_serves_and_stops_cleanly(short_dir):
         assert st["ok"] and st["job"]["uid"] == os.geteuid()
         assert call(sock, b"garbage\n")["ok"] is False
         assert call(sock, {"op": "health"})["ok"] is True
-        # a second harpd on the same socket refuses to start and leaves the first alone
+        # a second harpd on the same store (and socket) refuses to start and leaves the first alone
         second = run(["--config", str(cfg)])
-        assert second.returncode == 1 and "another harpd is already serving" in second.stderr
+        assert second.returncode == 1 and "is in use by another harpd" in second.stderr
+        assert f"pid {proc.pid}" in second.stderr and second.stderr.count("\n") == 1
         assert call(sock, {"op": "health"})["ok"] is True
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(30) == 0

@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from harp_submit import client
+from harp_submit import client, config_file
 from submit_fakes import FakeHarpd, decision
 
 
@@ -149,13 +149,16 @@ def test_loads_rejects_non_json(text: str) -> None:
 # --- reading [server] socket without importing tomllib (when that is safe) ---------------
 
 REPO_TOML = __import__("pathlib").Path(__file__).resolve().parents[3] / "etc" / "harpd.toml"
+KEYS = [("server", "socket"), ("client", "servers")]
 
 
 def test_the_shipped_config_is_read_without_tomllib() -> None:
     import tomllib
 
     text = REPO_TOML.read_text()
-    assert client._simple_server_socket(text) == tomllib.loads(text)["server"]["socket"]
+    data = tomllib.loads(text)
+    expected = {(t, k): data[t][k] for t, k in KEYS if k in data.get(t, {})}
+    assert ("server", "socket") in expected and config_file.simple_values(text, KEYS) == expected
 
 
 toml_lines = st.sampled_from([
@@ -171,15 +174,15 @@ def test_the_fast_reader_agrees_with_tomllib_whenever_it_answers(lines: list[str
     import tomllib
 
     text = "\n".join(lines) + "\n"
-    fast = client._simple_server_socket(text)
+    fast = config_file.simple_values(text, [("server", "socket")])
     try:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError:
         return  # harpd refuses such a file: no daemon to find either way
     server = data.get("server", {})
     expected = server.get("socket") if isinstance(server, dict) else None
-    if fast is not client._UNSURE:
-        assert fast == expected
+    if fast is not config_file.UNSURE:
+        assert fast.get(("server", "socket")) == expected  # type: ignore[attr-defined]
     # and socket_path gives tomllib's answer in every case
     import os
     import tempfile
