@@ -300,3 +300,23 @@ def test_the_munge_commands_do_the_work_where_libmunge_is_missing(tcp_harpd, mun
                          env=env, timeout=120)
     assert out.returncode == 0, out.stderr
     assert out.stdout.splitlines() == ["True", "payload", "17 credential replayed (munge error 17)"], out.stdout
+
+
+# ------------------------------------------- munged's protocol spoken directly
+
+
+def test_munged_protocol_and_libmunge_read_each_others_credentials(munge_socket) -> None:
+    """harp speaks munged's message format itself (no ctypes on harp-submit's path): libmunge agrees with it."""
+    from harp_submit.munge import WIRE, Munge, MungeError
+
+    wire = Munge(munge_socket)
+    lib = Munge(munge_socket)
+    lib._use_library()
+    assert (wire.via, lib.via) == (WIRE, "libmunge")
+    for make, read in ((wire, lib), (lib, wire)):
+        payload = b"harp1 request \x00\xff" + os.urandom(16)
+        cred = make.encode(payload)
+        assert read.decode(cred) == (payload, os.getuid(), os.getgid())
+        with pytest.raises(MungeError) as replayed:
+            read.decode(cred)
+        assert replayed.value.code == 17
