@@ -10,9 +10,6 @@ at each task's start, harp replay's default, and, stricter, at its
 submission: docs/metrics.md); then the
 same under other seeds (information lines: the paper's figures exist for
 seed 1996 only), the time to replay 6,000 tasks and harp's prediction time.
-"harp" is harpd's live rule (the type's model through the guard rails,
-``workflow_live``); the model with the cross-type prior, which harpd does
-not run (issue 21), is an information line.
 
     python bench/workflow_memory.py [--traces DIR] [--seeds 1996,1,2,3,4]
 """
@@ -43,17 +40,7 @@ def verdict(ok: bool) -> str:
 
 
 def best(rows: dict) -> str:
-    from harpd.predict.workflow_replay import HARP_ROWS
-
-    return min((k for k in rows if k not in (*HARP_ROWS, "request")), key=lambda k: rows[k].wastage_gbh)
-
-
-def prior_line(name: str, rows: dict, against: str | None = None) -> None:
-    """The model with the cross-type prior, as this bench scored harp before it was the live rule (information)."""
-    p = rows["harp+prior"]
-    vs = f", {p.wastage_gbh / rows[against].wastage_gbh:.3f} of {against}'s" if against else ""
-    print(f"  information {name}: harp+prior (not live: issue 21) {p.wastage_gbh:.1f} GB·h{vs}, "
-          f"{p.failures} failures")
+    return min((k for k in rows if k not in ("harp", "request")), key=lambda k: rows[k].wastage_gbh)
 
 
 def table(name: str, res) -> None:
@@ -90,7 +77,6 @@ def main() -> int:
               f"GB·h, seed {seeds[0]}; the paper's best baseline {bname} {bw} GB·h")
         print(f"FIGURE sizey_failures_{name}: {h.failures} (target < {bf}) {verdict(h.failures < bf)} "
               f"failures of {bname} in the paper's code: {bf}")
-        prior_line(name, res.rows)
         ratios = []
         for seed in seeds[1:]:
             r = run_sizey(tasks, seed)
@@ -115,7 +101,6 @@ def main() -> int:
             hf, bf2 = res.rows["harp"].failures, res.rows[b].failures
             print(f"FIGURE chrono_failures_{name}{tag}: {hf} (target < {bf2}) {verdict(hf < bf2)} failures of {b}: "
                   f"{bf2}, decided at {at}")
-            prior_line(name + tag, res.rows, b)
     first = folder / TRACES["chipseq"]
     if first.exists():
         base = read_tasks(first, "chronological")

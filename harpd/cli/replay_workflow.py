@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import argparse
 
-NAMES = {"harp": "harp (the live rule)", "harp+prior": "harp+prior (not live: issue 21)", "witt-percentile": "Witt percentile", "witt-lr": "Witt LR (std)",
+NAMES = {"harp": "harp", "witt-percentile": "Witt percentile", "witt-lr": "Witt LR (std)",
          "witt-lr-under": "Witt LR (std of under-predictions)", "tovar": "Tovar", "request": "users' requests"}
 
 
@@ -79,7 +79,5 @@ def render(rep: dict) -> str:
 
 def best_baseline(rows: dict) -> str | None:
     """The history baseline with the least wastage (never harp, never the users' requests)."""
-    from harpd.predict.workflow_replay import HARP_ROWS
-
-    cands = [k for k in rows if k not in (*HARP_ROWS, "request")]
+    cands = [k for k in rows if k not in ("harp", "request")]
     return min(cands, key=lambda k: rows[k]["wastage_gbh"]) if cands else None

@@ -4,10 +4,8 @@ Kept apart from the guard rails (``allocation``) so that replay and training,
 which need only the rails, never pull in the daemon's request path.
 
 A workflow task (``harpd.features.workflow``: a Snakemake rule, a Nextflow
-process) is always sized from its own rule's runs, even once a model exists,
-and a rule with no runs of its own is left as requested (issue 21): its
-memory by its type's model of usage on input size (``workflow_live``, the
-rule ``harp replay``'s workflow table scores), its time by the history rule.
+process) is always sized by the history rule from its own rule's runs, even
+once a model exists, and a rule with no runs of its own is left as requested.
 
 Before a resource has a trained model, its live history is kept all the
 same and the history rule sizes a program from its own runs: ``MARGIN`` ×
@@ -36,8 +34,6 @@ from harpd.predict.bounds import MARGIN
 from harpd.predict.cores import CoresHistory, cores_used, unsafe_reason
 from harpd.predict.soft import SoftPolicy, running_bound, soft_guard, stake_of, tilt
 from harpd.predict.soft_state import SoftState
-from harpd.predict.workflow_live import RULE as WORKFLOW_RULE
-from harpd.predict.workflow_live import TaskModels, workflow_bound
 from harpd.slurm.partitions import limits_from_backend
 from harp_submit.units import format_mem, format_time
 
@@ -92,7 +88,6 @@ class ModelPredictor:
         self._refresh_lock = threading.Lock()
         self._loaded: dict[str, _Loaded] = {}
         self._cores = CoresHistory()  # per signature, the cores its last runs used (harpd.predict.cores)
-        self._tasks = TaskModels()  # per workflow signature, its memory model (harpd.predict.workflow_live)
         self._watermark: float | None = None
         self._last_refresh = 0.0
         self._train_lock = threading.Lock()  # one training at a time (start, schedule, admin)
@@ -127,7 +122,6 @@ class ModelPredictor:
         with self._lock:
             self._loaded = loaded
             self._cores = CoresHistory()
-            self._tasks = TaskModels()
             self._watermark = None
         self.refresh(limit=HISTORY_JOBS)
         return {res: {"name": ld.name, "path": ld.row.get("path")} for res, ld in loaded.items()
@@ -203,20 +197,7 @@ class ModelPredictor:
                     k = keys_of_record(r, ld.resource, ld.relative)
                     h.add(k, used, own, bool(cens), r.end_time)
                     h.finished(k)
-            tasks = self._tasks
-        self._learn_tasks(tasks, records)
         return len(records)
-
-    def _learn_tasks(self, tasks: TaskModels, records: list) -> None:
-        """Feed workflow tasks' runs to their type's model; refit each type touched once, off the lock."""
-        for r in records:
-            if r.outcome.finished and is_workflow_signature(r.signature):
-                tasks.learn(r.signature, r.input_bytes, r.used_mem_mb, r.used_time_s, r.req_mem_mb,
-                            bool(r.censored_mem or r.outcome.value == "oom"))
-        fresh = tasks.refitted()
-        if fresh:
-            with self._lock:
-                tasks.publish(fresh)
 
     def _maybe_refresh(self) -> None:
         if self.store is not None and _time.monotonic() - self._last_refresh > REFRESH_S:
@@ -334,36 +315,12 @@ class ModelPredictor:
         """
         from harpd.features.history import COL
 
-        smax = x[COL["s_max5"]]
-        censored = ModelPredictor._censored(x)
-        if censored is not None:
-            return None, censored
+        smax, cens = x[COL["s_max5"]], x[COL["s_cens"]]
+        if cens == cens and cens > 0:
+            return None, "a recent run of this program hit its limit: request kept"
         if smax != smax:
             return None, "no usage recorded for this program's runs: request kept"
         return float(smax) + math.log(margin), f"{margin:g} x the most of its last runs"
-
-    @staticmethod
-    def _censored(x) -> str | None:
-        """Why the request stands when one of the signature's recent runs was killed at its limit, else None."""
-        from harpd.features.history import COL
-
-        cens = x[COL["s_cens"]]
-        if cens == cens and cens > 0:
-            return "a recent run of this program hit its limit: request kept"
-        return None
-
-    def _workflow_bound(self, x, sig: str | None, input_bytes: float | None,
-                        req: float | None) -> tuple[float | None, str]:
-        """A workflow task's memory bound from its type's model (``workflow_live``), or None and why.
-
-        The model reads a refitted copy: nothing is fitted here.
-        """
-        censored = self._censored(x)
-        if censored is not None:
-            return None, censored
-        with self._lock:
-            model = self._tasks.get(sig)
-        return workflow_bound(model, input_bytes, req)
 
     def _cores_change(self, job, sig: str | None) -> tuple[dict[str, Any] | None, dict[str, Any]]:
         """The ``cpus-per-task`` change of a single-task job (``harpd.predict.cores``), or None and why not."""
@@ -442,14 +399,7 @@ class ModelPredictor:
             return None, {"reason": f"cold start: {n_hist} of {guard.min_history} runs", "n_history": n_hist}
         ex: dict[str, Any] = {}
         theta = None
-        if task and res == "mem":
-            up, rule = self._workflow_bound(x, sig, job.input_bytes, req)
-            if up is None:
-                return None, {"model": None, "rule": WORKFLOW_RULE, "n_history": n_hist, "reason": rule}
-            ex.update(rule=WORKFLOW_RULE, source="this workflow task type's own runs, fitted on their input size",
-                      fit=rule)
-            reason = f"mem from this workflow task's own runs ({WORKFLOW_RULE}: {rule})"
-        elif ld.model is None or task:
+        if ld.model is None or task:
             margin = SoftPolicy.from_settings(self.settings.predict).recent_margin if soft else MARGIN
             up, rule = self._history_bound(x, margin)
             if up is None:

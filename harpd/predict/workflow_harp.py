@@ -14,13 +14,8 @@ Never above the user's request, as every allocation harp makes.  A type
 with no finished run gets a share of its request from the types seen before
 it (``workflow_prior``).
 
-Learning a run only records it; the fit is redone once, when it is next
-needed (``refit()``, or the next ``first()``), so learning many runs costs
-one refit and a prediction is a multiply.  harpd's live predictor refits in
-its background refresh and answers requests from refitted copies
-(``workflow_live``), so a request never refits.  A refit is a pure function
-of the runs kept, so lazy refitting gives exactly the eager figures.
-Units: whatever the caller uses for usage (bytes in the replay, MB live), seconds.
+Everything is refitted when a run is learnt, so a prediction is a multiply.
+Units: bytes, seconds.
 """
 
 from __future__ import annotations
@@ -85,55 +80,23 @@ class HarpTaskModel:
 
     ``prior``: shared by the types of one history (one user's, one replay's);
     this type's runs feed it under ``kind``, and it sizes this type's first
-    tasks, before any run of its own has finished (never live: issue 21).
-    ``window``: the most recent runs kept (None: all), so a type run for
-    years costs a bounded refit and follows its tool's current version.
+    tasks, before any run of its own has finished.
     """
 
     name = "harp"
 
-    def __init__(self, prior: TypePrior | None = None, kind: str = "", window: int | None = None) -> None:
-        self.prior, self.kind, self.window = prior, kind, window
+    def __init__(self, prior: TypePrior | None = None, kind: str = "") -> None:
+        self.prior, self.kind = prior, kind
         self.x: list[float] = []
         self.y: list[float] = []
         self.t: list[float] = []
         self.req: list[float] = []
         self._fit: tuple[float, float, float] | None = None  # intercept, slope, multiplier
-        self._dirty = False  # runs learnt since the last refit
-        self.refits = 0  # refits done (a test counts them: none on harpd's request path)
 
     def fit(self, x: np.ndarray, y: np.ndarray, t: np.ndarray, req: np.ndarray | None = None) -> None:
         self.x, self.y, self.t = list(map(float, x)), list(map(float, y)), list(map(float, t))
         self.req = list(map(float, req)) if req is not None else [np.nan] * len(self.y)
-        self._trim()
-        self._dirty = True
-        self.refit()
-
-    def _trim(self) -> None:
-        if self.window is not None and len(self.y) > self.window:
-            cut = len(self.y) - self.window
-            for col in (self.x, self.y, self.t, self.req):
-                del col[:cut]
-
-    @property
-    def dirty(self) -> bool:
-        """Runs were learnt since the last refit (the next ``first()`` would refit)."""
-        return self._dirty
-
-    def refit(self) -> None:
-        """Fit the runs kept, if any was learnt since the last fit (else nothing to do)."""
-        if self._dirty:
-            self._dirty = False
-            self.refits += 1
-            self._refit()
-
-    def snapshot(self) -> "HarpTaskModel":
-        """A refitted copy with no prior, for readers on other threads: learning here never touches it."""
-        self.refit()
-        out = HarpTaskModel(None, self.kind, self.window)
-        out.x, out.y, out.t, out.req = list(self.x), list(self.y), list(self.t), list(self.req)
-        out._fit = self._fit
-        return out
+        self._refit()
 
     def learn(self, x: float, y: float, t: float, request: float | None = None, end: float | None = None) -> None:
         """One finished run (``end``: when it ended, so the prior can answer as of an earlier time)."""
@@ -143,8 +106,7 @@ class HarpTaskModel:
         self.req.append(float(request) if request else np.nan)
         if self.prior is not None and request:
             self.prior.learn(self.kind, float(y), float(request), end)
-        self._trim()
-        self._dirty = True
+        self._refit()
 
     def _refit(self) -> None:
         n = len(self.y)
@@ -174,7 +136,6 @@ class HarpTaskModel:
         """The first allocation; with no run of its own, the prior as it stood at ``submitted`` (None: now)."""
         if not self.y:
             return None if self.prior is None else self.prior.first(request, submitted)
-        self.refit()
         if self._fit is None:
             want = 2.0 * max(self.y)
         else:
@@ -183,11 +144,3 @@ class HarpTaskModel:
         # the user's request is the ceiling, as for every job harp sizes: a
         # type's first runs doubled can ask for more than the user did
         return min(want, request) if request > 0 else want
-
-    def describe(self) -> str:
-        """What ``first`` follows, in words (``--harp-explain``)."""
-        if self._fit is None:
-            return f"twice the most its {len(self.y)} runs used (fewer than {MIN_RUNS} to fit)"
-        a, b, m = self._fit
-        fit = f"{a:,.4g} + {b:.4g} per byte of input" if b > 0 else f"the median of its runs, {a:,.4g}"
-        return f"{m:.3g} x ({fit}), fitted on its last {len(self.y)} runs"

@@ -20,20 +20,10 @@ Two protocols walk the same tasks (docs/metrics.md, "Workflow task memory"):
 Every predictor sizes each task's first attempt; after a failure harp follows
 its own escalation rule, the baselines their published retry rules
 (``workflow_baselines``); the users' request is what the task ran with.
-
-The ``harp`` row is harpd's live rule (``workflow_live.first_allocation``):
-its type's model through the guard rails of the default settings
-(``min_history`` finished runs of the type, the leave-alone ratio, the
-walk-back floor, the floor), no cross-type prior; in the Sizey protocol the
-30 % training split counts as history.  ``harp+prior`` is the model alone
-with the cross-type prior for types with no finished run, as this table
-scored harp before it was the live rule: an information row, never live
-(issue 21: a rule harp has not seen is never sized from other rules).
 """
 
 from __future__ import annotations
 
-import dataclasses
 import heapq
 import math
 import os
@@ -45,10 +35,7 @@ import numpy as np
 
 from harpd.predict.sizey_metric import Wastage
 from harpd.predict.workflow_baselines import BASELINES, NODE_BYTES
-from harpd.config import PredictSettings, RecoverySettings
-from harpd.predict.allocation import Guard
 from harpd.predict.workflow_harp import HarpTaskModel
-from harpd.predict.workflow_live import first_allocation, new_model
 from harpd.predict.workflow_prior import TypePrior
 from harpd.records import Outcome
 from harpd.recovery.escalation import simulate
@@ -61,15 +48,6 @@ MIN_TYPE_ROWS = 34  # the paper's code drops task types with fewer rows
 TRAIN_SHARE = 0.3
 MAX_RETRIES = 64  # a safety bound: every retry rule at least doubles, so this is never reached in practice
 MIB = 1024.0 * 1024.0
-HARP, PRIOR_ROW = "harp", "harp+prior"  # the live rule; the model with the cross-type prior (information)
-HARP_ROWS = (HARP, PRIOR_ROW)  # harp's rows: neither is a baseline
-
-
-def live_guard(guard: Guard | None = None) -> Guard:
-    """harpd's memory guard rails (default settings unless given), the floor in bytes as the replay counts."""
-    if guard is None:
-        guard = Guard.from_settings(PredictSettings(), "mem", RecoverySettings().max_attempts)
-    return dataclasses.replace(guard, floor=guard.floor * MIB)
 
 
 class WorkflowReplayError(ValueError):
@@ -139,7 +117,7 @@ def read_tasks(path: str | os.PathLike[str], protocol: str) -> list[Task]:
 
 
 def _sizers(prior: TypePrior | None = None, kind: str = "") -> dict[str, object]:
-    made: dict[str, object] = {HARP: new_model(), PRIOR_ROW: HarpTaskModel(prior, kind)}
+    made: dict[str, object] = {"harp": HarpTaskModel(prior, kind)}
     made.update({name: make() for name, make in BASELINES.items()})
     return made
 
@@ -149,9 +127,9 @@ def _chain(name: str, sizer, task: Task, first: float | None) -> list[float]:
     y = task.usage
     if first is None:  # nothing learnt yet: the task runs as the user asked (a node without a request)
         first = task.request if task.request > 0 else NODE_BYTES
-        if name not in HARP_ROWS:
+        if name != "harp":
             return _retries(first, y, lambda a: 2.0 * a)
-    if name in HARP_ROWS:
+    if name == "harp":
         req = task.request if task.request > 0 else None
         if first <= 0:
             first = req or NODE_BYTES
@@ -169,19 +147,12 @@ def _retries(first: float, y: float, retry: Callable[[float], float]) -> list[fl
     return [max(a, 0.0) for a in allocs]
 
 
-def _size(rows: dict[str, Wastage], sizers: dict[str, object], task: Task, timings: list[float],
-          guard: Guard) -> None:
+def _size(rows: dict[str, Wastage], sizers: dict[str, object], task: Task, timings: list[float]) -> None:
     for name, sizer in sizers.items():
-        if name == HARP:  # as harpd's background refresh does, before the request: the timing is the request's
-            sizer.refit()  # type: ignore[attr-defined]
         t0 = time.perf_counter()
-        if name == HARP:  # harpd's rule: the type's model through the guard rails
-            req = task.request if task.request > 0 else None
-            first, _ = first_allocation(sizer, task.input_bytes, req, len(sizer.y), None,  # type: ignore
-                                        guard)
-            timings.append((time.perf_counter() - t0) * 1000.0)
-        elif name == PRIOR_ROW:  # a type's prior is the one at submission: only a sibling's end re-decides a task
+        if name == "harp":  # a type's prior is the one at submission: only a sibling's end re-decides a task
             first = sizer.first(task.input_bytes, task.request, task.submit)  # type: ignore[attr-defined]
+            timings.append((time.perf_counter() - t0) * 1000.0)
         else:
             first = sizer.first(task.input_bytes, task.request)  # type: ignore[attr-defined]
         rows[name].add(_chain(name, sizer, task, first), task.usage, task.runtime_s)
@@ -191,7 +162,7 @@ def _size(rows: dict[str, Wastage], sizers: dict[str, object], task: Task, timin
 
 def _learn(sizers: dict[str, object], task: Task) -> None:
     for name, sizer in sizers.items():
-        if name in HARP_ROWS:
+        if name == "harp":
             sizer.learn(task.input_bytes, task.usage, task.runtime_s, task.request,  # type: ignore[attr-defined]
                         task.end)
         else:
@@ -199,7 +170,7 @@ def _learn(sizers: dict[str, object], task: Task) -> None:
 
 
 def _empty_rows() -> dict[str, Wastage]:
-    return {name: Wastage() for name in (*HARP_ROWS, *BASELINES, "request")}
+    return {name: Wastage() for name in ("harp", *BASELINES, "request")}
 
 
 def sizey_split(tasks: list[Task], seed: int) -> Iterator[tuple[str, list[Task], list[Task]]]:
@@ -217,10 +188,8 @@ def sizey_split(tasks: list[Task], seed: int) -> Iterator[tuple[str, list[Task],
         yield proc, [rows[i] for i in train], [rows[i] for i in test]
 
 
-def run_sizey(tasks: list[Task], seed: int, guard: Guard | None = None) -> Result:
-    """The paper's protocol; ``guard``: harp's guard rails in MB as settings give them (None: the defaults)."""
+def run_sizey(tasks: list[Task], seed: int) -> Result:
     t0 = time.perf_counter()
-    guard = live_guard(guard)
     rows, timings = _empty_rows(), []
     n = types = 0
     for _proc, train, test in sizey_split(tasks, seed):
@@ -228,12 +197,12 @@ def run_sizey(tasks: list[Task], seed: int, guard: Guard | None = None) -> Resul
         sizers = _sizers()
         cols = [np.array([getattr(t, f) for t in train]) for f in ("input_bytes", "usage", "runtime_s")]
         for name, sizer in sizers.items():
-            if name in HARP_ROWS:
+            if name == "harp":
                 sizer.fit(*cols, np.array([t.request for t in train]))  # type: ignore[attr-defined]
             else:
                 sizer.fit(*cols)  # type: ignore[attr-defined]
         for task in test:
-            _size(rows, sizers, task, timings, guard)
+            _size(rows, sizers, task, timings)
             _learn(sizers, task)
             n += 1
     if not n:
@@ -247,12 +216,11 @@ def decided_at(task: Task, at: str) -> float:
     return task.start if at == "start" and task.start == task.start else task.submit
 
 
-def run_chronological(tasks: list[Task], at: str = "start", guard: Guard | None = None) -> Result:
+def run_chronological(tasks: list[Task], at: str = "start") -> Result:
     """Every predictor sizes each task from the tasks of its type that had ended by ``at`` (DECIDE_AT)."""
     if at not in DECIDE_AT:
         raise WorkflowReplayError(f"unknown decision time {at!r}; use one of {', '.join(DECIDE_AT)}")
     t0 = time.perf_counter()
-    guard = live_guard(guard)
     rows, timings = _empty_rows(), []
     order = sorted((t for t in tasks if t.usage > 0 and t.runtime_s > 0), key=lambda t: decided_at(t, at))
     if not order:
@@ -265,7 +233,7 @@ def run_chronological(tasks: list[Task], at: str = "start", guard: Guard | None 
             _, _, done = heapq.heappop(pending)
             _learn(sizers[done.process], done)
         own = sizers.setdefault(task.process, _sizers(prior, task.process))
-        _size(rows, own, task, timings, guard)
+        _size(rows, own, task, timings)
         heapq.heappush(pending, (task.end, i, task))
     return Result("chronological", None, len(order), len(sizers), rows, timings, time.perf_counter() - t0, at)
 

@@ -81,9 +81,7 @@ def test_deciding_at_start_learns_siblings_that_ended_while_it_was_pending():
     # at submission neither knows anything: both at the request, for every predictor
     assert at_submit.rows["witt-percentile"].wastage_gbh == pytest.approx(at_submit.rows["request"].wastage_gbh)
     assert at_start.rows["witt-percentile"].wastage_gbh < at_submit.rows["witt-percentile"].wastage_gbh
-    # the model alone learns the sibling; the live rule waits for min_history (5) runs of the type
-    assert at_start.rows["harp+prior"].wastage_gbh < at_submit.rows["harp+prior"].wastage_gbh
-    assert at_start.rows["harp"].wastage_gbh == pytest.approx(at_start.rows["request"].wastage_gbh)
+    assert at_start.rows["harp"].wastage_gbh < at_submit.rows["harp"].wastage_gbh
     assert at_start.decided_at == "start" and at_submit.decided_at == "submit"
 
 
@@ -110,8 +108,5 @@ def test_a_task_nothing_of_its_type_ended_for_keeps_the_prior_of_its_submission(
     res = run_chronological([*done, late, after], "start")
     # C: nothing of its type ever ends before it starts, so the resizer never re-decides it: it runs at
     # the request harp kept at its submission (8 for a usage of 1); D gets 0.25 of its 8, 2
-    over = res.rows["harp+prior"].over_gbh * GBH
+    over = res.rows["harp"].over_gbh * GBH
     assert over == pytest.approx(sum(6.0 * t.runtime_s for t in done) + 7.0 * 100.0 + 1.0 * 100.0)
-    # the live rule never sizes a type from other types (issue 21): D keeps its request too
-    live = res.rows["harp"].over_gbh * GBH
-    assert live == pytest.approx(sum(6.0 * t.runtime_s for t in done) + 7.0 * 100.0 + 7.0 * 100.0)

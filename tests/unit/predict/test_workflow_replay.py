@@ -102,14 +102,15 @@ def test_sizey_split_drops_small_and_zero_runtime_types():
 
 
 def test_chronological_learns_only_finished_tasks():
-    # min_history (5) tasks submitted while the first runs: none has a finished sibling, all keep the request
-    early = [_task(usage=2 * GB, submit=float(i), end=100.0 + i, request=8 * GB) for i in range(5)]
-    later = [_task(usage=2 * GB, submit=200.0 + i, end=200.5 + i, request=8 * GB) for i in range(5)]
-    res = run_chronological([*early, *later])
-    cold = 5 * 6 * GB * 10.0 / GBH  # 8 GB asked for 2 used, times their runtime
-    assert res.rows["harp"].over_gbh == pytest.approx(cold, rel=1e-6)  # the later five: sized at their usage
-    assert res.rows["request"].over_gbh == pytest.approx(2 * cold)
-    assert res.rows["harp"].failures == 0
+    first = _task(usage=2.0, submit=0.0, end=100.0, request=8.0)
+    sibling = _task(usage=2.0, submit=10.0, end=110.0, request=8.0)  # submitted while the first runs
+    later = [_task(usage=2.0, submit=200.0 + i, end=200.5 + i, request=8.0) for i in range(5)]
+    res = run_chronological([first, sibling, *later])
+    # the two first tasks know nothing and keep the request (8 for usage 2): over 6 each, times their runtime
+    cold = 2 * 6.0 * 10.0 / GBH
+    assert res.rows["harp"].over_gbh > cold * 0.999
+    assert res.rows["request"].over_gbh == pytest.approx(7 * 6.0 * 10.0 / GBH)
+    assert res.rows["harp"].wastage_gbh < res.rows["request"].wastage_gbh
 
 
 def test_harp_beats_the_percentile_when_memory_follows_input(tmp_path):
