@@ -151,7 +151,7 @@ def test_with_the_real_harpd_the_job_is_predicted_and_registered(slurm_cluster, 
         # the daemon took our request (JobRequest, commands included) and the registration
         assert "unchanged" not in proc.stderr, proc.stderr
         status = None
-        end = time.monotonic() + 10
+        end = time.monotonic() + 120
         while status is None:  # registration runs in the background: give it a moment
             try:
                 status = client.call(real_harpd, {"op": "status", "job_id": job_id}, 5)["job"]
