@@ -60,6 +60,8 @@ def main() -> int:
     args = ap.parse_args()
     seeds = [int(s) for s in args.seeds.split(",")]
     folder = traces_folder("workflow_memory", TRACES.values(), args.traces)
+    print("note: the harp row is harp's workflow task model with its cross-type prior, replayed offline; harpd sizes "
+          "a live workflow task by its history rule (docs/metrics.md, 'Workflow task memory')")
     timings: list[float] = []
     for name, file in TRACES.items():
         path = folder / file
