@@ -433,6 +433,14 @@ class Store:
         h = self._holder()
         db = h.db
         depth = h.depth
+        if depth == 0 and self._identity is not None:
+            # a connection opened before the file or its folder became read-only
+            # still writes through its open descriptors, while a new one cannot:
+            # which a request got would depend on its thread, so every write asks
+            read_only = self._read_only()
+            if read_only:
+                self._write_error = read_only
+                raise StoreError(read_only)
         try:
             if depth == 0:
                 db.conn.execute("BEGIN IMMEDIATE")
@@ -985,6 +993,12 @@ class Store:
 
     # ----------------------------------------------------------------- health
 
+    def _read_only(self) -> str | None:
+        """Why this process may not write the store file (None: it may), by the file's and folder's modes."""
+        if os.access(self.path, os.W_OK) and os.access(self.path.parent, os.W_OK | os.X_OK):
+            return None
+        return f"{self.path}: store is read-only for uid {os.geteuid()}; make the file and {self.path.parent} writable"
+
     def check(self) -> str:
         """'ok' or a one-line reason: a cheap liveness probe for ``health``."""
         try:
@@ -994,6 +1008,4 @@ class Store:
         # readable is not enough: registrations and outcomes are writes
         if self._write_error is not None:
             return f"writes failing: {self._write_error}"
-        if not (os.access(self.path, os.W_OK) and os.access(self.path.parent, os.W_OK | os.X_OK)):
-            return f"{self.path}: store is read-only for uid {os.geteuid()}; make the file and {self.path.parent} writable"
-        return "ok"
+        return self._read_only() or "ok"

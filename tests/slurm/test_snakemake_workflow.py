@@ -45,12 +45,17 @@ REPO = Path(__file__).resolve().parents[2]
 RUN_SUBMIT = "import sys; from harp_submit.cli import main; sys.exit(main())"
 SAMPLES = ("s1", "s2")
 #: rule -> (runtime minutes, mem_mb, shell): generous requests, as workflows copy them from templates
+# The small rules ask 1600 MB so that harp's walk-back floor (a quarter of the request) stays
+# above their batch step's sampled peak: jobacct_gather/linux sums the RSS of every process
+# of the step, and a fork of Snakemake's ~120 MB job-step process counts it twice until the
+# child execs (230 MB sampled once against 133 MB in other runs of the same rule; at 800 MB
+# harp's 200 MB floor killed it)
 RULES = {
-    "quick": (20, 800, "sleep 2"),
+    "quick": (20, 1600, "sleep 2"),
     "hungry": (20, 2000, "python3 -c \"b = b'x' * (600 << 20); import time; time.sleep(3)\""),
-    "slow": (30, 800, "sleep 12"),
+    "slow": (30, 1600, "sleep 12"),
 }
-FRESH = ("fresh", 25, 900, "sleep 2")  # only in the third run
+FRESH = ("fresh", 25, 1800, "sleep 2")  # only in the third run
 
 SNAKEFILE = '''
 SAMPLES = {samples!r}
