@@ -234,7 +234,7 @@ def test_store_fault_harpd_says_so_and_submissions_go_on(slurm_cluster, work, ha
         proc = harp_submit(env, work, "-H", "--parsable", "-J", f"{token}-after", f"--comment={token}", "job.sh")
         assert proc.returncode == 0 and proc.stderr == ""
         job_id = proc.stdout.strip()
-        end = time.monotonic() + 120  # the registration is harp-submit's background child, at nice 10
+        end = time.monotonic() + 120  # a background registration on a loaded host
         while True:
             try:
                 got = client.call(h.socket, {"op": "status", "job_id": job_id}, 5)["job"]

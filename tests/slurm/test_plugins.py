@@ -483,7 +483,7 @@ def test_real_harpd_decides_and_records_the_job(plugin_cluster, sock_dir) -> Non
         assert info["AdminComment"].startswith("harp: cli_filter time=00:50:00>")
         from harp_submit import client
 
-        deadline = time.monotonic() + 120  # registration: a background child, at nice 10
+        deadline = time.monotonic() + 120  # registration runs in the background
         while True:
             try:
                 status = client.call(str(sock), {"op": "status", "job_id": job}, 2.0)

@@ -206,7 +206,7 @@ class Run:
 
     def wait_registered(self, key: str, daemon: str) -> None:
         d, jid = self.daemons[daemon], self.jobs[key]
-        deadline = time.monotonic() + 120  # registration: harp-submit's background child, at nice 10
+        deadline = time.monotonic() + 120  # registration runs in the background
         while time.monotonic() < deadline:
             try:
                 if d.status(jid).get("registered"):
