@@ -215,19 +215,19 @@ def _xfer(socket: str, kind: int, body: bytes, answer: int) -> bytes:
         sock.close()
 
 
-def _refused(body: bytes) -> tuple[int, int]:
-    """(error number, where the rest of the answer starts); MungeError when munged refused."""
+def _refused(body: bytes) -> int:
+    """Where the rest of munged's answer starts; MungeError when munged refused."""
     err, n = body[0], body[1]
     if err:
         text = body[2 : 2 + n].rstrip(b"\0").decode(errors="replace") or "munge failed"
         raise MungeError(err, f"{REASONS.get(err, text)} (munge error {err})")
-    return err, 2 + n
+    return 2 + n
 
 
 def _wire_encode(socket: str, payload: bytes, ttl: int) -> bytes:
     body = _xfer(socket, _ENC_REQ, _DEFAULTS + _u32(ttl) + _ANY + _ANY + _u32(len(payload)) + payload, _ENC_RSP)
     try:
-        _, p = _refused(body)
+        p = _refused(body)
         n = int.from_bytes(body[p : p + 4], "big")
         cred = body[p + 4 : p + 4 + n].rstrip(b"\0")
     except IndexError:
@@ -240,7 +240,7 @@ def _wire_encode(socket: str, payload: bytes, ttl: int) -> bytes:
 def _wire_decode(socket: str, cred: bytes) -> tuple[bytes, int, int]:
     body = _xfer(socket, _DEC_REQ, _u32(len(cred) + 1) + cred + b"\0", _DEC_RSP)
     try:
-        _, p = _refused(body)
+        p = _refused(body)
         p += 4 + body[p + 3]  # cipher, mac, zip, realm
         p += 4  # ttl
         p += 1 + body[p]  # the encoding host's address
