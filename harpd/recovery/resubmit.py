@@ -1,4 +1,9 @@
-"""Resubmit as a new job: the owner's sbatch arguments and stored script, with the new limits.
+"""Resubmit as a new job: the owner's sbatch arguments, script and environment, with the new limits.
+
+Script and environment are Slurm's copies of the run that failed
+(``batch_script``, ``job_env``: slurmctld's or accounting's), never harpd's:
+a site whose accounting keeps neither cannot have its jobs resubmitted, and
+such an attempt stops with that reason (``environment``).
 
 The new job is submitted as the job's owner (a root harpd) or as harpd's own
 user (a per-user harpd, which may only recover its user's jobs), carries the
@@ -85,7 +90,13 @@ def _submit(store: Store, backend: Any, prev_id: str, sub: dict[str, Any], plan:
     argv = job.get("argv")
     if not isinstance(argv, list):
         raise Stop("its registration lacks sbatch's arguments (harp-submit older than recovery): not resubmitted")
-    script = backend.batch_script(prev_id)
+    try:
+        script = backend.batch_script(prev_id)
+    except SlurmError as exc:
+        lacks = _accounting_lacks(backend)
+        if "job_script" in lacks:
+            raise Stop(f"{exc}; not resubmitted") from None
+        raise
     try:
         info = backend.show_job(prev_id)
     except SlurmError:
@@ -101,8 +112,31 @@ def _submit(store: Store, backend: Any, prev_id: str, sub: dict[str, Any], plan:
                                  account=account)
     except ArgvError as exc:
         raise Stop(str(exc)) from None
-    env = submit_env(as_uid, job.get("sbatch_env"), sets_mem=bool(plan.limits.mem))
+    env = submit_env(_original_env(backend, prev_id), sets_mem=bool(plan.limits.mem))
     return backend.submit(new_argv, script, workdir, env, as_uid=as_uid)
+
+
+def _original_env(backend: Any, job_id: str) -> dict[str, str]:
+    """The environment job ``job_id`` was submitted with, from Slurm's accounting.
+
+    Stop (never resubmitted) when the site's accounting does not keep it;
+    SlurmError (tried again) when it should but did not answer.
+    """
+    try:
+        return dict(backend.job_env(job_id))
+    except SlurmError as exc:
+        if "job_env" in _accounting_lacks(backend):
+            raise Stop(f"Slurm keeps no environment for job {job_id} (AccountingStoreFlags lacks job_env): "
+                       "not resubmitted, since it would run with another environment than its own") from None
+        raise exc from None
+
+
+def _accounting_lacks(backend: Any) -> list[str]:
+    """The AccountingStoreFlags a resubmission needs and the site lacks ([] when unknown)."""
+    try:
+        return list(backend.accounting().lacks)
+    except (SlurmError, AttributeError):
+        return []
 
 
 def _submitted(sub: dict[str, Any], limits: AttemptLimits) -> dict[str, Any]:

@@ -20,6 +20,7 @@ from harpd.records import JobRecord
 
 __all__ = [
     "SlurmBackend", "SlurmError", "PartitionInfo", "JobInfo", "QueuedJob", "JobChanges", "FINISHED_STATES",
+    "Accounting",
     "whole_minutes",
 ]
 
@@ -54,6 +55,26 @@ class PartitionInfo:
     default: bool = False
     max_nodes: int | None = None
     node_names: tuple[str, ...] = field(default_factory=tuple)
+
+
+@dataclass(frozen=True, slots=True)
+class Accounting:
+    """What the site's accounting keeps of a job besides its usage (``AccountingStoreFlags``).
+
+    A job that left slurmctld (``MinJobAge``) can be resubmitted only from
+    accounting's copies: ``script`` (``job_script``) and ``env``
+    (``job_env``, the environment it was submitted with).  ``flags`` is the
+    setting as Slurm printed it, for messages.
+    """
+
+    script: bool
+    env: bool
+    flags: str = ""
+
+    @property
+    def lacks(self) -> list[str]:
+        """The flags recovery needs and the site does not set."""
+        return [f for f, on in (("job_script", self.script), ("job_env", self.env)) if not on]
 
 
 @dataclass(frozen=True, slots=True)

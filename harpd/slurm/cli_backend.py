@@ -23,7 +23,7 @@ from typing import Any, Unpack
 from harpd.config import HarpSettings, SlurmSettings
 from harpd.slurm.classify import to_records
 from harpd.records import JobRecord
-from harpd.slurm.base import JobChanges, JobInfo, PartitionInfo, QueuedJob, SlurmError
+from harpd.slurm.base import Accounting, JobChanges, JobInfo, PartitionInfo, QueuedJob, SlurmError
 from harpd.slurm.scontrol import job_info, parse_kv_line, queued_job, update_fields
 from harp_submit.units import parse_duration_s as duration_s
 from harpd.slurm.sacct_json import parse_json
@@ -42,6 +42,46 @@ def _first_line(text: str) -> str:
         if ln:
             return ln[:300]
     return ""
+
+
+def _after_banner(out: str, banner: str, jid: str, what: str) -> str:
+    """sacct's ``--batch-script``/``--env-vars`` text: a banner line, a line of dashes, then the text.
+
+    Nothing at all: accounting does not know the job.
+    """
+    lines = out.split("\n")
+    if not out.strip():
+        raise SlurmError(f"no {what} of job {jid}: neither slurmctld nor accounting knows the job")
+    if len(lines) < 3 or not lines[0].startswith(banner) or set(lines[1]) != {"-"}:
+        raise SlurmError(f"no {what} of job {jid} in slurmctld or accounting: {_first_line(out) or 'empty'}")
+    return "\n".join(lines[2:])
+
+
+_ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(?:%%)?=")
+
+
+def parse_env_lines(text: str) -> dict[str, str]:
+    """``NAME=value`` lines (sacct ``--env-vars``) -> dict; ``NONE`` -> {}.
+
+    A line that does not start a name continues the previous value (exported
+    shell functions, ``BASH_FUNC_module%%=() {``, span lines); the trailing
+    line break sacct prints is not part of the last value.
+    """
+    if text.strip() == "NONE":
+        return {}
+    env: dict[str, str] = {}
+    last: str | None = None
+    lines = text.split("\n")
+    while lines and lines[-1] == "":
+        lines.pop()
+    for ln in lines:
+        if _ENV_NAME_RE.match(ln):
+            name, _, value = ln.partition("=")
+            env[name] = value
+            last = name
+        elif last is not None:
+            env[last] += "\n" + ln
+    return env
 
 
 def _limit_number(v: str | None) -> int | None:
@@ -361,29 +401,57 @@ class CliBackend:
         """The job's batch script as Slurm keeps it, for a resubmission.
 
         slurmctld's copy while it holds the job (``MinJobAge``), else the
-        accounting copy (``AccountingStoreFlags=job_script``).  A script that
-        is not UTF-8 is refused rather than resubmitted altered.
+        accounting copy (``AccountingStoreFlags=job_script``).  ``scontrol
+        write batch_script`` of a job slurmctld no longer holds exits 0 with
+        nothing on stdout on 22.05 (the error goes to stderr only), so an
+        empty answer means "not in slurmctld", exactly as a failure does.  A
+        script that is not UTF-8 is refused rather than resubmitted altered.
         """
         jid = self._check_job_id(job_id)
+        first: SlurmError | None = None
         try:
             text = self._run("scontrol", ["write", "batch_script", jid, "-"])
-        except SlurmError as first:
+        except SlurmError as exc:
+            first, text = exc, ""
+        if not text.strip():
             try:
                 out = self._run("sacct", ["--batch-script", "--jobs", jid])
             except SlurmError:
+                if first is None:
+                    raise
                 raise first from None
-            lines = out.split("\n")
-            # "Batch Script for 123", a line of dashes, then the script
-            if len(lines) < 3 or not lines[0].startswith("Batch Script for") or set(lines[1]) != {"-"}:
-                raise SlurmError(f"no batch script of job {jid} in slurmctld or accounting: {_first_line(out) or 'empty'}") from None
-            text = "\n".join(lines[2:])
+            text = _after_banner(out, "Batch Script for", jid, "batch script")
             if text.endswith("\n\n"):
                 text = text[:-1]  # sacct adds a line break after the script
         if not text.strip() or text.strip() == "NONE":
-            raise SlurmError(f"Slurm has no batch script for job {jid}")
+            raise SlurmError(f"Slurm has no batch script for job {jid} (in slurmctld or accounting: "
+                             "AccountingStoreFlags needs job_script)")
         if "\ufffd" in text:
             raise SlurmError(f"the batch script of job {jid} is not UTF-8; it cannot be resubmitted unaltered")
         return text.encode("utf-8")
+
+    def job_env(self, job_id: str) -> dict[str, str]:
+        """The environment the job was submitted with, as accounting keeps it (``job_env``).
+
+        ``sacct --env-vars`` prints it on 22.05 to 26.05 (one ``NAME=value``
+        a line; a value with line breaks, an exported shell function, runs on
+        over the following lines).  slurmctld offers no copy of its own to
+        clients, so this is the only source; SlurmError when accounting has
+        none (the flag is off, or the job is not a batch job).
+        """
+        jid = self._check_job_id(job_id)
+        out = self._run("sacct", ["--env-vars", "--jobs", jid])
+        text = _after_banner(out, "Environment used for", jid, "environment")
+        env = parse_env_lines(text)
+        if not env:
+            raise SlurmError(f"Slurm keeps no environment for job {jid} (AccountingStoreFlags needs job_env)")
+        return env
+
+    def accounting(self) -> Accounting:
+        """What the site's accounting keeps of a job beyond its usage (``scontrol show config``)."""
+        flags = self._config().get("AccountingStoreFlags", "")
+        words = frozenset(w.strip().lower() for w in flags.split(",") if w.strip() and w.strip() != "(null)")
+        return Accounting(script="job_script" in words, env="job_env" in words, flags=",".join(sorted(words)))
 
     def jobs_with_comment(self, comment: str, user: str | None, since: float | None) -> list[str]:
         """Ids of the jobs (of ``user``; None: everyone's) whose comment starts
@@ -415,13 +483,18 @@ class CliBackend:
                 found.append(jid.strip())
         return found
 
-    def slurm_user(self) -> str | None:
-        """``SlurmUser`` of the cluster (``scontrol show config``), without the uid."""
+    def _config(self) -> dict[str, str]:
+        """``scontrol show config`` as key -> value (``SlurmUser = slurm(64030)``)."""
+        out: dict[str, str] = {}
         for ln in self._run("scontrol", ["show", "config"]).splitlines():
             key, sep, value = ln.partition("=")
-            if sep and key.strip() == "SlurmUser":
-                return value.strip().split("(", 1)[0] or None
-        return None
+            if sep and key.strip() and " " not in key.strip():
+                out.setdefault(key.strip(), value.strip())
+        return out
+
+    def slurm_user(self) -> str | None:
+        """``SlurmUser`` of the cluster (``scontrol show config``), without the uid."""
+        return self._config().get("SlurmUser", "").split("(", 1)[0] or None
 
     def admin_level(self, user: str) -> str | None:
         """The user's Slurm ``AdminLevel`` (None, Operator, Administrator) from sacctmgr."""

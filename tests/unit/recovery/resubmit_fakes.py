@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 
 from harpd.records import JobRecord, Outcome
-from harpd.slurm.base import JobInfo, PartitionInfo, SlurmError
+from harpd.slurm.base import Accounting, JobInfo, PartitionInfo, SlurmError
 from harpd.slurm.scontrol import job_info, update_fields
 from harpd.store import Store
 
@@ -96,7 +96,7 @@ class FakeSlurm:
     def add_job(self, *, user: str = "alice", uid: int = 1000, time_s: int = 60, mem_mb: int | None = 100,
                 mem_per_cpu_mb: int | None = None, partition: str = "short", name: str = "job.sh",
                 script: str = "#!/bin/bash\nsleep 90\n", workdir: str = "/tmp", comment: str | None = None,
-                account: str = "harp") -> str:
+                account: str = "harp", env: dict[str, str] | None = None) -> str:
         """A job submitted by the user (not through recovery)."""
         st = self._load()
         jid = str(st["next_id"])
@@ -107,6 +107,7 @@ class FakeSlurm:
             "time_s": time_s, "mem_mb": mem_mb, "mem_per_cpu_mb": mem_per_cpu_mb, "partition": partition,
             "name": name, "script": script, "workdir": workdir, "comment": comment, "account": account,
             "argv": None, "runs": [], "purged": False, "submitted_at": time.time(),
+            "env": dict(env) if env is not None else {"PATH": "/opt/sw/bin:/usr/bin", "DUR": "100", "HOME": "/home/" + user},
         }
         self._save(st)
         return jid
@@ -270,6 +271,25 @@ class FakeSlurm:
         if j is None or not j.get("script"):
             raise SlurmError(f"Slurm has no batch script for job {job_id}")
         return j["script"].encode()
+
+    def job_env(self, job_id: str) -> dict[str, str]:
+        st = self._load()
+        self._call(st, "job_env", str(job_id))
+        self._save(st)
+        j = st["jobs"].get(str(job_id))
+        if j is None or not j.get("env") or not st.get("keeps_env", True):
+            raise SlurmError(f"Slurm keeps no environment for job {job_id} (AccountingStoreFlags needs job_env)")
+        return dict(j["env"])
+
+    def accounting(self) -> Accounting:
+        st = self._load()
+        return Accounting(script=True, env=st.get("keeps_env", True))
+
+    def set_keeps_env(self, on: bool) -> None:
+        """The site's AccountingStoreFlags with (True) or without job_env."""
+        st = self._load()
+        st["keeps_env"] = on
+        self._save(st)
 
     def jobs_with_comment(self, comment: str, user: str | None, since: float | None) -> list[str]:
         st = self._load()

@@ -231,8 +231,9 @@ def test_requeue_of_a_purged_job_falls_back_to_resubmit(store, fake):
     assert new != jid and a[1]["step"] == "submitted"
     (sub,) = fake.calls("submit")
     assert sub[4] == 1000  # submitted as the job's owner
-    env = fake.state["jobs"][new]["env"]
-    assert env["PATH"] == "/usr/local/bin:/usr/bin:/bin" and "SBATCH_TIMELIMIT" not in env
+    # the job's own environment, from accounting (job_env), not harpd's nor a login's
+    assert fake.state["jobs"][new]["env"] == fake.state["jobs"][jid]["env"]
+    assert fake.calls("job_env") == [["job_env", jid]]
 
 
 def test_requeue_interrupted_then_purged_falls_back_without_duplicating(store, fake):
@@ -285,7 +286,10 @@ def test_limits_refused_leave_the_job_held_and_say_how_to_release_it(store, fake
 
 def test_resubmit_oom_doubles_memory_twice_with_the_same_script_and_arguments(store, fake):
     ing, _ = machine(store, fake, "resubmit")
-    jid = fake.add_job(uid=ME, user="me", mem_mb=100, time_s=300, script="#!/bin/bash\necho \"$@\"\n", workdir="/tmp/w")
+    own_env = {"SBATCH_ACCOUNT": "proj", "SBATCH_MEM_PER_CPU": "50", "PATH": "/opt/conda/envs/x/bin:/usr/bin",
+               "CONDA_PREFIX": "/opt/conda/envs/x", "BASH_FUNC_module%%": "() {  eval $(modulecmd bash $*)\n}"}
+    jid = fake.add_job(uid=ME, user="me", mem_mb=100, time_s=300, script="#!/bin/bash\necho \"$@\"\n", workdir="/tmp/w",
+                       env=own_env)
     argv = ["--mem=100M", "-t", "5", "--comment=mine", "-c", "1", "job.sh", "a b", "c"]
     submission(fake, store, jid, argv=argv, sbatch_env={"SBATCH_ACCOUNT": "proj", "SBATCH_MEM_PER_CPU": "50"})
     fake.end_run(jid, M)
@@ -301,7 +305,8 @@ def test_resubmit_oom_doubles_memory_twice_with_the_same_script_and_arguments(st
     ]
     assert script == "#!/bin/bash\necho \"$@\"\n" and cwd == "/tmp/w" and as_uid is None
     env = fake.state["jobs"][j2]["env"]
-    assert env["SBATCH_ACCOUNT"] == "proj" and "SBATCH_MEM_PER_CPU" not in env  # would clash with --mem
+    assert "SBATCH_MEM_PER_CPU" not in env  # would clash with --mem; the rest exactly the job's own
+    assert env == {k: v for k, v in own_env.items() if k != "SBATCH_MEM_PER_CPU"}
     sub2 = store.get_submission(j2)
     assert sub2["chain_id"] == jid and sub2["submitted"]["mem_mb"] == 200 and sub2["decision"]["model"] == "recovery"
     assert store.chain_of(j2) == jid
@@ -444,3 +449,18 @@ def test_config_rejects_unknown_mode():
 
     with pytest.raises(ValidationError):
         HarpSettings(recovery={"mode": "requeu"})
+
+
+def test_no_resubmission_without_the_jobs_own_environment(store, fake):
+    # the site's accounting keeps no environment (no job_env): a resubmission would run other work
+    fake.set_keeps_env(False)
+    ing, _ = machine(store, fake, "resubmit")
+    jid = fake.add_job(uid=ME, user="me")
+    submission(fake, store, jid)
+    fake.end_run(jid, T)
+    ing.poll_once()
+    a = rows(store, jid)
+    assert a[1]["step"] == "done" and a[1]["outcome"] == "not_submitted"
+    assert "AccountingStoreFlags lacks job_env" in a[1]["limits"]["stop"]
+    assert "not resubmitted" in a[1]["limits"]["stop"]
+    assert fake.calls("submit") == []  # never with harpd's or a login-like environment

@@ -19,16 +19,24 @@ SCONTROL = r"""#!/bin/sh
 case "$1 $2" in
   "write batch_script")
     if [ "$3" = 12 ]; then printf '#!/bin/bash\n#SBATCH --job-name=x\necho "$@"\n'; exit 0; fi
+    # 22.05 for a job slurmctld no longer holds: exit 0, nothing on stdout
+    if [ "$3" = 15 ]; then echo "job script retrieval failed: Invalid job id specified" >&2; exit 0; fi
     echo "slurm_load_jobs error: Invalid job id specified" >&2; exit 1 ;;
-  "show config") printf 'Configuration data as of 2026-11-22T03:39:59\nSlurmUser               = slurm(64030)\nSlurmdUser              = root(0)\n' ;;
+  "show config") printf 'Configuration data as of 2026-11-22T03:39:59\nAccountingStoreFlags    = job_comment,job_env,job_script\nMinJobAge               = 600 sec\nSlurmUser               = slurm(64030)\nSlurmdUser              = root(0)\n' ;;
 esac
 """
 SACCT = r"""#!/bin/sh
 case "$*" in
   *--batch-script*)
     case "$*" in
+      *" 15"*) printf 'Batch Script for 15\n--------------------------------------------------------------------------------\n#!/bin/bash\necho fifteen\n\n' ;;
       *" 13"*) printf 'Batch Script for 13\n--------------------------------------------------------------------------------\n#!/bin/bash\nsleep 1\n\n' ;;
       *) printf 'Batch Script for 14\n--------------------------------------------------------------------------------\nNONE\n\n' ;;
+    esac ;;
+  *--env-vars*)
+    case "$*" in
+      *" 13"*) printf 'Environment used for 13 (must be batch to display)\n--------------------------------------------------------------------------------\nDUR=100\nPATH=/opt/conda/envs/x/bin:/usr/bin\nBASH_FUNC_module%%%%=() {  eval $(modulecmd bash "$@")\n}\nEMPTY=\nEQ=a=b\n' ;;
+      *" 14"*) printf 'Environment used for 14 (must be batch to display)\n--------------------------------------------------------------------------------\nNONE\n' ;;
     esac ;;
   *JobID,Comment*) printf '40|harp retry 2 of 3\n41|harp retry 2 of 33\n42|\n43|harp retry 2 of 3; user note\n' ;;
 esac
@@ -57,6 +65,27 @@ def test_batch_script_from_slurmctld_then_accounting(backend):
         backend.batch_script("14")
     with pytest.raises(SlurmError, match="invalid job id"):
         backend.batch_script("1; rm -rf /")
+
+
+def test_batch_script_of_a_job_slurmctld_dropped_comes_from_accounting(backend):
+    # scontrol exits 0 with an empty stdout on 22.05: that is "not in slurmctld", not "no script"
+    assert backend.batch_script("15") == b"#!/bin/bash\necho fifteen\n"
+
+
+def test_job_env_as_accounting_keeps_it(backend):
+    env = backend.job_env("13")
+    assert env == {"DUR": "100", "PATH": "/opt/conda/envs/x/bin:/usr/bin",
+                   "BASH_FUNC_module%%": '() {  eval $(modulecmd bash "$@")\n}', "EMPTY": "", "EQ": "a=b"}
+    with pytest.raises(SlurmError, match="keeps no environment for job 14.*job_env"):
+        backend.job_env("14")  # NONE: the flag was off when the job ran
+    with pytest.raises(SlurmError, match="neither slurmctld nor accounting knows the job"):
+        backend.job_env("16")  # sacct prints nothing for a job it does not know
+
+
+def test_accounting_flags_from_scontrol_show_config(backend):
+    acc = backend.accounting()
+    assert acc.script and acc.env and acc.lacks == []
+    assert acc.flags == "job_comment,job_env,job_script"
 
 
 def test_jobs_with_comment_matches_the_marker_exactly(backend):
