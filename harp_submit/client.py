@@ -83,7 +83,9 @@ def call(path: str, message: dict[str, Any], timeout: float, max_answer: int | N
     sock = _socket.socket(_socket.AF_UNIX, _socket.SOCK_STREAM)
     lines = _exchange(sock, path, path, _body(message) + b"\n", deadline, timeout, None, max_answer, False,
                       absent=f"harpd is not running (no socket at {path})",
-                      denied=f"no permission to use harpd's socket {path}")
+                      denied=f"no permission to use harpd's socket {path}",
+                      # the file is there but nobody listens: a harpd that was killed left it behind
+                      refused=f"harpd is not answering at {path} (connection refused; stale socket?)")
     return _answer(lines[0], "harpd")
 
 
@@ -166,18 +168,21 @@ def _body(message: dict[str, Any]) -> bytes:
 
 def _exchange(sock: Any, addr: Any, where: str, data: bytes, deadline: float, timeout: float,
               connect_timeout: float | None, max_answer: int | None, sealed: bool, *, absent: str,
-              denied: str) -> list[bytes]:
+              denied: str, refused: str | None = None) -> list[bytes]:
     """Connect ``sock`` (closed afterwards), send ``data``, read the answer's lines: one, or two when
     it starts with a MUNGE credential (``sealed``).  ``absent``/``denied``: the reasons for nothing
-    listening and no permission; ``connect_timeout`` bounds the connection alone."""
+    there and no permission; ``refused`` (default ``absent``): something there but nothing listening;
+    ``connect_timeout`` bounds the connection alone."""
     limit = MAX_ANSWER if max_answer is None else max_answer
     buf = bytearray()
     try:
         sock.settimeout(max(0.001, min(connect_timeout or timeout, deadline - time.monotonic())))
         try:
             sock.connect(addr)
-        except (FileNotFoundError, ConnectionRefusedError):
+        except FileNotFoundError:
             raise HarpdUnavailable(absent) from None
+        except ConnectionRefusedError:
+            raise HarpdUnavailable(refused or absent) from None
         except PermissionError:
             raise HarpdUnavailable(denied) from None
         except TimeoutError:

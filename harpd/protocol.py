@@ -231,6 +231,7 @@ class HealthAnswer(_Answer):
     predictor: str | None = None
     uptime_s: float | None = None
     limits: dict[str, Any] | None = None  # soft or hard time limits and why (harpd.watch.privilege)
+    accounting: dict[str, Any] | None = None  # what Slurm keeps for recovery (harpd.recovery.site_accounting)
 
 
 class AdminAnswer(_Answer):

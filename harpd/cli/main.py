@@ -19,6 +19,7 @@ from harp_submit import __version__
 # subcommand name -> module (relative to harpd.cli)
 SUBCOMMANDS: dict[str, str] = {
     "dnn": "dnn_cmd",
+    "health": "health_cmd",
     "import": "import_cmd",
     "reload": "reload_cmd",
     "replay": "replay_cmd",

@@ -22,7 +22,9 @@ NAME = "status"
 HELP = "what harp did with a job: its source, request, outcome and recovery attempts"
 
 _JOB_ID = re.compile(r"^[0-9]{1,20}(_[0-9]{1,10}|\+[0-9]{1,4})?$")
+# how an attempt runs (or was to run): what happened once it has its job, what is to happen before
 _MODE_WORDS = {"requeue": "requeued in place", "resubmit": "resubmitted as a new job"}
+_MODE_PLANNED = {"requeue": "to be requeued in place", "resubmit": "to be resubmitted as a new job"}
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -193,6 +195,9 @@ def render(job: dict[str, Any]) -> str:
     if outcome:
         out.append(f"  last outcome:  {outcome}" + (f" (Slurm {rec['state']})" if rec.get("state") else ""))
     out += _limit_changes(job)
+    acc = job.get("accounting") or {}
+    if acc.get("recovery") and not (acc.get("job_script") and acc.get("job_env")):
+        out.append(f"  recoverable:   {acc['recovery']}")
     attempts = job.get("attempts") or []
     if not attempts:
         if job.get("source_kind") != "imported":  # harp never ran a trace's job
@@ -202,8 +207,8 @@ def render(job: dict[str, Any]) -> str:
     stop = None
     for a in attempts:
         lim = a.get("limits") or {}
-        mode = _MODE_WORDS.get(lim.get("mode"), "")
-        line = f"  #{a.get('attempt')}  job {a.get('job_id') or '(not submitted yet)'}"
+        job_words, mode = _attempt_words(a, lim)
+        line = f"  #{a.get('attempt')}  job {job_words}"
         line += f"  {a.get('step')}"
         if a.get("outcome"):
             line += f"  {a['outcome']}"
@@ -224,6 +229,21 @@ def render(job: dict[str, Any]) -> str:
     if stop:
         out.append(f"  stopped: {stop}")
     return "\n".join(out + _other_records(job)) + "\n"
+
+
+def _attempt_words(a: dict[str, Any], lim: dict[str, Any]) -> tuple[str, str]:
+    """(the attempt's job, how it runs) in words that agree with its step.
+
+    A decided attempt has not run yet: it says what is to happen; one given up
+    before its side effect never had a job of its own and says nothing of a
+    resubmission that never was.
+    """
+    mode, job_id, step = lim.get("mode"), a.get("job_id"), a.get("step")
+    if a.get("outcome") == "not_submitted" or (lim.get("stop") and step != "done"):
+        return ("(none: never submitted)" if mode != "requeue" or not job_id else f"{job_id} (not requeued)"), ""
+    if step == "decided":
+        return (str(job_id) if mode == "requeue" and job_id else "(not submitted yet)"), _MODE_PLANNED.get(mode, "")
+    return str(job_id or "(unknown)"), _MODE_WORDS.get(mode, "")
 
 
 def _other_records(job: dict[str, Any]) -> list[str]:

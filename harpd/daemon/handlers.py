@@ -134,10 +134,13 @@ class Handlers:
         reload: AdminAction | None = None,
         importer: ImportAction | None = None,
         limits_mode: dict[str, Any] | None = None,
+        accounting: dict[str, Any] | None = None,
     ) -> None:
         self.store = store
         # soft or hard time limits and why (harpd.watch.privilege), shown by health
         self.limits_mode = limits_mode
+        # what the site's accounting keeps for recovery (harpd.recovery.site_accounting), shown by health and status
+        self.accounting = accounting
         self.settings = settings
         self.predictor: Predictor = predictor or NoChangePredictor(partition_limits)
         if admin_gid is None and settings is not None:
@@ -242,6 +245,8 @@ class Handlers:
             return p.error(str(exc))
         if self.limits_mode is not None:
             job["limits_mode"] = self.limits_mode
+        if self.accounting is not None and job.get("registered"):
+            job["accounting"] = self.accounting
         return p.StatusAnswer(job=job)
 
     def op_health(self, peer: Peer, req: p.HealthRequest) -> BaseModel:
@@ -266,6 +271,7 @@ class Handlers:
             predictor=str(name),
             uptime_s=round(time.monotonic() - self.started, 3),
             limits=limits,
+            accounting=self.accounting,
         )
 
     def op_report(self, peer: Peer, req: p.ReportRequest) -> BaseModel:

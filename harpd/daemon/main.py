@@ -54,6 +54,7 @@ from harpd.ingest.importer import import_file
 from harpd.predict.live import make_predictor
 from harpd.predict.retrain_timer import attach_retrain, train_in_background
 from harpd.recovery.machine import make as make_recovery
+from harpd.recovery.site_accounting import read_site_accounting
 from harpd.slurm import SlurmBackend, get_backend
 from harpd.slurm.partitions import cached_partitions, limits_from_partitions, owner_from_backend
 from harpd.store import Store, StoreError
@@ -136,6 +137,7 @@ def build_handlers(settings: HarpSettings, store: Store) -> tuple[Handlers, list
         reload=live.reload,
         importer=import_file,
         limits_mode=privilege.as_health(),
+        accounting=None if backend is None else read_site_accounting(backend).as_health(),
     )
     log.info("predictor: %s", predictor.name)
     return handlers, start_services(settings, store, backend, live.retrain, privilege=privilege,

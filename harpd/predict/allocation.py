@@ -23,6 +23,10 @@ from dataclasses import dataclass
 import numpy as np
 
 
+#: what ``allocate`` says set a value it returns: the bound itself, or the rail that moved it
+BOUND, REQUEST_FLOOR, FLOOR, LIMIT = "bound", "request floor", "floor", "limit"
+
+
 @dataclass(frozen=True, slots=True)
 class Guard:
     """The guard-rail settings of one resource (from ``settings.predict``)."""
@@ -55,6 +59,10 @@ def allocate(request: float | None, upper_log: float, n_history: int, limit: flo
              guard: Guard, leave_alone_ratio: float | None = None) -> tuple[float | None, str]:
     """The allocation harp should set, or None to keep the request, and why.
 
+    With a value, "why" names what set it: ``BOUND``, or the rail that moved
+    the bound (``REQUEST_FLOOR``: ``min_fraction`` of the request; ``FLOOR``;
+    ``LIMIT``), so the decision's reason can say so.
+
     ``upper_log`` is the model's bound as log(need / request) when there is a
     request, log(need) otherwise (see ``harpd.models.base``).
     ``leave_alone_ratio`` lowers the guard's (a calibrated model's own θ).
@@ -76,16 +84,18 @@ def allocate(request: float | None, upper_log: float, n_history: int, limit: flo
             value = min(value, request * guard.max_raise_factor)
         elif not guard.allow_shrink:
             return None, "shrinking is off"
-        if guard.min_fraction > 0:
-            value = max(value, request * guard.min_fraction)
-    value = max(value, guard.floor)
-    if limit is not None and limit > 0:
-        value = min(value, limit)
+    by = BOUND  # which rail set the value, for the decision's reason
+    if has_req and guard.min_fraction > 0 and value < request * guard.min_fraction:
+        value, by = request * guard.min_fraction, REQUEST_FLOOR
+    if value < guard.floor:
+        value, by = guard.floor, FLOOR
+    if limit is not None and limit > 0 and value > limit:
+        value, by = limit, LIMIT
     if has_req and abs(value - request) < 1e-9 * max(request, 1.0):
         return None, "same as the request"
     if has_req and value > request and guard.max_raise_factor <= 1.0:
         return None, "floor is above the request: kept"
-    return float(value), "bound"
+    return float(value), by
 
 
 def allocate_many(request: np.ndarray, upper_log: np.ndarray, n_history: np.ndarray,

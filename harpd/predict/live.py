@@ -29,7 +29,7 @@ import numpy as np
 from harpd.features.resources import gpu_count
 from harpd.features.signature import normalise_commands
 from harpd.features.workflow import identify, is_workflow_signature, job_signature
-from harpd.predict.allocation import Guard, allocate
+from harpd.predict.allocation import BOUND, FLOOR, REQUEST_FLOOR, Guard, allocate
 from harpd.predict.bounds import MARGIN
 from harpd.predict.cores import CoresHistory, cores_used, unsafe_reason
 from harpd.predict.soft import SoftPolicy, running_bound, soft_guard, stake_of, tilt
@@ -431,6 +431,8 @@ class ModelPredictor:
               "leave_alone_ratio": None if theta is None else round(float(theta), 3), "reason": why, **ex}
         if value is None:
             return None, ex
+        if why != BOUND:
+            reason += "; " + _rail_words(why, res, guard, req, limit)
         if soft:
             reason += f" (extended automatically up to {format_time(int(req))} while it runs)"
         if res == "time":
@@ -457,6 +459,28 @@ class ModelPredictor:
                     "reason": reason}, ex
         return {"option": "mem", "value": format_mem(int(math.ceil(value / nodes))), "old": None,
                 "reason": reason}, ex
+
+
+def _rail_words(by: str, res: str, guard: Guard, req: float | None, limit: float | None) -> str:
+    """Which guard rail moved the bound, in the words of the decision's reason.
+
+    A value the rule's own words ("1.1 x the most of its last runs") do not
+    explain must name what set it, or a 3-minute limit for 20-second runs
+    reads as the rule's.
+    """
+    def amount(v: float | None) -> str:
+        if v is None:
+            return "?"
+        return format_time(int(math.ceil(v))) if res == "time" else format_mem(int(math.ceil(v)))
+
+    if by == REQUEST_FLOOR:
+        share = round(1 / guard.min_fraction) if guard.min_fraction else 0
+        return (f"raised to {amount((req or 0) * guard.min_fraction)}, the floor of request/{share:g}: "
+                "harp never cuts deeper than recovery can double back to the request within its attempts")
+    if by == FLOOR:
+        key = "predict.floor_time_s" if res == "time" else "predict.floor_mem_mb"
+        return f"raised to the floor of {amount(guard.floor)} ({key})"
+    return f"lowered to the partition limit of {amount(limit)}"
 
 
 def _total_mem(rq) -> dict[str, Any]:

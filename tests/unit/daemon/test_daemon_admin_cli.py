@@ -121,3 +121,34 @@ def _harp_as_nobody(sock: str, args: list[str]) -> list:
 @pytest.mark.parametrize("op", ["retrain", "reload"])
 def test_a_non_admin_gets_harpds_refusal_as_one_line(harpd, op):
     assert _harp_as_nobody(str(harpd / "harpd.sock"), [op]) == [1, f"harp: {op} is an admin operation: run it as root\n"]
+
+
+def test_health_says_what_recovery_can_do_on_this_cluster(serve, short_dir, store, capsys):
+    from harpd.daemon.handlers import Handlers
+    from harpd.recovery.site_accounting import read_site_accounting
+    from harpd.slurm.base import Accounting
+
+    class Slurm:  # what `scontrol show config` said: a site without job_env
+        def accounting(self):
+            return Accounting(script=True, env=False, flags="job_comment,job_script")
+
+    acc = read_site_accounting(Slurm()).as_health()
+    srv = serve(handlers=Handlers(store, limits_mode={"mode": "hard", "privileged": False, "why": "not root"},
+                                  accounting=acc))
+    cfg = short_dir / "harpd.toml"
+    cfg.write_text(f'[server]\nsocket = "{srv.path}"\n[store]\npath = "{short_dir}/harp.db"\n')
+    rc, out, err = run(capsys, cfg, "health")
+    assert rc == 0 and err == ""
+    assert "time limits: hard (not root)" in out
+    assert "accounting:  AccountingStoreFlags=job_comment,job_script" in out
+    assert "recovery:    AccountingStoreFlags lacks job_env: a job that ran out can only be requeued" in out
+    rc, out, _ = run(capsys, cfg, "health", "--format", "json")
+    assert rc == 0 and json.loads(out)["accounting"]["job_env"] is False
+
+
+def test_health_without_harpd_one_line(tmp_path, capsys):
+    cfg = tmp_path / "harpd.toml"
+    cfg.write_text(f'[server]\nsocket = "{tmp_path}/none.sock"\n[store]\npath = "{tmp_path}/harp.db"\n')
+    rc, out, err = run(capsys, cfg, "health")
+    assert rc == 1 and out == "" and err.count("\n") == 1
+    assert err.startswith("harp: harpd is not running (no socket at")

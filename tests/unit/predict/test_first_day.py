@@ -234,3 +234,20 @@ def test_history_imported_into_a_running_harpd_without_a_model_is_trained_on_soo
     assert calls == [1]
     check()
     assert calls == [1]  # the store did not grow since
+
+
+def test_a_cut_stopped_by_the_request_floor_says_so(store_of):
+    # 20 s runs of a 10-minute request: 1.1 x 20 s would be 22 s, the floor of
+    # request/4 (2.5 min -> 3 min) sets the limit, and the reason must name it
+    s, st = store_of(_runs(6, used_s=20.0, req_s=600.0))
+    d = ModelPredictor(s, store=st).decide(_job(req_s=600), "alice", 1000)
+    opts = {c.option: c for c in d.changes}
+    assert opts["time"].value == "00:03:00", d.explain
+    reason = opts["time"].reason
+    assert "1.1 x the most of its last runs" in reason
+    assert "the floor of request/4" in reason and "00:02:30" in reason
+    # a cut the bound alone sets names no floor
+    s2, st2 = store_of(_runs(6, used_s=500.0, req_s=1800.0, start_id=50))
+    d2 = ModelPredictor(s2, store=st2).decide(_job(req_s=1800), "alice", 1000)
+    time_change = {c.option: c for c in d2.changes}["time"]
+    assert "floor" not in time_change.reason, time_change.reason

@@ -103,3 +103,33 @@ def test_status_of_a_job_without_recovery(tmp_path, capsys):
     assert harp(["status", jid, "--direct", "--db", str(tmp_path / "h.db")]) == 0
     out = capsys.readouterr().out
     assert "recovery:      none" in out and "asked for:     time 1 min, mem 100M" in out
+
+
+def _attempt_lines(attempts):
+    from harpd.cli.status_cmd import render
+
+    text = render({"job_id": "35", "user": "alice", "attempts": attempts})
+    return [ln for ln in text.splitlines() if ln.startswith("  #")]
+
+
+def test_status_words_agree_with_the_attempts_step():
+    first = {"attempt": 1, "job_id": "35", "step": "done", "outcome": "timeout", "limits": {"time_s": 60}}
+    # decided, waiting on Slurm: to be resubmitted, not "resubmitted"
+    waiting = {"attempt": 2, "job_id": None, "step": "decided", "outcome": None,
+               "limits": {"time_s": 120, "mode": "resubmit", "last_error": "sacct failed", "failures": 3}}
+    (_, line) = _attempt_lines([first, waiting])
+    assert "(not submitted yet)" in line and "to be resubmitted as a new job" in line
+    assert "  resubmitted as a new job" not in line
+    # given up before sbatch: never submitted, and no word of a resubmission
+    gave_up = {**waiting, "step": "done", "outcome": "not_submitted",
+               "limits": {**waiting["limits"], "stop": "gave up after 20 failed tries: no batch script"}}
+    (_, line) = _attempt_lines([first, gave_up])
+    assert "(none: never submitted)" in line and "resubmitted" not in line and "not submitted yet" not in line
+    # carried out: the new job and what happened
+    done = {**waiting, "job_id": "36", "step": "submitted", "limits": {"time_s": 120, "mode": "resubmit"}}
+    (_, line) = _attempt_lines([first, done])
+    assert "job 36" in line and "resubmitted as a new job" in line and "not submitted" not in line
+    # a requeue decided keeps the job id and says it is to come
+    rq = {"attempt": 2, "job_id": "35", "step": "decided", "outcome": None, "limits": {"time_s": 120, "mode": "requeue"}}
+    (_, line) = _attempt_lines([first, rq])
+    assert "job 35" in line and "to be requeued in place" in line

@@ -51,14 +51,19 @@ def test_no_daemon_is_reported_at_once(short_dir) -> None:
     assert "not running" in info.value.reason and not info.value.reachable
 
 
-def test_a_dead_socket_file_is_like_no_daemon(short_dir) -> None:
+def test_a_dead_socket_file_is_named_as_such(short_dir) -> None:
     path = str(short_dir / "dead.sock")
     s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     s.bind(path)
-    s.close()  # the file stays, nobody listens
+    s.close()  # the file stays, nobody listens: a SIGKILLed harpd's socket
     with pytest.raises(client.HarpdUnavailable) as info:
         client.call(path, {"op": "health"}, 2.0)
-    assert "not running" in info.value.reason
+    # not "no socket at": the socket file is there, the connection was refused
+    assert info.value.reason == f"harpd is not answering at {path} (connection refused; stale socket?)"
+    assert not info.value.reachable
+    with pytest.raises(client.HarpdUnavailable) as info:
+        client.call(str(short_dir / "absent.sock"), {"op": "health"}, 2.0)
+    assert info.value.reason == f"harpd is not running (no socket at {short_dir / 'absent.sock'})"
 
 
 def test_a_stalled_daemon_costs_at_most_the_timeout(short_dir) -> None:
