@@ -142,7 +142,8 @@ def build_handlers(settings: HarpSettings, store: Store) -> tuple[Handlers, list
     log.info("predictor: %s", predictor.name)
     return handlers, start_services(settings, store, backend, live.retrain, privilege=privilege,
                                     predictor=predictor, partitions=partitions,
-                                    trained_on=getattr(live, "trained_on", None))
+                                    trained_on=getattr(live, "trained_on", None),
+                                    learn=getattr(live, "learn", None))
 
 
 def _make_live(settings: HarpSettings, store: Store, backend: SlurmBackend | None, limits: Any,
@@ -163,12 +164,15 @@ def slurm_backend(settings: HarpSettings) -> SlurmBackend | None:
 
 def start_services(settings: HarpSettings, store: Store, backend: SlurmBackend | None,
                    retrain: Callable[[], Any], *, privilege: Privilege | None = None, predictor: Any = None,
-                   partitions: Any = None, trained_on: Callable[[], int | None] | None = None) -> list[Any]:
+                   partitions: Any = None, trained_on: Callable[[], int | None] | None = None,
+                   learn: Callable[[list[Any]], Any] | None = None) -> list[Any]:
     """The sacct poller and the listeners of its outcomes: recovery, the watcher, the retrain trigger.
 
     ``trained_on``: the most jobs a loaded model learnt from (None: no model);
     with history in the store and no model, the first training starts at
-    once, in the background (requests are answered meanwhile).
+    once, in the background (requests are answered meanwhile).  ``learn``:
+    the live predictor's, given each poll's new outcomes before they are
+    announced, so the next decision already has them.
     """
     train_now = _first_training_due(store, trained_on)
     recovery = make_recovery(settings=settings, store=store, backend=backend,
@@ -176,7 +180,8 @@ def start_services(settings: HarpSettings, store: Store, backend: SlurmBackend |
     # recovery listens from the first poll on, which may announce outcomes a
     # killed predecessor left unannounced: each run's outcome reaches it once
     ingest = poller.start(settings=settings, store=store, backend=backend,
-                          listeners=[] if recovery is None else [recovery.on_outcome])
+                          listeners=[] if recovery is None else [recovery.on_outcome],
+                          learners=[] if learn is None else [learn])
     services: list[Any] = [ingest]
     if ingest.ingestor is None:  # no Slurm: nothing is polled
         if train_now:

@@ -121,6 +121,9 @@ class Ingestor:
         self.cfg = self.settings.ingest
         self.clock = clock
         self.on_outcome: list[Callable[[JobRecord], None]] = []
+        # given each poll's new outcomes just before they are committed (the live
+        # predictor's history), so a decision never waits on a later refresh
+        self.learners: list[Callable[[list[JobRecord]], Any]] = []
         self.failures = 0
         self.last_error: str | None = None
         self.last_poll: PollResult | None = None
@@ -233,6 +236,7 @@ class Ingestor:
                     known[jid] = sub
         self._apply_submissions(finished, known, watch)
         new = self._select_new(finished, stored)
+        self._teach(new)
 
         with self.store.transaction():
             if new:
@@ -377,6 +381,15 @@ class Ingestor:
 
     # ----------------------------------------------------------- announcing
 
+    def _teach(self, records: list[JobRecord]) -> None:
+        if not records:
+            return
+        for learn in list(self.learners):
+            try:
+                learn(records)
+            except Exception:  # noqa: BLE001 - the history refresh still picks them up
+                log.exception("learner %r failed on %d new outcome(s)", learn, len(records))
+
     def _announce(self, records: Iterable[JobRecord]) -> None:
         records = list(records)
         if not records:
@@ -511,11 +524,13 @@ def start(
     store: Any,
     backend: SlurmBackend | None,
     listeners: Iterable[Callable[[JobRecord], None]] = (),
+    learners: Iterable[Callable[[list[JobRecord]], Any]] = (),
 ) -> IngestService | _NoIngest:
     """Start background polling for harpd; without a Slurm backend, nothing to poll.
 
     ``listeners`` join ``on_outcome`` before the first poll, which may
-    announce outcomes a killed predecessor left unannounced.
+    announce outcomes a killed predecessor left unannounced; ``learners``
+    (the live predictor's history) get each poll's new outcomes as they are stored.
     """
     if backend is None:
         log.warning("ingest disabled: no Slurm backend")
@@ -524,6 +539,7 @@ def start(
 
     ingestor = Ingestor(store, backend, settings)
     ingestor.on_outcome.extend(listeners)
+    ingestor.learners.extend(learners)
     scheduler = BackgroundScheduler(daemon=True)
     ingestor.schedule(scheduler)
     scheduler.start()

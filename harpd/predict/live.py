@@ -89,6 +89,8 @@ class ModelPredictor:
         self._loaded: dict[str, _Loaded] = {}
         self._cores = CoresHistory()  # per signature, the cores its last runs used (harpd.predict.cores)
         self._watermark: float | None = None
+        # runs ``learn`` added ahead of ``refresh`` (source, job id, attempt): refresh skips them
+        self._learnt: dict[tuple[str, str, int], float] = {}
         self._last_refresh = 0.0
         self._train_lock = threading.Lock()  # one training at a time (start, schedule, admin)
         self._trainings = 0  # trainings finished, so a waiting caller can join the one it waited for
@@ -123,6 +125,7 @@ class ModelPredictor:
             self._loaded = loaded
             self._cores = CoresHistory()
             self._watermark = None
+            self._learnt = {}
         self.refresh(limit=HISTORY_JOBS)
         return {res: {"name": ld.name, "path": ld.row.get("path")} for res, ld in loaded.items()
                 if ld.model is not None}
@@ -163,6 +166,8 @@ class ModelPredictor:
             for rec in it:
                 if since is not None and rec.end_time is not None and rec.end_time <= since:
                     continue
+                if _run_key(rec) in self._learnt:
+                    continue  # the poller handed it over already (``learn``)
                 batch.append(rec)
                 if rec.end_time is not None:
                     last = rec.end_time if last is None else max(last, rec.end_time)
@@ -172,9 +177,33 @@ class ModelPredictor:
             n_added += self._add(batch)
             self._watermark = last
             self._last_refresh = _time.monotonic()
+            with self._lock:  # what the watermark has passed, refresh never reads again
+                self._learnt = {k: end for k, end in self._learnt.items() if last is None or end > last}
             return n_added
         finally:
             self._refresh_lock.release()
+
+    def learn(self, records: list) -> int:
+        """Outcomes the ingest poller has just stored: in the history before the next decision.
+
+        The poller calls this as it stores new outcomes (just before its
+        commit, so no ``refresh`` can read a run before it is marked here),
+        so the very next request is decided with them; a refresh on request
+        would answer it first and learn afterwards.  Runs learnt here are
+        skipped by ``refresh``; a run handed over again (a poll whose commit
+        failed and is repeated) is learnt once.
+        """
+        if not self._loaded:
+            return 0
+        fresh = []
+        with self._lock:
+            for r in records:
+                key = _run_key(r)
+                if key in self._learnt:
+                    continue
+                self._learnt[key] = float(r.end_time or 0.0)
+                fresh.append(r)
+        return self._add(fresh)
 
     def _add(self, records: list) -> int:
         from harpd.features.history import keys_of_record
@@ -481,6 +510,11 @@ def _rail_words(by: str, res: str, guard: Guard, req: float | None, limit: float
         key = "predict.floor_time_s" if res == "time" else "predict.floor_mem_mb"
         return f"raised to the floor of {amount(guard.floor)} ({key})"
     return f"lowered to the partition limit of {amount(limit)}"
+
+
+def _run_key(r) -> tuple[str, str, int]:
+    """One run of one job in one source: what the history must hold once."""
+    return (str(r.source), str(r.job_id), int(r.attempt or 1))
 
 
 def _total_mem(rq) -> dict[str, Any]:
