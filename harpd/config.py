@@ -117,6 +117,8 @@ class RecoverySettings(_Section):
     max_attempts: int = Field(3, ge=1)
     max_time_s: int | None = Field(None, ge=60)  # cap beyond partition MaxTime
     max_mem_mb: int | None = Field(None, ge=1)  # cap beyond node memory (per node)
+    # cap at this many times the user's own request (1.0: never past it); None: partition/node caps only
+    max_request_factor: float | None = Field(None, ge=1.0)
     mode: Literal["auto", "requeue", "resubmit"] = "auto"
 
 

@@ -453,6 +453,7 @@ class Recovery:
             cfg_max_time_s=self.cfg.max_time_s,
             cfg_max_mem_mb=self.cfg.max_mem_mb,
             partition=getattr(part, "name", None) or limits.partition,
+            request_factor=self.cfg.max_request_factor,
         )
         if nxt.limits is None:
             self._stop(chain, number, nxt.reason)

@@ -172,13 +172,17 @@ def next_limits(
     cfg_max_time_s: float | None,
     cfg_max_mem_mb: float | None,
     partition: str | None = None,
+    request_factor: float | None = None,
 ) -> Next:
     """Limits after attempt ``attempt`` ended with ``outcome``; only what ran out changes.
 
     ``limits`` are the failed attempt's, ``original`` the user's own request
     (``Resources`` as harp-submit registered it).  Caps: the partition's
     MaxTime and ``recovery.max_time_s`` for time; the node's memory and
-    ``recovery.max_mem_mb`` (both per node) for memory.
+    ``recovery.max_mem_mb`` (both per node) for memory; and, with
+    ``request_factor`` (``recovery.max_request_factor``), that many times the
+    user's own request of the resource (1.0: recovery never goes past what
+    the user asked for).
     """
     try:
         outcome = Outcome(outcome)
@@ -193,7 +197,8 @@ def next_limits(
         current = _pos(limits.time_s)
         if current is None:
             return Next(None, "ran out of time with no known time limit: not resubmitted", res)
-        cap, cap_name = _smallest([(partition_max_time_s, f"{where} MaxTime"), (cfg_max_time_s, "recovery.max_time_s")])
+        cap, cap_name = _smallest([(partition_max_time_s, f"{where} MaxTime"), (cfg_max_time_s, "recovery.max_time_s"),
+                                   _request_cap(_pos(original.time_s), request_factor, fmt_time)])
         step = next_allocation(outcome, current, _pos(original.time_s), cap, attempt, max_attempts)
         if step.stop or step.value is None:
             return Next(None, _explain_stop(step.reason, cap, cap_name, fmt_time) + "; not resubmitted", res)
@@ -219,6 +224,7 @@ def next_limits(
     caps = [
         (None if node_mem_mb is None else node_mem_mb / per, "the node's memory"),
         (None if cfg_max_mem_mb is None else cfg_max_mem_mb / per, "recovery.max_mem_mb"),
+        _request_cap(_pos(getattr(original, key)), request_factor, fmt_mem),
     ]
     cap, cap_name = _smallest(caps)
     if cap is not None:
@@ -234,6 +240,15 @@ def next_limits(
     new = limits.but(**{key: value})
     what = "memory per CPU" if key == "mem_per_cpu_mb" else "memory"
     return Next(new, f"{_explain_stop(step.reason, cap, cap_name, fmt_mem)}: {what} {fmt_mem(current)} -> {fmt_mem(value)}", res)
+
+
+def _request_cap(request: float | None, factor: float | None, fmt) -> tuple[float | None, str]:
+    """The cap ``recovery.max_request_factor`` puts on a resource the user asked ``request`` of."""
+    if request is None or factor is None:
+        return None, ""
+    if factor == 1.0:
+        return request, f"the user's own request ({fmt(request)}; recovery.max_request_factor = 1)"
+    return request * factor, f"recovery.max_request_factor = {factor:g} x the request of {fmt(request)}"
 
 
 def _explain_stop(reason: str, cap: float | None, cap_name: str | None, fmt) -> str:
