@@ -31,6 +31,7 @@ import sys
 from . import __version__, client, harp_options, registration, route, step_aside
 from .decision import BadDecision, check_beside, validate
 from .request import Request
+from . import output_mode
 from .rewrite import RewriteError, Rewritten, apply, build
 from .sbatch_options import CLI_TABLE, SBATCH_TABLE, ParsedArgs
 from .sbatch_run import SpawnError, find_sbatch, last_error, mark_process, parse_job_id, refused_before_submission, spawn
@@ -295,6 +296,9 @@ class Submit:
                 assert rewritten.script_text is not None
                 stdin = rewritten.script_text.encode("utf-8", "surrogateescape")
             after = build(rewritten.argv, rewritten.environ, request, rewritten.script_text)
+        keep_output = register and output_mode.keeps_output(request, rewritten is not None)
+        if keep_output:
+            final = output_mode.with_append(final)  # shown by a dry run; said in docs/harp-submit.md
         if self.dry_run:
             return self.show_dry_run(final, environ, stdin, request, decision)
         payload = original_payload = None
@@ -305,7 +309,11 @@ class Submit:
         # fall back to the user's own request if sbatch refuses harp's, unless a
         # failure cannot tell whether a job exists (--wait, --quiet) or none is made (--test-only)
         if rewritten is not None and not any(request.has(o) for o in ("wait", "quiet", "test-only")):
-            original = (argv, original_payload)
+            own = output_mode.with_append(argv) if output_mode.keeps_output(request, False) else argv
+            if original_payload is not None and "argv" in original_payload["job"]:
+                # registered as it runs: recovery resubmits from these arguments
+                original_payload = {**original_payload, "job": {**original_payload["job"], "argv": own}}
+            original = (own, original_payload)
         return self.run_sbatch(final, environ, stdin, payload, original=original)
 
     def untouched(self, argv: list[str], why: str | None = None) -> int:

@@ -42,3 +42,21 @@ def words(line: str) -> list[str]:
 def is_off(lines: list[str]) -> bool:
     """Whether the script opts out: a ``#HARP off`` line (any case)."""
     return any(w[:1] == ["off"] for w in ([x.lower() for x in words(line)] for line in lines))
+
+
+_RETRY_OFF = frozenset({"off", "no", "false", "0", "never"})
+
+
+def retry_choice(lines: list[str] | None) -> bool | None:
+    """True for ``#HARP retry``, False for ``#HARP retry off``/``#HARP noretry``,
+    None when the script says nothing; the last such line wins."""
+    choice: bool | None = None
+    for line in lines or []:
+        w = [x.lower() for x in words(str(line))]
+        if not w:
+            continue
+        if w[0] == "noretry":
+            choice = False
+        elif w[0] == "retry":
+            choice = not (len(w) > 1 and w[1] in _RETRY_OFF)
+    return choice

@@ -222,6 +222,11 @@ def render(job: dict[str, Any]) -> str:
             out.append(f"      Slurm comment: {lim['comment']}")
         if lim.get("note"):
             out.append(f"      note: {lim['note']}")
+        if lim.get("output"):
+            shared = lim.get("mode") == "requeue" or (a.get("attempt") == 1 and _requeued(attempts))
+            out.append(f"      output: {lim['output']}" + (" (the job's runs one after another)" if shared else ""))
+        if lim.get("error"):
+            out.append(f"      errors: {lim['error']}")
         if lim.get("last_error") and a.get("step") == "decided":
             out.append(f"      waiting: {lim['last_error']} ({lim.get('failures', 1)} failed tries)")
         if lim.get("stop"):
@@ -229,6 +234,10 @@ def render(job: dict[str, Any]) -> str:
     if stop:
         out.append(f"  stopped: {stop}")
     return "\n".join(out + _other_records(job)) + "\n"
+
+
+def _requeued(attempts: list[dict[str, Any]]) -> bool:
+    return any((a.get("limits") or {}).get("mode") == "requeue" for a in attempts)
 
 
 def _attempt_words(a: dict[str, Any], lim: dict[str, Any]) -> tuple[str, str]:

@@ -134,6 +134,8 @@ class Plan:
     failures: int | None = None  # failed tries of the side effect so far
     last_error: str | None = None
     stop: str | None = None  # why the chain ends here
+    output: str | None = None  # where this run wrote its output (scontrol's StdOut), for harp status
+    error: str | None = None  # its error file, when apart from the output
 
     @classmethod
     def from_json(cls, row: Mapping[str, Any] | None) -> "Plan":

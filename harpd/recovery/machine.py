@@ -318,8 +318,9 @@ class Recovery:
         assert sub is not None
         chain = rec.job_id
         limits = first_limits(rec, sub)
+        first = self._with_output(Plan(limits=limits), rec.job_id)
         with self.store.transaction():
-            if self.store.add_attempt(chain, 1, rec.job_id, limits.to_json(), f"first run; recovered because {why}", DONE):
+            if self.store.add_attempt(chain, 1, rec.job_id, first.to_json(), f"first run; recovered because {why}", DONE):
                 self.store.update_attempt(chain, 1, outcome=rec.outcome.value)
         log.info("job %s ran out of %s (limits %s): recovery starts", chain, RESOURCE_OF[Outcome(rec.outcome)], _brief(limits))
         self._mark_open(chain)
@@ -393,12 +394,29 @@ class Recovery:
             rec.signature = rec.signature or job.get("signature")
             rec.job_name = rec.job_name or job.get("job_name")
             rec.harp_sized = True
+        plan = self._with_output(row.plan, rec.job_id)
         with self.store.transaction():
-            self.store.update_attempt(chain, number, outcome=rec.outcome.value, step=DONE)
+            self.store.update_attempt(chain, number, outcome=rec.outcome.value, step=DONE, limits=plan.to_json())
             if enrich:
                 self.store.insert_jobs([rec])
         log.info("job %s attempt %d (job %s) ended %s", chain, number, rec.job_id, rec.outcome.value)
         crash_point("done")
+
+    def _with_output(self, plan: Plan, job_id: str) -> Plan:
+        """``plan`` with where the run wrote its output, while slurmctld still knows (``harp status`` shows it).
+
+        A requeued job writes every run to the same files (harp-submit asks
+        for ``--open-mode=append`` so the earlier runs' messages stay there).
+        """
+        if plan.output:
+            return plan
+        try:
+            info = self.backend.show_job(job_id)
+        except (SlurmError, AttributeError):
+            return plan
+        if not info.std_out:
+            return plan
+        return plan.but(output=info.std_out, error=info.std_err if info.std_err != info.std_out else None)
 
     def _continue(self, chain: str, number: int) -> None:
         """After attempt ``number`` is done: decide the next one (once) and carry it out."""

@@ -27,7 +27,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from harp_submit.harp_lines import words
+from harp_submit.harp_lines import retry_choice
 from harpd.protocol import Resources
 from harpd.recovery.attempts import AttemptLimits
 from harpd.recovery.escalation import next_allocation, resource_for
@@ -36,22 +36,6 @@ from harpd.records import JobRecord, Outcome
 __all__ = ["retry_choice", "eligible", "first_limits", "next_limits", "Next", "fmt_time", "fmt_mem"]
 
 _PLAIN_JOB_ID = re.compile(r"^\d+$")
-_OFF = {"off", "no", "false", "0", "never"}
-
-
-def retry_choice(harp_lines: list[str] | None) -> bool | None:
-    """True for ``#HARP retry``, False for ``#HARP retry off``/``#HARP noretry``,
-    None when the script says nothing; the last such line wins."""
-    choice: bool | None = None
-    for line in harp_lines or []:
-        w = [x.lower() for x in words(str(line))]
-        if not w:
-            continue
-        if w[0] == "noretry":
-            choice = False
-        elif w[0] == "retry":
-            choice = not (len(w) > 1 and w[1] in _OFF)
-    return choice
 
 
 def eligible(job_id: str, submission: dict[str, Any] | None) -> tuple[bool, str]:

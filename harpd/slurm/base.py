@@ -103,6 +103,8 @@ class JobInfo:
     workdir: str | None = None
     account: str | None = None
     end_time: float | None = None  # epoch seconds the last run ended (EndTime); None while it runs
+    std_out: str | None = None  # the output file as slurmctld expanded it (StdOut)
+    std_err: str | None = None  # the error file (StdErr): the output file unless the job split them
 
     @property
     def held(self) -> bool:

@@ -78,6 +78,8 @@ def job_info(kv: Mapping[str, str]) -> JobInfo:
         workdir=_value(kv, "WorkDir"),
         account=_value(kv, "Account"),
         end_time=_epoch(_value(kv, "EndTime")),
+        std_out=_value(kv, "StdOut"),
+        std_err=_value(kv, "StdErr"),
     )
 
 

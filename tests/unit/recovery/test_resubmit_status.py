@@ -133,3 +133,19 @@ def test_status_words_agree_with_the_attempts_step():
     rq = {"attempt": 2, "job_id": "35", "step": "decided", "outcome": None, "limits": {"time_s": 120, "mode": "requeue"}}
     (_, line) = _attempt_lines([first, rq])
     assert "job 35" in line and "to be requeued in place" in line
+
+
+def test_status_shows_where_each_attempts_output_is():
+    from harpd.cli.status_cmd import render
+
+    attempts = [
+        {"attempt": 1, "job_id": "20", "step": "done", "outcome": "timeout",
+         "limits": {"time_s": 60, "output": "/home/a/slurm-20.out"}},
+        {"attempt": 2, "job_id": "20", "step": "done", "outcome": "completed",
+         "limits": {"time_s": 120, "mode": "requeue", "output": "/home/a/slurm-20.out"}},
+        {"attempt": 3, "job_id": "31", "step": "done", "outcome": "completed",
+         "limits": {"time_s": 240, "mode": "resubmit", "output": "/home/a/out-31.txt", "error": "/home/a/err-31.txt"}},
+    ]
+    text = render({"job_id": "20", "user": "alice", "attempts": attempts})
+    assert text.count("output: /home/a/slurm-20.out (the job's runs one after another)") == 2
+    assert "output: /home/a/out-31.txt\n" in text and "errors: /home/a/err-31.txt" in text

@@ -97,7 +97,7 @@ def test_script_directives_are_rewritten_and_sent_on_stdin(run, harpd) -> None:
     assert proc.returncode == 0 and proc.stdout == b"Submitted batch job 4242\n"
     [call] = run.calls()
     # the script's name is kept as the job name (stdin jobs would be called "sbatch")
-    assert call["argv"] == ["-H", "--job-name=job.sh"]
+    assert call["argv"] == ["--open-mode=append", "-H", "--job-name=job.sh"]
     assert call["stdin"] == (
         "#!/bin/bash\n#SBATCH --time=01:30:00\n#SBATCH -c 2 # two cores\n#SBATCH --mem=2G\nmodule load foo\nsrun ./a.out\n"
     )
@@ -121,7 +121,7 @@ def test_script_arguments_go_with_dev_stdin(run, harpd) -> None:
     run.write("job.sh", JOB)
     run("-H", "job.sh", "in.dat", "--harp-off", "-t", "3")
     [call] = run.calls()
-    assert call["argv"] == ["-H", "--job-name=job.sh", "/dev/stdin", "in.dat", "--harp-off", "-t", "3"]
+    assert call["argv"] == ["--open-mode=append", "-H", "--job-name=job.sh", "/dev/stdin", "in.dat", "--harp-off", "-t", "3"]
     assert "#SBATCH --time=45\n" in call["stdin"]
 
 
@@ -130,7 +130,7 @@ def test_a_user_chosen_name_is_left_alone(run, harpd) -> None:
     run.write("job.sh", JOB.replace("#SBATCH -c 2", "#SBATCH -J mine -c 2"))
     run("-H", "job.sh")
     run("-H", "job.sh", env={"SBATCH_JOB_NAME": "env-name"})
-    assert [c["argv"] for c in run.calls()] == [["-H"], ["-H"]]
+    assert [c["argv"] for c in run.calls()] == [["--open-mode=append", "-H"], ["--open-mode=append", "-H"]]
 
 
 def test_command_line_values_are_changed_on_the_command_line(run, harpd) -> None:
@@ -139,7 +139,7 @@ def test_command_line_values_are_changed_on_the_command_line(run, harpd) -> None
     proc = run("-H", "-t", "3-0", "-Qc2", "job.sh")
     [call] = run.calls()
     # the script had no change left to make: it goes as the file it is
-    assert call["argv"] == ["-H", "-t", "01:00:00", "-Qc1", "job.sh"]
+    assert call["argv"] == ["--open-mode=append", "-H", "-t", "01:00:00", "-Qc1", "job.sh"]
     assert call["script"] == JOB and call["stdin"] == ""
     assert harp_lines(proc.stderr) == []  # -Q: quiet, like sbatch
 
@@ -150,7 +150,7 @@ def test_environment_values_are_changed_in_the_environment(run, harpd) -> None:
     run("-H", "job.sh", env={"SBATCH_TIMELIMIT": "2-0", "SBATCH_ACCOUNT": "proj"})
     [call] = run.calls()
     assert call["env"] == {"SBATCH_TIMELIMIT": "01:00:00", "SBATCH_ACCOUNT": "proj"}
-    assert call["argv"] == ["-H", "job.sh"]
+    assert call["argv"] == ["--open-mode=append", "-H", "job.sh"]
     assert harpd.ops("predict")[0]["job"]["account"] == "proj"
 
 
@@ -158,7 +158,7 @@ def test_script_on_standard_input(run, harpd) -> None:
     harpd.decision = decision(change("mem", "1G"))
     proc = run("-H", stdin=JOB.encode())
     [call] = run.calls()
-    assert call["argv"] == ["-H"]  # sbatch names it "sbatch" either way
+    assert call["argv"] == ["--open-mode=append", "-H"]  # sbatch names it "sbatch" either way
     assert "#SBATCH --mem=1G\n" in call["stdin"]
     assert harpd.ops("predict")[0]["job"]["script_name"] is None
     assert proc.returncode == 0
@@ -172,7 +172,7 @@ def test_script_on_standard_input_unchanged_is_still_delivered(run) -> None:
 def test_wrap_jobs_get_the_change_on_the_command_line(run, harpd) -> None:
     harpd.decision = decision(change("time", "5"))
     run("-H", "--wrap", "sleep 1")
-    assert run.calls()[0]["argv"] == ["-H", "--wrap", "sleep 1", "--time=5"]
+    assert run.calls()[0]["argv"] == ["--open-mode=append", "-H", "--wrap", "sleep 1", "--time=5"]
     assert harpd.ops("predict")[0]["job"]["commands"] == ["sleep 1"]
 
 
@@ -181,7 +181,7 @@ def test_a_script_named_dev_stdin_is_read_and_sized_like_any_script(run, harpd) 
     harpd.decision = decision(change("mem", "1G"))
     proc = run("-H", "/dev/stdin", "arg", stdin=JOB.encode())
     [call] = run.calls()
-    assert call["argv"] == ["-H", "/dev/stdin", "arg"]  # sbatch names the job "stdin" itself
+    assert call["argv"] == ["--open-mode=append", "-H", "/dev/stdin", "arg"]  # sbatch names the job "stdin" itself
     assert "#SBATCH --mem=1G\n" in call["stdin"] and "srun ./a.out\n" in call["stdin"]
     [ask] = harpd.ops("predict")
     assert ask["job"]["commands"] == ["module load foo", "srun ./a.out"]
@@ -254,7 +254,7 @@ def test_parsable_is_quiet_unless_verbose(run, harpd) -> None:
     assert quiet.stdout == b"4242\n" and harp_lines(quiet.stderr) == []
     loud = run("--parsable", "--harp-verbose", "-H", "job.sh")
     assert loud.stdout == b"4242\n" and len(harp_lines(loud.stderr)) == 1
-    assert run.calls()[-1]["argv"] == ["--parsable", "-H", "--job-name=job.sh"]
+    assert run.calls()[-1]["argv"] == ["--open-mode=append", "--parsable", "-H", "--job-name=job.sh"]
 
 
 def test_sbatch_output_and_exit_code_pass_through_byte_for_byte(run, harpd) -> None:
@@ -327,7 +327,7 @@ def test_dry_run_prints_and_submits_nothing(run, harpd) -> None:
     assert proc.returncode == 0 and run.calls() == []
     assert proc.stdout.decode() == JOB.replace("2-00:00:00", "45")
     lines = harp_lines(proc.stderr)
-    assert any("would run: sbatch -H --job-name=job.sh" in x for x in lines)
+    assert any("would run: sbatch --open-mode=append -H --job-name=job.sh" in x for x in lines)
     assert any(x.startswith('harp: decision: {"changes":') for x in lines)
     assert harpd.ops("register") == []
 

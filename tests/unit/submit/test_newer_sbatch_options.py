@@ -47,7 +47,7 @@ def test_tres_per_task_job_is_advised(run, harpd) -> None:
     proc = run("--tres-per-task=cpu:2", "job.sh")
     assert proc.returncode == 0 and len(harpd.ops("predict")) == 1
     [call] = run.calls()
-    assert call["argv"][0] == "--tres-per-task=cpu:2" and "#SBATCH --time=45\n" in call["stdin"]
+    assert call["argv"][:2] == ["--open-mode=append", "--tres-per-task=cpu:2"] and "#SBATCH --time=45\n" in call["stdin"]
     assert any("--time" in x and "45" in x for x in proc.stderr.decode().splitlines())
 
 
@@ -59,7 +59,7 @@ def test_a_newer_option_with_its_value_as_the_next_word_is_advised(run, harpd) -
     [request] = harpd.ops("predict")
     assert request["job"]["script_name"] == "job.sh"
     [call] = run.calls()
-    assert call["argv"][:4] == ["--tres-bind", "gres/gpu:per_task:1", "--segment", "2"]
+    assert call["argv"][:5] == ["--open-mode=append", "--tres-bind", "gres/gpu:per_task:1", "--segment", "2"]
     assert call["argv"][-2:] == ["/dev/stdin", "arg"] and "#SBATCH --time=45\n" in call["stdin"]
 
 
