@@ -101,12 +101,25 @@ def _killed_for_memory(job: SacctJob) -> bool:
     return False
 
 
+def run_elapsed_s(job: SacctJob) -> float | None:
+    """How long the run really ran.
+
+    slurmdbd rewrites a run that was requeued afterwards as REQUEUED, ending
+    at the requeue (``scontrol requeuehold``), which may come long after the
+    run itself ended (harpd was down): its Elapsed counts the time it sat
+    finished.  Its steps keep their own times, so such a run lasted as long as
+    its longest step (the batch step starts with the allocation).
+    """
+    if job.state == "REQUEUED":
+        steps = [s.elapsed_s for s in job.steps if s.elapsed_s is not None]
+        if steps:
+            return max(steps) if job.elapsed_s is None else min(job.elapsed_s, max(steps))
+    return job.elapsed_s
+
+
 def _hit_time_limit(job: SacctJob) -> bool:
-    return (
-        job.limit_s is not None
-        and job.elapsed_s is not None
-        and job.elapsed_s >= job.limit_s
-    )
+    elapsed = run_elapsed_s(job)
+    return job.limit_s is not None and elapsed is not None and elapsed >= job.limit_s
 
 
 def classify(job: SacctJob) -> tuple[Outcome, bool, bool]:
@@ -138,9 +151,12 @@ def classify(job: SacctJob) -> tuple[Outcome, bool, bool]:
 def to_record(job: SacctJob, source: str | None = None) -> JobRecord:
     """The JobRecord of one parsed run (``source``: cluster name or trace stem)."""
     outcome, c_time, c_mem = classify(job)
-    used_time = job.elapsed_s
+    used_time = run_elapsed_s(job)
+    end_time = job.end_time
     if used_time is None and job.start_time and job.end_time:
         used_time = max(0.0, job.end_time - job.start_time)
+    elif used_time is not None and job.start_time and job.state == "REQUEUED":
+        end_time = job.start_time + used_time  # when the run ended, not when it was requeued
     peak = node_peak_mb(job)
     used_mem = None if peak is None else peak * _nodes(job)
     return JobRecord(
@@ -153,7 +169,7 @@ def to_record(job: SacctJob, source: str | None = None) -> JobRecord:
         job_name=job.job_name,
         submit_time=job.submit_time,
         start_time=job.start_time,
-        end_time=job.end_time,
+        end_time=end_time,
         outcome=outcome,
         state=job.state,
         exit_code=job.exit_code,

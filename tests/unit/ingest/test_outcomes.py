@@ -178,3 +178,19 @@ def test_record_carries_request_and_allocation():
 def test_elapsed_falls_back_to_start_end():
     r = to_record(sjob("COMPLETED", elapsed_s=None, start_time=100.0, end_time=160.0))
     assert r.used_time_s == 60.0
+
+
+def test_a_requeued_run_is_as_long_as_it_ran_not_until_its_requeue():
+    # what sacct --duplicates printed on 22.05 for a --time=1 job that timed out at
+    # 08:31:01 and was requeued at 08:36:02 (harpd away): the row ends at the
+    # requeue, its batch step where the run ended
+    row = sjob("REQUEUED", step(state="CANCELLED", elapsed_s=63.0), elapsed_s=364.0, limit_s=60.0,
+               start_time=1_795_595_398.0, end_time=1_795_595_762.0)
+    r = to_record(row)
+    assert (r.outcome, r.censored_time) == (Outcome.TIMEOUT, True)
+    assert r.used_time_s == 63.0 and r.end_time == 1_795_595_398.0 + 63.0
+    # a run requeued long after it was preempted early is no TIMEOUT for its late requeue
+    early = sjob("REQUEUED", step(state="CANCELLED", elapsed_s=20.0), elapsed_s=700.0, limit_s=600.0)
+    assert classify(early)[0] is Outcome.PREEMPTED and to_record(early).used_time_s == 20.0
+    # rows of other states keep sacct's Elapsed
+    assert to_record(sjob("TIMEOUT", step(elapsed_s=59.0), elapsed_s=61.0, limit_s=60.0)).used_time_s == 61.0
