@@ -182,7 +182,7 @@ def next_limits(
         if current is None:
             return Next(None, "ran out of time with no known time limit: not resubmitted", res)
         cap, cap_name = _smallest([(partition_max_time_s, f"{where} MaxTime"), (cfg_max_time_s, "recovery.max_time_s"),
-                                   _request_cap(_pos(original.time_s), request_factor, fmt_time)])
+                                   _request_cap(_pos(original.time_s), request_factor)])
         step = next_allocation(outcome, current, _pos(original.time_s), cap, attempt, max_attempts)
         if step.stop or step.value is None:
             return Next(None, _explain_stop(step.reason, cap, cap_name, fmt_time) + "; not resubmitted", res)
@@ -208,7 +208,7 @@ def next_limits(
     caps = [
         (None if node_mem_mb is None else node_mem_mb / per, "the node's memory"),
         (None if cfg_max_mem_mb is None else cfg_max_mem_mb / per, "recovery.max_mem_mb"),
-        _request_cap(_pos(getattr(original, key)), request_factor, fmt_mem),
+        _request_cap(_pos(getattr(original, key)), request_factor),
     ]
     cap, cap_name = _smallest(caps)
     if cap is not None:
@@ -226,13 +226,13 @@ def next_limits(
     return Next(new, f"{_explain_stop(step.reason, cap, cap_name, fmt_mem)}: {what} {fmt_mem(current)} -> {fmt_mem(value)}", res)
 
 
-def _request_cap(request: float | None, factor: float | None, fmt) -> tuple[float | None, str]:
+def _request_cap(request: float | None, factor: float | None) -> tuple[float | None, str]:
     """The cap ``recovery.max_request_factor`` puts on a resource the user asked ``request`` of."""
     if request is None or factor is None:
         return None, ""
     if factor == 1.0:
-        return request, f"the user's own request ({fmt(request)}; recovery.max_request_factor = 1)"
-    return request * factor, f"recovery.max_request_factor = {factor:g} x the request of {fmt(request)}"
+        return request, "the user's own request (recovery.max_request_factor = 1)"
+    return request * factor, f"{factor:g} x the user's request (recovery.max_request_factor)"
 
 
 def _explain_stop(reason: str, cap: float | None, cap_name: str | None, fmt) -> str:

@@ -231,7 +231,7 @@ def test_recovery_capped_at_the_users_request_stops_there(run):
     job = run.wait_chain("cap1", "cap1")
     assert _steps(job) == [(1, "done", "timeout")]
     stop = job["attempts"][0]["limits"]["stop"]
-    assert "at the cap, the user's own request (1 min; recovery.max_request_factor = 1)" in stop, stop
+    assert "at the cap, the user's own request (recovery.max_request_factor = 1) = 1 min" in stop, stop
     assert len(run.sacct(run.jobs["cap1"], "JobID,State", duplicates=True)) == 1  # never run again
 
 
@@ -241,7 +241,7 @@ def test_recovery_capped_at_twice_the_request_goes_there_once(run):
     assert _steps(job) == [(1, "done", "timeout"), (2, "done", "timeout")]
     assert [a["limits"]["time_s"] for a in job["attempts"]] == [60, 120]
     stop = job["attempts"][1]["limits"]["stop"]
-    assert "at the cap, recovery.max_request_factor = 2 x the request of 1 min" in stop, stop
+    assert "at the cap, 2 x the user's request (recovery.max_request_factor) = 2 min" in stop, stop
     runs = run.sacct(jid, "JobID,State,Timelimit", duplicates=True)
     assert [r["Timelimit"] for r in runs] == ["00:01:00", "00:02:00"]
 

@@ -152,16 +152,16 @@ def test_request_factor_caps_recovery_at_or_above_the_users_request():
     assert unset.limits["time_s"] == 360  # default: doubling past the request, up to the partition
     at = nl(Outcome.TIMEOUT, 2, {"time_s": 180, "mem_mb": 100}, {"time_s": 180, "mem_mb": 100}, request_factor=1.0)
     assert at.limits is None
-    assert "at the cap, the user's own request (3 min; recovery.max_request_factor = 1)" in at.reason
+    assert "at the cap, the user's own request (recovery.max_request_factor = 1) = 3 min" in at.reason
     assert "not resubmitted" in at.reason
     # below the request it walks back to it, never past it
     back = nl(Outcome.OOM, 1, {"time_s": 300, "mem_mb": 100}, {"time_s": 300, "mem_mb": 200}, request_factor=1.0)
     assert back.limits["mem_mb"] == 200
     stop = nl(Outcome.OOM, 2, {"time_s": 300, "mem_mb": 200}, {"time_s": 300, "mem_mb": 200}, request_factor=1.0)
-    assert stop.limits is None and "the user's own request (200M" in stop.reason
+    assert stop.limits is None and "the user's own request (recovery.max_request_factor = 1) = 200M" in stop.reason
     # above 1: that many times the request, once, then stop
     two = nl(Outcome.OOM, 1, {"time_s": 300, "mem_mb": 200}, {"time_s": 300, "mem_mb": 200}, request_factor=1.5)
-    assert two.limits["mem_mb"] == 300 and "recovery.max_request_factor = 1.5 x the request of 200M" in two.reason
+    assert two.limits["mem_mb"] == 300 and "to the cap, 1.5 x the user's request (recovery.max_request_factor) = 300M" in two.reason
     # a partition cap below the request's still wins
     tiny = nl(Outcome.TIMEOUT, 1, {"time_s": 120}, {"time_s": 120}, request_factor=4.0, partition_max_time_s=180)
     assert tiny.limits["time_s"] == 180 and "MaxTime" in tiny.reason
