@@ -149,3 +149,21 @@ def test_status_shows_where_each_attempts_output_is():
     text = render({"job_id": "20", "user": "alice", "attempts": attempts})
     assert text.count("output: /home/a/slurm-20.out (the job's runs one after another)") == 2
     assert "output: /home/a/out-31.txt\n" in text and "errors: /home/a/err-31.txt" in text
+
+
+def test_status_says_when_the_sites_accounting_keeps_no_copy_to_resubmit_from():
+    from harpd.cli.status_cmd import render
+    from harpd.recovery.site_accounting import read_site_accounting
+    from harpd.slurm.base import Accounting
+
+    class Slurm:
+        def __init__(self, env):
+            self.env = env
+
+        def accounting(self):
+            return Accounting(script=True, env=self.env, flags="job_script" + (",job_env" if self.env else ""))
+
+    job = {"job_id": "7", "user": "alice", "registered": True, "attempts": []}
+    lacking = render({**job, "accounting": read_site_accounting(Slurm(False)).as_health()})
+    assert "recoverable:   AccountingStoreFlags lacks job_env: a job that ran out can only be requeued" in lacking
+    assert "recoverable:" not in render({**job, "accounting": read_site_accounting(Slurm(True)).as_health()})
