@@ -2,9 +2,10 @@
 
 Every refusal (busy, too many unauthenticated connections from one peer, no
 credential in time, a credential munged refuses) names its peer.  The first
-refusal of an interval is logged at once, whole; the rest of that interval
-are counted and summed up in one line when it ends: how many, of which kind,
-and the peers that sent most.  A flood of 70,000 connections is then a line
+``burst`` refusals of an interval are logged at once, whole (a handful of
+forged credentials stays visible one by one); the rest of that interval are
+counted and summed up in one line when it ends: how many, of which kind, and
+the peers that sent most.  A flood of 70,000 connections is then a line
 every ``interval_s``, not 70,000 lines, and still says who sent it.
 """
 
@@ -23,9 +24,11 @@ TOP_PEERS = 5
 class RefusalLog:
     """Counts refusals by kind and peer; logs the first at once and a summary per interval.  Thread-safe."""
 
-    def __init__(self, log: logging.Logger, interval_s: float = 10.0, clock=time.monotonic) -> None:
+    def __init__(self, log: logging.Logger, interval_s: float = 10.0, clock=time.monotonic, burst: int = 5) -> None:
         self.log = log
         self.interval_s = interval_s
+        self.burst = burst
+        self._whole = 0  # refusals logged whole in this interval
         self.clock = clock
         self._lock = threading.Lock()
         self._since: float | None = None  # start of the interval whose refusals are being counted
@@ -39,12 +42,15 @@ class RefusalLog:
         now = self.clock()
         with self._lock:
             self.total += 1
-            if self._since is not None and now - self._since < self.interval_s:
+            summary = None
+            if self._since is None or now - self._since >= self.interval_s:
+                summary = self._summary_locked(now)
+                self._since, self._whole = now, 0
+            elif self._whole >= self.burst:
                 self._kinds[kind] += 1
                 self._peers[_host(who)] += 1
                 return
-            summary = self._summary_locked(now)
-            self._since = now
+            self._whole += 1
         if summary:
             self.log.warning("%s", summary)
         self.log.warning("refused %s (%s): %s", who, kind, detail)
