@@ -3,9 +3,10 @@
 Every refusal (busy, too many unauthenticated connections from one peer, no
 credential in time, a credential munged refuses) names its peer.  The first
 ``burst`` refusals of an interval are logged at once, whole (a handful of
-forged credentials stays visible one by one); the rest of that interval are
-counted and summed up in one line when it ends: how many, of which kind, and
-the peers that sent most.  A flood of 70,000 connections is then a line
+forged credentials stays visible one by one; while a flood goes on, only the
+first of each interval); the rest of that interval are counted and summed up
+in one line when it ends: how many, of which kind, and the peers that sent
+most.  A flood of 70,000 connections is then a line
 every ``interval_s``, not 70,000 lines, and still says who sent it.
 """
 
@@ -45,7 +46,8 @@ class RefusalLog:
             summary = None
             if self._since is None or now - self._since >= self.interval_s:
                 summary = self._summary_locked(now)
-                self._since, self._whole = now, 0
+                # a flood that goes on (the last interval needed a summary) gets one whole line, not a burst
+                self._since, self._whole = now, 0 if summary is None else self.burst - 1
             elif self._whole >= self.burst:
                 self._kinds[kind] += 1
                 self._peers[_host(who)] += 1

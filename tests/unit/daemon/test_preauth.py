@@ -156,5 +156,13 @@ def test_refusal_log_sums_up_an_interval() -> None:
     assert "busy: 1000" in records[2] and "10.0.0.2 (334)" in records[2] and "[fe80::1] (1)" in records[2]
     refusals.flush()
     assert len(records) == 3 and refusals.total == 1003
-    refusals.refused("busy", "10.0.0.9:1", "64 clients")  # a new interval: logged whole again
-    assert records[-1] == "refused 10.0.0.9:1 (busy): 64 clients"
+    now[0] = 30.0
+    for i in range(2):
+        refusals.refused("busy", f"10.0.0.9:{i}", "64 clients")  # after a quiet interval: a whole burst again
+    assert records[-2:] == ["refused 10.0.0.9:0 (busy): 64 clients", "refused 10.0.0.9:1 (busy): 64 clients"]
+    refusals.refused("busy", "10.0.0.9:2", "64 clients")
+    now[0] = 41.0
+    for i in range(3, 6):  # the flood goes on: its summary, then one whole line, not a burst
+        refusals.refused("busy", f"10.0.0.9:{i}", "64 clients")
+    assert records[-2:] == ["refused 1 more connection(s) in the last 11s (busy: 1); top peers: 10.0.0.9 (1)",
+                            "refused 10.0.0.9:3 (busy): 64 clients"]
