@@ -148,6 +148,9 @@ class Submit:
             if aside.reason:
                 self.warn(aside.reason)
             return self.untouched(argv, None if aside.reason else aside.detail)
+        if request.has("test-only"):
+            # sbatch only estimates a start here: harp's advice or words would make the answer differ
+            return self.untouched(argv, "--test-only: sbatch answers on its own")
         if request.has("parsable") or request.has("quiet"):
             self.quiet = True
         return self.decide_and_submit(request, argv)

@@ -158,7 +158,29 @@ def validate(answer: dict[str, Any], resources: dict[str, Any]) -> tuple[dict[st
     changes = parse_changes(decision)
     check_limits(decision, changes, resources)
     check_cores(changes, resources)
+    check_time_options(changes, resources)
     return decision, changes
+
+
+FLOOR_S = 60  # Slurm's smallest limit: a signal's lead comes on top of at least this
+
+
+def check_time_options(changes: list[Change], resources: dict[str, Any]) -> None:
+    """Refuse a time limit that breaks ``--time-min`` or ``--signal``; raises BadDecision.
+
+    slurmctld refuses a ``--time`` below ``--time-min``; and a job that asks
+    to be signalled N seconds before its end must keep at least N seconds
+    plus a minute, or the warning comes as it starts (harpd leaves more room,
+    ``harpd.predict.time_options``; this is the client's own check).
+    """
+    for c in changes:
+        if c.option != "time":
+            continue
+        time_min, lead = resources.get("time_min_s"), resources.get("signal_s")
+        if time_min and c.amount < time_min:
+            raise BadDecision(f"--time={c.value} is below your --time-min of {units.format_time(time_min)}")
+        if lead and c.amount < lead + FLOOR_S:
+            raise BadDecision(f"--time={c.value} leaves no room for --signal's warning {lead}s before the end")
 
 
 def check_cores(changes: list[Change], resources: dict[str, Any]) -> None:

@@ -34,6 +34,8 @@ VALIDATORS: dict[str, Callable[[str], Any]] = {
     "ntasks": units.parse_int,
     "nodes": units.parse_nodes,
     "ntasks-per-node": units.parse_int,
+    "time-min": units.parse_time,
+    "signal": units.parse_signal_lead,
 }
 
 MEMORY_OPTIONS = ("mem", "mem-per-cpu", "mem-per-gpu")  # sbatch allows only one of them
@@ -155,6 +157,9 @@ class Request:
             "gres": _text(self.value("gres")),
             "gpus": _text(self.value("gpus")),
             "partition": _text(self.value("partition")),
+            "time_min_s": parsed("time-min", units.parse_time),
+            "signal_s": parsed("signal", units.parse_signal_lead),
+            "deadline": True if self.value("deadline") else None,
         }
 
     def job_name(self) -> str:

@@ -219,6 +219,33 @@ def parse_time(s: str) -> int | None:
     return mins * 60
 
 
+SIGNAL_LEAD_DEFAULT_S = 60  # sbatch's sig_time when --signal has no "@N"
+# the names Slurm's sig_name2num knows (any case, "SIG" optional); numbers: any positive one
+_SIGNAL_NAMES = frozenset("HUP INT QUIT ABRT KILL ALRM TERM USR1 USR2 URG CONT STOP TSTP TTIN TTOU".split())
+
+
+def parse_signal_lead(s: str) -> int:
+    """How many seconds before the end of its time ``--signal=[{R|B}:]SIG[@N]`` signals a job.
+
+    As sbatch's ``get_signal_opts``: an optional ``B:``/``R:`` prefix, a
+    signal number or name, and ``@N`` seconds (0 to 65535, 60 when absent).
+    Raises ValueError for what sbatch rejects.
+    """
+    text = s
+    head, sep, rest = text.partition(":")
+    if sep and head and set(head.upper()) <= {"R", "B"} and len(head) <= 2:
+        text = rest
+    sig, at, lead = text.partition("@")
+    name = sig.upper().removeprefix("SIG")
+    if not (sig.isdigit() and int(sig) > 0) and name not in _SIGNAL_NAMES:
+        raise ValueError(f"invalid signal in --signal {s!r}")
+    if not at:
+        return SIGNAL_LEAD_DEFAULT_S
+    if not lead.isdigit() or int(lead) > 0xFFFF:
+        raise ValueError(f"invalid signal time in --signal {s!r}")
+    return int(lead)
+
+
 def format_time(seconds: int | None) -> str:
     """Slurm's own rendering (``secs2time_str``): ``D-HH:MM:SS`` or ``HH:MM:SS``.
 

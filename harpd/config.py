@@ -17,7 +17,7 @@ import tomllib
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 DEFAULT_CONFIG_PATH = Path("/etc/harp/harpd.toml")
@@ -34,6 +34,12 @@ class ServerSettings(_Section):
     request_timeout_s: float = Field(5.0, gt=0)
     max_request_bytes: int = Field(1 << 20, gt=0)
     max_clients: int = Field(64, gt=0)
+    # TCP before the credential is checked (harpd.daemon.preauth): held by the accept loop, not a worker
+    auth_timeout_s: float = Field(2.0, gt=0)  # the credential line and request must arrive within this
+    max_unauthenticated: int = Field(512, gt=0)  # TCP connections waiting for their request, all peers
+    max_unauthenticated_per_peer: int = Field(16, gt=0)  # ... from one address (waiting or being checked)
+    unix_reserved_clients: int = Field(16, ge=0)  # of max_clients, slots TCP callers never take
+    refusal_log_interval_s: float = Field(10.0, gt=0)  # refusals past the first are summed up per interval
     log_level: Literal["debug", "info", "warning", "error"] = "info"
     # TCP addresses ("HOST:PORT") served beside the socket, every request sealed with MUNGE; [] = socket only
     listen: list[str] = Field(default_factory=list)
@@ -42,6 +48,13 @@ class ServerSettings(_Section):
     @classmethod
     def _addresses(cls, entries: list[str]) -> list[str]:
         return _checked_addresses(entries, "0.0.0.0:6820")
+
+    @model_validator(mode="after")
+    def _tcp_keeps_a_slot(self) -> "ServerSettings":
+        if self.listen and self.unix_reserved_clients >= self.max_clients:
+            raise ValueError(f"unix_reserved_clients ({self.unix_reserved_clients}) must be below max_clients "
+                             f"({self.max_clients}) while server.listen is set, or TCP callers get no slot")
+        return self
 
 
 class ClientSettings(_Section):

@@ -60,6 +60,10 @@ class Resources(_Model):
     gres: _Str | None = None
     gpus: _Str | None = None
     partition: _Str | None = None
+    # sbatch options that bound what harp may do to the time limit (harpd.predict.time_options)
+    time_min_s: Annotated[int, Field(ge=0, le=10 * 365 * 86400)] | None = None  # --time-min
+    signal_s: Annotated[int, Field(ge=0, le=65535)] | None = None  # --signal=[B:]SIG@N: N
+    deadline: bool | None = None  # --deadline given
 
 
 class JobRequest(_Model):

@@ -46,7 +46,7 @@ def parse_start(text: str) -> float:
 def run(args: argparse.Namespace) -> int:
     from harpd.ingest.importer import ImportFailed, import_file
     from harpd.store import StoreError
-    from harpd.traces import TraceFormatError
+    from harpd.traces import TraceFormatError, read_trace
 
     if args.batch_size < 1:
         raise CliError("--batch-size must be at least 1")
@@ -60,12 +60,17 @@ def run(args: argparse.Namespace) -> int:
         db = Path(args.db)
     else:
         db = settings_of(args).store.path
+    try:
+        reader = read_trace(path, args.source, start)  # a file refused here never opens (or creates) the store
+    except TraceFormatError as exc:
+        raise CliError(f"{exc}") from None
     store = open_store(db)
     try:
         summary = import_file(
             path,
             store,
             args.source,
+            reader=reader,
             batch_size=args.batch_size,
             progress=False if args.no_progress else None,
             stream=sys.stderr,
@@ -81,6 +86,11 @@ def run(args: argparse.Namespace) -> int:
         store.close()
     for warning in summary.warnings:
         print(f"harp: warning: {warning}", file=sys.stderr)
+    gaps = summary.gaps()
+    if gaps:
+        print(f"harp: warning: {gaps}", file=sys.stderr)
+    if not summary.records and not summary.skipped:
+        print(f"harp: warning: {path}: no job rows, nothing imported; is it the export you meant?", file=sys.stderr)
     print(summary.line())
     if summary.skipped:
         print(f"harp: {summary.skipped:,} bad rows skipped; the first:", file=sys.stderr)

@@ -52,6 +52,10 @@ def peer_address(addr: object) -> str | None:
 class Door(Protocol):
     #: lines in one request: the JSON line, or the credential line and the JSON line
     lines: int
+    #: True when the caller is known as it connects (the kernel's SO_PEERCRED): it
+    #: takes a worker at once; False (TCP) when only its first line can say who it
+    #: is: the accept loop holds it until its request is whole (``preauth``)
+    known_on_connect: bool
 
     def bind(self) -> socket.socket:
         """The listening socket, non-blocking; ServerError (one line) when it cannot be had."""

@@ -258,6 +258,11 @@ def main(argv: list[str] | None = None) -> int:
             max_request_bytes=settings.server.max_request_bytes,
             max_clients=settings.server.max_clients,
             doors=doors_for(settings.server.listen, settings.munge.socket),
+            auth_timeout_s=settings.server.auth_timeout_s,
+            max_unauthenticated=settings.server.max_unauthenticated,
+            max_unauthenticated_per_peer=settings.server.max_unauthenticated_per_peer,
+            unix_reserved_clients=settings.server.unix_reserved_clients,
+            refusal_log_interval_s=settings.server.refusal_log_interval_s,
         )
     except ServerError as exc:
         print(f"harpd: {exc}", file=sys.stderr)

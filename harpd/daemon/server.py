@@ -6,9 +6,17 @@ the others or take the daemon down:
 * the caller's uid/gid come from SO_PEERCRED on the Unix socket and from a
   MUNGE credential over TCP (a ``Door`` each: ``unix_door``, ``tcp_door``),
   never from the message; both ways in share this one loop;
-* each connection has its own thread (daemon threads, so a slow admin import
-  never blocks shutdown) and at most ``max_clients`` run at once; the next one
-  gets an immediate "busy" answer instead of queueing behind stalled clients;
+* a connection is served by a worker thread (daemon threads, so a slow admin
+  import never blocks shutdown) and at most ``max_clients`` run at once; the
+  next one gets an immediate "busy" answer instead of queueing behind stalled
+  clients;
+* a TCP connection takes a worker only once its credential and request have
+  arrived whole: until then the accept loop holds it (``preauth``: a short
+  deadline, per-peer and total bounds), so idle sockets from anyone who
+  reaches the port hold no slot; and ``unix_reserved_clients`` of the slots
+  are the Unix socket's alone, which TCP callers can never take;
+* refusals (busy, limits, credentials) are logged with the peer's address,
+  the first of an interval at once and the rest summed up (``refusals``);
 * a request must arrive whole within ``request_timeout_s`` (a total deadline,
   not per read, so a client trickling one byte a second is cut off too) and
   within ``max_request_bytes``; either failure gets an error answer;
@@ -30,6 +38,8 @@ from collections.abc import Sequence
 from harpd import protocol as p
 from harpd.daemon.door import Admission, Door, Refused, ServerError, as_is, peer_address
 from harpd.daemon.handlers import Handlers, Peer
+from harpd.daemon.preauth import Pending, PreAuth
+from harpd.daemon.refusals import RefusalLog
 from harpd.daemon.unix_door import UnixDoor, peer_ids
 
 __all__ = ["Server", "ServerError", "peer_ids"]
@@ -51,8 +61,17 @@ class Server:
         max_request_bytes: int = p.MAX_REQUEST_BYTES,
         max_clients: int = 64,
         doors: Sequence[Door] = (),
+        auth_timeout_s: float = 2.0,
+        max_unauthenticated: int = 512,
+        max_unauthenticated_per_peer: int = 16,
+        unix_reserved_clients: int | None = None,
+        refusal_log_interval_s: float = 10.0,
     ) -> None:
-        """``doors``: further ways in beside the Unix socket at ``path`` (TCP)."""
+        """``doors``: further ways in beside the Unix socket at ``path`` (TCP).
+
+        ``unix_reserved_clients``: slots TCP callers never take (None: a
+        quarter of ``max_clients``); at least one slot is always left to TCP.
+        """
         self.unix = UnixDoor(path, mode)
         self.path = self.unix.path
         self.doors: list[Door] = [self.unix, *doors]
@@ -61,6 +80,11 @@ class Server:
         self.request_timeout_s = request_timeout_s
         self.max_request_bytes = max_request_bytes
         self.max_clients = max_clients
+        reserved = max_clients // 4 if unix_reserved_clients is None else unix_reserved_clients
+        self.max_tcp_clients = max(1, max_clients - reserved)
+        self.preauth = PreAuth(auth_timeout_s, max_unauthenticated, max_unauthenticated_per_peer, max_request_bytes)
+        self.refusals = RefusalLog(log, refusal_log_interval_s)
+        self._active_tcp = 0
         self._socks: dict[socket.socket, Door] = {}
         self._wake_r, self._wake_w = os.pipe()
         os.set_blocking(self._wake_r, False)
@@ -72,7 +96,7 @@ class Server:
         self._peers: dict[tuple[int, int], tuple[float, Peer]] = {}
         self._sel: selectors.BaseSelector | None = None
         self._rejected: dict[socket.socket, float] = {}  # busy-answered sockets → drain deadline
-        self._work: queue.SimpleQueue[tuple[socket.socket, Door, object] | None] = queue.SimpleQueue()
+        self._work: queue.SimpleQueue[tuple[socket.socket, Door, object, Pending | None] | None] = queue.SimpleQueue()
         self._idle_workers = 0
         self.served = 0  # requests answered (for tests and the stop log line)
 
@@ -86,7 +110,8 @@ class Server:
         except ServerError:
             self._close_listener()
             raise
-        log.info("serving at most %d clients at once", self.max_clients)
+        log.info("serving at most %d clients at once (%d of them over TCP)", self.max_clients,
+                 min(self.max_clients, self.max_tcp_clients))
 
     # -------------------------------------------------------------- serving
 
@@ -104,6 +129,9 @@ class Server:
                 timeout = 1.0
                 if self._rejected:
                     timeout = max(0.0, min(timeout, min(self._rejected.values()) - time.monotonic()))
+                waiting = self.preauth.next_deadline()
+                if waiting is not None:
+                    timeout = max(0.0, min(timeout, waiting - time.monotonic()))
                 for key, _ in sel.select(timeout=timeout):
                     if key.data == "wake":
                         try:
@@ -112,12 +140,20 @@ class Server:
                             pass
                     elif key.data == "accept":
                         self._accept(key.fileobj)  # type: ignore[arg-type]
+                    elif key.data == "preauth":
+                        self._read_preauth(key.fileobj)  # type: ignore[arg-type]
                     else:
                         self._drain_rejected(key.fileobj)  # type: ignore[arg-type]
                 self._expire_rejected()
+                self._expire_preauth()
+                self.refusals.flush()
         finally:
             for conn in list(self._rejected):
                 self._forget_rejected(conn)
+            for entry in self.preauth.everyone():
+                self._unwatch(entry.conn)
+                entry.conn.close()
+            self.refusals.flush()
             sel.close()
             self._sel = None
             self._close_listener()
@@ -136,21 +172,100 @@ class Server:
             log.error("accept failed: %s", exc)
             time.sleep(0.1)
             return
+        if not door.known_on_connect:
+            self._wait_for_request(conn, door, addr)
+            return
+        self._start(conn, door, addr, None)
+
+    def _start(self, conn: socket.socket, door: Door, addr: object, pending: Pending | None) -> None:
+        """Give the connection a worker slot, or answer "busy" (TCP takes only its share of the slots)."""
+        tcp = pending is not None
         with self._lock:
-            busy = self._active >= self.max_clients
+            busy = self._active >= self.max_clients or (tcp and self._active_tcp >= self.max_tcp_clients)
             if not busy:
                 self._active += 1
+                self._active_tcp += tcp
         if busy:
-            log.warning("busy: %d clients already connected; refusing one", self.max_clients)
-            self._reject(conn, f"harpd busy: {self.max_clients} clients already connected; retry")
+            if pending is not None:
+                self.preauth.checked(pending.host)
+            limit = self.max_tcp_clients if tcp else self.max_clients
+            self.refusals.refused("busy", peer_address(addr), f"{limit} clients already connected{' over TCP' if tcp else ''}")
+            self._reject(conn, f"harpd busy: {limit} clients already connected; retry")
             return
         try:
-            self._dispatch(conn, door, addr)
+            self._dispatch(conn, door, addr, pending)
         except RuntimeError as exc:  # cannot start a thread: answer here, cheaply
-            self._done()
+            if pending is not None:
+                self.preauth.checked(pending.host)
+            self._done(tcp)
             self._reject(conn, f"harpd overloaded ({exc}); retry")
 
-    def _dispatch(self, conn: socket.socket, door: Door, addr: object) -> None:
+    # ------------------------------------------------- TCP before its credential
+
+    def _wait_for_request(self, conn: socket.socket, door: Door, addr: object) -> None:
+        """Hold a new TCP connection in the accept loop until its request is whole (no worker, no slot)."""
+        host = addr[0] if isinstance(addr, tuple) and addr else str(addr)
+        entry, pushed_out = self.preauth.arrive(conn, door, addr, str(host))
+        for old in pushed_out:
+            self._unwatch(old.conn)
+            self._refuse_waiting(old, "unauthenticated limit", "pushed out by newer connections from the same peer "
+                                 "or too many unauthenticated connections")
+        if entry is None:
+            self.refusals.refused("unauthenticated limit", peer_address(addr),
+                                  f"{self.preauth.max_per_peer} connections from this peer already being checked")
+            self._reject(conn, "harpd: too many connections from your host; retry")
+            return
+        try:
+            conn.setblocking(False)
+            assert self._sel is not None
+            self._sel.register(conn, selectors.EVENT_READ, "preauth")
+        except (OSError, ValueError, AssertionError):
+            self.preauth.drop(conn)
+            conn.close()
+
+    def _read_preauth(self, conn: socket.socket) -> None:
+        try:
+            how, entry = self.preauth.read(conn)
+        except KeyError:
+            self._unwatch(conn)
+            return
+        if how == "wait":
+            return
+        self._unwatch(conn)
+        if how == "gone":
+            conn.close()
+        elif how == "too large":
+            limit = self.max_request_bytes
+            self.refusals.refused("request too large", peer_address(entry.addr), f"over {limit} bytes")
+            self._reject(conn, f"request over {limit} bytes; harpd accepts at most {limit}")
+        else:
+            self._start(conn, entry.door, entry.addr, entry)  # type: ignore[arg-type]
+
+    def _expire_preauth(self) -> None:
+        for entry in self.preauth.expired(time.monotonic()):
+            self._unwatch(entry.conn)
+            self._refuse_waiting(entry, "no request in time",
+                                 f"no credential and request within {self.preauth.timeout_s:g}s")
+
+    def _refuse_waiting(self, entry: Pending, kind: str, why: str) -> None:
+        """Answer a waiting connection in one non-blocking send and close it."""
+        self.refusals.refused(kind, peer_address(entry.addr), why)
+        try:
+            entry.conn.send(p.encode(p.error(f"harpd: {why}; send the MUNGE credential line and the request at once")))
+        except OSError:
+            pass
+        entry.conn.close()
+
+    def _unwatch(self, conn: socket.socket) -> None:
+        if self._sel is not None:
+            try:
+                self._sel.unregister(conn)
+            except (KeyError, ValueError):
+                pass
+
+    # ------------------------------------------------------------- workers
+
+    def _dispatch(self, conn: socket.socket, door: Door, addr: object, pending: Pending | None) -> None:
         """Hand the connection to an idle worker thread, or start one.
 
         Workers outlive their connection and wait for the next: starting a
@@ -164,7 +279,7 @@ class Server:
             spawn = self._idle_workers == 0
             if not spawn:
                 self._idle_workers -= 1
-        self._work.put((conn, door, addr))
+        self._work.put((conn, door, addr, pending))
         if spawn:
             threading.Thread(target=self._worker, name="harpd-conn", daemon=True).start()
 
@@ -199,7 +314,11 @@ class Server:
             conn.close()
             return
         self._rejected[conn] = time.monotonic() + min(self.request_timeout_s, 2.0)
-        self._sel.register(conn, selectors.EVENT_READ, "rejected")
+        try:
+            self._sel.register(conn, selectors.EVENT_READ, "rejected")
+        except (KeyError, ValueError, OSError):
+            self._rejected.pop(conn, None)
+            conn.close()
 
     def _drain_rejected(self, conn: socket.socket) -> None:
         try:
@@ -226,9 +345,10 @@ class Server:
                 pass
         conn.close()
 
-    def _done(self) -> None:
+    def _done(self, tcp: bool = False) -> None:
         with self._lock:
             self._active -= 1
+            self._active_tcp -= tcp
             if self._active == 0:
                 self._idle.notify_all()
 
@@ -245,14 +365,18 @@ class Server:
         self._peers[(uid, gid)] = (now, peer)
         return peer
 
-    def _serve_conn(self, conn: socket.socket, door: Door, addr: object) -> None:
+    def _serve_conn(self, conn: socket.socket, door: Door, addr: object, pending: Pending | None) -> None:
         start = time.monotonic()
         op = "?"
         peer: Peer | None = None
         seal = as_is
+        unchecked = pending is not None  # the pre-auth bookkeeping still counts it against its peer
         try:
-            deadline = start + self.request_timeout_s
-            lines, problem = self._read_request(conn, deadline, door.lines)
+            if pending is not None:
+                conn.setblocking(True)
+                lines, problem = self._whole(pending.buf, door.lines)
+            else:
+                lines, problem = self._read_request(conn, start + self.request_timeout_s, door.lines)
             if problem is None and not any(lines):
                 log.debug("%s: a connection closed without a request", door)
                 return
@@ -263,9 +387,13 @@ class Server:
                     who = door.admit(conn, addr, lines)
                     peer, seal = self._peer(who), who.seal
                 except Refused as exc:
-                    log.warning("%s: refused %s: %s", door, peer_address(addr) or "a peer", exc)
+                    self.refusals.refused("credential refused", peer_address(addr), f"{door}: {exc}")
                     self._send(conn, p.encode(p.error(str(exc))))
                     return
+                finally:
+                    if pending is not None:
+                        unchecked = False
+                        self.preauth.checked(pending.host)
                 try:
                     req = p.parse_request(lines[-1])
                     op = req.op
@@ -299,10 +427,20 @@ class Server:
         except Exception:
             log.exception("connection from %s failed", peer.describe() if peer else "unknown peer")
         finally:
+            if unchecked and pending is not None:
+                self.preauth.checked(pending.host)
             try:
                 conn.close()
             finally:
-                self._done()
+                self._done(pending is not None)
+
+    def _whole(self, buf: bytearray, lines: int) -> tuple[list[bytes], str | None]:
+        """The request's lines from what the accept loop read, or a problem to answer."""
+        got = bytes(buf).split(b"\n")[:lines]
+        limit = self.max_request_bytes
+        if sum(map(len, got)) + lines - 1 > limit:
+            return [], f"request over {limit} bytes; harpd accepts at most {limit}"
+        return got, None
 
     def _read_request(self, conn: socket.socket, deadline: float, lines: int = 1) -> tuple[list[bytes], str | None]:
         """The request's ``lines`` lines (fewer at EOF; [b""] for a probe), or a problem to answer."""

@@ -35,6 +35,7 @@ def check_munge(munge: Munge) -> None:
 
 class TcpDoor:
     lines = 2
+    known_on_connect = False
 
     def __init__(self, address: str, munge: Munge) -> None:
         try:

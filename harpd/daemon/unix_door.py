@@ -32,6 +32,7 @@ def peer_ids(conn: socket.socket) -> tuple[int, int, int]:
 
 class UnixDoor:
     lines = 1
+    known_on_connect = True
 
     def __init__(self, path: str | os.PathLike[str], mode: int = 0o666) -> None:
         self.path = Path(path)

@@ -26,9 +26,18 @@ from dataclasses import dataclass, field
 from typing import IO, Any
 
 from harpd.records import JobRecord
-from harpd.traces import TraceFormatError, read_trace
+from harpd.traces import TraceFormatError, TraceReader, read_trace
 
-__all__ = ["ImportSummary", "ImportFailed", "import_file"]
+__all__ = ["ImportSummary", "ImportFailed", "import_file", "LEARNT"]
+
+#: the values of a record harp learns from, counted when missing (``ImportSummary.gaps``)
+LEARNT: dict[str, str] = {
+    "time limit": "req_time_s",
+    "run time": "used_time_s",
+    "memory request": "req_mem_mb",
+    "peak memory": "used_mem_mb",
+    "user": "user",
+}
 
 
 class ImportFailed(ValueError):
@@ -50,6 +59,14 @@ class ImportSummary:
     errors: list[str] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
     store: str = ""
+    lacking: dict[str, int] = field(default_factory=dict)  # what harp learns from -> records without it
+
+    def gaps(self) -> str | None:
+        """One line: how many of the imported records lack each value harp learns from; None if none lacks any."""
+        parts = [f"{n:,} no {what}" for what, n in self.lacking.items() if n]
+        if not parts or not self.records:
+            return None
+        return f"of {self.records:,} records imported, {', '.join(parts)}: harp learns less from those"
 
     def line(self) -> str:
         rate = self.records / self.seconds if self.seconds > 0 else 0.0
@@ -69,6 +86,7 @@ def import_file(
     progress: bool | None = None,
     stream: IO[str] | None = None,
     start: float | None = None,
+    reader: TraceReader | None = None,
 ) -> ImportSummary:
     """Load a trace (SWF, sacct -P export, sacct --json) into ``store``.
 
@@ -77,13 +95,14 @@ def import_file(
     relative times (its ``UnixStartTime`` otherwise).  Raises
     ``TraceFormatError`` for a file that is not a trace at all, ``ImportFailed``
     (with ``.summary``) when reading breaks part-way, after writing every
-    complete record read before the break.
+    complete record read before the break.  ``reader``: the file already
+    opened with ``read_trace`` (so that a file refused there never opens a store).
     """
     from harpd.progress import Bar
 
     out = stream if stream is not None else sys.stderr
     t0 = time.monotonic()
-    reader = read_trace(path, source, start)
+    reader = reader if reader is not None else read_trace(path, source, start)
     summary = ImportSummary(path=str(path), source=reader.source, format=reader.format,
                             store=str(getattr(store, "path", "") or ""))
     label = f"importing {os.path.basename(str(path))}"
@@ -92,6 +111,7 @@ def import_file(
               unit="B" if size else "records", unit_scale=bool(size))
     count = 0
     failure: list[BaseException] = []
+    lacking = dict.fromkeys(LEARNT, 0)
 
     def show() -> None:
         frac = reader.fraction()
@@ -105,6 +125,9 @@ def import_file(
                 count += 1
                 if not count & 255:
                     show()
+                for what, attr in LEARNT.items():
+                    if getattr(rec, attr) is None:
+                        lacking[what] += 1
                 yield rec
         except TraceFormatError as exc:  # stop cleanly: what was read still gets written
             failure.append(exc)
@@ -117,6 +140,7 @@ def import_file(
         summary.skipped = reader.skipped
         summary.errors = reader.errors
         summary.warnings = reader.warnings
+        summary.lacking = lacking
         summary.seconds = time.monotonic() - t0
     if failure:
         where = f" into {summary.store}" if summary.store else ""

@@ -34,6 +34,7 @@ from harpd.predict.bounds import MARGIN
 from harpd.predict.cores import CoresHistory, cores_used, unsafe_reason
 from harpd.predict.soft import SoftPolicy, running_bound, soft_guard, stake_of, tilt
 from harpd.predict.soft_state import SoftState
+from harpd.predict.time_options import fit_time, kept_under_soft_limits
 from harpd.slurm.partitions import limits_from_backend
 from harp_submit.units import format_mem, format_time
 
@@ -422,6 +423,8 @@ class ModelPredictor:
             ld.history.submitted(keys, now)
         guard = Guard.from_settings(self.settings.predict, res, self.settings.recovery.max_attempts)
         soft = self.soft_limits and res == "time" and ld.relative and bool(req)
+        if self.soft_limits and res == "time" and (kept := kept_under_soft_limits(rq)) is not None:
+            return None, {"reason": kept}  # harpd extends such a job too late to keep its meaning
         if soft:
             guard = soft_guard(guard)
         if n_hist < guard.min_history:
@@ -465,6 +468,10 @@ class ModelPredictor:
         if soft:
             reason += f" (extended automatically up to {format_time(int(req))} while it runs)"
         if res == "time":
+            value, moved = fit_time(value, rq, self.settings.predict.floor_time_s)
+            if moved:
+                reason += f" ({moved})"
+                ex["time_options"] = moved
             secs = int(math.ceil(value / 60.0) * 60)  # sbatch rounds to minutes anyway
             if req and secs >= req:
                 return None, {**ex, "reason": "rounded bound reaches the request: kept"}

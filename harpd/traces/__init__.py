@@ -62,6 +62,11 @@ def detect_format(path: str | os.PathLike[str]) -> str:
         return "swf"
     if is_nextflow_header(head):
         return "nextflow"
+    if any(name in s for name in ("JobID", "JobIDRaw")):
+        sep = next((f"{name}-separated" for ch, name in (("\t", "tab"), (",", "comma"), (";", "semicolon"))
+                    if ch in s), "not '|'-separated")
+        raise TraceFormatError(f"{p}:1: a sacct export, but {sep}; harp reads sacct's own "
+                               "--parsable2 format: export again with `sacct -P -o JobID,...`")
     tok = s.split()
     if len(tok) >= 18 and all(t.lstrip("-").replace(".", "", 1).isdigit() for t in tok[:18]):
         return "swf"
@@ -86,9 +91,12 @@ class TraceReader:
         if start is not None and self.format != "swf":
             raise TraceFormatError(f"{self.path}: a start date places SWF jobs; this {self.format} file "
                                    "carries its own dates, drop --start")
+        self._header_warnings: list[str] = []
         if self.format == "sacct":
+            from harpd.traces.sacct_columns import check_header
             from harpd.traces.sacct_export import SacctExportReader
 
+            self._header_warnings = check_header(self.path, _first_line(self.path))
             self._inner = SacctExportReader(self.path, source)
             self.source = self._inner.source
             self._it: Iterator[JobRecord] = iter(self._inner)
@@ -139,7 +147,7 @@ class TraceReader:
     @property
     def warnings(self) -> list[str]:
         """Things the reader had to assume (an SWF without UnixStartTime), one line each."""
-        return list(getattr(self._inner, "warnings", []))
+        return self._header_warnings + list(getattr(self._inner, "warnings", []))
 
     def fraction(self) -> float | None:
         return self._inner.fraction() if self._inner is not None else None

@@ -250,3 +250,73 @@ def test_cli_import_reports_skipped_rows(tmp_path, capsys):
     captured = capsys.readouterr()
     assert "(1 skipped)" in captured.out
     assert "1 bad rows skipped" in captured.err and "bad.psv:5" in captured.err
+
+
+# ------------------------------------------------------------ wrong, missing and hostile columns
+
+
+@pytest.mark.parametrize(
+    "name, content, match",
+    [
+        ("wrong.psv", "JobID|Foo|Bar\n1|a|b\n", "none of the columns harp learns from"),
+        ("ids.psv", "JobID|User|Partition\n1|bob|short\n", "none of the columns harp learns from"),
+        ("garbage.bin", None, "unknown trace format"),
+        ("empty.psv", "", "empty file"),
+        ("blank.psv", "\n \n\t\n", "empty file"),
+        ("comma.csv", "JobID,Elapsed,State,MaxRSS\n1,00:10:00,COMPLETED,100M\n", "comma-separated"),
+        ("tab.tsv", "JobID\tElapsed\tState\n1\t00:01:00\tCOMPLETED\n", "tab-separated"),
+        ("semi.txt", "JobID;Elapsed;State\n1;00:01:00;COMPLETED\n", "semicolon-separated"),
+        ("pipes.psv", "a|b|c\n1|2|3\n", "no JobID column"),
+    ],
+)
+def test_cli_import_refuses_files_it_cannot_learn_from(tmp_path, capsys, name, content, match):
+    """One line naming the problem and what to do; exit 2; no store created, nothing stored."""
+    path = tmp_path / name
+    if content is None:
+        import random
+
+        path.write_bytes(bytes(random.Random(7).randrange(256) for _ in range(4096)))
+    else:
+        path.write_text(content)
+    db = tmp_path / "h.db"
+    rc = harp(["import", str(path), "--db", str(db), "--no-progress"])
+    captured = capsys.readouterr()
+    lines = [ln for ln in captured.err.splitlines() if ln]
+    assert rc == 2 and len(lines) == 1 and lines[0].startswith("harp: ") and match in lines[0], captured.err
+    assert "Traceback" not in captured.err and captured.out == ""
+    assert not db.exists()
+    if "learns from" in match or "separated" in match:
+        assert "sacct -" in lines[0]  # says how to export a file harp can read
+
+
+def test_cli_import_warns_about_missing_columns_with_counts(tmp_path, capsys):
+    """No Timelimit: imported, with one warning naming the column and one counting the records without it."""
+    head = CEDAR_HEAD.split("\n")
+    drop = head[0].split("|").index("Timelimit")
+    rows = ["|".join(c for i, c in enumerate(line.split("|")) if i != drop) for line in head if line]
+    path = write(tmp_path / "notl.psv", "\n".join(rows) + "\n")
+    db = tmp_path / "h.db"
+    assert harp(["import", str(path), "--db", str(db), "--no-progress"]) == 0
+    captured = capsys.readouterr()
+    warnings = [ln for ln in captured.err.splitlines() if ln.startswith("harp: warning:")]
+    assert any("no Timelimit/TimelimitRaw (time limit)" in w for w in warnings), warnings
+    assert any("of 3 records imported, 3 no time limit" in w for w in warnings), warnings
+    assert "imported 3 records" in captured.out
+    from harpd.store import Store
+
+    with Store.open(db) as s:
+        assert s.count_jobs(source="notl") == 3
+
+
+def test_cli_import_of_a_complete_export_warns_only_about_what_is_missing(tmp_path, capsys, cedar_gz):
+    assert harp(["import", str(cedar_gz), "--db", str(tmp_path / "h.db"), "--no-progress"]) == 0
+    err = capsys.readouterr().err
+    assert "Timelimit/TimelimitRaw (time limit)" not in err and "no time limit" not in err  # the cedar export has it
+    assert "MaxRSS (peak memory)" in err and "3 no peak memory" in err  # and lacks MaxRSS
+
+
+def test_cli_import_header_only_says_so(tmp_path, capsys):
+    path = write(tmp_path / "quiet-day.psv", CEDAR_HEAD.split("\n")[0] + "\n")
+    assert harp(["import", str(path), "--db", str(tmp_path / "h.db"), "--no-progress"]) == 0
+    captured = capsys.readouterr()
+    assert "imported 0 records" in captured.out and "no job rows, nothing imported" in captured.err

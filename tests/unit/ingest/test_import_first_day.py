@@ -62,12 +62,17 @@ def test_swf_without_unix_start_time_warns_once_and_start_places_it(tmp_path, ca
     p.write_text(_swf(20, header=False))
     db = tmp_path / "m.db"
     assert harp(["import", str(p), "--db", str(db)]) == 0
-    err = capsys.readouterr().err
+    err = _without_gaps(capsys.readouterr().err)
     assert err.count("\n") == 1 and "harp: warning:" in err and "UnixStartTime" in err and "--start" in err
     with Store.open(db) as s:
         assert s.get_job("1", source="METACENTRUM").submit_time == 10.0
     assert harp(["import", str(p), "--db", str(db), "--start", "2012-01-01"]) == 0
-    assert capsys.readouterr().err == ""
+    assert _without_gaps(capsys.readouterr().err) == ""
+
+
+def _without_gaps(err: str) -> str:
+    """harp import's stderr less its count of records without a value (this SWF has no memory columns)."""
+    return "".join(ln for ln in err.splitlines(keepends=True) if " records imported, " not in ln)
     jan1 = datetime(2012, 1, 1, tzinfo=timezone.utc).timestamp()
     with Store.open(db) as s:
         assert s.get_job("1", source="METACENTRUM").submit_time == jan1 + 10

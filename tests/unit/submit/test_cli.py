@@ -311,13 +311,17 @@ def test_registration_happens_while_sbatch_waits(run, harpd) -> None:
     assert harpd.arrival("register") - t0 < 1.8  # before sbatch (sleeping 2 s) ended
 
 
-def test_test_only_registers_nothing(run, harpd) -> None:
-    run.write("job.sh", JOB)
+def test_test_only_is_sbatchs_own_answer(run, harpd) -> None:
+    """--test-only (command line or #SBATCH) goes to sbatch untouched: its streams and code exactly, no harpd call."""
+    harpd.decision = decision(change("time", "45"))
     err = (FIXTURES / "sbatch_test_only.err").read_text()
-    proc = run("--test-only", "job.sh", env={"FAKE_SBATCH_OUT": "", "FAKE_SBATCH_ERR": err})
-    assert proc.returncode == 0 and proc.stdout == b""
+    run.write("job.sh", JOB)
+    run.write("job2.sh", JOB.replace("#SBATCH", "#SBATCH --test-only\n#SBATCH", 1))
+    for args in (("--test-only", "job.sh"), ("--test-only", "--time-min=50", "job.sh"), ("job2.sh",)):
+        proc = run(*args, env={"FAKE_SBATCH_OUT": "", "FAKE_SBATCH_ERR": err})
+        assert proc.returncode == 0 and proc.stdout == b"" and proc.stderr.decode() == err, args
     time.sleep(0.3)
-    assert harpd.ops("register") == [] and len(harpd.ops("predict")) == 1
+    assert harpd.ops("register") == [] and harpd.ops("predict") == []
 
 
 def test_dry_run_prints_and_submits_nothing(run, harpd) -> None:

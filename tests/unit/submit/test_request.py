@@ -48,9 +48,22 @@ def test_resources_in_protocol_units() -> None:
     assert r.resources() == {
         "time_s": 600, "mem_mb": 1024, "mem_per_cpu_mb": None, "mem_per_gpu_mb": None, "cpus_per_task": 2,
         "ntasks": 8, "nodes": 2, "gres": "gpu:a100:2", "gpus": "2", "partition": "debug",
+        "time_min_s": None, "signal_s": None, "deadline": None,
     }
     assert req(["-t", "UNLIMITED"]).resources()["time_s"] is None
     assert req(["--mem=0"]).resources()["mem_mb"] == 0
+
+
+def test_options_that_bound_the_time_limit() -> None:
+    """--time-min, --signal's lead (command line, #SBATCH, $SBATCH_SIGNAL) and --deadline reach harpd."""
+    r = req(["--time-min=5", "--deadline=now+1hour"], text="#!/bin/sh\n#SBATCH --signal=B:USR1@600\n")
+    got = r.resources()
+    assert (got["time_min_s"], got["signal_s"], got["deadline"]) == (300, 600, True)
+    assert req([], {"SBATCH_SIGNAL": "USR2"}).resources()["signal_s"] == 60  # sbatch's default lead
+    assert req(["--signal=RB:10@7"]).resources()["signal_s"] == 7
+    assert req(["--signal=99@5"]).resources()["signal_s"] == 5  # sbatch 22.05 takes any positive number
+    for bad in ("B:USR1@x", "@5", "USR1@70000", "FOO@5", "B:@5", "X:USR1@5", "0@5"):  # each refused by sbatch 22.05
+        assert req([f"--signal={bad}"]).invalid() is not None, bad
 
 
 @pytest.mark.parametrize(
