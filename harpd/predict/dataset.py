@@ -24,6 +24,7 @@ from harpd.features.history import (
     key_fields,
     keys_from_fields,
 )
+from harpd.features.usage import usage_of
 from harpd.models import construct
 from harpd.records import JobRecord, Outcome
 
@@ -58,7 +59,8 @@ class Prepared:
     submit: np.ndarray
     need: np.ndarray  # used amount (lower bound when censored)
     request: np.ndarray  # the user's request, NaN when none
-    censored: np.ndarray
+    censored: np.ndarray  # ran out or ran to its request: needed at least the request
+    lower_bound: np.ndarray  # censored, or did not complete: its usage is "at least", never a need
     weight: np.ndarray
     n_hist: np.ndarray  # finished runs of the job's signature group when submitted
     X: np.ndarray
@@ -83,14 +85,6 @@ class Prepared:
         return bool(np.isfinite(self.request).any())
 
 
-def _usage(r: JobRecord, resource: str) -> tuple[float | None, float | None, bool]:
-    if resource == "time":
-        cens = r.censored_time or r.outcome == Outcome.TIMEOUT
-        return r.used_time_s, r.req_time_s, cens
-    cens = r.censored_mem or r.outcome == Outcome.OOM
-    return r.used_mem_mb, r.req_mem_mb, cens
-
-
 def prepare(records: Iterable[JobRecord], resource: str = "time", limit: int | None = None,
             keep_templates: bool = False) -> Prepared:
     """Arrays and submission-time features of a trace's finished jobs, oldest first.
@@ -98,7 +92,11 @@ def prepare(records: Iterable[JobRecord], resource: str = "time", limit: int | N
     Jobs without a request are dropped when most jobs have one (they cannot
     be compared with the user's own request); when almost none has one (a
     memory trace like METACENTRUM) every job is kept and sized absolutely.
-    A job that ran to its request is censored whatever its state says.
+    Each job's usage is read by ``harpd.features.usage.usage_of``, the rule
+    the live history uses: ``censored`` (what the metric charges as a run
+    killed at its request) holds the runs that ran out or ran to their
+    request; ``lower_bound`` adds every run that did not complete, which
+    training and the history features take as "at least", never as a need.
     ``keep_templates`` also keeps each job's template key (same user, request
     and cores: the History's "r" group), for evaluations that group jobs.
     """
@@ -110,15 +108,14 @@ def prepare(records: Iterable[JobRecord], resource: str = "time", limit: int | N
     n_req = n_same = 0
     for r in records:
         source = source or r.source
-        used, req, cens = _usage(r, resource)
         if r.outcome in (Outcome.RUNNING,):
             skipped["not finished"] += 1
             continue
-        if used is None or used < 0:
+        u = usage_of(r, resource)
+        if u is None:
             skipped["no usage"] += 1
             continue
-        if req is not None and req > 0 and used >= req:
-            cens = True  # ran to its limit (whatever the state says): a lower bound
+        used, req, cens = u.used, u.request, u.ran_out
         if r.submit_time is None:
             skipped["no submit time"] += 1
             continue
@@ -132,7 +129,8 @@ def prepare(records: Iterable[JobRecord], resource: str = "time", limit: int | N
             end = began + (r.used_time_s or 0.0)
         cores = r.req_cpus or r.alloc_cpus or 1
         # keep a few fields, not the record: training holds a million of these
-        rows.append((r.submit_time, end, used, req, cens, cores, key_fields(r, resource), r.partition, began))
+        rows.append((r.submit_time, end, used, req, cens, cores, key_fields(r, resource), r.partition, began,
+                     u.censored))
     if not rows:
         raise ReplayError(f"trace has no finished jobs with {resource} usage")
     if resource == "mem" and n_req and n_same > 0.9 * n_req:
@@ -156,6 +154,7 @@ def prepare(records: Iterable[JobRecord], resource: str = "time", limit: int | N
     need = np.array([row[2] for row in rows], float)
     request = np.array([row[3] if (row[3] and not absolute) else np.nan for row in rows], float)
     cens = np.array([row[4] for row in rows], bool)
+    lower = np.array([row[9] for row in rows], bool)
     weight = np.array([row[5] if resource == "time" else 1.0 for row in rows], float)
     relative = not absolute
     ref = np.where(np.isfinite(request), request, 1.0)
@@ -182,7 +181,7 @@ def prepare(records: Iterable[JobRecord], resource: str = "time", limit: int | N
         while heap and heap[0][0] <= t:
             _, j = pop(heap)
             kj = keys_from_fields(rows[j][6], relative)  # recomputed: cheaper than holding a million
-            hist.add(kj, need[j], own[j], bool(cens[j]), end[j])
+            hist.add(kj, need[j], own[j], bool(lower[j]), end[j])
             hist.finished(kj)
             finish.append(j)
             if need[j] > part_max.get(parts[j], 0.0):
@@ -201,7 +200,7 @@ def prepare(records: Iterable[JobRecord], resource: str = "time", limit: int | N
     groups = np.array([conformal_group(row[7], float(lp[i])) for i, row in enumerate(rows)], dtype=object)
     return Prepared(
         resource=resource, source=source, submit=submit, need=need, request=request,
-        censored=cens, weight=weight, n_hist=n_hist, X=X, y=y, groups=groups,
+        censored=cens, lower_bound=lower, weight=weight, n_hist=n_hist, X=X, y=y, groups=groups,
         known_at=known_at, finish_seq=np.array(finish, np.int64), skipped=skipped,
         limit=limit if absolute else None,
         template=np.array([keys_from_fields(row[6], relative).req for row in rows], dtype=object)
@@ -213,5 +212,5 @@ def prepare(records: Iterable[JobRecord], resource: str = "time", limit: int | N
 def fit_rows(model, prep: Prepared, idx: np.ndarray):
     """``model`` fitted on rows ``idx``, each weighed by its size (request × cores, as the metric weighs it)."""
     size = prep.weight[idx] * np.where(np.isfinite(prep.request[idx]), prep.request[idx], 1.0)
-    return construct.fit(model, prep.X[idx], prep.y[idx], censored=prep.censored[idx],
+    return construct.fit(model, prep.X[idx], prep.y[idx], censored=prep.lower_bound[idx],
                          groups=prep.groups[idx], sample_weight=size)
