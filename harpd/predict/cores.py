@@ -114,18 +114,49 @@ def _int(text: str) -> int | None:
     return int(text) if text.isdigit() and int(text) > 0 else None
 
 
-def _option_values(tokens: list[str], short: tuple[str, ...], long: tuple[str, ...]) -> list[str]:
-    """Every value given to one of these options in ``tokens`` (``-c 2``, ``-c2``, ``--cpus-per-task=2``, ``--cpus-per-task 2``)."""
-    out: list[str] = []
-    for i, t in enumerate(tokens):
-        nxt = tokens[i + 1] if i + 1 < len(tokens) else ""
+#: launcher options that take no value (every other option is read as taking one)
+_SRUN_FLAGS = frozenset({"-h", "-H", "-k", "-l", "-O", "-Q", "-s", "-u", "-v", "-V", "-X", "-Z", "-E",
+                         "--exclusive", "--overcommit", "--pty", "--label", "--unbuffered", "--verbose",
+                         "--quiet", "--exact", "--overlap", "--oversubscribe", "--hold", "--disable-status",
+                         "--kill-on-bad-exit", "--no-kill", "--multi-prog", "--preserve-env", "--test-only",
+                         "--spread-job", "--use-min-nodes", "--whole", "--contiguous", "--nice", "--help"})
+_MPI_FLAGS = frozenset({"-v", "--verbose", "-q", "--quiet", "--oversubscribe", "-oversubscribe",
+                        "--allow-run-as-root", "-allow-run-as-root", "--tag-output", "-tag-output",
+                        "--report-bindings", "-report-bindings", "--display-map", "-display-map"})
+
+
+def _launcher_options(tokens: list[str], flags: frozenset[str], single_dash_long: bool = False
+                      ) -> list[tuple[str, str]]:
+    """(option, value) pairs of a launcher's own options, up to its program (the first word that is no option).
+
+    ``-c2`` and ``--cpus-per-task=2`` carry their value; any other option not
+    in ``flags`` takes the next word.  A misread either way keeps harp
+    conservative: a value taken for the program ends the options early (no
+    count: the request stands), a program taken for a value lets the
+    program's own options in, where anything that is not a whole number
+    keeps the request too.
+    """
+    out: list[tuple[str, str]] = []
+    i = 0
+    while i < len(tokens):
+        t = tokens[i]
+        if not t.startswith("-") or t == "-":
+            break
         name, eq, value = t.partition("=")
-        if name in long:
-            out.append(value if eq else nxt)
-        elif t in short:
-            out.append(nxt)
-        else:
-            out += [t[len(s):] for s in short if len(s) == 2 and t.startswith(s) and len(t) > 2]
+        if eq:
+            out.append((name, value))
+        elif t.startswith("--") or len(t) == 2 or t in flags:
+            if t in flags:
+                out.append((t, ""))
+            else:
+                out.append((t, tokens[i + 1] if i + 1 < len(tokens) else ""))
+                i += 1
+        elif not single_dash_long or t[2:].isdigit():  # -c2, -N1: a short option and its value
+            out.append((t[:2], t[2:]))
+        else:  # a single-dash long option (mpirun's -np 4, -host h)
+            out.append((t, tokens[i + 1] if i + 1 < len(tokens) else ""))
+            i += 1
+        i += 1
     return out
 
 
@@ -135,20 +166,18 @@ def step_cpus(launcher: str, tokens: list[str]) -> int | None:
     ``srun`` needs an explicit ``-c/--cpus-per-task`` (times ``-n/--ntasks``);
     ``mpirun``/``mpiexec``/``orterun`` an explicit ``-n/-np/-c`` (one core a
     rank).  A value harp cannot read (a variable) or a launcher it does not
-    know is None.  Every value of those options in the line counts and the
-    largest wins, so an argument of the program that looks like one only
-    raises the bound.
+    know is None.  Only the launcher's own options count, up to its program.
     """
     if launcher == "srun":
-        cpus = _option_values(tokens, ("-c",), ("--cpus-per-task",))
-        tasks = _option_values(tokens, ("-n",), ("--ntasks",))
-        c = [_int(v) for v in cpus]
-        n = [_int(v) for v in tasks]
+        opts = _launcher_options(tokens, _SRUN_FLAGS)
+        c = [_int(v) for k, v in opts if k in ("-c", "--cpus-per-task")]
+        n = [_int(v) for k, v in opts if k in ("-n", "--ntasks")]
         if not c or None in c or None in n:
             return None
         return max(c) * (max(n) if n else 1)  # type: ignore[type-var]
     if launcher in ("mpirun", "mpiexec", "orterun"):
-        n = [_int(v) for v in _option_values(tokens, ("-n", "-np", "-c"), ("--n", "--np"))]
+        opts = _launcher_options(tokens, _MPI_FLAGS, single_dash_long=True)
+        n = [_int(v) for k, v in opts if k in ("-n", "-np", "-c", "--n", "--np")]
         return None if not n or None in n else max(n)  # type: ignore[type-var]
     return None
 

@@ -89,7 +89,8 @@ def test_a_snakemake_job_keeps_its_cpus_its_hidden_job_step_asks_for_them():
     (["srun -n 2 -c 2 ./a.out"], 4),
     (["mpirun -np 3 ./a.out"], 3),
     (["cat x | srun -c 2 ./a.out && echo done"], 2),
-    (["srun -c 2 ./prog -c 8"], 8),  # a program argument that looks like one only raises the bound
+    (["srun -c 2 python3 -c 'print(20)'"], 2),  # the program's own -c is not the launcher's
+    (["srun --mpi=none -N1 -c 2 --label ./a.out -n 9"], 2),
 ])
 def test_a_launcher_with_an_explicit_cpu_count_bounds_the_cut_from_below(commands, floor):
     assert cut_bounds(None, None, commands) == (None, floor)
@@ -100,6 +101,7 @@ def test_step_cpus_reads_only_what_the_launcher_says():
     assert step_cpus("srun", ["-c", "x", "./a"]) is None
     assert step_cpus("aprun", ["-n", "2"]) is None
     assert step_cpus("mpiexec", ["-n", "4", "./a"]) == 4
+    assert step_cpus("srun", ["--mem", "1G", "./a", "-c", "2"]) is None  # -c after the program is the program's
 
 
 def test_pooled_ratios_count_only_young_signatures_and_scale_their_most():
