@@ -25,8 +25,11 @@ first submission costs no store read.
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import threading
 import time as _time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -100,13 +103,34 @@ def floor_after(earlier: dict, max_attempts: int) -> Floor | None:
                   **({"mem_mb": round(mem)} if mem else {}), **({"time_s": round(time_s)} if time_s else {})})
 
 
+#: the job harpd's watcher is deciding again while it waits (``redeciding``): not a new submission
+_REDECIDING: contextvars.ContextVar[str | None] = contextvars.ContextVar("harp_redeciding", default=None)
+
+
+@contextlib.contextmanager
+def redeciding(job_id: str | None) -> Iterator[None]:
+    """Mark the decisions made inside as a registered job's re-decision (``harpd.watch.resize``).
+
+    A pending task decided again is not the manager's retry of itself: it
+    keeps the floor of the attempt before it, if any, and notes nothing.
+    A context variable, so the predictor's ``decide(job, user, uid)`` keeps
+    the one signature every predictor (the DNN planner's wrapper included) has.
+    """
+    token = _REDECIDING.set(None if job_id is None else str(job_id))
+    try:
+        yield
+    finally:
+        _REDECIDING.reset(token)
+
+
 class RetryFloors:
     """When harp last decided on each workflow task, and the floor a new submission of it gets."""
 
     def __init__(self, store: "Store | None", max_attempts: int) -> None:
         self.store = store
         self.max_attempts = max_attempts
-        self._seen: dict[tuple[int, TaskIdentity], float] = {}
+        # (uid, task) -> (the decision before the last, the last): a re-decision looks behind its own
+        self._seen: dict[tuple[int, TaskIdentity], tuple[float | None, float]] = {}
         self._lock = threading.Lock()
 
     def floor(self, uid: int, task: TaskIdentity | None, now: float | None = None) -> Floor | None:
@@ -115,15 +139,24 @@ class RetryFloors:
             return None
         now = _time.time() if now is None else now
         key = (int(uid), task)
+        again = _REDECIDING.get()
         with self._lock:
-            last = self._seen.get(key)
-            self._seen[key] = now
-            if len(self._seen) > MAX_NOTES:
-                self._seen = {k: t for k, t in self._seen.items() if now - t < WINDOW_S}
-        if last is None or now - last > WINDOW_S:
+            prev, last = self._seen.get(key, (None, None))
+            if again is None:
+                self._seen[key] = (last, now)
+                if len(self._seen) > MAX_NOTES:
+                    self._seen = {k: v for k, v in self._seen.items() if now - v[1] < WINDOW_S}
+        since = last if again is None else prev  # a re-decided job's own decision was the last one
+        if since is None or now - since > WINDOW_S:
             return None
+        own = None if again is None else self.store.get_submission(again)
+        before = None if own is None else own.get("submitted_at")
         earlier = None
-        for sub in self.store.submissions_since(int(uid), last - 60.0):
-            if not sub.get("chain_id") and task_of(sub) == task:
+        for sub in self.store.submissions_since(int(uid), since - 60.0):
+            if sub.get("chain_id") or sub["job_id"] == again:
+                continue
+            if before is not None and sub.get("submitted_at", 0.0) >= before:
+                continue
+            if task_of(sub) == task:
                 earlier = sub  # oldest first: the last match is the latest attempt
         return None if earlier is None else floor_after(earlier, self.max_attempts)

@@ -99,3 +99,22 @@ def test_the_floor_follows_the_escalation_rule_and_what_ended_the_attempt():
     assert unknown.mem_mb == 1000 and unknown.time_s == 1200 and unknown.keep_cpus
     # with one attempt allowed the escalation stops: the request
     assert floor_after({**sub, "outcome": "oom"}, 1).mem_mb == 2000
+
+
+def test_a_pending_task_decided_again_is_not_a_retry_of_itself(setup):
+    from harpd.predict.retry_floor import redeciding
+
+    s, st = setup
+    p = ModelPredictor(s, store=st)
+    first = _mem(p.decide(_job(), "alice", 1000))
+    _register(st, "105", first)  # pending: the watcher re-sizes it while it waits
+    with redeciding("105"):
+        again = p.decide(_job(), "alice", 1000)
+    assert _mem(again) == first and "retry" not in again.explain
+    # the manager's retry after it ran out still gets its floor, also when re-decided while pending
+    st.mark_submission_done("105", Outcome.OOM)
+    retry = _mem(p.decide(_job(), "alice", 1000))
+    assert retry >= min(2 * first, 2000)
+    _register(st, "106", retry)
+    with redeciding("106"):
+        assert _mem(p.decide(_job(), "alice", 1000)) >= min(2 * first, 2000)
