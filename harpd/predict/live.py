@@ -11,8 +11,8 @@ Before a resource has a trained model, its live history is kept all the
 same and the history rule sizes a program from its own runs: ``MARGIN`` ×
 the most its last five finished runs used, through the same guard rails
 (``min_history``, the floor, the leave-alone ratio, the walk-back floor,
-never above the request), and never while a recent run was killed at its
-limit.  A site that has just started harpd thus right-sizes a repeated
+never above the request), and never while a recent run hit its limit or did
+not complete (``harpd.features.usage``: such a run is a lower bound).  A site that has just started harpd thus right-sizes a repeated
 program after a handful of runs instead of a day later.
 """
 
@@ -333,9 +333,10 @@ class ModelPredictor:
         """The history rule's bound (log need/request) from the signature's own runs, or None and why.
 
         ``margin`` × the most its last five finished runs used (History's
-        ``s_max5``); none while one of its recent runs was killed at its
-        limit (``s_cens``): that run needed more than it had, by how much
-        nobody knows.
+        ``s_max5``); none while one of its recent runs is censored
+        (``s_cens``): killed at or filling its limit, it needed more than it
+        had; failed or cancelled, it stopped before its program finished.
+        By how much either needed more, nobody knows.
         """
         from harpd.features.history import COL
 
