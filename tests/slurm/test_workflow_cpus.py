@@ -11,6 +11,9 @@
 * A script whose step harp cannot see (``bash step.sh`` running ``srun -c 2``)
   is cut, fails, and gets its CPUs back: the next submission keeps its 2 and
   completes.
+* Snakemake's own retry (``--retries 1``) of a task that ran out of the
+  memory harp gave it, submitted before harpd has read how it ended, gets at
+  least the escalation rule's next size and completes.
 """
 
 from __future__ import annotations
@@ -26,7 +29,7 @@ from harpd.records import JobRecord, Outcome
 from harpd.store import Store
 from tests.helpers.harpd_process import running_harpd
 from tests.helpers.processes import run_harp_submit, short_tmpdir
-from tests.slurm.test_snakemake_workflow import _ids, _jobs, _run, _snakemake, _wait_outcomes
+from tests.slurm.test_snakemake_workflow import _ids, _jobs, _mb, _run, _snakemake, _wait_outcomes
 
 pytestmark = pytest.mark.slurm
 
@@ -46,7 +49,7 @@ FINISHED = ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "OUT_OF_MEMORY", "NOD
 
 
 def _seed(store_path, signature: str, cpus: int, n: int = 25) -> None:
-    """``n`` earlier completed runs that held ``cpus`` CPUs and kept a third of one busy."""
+    """``n`` earlier completed runs that held ``cpus`` CPUs and kept a third of one busy, using 100 of 1600 MB."""
     now = time.time()
     with Store.open(store_path) as st:
         st.insert_jobs([JobRecord(job_id=f"seed{i}", source="seed", user="root", account="harp", partition="short",
@@ -64,11 +67,16 @@ def _alloc_cpus(c, job_ids: list[str]) -> dict[str, int]:
 
 @pytest.fixture
 def snakemake_workflow(slurm_cluster):
-    from tests.slurm.test_snakemake_workflow import RUN_SUBMIT
+    yield from _workflow(slurm_cluster, SNAKEFILE, "work", poll_interval_s=2)
 
+
+def _workflow(slurm_cluster, snakefile: str, rule: str, poll_interval_s: float):
+    """A workflow directory, harp-submit as ``sbatch``, and a harpd whose store holds ``rule``'s history."""
     import os
     import sys
     from pathlib import Path
+
+    from tests.slurm.test_snakemake_workflow import RUN_SUBMIT
 
     sys_conf = Path("/etc/slurm/slurm.conf")
     if not (sys_conf.is_symlink() and os.readlink(sys_conf) == str(slurm_cluster.conf)):
@@ -77,7 +85,7 @@ def snakemake_workflow(slurm_cluster):
     with short_tmpdir("hwc-") as d:
         wf = d / "wf"
         wf.mkdir()
-        (wf / "Snakefile").write_text(SNAKEFILE)
+        (wf / "Snakefile").write_text(snakefile)
         bin_dir = d / "bin"
         bin_dir.mkdir()
         sbatch = bin_dir / "sbatch"
@@ -86,8 +94,8 @@ def snakemake_workflow(slurm_cluster):
         harpd_dir = d / "harpd"
         (harpd_dir / "lib").mkdir(parents=True)
         # the rule's history: 25 runs that kept a third of a core busy of their 2 (harp's cores rule would give 1)
-        _seed(harpd_dir / "lib" / "harp.db", TaskIdentity("snakemake", str(wf / "Snakefile"), "work").signature(), 2)
-        with running_harpd(harpd_dir, slurm_conf=slurm_cluster.conf, poll_interval_s=2, timeout_s=90,
+        _seed(harpd_dir / "lib" / "harp.db", TaskIdentity("snakemake", str(wf / "Snakefile"), rule).signature(), 2)
+        with running_harpd(harpd_dir, slurm_conf=slurm_cluster.conf, poll_interval_s=poll_interval_s, timeout_s=90,
                            extra_toml="[predict]\nmin_history = 4\n") as sock:
             yield {"dir": wf, "bin": bin_dir, "socket": sock, "snakemake": snakemake, "cluster": slurm_cluster,
                    "store": harpd_dir / "lib" / "harp.db"}
@@ -201,3 +209,41 @@ def test_a_run_that_failed_after_a_cpu_cut_gets_its_cpus_back(slurm_cluster) -> 
                 assert (slurm_cluster.workdir / f"hidden.sh-{again}.out").read_text().strip().endswith("30")
             finally:
                 slurm_cluster.run(["scancel", again], check=False)
+
+
+RETRY_SNAKEFILE = '''
+rule all:
+    input: "out/big.txt"
+
+rule big:
+    output: "out/big.txt"
+    resources: runtime=10, mem_mb=1600
+    shell: "python3 -c \\"b = b'x' * (600 << 20); import time; time.sleep(2)\\" && echo ok > {output}"
+'''
+
+
+@pytest.fixture
+def retry_workflow(slurm_cluster):
+    # harpd never polls here: the retry comes before harp has read how the first attempt ended,
+    # and harp's own recovery (which would requeue it) stays out of the way
+    yield from _workflow(slurm_cluster, RETRY_SNAKEFILE, "big", poll_interval_s=3600)
+
+
+def test_the_managers_retry_of_a_task_that_ran_out_gets_at_least_the_escalated_size(retry_workflow) -> None:
+    wf = retry_workflow
+    c = wf["cluster"]
+    start, _ = _run(wf, harp=True, retries=1)
+    out = c.run(["sacct", "-X", "-P", "-n", "-S", time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(start - 1)),
+                 "-o", "JobID,State,ReqMem"]).stdout
+    rows = [line.split("|") for line in out.splitlines() if line]
+    assert len(rows) == 2, rows  # the attempt harp sized from the rule's 100 MB runs, and the manager's retry
+    (first, state1, mem1), (_, state2, mem2) = rows
+    # the job step that ran the rule ran out of what harp gave: killed (OUT_OF_MEMORY, or SIGKILL by the
+    # memory enforcement of job accounting, which leaves the step CANCELLED and the job FAILED) above it
+    steps = c.run(["sacct", "-P", "-n", "-j", first, "--units=M", "-o", "JobID,State,MaxRSS"]).stdout
+    peak = max((float(x.split("|")[2].rstrip("M") or 0) for x in steps.splitlines() if x.count("|") == 2),
+               default=0.0)
+    assert state1 in ("OUT_OF_MEMORY", "FAILED") and peak >= 0.9 * _mb(mem1), (rows, steps)
+    assert state2 == "COMPLETED", rows
+    assert _mb(mem1) < 600 <= _mb(mem2), rows
+    assert _mb(mem2) >= min(2 * _mb(mem1), 1600), rows  # min(2 x what failed, the request): the escalation rule
