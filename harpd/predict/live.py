@@ -383,6 +383,8 @@ class ModelPredictor:
             given = floor if floor < requested else None
         if given is None:
             return None, ex
+        ex["unseen_steps"] = ("a job step in a program the script calls is not seen here: "
+                              "its first failed run gives the CPUs back for good")
         return {"option": "cpus-per-task", "value": str(given), "old": str(requested),
                 "reason": f"cores from this program's own runs ({ex['reason']})"}, ex
 
