@@ -12,8 +12,9 @@ same and the history rule sizes a program from its own runs: ``MARGIN`` ×
 the most its last five finished runs used, through the same guard rails
 (``min_history``, the floor, the leave-alone ratio, the walk-back floor,
 never above the request), and never while a recent run hit its limit or did
-not complete (``harpd.features.usage``: such a run is a lower bound).  A site that has just started harpd thus right-sizes a repeated
-program after a handful of runs instead of a day later.
+not complete (``harpd.features.usage``: such a run is a lower bound).  A
+site that has just started harpd thus right-sizes a repeated program after
+a handful of runs instead of a day later.
 """
 
 from __future__ import annotations
@@ -197,7 +198,7 @@ class ModelPredictor:
                 h = ld.history
                 for r in records:
                     u = usage_of(r, ld.resource)
-                    if u is None or not r.outcome.finished:
+                    if u is None:
                         continue
                     k = keys_of_record(r, ld.resource, ld.relative)
                     h.add(k, u.used, u.request, u.censored, r.end_time)
