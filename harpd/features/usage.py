@@ -20,12 +20,19 @@ need.  Every other finished run is censored, its usage a lower bound:
   lower a later size.
 
 ``ran_out`` keeps apart the first two cases, where the need is at least the
-request (what the metric charges and training clips at the request), from
-a run that merely stopped early (a lower bound at its usage only).
+request (what the metric charges, training clips at the request and the
+history features count as censored, in the replay and live alike), from a
+run that merely stopped early (a lower bound at its usage only).  The
+trained models see such a run's usage as a trace recorded it (see
+``harpd.predict.dataset.prepare`` for why); the live history rule, which
+sizes a program from its last few runs alone, keeps the request while one
+is among them (``RecentStops``), so six refused runs never lower the next
+size.
 """
 
 from __future__ import annotations
 
+from collections import deque
 from dataclasses import dataclass
 
 from harpd.records import JobRecord, Outcome
@@ -68,3 +75,26 @@ def usage_of(r: JobRecord, resource: str) -> Usage | None:
     ran_out = bool(flag) or r.outcome == RAN_OUT[resource] or (req is not None and req > 0 and used >= req)
     return Usage(float(used), None if req is None else float(req), ran_out or r.outcome != Outcome.COMPLETED,
                  ran_out)
+
+
+class RecentStops:
+    """Per group, whether each of its last ``keep`` runs stopped early (censored without running out).
+
+    The history features count only runs that ran out as censored, the same
+    in a replay and live; this is what the live history rule adds to them.
+    Not thread-safe (the predictor locks).
+    """
+
+    def __init__(self, keep: int = 8) -> None:
+        self.keep = keep
+        self._runs: dict[str, deque[bool]] = {}
+
+    def add(self, key: str, usage: Usage) -> None:
+        runs = self._runs.get(key)
+        if runs is None:
+            runs = self._runs[key] = deque(maxlen=self.keep)
+        runs.append(usage.censored and not usage.ran_out)
+
+    def any(self, key: str) -> bool:
+        """Whether one of the group's last runs stopped early."""
+        return any(self._runs.get(key, ()))

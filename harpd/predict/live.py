@@ -29,7 +29,7 @@ import numpy as np
 
 from harpd.features.resources import gpu_count
 from harpd.features.signature import normalise_commands
-from harpd.features.usage import usage_of
+from harpd.features.usage import RecentStops, usage_of
 from harpd.features.workflow import identify, is_workflow_signature, job_signature
 from harpd.predict.allocation import Guard, allocate
 from harpd.predict.bounds import MARGIN
@@ -55,7 +55,7 @@ class _Loaded:
     """One resource's champion (``model`` None: none yet, the history rule) and its live history."""
 
     def __init__(self, env: dict[str, Any], row: dict[str, Any]) -> None:
-        from harpd.features.history import History
+        from harpd.features.history import KEEP, History
 
         self.model = env["model"]
         self.name = env["name"]
@@ -63,6 +63,7 @@ class _Loaded:
         self.resource = env["resource"]
         self.row = row
         self.history = History()
+        self.stops = RecentStops(KEEP)  # the history rule's own: runs that stopped early, per signature group
 
 
 class ModelPredictor:
@@ -201,8 +202,9 @@ class ModelPredictor:
                     if u is None:
                         continue
                     k = keys_of_record(r, ld.resource, ld.relative)
-                    h.add(k, u.used, u.request, u.censored, r.end_time)
+                    h.add(k, u.used, u.request, u.ran_out, r.end_time)  # the features, as training has them
                     h.finished(k)
+                    ld.stops.add(k.sig, u)
         return len(records)
 
     def _cuts_that_failed(self, records: list) -> list[tuple[str, str]]:
@@ -330,20 +332,22 @@ class ModelPredictor:
         return up
 
     @staticmethod
-    def _history_bound(x, margin: float) -> tuple[float | None, str]:
+    def _history_bound(x, margin: float, stopped: bool = False) -> tuple[float | None, str]:
         """The history rule's bound (log need/request) from the signature's own runs, or None and why.
 
         ``margin`` × the most its last five finished runs used (History's
-        ``s_max5``); none while one of its recent runs is censored
-        (``s_cens``): killed at or filling its limit, it needed more than it
-        had; failed or cancelled, it stopped before its program finished.
-        By how much either needed more, nobody knows.
+        ``s_max5``); none while one of its recent runs is censored: killed at
+        or filling its limit (``s_cens``), it needed more than it had;
+        ``stopped`` (failed, cancelled: ``RecentStops``), it ended before its
+        program finished.  By how much either needed more, nobody knows.
         """
         from harpd.features.history import COL
 
         smax, cens = x[COL["s_max5"]], x[COL["s_cens"]]
         if cens == cens and cens > 0:
-            return None, "a recent run of this program hit its limit or did not complete: request kept"
+            return None, "a recent run of this program hit its limit: request kept"
+        if stopped:
+            return None, "a recent run of this program did not complete (its usage is only a lower bound): request kept"
         if smax != smax:
             return None, "no usage recorded for this program's runs: request kept"
         return float(smax) + math.log(margin), f"{margin:g} x the most of its last runs"
@@ -440,6 +444,7 @@ class ModelPredictor:
             n_hist = ld.history.count(keys, "s")
             ld.history.submitted(keys, now)
             restored = self._restored.has(sig, res)
+            stopped = ld.stops.any(keys.sig)
         if restored:
             return None, {"reason": Restored.reason("memory" if res == "mem" else res), "n_history": n_hist}
         guard = Guard.from_settings(self.settings.predict, res, self.settings.recovery.max_attempts)
@@ -452,7 +457,7 @@ class ModelPredictor:
         theta = None
         if ld.model is None or task:
             margin = SoftPolicy.from_settings(self.settings.predict).recent_margin if soft else MARGIN
-            up, rule = self._history_bound(x, margin)
+            up, rule = self._history_bound(x, margin, stopped)
             if up is None:
                 return None, {"model": None, "rule": HISTORY_RULE, "n_history": n_hist, "reason": rule}
             why_rule = "this workflow task's own runs" if task else f"this program's own runs ({NO_MODEL})"
