@@ -37,6 +37,8 @@ import math
 from collections import deque
 from typing import Any
 
+from harpd.records import Outcome
+
 #: runs of a signature kept (the most recent): enough for alpha = 0.01
 WINDOW = 200
 #: pooled ratios of young signatures' runs kept (the most recent)
@@ -44,8 +46,8 @@ POOL_WINDOW = 2000
 #: a run that used this little over a whole core is counted as one core:
 #: ``%cpu`` of 101 % on one core is accounting noise, not a second thread
 SLACK = 0.05
-#: scripts naming these start more than one task or read the CPU count
-#: themselves: harp never changes their cores (``unsafe_reason``)
+#: launchers whose steps ask for CPUs of their own, and what reads the CPU
+#: count: they bound or forbid a cut (``cut_bounds``)
 MPI_WORDS = ("srun", "mpirun", "mpiexec", "orterun", "aprun", "charmrun")
 CPU_VARS = ("SLURM_CPUS_PER_TASK", "SLURM_CPUS_ON_NODE", "SLURM_JOB_CPUS_PER_NODE", "OMP_NUM_THREADS",
             "nproc", "cpu_count", "NSLOTS")
@@ -58,6 +60,19 @@ def cores_used(used_cpu_s: float | None, used_time_s: float | None) -> float | N
     if used_cpu_s != used_cpu_s or used_time_s != used_time_s:
         return None
     return used_cpu_s / used_time_s
+
+
+def run_cores(rec) -> float | None:
+    """The cores a finished run used, as a sample of what its program needs; None when it is not one.
+
+    Only a COMPLETED run: a failed one may have stopped before its threads
+    started (a job step refused at start keeps no core busy), so its cores
+    say nothing of the program's (``harpd.features.usage``, the same rule for
+    time and memory).
+    """
+    if rec.outcome != Outcome.COMPLETED:
+        return None
+    return cores_used(rec.used_cpu_s, rec.used_time_s)
 
 
 def whole(cores: float) -> int:
@@ -95,28 +110,122 @@ def give(requested: int, bound: float | None) -> int | None:
     return cores if cores < requested else None
 
 
-def unsafe_reason(ntasks: int | None, nodes: int | None, commands: list[str]) -> str | None:
-    """Why a job's cores must stay as requested, or None when it is a single task harp may shrink.
+def _int(text: str) -> int | None:
+    return int(text) if text.isdigit() and int(text) > 0 else None
 
-    Conservative on purpose: several tasks or nodes (MPI ranks keep their
-    cores), a launcher in the script (its steps may start ranks or take the
-    job's CPUs), or a script that reads its CPU count (a thread pool sized
-    from ``$SLURM_CPUS_PER_TASK`` behaves differently with fewer cores than
-    the history measured).
+
+#: launcher options that take no value (every other option is read as taking one)
+_SRUN_FLAGS = frozenset({"-h", "-H", "-k", "-l", "-O", "-Q", "-s", "-u", "-v", "-V", "-X", "-Z", "-E",
+                         "--exclusive", "--overcommit", "--pty", "--label", "--unbuffered", "--verbose",
+                         "--quiet", "--exact", "--overlap", "--oversubscribe", "--hold", "--disable-status",
+                         "--kill-on-bad-exit", "--no-kill", "--multi-prog", "--preserve-env", "--test-only",
+                         "--spread-job", "--use-min-nodes", "--whole", "--contiguous", "--nice", "--help"})
+_MPI_FLAGS = frozenset({"-v", "--verbose", "-q", "--quiet", "--oversubscribe", "-oversubscribe",
+                        "--allow-run-as-root", "-allow-run-as-root", "--tag-output", "-tag-output",
+                        "--report-bindings", "-report-bindings", "--display-map", "-display-map"})
+
+
+def _launcher_options(tokens: list[str], flags: frozenset[str], single_dash_long: bool = False
+                      ) -> list[tuple[str, str]]:
+    """(option, value) pairs of a launcher's own options, up to its program (the first word that is no option).
+
+    ``-c2`` and ``--cpus-per-task=2`` carry their value; any other option not
+    in ``flags`` takes the next word.  A misread either way keeps harp
+    conservative: a value taken for the program ends the options early (no
+    count: the request stands), a program taken for a value lets the
+    program's own options in, where anything that is not a whole number
+    keeps the request too.
+    """
+    out: list[tuple[str, str]] = []
+    i = 0
+    while i < len(tokens):
+        t = tokens[i]
+        if not t.startswith("-") or t == "-":
+            break
+        name, eq, value = t.partition("=")
+        if eq:
+            out.append((name, value))
+        elif t.startswith("--") or len(t) == 2 or t in flags:
+            if t in flags:
+                out.append((t, ""))
+            else:
+                out.append((t, tokens[i + 1] if i + 1 < len(tokens) else ""))
+                i += 1
+        elif not single_dash_long or t[2:].isdigit():  # -c2, -N1: a short option and its value
+            out.append((t[:2], t[2:]))
+        else:  # a single-dash long option (mpirun's -np 4, -host h)
+            out.append((t, tokens[i + 1] if i + 1 < len(tokens) else ""))
+            i += 1
+        i += 1
+    return out
+
+
+def step_cpus(launcher: str, tokens: list[str]) -> int | None:
+    """The CPUs a launcher's step asks for, from its explicit options; None when it does not say.
+
+    ``srun`` needs an explicit ``-c/--cpus-per-task`` (times ``-n/--ntasks``);
+    ``mpirun``/``mpiexec``/``orterun`` an explicit ``-n/-np/-c`` (one core a
+    rank).  A value harp cannot read (a variable) or a launcher it does not
+    know is None.  Only the launcher's own options count, up to its program.
+    """
+    if launcher == "srun":
+        opts = _launcher_options(tokens, _SRUN_FLAGS)
+        c = [_int(v) for k, v in opts if k in ("-c", "--cpus-per-task")]
+        n = [_int(v) for k, v in opts if k in ("-n", "--ntasks")]
+        if not c or None in c or None in n:
+            return None
+        return max(c) * (max(n) if n else 1)  # type: ignore[type-var]
+    if launcher in ("mpirun", "mpiexec", "orterun"):
+        opts = _launcher_options(tokens, _MPI_FLAGS, single_dash_long=True)
+        n = [_int(v) for k, v in opts if k in ("-n", "-np", "-c", "--n", "--np")]
+        return None if not n or None in n else max(n)  # type: ignore[type-var]
+    return None
+
+
+def cut_bounds(ntasks: int | None, nodes: int | None, commands: list[str],
+               manager: str | None = None) -> tuple[str | None, int]:
+    """(why a job's CPUs must stay as requested, or None; the fewest CPUs per task harp may give it).
+
+    A job is never given fewer CPUs than its own steps ask for: a step that
+    asks more than the job holds is refused at start (``srun: error: Unable
+    to create step ... More processors requested than permitted``).  So:
+
+    * several tasks or nodes: MPI ranks keep their cores;
+    * a Snakemake job: its job step runs ``srun --cpus-per-task`` with the
+      rule's threads, which are what the job asked for, and that ``srun`` is
+      not in the command harp reads: the request stands;
+    * a launcher line (``srun``, ``mpirun`` ...) with an explicit CPU count
+      bounds the cut from below at that count; one without (or with a
+      variable) keeps the request, as does a script that reads its CPU count
+      (a thread pool sized from ``$SLURM_CPUS_PER_TASK`` behaves differently
+      with fewer cores than the history measured).
+
+    A step hidden in a program the script calls cannot be seen here: its
+    first failed run restores the CPUs for good (``harpd.predict.restore``).
     """
     if (ntasks or 1) > 1:
-        return f"--ntasks={ntasks}: MPI ranks keep their cores"
+        return f"--ntasks={ntasks}: MPI ranks keep their cores", 1
     if (nodes or 1) > 1:
-        return f"--nodes={nodes}: a multi-node job keeps its cores"
+        return f"--nodes={nodes}: a multi-node job keeps its cores", 1
+    if manager == "snakemake":
+        return ("a Snakemake job: its job step runs srun --cpus-per-task with the rule's threads, "
+                "which are what it asked: kept"), 1
+    floor = 1
     for line in commands:
-        words = line.replace(";", " ").replace("|", " ").replace("&", " ").split()
-        for w in words:
-            if w.rsplit("/", 1)[-1] in MPI_WORDS:
-                return f"the script runs {w.rsplit('/', 1)[-1]}: its steps keep their cores"
         for var in CPU_VARS:
             if var in line:
-                return f"the script reads {var}: its threads follow the cores it gets"
-    return None
+                return f"the script reads {var}: its threads follow the cores it gets", 1
+        for part in line.replace("|", ";").replace("&", ";").split(";"):
+            words = part.split()
+            for i, w in enumerate(words):
+                name = w.rsplit("/", 1)[-1]
+                if name not in MPI_WORDS:
+                    continue
+                asks = step_cpus(name, words[i + 1:])
+                if asks is None:
+                    return f"the script runs {name} without a CPU count harp can read: its steps keep their cores", 1
+                floor = max(floor, asks)
+    return None, floor
 
 
 class CoresHistory:

@@ -19,7 +19,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from harpd.predict.cores import SLACK, CoresHistory, cores_used, give, whole
+from harpd.predict.cores import SLACK, CoresHistory, cores_used, give, run_cores, whole
 from harpd.records import JobRecord
 
 
@@ -75,7 +75,7 @@ def replay_cores(records: Iterable[JobRecord], alpha: float) -> CoresReplay:
     for rec in jobs:
         while e < len(ends) and jobs[ends[e]].end_time <= rec.submit_time:  # type: ignore[operator]
             done = jobs[ends[e]]
-            history.add(done.signature, cores_used(done.used_cpu_s, done.used_time_s))
+            history.add(done.signature, run_cores(done))
             e += 1
         req = int(rec.req_cpus or 1)
         used = cores_used(rec.used_cpu_s, rec.used_time_s) or 0.0

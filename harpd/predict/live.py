@@ -11,9 +11,10 @@ Before a resource has a trained model, its live history is kept all the
 same and the history rule sizes a program from its own runs: ``MARGIN`` ×
 the most its last five finished runs used, through the same guard rails
 (``min_history``, the floor, the leave-alone ratio, the walk-back floor,
-never above the request), and never while a recent run was killed at its
-limit.  A site that has just started harpd thus right-sizes a repeated
-program after a handful of runs instead of a day later.
+never above the request), and never while a recent run hit its limit or did
+not complete (``harpd.features.usage``: such a run is a lower bound).  A
+site that has just started harpd thus right-sizes a repeated program after
+a handful of runs instead of a day later.
 """
 
 from __future__ import annotations
@@ -28,13 +29,17 @@ import numpy as np
 
 from harpd.features.resources import gpu_count
 from harpd.features.signature import normalise_commands
+from harpd.features.usage import RecentStops, usage_of
 from harpd.features.workflow import identify, is_workflow_signature, job_signature
 from harpd.predict.allocation import BOUND, FLOOR, REQUEST_FLOOR, Guard, allocate
 from harpd.predict.bounds import MARGIN
-from harpd.predict.cores import CoresHistory, cores_used, unsafe_reason
+from harpd.predict.cores import CoresHistory, cut_bounds, run_cores
+from harpd.predict.restore import Restored, cut_resources, restored_by, restoring_outcome
+from harpd.predict.retry_floor import Floor, RetryFloors
 from harpd.predict.soft import SoftPolicy, running_bound, soft_guard, stake_of, tilt
 from harpd.predict.soft_state import SoftState
 from harpd.predict.time_options import fit_time, kept_under_soft_limits
+from harpd.slurm.job_ids import submitted_id
 from harpd.slurm.partitions import limits_from_backend
 from harp_submit.units import format_mem, format_time
 
@@ -51,7 +56,7 @@ class _Loaded:
     """One resource's champion (``model`` None: none yet, the history rule) and its live history."""
 
     def __init__(self, env: dict[str, Any], row: dict[str, Any]) -> None:
-        from harpd.features.history import History
+        from harpd.features.history import KEEP, History
 
         self.model = env["model"]
         self.name = env["name"]
@@ -59,6 +64,7 @@ class _Loaded:
         self.resource = env["resource"]
         self.row = row
         self.history = History()
+        self.stops = RecentStops(KEEP)  # the history rule's own: runs that stopped early, per signature group
 
 
 class ModelPredictor:
@@ -89,6 +95,8 @@ class ModelPredictor:
         self._refresh_lock = threading.Lock()
         self._loaded: dict[str, _Loaded] = {}
         self._cores = CoresHistory()  # per signature, the cores its last runs used (harpd.predict.cores)
+        self._restored = Restored()  # per signature, what a failed run after a cut gave back (harpd.predict.restore)
+        self._retries = RetryFloors(store, settings.recovery.max_attempts)  # a manager's retry's floor
         self._watermark: float | None = None
         # runs ``learn`` added ahead of ``refresh`` (source, job id, attempt): refresh skips them
         self._learnt: dict[tuple[str, str, int], float] = {}
@@ -125,6 +133,7 @@ class ModelPredictor:
         with self._lock:
             self._loaded = loaded
             self._cores = CoresHistory()
+            self._restored = Restored()
             self._watermark = None
             self._learnt = {}
         self.refresh(limit=HISTORY_JOBS)
@@ -211,23 +220,39 @@ class ModelPredictor:
 
         if not records:
             return 0
+        cut = self._cuts_that_failed(records)  # store reads, outside the lock
         with self._lock:
             for r in records:
-                if r.outcome.finished:
-                    self._cores.add(r.signature, cores_used(r.used_cpu_s, r.used_time_s))
+                self._cores.add(r.signature, run_cores(r))
+            self._restored.add_all(cut)
             for ld in self._loaded.values():
                 h = ld.history
                 for r in records:
-                    used = r.used_time_s if ld.resource == "time" else r.used_mem_mb
-                    if used is None or not r.outcome.finished:
+                    u = usage_of(r, ld.resource)
+                    if u is None:
                         continue
-                    own = r.req_time_s if ld.resource == "time" else r.req_mem_mb
-                    cens = (r.censored_time or r.outcome.value == "timeout") if ld.resource == "time" \
-                        else (r.censored_mem or r.outcome.value == "oom")
                     k = keys_of_record(r, ld.resource, ld.relative)
-                    h.add(k, used, own, bool(cens), r.end_time)
+                    h.add(k, u.used, u.request, u.ran_out, r.end_time)  # the features, as training has them
                     h.finished(k)
+                    ld.stops.add(k.sig, u)
         return len(records)
+
+    def _cuts_that_failed(self, records: list) -> list[tuple[str, str]]:
+        """(signature, resource) of each run here that failed after harp had cut that resource (``restore``)."""
+        if self.store is None:
+            return []
+        out: list[tuple[str, str]] = []
+        for r in records:
+            if r.signature and r.harp_sized and restoring_outcome(r.outcome):
+                out += [(r.signature, res) for res in restored_by(r.outcome, cut_resources(self._submission(r)))]
+        return out
+
+    def _submission(self, r) -> dict[str, Any] | None:
+        try:
+            return self.store.get_submission(r.job_id) or self.store.get_submission(submitted_id(r.job_id))
+        except Exception:  # a store that cannot answer restores nothing: the next refresh tries again
+            log.exception("reading the submission of job %s failed", r.job_id)
+            return None
 
     def _maybe_refresh(self) -> None:
         if self.store is not None and _time.monotonic() - self._last_refresh > REFRESH_S:
@@ -281,11 +306,13 @@ class ModelPredictor:
         explain: dict[str, Any] = {}
         models_used: list[str] = []
         sig = _signature(job)  # once per request: every resource and the cores rule group by it
-        cores_change, explain["cores"] = self._cores_change(job, sig)
+        task = identify(job.commands, job.job_name, job.script_name, job.cwd)
+        retry = self._retry_floor(uid, task, now, explain)
+        cores_change, explain["cores"] = self._cores_change(job, sig, task, retry)
         given = int(cores_change["value"]) if cores_change else None
         for res, ld in self._loaded.items():
             try:
-                ch, ex = self._one(job, user, res, ld, limits, now, sig, given)
+                ch, ex = self._one(job, user, res, ld, limits, now, sig, given, retry)
             except Exception as exc:  # one resource failing must not lose the other
                 log.exception("predicting %s failed", res)
                 ch, ex = None, {"reason": f"prediction failed: {exc}"}
@@ -335,24 +362,39 @@ class ModelPredictor:
         return up
 
     @staticmethod
-    def _history_bound(x, margin: float) -> tuple[float | None, str]:
+    def _history_bound(x, margin: float, stopped: bool = False) -> tuple[float | None, str]:
         """The history rule's bound (log need/request) from the signature's own runs, or None and why.
 
         ``margin`` × the most its last five finished runs used (History's
-        ``s_max5``); none while one of its recent runs was killed at its
-        limit (``s_cens``): that run needed more than it had, by how much
-        nobody knows.
+        ``s_max5``); none while one of its recent runs is censored: killed at
+        or filling its limit (``s_cens``), it needed more than it had;
+        ``stopped`` (failed, cancelled: ``RecentStops``), it ended before its
+        program finished.  By how much either needed more, nobody knows.
         """
         from harpd.features.history import COL
 
         smax, cens = x[COL["s_max5"]], x[COL["s_cens"]]
         if cens == cens and cens > 0:
             return None, "a recent run of this program hit its limit: request kept"
+        if stopped:
+            return None, "a recent run of this program did not complete (its usage is only a lower bound): request kept"
         if smax != smax:
             return None, "no usage recorded for this program's runs: request kept"
         return float(smax) + math.log(margin), f"{margin:g} x the most of its last runs"
 
-    def _cores_change(self, job, sig: str | None) -> tuple[dict[str, Any] | None, dict[str, Any]]:
+    def _retry_floor(self, uid: int, task, now: float, explain: dict[str, Any]) -> Floor | None:
+        """The floor of a workflow manager's retry (``harpd.predict.retry_floor``); a store fault gives none."""
+        try:
+            floor = self._retries.floor(uid, task, now)
+        except Exception:  # the floor only raises sizes: without it the history rule still decides
+            log.exception("reading a workflow task's earlier attempt failed")
+            return None
+        if floor is not None:
+            explain["retry"] = {"reason": floor.reason, **floor.explain}
+        return floor
+
+    def _cores_change(self, job, sig: str | None, task, retry: Floor | None
+                      ) -> tuple[dict[str, Any] | None, dict[str, Any]]:
         """The ``cpus-per-task`` change of a single-task job (``harpd.predict.cores``), or None and why not."""
         rq = job.request
         requested = rq.cpus_per_task or 1
@@ -360,14 +402,24 @@ class ModelPredictor:
             return None, {"reason": "one CPU asked: kept"}
         if not self.settings.predict.allow_shrink:
             return None, {"reason": "predict.allow_shrink is off: kept"}
-        unsafe = unsafe_reason(rq.ntasks, rq.nodes, job.commands or [])
+        unsafe, floor = cut_bounds(rq.ntasks, rq.nodes, job.commands or [], task.manager if task else None)
         if unsafe is not None:
             return None, {"reason": unsafe}
+        if retry is not None and retry.keep_cpus:
+            return None, {"reason": retry.keep_cpus}
         alpha = self.settings.predict.alpha_cpus
         with self._lock:
+            if self._restored.has(sig, "cpus"):
+                return None, {"reason": Restored.reason("CPUs")}
             given, ex = self._cores.decide(sig, requested, alpha)
+        if given is not None and given < floor:
+            ex["step_cpus"] = floor
+            ex["reason"] += f"; its steps ask for {floor} CPUs"
+            given = floor if floor < requested else None
         if given is None:
             return None, ex
+        ex["unseen_steps"] = ("a job step in a program the script calls is not seen here: "
+                              "its first failed run gives the CPUs back for good")
         return {"option": "cpus-per-task", "value": str(given), "old": str(requested),
                 "reason": f"cores from this program's own runs ({ex['reason']})"}, ex
 
@@ -406,7 +458,7 @@ class ModelPredictor:
         return keys.req if req else None
 
     def _one(self, job, user: str, res: str, ld: _Loaded, limits, now: float, sig: str | None,
-             given: int | None = None):
+             given: int | None = None, retry: Floor | None = None):
         from harpd.features.history import COL, conformal_group
 
         rq = job.request
@@ -421,6 +473,10 @@ class ModelPredictor:
             x = ld.history.features(keys, now)
             n_hist = ld.history.count(keys, "s")
             ld.history.submitted(keys, now)
+            restored = self._restored.has(sig, res)
+            stopped = ld.stops.any(keys.sig)
+        if restored:
+            return None, {"reason": Restored.reason("memory" if res == "mem" else res), "n_history": n_hist}
         guard = Guard.from_settings(self.settings.predict, res, self.settings.recovery.max_attempts)
         soft = self.soft_limits and res == "time" and ld.relative and bool(req)
         if self.soft_limits and res == "time" and (kept := kept_under_soft_limits(rq)) is not None:
@@ -433,7 +489,7 @@ class ModelPredictor:
         theta = None
         if ld.model is None or task:
             margin = SoftPolicy.from_settings(self.settings.predict).recent_margin if soft else MARGIN
-            up, rule = self._history_bound(x, margin)
+            up, rule = self._history_bound(x, margin, stopped)
             if up is None:
                 return None, {"model": None, "rule": HISTORY_RULE, "n_history": n_hist, "reason": rule}
             why_rule = "this workflow task's own runs" if task else f"this program's own runs ({NO_MODEL})"
@@ -458,6 +514,9 @@ class ModelPredictor:
             per_node = limits.max_mem_mb or self.settings.recovery.max_mem_mb
             limit = per_node * nodes if per_node else None
         value, why = allocate(req, up, n_hist, limit, guard, theta)
+        least = None if retry is None else (retry.time_s if res == "time" else retry.mem_mb)
+        if value is not None and least is not None and value < least:
+            value, why = least, f"{why}; at least {retry.reason}"
         ex = {"model": None if ld.model is None else ld.name, "n_history": n_hist,
               "bound_ratio": round(math.exp(up), 4) if math.isfinite(up) else None,
               "leave_alone_ratio": None if theta is None else round(float(theta), 3), "reason": why, **ex}

@@ -33,6 +33,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from harpd.features.usage import usage_of
 from harpd.predict.sizey_metric import Wastage
 from harpd.predict.workflow_baselines import BASELINES, NODE_BYTES
 from harpd.predict.workflow_harp import HarpTaskModel
@@ -67,6 +68,8 @@ class Task:
     submit: float
     end: float
     start: float = math.nan  # when it started running (NaN: unknown, taken as its submission)
+    # completed below its limit (``harpd.features.usage``): else its usage is a lower bound, never learnt
+    sample: bool = True
 
 
 @dataclass(slots=True)
@@ -112,7 +115,8 @@ def read_tasks(path: str | os.PathLike[str], protocol: str) -> list[Task]:
                         request=(rec.req_mem_mb * MIB) if rec.req_mem_mb else math.nan,
                         submit=rec.submit_time if rec.submit_time is not None else start,
                         end=rec.end_time if rec.end_time is not None else start + (rec.used_time_s or 0.0),
-                        start=rec.start_time if rec.start_time is not None else math.nan))
+                        start=rec.start_time if rec.start_time is not None else math.nan,
+                        sample=not getattr(usage_of(rec, "mem"), "censored", True)))
     return out
 
 
@@ -161,6 +165,8 @@ def _size(rows: dict[str, Wastage], sizers: dict[str, object], task: Task, timin
 
 
 def _learn(sizers: dict[str, object], task: Task) -> None:
+    if not task.sample:  # a failed or killed task's usage is a lower bound: no sizer learns it as a need
+        return
     for name, sizer in sizers.items():
         if name == "harp":
             sizer.learn(task.input_bytes, task.usage, task.runtime_s, task.request,  # type: ignore[attr-defined]

@@ -37,6 +37,7 @@ from harp_submit.units import parse_duration_s, parse_mem
 from harpd.config import HarpSettings
 from harpd.protocol import Decision, JobRequest
 from harpd.recovery.policy import fmt_time
+from harpd.predict.retry_floor import redeciding
 from harpd.records import JobRecord
 from harpd.slurm.base import QueuedJob, SlurmError, whole_minutes
 from harpd.store import Store
@@ -73,7 +74,8 @@ def decider(predictor: Any) -> Decider:
 
     def decide(sub: dict[str, Any]) -> Fresh:
         job = JobRequest.model_validate(sub.get("job") or {})
-        got = predictor.decide(job, str(sub.get("user") or ""), int(sub.get("uid") or 0))
+        with redeciding(sub.get("job_id")):  # not the manager's retry of itself (harpd.predict.retry_floor)
+            got = predictor.decide(job, str(sub.get("user") or ""), int(sub.get("uid") or 0))
         decision = got if isinstance(got, Decision) else Decision.model_validate(got)
         time_s = mem_mb = option = None
         for change in decision.changes:

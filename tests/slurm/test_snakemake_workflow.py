@@ -115,7 +115,7 @@ def workflow(slurm_cluster):
             yield {"dir": wf, "bin": bin_dir, "socket": sock, "snakemake": snakemake, "cluster": slurm_cluster}
 
 
-def _run(wf: dict, *, harp: bool, fresh: bool = False) -> tuple[float, float]:
+def _run(wf: dict, *, harp: bool, fresh: bool = False, retries: int = 0) -> tuple[float, float]:
     """One Snakemake run of the whole workflow; (start epoch, wall seconds)."""
     c = wf["cluster"]
     real_sbatch = shutil.which("sbatch", path=os.environ.get("PATH", "")) or "/usr/bin/sbatch"
@@ -126,7 +126,7 @@ def _run(wf: dict, *, harp: bool, fresh: bool = False) -> tuple[float, float]:
     argv = [wf["snakemake"], "--executor", "slurm", "--jobs", "10", "--forceall", "--nolock",
             "--default-resources", "slurm_account=harp", "slurm_partition=short",
             "--slurm-init-seconds-before-status-checks", "5", "--seconds-between-status-checks", "3",
-            "--latency-wait", "10", "--config", f"fresh={int(fresh)}"]
+            "--latency-wait", "10", "--retries", str(retries), "--config", f"fresh={int(fresh)}"]
     start, t0 = time.time(), time.monotonic()
     proc = subprocess.run(argv, cwd=wf["dir"], env=env, capture_output=True, text=True, timeout=420,
                           stdin=subprocess.DEVNULL)

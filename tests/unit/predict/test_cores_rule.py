@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from harpd.config import HarpSettings
-from harpd.predict.cores import CoresHistory, cores_used, give, order_index, quantile_bound, unsafe_reason
+from harpd.predict.cores import CoresHistory, cores_used, give, order_index, quantile_bound, cut_bounds, step_cpus
 from harpd.predict.cores_replay import replay_cores
 from harpd.predict.live import ModelPredictor
 from harpd.protocol import JobRequest
@@ -64,15 +64,44 @@ def test_cores_are_rounded_up_never_above_the_request():
 @pytest.mark.parametrize("ntasks,nodes,commands,word", [
     (4, None, ["./a.out"], "--ntasks=4"),
     (None, 2, ["./a.out"], "--nodes=2"),
-    (None, None, ["srun ./a.out"], "srun"),
-    (None, None, ["/usr/bin/mpirun -np 4 ./a.out"], "mpirun"),
+    (None, None, ["srun ./a.out"], "srun"),  # a step with no CPU count of its own
+    (None, None, ["srun -c $NT ./a.out"], "srun"),  # a count harp cannot read
+    (None, None, ["/usr/bin/mpirun ./a.out"], "mpirun"),
     (None, None, ["bwa mem -t $SLURM_CPUS_PER_TASK ref.fa r.fq"], "SLURM_CPUS_PER_TASK"),
     (None, None, ["export OMP_NUM_THREADS=4", "./solver"], "OMP_NUM_THREADS"),
 ])
 def test_jobs_harp_must_not_shrink_say_why(ntasks, nodes, commands, word):
-    why = unsafe_reason(ntasks, nodes, commands)
+    why, _ = cut_bounds(ntasks, nodes, commands)
     assert why is not None and word in why
-    assert unsafe_reason(1, 1, ["python train.py --epochs 3"]) is None
+    assert cut_bounds(1, 1, ["python train.py --epochs 3"]) == (None, 1)
+
+
+def test_a_snakemake_job_keeps_its_cpus_its_hidden_job_step_asks_for_them():
+    wrap = "python -m snakemake --snakefile Snakefile --target-jobs 'work:s=s1' --cores all"
+    why, _ = cut_bounds(1, 1, [wrap], manager="snakemake")
+    assert why is not None and "Snakemake" in why and "srun --cpus-per-task" in why
+
+
+@pytest.mark.parametrize("commands,floor", [
+    (["srun -c 2 ./a.out"], 2),
+    (["srun -n1 --cpus-per-task=2 python x.py"], 2),
+    (["srun --cpus-per-task 3 ./a", "srun -c2 ./b"], 3),  # the largest step bounds the cut
+    (["srun -n 2 -c 2 ./a.out"], 4),
+    (["mpirun -np 3 ./a.out"], 3),
+    (["cat x | srun -c 2 ./a.out && echo done"], 2),
+    (["srun -c 2 python3 -c 'print(20)'"], 2),  # the program's own -c is not the launcher's
+    (["srun --mpi=none -N1 -c 2 --label ./a.out -n 9"], 2),
+])
+def test_a_launcher_with_an_explicit_cpu_count_bounds_the_cut_from_below(commands, floor):
+    assert cut_bounds(None, None, commands) == (None, floor)
+
+
+def test_step_cpus_reads_only_what_the_launcher_says():
+    assert step_cpus("srun", ["-n", "2", "./a"]) is None  # no -c: a step's CPUs harp cannot know
+    assert step_cpus("srun", ["-c", "x", "./a"]) is None
+    assert step_cpus("aprun", ["-n", "2"]) is None
+    assert step_cpus("mpiexec", ["-n", "4", "./a"]) == 4
+    assert step_cpus("srun", ["--mem", "1G", "./a", "-c", "2"]) is None  # -c after the program is the program's
 
 
 def test_pooled_ratios_count_only_young_signatures_and_scale_their_most():

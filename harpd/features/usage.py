@@ -1,0 +1,100 @@
+"""What a finished run says about what its program needs: a sample, or only a lower bound.
+
+The one rule every learner reads outcomes through (the live history in
+``harpd.predict.live``, the replay's and training's ``harpd.predict.dataset``),
+so a run harp learns from live is learnt the same way in a replay.
+
+Only a run that COMPLETED below its limit is a sample of its program's
+need.  Every other finished run is censored, its usage a lower bound:
+
+* killed at its limit (TIMEOUT for time, OUT_OF_MEMORY for memory, or the
+  record's own censoring flag): it needed more than it had;
+* ran to its whole request, whatever its state: a COMPLETED run that used all
+  of its memory was held at its cgroup limit (reclaimed, swapped, slowed) and
+  one that used all of its time was about to be killed; what it would have
+  used with more is unknown, so it is censored too.  Reading it as a sample
+  would let a rule size the next run at exactly the size that held this one;
+* FAILED, CANCELLED, NODE_FAIL, PREEMPTED (or an end not recorded): it stopped before its program
+  finished, so it used at least what it used, and perhaps far less than the
+  program needs (a step refused at start uses nothing).  Such a run must never
+  lower a later size.
+
+``ran_out`` keeps apart the first two cases, where the need is at least the
+request (what the metric charges, training clips at the request and the
+history features count as censored, in the replay and live alike), from a
+run that merely stopped early (a lower bound at its usage only).  The
+trained models see such a run's usage as a trace recorded it (see
+``harpd.predict.dataset.prepare`` for why); the live history rule, which
+sizes a program from its last few runs alone, keeps the request while one
+is among them (``RecentStops``), so six refused runs never lower the next
+size.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass
+
+from harpd.records import JobRecord, Outcome
+
+#: the outcome that kills a run for each resource
+RAN_OUT: dict[str, Outcome] = {"time": Outcome.TIMEOUT, "mem": Outcome.OOM}
+
+
+@dataclass(frozen=True, slots=True)
+class Usage:
+    """One finished run's use of one resource.
+
+    ``used`` is seconds or MiB; ``request`` what the run had (None: no limit).
+    ``censored``: a lower bound, not a sample of the need.  ``ran_out``: the
+    run was stopped by (or ran to) its limit, so it needed at least ``request``.
+    """
+
+    used: float
+    request: float | None
+    censored: bool
+    ran_out: bool
+
+
+def usage_of(r: JobRecord, resource: str) -> Usage | None:
+    """The run's usage of ``resource`` ("time" or "mem"); None when it is unknown or the run is still running.
+
+    A run whose end is not recorded (``Outcome.UNKNOWN``: an SWF status of -1)
+    is kept, censored: nothing says it completed.
+    """
+    if r.outcome == Outcome.RUNNING:
+        return None
+    if resource == "time":
+        used, req, flag = r.used_time_s, r.req_time_s, r.censored_time
+    elif resource == "mem":
+        used, req, flag = r.used_mem_mb, r.req_mem_mb, r.censored_mem
+    else:
+        raise ValueError(f"unknown resource {resource!r}: use time or mem")
+    if used is None or used != used or used < 0:
+        return None
+    ran_out = bool(flag) or r.outcome == RAN_OUT[resource] or (req is not None and req > 0 and used >= req)
+    return Usage(float(used), None if req is None else float(req), ran_out or r.outcome != Outcome.COMPLETED,
+                 ran_out)
+
+
+class RecentStops:
+    """Per group, whether each of its last ``keep`` runs stopped early (censored without running out).
+
+    The history features count only runs that ran out as censored, the same
+    in a replay and live; this is what the live history rule adds to them.
+    Not thread-safe (the predictor locks).
+    """
+
+    def __init__(self, keep: int = 8) -> None:
+        self.keep = keep
+        self._runs: dict[str, deque[bool]] = {}
+
+    def add(self, key: str, usage: Usage) -> None:
+        runs = self._runs.get(key)
+        if runs is None:
+            runs = self._runs[key] = deque(maxlen=self.keep)
+        runs.append(usage.censored and not usage.ran_out)
+
+    def any(self, key: str) -> bool:
+        """Whether one of the group's last runs stopped early."""
+        return any(self._runs.get(key, ()))
