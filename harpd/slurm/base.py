@@ -82,6 +82,8 @@ class JobInfo:
     workdir: str | None = None
     account: str | None = None
     end_time: float | None = None  # epoch seconds the last run ended (EndTime); None while it runs
+    submit_time: float | None = None  # epoch seconds slurmctld accepted it (SubmitTime; whole seconds)
+    cpus_per_task: int | None = None  # CPUs/Task
 
     @property
     def held(self) -> bool:

@@ -28,7 +28,7 @@ from harpd.slurm.scontrol import job_info, parse_kv_line, queued_job, update_fie
 from harp_submit.units import parse_duration_s as duration_s
 from harpd.slurm.sacct_json import parse_json
 from harpd.slurm.sacct_records import SacctJob, SacctParseError
-from harpd.slurm.sacct_text import PARSABLE2_COLUMNS, parse_parsable2
+from harpd.slurm.sacct_text import PARSABLE2_COLUMNS, owners_of_parsable, parse_parsable2
 
 __all__ = ["CliBackend"]
 
@@ -212,7 +212,27 @@ class CliBackend:
 
     def _sacct_json(self, sel: list[str]) -> list[SacctJob]:
         out = self._run("sacct", ["--json", *sel])
-        return parse_json(out, where="sacct --json")
+        jobs = parse_json(out, where="sacct --json")
+        missing = sorted({j.job_id for j in jobs if j.user is None})
+        if missing:  # 22.05: "user": null without an association; -P still names them
+            owners = self._owners(missing)
+            for j in jobs:
+                if j.user is None:
+                    j.user = owners.get(j.job_id)
+        return jobs
+
+    def _owners(self, job_ids: list[str]) -> dict[str, str]:
+        """Job id -> owner name from ``sacct -P`` (User, else the passwd name of UID, else the uid)."""
+        out: dict[str, str] = {}
+        for i in range(0, len(job_ids), _IDS_PER_CALL):
+            chunk = [self._check_job_id(j) for j in job_ids[i : i + _IDS_PER_CALL]]
+            try:
+                text = self._run("sacct", ["--parsable2", "--noheader", "--allusers", "--duplicates",
+                                           "--format", "JobIDRaw,User,UID", "--jobs", ",".join(chunk)])
+            except SlurmError:
+                continue  # the records keep no owner rather than none at all
+            out.update(owners_of_parsable(text))
+        return out
 
     def _sacct_p(self, sel: list[str]) -> list[SacctJob]:
         env = dict(os.environ)

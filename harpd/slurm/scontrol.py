@@ -78,7 +78,13 @@ def job_info(kv: Mapping[str, str]) -> JobInfo:
         workdir=_value(kv, "WorkDir"),
         account=_value(kv, "Account"),
         end_time=_epoch(_value(kv, "EndTime")),
+        submit_time=_epoch(_value(kv, "SubmitTime")),
+        cpus_per_task=_count(_value(kv, "CPUs/Task")),
     )
+
+
+def _count(text: str | None) -> int | None:
+    return int(text) if text and text.isdigit() else None
 
 
 def _epoch(text: str | None) -> float | None:
