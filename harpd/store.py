@@ -924,6 +924,25 @@ class Store:
             )
             return cur.rowcount > 0
 
+    def user_extensions(self, user: str, last: int = 50) -> tuple[int, int]:
+        """(jobs, extended) among ``user``'s last ``last`` verified registrations whose time harp cut.
+
+        A job counts as extended when harpd extended it (or one of its array
+        tasks) at least once: the per-user side of the soft-limit budget.
+        """
+        row = self._read(
+            """SELECT count(*), coalesce(sum(ext), 0) FROM (
+                 SELECT EXISTS(SELECT 1 FROM limit_changes c WHERE c.kind = 'extend' AND c.step = 'done'
+                               AND (c.job_id = s.job_id OR substr(c.job_id, 1, length(s.job_id) + 1) = s.job_id || '_')) AS ext
+                 FROM submissions s
+                 WHERE s.user = ? AND s.verified = 1
+                   AND EXISTS(SELECT 1 FROM json_each(s.decision, '$.changes') ch
+                              WHERE json_extract(ch.value, '$.option') = 'time')
+                 ORDER BY s.submitted_at DESC LIMIT ?)""",
+            (str(user), int(last)),
+        ).fetchone()
+        return int(row[0]), int(row[1])
+
     # --------------------------------------------------------------- attempts
 
     _ATTEMPT_COLS = frozenset({"job_id", "limits", "reason", "step", "outcome"})

@@ -242,3 +242,67 @@ def test_decided_resources_applies_the_changes():
                                               Change(option="mem", value="2G"),
                                               Change(option="cpus-per-task", value="2")]))
     assert (got.time_s, got.mem_mb, got.mem_per_cpu_mb, got.cpus_per_task) == (1800, 2048, None, 2)
+
+
+# ------------------------------------------------------------------ harp status
+
+
+def status(h, peer, job_id):
+    return h.handle(peer, req({"op": "status", "job_id": job_id}))
+
+
+def test_status_the_live_registration_wins_over_an_imported_row_with_the_same_id(world):
+    from harpd.records import JobRecord, Outcome
+
+    store, slurm, h = world
+    store.insert_jobs([JobRecord(job_id="40", user="bob", source="other-site", outcome=Outcome.COMPLETED)])
+    token = predict(h, ALICE)
+    slurm.add("40", 1000, time_s=600, mem_mb=1024)
+    assert isinstance(register(h, ALICE, "40", token), p.RegisterAnswer)
+    mine = status(h, ALICE, "40")  # not polled yet: only the imported row of another job holds id 40
+    assert isinstance(mine, p.StatusAnswer) and mine.job["uid"] == 1000 and mine.job["record"] is None
+    assert status(h, BOB, "40").error == "job 40 is not yours"
+
+
+def test_status_tells_not_yours_from_no_such_job(world):
+    store, slurm, h = world
+    token = predict(h, ALICE)
+    slurm.add("41", 1000, time_s=600, mem_mb=1024)
+    register(h, ALICE, "41", token)
+    assert status(h, BOB, "41").error == "job 41 is not yours"
+    assert status(h, BOB, "4242").error == "harp knows no job 4242"
+    # a refused claim leaves nothing that could answer "not yours" to the real owner later
+    register(h, BOB, "42", predict(h, BOB))
+    assert status(h, ALICE, "42").error == "harp knows no job 42"
+
+
+def test_status_ignores_a_claim_slurm_never_vouched_for(store):
+    store.add_submission("43", 1001, "bob", {}, {"time_s": 60}, {"time_s": 60}, None)  # a row from before the checks
+    h = Handlers(store, slurm=FakeSlurm())
+    assert status(h, ALICE, "43").error == "harp knows no job 43"
+
+
+# ------------------------------------------------------------------ one user's extension budget
+
+
+def test_a_user_over_their_extension_budget_is_no_longer_cut(store):
+    from harpd.predict.soft import SoftPolicy
+    from harpd.predict.soft_state import SoftState
+
+    cut = {"changes": [{"option": "time", "value": "10", "old": "60", "reason": "m"}], "limits": {}, "explain": {}}
+    for i in range(20):
+        store.add_submission(str(100 + i), 1001, "bob", {}, {"time_s": 3600}, {"time_s": 600}, cut, verified=True)
+        store.add_submission(str(200 + i), 1000, "alice", {}, {"time_s": 3600}, {"time_s": 600}, cut, verified=True)
+        if i < 12:  # 12 of bob's 20 outgrew harp's limit; 2 of alice's
+            store.add_limit_change(f"{100 + i}_1" if i % 2 else str(100 + i), "extend", 600, 1200, "r", "done")
+        if i < 2:
+            store.add_limit_change(str(200 + i), "extend", 600, 1200, "r", "done")
+    # an unverified claim and a job harp left alone do not count
+    store.add_submission("300", 1000, "alice", {}, {"time_s": 60}, {"time_s": 60}, cut)
+    assert store.user_extensions("bob") == (20, 12) and store.user_extensions("alice") == (20, 2)
+    state = SoftState(SoftPolicy(user_extension_budget=0.3), store)
+    assert state.user_over_budget("bob") == (12, 20)
+    assert state.user_over_budget("alice") is None
+    assert state.explain()["users_not_cut"] == ["bob"]
+    few = SoftState(SoftPolicy(user_extension_budget=0.3), store)
+    assert few.user_over_budget("carol") is None  # no jobs: nothing to judge
