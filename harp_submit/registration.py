@@ -150,8 +150,7 @@ def register_in_background(where: route.Route, message: dict, timeout: float,
             for fd in (0, 1, 2):
                 os.dup2(devnull, fd)
             os.closerange(3, 256)
-            # not niced: it has TIMEOUT_S of wall time, and a niced child on a busy
-            # node missed it, so harpd never learnt the job (CI lost registrations)
+            # not niced: on a busy node a niced child may not run before its budget ends
         if inline:
             client.ask(where, message, min(TIMEOUT_S, timeout))
         else:

@@ -201,7 +201,8 @@ class Handlers:
 
     def op_register(self, peer: Peer, req: p.RegisterRequest) -> BaseModel:
         try:
-            v = self.registrar.register(req.job_id, peer.uid, req.token, req.job.model_dump())
+            claims = req.decision is not None and bool(req.decision.changes)
+            v = self.registrar.register(req.job_id, peer.uid, req.token, req.job.model_dump(), claims)
         except Refused as exc:
             log.warning("registration of job %s by %s refused: %s", req.job_id, peer.describe(), exc)
             return p.error(str(exc))

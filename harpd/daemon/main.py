@@ -7,7 +7,7 @@ Start order is chosen so that every admin mistake shows up at start, as one
 ``build_handlers`` wires the parts, in this order:
 
 1. the Slurm backend; without one (no Slurm on this host) harpd still
-   predicts, but job owners are not verified, decisions carry no partition
+   predicts, but registers no job (nothing can be verified), decisions carry no partition
    limits, and nothing is polled or recovered;
 2. one cache of Slurm's partitions (scontrol at most once a minute) for the
    limits sent with each decision, the DNN planner, recovery's caps and the
@@ -16,8 +16,8 @@ Start order is chosen so that every admin mistake shows up at start, as one
    DNN router that plans GPUs for ``#HARP dnn`` jobs;
 4. the socket operations, with the live predictor's retrain and reload and
    the trace importer as admin actions;
-5. the sacct poller and, on its scheduler, the adopter (registers jobs that
-   carry a decision's token but whose registration message was lost), which stores each job's outcome and then hands it to
+5. the adopter (on the poller's scheduler: registers jobs that carry a
+   decision's token but whose registration message was lost) and the sacct poller, which stores each job's outcome and then hands it to
    its listeners: recovery (resubmits what ran out), the watcher (re-sizes
    pending siblings) and the retrain trigger (counts outcomes; it trains at
    once, in the background, when the store has history but no model);
@@ -157,7 +157,7 @@ def slurm_backend(settings: HarpSettings) -> SlurmBackend | None:
     try:
         return get_backend(settings)
     except Exception as exc:  # Slurm missing is not fatal: predictions still work
-        log.warning("no Slurm backend (%s); job owners not verified, no partition limits", exc)
+        log.warning("no Slurm backend (%s); no registrations (nothing to verify them with), no partition limits", exc)
         return None
 
 

@@ -151,8 +151,16 @@ class Registrar:
                               "printed its id") from None
             raise Refused(f"cannot ask Slurm about job {job_id} ({exc}); try again") from None
 
-    def verify(self, job_id: str, caller_uid: int, token: str | None, job: dict[str, Any] | None = None) -> Verified:
-        """The registration of ``job_id`` by ``caller_uid`` as harpd would store it; Refused otherwise."""
+    def verify(self, job_id: str, caller_uid: int, token: str | None, job: dict[str, Any] | None = None,
+               claims_changes: bool = False) -> Verified:
+        """The registration of ``job_id`` by ``caller_uid`` as harpd would store it; Refused otherwise.
+
+        ``claims_changes``: the message says harp changed the job; without a
+        token no decision of harpd's backs that, so it is refused.
+        """
+        if token is None and claims_changes:
+            raise Refused(f"job {job_id}: a registration of a job harp changed needs the token harpd gave with "
+                          "its decision; not registered")
         info = self.show(job_id)
         owner = info.uid
         if owner is None:
@@ -191,9 +199,10 @@ class Registrar:
                 recorded[key] = job[key]
         return Verified(job_id, owner, user, recorded, original, submitted, decision, token)
 
-    def register(self, job_id: str, caller_uid: int, token: str | None, job: dict[str, Any] | None = None) -> Verified:
+    def register(self, job_id: str, caller_uid: int, token: str | None, job: dict[str, Any] | None = None,
+                 claims_changes: bool = False) -> Verified:
         """Verify and store; Refused (nothing stored) when Slurm does not vouch for it."""
-        v = self.verify(job_id, caller_uid, token, job)
+        v = self.verify(job_id, caller_uid, token, job, claims_changes)
         if v.token is None:
             self.store.add_submission(v.job_id, v.uid, v.user, v.job, v.original, v.submitted, None, verified=True)
         elif not self.store.register_decided(v.token, v.job_id, v.uid, v.user, v.job, v.original, v.submitted,

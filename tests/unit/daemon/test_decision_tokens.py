@@ -306,3 +306,12 @@ def test_a_user_over_their_extension_budget_is_no_longer_cut(store):
     assert state.explain()["users_not_cut"] == ["bob"]
     few = SoftState(SoftPolicy(user_extension_budget=0.3), store)
     assert few.user_over_budget("carol") is None  # no jobs: nothing to judge
+
+
+def test_a_claimed_harp_change_without_a_token_is_refused(world):
+    store, slurm, h = world
+    slurm.add("44", 1001, time_s=120)
+    claimed = {"changes": [{"option": "time", "value": "2", "old": "60", "reason": "x"}], "limits": {}}
+    ans = register(h, BOB, "44", None, original_time_s=3600, decision=claimed)
+    assert isinstance(ans, p.ErrorAnswer) and "needs the token harpd gave" in ans.error
+    assert store.get_submission("44") is None
