@@ -5,7 +5,8 @@ message (a node under load, a killed child).  A job whose request harp
 changed also carries its decision's token in its Slurm comment
 (``harp_submit.registration.comment_argv``), so on each poll harpd lists the
 queue, finds jobs carrying the token of a recorded decision no job has
-claimed yet, and registers them itself after the same checks with slurmctld
+claimed yet (finished jobs too, while slurmctld keeps them: a job that ran
+in seconds is gone from the queue by the next poll), and registers them itself after the same checks with slurmctld
 as a ``register`` message gets (``Registrar``): owner is the decision's uid,
 limits the decided ones, submitted after the decision, token used once.
 
@@ -65,7 +66,7 @@ class Adopter:
             return 0
         made = 0
         seen: set[str] = set()
-        for job in self.backend.queue():
+        for job in self.backend.held_jobs():
             token = token_in_comment(job.comment)
             job_id = submitted_id(job.job_id)
             if token is None or token not in tokens or job_id in seen:

@@ -224,6 +224,14 @@ class SlurmBackend(Protocol):
         """Every running and pending job slurmctld holds, all users, in ONE Slurm call."""
         ...
 
+    def held_jobs(self) -> list[QueuedJob]:
+        """Every job slurmctld still holds, finished ones too (kept for MinJobAge), in ONE Slurm call.
+
+        What harpd searches for decision tokens: a job that ran in seconds has
+        left the queue before the next poll, not slurmctld.
+        """
+        ...
+
     def release(self, job_id: str) -> None:
         """``scontrol release JOB``."""
         ...

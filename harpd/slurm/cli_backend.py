@@ -362,12 +362,13 @@ class CliBackend:
         args += [f"{k}={v}" for k, v in fields.items()]
         self._run("scontrol", args)
 
-    def queue(self) -> list[QueuedJob]:
-        # one `scontrol show job` lists every job slurmctld holds; finished ones
-        # (kept for MinJobAge) are dropped here
+    def held_jobs(self) -> list[QueuedJob]:
+        # one `scontrol show job` lists every job slurmctld holds, finished ones too (for MinJobAge)
         out = self._run("scontrol", ["show", "job", "--oneliner"])
-        jobs = [queued_job(parse_kv_line(ln)) for ln in out.splitlines() if ln.strip().startswith("JobId=")]
-        return [j for j in jobs if j.running or j.pending]
+        return [queued_job(parse_kv_line(ln)) for ln in out.splitlines() if ln.strip().startswith("JobId=")]
+
+    def queue(self) -> list[QueuedJob]:
+        return [j for j in self.held_jobs() if j.running or j.pending]
 
     def release(self, job_id: str) -> None:
         self._run("scontrol", ["release", self._check_job_id(job_id)])

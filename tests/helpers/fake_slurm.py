@@ -44,6 +44,9 @@ class FakeSlurm:
             raise SlurmError(f"scontrol show job {job_id}: slurm_load_jobs error: Invalid job id specified")
         return self.jobs[job_id]
 
+    def held_jobs(self) -> list[QueuedJob]:
+        return self.queue()
+
     def queue(self) -> list[QueuedJob]:
         if self.down:
             raise SlurmError("squeue: Unable to contact slurm controller")

@@ -62,7 +62,9 @@ where = route.choose(os.environ)[0]
 try:
     print(json.dumps(client.ask(where, json.loads(sys.argv[1]), 30.0)))
 except client.HarpdUnavailable as exc:
-    print(json.dumps({"ok": False, "error": exc.reason}))
+    # harpd's own refusal line, without the client's "harpd at ADDR refused: " in front
+    reason = exc.reason.split(" refused: ", 1)[1] if exc.final and " refused: " in exc.reason else exc.reason
+    print(json.dumps({"ok": False, "error": reason}))
 """
 WAIT_S = 6 * 60  # a 1-minute job on a busy 2-core host: start, limit, kill, accounting
 
