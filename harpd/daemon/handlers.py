@@ -196,7 +196,14 @@ class Handlers:
         except ValidationError as exc:
             log.error("predictor returned an invalid decision: %s", exc)
             return p.error("predictor returned an invalid decision; request kept as submitted")
-        token = self.registrar.record_decision(peer.uid, peer.user, req.job.model_dump(), decision)
+        try:
+            token = self.registrar.record_decision(peer.uid, peer.user, req.job.model_dump(), decision)
+        except StoreError as exc:
+            # a change harpd cannot record is one it could never verify nor extend: keep the request
+            log.error("predict for uid %d: decision not recorded (%s); request kept", peer.uid, exc)
+            kept = decision.model_copy(update={"changes": [], "explain": {
+                **decision.explain, "reason": f"store unavailable, request kept: {exc}"}})
+            return p.PredictAnswer(decision=kept)
         return p.PredictAnswer(decision=decision, token=token)
 
     def op_register(self, peer: Peer, req: p.RegisterRequest) -> BaseModel:

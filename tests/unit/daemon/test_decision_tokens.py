@@ -315,3 +315,17 @@ def test_a_claimed_harp_change_without_a_token_is_refused(world):
     ans = register(h, BOB, "44", None, original_time_s=3600, decision=claimed)
     assert isinstance(ans, p.ErrorAnswer) and "needs the token harpd gave" in ans.error
     assert store.get_submission("44") is None
+
+
+def test_a_decision_harpd_cannot_record_keeps_the_request(world, monkeypatch):
+    from harpd.store import StoreError
+
+    store, _, h = world
+
+    def broken(*a, **kw):
+        raise StoreError("harp.db: store is read-only")
+
+    monkeypatch.setattr(store, "add_decision", broken)
+    ans = h.handle(ALICE, req({"op": "predict", "job": {"request": {"time_s": 3600}}}))
+    assert isinstance(ans, p.PredictAnswer) and ans.token is None and ans.decision.changes == []
+    assert "store unavailable" in ans.decision.explain["reason"]
