@@ -390,7 +390,12 @@ class Store:
         self._check_file()
         h = getattr(self._local, "conn", None)
         if h is None or self._closed:
-            h = _ThreadConn(self._connect())
+            try:
+                h = _ThreadConn(self._connect())
+            except sqlite3.Error as exc:  # a store corrupted under a running harpd: one line, as for a query
+                if _is_translatable(exc):
+                    raise StoreError(_explain(exc, self.path)) from None
+                raise
             with self._conns_lock:
                 self._conns.add(h)
             self._local.conn = h
