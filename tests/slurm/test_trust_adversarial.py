@@ -21,7 +21,8 @@ comment) and the store holds no row for it.  Then:
 
 * (d) a harp-submit job whose registration message is lost (the
   registration child is disabled) still carries its decision's token in its
-  comment, and harpd finds and registers it from the token on its poll.
+  comment, and harpd finds and registers it from the token on its poll;
+* (e) every job polled from sacct has its owner, whoever submitted it.
 """
 
 from __future__ import annotations
@@ -112,7 +113,8 @@ class Trust:
 
     def sbatch(self, user: str, *opts: str) -> str:
         """Plain sbatch as ``user``: no harp anywhere."""
-        jid = self.cluster.sbatch(*opts, str(self.work / "sleeper.sh"), user=user, cwd=self.work)
+        script = [] if any(o.startswith("--wrap") for o in opts) else [str(self.work / "sleeper.sh")]
+        jid = self.cluster.sbatch(*opts, *script, user=user, cwd=self.work)
         assert jid.isdigit(), jid
         self.jobs.append(jid)
         return jid
@@ -268,3 +270,17 @@ def test_a_lost_registration_is_found_by_its_decision_token(trust) -> None:
     assert "its registration message never came" in line
     status = client.call(t.harpd.socket, {"op": "status", "job_id": jid}, 10.0)
     assert status["job"]["registered"] is True and status["job"]["uid"] == 0
+
+
+def test_every_polled_job_has_an_owner(trust, monkeypatch) -> None:
+    """The owners the poller stores come from Slurm and are never null (sacct --json, then -P, then passwd)."""
+    from harpd.slurm.cli_backend import CliBackend
+
+    t = trust
+    jobs = {user: t.sbatch(user, "--time=1", "-o", "/dev/null", "--wrap=true") for user in (A, B)}
+    for jid in jobs.values():
+        t.cluster.wait_job(jid)
+    monkeypatch.setenv("SLURM_CONF", str(t.cluster.conf))
+    records = CliBackend().sacct_jobs(list(jobs.values()), None, None, True)
+    owners = {r.job_id: r.user for r in records}
+    assert owners == {jid: user for user, jid in jobs.items()}, owners
