@@ -119,13 +119,13 @@ def test_real_harpd_serves_and_stops_cleanly(short_dir):
         assert oct(os.stat(sock).st_mode & 0o777) == oct(0o666)
         pred = call(sock, {"v": 1, "op": "predict", "job": {"partition": "cpu", "request": {"time_s": 600}}})
         assert pred["ok"] is True and pred["decision"]["changes"] == [] and pred["token"]
-        # an id Slurm does not know (or no Slurm to ask) is never stored on the client's word
-        reg = call(sock, {"v": 1, "op": "register", "job_id": "31", "job": {}, "original": {"time_s": 600},
+        # an id Slurm does not know (above Slurm's largest job id), or no Slurm to ask: never stored
+        reg = call(sock, {"v": 1, "op": "register", "job_id": "99999999", "job": {}, "original": {"time_s": 600},
                           "submitted": {"time_s": 600}, "token": pred["token"]})
-        assert reg["ok"] is False and ("Slurm does not know job 31 yet" in reg["error"]
-                                       or "cannot ask Slurm about job 31" in reg["error"])
-        st = call(sock, {"v": 1, "op": "status", "job_id": "31"})
-        assert st == {"ok": False, "error": "harp knows no job 31"}
+        assert reg["ok"] is False and ("Slurm does not know job 99999999 yet" in reg["error"]
+                                       or "cannot ask Slurm about job 99999999" in reg["error"]), reg
+        st = call(sock, {"v": 1, "op": "status", "job_id": "99999999"})
+        assert st == {"ok": False, "error": "harp knows no job 99999999"}
         assert call(sock, b"garbage\n")["ok"] is False
         assert call(sock, {"op": "health"})["ok"] is True
         # a second harpd on the same store (and socket) refuses to start and leaves the first alone
