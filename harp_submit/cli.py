@@ -101,6 +101,7 @@ class Submit:
         self.stdin_data: bytes | None = None  # the script, when it came on our stdin
         self.submitted = False
         self.exit_code: int | None = None
+        self.token: str | None = None  # harpd's record of its decision (predict's answer)
         self.dry_run = False
         self.verbose = False
         self.explain = False
@@ -238,6 +239,7 @@ class Submit:
             answer = step_aside.ask_harpd(job, self.environ, self.warn)
         except client.HarpdUnavailable as exc:
             return self.submit(request, argv, None, None, job, exc.reachable)
+        self.token = registration.token_of(answer)
         try:
             decision, changes = validate(answer, request.resources())
             check_beside(changes, request.value("tres-per-task"), request.value("ntasks-per-node"))
@@ -290,7 +292,13 @@ class Submit:
         stdin = self.stdin_data
         final = argv
         after = request
+        token = self.token if decision is not None else None
         if rewritten is not None:
+            if token is not None:
+                # the decision's token rides with the job in slurmctld, so harpd finds it even if
+                # the registration message is lost (harp_submit.registration)
+                rewritten.argv = _with_token(rewritten.argv, request, token)
+                rewritten.argv_changed = True
             final = rewritten.argv
             if rewritten.env_changed:
                 environ = rewritten.environ
@@ -306,7 +314,8 @@ class Submit:
             return self.show_dry_run(final, environ, stdin, request, decision)
         payload = original_payload = None
         if register:
-            payload = registration.message(job, final, environ or self.environ, request.resources(), after.resources(), decision)
+            payload = registration.message(job, final, environ or self.environ, request.resources(), after.resources(),
+                                           decision, token)
             original_payload = {**payload, "submitted": payload["original"], "decision": None}
         original = None
         # fall back to the user's own request if sbatch refuses harp's, unless a
@@ -399,7 +408,7 @@ class Submit:
             def on_line(line: bytes) -> None:
                 job_id = parse_job_id(line)
                 if job_id is not None:
-                    registration.register_in_background(where, {**register, "job_id": job_id}, timeout)
+                    registration.register_in_background(where, {**register, "job_id": job_id}, timeout, self.environ)
 
         self.submitted = True
         try:
@@ -465,6 +474,12 @@ def sbatch_rejects(data: bytes) -> bool:
         or b"\0" in data
         or b"\r\n" in data
     )
+
+
+def _with_token(argv: list[str], request: Request, token: str) -> list[str]:
+    """``argv`` with the decision's token appended to the job's effective ``--comment``."""
+    cli = SBATCH_TABLE.parse(argv)
+    return registration.comment_argv(argv, cli.end, cli.dashdash, request.value("comment"), token)
 
 
 def _stdin_argv(argv: list[str], request: Request) -> list[str]:

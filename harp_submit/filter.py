@@ -246,7 +246,8 @@ def predict(msg: dict, environ: dict) -> Answer:
         answer.mark = mark_of(sets, olds)
     after = changed_request(request, sets)
     argv = recovery_argv(cmdline, sets) if cmdline and msg.get("command") == "sbatch" else None
-    answer.register = registration.message(job, argv, environ, original, after.resources(), decision)
+    token = registration.token_of(reply) if decision is not None else None
+    answer.register = registration.message(job, argv, environ, original, after.resources(), decision, token)
     return answer
 
 
@@ -327,7 +328,7 @@ def register(path: str, job_id: str, environ: dict) -> int:
     if not job_id.isdigit() or payload.get("op") != "register":
         return 1
     timeout = registration.timeout_s(environ)
-    registration.register_in_background(route.choose(environ)[0], {**payload, "job_id": job_id}, timeout)
+    registration.register_in_background(route.choose(environ)[0], {**payload, "job_id": job_id}, timeout, environ)
     return 0
 
 

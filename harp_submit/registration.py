@@ -1,25 +1,42 @@
 """Tell harpd about a submitted job, from a detached child, so the user never waits for it.
 
-harpd learns every job harp consulted it about: its id, the user's request,
-what was submitted and the decision behind it.  That is what outcomes are
-matched against and what recovery resubmits from.  Both entry points
-(harp-submit and harp-filter, the cli_filter helper) build the same message
-here and send it the same way: once, within ``TIMEOUT_S``, and a failure is
-harpd's to log, never the user's problem.
+harpd learns every job harp consulted it about: its id, the token of the
+decision harpd recorded for it, and how sbatch ran it (what recovery
+resubmits from).  harpd trusts none of the message's resource figures: it
+checks the job with slurmctld and stores its own record of the decision.
+Both entry points (harp-submit and harp-filter, the cli_filter helper) build
+the same message here and send it the same way: from a detached child that
+retries for up to ``BUDGET_S`` (a busy login node may take seconds to answer),
+backing off, while the user's shell has long moved on.
+
+The message can still be lost (the node reboots, the child is killed), so a
+job whose request harp changed also carries the token in its Slurm comment
+(``comment_argv``): harpd finds such jobs in the queue and registers them
+itself after the same checks (harpd.daemon.adopt).
 """
 
 from __future__ import annotations
 
 import os
+import time
 
 from . import client, route
 
 TYPE_CHECKING = False  # typing costs milliseconds to import; checkers still see these
 if TYPE_CHECKING:
-    from collections.abc import Mapping
+    from collections.abc import Callable, Mapping
     from typing import Any
 
-TIMEOUT_S = 0.5  # registration must never keep the user waiting
+TIMEOUT_S = 0.5  # a registration made in line (no fork) must never keep the user waiting long
+BUDGET_S = 60.0  # the detached child's whole budget: tries until harpd answers or this runs out
+FIRST_PAUSE_S = 0.5  # pause after the first failed try, doubled after each one (at most MAX_PAUSE_S)
+MAX_PAUSE_S = 10.0
+#: how the decision's token sits in the job's comment (harpd.daemon.registration.token_in_comment reads it)
+TOKEN_WORD = "harp decision"
+#: test-only: the child sends nothing, as when its message is lost (harpd must find the job by its token)
+SKIP_ENV = "HARP_TEST_SKIP_REGISTER"
+# harpd's refusals worth another try: the job not yet visible, Slurm not answering
+_RETRY_REFUSALS = ("does not know job", "try again", "store unavailable")
 
 
 def message(
@@ -29,6 +46,7 @@ def message(
     original: dict[str, Any],
     submitted: dict[str, Any],
     decision: dict[str, Any] | None,
+    token: str | None = None,
 ) -> dict[str, Any]:
     """The ``register`` message, less the job id (known only once sbatch has answered).
 
@@ -38,22 +56,85 @@ def message(
     """
     if argv is not None:
         job = {**job, "argv": list(argv), "sbatch_env": {k: v for k, v in environ.items() if k.startswith("SBATCH_")}}
-    return {"op": "register", "job": job, "original": original, "submitted": submitted, "decision": decision}
+    msg = {"op": "register", "job": job, "original": original, "submitted": submitted, "decision": decision}
+    if token is not None:
+        msg["token"] = token
+    return msg
+
+
+def token_of(answer: dict[str, Any]) -> str | None:
+    """The decision token of harpd's ``predict`` answer (None: an older harpd, or none given)."""
+    token = answer.get("token")
+    ok = isinstance(token, str) and 16 <= len(token) <= 64
+    return token if ok and all(c.isalnum() or c in "_-" for c in token) else None
+
+
+def with_token(comment: str | None, token: str) -> str:
+    """The job's comment with the decision's token appended as one more ``; ``-separated part.
+
+    The user's own comment (and Snakemake's, which names the rule) stays in
+    front, untouched; recovery's and the extender's notes are further parts.
+    """
+    return f"{comment}; {TOKEN_WORD} {token}" if comment else f"{TOKEN_WORD} {token}"
+
+
+def comment_argv(argv: list[str], options_end: int, dashdash: int | None, comment: str | None, token: str) -> list[str]:
+    """``argv`` with ``--comment`` set to ``comment`` plus the token, after the user's own options.
+
+    sbatch uses an option's last occurrence, and the command line over
+    ``#SBATCH`` lines, so the one added last carries the user's comment
+    (``comment``, the effective one) and the token.
+    """
+    at = dashdash if dashdash is not None else options_end
+    return [*argv[:at], f"--comment={with_token(comment, token)}", *argv[at:]]
 
 
 def timeout_s(environ: Mapping[str, str]) -> float:
-    """How long registration may take: ``TIMEOUT_S``, or less when HARP_TIMEOUT says so."""
-    return min(TIMEOUT_S, client.timeout_s(environ)[0])
+    """How long one try may take: HARP_TIMEOUT (default 2 s)."""
+    return client.timeout_s(environ)[0]
 
 
-def register_in_background(where: route.Route, message: dict, timeout: float) -> None:
+def _worth_retrying(exc: client.HarpdUnavailable) -> bool:
+    return not exc.final or any(s in exc.reason for s in _RETRY_REFUSALS)
+
+
+def send(where: route.Route, message: dict, timeout: float, budget: float,
+         sleep: Callable[[float], None] = time.sleep, clock: Callable[[], float] = time.monotonic) -> bool:
+    """Send ``message`` until harpd accepts it, within ``budget`` seconds; True when it did.
+
+    Backs off (``FIRST_PAUSE_S`` doubling up to ``MAX_PAUSE_S``) between tries
+    and stops at a refusal that will not change (not the caller's job).
+    """
+    deadline = clock() + budget
+    pause = FIRST_PAUSE_S
+    while True:
+        left = deadline - clock()
+        if left <= 0:
+            return False
+        try:
+            client.ask(where, message, min(timeout, left))
+            return True
+        except client.HarpdUnavailable as exc:
+            if not _worth_retrying(exc):
+                return False
+        if deadline - clock() <= pause:
+            return False
+        sleep(pause)
+        pause = min(MAX_PAUSE_S, pause * 2)
+
+
+def register_in_background(where: route.Route, message: dict, timeout: float,
+                           environ: Mapping[str, str] = os.environ) -> None:
     """Tell harpd about the new job from a detached child, so the user never waits for it.
 
     The child lets go of the terminal and of sbatch's pipes at once (a shell
-    or ``$(...)`` waiting for end-of-file must not wait for it), tries once
-    within ``timeout``, and exits; a failure is harpd's to log, never the
-    user's problem.  Without fork, registration happens in line.
+    or ``$(...)`` waiting for end-of-file must not wait for it), tries for up
+    to ``BUDGET_S`` (``send``), and exits; a failure is harpd's to log, never
+    the user's problem.  Without fork, registration is tried once in line,
+    within ``TIMEOUT_S``.
     """
+    if environ.get(SKIP_ENV) == "1":
+        return
     try:
         pid = os.fork()
     except OSError:
@@ -69,9 +150,11 @@ def register_in_background(where: route.Route, message: dict, timeout: float) ->
             for fd in (0, 1, 2):
                 os.dup2(devnull, fd)
             os.closerange(3, 256)
-            # not niced: it has TIMEOUT_S of wall time, and a niced child on a busy
-            # node missed it, so harpd never learnt the job (CI lost registrations)
-        client.ask(where, message, timeout)
+            # not niced: on a busy node a niced child may not run before its budget ends
+        if inline:
+            client.ask(where, message, min(TIMEOUT_S, timeout))
+        else:
+            send(where, message, timeout, BUDGET_S)
     except BaseException:
         pass
     finally:

@@ -123,6 +123,9 @@ class PredictSettings(_Section):
     soft_burst_tilt: float = Field(0.2, ge=0.0, le=2.0)  # more caution per log(1 + siblings running)
     soft_stake_tilt: float = Field(0.15, ge=0.0, le=1.0)  # deeper cut per log of cores × request above the usual
     soft_max_extensions: int = Field(2, ge=1, le=64)  # the last one goes straight to the user's request
+    # one user's own budget: a user whose recent harp-cut jobs were extended more often than this
+    # share (over at least 10 of their last 50) is no longer cut: their jobs keep their time request
+    soft_user_extension_budget: float = Field(0.30, gt=0, le=1)
 
 
 class RecoverySettings(_Section):

@@ -127,13 +127,22 @@ class PredictRequest(_Request):
     job: JobRequest
 
 
+# a decision's token as harpd issues it (harpd.daemon.registration.new_token)
+TOKEN_PATTERN = r"^[A-Za-z0-9_-]{16,64}$"
+
+
 class RegisterRequest(_Request):
+    """A job harp-submit submitted.  ``original``/``submitted``/``decision`` are the client's
+    account and are not trusted: harpd stores its own record of the decision ``token`` names
+    and the limits slurmctld shows (harpd.daemon.registration)."""
+
     op: Literal["register"]
     job_id: Annotated[str, Field(pattern=JOB_ID_PATTERN)]
     job: JobRequest
     original: Resources
     submitted: Resources
     decision: Decision | None = None
+    token: Annotated[str, Field(pattern=TOKEN_PATTERN)] | None = None
 
 
 class StatusRequest(_Request):
@@ -218,6 +227,8 @@ class ErrorAnswer(_Model):
 
 class PredictAnswer(_Answer):
     decision: Decision
+    # harpd's record of this decision: echoed at registration, left in the job's comment
+    token: str | None = None
 
 
 class RegisterAnswer(_Answer):

@@ -192,7 +192,36 @@ def _m002_limit_changes(db: sqlite_utils.Database) -> None:
     db["limit_changes"].create_index(["step"], if_not_exists=True)
 
 
-MIGRATIONS: list[Callable[[sqlite_utils.Database], None]] = [_m001_initial, _m002_limit_changes]
+def _m003_decisions(db: sqlite_utils.Database) -> None:
+    # what harpd decided for a predict call, bound to the token harp-submit echoes at
+    # registration (and leaves in the job's comment): the request and limits
+    # harpd extends up to and checks against Slurm come from here, never from
+    # the registering client.  ``job_id`` is set once, when a job claims it.
+    db["decisions"].create(
+        {
+            "token": str,
+            "uid": int,
+            "user": str,
+            "decided_at": float,
+            "job": str,
+            "decided": str,
+            "decision": str,
+            "job_id": str,
+            "used_at": float,
+        },
+        pk="token",
+        not_null=["token", "uid", "decided_at"],
+        if_not_exists=True,
+    )
+    db["decisions"].create_index(["job_id"], if_not_exists=True)
+    db["decisions"].create_index(["decided_at"], if_not_exists=True)
+    # a registration's decision token, and whether slurmctld vouched for it
+    # (owner, limits, submit time): only verified rows are harp's to change or learn from
+    db["submissions"].add_column("token", str)
+    db["submissions"].add_column("verified", int)
+
+
+MIGRATIONS: list[Callable[[sqlite_utils.Database], None]] = [_m001_initial, _m002_limit_changes, _m003_decisions]
 SCHEMA_VERSION = len(MIGRATIONS)
 
 
@@ -361,7 +390,12 @@ class Store:
         self._check_file()
         h = getattr(self._local, "conn", None)
         if h is None or self._closed:
-            h = _ThreadConn(self._connect())
+            try:
+                h = _ThreadConn(self._connect())
+            except sqlite3.Error as exc:  # a store corrupted under a running harpd: one line, as for a query
+                if _is_translatable(exc):
+                    raise StoreError(_explain(exc, self.path)) from None
+                raise
             with self._conns_lock:
                 self._conns.add(h)
             self._local.conn = h
@@ -734,22 +768,30 @@ class Store:
         submitted: dict[str, Any],
         decision: dict[str, Any] | None,
         chain_id: str | None = None,
+        *,
+        token: str | None = None,
+        verified: bool = False,
     ) -> None:
         """Record what harp-submit submitted (state ``pending``).
 
         Registering the same job id again (a client retry) updates the
         record but keeps its first ``submitted_at`` and its state.
+        ``verified``: slurmctld vouched for the owner and limits (harpd's
+        registration checks); ``token``: the decision it was bound to.
         """
         with self.transaction() as db:
             db.conn.execute(
                 """INSERT INTO submissions
-                   (job_id, uid, user, submitted_at, job, original, submitted, decision, state, chain_id)
-                   VALUES (?, ?, ?, ?, ?, ?, ?, ?, 'pending', ?)
+                   (job_id, uid, user, submitted_at, job, original, submitted, decision, state, chain_id,
+                    token, verified)
+                   VALUES (?, ?, ?, ?, ?, ?, ?, ?, 'pending', ?, ?, ?)
                    ON CONFLICT(job_id) DO UPDATE SET
                      uid = excluded.uid, user = excluded.user, job = excluded.job,
                      original = excluded.original, submitted = excluded.submitted,
                      decision = excluded.decision,
-                     chain_id = coalesce(excluded.chain_id, submissions.chain_id)""",
+                     chain_id = coalesce(excluded.chain_id, submissions.chain_id),
+                     token = coalesce(excluded.token, submissions.token),
+                     verified = excluded.verified""",
                 (
                     str(job_id),
                     int(uid),
@@ -760,8 +802,63 @@ class Store:
                     _dumps(submitted),
                     _dumps(decision),
                     chain_id,
+                    token,
+                    1 if verified else 0,
                 ),
             )
+
+    def register_decided(self, token: str, job_id: str, uid: int, user: str | None, job: dict[str, Any],
+                         original: dict[str, Any], submitted: dict[str, Any],
+                         decision: dict[str, Any] | None) -> bool:
+        """Claim decision ``token`` for ``job_id`` and record the verified submission, in one transaction.
+
+        False (and nothing written) when the token is unknown or already
+        claimed: a decision binds one job, once, whoever races for it.
+        """
+        with self.transaction() as db:
+            cur = db.conn.execute(
+                "UPDATE decisions SET job_id = ?, used_at = ? WHERE token = ? AND job_id IS NULL",
+                (str(job_id), time.time(), str(token)),
+            )
+            if cur.rowcount != 1:
+                return False
+            self.add_submission(job_id, uid, user, job, original, submitted, decision, token=token, verified=True)
+            return True
+
+    # -------------------------------------------------------------- decisions
+
+    def add_decision(self, token: str, uid: int, user: str | None, job: dict[str, Any], decided: dict[str, Any],
+                     decision: dict[str, Any], decided_at: float | None = None) -> None:
+        """Record what harpd decided for one ``predict`` call, under a fresh ``token``."""
+        with self.transaction() as db:
+            db.conn.execute(
+                """INSERT INTO decisions (token, uid, user, decided_at, job, decided, decision)
+                   VALUES (?, ?, ?, ?, ?, ?, ?)""",
+                (str(token), int(uid), user, time.time() if decided_at is None else float(decided_at),
+                 _dumps(job), _dumps(decided), _dumps(decision)),
+            )
+
+    @staticmethod
+    def _decision_row(row: dict[str, Any]) -> dict[str, Any]:
+        for k in ("job", "decided", "decision"):
+            row[k] = _loads(row[k])
+        return row
+
+    def get_decision(self, token: str) -> dict[str, Any] | None:
+        """The recorded decision of ``token`` (claimed or not); None when harpd never made it."""
+        rows = self._query("SELECT * FROM decisions WHERE token = ?", [str(token)])
+        return self._decision_row(rows[0]) if rows else None
+
+    def unclaimed_tokens(self, since: float) -> set[str]:
+        """Tokens of decisions made at or after ``since`` that no job has claimed yet."""
+        rows = self._read("SELECT token FROM decisions WHERE job_id IS NULL AND decided_at >= ?", (float(since),))
+        return {r[0] for r in rows}
+
+    def drop_decisions(self, before: float) -> int:
+        """Forget unclaimed decisions older than ``before`` (their job never came); returns how many."""
+        with self.transaction() as db:
+            cur = db.conn.execute("DELETE FROM decisions WHERE job_id IS NULL AND decided_at < ?", (float(before),))
+            return int(cur.rowcount)
 
     @staticmethod
     def _submission(row: dict[str, Any]) -> dict[str, Any]:
@@ -779,7 +876,8 @@ class Store:
                            [int(uid), float(since)])
         return [self._submission(r) for r in rows]
 
-    _SUBMISSION_COLS = frozenset({"job_id", "uid", "user", "submitted_at", "state", "chain_id", "outcome", "done_at"})
+    _SUBMISSION_COLS = frozenset({"job_id", "uid", "user", "submitted_at", "state", "chain_id", "outcome", "done_at",
+                                  "token", "verified"})
     _SUBMISSION_JSON = frozenset({"job", "original", "submitted", "decision"})
 
     def submission_values(self, job_ids: Sequence[str], paths: Sequence[str]) -> dict[str, list[Any]]:
@@ -830,6 +928,25 @@ class Store:
                 (str(outcome.value if isinstance(outcome, Outcome) else outcome), time.time(), str(job_id)),
             )
             return cur.rowcount > 0
+
+    def user_extensions(self, user: str, last: int = 50) -> tuple[int, int]:
+        """(jobs, extended) among ``user``'s last ``last`` verified registrations whose time harp cut.
+
+        A job counts as extended when harpd extended it (or one of its array
+        tasks) at least once: the per-user side of the soft-limit budget.
+        """
+        row = self._read(
+            """SELECT count(*), coalesce(sum(ext), 0) FROM (
+                 SELECT EXISTS(SELECT 1 FROM limit_changes c WHERE c.kind = 'extend' AND c.step = 'done'
+                               AND (c.job_id = s.job_id OR substr(c.job_id, 1, length(s.job_id) + 1) = s.job_id || '_')) AS ext
+                 FROM submissions s
+                 WHERE s.user = ? AND s.verified = 1
+                   AND EXISTS(SELECT 1 FROM json_each(s.decision, '$.changes') ch
+                              WHERE json_extract(ch.value, '$.option') = 'time')
+                 ORDER BY s.submitted_at DESC LIMIT ?)""",
+            (str(user), int(last)),
+        ).fetchone()
+        return int(row[0]), int(row[1])
 
     # --------------------------------------------------------------- attempts
 

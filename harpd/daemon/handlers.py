@@ -28,6 +28,7 @@ from harp_submit import __version__
 from harpd import access
 from harpd import protocol as p
 from harpd.config import HarpSettings
+from harpd.daemon.registration import Refused, Registrar
 from harpd.protocol import Decision, JobRequest, Limits
 from harpd.report import build
 from harpd.report.job_status import JobStatusError, job_status
@@ -44,7 +45,6 @@ class Predictor(Protocol):
 
 
 LimitsLookup = Callable[[str | None], "Limits | dict[str, Any] | None"]
-OwnerLookup = Callable[[str], "int | None"]
 AdminAction = Callable[[], Any]
 ImportAction = Callable[[str, Store], Any]
 
@@ -128,7 +128,7 @@ class Handlers:
         predictor: Predictor | None = None,
         *,
         admin_gid: int | None = None,
-        job_owner: OwnerLookup | None = None,
+        slurm: Any = None,
         partition_limits: LimitsLookup | None = None,
         retrain: AdminAction | None = None,
         reload: AdminAction | None = None,
@@ -146,7 +146,8 @@ class Handlers:
         if admin_gid is None and settings is not None:
             admin_gid = access.resolve_group(getattr(settings.server, "admin_group", None))
         self.admin_gid = admin_gid
-        self.job_owner = job_owner
+        # registrations are checked against slurmctld through this backend (None: no Slurm, none accepted)
+        self.registrar = Registrar(store, slurm)
         self.retrain_action = retrain
         self.reload_action = reload
         self.importer = importer
@@ -198,44 +199,26 @@ class Handlers:
         except ValidationError as exc:
             log.error("predictor returned an invalid decision: %s", exc)
             return p.error("predictor returned an invalid decision; request kept as submitted")
-        return p.PredictAnswer(decision=decision)
+        try:
+            token = self.registrar.record_decision(peer.uid, peer.user, req.job.model_dump(), decision)
+        except StoreError as exc:
+            # a change harpd cannot record is one it could never verify nor extend: keep the request
+            log.error("predict for uid %d: decision not recorded (%s); request kept", peer.uid, exc)
+            kept = decision.model_copy(update={"changes": [], "explain": {
+                **decision.explain, "reason": f"store unavailable, request kept: {exc}"}})
+            return p.PredictAnswer(decision=kept)
+        return p.PredictAnswer(decision=decision, token=token)
 
     def op_register(self, peer: Peer, req: p.RegisterRequest) -> BaseModel:
-        uid, user = peer.uid, peer.user
-        owner = self._owner(req.job_id)
-        existing = self.store.get_submission(req.job_id)
-        if existing is not None and existing["uid"] != peer.uid and peer.uid != 0:
-            if owner != peer.uid:
-                return p.error(f"job {req.job_id} is registered by another user")
-            # Slurm says it is the caller's: an earlier unverified claim by someone else loses
-            log.warning("job %s: uid %d's registration replaces uid %d's (Slurm owner)", req.job_id, peer.uid, existing["uid"])
-        if owner is not None and owner != peer.uid:
-            if peer.uid != 0:
-                log.warning("uid %d tried to register job %s owned by uid %d", peer.uid, req.job_id, owner)
-                return p.error(f"job {req.job_id} is not yours; register only jobs you submitted")
-            uid = owner  # root registering on a user's behalf: record the owner
-            user = access.user_of(owner) or str(owner)
-        self.store.add_submission(
-            req.job_id,
-            uid,
-            user,
-            req.job.model_dump(),
-            req.original.model_dump(),
-            req.submitted.model_dump(),
-            None if req.decision is None else req.decision.model_dump(),
-        )
-        log.info("registered job %s for %s (uid %d)%s", req.job_id, user, uid,
-                 "" if owner is not None else " (owner not verified with Slurm)")
-        return p.RegisterAnswer()
-
-    def _owner(self, job_id: str) -> int | None:
-        if self.job_owner is None:
-            return None
         try:
-            return self.job_owner(job_id)
-        except Exception as exc:  # Slurm down: fall back to the peer uid
-            log.warning("cannot ask Slurm who owns job %s: %s", job_id, exc)
-            return None
+            claims = req.decision is not None and bool(req.decision.changes)
+            v = self.registrar.register(req.job_id, peer.uid, req.token, req.job.model_dump(), claims)
+        except Refused as exc:
+            log.warning("registration of job %s by %s refused: %s", req.job_id, peer.describe(), exc)
+            return p.error(str(exc))
+        log.info("registered job %s for %s (uid %d)%s", req.job_id, v.user, v.uid,
+                 "" if v.decision is None else " with harp's decision")
+        return p.RegisterAnswer()
 
     def op_status(self, peer: Peer, req: p.StatusRequest) -> BaseModel:
         try:

@@ -7,7 +7,7 @@ Start order is chosen so that every admin mistake shows up at start, as one
 ``build_handlers`` wires the parts, in this order:
 
 1. the Slurm backend; without one (no Slurm on this host) harpd still
-   predicts, but job owners are not verified, decisions carry no partition
+   predicts, but registers no job (nothing can be verified), decisions carry no partition
    limits, and nothing is polled or recovered;
 2. one cache of Slurm's partitions (scontrol at most once a minute) for the
    limits sent with each decision, the DNN planner, recovery's caps and the
@@ -16,7 +16,8 @@ Start order is chosen so that every admin mistake shows up at start, as one
    DNN router that plans GPUs for ``#HARP dnn`` jobs;
 4. the socket operations, with the live predictor's retrain and reload and
    the trace importer as admin actions;
-5. the sacct poller, which stores each job's outcome and then hands it to
+5. the adopter (on the poller's scheduler: registers jobs that carry a
+   decision's token but whose registration message was lost) and the sacct poller, which stores each job's outcome and then hands it to
    its listeners: recovery (resubmits what ran out), the watcher (re-sizes
    pending siblings) and the retrain trigger (counts outcomes; it trains at
    once, in the background, when the store has history but no model);
@@ -45,6 +46,7 @@ from harp_submit import __version__
 from harpd.access import resolve_group
 from harpd.config import DEFAULT_CONFIG_PATH, ConfigError, HarpSettings, load_settings
 from harpd.daemon.active_lock import StoreInUse, hold as hold_store
+from harpd.daemon.adopt import Adopter
 from harpd.daemon.handlers import Handlers
 from harpd.daemon.server import Server, ServerError
 from harpd.daemon.tcp_door import doors_for
@@ -56,7 +58,7 @@ from harpd.predict.retrain_timer import attach_retrain, train_in_background
 from harpd.recovery.machine import make as make_recovery
 from harpd.recovery.site_accounting import read_site_accounting
 from harpd.slurm import SlurmBackend, get_backend
-from harpd.slurm.partitions import cached_partitions, limits_from_partitions, owner_from_backend
+from harpd.slurm.partitions import cached_partitions, limits_from_partitions
 from harpd.store import Store, StoreError
 from harpd.watch.privilege import Privilege, detect as detect_privilege
 from harpd.watch.service import make as make_watch
@@ -131,7 +133,7 @@ def build_handlers(settings: HarpSettings, store: Store) -> tuple[Handlers, list
         store,
         settings,
         predictor,
-        job_owner=None if backend is None else owner_from_backend(backend),
+        slurm=backend,
         partition_limits=limits,
         retrain=live.retrain,
         reload=live.reload,
@@ -158,7 +160,7 @@ def slurm_backend(settings: HarpSettings) -> SlurmBackend | None:
     try:
         return get_backend(settings)
     except Exception as exc:  # Slurm missing is not fatal: predictions still work
-        log.warning("no Slurm backend (%s); job owners not verified, no partition limits", exc)
+        log.warning("no Slurm backend (%s); no registrations (nothing to verify them with), no partition limits", exc)
         return None
 
 
@@ -187,6 +189,8 @@ def start_services(settings: HarpSettings, store: Store, backend: SlurmBackend |
         if train_now:
             train_in_background(retrain)
         return services
+    # jobs whose registration message was lost are found by their decision token
+    services.append(Adopter(store, backend).attach(ingest, settings.ingest.poll_interval_s))
     if recovery is not None:
         services.append(recovery.attach(ingest))
     if privilege is not None:

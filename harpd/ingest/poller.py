@@ -271,7 +271,10 @@ class Ingestor:
                 continue
             job = sub.get("job") or {}
             decision = sub.get("decision") or {}
-            r.harp_sized = bool(decision.get("changes")) if isinstance(decision, dict) else False
+            # harp-sized only where slurmctld vouched for harp's limits (a verified registration,
+            # or harpd's own resubmission): a client's word never makes training data
+            trusted = bool(sub.get("verified") or sub.get("chain_id"))
+            r.harp_sized = trusted and isinstance(decision, dict) and bool(decision.get("changes"))
             if r.job_id in watch and r.attempt >= watch[r.job_id]:
                 r.harp_sized = True
             if isinstance(job, dict):

@@ -485,6 +485,12 @@ class ModelPredictor:
             guard = soft_guard(guard)
         if n_hist < guard.min_history:
             return None, {"reason": f"cold start: {n_hist} of {guard.min_history} runs", "n_history": n_hist}
+        over = self.soft_state.user_over_budget(user) if soft and self.soft_state is not None else None
+        if over is not None:
+            budget = SoftPolicy.from_settings(self.settings.predict).user_extension_budget
+            return None, {"reason": f"{over[0]} of your last {over[1]} jobs harp cut outgrew its limit (over the "
+                                    f"per-user budget of {budget:.0%}): your time request is kept",
+                          "n_history": n_hist}
         ex: dict[str, Any] = {}
         theta = None
         if ld.model is None or task:

@@ -80,6 +80,8 @@ class SoftPolicy:
     # that often is one harp cannot predict, and every further doubling would be
     # one more broken promise to the backfill planner
     max_extensions: int = 2
+    # one user's share of extended jobs past which harp stops cutting them (SoftState.user_over_budget)
+    user_extension_budget: float = 0.30
 
     @classmethod
     def from_settings(cls, predict) -> "SoftPolicy":
@@ -91,6 +93,7 @@ class SoftPolicy:
             burst_tilt=getattr(predict, "soft_burst_tilt", d.burst_tilt),
             stake_tilt=getattr(predict, "soft_stake_tilt", d.stake_tilt),
             max_extensions=getattr(predict, "soft_max_extensions", d.max_extensions),
+            user_extension_budget=getattr(predict, "soft_user_extension_budget", d.user_extension_budget),
         )
 
     def explain(self) -> dict:

@@ -27,6 +27,9 @@ __all__ = ["SoftState", "SCALE_KEY"]
 
 #: store meta key of the budget controller's scale (log)
 SCALE_KEY = "soft.scale"
+#: a user's budget is judged on their last USER_WINDOW harp-cut jobs, once they have USER_MIN_JOBS
+USER_WINDOW, USER_MIN_JOBS = 50, 10
+USER_CACHE_S = 60.0  # one store query per user and minute, not per request
 
 
 class SoftState:
@@ -49,6 +52,7 @@ class SoftState:
         self._running: dict[str, tuple[int, float]] = {}
         self._running_at = -math.inf
         self._lock = threading.Lock()
+        self._users: dict[str, tuple[float, tuple[int, int] | None]] = {}  # user -> (when, over budget)
 
     # -- the budget controller ---------------------------------------------------
     @property
@@ -101,5 +105,31 @@ class SoftState:
         with self._lock:
             return self._usual.add(stake)
 
+    # -- one user's budget -----------------------------------------------------
+    def user_over_budget(self, user: str, now: float | None = None) -> tuple[int, int] | None:
+        """(extended, jobs) when ``user``'s jobs outgrew harp's limits beyond their budget; else None.
+
+        The site budget is a share over everyone; one user who keeps
+        overrunning harp's limits (or games the plan by stating long requests
+        that harp then extends) would have the others pay for it.  Past
+        ``policy.user_extension_budget`` of their recent harp-cut jobs, harp
+        stops cutting them: their jobs run with their own request.
+        """
+        if self.store is None or not user:
+            return None
+        now = time.time() if now is None else now
+        with self._lock:
+            cached = self._users.get(user)
+        if cached is not None and now - cached[0] < USER_CACHE_S:
+            return cached[1]
+        jobs, extended = self.store.user_extensions(user, USER_WINDOW)
+        over = (extended, jobs) if jobs >= USER_MIN_JOBS and extended > self.policy.user_extension_budget * jobs else None
+        with self._lock:
+            self._users[user] = (now, over)
+        return over
+
     def explain(self) -> dict[str, Any]:
-        return {"budget_scale": round(math.exp(self._ctl.s), 3)}
+        with self._lock:
+            over = sorted(u for u, (_, o) in self._users.items() if o is not None)
+        return {"budget_scale": round(math.exp(self._ctl.s), 3), "users_not_cut": over,
+                "user_extension_budget": self.policy.user_extension_budget}

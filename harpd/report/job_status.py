@@ -58,6 +58,13 @@ def job_status(store: Store, job_id: str, *, admin: bool, uid: int, user: str,
     changes = store.limit_changes(job_id)  # harpd changed a live job's limit: running, maybe not stored yet
     is_live = sub is not None or chain is not None or bool(own) or bool(changes) or not live
     shown = own if (own or (live and is_live)) else (recs if not live else imported)
+    trusted = sub is not None and bool(sub.get("verified") or sub.get("chain_id"))
+    if sub is not None and not trusted and not admin and sub["uid"] != uid:
+        sub = None  # a claim Slurm never vouched for says nothing about whose job this is
+    if trusted and not own:
+        # the live registration, verified with Slurm, wins over another job's imported row with
+        # the same id until the poller stores the live record
+        shown = {s: r for s, r in shown.items() if r.user in (None, sub["user"])}
     if sub is None and not shown:
         raise JobStatusError(f"harp knows no job {job_id}")
     if not admin:
@@ -96,9 +103,8 @@ def _visible(shown: dict[str, JobRecord], sub: dict[str, Any] | None, job_id: st
              uid: int, user: str) -> dict[str, JobRecord]:
     """The records a user may see, or JobStatusError("not yours").
 
-    Slurm's record names the owner; a registration only where there is none yet:
-    a job id claimed by someone else before it existed (when Slurm could not
-    vouch for the owner) reveals nothing of the owner's run to the claimant.
+    Slurm's record names the owner; a registration (verified with Slurm) only
+    where there is no record yet.
     """
     named = {s: r for s, r in shown.items() if r.user is not None}
     if named:

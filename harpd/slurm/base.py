@@ -105,6 +105,8 @@ class JobInfo:
     end_time: float | None = None  # epoch seconds the last run ended (EndTime); None while it runs
     std_out: str | None = None  # the output file as slurmctld expanded it (StdOut)
     std_err: str | None = None  # the error file (StdErr): the output file unless the job split them
+    submit_time: float | None = None  # epoch seconds slurmctld accepted it (SubmitTime; whole seconds)
+    cpus_per_task: int | None = None  # CPUs/Task
 
     @property
     def held(self) -> bool:
@@ -243,6 +245,14 @@ class SlurmBackend(Protocol):
 
     def queue(self) -> list[QueuedJob]:
         """Every running and pending job slurmctld holds, all users, in ONE Slurm call."""
+        ...
+
+    def held_jobs(self) -> list[QueuedJob]:
+        """Every job slurmctld still holds, finished ones too (kept for MinJobAge), in ONE Slurm call.
+
+        What harpd searches for decision tokens: a job that ran in seconds has
+        left the queue before the next poll, not slurmctld.
+        """
         ...
 
     def release(self, job_id: str) -> None:

@@ -28,7 +28,7 @@ from harpd.slurm.scontrol import job_info, parse_kv_line, queued_job, update_fie
 from harp_submit.units import parse_duration_s as duration_s
 from harpd.slurm.sacct_json import parse_json
 from harpd.slurm.sacct_records import SacctJob, SacctParseError
-from harpd.slurm.sacct_text import PARSABLE2_COLUMNS, parse_parsable2
+from harpd.slurm.sacct_text import PARSABLE2_COLUMNS, owners_of_parsable, parse_parsable2
 
 __all__ = ["CliBackend"]
 
@@ -252,7 +252,27 @@ class CliBackend:
 
     def _sacct_json(self, sel: list[str]) -> list[SacctJob]:
         out = self._run("sacct", ["--json", *sel])
-        return parse_json(out, where="sacct --json")
+        jobs = parse_json(out, where="sacct --json")
+        missing = sorted({j.job_id for j in jobs if j.user is None})
+        if missing:  # 22.05: "user": null without an association; -P still names them
+            owners = self._owners(missing)
+            for j in jobs:
+                if j.user is None:
+                    j.user = owners.get(j.job_id)
+        return jobs
+
+    def _owners(self, job_ids: list[str]) -> dict[str, str]:
+        """Job id -> owner name from ``sacct -P`` (User, else the passwd name of UID, else the uid)."""
+        out: dict[str, str] = {}
+        for i in range(0, len(job_ids), _IDS_PER_CALL):
+            chunk = [self._check_job_id(j) for j in job_ids[i : i + _IDS_PER_CALL]]
+            try:
+                text = self._run("sacct", ["--parsable2", "--noheader", "--allusers", "--duplicates",
+                                           "--format", "JobIDRaw,User,UID", "--jobs", ",".join(chunk)])
+            except SlurmError:
+                continue  # the records keep no owner rather than none at all
+            out.update(owners_of_parsable(text))
+        return out
 
     def _sacct_p(self, sel: list[str]) -> list[SacctJob]:
         env = dict(os.environ)
@@ -382,12 +402,13 @@ class CliBackend:
         args += [f"{k}={v}" for k, v in fields.items()]
         self._run("scontrol", args)
 
-    def queue(self) -> list[QueuedJob]:
-        # one `scontrol show job` lists every job slurmctld holds; finished ones
-        # (kept for MinJobAge) are dropped here
+    def held_jobs(self) -> list[QueuedJob]:
+        # one `scontrol show job` lists every job slurmctld holds, finished ones too (for MinJobAge)
         out = self._run("scontrol", ["show", "job", "--oneliner"])
-        jobs = [queued_job(parse_kv_line(ln)) for ln in out.splitlines() if ln.strip().startswith("JobId=")]
-        return [j for j in jobs if j.running or j.pending]
+        return [queued_job(parse_kv_line(ln)) for ln in out.splitlines() if ln.strip().startswith("JobId=")]
+
+    def queue(self) -> list[QueuedJob]:
+        return [j for j in self.held_jobs() if j.running or j.pending]
 
     def release(self, job_id: str) -> None:
         self._run("scontrol", ["release", self._check_job_id(job_id)])

@@ -16,21 +16,7 @@ from typing import Any
 from harpd.protocol import Limits
 from harpd.slurm.base import PartitionInfo, SlurmBackend
 
-__all__ = ["cached_partitions", "limits_of", "limits_from_partitions", "limits_from_backend", "owner_from_backend"]
-
-
-def owner_from_backend(backend: SlurmBackend) -> Callable[[str], int | None]:
-    """The job owner's uid, as slurmctld reports it (``JobInfo.uid``).
-
-    None when Slurm has not filled the owner in; SlurmError when it does not
-    know the job (already purged, or a made-up id).  Either way the caller's
-    own uid is then recorded, which gives nobody else's job away.
-    """
-
-    def lookup(job_id: str) -> int | None:
-        return backend.show_job(job_id).uid
-
-    return lookup
+__all__ = ["cached_partitions", "limits_of", "limits_from_partitions", "limits_from_backend"]
 
 
 def cached_partitions(backend: SlurmBackend, ttl_s: float = 60.0) -> Callable[[], dict[str, PartitionInfo]]:

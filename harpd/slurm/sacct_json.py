@@ -30,6 +30,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from harpd import access
 from harpd.slurm.sacct_records import SacctJob, SacctParseError, SacctStep, normalize_state
 
 __all__ = ["parse_json", "json_layout"]
@@ -200,6 +201,22 @@ def _json_job_id(j: dict[str, Any]) -> str:
     return str(raw)
 
 
+def owner_name(j: dict[str, Any]) -> str | None:
+    """The job's owner: ``user``, else the association's user, else the passwd name of ``uid``.
+
+    22.05 prints ``"user": null`` for a user without an association; its
+    uid (where the JSON has one) still names them.  None only when nothing
+    does: the backend then asks ``sacct -P`` (``CliBackend``).
+    """
+    for name in (j.get("user"), _path(j, "association", "user")):
+        if isinstance(name, str) and name:
+            return name
+    uid = j.get("uid", j.get("user_id"))
+    if isinstance(uid, int) and not isinstance(uid, bool) and uid >= 0:
+        return access.user_of(uid) or str(uid)
+    return None
+
+
 def _json_job(j: dict[str, Any]) -> SacctJob:
     state = normalize_state(_path(j, "state", "current"))
     rc, sig = _json_exit(j.get("exit_code"), state)
@@ -236,7 +253,7 @@ def _json_job(j: dict[str, Any]) -> SacctJob:
     return SacctJob(
         job_id=_json_job_id(j),
         cluster=j.get("cluster") or None,
-        user=j.get("user") or None,
+        user=owner_name(j),
         group=j.get("group") or None,
         account=j.get("account") or None,
         partition=j.get("partition") or None,

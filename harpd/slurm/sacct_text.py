@@ -31,6 +31,7 @@ from functools import partial
 from typing import Any, TypeVar
 
 from harp_submit.units import parse_duration_s, parse_size_mb, parse_size_mb_per
+from harpd import access
 from harpd.slurm.job_ids import job_of_step
 from harpd.slurm.sacct_records import SacctJob, SacctParseError, SacctStep, normalize_state, parse_tres
 
@@ -344,3 +345,22 @@ def iter_parsable2(
 def parse_parsable2(text: str, where: str = "sacct") -> list[SacctJob]:
     """All jobs of a ``sacct -P`` output held in memory (the live fallback)."""
     return list(iter_parsable2(text.splitlines(), where=where))
+
+
+def owners_of_parsable(text: str) -> dict[str, str]:
+    """``JobIDRaw|User|UID`` lines (``sacct -P --noheader``) -> job id -> owner name.
+
+    The User column, else the passwd name of the UID, else the uid itself:
+    a job always has an owner when Slurm knows its uid.
+    """
+    out: dict[str, str] = {}
+    for line in text.splitlines():
+        parts = line.split("|")
+        if len(parts) < 3 or not parts[0] or "." in parts[0]:
+            continue
+        user, uid = parts[1].strip(), parts[2].strip()
+        if not user and uid.isdigit():
+            user = access.user_of(int(uid)) or uid
+        if user:
+            out.setdefault(parts[0], user)
+    return out

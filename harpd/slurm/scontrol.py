@@ -80,7 +80,13 @@ def job_info(kv: Mapping[str, str]) -> JobInfo:
         end_time=_epoch(_value(kv, "EndTime")),
         std_out=_value(kv, "StdOut"),
         std_err=_value(kv, "StdErr"),
+        submit_time=_epoch(_value(kv, "SubmitTime")),
+        cpus_per_task=_count(_value(kv, "CPUs/Task")),
     )
+
+
+def _count(text: str | None) -> int | None:
+    return int(text) if text and text.isdigit() else None
 
 
 def _epoch(text: str | None) -> float | None:

@@ -48,7 +48,7 @@ from harpd.slurm.base import PartitionInfo, QueuedJob, SlurmError, whole_minutes
 from harpd.slurm.partitions import partition_of
 from harpd.store import Store
 from harpd.watch.changes import DECIDED, DONE, ENDED, REFUSED, decided, row_of, set_step, still_to_do
-from harpd.watch.managed import harp_set_time, original_time_s, submission_of
+from harpd.watch.managed import LeftAlone, harp_set_time, original_time_s, submission_of
 
 log = logging.getLogger("harpd.watch")
 
@@ -84,6 +84,7 @@ class Extender:
         self.max_extensions = int(SoftPolicy.from_settings(settings.predict).max_extensions)
         self._partitions = partitions or backend.partitions
         self._on_extended = on_extended  # told of each extension made (the soft budget counts them)
+        self._left_alone = LeftAlone()  # Slurm's owner and limit checked before each extension
 
     def tick(self, jobs: Iterable[QueuedJob]) -> int:
         """Finish interrupted extensions, then extend what crosses the margin; returns extensions made."""
@@ -121,6 +122,8 @@ class Extender:
         original = original_time_s(sub)
         if original is None or current >= original:
             return 0  # already at the user's own request: that is the kill time
+        if not self._left_alone.check(self.store, job, sub, "extended"):
+            return 0
         cap = self._cap(job.partition)
         made = sum(1 for r in rows.values() if r["step"] == DONE)
         if made + 1 >= self.max_extensions:

@@ -10,14 +10,21 @@ no task of its type had finished yet (``cold_task_mem``).
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 from harpd.features.workflow import is_workflow_signature
-from harpd.slurm.base import QueuedJob
+from harpd.slurm.base import QueuedJob, whole_minutes
 from harpd.slurm.job_ids import submitted_id
 from harpd.store import Store
 
-__all__ = ["submission_of", "original_time_s", "harp_set_time", "harp_set_mem", "cold_task_mem"]
+log = logging.getLogger("harpd.watch")
+
+__all__ = ["submission_of", "original_time_s", "harp_set_time", "harp_set_mem", "cold_task_mem", "harp_time_s",
+           "why_not_harps", "LeftAlone"]
+
+#: kinds of ``limit_changes`` rows that set a job's time limit
+TIME_KINDS = ("extend", "resize")
 
 
 def submission_of(store: Store, job: QueuedJob) -> dict[str, Any] | None:
@@ -77,3 +84,63 @@ def cold_task_mem(sub: dict[str, Any]) -> str | None:
     if original.get("mem_per_cpu_mb"):
         return "mem-per-cpu"
     return None
+
+
+def harp_time_s(store: Store, job: QueuedJob, sub: dict[str, Any]) -> int | None:
+    """The time limit harp last set for ``job``: its own last change, a recovery attempt's, or the decided one.
+
+    None when harp never set one (no decided time).
+    """
+    ids = {job.job_id, *(i for i in (job.array_job_id, submitted_id(job.job_id)) if i)}
+    latest: tuple[float, int] | None = None
+    decided = (sub.get("submitted") or {}).get("time_s")
+    if decided:
+        latest = (float(sub.get("submitted_at") or 0.0), whole_minutes(int(decided)) * 60)
+    for jid in sorted(ids):
+        for row in store.limit_changes(jid, step="done"):
+            if row["kind"] in TIME_KINDS and (latest is None or float(row["updated_at"]) >= latest[0]):
+                latest = (float(row["updated_at"]), whole_minutes(int(row["new_time_s"])) * 60)
+    chain = sub.get("chain_id") or store.chain_of(job.job_id)
+    if chain:
+        for row in store.attempts(chain):
+            t = (row.get("limits") or {}).get("time_s")
+            if str(row.get("job_id")) in ids and t and (latest is None or float(row["updated_at"]) >= latest[0]):
+                latest = (float(row["updated_at"]), whole_minutes(int(t)) * 60)
+    return None if latest is None else latest[1]
+
+
+def why_not_harps(store: Store, job: QueuedJob, sub: dict[str, Any]) -> str | None:
+    """Why harp must leave ``job`` alone although it is registered (None: harp may act on it).
+
+    Slurm is asked again before each change: the owner must still be the
+    registered one, and the job's time limit the one harp last set (a limit
+    someone else changed is theirs).  A registration slurmctld never vouched
+    for (from before harpd checked them) is never acted on; harpd's own
+    resubmissions (a chain) are harp's.
+    """
+    if not sub.get("verified") and not sub.get("chain_id"):
+        return "its registration was not verified with Slurm"
+    if job.uid is None or job.uid != int(sub.get("uid", -1)):
+        return f"Slurm reports owner uid {job.uid}, not the registered uid {sub.get('uid')}"
+    expected = harp_time_s(store, job, sub)
+    if expected is not None and job.time_limit_s != expected:
+        return f"its time limit is {job.time_limit_s} s, not the {expected} s harp last set"
+    return None
+
+
+class LeftAlone:
+    """Logs once per job and reason why harp leaves a registered job alone (a tick runs every few seconds)."""
+
+    def __init__(self) -> None:
+        self._said: dict[str, str] = {}
+
+    def check(self, store: Store, job: QueuedJob, sub: dict[str, Any], action: str) -> bool:
+        """True when harp may act on ``job``; else logs why (once) and returns False."""
+        why = why_not_harps(store, job, sub)
+        if why is None:
+            self._said.pop(job.job_id, None)
+            return True
+        if self._said.get(job.job_id) != why:
+            self._said[job.job_id] = why
+            log.warning("job %s: not %s: %s", job.job_id, action, why)
+        return False

@@ -42,7 +42,7 @@ from harpd.records import JobRecord
 from harpd.slurm.base import QueuedJob, SlurmError, whole_minutes
 from harpd.store import Store
 from harpd.watch.changes import DECIDED, DONE, REFUSED, decided, row_of, set_step, still_to_do
-from harpd.watch.managed import cold_task_mem, harp_set_mem, harp_set_time, original_time_s, submission_of
+from harpd.watch.managed import LeftAlone, cold_task_mem, harp_set_mem, harp_set_time, original_time_s, submission_of
 
 log = logging.getLogger("harpd.watch")
 
@@ -107,6 +107,7 @@ class Resizer:
         self.min_s = int(settings.watch.resize_min_s)
         self._dirty: set[str] = set()
         self._lock = threading.Lock()
+        self._left_alone = LeftAlone()  # Slurm's owner and limit checked before each re-size
 
     def on_outcome(self, rec: JobRecord) -> None:
         """Poller listener: this signature's pending jobs are worth another look."""
@@ -133,6 +134,8 @@ class Resizer:
                 continue
             time_set, mem_option = harp_set_time(sub), harp_set_mem(sub) or cold_task_mem(sub)
             if not time_set and mem_option is None:
+                continue
+            if not self._left_alone.check(self.store, job, sub, "re-sized"):
                 continue
             try:
                 fresh = self.decide(sub)

@@ -21,14 +21,17 @@ finishes before a second crossing):
   finishes, before it starts.
 
 The jobs are submitted with ``sbatch --time=1`` and registered over harpd's
-socket with the decision harp-submit registers when harp shortens
-``--time=10`` to 1 minute: no trained model is needed to make harp's
-decision, and the registration is byte for byte the one harp-submit sends.
+socket with the token of a decision (harp shortens ``--time=10`` to 1
+minute) written into harpd's store as harpd records one at ``predict``
+(tests/helpers/decisions.py): no trained model is needed to make harp's
+decision, and harpd still checks the job's owner, limits and submit time
+with slurmctld before it registers and before each change.
 """
 
 from __future__ import annotations
 
 import os
+import pwd
 import shutil
 import sys
 import tempfile
@@ -41,6 +44,7 @@ import pytest
 from test_recovery import REPO, USER, Daemon, ensure_user, user_python
 
 from harp_submit import client
+from tests.helpers.decisions import record_decision
 
 pytestmark = pytest.mark.slurm
 
@@ -57,8 +61,12 @@ class SoftDaemon(Daemon):
             fh.write(WATCH)
 
 
+def _owner(user: str | None) -> tuple[int, str]:
+    return (0, "root") if user is None else (pwd.getpwnam(user).pw_uid, user)
+
+
 def register(d: Daemon, job_id: str, cwd: Path, *, signature: str = "soft-test", asked_min: int = 10,
-             given_min: int = 1) -> None:
+             given_min: int = 1, user: str | None = None) -> None:
     """What harp-submit registers for ``--time=asked_min`` shortened by harp to ``given_min``."""
     req = {
         "op": "register", "job_id": job_id,
@@ -70,12 +78,13 @@ def register(d: Daemon, job_id: str, cwd: Path, *, signature: str = "soft-test",
                                   "old": f"{asked_min // 60:02d}:{asked_min % 60:02d}:00", "reason": "test"}],
                      "limits": {"partition": "short"}, "model": "test", "explain": {}},
     }
+    req["token"] = record_decision(d.db, *_owner(user), req["job"], req["decision"])
     answer = client.call(d.socket, req, 10.0)
     assert answer.get("ok"), answer
 
 
 def register_mem(d: Daemon, job_id: str, cwd: Path, *, signature: str, asked_mb: int,
-                 given_mb: int | None) -> None:
+                 given_mb: int | None, user: str | None = None) -> None:
     """What harp-submit registers for ``--mem=asked_mb`` cut by harp to ``given_mb`` (its 30 minutes kept).
 
     ``given_mb`` None: harp was asked and kept the request (a workflow task's cold start).
@@ -90,6 +99,7 @@ def register_mem(d: Daemon, job_id: str, cwd: Path, *, signature: str, asked_mb:
         "submitted": {"time_s": 1800, "mem_mb": given_mb or asked_mb, "partition": "short"},
         "decision": {"changes": changes, "limits": {"partition": "short"}, "model": "test", "explain": {}},
     }
+    req["token"] = record_decision(d.db, *_owner(user), req["job"], req["decision"])
     answer = client.call(d.socket, req, 10.0)
     assert answer.get("ok"), answer
 
@@ -184,7 +194,7 @@ def soft(slurm_cluster):
         c.run(["scontrol", "release", jb])
         for key, daemon, user in [("root", "root", None), ("plain_priv", "root", USER), ("plain_unpriv", "user", USER)]:
             jid = s.sbatch(key, user)
-            register(daemons[daemon], jid, workdirs[user or "root"])
+            register(daemons[daemon], jid, workdirs[user or "root"], user=user)
         yield s
     finally:
         for d in daemons.values():

@@ -10,7 +10,9 @@ from harpd import protocol as p
 from harpd.access import resolve_group
 from harpd.daemon.handlers import Handlers, NoChangePredictor, Peer, Predictor
 from harpd.records import JobRecord, Outcome
+from harpd.slurm.base import SlurmError
 from harpd.slurm.scontrol import job_info
+from tests.helpers.fake_slurm import FakeSlurm
 
 ALICE = Peer(pid=10, uid=1000, gid=1000, user="alice", groups=frozenset({1000}))
 BOB = Peer(pid=11, uid=1001, gid=1001, user="bob", groups=frozenset({1001, 5000}))
@@ -90,15 +92,21 @@ def test_predictor_returning_a_dict_or_garbage(store):
     assert "ZeroDivisionError" in Handlers(store, predictor=Crash()).handle(ALICE, r).error
 
 
-def test_register_records_the_peer_not_the_message(store):
-    h = Handlers(store)
+def test_register_records_the_peer_and_slurm_not_the_message(store):
+    slurm = FakeSlurm()
+    slurm.add("100", 1000, time_s=3600)
+    h = Handlers(store, slurm=slurm)
     assert isinstance(register(h, ALICE), p.RegisterAnswer)
     sub = store.get_submission("100")
-    assert sub["uid"] == 1000 and sub["user"] == "alice" and sub["submitted"]["time_s"] == 3600
+    # the message claimed an original of 7200 s: without a decision harpd stores what Slurm holds
+    assert sub["uid"] == 1000 and sub["user"] == "alice" and sub["verified"] == 1
+    assert sub["submitted"]["time_s"] == 3600 and sub["original"]["time_s"] == 3600 and sub["decision"] is None
 
 
 def test_register_someone_elses_job_is_refused_by_slurm_owner(store):
-    h = Handlers(store, job_owner=lambda jid: 1000)
+    slurm = FakeSlurm()
+    slurm.add("100", 1000, time_s=3600)
+    h = Handlers(store, slurm=slurm)
     ans = register(h, BOB)
     assert isinstance(ans, p.ErrorAnswer) and "not yours" in ans.error
     assert store.get_submission("100") is None
@@ -106,28 +114,42 @@ def test_register_someone_elses_job_is_refused_by_slurm_owner(store):
 
 
 def test_root_registers_on_behalf_of_the_owner(store):
-    h = Handlers(store, job_owner=lambda jid: 65534)
+    slurm = FakeSlurm()
+    slurm.add("100", 65534, time_s=3600)
+    h = Handlers(store, slurm=slurm)
     assert isinstance(register(h, ROOT), p.RegisterAnswer)
     sub = store.get_submission("100")
     assert sub["uid"] == 65534 and sub["user"] == "nobody"
 
 
-def test_register_when_slurm_cannot_answer_falls_back_to_peer(store):
-    def down(jid):
-        raise TimeoutError("scontrol timed out")
+def test_register_when_slurm_cannot_answer_is_refused_and_stores_nothing(store):
+    slurm = FakeSlurm()
+    slurm.add("100", 1000, time_s=3600)
+    slurm.down = True
+    h = Handlers(store, slurm=slurm)
+    ans = register(h, ALICE)
+    assert isinstance(ans, p.ErrorAnswer) and "cannot ask Slurm about job 100" in ans.error and "try again" in ans.error
+    assert store.get_submission("100") is None
 
-    h = Handlers(store, job_owner=down)
-    assert isinstance(register(h, ALICE), p.RegisterAnswer)
-    assert store.get_submission("100")["uid"] == 1000
-    # and another user cannot take over the registration
-    ans = register(h, BOB)
-    assert isinstance(ans, p.ErrorAnswer) and "another user" in ans.error
-    assert store.get_submission("100")["uid"] == 1000
+
+def test_register_without_slurm_is_refused(store):
+    ans = register(Handlers(store), ALICE)
+    assert isinstance(ans, p.ErrorAnswer) and "no Slurm" in ans.error
+    assert store.get_submission("100") is None
+
+
+def test_register_a_job_slurm_does_not_know_is_refused(store):
+    h = Handlers(store, slurm=FakeSlurm())
+    ans = register(h, BOB, job_id="11")
+    assert isinstance(ans, p.ErrorAnswer) and ans.error.startswith("Slurm does not know job 11 yet")
+    assert store.get_submission("11") is None
 
 
 def test_status_only_for_own_jobs(store):
-    h = Handlers(store)
-    register(h, ALICE)
+    slurm = FakeSlurm()
+    slurm.add("100", 1000, time_s=7200)
+    h = Handlers(store, slurm=slurm)
+    assert isinstance(register(h, ALICE), p.RegisterAnswer)
     mine = h.handle(ALICE, req({"op": "status", "job_id": "100"}))
     assert isinstance(mine, p.StatusAnswer)
     assert mine.job["uid"] == 1000 and mine.job["state"] == "pending" and mine.job["original"]["time_s"] == 7200
@@ -139,8 +161,10 @@ def test_status_only_for_own_jobs(store):
 
 
 def test_status_follows_the_resubmission_chain_and_record(store):
-    h = Handlers(store)
-    register(h, ALICE)
+    slurm = FakeSlurm()
+    slurm.add("100", 1000, time_s=3600)
+    h = Handlers(store, slurm=slurm)
+    assert isinstance(register(h, ALICE), p.RegisterAnswer)
     store.add_attempt("100", 1, "100", {"time_s": 3600}, "first", "done")
     store.add_attempt("100", 2, "101", {"time_s": 7200}, "timeout: doubled", "submitted")
     store.insert_jobs([JobRecord(job_id="101", user="alice", outcome=Outcome.COMPLETED, attempt=2)])
@@ -223,7 +247,9 @@ def test_health(store):
 
 
 def test_store_failure_is_an_error_answer(store):
-    h = Handlers(store)
+    slurm = FakeSlurm()
+    slurm.add("100", 1000, time_s=3600)
+    h = Handlers(store, slurm=slurm)
     store.close()
     ans = register(h, ALICE)
     assert isinstance(ans, p.ErrorAnswer) and "store unavailable" in ans.error
@@ -250,14 +276,12 @@ def test_daemon_user_is_admin(store):
     assert Handlers(store).is_admin(me)
 
 
-def test_slurm_verified_owner_overrides_an_unverified_claim(store):
-    owner = {"uid": None}
-    h = Handlers(store, job_owner=lambda jid: owner["uid"])
-    assert isinstance(register(h, BOB), p.RegisterAnswer)  # Slurm could not tell: bob's claim recorded
-    owner["uid"] = 1000
-    assert isinstance(register(h, ALICE), p.RegisterAnswer)
-    assert store.get_submission("100")["uid"] == 1000
-    assert isinstance(register(h, BOB), p.ErrorAnswer)
+def test_slurm_owner_not_filled_in_yet_is_refused(store):
+    slurm = FakeSlurm()
+    slurm.jobs["100"] = job_info({"JobId": "100", "UserId": "(null)", "TimeLimit": "01:00:00"})
+    ans = register(Handlers(store, slurm=slurm), BOB)
+    assert isinstance(ans, p.ErrorAnswer) and "has not filled in the owner" in ans.error
+    assert store.get_submission("100") is None
 
 
 class FakeBackend:
@@ -266,8 +290,9 @@ class FakeBackend:
 
     def show_job(self, job_id):
         if job_id == "404":
-            raise RuntimeError("scontrol: error: Invalid job id specified")
-        return job_info({"JobId": job_id, "UserId": "alice(1000)", "GroupId": "alice(1000)"})
+            raise SlurmError("scontrol: error: Invalid job id specified")
+        return job_info({"JobId": job_id, "UserId": "alice(1000)", "GroupId": "alice(1000)", "TimeLimit": "01:00:00",
+                         "SubmitTime": "2026-11-23T21:40:01"})
 
     def partitions(self):
         from harpd.slurm.base import PartitionInfo
@@ -281,19 +306,18 @@ class FakeBackend:
 
 
 def test_backend_adapters_owner_and_cached_limits(store):
-    from harpd.slurm.partitions import limits_from_backend, owner_from_backend
+    from harpd.slurm.partitions import limits_from_backend
 
     be = FakeBackend()
-    owner = owner_from_backend(be)
-    assert owner("12") == 1000
     limits = limits_from_backend(be)
     assert limits("gpu").max_time_s == 3600 and limits("gpu").max_mem_mb is None
     assert limits(None).partition == "cpu"  # the default partition
     assert limits("nope") is None
     assert be.partition_calls == 1  # cached
-    h = Handlers(store, job_owner=owner, partition_limits=limits)
+    h = Handlers(store, slurm=be, partition_limits=limits)
     assert "not yours" in register(h, BOB, job_id="12").error
     assert isinstance(register(h, ALICE, job_id="12"), p.RegisterAnswer)
-    assert isinstance(register(h, BOB, job_id="404"), p.RegisterAnswer)  # Slurm cannot tell: peer recorded
+    assert "does not know job 404" in register(h, BOB, job_id="404").error
+    assert store.get_submission("404") is None
     ans = h.handle(ALICE, req({"op": "predict", "job": {"partition": "cpu"}}))
     assert ans.decision.limits.max_cpus == 32 and ans.decision.limits.max_mem_mb == 64000

@@ -118,11 +118,14 @@ def test_real_harpd_serves_and_stops_cleanly(short_dir):
         _wait_ready(sock, proc)
         assert oct(os.stat(sock).st_mode & 0o777) == oct(0o666)
         pred = call(sock, {"v": 1, "op": "predict", "job": {"partition": "cpu", "request": {"time_s": 600}}})
-        assert pred["ok"] is True and pred["decision"]["changes"] == []
-        assert call(sock, {"v": 1, "op": "register", "job_id": "31", "job": {}, "original": {"time_s": 600},
-                           "submitted": {"time_s": 600}}) == {"ok": True}
-        st = call(sock, {"v": 1, "op": "status", "job_id": "31"})
-        assert st["ok"] and st["job"]["uid"] == os.geteuid()
+        assert pred["ok"] is True and pred["decision"]["changes"] == [] and pred["token"]
+        # an id Slurm does not know (above Slurm's largest job id), or no Slurm to ask: never stored
+        reg = call(sock, {"v": 1, "op": "register", "job_id": "99999999", "job": {}, "original": {"time_s": 600},
+                          "submitted": {"time_s": 600}, "token": pred["token"]})
+        assert reg["ok"] is False and ("Slurm does not know job 99999999 yet" in reg["error"]
+                                       or "cannot ask Slurm about job 99999999" in reg["error"]), reg
+        st = call(sock, {"v": 1, "op": "status", "job_id": "99999999"})
+        assert st == {"ok": False, "error": "harp knows no job 99999999"}
         assert call(sock, b"garbage\n")["ok"] is False
         assert call(sock, {"op": "health"})["ok"] is True
         # a second harpd on the same store (and socket) refuses to start and leaves the first alone
@@ -142,11 +145,15 @@ def test_real_harpd_serves_and_stops_cleanly(short_dir):
     assert "INFO harpd.server: listening on" in log and "SIGTERM: shutting down" in log
     assert "Traceback" not in log
     assert not os.path.exists(sock)
-    # what was registered survived the restart
+    # the decision harpd recorded survived the restart, unclaimed
     proc = _start(cfg)
     try:
         _wait_ready(sock, proc)
-        assert call(sock, {"op": "status", "job_id": "31"})["job"]["original"]["time_s"] == 600
+        from harpd.store import Store
+
+        with Store.open(short_dir / "lib" / "harp.db") as store:
+            row = store.get_decision(pred["token"])
+        assert row["uid"] == os.geteuid() and row["job"]["request"]["time_s"] == 600 and row["job_id"] is None
         proc.send_signal(signal.SIGINT)
         assert proc.wait(30) == 0
     finally:

@@ -15,6 +15,7 @@ import pytest
 from harpd import protocol as p
 from harpd.daemon.handlers import Handlers
 from harpd.daemon.server import Server, ServerError
+from tests.helpers.fake_slurm import FakeSlurm
 
 from daemon_helpers import as_nobody, call, read_answer
 
@@ -190,7 +191,9 @@ def test_an_answer_that_cannot_be_encoded_is_reported(serve, store):
 
 @needs_root
 def test_identity_comes_from_the_kernel(serve, store):
-    srv = serve()
+    slurm = FakeSlurm()
+    slurm.add("500", 65534, time_s=600)
+    srv = serve(handlers=Handlers(store, slurm=slurm))
     reg = {"op": "register", "job_id": "500", "job": {}, "original": {}, "submitted": {}}
     out = as_nobody(lambda: {
         "register": call(srv.path, reg),
@@ -206,7 +209,9 @@ def test_identity_comes_from_the_kernel(serve, store):
 
 @needs_root
 def test_a_user_cannot_see_or_take_over_roots_job(serve, store):
-    srv = serve()
+    slurm = FakeSlurm()
+    slurm.add("600", 0, time_s=600)
+    srv = serve(handlers=Handlers(store, slurm=slurm))
     assert srv.call({"op": "register", "job_id": "600", "job": {}, "original": {}, "submitted": {}}) == {"ok": True}
     out = as_nobody(lambda: {
         "status": call(srv.path, {"op": "status", "job_id": "600"}),
@@ -306,9 +311,11 @@ def test_shutdown_does_not_remove_a_newer_harpds_socket(short_dir, store):
     assert not path.exists()
 
 
-def test_the_harp_submit_client_speaks_this_protocol(serve):
+def test_the_harp_submit_client_speaks_this_protocol(serve, store):
     client = pytest.importorskip("harp_submit.client")
-    srv = serve()
+    slurm = FakeSlurm()
+    slurm.add("7", os.geteuid(), time_s=600)
+    srv = serve(handlers=Handlers(store, slurm=slurm))
     ans = client.call(srv.path, {"op": "predict", "job": {"partition": "cpu", "request": {"time_s": 60}}}, 10.0)
     assert ans["decision"]["changes"] == []
     assert client.call(srv.path, {"op": "register", "job_id": "7", "job": {}, "original": {}, "submitted": {}},

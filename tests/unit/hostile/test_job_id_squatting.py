@@ -1,15 +1,12 @@
 """A job id registered before it exists gives its claimant nothing of the owner's job.
 
-Job ids are sequential, so mallory can register the next one before alice's
-plain ``sbatch`` gets it.  At that moment Slurm does not know the job, so
-harpd cannot check the owner and (failing open) records mallory's claim.
-Once alice's job exists and ends, harp learns its real owner from sacct; the
-claim must then yield nothing:
+Job ids are sequential, so mallory can try to register the next one before
+alice's plain ``sbatch`` gets it.  Slurm does not know the job yet, so harpd
+refuses the claim and stores nothing; once alice's job exists and ends:
 
-* ``status`` of the id shows mallory no part of alice's run;
+* ``status`` of the id shows mallory no part of alice's run, and alice all of it;
 * recovery neither requeues alice's job with new limits nor resubmits
-  alice's script as mallory (found in review: it did both before the check
-  in ``Recovery._start_chain``).
+  alice's script as mallory.
 """
 
 from __future__ import annotations
@@ -38,12 +35,14 @@ def squat(handlers: Handlers, job_id: str) -> None:
         '{"op": "register", "job_id": "%s", "job": {"harp_lines": ["#HARP retry"], "argv": ["--wrap=id"]},'
         ' "original": {}, "submitted": {}}' % job_id
     )
-    assert handlers.handle(MALLORY, req) == p.RegisterAnswer()  # accepted: Slurm could not vouch either way
+    answer = handlers.handle(MALLORY, req)
+    assert isinstance(answer, p.ErrorAnswer) and answer.error.startswith(f"Slurm does not know job {job_id} yet")
+    assert handlers.store.get_submission(job_id) is None
 
 
 @pytest.mark.parametrize("mode", ["requeue", "resubmit"])
 def test_a_claimed_job_id_does_not_move_the_owners_job(store, fake, mode) -> None:
-    handlers = Handlers(store, job_owner=lambda job_id: None)  # Slurm did not know the job yet
+    handlers = Handlers(store, slurm=fake)
     next_id = str(fake.state["next_id"])
     squat(handlers, next_id)
     jid = fake.add_job(user="alice", uid=1000)  # alice's plain sbatch gets the id
@@ -62,12 +61,15 @@ def test_a_claimed_job_id_does_not_move_the_owners_job(store, fake, mode) -> Non
 
 
 def test_status_of_a_claimed_job_id_shows_the_claimant_nothing(store, fake) -> None:
-    handlers = Handlers(store, job_owner=lambda job_id: None)
+    handlers = Handlers(store, slurm=fake)
     jid = str(fake.state["next_id"])
     squat(handlers, jid)
     fake.add_job(user="alice", uid=1000, name="alice-secret-project")
     fake.end_run(jid, Outcome.COMPLETED)
-    Ingestor(store, fake, HarpSettings(recovery={"enabled": False})).poll_once()
+    # before harp learns the job, neither the claimant nor anyone is told it is theirs
+    status = p.parse_request(f'{{"op": "status", "job_id": "{jid}"}}')
+    assert handlers.handle(MALLORY, status) == p.error(f"harp knows no job {jid}")
+    Ingestor(store, fake, HarpSettings(recovery={"enabled": False}, ingest={"learn_all_jobs": True})).poll_once()
     assert store.get_job(jid).user == "alice"
 
     status = p.parse_request(f'{{"op": "status", "job_id": "{jid}"}}')
@@ -78,12 +80,13 @@ def test_status_of_a_claimed_job_id_shows_the_claimant_nothing(store, fake) -> N
     assert handlers.handle(root, status).job["record"]["user"] == "alice"
 
 
-def test_with_slurm_able_to_vouch_the_owner_wins_the_id_back(store) -> None:
-    owners = {}
-    handlers = Handlers(store, job_owner=lambda job_id: owners.get(job_id))
-    squat(handlers, "777")
-    owners["777"] = ALICE.uid  # the job now exists: Slurm names alice
-    req = p.parse_request('{"op": "register", "job_id": "777", "job": {}, "original": {}, "submitted": {}}')
+def test_once_the_job_exists_only_its_owner_registers_it(store, fake) -> None:
+    handlers = Handlers(store, slurm=fake)
+    jid = str(fake.state["next_id"])
+    squat(handlers, jid)
+    fake.add_job(user="alice", uid=1000)
+    req = p.parse_request(f'{{"op": "register", "job_id": "{jid}", "job": {{}}, "original": {{}}, "submitted": {{}}}}')
+    assert handlers.handle(MALLORY, req) == p.error(f"job {jid} is not yours; register only jobs you submitted")
+    assert store.get_submission(jid) is None
     assert handlers.handle(ALICE, req) == p.RegisterAnswer()
-    assert store.get_submission("777")["uid"] == ALICE.uid
-    assert handlers.handle(MALLORY, req) == p.error("job 777 is registered by another user")
+    assert store.get_submission(jid)["uid"] == ALICE.uid

@@ -35,6 +35,7 @@ from harpd import protocol as p
 from harpd.daemon.handlers import Handlers, Peer
 from harpd.daemon.server import Server
 from harpd.store import Store
+from tests.helpers.fake_slurm import FakeSlurm
 
 FUZZ = settings(max_examples=300, deadline=None, suppress_health_check=list(HealthCheck))
 SOCKET_FUZZ = settings(max_examples=120, deadline=None, suppress_health_check=list(HealthCheck))
@@ -150,7 +151,7 @@ def test_parse_request_known_nasties() -> None:
 def handlers():
     d = tempfile.mkdtemp(prefix="hf-")
     store = Store.open(Path(d) / "harp.db")
-    h = Handlers(store, job_owner=lambda job_id: None, retrain=lambda: {"trained": 0}, reload=lambda: None,
+    h = Handlers(store, slurm=FakeSlurm(), retrain=lambda: {"trained": 0}, reload=lambda: None,
                  importer=lambda path, store: 0)
     yield h
     store.close()

@@ -15,8 +15,10 @@ def settings(**ingest):
     return HarpSettings(ingest={"poll_interval_s": 10, "max_backoff_s": 100, **ingest})
 
 
-def submit(store, job_id, decision=None, job=None, submitted_at=None):
-    store.add_submission(job_id, 1000, "alice", job or {"signature": f"sig-{job_id}"}, {}, {}, decision)
+def submit(store, job_id, decision=None, job=None, submitted_at=None, verified=True):
+    """A registration as harpd stores it once slurmctld vouched for it (``verified``)."""
+    store.add_submission(job_id, 1000, "alice", job or {"signature": f"sig-{job_id}"}, {}, {}, decision,
+                         verified=verified)
     if submitted_at is not None:
         store.db.conn.execute("UPDATE submissions SET submitted_at = ? WHERE job_id = ?", (submitted_at, job_id))
 
@@ -50,6 +52,16 @@ def test_poll_records_finished_submissions_once(store):
     assert [r.job_id for r in heard] == ["1", "2", "3"]
     assert store.get_submission("3")["outcome"] == "oom"
     assert store.get_meta(UNANNOUNCED_KEY) == []
+
+
+def test_an_unverified_registration_is_never_harp_sized(store):
+    """A claim slurmctld never vouched for (a row from before harpd checked them) is not training data."""
+    be = FakeBackend([rec("4", Outcome.TIMEOUT, censored_time=True), rec("5", Outcome.TIMEOUT, censored_time=True)])
+    submit(store, "4", decision={"changes": [{"option": "time"}]}, verified=False)
+    submit(store, "5", decision={"changes": [{"option": "time"}]})
+    Ingestor(store, be, settings()).poll_once()
+    got = stored(store)
+    assert not got[("4", 1)].harp_sized and got[("5", 1)].harp_sized
 
 
 def test_learn_all_jobs_uses_and_advances_the_cursor(store):

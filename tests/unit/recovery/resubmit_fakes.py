@@ -203,6 +203,7 @@ class FakeSlurm:
             "Reason": reason, "Restarts": str(j["restarts"]), "TimeLimit": _hms(j["time_s"]),
             "Partition": j["partition"], "WorkDir": j["workdir"], "Comment": j["comment"] or "(null)",
             "Account": j.get("account") or "(null)",
+            "SubmitTime": time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(j.get("submitted_at") or time.time())),
             "EndTime": time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(j["runs"][-1]["end"]))
             if j["runs"] and j["state"] in FINISHED else "Unknown",
         }

@@ -6,11 +6,13 @@ sbatch received, what harpd was asked, and what the user saw.
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import signal
 import sys
 import time
+from collections.abc import Callable
 
 import pytest
 
@@ -496,3 +498,82 @@ def test_sbatch_killed_by_a_signal_kills_harp_submit_the_same_way(run, harpd) ->
     run.write("job.sh", JOB)
     proc = run("job.sh", env={"FAKE_SBATCH_SIGNAL": str(int(signal.SIGTERM))})
     assert proc.returncode == -signal.SIGTERM
+
+
+# --- the decision's token: echoed at registration, kept with the job in Slurm -----------------
+
+TOKEN = "Tok3n_of-harpd-0123456"
+
+
+def _answer_with_token(decision_: dict) -> Callable[[dict], bytes]:
+    return lambda req: (json.dumps({"ok": True, "decision": decision_, "token": TOKEN}) + "\n").encode()
+
+
+def test_a_changed_job_carries_the_token_in_its_comment_after_the_users_own(run, harpd) -> None:
+    harpd.predict = _answer_with_token(decision(change("time", "01:30:00")))
+    run.write("job.sh", JOB)
+    proc = run("-H", "--comment=rule_align_wildcards_sample=A", "job.sh")
+    assert proc.returncode == 0, proc.stderr
+    [call] = run.calls()
+    comments = [a for a in call["argv"] if a.startswith("--comment=")]
+    # sbatch uses the last: the user's comment in front, then the token
+    assert comments[-1] == f"--comment=rule_align_wildcards_sample=A; harp decision {TOKEN}"
+    [reg] = harpd.wait_for("register")
+    assert reg["token"] == TOKEN
+
+
+def test_a_job_harp_left_alone_keeps_its_comment_exactly(run, harpd) -> None:
+    harpd.predict = _answer_with_token(decision())
+    run.write("job.sh", JOB)
+    proc = run("-H", "--comment=mine", "job.sh")
+    assert proc.returncode == 0 and run.calls()[0]["argv"] == ["-H", "--comment=mine", "job.sh"]
+    [reg] = harpd.wait_for("register")
+    assert reg["token"] == TOKEN  # still bound: harpd checks the job has the user's own limits
+
+
+def test_registration_is_retried_while_slurm_does_not_know_the_job(run, harpd) -> None:
+    answers = [b'{"ok": false, "error": "Slurm does not know job 4242 yet; register a job after sbatch has '
+               b'printed its id"}\n'] * 2 + [b'{"ok": true}\n']
+    harpd.register = lambda req: answers.pop(0) if answers else b'{"ok": true}\n'
+    run.write("job.sh", JOB)
+    t0 = time.monotonic()
+    proc = run("-H", "job.sh")
+    assert proc.returncode == 0 and time.monotonic() - t0 < 10  # the user does not wait for the retries
+    got = harpd.wait_for("register", n=3, timeout=60)
+    assert [r["job_id"] for r in got] == ["4242"] * 3
+
+
+def test_registration_is_not_retried_after_a_final_refusal(monkeypatch) -> None:
+    from harp_submit import client, registration, route
+
+    tries = []
+
+    def ask(where, message, timeout):
+        tries.append(message)
+        raise client.HarpdUnavailable("harpd refused: job 4242 is not yours", reachable=True, final=True)
+
+    slept: list[float] = []
+    monkeypatch.setattr(registration.client, "ask", ask)
+    assert registration.send(route.Route("/nonexistent"), {"op": "register"}, 1.0, 60.0, sleep=slept.append) is False
+    assert len(tries) == 1 and slept == []
+
+
+def test_registration_backs_off_within_its_budget(monkeypatch) -> None:
+    from harp_submit import client, registration, route
+
+    now = [0.0]
+    slept: list[float] = []
+
+    def sleep(s: float) -> None:
+        slept.append(s)
+        now[0] += s
+
+    def ask(where, message, timeout):
+        now[0] += timeout
+        raise client.HarpdUnavailable("no answer within 2 s")
+
+    monkeypatch.setattr(registration.client, "ask", ask)
+    ok = registration.send(route.Route("/nonexistent"), {"op": "register"}, 2.0, 60.0, sleep=sleep,
+                           clock=lambda: now[0])
+    assert ok is False and now[0] <= 60.0
+    assert slept[:5] == [0.5, 1.0, 2.0, 4.0, 8.0] and max(slept) == registration.MAX_PAUSE_S

@@ -75,7 +75,7 @@ def test_the_last_extension_goes_straight_to_the_request(store, slurm):
 
 
 def test_partition_max_time_caps_the_extension(store, slurm):
-    register(store, "8", original_s=600)
+    register(store, "8", original_s=600, harp_time="2")
     slurm.add("8", limit_s=120, used_s=100, partition="tiny")
     e = extender(store, slurm)
     e.tick(slurm.queue())
@@ -181,3 +181,44 @@ def test_a_timeout_after_the_update_took_effect_is_not_repeated(store, slurm):
     e.tick(slurm.queue())
     assert e.tick(slurm.queue()) == 0
     assert steps(store, "18") == [(60, 120, "done")] and len(slurm.calls) == 1
+
+
+# ------------------------------------------------------------ Slurm is asked again before acting
+
+
+def test_a_job_whose_owner_is_not_the_registered_one_is_left_alone(store, slurm, caplog):
+    register(store, "50", original_s=600, uid=1001, user="bob")  # the queue says alice (1000) owns it
+    slurm.add("50", limit_s=60, used_s=30)
+    extender(store, slurm).tick(slurm.queue())
+    assert slurm.jobs["50"]["limit"] == 60 and slurm.calls == [] and store.limit_changes("50") == []
+    assert "owner uid 1000, not the registered uid 1001" in caplog.text
+
+
+def test_a_limit_someone_else_changed_is_theirs(store, slurm, caplog):
+    register(store, "51", original_s=3600)  # harp decided 1 minute
+    slurm.add("51", limit_s=120, used_s=100)  # but the job has 2: not the limit harp set
+    extender(store, slurm).tick(slurm.queue())
+    assert slurm.jobs["51"]["limit"] == 120 and slurm.calls == []
+    assert "not the 60 s harp last set" in caplog.text
+
+
+def test_an_unverified_registration_is_never_extended(store, slurm, caplog):
+    register(store, "52", original_s=3600, verified=False)
+    slurm.add("52", limit_s=60, used_s=30)
+    e = extender(store, slurm)
+    e.tick(slurm.queue())
+    e.tick(slurm.queue())
+    assert slurm.jobs["52"]["limit"] == 60 and slurm.calls == []
+    assert caplog.text.count("not verified with Slurm") == 1  # said once, not every tick
+
+
+def test_harps_own_extension_is_the_limit_it_checks_next(store, slurm):
+    register(store, "53", original_s=3600)
+    slurm.add("53", limit_s=60, used_s=30)
+    e = extender(store, slurm)
+    e.tick(slurm.queue())
+    first = slurm.jobs["53"]["limit"]
+    assert first > 60
+    slurm.jobs["53"]["used"] = first - 10
+    e.tick(slurm.queue())
+    assert slurm.jobs["53"]["limit"] > first  # its own last extension counts as harp's limit

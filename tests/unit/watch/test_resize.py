@@ -150,3 +150,17 @@ def test_a_workflow_task_left_as_asked_at_submission_is_sized_from_its_finished_
     assert slurm.jobs["40"]["mem"] == 3000 and slurm.calls == [("40", {"MinMemoryNode": "3000"})]
     assert slurm.jobs["41"]["mem"] == slurm.jobs["42"]["mem"] == 8000
     assert store.limit_changes("41") == store.limit_changes("42") == []
+
+
+def test_a_pending_job_is_re_sized_only_while_slurm_shows_harps_owner_and_limit(store, slurm, caplog):
+    register(store, "60", original_s=7200, harp_time="60", uid=1001, user="bob")  # Slurm says alice owns it
+    slurm.add("60", state="PENDING", limit_s=3600)
+    register(store, "61", original_s=7200, harp_time="60")
+    slurm.add("61", state="PENDING", limit_s=5400)  # someone set 90 minutes: not harp's limit any more
+    want = [1800]
+    r = resizer(store, slurm, want)
+    r.on_outcome(outcome())
+    r.tick(slurm.queue())
+    assert slurm.calls == [] and slurm.jobs["60"]["limit"] == 3600 and slurm.jobs["61"]["limit"] == 5400
+    assert "job 60: not re-sized: Slurm reports owner uid 1000" in caplog.text
+    assert "job 61: not re-sized: its time limit is 5400 s, not the 3600 s harp last set" in caplog.text

@@ -116,3 +116,21 @@ def test_the_live_predictor_reads_siblings_in_flight_and_the_budget_scale():
         p.soft_state.extended()  # many extensions lately: more room for every job
     assert _time_of(p)[1]["budget_scale"] > 1.5
     assert _time_of(p)[0] > "00:11:00"
+
+
+def test_a_user_over_their_extension_budget_keeps_their_time_request(store):
+    p = _predictor_with_history()
+    p.soft_state.store = store  # the live state reads the user's record from harpd's store
+    assert _time_of(p)[0] == "00:11:00"  # ann is cut while her jobs stay within harp's limits
+    cut = {"changes": [{"option": "time", "value": "11", "old": "120", "reason": "m"}], "limits": {}, "explain": {}}
+    for i in range(10):
+        store.add_submission(str(500 + i), 1000, "ann", {}, {"time_s": 7200}, {"time_s": 660}, cut, verified=True)
+        if i < 5:
+            store.add_limit_change(str(500 + i), "extend", 660, 1320, "r", "done")
+    # a minute later (the per-user figure is cached that long), harpd sees ann's overruns
+    assert p.soft_state.user_over_budget("ann", now=__import__("time").time() + 61) == (5, 10)
+    job = JobRequest(partition="cpu", signature="sig", request={"time_s": 7200, "ntasks": 4})
+    d = p.decide(job, "ann", 1000)
+    assert [c for c in d.changes if c.option == "time"] == []
+    assert "5 of your last 10 jobs harp cut outgrew its limit" in d.explain["time"]["reason"]
+    assert p.soft_state.explain()["users_not_cut"] == ["ann"]

@@ -6,6 +6,7 @@ from typing import Any
 
 import pytest
 
+from harp_submit.units import parse_mem
 from harpd.config import HarpSettings
 from harpd.slurm.base import PartitionInfo, QueuedJob, SlurmError
 from harpd.slurm.scontrol import update_fields
@@ -62,7 +63,7 @@ class FakeQueue:
 def register(store: Store, jid: str, *, original_s: int | None = 600, harp_time: str | None = "1",
              signature: str = "sig-a", user: str = "alice", uid: int = 1000, decision: bool = True,
              original_mem_mb: int | None = None, harp_mem: str | None = None,
-             mem_option: str = "mem") -> None:
+             mem_option: str = "mem", verified: bool = True) -> None:
     """What harp-submit registers for a job harp shortened to ``harp_time`` (minutes) (and ``harp_mem``)."""
     changes = [] if harp_time is None else [{"option": "time", "value": harp_time, "old": "10", "reason": "model"}]
     if harp_mem is not None:
@@ -71,8 +72,13 @@ def register(store: Store, jid: str, *, original_s: int | None = 600, harp_time:
     original = {"time_s": original_s, **({key: original_mem_mb} if original_mem_mb else {})}
     job = {"signature": signature, "job_name": "job.sh", "partition": "debug",
            "request": original, "harp_lines": []}
-    store.add_submission(jid, uid, user, job, original, {"time_s": 60},
-                         {"changes": changes, "limits": {}, "model": "m", "explain": {}} if decision else None)
+    # what harpd stores once slurmctld vouched for it: the decided limits, verified
+    decided = {**original, "time_s": int(harp_time) * 60 if harp_time is not None else original_s}
+    if harp_mem is not None:
+        decided[key] = parse_mem(harp_mem)
+    store.add_submission(jid, uid, user, job, original, decided,
+                         {"changes": changes, "limits": {}, "model": "m", "explain": {}} if decision else None,
+                         verified=verified)
 
 
 def settings(**watch: Any) -> HarpSettings:

@@ -1,0 +1,101 @@
+"""Register the jobs whose registration message never came, from the token in their comment.
+
+harp-submit sends ``register`` from a detached child that may lose its
+message (a node under load, a killed child).  A job whose request harp
+changed also carries its decision's token in its Slurm comment
+(``harp_submit.registration.comment_argv``), so on each poll harpd lists the
+queue, finds jobs carrying the token of a recorded decision no job has
+claimed yet (finished jobs too, while slurmctld keeps them: a job that ran
+in seconds is gone from the queue by the next poll), and registers them itself after the same checks with slurmctld
+as a ``register`` message gets (``Registrar``): owner is the decision's uid,
+limits the decided ones, submitted after the decision, token used once.
+
+Nothing is listed while no decision waits for its job, so a quiet harpd
+costs Slurm nothing.  Decisions no job claimed within ``KEEP_S`` are dropped
+(their job was never submitted, or was refused by sbatch).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from datetime import datetime
+from typing import Any
+
+from harpd.daemon.registration import Refused, Registrar, token_in_comment
+from harpd.slurm.base import SlurmBackend, SlurmError
+from harpd.slurm.job_ids import submitted_id
+from harpd.store import Store, StoreError
+
+log = logging.getLogger("harpd.adopt")
+
+__all__ = ["Adopter", "KEEP_S", "JOB_ID"]
+
+KEEP_S = 86400.0  # a day: a submission held up longer than that by a slow node is not worth binding
+JOB_ID = "harp-adopt"
+
+
+class Adopter:
+    """Finds decided jobs in the queue and registers those nobody registered."""
+
+    def __init__(self, store: Store, backend: SlurmBackend, clock: Callable[[], float] = time.time) -> None:
+        self.store = store
+        self.backend = backend
+        self.registrar = Registrar(store, backend)
+        self.clock = clock
+
+    def tick(self) -> int:
+        """One pass; returns how many jobs were registered.  Never raises (a scheduler job)."""
+        try:
+            return self._tick()
+        except (SlurmError, StoreError) as exc:
+            log.warning("adopt: %s; next poll tries again", exc)
+            return 0
+        except Exception:  # noqa: BLE001 - a scheduler job must not die
+            log.exception("adopt: failed")
+            return 0
+
+    def _tick(self) -> int:
+        now = self.clock()
+        dropped = self.store.drop_decisions(now - KEEP_S)
+        if dropped:
+            log.info("adopt: forgot %d decision(s) no job claimed within %g h", dropped, KEEP_S / 3600)
+        tokens = self.store.unclaimed_tokens(now - KEEP_S)
+        if not tokens:
+            return 0
+        made = 0
+        seen: set[str] = set()
+        for job in self.backend.held_jobs():
+            token = token_in_comment(job.comment)
+            job_id = submitted_id(job.job_id)
+            if token is None or token not in tokens or job_id in seen:
+                continue
+            seen.add(job_id)
+            made += self._adopt(job_id, token)
+        return made
+
+    def _adopt(self, job_id: str, token: str) -> int:
+        row = self.store.get_decision(token)
+        if row is None or row["job_id"] is not None:
+            return 0  # registered meanwhile by its own message
+        try:
+            v = self.registrar.register(job_id, int(row["uid"]), token)
+        except Refused as exc:
+            log.warning("adopt: job %s carries a decision token but is not registered: %s", job_id, exc)
+            return 0
+        log.info("adopt: registered job %s of %s (uid %d) from the decision token in its comment "
+                 "(its registration message never came)", job_id, v.user, v.uid)
+        return 1
+
+    def attach(self, ingest_service: Any, interval_s: float) -> "Adopter":
+        """Run on the poller's scheduler, every ``interval_s``."""
+        scheduler = getattr(ingest_service, "scheduler", None)
+        if scheduler is not None:
+            scheduler.add_job(self.tick, "interval", seconds=float(interval_s), id=JOB_ID,
+                              name="harp adopt (register decided jobs whose message was lost)",
+                              replace_existing=True, max_instances=1, coalesce=True, next_run_time=datetime.now())
+        return self
+
+    def shutdown(self) -> None:
+        """Nothing to stop: the poller's scheduler runs the ticks."""
