@@ -850,8 +850,14 @@ class Store:
         return self._decision_row(rows[0]) if rows else None
 
     def unclaimed_tokens(self, since: float) -> set[str]:
-        """Tokens of decisions made at or after ``since`` that no job has claimed yet."""
-        rows = self._read("SELECT token FROM decisions WHERE job_id IS NULL AND decided_at >= ?", (float(since),))
+        """Tokens of decisions made at or after ``since`` that no job has claimed yet.
+
+        Only decisions that changed something: harp-submit puts the token in
+        the job's comment only then, so a dry run or an unchanged job never
+        makes harpd list the queue looking for it.
+        """
+        rows = self._read("SELECT token FROM decisions WHERE job_id IS NULL AND decided_at >= ? "
+                          "AND json_array_length(decision, '$.changes') > 0", (float(since),))
         return {r[0] for r in rows}
 
     def drop_decisions(self, before: float) -> int:

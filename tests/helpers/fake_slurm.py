@@ -25,6 +25,7 @@ class FakeSlurm:
     def __init__(self) -> None:
         self.jobs: dict[str, JobInfo] = {}
         self.down = False
+        self.listings = 0  # calls of held_jobs: each is a listing of the whole queue
         self.updates: list[tuple[str, dict]] = []
 
     def add(self, job_id: str, uid: int, *, time_s: int | None = None, mem_mb: int | None = None,
@@ -45,6 +46,7 @@ class FakeSlurm:
         return self.jobs[job_id]
 
     def held_jobs(self) -> list[QueuedJob]:
+        self.listings += 1
         return self.queue()
 
     def queue(self) -> list[QueuedJob]:

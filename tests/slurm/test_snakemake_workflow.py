@@ -88,28 +88,41 @@ def _snakemake() -> str:
     return str(exe)
 
 
-@pytest.fixture(scope="module")
-def workflow(slurm_cluster):
-    """A workflow directory, a bin directory with harp-submit as ``sbatch``, and a harpd."""
+def require_system_conf(cluster) -> None:
+    """Skip (fail in CI) unless /etc/slurm/slurm.conf is ``cluster``'s: Snakemake's job step runs srun
+    inside the job, which reads the system's Slurm config, not the test's SLURM_CONF."""
     sys_conf = Path("/etc/slurm/slurm.conf")
-    if not (sys_conf.is_symlink() and os.readlink(sys_conf) == str(slurm_cluster.conf)):
-        msg = (f"{sys_conf} is not this cluster's ({slurm_cluster.conf}): srun in the jobs would not reach it "
+    if not (sys_conf.is_symlink() and os.readlink(sys_conf) == str(cluster.conf)):
+        msg = (f"{sys_conf} is not this cluster's ({cluster.conf}): srun in the jobs would not reach it "
                "(scripts/localslurm links it on a machine with no Slurm config)")
         if os.environ.get("CI", "").lower() in ("true", "1", "yes"):
             pytest.fail(msg, pytrace=False)
         pytest.skip(msg)
+
+
+def sandbox(d: Path, snakefile: str) -> tuple[Path, Path, Path]:
+    """In ``d``: the workflow directory with ``snakefile``, a bin directory whose ``sbatch`` is
+    harp-submit, and an empty harpd directory; returns (workflow, bin, harpd)."""
+    wf = d / "wf"
+    wf.mkdir()
+    (wf / "Snakefile").write_text(snakefile)
+    bin_dir = d / "bin"
+    bin_dir.mkdir()
+    sbatch = bin_dir / "sbatch"
+    sbatch.write_text(f"#!/bin/sh\nexec {sys.executable} -c '{RUN_SUBMIT}' \"$@\"\n")
+    sbatch.chmod(0o755)
+    harpd_dir = d / "harpd"
+    harpd_dir.mkdir()
+    return wf, bin_dir, harpd_dir
+
+
+@pytest.fixture(scope="module")
+def workflow(slurm_cluster):
+    """A workflow directory, a bin directory with harp-submit as ``sbatch``, and a harpd."""
+    require_system_conf(slurm_cluster)
     snakemake = _snakemake()
     with short_tmpdir("hwf-") as d:
-        wf = d / "wf"
-        wf.mkdir()
-        (wf / "Snakefile").write_text(_snakefile())
-        bin_dir = d / "bin"
-        bin_dir.mkdir()
-        sbatch = bin_dir / "sbatch"
-        sbatch.write_text(f"#!/bin/sh\nexec {sys.executable} -c '{RUN_SUBMIT}' \"$@\"\n")
-        sbatch.chmod(0o755)
-        harpd_dir = d / "harpd"
-        harpd_dir.mkdir()
+        wf, bin_dir, harpd_dir = sandbox(d, _snakefile())
         toml = "[predict]\nmin_history = 4\n"  # two runs of two samples: each rule's own four runs
         with running_harpd(harpd_dir, slurm_conf=slurm_cluster.conf, extra_toml=toml, poll_interval_s=2) as sock:
             yield {"dir": wf, "bin": bin_dir, "socket": sock, "snakemake": snakemake, "cluster": slurm_cluster}

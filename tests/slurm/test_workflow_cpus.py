@@ -29,7 +29,9 @@ from harpd.records import JobRecord, Outcome
 from harpd.store import Store
 from tests.helpers.harpd_process import running_harpd
 from tests.helpers.processes import run_harp_submit, short_tmpdir
-from tests.slurm.test_snakemake_workflow import _ids, _jobs, _mb, _run, _snakemake, _wait_outcomes
+from tests.slurm.test_snakemake_workflow import (
+    _ids, _jobs, _mb, _run, _snakemake, _wait_outcomes, require_system_conf, sandbox,
+)
 
 pytestmark = pytest.mark.slurm
 
@@ -72,27 +74,11 @@ def snakemake_workflow(slurm_cluster):
 
 def _workflow(slurm_cluster, snakefile: str, rule: str, poll_interval_s: float):
     """A workflow directory, harp-submit as ``sbatch``, and a harpd whose store holds ``rule``'s history."""
-    import os
-    import sys
-    from pathlib import Path
-
-    from tests.slurm.test_snakemake_workflow import RUN_SUBMIT
-
-    sys_conf = Path("/etc/slurm/slurm.conf")
-    if not (sys_conf.is_symlink() and os.readlink(sys_conf) == str(slurm_cluster.conf)):
-        pytest.skip(f"{sys_conf} is not this cluster's ({slurm_cluster.conf}): srun in the jobs would not reach it")
+    require_system_conf(slurm_cluster)
     snakemake = _snakemake()
     with short_tmpdir("hwc-") as d:
-        wf = d / "wf"
-        wf.mkdir()
-        (wf / "Snakefile").write_text(snakefile)
-        bin_dir = d / "bin"
-        bin_dir.mkdir()
-        sbatch = bin_dir / "sbatch"
-        sbatch.write_text(f"#!/bin/sh\nexec {sys.executable} -c '{RUN_SUBMIT}' \"$@\"\n")
-        sbatch.chmod(0o755)
-        harpd_dir = d / "harpd"
-        (harpd_dir / "lib").mkdir(parents=True)
+        wf, bin_dir, harpd_dir = sandbox(d, snakefile)
+        (harpd_dir / "lib").mkdir()
         # the rule's history: 25 runs that kept a third of a core busy of their 2 (harp's cores rule would give 1)
         _seed(harpd_dir / "lib" / "harp.db", TaskIdentity("snakemake", str(wf / "Snakefile"), rule).signature(), 2)
         with running_harpd(harpd_dir, slurm_conf=slurm_cluster.conf, poll_interval_s=poll_interval_s, timeout_s=90,

@@ -224,8 +224,18 @@ def test_adopter_refuses_a_copied_token(world):
 
 def test_adopter_asks_slurm_nothing_without_waiting_decisions(store):
     slurm = FakeSlurm()
-    slurm.down = True  # any call would fail loudly
     assert Adopter(store, slurm).tick() == 0
+    assert slurm.listings == 0
+
+
+def test_adopter_lists_nothing_for_decisions_that_changed_nothing(store):
+    # an unchanged job carries no token in its comment: its decision is never looked for in the queue
+    h = Handlers(store, predictor=None, slurm=FakeSlurm())
+    ans = h.handle(ALICE, req({"op": "predict", "job": {"partition": "short", "request": {"time_s": 3600}}}))
+    assert isinstance(ans, p.PredictAnswer) and ans.token and not ans.decision.changes
+    slurm = FakeSlurm()
+    assert Adopter(store, slurm).tick() == 0
+    assert slurm.listings == 0 and store.get_decision(ans.token)["job_id"] is None
 
 
 def test_adopter_forgets_old_unclaimed_decisions(world):
