@@ -32,6 +32,14 @@ USER_WINDOW, USER_MIN_JOBS = 50, 10
 USER_CACHE_S = 60.0  # one store query per user and minute, not per request
 
 
+def user_over_budget(store: Any, user: str, budget: float) -> tuple[int, int] | None:
+    """(extended, jobs) when ``user``'s last ``USER_WINDOW`` harp-cut jobs were extended
+    past ``budget`` (a share), once they have ``USER_MIN_JOBS``; else None.  The one rule
+    behind the decision (``SoftState``) and what ``harp report`` says about it."""
+    jobs, extended = store.user_extensions(user, USER_WINDOW)
+    return (extended, jobs) if jobs >= USER_MIN_JOBS and extended > budget * jobs else None
+
+
 class SoftState:
     """Budget scale, siblings in flight, usual stake: one per harpd, shared by the predictor and the watcher."""
 
@@ -122,8 +130,7 @@ class SoftState:
             cached = self._users.get(user)
         if cached is not None and now - cached[0] < USER_CACHE_S:
             return cached[1]
-        jobs, extended = self.store.user_extensions(user, USER_WINDOW)
-        over = (extended, jobs) if jobs >= USER_MIN_JOBS and extended > self.policy.user_extension_budget * jobs else None
+        over = user_over_budget(self.store, user, self.policy.user_extension_budget)
         with self._lock:
             self._users[user] = (now, over)
         return over

@@ -11,6 +11,8 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
+from harpd.predict.soft import SoftPolicy
+from harpd.predict.soft_state import user_over_budget
 from harpd.protocol import REPORT_FORMATS
 from harpd.report import scoreboard
 from harpd.report.aggregate import Report, build_report
@@ -105,11 +107,36 @@ def build(store: Store, settings: Any, *, by: str, window: Window, user: str | N
             f"known: {compact(report.total['core_h_limit_unused'])} core-h (CPUs x (time limit - elapsed)). "
             f"Add {','.join(usage)} to sacct -o when exporting to see the rest"
         )
+    notes += _not_cut(store, settings, users or _users_of(loaded.jobs))
     report.notes.extend(notes)
     report.source = source
     # the queue panel: what `harp replay --schedule` left beside this store
     report.queue = saved_queue.load(saved_queue.path_beside(store.path)) or {}
     return report
+
+
+#: an admin report over everyone checks at most this many users against their extension budget
+MAX_BUDGET_USERS = 2000
+
+
+def _users_of(jobs: dict[str, Any]) -> tuple[str, ...]:
+    names = dict.fromkeys(str(u) for u in jobs.get("user", []) if u)
+    return tuple(names)[:MAX_BUDGET_USERS]
+
+
+def _not_cut(store: Store, settings: Any, users: tuple[str, ...]) -> list[str]:
+    """One note per user whose jobs harp no longer cuts: past their soft-limit extension budget."""
+    if not settings.watch.soft_limits:
+        return []
+    budget = SoftPolicy.from_settings(settings.predict).user_extension_budget
+    notes = []
+    for user in users:
+        over = user_over_budget(store, user, budget)
+        if over is not None:
+            extended, jobs = over
+            notes.append(f"harp keeps {user}'s own time requests: {extended} of their last {jobs} harp-cut jobs "
+                         f"outgrew harp's limit (budget {budget:.0%}, predict.soft_user_extension_budget)")
+    return notes
 
 
 def _scope(filters: Filters) -> str:

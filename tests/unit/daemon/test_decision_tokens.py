@@ -316,6 +316,19 @@ def test_a_user_over_their_extension_budget_is_no_longer_cut(store):
     assert state.explain()["users_not_cut"] == ["bob"]
     few = SoftState(SoftPolicy(user_extension_budget=0.3), store)
     assert few.user_over_budget("carol") is None  # no jobs: nothing to judge
+    # and the report says so, for the user and for an admin asking about them
+    from harpd.config import HarpSettings
+    from harpd.report import build
+
+    settings = HarpSettings()
+    window = build.window_of(settings, "all", None)
+    for who in ("bob", "bob,alice"):
+        notes = build.build(store, settings, by="user", window=window, user=who, source="test").notes
+        assert [n for n in notes if "keeps" in n] == [
+            "harp keeps bob's own time requests: 12 of their last 20 harp-cut jobs outgrew harp's limit "
+            "(budget 30%, predict.soft_user_extension_budget)"]
+    notes = build.build(store, settings, by="user", window=window, user="alice", source="test").notes
+    assert not [n for n in notes if "keeps" in n]
 
 
 def test_a_claimed_harp_change_without_a_token_is_refused(world):
