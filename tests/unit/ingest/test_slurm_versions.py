@@ -168,3 +168,19 @@ def test_harp_getopt_refuses_bad_option_in_sbatch_words(version):
     with pytest.raises(GetoptError) as err:
         SBATCH_TABLE.parse(case["argv"])
     assert case["stderr"].splitlines()[0] == f"sbatch: {err.value}"
+
+
+@pytest.mark.parametrize("version", SACCT_VERSIONS)
+def test_sacct_json_layout_named_for_the_release(version):
+    doc = json.loads((FIXTURES / "sacct" / f"{version}-jobs.json").read_text())
+    assert sacct_json.json_layout(doc) == ("22.05" if version == "22.05" else "23.11+")
+
+
+@pytest.mark.parametrize("version", SACCT_VERSIONS)
+def test_sacct_memory_kill_is_signal_9_with_maxrss_over_the_request(version):
+    """OverMemoryKill (no cgroups): FAILED 0:9, the batch step's MaxRSS above --mem."""
+    for jobs in _sacct(version):
+        oom = by_name(jobs)["fx-oom"][0]
+        assert (oom.state, oom.exit_code, oom.exit_signal) == ("FAILED", 0, 9)
+        batch = next(s for s in oom.steps if s.step_id == "batch")
+        assert batch.max_rss_mb > oom.req_mem_mb
