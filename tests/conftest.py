@@ -157,6 +157,21 @@ def _localslurm(cmd: str, d: Path, timeout: float) -> subprocess.CompletedProces
                           text=True, timeout=timeout, stdin=subprocess.DEVNULL)
 
 
+def _cluster_path(d: Path) -> str:
+    """PATH with the cluster's own Slurm commands first ('' when it runs the system's).
+
+    A cluster of a built Slurm version (``--slurm 26.05``) must be driven by
+    that version's sbatch/sacct/scontrol; ``localslurm env`` says where they are,
+    and the shell that evaluates it is the one authority on what PATH becomes.
+    """
+    proc = subprocess.run(
+        ["bash", "-c", 'eval "$(bash "$0" env "$1")" && printf %s "$PATH"', str(LOCALSLURM), str(d)],
+        capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL)
+    if proc.returncode != 0 or proc.stdout == os.environ.get("PATH", ""):
+        return ""
+    return proc.stdout
+
+
 def _unavailable(reason: str) -> None:
     if os.environ.get("CI", "").lower() in ("true", "1", "yes"):
         pytest.fail(f"local Slurm cluster unavailable in CI: {reason}", pytrace=False)
@@ -185,6 +200,9 @@ def slurm_cluster():
         was_running = "already running from" in proc.stderr
     conf = d / "etc" / "slurm.conf"
     os.environ["SLURM_CONF"] = str(conf)
+    path = _cluster_path(d)
+    if path:
+        os.environ["PATH"] = path
     workdir = Path(tempfile.mkdtemp(prefix="harp-slurm-tests-"))
     workdir.chmod(0o1777)
     cluster = SlurmCluster(dir=d, conf=conf, workdir=workdir,
