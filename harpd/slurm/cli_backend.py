@@ -10,6 +10,7 @@ that names the command and quotes the first line of its stderr.
 
 from __future__ import annotations
 
+import logging
 import os
 import pwd
 import re
@@ -24,11 +25,13 @@ from harpd.config import HarpSettings, SlurmSettings
 from harpd.slurm.classify import to_records
 from harpd.records import JobRecord
 from harpd.slurm.base import Accounting, JobChanges, JobInfo, PartitionInfo, QueuedJob, SlurmError
-from harpd.slurm.scontrol import job_info, parse_kv_line, queued_job, update_fields
+from harpd.slurm.scontrol import AmbiguousRecord, job_info, job_record, parse_kv_line, queued_job, update_fields
 from harp_submit.units import parse_duration_s as duration_s
 from harpd.slurm.sacct_json import parse_json
 from harpd.slurm.sacct_records import SacctJob, SacctParseError
 from harpd.slurm.sacct_text import PARSABLE2_COLUMNS, owners_of_parsable, parse_parsable2
+
+log = logging.getLogger("harpd.slurm")
 
 __all__ = ["CliBackend"]
 
@@ -335,12 +338,32 @@ class CliBackend:
     # ------------------------------------------------------------- scontrol
 
     def show_job(self, job_id: str) -> JobInfo:
+        return job_info(self._job_record(job_id))
+
+    def _record_ids(self, job_id: str | None = None) -> list[str]:
+        """slurmctld's records (job ids, one per record), from squeue: no user text in the answer."""
+        args = ["-h", "-t", "all", "-o", "%A"] + ([] if job_id is None else ["-j", job_id])
+        return [ln.strip() for ln in self._run("squeue", args).splitlines() if ln.strip()]
+
+    def _job_record(self, job_id: str) -> dict[str, str]:
+        """The job's own record, read only when its text cannot pass for Slurm's.
+
+        scontrol prints a record's text unquoted, newlines too, so a job name
+        can end its line early and make up the rest of it: the answer is
+        taken only when it has as many lines as squeue (whose answer holds no
+        user text) counts records for the id, each a whole record
+        (``job_record``).
+        """
         jid = self._check_job_id(job_id)
         out = self._run("scontrol", ["show", "job", "--oneliner", jid])
-        line = _first_line(out)
-        if not line:
+        lines = [ln for ln in out.splitlines() if ln.strip()]
+        if not lines:
             raise SlurmError(f"scontrol show job {jid}: empty answer")
-        return job_info(parse_kv_line(out.splitlines()[0] if out.splitlines() else line))
+        records = [job_record(ln, jid) for ln in lines]  # AmbiguousRecord for a line that is not one whole record
+        if len(lines) != len(self._record_ids(jid)):
+            raise AmbiguousRecord(f"Slurm's record of job {jid} cannot be read safely (its text holds a line break); "
+                                  "harp leaves this job alone")
+        return records[0]
 
     def partitions(self) -> dict[str, PartitionInfo]:
         parts = [parse_kv_line(ln) for ln in self._run("scontrol", ["show", "partition", "--oneliner"]).splitlines() if ln.strip()]
@@ -403,9 +426,39 @@ class CliBackend:
         self._run("scontrol", args)
 
     def held_jobs(self) -> list[QueuedJob]:
-        # one `scontrol show job` lists every job slurmctld holds, finished ones too (for MinJobAge)
+        """Every job slurmctld holds, finished ones too (for MinJobAge), from one ``scontrol show job``.
+
+        Taken whole when every line is one record of a job squeue lists, each
+        once (``job_record``).  A job's text can hold a line break and a
+        made-up record after it, so otherwise each job is read on its own
+        (``show_job``'s checks), and a job whose record cannot be read safely
+        is left out and logged.
+        """
         out = self._run("scontrol", ["show", "job", "--oneliner"])
-        return [queued_job(parse_kv_line(ln)) for ln in out.splitlines() if ln.strip().startswith("JobId=")]
+        ids = set(self._record_ids())
+        lines = [ln for ln in out.splitlines() if ln.strip()]
+        kvs: dict[str, dict[str, str]] = {}
+        clean = True
+        for ln in lines:
+            try:
+                kv = job_record(ln)
+            except AmbiguousRecord:
+                clean = False
+                continue
+            jid = kv.get("JobId") or ""
+            clean = clean and jid in ids and jid not in kvs
+            kvs[jid] = kv
+        if clean:
+            return [queued_job(kv) for kv in kvs.values()]
+        log.warning("a job's text in scontrol's listing reads as Slurm's fields or holds a line break: "
+                    "reading the %d job(s) one by one", len(ids))
+        jobs = []
+        for jid in sorted(ids & set(kvs)):
+            try:
+                jobs.append(queued_job(self._job_record(jid)))
+            except SlurmError as exc:
+                log.warning("left out of the queue listing: %s", exc)
+        return jobs
 
     def queue(self) -> list[QueuedJob]:
         return [j for j in self.held_jobs() if j.running or j.pending]

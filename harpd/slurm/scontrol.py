@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from harp_submit.units import parse_duration_s, parse_size_mb
 from harpd.slurm.base import JobChanges, JobInfo, QueuedJob, SlurmError, whole_minutes
 
-__all__ = ["parse_kv_line", "job_info", "queued_job", "update_fields"]
+__all__ = ["AmbiguousRecord", "job_record", "parse_kv_line", "job_info", "queued_job", "update_fields"]
 
 # a key of `scontrol show -o` output: a word right after a space, up to '='
 _KV_KEY_RE = re.compile(r"(?:^|(?<=\s))([A-Za-z][A-Za-z0-9_/:.\-]*)=")
@@ -35,6 +35,61 @@ def parse_kv_line(line: str) -> dict[str, str]:
         end = matches[i + 1].start() if i + 1 < len(matches) else len(line)
         out[m.group(1)] = line[m.end() : end].strip()
     return out
+
+
+#: keys without which harp cannot tell whose job this is, what it is doing and its limit
+_ONCE = ("JobId", "UserId", "JobState", "TimeLimit")
+#: every other key harp reads: slurmctld prints each at most once (the memory pair: one or the other),
+#: so a second one, or both memory keys, can only come from the job's own text
+_AT_MOST_ONCE = ("ArrayJobId", "ArrayTaskId", "JobName", "Reason", "SubmitTime", "Partition", "Account",
+                 "RunTime", "Restarts", "StartTime", "EndTime", "WorkDir", "CPUs/Task", "MinMemoryNode",
+                 "MinMemoryCPU", "Comment", "StdOut", "StdErr")
+
+
+class AmbiguousRecord(SlurmError):
+    """A job record whose own text (name, comment, directory, paths) reads as Slurm's fields."""
+
+
+def job_record(line: str, job_id: str | None = None) -> dict[str, str]:
+    """One ``scontrol show job -o`` line as a dict, refused when a user's text could be read as Slurm's.
+
+    scontrol prints a job's name, comment, directory and paths unquoted, so
+    ``--comment='x UserId=root(0)'`` (or a newline and a whole made-up
+    record) would otherwise be read as the owner, the limit or another job's
+    id.  harpd acts on these values as root, so a record is taken only when
+    every key harp reads appears as often as slurmctld prints it: the
+    always-printed keys exactly once, the others at most once (and one memory
+    key, not both), an array job's ids right after its JobId, as every
+    release prints them.  Anything else is ``AmbiguousRecord``: harp leaves
+    that job alone rather than guess.
+    """
+    keys = [m.group(1) for m in _KV_KEY_RE.finditer(line)]
+    counts = {k: keys.count(k) for k in (*_ONCE, *_AT_MOST_ONCE)}
+    what = job_id or "?"
+    bad = [k for k in _ONCE if counts[k] != 1] + [k for k in _AT_MOST_ONCE if counts[k] > 1]
+    if counts["MinMemoryNode"] and counts["MinMemoryCPU"]:
+        bad.append("MinMemoryNode/MinMemoryCPU")
+    for pos, key in ((1, "ArrayJobId"), (2, "ArrayTaskId")):
+        if counts[key] and (len(keys) <= pos or keys[pos] != key):
+            bad.append(key)
+    if keys[:1] != ["JobId"]:
+        bad.append("JobId")
+    if bad:
+        raise AmbiguousRecord(
+            f"Slurm's record of job {what} cannot be read safely ({', '.join(dict.fromkeys(bad))} missing, repeated or "
+            "out of place: the job's name, comment or paths hold text in Slurm's own key=value form); "
+            "harp leaves this job alone")
+    out = parse_kv_line(line)
+    if job_id is not None and out.get("JobId") != job_id and not _is_task_of(out, job_id):
+        raise AmbiguousRecord(f"Slurm answered about job {out.get('JobId')} when asked about job {job_id}; "
+                              "harp leaves this job alone")
+    return out
+
+
+def _is_task_of(kv: Mapping[str, str], job_id: str) -> bool:
+    """``job_id`` names this record's array (``A`` or ``A_T``): scontrol shows a task for its array's id."""
+    array, task = kv.get("ArrayJobId"), kv.get("ArrayTaskId")
+    return array is not None and job_id in (array, f"{array}_{task}")
 
 
 def _value(kv: Mapping[str, str], key: str) -> str | None:

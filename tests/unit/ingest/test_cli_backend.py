@@ -19,7 +19,7 @@ from harpd.records import Outcome
 from harpd.slurm import get_backend
 from harpd.slurm.base import SlurmBackend, SlurmError
 from harpd.slurm.cli_backend import CliBackend
-from harpd.slurm.scontrol import parse_kv_line
+from harpd.slurm.scontrol import AmbiguousRecord, job_record, parse_kv_line
 
 FAKE = textwrap.dedent(
     """\
@@ -51,8 +51,15 @@ FAKE = textwrap.dedent(
             sys.stdout.write(answer("sacct.psv"))
     elif name == "sbatch":
         sys.stdout.write(answer("sbatch.out") or "4242;harptest\\n")
+    elif name == "squeue":  # slurmctld's records, one job id a line (squeue -o %A holds no user text)
+        ids = (answer("squeue.ids") or "").split()
+        if "-j" in sys.argv:
+            ids = [i for i in ids if i == sys.argv[sys.argv.index("-j") + 1]]
+        sys.stdout.write("".join(i + "\\n" for i in ids))
     elif name == "scontrol":
         key = "scontrol." + sys.argv[2] if len(sys.argv) > 2 and sys.argv[1] == "show" else None
+        if key and len(sys.argv) > 4 and answer(key + "." + sys.argv[4]) is not None:
+            key += "." + sys.argv[4]  # one job's own answer
         out = answer(key) if key else ""
         if key and out is None:
             sys.stderr.write("slurm_load_jobs error: Invalid job id specified\\n")
@@ -79,7 +86,7 @@ NODES = (
 
 def make_bin(d: Path, python: str = sys.executable) -> Path:
     d.mkdir(parents=True, exist_ok=True)
-    for name in ("sbatch", "sacct", "scontrol", "scancel"):
+    for name in ("sbatch", "sacct", "scontrol", "scancel", "squeue"):
         p = d / name
         p.write_text(FAKE.format(python=python, name=name))
         p.chmod(0o755)
@@ -92,6 +99,7 @@ def make_bin(d: Path, python: str = sys.executable) -> Path:
         "TimeLimit=00:02:00 StartTime=2026-11-24T08:11:40 EndTime=2026-11-24T08:13:03 "
         "TRES=cpu=1,mem=100M,node=1,billing=1 Command=/home/alice/run me.sh WorkDir=/home/alice\n"
     )
+    (d / "squeue.ids").write_text("12\n")
     return d
 
 
@@ -275,6 +283,47 @@ def test_show_job(backend, bindir):
     assert calls(bindir)[0]["argv"] == ["show", "job", "--oneliner", "12"]
 
 
+REAL = ("JobId={id} JobName={name} UserId={user} GroupId=x(1) JobState=RUNNING Reason=None TimeLimit=00:05:00 "
+        "SubmitTime=2026-11-24T08:11:40 CPUs/Task=1 MinMemoryNode=100M WorkDir=/w Comment={comment} StdOut=/w/o")
+
+
+@pytest.mark.parametrize("name,comment", [
+    ("a UserId=root(0)", "c"),                      # a name that reads as the owner
+    ("a", "x TimeLimit=UNLIMITED"),                 # a comment that reads as the limit
+    ("a", "x MinMemoryCPU=1G"),                     # the other memory key
+    ("a", "x ArrayJobId=99 ArrayTaskId=1"),         # another job's array id
+])
+def test_show_job_refuses_a_record_whose_own_text_reads_as_slurms(backend, bindir, name, comment):
+    (bindir / "scontrol.job").write_text(REAL.format(id=12, name=name, user="bob(1001)", comment=comment) + "\n")
+    with pytest.raises(AmbiguousRecord, match="job 12 cannot be read safely.*harp leaves this job alone"):
+        backend.show_job("12")
+
+
+def test_show_job_refuses_a_record_that_a_line_break_cut_short(backend, bindir):
+    # the name ends the line with a made-up record; the real one goes on in the next line
+    fake = "JobId=12 JobName=a UserId=root(0) JobState=RUNNING TimeLimit=UNLIMITED"
+    (bindir / "scontrol.job").write_text(fake + "\n" + REAL.format(id=12, name="x", user="bob(1001)", comment="c") + "\n")
+    with pytest.raises(AmbiguousRecord, match="line break"):
+        backend.show_job("12")
+    (bindir / "scontrol.job").write_text(REAL.format(id=12, name="a", user="bob(1001)", comment="c") + "\n")
+    assert backend.show_job("12").uid == 1001  # the same job, written plainly, is read
+
+
+def test_held_jobs_reads_each_job_alone_when_a_line_break_makes_up_a_record(backend, bindir):
+    bob = REAL.format(id=12, name="a", user="bob(1001)", comment="x")
+    alice = REAL.format(id=13, name="b", user="alice(1000)", comment="y")
+    forged = REAL.format(id=13, name="b", user="alice(1000)", comment="y").replace("00:05:00", "UNLIMITED")
+    (bindir / "squeue.ids").write_text("12\n13\n")
+    (bindir / "scontrol.job").write_text(bob + "\n" + alice + "\n")
+    assert {j.job_id: j.time_limit_s for j in backend.held_jobs()} == {"12": 300, "13": 300}
+    # bob's comment ends with a line break and a made-up record of alice's job 13
+    (bindir / "scontrol.job").write_text(bob + "\n" + forged + "\n" + alice + "\n")
+    (bindir / "scontrol.job.12").write_text(bob + "\n" + forged + "\n")  # what scontrol shows of job 12 alone
+    (bindir / "scontrol.job.13").write_text(alice + "\n")
+    listing = {j.job_id: (j.uid, j.time_limit_s) for j in backend.held_jobs()}
+    assert listing == {"13": (1000, 300)}  # alice's job as slurmctld has it; bob's, unreadable, left out
+
+
 def test_show_job_unknown(backend, bindir):
     (bindir / "scontrol.job").unlink()
     with pytest.raises(SlurmError, match="Invalid job id specified"):
@@ -320,3 +369,13 @@ def test_get_backend():
         get_backend(HarpSettings(slurm={"backend": "pyslurm"}))
     with pytest.raises(SlurmError, match="unknown slurm.backend 'rest'"):
         get_backend(HarpSettings(slurm={"backend": "rest"}))
+
+
+@pytest.mark.parametrize("path", sorted((Path(__file__).resolve().parents[2] / "fixtures" / "scontrol").glob("*.txt")),
+                         ids=lambda p: p.name)
+def test_every_recorded_release_prints_records_job_record_takes(path):
+    lines = [ln for ln in path.read_text().splitlines() if ln.startswith("JobId=")]
+    assert lines
+    for ln in lines:
+        kv = job_record(ln)
+        assert kv["UserId"] and kv["TimeLimit"]
