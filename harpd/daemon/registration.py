@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import logging
 import math
+import re
 import secrets
 from dataclasses import dataclass
 from typing import Any
@@ -33,7 +34,7 @@ from typing import Any
 from harp_submit.registration import TOKEN_WORD
 from harp_submit.units import parse_mem, parse_time
 from harpd import access
-from harpd.protocol import Decision, Resources
+from harpd.protocol import TOKEN_PATTERN, Decision, Resources
 from harpd.slurm.base import JobInfo, SlurmBackend, SlurmError, whole_minutes
 from harpd.slurm.job_ids import submitted_id
 from harpd.store import Store
@@ -42,7 +43,7 @@ log = logging.getLogger("harpd.registration")
 
 __all__ = ["Refused", "Registrar", "decided_resources", "new_token", "TOKEN_WORD", "token_in_comment"]
 
-_TOKEN_CHARS = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_-")
+_TOKEN_RE = re.compile(TOKEN_PATTERN)  # the wire contract's spelling of a token, the one definition
 
 # scontrol's answers for a job id it has never had (or has purged)
 _UNKNOWN_JOB = ("invalid job id", "job does not exist", "no such job")
@@ -58,7 +59,7 @@ def new_token() -> str:
 
 
 def is_token(text: str | None) -> bool:
-    return bool(text) and 16 <= len(str(text)) <= 64 and set(str(text)) <= _TOKEN_CHARS
+    return bool(text) and _TOKEN_RE.fullmatch(str(text)) is not None
 
 
 def token_in_comment(comment: str | None) -> str | None:
