@@ -30,7 +30,7 @@ import numpy as np
 from harpd.features.resources import gpu_count
 from harpd.features.signature import normalise_commands
 from harpd.features.usage import RecentStops, usage_of
-from harpd.features.workflow import identify, is_workflow_signature, job_signature
+from harpd.features.workflow import TaskIdentity, identify, is_workflow_signature, job_signature
 from harpd.predict.allocation import BOUND, FLOOR, REQUEST_FLOOR, Guard, allocate
 from harpd.predict.bounds import MARGIN
 from harpd.predict.cores import CoresHistory, cut_bounds, run_cores
@@ -324,7 +324,7 @@ class ModelPredictor:
             changes.append(Change(**cores_change))
             if job.request.mem_per_cpu_mb and not any(c.option in ("mem", "mem-per-cpu") for c in changes):
                 changes.append(Change(**_total_mem(job.request)))
-        explain["identity"] = identity_of(job, sig)
+        explain["identity"] = identity_of(job, sig, task)
         if job.input_bytes is not None:
             explain["input_bytes"] = job.input_bytes  # harp_submit.input_size: the files the job names
         if not self.has_model():
@@ -602,7 +602,7 @@ def _signature(job) -> str | None:
     return job.signature or job_signature(job.commands, job.job_name, job.script_name, job.cwd)
 
 
-def identity_of(job, sig: str | None) -> dict[str, Any]:
+def identity_of(job, sig: str | None, task: TaskIdentity | None) -> dict[str, Any]:
     """What harp takes the job to be (``--harp-explain``): a workflow task, or a program by its commands.
 
     An array's tasks share one identity (their index, like a rule's wildcards,
@@ -611,8 +611,7 @@ def identity_of(job, sig: str | None) -> dict[str, Any]:
     array = {"array_tasks": job.array_size} if job.array_size else {}
     if job.signature:
         return {"signature": job.signature, **array}
-    task = identify(job.commands, job.job_name, job.script_name, job.cwd)
-    if task is not None:
+    if task is not None:  # ``identify`` of the job, which ``decide`` has already made
         return {**task.explain(), **array}
     return {"program": normalise_commands(job.commands or []) or None, "signature": sig, **array}
 
