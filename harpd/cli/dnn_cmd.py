@@ -49,6 +49,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     cho = sub.add_parser("choose", usage="harp dnn choose [options] KEY=VALUE ...", help="the GPU configuration harp would request, from [dnn] gpu_types",
                          description="Run the planner on a description and print the sbatch changes.")
     _add_keys_and_options(cho, "choose", keys_help, argparse.REMAINDER)
+    from harpd.cli import dnn_plan
+
+    pla = sub.add_parser("plan", usage="harp dnn plan [options] KEY=VALUE ...",
+                         help="deadline, search (per stage) and batch plan: time and billed GPU-hours",
+                         description="The cheapest configuration meeting deadline=, a plan per successive-"
+                                     "halving stage (trials= eta=), or the GPU count and micro-batch of most "
+                                     "throughput per billed GPU-hour for batch=LO..HI; see docs/dnn.md.")
+    dnn_plan.add_arguments(pla, keys_help + " tokens=20e9 deadline=8h", argparse.REMAINDER)
     sub.add_parser("check", help="compare [dnn] gpu_types with Slurm's partitions and GRES",
                    description="Check each configured GPU type against scontrol show partition/node; "
                                "exit 1 when something disagrees.")
@@ -75,7 +83,12 @@ def _options_among_keys(args: argparse.Namespace) -> None:
         return
     action = args.dnn_command
     p = argparse.ArgumentParser(prog=f"harp dnn {action}", add_help=False)
-    _add_keys_and_options(p, action, "", "*")
+    if action == "plan":
+        from harpd.cli import dnn_plan
+
+        dnn_plan.add_arguments(p, "", "*")
+    else:
+        _add_keys_and_options(p, action, "", "*")
     p.set_defaults(**{k: v for k, v in vars(args).items() if k != "keys"})
     args.__dict__.update(vars(p.parse_intermixed_args(args.keys)))
 
@@ -254,12 +267,16 @@ def _check(args: argparse.Namespace) -> int:
 
 
 def run(args: argparse.Namespace) -> int:
-    if args.dnn_command in ("estimate", "choose"):
+    if args.dnn_command in ("estimate", "choose", "plan"):
         _options_among_keys(args)
+    if args.dnn_command == "plan":
+        from harpd.cli import dnn_plan
+
+        return dnn_plan.run(args)
     if args.dnn_command == "check":
         return _check(args)
     if args.dnn_command == "estimate":
         return _estimate(args)
     if args.dnn_command == "choose":
         return _choose(args)
-    raise CliError("harp dnn needs an action: estimate, choose or check (harp dnn --help)")
+    raise CliError("harp dnn needs an action: estimate, choose, plan or check (harp dnn --help)")

@@ -13,16 +13,19 @@ An option already at the chosen value is left out.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from harpd.dnn.errors import DnnError
+from harpd.dnn.goal_plan import GoalResult, plan_goals
+from harpd.dnn.goals import goals_from_tokens
 from harpd.dnn.gpu_choice import Candidate, choose_config
 from harpd.dnn.refine import PeakObservation, spec_signature
 from harpd.dnn.site_check import check_gpu_types, parse_gres
-from harpd.dnn.spec import DnnSpec, spec_from_lines
-from harpd.dnn.zero import GIB, ceil_gib
+from harpd.dnn.spec import DnnSpec, dnn_tokens, spec_from_lines
+from harpd.dnn.zero import GIB, ceil_gib, estimate
 
 COST_MODEL = ("billed GPU-hours = GPUs x billing_weight x elapsed; elapsed is taken to depend on the "
               "configuration only through the GPU count and to scale at best as 1/GPUs, so harp "
@@ -126,18 +129,37 @@ def _round_gib(d: dict[str, float]) -> dict[str, float]:
     return {k: round(v / GIB, 3) for k, v in d.items()}
 
 
+def _goal_candidate(res: GoalResult, spec: DnnSpec, dnn: Any, fitting: list[Candidate]) -> Candidate:
+    """The Candidate for the configuration the goals chose (re-estimated at a new micro-batch)."""
+    for c in fitting:
+        if ((c.gpu_type.name, c.nodes, c.gpus_per_node, c.stage) == (res.gpu_type, res.nodes, res.gpus_per_node,
+                                                                       res.zero) and res.micro_batch is None):
+            return c
+    gt = next(t for t in dnn.gpu_types if t.name == res.gpu_type)
+    s = dataclasses.replace(spec, micro_batch=res.micro_batch or spec.micro_batch)
+    n = res.nodes * res.gpus_per_node
+    est = estimate(s, n, res.zero, cuda_context_gb=dnn.cuda_context_gb,
+                   distributed_overhead_gb=dnn.distributed_overhead_gb, margin=dnn.safety_margin,
+                   gpus_per_node=res.gpus_per_node)
+    return Candidate(gt, res.nodes, res.gpus_per_node, res.zero, est, est.need)
+
+
 def plan_dnn_job(harp_lines: list[str], request: Mapping[str, Any] | Any, cwd: str | None, settings: Any,
                  *, partitions: Mapping[str, Any] | None = None,
-                 observations: Iterable[PeakObservation] = (), uid: int | None = None) -> DnnPlan:
+                 observations: Iterable[PeakObservation] = (), uid: int | None = None,
+                 billing: Mapping[str, Mapping[str, float]] | None = None) -> DnnPlan:
     """Plan a DNN job's GPU request; see the module doc.
 
     ``settings``: HarpSettings (or its ``dnn`` section).  ``partitions``: the
     Slurm backend's ``partitions()`` when available, to keep to what exists.
     ``observations``: recorded peaks for this job's ``spec_signature``.
     ``uid``: the submitter, so a config file is only read if they may read it.
+    ``billing``: TRESBillingWeights per partition (``harpd.slurm.billing``), for goal plans.
     """
     try:
         spec = spec_from_lines(list(harp_lines or []), cwd, uid)
+        tokens = dnn_tokens(list(harp_lines or []))
+        goals = goals_from_tokens(tokens or {})
     except DnnError as exc:
         return DnnPlan([], {"dnn": {"error": str(exc)}}, str(exc))
     if spec is None:
@@ -158,6 +180,10 @@ def plan_dnn_job(harp_lines: list[str], request: Mapping[str, Any] | Any, cwd: s
                                site_gpus_per_node=site_gpn, observations=observations)
     except DnnError as exc:
         return DnnPlan([], {"dnn": {"error": str(exc)}}, str(exc))
+    goals_result = None
+    if goals.any and choice.best is not None:
+        goals_result = plan_goals(spec, goals, dnn, choice.fitting, site_max_nodes=site_nodes,
+                                  site_gpus_per_node=site_gpn, billing=billing)
     explain: dict[str, Any] = {
         "spec": {k: v for k, v in spec.to_dict().items() if k != "notes"},
         "signature": spec_signature(spec),
@@ -172,6 +198,14 @@ def plan_dnn_job(harp_lines: list[str], request: Mapping[str, Any] | Any, cwd: s
         explain["notes"] += warnings
         return DnnPlan([], {"dnn": explain}, choice.error)
     best = choice.best
+    if goals_result is not None:
+        explain["goals"] = goals_result.explain
+        explain["notes"] += goals_result.notes
+        if goals_result.error:
+            explain["error"] = goals_result.error
+            explain["notes"] += warnings
+            return DnnPlan([], {"dnn": explain}, goals_result.error)
+        best = _goal_candidate(goals_result, spec, dnn, choice.fitting)
     changes, more = _changes_for(best, spec, req, dnn.safety_margin)
     warnings += more
     explain.update({

@@ -52,7 +52,17 @@ KEYS: dict[str, str] = {
     "gpu_type": "restrict the choice to this configured GPU type",
     "launcher": "srun (one task per GPU, default) | torchrun | accelerate | deepspeed (one task per node)",
     "accounting": "harp (default: what DeepSpeed allocates) | paper (ZeRO paper, model states only)",
+    # goals (harpd.dnn.goals): time and cost planning, not memory
+    "deadline": "finish within this time: 8h, 90m, 2d, 1:30:00 (harp picks the cheapest config that meets it)",
+    "tokens": "training tokens of one run (one trial's full training in a search), for the time model",
+    "mfu": "model FLOPs utilisation of the default time model (default 0.4)",
+    "trials": "hyper-parameter search: trials in the first successive-halving stage",
+    "eta": "successive halving: keep 1/eta of the trials per stage (default 3)",
+    "stage": "which successive-halving stage this submission runs (default 0)",
+    "batch": "global batch range the job accepts, e.g. 256..2048 (harp picks GPUs and micro_batch)",
+    "runs": "this job's earlier runs for the scaling fit: GPUS[xTYPE]:ELAPSED,... e.g. 1:10h,4xa100:3h",
 }
+GOAL_KEYS = ("deadline", "tokens", "mfu", "trials", "eta", "stage", "batch", "runs")
 
 _TRUE = {"1", "yes", "true", "on", "y"}
 _FALSE = {"0", "no", "false", "off", "n", "none"}
