@@ -58,6 +58,7 @@ from harpd.predict.retrain_timer import attach_retrain, train_in_background
 from harpd.recovery.machine import make as make_recovery
 from harpd.recovery.site_accounting import read_site_accounting
 from harpd.slurm import SlurmBackend, get_backend
+from harpd.slurm.billing import cached_billing
 from harpd.slurm.partitions import cached_partitions, limits_from_partitions
 from harpd.store import Store, StoreError
 from harpd.watch.privilege import Privilege, detect as detect_privilege
@@ -128,7 +129,7 @@ def build_handlers(settings: HarpSettings, store: Store) -> tuple[Handlers, list
     limits = None if partitions is None else limits_from_partitions(partitions)
     privilege = detect_privilege(settings, backend)
     live = _make_live(settings, store, backend, limits, privilege)
-    predictor = DnnRoutingPredictor(live, settings, partitions)
+    predictor = DnnRoutingPredictor(live, settings, partitions, None if backend is None else cached_billing(backend))
     handlers = Handlers(
         store,
         settings,

@@ -217,4 +217,7 @@ def plan_dnn_job(harp_lines: list[str], request: Mapping[str, Any] | Any, cwd: s
     if spec.zero is None:
         warnings.append(f"zero=auto chose ZeRO stage {best.stage}: run the job with that stage")
     explain["notes"] += warnings
-    return DnnPlan(changes, {"dnn": explain}, None)
+    out = {"dnn": explain}
+    if goals_result is not None and goals_result.explain.get("summary"):
+        out["dnn_plan"] = goals_result.explain["summary"]  # one line in --harp-explain
+    return DnnPlan(changes, out, None)

@@ -41,11 +41,14 @@ class DnnRoutingPredictor:
     """A Predictor (``decide(job, user, uid)``) that adds GPU planning to ``inner``."""
 
     def __init__(self, inner: Any, settings: Any,
-                 partitions: Callable[[], dict[str, Any]] | None = None) -> None:
-        """``partitions``: the daemon's cached ``backend.partitions()`` (None: no Slurm)."""
+                 partitions: Callable[[], dict[str, Any]] | None = None,
+                 billing: Callable[[], dict[str, dict[str, float]]] | None = None) -> None:
+        """``partitions``: the daemon's cached ``backend.partitions()`` (None: no Slurm);
+        ``billing``: its cached TRESBillingWeights per partition (``harpd.slurm.billing``)."""
         self.inner = inner
         self.settings = settings
         self._partitions_fn = partitions
+        self._billing_fn = billing
         self.name = getattr(inner, "name", type(inner).__name__)
 
     def __getattr__(self, name: str) -> Any:  # reload, retrain, refresh... go to the inner predictor
@@ -60,6 +63,15 @@ class DnnRoutingPredictor:
             log.warning("partitions unavailable for GPU planning: %s", exc)
             return None
 
+    def _billing(self) -> dict[str, dict[str, float]] | None:
+        if self._billing_fn is None:
+            return None
+        try:
+            return self._billing_fn()
+        except Exception as exc:  # the config's weights serve then
+            log.warning("TRESBillingWeights unavailable for GPU planning: %s", exc)
+            return None
+
     def decide(self, job: Any, user: str, uid: int) -> Any:
         from harpd.protocol import Change, Decision
 
@@ -70,7 +82,7 @@ class DnnRoutingPredictor:
             return base
         partitions = self._partitions()
         plan = plan_dnn_job(list(job.harp_lines), job.request, job.cwd, self.settings,
-                            partitions=partitions, uid=uid)
+                            partitions=partitions, uid=uid, billing=self._billing())
         explain = dict(base.explain)
         explain.update(plan.explain)
         if plan.error:

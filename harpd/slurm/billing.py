@@ -10,6 +10,9 @@ have no weight of their own; the caller falls back on the site's config then.
 
 from __future__ import annotations
 
+import threading
+import time
+from collections.abc import Callable
 from typing import Any
 
 from harpd.slurm.scontrol import parse_kv_line
@@ -60,3 +63,18 @@ def partition_billing(show_partition_oneliner: str) -> dict[str, dict[str, float
 def billing_weights(backend: Any) -> dict[str, dict[str, float]]:
     """The live cluster's weights per partition (one ``scontrol show partition`` call)."""
     return partition_billing(backend._run("scontrol", ["show", "partition", "--oneliner"]))
+
+
+def cached_billing(backend: Any, ttl_s: float = 300.0) -> Callable[[], dict[str, dict[str, float]]]:
+    """``billing_weights(backend)``, fetched again once it is ``ttl_s`` old (weights change rarely)."""
+    lock = threading.Lock()
+    cache: dict[str, Any] = {"at": -1e18, "weights": {}}
+
+    def weights() -> dict[str, dict[str, float]]:
+        with lock:
+            if time.monotonic() - cache["at"] > ttl_s:
+                cache["weights"] = billing_weights(backend)
+                cache["at"] = time.monotonic()
+            return cache["weights"]
+
+    return weights

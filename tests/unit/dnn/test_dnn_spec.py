@@ -54,7 +54,7 @@ def test_counts(text, n):
 
 
 @pytest.mark.parametrize("line, message", [
-    ("#HARP dnn params=7e9 layers=32 hidden=4096 heads=32 seq_len=1 batch=4", "unknown key 'batch'"),
+    ("#HARP dnn params=7e9 layers=32 hidden=4096 heads=32 seq_len=1 batchsize=4", "unknown key 'batchsize'"),
     ("#HARP dnn params=seven layers=32 hidden=4096 heads=32 seq_len=1", "params=seven is not a number"),
     ("#HARP dnn params=0 layers=32 hidden=4096 heads=32 seq_len=1", "params=0 is out of range"),
     ("#HARP dnn params=7e9 layers=32 hidden=4096 heads=32 seq_len=1 zero=4", "zero=4 is not one of"),
