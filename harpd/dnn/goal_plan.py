@@ -68,7 +68,7 @@ def _model_notes(model: ScalingModel, types: Sequence[str], goals: DnnGoals) -> 
     unknown = [t for t in types if not peak_tflops(t)[1]]
     if unknown:
         notes.append(f"no peak TFLOPs known for {', '.join(unknown)}: taken as an A100's (312)")
-    if goals.tokens is None:
+    if goals.tokens is None and goals.runs:
         notes.append("tokens= not given: times are for the same work as the runs= given")
     return notes
 
@@ -124,6 +124,9 @@ def plan_goals(spec: Any, goals: DnnGoals, dnn: Any, fitting: Sequence[Any], *,
                 f"{plan.cost:.1f} billed GPU-hours" + (f" (deadline {hours(deadline)})" if goals.deadline_s else "")
                 + (f", static pool {static.pool} x {static.gpu_type}: {static.cost:.1f}" if static else ""))
     explain["summary"] = line
+    explain["why"] = (f"least predicted billed GPU-hours meeting the deadline ({hours(chosen.time_s)}, "
+                      f"{chosen.cost:.1f} GPU-h)" if goals.deadline_s is not None else
+                      f"least predicted billed GPU-hours for this stage ({chosen.cost:.1f} GPU-h)")
     return GoalResult(chosen.layout.gpu_type, chosen.layout.nodes, chosen.layout.gpus_per_node,
                       chosen.layout.zero, None, explain, None, notes + [line])
 
@@ -144,6 +147,8 @@ def _batch(spec: Any, goals: DnnGoals, dnn: Any, types: Sequence[Any], weights: 
                         distributed_overhead_gb=dnn.distributed_overhead_gb, margin=dnn.safety_margin,
                         gpus_per_node=gpn)
 
+    notes = [n for n in notes + list(spec.notes) if not n.startswith("micro_batch not given")]
+    spec.notes[:] = []  # the batch plan chooses micro_batch: the default's note would mislead
     fits = memory_fits(spec, est, lambda lay: mem[lay.gpu_type])
     best, evaluated = choose_batch(model, lays, goals.batch, fits,
                                    tokens=goals.tokens, deadline_s=goals.deadline_s)
@@ -164,7 +169,8 @@ def _batch(spec: Any, goals: DnnGoals, dnn: Any, types: Sequence[Any], weights: 
             + (f", predicted {hours(best.time_s)}" if best.time_s is not None and goals.tokens else ""))
     top = sorted(evaluated, key=lambda c: -c.per_cost)[:5]
     explain = {**base, "batch_range": [lo, hi], "chosen": best.summary(),
-               "alternatives": [c.summary() for c in top if c is not best][:4], "summary": line}
+               "alternatives": [c.summary() for c in top if c is not best][:4], "summary": line,
+               "why": f"most sequences per billed GPU-hour for batch={lo}..{hi} ({best.per_cost:.0f})"}
     return GoalResult(lay.gpu_type, lay.nodes, lay.gpus_per_node, lay.zero, best.micro_batch, explain, None,
                       notes + [line, f"run the job with micro_batch={best.micro_batch} and gradient accumulation "
                                      f"{best.accum} (global batch {best.global_batch}): harp changes only "

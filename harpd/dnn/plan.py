@@ -84,7 +84,8 @@ def _change(changes: list[dict[str, Any]], option: str, value: str, old: Any, re
     changes.append({"option": option, "value": value, "old": old_s, "reason": reason})
 
 
-def _changes_for(c: Candidate, spec: DnnSpec, req: dict[str, Any], margin: float) -> tuple[list[dict], list[str]]:
+def _changes_for(c: Candidate, spec: DnnSpec, req: dict[str, Any], margin: float,
+                 why: str | None = None) -> tuple[list[dict], list[str]]:
     changes: list[dict[str, Any]] = []
     warnings: list[str] = []
     gt = c.gpu_type
@@ -94,7 +95,7 @@ def _changes_for(c: Candidate, spec: DnnSpec, req: dict[str, Any], margin: float
             f"{gt.name} GPUs are in partition {gt.partition}")
     use_gpus = bool(req.get("gpus"))
     use_gres = _has_gpu_gres(req.get("gres")) or not use_gpus
-    cheapest = f"least billed GPU-hours ({c.n_gpus} GPU x weight {gt.billing_weight:g})"
+    cheapest = why or f"least billed GPU-hours ({c.n_gpus} GPU x weight {gt.billing_weight:g})"
     if use_gres:
         _change(changes, "gres", _gres_value(req.get("gres"), gt.name, c.gpus_per_node), req.get("gres"),
                 f"{c.gpus_per_node} x {gt.name} per node: {fit}; {cheapest}")
@@ -206,7 +207,8 @@ def plan_dnn_job(harp_lines: list[str], request: Mapping[str, Any] | Any, cwd: s
             explain["notes"] += warnings
             return DnnPlan([], {"dnn": explain}, goals_result.error)
         best = _goal_candidate(goals_result, spec, dnn, choice.fitting)
-    changes, more = _changes_for(best, spec, req, dnn.safety_margin)
+    why = goals_result.explain.get("why") if goals_result is not None else None
+    changes, more = _changes_for(best, spec, req, dnn.safety_margin, why)
     warnings += more
     explain.update({
         "chosen": best.summary(),
