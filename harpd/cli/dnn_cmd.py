@@ -57,6 +57,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                                      "halving stage (trials= eta=), or the GPU count and micro-batch of most "
                                      "throughput per billed GPU-hour for batch=LO..HI; see docs/dnn.md.")
     dnn_plan.add_arguments(pla, keys_help + " tokens=20e9 deadline=8h", argparse.REMAINDER)
+    from harpd.cli import dnn_checkpoint
+
+    ckp = sub.add_parser("checkpoint", usage="harp dnn checkpoint [options] KEY=VALUE ...",
+                         help="checkpoint schedule: denser early (COCI) from cost, interruption rate, convergence",
+                         description="Checkpoint times for a resumable job from its checkpoint cost, the site's "
+                                     "interruption hazard (or rate=) and a power-law convergence profile, with the "
+                                     "even Young/Daly interval beside them; see docs/dnn.md.")
+    dnn_checkpoint.add_arguments(ckp, argparse.REMAINDER)
     sub.add_parser("check", help="compare [dnn] gpu_types with Slurm's partitions and GRES",
                    description="Check each configured GPU type against scontrol show partition/node; "
                                "exit 1 when something disagrees.")
@@ -87,6 +95,10 @@ def _options_among_keys(args: argparse.Namespace) -> None:
         from harpd.cli import dnn_plan
 
         dnn_plan.add_arguments(p, "", "*")
+    elif action == "checkpoint":
+        from harpd.cli import dnn_checkpoint
+
+        dnn_checkpoint.add_arguments(p, "*")
     else:
         _add_keys_and_options(p, action, "", "*")
     p.set_defaults(**{k: v for k, v in vars(args).items() if k != "keys"})
@@ -267,8 +279,12 @@ def _check(args: argparse.Namespace) -> int:
 
 
 def run(args: argparse.Namespace) -> int:
-    if args.dnn_command in ("estimate", "choose", "plan"):
+    if args.dnn_command in ("estimate", "choose", "plan", "checkpoint"):
         _options_among_keys(args)
+    if args.dnn_command == "checkpoint":
+        from harpd.cli import dnn_checkpoint
+
+        return dnn_checkpoint.run(args)
     if args.dnn_command == "plan":
         from harpd.cli import dnn_plan
 
@@ -279,4 +295,4 @@ def run(args: argparse.Namespace) -> int:
         return _estimate(args)
     if args.dnn_command == "choose":
         return _choose(args)
-    raise CliError("harp dnn needs an action: estimate, choose, plan or check (harp dnn --help)")
+    raise CliError("harp dnn needs an action: estimate, choose, plan, checkpoint or check (harp dnn --help)")

@@ -17,6 +17,7 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
+from harpd.dnn.checkpoint import explain_checkpoint
 from harpd.dnn.plan import plan_dnn_job
 from harpd.slurm.partitions import limits_of
 
@@ -78,6 +79,11 @@ class DnnRoutingPredictor:
         base = self.inner.decide(job, user, uid)
         if not isinstance(base, Decision):
             base = Decision.model_validate(base)
+        req = getattr(job, "request", None)
+        ckpt = explain_checkpoint(list(job.harp_lines or []), getattr(req, "time_s", None),
+                                  getattr(req, "signal_s", None))
+        if ckpt is not None:
+            base = base.model_copy(update={"explain": {**base.explain, "checkpoint": ckpt}})
         if not has_dnn_line(job.harp_lines):
             return base
         partitions = self._partitions()
