@@ -129,7 +129,8 @@ def build_handlers(settings: HarpSettings, store: Store) -> tuple[Handlers, list
     limits = None if partitions is None else limits_from_partitions(partitions)
     privilege = detect_privilege(settings, backend)
     live = _make_live(settings, store, backend, limits, privilege)
-    predictor = DnnRoutingPredictor(live, settings, partitions, None if backend is None else cached_billing(backend))
+    predictor = DnnRoutingPredictor(live, settings, partitions, None if backend is None else cached_billing(backend),
+                                    store=store)
     handlers = Handlers(
         store,
         settings,

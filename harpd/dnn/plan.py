@@ -14,13 +14,13 @@ An option already at the chosen value is left out.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from harpd.dnn.errors import DnnError
 from harpd.dnn.goal_plan import GoalResult, plan_goals
-from harpd.dnn.goals import goals_from_tokens
+from harpd.dnn.goals import RunTime, goals_from_tokens
 from harpd.dnn.gpu_choice import Candidate, choose_config
 from harpd.dnn.refine import PeakObservation, spec_signature
 from harpd.dnn.site_check import check_gpu_types, parse_gres
@@ -148,7 +148,8 @@ def _goal_candidate(res: GoalResult, spec: DnnSpec, dnn: Any, fitting: list[Cand
 def plan_dnn_job(harp_lines: list[str], request: Mapping[str, Any] | Any, cwd: str | None, settings: Any,
                  *, partitions: Mapping[str, Any] | None = None,
                  observations: Iterable[PeakObservation] = (), uid: int | None = None,
-                 billing: Mapping[str, Mapping[str, float]] | None = None) -> DnnPlan:
+                 billing: Mapping[str, Mapping[str, float]] | None = None,
+                 history: Callable[[dict[str, str]], tuple[RunTime, ...]] | None = None) -> DnnPlan:
     """Plan a DNN job's GPU request; see the module doc.
 
     ``settings``: HarpSettings (or its ``dnn`` section).  ``partitions``: the
@@ -156,6 +157,7 @@ def plan_dnn_job(harp_lines: list[str], request: Mapping[str, Any] | Any, cwd: s
     ``observations``: recorded peaks for this job's ``spec_signature``.
     ``uid``: the submitter, so a config file is only read if they may read it.
     ``billing``: TRESBillingWeights per partition (``harpd.slurm.billing``), for goal plans.
+    ``history``: the job's earlier runs by its tokens (``harpd.dnn.history``), when the line gives no runs=.
     """
     try:
         spec = spec_from_lines(list(harp_lines or []), cwd, uid)
@@ -182,6 +184,11 @@ def plan_dnn_job(harp_lines: list[str], request: Mapping[str, Any] | Any, cwd: s
     except DnnError as exc:
         return DnnPlan([], {"dnn": {"error": str(exc)}}, str(exc))
     goals_result = None
+    from_history = 0
+    if goals.any and choice.best is not None and not goals.runs and history is not None:
+        runs = history(tokens or {})
+        if runs:
+            goals, from_history = dataclasses.replace(goals, runs=runs), len(runs)
     if goals.any and choice.best is not None:
         goals_result = plan_goals(spec, goals, dnn, choice.fitting, site_max_nodes=site_nodes,
                                   site_gpus_per_node=site_gpn, billing=billing)
@@ -201,6 +208,9 @@ def plan_dnn_job(harp_lines: list[str], request: Mapping[str, Any] | Any, cwd: s
     best = choice.best
     if goals_result is not None:
         explain["goals"] = goals_result.explain
+        if from_history:
+            explain["notes"].append(f"scaling curve fitted to {from_history} completed earlier run(s) of this "
+                                    "job from harpd's history")
         explain["notes"] += goals_result.notes
         if goals_result.error:
             explain["error"] = goals_result.error

@@ -18,6 +18,7 @@ from collections.abc import Callable
 from typing import Any
 
 from harpd.dnn.checkpoint import explain_checkpoint
+from harpd.dnn.history import runs_from_store
 from harpd.dnn.plan import plan_dnn_job
 from harpd.slurm.partitions import limits_of
 
@@ -43,13 +44,15 @@ class DnnRoutingPredictor:
 
     def __init__(self, inner: Any, settings: Any,
                  partitions: Callable[[], dict[str, Any]] | None = None,
-                 billing: Callable[[], dict[str, dict[str, float]]] | None = None) -> None:
+                 billing: Callable[[], dict[str, dict[str, float]]] | None = None,
+                 store: Any = None) -> None:
         """``partitions``: the daemon's cached ``backend.partitions()`` (None: no Slurm);
         ``billing``: its cached TRESBillingWeights per partition (``harpd.slurm.billing``)."""
         self.inner = inner
         self.settings = settings
         self._partitions_fn = partitions
         self._billing_fn = billing
+        self._store = store  # the job's earlier runs for deadline/batch plans (harpd.dnn.history)
         self.name = getattr(inner, "name", type(inner).__name__)
 
     def __getattr__(self, name: str) -> Any:  # reload, retrain, refresh... go to the inner predictor
@@ -73,6 +76,20 @@ class DnnRoutingPredictor:
             log.warning("TRESBillingWeights unavailable for GPU planning: %s", exc)
             return None
 
+    def _history(self, uid: int) -> Callable[[dict[str, str]], tuple] | None:
+        if self._store is None:
+            return None
+        store = self._store
+
+        def runs(tokens: dict[str, str]) -> tuple:
+            try:
+                return runs_from_store(store, uid, tokens)
+            except Exception as exc:  # history helps; its absence must not stop a decision
+                log.warning("earlier runs unavailable for the scaling fit: %s", exc)
+                return ()
+
+        return runs
+
     def decide(self, job: Any, user: str, uid: int) -> Any:
         from harpd.protocol import Change, Decision
 
@@ -88,7 +105,8 @@ class DnnRoutingPredictor:
             return base
         partitions = self._partitions()
         plan = plan_dnn_job(list(job.harp_lines), job.request, job.cwd, self.settings,
-                            partitions=partitions, uid=uid, billing=self._billing())
+                            partitions=partitions, uid=uid, billing=self._billing(),
+                            history=self._history(uid))
         explain = dict(base.explain)
         explain.update(plan.explain)
         if plan.error:
