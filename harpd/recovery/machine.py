@@ -548,6 +548,18 @@ class Recovery:
 
     # ------------------------------------------------------------ side effects
 
+    def _still_ours(self, chain: str) -> None:
+        """Right before the requeue: Stop if the task's manager has submitted it again since the decision.
+
+        Decided at the moment of acting: the decision may be seconds old
+        (``requeue.SETTLE_S``), and a manager polling sacct retries within them.
+        """
+        sub = self.store.get_submission(chain) or {}
+        task = task_of(sub)
+        retry = manager_retry(self.store, sub, task) if task is not None else None
+        if retry is not None:
+            raise Stop(LEFT_TO_MANAGER.format(job=retry))
+
     def _advance(self, row: Attempt) -> None:
         """Carry out a decided attempt, finding out first what a crash already did."""
         chain, number = row.chain, row.number
@@ -555,7 +567,8 @@ class Recovery:
         try:
             if plan.mode == REQUEUE:
                 try:
-                    requeue(self.store, self.backend, self._watch, row, plan, self.clock)
+                    requeue(self.store, self.backend, self._watch, row, plan, self.clock,
+                            before_hold=lambda: self._still_ours(chain))
                     return
                 except NotYet as wait:
                     log.info("job %s attempt %d: %s", chain, number, wait)

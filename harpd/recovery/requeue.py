@@ -74,12 +74,16 @@ def pending_changes(info: JobInfo, plan: Plan) -> JobChanges:
 
 
 def requeue(store: Store, backend: SlurmBackend, watch: Watch | None, attempt: Attempt, plan: Plan,
-            clock: Callable[[], float] = time.time, sleep: Callable[[float], None] = time.sleep) -> None:
+            clock: Callable[[], float] = time.time, sleep: Callable[[float], None] = time.sleep,
+            before_hold: Callable[[], None] | None = None) -> None:
     """Carry out a decided requeue; Fallback when only a resubmission can recover the job, NotYet too soon.
 
     A requeue decided at the job's end hook (``plan.while_running``) holds
     the job while Slurm still shows it running, so it never reaches a final
-    state; its release waits out ``SETTLE_S`` after that hold.
+    state; its release waits out ``SETTLE_S`` after that hold.  ``before_hold``
+    runs right before ``scontrol requeuehold`` (not when the attempt was
+    decided, seconds earlier) and raises ``Stop`` when the requeue must not
+    happen after all (a workflow manager retried the task meanwhile).
     """
     chain, number = attempt.chain, attempt.number
     jid = str(attempt.job_id)
@@ -99,6 +103,8 @@ def requeue(store: Store, backend: SlurmBackend, watch: Watch | None, attempt: A
         ago = None if info.end_time is None else clock() - info.end_time
         if ago is not None and ago < SETTLE_S:
             raise NotYet(f"job {jid} ended {max(ago, 0.0):.1f} s ago: requeued once {SETTLE_S:.0f} s have passed")
+        if before_hold is not None:
+            before_hold()
         try:
             backend.requeue_hold(jid)
         except SlurmError as exc:

@@ -86,3 +86,26 @@ def test_a_task_is_never_resubmitted_under_a_new_id(store, fake) -> None:
     [first] = store.attempts(jid)
     assert "tracks it by job id" in first["limits"]["stop"]
     assert fake.calls("submit") == []
+
+
+def test_a_retry_registered_between_the_decision_and_the_requeue_is_left_the_task(store, fake) -> None:
+    """Decided at the moment of acting: the requeue waits ``SETTLE_S`` after the decision, and the
+    manager's retry registered meanwhile stops it (the work runs once, as the manager's)."""
+    import time
+
+    shift = [0.0]
+    settings = HarpSettings(ingest={"poll_interval_s": 5}, recovery={"mode": "requeue"})
+    ing = Ingestor(store, fake, settings)
+    rec = rs.Recovery(store, fake, settings, watch=ing.watch, clock=lambda: time.time() + shift[0])
+    ing.on_outcome.append(rec.on_outcome)
+    jid = task_job(store, fake, "work", "s1")
+    fake.end_run(jid, T, ago_s=0.5)  # harpd sees it within the second: decided, requeued after SETTLE_S
+    ing.poll_once()
+    assert steps(store, jid) == [(1, "done", "timeout"), (2, "decided", None)]
+    retry = task_job(store, fake, "work", "s1", attempt=2)  # the manager saw the TIMEOUT meanwhile
+    shift[0] = 10.0
+    rec.resume()
+    rows = store.attempts(jid)
+    assert [r["step"] for r in rows] == ["done", "done"] and rows[1]["outcome"] == "not_submitted", rows
+    assert f"submitted it again itself (job {retry})" in rows[1]["limits"]["stop"]
+    assert fake.calls("requeue_hold") == []
