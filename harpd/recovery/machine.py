@@ -68,7 +68,7 @@ from harpd.recovery.attempts import (
 from harpd.recovery.crash import crash_point
 from harpd.recovery.ending import ran_out_of_memory
 from harpd.recovery.escalation import RESOURCE_OF
-from harpd.recovery.manager_retry import LEFT_TO_MANAGER, NO_RESUBMIT, manager_retry, task_of
+from harpd.recovery.manager_retry import LEFT_TO_MANAGER, LEFT_TO_NEXTFLOW, NO_RESUBMIT, manager_retry, task_of
 from harpd.recovery.mode import REQUEUE, RESUBMIT, resolve_mode
 from harpd.recovery.policy import eligible, first_limits, fmt_mem, fmt_time, next_limits
 from harpd.recovery.requeue import requeue
@@ -501,6 +501,9 @@ class Recovery:
         limits = row.plan.limits
         sub = self.store.get_submission(chain) or {}
         task = task_of(sub)
+        if task is not None and task.manager == "nextflow":
+            self._stop(chain, number, LEFT_TO_NEXTFLOW)
+            return None
         retry = manager_retry(self.store, sub, task) if task is not None else None
         if retry is not None:
             self._stop(chain, number, LEFT_TO_MANAGER.format(job=retry))
