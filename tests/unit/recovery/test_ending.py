@@ -66,5 +66,7 @@ def test_the_hook_asks_only_for_the_batch_task_and_never_fails(tmp_path, capsys)
     assert not task_epilog.is_batch_task({})
     env = {"SLURM_JOB_ID": "7", "HARP_SOCKET": str(tmp_path / "none.sock"), "HARP_CONFIG": "/nonexistent"}
     assert task_epilog.main([], env) == 0
+    assert capsys.readouterr().err == ""  # nothing in every job's output where no harpd runs
+    assert task_epilog.main([], {**env, "HARP_DEBUG": "1"}) == 0
     assert "harpd not asked" in capsys.readouterr().err
     assert task_epilog.main([], {**env, "HARP_TASK_EPILOG": "0"}) == 0
