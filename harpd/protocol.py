@@ -154,6 +154,15 @@ class HealthRequest(_Request):
     op: Literal["health"]
 
 
+class EndingRequest(_Request):
+    """From the job's own end-of-task hook (``harp-task-epilog``, Slurm's TaskEpilog of the
+    batch step): the job is about to end; harpd may recover it now, while Slurm still shows
+    it RUNNING, so that a workflow manager polling sacct never sees a final failure."""
+
+    op: Literal["ending"]
+    job_id: Annotated[str, Field(pattern=JOB_ID_PATTERN)]
+
+
 class RetrainRequest(_Request):
     op: Literal["retrain"]
 
@@ -201,6 +210,7 @@ Request = Annotated[
         RegisterRequest,
         StatusRequest,
         HealthRequest,
+        EndingRequest,
         RetrainRequest,
         ReloadRequest,
         ImportRequest,
@@ -239,6 +249,14 @@ class StatusAnswer(_Answer):
     job: dict[str, Any]
 
 
+class EndingAnswer(_Answer):
+    """What harpd did about an ending job: ``requeued`` (it runs again, with more of what ran
+    out) or ``left`` (it ends as it is); ``why`` in words."""
+
+    action: Literal["requeued", "left"]
+    why: Annotated[str, Field(max_length=400)] = ""
+
+
 class HealthAnswer(_Answer):
     version: str
     store: str
@@ -259,7 +277,8 @@ class ReportAnswer(_Answer):
     text: str
 
 
-Answer = Union[ErrorAnswer, PredictAnswer, RegisterAnswer, StatusAnswer, HealthAnswer, AdminAnswer, ReportAnswer]
+Answer = Union[ErrorAnswer, PredictAnswer, RegisterAnswer, StatusAnswer, EndingAnswer, HealthAnswer, AdminAnswer,
+               ReportAnswer]
 
 
 # --------------------------------------------------------------- encoding

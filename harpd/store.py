@@ -221,7 +221,14 @@ def _m003_decisions(db: sqlite_utils.Database) -> None:
     db["submissions"].add_column("verified", int)
 
 
-MIGRATIONS: list[Callable[[sqlite_utils.Database], None]] = [_m001_initial, _m002_limit_changes, _m003_decisions]
+def _m004_cpu_changes(db: sqlite_utils.Database) -> None:
+    # a pending job's CPUs re-sized at start (kind "resize-cpus"): CPUs per task before and after
+    db["limit_changes"].add_column("old_cpus", int)
+    db["limit_changes"].add_column("new_cpus", int)
+
+
+MIGRATIONS: list[Callable[[sqlite_utils.Database], None]] = [_m001_initial, _m002_limit_changes, _m003_decisions,
+                                                              _m004_cpu_changes]
 SCHEMA_VERSION = len(MIGRATIONS)
 
 
@@ -1028,21 +1035,22 @@ class Store:
 
     # ---------------------------------------------------------- limit changes
 
-    _LIMIT_CHANGE_COLS = frozenset({"new_time_s", "new_mem_mb", "step", "reason"})
+    _LIMIT_CHANGE_COLS = frozenset({"new_time_s", "new_mem_mb", "new_cpus", "step", "reason"})
 
     def add_limit_change(
         self, job_id: str, kind: str, old_time_s: int, new_time_s: int, reason: str, step: str,
         *, old_mem_mb: int | None = None, new_mem_mb: int | None = None,
+        old_cpus: int | None = None, new_cpus: int | None = None,
     ) -> bool:
         """Record a decided change of a live job's limit; False if this crossing already has one."""
         now = time.time()
         with self.transaction() as db:
             cur = db.conn.execute(
                 """INSERT INTO limit_changes (job_id, kind, old_time_s, new_time_s, old_mem_mb, new_mem_mb,
-                                              step, reason, created_at, updated_at)
-                   VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT(job_id, kind, old_time_s) DO NOTHING""",
-                (str(job_id), str(kind), int(old_time_s), int(new_time_s), old_mem_mb, new_mem_mb, step, reason,
-                 now, now),
+                                              old_cpus, new_cpus, step, reason, created_at, updated_at)
+                   VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT(job_id, kind, old_time_s) DO NOTHING""",
+                (str(job_id), str(kind), int(old_time_s), int(new_time_s), old_mem_mb, new_mem_mb, old_cpus,
+                 new_cpus, step, reason, now, now),
             )
             return cur.rowcount > 0
 

@@ -148,6 +148,8 @@ class Handlers:
         self.admin_gid = admin_gid
         # registrations are checked against slurmctld through this backend (None: no Slurm, none accepted)
         self.registrar = Registrar(store, slurm)
+        # recovery's state machine (harpd.recovery.machine), set once the services run; None: off
+        self.recovery: Any = None
         self.retrain_action = retrain
         self.reload_action = reload
         self.importer = importer
@@ -231,6 +233,15 @@ class Handlers:
         if self.accounting is not None and job.get("registered"):
             job["accounting"] = self.accounting
         return p.StatusAnswer(job=job)
+
+    def op_ending(self, peer: Peer, req: p.EndingRequest) -> BaseModel:
+        """The job's end hook (``harp-task-epilog``): recover it now if a step ran out of memory."""
+        if self.recovery is None:
+            return p.EndingAnswer(action="left", why="recovery is off")
+        action, why = self.recovery.run_ending(req.job_id, peer.uid)
+        log.log(logging.INFO if action == "requeued" else logging.DEBUG,
+                "job %s ending (hook from uid %d): %s, %s", req.job_id, peer.uid, action, why)
+        return p.EndingAnswer(action=action, why=why[:400])
 
     def op_health(self, peer: Peer, req: p.HealthRequest) -> BaseModel:
         store = self.store.check()

@@ -55,6 +55,7 @@ from harpd.ingest import poller
 from harpd.ingest.importer import import_file
 from harpd.predict.live import make_predictor
 from harpd.predict.retrain_timer import attach_retrain, train_in_background
+from harpd.recovery.machine import Recovery
 from harpd.recovery.machine import make as make_recovery
 from harpd.recovery.site_accounting import read_site_accounting
 from harpd.slurm import SlurmBackend, get_backend
@@ -144,10 +145,13 @@ def build_handlers(settings: HarpSettings, store: Store) -> tuple[Handlers, list
         accounting=None if backend is None else read_site_accounting(backend).as_health(),
     )
     log.info("predictor: %s", predictor.name)
-    return handlers, start_services(settings, store, backend, live.retrain, privilege=privilege,
-                                    predictor=predictor, partitions=partitions,
-                                    trained_on=getattr(live, "trained_on", None),
-                                    learn=getattr(live, "learn", None))
+    services = start_services(settings, store, backend, live.retrain, privilege=privilege,
+                              predictor=predictor, partitions=partitions,
+                              trained_on=getattr(live, "trained_on", None),
+                              learn=getattr(live, "learn", None))
+    # the jobs' end hook (op ending) asks recovery directly
+    handlers.recovery = next((s for s in services if isinstance(s, Recovery)), None)
+    return handlers, services
 
 
 def _make_live(settings: HarpSettings, store: Store, backend: SlurmBackend | None, limits: Any,

@@ -130,6 +130,7 @@ class Plan:
     comment: str | None = None  # marker(chain, attempt)
     mode: str | None = None  # requeue or resubmit
     restarts_before: int | None = None  # requeue: the job's Restarts when decided
+    while_running: bool | None = None  # requeue: decided at the job's end hook, before Slurm ended it
     note: str | None = None  # why the mode changed
     failures: int | None = None  # failed tries of the side effect so far
     last_error: str | None = None

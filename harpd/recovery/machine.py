@@ -66,8 +66,9 @@ from harpd.recovery.attempts import (
     marker,
 )
 from harpd.recovery.crash import crash_point
+from harpd.recovery.ending import ran_out_of_memory
 from harpd.recovery.escalation import RESOURCE_OF
-from harpd.recovery.manager_retry import LEFT_TO_MANAGER, NO_RESUBMIT, manager_retry, task_of
+from harpd.recovery.manager_retry import LEFT_TO_MANAGER, LEFT_TO_NEXTFLOW, NO_RESUBMIT, manager_retry, task_of
 from harpd.recovery.mode import REQUEUE, RESUBMIT, resolve_mode
 from harpd.recovery.policy import eligible, first_limits, fmt_mem, fmt_time, next_limits
 from harpd.recovery.requeue import requeue
@@ -131,6 +132,7 @@ class Recovery:
         self._mode: str | None = None
         self._mode_certain = False
         self._open: set[str] | None = None  # chains that may need work; None: not scanned yet
+        self._while_running = False  # deciding from the job's end hook (``run_ending``), under the lock
         # the daemon's one cache of scontrol's partitions (refreshed once a minute)
         self._partitions = partitions or cached_partitions(backend)
 
@@ -207,6 +209,43 @@ class Recovery:
                     log.warning("recovery of job %s: %s", chain, exc)
             return n
 
+    def run_ending(self, job_id: str, uid: int) -> tuple[str, str]:
+        """The job's own end hook (``harpd.recovery.ending``): recover it now, while Slurm shows it running.
+
+        Returns (``requeued`` or ``left``, why).  Only the job's owner (or
+        root) may ask; harpd acts only on accounting's evidence that a step
+        was killed for memory.  The chain is the one its outcome would have
+        opened (the same decision, the same attempts table), so the poller's
+        later announcement of this run finds the attempt already decided.
+        """
+        if not self.cfg.enabled:
+            return "left", "recovery is off"
+        sub = self.store.get_submission(job_id)
+        if sub is None:
+            return "left", "not submitted through harp-submit"
+        if uid != 0 and sub.get("uid") is not None and int(sub["uid"]) != int(uid):
+            return "left", "not the job's owner"
+        if not self._attached.wait(10):
+            return "left", "recovery is not attached to the poller yet"
+        rec = ran_out_of_memory(self.backend, job_id)
+        if rec is None:
+            return "left", "no step of it was killed for memory (Slurm's accounting)"
+        with self._lock:
+            rec.attempt = max(1, int(rec.attempt))
+            before = {a.number for a in map(Attempt.from_row, self.store.attempts(self.store.chain_of(job_id) or job_id))}
+            self._handle(rec, while_running=True)
+            chain = self.store.chain_of(job_id) or job_id
+            rows = self._rows(chain)
+        new = [a for n, a in rows.items() if n not in before]
+        if not new:
+            last = rows[max(rows)] if rows else None
+            why = (last.plan.stop if last is not None else None) or "not recovered (see harpd's log)"
+            return "left", why
+        row = new[-1]
+        if row.step == REQUEUED:
+            return "requeued", f"attempt {row.number} requeued with {_brief(row.plan.limits)}"
+        return "left", row.plan.stop or f"attempt {row.number} {row.step}"
+
     # ------------------------------------------------------------ the machine
 
     def _rows(self, chain: str) -> dict[int, Attempt]:
@@ -271,7 +310,14 @@ class Recovery:
         log.info("job %s run %d matches no attempt of chain %s; left alone", rec.job_id, rec.attempt, chain)
         return False
 
-    def _handle(self, rec: JobRecord) -> None:
+    def _handle(self, rec: JobRecord, while_running: bool = False) -> None:
+        self._while_running = while_running
+        try:
+            self._handle_run(rec)
+        finally:
+            self._while_running = False
+
+    def _handle_run(self, rec: JobRecord) -> None:
         found = self._locate(rec)
         if found is None:
             self._start_chain(rec)
@@ -455,6 +501,9 @@ class Recovery:
         limits = row.plan.limits
         sub = self.store.get_submission(chain) or {}
         task = task_of(sub)
+        if task is not None and task.manager == "nextflow":
+            self._stop(chain, number, LEFT_TO_NEXTFLOW)
+            return None
         retry = manager_retry(self.store, sub, task) if task is not None else None
         if retry is not None:
             self._stop(chain, number, LEFT_TO_MANAGER.format(job=retry))
@@ -489,7 +538,7 @@ class Recovery:
                 mode = RESUBMIT
                 plan = plan.but(note=f"job {failed_job} had left slurmctld (MinJobAge): resubmitted instead of requeued")
             else:
-                plan = plan.but(restarts_before=info.restarts)
+                plan = plan.but(restarts_before=info.restarts, while_running=True if self._while_running else None)
                 job_id = failed_job
         if task is not None and mode == RESUBMIT:
             self._stop(chain, number, NO_RESUBMIT)
@@ -502,6 +551,18 @@ class Recovery:
 
     # ------------------------------------------------------------ side effects
 
+    def _still_ours(self, chain: str) -> None:
+        """Right before the requeue: Stop if the task's manager has submitted it again since the decision.
+
+        Decided at the moment of acting: the decision may be seconds old
+        (``requeue.SETTLE_S``), and a manager polling sacct retries within them.
+        """
+        sub = self.store.get_submission(chain) or {}
+        task = task_of(sub)
+        retry = manager_retry(self.store, sub, task) if task is not None else None
+        if retry is not None:
+            raise Stop(LEFT_TO_MANAGER.format(job=retry))
+
     def _advance(self, row: Attempt) -> None:
         """Carry out a decided attempt, finding out first what a crash already did."""
         chain, number = row.chain, row.number
@@ -509,7 +570,8 @@ class Recovery:
         try:
             if plan.mode == REQUEUE:
                 try:
-                    requeue(self.store, self.backend, self._watch, row, plan, self.clock)
+                    requeue(self.store, self.backend, self._watch, row, plan, self.clock,
+                            before_hold=lambda: self._still_ours(chain))
                     return
                 except NotYet as wait:
                     log.info("job %s attempt %d: %s", chain, number, wait)

@@ -10,7 +10,12 @@ manager never sees: it runs orphaned while the manager counts the task failed.
 So, for a workflow task (``harpd.features.workflow``): harp recovers it only
 in place (requeue: the same job id the manager is watching), and not at all
 once the manager has registered another submission of the same task
-(same workflow, rule and wildcards, same user) after it.
+(same workflow, rule and wildcards, same user) after it, checked again right
+before the requeue.  Snakemake reads a task's fate from sacct, which a job
+requeued from its end hook (``ending.py``) never shows final; Nextflow reads
+it from the task's ``.exitcode`` file, written by the job script itself
+before Slurm or harp can act, so a Nextflow task is never recovered by harp:
+its errorStrategy retries it (``LEFT_TO_NEXTFLOW``).
 """
 
 from __future__ import annotations
@@ -21,6 +26,9 @@ from harpd.features.workflow import TaskIdentity, identify
 from harpd.store import Store
 
 LEFT_TO_MANAGER = "a workflow task whose manager submitted it again itself (job {job}): the retry is left to it"
+LEFT_TO_NEXTFLOW = ("a Nextflow task: Nextflow reads the task's exit status from its work directory (.exitcode) "
+                    "as soon as the script ends, before any requeue, so the retry is left to its errorStrategy "
+                    "(whose retry harp sizes at least as its own recovery would)")
 NO_RESUBMIT = ("a workflow task: its manager tracks it by job id and would never see a resubmitted copy; "
                "left to the manager's own retries")
 

@@ -6,7 +6,9 @@ run.  Not in the first seconds after the run ended (``SETTLE_S``): slurmd
 revokes a killed job's credential with a time in whole seconds and refuses a
 relaunch whose credential is not newer ("Job credential revoked"), so a job
 requeued and started within the second it timed out fails at once, FAILED
-with exit code 1, its new limits wasted.  Each step first asks slurmctld what already happened (a restarted harpd
+with exit code 1, its new limits wasted.  A job requeued from its own end
+hook (``ending.py``) is held while it still runs and released ``SETTLE_S``
+after the hold.  Each step first asks slurmctld what already happened (a restarted harpd
 may find the job requeued, held with or without the new limits, or already
 released), so carrying out a decided attempt twice never requeues twice.
 """
@@ -72,8 +74,17 @@ def pending_changes(info: JobInfo, plan: Plan) -> JobChanges:
 
 
 def requeue(store: Store, backend: SlurmBackend, watch: Watch | None, attempt: Attempt, plan: Plan,
-            clock: Callable[[], float] = time.time) -> None:
-    """Carry out a decided requeue; Fallback when only a resubmission can recover the job, NotYet too soon."""
+            clock: Callable[[], float] = time.time, sleep: Callable[[float], None] = time.sleep,
+            before_hold: Callable[[], None] | None = None) -> None:
+    """Carry out a decided requeue; Fallback when only a resubmission can recover the job, NotYet too soon.
+
+    A requeue decided at the job's end hook (``plan.while_running``) holds
+    the job while Slurm still shows it running, so it never reaches a final
+    state; its release waits out ``SETTLE_S`` after that hold.  ``before_hold``
+    runs right before ``scontrol requeuehold`` (not when the attempt was
+    decided, seconds earlier) and raises ``Stop`` when the requeue must not
+    happen after all (a workflow manager retried the task meanwhile).
+    """
     chain, number = attempt.chain, attempt.number
     jid = str(attempt.job_id)
     before = int(plan.restarts_before or 0)
@@ -85,12 +96,15 @@ def requeue(store: Store, backend: SlurmBackend, watch: Watch | None, attempt: A
             _commit(store, watch, chain, number, jid)
             return
         raise Fallback(f"job {jid} left slurmctld (MinJobAge) before harp could requeue it")
+    held_now = False
     if info.restarts <= before:
-        if not info.finished:
+        if not info.finished and not plan.while_running:
             raise SlurmError(f"job {jid} is {info.state or 'in an unknown state'}, not finished: requeue later")
         ago = None if info.end_time is None else clock() - info.end_time
         if ago is not None and ago < SETTLE_S:
             raise NotYet(f"job {jid} ended {max(ago, 0.0):.1f} s ago: requeued once {SETTLE_S:.0f} s have passed")
+        if before_hold is not None:
+            before_hold()
         try:
             backend.requeue_hold(jid)
         except SlurmError as exc:
@@ -99,6 +113,8 @@ def requeue(store: Store, backend: SlurmBackend, watch: Watch | None, attempt: A
                     raise Fallback(f"scontrol requeuehold {jid} refused ({exc})") from None
                 raise
         crash_point("held")
+        held_now = not info.finished  # requeued from the job's end hook: the run ends now
+        held_at = clock()
         info = backend.show_job(jid)
     if info.held:
         try:
@@ -121,6 +137,9 @@ def requeue(store: Store, backend: SlurmBackend, watch: Watch | None, attempt: A
                 f"Slurm did not apply {', '.join(f'{k}={v}' for k, v in fields.items())} (not an operator?); "
                 f"job {jid} is left held: `scontrol release {jid}` runs it unchanged, `scancel {jid}` drops it"
             )
+        if held_now:
+            # the run was killed by the requeue just now: past slurmd's revocation second first
+            sleep(max(0.0, SETTLE_S - (clock() - held_at)))
         backend.release(jid)
         crash_point("released")
     _commit(store, watch, chain, number, jid)

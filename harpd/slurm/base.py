@@ -147,6 +147,8 @@ class QueuedJob:
     comment: str | None = None
     mem_mb: int | None = None
     mem_per_cpu_mb: int | None = None
+    cpus_per_task: int | None = None
+    num_tasks: int | None = None
 
     @property
     def running(self) -> bool:
@@ -175,6 +177,7 @@ class JobChanges(TypedDict, total=False):
     time_limit_s: int
     mem_mb: int
     mem_per_cpu_mb: int
+    cpus_per_task: int  # of a pending single-task job: its CPUs per task, per node and in all
     comment: str
     start_now: bool
 

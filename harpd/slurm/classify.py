@@ -34,7 +34,7 @@ from collections.abc import Iterable, Iterator
 from harpd.records import JobRecord, Outcome
 from harpd.slurm.sacct_records import SacctJob, SacctStep
 
-__all__ = ["classify", "to_record", "to_records", "OOM_RSS_FRACTION", "OOM_SIGNAL"]
+__all__ = ["classify", "killed_for_memory", "to_record", "to_records", "OOM_RSS_FRACTION", "OOM_SIGNAL"]
 
 OOM_RSS_FRACTION = 0.95
 OOM_SIGNAL = 125  # what cgroup OOM kills leave in ExitCode ("0:125")
@@ -82,6 +82,11 @@ def node_peak_mb(job: SacctJob) -> float | None:
         return None
     peaks = [p for p in (step_node_peak_mb(s) for s in job.steps) if p is not None]
     return max(peaks) if peaks else None
+
+
+def killed_for_memory(job: SacctJob) -> bool:
+    """Whether Slurm's record shows a step (or the job) killed for memory, whatever the job's state."""
+    return _killed_for_memory(job)
 
 
 def _killed_for_memory(job: SacctJob) -> bool:

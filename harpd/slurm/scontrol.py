@@ -178,6 +178,8 @@ def queued_job(kv: Mapping[str, str]) -> QueuedJob:
         comment=_value(kv, "Comment"),
         mem_mb=_whole(parse_size_mb(_value(kv, "MinMemoryNode"))),
         mem_per_cpu_mb=_whole(parse_size_mb(_value(kv, "MinMemoryCPU"))),
+        cpus_per_task=_count(_value(kv, "CPUs/Task")),
+        num_tasks=_count(_value(kv, "NumTasks")),
     )
 
 
@@ -198,6 +200,10 @@ def update_fields(changes: JobChanges) -> dict[str, str]:
         fields["MinMemoryCPU"] = str(int(changes["mem_per_cpu_mb"]))
     if changes.get("mem_mb") is not None:
         fields["MinMemoryNode"] = str(int(changes["mem_mb"]))
+    if changes.get("cpus_per_task") is not None:
+        # a pending single-task job: slurmctld keeps the count per task, per node and in all
+        n = str(int(changes["cpus_per_task"]))
+        fields.update(CPUsPerTask=n, MinCPUsNode=n, NumCPUs=n)
     if changes.get("comment") is not None:
         fields["Comment"] = str(changes["comment"])
     if changes.get("start_now"):

@@ -50,12 +50,15 @@ def still_to_do(store: Store, row: dict[str, Any], job: QueuedJob | None, state:
     limit already the new one: made before a crash; its limit neither old
     nor new: someone else changed it, refused.  ``memory`` ("mem" or
     "mem-per-cpu"): the change is of that memory limit (``old_mem_mb`` →
-    ``new_mem_mb``), not of the time limit.
+    ``new_mem_mb``), not of the time limit; ``"cpus"``: of the CPUs per task
+    (``old_cpus`` → ``new_cpus``).
     """
     if job is None or job.state != state:
         set_step(store, row, ENDED, f"the job was no longer {state.lower()}: not changed")
         return False
-    if memory is None:
+    if memory == "cpus":
+        now, old, new, shown = job.cpus_per_task, int(row["old_cpus"]), int(row["new_cpus"]), (lambda v: f"{v} CPUs")
+    elif memory is None:
         now, old, new, shown = job.time_limit_s, int(row["old_time_s"]), int(row["new_time_s"]), fmt_time
     else:
         now = job.mem_mb if memory == "mem" else job.mem_per_cpu_mb

@@ -20,7 +20,8 @@ from harpd.store import Store
 
 log = logging.getLogger("harpd.watch")
 
-__all__ = ["submission_of", "original_time_s", "harp_set_time", "harp_set_mem", "cold_task_mem", "harp_time_s",
+__all__ = ["submission_of", "original_time_s", "harp_set_time", "harp_set_mem", "cold_task_mem", "cpus_to_resize",
+           "harp_time_s",
            "why_not_harps", "LeftAlone"]
 
 #: kinds of ``limit_changes`` rows that set a job's time limit
@@ -84,6 +85,26 @@ def cold_task_mem(sub: dict[str, Any]) -> str | None:
     if original.get("mem_per_cpu_mb"):
         return "mem-per-cpu"
     return None
+
+
+def cpus_to_resize(sub: dict[str, Any]) -> bool:
+    """Whether a pending job's CPUs per task are harp's to re-decide at start.
+
+    Those harp lowered at submission, and those of a workflow task harp left
+    as asked because none of its type had finished yet (as ``cold_task_mem``);
+    single-task jobs only (what harp ever lowers), never above the request.
+    """
+    original = sub.get("original") or {}
+    try:
+        requested = int(original.get("cpus_per_task") or 1)
+        ntasks = int(original.get("ntasks") or 1)
+    except (TypeError, ValueError):
+        return False
+    if requested <= 1 or ntasks != 1 or not isinstance(sub.get("decision"), dict):
+        return False
+    if "cpus-per-task" in _changed(sub):
+        return True
+    return is_workflow_signature((sub.get("job") or {}).get("signature"))
 
 
 def harp_time_s(store: Store, job: QueuedJob, sub: dict[str, Any]) -> int | None:

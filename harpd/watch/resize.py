@@ -14,6 +14,12 @@ at submission and for workflow tasks harp left as asked because none of
 their type had finished (``managed.cold_task_mem``: a process's samples are
 submitted together): at least ``watch.resize_min_ratio`` and 64 MB apart,
 between the memory floor and the user's request.
+CPUs per task the same way (``CPUsPerTask``, with ``MinCPUsNode`` and
+``NumCPUs``, which slurmctld lets an operator change while a single-task job
+is pending), kind ``resize-cpus``: for jobs whose CPUs harp lowered and for
+workflow tasks it left as asked (``managed.cpus_to_resize``), to what the
+predictor gives now (its step floor and restored CPUs included; the request
+when it gives nothing), never above the user's request.
 An array's pending tasks are one record, updated through the array's id.
 
 Exactly once per (job, kind, old time limit) (kinds ``resize`` for time,
@@ -42,16 +48,20 @@ from harpd.records import JobRecord
 from harpd.slurm.base import QueuedJob, SlurmError, whole_minutes
 from harpd.store import Store
 from harpd.watch.changes import DECIDED, DONE, REFUSED, decided, row_of, set_step, still_to_do
-from harpd.watch.managed import LeftAlone, cold_task_mem, harp_set_mem, harp_set_time, original_time_s, submission_of
+from harpd.watch.managed import (
+    LeftAlone, cold_task_mem, cpus_to_resize, harp_set_mem, harp_set_time, original_time_s, submission_of,
+)
 
 log = logging.getLogger("harpd.watch")
 
-__all__ = ["Resizer", "RESIZE", "MEM_KINDS", "Fresh", "decider"]
+__all__ = ["Resizer", "RESIZE", "MEM_KINDS", "CPU_KIND", "Fresh", "decider"]
 
 RESIZE = "resize"
 #: the kinds of memory re-sizes, by the memory option harp changed at submission
 MEM_KINDS = {"mem": "resize-mem", "mem-per-cpu": "resize-mem-per-cpu"}
 MEM_OPTION_OF = {kind: option for option, kind in MEM_KINDS.items()}
+#: the kind of a CPU re-size (``old_cpus``/``new_cpus`` of the row: CPUs per task)
+CPU_KIND = "resize-cpus"
 
 @dataclass(frozen=True)
 class Fresh:
@@ -60,6 +70,7 @@ class Fresh:
     time_s: int | None = None
     mem_option: str | None = None  # "mem" (MB per node) or "mem-per-cpu"
     mem_mb: int | None = None
+    cpus: int | None = None  # CPUs per task (None: the request)
 
 
 #: a submission -> harp's bounds for it now
@@ -77,11 +88,13 @@ def decider(predictor: Any) -> Decider:
         with redeciding(sub.get("job_id")):  # not the manager's retry of itself (harpd.predict.retry_floor)
             got = predictor.decide(job, str(sub.get("user") or ""), int(sub.get("uid") or 0))
         decision = got if isinstance(got, Decision) else Decision.model_validate(got)
-        time_s = mem_mb = option = None
+        time_s = mem_mb = option = cpus = None
         for change in decision.changes:
             if change.option == "time":
                 t = parse_duration_s(change.value)
                 time_s = None if t is None else int(t)
+            elif change.option == "cpus-per-task" and str(change.value).isdigit():
+                cpus = int(change.value)
             elif change.option in ("mem", "mem-per-cpu"):
                 try:
                     mem_mb, option = parse_mem(change.value), change.option
@@ -89,7 +102,7 @@ def decider(predictor: Any) -> Decider:
                     pass
         # no change now (no model yet, or the bound is too close to the request
         # to bother): leave what was decided at submission as it is
-        return Fresh(time_s, option, mem_mb)
+        return Fresh(time_s, option, mem_mb, cpus)
 
     return decide
 
@@ -119,7 +132,7 @@ class Resizer:
         """Finish interrupted re-sizes, then re-decide the signatures that had outcomes; returns changes made."""
         by_id = {j.job_id: j for j in jobs}
         made = 0
-        for kind in (RESIZE, *MEM_KINDS.values()):
+        for kind in (RESIZE, *MEM_KINDS.values(), CPU_KIND):
             for row in decided(self.store, kind):
                 made += self._carry_out(row, by_id.get(row["job_id"]))
         with self._lock:
@@ -133,7 +146,8 @@ class Resizer:
             if sub is None or (sub.get("job") or {}).get("signature") not in dirty:
                 continue
             time_set, mem_option = harp_set_time(sub), harp_set_mem(sub) or cold_task_mem(sub)
-            if not time_set and mem_option is None:
+            cpus_set = cpus_to_resize(sub)
+            if not time_set and mem_option is None and not cpus_set:
                 continue
             if not self._left_alone.check(self.store, job, sub, "re-sized"):
                 continue
@@ -143,6 +157,8 @@ class Resizer:
                     made += self._consider(job, sub, fresh)
                 if mem_option is not None:
                     made += self._consider_mem(job, sub, fresh, mem_option)
+                if cpus_set:
+                    made += self._consider_cpus(job, sub, fresh)
             except Exception as exc:  # noqa: BLE001 - one job must not stop the others
                 log.warning("job %s: not re-sized: %s", job.job_id, exc)
         return made
@@ -195,8 +211,31 @@ class Resizer:
         log.info("job %s: %s", job.job_id, reason)
         return self._carry_out(row_of(self.store, job.job_id, kind, at), job)
 
+    def _consider_cpus(self, job: QueuedJob, sub: dict[str, Any], fresh: Fresh) -> int:
+        """CPUs per task at start: what the predictor gives now (its step and restore rules included),
+        the request when it gives nothing; never above the request."""
+        current = job.cpus_per_task
+        try:
+            requested = int((sub.get("original") or {}).get("cpus_per_task") or 0)
+        except (TypeError, ValueError):
+            return 0
+        if current is None or requested < 1 or (job.num_tasks or 1) != 1:
+            return 0
+        new = min(requested, fresh.cpus or requested)
+        if new == current:
+            return 0
+        at = int(job.time_limit_s or 0)
+        reason = f"re-decided while pending after its siblings' outcomes: --cpus-per-task {current} -> {new}"
+        if not self.store.add_limit_change(job.job_id, CPU_KIND, at, at, reason, DECIDED, old_cpus=int(current),
+                                           new_cpus=int(new)):
+            return 0  # this job's CPUs were re-sized at this time limit before: never twice
+        log.info("job %s: %s", job.job_id, reason)
+        return self._carry_out(row_of(self.store, job.job_id, CPU_KIND, at), job)
+
     def _carry_out(self, row: dict[str, Any], job: QueuedJob | None) -> int:
         jid = str(row["job_id"])
+        if row["kind"] == CPU_KIND:
+            return self._carry_out_cpus(row, job)
         option = MEM_OPTION_OF.get(row["kind"])
         if not still_to_do(self.store, row, job, "PENDING", memory=option):
             return 0
@@ -213,6 +252,20 @@ class Resizer:
         except SlurmError as exc:
             set_step(self.store, row, REFUSED, f"Slurm refused: {exc}")
             log.warning("job %s: re-size %s refused by Slurm (%s)", jid, shown, exc)
+            return 0
+        set_step(self.store, row, DONE)
+        return 1
+
+    def _carry_out_cpus(self, row: dict[str, Any], job: QueuedJob | None) -> int:
+        jid = str(row["job_id"])
+        if not still_to_do(self.store, row, job, "PENDING", memory="cpus"):
+            return 0
+        old, new = int(row["old_cpus"]), int(row["new_cpus"])
+        try:
+            self.backend.update_job(jid, cpus_per_task=new)
+        except SlurmError as exc:
+            set_step(self.store, row, REFUSED, f"Slurm refused: {exc}")
+            log.warning("job %s: re-size --cpus-per-task %d -> %d refused by Slurm (%s)", jid, old, new, exc)
             return 0
         set_step(self.store, row, DONE)
         return 1

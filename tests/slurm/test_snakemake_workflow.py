@@ -128,14 +128,16 @@ def workflow(slurm_cluster):
             yield {"dir": wf, "bin": bin_dir, "socket": sock, "snakemake": snakemake, "cluster": slurm_cluster}
 
 
-def _run(wf: dict, *, harp: bool, fresh: bool = False, retries: int = 0) -> tuple[float, float]:
-    """One Snakemake run of the whole workflow; (start epoch, wall seconds)."""
+def _run(wf: dict, *, harp: bool, fresh: bool = False, retries: int = 0, env_extra: dict[str, str] | None = None,
+         log: list[str] | None = None) -> tuple[float, float]:
+    """One Snakemake run of the whole workflow; (start epoch, wall seconds); its stderr appended to ``log``."""
     c = wf["cluster"]
     real_sbatch = shutil.which("sbatch", path=os.environ.get("PATH", "")) or "/usr/bin/sbatch"
     env = {k: v for k, v in c.env.items() if not k.startswith(("HARP_", "SBATCH_"))}
     env.update({"SLURM_CONF": str(c.conf), "PYTHONPATH": str(REPO), "HARP_SOCKET": wf["socket"],
                 "HARP_CONFIG": "/nonexistent/harpd.toml", "HARP_SBATCH": real_sbatch, "HARP_TIMEOUT": "10",
                 "PATH": (f"{wf['bin']}:" if harp else "") + f"{Path(sys.executable).parent}:{env.get('PATH', '/usr/bin:/bin')}"})
+    env.update(env_extra or {})
     argv = [wf["snakemake"], "--executor", "slurm", "--jobs", "10", "--forceall", "--nolock",
             "--default-resources", "slurm_account=harp", "slurm_partition=short",
             "--slurm-init-seconds-before-status-checks", "5", "--seconds-between-status-checks", "3",
@@ -144,6 +146,8 @@ def _run(wf: dict, *, harp: bool, fresh: bool = False, retries: int = 0) -> tupl
     proc = subprocess.run(argv, cwd=wf["dir"], env=env, capture_output=True, text=True, timeout=420,
                           stdin=subprocess.DEVNULL)
     wall = time.monotonic() - t0
+    if log is not None:
+        log.append(proc.stderr)
     assert proc.returncode == 0, f"snakemake failed:\n{proc.stderr[-4000:]}"
     return start, wall
 

@@ -218,7 +218,8 @@ def retry_workflow(slurm_cluster):
 def test_the_managers_retry_of_a_task_that_ran_out_gets_at_least_the_escalated_size(retry_workflow) -> None:
     wf = retry_workflow
     c = wf["cluster"]
-    start, _ = _run(wf, harp=True, retries=1)
+    # without harp's end-of-job hook (harp-task-epilog), which would requeue the job before the manager saw it end
+    start, _ = _run(wf, harp=True, retries=1, env_extra={"HARP_TASK_EPILOG": "0"})
     out = c.run(["sacct", "-X", "-P", "-n", "-S", time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(start - 1)),
                  "-o", "JobID,State,ReqMem,Comment"]).stdout
     # the rule's jobs (the plugin's comment), not another test's job still ending when this one began

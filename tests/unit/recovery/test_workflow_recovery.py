@@ -86,3 +86,43 @@ def test_a_task_is_never_resubmitted_under_a_new_id(store, fake) -> None:
     [first] = store.attempts(jid)
     assert "tracks it by job id" in first["limits"]["stop"]
     assert fake.calls("submit") == []
+
+
+def test_a_retry_registered_between_the_decision_and_the_requeue_is_left_the_task(store, fake) -> None:
+    """Decided at the moment of acting: the requeue waits ``SETTLE_S`` after the decision, and the
+    manager's retry registered meanwhile stops it (the work runs once, as the manager's)."""
+    import time
+
+    shift = [0.0]
+    settings = HarpSettings(ingest={"poll_interval_s": 5}, recovery={"mode": "requeue"})
+    ing = Ingestor(store, fake, settings)
+    rec = rs.Recovery(store, fake, settings, watch=ing.watch, clock=lambda: time.time() + shift[0])
+    ing.on_outcome.append(rec.on_outcome)
+    jid = task_job(store, fake, "work", "s1")
+    fake.end_run(jid, T, ago_s=0.5)  # harpd sees it within the second: decided, requeued after SETTLE_S
+    ing.poll_once()
+    assert steps(store, jid) == [(1, "done", "timeout"), (2, "decided", None)]
+    retry = task_job(store, fake, "work", "s1", attempt=2)  # the manager saw the TIMEOUT meanwhile
+    shift[0] = 10.0
+    rec.resume()
+    rows = store.attempts(jid)
+    assert [r["step"] for r in rows] == ["done", "done"] and rows[1]["outcome"] == "not_submitted", rows
+    assert f"submitted it again itself (job {retry})" in rows[1]["limits"]["stop"]
+    assert fake.calls("requeue_hold") == []
+
+
+def test_a_nextflow_task_is_left_to_its_error_strategy(store, fake) -> None:
+    """Nextflow reads the task's .exitcode before any requeue: harp never runs the task a second time."""
+    ing = machine(store, fake, "requeue")
+    jid = fake.add_job(time_s=60, mem_mb=100, workdir="/home/alice/nf/work/ab/cdef", name="nf-FASTQC_(s1)")
+    submission(fake, store, jid, harp_lines=(), changes=[{"option": "time", "value": "1", "old": "20"}],
+               original={"time_s": 1200, "mem_mb": 100, "partition": "short"})
+    sub = store.get_submission(jid)
+    job = {**sub["job"], "signature": None, "commands": ["bash .command.run"], "job_name": "nf-FASTQC_(s1)",
+           "script_name": ".command.run", "cwd": "/home/alice/nf/work/ab/cdef"}
+    store.add_submission(jid, sub["uid"], sub["user"], job, sub["original"], sub["submitted"], sub["decision"])
+    fake.end_run(jid, T)
+    ing.poll_once()
+    [first] = store.attempts(jid)
+    assert first["outcome"] == "timeout" and "errorStrategy" in first["limits"]["stop"], first
+    assert fake.calls("requeue_hold") == [] and fake.calls("submit") == []

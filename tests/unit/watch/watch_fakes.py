@@ -23,15 +23,16 @@ class FakeQueue:
 
     def add(self, jid: str, *, state: str = "RUNNING", limit_s: int = 60, used_s: int = 0,
             comment: str | None = None, partition: str = "debug", array_job_id: str | None = None,
-            mem_mb: int | None = None, mem_per_cpu_mb: int | None = None) -> None:
+            mem_mb: int | None = None, mem_per_cpu_mb: int | None = None, cpus: int | None = None) -> None:
         self.jobs[jid] = dict(state=state, limit=limit_s, used=used_s, comment=comment, partition=partition,
-                              array=array_job_id, mem=mem_mb, mem_cpu=mem_per_cpu_mb)
+                              array=array_job_id, mem=mem_mb, mem_cpu=mem_per_cpu_mb, cpus=cpus)
 
     def queue(self) -> list[QueuedJob]:
         self.listings += 1
         return [QueuedJob(job_id=j, state=v["state"], user="alice", uid=1000, time_limit_s=v["limit"],
                           time_used_s=v["used"], partition=v["partition"], comment=v["comment"],
-                          array_job_id=v["array"], mem_mb=v["mem"], mem_per_cpu_mb=v["mem_cpu"])
+                          array_job_id=v["array"], mem_mb=v["mem"], mem_per_cpu_mb=v["mem_cpu"],
+                          cpus_per_task=v["cpus"], num_tasks=1)
                 for j, v in self.jobs.items() if v["state"] in ("RUNNING", "PENDING")]
 
     def update_job(self, job_id: str, **changes: Any) -> None:
@@ -51,6 +52,8 @@ class FakeQueue:
             j["mem"] = int(fields["MinMemoryNode"])
         if "MinMemoryCPU" in fields:
             j["mem_cpu"] = int(fields["MinMemoryCPU"])
+        if "CPUsPerTask" in fields:
+            j["cpus"] = int(fields["CPUsPerTask"])
         if self.fail:
             msg, self.fail, self.fail_after = self.fail, None, False
             raise SlurmError(msg)

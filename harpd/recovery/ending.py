@@ -1,0 +1,68 @@
+"""A job about to end, as its own end-of-task hook reports it: did a step run out of memory?
+
+Recovery's race with a workflow manager (issue #27): a manager (Snakemake's
+Slurm executor, Nextflow) polls sacct and takes the first final state it
+sees as the task's fate.  A job harp recovers from its outcome is requeued
+seconds after Slurm recorded it FAILED or OUT_OF_MEMORY, and a manager that
+looked in between has given up.  Slurm runs the TaskEpilog of the batch step
+after the batch script exited and before the job ends, while sacct still
+shows it RUNNING: ``harp-task-epilog`` asks harpd there (op ``ending``),
+and harpd requeues the job before it ever reaches a final state.
+
+harpd acts only on what Slurm vouches for: the hook says only "job N is
+ending"; that a step of it was killed for memory is read from accounting
+(``harpd.slurm.classify.killed_for_memory``), waiting the few seconds
+slurmdbd may take to record the steps that ended.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+from harpd.records import JobRecord, Outcome
+from harpd.slurm.base import SlurmError
+from harpd.slurm.classify import killed_for_memory, to_record
+from harpd.slurm.sacct_records import SacctJob
+
+__all__ = ["ran_out_of_memory", "EVIDENCE_WAIT_S"]
+
+#: how long to wait for accounting to record the steps that ended before the batch script
+EVIDENCE_WAIT_S = 20.0
+#: steps that run as long as the job: still running when the batch script's hook runs
+_WHOLE_JOB_STEPS = ("batch", "extern")
+
+
+def _last_run(runs: list[SacctJob], job_id: str) -> SacctJob | None:
+    mine = [r for r in runs if r.job_id == job_id]
+    return max(mine, key=lambda r: r.run) if mine else None
+
+
+def _settled(job: SacctJob) -> bool:
+    """Every step but the batch and extern ones has a final state in accounting."""
+    return all(s.state not in (None, "RUNNING", "PENDING") for s in job.steps if s.step_id not in _WHOLE_JOB_STEPS)
+
+
+def ran_out_of_memory(backend: object, job_id: str, *, wait_s: float = EVIDENCE_WAIT_S,
+                      clock: Callable[[], float] = time.monotonic,
+                      sleep: Callable[[float], None] = time.sleep) -> JobRecord | None:
+    """The job's current run as an OUT_OF_MEMORY record when Slurm shows a step killed for memory, else None.
+
+    A run whose steps all ended without that evidence is answered at once;
+    a run with a step accounting still shows running is looked at again
+    for up to ``wait_s`` (slurmdbd records a step's end a moment after it).
+    """
+    deadline = clock() + wait_s
+    while True:
+        try:
+            job = _last_run(backend.sacct_raw([job_id], None, None, True), job_id)  # type: ignore[attr-defined]
+        except SlurmError:
+            job = None
+        if job is not None and killed_for_memory(job):
+            rec = to_record(job)
+            rec.outcome = Outcome.OOM
+            rec.censored_mem = True
+            return rec
+        if (job is not None and _settled(job)) or clock() >= deadline:
+            return None
+        sleep(1.0)

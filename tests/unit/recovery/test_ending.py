@@ -1,0 +1,72 @@
+"""The job's end hook: harpd recovers only on accounting's evidence, and the hook never fails a job."""
+
+from __future__ import annotations
+
+from harp_submit import task_epilog
+from harpd.records import Outcome
+from harpd.recovery.ending import ran_out_of_memory
+from harpd.slurm.base import SlurmError
+from harpd.slurm.sacct_records import SacctJob, SacctStep
+
+
+class _Accounting:
+    """sacct_raw answering from a list of successive answers (the last one repeats)."""
+
+    def __init__(self, *answers):
+        self.answers = list(answers)
+        self.calls = 0
+
+    def sacct_raw(self, job_ids, since, until, all_users):
+        self.calls += 1
+        got = self.answers[min(self.calls, len(self.answers)) - 1]
+        if isinstance(got, Exception):
+            raise got
+        return got
+
+
+def _job(*steps: SacctStep) -> SacctJob:
+    return SacctJob(job_id="7", user="alice", state="RUNNING", req_mem_mb=400.0, steps=list(steps))
+
+
+BATCH = SacctStep(step_id="batch", state="RUNNING")
+KILLED = SacctStep(step_id="0", state="CANCELLED", exit_signal=9, max_rss_mb=420.0, ntasks=1, nnodes=1)
+FINE = SacctStep(step_id="0", state="COMPLETED", exit_code=0, max_rss_mb=100.0, ntasks=1, nnodes=1)
+STILL = SacctStep(step_id="0", state="RUNNING")
+
+
+def _ask(backend):
+    t = [0.0]
+    return ran_out_of_memory(backend, "7", wait_s=5, clock=lambda: t[0], sleep=lambda s: t.__setitem__(0, t[0] + s))
+
+
+def test_a_step_killed_above_the_limit_is_an_oom_record_of_the_running_job() -> None:
+    rec = _ask(_Accounting([_job(BATCH, KILLED)]))
+    assert rec is not None and rec.outcome == Outcome.OOM and rec.censored_mem and rec.user == "alice"
+
+
+def test_steps_that_ended_well_are_answered_at_once() -> None:
+    backend = _Accounting([_job(BATCH, FINE)])
+    assert _ask(backend) is None and backend.calls == 1
+
+
+def test_a_step_accounting_has_not_closed_yet_is_waited_for() -> None:
+    backend = _Accounting([_job(BATCH, STILL)], SlurmError("slurmdbd down"), [_job(BATCH, KILLED)])
+    assert _ask(backend) is not None and backend.calls == 3
+
+
+def test_no_evidence_within_the_wait_leaves_the_job_alone() -> None:
+    backend = _Accounting([_job(BATCH, STILL)])
+    assert _ask(backend) is None and 5 <= backend.calls <= 7
+
+
+def test_the_hook_asks_only_for_the_batch_task_and_never_fails(tmp_path, capsys) -> None:
+    assert task_epilog.is_batch_task({"SLURM_JOB_ID": "7"})
+    assert task_epilog.is_batch_task({"SLURM_JOB_ID": "7", "SLURM_STEP_ID": "4294967294"})
+    assert not task_epilog.is_batch_task({"SLURM_JOB_ID": "7", "SLURM_STEP_ID": "0"})
+    assert not task_epilog.is_batch_task({})
+    env = {"SLURM_JOB_ID": "7", "HARP_SOCKET": str(tmp_path / "none.sock"), "HARP_CONFIG": "/nonexistent"}
+    assert task_epilog.main([], env) == 0
+    assert capsys.readouterr().err == ""  # nothing in every job's output where no harpd runs
+    assert task_epilog.main([], {**env, "HARP_DEBUG": "1"}) == 0
+    assert "harpd not asked" in capsys.readouterr().err
+    assert task_epilog.main([], {**env, "HARP_TASK_EPILOG": "0"}) == 0
