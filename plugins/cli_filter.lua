@@ -241,7 +241,7 @@ local function pre_submit(options, offset)
     for word in (read_file("/proc/self/cmdline") or ""):gmatch("([^%z]*)%z") do
         cmdline[#cmdline + 1] = word
     end
-    local request = '{"v":1,"command":' .. json_string(command) .. ',"offset":' .. tostring(offset)
+    local request = '{"v":1,"command":' .. json_string(command) .. ',"offset":' .. string.format("%d", offset)
         .. ',"cmdline":' .. json_list(cmdline) .. ',"options":' .. json .. '}'
     local answer, why = ask_helper(request)
     if not answer then
