@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+from pathlib import Path
+
 import pytest
 
 from harp_submit import directives
@@ -112,3 +117,30 @@ def test_the_union_table_never_reads_an_option_otherwise_than_the_release(releas
     # 22.05 reads --res as --reservation; the union also has --resv-ports and --resources
     if release == "22.05":
         assert _resolve(theirs, "res") == "reservation" and _resolve(mine, "res") == "ambiguous"
+
+
+CACHE = Path(os.environ.get("HARP_SLURM_CACHE", "/var/cache/harp/slurm"))
+BUILT = [r for r in RELEASES if (CACHE / r / "lib" / "slurm" / "libslurmfull.so").exists()]
+
+
+@pytest.mark.skipif(not BUILT, reason=f"no Slurm release built in {CACHE} (scripts/build-slurm 26.05)")
+@pytest.mark.parametrize("release", BUILT or ["none"])
+def test_release_table_is_the_built_sbatchs_own(tmp_path, release) -> None:
+    """A release built by scripts/build-slurm: its libslurmfull's sbatch table is release_options(release)."""
+    from test_sbatch_options import DUMP, OPTSTRING
+
+    conf = tmp_path / "slurm.conf"
+    conf.write_text("ClusterName=probe\nSlurmctldHost=localhost\nNodeName=localhost CPUs=1 State=UNKNOWN\n"
+                    f"PartitionName=p Nodes=localhost Default=YES\nPlugStackConfig={tmp_path}/plugstack.conf\n")
+    (tmp_path / "plugstack.conf").write_text("")
+    lib = CACHE / release / "lib" / "slurm" / "libslurmfull.so"
+    out = subprocess.run([sys.executable, "-c", DUMP, str(lib)], env={**os.environ, "SLURM_CONF": str(conf)},
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    lines = out.stdout.splitlines()
+    assert lines[0] == OPTSTRING  # no short option added since 22.05
+    theirs = {}
+    for name, has_arg, val in (line.split() for line in lines[1:]):
+        theirs[name] = (int(has_arg), chr(int(val)) if int(val) < 256 else None)
+    mine = {o.name: (o.has_arg, o.short) for o in so.release_options(release)}
+    assert mine == theirs
