@@ -16,7 +16,7 @@ if TYPE_CHECKING:
 
 from . import input_size, units
 from .directives import Script
-from .sbatch_options import ENV_OPTIONS, ParsedArgs, ParsedOption
+from .sbatch_options import ENV_OPTIONS, ParsedArgs, ParsedOption, tres_per_task_cpus
 
 SCRIPT, ENV, CLI = "script", "environment", "command line"  # in increasing precedence
 
@@ -151,7 +151,7 @@ class Request:
             "mem_mb": parsed("mem", units.parse_mem),
             "mem_per_cpu_mb": parsed("mem-per-cpu", units.parse_mem),
             "mem_per_gpu_mb": parsed("mem-per-gpu", units.parse_mem),
-            "cpus_per_task": parsed("cpus-per-task", units.parse_int),
+            "cpus_per_task": self._cpus_per_task(parsed("cpus-per-task", units.parse_int)),
             "ntasks": parsed("ntasks", units.parse_int),
             "nodes": nodes[0] if nodes else None,
             "gres": _text(self.value("gres")),
@@ -161,6 +161,22 @@ class Request:
             "signal_s": parsed("signal", units.parse_signal_lead),
             "deadline": True if self.value("deadline") else None,
         }
+
+    def _cpus_per_task(self, given: int | None) -> int | None:
+        """``--cpus-per-task``, or the CPU count of ``--tres-per-task=cpu=N`` (23.02+).
+
+        sbatch lets a command-line or script setting of either override the
+        other's environment variable (and refuses both outside it); harp
+        follows that, so either spelling is the same cores request.
+        """
+        tres = self.effective("tres-per-task")
+        cpus = tres_per_task_cpus(tres.value) if tres is not None else None
+        if cpus is None:
+            return given
+        plain = self.effective("cpus-per-task")
+        if plain is not None and given is not None and plain.source != ENV and tres.source == ENV:
+            return given
+        return cpus
 
     def job_name(self) -> str:
         """The name Slurm will give the job."""

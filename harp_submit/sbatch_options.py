@@ -186,11 +186,37 @@ NEWER_OPTIONS: tuple[tuple[str, OptSpec], ...] = (
 #: optional value in 25.05 and keeps it here (a value is then sbatch's to refuse).
 _WIDENED = {"requeue": ("25.11", OPT)}
 
+#: Options a release removed (harp keeps reading them): the release that dropped each.
+_DROPPED = {"power": "24.05"}
+
 #: Every long option harp knows: 22.05's table, widened, then the newer ones.
 SBATCH_OPTIONS: tuple[OptSpec, ...] = tuple(
     _spec(o.name, _WIDENED[o.name][1], o.short, o.canonical) if o.name in _WIDENED else o
     for o in SBATCH_OPTIONS_22_05
 ) + tuple(spec for _, spec in NEWER_OPTIONS)
+
+def release_options(release: str) -> tuple[OptSpec, ...]:
+    """sbatch's long options as one release (``"25.11"``) knows them.
+
+    harp parses with the union of every release (``SBATCH_OPTIONS``), so it
+    needs no ``sbatch --version`` on each submission.  That is safe on every
+    release: the union only adds names, so an abbreviation resolves as the
+    installed sbatch resolves it, or is ambiguous (harp steps aside and sbatch
+    decides), or names an option that release does not have (sbatch refuses
+    it either way).  One exception: ``--extra`` (23.02) read on 22.05, where it
+    abbreviates ``--extra-node-info``; harp sizes from neither.  This
+    per-release table is what tests check that against.
+    """
+    def key(r: str) -> tuple[int, ...]:
+        return tuple(int(x) for x in r.split("."))
+
+    widened = {n: has_arg for n, (since, has_arg) in _WIDENED.items() if key(since) <= key(release)}
+    return tuple(
+        OptSpec(o.name, widened.get(o.name, o.has_arg), o.short, o.canonical)
+        for o in SBATCH_OPTIONS_22_05
+        if not (o.name in _DROPPED and key(_DROPPED[o.name]) <= key(release))
+    ) + tuple(spec for since, spec in NEWER_OPTIONS if key(since) <= key(release))
+
 
 #: harp-submit's own options; only on the command line, removed before sbatch runs.
 HARP_OPTIONS: tuple[OptSpec, ...] = (
@@ -201,7 +227,7 @@ HARP_OPTIONS: tuple[OptSpec, ...] = (
 )
 HARP_OPTION_NAMES = frozenset(o.name for o in HARP_OPTIONS)
 
-#: sbatch's INPUT ENVIRONMENT VARIABLES (22.05) and the option each one sets.
+#: sbatch's INPUT ENVIRONMENT VARIABLES (22.05's, then those 26.05 adds) and the option each one sets.
 #: Environment overrides #SBATCH lines; the command line overrides both.
 ENV_OPTIONS: dict[str, str] = {
     "SBATCH_ACCOUNT": "account",
@@ -263,6 +289,12 @@ ENV_OPTIONS: dict[str, str] = {
     "SBATCH_WAIT": "wait",
     "SBATCH_WAIT_ALL_NODES": "wait-all-nodes",
     "SBATCH_WCKEY": "wckey",
+    # added after 22.05 (26.05's man page); an older sbatch ignores them
+    "SBATCH_CONTAINER_ID": "container-id",
+    "SBATCH_CONTAINER_TYPE": "container-type",
+    "SBATCH_SEGMENT_SIZE": "segment",
+    "SBATCH_TRES_BIND": "tres-bind",
+    "SBATCH_TRES_PER_TASK": "tres-per-task",
 }
 
 #: The environment variable harp writes when it changes a value that came from
@@ -270,6 +302,36 @@ ENV_OPTIONS: dict[str, str] = {
 OPTION_ENV: dict[str, str] = {}
 for _var, _opt in ENV_OPTIONS.items():
     OPTION_ENV.setdefault(_opt, _var)
+
+
+_TRES_SUFFIX = {"k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40, "p": 1 << 50}
+
+
+def tres_per_task_cpus(value: str | None) -> int | None:
+    """The CPUs per task a ``--tres-per-task`` value asks for, or None.
+
+    Since 23.02 ``--tres-per-task=cpu=4`` is another spelling of
+    ``--cpus-per-task=4`` (sbatch keeps the two in step and refuses both on
+    one command line).  Entries are ``type[/name]=count``, comma-separated;
+    sbatch reads the count after any one separator (``cpu:4`` too, see
+    ``_set_tres_per_task_from_sibling_opt_internal`` in slurm_opt.c), with an
+    optional k/m/g/t/p suffix.  A value sbatch would refuse gives None: the
+    job then reaches sbatch untouched, and sbatch says why.
+    """
+    if not value:
+        return None
+    for entry in value.split(","):
+        entry = entry.strip()
+        if len(entry) < 5 or entry[:3].lower() != "cpu" or entry[3] not in "=:":
+            continue
+        count = entry[4:]
+        scale = _TRES_SUFFIX.get(count[-1:].lower(), 1)
+        if scale > 1:
+            count = count[:-1]
+        if not count.isdigit() or int(count) <= 0:
+            return None
+        return int(count) * scale
+    return None
 
 
 class GetoptError(ValueError):

@@ -25,7 +25,11 @@ alone (sbatch has read them; harp cannot check them for `#HARP off`).
 Users can bypass any cli_filter with their own SLURM_CONF: this is advice,
 not enforcement.
 
-Lua 5.1 (Debian's Slurm 22.05 links liblua5.1).
+Lua 5.1 to 5.3: Debian's Slurm 22.05 links liblua5.1; 25.11 and 26.05 built
+from source (scripts/build-slurm) link liblua5.3, where the numbers Slurm
+passes (offset, job id) are floats, so they are written with %d, never
+tostring (which would give "0.0"). The entry points and the options table are
+the same in 22.05, 25.11 and 26.05 (src/plugins/cli_filter/lua/cli_filter_lua.c).
 --]]
 
 -- Site settings ---------------------------------------------------------------
@@ -241,7 +245,7 @@ local function pre_submit(options, offset)
     for word in (read_file("/proc/self/cmdline") or ""):gmatch("([^%z]*)%z") do
         cmdline[#cmdline + 1] = word
     end
-    local request = '{"v":1,"command":' .. json_string(command) .. ',"offset":' .. tostring(offset)
+    local request = '{"v":1,"command":' .. json_string(command) .. ',"offset":' .. string.format("%d", offset)
         .. ',"cmdline":' .. json_list(cmdline) .. ',"options":' .. json .. '}'
     local answer, why = ask_helper(request)
     if not answer then

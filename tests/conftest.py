@@ -32,9 +32,28 @@ FINAL_STATES = frozenset(
 )
 
 
+#: The tests/slurm files CI also runs on the newest Slurm (``-m release``, .ci/run):
+#: each tests something Slurm releases do differently, as harp meets it.
+RELEASE_FILES = {
+    "test_foundation.py": "sbatch, squeue, sacct of the cluster itself; the scontrol harp reads",
+    "test_submit.py": "harp-submit in front of the release's sbatch (its options and errors)",
+    "test_sbatch_meaning.py": "what sbatch makes of the options harp writes (time, memory, CPUs)",
+    "test_ingest_slurm.py": "sacct --parsable2 of every outcome, requeued runs (22.05 says REQUEUED, later TIMEOUT)",
+    "test_recovery.py": "requeuehold, scontrol update and release of a finished job; resubmission",
+    "test_recovery_durable.py": "a requeue long after the run: what sacct keeps of the first run",
+    "test_soft_limits_live.py": "scontrol update of TimeLimit and memory on running and pending jobs",
+    "test_scontrol_forgery.py": "scontrol show job of the release, with a job's own text in it",
+    "test_plugins.py": "the Lua cli_filter and job_submit plugins on the release's Lua API",
+    "test_cores_live.py": "CPUs allocated and used as sacct reports them",
+}
+
+
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(
         "markers", "slurm: needs the real local Slurm cluster (scripts/localslurm)"
+    )
+    config.addinivalue_line(
+        "markers", "release: a Slurm test of behaviour that differs between Slurm releases (RELEASE_FILES)"
     )
 
 
@@ -45,6 +64,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for item in items:
         if slurm_dir in Path(str(item.fspath)).parents:
             item.add_marker(pytest.mark.slurm)
+            if Path(str(item.fspath)).name in RELEASE_FILES:
+                item.add_marker(pytest.mark.release)
 
 
 class SlurmError(RuntimeError):
@@ -68,6 +89,20 @@ class SlurmCluster:
     partitions = {"short": 60, "long": 1440, "tiny": 3, "gpu": 60}  # MaxTime, minutes
     default_partition = "short"
     cluster_name = "harptest"
+
+    @property
+    def version(self) -> str:
+        """The Slurm release the cluster runs ("22.05", "26.05"), as localslurm recorded it."""
+        f = self.dir / "slurm-version"
+        return f.read_text().strip() if f.exists() else "22.05"
+
+    def requeued_state(self, own: str) -> str:
+        """What ``sacct --duplicates`` says of a finished run after ``scontrol requeue``.
+
+        22.05's slurmdbd rewrites that run as REQUEUED; 25.11 and 26.05 keep
+        its own end state (``own``: TIMEOUT, OUT_OF_MEMORY, ...).
+        """
+        return "REQUEUED" if self.version == "22.05" else own
 
     def run(self, argv: list[str], *, user: str | None = None, input: str | None = None,
             cwd: Path | str | None = None, check: bool = True,

@@ -371,7 +371,8 @@ class Ingestor:
         A run already stored with the same outcome is left alone: writing it
         again would only lose what its submission added (signature,
         harp_sized) once the submission is closed.  A REQUEUED row is an
-        earlier run whose real end state slurmdbd has overwritten; when that
+        earlier run whose real end state slurmdbd has overwritten (22.05;
+        25.11 and 26.05 keep it, so it is the stored outcome again); when that
         run is stored, the outcome seen before the requeue is kept.
         """
         new: list[JobRecord] = []

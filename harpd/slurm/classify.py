@@ -109,11 +109,13 @@ def _killed_for_memory(job: SacctJob) -> bool:
 def run_elapsed_s(job: SacctJob) -> float | None:
     """How long the run really ran.
 
-    slurmdbd rewrites a run that was requeued afterwards as REQUEUED, ending
-    at the requeue (``scontrol requeuehold``), which may come long after the
-    run itself ended (harpd was down): its Elapsed counts the time it sat
-    finished.  Its steps keep their own times, so such a run lasted as long as
-    its longest step (the batch step starts with the allocation).
+    22.05's slurmdbd rewrites a finished run that was requeued afterwards as
+    REQUEUED, ending at the requeue (``scontrol requeuehold``), which may come
+    long after the run itself ended (harpd was down): its Elapsed counts the
+    time it sat finished.  Its steps keep their own times, so such a run
+    lasted as long as its longest step (the batch step starts with the
+    allocation).  25.11 and 26.05 leave that run as it ended (TIMEOUT, its
+    own End), so it reads like any other finished run.
     """
     if job.state == "REQUEUED":
         steps = [s.elapsed_s for s in job.steps if s.elapsed_s is not None]

@@ -157,7 +157,8 @@ def test_a_failing_listener_does_not_stop_the_others(store):
     assert store.get_meta(UNANNOUNCED_KEY) == []
 
 
-def test_requeued_runs_get_their_own_attempts(store):
+@pytest.mark.parametrize("release", ["22.05", "26.05"])
+def test_requeued_runs_get_their_own_attempts(store, release):
     """A job requeued in place: run 1 (timeout) stored, then run 2 appears."""
     be = FakeBackend([rec("5", Outcome.TIMEOUT, start_time=1000.0, censored_time=True)])
     submit(store, "5")
@@ -165,9 +166,12 @@ def test_requeued_runs_get_their_own_attempts(store):
     assert ing.poll_once() == 1
     ing.watch("5")
     assert store.get_meta(WATCH_KEY) == {"5": 2}
-    # sacct --duplicates now: run 1 rewritten as REQUEUED, run 2 running, then done
+    # sacct --duplicates now: run 1 rewritten as REQUEUED (22.05) or still TIMEOUT (25.11, 26.05),
+    # run 2 running, then done
+    first = (rec("5", Outcome.PREEMPTED, state="REQUEUED", start_time=1000.0, attempt=1) if release == "22.05"
+             else rec("5", Outcome.TIMEOUT, start_time=1000.0, censored_time=True, attempt=1))
     be.jobs = [
-        rec("5", Outcome.PREEMPTED, state="REQUEUED", start_time=1000.0, attempt=1),
+        first,
         rec("5", Outcome.RUNNING, start_time=2000.0, end_time=None, attempt=2),
     ]
     assert ing.poll_once() == 0

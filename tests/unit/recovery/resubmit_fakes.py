@@ -6,7 +6,8 @@ a child process, kill it between two steps, and start another one on the same
 Slurm 22.05 where recovery depends on it: ``requeuehold`` only on finished
 jobs (``Restarts`` + 1, held, ``Reason=job_requeued_in_held_state``), limits in
 ``scontrol show job`` spelling, jobs purged after MinJobAge (``purge``), and
-``sacct`` rows for every run (earlier runs of a requeued job as REQUEUED).
+``sacct`` rows for every run (earlier runs of a requeued job as REQUEUED;
+``release="26.05"``: as they ended, as 25.11 and 26.05 keep them).
 """
 
 from __future__ import annotations
@@ -40,11 +41,12 @@ def _hms(seconds: int) -> str:
 class FakeSlurm:
     """SlurmBackend (plus recovery's extras) over a JSON file."""
 
-    def __init__(self, path: str | os.PathLike[str], *, slurm_user: str = "root", admin: dict[str, str] | None = None):
+    def __init__(self, path: str | os.PathLike[str], *, slurm_user: str = "root", admin: dict[str, str] | None = None,
+                 release: str = "22.05"):
         self.path = Path(path)
         if not self.path.exists():
             self._save({"next_id": 1000, "jobs": {}, "calls": [], "fail": {}, "slurm_user": slurm_user,
-                        "admin": admin or {}, "users": {}})
+                        "admin": admin or {}, "users": {}, "release": release})
 
     # ---------------------------------------------------------------- file
 
@@ -176,8 +178,10 @@ class FakeSlurm:
             n = len(j["runs"])
             for i, r in enumerate(j["runs"]):
                 outcome = Outcome(r["outcome"])
-                # slurmdbd shows a run that was requeued afterwards as REQUEUED
-                state = "REQUEUED" if j["restarts"] >= i + 1 else r["state"]
+                # 22.05's slurmdbd shows a run that was requeued afterwards as REQUEUED;
+                # 25.11 and 26.05 keep the state it ended in
+                rewritten = j["restarts"] >= i + 1 and st.get("release", "22.05") == "22.05"
+                state = "REQUEUED" if rewritten else r["state"]
                 out.append(JobRecord(
                     job_id=jid, source="fake", user=j["user"], partition=j["partition"], job_name=j["name"],
                     submit_time=j["submitted_at"], start_time=r["start"], end_time=r["end"], outcome=outcome,
@@ -337,3 +341,9 @@ def store(tmp_path):
 @pytest.fixture
 def fake(tmp_path):
     return FakeSlurm(tmp_path / "slurm.json")
+
+
+@pytest.fixture(params=["22.05", "26.05"])
+def fake_of_each_release(tmp_path, request):
+    """The fake as each release words a requeued run in sacct (REQUEUED, or its own state)."""
+    return FakeSlurm(tmp_path / "slurm.json", release=request.param)

@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 
 import pytest
-from resubmit_fakes import fake, store, submission  # noqa: F401 (fixtures)
+from resubmit_fakes import fake, fake_of_each_release, store, submission  # noqa: F401 (fixtures)
 
 from harpd.config import HarpSettings
 from harpd.ingest.poller import WATCH_KEY, Ingestor
@@ -37,7 +37,8 @@ def rows(store, chain):
 # ------------------------------------------------------------------ requeue
 
 
-def test_requeue_timeout_doubles_time_and_completes(store, fake):
+def test_requeue_timeout_doubles_time_and_completes(store, fake_of_each_release):
+    fake = fake_of_each_release
     ing, _ = machine(store, fake, "requeue")
     jid = fake.add_job(time_s=60, mem_mb=100)
     submission(fake, store, jid)
@@ -109,7 +110,8 @@ def test_requeue_oom_per_cpu_memory_updates_min_memory_cpu(store, fake):
     assert fake.state["jobs"][jid]["mem_per_cpu_mb"] == 200
 
 
-def test_cap_used_once_then_stop_with_reason(store, fake):
+def test_cap_used_once_then_stop_with_reason(store, fake_of_each_release):
+    fake = fake_of_each_release
     ing, _ = machine(store, fake, "requeue")
     jid = fake.add_job(time_s=120, partition="tiny")  # tiny: MaxTime 3 min
     submission(fake, store, jid)
