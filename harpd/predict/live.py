@@ -90,7 +90,7 @@ class ModelPredictor:
         # the budget scale, siblings in flight and usual stake the soft policy
         # reads (fed by harpd.watch); None without soft limits
         self.soft_state: SoftState | None = (
-            SoftState(SoftPolicy.from_settings(settings.predict), store) if self.soft_limits else None)
+            SoftState(SoftPolicy.from_settings(settings.predict, settings.watch), store) if self.soft_limits else None)
         self._limits = limits
         self._lock = threading.Lock()
         self._refresh_lock = threading.Lock()
