@@ -116,6 +116,9 @@ class PredictSettings(_Section):
     predictor: str = "auto"  # "auto": the champion; else a registered name
     leave_alone_ratio: float = Field(0.9, gt=0, le=1)  # keep requests when the bound is this close
     waste_budget: float = Field(0.04, ge=0, lt=1)  # killed-attempt consumption harp may add (share)
+    # hard limits: share of a time reservation cut the queue turns into earlier starts; a cut is made only
+    # where it outweighs its kill risk (harpd.predict.kill_cost); 0: none is (measured, docs/metrics.md 'Queue')
+    hard_cut_gain: float = Field(0.0, ge=0.0, le=1.0)
     # soft limits (privileged harpd extends jobs up to the user's request; harpd.predict.soft)
     soft_quantile: float = Field(0.9, gt=0.5, lt=1)  # share of jobs the start limit should cover
     soft_extension_budget: float = Field(0.10, gt=0, lt=1)  # share of jobs (all through harp) that may be extended

@@ -124,7 +124,8 @@ def run(args: argparse.Namespace) -> int:
             waste_budget=pr.waste_budget,
             bounds=args.bounds,
             limits=args.limits,
-            soft=SoftPolicy.from_settings(pr),
+            soft=SoftPolicy.from_settings(pr, settings.watch),
+            hard_cut_gain=pr.hard_cut_gain,
         )
         with threadpool_limits(args.threads):
             res = replay_run(prep, cfg, progress=say)
@@ -140,7 +141,12 @@ def run(args: argparse.Namespace) -> int:
     total = time.perf_counter() - t0
     report = build_report(res, args.trace, alpha, total)
     if queue is not None:
+        from harpd.cli.replay_verdict import queue_lines
+
         report["queue"] = queue
+        # the queue is the outcome, the over-reservation its proxy: its verdict is read first
+        words = queue_lines(queue, getattr(res, "limits", "hard"))
+        report["verdict"] = {**report["verdict"], "queue": words, "text": words + report["verdict"]["text"]}
     if workflow is not None:
         report["workflow"] = workflow
     if args.format == "json":
@@ -265,7 +271,8 @@ def _schedule(args, prep, cfg, res, procs: int, say) -> dict:
     try:
         queue = schedule(prep, procs, alloc.get("hard"), alloc.get("soft"), max_attempts=cfg.max_attempts,
                          progress=bar, notes=notes, replicas=args.replicas, shake_s=args.shake,
-                         max_extensions=cfg.soft.max_extensions)
+                         max_extensions=cfg.soft.max_extensions, lead_s=cfg.soft.lead_s,
+                         look_s=cfg.soft.look_s)
     except QueueError as exc:
         _fail(str(exc))
     queue["trace"] = str(args.trace)

@@ -130,3 +130,46 @@ def _lines(v: dict[str, Any], rep: dict[str, Any]) -> list[str]:
         lines.append(f"  missed:   {v['missed_share']:.1%} of the jobs that fit their request ran out at harp's first "
                      f"limit (allowed {rep['alpha']:.0%}: predict.alpha_{rep['resource']})")
     return lines
+
+
+def _effect(c: dict[str, Any] | None, what: str) -> str:
+    """One figure of a paired comparison in words: 'lowered the mean wait by 5.4% (±0.5%)'."""
+    d = None if c is None else _num(c.get("rel_diff"))
+    if d is None:
+        return f"{what}: not measured"
+    se = _num(c.get("se"))
+    pm = "" if se is None else f" (±{se:.1%})"
+    if c.get("verdict") == "lower":
+        return f"lowered {what} by {-d:.1%}{pm}"
+    if c.get("verdict") == "higher":
+        return f"RAISED {what} by {d:.1%}{pm}"
+    return f"left {what} unchanged within its noise ({d:+.1%}{pm})"
+
+
+def queue_lines(queue: dict[str, Any], limits: str) -> list[str]:
+    """The queue's verdict, printed first: what harp did to waits and slowdown under ``limits``.
+
+    The queue is the outcome a site deploys harp for (issue 28), the
+    over-reservation only its proxy, so an admin reads this before the rest.
+    """
+    row = f"harp-{limits}"
+    cmp = (queue.get("vs_users") or {}).get(row)
+    if cmp is None:
+        return [f"queue: no harp-{limits} row to judge ({'; '.join(queue.get('notes') or []) or 'not simulated'})."]
+    copies = queue.get("replicas", 1)
+    rows = {p["policy"]: p for p in queue.get("policies") or []}
+    h = rows.get(row) or {}
+    head = (f"queue verdict: under {limits} limits harp {_effect(cmp.get('mean_wait_s'), 'the mean wait')} and "
+            f"{_effect(cmp.get('mean_bounded_slowdown'), 'the mean bounded slowdown')} against the users' own "
+            f"requests ({copies} cop{'y' if copies == 1 else 'ies'} of the trace, EASY backfilling on "
+            f"{queue.get('procs')} processors).")
+    lines = [head]
+    if limits == "hard":
+        if (h.get("kills") or 0) == 0 and (h.get("extensions") or 0) == 0:
+            lines.append("  harp killed no job: under hard limits it cut only where a cut outweighs a kill's cost "
+                         "(predict.hard_cut_gain)")
+        else:
+            lines.append(f"  {h.get('kills', 0):,} kills (each loses its partial run and queues the job again)")
+    else:
+        lines.append(f"  {h.get('extensions', 0):,} extensions, {h.get('kills', 0):,} kills at the users' own requests")
+    return lines

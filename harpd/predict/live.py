@@ -36,6 +36,7 @@ from harpd.predict.bounds import MARGIN
 from harpd.predict.cores import CoresHistory, cut_bounds, run_cores
 from harpd.predict.restore import Restored, cut_resources, restored_by, restoring_outcome
 from harpd.predict.retry_floor import Floor, RetryFloors
+from harpd.predict.kill_cost import why_kept, worth_cutting
 from harpd.predict.soft import SoftPolicy, running_bound, soft_guard, stake_of, tilt
 from harpd.predict.soft_state import SoftState
 from harpd.predict.time_options import fit_time, kept_under_soft_limits
@@ -89,7 +90,7 @@ class ModelPredictor:
         # the budget scale, siblings in flight and usual stake the soft policy
         # reads (fed by harpd.watch); None without soft limits
         self.soft_state: SoftState | None = (
-            SoftState(SoftPolicy.from_settings(settings.predict), store) if self.soft_limits else None)
+            SoftState(SoftPolicy.from_settings(settings.predict, settings.watch), store) if self.soft_limits else None)
         self._limits = limits
         self._lock = threading.Lock()
         self._refresh_lock = threading.Lock()
@@ -482,7 +483,7 @@ class ModelPredictor:
         if self.soft_limits and res == "time" and (kept := kept_under_soft_limits(rq)) is not None:
             return None, {"reason": kept}  # harpd extends such a job too late to keep its meaning
         if soft:
-            guard = soft_guard(guard)
+            guard = soft_guard(guard, SoftPolicy.from_settings(self.settings.predict, self.settings.watch))
         if n_hist < guard.min_history:
             return None, {"reason": f"cold start: {n_hist} of {guard.min_history} runs", "n_history": n_hist}
         over = self.soft_state.user_over_budget(user) if soft and self.soft_state is not None else None
@@ -508,7 +509,7 @@ class ModelPredictor:
             up = float(ld.model.predict(X, groups=np.array([group], dtype=object))[0])
             theta = getattr(ld.model, "theta", None)
             if soft:
-                policy = SoftPolicy.from_settings(self.settings.predict)
+                policy = SoftPolicy.from_settings(self.settings.predict, self.settings.watch)
                 up, rule = self._soft_bound(x, up, policy)
                 ex.update(policy.explain(), soft_rule=rule)
                 if self.soft_state is not None:
@@ -520,6 +521,9 @@ class ModelPredictor:
             per_node = limits.max_mem_mb or self.settings.recovery.max_mem_mb
             limit = per_node * nodes if per_node else None
         value, why = allocate(req, up, n_hist, limit, guard, theta)
+        if res == "time" and not soft and value is not None and req and not worth_cutting(
+                req, value, self.settings.predict.alpha_time, self.settings.predict.hard_cut_gain):
+            value, why = None, why_kept(self.settings.predict.hard_cut_gain)
         least = None if retry is None else (retry.time_s if res == "time" else retry.mem_mb)
         if value is not None and least is not None and value < least:
             value, why = least, f"{why}; at least {retry.reason}"

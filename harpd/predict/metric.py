@@ -181,7 +181,8 @@ def evaluate(
 
 def evaluate_soft(model: str, start: np.ndarray, need: np.ndarray, request: np.ndarray, censored: np.ndarray,
                   weight: np.ndarray, *, extension_budget: float = 0.10, cap: np.ndarray | None = None,
-                  baseline: "ModelMetrics | None" = None, max_extensions: int | None = None) -> ModelMetrics:
+                  baseline: "ModelMetrics | None" = None, max_extensions: int | None = None,
+                  lead_s: float = 0.0) -> ModelMetrics:
     """The metric row of one model under soft limits (docs/metrics.md, "Soft limits").
 
     ``start`` is the limit each job starts with (NaN: the request stands);
@@ -201,7 +202,7 @@ def evaluate_soft(model: str, start: np.ndarray, need: np.ndarray, request: np.n
     cens = np.asarray(censored, bool)
     w = np.asarray(weight, float)
     final, ext, harp_killed = extend(start, need, req, cens, cap,
-                                     MAX_EXTENSIONS if max_extensions is None else max_extensions)
+                                     MAX_EXTENSIONS if max_extensions is None else max_extensions, lead_s)
     first = np.where(np.isfinite(start), start, req)
     managed = np.isfinite(start) & ~(np.abs(start - req) <= 1e-9)
     used = np.where(cens, req, need)

@@ -110,17 +110,25 @@ def _first_limits(alloc: np.ndarray, req: np.ndarray) -> np.ndarray:
 
 
 def policies(prep: Prepared, hard: np.ndarray | None, soft: np.ndarray | None,
-             max_attempts: int = 3, max_extensions: int = MAX_EXTENSIONS) -> list[LimitPolicy]:
-    """The comparison's rows: ``hard``/``soft`` are harp's allocations (None: row absent)."""
+             max_attempts: int = 3, max_extensions: int = MAX_EXTENSIONS,
+             lead_s: float = 0.0, look_s: float = 0.0) -> list[LimitPolicy]:
+    """The comparison's rows: ``hard``/``soft`` are harp's allocations (None: row absent).
+
+    ``lead_s``/``look_s``: harpd's watcher (``watch.margin_s``, ``watch.interval_s``),
+    which extends a harp-soft job at its first look within the lead of its limit.
+    """
     req = _requests(prep)
     cap = _cap(prep, req)
     out = [LimitPolicy(req, "hard", None, "users")]
     if hard is not None:
-        out.append(LimitPolicy(_first_limits(hard, req), "hard", escalation_hook(req, cap, max_attempts, "hard"),
-                               "harp-hard"))
+        first = _first_limits(hard, req)
+        # where harp cut nothing (its hard-limit gate, kill_cost) nothing is ever escalated: the users' own row
+        hook = escalation_hook(req, cap, max_attempts, "hard") if np.any(first < req) else None
+        out.append(LimitPolicy(first, "hard", hook, "harp-hard"))
     if soft is not None:
         out.append(LimitPolicy(_first_limits(soft, req), "soft",
-                               escalation_hook(req, cap, max_attempts, "soft", max_extensions), "harp-soft"))
+                               escalation_hook(req, cap, max_attempts, "soft", max_extensions), "harp-soft",
+                               lead_s=lead_s, look_s=look_s))
     out.append(LimitPolicy(np.maximum(prep.need, 1.0), "hard", None, "exact"))
     return out
 
@@ -152,7 +160,8 @@ def _clean(v: Any) -> Any:
 def schedule(prep: Prepared, procs: int, hard: np.ndarray | None, soft: np.ndarray | None, *,
              max_attempts: int = 3, progress: Progress | None = None,
              notes: list[str] | None = None, replicas: int = 1, shake_s: float = 60.0,
-             seed: int = 0, max_extensions: int = MAX_EXTENSIONS) -> dict[str, Any]:
+             seed: int = 0, max_extensions: int = MAX_EXTENSIONS, lead_s: float = 0.0,
+             look_s: float = 0.0) -> dict[str, Any]:
     """Simulate every policy; the JSON-able queue section of a replay report.
 
     With ``replicas`` > 1 each figure is the mean over that many copies of
@@ -167,7 +176,7 @@ def schedule(prep: Prepared, procs: int, hard: np.ndarray | None, soft: np.ndarr
     if shake_s < 0:
         raise QueueError(f"--shake {shake_s:g}: a shaking amplitude is 0 seconds or more")
     work = workload_of(prep)
-    pols = policies(prep, hard, soft, max_attempts, max_extensions)
+    pols = policies(prep, hard, soft, max_attempts, max_extensions, lead_s, look_s)
     t0 = time.perf_counter()
     runs = simulate_shaken(work, pols, procs, replicas=replicas, amplitude_s=shake_s, seed=seed,
                            progress=progress)

@@ -36,6 +36,7 @@ from harpd.predict.allocation import Guard, allocate, allocate_many
 from harpd.predict.bounds import allocations, soft_allocations
 from harpd.predict.dataset import Prepared, ReplayError, fit_rows
 from harpd.predict.metric import ModelMetrics, evaluate, evaluate_soft
+from harpd.predict.kill_cost import gate_many
 from harpd.predict.soft import SoftPolicy, soft_guard, soft_starts
 
 
@@ -60,6 +61,8 @@ class ReplayConfig:
     # job STARTS (NaN = the user's request stands), raised by the escalation rule
     limits: str = "hard"
     soft: SoftPolicy = field(default_factory=SoftPolicy)  # the soft policy's knobs (limits="soft")
+    # hard limits: harp's time cuts pass ``kill_cost.gate_many`` with this gain (None: not gated)
+    hard_cut_gain: float | None = None
 
     def make_model(self, name: str, prep: Prepared):
         """A fresh predictor ``name`` with this replay's tuning, for ``prep``'s trace."""
@@ -204,6 +207,8 @@ def run(prep: Prepared, cfg: ReplayConfig | None = None,
             a, base_of_harp, thetas = _online_model(name, prep, cfg, pts, progress, ups)
             if soft:
                 a = _soft_start(prep, cfg, ups, notes)
+            elif cfg.hard_cut_gain is not None and prep.resource == "time" and prep.has_requests:
+                a = gate_many(req, a, cfg.alpha, cfg.hard_cut_gain)  # the daemon's own gate (kill_cost)
             alloc[name] = a
             if thetas:
                 notes["harp_theta"] = " ".join(f"{t:.2f}" for t in thetas[:: max(1, len(thetas) // 10)])
@@ -266,7 +271,7 @@ def _soft_metrics(prep: Prepared, cfg: ReplayConfig, alloc: dict[str, np.ndarray
     def row(name: str, a: np.ndarray, base: ModelMetrics | None) -> ModelMetrics:
         return evaluate_soft(name, a[sel], prep.need[sel], prep.request[sel], prep.censored[sel],
                              prep.weight[sel], extension_budget=budget, baseline=base,
-                             max_extensions=cfg.soft.max_extensions)
+                             max_extensions=cfg.soft.max_extensions, lead_s=cfg.soft.lead_s)
 
     base = row("request", np.full(prep.n, np.nan), None)
     base.over_vs_request = base.consumed_vs_request = base.over_jobs_vs_request = 1.0

@@ -40,6 +40,7 @@ import numpy as np
 from harpd.predict.allocation import Guard, allocate_many
 from harpd.recovery.escalation import simulate_many
 from harpd.records import Outcome
+from harpd.simulate.workload import watcher_look
 
 #: more extensions than this per job is not a chain but a loop (each doubles)
 MAX_EXTENSIONS = 64
@@ -82,11 +83,30 @@ class SoftPolicy:
     max_extensions: int = 2
     # one user's share of extended jobs past which harp stops cutting them (SoftState.user_over_budget)
     user_extension_budget: float = 0.30
+    # harpd's watcher (``[watch]``): it extends a job once less than ``lead_s`` is
+    # left of its limit (``margin_s``), looking every ``look_s`` (``interval_s``)
+    lead_s: float = 120.0
+    look_s: float = 30.0
+
+    @property
+    def min_limit_s(self) -> float:
+        """The smallest start limit the watcher can honour: its lead and one interval, in whole minutes.
+
+        A limit shorter than the lead is extended at the watcher's first
+        look, whatever the job does (seen on a real cluster: every job given
+        1 minute with a 120 s lead was extended at 45-58 s): a plan the
+        scheduler gets wrong every time.  With ``lead + interval`` the job
+        runs at least one interval before the watcher may act.
+        """
+        return 60.0 * math.ceil((max(self.lead_s, 0.0) + max(self.look_s, 0.0)) / 60.0)
 
     @classmethod
-    def from_settings(cls, predict) -> "SoftPolicy":
+    def from_settings(cls, predict, watch=None) -> "SoftPolicy":
+        """From ``[predict]``'s ``soft_*`` settings, and ``[watch]``'s lead and interval when given."""
         d = cls()  # a slotted dataclass: the defaults live on an instance, not the class
         return cls(
+            lead_s=float(getattr(watch, "margin_s", d.lead_s)),
+            look_s=float(getattr(watch, "interval_s", d.look_s)),
             quantile=getattr(predict, "soft_quantile", d.quantile),
             extension_budget=getattr(predict, "soft_extension_budget", d.extension_budget),
             recent_margin=getattr(predict, "soft_recent_margin", d.recent_margin),
@@ -100,7 +120,7 @@ class SoftPolicy:
         return {"limits": "soft", "quantile": self.quantile, "extension_budget": self.extension_budget,
                 "recent_runs": self.recent_runs, "recent_margin": self.recent_margin,
                 "burst_tilt": self.burst_tilt, "stake_tilt": self.stake_tilt,
-                "max_extensions": self.max_extensions}
+                "max_extensions": self.max_extensions, "min_limit_s": self.min_limit_s}
 
 
 class BudgetController:
@@ -176,7 +196,7 @@ def running_bound(up_log, elapsed, request, policy: SoftPolicy):
     return np.where(np.isfinite(low), np.fmax(up, low), up)
 
 
-def soft_guard(guard: Guard) -> Guard:
+def soft_guard(guard: Guard, policy: SoftPolicy | None = None) -> Guard:
     """The hard guard rails without their walk-back floor and their cold start.
 
     ``min_fraction`` keeps a hard cut within reach of the request in the
@@ -185,9 +205,11 @@ def soft_guard(guard: Guard) -> Guard:
     ``min_history`` keeps a model from cutting a program it has never seen
     into a kill; under soft limits such a miss is one extension, which the
     budget controller counts like any other, so the model speaks for new
-    programs too.
+    programs too.  With ``policy``, the floor is at least the smallest limit
+    harpd's watcher can honour (``SoftPolicy.min_limit_s``).
     """
-    return Guard(min_history=0, floor=guard.floor, allow_shrink=guard.allow_shrink,
+    floor = guard.floor if policy is None else max(guard.floor, policy.min_limit_s)
+    return Guard(min_history=0, floor=floor, allow_shrink=guard.allow_shrink,
                  max_raise_factor=guard.max_raise_factor, leave_alone_ratio=guard.leave_alone_ratio,
                  margin=guard.margin, min_fraction=0.0)
 
@@ -282,7 +304,7 @@ def start_limits(prep, up_log: np.ndarray, guard: Guard, policy: SoftPolicy) -> 
     """The limit each job starts with (NaN: the user's request stands), without the budget controller."""
     count, mx = recent_at(prep, prep.start, policy.recent_runs)
     bound = start_bound(np.asarray(up_log, float), count, mx, policy)
-    return allocate_many(prep.request, bound, np.maximum(prep.n_hist, count), prep.limit, soft_guard(guard))
+    return allocate_many(prep.request, bound, np.maximum(prep.n_hist, count), prep.limit, soft_guard(guard, policy))
 
 
 def hold_budget(prep, bound_log: np.ndarray, guard: Guard, policy: SoftPolicy,
@@ -295,7 +317,10 @@ def hold_budget(prep, bound_log: np.ndarray, guard: Guard, policy: SoftPolicy,
     ``BudgetController``'s scale (up at the moment a job outgrows its start
     limit, slowly down when a job ends without one), so the long-run share
     of jobs (all that pass through harp, left alone or not) that needed an
-    extension settles at the controller's target; ``tilt`` is ``tilt()``'s,
+    extension settles at the controller's target (an extension as harpd's
+    watcher makes it: at its first look within ``policy.lead_s`` of the
+    limit, so a job still running then counts though it would have ended
+    within its limit); ``tilt`` is ``tilt()``'s,
     from the siblings in flight (``in_flight``, 0 if not given) and the
     job's stake against the running usual stake.  ``n_hist``: the history
     each job has at its start (default: at submission).  ``trace`` (if
@@ -307,7 +332,7 @@ def hold_budget(prep, bound_log: np.ndarray, guard: Guard, policy: SoftPolicy,
 
     n = prep.n
     req, need, cens = prep.request, prep.need, prep.censored
-    g = soft_guard(guard)
+    g = soft_guard(guard, policy)
     nh = prep.n_hist if n_hist is None else n_hist
     flight = np.zeros(n) if in_flight is None else np.asarray(in_flight, float)
     stake = stake_of(prep.weight, np.where(np.isfinite(req), req, 1.0))
@@ -339,9 +364,12 @@ def hold_budget(prep, bound_log: np.ndarray, guard: Guard, policy: SoftPolicy,
                 v, _ = allocate(float(req[i]), float(b) + ctl.s + adj, int(nh[i]), lim, g)
                 if v is not None:
                     out[i] = v
-                    if (v <= need[i]) if cens[i] else (v < need[i]):
+                    # the watcher extends it at its first look within its lead of the limit
+                    t0 = float(prep.start[i])
+                    at = watcher_look(t0, policy.lead_s, policy.look_s, t0 + v)
+                    if (v <= need[i]) if cens[i] else (t0 + need[i] > at):
                         extended[i] = True
-                        heapq.heappush(crossings, (float(prep.start[i]) + v, i))
+                        heapq.heappush(crossings, (at, i))
             started += 1
             if trace is not None and started % 1000 == 0:
                 trace.append(math.exp(ctl.s))
@@ -367,7 +395,7 @@ def soft_starts(prep, up_log: np.ndarray, guard: Guard, policy: SoftPolicy,
 
 
 def extend(start: np.ndarray, need: np.ndarray, request: np.ndarray, censored: np.ndarray,
-           cap: np.ndarray | None = None, max_extensions: int = MAX_EXTENSIONS,
+           cap: np.ndarray | None = None, max_extensions: int = MAX_EXTENSIONS, lead_s: float = 0.0,
            ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """What harpd's extensions make of each start limit: ``(final, extensions, harp_killed)``.
 
@@ -378,10 +406,14 @@ def extend(start: np.ndarray, need: np.ndarray, request: np.ndarray, censored: n
     harpd's extender does the same).  A job that needs more than its request
     (censored) is killed at the request: the user's limit, not harp's.
     ``harp_killed`` marks jobs stopped below their request, which the rule
-    never does (kept as a check, 0 by construction).
+    never does (kept as a check, 0 by construction).  ``lead_s``: harpd's
+    watcher extends a job once less than that is left of its limit, so a
+    limit holds a job only if it needs at most ``limit - lead_s``.
     """
     req = np.asarray(request, float)
-    need = np.asarray(need, float)
+    start = np.asarray(start, float)
+    cut = np.isfinite(start) & (start < req)  # only harp's limits are watched (the request is the kill time)
+    need = np.asarray(need, float) + np.where(cut, max(float(lead_s), 0.0), 0.0)
     cens = np.asarray(censored, bool)
     first = np.where(np.isfinite(start), start, req)
     kill_at = req if cap is None else np.fmin(req, np.asarray(cap, float))

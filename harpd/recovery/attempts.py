@@ -61,6 +61,14 @@ def marker(chain: str, attempt: int) -> str:
 
 
 _MARKER = re.compile(r"^harp retry \d+ of \S+$")
+#: harpd's extender's note (``harpd.watch.extend.note``): true only while that run lasts
+EXTENDED_NOTE = re.compile(r"^harp extended \S.* -> \S.*$")
+
+
+def without_notes(comment: str | None, *patterns: re.Pattern[str]) -> list[str]:
+    """The comment's ``; ``-separated parts, without Slurm's "(null)" and the parts ``patterns`` match."""
+    return [p for p in (comment or "").split("; ")
+            if p.strip() and p != "(null)" and not any(r.match(p) for r in patterns)]
 
 
 def with_marker(comment: str | None, mark: str) -> str:
@@ -69,10 +77,11 @@ def with_marker(comment: str | None, mark: str) -> str:
     A requeue keeps the job id, so whatever reads the comment goes on reading
     it: Snakemake's Slurm executor names the rule there (``rule_work_wildcards_s1``)
     and reads it back for its efficiency report.  Replacing it would lose that;
-    appending each attempt's marker would grow it without end.
+    appending each attempt's marker would grow it without end.  An
+    extension's note goes too: a requeued job starts again at the limit its
+    attempt plans, and "harp extended 1 min -> 2 min" would no longer be true.
     """
-    parts = [p for p in (comment or "").split("; ") if p.strip() and p != "(null)" and not _MARKER.match(p)]
-    return "; ".join([*parts, mark])
+    return "; ".join([*without_notes(comment, _MARKER, EXTENDED_NOTE), mark])
 
 
 class AttemptLimits(BaseModel):

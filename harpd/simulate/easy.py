@@ -57,7 +57,7 @@ from collections.abc import Callable
 import numpy as np
 
 from harpd.simulate.schedule import Schedule
-from harpd.simulate.workload import LimitPolicy, Workload
+from harpd.simulate.workload import LimitPolicy, Workload, watcher_look
 
 Progress = Callable[[int, int], None]
 _NAN = float("nan")
@@ -112,6 +112,10 @@ class _Engine:
         self.runs = [0] * n
         self.completed = [False] * n
         self.planned: list[float] = [_NAN] * n  # planned end of the current run
+        # when the current run's limit event fires (absolute): the limit, or the watcher's look before it
+        self.trigger: list[float] = [_NAN] * n
+        self.final = [False] * n  # soft: the watcher will not extend it again, it runs into its limit
+        self.watched = policy.mode == "soft" and policy.lead_s > 0
         self.events: list[tuple[float, int]] = []  # (time, job): the run's end or its limit
         self.running: list[tuple[float, int]] = []  # (planned end, job), sorted
         self.queue: list[int] = []
@@ -186,14 +190,25 @@ class _Engine:
             self.first_start[j] = now
         self.runs[j] += 1
         self.start[j] = now
+        self.final[j] = False
         self._plan(j)
 
-    def _plan(self, j: int) -> None:
-        """Enter the run's planned end (what EASY sees) and its next event (the truth)."""
+    def _plan(self, j: int, now: float | None = None) -> None:
+        """Enter the run's planned end (what EASY sees) and its next event (the truth).
+
+        The event is the run's end or the moment its limit acts: the limit
+        itself, or under a watched soft policy the watcher's look before it
+        (``watcher_look``), at which a job still running is extended.
+        """
         start, lim, rt = self.start[j], self.limit[j], self.runtime[j]
         self.planned[j] = start + lim
         bisect.insort(self.running, (start + lim, j))
-        heapq.heappush(self.events, (start + (rt if rt <= lim else lim), j))
+        trig = start + lim
+        if self.watched and not self.final[j]:
+            p = self.policy
+            trig = watcher_look(start if now is None else now, p.lead_s, p.look_s, trig)
+        self.trigger[j] = trig
+        heapq.heappush(self.events, (min(start + rt, trig), j))
 
     def _unplan(self, j: int) -> None:
         running = self.running
@@ -204,9 +219,9 @@ class _Engine:
         self.free += self.width[j]
 
     def _run_event(self, j: int, now: float) -> None:
-        """The run of ``j`` reached its true end or its current limit."""
+        """The run of ``j`` reached its true end or its current limit (or the watcher's look before it)."""
         lim = self.limit[j]
-        if self.runtime[j] <= lim:
+        if self.start[j] + self.runtime[j] <= self.trigger[j]:
             self._stop_running(j)
             held = self.width[j] * (now - self.start[j])
             self.busy += held
@@ -216,14 +231,21 @@ class _Engine:
             self._finished()
             return
         hook = self.policy.on_limit
-        new = None if hook is None else hook(j, lim, self.kills[j] + self.exts[j])
+        final = self.final[j]
+        new = None if hook is None or final else hook(j, lim, self.kills[j] + self.exts[j])
         if new is not None and not new > lim:
             raise ValueError(f"on_limit returned {new!r} for job {j}; a new limit must exceed {lim!r}")
         if self.policy.mode == "soft" and new is not None:
             self._unplan(j)
             self.exts[j] += 1
             self.limit[j] = new
-            self._plan(j)
+            self._plan(j, now)
+            return
+        if self.watched and not final and now < self.start[j] + lim:
+            # the watcher will not extend it: it runs on into its limit
+            self._unplan(j)
+            self.final[j] = True
+            self._plan(j, now)
             return
         self._stop_running(j)
         self.busy += self.width[j] * (now - self.start[j])

@@ -19,10 +19,19 @@ Limits are enforced two ways, as Slurm can be configured:
   extension was refused, e.g. at the site's maximum).
 
 Exact runtimes are simply a hard policy whose limits equal the runtimes.
+
+A soft policy may model harpd's watcher (``lead_s``, ``look_s``): it looks at
+the running jobs every ``look_s`` seconds (at whole multiples of it, one clock
+for all jobs) and extends a job once less than ``lead_s`` is left of its
+limit, so an extension comes *before* the limit, at the first look after
+``limit - lead`` (``watcher_look``), and a job still running then is
+extended even if it would have ended within its limit.  Without them
+(0) a job is extended the moment it reaches its limit.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Literal
@@ -70,6 +79,15 @@ class Workload:
         return int(self.submit.shape[0])
 
 
+def watcher_look(t: float, lead_s: float, look_s: float, limit_at: float) -> float:
+    """When harpd's watcher extends a job whose limit runs out at ``limit_at``: its first look after
+    ``limit_at - lead_s`` strictly later than ``t`` (looks at whole multiples of ``look_s``), and never
+    after ``limit_at`` (a watcher that looks too rarely for its lead is modelled as extending at the limit)."""
+    x = max(limit_at - lead_s, t)
+    at = (math.floor(x / look_s) + 1.0) * look_s if look_s > 0 else x
+    return min(at, limit_at)
+
+
 @dataclass(frozen=True)
 class LimitPolicy:
     """The limit each job is submitted with, and what happens when it is reached."""
@@ -78,8 +96,12 @@ class LimitPolicy:
     mode: Mode = "hard"
     on_limit: LimitHook | None = field(default=None, compare=False)
     name: str = ""
+    lead_s: float = 0.0  # soft: the watcher extends this long before the limit (``watcher_look``)
+    look_s: float = 0.0  # soft: and looks every this many seconds
 
     def __post_init__(self) -> None:
+        if self.lead_s < 0 or self.look_s < 0:
+            raise ValueError("the watcher's lead and interval are 0 seconds or more")
         limit = np.asarray(self.limit, dtype=np.float64)
         if limit.ndim != 1:
             raise ValueError("limit must be a 1-D array")

@@ -7,8 +7,9 @@ double, back to the user's request at most, never past the partition
 MaxTime); the job's ``predict.soft_max_extensions``-th extension goes
 straight to the user's request (a job that outgrew harp's limit that often
 is one harp cannot predict: each further doubling would be one more broken
-promise to the backfill planner) and appends a note to the job's comment (never replacing it: the
-comment may carry recovery's marker, which a search after a crash reads).
+promise to the backfill planner) and appends a note to the job's comment, replacing an earlier extension's note
+(never the rest: the comment may carry recovery's marker, which a search
+after a crash reads, and a workflow manager's own text).
 
 Exactly once, as recovery's attempts are.  Each extension is a row of the
 store's ``limit_changes`` table keyed (job, "extend", old limit), moved
@@ -40,6 +41,7 @@ from typing import Any
 
 from harpd.config import HarpSettings
 from harpd.predict.soft import SoftPolicy
+from harpd.recovery.attempts import EXTENDED_NOTE, without_notes
 from harpd.recovery.crash import crash_point
 from harpd.recovery.escalation import next_allocation
 from harpd.recovery.policy import fmt_time
@@ -68,7 +70,9 @@ def note(old_s: int, new_s: int) -> str:
 
 
 def _appended(comment: str | None, text: str) -> str:
-    return f"{comment}; {text}" if comment else text
+    """The comment with this extension's note, an earlier extension's note replaced: the comment says
+    what is true now (the job's own comment and recovery's marker kept)."""
+    return "; ".join([*without_notes(comment, EXTENDED_NOTE), text])
 
 
 class Extender:

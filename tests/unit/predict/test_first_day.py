@@ -38,7 +38,7 @@ def store_of(tmp_path):
     opened: list[Store] = []
 
     def make(records: list[JobRecord]) -> tuple[HarpSettings, Store]:
-        s = HarpSettings(store={"path": str(tmp_path / f"h{len(opened)}.db")})
+        s = HarpSettings(store={"path": str(tmp_path / f"h{len(opened)}.db")}, predict={"hard_cut_gain": 1.0})
         st = Store.open(s.store.path)
         st.insert_jobs(records)
         opened.append(st)

@@ -89,7 +89,8 @@ def test_recent_runs_are_those_finished_before_the_start():
 def test_start_limits_follow_the_template_and_skip_the_walk_back_floor():
     recs = [_rec(i, i * 1000, 100, 4000) for i in range(8)]
     p = prepare(recs, "time", keep_templates=True)
-    lim = start_limits(p, np.full(p.n, NAN), Guard(min_history=3), SoftPolicy(recent_margin=1.5))
+    # no watcher (lead 0): the floor is the hard guard's minute
+    lim = start_limits(p, np.full(p.n, NAN), Guard(min_history=3), SoftPolicy(recent_margin=1.5, lead_s=0, look_s=0))
     # 3 runs of 100 s known: 1.5 × 100 = 150 s, below the hard guard's 1/4 of the request
     assert np.isnan(lim[:3]).all()
     assert lim[3:] == pytest.approx([150.0] * 5)
@@ -136,7 +137,7 @@ def test_budget_controller_backs_off_after_extensions():
     recs = [_rec(i, i * 2000, 1000, 8000) for i in range(40)]
     p = prepare(recs, "time", keep_templates=True)
     scales: list[float] = []
-    pol = SoftPolicy(gamma=0.5, scale_range=(0.5, 4.0))
+    pol = SoftPolicy(gamma=0.5, scale_range=(0.5, 4.0), lead_s=0, look_s=0)
     lim = hold_budget(p, np.full(p.n, np.log(100 / 8000)), Guard(min_history=1), pol, scales)
     got = lim[np.isfinite(lim)]
     # under soft limits a new program is sized too (a miss is one extension): job 0 gets the bound as it is
@@ -183,13 +184,13 @@ class _Half:
         return np.full(len(X), np.log(0.5))
 
 
-def _live(soft: bool):
+def _live(soft: bool, **predict):
     from harpd.config import HarpSettings
     from harpd.predict.live import ModelPredictor
     from harpd.records import JobRecord, Outcome
 
     env = {"model": _Half(), "name": "half", "relative": True, "resource": "time"}
-    p = ModelPredictor(HarpSettings(), models={"time": env}, soft_limits=soft)
+    p = ModelPredictor(HarpSettings(predict=predict), models={"time": env}, soft_limits=soft)
     recs = [JobRecord(job_id=str(i), source="t", user="ann", account="a", partition="cpu", signature="sig",
                       submit_time=1000.0 * i, start_time=1000.0 * i, end_time=1000.0 * i + 590, used_time_s=590.0,
                       req_time_s=7200.0, req_cpus=4, outcome=Outcome.COMPLETED) for i in range(8)]
@@ -214,8 +215,13 @@ def test_live_soft_mode_cuts_to_recent_runs_and_says_it_extends():
     assert ex["quantile"] == pytest.approx(0.9) and "last runs" in ex["soft_rule"]
 
 
-def test_live_hard_mode_is_unchanged():
+def test_live_hard_mode_keeps_the_time_unless_a_cut_outweighs_its_kill_risk():
+    # the default (issue 28): under hard limits no time cut pays for its kill risk
     d = _decide(_live(False))
+    assert [c for c in d.changes if c.option == "time"] == []
+    assert "kill costs the queue more than a cut saves" in d.explain["time"]["reason"]
+    # a site that measured a gain gets the cut as before: 1 h of a 2 h request, p = 5%
+    d = _decide(_live(False, hard_cut_gain=0.2))
     (c,) = [c for c in d.changes if c.option == "time"]
     assert c.value == "01:00:00" and "extended automatically" not in c.reason
     assert "limits" not in d.explain["time"]

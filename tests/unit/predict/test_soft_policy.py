@@ -158,3 +158,31 @@ def test_the_last_extension_goes_to_the_request_in_the_metric_and_the_queue():
     assert final.tolist() == [400.0, 200.0, 1000.0] and ext.tolist() == [2, 1, 4]
     hook = escalation_hook(np.array([1000.0]), np.array([900.0]), 3, "soft", max_extensions=2)
     assert hook(0, 100.0, 0) == 200.0 and hook(0, 200.0, 1) == 900.0 and hook(0, 900.0, 2) is None
+
+
+def test_the_smallest_soft_limit_leaves_room_for_the_watchers_lead_and_interval():
+    # the real-cluster finding: a 1-minute limit with a 120 s lead is extended at the first look
+    s = HarpSettings(watch={"margin_s": 120.0, "interval_s": 30.0})
+    pol = SoftPolicy.from_settings(s.predict, s.watch)
+    assert (pol.lead_s, pol.look_s, pol.min_limit_s) == (120.0, 30.0, 180.0)
+    assert SoftPolicy(lead_s=300.0, look_s=60.0).min_limit_s == 360.0
+    from harpd.predict.soft import soft_guard
+
+    g = Guard(floor=60.0)
+    assert soft_guard(g).floor == 60.0 and soft_guard(g, pol).floor == 180.0
+    from harpd.predict.allocation import allocate
+
+    v, _ = allocate(3600.0, math.log(30.0 / 3600.0), 10, None, soft_guard(g, pol))
+    assert v == 180.0  # a 30 s bound becomes 3 min, not 1
+
+
+def test_the_metric_extends_a_job_within_the_lead_of_its_limit():
+    from harpd.predict.soft import extend
+
+    start, req, cens = np.array([300.0, 300.0, np.nan]), np.array([1000.0] * 3), np.zeros(3, bool)
+    need = np.array([170.0, 200.0, 990.0])
+    _, ext, _ = extend(start, need, req, cens, max_extensions=8)
+    assert ext.tolist() == [0, 0, 0]
+    # with a 120 s lead the 300 s limit holds only runs up to 180 s; the request is never watched
+    final, ext, _ = extend(start, need, req, cens, max_extensions=8, lead_s=120.0)
+    assert ext.tolist() == [0, 1, 0] and final.tolist() == [300.0, 600.0, 1000.0]

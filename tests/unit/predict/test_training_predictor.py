@@ -34,7 +34,7 @@ def _records(n=3000, seed=0):
 @pytest.fixture(scope="module")
 def trained(tmp_path_factory):
     d = tmp_path_factory.mktemp("harp")
-    s = HarpSettings(store={"path": str(d / "h.db")})
+    s = HarpSettings(store={"path": str(d / "h.db")}, predict={"hard_cut_gain": 1.0})
     st = Store.open(s.store.path)
     st.insert_jobs(_records())
     res = {r: train(st, s, r) for r in ("time", "mem")}
@@ -99,7 +99,7 @@ def test_mem_per_cpu_is_changed_in_its_own_option(trained):
 
 
 def test_no_model_means_no_change(tmp_path):
-    s = HarpSettings(store={"path": str(tmp_path / "e.db")})
+    s = HarpSettings(store={"path": str(tmp_path / "e.db")}, predict={"hard_cut_gain": 1.0})
     st = Store.open(s.store.path)
     p = make_predictor(settings=s, store=st)
     d = p.decide(JobRequest(request={"time_s": 3600}), "u", 1)
@@ -108,7 +108,7 @@ def test_no_model_means_no_change(tmp_path):
 
 
 def test_too_little_history_is_skipped(tmp_path):
-    s = HarpSettings(store={"path": str(tmp_path / "s.db")})
+    s = HarpSettings(store={"path": str(tmp_path / "s.db")}, predict={"hard_cut_gain": 1.0})
     st = Store.open(s.store.path)
     st.insert_jobs(_records(200))
     r = train(st, s, "time")

@@ -53,7 +53,7 @@ class _Eager:
 
 @pytest.fixture
 def store(tmp_path):
-    settings = HarpSettings(store={"path": str(tmp_path / "h.db")})
+    settings = HarpSettings(store={"path": str(tmp_path / "h.db")}, predict={"hard_cut_gain": 1.0})
     st = Store.open(settings.store.path)
     st.insert_jobs(_runs("work", 6, used_s=40.0, rss_mb=179.0))
     yield settings, st

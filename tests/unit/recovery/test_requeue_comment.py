@@ -22,8 +22,9 @@ from harpd.slurm.base import JobInfo
         ("rule_work_wildcards_s1", "rule_work_wildcards_s1; harp retry 2 of 7"),
         # an earlier attempt's marker is replaced, not piled up
         ("rule_work; harp retry 2 of 7", "rule_work; harp retry 2 of 7"),
-        ("rule_work; harp extended 1 min -> 2 min; harp retry 2 of 7",
-         "rule_work; harp extended 1 min -> 2 min; harp retry 2 of 7"),
+        # a requeued job starts again at its attempt's limit: an extension's note is no longer true
+        ("rule_work; harp extended 1 min -> 2 min; harp retry 2 of 7", "rule_work; harp retry 2 of 7"),
+        ("rule_work; harp extended 1 min -> 2 min", "rule_work; harp retry 2 of 7"),
     ],
 )
 def test_marker_is_appended_once(comment, expected) -> None:

@@ -227,3 +227,51 @@ def test_long_queue_stays_exact():
     assert s.start.tolist() == ref["start"]
     assert s.end.tolist() == ref["end"]
     assert np.all(s.end >= s.start)
+
+
+# -- harpd's watcher: extensions at its first look within the lead of the limit ---------------
+
+
+def watched(jobs, procs, lead, look, hook=double):
+    submit, width, runtime, limit = (list(c) for c in zip(*jobs))
+    pol = LimitPolicy(limit, "soft", hook, lead_s=lead, look_s=look)
+    return simulate(Workload(submit, width, runtime), pol, procs)
+
+
+def test_a_limit_shorter_than_the_lead_is_extended_at_the_first_look():
+    # the real-cluster finding: limit 60 s, lead 120 s, looks every 30 s.  The
+    # job (runtime 50 s, within its limit) is still running at the look at
+    # 30 s, so the watcher extends it although it would have ended in time.
+    s = watched([(0, 1, 50, 60)], 1, lead=120, look=30)
+    assert s.extensions.tolist() == [1]
+    assert s.end.tolist() == [50]
+
+
+def test_a_limit_above_lead_and_interval_is_extended_only_if_still_running_at_the_look():
+    # limit 300 s, lead 120 s: the first look after 180 s is at 210 s.  A run
+    # of 200 s ends before it (no extension), one of 250 s is extended there,
+    # before its limit (the planner sees 600 s from 210 s on).
+    s = watched([(0, 1, 200, 300), (0, 1, 250, 300)], 2, lead=120, look=30)
+    assert s.extensions.tolist() == [0, 1]
+    assert s.end.tolist() == [200, 250]
+    assert s.kills.tolist() == [0, 0]
+
+
+def test_a_watched_job_at_its_request_runs_into_it_and_is_killed_there():
+    # the hook refuses (already at the request): the watcher does nothing, the
+    # job is killed at its limit (300 s), not at the look (210 s)
+    s = watched([(0, 1, 1000, 300)], 1, lead=120, look=30, hook=lambda j, lim, ev: None)
+    assert s.extensions.tolist() == [0]
+    assert s.kills.tolist() == [1]
+    assert s.end.tolist() == [300]
+
+
+def test_the_lead_changes_the_plan_other_jobs_see():
+    # P=1.  J0 (limit 300, runtime 250) holds the machine; J1 (limit 40)
+    # arrives at 5.  Without a watcher J0 is extended at 300, after it ended:
+    # never; J1 starts at 250.  With lead 120 and looks every 30 s, J0 is
+    # extended at 210 (to 600): the same start for J1, one extension more.
+    plain = run([(0, 1, 250, 300), (5, 1, 10, 40)], 1, mode="soft", hook=double)
+    lead = watched([(0, 1, 250, 300), (5, 1, 10, 40)], 1, lead=120, look=30)
+    assert plain.extensions.tolist() == [0, 0] and lead.extensions.tolist() == [1, 0]
+    assert plain.start.tolist() == lead.start.tolist() == [0, 250]

@@ -57,3 +57,20 @@ def test_paired_verdicts_and_mean_rows():
     assert row["mean_wait_s"] == pytest.approx(142.5) and row["replicas"] == 4 and row["kills"] == 3
     assert row["mean_wait_s_se"] == pytest.approx(np.std([100, 200, 150, 120], ddof=1) / 2)
     assert mean_row(base[:1])["mean_wait_s_se"] is None
+
+
+def test_a_policy_that_cannot_differ_is_not_simulated_twice(monkeypatch):
+    import harpd.simulate.shake as shake
+    from harpd.simulate import LimitPolicy, Workload
+
+    work = Workload(np.array([0.0, 1.0, 2.0]), np.array([1, 2, 1]), np.array([5.0, 3.0, 4.0]))
+    lim = np.array([10.0, 10.0, 10.0])
+    calls = []
+    real = shake.simulate
+    monkeypatch.setattr(shake, "simulate", lambda w, p, n, progress=None: calls.append(p.name) or real(w, p, n))
+    pols = [LimitPolicy(lim, "hard", None, "users"), LimitPolicy(lim.copy(), "hard", None, "harp-hard"),
+            LimitPolicy(lim, "hard", lambda j, l, e: None, "hooked")]
+    out = shake.simulate_shaken(work, pols, 2, replicas=2)
+    assert calls == ["users", "hooked", "users", "hooked"]
+    assert [s.policy for s in out["harp-hard"]] == ["harp-hard"] * 2
+    assert [s.mean_wait_s for s in out["harp-hard"]] == [s.mean_wait_s for s in out["users"]]

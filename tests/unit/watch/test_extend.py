@@ -31,7 +31,7 @@ def steps(store, jid):
     return [(r["old_time_s"], r["new_time_s"], r["step"]) for r in store.limit_changes(jid)]
 
 
-def test_extends_by_doubling_up_to_the_request_appending_the_comment(store, slurm):
+def test_extends_by_doubling_up_to_the_request_noting_it_in_the_comment(store, slurm):
     register(store, "7", original_s=600)
     slurm.add("7", limit_s=60, used_s=10, comment="my note")
     e = extender(store, slurm, soft_max_extensions=8)  # doubling all the way
@@ -50,7 +50,8 @@ def test_extends_by_doubling_up_to_the_request_appending_the_comment(store, slur
     slurm.jobs["7"]["used"] = 580
     assert e.tick(slurm.queue()) == 0 and slurm.jobs["7"]["limit"] == 600  # never beyond it
     assert steps(store, "7") == [(60, 120, "done"), (120, 240, "done"), (240, 480, "done"), (480, 600, "done")]
-    assert slurm.jobs["7"]["comment"].startswith("my note; harp extended 1 min -> 2 min; harp extended 2 min")
+    # the comment says what is true now: the last extension's note replaces the earlier ones
+    assert slurm.jobs["7"]["comment"] == "my note; harp extended 8 min -> 10 min"
 
 
 def test_the_last_extension_goes_straight_to_the_request(store, slurm):

@@ -56,3 +56,4 @@ def test_health_shows_the_budget_scale_when_soft_limits_are_on(store):
     h = Handlers(store, HarpSettings(), Predictor(), admin_gid=None, limits_mode=MODE)
     health = h.handle(Peer(pid=1, uid=0, gid=0, user="root", groups=frozenset()), p.HealthRequest(op="health"))
     assert health.limits["mode"] == "soft" and health.limits["budget_scale"] > 1.4
+    assert health.limits["min_limit_s"] == 180.0  # the watcher's 120 s lead and 30 s interval, in minutes
