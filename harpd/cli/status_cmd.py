@@ -195,6 +195,8 @@ def render(job: dict[str, Any]) -> str:
     if outcome:
         out.append(f"  last outcome:  {outcome}" + (f" (Slurm {rec['state']})" if rec.get("state") else ""))
     out += _limit_changes(job)
+    for run_ in job.get("runs") or []:
+        out += seff_lines(run_)
     acc = job.get("accounting") or {}
     if acc.get("recovery") and not (acc.get("job_script") and acc.get("job_env")):
         out.append(f"  recoverable:   {acc['recovery']}")
@@ -234,6 +236,58 @@ def render(job: dict[str, Any]) -> str:
     if stop:
         out.append(f"  stopped: {stop}")
     return "\n".join(out + _other_records(job)) + "\n"
+
+
+def _seff_time(seconds: float | None) -> str:
+    """seff's time: HH:MM:SS, with D- in front from a day on."""
+    if seconds is None:
+        return "---"
+    s = int(round(float(seconds)))
+    d, s = divmod(s, 86400)
+    text = f"{s // 3600:02d}:{s % 3600 // 60:02d}:{s % 60:02d}"
+    return f"{d}-{text}" if d else text
+
+
+def _seff_mem(mb: float | None) -> str:
+    """seff's memory: two decimals in the largest binary unit that keeps the number at least 1."""
+    if mb is None:
+        return "---"
+    value, units = float(mb) * 1024, ("KB", "MB", "GB", "TB", "PB")
+    i = 0
+    while value >= 1024 and i < len(units) - 1:
+        value /= 1024
+        i += 1
+    return f"{value:.2f} {units[i]}"
+
+
+def _pct(x: float | None) -> str:
+    return "---" if x is None else f"{x * 100:.2f}%"
+
+
+def seff_lines(run_: dict[str, Any]) -> list[str]:
+    """One run of the job in seff's words (State, Cores, CPU Utilized, ... Memory Efficiency)."""
+    rec = run_.get("record") or {}
+    eff = run_.get("efficiency") or {}
+    attempt = rec.get("attempt") or 1
+    head = f"  run of job {run_.get('job_id')}" + (f" (harp attempt {attempt})" if attempt > 1 else "")
+    state = rec.get("state") or str(rec.get("outcome") or "unknown").upper()
+    if rec.get("exit_code") is not None:
+        state += f" (exit code {rec['exit_code']})"
+    cores = rec.get("alloc_cpus") if rec.get("alloc_cpus") is not None else rec.get("req_cpus")
+    wall = rec.get("used_time_s")
+    core_wall = wall * cores if wall is not None and cores else None
+    out = [head + ":",
+           f"    State: {state}",
+           f"    Cores: {cores if cores is not None else '---'}",
+           f"    CPU Utilized: {_seff_time(rec.get('used_cpu_s'))}",
+           f"    CPU Efficiency: {_pct(eff.get('cpu_eff'))} of {_seff_time(core_wall)} core-walltime",
+           f"    Job Wall-clock time: {_seff_time(wall)}"]
+    if rec.get("req_time_s"):
+        out.append(f"    Time Limit: {_seff_time(rec['req_time_s'])} ({_pct(eff.get('time_eff'))} used)")
+    used = rec.get("used_mem_mb")
+    out.append(f"    Memory Utilized: {_seff_mem(used)}")
+    out.append(f"    Memory Efficiency: {_pct(eff.get('mem_eff'))} of {_seff_mem(rec.get('req_mem_mb'))}")
+    return out
 
 
 def _requeued(attempts: list[dict[str, Any]]) -> bool:
