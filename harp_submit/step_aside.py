@@ -78,8 +78,9 @@ def script_directives(text: str) -> tuple[directives.Script, list[str]]:
     return script, lines
 
 
-def ask_harpd(job: dict[str, Any], environ: Mapping[str, str], say: Callable[[str], None]) -> dict[str, Any]:
-    """harpd's answer to ``predict`` for ``job``, within HARP_TIMEOUT.
+def ask_harpd(job: dict[str, Any], environ: Mapping[str, str], say: Callable[[str], None],
+              dry_run: bool = False) -> dict[str, Any]:
+    """harpd's answer to ``predict`` for ``job``, within HARP_TIMEOUT (``dry_run``: harpd counts no submission).
 
     A bad HARP_TIMEOUT is said and the default used.  When harpd gives no
     usable answer, its reason is said with ``UNCHANGED`` and
@@ -92,7 +93,7 @@ def ask_harpd(job: dict[str, Any], environ: Mapping[str, str], say: Callable[[st
     for problem in problems:
         say(problem)
     try:
-        return client.ask(where, {"op": "predict", "job": job}, timeout)
+        return client.ask(where, {"op": "predict", "job": job, **({"dry_run": True} if dry_run else {})}, timeout)
     except client.HarpdUnavailable as exc:
         say(f"{exc.reason}; {UNCHANGED}")
         raise
