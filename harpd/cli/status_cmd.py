@@ -16,7 +16,7 @@ import sys
 from typing import Any
 
 from harpd.cli.ask import Unreachable, ask
-from harpd.cli.main import CliError, open_store, settings_of
+from harpd.cli.main import CliError, no_store_no_daemon, open_store, settings_of, store_problem
 
 NAME = "status"
 HELP = "what harp did with a job: its source, request, outcome and recovery attempts"
@@ -54,10 +54,10 @@ def run(args: argparse.Namespace) -> int:
         try:
             job = _from_daemon(job_id, args)
         except Unreachable as exc:
-            try:
-                job = _from_store(job_id, args)
-            except CliError as store_exc:
-                raise CliError(f"{exc}; and reading the store directly failed: {store_exc}") from None
+            problem = store_problem(_store_path(args))
+            if problem is not None:
+                raise CliError(no_store_no_daemon(problem, exc)) from None
+            job = _from_store(job_id, args)
             note = f"harp: {exc}; read the store directly"
     if note:
         print(note, file=sys.stderr)
@@ -76,6 +76,10 @@ def _from_daemon(job_id: str, args: argparse.Namespace) -> dict[str, Any]:
     return job
 
 
+def _store_path(args: argparse.Namespace) -> str:
+    return str(args.db or settings_of(args).store.path)
+
+
 def _from_store(job_id: str, args: argparse.Namespace) -> dict[str, Any]:
     """The answer harpd's status operation gives, read from the store as an admin."""
     from harpd.report.job_status import JobStatusError, job_status
@@ -83,8 +87,9 @@ def _from_store(job_id: str, args: argparse.Namespace) -> dict[str, Any]:
 
     settings = settings_of(args)
     db = args.db or settings.store.path
-    if not os.path.exists(db):
-        raise CliError(f"{db}: no such store; give --db or fix store.path")
+    problem = store_problem(db)
+    if problem is not None:
+        raise CliError(problem)
     store = open_store(db)
     try:
         # whoever can open the store sees every job in it: an admin's view
@@ -92,7 +97,7 @@ def _from_store(job_id: str, args: argparse.Namespace) -> dict[str, Any]:
     except JobStatusError as exc:
         raise CliError(str(exc)) from None
     except StoreError as exc:
-        raise CliError(f"store unavailable: {exc}") from None
+        raise CliError(str(exc)) from None  # as harp report says it
     finally:
         store.close()
 
