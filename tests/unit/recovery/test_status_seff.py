@@ -100,3 +100,19 @@ def test_a_job_that_never_ran_shows_dashes_not_zeros(tmp_path):
     block = _block(_status(path, "7"), "7")
     assert "State: CANCELLED" in block and "Cores: ---" in block
     assert "CPU Efficiency: --- of --- core-walltime" in block and "Memory Utilized: ---" in block
+
+
+def test_a_user_never_sees_another_users_run_under_an_attempts_id(tmp_path):
+    """An attempt's job id whose record is someone else's (a collision, a forged attempt row) is left out."""
+    from harpd.report.job_status import job_status
+
+    path = tmp_path / "harp.db"
+    store = Store.open(path)
+    store.set_meta(LIVE_SOURCES_KEY, ["live"])
+    store.insert_jobs([_rec("100", state="TIMEOUT", outcome=Outcome.TIMEOUT, alloc_cpus=1, used_time_s=60.0),
+                       _rec("101", user="mallory", state="COMPLETED", outcome=Outcome.COMPLETED, alloc_cpus=1)])
+    store.add_attempt("100", 1, "101", {"mode": "resubmit"}, "ran out of time", "done")
+    job = job_status(store, "100", admin=False, uid=1000, user="me")
+    assert [r["job_id"] for r in job["runs"]] == ["100"]
+    assert [r["job_id"] for r in job_status(store, "100", admin=True, uid=0, user="")["runs"]] == ["100", "101"]
+    store.close()
