@@ -1,35 +1,33 @@
 """harp-submit's own overhead over plain sbatch on the real cluster (target <= 30 ms, median).
 
-Submits the same script with plain ``sbatch`` and with ``harp-submit``,
-interleaved (so drift in the controller's load hits both alike), as held
-jobs (``-H``) that are cancelled at the end.  The overhead is the difference
-of the two median wall times: harp-submit's start-up, its round trip to the
-daemon, the rewrite, and registration of the job id.
+Each harp-submit run is paired with a plain ``sbatch`` run of the same
+script, the two back to back (which goes first alternates), so both see the
+same load; the overhead is the median of the pairs' differences, and the
+ratio the median of their quotients.  Jobs are held (``-H``) and cancelled
+at the end.  Three paths are timed, interleaved round by round:
+
+  unix      harpd answering over its Unix socket (the harpd host itself):
+            predict, rewrite, script on standard input, register
+  tcp       harpd over TCP with MUNGE (every other node: ``[client] servers``)
+  disabled  ``HARP_DISABLE=1``: harp-submit only hands argv to sbatch
+  down      no harpd (its socket absent): the fail-open path
+  python    the install's bare interpreter (``python -c pass``, no sbatch): the floor any
+            Python harp-submit pays, for reading the others (its "overhead" is its time
+            minus sbatch's)
 
 By default the daemon is a minimal protocol-speaking server whose decision
-changes ``--time``, so every run takes harp's longest path (predict, rewrite,
-script on standard input, register).  ``--daemon real`` starts the real harpd
-instead (its predictor's time is then included); ``--daemon none`` measures
-the fail-open path (no daemon).
+changes ``--time`` (harp's longest path); ``--daemon real`` starts the real
+harpd instead (its predictor's time is then included).
 
-Both ways harp-submit reaches harpd are timed, interleaved with the same
-plain sbatch runs: the Unix socket (the harpd host itself) and TCP with
-MUNGE (every other node: ``[client] servers``; the request and the answer
-each carry a credential from the cluster's munged, so four munged round
-trips and libmunge loaded through ctypes).  The fake daemon then also
-listens on a loopback TCP port and seals its answers as harpd does; the real
-one gets ``[server] listen``.  ``--path unix`` or ``--path tcp`` times one only.
+harp-submit is installed as a site installs it: a wheel built from this
+checkout (``pip wheel``, not editable) installed into a fresh virtual
+environment, whose ``bin/harp-submit`` is timed.  ``--command`` times any
+other launcher instead.  ``--load N`` keeps N busy processes (``yes >
+/dev/null``) running for the whole measurement, the loaded machine the target
+also holds on.
 
-harp-submit is run the way a site installs it: the console script pip
-generates, in a fresh virtual environment holding only harp_submit (built
-here in a second).  This development interpreter's own console script is
-timed too and printed for information: its start-up also runs the
-site-packages hooks of this machine (an editable-install finder and a CA
-injection hook importing certifi), tens of milliseconds that belong to this
-environment, not to harp-submit.  ``--command`` times any other launcher.
-
-    python bench/submit_overhead.py [--n 60] [--daemon fake|real|none] [--path both|unix|tcp] [--nice -10]
-                                    [--command '...']
+    python bench/submit_overhead.py [--n 40] [--load 2] [--path unix,tcp,disabled,down,python]
+                                    [--daemon fake|real] [--nice -10] [--command '...']
 """
 
 from __future__ import annotations
@@ -68,35 +66,29 @@ def slurm_conf() -> str | None:
     return str(conf) if conf.exists() else None
 
 
-CONSOLE_SCRIPT = """#!{python}
-# -*- coding: utf-8 -*-
-import re
-import sys
-from harp_submit.cli import main
-if __name__ == '__main__':
-    sys.argv[0] = re.sub(r'(-script\\.pyw|\\.exe)?$', '', sys.argv[0])
-    sys.exit(main())
-"""  # what pip writes for [project.scripts] harp-submit = "harp_submit.cli:main"
-
-
 def clean_install(work: Path) -> list[str]:
-    """A fresh venv with harp_submit installed as pip would (package, byte code, console script)."""
+    """harp-submit as a site installs it: a wheel of this checkout, installed (no deps) into a fresh venv."""
+    wheels = work / "wheels"
+    cmd = [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--disable-pip-version-check", "-w", str(wheels)]
+    # this environment's setuptools when it is recent enough, else pip's isolated build (needs the index)
+    build = subprocess.run([*cmd, "--no-build-isolation", str(REPO)], capture_output=True, text=True)
+    if build.returncode != 0:
+        build = subprocess.run([*cmd, str(REPO)], capture_output=True, text=True)
+    if build.returncode != 0:
+        raise SystemExit(f"cannot build harp's wheel: {(build.stderr.strip().splitlines() or ['?'])[-1]}")
+    wheel = next(wheels.glob("harp-*.whl"))
     venv = work / "venv"
-    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
-    site = next((venv / "lib").glob("python*/site-packages"))
-    shutil.copytree(REPO / "harp_submit", site / "harp_submit", ignore=shutil.ignore_patterns("__pycache__"))
-    subprocess.run([str(venv / "bin" / "python"), "-m", "compileall", "-q", str(site / "harp_submit")], check=True)
+    base = getattr(sys, "_base_executable", sys.executable)
+    subprocess.run([base, "-m", "venv", "--without-pip", str(venv)], check=True)
+    inst = subprocess.run([sys.executable, "-m", "pip", "--python", str(venv / "bin" / "python"), "install", "-q",
+                           "--no-deps", "--no-index", "--disable-pip-version-check", str(wheel)],
+                          capture_output=True, text=True)
+    if inst.returncode != 0:
+        raise SystemExit(f"cannot install harp's wheel: {(inst.stderr.strip().splitlines() or ['?'])[-1]}")
     script = venv / "bin" / "harp-submit"
-    script.write_text(CONSOLE_SCRIPT.format(python=venv / "bin" / "python"))
-    script.chmod(0o755)
+    if not script.exists():
+        raise SystemExit(f"the wheel installed no {script}")
     return [str(script)]
-
-
-def installed_command() -> list[str] | None:
-    beside = Path(sys.executable).parent / "harp-submit"
-    if beside.exists():
-        return [str(beside)]
-    return None
 
 
 class SealedFakeHarpd:
@@ -154,8 +146,6 @@ class SealedFakeHarpd:
 
 def start_daemon(kind: str, d: Path, env: dict[str, str], port: int, munge_socket: str) -> tuple[str, object]:
     sock = str(d / "harpd.sock")
-    if kind == "none":
-        return str(d / "absent.sock"), None
     if kind == "fake":
         from submit_fakes import FakeHarpd, change, decision
 
@@ -181,8 +171,8 @@ def start_daemon(kind: str, d: Path, env: dict[str, str], port: int, munge_socke
 
 
 def settle(handle: object, runs: int) -> None:
-    """Wait until the registrations of all ``runs`` harp-submit runs so far (detached children)
-    reached the fake daemon, so none overlaps the next timed command; SETTLE_S for the real daemon and none."""
+    """Wait until the registrations of ``runs`` harp-submit runs so far (detached children)
+    reached the fake daemon, so none overlaps the next timed command; SETTLE_S for the real daemon."""
     if not isinstance(handle, tuple):
         time.sleep(SETTLE_S)
         return
@@ -215,23 +205,50 @@ def timed(argv: list[str], env: dict[str, str], cwd: Path, quiet: bool = False) 
     return dt, proc.stdout.strip().split(";")[0]
 
 
+PATHS = ("unix", "tcp", "disabled", "down", "python")
+
+
+def paths_arg(text: str) -> list[str]:
+    chosen = [p.strip() for p in text.split(",") if p.strip()]
+    bad = [p for p in chosen if p not in PATHS]
+    if bad or not chosen:
+        raise argparse.ArgumentTypeError(f"--path takes a comma-separated list of {', '.join(PATHS)}")
+    return list(dict.fromkeys(chosen))
+
+
+def start_load(n: int, niceness: int) -> list[subprocess.Popen]:
+    """``n`` busy processes (``yes > /dev/null``), as the issue's loaded machine had: at the
+    ordinary niceness 0, not the measured commands' (``niceness``, which they would inherit)."""
+    yes = shutil.which("yes")
+    if n and yes is None:
+        raise SystemExit("--load needs the yes program")
+    back = -niceness
+    return [subprocess.Popen([yes, "harp-bench"], stdout=subprocess.DEVNULL,
+                             preexec_fn=(lambda: os.nice(back)) if back else None) for _ in range(n)]
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--n", type=int, default=60, help="submissions of each kind (default 60)")
+    ap.add_argument("--n", type=int, default=40, help="pairs per path (default 40)")
+    ap.add_argument("--load", type=int, default=0, metavar="N",
+                    help="keep N busy processes (yes > /dev/null) running while measuring (default 0)")
     ap.add_argument("--nice", type=int, default=-10,
-                    help="run the measured commands at this niceness when permitted (default -10): on a shared "
-                         "machine other work then disturbs both medians less; 0 to leave it")
-    ap.add_argument("--daemon", choices=["fake", "real", "none"], default="fake")
+                    help="run the measured commands at this niceness when permitted (default -10); 0 to leave it")
+    ap.add_argument("--daemon", choices=["fake", "real"], default="fake")
     ap.add_argument("--command", help="time this harp-submit launcher instead of a clean install")
-    ap.add_argument("--path", choices=["both", "unix", "tcp"], default="both",
-                    help="how harp-submit reaches the daemon: its Unix socket, TCP with MUNGE, or both (default)")
+    ap.add_argument("--path", type=paths_arg, default=list(PATHS),
+                    help=f"comma-separated paths to time (default {','.join(PATHS)})")
     args = ap.parse_args()
+    if args.n < 1 or args.load < 0:
+        ap.error("--n must be at least 1 and --load at least 0")
 
     niceness = "unchanged"
+    applied = 0
     if args.nice:
         try:
             os.nice(args.nice)  # inherited by sbatch and harp-submit alike
             niceness = f"{args.nice:+d}"
+            applied = args.nice
         except OSError:
             niceness = "unchanged (not permitted)"
     conf = slurm_conf()
@@ -244,12 +261,12 @@ def main() -> int:
         return 2
     work = Path(tempfile.mkdtemp(prefix="hb-", dir="/tmp"))
     harp = shlex.split(args.command) if args.command else clean_install(work)
-    other = None if args.command else installed_command()
     env = {k: v for k, v in os.environ.items() if not k.startswith(("HARP_", "SBATCH_", "PYTHON"))}
     env["SLURM_CONF"] = conf
     (work / "job.sh").write_text(SCRIPT)
     munge_socket = cluster_munge_socket(conf)
     port = free_port()
+    paths: list[str] = args.path
     sock, daemon = start_daemon(args.daemon, work, env, port, munge_socket)
     # found the way users' harp-submit finds it: from harpd's config file. On the harpd
     # host the socket; on every other node no socket, [client] servers and munged's socket
@@ -259,59 +276,64 @@ def main() -> int:
         site.replace('socket = "/run/harp/harpd.sock"', f'socket = "{work}/no-harpd-here.sock"')
             .replace("servers = []", f'servers = ["127.0.0.1:{port}"]')
             .replace('# socket = "/run/munge/munge.socket.2"', f'socket = "{munge_socket}"'))
-    paths = {"unix": ["unix"], "tcp": ["tcp"], "both": ["unix", "tcp"]}[args.path]
+    (work / "down-harpd.toml").write_text(
+        site.replace('socket = "/run/harp/harpd.sock"', f'socket = "{work}/no-harpd-here.sock"'))
     envs = {"unix": {**env, "HARP_CONFIG": str(work / "site-harpd.toml")},
-            "tcp": {**env, "HARP_CONFIG": str(work / "node-harpd.toml")}}
-    env["HARP_CONFIG"] = envs[paths[0]]["HARP_CONFIG"]
-    plain_t: list[float] = []
-    harp_ts: dict[str, list[float]] = {p: [] for p in paths}
-    other_t: list[float] = []
+            "tcp": {**env, "HARP_CONFIG": str(work / "node-harpd.toml")},
+            "disabled": {**env, "HARP_CONFIG": str(work / "site-harpd.toml"), "HARP_DISABLE": "1"},
+            "down": {**env, "HARP_CONFIG": str(work / "down-harpd.toml")}, "python": env}
+    registers = {"unix", "tcp"}  # paths whose run registers a job in the background
+    pairs: dict[str, list[tuple[float, float]]] = {p: [] for p in paths}
     ids: list[str] = []
     harp_runs = 0
+    load = start_load(args.load, applied)
+    python = [str(Path(harp[0]).parent / "python"), "-c", "pass"] if not args.command else [sys.executable, "-c", "pass"]
     try:
-        for i in range(args.n + 3):  # 3 warm-up rounds, not counted
-            a, ja = timed([sbatch, "-H", "--parsable", "job.sh"], env, work)
-            ids.append(ja)
-            if i >= 3:
-                plain_t.append(a)
+        for i in range(args.n + 2):  # 2 warm-up rounds, not counted
             for path in paths:
-                b, jb = timed([*harp, "-H", "--parsable", "job.sh"], envs[path], work, quiet=args.daemon != "none")
-                ids.append(jb)
-                harp_runs += 1
-                settle(daemon, harp_runs)
-                if i >= 3:
-                    harp_ts[path].append(b)
-        # for information only, after the measurement proper so it cannot disturb it
-        for _ in range(args.n // 2 if other else 0):
-            c, jc = timed([*other, "-H", "--parsable", "job.sh"], env, work)
-            ids.append(jc)
-            other_t.append(c)
-            harp_runs += 1
-            settle(daemon, harp_runs)
+                quiet = path in registers
+                order = ("sbatch", "harp") if (i + paths.index(path)) % 2 == 0 else ("harp", "sbatch")
+                t: dict[str, float] = {}
+                for who in order:
+                    if who == "sbatch":
+                        t[who], jid = timed([sbatch, "-H", "--parsable", "job.sh"], env, work)
+                    elif path == "python":
+                        t[who], jid = timed(python, env, work)
+                    else:
+                        t[who], jid = timed([*harp, "-H", "--parsable", "job.sh"], envs[path], work, quiet=quiet)
+                        if quiet:
+                            harp_runs += 1
+                            settle(daemon, harp_runs)
+                    if jid:
+                        ids.append(jid)
+                if i >= 2:
+                    pairs[path].append((t["sbatch"], t["harp"]))
     finally:
+        for p in load:
+            p.kill()
+            p.wait()
         stop_daemon(daemon)
         for k in range(0, len(ids), 100):
             subprocess.run(["scancel", *ids[k : k + 100]], env=env, capture_output=True)
         shutil.rmtree(work, ignore_errors=True)
-    plain = statistics.median(plain_t) * 1000
     print(f"cluster: {conf}   munged: {munge_socket}")
-    print(f"daemon: {args.daemon}   n={args.n} of each, interleaved, held (-H) and cancelled   niceness: {niceness}")
-    print(f"harp-submit: {'clean venv console script' if not args.command else ' '.join(harp)}")
-    print(f"sbatch             median {plain:7.1f} ms   (p10 {_pct(plain_t, 10):.1f}, p90 {_pct(plain_t, 90):.1f})")
+    print(f"daemon: {args.daemon}   pairs per path: {args.n}, interleaved, held (-H) and cancelled   "
+          f"niceness: {niceness}   load: {args.load} x yes > /dev/null")
+    print(f"harp-submit: {'a wheel of this checkout in a fresh venv' if not args.command else ' '.join(harp)}")
     for path in paths:
-        t = harp_ts[path]
-        ms = statistics.median(t) * 1000
-        print(f"harp-submit {path:<5}  median {ms:7.1f} ms   (p10 {_pct(t, 10):.1f}, p90 {_pct(t, 90):.1f})"
-              f"   ratio {ms / plain:.2f}x")
-    if other_t:
-        o = statistics.median(other_t) * 1000
-        print(f"(info) {other[0]}: median {o:.1f} ms, overhead {o - plain:.1f} ms"
-              " -- includes this interpreter's site-packages start-up hooks")
-    for path in paths:
-        overhead = statistics.median(harp_ts[path]) * 1000 - plain
-        verdict = "PASS" if overhead <= TARGET_MS else "FAIL"
-        name = "submit_overhead" if path == "unix" else "submit_overhead_tcp"
-        print(f"FIGURE {name}: {overhead:.1f} ms (target <= {TARGET_MS:g} ms) {verdict}")
+        sb = [a for a, _ in pairs[path]]
+        hs = [b for _, b in pairs[path]]
+        diff = statistics.median(b - a for a, b in pairs[path]) * 1000
+        ratio = statistics.median(b / a for a, b in pairs[path])
+        print(f"{path:<9} sbatch median {statistics.median(sb) * 1000:6.1f} ms  harp-submit median "
+              f"{statistics.median(hs) * 1000:6.1f} ms  (p10 {_pct(hs, 10):.1f}, p90 {_pct(hs, 90):.1f})  "
+              f"paired overhead median {diff:6.1f} ms  ratio {ratio:.2f}x")
+    for path in [p for p in paths if p != "python"]:
+        diff = statistics.median(b - a for a, b in pairs[path]) * 1000
+        verdict = "PASS" if diff <= TARGET_MS else "FAIL"
+        name = "submit_overhead" if path == "unix" else f"submit_overhead_{path}"
+        print(f"FIGURE {name}: {diff:.1f} ms (target <= {TARGET_MS:g} ms) {verdict}"
+              f" (median paired overhead over sbatch; load {args.load})")
     return 0
 
 

@@ -46,11 +46,16 @@ HARP_HELP = """\
 harp-submit options (removed before sbatch runs):
       --harp-off              submit exactly as sbatch would, without asking harpd
       --harp-verbose          say what harp changed even with --parsable/--quiet
-      --harp-dry-run          print the rewritten script and the decision; submit nothing
+      --harp-dry-run          print the rewritten script and harpd's decision; submit nothing
       --harp-explain          print the details of harpd's prediction
+      --harp-json             with --harp-dry-run or --harp-explain: the decision as JSON
   An unknown --harp-... option is an error: nothing is submitted.
   A '#HARP off' line in the script, or HARP_DISABLE=1, also turns harp off.
-  HARP_SOCKET, HARP_CONFIG and HARP_TIMEOUT (seconds, default 2) find and bound harpd.
+  A '#HARP retry' line: a run that ends TIMEOUT or out of memory runs again with more
+  of what ran out ('#HARP retry off' never).
+  HARP_SOCKET, HARP_CONFIG, HARP_SERVERS (host:port,... of harpd on another node)
+  and HARP_TIMEOUT (seconds, default 2) find and bound harpd.
+  harp status JOBID: what harp did with a job, each attempt, and seff's figures.
 """
 
 
@@ -105,6 +110,7 @@ class Submit:
         self.dry_run = False
         self.verbose = False
         self.explain = False
+        self.json = False  # --harp-json: decisions as JSON, for programs
         self.quiet = False
 
     # --- output -------------------------------------------------------------------
@@ -131,6 +137,7 @@ class Submit:
         self.dry_run = harp_options.DRY_RUN in harp
         self.verbose = "harp-verbose" in harp
         self.explain = "harp-explain" in harp
+        self.json = "harp-json" in harp
         if found.unreadable is not None:  # sbatch prints the error, or knows an option harp does not
             return self.untouched(argv, f"harp cannot read the command line ({found.unreadable})")
         cli = SBATCH_TABLE.parse(argv)
@@ -236,7 +243,7 @@ class Submit:
     def decide_and_submit(self, request: Request, argv: list[str]) -> int:
         job = request.job_request()
         try:
-            answer = step_aside.ask_harpd(job, self.environ, self.warn)
+            answer = step_aside.ask_harpd(job, self.environ, self.warn, dry_run=self.dry_run)
         except client.HarpdUnavailable as exc:
             return self.submit(request, argv, None, None, job, exc.reachable)
         self.token = registration.token_of(answer)
@@ -263,6 +270,9 @@ class Submit:
         return self.submit(request, argv, rewritten, decision, job, True)
 
     def show_explain(self, decision: dict) -> None:
+        if self.json:
+            write(2, f"harp: explain: {_compact(decision)}\n")
+            return
         model = decision.get("model")
         write(2, f"harp: explain: model: {model if isinstance(model, str) else 'none'}\n")
         details = decision.get("explain")
@@ -365,8 +375,13 @@ class Submit:
         if stdin is not None:
             cmd += " < (script below)"
         write(2, f"harp: dry run, nothing submitted; would run: {changed_env}{cmd}\n")
-        if decision is not None:
+        if decision is not None and self.json:
             write(2, f"harp: decision: {_compact(decision)}\n")
+        elif decision is not None:
+            from .dry_run import decision_lines
+
+            for line in decision_lines(decision):
+                write(2, f"harp: {line}\n")
         if stdin is not None:
             write(1, stdin)
         elif request is not None and request.script_text is not None:

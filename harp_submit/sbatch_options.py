@@ -224,6 +224,7 @@ HARP_OPTIONS: tuple[OptSpec, ...] = (
     _spec("harp-verbose", NO),
     _spec("harp-dry-run", NO),
     _spec("harp-explain", NO),
+    _spec("harp-json", NO),
 )
 HARP_OPTION_NAMES = frozenset(o.name for o in HARP_OPTIONS)
 

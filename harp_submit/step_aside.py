@@ -13,6 +13,7 @@ from __future__ import annotations
 import os
 
 from . import client, directives, harp_lines, route
+from .off import disabled  # noqa: F401  (step_aside.disabled: the one rule, shared with harp-filter)
 
 TYPE_CHECKING = False  # typing costs milliseconds to import; checkers still see these
 if TYPE_CHECKING:
@@ -21,7 +22,6 @@ if TYPE_CHECKING:
 
 UNCHANGED = "submitting your job unchanged"
 MAX_SCRIPT = 4 << 20  # bytes; slurmctld's default max_script_size is 4 MB
-_DISABLE_VALUES = ("1", "yes", "true", "on")
 
 
 class StepAside(Exception):
@@ -35,11 +35,6 @@ class StepAside(Exception):
         super().__init__(reason or detail or "")
         self.reason = reason
         self.detail = detail
-
-
-def disabled(environ: Mapping[str, str]) -> bool:
-    """Whether ``HARP_DISABLE`` turns harp off for this submission."""
-    return environ.get("HARP_DISABLE", "").strip().lower() in _DISABLE_VALUES
 
 
 def resolve_script(name: str, chdir: str | None, path_env: str | None) -> str | None:
@@ -83,8 +78,9 @@ def script_directives(text: str) -> tuple[directives.Script, list[str]]:
     return script, lines
 
 
-def ask_harpd(job: dict[str, Any], environ: Mapping[str, str], say: Callable[[str], None]) -> dict[str, Any]:
-    """harpd's answer to ``predict`` for ``job``, within HARP_TIMEOUT.
+def ask_harpd(job: dict[str, Any], environ: Mapping[str, str], say: Callable[[str], None],
+              dry_run: bool = False) -> dict[str, Any]:
+    """harpd's answer to ``predict`` for ``job``, within HARP_TIMEOUT (``dry_run``: harpd counts no submission).
 
     A bad HARP_TIMEOUT is said and the default used.  When harpd gives no
     usable answer, its reason is said with ``UNCHANGED`` and
@@ -97,7 +93,7 @@ def ask_harpd(job: dict[str, Any], environ: Mapping[str, str], say: Callable[[st
     for problem in problems:
         say(problem)
     try:
-        return client.ask(where, {"op": "predict", "job": job}, timeout)
+        return client.ask(where, {"op": "predict", "job": job, **({"dry_run": True} if dry_run else {})}, timeout)
     except client.HarpdUnavailable as exc:
         say(f"{exc.reason}; {UNCHANGED}")
         raise

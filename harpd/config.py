@@ -324,6 +324,29 @@ def _located(loc: tuple[Any, ...], what: str, path: Path, have_file: bool) -> st
     return f"{key} in {path}: {what}" if have_file else f"{key}: {what}"
 
 
+def _not_json(exc: Exception) -> str:
+    """The HARP_* variable(s) pydantic-settings could not read as JSON, by name (its error names
+    only the section): each HARP_SECTION__KEY whose key holds a list or table and whose value is not JSON."""
+    import json
+    import typing
+
+    bad = []
+    for name, value in os.environ.items():
+        parts = name.upper().split("__")
+        if len(parts) != 2 or not parts[0].startswith("HARP_"):
+            continue
+        section = HarpSettings.model_fields.get(parts[0][len("HARP_"):].lower())
+        model = getattr(section, "annotation", None)
+        key = getattr(model, "model_fields", {}).get(parts[1].lower())
+        if key is None or typing.get_origin(key.annotation) not in (list, dict):
+            continue
+        try:
+            json.loads(value)
+        except ValueError:
+            bad.append(f"{name}={value[:60]!r}")
+    return ", ".join(sorted(bad)) if bad else f"a HARP_* environment variable ({exc})"
+
+
 def load_settings(path: str | os.PathLike[str] | None = None) -> HarpSettings:
     """Read and validate the config; raise ConfigError naming every wrong key and why.
 
@@ -337,7 +360,11 @@ def load_settings(path: str | os.PathLike[str] | None = None) -> HarpSettings:
     explicit = path is not None or "HARP_CONFIG" in os.environ
     p = Path(path or os.environ.get("HARP_CONFIG") or DEFAULT_CONFIG_PATH)
     data: dict[str, Any] = {}
-    if p.exists():
+    try:
+        present = p.exists()
+    except OSError as exc:  # a directory on the way this user may not search
+        raise ConfigError(f"{p}: cannot read ({exc.strerror})") from None
+    if present:
         try:
             with p.open("rb") as fh:
                 data = tomllib.load(fh)
@@ -354,8 +381,8 @@ def load_settings(path: str | os.PathLike[str] | None = None) -> HarpSettings:
     except ValidationError as exc:
         lines = _error_lines(exc, p, p.exists())
     except SettingsError as exc:  # a HARP_* variable that should hold JSON (a list, a table) does not
-        raise ConfigError(f"a HARP_* environment variable is not valid JSON ({exc}); "
-                          "give lists and tables as JSON, e.g. HARP_DNN__GPU_TYPES='[...]'") from None
+        raise ConfigError(f"{_not_json(exc)} is not valid JSON; give lists and tables as JSON, "
+                          "e.g. HARP_DNN__GPU_TYPES='[...]'") from None
     if len(lines) == 1:
         raise ConfigError(f"invalid setting {lines[0]}")
     raise ConfigError(f"{len(lines)} invalid settings, one a line:\n" + "\n".join(f"  {ln}" for ln in lines))

@@ -125,6 +125,9 @@ class _Request(_Model):
 class PredictRequest(_Request):
     op: Literal["predict"]
     job: JobRequest
+    # harp-submit --harp-dry-run: decide as for a submission, but count none (the user's
+    # pending jobs and submission burst are features: a dry run must not move the next answer)
+    dry_run: bool = False
 
 
 # a decision's token as harpd issues it (harpd.daemon.registration.new_token)

@@ -48,6 +48,34 @@ def settings_of(args: argparse.Namespace) -> Any:
         raise CliError(str(exc)) from None
 
 
+def store_problem(db: Any) -> str | None:
+    """Why this user cannot read the store at ``db`` itself, else None.
+
+    ``harp status`` and ``harp report`` both say these words, so the same
+    unreadable store reads the same from either.  Opening needs write access
+    too (SQLite in WAL mode), to the file and its directory.
+    """
+    from pathlib import Path
+
+    path = Path(db)
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        return f"no store at {path}; run `harp import` or start harpd first, or pass --db PATH"
+    except OSError as exc:
+        return f"cannot open the store {path} ({(exc.strerror or str(exc)).lower()})"
+    if os.path.isdir(path):
+        return f"{path} is a directory; pass the store file to --db"
+    if not (os.access(path, os.R_OK | os.W_OK) and os.access(path.parent, os.W_OK | os.X_OK)):
+        return f"cannot open the store {path} (permission denied)"
+    return None
+
+
+def no_store_no_daemon(problem: str, unreachable: object) -> str:
+    """The one line when harpd cannot be asked and the store cannot be read either (status and report)."""
+    return f"{problem}, and {unreachable}; start harpd, or run as root / an admin with --db PATH"
+
+
 def open_store(db: Any) -> Any:
     """The store at ``db``, for a subcommand that reads or writes it itself; a CliError saying why not."""
     from harpd.store import Store, StoreError
@@ -92,9 +120,33 @@ def _build_parser(argv: list[str]) -> tuple[argparse.ArgumentParser, object | No
     return parser, module
 
 
+def attach_dash_values(argv: list[str], options: tuple[str, ...]) -> list[str]:
+    """``-S -5d`` read as getopt (sacct) reads it: the word after an option that takes a value is
+    its value, even when it starts with ``-``; argparse would take ``-5d`` for an option.
+
+    ``options``: a subcommand's ``DASH_VALUES``, options whose values may start with ``-``.
+    """
+    out: list[str] = []
+    i = 0
+    while i < len(argv):
+        a = argv[i]
+        if a == "--":
+            out += argv[i:]
+            break
+        if a in options and i + 1 < len(argv) and argv[i + 1].startswith("-") and argv[i + 1] != "--":
+            out.append(f"{a}={argv[i + 1]}" if a.startswith("--") else a + argv[i + 1])
+            i += 2
+            continue
+        out.append(a)
+        i += 1
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     parser, module = _build_parser(argv)
+    if module is not None:
+        argv = attach_dash_values(argv, getattr(module, "DASH_VALUES", ()))
     args = parser.parse_args(argv)
     if module is None:
         parser.print_help()

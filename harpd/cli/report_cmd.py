@@ -20,11 +20,15 @@ import tempfile
 from pathlib import Path
 
 from harpd import access
-from harpd.cli.main import CliError, open_store, settings_of
+from harpd.cli.main import CliError, no_store_no_daemon, open_store, settings_of, store_problem
 from harpd.protocol import REPORT_FORMATS, REPORT_GROUPINGS
 
 NAME = "report"
 HELP = "accounting report: allocated vs used, efficiency, failures, what harp saved"
+
+
+#: options whose value may start with "-" (-S -5d), as sacct's getopt reads them (harpd.cli.main)
+DASH_VALUES = ("-S", "--since", "--starttime", "-E", "--until", "--endtime")
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -136,34 +140,18 @@ def run(args: argparse.Namespace) -> int:
             text = _from_daemon(args)
         except Unreachable as exc:
             raise CliError(f"{exc}; start harpd, or drop --daemon to read the store {db}") from None
-    elif args.db or _can_open(db):
+    elif args.db or store_problem(db) is None:
         text = _from_store(args, settings, window, db)
     else:
         # the store is root's (as the systemd unit leaves it): harpd reads it for us
-        why = f"cannot open the store {db} ({_why_not(db)})"
         try:
             text = _from_daemon(args)
         except Unreachable as exc:
-            raise CliError(f"{why} and {exc}; start harpd, or run as root / an admin with --db PATH") from None
+            raise CliError(no_store_no_daemon(str(store_problem(db)), exc)) from None
     write_output(text, args.output)
     if args.output not in (None, "-"):
         print(f"harp: wrote {args.format} report to {args.output}", file=sys.stderr)
     return 0
-
-
-def _can_open(db: Path) -> bool:
-    """Whether this user can open the store itself (SQLite in WAL mode needs write access)."""
-    return os.path.isfile(db) and os.access(db, os.R_OK | os.W_OK) and os.access(db.parent, os.W_OK | os.X_OK)
-
-
-def _why_not(db: Path) -> str:
-    try:
-        os.stat(db)
-    except FileNotFoundError:
-        return "no such file"
-    except OSError as exc:
-        return (exc.strerror or str(exc)).lower()
-    return "permission denied"
 
 
 def _names(text: str | None) -> tuple[str, ...]:
@@ -199,15 +187,15 @@ def _from_store(args: argparse.Namespace, settings: object, window: object, db: 
         user = build.resolve_scope(admin, "" if admin else user_name(uid), args.only_user, admin_group)
     except build.ScopeError as exc:
         raise CliError(str(exc)) from None
-    if not os.path.exists(db):
-        raise CliError(f"no store at {db}; run `harp import` or start harpd first, or pass --db PATH")
-    if os.path.isdir(db):
-        raise CliError(f"{db} is a directory; pass the store file to --db")
+    problem = store_problem(db)
+    if problem is not None:
+        raise CliError(problem)
     store = open_store(db)
     try:
         filters = build.Filters(accounts=_names(args.account), partitions=_names(args.partition),
                                 sources=_names(args.source))
-        report = build.build(store, settings, by=args.by, window=window, user=user, source=str(db), filters=filters)
+        report = build.build(store, settings, by=args.by, window=window, user=user, source=str(db), filters=filters,
+                             personal=not admin)
     except StoreError as exc:
         raise CliError(str(exc)) from None
     finally:

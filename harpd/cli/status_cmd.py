@@ -16,7 +16,7 @@ import sys
 from typing import Any
 
 from harpd.cli.ask import Unreachable, ask
-from harpd.cli.main import CliError, open_store, settings_of
+from harpd.cli.main import CliError, no_store_no_daemon, open_store, settings_of, store_problem
 
 NAME = "status"
 HELP = "what harp did with a job: its source, request, outcome and recovery attempts"
@@ -54,10 +54,10 @@ def run(args: argparse.Namespace) -> int:
         try:
             job = _from_daemon(job_id, args)
         except Unreachable as exc:
-            try:
-                job = _from_store(job_id, args)
-            except CliError as store_exc:
-                raise CliError(f"{exc}; and reading the store directly failed: {store_exc}") from None
+            problem = store_problem(_store_path(args))
+            if problem is not None:
+                raise CliError(no_store_no_daemon(problem, exc)) from None
+            job = _from_store(job_id, args)
             note = f"harp: {exc}; read the store directly"
     if note:
         print(note, file=sys.stderr)
@@ -76,6 +76,10 @@ def _from_daemon(job_id: str, args: argparse.Namespace) -> dict[str, Any]:
     return job
 
 
+def _store_path(args: argparse.Namespace) -> str:
+    return str(args.db or settings_of(args).store.path)
+
+
 def _from_store(job_id: str, args: argparse.Namespace) -> dict[str, Any]:
     """The answer harpd's status operation gives, read from the store as an admin."""
     from harpd.report.job_status import JobStatusError, job_status
@@ -83,8 +87,9 @@ def _from_store(job_id: str, args: argparse.Namespace) -> dict[str, Any]:
 
     settings = settings_of(args)
     db = args.db or settings.store.path
-    if not os.path.exists(db):
-        raise CliError(f"{db}: no such store; give --db or fix store.path")
+    problem = store_problem(db)
+    if problem is not None:
+        raise CliError(problem)
     store = open_store(db)
     try:
         # whoever can open the store sees every job in it: an admin's view
@@ -92,7 +97,7 @@ def _from_store(job_id: str, args: argparse.Namespace) -> dict[str, Any]:
     except JobStatusError as exc:
         raise CliError(str(exc)) from None
     except StoreError as exc:
-        raise CliError(f"store unavailable: {exc}") from None
+        raise CliError(str(exc)) from None  # as harp report says it
     finally:
         store.close()
 
@@ -195,6 +200,8 @@ def render(job: dict[str, Any]) -> str:
     if outcome:
         out.append(f"  last outcome:  {outcome}" + (f" (Slurm {rec['state']})" if rec.get("state") else ""))
     out += _limit_changes(job)
+    for run_ in job.get("runs") or []:
+        out += seff_lines(run_)
     acc = job.get("accounting") or {}
     if acc.get("recovery") and not (acc.get("job_script") and acc.get("job_env")):
         out.append(f"  recoverable:   {acc['recovery']}")
@@ -234,6 +241,58 @@ def render(job: dict[str, Any]) -> str:
     if stop:
         out.append(f"  stopped: {stop}")
     return "\n".join(out + _other_records(job)) + "\n"
+
+
+def _seff_time(seconds: float | None) -> str:
+    """seff's time: HH:MM:SS, with D- in front from a day on."""
+    if seconds is None:
+        return "---"
+    s = int(round(float(seconds)))
+    d, s = divmod(s, 86400)
+    text = f"{s // 3600:02d}:{s % 3600 // 60:02d}:{s % 60:02d}"
+    return f"{d}-{text}" if d else text
+
+
+def _seff_mem(mb: float | None) -> str:
+    """seff's memory: two decimals in the largest binary unit that keeps the number at least 1."""
+    if mb is None:
+        return "---"
+    value, units = float(mb) * 1024, ("KB", "MB", "GB", "TB", "PB")
+    i = 0
+    while value >= 1024 and i < len(units) - 1:
+        value /= 1024
+        i += 1
+    return f"{value:.2f} {units[i]}"
+
+
+def _pct(x: float | None) -> str:
+    return "---" if x is None else f"{x * 100:.2f}%"
+
+
+def seff_lines(run_: dict[str, Any]) -> list[str]:
+    """One run of the job in seff's words (State, Cores, CPU Utilized, ... Memory Efficiency)."""
+    rec = run_.get("record") or {}
+    eff = run_.get("efficiency") or {}
+    attempt = rec.get("attempt") or 1
+    head = f"  run of job {run_.get('job_id')}" + (f" (harp attempt {attempt})" if attempt > 1 else "")
+    state = rec.get("state") or str(rec.get("outcome") or "unknown").upper()
+    if rec.get("exit_code") is not None:
+        state += f" (exit code {rec['exit_code']})"
+    cores = rec.get("alloc_cpus") if rec.get("alloc_cpus") is not None else rec.get("req_cpus")
+    wall = rec.get("used_time_s")
+    core_wall = wall * cores if wall is not None and cores else None
+    out = [head + ":",
+           f"    State: {state}",
+           f"    Cores: {cores if cores is not None else '---'}",
+           f"    CPU Utilized: {_seff_time(rec.get('used_cpu_s'))}",
+           f"    CPU Efficiency: {_pct(eff.get('cpu_eff'))} of {_seff_time(core_wall)} core-walltime",
+           f"    Job Wall-clock time: {_seff_time(wall)}"]
+    if rec.get("req_time_s"):
+        out.append(f"    Time Limit: {_seff_time(rec['req_time_s'])} ({_pct(eff.get('time_eff'))} used)")
+    used = rec.get("used_mem_mb")
+    out.append(f"    Memory Utilized: {_seff_mem(used)}")
+    out.append(f"    Memory Efficiency: {_pct(eff.get('mem_eff'))} of {_seff_mem(rec.get('req_mem_mb'))}")
+    return out
 
 
 def _requeued(attempts: list[dict[str, Any]]) -> bool:

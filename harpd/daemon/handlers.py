@@ -43,6 +43,8 @@ class Predictor(Protocol):
 
     def decide(self, job: JobRequest, user: str, uid: int) -> Decision: ...
 
+    # a predictor that keeps state per submission also takes ``dry_run=True``: decide, count nothing
+
 
 LimitsLookup = Callable[[str | None], "Limits | dict[str, Any] | None"]
 AdminAction = Callable[[], Any]
@@ -190,7 +192,9 @@ class Handlers:
 
     def op_predict(self, peer: Peer, req: p.PredictRequest) -> BaseModel:
         try:
-            got = self.predictor.decide(req.job, peer.user, peer.uid)
+            # only a dry run passes the keyword: predictors without per-submission state need not know it
+            extra = {"dry_run": True} if req.dry_run else {}
+            got = self.predictor.decide(req.job, peer.user, peer.uid, **extra)
         except Exception as exc:
             log.exception("predictor failed for uid %d", peer.uid)
             return p.error(f"predict failed: {type(exc).__name__}: {exc}")
@@ -287,7 +291,8 @@ class Handlers:
             filters = build.Filters(accounts=build.names_of(req.account), partitions=build.names_of(req.partition),
                                     sources=build.names_of(req.source))
             report = build.build(self.store, settings, by=req.by, window=window, user=user,
-                                 source=f"harpd ({self.store.path})", filters=filters)
+                                 source=f"harpd ({self.store.path})", filters=filters,
+                                 personal=not self.is_admin(peer))
             text = build.render(report, req.format, req.top)
         finally:
             self._reports.release()

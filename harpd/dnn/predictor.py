@@ -90,10 +90,10 @@ class DnnRoutingPredictor:
 
         return runs
 
-    def decide(self, job: Any, user: str, uid: int) -> Any:
+    def decide(self, job: Any, user: str, uid: int, **kw: Any) -> Any:
         from harpd.protocol import Change, Decision
 
-        base = self.inner.decide(job, user, uid)
+        base = self.inner.decide(job, user, uid, **kw)  # dry_run=True: the inner predictor counts nothing
         if not isinstance(base, Decision):
             base = Decision.model_validate(base)
         req = getattr(job, "request", None)

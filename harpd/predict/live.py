@@ -286,7 +286,8 @@ class ModelPredictor:
             return out
 
     # -- the request path ------------------------------------------------------------
-    def decide(self, job, user: str, uid: int):
+    def decide(self, job, user: str, uid: int, *, dry_run: bool = False):
+        """The decision for ``job``; ``dry_run``: the same answer, but the submission is not counted."""
         from harpd.protocol import Change, Decision, Limits
 
         now = _time.time()
@@ -313,7 +314,7 @@ class ModelPredictor:
         given = int(cores_change["value"]) if cores_change else None
         for res, ld in self._loaded.items():
             try:
-                ch, ex = self._one(job, user, res, ld, limits, now, sig, given, retry)
+                ch, ex = self._one(job, user, res, ld, limits, now, sig, given, retry, dry_run)
             except Exception as exc:  # one resource failing must not lose the other
                 log.exception("predicting %s failed", res)
                 ch, ex = None, {"reason": f"prediction failed: {exc}"}
@@ -459,7 +460,7 @@ class ModelPredictor:
         return keys.req if req else None
 
     def _one(self, job, user: str, res: str, ld: _Loaded, limits, now: float, sig: str | None,
-             given: int | None = None, retry: Floor | None = None):
+             given: int | None = None, retry: Floor | None = None, dry_run: bool = False):
         from harpd.features.history import COL, conformal_group
 
         rq = job.request
@@ -473,7 +474,8 @@ class ModelPredictor:
         with self._lock:
             x = ld.history.features(keys, now)
             n_hist = ld.history.count(keys, "s")
-            ld.history.submitted(keys, now)
+            if not dry_run:
+                ld.history.submitted(keys, now)
             restored = self._restored.has(sig, res)
             stopped = ld.stops.any(keys.sig)
         if restored:
@@ -514,7 +516,10 @@ class ModelPredictor:
                 ex.update(policy.explain(), soft_rule=rule)
                 if self.soft_state is not None:
                     up = self._soft_live(up, keys.req, cores, req, policy, self.soft_state, now, ex)
-            reason = f"{ld.name}: {res} bound from {n_hist} similar runs"
+            # n_hist counts this program's own finished runs; with none the model still predicts,
+            # from the runs of others like it (same user, request, cores): say so, not "0 similar runs"
+            reason = (f"{ld.name}: {res} bound from {n_hist} runs of this program" if n_hist
+                      else f"{ld.name}: {res} bound from runs like it (no finished run of this program yet)")
         if res == "time":
             limit = limits.max_time_s or self.settings.recovery.max_time_s
         else:

@@ -111,6 +111,8 @@ class Report:
     sources: list[str] = field(default_factory=list)  # the jobs' sources (cluster or trace), sorted
     # per job column (SACCT_FIELDS): how many of the report's jobs carry a value
     measured: dict[str, int] = field(default_factory=dict)
+    # a user's own report (not an admin's): their jobs and what harp saved them, no model scoreboard
+    personal: bool = False
 
     def missing(self, *columns: str) -> list[str]:
         """The sacct fields of ``columns`` that no job of the report carries."""
@@ -362,6 +364,21 @@ def _distribution(values: np.ndarray) -> dict[str, Any]:
     }
 
 
+#: the timeline's calendar bins: nominal width in seconds -> months per bin
+_CALENDAR_MONTHS = {30 * 86400.0: 1, 91 * 86400.0: 3, 365 * 86400.0: 12}
+
+
+def _month_bins(t: np.ndarray, months: int) -> np.ndarray:
+    """Per epoch time, its calendar bin (UTC): months since January 1970, divided by ``months``."""
+    secs = np.floor(np.asarray(t, dtype=np.float64)).astype(np.int64).astype("datetime64[s]")
+    return np.floor_divide(secs.astype("datetime64[M]").astype(np.int64), months)
+
+
+def _month_start(month: int) -> float:
+    """Epoch seconds of the first instant (UTC) of ``month`` months after January 1970."""
+    return float(np.datetime64(int(month), "M").astype("datetime64[s]").astype(np.int64))
+
+
 def _timeline(jobs: Jobs, d: _Derived, window: Window, now: float) -> dict[str, Any]:
     """Allocation and use per calendar bin of job end time (<= ~60 bins)."""
     end = _col(jobs, "end_time", d.n)
@@ -384,9 +401,19 @@ def _timeline(jobs: Jobs, d: _Derived, window: Window, now: float) -> dict[str, 
         bin_s = cand
         if span / cand <= 60:
             break
-    start = math.floor(lo / bin_s) * bin_s
-    nb = max(1, int(math.ceil((hi - start) / bin_s)))
-    idx = np.clip(((end - start) // bin_s), 0, nb - 1)
+    months = _CALENDAR_MONTHS.get(bin_s)
+    if months:
+        # months, quarters and years are calendar ones (UTC): 365-day bins counted from 1970
+        # drift a quarter day a year, so 1996's jobs fell in a bin starting in December 1995
+        first = int(_month_bins(np.array([lo]), months)[0])
+        nb = max(1, int(_month_bins(np.array([hi - 1.0]), months)[0]) - first + 1)
+        idx = np.clip(_month_bins(np.where(ok, end, lo), months) - first, 0, nb - 1)
+        bin_starts = [_month_start((first + i) * months) for i in range(nb)]
+    else:
+        start = math.floor(lo / bin_s) * bin_s
+        nb = max(1, int(math.ceil((hi - start) / bin_s)))
+        idx = np.clip(((end - start) // bin_s), 0, nb - 1)
+        bin_starts = [start + i * bin_s for i in range(nb)]
     idx = np.where(ok, idx, 0).astype(np.int64)
     both = np.isfinite(d.core_h_used) & np.isfinite(d.core_h_alloc)
     waste = np.where(both, np.maximum(d.core_h_alloc - d.core_h_used, 0.0), np.nan)
@@ -404,7 +431,7 @@ def _timeline(jobs: Jobs, d: _Derived, window: Window, now: float) -> dict[str, 
         "mem_gbh_alloc": d.mem_gbh_alloc,
         "mem_gbh_used": d.mem_gbh_used,
     }
-    out: dict[str, Any] = {"bin_s": bin_s, "starts": [start + i * bin_s for i in keep.tolist()]}
+    out: dict[str, Any] = {"bin_s": bin_s, "starts": [bin_starts[i] for i in keep.tolist()]}
     for name, values in series.items():
         out[name] = _gsum(idx, nb, values, ok)[keep].tolist()
     out["jobs"] = jobs_per_bin[keep].tolist()
@@ -625,6 +652,9 @@ def build_report(
     k = len(labels)
     gm = group_metrics(d, codes, k)
     rows = _rows(labels, gm, group_sources)
+    if by == "signature" and "job_name" in jobs:
+        for row, name in zip(rows, program_labels(labels, codes, jobs["job_name"])):
+            row["signature"], row["key"] = row["key"], name
     rows.sort(key=lambda r: (-r["core_h_alloc"], -r["jobs"], r["key"]))
     tm = total_metrics(gm) if k else group_metrics(d, np.zeros(0, dtype=np.int64), 1)
     total = _rows(["(total)"], tm)[0]  # parenthesised: cannot clash with a user named TOTAL
@@ -655,6 +685,33 @@ def build_report(
         measured={c: int(np.isfinite(jobs[c]).sum()) if jobs[c].dtype.kind == "f" else
                   sum(1 for v in jobs[c].tolist() if v) for c in SACCT_FIELDS if c in jobs},
     )
+
+
+def program_labels(signatures: list[str], codes: np.ndarray, job_names: np.ndarray) -> list[str]:
+    """Per signature group, the program as people know it: its most common job name, and the
+    signature's first hex digits to tell two programs of one name apart (``bwa [1a2b3c4d]``).
+
+    A signature is a hash of the normalised commands, meaningless to read;
+    the job name (sbatch's default: the script's name) is what users recognise.
+    A group whose jobs carry no name keeps its signature.
+    """
+    k = len(signatures)
+    name_codes, names = factorize(np.asarray(job_names, dtype=object), missing="")
+    out = list(signatures)
+    if not k or not len(codes):
+        return out
+    pairs, counts = np.unique(codes.astype(np.int64) * len(names) + name_codes, return_counts=True)
+    best: dict[int, tuple[int, str]] = {}
+    for pair, cnt in zip(pairs.tolist(), counts.tolist()):
+        g, name = divmod(pair, len(names))
+        label = names[name]
+        if label and (g not in best or cnt > best[g][0]):
+            best[g] = (cnt, label)
+    for g, (_cnt, name) in best.items():
+        sig = str(signatures[g])
+        short = "no command" if sig == "sig:empty" else sig.removeprefix("sig:")[:8]
+        out[g] = f"{name} [{short}]"
+    return out
 
 
 def _groups(jobs: Jobs, by: str, n: int) -> tuple[np.ndarray, list[str], list[str] | None]:

@@ -59,13 +59,18 @@ def window_of(settings: Any, since: str | None, until: str | None) -> Window:
 
 
 def build(store: Store, settings: Any, *, by: str, window: Window, user: str | None, source: str,
-          filters: Filters | None = None) -> Report:
+          filters: Filters | None = None, personal: bool = False) -> Report:
     """The report of ``user``'s jobs (None: everyone's; a comma list: those users')
-    that ended in ``window`` and pass ``filters`` (accounts, partitions, sources)."""
+    that ended in ``window`` and pass ``filters`` (accounts, partitions, sources).
+
+    ``personal``: an ordinary user's report of their own jobs: what harp saved
+    them leads, and the model scoreboard (an admin's tool for choosing models,
+    meaningless to a user) is left out.
+    """
     users = names_of(user)
     filters = Filters(users=users) if filters is None else replace(filters, users=users)
     loaded = load(store, by, window, filters)
-    board = scoreboard.build(
+    board = {} if personal else scoreboard.build(
         store, loaded.jobs, loaded.models, loaded.originals,
         alpha_time=settings.predict.alpha_time, alpha_mem=settings.predict.alpha_mem,
         max_attempts=settings.recovery.max_attempts,
@@ -109,6 +114,7 @@ def build(store: Store, settings: Any, *, by: str, window: Window, user: str | N
         )
     notes += _not_cut(store, settings, users or _users_of(loaded.jobs))
     report.notes.extend(notes)
+    report.personal = personal
     report.source = source
     # the queue panel: what `harp replay --schedule` left beside this store
     report.queue = saved_queue.load(saved_queue.path_beside(store.path)) or {}

@@ -29,8 +29,15 @@ def compact(x: Any) -> str:
     if a == 0:
         return "0"
     if a < 10 and f != int(f):
-        return f"{f:.2f}" if a < 1 else f"{f:.1f}"
-    return f"{f:.0f}"
+        s = f"{f:.2f}" if a < 1 else f"{f:.1f}"
+    else:
+        s = f"{f:.0f}"
+    return s[1:] if s.startswith("-") and not s.strip("-0.") else s  # never "-0.00": a tiny loss reads as 0
+
+
+def is_zero_shown(text: str) -> bool:
+    """Whether a formatted number reads as zero ("0", "0.00"): neither a gain nor a loss to colour."""
+    return any(c.isdigit() for c in text) and not text.strip("-0.")
 
 
 def percent(x: Any) -> str:

@@ -18,6 +18,7 @@ from __future__ import annotations
 from typing import Any
 
 from harpd.records import JobRecord
+from harpd.report.efficiency import job_efficiencies
 from harpd.store import LIVE_SOURCES_KEY, Store
 
 CLUSTER, IMPORTED, UNKNOWN = "cluster", "imported", "unknown"
@@ -87,6 +88,8 @@ def job_status(store: Store, job_id: str, *, admin: bool, uid: int, user: str,
         # harpd's changes of the live job's limit: extensions while it ran, re-sizes while it waited
         "limit_changes": changes,
     }
+    # what seff shows, for the job and each attempt Slurm has a record of
+    job["runs"] = _runs(store, job_id, chain, job["attempts"], record, source, admin=admin, owner=job_owner(record, sub))
     if len(shown) > 1:  # no live record to prefer: every trace's job, each with its source
         job["other_records"] = [r.to_dict() for r in list(shown.values())[1:]]
     if sub is not None:
@@ -97,6 +100,33 @@ def job_status(store: Store, job_id: str, *, admin: bool, uid: int, user: str,
         job["user"] = record.user if record else None
         job["outcome"] = record.outcome.value if record else None
     return job
+
+
+def job_owner(record: JobRecord | None, sub: dict[str, Any] | None) -> str | None:
+    """Whose job this is: Slurm's record names the owner, else the (verified) registration."""
+    if record is not None and record.user is not None:
+        return record.user
+    return None if sub is None else sub.get("user")
+
+
+def _runs(store: Store, job_id: str, chain: str | None, attempts: list[dict[str, Any]], record: JobRecord | None,
+          source: str | None, *, admin: bool, owner: str | None) -> list[dict[str, Any]]:
+    """Each run's Slurm record and its seff efficiencies: the chain's first job, then each attempt's job.
+
+    Only records from the shown job's source (the cluster's own), and for a
+    user only records of the same owner: an attempt's job id that another
+    source reuses is a different job.
+    """
+    ids = [chain] if chain else [job_id]
+    ids += [str(a["job_id"]) for a in attempts if a.get("job_id")]
+    runs: list[dict[str, Any]] = []
+    for n, jid in enumerate(dict.fromkeys(ids)):
+        rec = record if (jid == job_id and record is not None) else (
+            store.get_job(jid, source) if source is not None else None)
+        if rec is None or (not admin and owner is not None and rec.user not in (None, owner)):
+            continue
+        runs.append({"job_id": jid, "first": n == 0, "record": rec.to_dict(), "efficiency": job_efficiencies(rec)})
+    return runs
 
 
 def _visible(shown: dict[str, JobRecord], sub: dict[str, Any] | None, job_id: str, *,

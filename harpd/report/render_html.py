@@ -9,13 +9,13 @@ loading anything, so even a stray URL in a job name could not fetch.
 from __future__ import annotations
 
 import math
-from datetime import datetime
+from datetime import datetime, timezone
 from html import escape
 from typing import Any
 
 from harpd.report import svg
 from harpd.report.aggregate import Report
-from harpd.report.fmt import compact, count, duration, mem_mb, metric, percent, when
+from harpd.report.fmt import compact, count, duration, is_zero_shown, mem_mb, metric, percent, when
 
 CSP = "default-src 'none'; style-src 'unsafe-inline'; img-src data:"
 USED, WASTE, ALLOC = "#2b8a3e", "#e8590c", "#1971c2"
@@ -34,8 +34,10 @@ h1{font-size:22px;margin:0 0 4px}h3{font-size:14px;margin:14px 0 4px}p{font-size
 .card .v{font-size:20px;font-weight:600}.card .l{font-size:11px;color:#495057;text-transform:uppercase;letter-spacing:.03em}
 .charts{display:flex;flex-wrap:wrap;gap:12px}
 .charts svg{background:#fff;border:1px solid #dee2e6;border-radius:6px}
-table{border-collapse:collapse;background:#fff;font-size:12.5px;margin-top:6px}
+table{border-collapse:collapse;background:#fff;font-size:12.5px;margin-top:6px;max-width:100%}
+.wide{overflow-x:auto;max-width:100%}
 th,td{border:1px solid #dee2e6;padding:3px 7px;text-align:right;white-space:nowrap}
+th{white-space:normal;vertical-align:bottom;min-width:3.5em}
 th{background:#f1f3f5;font-weight:600}td:first-child,th:first-child{text-align:left}
 tr.total td{font-weight:600;background:#f1f3f5}
 .note{font-size:12px;color:#495057;max-width:900px}
@@ -54,16 +56,19 @@ def _card(label: str, value: str, cls: str = "") -> str:
 
 
 def _sign(v: float | None) -> str:
-    return "" if v is None else ("good" if v >= 0 else "bad")
+    """The colour of a saving: none for what reads as zero (never a red "-0.00")."""
+    if v is None or is_zero_shown(compact(v)):
+        return ""
+    return "good" if v > 0 else "bad"
 
 
 def _table(head: list[str], rows: list[list[str]], total: list[str] | None = None, cls: str = "") -> str:
-    out = [f'<table class="{cls}"><thead><tr>' + "".join(f"<th>{_e(h)}</th>" for h in head) + "</tr></thead><tbody>"]
+    out = [f'<div class="wide"><table class="{cls}"><thead><tr>' + "".join(f"<th>{_e(h)}</th>" for h in head) + "</tr></thead><tbody>"]
     for r in rows:
         out.append("<tr>" + "".join(f"<td>{_e(c)}</td>" for c in r) + "</tr>")
     if total:
         out.append('<tr class="total">' + "".join(f"<td>{_e(c)}</td>" for c in total) + "</tr>")
-    out.append("</tbody></table>")
+    out.append("</tbody></table></div>")  # the wrapper scrolls a table wider than the page, never the page
     return "".join(out)
 
 
@@ -76,6 +81,8 @@ def _time_labels(starts: list[float], bin_s: float) -> list[str]:
         f = "%Y-%m"
     else:
         f = "%Y"
+    if bin_s >= 28 * 86400:  # calendar months, quarters and years: binned in UTC (aggregate._timeline)
+        return [datetime.fromtimestamp(s, timezone.utc).strftime(f) for s in starts]
     return [datetime.fromtimestamp(s).strftime(f) for s in starts]
 
 
@@ -389,15 +396,16 @@ def render(report: Report, top: int = 50) -> str:
     if not t["jobs"]:
         body = "<p>No finished jobs in this window.</p>" + notes + queue
     else:
+        saved = ("harp", "What harp saved you" if report.personal else "What harp saved", _harp(report))
         sections = (
+            *((saved,) if report.personal else ()),  # a user's own report leads with it
             ("efficiency", "Efficiency distributions", _distributions(report)),
             ("waste", "Waste over time", _timeline(report)),
             ("wasters", "Top wasters", _wasters(report)),
             ("calibration", "Calibration: requests against outcomes", _calibration(report)),
             ("groups", f"By {report.by}", _groups(report, top)),
             ("failures", "Failures and resubmissions", _outcomes(report)),
-            ("harp", "What harp saved", _harp(report)),
-            ("models", "Model scoreboard", _scoreboard(report)),
+            *(() if report.personal else (saved, ("models", "Model scoreboard", _scoreboard(report)))),
         )
         body = (
             "".join(f'<h2 id="{a}">{_e(h)}</h2>{html}' for a, h, html in sections)

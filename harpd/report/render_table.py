@@ -182,8 +182,10 @@ def scoreboard_lines(report: Report) -> list[str]:
 
 def render(report: Report, top: int = 20) -> str:
     t = report.total
+    whose = "your jobs" if report.personal else "jobs"
     lines = [
-        *textwrap.wrap(f"harp report: jobs that ended {report.window.describe()}, by {report.by}, {report.scope}", WIDTH),
+        *textwrap.wrap(f"harp report: {whose} that ended {report.window.describe()}, by {report.by}, {report.scope}",
+                       WIDTH),
         *textwrap.wrap(f"{count(t['jobs'])} jobs from {report.source or 'the store'}"
                        f"{' (sources: ' + ', '.join(report.sources) + ')' if report.sources else ''}; generated "
                        f"{when(report.generated_at, '%Y-%m-%d %H:%M')}", WIDTH),
@@ -193,14 +195,17 @@ def render(report: Report, top: int = 20) -> str:
         for n in report.notes:
             lines += textwrap.wrap(n, WIDTH)
         return "\n".join(lines).rstrip() + "\n"
+    if report.personal:  # what the user came for first: what harp did with their jobs
+        lines += ["What harp saved you", *_harp(report), ""]
     lines += group_table(report, top)
     lines += [
         "alloc = held by the cluster (CPUs or ReqMem x elapsed); used = TotalCPU or MaxRSS x elapsed;",
         "time% = elapsed / time limit; efficiencies are resource-weighted over each row's jobs.",
         "",
     ]
-    lines += _failures(report) + [""] + _resubmissions(report) + [""] + _harp(report) + [""]
-    lines += scoreboard_lines(report)
+    lines += _failures(report) + [""] + _resubmissions(report)
+    if not report.personal:
+        lines += [""] + _harp(report) + [""] + scoreboard_lines(report)
     if report.notes:
         lines.append("")
         for n in report.notes:

@@ -38,6 +38,19 @@ def nice_ticks(hi: float, n: int = 5) -> list[float]:
     return [i * step for i in range(k + 1)]
 
 
+def tick_labels(ticks: Sequence[float]) -> list[str]:
+    """The ticks' labels, compact where that tells them apart, else with the digits that do
+    (ticks of 0.0025 would all read "0.00" compactly)."""
+    labels = [compact(t) for t in ticks]
+    if len(set(labels)) == len(labels):
+        return labels
+    for digits in range(1, 10):
+        labels = [f"{t:.{digits}f}".rstrip("0").rstrip(".") if t else "0" for t in ticks]
+        if all(abs(float(x) - t) <= 1e-9 * max(1.0, abs(t)) for x, t in zip(labels, ticks)):  # exact, so distinct
+            return labels
+    return [f"{t:g}" for t in ticks]
+
+
 def log_ticks(lo: float, hi: float, candidates: Sequence[float] | None = None) -> list[float]:
     """Ticks spanning [lo, hi] on a log axis: powers of ten, or the given
     ``candidates`` (natural units such as 1m, 1h, 1d) with one beyond each end."""
@@ -99,10 +112,10 @@ def bar_chart(
     parts = _open(width, height, title, cls)
     if subtitle:
         parts.append(f'<text x="8" y="31" font-size="11" fill="{AXIS}">{_e(subtitle)}</text>')
-    for t in ticks:
+    for t, label in zip(ticks, tick_labels(ticks)):
         y = top + ph - ph * t / ymax
         parts.append(f'<line x1="{left}" x2="{left + pw}" y1="{y:.1f}" y2="{y:.1f}" stroke="{GRID}"/>')
-        parts.append(f'<text x="{left - 4}" y="{y + 4:.1f}" font-size="10" fill="{AXIS}" text-anchor="end">{compact(t)}</text>')
+        parts.append(f'<text x="{left - 4}" y="{y + 4:.1f}" font-size="10" fill="{AXIS}" text-anchor="end">{label}</text>')
     bw = pw / len(values)
     for i, (lab, v) in enumerate(zip(labels, values)):
         h = ph * v / ymax
@@ -154,10 +167,10 @@ def stacked_bars(
         parts.append(f'<rect x="{lx}" y="24" width="10" height="10" fill="{color}"/>')
         parts.append(f'<text x="{lx + 14}" y="33" font-size="11" fill="{TEXT}">{_e(name)}</text>')
         lx += 24 + 7 * len(name)
-    for t in ticks:
+    for t, label in zip(ticks, tick_labels(ticks)):
         y = top + ph - ph * t / ymax
         parts.append(f'<line x1="{left}" x2="{left + pw}" y1="{y:.1f}" y2="{y:.1f}" stroke="{GRID}"/>')
-        parts.append(f'<text x="{left - 4}" y="{y + 4:.1f}" font-size="10" fill="{AXIS}" text-anchor="end">{compact(t)}</text>')
+        parts.append(f'<text x="{left - 4}" y="{y + 4:.1f}" font-size="10" fill="{AXIS}" text-anchor="end">{label}</text>')
     bw = pw / n
     every = max(1, math.ceil(n / 8))
     for i in range(n):

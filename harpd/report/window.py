@@ -21,7 +21,10 @@ from dataclasses import dataclass
 from datetime import datetime
 
 _UNIT_S = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
-_RELATIVE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhdw])\s*$", re.IGNORECASE)
+# a span back from now: 7d, 12h, 2w, 5days; with a leading minus too (-5d, sacct's now-5days read
+# the way people write it after -S; argparse would take it for an option, harpd.cli.main)
+_RELATIVE = re.compile(r"^\s*-?\s*(\d+(?:\.\d+)?)\s*(s|secs?|seconds?|m|mins?|minutes?|h|hours?|d|days?|w|weeks?)\s*$",
+                       re.IGNORECASE)
 _OPEN = {"all", "ever", "beginning"}
 # sacct: now[{+|-}count[seconds(default)|minutes|hours|days|weeks]]
 _NOW_OFFSET = re.compile(r"^now\s*([+-])\s*(\d+)\s*(s|sec|secs|seconds?|min|mins|minutes?|h|hours?|d|days?|w|weeks?)?$",
@@ -36,7 +39,7 @@ _MONTH_DAY = (
 _TIME_OF_DAY = re.compile(r"^(\d{1,2}):(\d{2})(?::(\d{2}))?\s*(am|pm)?$", re.IGNORECASE)
 # sacct's named times of day (hour)
 _NAMED_HOURS = {"today": 0, "midnight": 0, "noon": 12, "elevenses": 11, "fika": 15, "teatime": 16}
-FORMS = ("an ISO date (2024-05-01, 2024-05-01T08:00), a span back from now (30m, 12h, 7d, 2w), "
+FORMS = ("an ISO date (2024-05-01, 2024-05-01T08:00), a span back from now (30m, 12h, 7d, -5d, 2w), "
          "sacct's forms (now-7days, now-2hours, today, midnight, noon, 08:00, 0501, 05/01/24), or 'all'")
 
 
@@ -96,7 +99,7 @@ def _parse(t: str, now: float) -> float | None:
         return now
     m = _RELATIVE.match(t)
     if m:
-        return now - float(m.group(1)) * _UNIT_S[m.group(2).lower()]
+        return now - float(m.group(1)) * _UNIT_S[m.group(2)[0].lower()]
     m = _NOW_OFFSET.match(low)
     if m:
         sign = 1 if m.group(1) == "+" else -1

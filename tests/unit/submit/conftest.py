@@ -15,7 +15,8 @@ import pytest
 from submit_fakes import FakeHarpd, make_fake_sbatch, read_log
 
 REPO = Path(__file__).resolve().parents[3]
-RUN_MAIN = "import sys; from harp_submit.cli import main; sys.exit(main())"
+# what bin/harp-submit runs: the entry point that picks the path (harp_submit/launch.py)
+RUN_MAIN = "import sys; from harp_submit.launch import main; sys.exit(main())"
 
 
 class Runner:

@@ -334,8 +334,48 @@ def test_dry_run_prints_and_submits_nothing(run, harpd) -> None:
     assert proc.stdout.decode() == JOB.replace("2-00:00:00", "45")
     lines = harp_lines(proc.stderr)
     assert any("would run: sbatch --open-mode=append -H --job-name=job.sh" in x for x in lines)
-    assert any(x.startswith('harp: decision: {"changes":') for x in lines)
+    # in words: the change and its reason, what was kept and why, the partition's caps
+    assert "harp: decision (model fake):" in lines
+    assert "harp:   --time 2-00:00:00 -> 45: 95th percentile of 37 similar runs" in lines or any(
+        x.startswith("harp:   --time ") and x.endswith("-> 45: 95th percentile of 37 similar runs") for x in lines)
+    assert "harp:   partition debug allows at most: time 1-00:00:00, memory 8000 MB per node, 2 cores per node" in lines
+    assert not any(x.startswith("harp: decision: {") for x in lines)
     assert harpd.ops("register") == []
+    # harpd is told: a dry run must not count as a submission (the next answer would move)
+    assert [r.get("dry_run") for r in harpd.ops("predict")] == [True]
+    run("-H", "job.sh")
+    assert [r.get("dry_run") for r in harpd.ops("predict")] == [True, None]
+
+
+def test_dry_run_json_behind_harp_json(run, harpd) -> None:
+    harpd.decision = decision(change("time", "45"))
+    run.write("job.sh", JOB)
+    proc = run("--harp-dry-run", "--harp-json", "-H", "job.sh")
+    assert proc.returncode == 0 and run.calls() == []
+    got = [x for x in harp_lines(proc.stderr) if x.startswith("harp: decision: ")]
+    assert len(got) == 1 and json.loads(got[0][len("harp: decision: "):])["changes"][0]["value"] == "45"
+
+
+def test_dry_run_says_why_each_resource_was_kept(run, harpd) -> None:
+    harpd.decision = decision(explain={"time": {"reason": "cold start: 3 of 5 runs"},
+                                       "mem": {"reason": "rounded bound reaches the request: kept"},
+                                       "cores": "not a dict"},
+                              partition="", max_time_s=None, max_mem_mb=None, max_cpus=None, model=None)
+    run.write("job.sh", JOB)
+    lines = harp_lines(run("--harp-dry-run", "job.sh").stderr)
+    assert "harp: decision (no model):" in lines
+    assert "harp:   time limit kept as written: cold start: 3 of 5 runs" in lines
+    assert "harp:   memory kept as written: rounded bound reaches the request: kept" in lines
+    assert not any("cores" in x for x in lines)
+
+
+def test_dry_run_words_are_harpds_text_made_safe(run, harpd) -> None:
+    """A reason with control characters or huge length never reaches the terminal as such."""
+    harpd.decision = decision(explain={"time": {"reason": "a\x1b[31mred\x07" + "x" * 5000}})
+    run.write("job.sh", JOB)
+    proc = run("--harp-dry-run", "job.sh")
+    line = next(x for x in harp_lines(proc.stderr) if "time limit kept" in x)
+    assert "\x1b" not in line and "\x07" not in line and len(line) < 400
 
 
 def test_explain_prints_the_prediction_details(run, harpd) -> None:
@@ -353,6 +393,7 @@ def test_help_and_version_add_harps_own(run) -> None:
     proc = run("--help", env={"FAKE_SBATCH_OUT": help_text})
     out = proc.stdout.decode()
     assert out.startswith(help_text) and "--harp-dry-run" in out
+    assert "#HARP retry" in out and "HARP_SERVERS" in out and "harp status JOBID" in out and "--harp-json" in out
     assert out.endswith(f"harp-submit {__version__}\n") and proc.returncode == 0
     proc = run("-V", env={"FAKE_SBATCH_OUT_FILE": str(FIXTURES / "sbatch_version.out")})
     assert proc.stdout == f"slurm-wlm 22.05.8\nharp-submit {__version__}\n".encode()
