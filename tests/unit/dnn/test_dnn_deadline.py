@@ -224,3 +224,11 @@ def test_huge_search_plans_in_bounded_time(site):
     plan = plan_dnn_job([LINE + "tokens=1e16 trials=100000 eta=2"], {}, None, site)
     assert time.monotonic() - t0 < 60  # about a second when the machine is idle
     assert plan.error is None and len(plan.explain["dnn"]["goals"]["stages"]) == 17
+
+
+def test_array_size_that_is_not_the_stage_count_is_noted(site):
+    line = LINE + "tokens=5e9 trials=27 eta=3 stage=1"
+    same = plan_dnn_job([line], {}, None, site, array_size=9)
+    other = plan_dnn_job([line], {}, None, site, array_size=27)
+    assert not any("the array has" in n for n in same.explain["dnn"]["notes"])
+    assert any(n.startswith("the array has 27 task(s) but stage 1") for n in other.explain["dnn"]["notes"])
