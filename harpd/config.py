@@ -151,6 +151,8 @@ class WatchSettings(_Section):
     resize: bool = True
     resize_min_ratio: float = Field(0.10, ge=0, lt=1)
     resize_min_s: int = Field(300, ge=0)
+    trials: bool = True
+    trials_max_nice: int = Field(1000, ge=0, le=10_000)
 
 
 class RetrainSettings(_Section):

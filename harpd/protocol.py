@@ -179,6 +179,21 @@ class ImportRequest(_Request):
     path: Annotated[str, Field(min_length=1, max_length=4096)]
 
 
+class ProgressRequest(_Request):
+    """``harp progress --metric loss=0.31`` from inside a running trial (harpd.dnn.trials).
+
+    harpd takes it only from Slurm's owner of ``job_id`` while the job runs;
+    ``study`` is the ``#HARP study=...`` words (``HARP_STUDY``), else an array's
+    trials form the study ``array-<id>``.
+    """
+
+    op: Literal["progress"]
+    job_id: Annotated[str, Field(pattern=JOB_ID_PATTERN)]
+    metric: Annotated[str, Field(pattern=r"^[A-Za-z0-9_]{1,32}$")]
+    value: Annotated[float, Field(allow_inf_nan=False)]
+    study: Annotated[str, Field(max_length=300)] | None = None
+
+
 _Word = Annotated[str, Field(max_length=100)]
 _Names = Annotated[str, Field(max_length=2000)]  # a comma list of names
 
@@ -218,10 +233,12 @@ Request = Annotated[
         ReloadRequest,
         ImportRequest,
         ReportRequest,
+        ProgressRequest,
     ],
     Field(discriminator="op"),
 ]
-OPS: tuple[str, ...] = ("predict", "register", "status", "health", "retrain", "reload", "import", "report")
+OPS: tuple[str, ...] = ("predict", "register", "status", "health", "retrain", "reload", "import", "report",
+                        "progress")
 ADMIN_OPS: frozenset[str] = frozenset({"retrain", "reload", "import"})
 _REQUEST = TypeAdapter(Request)
 
@@ -280,8 +297,13 @@ class ReportAnswer(_Answer):
     text: str
 
 
+class ProgressAnswer(_Answer):
+    study: str
+    elapsed_s: float  # the trial's run time as harpd counts it: since its first report
+
+
 Answer = Union[ErrorAnswer, PredictAnswer, RegisterAnswer, StatusAnswer, EndingAnswer, HealthAnswer, AdminAnswer,
-               ReportAnswer]
+               ReportAnswer, ProgressAnswer]
 
 
 # --------------------------------------------------------------- encoding

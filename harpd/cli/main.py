@@ -21,6 +21,7 @@ SUBCOMMANDS: dict[str, str] = {
     "dnn": "dnn_cmd",
     "health": "health_cmd",
     "import": "import_cmd",
+    "progress": "progress_cmd",
     "reload": "reload_cmd",
     "replay": "replay_cmd",
     "report": "report_cmd",

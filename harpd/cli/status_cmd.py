@@ -134,6 +134,21 @@ _STEP_WORDS = {"done": "", "decided": " (not made yet)", "ended": " (not made: t
                "refused": " (refused)"}
 
 
+def _trial(job: dict[str, Any]) -> list[str]:
+    """A trial's study, its last reported metric and what harpd did to it (nice, cancel, hold)."""
+    t = job.get("trial")
+    if not t:
+        return []
+    out = [f"  trial:         study {t.get('study')}, {t.get('reports')} progress report(s)"]
+    last = t.get("last_report") or {}
+    if last:
+        out[-1] += f", last {last.get('metric')}={last.get('value'):g} at {float(last.get('elapsed_s') or 0) / 60:.0f} min"
+    act = t.get("action") or {}
+    if act.get("reason"):
+        out.append(f"      harp: {act['reason']}")
+    return out
+
+
 def _limit_changes(job: dict[str, Any]) -> list[str]:
     """The limits mode harpd runs in and each change harpd made to the live job's time limit."""
     from harpd.recovery.policy import fmt_time
@@ -202,6 +217,7 @@ def render(job: dict[str, Any]) -> str:
     out += _limit_changes(job)
     for run_ in job.get("runs") or []:
         out += seff_lines(run_)
+    out += _trial(job)
     acc = job.get("accounting") or {}
     if acc.get("recovery") and not (acc.get("job_script") and acc.get("job_env")):
         out.append(f"  recoverable:   {acc['recovery']}")

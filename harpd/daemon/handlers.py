@@ -29,6 +29,7 @@ from harpd import access
 from harpd import protocol as p
 from harpd.config import HarpSettings
 from harpd.daemon.registration import Refused, Registrar
+from harpd.daemon.trial_progress import ProgressRefused, record_progress
 from harpd.protocol import Decision, JobRequest, Limits
 from harpd.report import build
 from harpd.report.job_status import JobStatusError, job_status
@@ -152,6 +153,7 @@ class Handlers:
         self.registrar = Registrar(store, slurm)
         # recovery's state machine (harpd.recovery.machine), set once the services run; None: off
         self.recovery: Any = None
+        self.slurm = slurm  # progress reports are checked against slurmctld's owner of the job
         self.retrain_action = retrain
         self.reload_action = reload
         self.importer = importer
@@ -299,6 +301,16 @@ class Handlers:
         log.info("report by %s (%s) for %s (uid %d) in %.1fs", req.by, req.format, report.scope, peer.uid,
                  time.monotonic() - started)
         return p.ReportAnswer(scope=report.scope, text=text)
+
+    def op_progress(self, peer: Peer, req: p.ProgressRequest) -> BaseModel:
+        """A running trial's metric (harpd.dnn.trials), from Slurm's owner of the job only."""
+        try:
+            study, elapsed = record_progress(self.store, self.slurm, peer.uid, req.job_id, req.metric, req.value,
+                                             req.study)
+        except ProgressRefused as exc:
+            log.info("progress for job %s from %s refused: %s", req.job_id, peer.describe(), exc)
+            return p.error(str(exc))
+        return p.ProgressAnswer(study=study, elapsed_s=round(elapsed, 3))
 
     def op_retrain(self, peer: Peer, req: p.RetrainRequest) -> BaseModel:
         if self.retrain_action is None:

@@ -182,7 +182,8 @@ def static_plan(model: ScalingModel, layouts: Sequence[Layout], stages: Sequence
         cap = max(lay.capacity for lay in lays) or max(lay.n_gpus for lay in lays) * stages[0][0]
         weight = lays[0].weight
         counts = sorted({lay.n_gpus for lay in lays})
-        pools = sorted({min(cap, n * k) for n in counts for k in range(1, stages[0][0] + 1)})
+        # pool sizes: multiples of a trial's GPU count up to the first stage's need, never above the site's
+        pools = sorted({min(cap, n * k) for n in counts for k in range(1, min(stages[0][0], cap // n + 1) + 1)})
         for pool in pools:
             total = 0.0
             parts = []

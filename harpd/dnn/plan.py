@@ -149,7 +149,8 @@ def plan_dnn_job(harp_lines: list[str], request: Mapping[str, Any] | Any, cwd: s
                  *, partitions: Mapping[str, Any] | None = None,
                  observations: Iterable[PeakObservation] = (), uid: int | None = None,
                  billing: Mapping[str, Mapping[str, float]] | None = None,
-                 history: Callable[[dict[str, str]], tuple[RunTime, ...]] | None = None) -> DnnPlan:
+                 history: Callable[[dict[str, str]], tuple[RunTime, ...]] | None = None,
+                 array_size: int | None = None) -> DnnPlan:
     """Plan a DNN job's GPU request; see the module doc.
 
     ``settings``: HarpSettings (or its ``dnn`` section).  ``partitions``: the
@@ -208,6 +209,14 @@ def plan_dnn_job(harp_lines: list[str], request: Mapping[str, Any] | Any, cwd: s
     best = choice.best
     if goals_result is not None:
         explain["goals"] = goals_result.explain
+        stages = goals_result.explain.get("stages") or []
+        if goals.trials and array_size and goals.stage < len(stages) and stages[goals.stage]["trials"] != array_size:
+            explain["notes"].append(f"the array has {array_size} task(s) but stage {goals.stage} of trials="
+                                    f"{goals.trials} eta={goals.eta} runs {stages[goals.stage]['trials']}: "
+                                    "the plan assumes the stage's count")
+        elif array_size and array_size > 1 and not goals.trials and goals.deadline_s is not None:
+            explain["notes"].append(f"an array of {array_size} without trials=: each task is planned as one job "
+                                    "that must meet the deadline by itself")
         if from_history:
             explain["notes"].append(f"scaling curve fitted to {from_history} completed earlier run(s) of this "
                                     "job from harpd's history")

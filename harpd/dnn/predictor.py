@@ -106,7 +106,7 @@ class DnnRoutingPredictor:
         partitions = self._partitions()
         plan = plan_dnn_job(list(job.harp_lines), job.request, job.cwd, self.settings,
                             partitions=partitions, uid=uid, billing=self._billing(),
-                            history=self._history(uid))
+                            history=self._history(uid), array_size=getattr(job, "array_size", None))
         explain = dict(base.explain)
         explain.update(plan.explain)
         if plan.error:

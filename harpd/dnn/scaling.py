@@ -181,13 +181,15 @@ def fit_terms(rows: Sequence[tuple[float, float, float]]) -> Fit:
     best: tuple[float, list[float], list[int]] | None = None
     # every subset of terms, least squares on it; keep the best non-negative solution
     for mask in range(1, 1 << len(cols_all)):
+        if not mask & 1:  # the compute term stays: without it the curve would not fall with GPUs at all
+            continue
         cols = [cols_all[i] for i in range(len(cols_all)) if mask >> i & 1]
         x_rows = [[(r[0], r[1], 1.0)[j] / r[2] for j in cols] for r in rows]
         y = [1.0] * n
         ata = [[sum(xr[i] * xr[j] for xr in x_rows) for j in range(len(cols))] for i in range(len(cols))]
         aty = [sum(xr[i] * y[k] for k, xr in enumerate(x_rows)) for i in range(len(cols))]
         sol = _solve(ata, aty)
-        if sol is None or any(v < 0 for v in sol):
+        if sol is None or any(v < 0 for v in sol) or sol[0] <= 0:
             continue
         res = sum((sum(v * xr[i] for i, v in enumerate(sol)) - 1.0) ** 2 for xr in x_rows)
         if best is None or res < best[0] - 1e-12:
@@ -197,9 +199,7 @@ def fit_terms(rows: Sequence[tuple[float, float, float]]) -> Fit:
         return Fit(source="default model (the runs did not give a usable fit)")
     res, sol, cols = best
     coef = {j: v for j, v in zip(cols, sol)}
-    alpha = coef.get(0, 0.0)
-    beta = coef.get(1, alpha if all(r[1] == 0 for r in rows) else 0.0)
-    if alpha <= 0:  # a compute-free curve would predict infinite speed-up: keep the default's
-        alpha = 1.0
+    alpha = coef[0]
+    beta = coef.get(1, alpha)  # comm not fitted: keep the default model's comm-to-compute ratio
     rms = math.sqrt(res / n)
     return Fit(alpha, beta, coef.get(2, 0.0), f"fitted to {n} runs (rms error {rms:.0%})", rms)

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from harpd import access
 from harpd.records import JobRecord
 from harpd.report.efficiency import job_efficiencies
 from harpd.store import LIVE_SOURCES_KEY, Store
@@ -57,7 +58,10 @@ def job_status(store: Store, job_id: str, *, admin: bool, uid: int, user: str,
     own = {s: r for s, r in recs.items() if kinds[s] == CLUSTER}
     imported = {s: r for s, r in recs.items() if kinds[s] == IMPORTED}
     changes = store.limit_changes(job_id)  # harpd changed a live job's limit: running, maybe not stored yet
-    is_live = sub is not None or chain is not None or bool(own) or bool(changes) or not live
+    trial = store.trial_status(job_id)  # a trial's progress and what harpd did to it (harpd.watch.trials)
+    if trial is not None and not admin and trial["uid"] != uid:
+        trial = None  # reports are taken from Slurm's owner only: anyone else sees none
+    is_live = sub is not None or chain is not None or bool(own) or bool(changes) or trial is not None or not live
     shown = own if (own or (live and is_live)) else (recs if not live else imported)
     trusted = sub is not None and bool(sub.get("verified") or sub.get("chain_id"))
     if sub is not None and not trusted and not admin and sub["uid"] != uid:
@@ -66,7 +70,7 @@ def job_status(store: Store, job_id: str, *, admin: bool, uid: int, user: str,
         # the live registration, verified with Slurm, wins over another job's imported row with
         # the same id until the poller stores the live record
         shown = {s: r for s, r in shown.items() if r.user in (None, sub["user"])}
-    if sub is None and not shown:
+    if sub is None and not shown and trial is None:
         raise JobStatusError(f"harp knows no job {job_id}")
     if not admin:
         shown = _visible(shown, sub, job_id, uid=uid, user=user)
@@ -90,6 +94,8 @@ def job_status(store: Store, job_id: str, *, admin: bool, uid: int, user: str,
     }
     # what seff shows, for the job and each attempt Slurm has a record of
     job["runs"] = _runs(store, job_id, chain, job["attempts"], record, source, admin=admin, owner=job_owner(record, sub))
+    if trial is not None:
+        job["trial"] = trial
     if len(shown) > 1:  # no live record to prefer: every trace's job, each with its source
         job["other_records"] = [r.to_dict() for r in list(shown.values())[1:]]
     if sub is not None:
@@ -97,7 +103,7 @@ def job_status(store: Store, job_id: str, *, admin: bool, uid: int, user: str,
             job[k] = sub.get(k)
         job["registered_job_id"] = sub["job_id"]
     else:
-        job["user"] = record.user if record else None
+        job["user"] = record.user if record else (access.user_of(trial["uid"]) if trial else None)
         job["outcome"] = record.outcome.value if record else None
     return job
 

@@ -466,6 +466,16 @@ class CliBackend:
     def release(self, job_id: str) -> None:
         self._run("scontrol", ["release", self._check_job_id(job_id)])
 
+    def set_nice(self, job_id: str, nice: int) -> None:
+        """``scontrol update JobId=JOB Nice=N`` (harpd.watch.trials: the order of a study's pending trials)."""
+        if not -2147483645 <= int(nice) <= 2147483645:
+            raise SlurmError(f"nice {nice} is out of Slurm's range")
+        self._run("scontrol", ["update", f"JobId={self._check_job_id(job_id)}", f"Nice={int(nice)}"])
+
+    def hold(self, job_id: str) -> None:
+        """``scontrol hold JOB``: a pending job waits until released."""
+        self._run("scontrol", ["hold", self._check_job_id(job_id)])
+
     def cancel(self, job_id: str) -> None:
         self._run("scancel", [self._check_job_id(job_id)])
 

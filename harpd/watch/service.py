@@ -21,6 +21,7 @@ from harpd.watch.extend import Extender
 from harpd.watch.feedback import SoftFeedback
 from harpd.watch.privilege import Privilege
 from harpd.watch.resize import Resizer, decider
+from harpd.watch.trials import TrialStep
 
 log = logging.getLogger("harpd.watch")
 
@@ -44,6 +45,8 @@ class Watch:
         self.resizer = None
         if settings.watch.resize and predictor is not None:
             self.resizer = Resizer(store, backend, settings, decider(predictor))
+        # convergence-aware trials: nice and successive-halving stops (harpd.watch.trials)
+        self.trials = TrialStep(store, backend, settings) if settings.watch.trials else None
         self._lock = threading.Lock()
 
     def on_outcome(self, rec: Any) -> None:
@@ -64,7 +67,7 @@ class Watch:
                 log.warning("watch: cannot list the queue (%s); next try in %g s", exc, self.settings.watch.interval_s)
                 return
             # feedback first: the re-sizer then decides with this listing's siblings in flight
-            for part in (self.feedback, self.extender, self.resizer):
+            for part in (self.feedback, self.extender, self.resizer, self.trials):
                 if part is None:
                     continue
                 try:

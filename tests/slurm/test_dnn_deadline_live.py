@@ -106,3 +106,59 @@ def test_infeasible_deadline_leaves_the_job_as_submitted(slurm_cluster, job_dir)
         assert "Partition=short" in job and "TresPerNode=gres:gpu:1" in job
     finally:
         slurm_cluster.run(["scancel", job_id], check=False)
+
+
+SEARCH = """#!/bin/bash
+#SBATCH --time=2
+#SBATCH --partition=short
+#SBATCH --gres=gpu:1
+#SBATCH --array=0-0
+#SBATCH --job-name=harp-dnn-sha
+#HARP dnn config=config.json seq_len=256 micro_batch=1 attention=flash zero=auto tokens=2e9 trials=9 eta=3 stage=2 deadline={deadline}
+echo "task=$SLURM_ARRAY_TASK_ID partition=$SLURM_JOB_PARTITION gpus=$CUDA_VISIBLE_DEVICES"
+"""
+
+
+def test_search_stage_array_gets_its_stage_plan(slurm_cluster, job_dir, tmp_path, monkeypatch, capsys):
+    """The last stage of a 9-trial, eta-3 search (one trial, an array of one) runs with that stage's GPUs.
+
+    The deadline is tighter than the cheapest plan's time, so the plan gives
+    the last (longest) stage more GPUs than the first: per-stage plans differ.
+    """
+    from harpd.cli.main import main
+    from harpd.dnn.plan import plan_dnn_job
+    from harpd.slurm.billing import billing_weights as live_billing
+
+    settings = HarpSettings.model_validate({"dnn": {"gpu_types": [
+        {"name": "a100", "memory_gb": 80, "gpus_per_node": 4, "billing_weight": 1.0, "partition": "gpu"}]}})
+    backend = get_backend(HarpSettings())
+    loose = plan_dnn_job([SEARCH.splitlines()[6].replace("deadline={deadline}", "")], {}, str(job_dir), settings,
+                         partitions=backend.partitions(), billing=live_billing(backend))
+    assert loose.error is None, loose.error
+    fastest = loose.explain["dnn"]["goals"]["predicted_time_h"] * 3600
+    deadline = int(fastest * 0.8)  # tighter than the cheapest plan: later stages need more GPUs per trial
+    script = SEARCH.format(deadline=f"{deadline}s")
+    line = script.splitlines()[6]
+    expected = plan_dnn_job([line], {}, str(job_dir), settings, partitions=backend.partitions(),
+                            billing=live_billing(backend))
+    assert expected.error is None, expected.error
+    stages = expected.explain["dnn"]["goals"]["stages"]
+    stage2 = stages[2]
+    assert stage2["trials"] == 1 and stage2["n_gpus"] > stages[0]["n_gpus"], stages
+    # harp dnn plan --slurm prints the same plan from the live partitions
+    conf = tmp_path / "harpd.toml"
+    conf.write_text(GPU_TOML)
+    monkeypatch.setenv("HARP_CONFIG", str(conf))
+    assert main(["dnn", "plan", "--slurm", "--cwd", str(job_dir), *line.split()[2:]]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("harp dnn plan: search plan, stage 2 of 3: 1 trial(s) of "
+                          f"{stage2['n_gpus']} x a100"), out
+    (job_dir / "search.sh").write_text(script)
+    with short_tmpdir("hdl-") as d, running_harpd(d, slurm_conf=slurm_cluster.conf, extra_toml=GPU_TOML) as sock:
+        proc = run_harp_submit(slurm_cluster, "--parsable", "search.sh", socket_path=sock, cwd=job_dir)
+    assert proc.returncode == 0, proc.stderr
+    job_id = proc.stdout.strip().split(";")[0]
+    assert job_id.isdigit(), proc.stdout
+    assert slurm_cluster.wait_job(job_id, timeout=180) == "COMPLETED"
+    job = slurm_cluster.scontrol("show", "job", "-o", job_id)
+    assert f"TresPerNode=gres:gpu:a100:{stage2['gpus_per_node']}" in job.split(), job

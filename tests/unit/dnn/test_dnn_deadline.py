@@ -207,3 +207,28 @@ def test_slurm_billing_overrides_the_config_weight(site):
     assert plain.explain["dnn"]["goals"]["stages"][0]["gpu_type"] == "h100"
     assert dear_h100.explain["dnn"]["goals"]["stages"][0]["gpu_type"] == "a100"
     assert dear_h100.explain["dnn"]["goals"]["billing"]["h100"]["from"] == "TRESBillingWeights of gpu-h100"
+
+
+def test_fit_keeps_the_compute_term_on_odd_runs():
+    m = model()
+    flat = m.fitted([RunTime(1, 60.0), RunTime(2, 60.0), RunTime(4, 60.0)], "a100")
+    assert flat.fit.alpha > 0 and flat.run_time("a100", 8, 1) > 0
+    superlinear = m.fitted([RunTime(1, 36000.0), RunTime(2, 60.0)], "a100")
+    assert superlinear.fit.alpha > 0 and superlinear.fit.beta > 0  # comm kept in the default's ratio
+
+
+def test_huge_search_plans_in_bounded_time(site):
+    import time
+
+    t0 = time.monotonic()
+    plan = plan_dnn_job([LINE + "tokens=1e16 trials=100000 eta=2"], {}, None, site)
+    assert time.monotonic() - t0 < 60  # about a second when the machine is idle
+    assert plan.error is None and len(plan.explain["dnn"]["goals"]["stages"]) == 17
+
+
+def test_array_size_that_is_not_the_stage_count_is_noted(site):
+    line = LINE + "tokens=5e9 trials=27 eta=3 stage=1"
+    same = plan_dnn_job([line], {}, None, site, array_size=9)
+    other = plan_dnn_job([line], {}, None, site, array_size=27)
+    assert not any("the array has" in n for n in same.explain["dnn"]["notes"])
+    assert any(n.startswith("the array has 27 task(s) but stage 1") for n in other.explain["dnn"]["notes"])
