@@ -49,12 +49,13 @@ def settings_of(args: argparse.Namespace) -> Any:
         raise CliError(str(exc)) from None
 
 
-def store_problem(db: Any) -> str | None:
+def store_problem(db: Any, hint: bool = True) -> str | None:
     """Why this user cannot read the store at ``db`` itself, else None.
 
     ``harp status`` and ``harp report`` both say these words, so the same
     unreadable store reads the same from either.  Opening needs write access
-    too (SQLite in WAL mode), to the file and its directory.
+    too (SQLite in WAL mode), to the file and its directory.  ``hint``: say
+    what to do about a missing store (left out where harpd's absence is said too).
     """
     from pathlib import Path
 
@@ -62,7 +63,8 @@ def store_problem(db: Any) -> str | None:
     try:
         st = os.stat(path)
     except FileNotFoundError:
-        return f"no store at {path}; run `harp import` or start harpd first, or pass --db PATH"
+        return f"cannot open the store {path} (no such file)" + (
+            "; run `harp import` or start harpd first, or pass --db PATH" if hint else "")
     except OSError as exc:
         return f"cannot open the store {path} ({(exc.strerror or str(exc)).lower()})"
     if os.path.isdir(path):

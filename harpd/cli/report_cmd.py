@@ -147,7 +147,7 @@ def run(args: argparse.Namespace) -> int:
         try:
             text = _from_daemon(args)
         except Unreachable as exc:
-            raise CliError(no_store_no_daemon(str(store_problem(db)), exc)) from None
+            raise CliError(no_store_no_daemon(str(store_problem(db, hint=False)), exc)) from None
     write_output(text, args.output)
     if args.output not in (None, "-"):
         print(f"harp: wrote {args.format} report to {args.output}", file=sys.stderr)

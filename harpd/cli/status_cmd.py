@@ -54,7 +54,7 @@ def run(args: argparse.Namespace) -> int:
         try:
             job = _from_daemon(job_id, args)
         except Unreachable as exc:
-            problem = store_problem(_store_path(args))
+            problem = store_problem(_store_path(args), hint=False)
             if problem is not None:
                 raise CliError(no_store_no_daemon(problem, exc)) from None
             job = _from_store(job_id, args)

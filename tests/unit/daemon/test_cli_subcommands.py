@@ -55,7 +55,7 @@ def test_config_after_the_subcommand_is_honoured(configured):
     rc, out, _ = _run(["--config", str(bad), "status", "5", "--direct", "--config", str(good)])
     assert rc == 0 and "job 5: me" in out
     rc, _, err = _run(["status", "5", "--direct", "--config", str(bad)])
-    assert rc == 2 and "no store at " in err and "none.db" in err
+    assert rc == 2 and "cannot open the store " in err and "none.db" in err
 
 
 @pytest.mark.parametrize("name", sorted(SUBCOMMANDS))

@@ -91,7 +91,7 @@ def test_status_bad_input(chain, capsys):
     assert harp(["status", "424242", "--direct", "--db", str(db)]) == 2
     assert "harp knows no job 424242" in capsys.readouterr().err
     assert harp(["status", "1", "--direct", "--db", str(db) + ".missing"]) == 2
-    assert "no store at " in capsys.readouterr().err
+    assert "cannot open the store " in capsys.readouterr().err
 
 
 def test_status_of_a_job_without_recovery(tmp_path, capsys):

@@ -87,7 +87,7 @@ def test_unknown_uid_is_a_clear_error(site, monkeypatch, capsys):
     (["--since", "last tuesday"], "--since: cannot read"),
     (["--since", "1d", "--until", "2d"], "not before --until"),
     (["--top", "-1"], "--top -1"),
-    (["--db", "/nonexistent/harp.db"], "no store at /nonexistent/harp.db"),
+    (["--db", "/nonexistent/harp.db"], "cannot open the store /nonexistent/harp.db (no such file)"),
 ])
 def test_bad_input_is_one_line(site, monkeypatch, capsys, args, message):
     as_uid(monkeypatch, 0)

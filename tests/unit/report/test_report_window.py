@@ -29,7 +29,7 @@ def test_open_ends_and_now():
     assert parse_when("now", NOW) == NOW
 
 
-@pytest.mark.parametrize("bad", ["yesterday-ish", "7x", "2024-13-01", "-3d", ""])
+@pytest.mark.parametrize("bad", ["yesterday-ish", "7x", "2024-13-01", "--3d", ""])  # -3d: 3 days back
 def test_bad_values_raise_one_line_naming_the_option(bad):
     with pytest.raises(ValueError) as e:
         parse_when(bad, NOW, option="--until")

@@ -40,7 +40,8 @@ def _both(db) -> tuple[str, str]:
 
 def test_a_missing_store(tmp_path):
     status, report = _both(tmp_path / "none.db")
-    assert status == report == f"harp: no store at {tmp_path / 'none.db'}; run `harp import` or start harpd first, or pass --db PATH"
+    assert status == report == (f"harp: cannot open the store {tmp_path / 'none.db'} (no such file); "
+                                "run `harp import` or start harpd first, or pass --db PATH")
 
 
 def test_a_directory(tmp_path):
