@@ -24,6 +24,7 @@ import os
 import re
 import shlex
 from dataclasses import dataclass
+from typing import Any
 
 from harpd.features.signature import signature_of
 
@@ -117,6 +118,24 @@ def identify(commands: list[str] | None, job_name: str | None = None, script_nam
     """The workflow task a job is, or None for a job no manager submitted."""
     cmds = [str(c) for c in commands or []]
     return snakemake_task(cmds, cwd) or nextflow_task(job_name, script_name, cwd)
+
+
+def registered_signature(job: Any) -> str | None:
+    """The signature of a registered job (its ``job`` object): the one it carries, else ``job_signature``
+    of its commands, as harp-submit sends commands and never a signature."""
+    if not isinstance(job, dict):
+        return None
+    if job.get("signature"):
+        return str(job["signature"])
+    commands = job.get("commands")
+    if not commands:
+        return None
+
+    def text(key: str) -> str | None:
+        value = job.get(key)
+        return None if value is None else str(value)
+
+    return job_signature([str(c) for c in commands], text("job_name"), text("script_name"), text("cwd"))
 
 
 def job_signature(commands: list[str] | None, job_name: str | None = None, script_name: str | None = None,

@@ -278,15 +278,12 @@ class Ingestor:
             if r.job_id in watch and r.attempt >= watch[r.job_id]:
                 r.harp_sized = True
             if isinstance(job, dict):
-                if r.signature is None and job.get("signature"):
-                    r.signature = str(job["signature"])
-                elif r.signature is None and job.get("commands"):
+                if r.signature is None:
                     # harp-submit sends the commands, not a signature: the one
                     # decide computes from them at predict time, or history never matches
-                    from harpd.features.workflow import job_signature
+                    from harpd.features.workflow import registered_signature
 
-                    r.signature = job_signature([str(c) for c in job["commands"]], _text(job.get("job_name")),
-                                                _text(job.get("script_name")), _text(job.get("cwd")))
+                    r.signature = registered_signature(job)
                 if r.input_bytes is None and isinstance(job.get("input_bytes"), (int, float)):
                     r.input_bytes = float(job["input_bytes"])  # harp-submit's stat of the inputs
                 if r.array_size is None and job.get("array_size"):
@@ -554,6 +551,3 @@ def start(
     )
     return IngestService(ingestor, scheduler)
 
-
-def _text(value: Any) -> str | None:
-    return str(value) if value is not None else None

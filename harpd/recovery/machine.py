@@ -227,6 +227,9 @@ class Recovery:
             return "left", "not the job's owner"
         if not self._attached.wait(10):
             return "left", "recovery is not attached to the poller yet"
+        if self.mode() != REQUEUE:
+            # a resubmission is a new job: never while this one still runs; after its end, from the poll
+            return "left", "harpd recovers by resubmission here, once the job has ended"
         rec = ran_out_of_memory(self.backend, job_id)
         if rec is None:
             return "left", "no step of it was killed for memory (Slurm's accounting)"

@@ -13,7 +13,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from harpd.features.workflow import is_workflow_signature
+from harpd.features.workflow import is_workflow_signature, registered_signature
 from harpd.slurm.base import QueuedJob, whole_minutes
 from harpd.slurm.job_ids import submitted_id
 from harpd.store import Store
@@ -77,7 +77,7 @@ def cold_task_mem(sub: dict[str, Any]) -> str | None:
     """
     if not isinstance(sub.get("decision"), dict) or harp_set_mem(sub) is not None:
         return None
-    if not is_workflow_signature((sub.get("job") or {}).get("signature")):
+    if not is_workflow_signature(registered_signature(sub.get("job"))):
         return None
     original = sub.get("original") or {}
     if original.get("mem_mb"):
@@ -104,7 +104,7 @@ def cpus_to_resize(sub: dict[str, Any]) -> bool:
         return False
     if "cpus-per-task" in _changed(sub):
         return True
-    return is_workflow_signature((sub.get("job") or {}).get("signature"))
+    return is_workflow_signature(registered_signature(sub.get("job")))
 
 
 def harp_time_s(store: Store, job: QueuedJob, sub: dict[str, Any]) -> int | None:

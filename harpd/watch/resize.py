@@ -41,6 +41,7 @@ from typing import Any
 
 from harp_submit.units import parse_duration_s, parse_mem
 from harpd.config import HarpSettings
+from harpd.features.workflow import registered_signature
 from harpd.protocol import Decision, JobRequest
 from harpd.recovery.policy import fmt_time
 from harpd.predict.retry_floor import redeciding
@@ -143,7 +144,7 @@ class Resizer:
             if not job.pending or job.time_limit_s is None:
                 continue
             sub = submission_of(self.store, job)
-            if sub is None or (sub.get("job") or {}).get("signature") not in dirty:
+            if sub is None or registered_signature(sub.get("job")) not in dirty:
                 continue
             time_set, mem_option = harp_set_time(sub), harp_set_mem(sub) or cold_task_mem(sub)
             cpus_set = cpus_to_resize(sub)

@@ -70,3 +70,21 @@ def test_the_hook_asks_only_for_the_batch_task_and_never_fails(tmp_path, capsys)
     assert task_epilog.main([], {**env, "HARP_DEBUG": "1"}) == 0
     assert "harpd not asked" in capsys.readouterr().err
     assert task_epilog.main([], {**env, "HARP_TASK_EPILOG": "0"}) == 0
+
+
+def test_a_harpd_that_can_only_resubmit_leaves_a_running_job_alone(tmp_path) -> None:
+    """A resubmission is a new job: never made while the old one still runs (the poll makes it after)."""
+    from harpd.config import HarpSettings
+    from harpd.recovery.machine import Recovery
+    from harpd.store import Store
+
+    class _Backend:
+        def sacct_raw(self, *a):  # pragma: no cover - must not be asked
+            raise AssertionError("accounting asked although nothing will be done")
+
+    with Store.open(tmp_path / "h.db") as st:
+        st.add_submission("7", 1000, "alice", {"signature": "s"}, {"time_s": 60}, {"time_s": 60},
+                          {"changes": [{"option": "time", "value": "1", "old": "2"}]}, verified=True)
+        rec = Recovery(st, _Backend(), HarpSettings(recovery={"mode": "resubmit"}), watch=lambda *a: None)
+        assert rec.run_ending("7", 1000) == ("left", "harpd recovers by resubmission here, once the job has ended")
+        assert rec.run_ending("7", 1001)[0] == "left" and st.attempts("7") == []

@@ -65,3 +65,20 @@ def test_never_above_the_request_and_a_refusal_is_recorded(store, slurm):
     r.on_outcome(_outcome())
     r.tick(slurm.queue())
     assert slurm.jobs["61"]["cpus"] == 4 and store.limit_changes("61") == []
+
+
+def test_a_registration_that_carries_commands_not_a_signature_is_matched_by_its_outcome(store, slurm):
+    """harp-submit sends the commands; harpd's outcome carries the signature computed from them."""
+    from harpd.features.workflow import job_signature
+
+    commands = ["bash hidden_step.sh"]
+    original = {"time_s": 3600, "cpus_per_task": 2}
+    job = {"signature": None, "commands": commands, "job_name": "hidden.sh", "script_name": "hidden.sh",
+           "cwd": "/home/alice", "request": original}
+    changes = [{"option": "cpus-per-task", "value": "1", "old": "2", "reason": "cores"}]
+    store.add_submission("70", 1000, "alice", job, original, {**original, "cpus_per_task": 1},
+                         {"changes": changes, "limits": {}, "model": "m", "explain": {}}, verified=True)
+    slurm.add("70", state="PENDING", limit_s=3600, cpus=1)
+    r = _resizer(store, slurm, {"70": None})  # the script's CPUs were restored: its request again
+    r.on_outcome(_outcome(job_signature(commands, "hidden.sh", "hidden.sh", "/home/alice")))
+    assert r.tick(slurm.queue()) == 1 and slurm.jobs["70"]["cpus"] == 2

@@ -1,0 +1,76 @@
+"""Pending CPUs re-sized at start, as memory is, on the real cluster (issue #27).
+
+A script whose job step harp cannot see (``bash hidden_step.sh`` running
+``srun -c 2``) asks 2 CPUs; its history says it keeps a third of a core
+busy, so harp lowers it to 1.  Two runs are submitted: A starts at once, B
+waits (``--begin``), both cut to 1.  A fails ("More processors requested
+than permitted"), which restores the script's CPUs for good; the next
+outcome of the script makes harpd's watcher re-decide the pending B, which
+gets its 2 CPUs back (``CPUsPerTask``, ``NumCPUs``) before it starts, and
+completes.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from harp_submit import client
+from tests.helpers.harpd_process import running_harpd
+from tests.helpers.processes import run_harp_submit, short_tmpdir
+from tests.slurm.test_workflow_cpus import SCRIPT, _script_signature, _seed, _show, _submit, _wait_done
+from tests.slurm.test_snakemake_workflow import _wait_outcomes
+from tests.slurm.test_workflow_race import _wait
+
+pytestmark = pytest.mark.slurm
+
+WATCH = "[watch]\ninterval_s = 2\nresize_min_s = 60\n"
+
+
+def test_a_pending_job_gets_back_the_cpus_its_failed_sibling_restored(slurm_cluster) -> None:
+    c = slurm_cluster
+    text = SCRIPT.format(cpus=2, body="bash hidden_step2.sh")
+    (c.workdir / "hidden_step2.sh").write_text("srun -c 2 python3 -c 'print(40)'\n")
+    (c.workdir / "hidden2.sh").write_text(text)
+    jobs: list[str] = []
+    with short_tmpdir("hrc-") as d:
+        (d / "lib").mkdir()
+        _seed(d / "lib" / "harp.db", _script_signature(text, "hidden2.sh"), 2)
+        with running_harpd(d, slurm_conf=c.conf, poll_interval_s=2, timeout_s=90, extra_toml=WATCH) as sock:
+            try:
+                a, err = _submit(c, sock, "hidden2.sh")
+                jobs.append(a)
+                b, _ = _submit(c, sock, "hidden2.sh", "--begin=now+600")
+                jobs.append(b)
+                assert _show(c, a)["CPUs/Task"] == "1" and _show(c, b)["CPUs/Task"] == "1", err  # both cut
+                assert _wait_done(c, a) == "FAILED"
+                _wait_outcomes(sock, [a])
+
+                def restored() -> bool:
+                    client.call(sock, {"op": "reload"}, 60.0)
+                    proc = run_harp_submit(c, "--harp-dry-run", "--harp-explain", "hidden2.sh", socket_path=sock,
+                                           env={"HARP_TIMEOUT": "30"})
+                    return "failed after harp lowered its CPUs" in proc.stderr
+
+                _wait("the restored CPUs", restored, 120)
+                assert _show(c, b)["JobState"] == "PENDING" and _show(c, b)["CPUs/Task"] == "1"
+                # the script's next outcome: the watcher re-decides its pending sibling B
+                third, _ = _submit(c, sock, "hidden2.sh")
+                jobs.append(third)
+                assert _show(c, third)["CPUs/Task"] == "2"
+                assert _wait_done(c, third) == "COMPLETED"
+                try:
+                    _wait("B re-sized while pending", lambda: _show(c, b).get("CPUs/Task") == "2", 120)
+                except AssertionError:
+                    log = (d / "harpd.log").read_text(errors="replace").splitlines()
+                    raise AssertionError("B not re-sized; harpd's log:\n" + "\n".join(
+                        ln for ln in log if "watch" in ln or f"job {b}" in ln or "resiz" in ln)[-4000:]) from None
+                info = _show(c, b)
+                assert info["JobState"] == "PENDING" and info["NumCPUs"] == "2", info
+                st = client.call(sock, {"op": "status", "job_id": b}, 10.0)["job"]
+                print(f"\njob {b}: {info['CPUs/Task']} CPUs/task while pending; harpd: {st.get('limit_changes')}")
+                c.run(["scontrol", "update", f"jobid={b}", "StartTime=now"])
+                assert _wait_done(c, b) == "COMPLETED"
+                assert (c.workdir / f"hidden2.sh-{b}.out").read_text().strip().endswith("40")
+            finally:
+                for j in jobs:
+                    c.run(["scancel", j], check=False)
