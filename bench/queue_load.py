@@ -10,7 +10,7 @@ paired means settle as copies are added: the copies after which the
 running mean stays within two (final) standard errors of the N-copy mean,
 and the relative standard error of the users' mean wait at 5 and N copies.
 
-    python bench/queue_load.py [--traces DIR] [--only KTH] [--compress F] [--replicas N]
+    python bench/queue_load.py [--traces DIR] [--only KTH] [--compress F] [--replicas N] [--predict KEY=VALUE]
 """
 # bench: slow
 # bench: timeout=3600
@@ -53,12 +53,14 @@ def main() -> int:
     ap.add_argument("--only", default="KTH", help="comma-separated trace names (default: KTH, the smallest)")
     ap.add_argument("--compress", type=float, default=0.8, help="inter-arrival factor (default 0.8)")
     ap.add_argument("--replicas", type=int, default=10)
+    ap.add_argument("--predict", action="append", default=[], metavar="KEY=VALUE",
+                    help="a [predict] setting for the replay (TOML value), e.g. soft_stake_tilt=0; repeatable")
     args = ap.parse_args()
     names = [n for n in TIME_TRACES if n in args.only.split(",")]
     folder = traces_folder("queue_load", [TIME_TRACES[n] for n in names], args.traces)
     with tempfile.TemporaryDirectory() as tmp:
         cfg = Path(tmp) / "harp.toml"
-        cfg.write_text(f'[store]\npath = "{Path(tmp) / "harp.db"}"\n')
+        cfg.write_text(f'[store]\npath = "{Path(tmp) / "harp.db"}"\n[predict]\n' + "".join(f"{kv}\n" for kv in args.predict))
         env = dict(os.environ, HARP_CONFIG=str(cfg))
         for name in names:
             path = folder / TIME_TRACES[name]
