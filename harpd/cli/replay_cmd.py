@@ -55,6 +55,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="--schedule: average the queue figures over N copies of the trace, the first as recorded, "
                         "the others shaken (one simulation alone is chaotic; docs/metrics.md, 'Queue'; "
                         "default: %(default)s, 1 for the recorded trace only)")
+    p.add_argument("--compress", type=float, metavar="F", default=1.0,
+                   help="--schedule: multiply every submission time by F (0 < F <= 1) to load the simulated machine "
+                        "more, as the scheduling literature does (docs/metrics.md, 'Queue', high load)")
     p.add_argument("--shake", type=float, metavar="SECONDS", default=60.0,
                    help="--schedule: move each submission of a shaken copy by up to this many seconds either way "
                         "(default: %(default)g)")
@@ -219,6 +222,8 @@ def _machine_size(args: argparse.Namespace) -> int | None:
         _fail("--procs sizes the simulated machine of --schedule; add --schedule or drop --procs")
     if args.replicas < 1:
         _fail(f"--replicas {args.replicas}: at least 1 copy of the trace is simulated (1: the trace as recorded)")
+    if not (0 < args.compress <= 1):
+        _fail(f"--compress {args.compress:g}: a factor above 0 and at most 1 (1: the trace's own arrivals)")
     if not (args.shake >= 0) or args.shake == float("inf"):
         _fail(f"--shake {args.shake:g}: give the seconds a submission may move, 0 or more")
     if not args.schedule:
@@ -270,7 +275,7 @@ def _schedule(args, prep, cfg, res, procs: int, say) -> dict:
     say(f"queue: simulating {prep.n} jobs on {procs} processors")
     try:
         queue = schedule(prep, procs, alloc.get("hard"), alloc.get("soft"), max_attempts=cfg.max_attempts,
-                         progress=bar, notes=notes, replicas=args.replicas, shake_s=args.shake,
+                         progress=bar, notes=notes, replicas=args.replicas, shake_s=args.shake, compress=args.compress,
                          max_extensions=cfg.soft.max_extensions, lead_s=cfg.soft.lead_s,
                          look_s=cfg.soft.look_s)
     except QueueError as exc:

@@ -161,7 +161,7 @@ def schedule(prep: Prepared, procs: int, hard: np.ndarray | None, soft: np.ndarr
              max_attempts: int = 3, progress: Progress | None = None,
              notes: list[str] | None = None, replicas: int = 1, shake_s: float = 60.0,
              seed: int = 0, max_extensions: int = MAX_EXTENSIONS, lead_s: float = 0.0,
-             look_s: float = 0.0) -> dict[str, Any]:
+             look_s: float = 0.0, compress: float = 1.0) -> dict[str, Any]:
     """Simulate every policy; the JSON-able queue section of a replay report.
 
     With ``replicas`` > 1 each figure is the mean over that many copies of
@@ -175,7 +175,13 @@ def schedule(prep: Prepared, procs: int, hard: np.ndarray | None, soft: np.ndarr
         raise QueueError(f"--replicas {replicas}: at least one copy of the trace is simulated")
     if shake_s < 0:
         raise QueueError(f"--shake {shake_s:g}: a shaking amplitude is 0 seconds or more")
+    if not 0 < compress <= 1:
+        raise QueueError(f"--compress {compress:g}: a factor above 0 and at most 1")
     work = workload_of(prep)
+    if compress != 1:  # the same jobs arriving faster: a more loaded machine (harp's limits unchanged)
+        first = float(work.submit.min()) if len(work) else 0.0
+        work = Workload(first + (work.submit - first) * compress, work.procs, work.runtime)
+        notes = [*(notes or []), f"inter-arrival times multiplied by {compress:g} (a more loaded machine)"]
     pols = policies(prep, hard, soft, max_attempts, max_extensions, lead_s, look_s)
     t0 = time.perf_counter()
     runs = simulate_shaken(work, pols, procs, replicas=replicas, amplitude_s=shake_s, seed=seed,
@@ -197,4 +203,5 @@ def schedule(prep: Prepared, procs: int, hard: np.ndarray | None, soft: np.ndarr
                      f"others with every submission moved by up to ±{shake_s:g} s: input shaking)")
     compared = {name: paired(runs["users"], s) for name, s in runs.items() if name != "users"}
     return {"procs": int(procs), "jobs": int(len(work)), "replicas": int(replicas), "shake_s": float(shake_s),
+            "compress": float(compress),
             "policies": list(rows.values()), "gap_closed": gap, "vs_users": compared, "notes": notes}

@@ -92,6 +92,8 @@ def mean_row(summaries: Sequence[Summary]) -> dict[str, Any]:
     for k in PAIRED_FIGURES:
         vals = np.array([r[k] for r in rows], float)
         out[f"{k}_se"] = float(np.std(vals, ddof=1) / math.sqrt(n)) if n > 1 else None
+        # per copy (None: no job simulated): how many copies the mean needs
+        out[f"{k}_copies"] = [float(v) if math.isfinite(v) else None for v in vals]
     out["replicas"] = n
     return out
 
