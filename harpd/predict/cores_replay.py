@@ -11,7 +11,10 @@ shrink) and for all: core-hours reserved (cores x elapsed) by the users and
 by harp, core-hours used (CPU time), and the share of jobs harp would have
 slowed (they used more cores than harp gave them); beside them the
 clairvoyant reference (each job its own cores used, in whole cores), the
-least any rule that slows no job can reserve.
+least any rule that slows no job can reserve.  A job counts as slowed only
+when harp's allocation slowed it beyond what its own request did (it used
+more cores than harp gave and harp gave fewer than that within its request):
+a trace where harp changes nothing shows none slowed.
 """
 
 from __future__ import annotations
@@ -42,7 +45,9 @@ class CoreFigures:
         self.used_core_h += used * elapsed_s / 3600.0
         self.best_core_h += min(req, whole(used)) * elapsed_s / 3600.0
         self.changed += given < req
-        self.slowed += used - SLACK > given
+        # slowed by harp: it used more cores than harp gave, and more than that is within its own request
+        # (a job that outgrew its request was slowed by the user's request, not by harp's cut)
+        self.slowed += min(used, req) - SLACK > given
 
     @property
     def share(self) -> float:
