@@ -2,7 +2,7 @@
 
 For nf-core chipseq and rnaseq (Nextflow traces with ``cpus`` and ``%cpu``,
 in ``workflows/`` of the traces folder), replayed in submission order
-(``harpd.predict.cores_replay``): core-hours reserved by the users and by
+(``harpd.evaluate.cores_replay``): core-hours reserved by the users and by
 harp's cores rule for the tasks that asked for more than one CPU, read two
 ways against the issue's "cut by at least half": harp's core-hours at most
 half the users' (the literal reading), and harp removing at least half of
@@ -37,7 +37,7 @@ def verdict(ok: bool) -> str:
 
 
 def main() -> int:
-    from harpd.predict.cores_replay import replay_cores
+    from harpd.evaluate.cores_replay import replay_cores
     from harpd.traces.nextflow import NextflowReader
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])

@@ -52,7 +52,7 @@ def table(name: str, res) -> None:
 
 
 def main() -> int:
-    from harpd.predict.workflow_replay import DECIDE_AT, read_tasks, run_chronological, run_sizey
+    from harpd.evaluate.workflow_replay import DECIDE_AT, read_tasks, run_chronological, run_sizey
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--traces", help="folder of the traces (default: $HARP_TRACES, else ../shared/traces)")

@@ -17,7 +17,7 @@ import pytest
 from harp_submit.units import parse_mem
 from harpd.config import HarpSettings
 from harpd.predict.live import ModelPredictor
-from harpd.predict.workflow_replay import MIB, LiveHarp, Task, run_chronological
+from harpd.evaluate.workflow_replay import MIB, LiveHarp, Task, run_chronological
 from harpd.store import Store
 
 GB = 1024.0 * MIB

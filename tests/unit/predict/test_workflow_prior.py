@@ -8,8 +8,8 @@ import pytest
 
 from harpd.predict.workflow_harp import HarpTaskModel
 from harpd.predict.workflow_prior import TypePrior
-from harpd.predict.sizey_metric import GBH
-from harpd.predict.workflow_replay import Task, WorkflowReplayError, run_chronological
+from harpd.evaluate.sizey_metric import GBH
+from harpd.evaluate.workflow_replay import Task, WorkflowReplayError, run_chronological
 
 GB = 1e9
 

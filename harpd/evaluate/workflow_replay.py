@@ -43,8 +43,8 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from harpd.features.usage import usage_of
-from harpd.predict.sizey_metric import Wastage
-from harpd.predict.workflow_baselines import BASELINES, NODE_BYTES
+from harpd.evaluate.sizey_metric import Wastage
+from harpd.evaluate.workflow_baselines import BASELINES, NODE_BYTES
 from harpd.features.workflow import WORKFLOW_PREFIX
 from harpd.records import JobRecord, Outcome
 from harpd.recovery.escalation import simulate

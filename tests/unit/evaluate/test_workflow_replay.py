@@ -1,4 +1,4 @@
-"""Workflow task memory under Sizey's metric (harpd.predict.workflow_replay and its parts), on synthetic traces."""
+"""Workflow task memory under Sizey's metric (harpd.evaluate.workflow_replay and its parts), on synthetic traces."""
 
 from __future__ import annotations
 
@@ -11,10 +11,10 @@ import numpy as np
 import pytest
 
 from harpd.cli.main import main as harp
-from harpd.predict.sizey_metric import GBH, Wastage
-from harpd.predict.workflow_baselines import NODE_BYTES, Tovar, WittPercentile
+from harpd.evaluate.sizey_metric import GBH, Wastage
+from harpd.evaluate.workflow_baselines import NODE_BYTES, Tovar, WittPercentile
 from harpd.predict.workflow_harp import HarpTaskModel, escalated_cost
-from harpd.predict.workflow_replay import (MIN_TYPE_ROWS, Task, WorkflowReplayError, replay_workflow,
+from harpd.evaluate.workflow_replay import (MIN_TYPE_ROWS, Task, WorkflowReplayError, replay_workflow,
                                            run_chronological, sizey_split)
 from harpd.records import Outcome
 from harpd.recovery.escalation import simulate
