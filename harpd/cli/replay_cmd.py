@@ -165,9 +165,9 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _workflow(args: argparse.Namespace) -> dict:
-    """Sizey's wastage of a Nextflow trace (harpd.predict.workflow_replay), errors as one line."""
+    """Sizey's wastage of a Nextflow trace (harpd.evaluate.workflow_replay), errors as one line."""
     from harpd.cli import replay_workflow
-    from harpd.predict.workflow_replay import WorkflowReplayError
+    from harpd.evaluate.workflow_replay import WorkflowReplayError
     from harpd.traces import TraceFormatError
 
     try:
@@ -288,7 +288,7 @@ def _schedule(args, prep, cfg, res, procs: int, say) -> dict:
 def _save_queue(args, queue: dict, say) -> None:
     """Leave the figures beside the store for `harp report --format html` (skipped when not writable)."""
     from harpd.config import ConfigError, load_settings
-    from harpd.simulate.saved import path_beside, save
+    from harpd.report.queue_figures import path_beside, save
 
     try:
         target = path_beside(load_settings(getattr(args, "config", None)).store.path)

@@ -2,7 +2,7 @@
 
 Kept apart from the time/memory replay: the cores rule needs no model and no
 features, only each job's signature, request and CPU time
-(``harpd.predict.cores_replay``), so it reads the trace once and is done in
+(``harpd.evaluate.cores_replay``), so it reads the trace once and is done in
 well under a second for a workflow trace.
 """
 
@@ -13,7 +13,7 @@ from typing import Any
 
 def report(trace: str, alpha: float) -> dict[str, Any]:
     """The cores figures of ``trace`` as a dict; a trace without CPU time gives a one-line ReplayError."""
-    from harpd.predict.cores_replay import replay_cores
+    from harpd.evaluate.cores_replay import replay_cores
     from harpd.predict.dataset import ReplayError, read_trace
 
     res = replay_cores(read_trace(trace), alpha)

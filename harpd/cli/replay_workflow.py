@@ -1,4 +1,4 @@
-"""The workflow-task memory part of ``harp replay``: Sizey's wastage table (harpd.predict.workflow_replay).
+"""The workflow-task memory part of ``harp replay``: Sizey's wastage table (harpd.evaluate.workflow_replay).
 
 ``harp replay TRACE --resource mem`` on a Nextflow trace adds it under the
 usual table (chronological protocol); ``--protocol sizey --seed N`` prints it
@@ -48,7 +48,7 @@ def check(args: argparse.Namespace) -> str | None:
 
 def report(trace: str, protocol: str, seed: int, at: str = "start") -> dict:
     """The workflow figures as a dict (raises WorkflowReplayError / TraceFormatError with one line)."""
-    from harpd.predict.workflow_replay import replay_workflow
+    from harpd.evaluate.workflow_replay import replay_workflow
 
     return replay_workflow(trace, protocol, seed, at).to_dict()
 

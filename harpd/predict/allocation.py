@@ -37,9 +37,10 @@ class Guard:
     max_raise_factor: float = 1.0
     leave_alone_ratio: float = 0.9
     margin: float = 1.0  # multiply the bound (e.g. 1.05 for slack on top of it)
-    # never cut below request / 2^(attempts−1): escalation then always walks
-    # back to the user's request within the attempts, so no job that fits its
-    # request is ever lost (0 disables)
+    # time: never cut below request / 2^(attempts−1), so escalation walks back
+    # to the user's request within the attempts and no job that fits its
+    # request is ever lost (0 disables).  Memory has none: its last attempt
+    # runs at the request whatever the cut (``recovery.escalation``)
     min_fraction: float = 0.25
 
     @classmethod
@@ -51,7 +52,7 @@ class Guard:
             allow_shrink=predict.allow_shrink,
             max_raise_factor=predict.max_raise_factor,
             leave_alone_ratio=getattr(predict, "leave_alone_ratio", 0.9),
-            min_fraction=0.5 ** (max(int(max_attempts), 1) - 1) if max_attempts else 0.0,
+            min_fraction=(0.5 ** (max(int(max_attempts), 1) - 1) if max_attempts and resource == "time" else 0.0),
         )
 
 

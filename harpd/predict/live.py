@@ -4,8 +4,11 @@ Kept apart from the guard rails (``allocation``) so that replay and training,
 which need only the rails, never pull in the daemon's request path.
 
 A workflow task (``harpd.features.workflow``: a Snakemake rule, a Nextflow
-process) is always sized by the history rule from its own rule's runs, even
-once a model exists, and a rule with no runs of its own is left as requested.
+process) is never sized by the models, whose features mix the user's other
+rules.  Its memory is sized by ``task_memory`` (its type's own model once a
+run of it has finished, before that a calibrated share of its own request
+learnt across the other types: what wins ``harp replay``, which calls this
+predictor); its time by the history rule from its own rule's runs.
 
 Before a resource has a trained model, its live history is kept all the
 same and the history rule sizes a program from its own runs: ``MARGIN`` ×
@@ -37,6 +40,7 @@ from harpd.predict.cores import CoresHistory, cut_bounds, run_cores
 from harpd.predict.restore import Restored, cut_resources, restored_by, restoring_outcome
 from harpd.predict.retry_floor import Floor, RetryFloors
 from harpd.predict.kill_cost import why_kept, worth_cutting
+from harpd.predict.task_memory import TaskMemory
 from harpd.predict.soft import SoftPolicy, running_bound, soft_guard, stake_of, tilt
 from harpd.predict.soft_state import SoftState
 from harpd.predict.time_options import fit_time, kept_under_soft_limits
@@ -97,6 +101,7 @@ class ModelPredictor:
         self._loaded: dict[str, _Loaded] = {}
         self._cores = CoresHistory()  # per signature, the cores its last runs used (harpd.predict.cores)
         self._restored = Restored()  # per signature, what a failed run after a cut gave back (harpd.predict.restore)
+        self._tasks = TaskMemory()  # workflow task types' memory (harpd.predict.task_memory)
         self._retries = RetryFloors(store, settings.recovery.max_attempts)  # a manager's retry's floor
         self._watermark: float | None = None
         # runs ``learn`` added ahead of ``refresh`` (source, job id, attempt): refresh skips them
@@ -135,6 +140,7 @@ class ModelPredictor:
             self._loaded = loaded
             self._cores = CoresHistory()
             self._restored = Restored()
+            self._tasks = TaskMemory()
             self._watermark = None
             self._learnt = {}
         self.refresh(limit=HISTORY_JOBS)
@@ -145,6 +151,12 @@ class ModelPredictor:
         """The most jobs a loaded champion learnt from; None without any (the retrain trigger asks)."""
         ns = [int(ld.row.get("n_train") or 0) for ld in self._loaded.values() if ld.model is not None]
         return max(ns) if ns else None
+
+    @classmethod
+    def history_only(cls, settings, store=None, resources: tuple[str, ...] = ("time", "mem")) -> "ModelPredictor":
+        """A predictor with no trained model (the history and task rules), fed by ``learn``: ``harp replay``'s harp."""
+        return cls(settings, store=store, models={res: {"model": None, "name": HISTORY_RULE, "relative": True,
+                                                         "resource": res} for res in resources})
 
     def has_model(self) -> bool:
         return any(ld.model is not None for ld in self._loaded.values())
@@ -225,6 +237,8 @@ class ModelPredictor:
         with self._lock:
             for r in records:
                 self._cores.add(r.signature, run_cores(r))
+                if is_workflow_signature(r.signature):
+                    self._tasks.learn(r)
             self._restored.add_all(cut)
             for ld in self._loaded.values():
                 h = ld.history
@@ -286,11 +300,12 @@ class ModelPredictor:
             return out
 
     # -- the request path ------------------------------------------------------------
-    def decide(self, job, user: str, uid: int, *, dry_run: bool = False):
-        """The decision for ``job``; ``dry_run``: the same answer, but the submission is not counted."""
+    def decide(self, job, user: str, uid: int, now: float | None = None, *, dry_run: bool = False):
+        """The decision for one submission; ``now``: the replay's simulated clock (None: the wall clock);
+        ``dry_run``: the same answer, but the submission is not counted."""
         from harpd.protocol import Change, Decision, Limits
 
-        now = _time.time()
+        now = _time.time() if now is None else float(now)
         partition = job.partition or job.request.partition
         limits = Limits(partition=partition)
         if self._limits is not None:
@@ -486,7 +501,8 @@ class ModelPredictor:
             return None, {"reason": kept}  # harpd extends such a job too late to keep its meaning
         if soft:
             guard = soft_guard(guard, SoftPolicy.from_settings(self.settings.predict, self.settings.watch))
-        if n_hist < guard.min_history:
+        mem_task = task and res == "mem"  # sized by task_memory, which needs no min_history
+        if n_hist < guard.min_history and not mem_task:
             return None, {"reason": f"cold start: {n_hist} of {guard.min_history} runs", "n_history": n_hist}
         over = self.soft_state.user_over_budget(user) if soft and self.soft_state is not None else None
         if over is not None:
@@ -496,7 +512,15 @@ class ModelPredictor:
                           "n_history": n_hist}
         ex: dict[str, Any] = {}
         theta = None
-        if ld.model is None or task:
+        if mem_task:
+            with self._lock:
+                mb, rule = self._tasks.size(sig, job.input_bytes, req)
+            if mb is None or mb <= 0:
+                return None, {"model": None, "rule": "task memory", "n_history": n_hist, "reason": rule}
+            up = math.log(mb / req)
+            ex.update(rule="task memory", source=rule)
+            reason = f"memory of this workflow task type: {rule}"
+        elif ld.model is None or task:
             margin = SoftPolicy.from_settings(self.settings.predict).recent_margin if soft else MARGIN
             up, rule = self._history_bound(x, margin, stopped)
             if up is None:
@@ -525,7 +549,8 @@ class ModelPredictor:
         else:
             per_node = limits.max_mem_mb or self.settings.recovery.max_mem_mb
             limit = per_node * nodes if per_node else None
-        value, why = allocate(req, up, n_hist, limit, guard, theta)
+        # the task rule is its own cold start (a prior before any run of the type)
+        value, why = allocate(req, up, max(n_hist, guard.min_history) if mem_task else n_hist, limit, guard, theta)
         if res == "time" and not soft and value is not None and req and not worth_cutting(
                 req, value, self.settings.predict.alpha_time, self.settings.predict.hard_cut_gain):
             value, why = None, why_kept(self.settings.predict.hard_cut_gain)

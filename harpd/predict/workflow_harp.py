@@ -26,24 +26,31 @@ from harpd.predict.workflow_prior import TypePrior
 
 MIN_RUNS = 3  # below this, the largest usage seen, doubled (at most the request)
 MARGINS = (0.0, 0.02, 0.05, 0.1, 0.2, 0.35, 0.5)  # above the chosen ratio, priced like the ratio itself
+MAX_ATTEMPTS = 3  # harpd's default ``recovery.max_attempts``: the last runs at the request
 _ROUNDS = 12  # escalation steps simulated when choosing the multiplier (2**12: far past any miss)
 
 
-def escalated_cost(first: np.ndarray, y: np.ndarray, t: np.ndarray, request: np.ndarray) -> np.ndarray:
+def escalated_cost(first: np.ndarray, y: np.ndarray, t: np.ndarray, request: np.ndarray,
+                   max_attempts: int = MAX_ATTEMPTS) -> np.ndarray:
     """Bytes·seconds wasted per task when ``first`` escalates by harp's rule until it fits ``y``.
 
     The vectorised twin of ``harpd.recovery.escalation.next_allocation`` for
-    OOM (while below the request: ``min(2a, request)``, else ``2a``), no cap.
+    OOM (while below the request: ``min(2a, request)``, the last of
+    ``max_attempts`` the request itself, else ``2a``), no cap; past harpd's
+    attempts, doubling (the user's own retries).
     """
     cur = first.astype(float).copy()
+    y, t = np.broadcast_to(y, cur.shape), np.broadcast_to(t, cur.shape)
     waste = np.zeros_like(cur)
     req = np.where(np.isfinite(request) & (request > 0), request, np.inf)
-    for _ in range(_ROUNDS):
+    for r in range(_ROUNDS):
         miss = cur < y
         if not miss.any():
             break
         waste += np.where(miss, cur * t, 0.0)
         nxt = np.where(cur < req, np.minimum(2.0 * cur, req), 2.0 * cur)
+        if r + 2 == max_attempts:  # attempt r + 1 failed: the next is harpd's last, at the request
+            nxt = np.where(cur < req, np.where(np.isfinite(req), req, nxt), nxt)
         cur = np.where(miss, nxt, cur)
     return waste + np.maximum(cur - y, 0.0) * t
 
@@ -64,15 +71,18 @@ def _choose_multiplier(ratio: np.ndarray, base: np.ndarray, y: np.ndarray, t: np
     rs = ratio[order]
     rank = np.empty(n, dtype=int)
     rank[order] = np.arange(n)
-    best_m, best_cost = float(rs[-1]), np.inf
-    for k in np.unique(np.round(np.linspace((n - 1) // 2, n - 2, 17)).astype(int)):
-        loo = np.where(k < rank, rs[k], rs[min(k + 1, n - 1)])  # k-th of the others, for each run
-        full = rs[int(round(k * (n - 1) / max(n - 2, 1)))]
-        for margin in MARGINS:
-            cost = float(escalated_cost(loo * (1 + margin) * base, y, t, req).sum())
-            if cost < best_cost:
-                best_m, best_cost = float(full * (1 + margin)), cost
-    return best_m, best_cost
+    ks = np.unique(np.round(np.linspace((n - 1) // 2, n - 2, 17)).astype(int))
+    # every (k, margin) candidate at once, k-major as the choice reads them: one row of firsts per candidate
+    loo = np.where(ks[:, None] < rank[None, :], rs[ks][:, None], rs[np.minimum(ks + 1, n - 1)][:, None])
+    grow = 1.0 + np.asarray(MARGINS)
+    firsts = (loo[:, None, :] * grow[None, :, None]).reshape(-1, n) * base[None, :]
+    costs = escalated_cost(firsts, y[None, :], t[None, :], req[None, :]).sum(axis=1)
+    i = int(np.argmin(costs))  # the first least, in (k, margin) order
+    if not np.isfinite(costs[i]):
+        return float(rs[-1]), float("inf")
+    k, margin = ks[i // len(MARGINS)], MARGINS[i % len(MARGINS)]
+    full = rs[int(round(k * (n - 1) / max(n - 2, 1)))]
+    return float(full * (1 + margin)), float(costs[i])
 
 
 class HarpTaskModel:

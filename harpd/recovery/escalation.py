@@ -13,6 +13,11 @@ The rule:
 * while harp's allocation is below what the user originally asked for, the
   next one is ``min(2 * current, original)``: harp's shrink was the mistake, so
   harp walks back towards the user's own request without overshooting it;
+* memory's last attempt (the one before ``max_attempts`` runs out) goes
+  straight to the user's request: a job that fits its request is never lost,
+  however deep harp cut (issue 27; what extension is for time, and why
+  memory needs no walk-back floor, ``harpd.predict.allocation``); time keeps
+  its floor, which already brings the last attempt back to the request;
 * at or past the original request (or with none), plain doubling;
 * never beyond the cap (partition MaxTime, node memory, configured caps): a
   doubling that would pass it uses the cap once; if the cap itself failed,
@@ -90,6 +95,8 @@ def next_allocation(
     if orig is not None and current < orig:
         if doubled >= orig:
             value, why = orig, f"back to the original request ({_fmt(orig)})"
+        elif res == "mem" and attempt + 1 >= max_attempts:
+            value, why = orig, f"the last attempt runs at the original request ({_fmt(orig)})"
         else:
             value, why = doubled, f"doubled {res} (still below the original request)"
     else:
@@ -185,6 +192,8 @@ def simulate_many(need, first, original_request, cap, outcome: Outcome = Outcome
         can = active & escalates & (attempt < max_attempts) & (a > 0) & np.isfinite(a)
         can &= ~(has_cap & (a >= capa))
         nxt = np.where(has_orig & (a < orig), np.minimum(2.0 * a, np.where(has_orig, orig, np.inf)), 2.0 * a)
+        if RESOURCE_OF.get(Outcome(outcome)) == "mem" and attempt + 1 >= max_attempts:
+            nxt = np.where(has_orig & (a < orig), orig, nxt)  # memory's last attempt: the request
         nxt = np.where(has_cap, np.minimum(nxt, np.where(has_cap, capa, np.inf)), nxt)
         active &= can
         a = np.where(active, nxt, a)

@@ -19,7 +19,7 @@ from harpd.report.aggregate import Report, build_report
 from harpd.report.fmt import compact, when
 from harpd.report.source import Filters, load, store_span
 from harpd.report.window import Window, parse_window
-from harpd.simulate import saved as saved_queue
+from harpd.report import queue_figures as saved_queue
 from harpd.store import Store
 
 DEFAULT_TOP = {"table": 20, "html": 50}

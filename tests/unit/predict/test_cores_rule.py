@@ -6,7 +6,7 @@ import pytest
 
 from harpd.config import HarpSettings
 from harpd.predict.cores import CoresHistory, cores_used, give, order_index, quantile_bound, cut_bounds, step_cpus
-from harpd.predict.cores_replay import replay_cores
+from harpd.evaluate.cores_replay import replay_cores
 from harpd.predict.live import ModelPredictor
 from harpd.protocol import JobRequest
 from harpd.records import JobRecord, Outcome

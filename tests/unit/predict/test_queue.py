@@ -32,7 +32,7 @@ from replay_helpers import rec
 from harpd.cli.main import main as harp_main
 from harpd.predict.dataset import prepare
 from harpd.predict.queue import QueueError, gap_closed, policies, schedule
-from harpd.simulate.saved import load, path_beside
+from harpd.report.queue_figures import load, path_beside
 
 NAN = math.nan
 
@@ -193,7 +193,7 @@ def test_cli_swf_without_header_needs_procs(tmp_path, capsys, monkeypatch):
 def test_report_queue_panel_present_only_after_a_schedule(tmp_path, monkeypatch, with_jobs):
     from harpd.config import load_settings
     from harpd.report import build
-    from harpd.simulate.saved import save
+    from harpd.report.queue_figures import save
     from harpd.store import Store
 
     db = _config(tmp_path, monkeypatch)

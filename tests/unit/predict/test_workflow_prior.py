@@ -8,8 +8,8 @@ import pytest
 
 from harpd.predict.workflow_harp import HarpTaskModel
 from harpd.predict.workflow_prior import TypePrior
-from harpd.predict.sizey_metric import GBH
-from harpd.predict.workflow_replay import Task, WorkflowReplayError, run_chronological
+from harpd.evaluate.sizey_metric import GBH
+from harpd.evaluate.workflow_replay import Task, WorkflowReplayError, run_chronological
 
 GB = 1e9
 
@@ -68,7 +68,8 @@ def test_first_allocation_is_never_above_the_request():
 
 
 def _t(proc: str, usage: float, submit: float, start: float, end: float) -> Task:
-    return Task(proc, 1.0, usage, usage, end - start, 8.0, submit, end, start)
+    """A task that used ``usage`` GB of the 8 GB it asked for (harpd sizes in MiB, above a 100 MB floor)."""
+    return Task(proc, 1.0, usage * GB, usage * GB, end - start, 8.0 * GB, submit, end, start)
 
 
 def test_deciding_at_start_learns_siblings_that_ended_while_it_was_pending():
@@ -109,4 +110,4 @@ def test_a_task_nothing_of_its_type_ended_for_keeps_the_prior_of_its_submission(
     # C: nothing of its type ever ends before it starts, so the resizer never re-decides it: it runs at
     # the request harp kept at its submission (8 for a usage of 1); D gets 0.25 of its 8, 2
     over = res.rows["harp"].over_gbh * GBH
-    assert over == pytest.approx(sum(6.0 * t.runtime_s for t in done) + 7.0 * 100.0 + 1.0 * 100.0)
+    assert over == pytest.approx((sum(6.0 * t.runtime_s for t in done) + 7.0 * 100.0 + 1.0 * 100.0) * GB, rel=1e-3)

@@ -69,7 +69,8 @@ def test_a_rule_with_runs_of_its_own_is_right_sized_in_time_and_memory(store) ->
     d = ModelPredictor(settings, store=st).decide(_task("work"), "alice", 1000)
     ch = _changes(d)
     assert set(ch) == {"time", "mem"}, d.explain
-    assert ch["mem"] == "500M"  # 1.1 x 179 MB, held at the walk-back floor (a quarter of 2000M)
+    # memory by the task rule (harpd.predict.task_memory): six identical runs, no walk-back floor
+    assert 179 <= int(ch["mem"].rstrip("M")) <= 200, ch["mem"]
     assert ch["time"] == "00:08:00"  # 1.1 x 40 s, held at the walk-back floor (a quarter of 30 min)
     assert d.explain["identity"]["task"] == "work" and d.explain["identity"]["instance"] == "sample=s9"
 

@@ -124,7 +124,9 @@ def test_step_properties(outcome, current, original, cap, attempt, max_attempts)
         return
     assert attempt < max_attempts
     assert s.value > current  # monotone increase
-    assert s.value <= 2 * current + 1e-9  # never more than a doubling
+    last_at_request = outcome is M and attempt + 1 >= max_attempts and original is not None and current < original
+    if not last_at_request:
+        assert s.value <= 2 * current + 1e-9  # never more than a doubling, but memory's last attempt (the request)
     if cap is not None:
         assert s.value <= cap  # never above the cap
     if original is not None and current < original and (cap is None or cap >= original):
@@ -179,3 +181,17 @@ def test_simulate_many_matches_simulate(rows, max_attempts, outcome):
         assert math.isclose(killed[i], c.killed, rel_tol=1e-12)
         assert last[i] == c.allocations[-1]
         assert attempts[i] == len(c.allocations)
+
+
+def test_memory_first_retry_doubles_and_the_last_attempt_runs_at_the_request():
+    """Issue 27: however deep harp cut memory, a job that fits its request is never lost within max_attempts."""
+    first = next_allocation(M, 500, 16000, None, attempt=1, max_attempts=3)
+    assert first.value == 1000 and "doubled mem" in first.reason
+    last = next_allocation(M, 1000, 16000, None, attempt=2, max_attempts=3)
+    assert last.value == 16000 and "last attempt" in last.reason
+    assert simulate(15000, 500, 16000, None, M, max_attempts=3).fitted
+    assert simulate(15000, 500, 16000, None, M, max_attempts=3).allocations == (500, 1000, 16000)
+    # time keeps its rule (its walk-back floor brings the last attempt to the request)
+    assert next_allocation(T, 100, 3600, None, attempt=2, max_attempts=3).value == 200
+    # a job past its own request is not saved by the rule: doubling, then no attempts left
+    assert not simulate(40000, 500, 16000, None, M, max_attempts=3).fitted

@@ -8,7 +8,7 @@ import json
 import pytest
 
 from harpd.simulate.progress import TextBar
-from harpd.simulate.saved import load, path_beside, save
+from harpd.report.queue_figures import load, path_beside, save
 
 
 class Tty(io.StringIO):

@@ -11,7 +11,10 @@ shrink) and for all: core-hours reserved (cores x elapsed) by the users and
 by harp, core-hours used (CPU time), and the share of jobs harp would have
 slowed (they used more cores than harp gave them); beside them the
 clairvoyant reference (each job its own cores used, in whole cores), the
-least any rule that slows no job can reserve.
+least any rule that slows no job can reserve.  A job counts as slowed only
+when harp's allocation slowed it beyond what its own request did (it used
+more cores than harp gave and harp gave fewer than that within its request):
+a trace where harp changes nothing shows none slowed.
 """
 
 from __future__ import annotations
@@ -19,7 +22,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from harpd.predict.cores import SLACK, CoresHistory, cores_used, give, run_cores, whole
+from harpd.predict.cores import SLACK, cores_used, whole
 from harpd.records import JobRecord
 
 
@@ -42,7 +45,9 @@ class CoreFigures:
         self.used_core_h += used * elapsed_s / 3600.0
         self.best_core_h += min(req, whole(used)) * elapsed_s / 3600.0
         self.changed += given < req
-        self.slowed += used - SLACK > given
+        # slowed by harp: it used more cores than harp gave, and more than that is within its own request
+        # (a job that outgrew its request was slowed by the user's request, not by harp's cut)
+        self.slowed += min(used, req) - SLACK > given
 
     @property
     def share(self) -> float:
@@ -65,22 +70,38 @@ def _usable(rec: JobRecord) -> bool:
             and cores_used(rec.used_cpu_s, rec.used_time_s) is not None)
 
 
-def replay_cores(records: Iterable[JobRecord], alpha: float) -> CoresReplay:
-    """Walk ``records`` in submission order; a run joins its signature's history once it has ended."""
+def replay_cores(records: Iterable[JobRecord], alpha: float, settings=None) -> CoresReplay:
+    """Walk ``records`` in submission order; a run joins its signature's history once it has ended.
+
+    The cores given are harpd's own decision (one decision path, issue 27): a
+    history-only live predictor is handed each run that has ended (``learn``,
+    as the ingest poller does) and asked ``decide`` for each job at its
+    submission, with ``predict.alpha_cpus`` = ``alpha``: the same rule, the
+    same rails (``allow_shrink``, a resource restored after a failed cut).
+    """
+    from harpd.config import HarpSettings
+    from harpd.predict.live import ModelPredictor
+    from harpd.protocol import JobRequest, Resources
+
+    base = settings if settings is not None else HarpSettings()
+    settings = base.model_copy(update={"predict": base.predict.model_copy(update={"alpha_cpus": alpha})})
+    harpd = ModelPredictor.history_only(settings, resources=("mem",))  # a job with no memory asked: cores only
     jobs = sorted((r for r in records if _usable(r)), key=lambda r: (r.submit_time, r.job_id))
     ends = sorted(range(len(jobs)), key=lambda i: jobs[i].end_time)  # type: ignore[arg-type,return-value]
-    history = CoresHistory()
     out = CoresReplay()
     e = 0
     for rec in jobs:
+        done = []
         while e < len(ends) and jobs[ends[e]].end_time <= rec.submit_time:  # type: ignore[operator]
-            done = jobs[ends[e]]
-            history.add(done.signature, run_cores(done))
+            done.append(jobs[ends[e]])
             e += 1
+        harpd.learn(done)
         req = int(rec.req_cpus or 1)
         used = cores_used(rec.used_cpu_s, rec.used_time_s) or 0.0
         elapsed = float(rec.used_time_s or 0.0)
-        given = give(req, history.bound(rec.signature, alpha)) or req
+        job = JobRequest(signature=rec.signature, job_name=rec.job_name, request=Resources(cpus_per_task=req, ntasks=1))
+        d = harpd.decide(job, rec.user or "replay", 0, now=rec.submit_time)
+        given = next((int(c.value) for c in d.changes if c.option == "cpus-per-task"), req)
         out.all.add(req, given, used, elapsed)
         if req > 1:
             out.multi.add(req, given, used, elapsed)

@@ -20,11 +20,20 @@ Two protocols walk the same tasks (docs/metrics.md, "Workflow task memory"):
 Every predictor sizes each task's first attempt; after a failure harp follows
 its own escalation rule, the baselines their published retry rules
 (``workflow_baselines``); the users' request is what the task ran with.
+
+The ``harp`` row is harpd's own decision (issue 27, one decision path): a
+history-only live predictor (``harpd.predict.live.ModelPredictor``) is
+handed each finished task as the ingest poller hands it a stored outcome
+(``learn``), and asked ``decide`` for each task's submission with the
+replay's clock; its memory change is the first attempt, and recovery's
+escalation (``max_attempts`` of harpd's defaults, the last at the request)
+the next ones.  A task whose usage passes its own request goes on doubling
+past harpd's attempts (what the user's own retries would do), counted as
+failures all the same.
 """
 
 from __future__ import annotations
 
-import heapq
 import math
 import os
 import time
@@ -34,11 +43,10 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from harpd.features.usage import usage_of
-from harpd.predict.sizey_metric import Wastage
-from harpd.predict.workflow_baselines import BASELINES, NODE_BYTES
-from harpd.predict.workflow_harp import HarpTaskModel
-from harpd.predict.workflow_prior import TypePrior
-from harpd.records import Outcome
+from harpd.evaluate.sizey_metric import Wastage
+from harpd.evaluate.workflow_baselines import BASELINES, NODE_BYTES
+from harpd.features.workflow import WORKFLOW_PREFIX
+from harpd.records import JobRecord, Outcome
 from harpd.recovery.escalation import simulate
 
 PROTOCOLS = ("chronological", "sizey")
@@ -82,6 +90,8 @@ class Result:
     predict_ms: list[float] = field(default_factory=list)
     seconds: float = 0.0
     decided_at: str | None = None  # chronological: "start" or "submit"
+    # harpd's first allocation (bytes; None: the request kept) per task, in the order the rows add them
+    harp_first: list[float | None] = field(default_factory=list)
 
     def to_dict(self) -> dict:
         p = self.predict_ms
@@ -120,8 +130,76 @@ def read_tasks(path: str | os.PathLike[str], protocol: str) -> list[Task]:
     return out
 
 
-def _sizers(prior: TypePrior | None = None, kind: str = "") -> dict[str, object]:
-    made: dict[str, object] = {"harp": HarpTaskModel(prior, kind)}
+class LiveHarp:
+    """harpd's live predictor as one replay sizer: a task's first allocation is what ``decide`` answers.
+
+    One predictor per history (a chronological replay's, one Sizey type's);
+    ``sizer(kind)`` is its view for one task type (``kind``: the process).
+    """
+
+    name = "harp"
+    USER, UID = "replay", 0
+
+    def __init__(self, settings=None) -> None:
+        from harpd.config import HarpSettings
+        from harpd.predict.live import ModelPredictor
+
+        self.settings = settings if settings is not None else HarpSettings()
+        self.predictor = ModelPredictor.history_only(self.settings, resources=("mem",))
+        self.max_attempts = int(self.settings.recovery.max_attempts)
+        self._n = 0
+
+    def sizer(self, kind: str) -> "_LiveType":
+        return _LiveType(self, kind)
+
+    def job(self, kind: str, input_bytes: float, request: float):
+        """The submission harp-submit would send for a task of ``kind`` (memory request in bytes, NaN: none)."""
+        from harpd.protocol import JobRequest, Resources
+
+        mem = int(math.ceil(request / MIB)) if request == request and request > 0 else None
+        return JobRequest(signature=WORKFLOW_PREFIX + kind, job_name=kind, request=Resources(mem_mb=mem),
+                          input_bytes=int(input_bytes) if input_bytes and input_bytes > 0 else None)
+
+    def record(self, kind: str, task: "Task") -> JobRecord:
+        """A finished task as the store holds it (MiB, seconds); a non-sample as a failed run."""
+        self._n += 1
+        return JobRecord(job_id=str(self._n), source="replay", user=self.USER, job_name=kind,
+                         signature=WORKFLOW_PREFIX + kind, submit_time=task.submit, start_time=task.start,
+                         end_time=task.end, outcome=Outcome.COMPLETED if task.sample else Outcome.FAILED,
+                         req_mem_mb=task.request / MIB if task.request == task.request and task.request > 0 else None,
+                         used_mem_mb=task.usage / MIB, used_time_s=task.runtime_s, input_bytes=task.input_bytes)
+
+    def first(self, kind: str, input_bytes: float, request: float, now: float | None = None) -> float | None:
+        """The first allocation in bytes harpd gives this task, or None where it keeps the request."""
+        from harp_submit.units import parse_mem
+
+        d = self.predictor.decide(self.job(kind, input_bytes, request), self.USER, self.UID, now=now)
+        for ch in d.changes:
+            if ch.option == "mem":
+                return float(parse_mem(ch.value)) * MIB
+        return None
+
+
+class _LiveType:
+    """``LiveHarp`` for one task type, with the sizer interface of the baselines."""
+
+    name = "harp"
+
+    def __init__(self, live: LiveHarp, kind: str) -> None:
+        self.live, self.kind = live, kind
+
+    def fit(self, tasks: list["Task"]) -> None:
+        self.live.predictor.learn([self.live.record(self.kind, t) for t in tasks])
+
+    def first(self, input_bytes: float, request: float, now: float | None = None) -> float | None:
+        return self.live.first(self.kind, input_bytes, request, now)
+
+    def learn(self, task: "Task") -> None:
+        self.live.predictor.learn([self.live.record(self.kind, task)])
+
+
+def _sizers(live: LiveHarp, kind: str) -> dict[str, object]:
+    made: dict[str, object] = {"harp": live.sizer(kind)}
     made.update({name: make() for name, make in BASELINES.items()})
     return made
 
@@ -137,8 +215,9 @@ def _chain(name: str, sizer, task: Task, first: float | None) -> list[float]:
         req = task.request if task.request > 0 else None
         if first <= 0:
             first = req or NODE_BYTES
-        ch = simulate(y, first, req, None, Outcome.OOM, max_attempts=MAX_RETRIES)
-        return list(ch.allocations)
+        ch = simulate(y, first, req, None, Outcome.OOM, max_attempts=sizer.live.max_attempts)  # type: ignore[attr-defined]
+        allocs = list(ch.allocations)
+        return allocs if ch.fitted else allocs[:-1] + _retries(allocs[-1], y, lambda a: 2.0 * a)
     return _retries(first, y, sizer.retry)
 
 
@@ -151,12 +230,24 @@ def _retries(first: float, y: float, retry: Callable[[float], float]) -> list[fl
     return [max(a, 0.0) for a in allocs]
 
 
-def _size(rows: dict[str, Wastage], sizers: dict[str, object], task: Task, timings: list[float]) -> None:
+_UNSET = object()
+
+
+def _harp_first(sizer, task: Task, timings: list[float], now: float | None) -> float | None:
+    """harpd's decision for ``task`` at ``now`` (the replay's clock), timed."""
+    t0 = time.perf_counter()
+    first = sizer.first(task.input_bytes, task.request, now)
+    timings.append((time.perf_counter() - t0) * 1000.0)
+    return first
+
+
+def _size(rows: dict[str, Wastage], sizers: dict[str, object], task: Task, timings: list[float],
+          decided: list[float | None], now: float | None = None, harp: object = _UNSET) -> None:
+    """Every row's attempts for ``task``; ``harp``: harpd's first allocation when decided earlier."""
     for name, sizer in sizers.items():
-        t0 = time.perf_counter()
-        if name == "harp":  # a type's prior is the one at submission: only a sibling's end re-decides a task
-            first = sizer.first(task.input_bytes, task.request, task.submit)  # type: ignore[attr-defined]
-            timings.append((time.perf_counter() - t0) * 1000.0)
+        if name == "harp":
+            first = _harp_first(sizer, task, timings, now) if harp is _UNSET else harp
+            decided.append(first)  # type: ignore[arg-type]
         else:
             first = sizer.first(task.input_bytes, task.request)  # type: ignore[attr-defined]
         rows[name].add(_chain(name, sizer, task, first), task.usage, task.runtime_s)
@@ -165,12 +256,11 @@ def _size(rows: dict[str, Wastage], sizers: dict[str, object], task: Task, timin
 
 
 def _learn(sizers: dict[str, object], task: Task) -> None:
-    if not task.sample:  # a failed or killed task's usage is a lower bound: no sizer learns it as a need
-        return
     for name, sizer in sizers.items():
-        if name == "harp":
-            sizer.learn(task.input_bytes, task.usage, task.runtime_s, task.request,  # type: ignore[attr-defined]
-                        task.end)
+        if name == "harp":  # harpd is handed every outcome and learns none that is a lower bound
+            sizer.learn(task)  # type: ignore[attr-defined]
+        elif not task.sample:  # a failed or killed task's usage is a lower bound: no sizer learns it as a need
+            continue
         else:
             sizer.learn(task.input_bytes, task.usage, task.runtime_s)  # type: ignore[attr-defined]
 
@@ -194,27 +284,27 @@ def sizey_split(tasks: list[Task], seed: int) -> Iterator[tuple[str, list[Task],
         yield proc, [rows[i] for i in train], [rows[i] for i in test]
 
 
-def run_sizey(tasks: list[Task], seed: int) -> Result:
+def run_sizey(tasks: list[Task], seed: int, settings=None) -> Result:
     t0 = time.perf_counter()
-    rows, timings = _empty_rows(), []
+    rows, timings, decided = _empty_rows(), [], []
     n = types = 0
-    for _proc, train, test in sizey_split(tasks, seed):
+    for proc, train, test in sizey_split(tasks, seed):
         types += 1
-        sizers = _sizers()
+        sizers = _sizers(LiveHarp(settings), proc)  # a fresh harpd per type: the paper's per-type protocol
         cols = [np.array([getattr(t, f) for t in train]) for f in ("input_bytes", "usage", "runtime_s")]
         for name, sizer in sizers.items():
             if name == "harp":
-                sizer.fit(*cols, np.array([t.request for t in train]))  # type: ignore[attr-defined]
+                sizer.fit(train)  # type: ignore[attr-defined]
             else:
                 sizer.fit(*cols)  # type: ignore[attr-defined]
         for task in test:
-            _size(rows, sizers, task, timings)
+            _size(rows, sizers, task, timings, decided)
             _learn(sizers, task)
             n += 1
     if not n:
         raise WorkflowReplayError(f"no task type has {MIN_TYPE_ROWS} or more usable rows (usage > 0, no zero "
                                   "runtime): the Sizey protocol has nothing to test")
-    return Result("sizey", seed, n, types, rows, timings, time.perf_counter() - t0)
+    return Result("sizey", seed, n, types, rows, timings, time.perf_counter() - t0, harp_first=decided)
 
 
 def decided_at(task: Task, at: str) -> float:
@@ -222,26 +312,49 @@ def decided_at(task: Task, at: str) -> float:
     return task.start if at == "start" and task.start == task.start else task.submit
 
 
-def run_chronological(tasks: list[Task], at: str = "start") -> Result:
-    """Every predictor sizes each task from the tasks of its type that had ended by ``at`` (DECIDE_AT)."""
+def run_chronological(tasks: list[Task], at: str = "start", settings=None) -> Result:
+    """Every predictor sizes each task from the tasks of its type that had ended by ``at`` (DECIDE_AT).
+
+    One harpd for the whole trace, walked in time order: ends (learnt), then
+    submissions (decided), then starts.  Decided at the start, harp's answer
+    is the one harpd's resizer would leave: re-decided at the start when a
+    sibling ended while the task was pending (``harpd.watch.resize`` re-decides
+    a signature's pending jobs on its outcomes), else the one at submission
+    (another type's end re-decides nothing).
+    """
     if at not in DECIDE_AT:
         raise WorkflowReplayError(f"unknown decision time {at!r}; use one of {', '.join(DECIDE_AT)}")
     t0 = time.perf_counter()
-    rows, timings = _empty_rows(), []
-    order = sorted((t for t in tasks if t.usage > 0 and t.runtime_s > 0), key=lambda t: decided_at(t, at))
+    rows, timings, decided = _empty_rows(), [], []
+    order = [t for t in tasks if t.usage > 0 and t.runtime_s > 0]
     if not order:
         raise WorkflowReplayError("no finished task with a memory usage and a runtime: nothing to replay")
+    END, SUBMIT, DECIDE = 0, 1, 2  # at one instant: what ended is learnt before anything is decided
+    events = []
+    for i, t in enumerate(order):
+        events += [(t.end, END, i), (t.submit, SUBMIT, i), (max(decided_at(t, at), t.submit), DECIDE, i)]
+    events.sort()
+    live = LiveHarp(settings)
     sizers: dict[str, dict[str, object]] = {}
-    pending: list[tuple[float, int, Task]] = []
-    prior = TypePrior()  # harp's only: what the baselines publish sizes a type from its own runs
-    for i, task in enumerate(order):
-        while pending and pending[0][0] <= decided_at(task, at):
-            _, _, done = heapq.heappop(pending)
-            _learn(sizers[done.process], done)
-        own = sizers.setdefault(task.process, _sizers(prior, task.process))
-        _size(rows, own, task, timings)
-        heapq.heappush(pending, (task.end, i, task))
-    return Result("chronological", None, len(order), len(sizers), rows, timings, time.perf_counter() - t0, at)
+    ended: dict[str, int] = {}  # per type, its tasks ended so far
+    at_submit: dict[int, tuple[float | None, int]] = {}  # harp's decision at submission, and its siblings ended then
+    for when, kind, i in events:
+        task = order[i]
+        own = sizers.get(task.process)
+        if own is None:
+            own = sizers[task.process] = _sizers(live, task.process)
+        if kind == END:
+            _learn(own, task)
+            ended[task.process] = ended.get(task.process, 0) + 1
+        elif kind == SUBMIT:
+            at_submit[i] = (_harp_first(own["harp"], task, timings, when), ended.get(task.process, 0))
+        else:
+            first, seen = at_submit.pop(i)
+            if ended.get(task.process, 0) != seen:  # a sibling ended while it was pending: the resizer's answer
+                first = _harp_first(own["harp"], task, timings, when)
+            _size(rows, own, task, timings, decided, when, harp=first)
+    return Result("chronological", None, len(order), len(sizers), rows, timings, time.perf_counter() - t0, at,
+                  harp_first=decided)
 
 
 def replay_workflow(path: str | os.PathLike[str], protocol: str = "chronological", seed: int = 1996,
