@@ -28,13 +28,13 @@ Slurm lists, calls :func:`decide_trials`, and applies what it returns.
 from __future__ import annotations
 
 import math
+import re
 import statistics
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from harpd.dnn.errors import DnnError
-from harpd.dnn.goals import parse_duration
 
 STOP_RULES = ("none", "sha")
 MAX_NICE = 10_000
@@ -85,6 +85,14 @@ class TrialAction:
     reason: str
 
 
+def _rung_s(text: str) -> float:
+    """``30m``, ``2h``, ``45s``, ``1d`` or minutes (as sbatch's bare numbers) as seconds."""
+    m = re.fullmatch(r"([0-9]+(?:\.[0-9]+)?)([smhd]?)", text.strip().lower())
+    if not m:
+        raise DnnError(f"#HARP study: rung={text} is not a duration (like 30m, 2h, 45s)")
+    return float(m.group(1)) * {"s": 1, "": 60, "m": 60, "h": 3600, "d": 86400}[m.group(2)]
+
+
 def parse_study(tokens: Sequence[str]) -> StudyPolicy:
     """A ``#HARP study=NAME ...`` line's tokens as a policy; one clear error for a bad key or value."""
     fields: dict[str, str] = {}
@@ -113,9 +121,9 @@ def parse_study(tokens: Sequence[str]) -> StudyPolicy:
         raise DnnError(f"#HARP study: eta={fields['eta']} is not a whole number") from None
     if not 2 <= eta <= 16:
         raise DnnError(f"#HARP study: eta={eta} is out of range (2 to 16)")
-    rung_s = parse_duration("rung", fields["rung"]) if "rung" in fields else 1800.0
-    if not 60 <= rung_s <= 30 * 86400:
-        raise DnnError(f"#HARP study: rung={fields['rung']} is out of range (1 minute to 30 days)")
+    rung_s = _rung_s(fields["rung"]) if "rung" in fields else 1800.0
+    if not 1 <= rung_s <= 30 * 86400:
+        raise DnnError(f"#HARP study: rung={fields['rung']} is out of range (1 second to 30 days)")
     metric = fields.get("metric", "loss")
     if not metric.replace("_", "").isalnum() or len(metric) > 32:
         raise DnnError(f"#HARP study: metric={metric} is not a plain name")

@@ -75,9 +75,11 @@ def test_parse_study_line():
     pol = parse_study(["study=lr-sweep", "stop=sha", "eta=4", "rung=20m", "metric=acc", "mode=max"])
     assert pol == StudyPolicy("lr-sweep", "acc", False, "sha", 4, 1200.0)
     assert parse_study(["study=x"]).stop == "none"
+    assert parse_study(["study=x", "rung=2s"]).rung_s == 2 and parse_study(["study=x", "rung=2"]).rung_s == 120
     for bad, word in ((["stop=sha"], "study=NAME"), (["study=x", "stop=hyperband"], "stop=hyperband"),
                       (["study=x", "eta=1"], "eta=1"), (["study=x", "colour=red"], "unknown key colour"),
-                      (["study=x", "mode=up"], "mode=up"), (["study=a b"], "study=NAME")):
+                      (["study=x", "mode=up"], "mode=up"),
+                      (["study=x", "rung=soon"], "rung=soon is not a duration"), (["study=x", "rung=0s"], "1 second"), (["study=a b"], "study=NAME")):
         with pytest.raises(DnnError, match=word):
             parse_study(bad)
 
