@@ -186,6 +186,9 @@ NEWER_OPTIONS: tuple[tuple[str, OptSpec], ...] = (
 #: optional value in 25.05 and keeps it here (a value is then sbatch's to refuse).
 _WIDENED = {"requeue": ("25.11", OPT)}
 
+#: Options whose value a release took away; the union keeps the older, wider form.
+_NARROWED = {"get-user-env": ("25.05", NO)}
+
 #: Options a release removed (harp keeps reading them): the release that dropped each.
 _DROPPED = {"power": "24.05"}
 
@@ -210,7 +213,7 @@ def release_options(release: str) -> tuple[OptSpec, ...]:
     def key(r: str) -> tuple[int, ...]:
         return tuple(int(x) for x in r.split("."))
 
-    widened = {n: has_arg for n, (since, has_arg) in _WIDENED.items() if key(since) <= key(release)}
+    widened = {n: has_arg for n, (since, has_arg) in {**_WIDENED, **_NARROWED}.items() if key(since) <= key(release)}
     return tuple(
         OptSpec(o.name, widened.get(o.name, o.has_arg), o.short, o.canonical)
         for o in SBATCH_OPTIONS_22_05

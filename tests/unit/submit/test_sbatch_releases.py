@@ -84,6 +84,8 @@ def test_each_release_table_grows_from_22_05() -> None:
             assert name not in names["22.05"]
     assert so.OptionTable(so.release_options("25.11")).by_name["requeue"].has_arg == so.OPT
     assert so.OptionTable(so.release_options("25.05")).by_name["requeue"].has_arg == so.NO
+    assert so.OptionTable(so.release_options("25.05")).by_name["get-user-env"].has_arg == so.NO
+    assert so.SBATCH_TABLE.by_name["get-user-env"].has_arg == so.OPT  # harp reads either form
 
 
 def _resolve(table: so.OptionTable, name: str) -> str | None:
@@ -134,7 +136,10 @@ def test_release_table_is_the_built_sbatchs_own(tmp_path, release) -> None:
                     f"PartitionName=p Nodes=localhost Default=YES\nPlugStackConfig={tmp_path}/plugstack.conf\n")
     (tmp_path / "plugstack.conf").write_text("")
     lib = CACHE / release / "lib" / "slurm" / "libslurmfull.so"
-    out = subprocess.run([sys.executable, "-c", DUMP, str(lib)], env={**os.environ, "SLURM_CONF": str(conf)},
+    # a built Slurm's plugins (auth_munge.so) take slurm_conf from libslurmfull: load it globally
+    dump = DUMP.replace("ctypes.CDLL(sys.argv[1])", "ctypes.CDLL(sys.argv[1], mode=ctypes.RTLD_GLOBAL)")
+    assert dump != DUMP
+    out = subprocess.run([sys.executable, "-c", dump, str(lib)], env={**os.environ, "SLURM_CONF": str(conf)},
                          capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
     lines = out.stdout.splitlines()
