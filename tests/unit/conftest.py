@@ -1,4 +1,4 @@
-"""Fixtures shared by the replay tests of this folder."""
+"""Fixtures shared by the replay tests (tests/unit/predict, tests/unit/evaluate)."""
 
 from __future__ import annotations
 
