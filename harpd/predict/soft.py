@@ -67,7 +67,9 @@ class SoftPolicy:
     # log-bound added per log(1 + siblings of the template running at the start)
     burst_tilt: float = 0.2
     # log-bound taken off per unit of log(cores x request) above the usual (and added below it)
-    stake_tilt: float = 0.15
+    # off by default (issue 28): on a loaded machine the deeper cuts of wide, long jobs
+    # extend them into the head's reservation (docs/metrics.md, 'Queue')
+    stake_tilt: float = 0.0
     # the budget controller: log-scale step per finished job, and its range
     gamma: float = 0.02
     scale_range: tuple[float, float] = (0.5, 4.0)
