@@ -40,7 +40,7 @@ import numpy as np
 from harpd.predict.allocation import Guard, allocate_many
 from harpd.recovery.escalation import simulate_many
 from harpd.records import Outcome
-from harpd.simulate.workload import watcher_look
+from harpd.watcher_timing import watcher_look
 
 #: more extensions than this per job is not a chain but a loop (each doubles)
 MAX_EXTENSIONS = 64

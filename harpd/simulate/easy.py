@@ -57,7 +57,8 @@ from collections.abc import Callable
 import numpy as np
 
 from harpd.simulate.schedule import Schedule
-from harpd.simulate.workload import LimitPolicy, Workload, watcher_look
+from harpd.simulate.workload import LimitPolicy, Workload
+from harpd.watcher_timing import watcher_look
 
 Progress = Callable[[int, int], None]
 _NAN = float("nan")

@@ -31,7 +31,6 @@ extended even if it would have ended within its limit.  Without them
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Literal
@@ -77,15 +76,6 @@ class Workload:
 
     def __len__(self) -> int:
         return int(self.submit.shape[0])
-
-
-def watcher_look(t: float, lead_s: float, look_s: float, limit_at: float) -> float:
-    """When harpd's watcher extends a job whose limit runs out at ``limit_at``: its first look after
-    ``limit_at - lead_s`` strictly later than ``t`` (looks at whole multiples of ``look_s``), and never
-    after ``limit_at`` (a watcher that looks too rarely for its lead is modelled as extending at the limit)."""
-    x = max(limit_at - lead_s, t)
-    at = (math.floor(x / look_s) + 1.0) * look_s if look_s > 0 else x
-    return min(at, limit_at)
 
 
 @dataclass(frozen=True)
