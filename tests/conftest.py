@@ -32,7 +32,7 @@ FINAL_STATES = frozenset(
 )
 
 
-#: The tests/slurm files CI also runs on the newest Slurm (``-m release``, .ci/run):
+#: The tests/slurm files also run on a newer Slurm (``-m release``; HARP_TEST_RELEASES in scripts/test):
 #: each tests something Slurm releases do differently, as harp meets it.
 RELEASE_FILES = {
     "test_foundation.py": "sbatch, squeue, sacct of the cluster itself; the scontrol harp reads",

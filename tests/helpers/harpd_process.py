@@ -18,6 +18,25 @@ from pathlib import Path
 from harp_submit import client
 
 
+HARD_CUTS_KEY = "hard_cut_gain = 1.0"
+
+
+def with_hard_cuts(toml: str) -> str:
+    """``toml`` with harp's time cuts on under hard limits, unless it sets ``hard_cut_gain`` itself.
+
+    The product's default (``predict.hard_cut_gain = 0``) keeps time under hard
+    limits, because a kill costs the queue more than the cut saves on every
+    trace measured (docs/metrics.md, "Queue").  These tests are about what
+    happens when harp does cut (the kill, the recovery, the race with a
+    manager), so the harpd they start cuts as a site that opts in would.
+    """
+    if "hard_cut_gain" in toml:
+        return toml
+    if "[predict]\n" in toml:
+        return toml.replace("[predict]\n", f"[predict]\n{HARD_CUTS_KEY}\n", 1)
+    return f"{toml}\n[predict]\n{HARD_CUTS_KEY}\n"
+
+
 @contextlib.contextmanager
 def running_harpd(workdir: Path, *, slurm_conf: str | os.PathLike[str] | None = None,
                   extra_toml: str = "", poll_interval_s: float = 3600,
@@ -27,7 +46,7 @@ def running_harpd(workdir: Path, *, slurm_conf: str | os.PathLike[str] | None = 
     cfg = workdir / "harpd.toml"
     sock = workdir / "harpd.sock"
     cfg.write_text(f'[server]\nsocket = "{sock}"\n[store]\npath = "{workdir}/lib/harp.db"\n'
-                   f"[ingest]\npoll_interval_s = {poll_interval_s}\n{extra_toml}")
+                   f"[ingest]\npoll_interval_s = {poll_interval_s}\n{with_hard_cuts(extra_toml)}")
     env = {k: v for k, v in os.environ.items() if not k.startswith("HARP_")}
     if slurm_conf is not None:
         env["SLURM_CONF"] = str(slurm_conf)

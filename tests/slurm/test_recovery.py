@@ -41,6 +41,7 @@ import pytest
 
 from harp_submit import client
 
+from tests.helpers.harpd_process import HARD_CUTS_KEY
 from tests.helpers.users import ensure_user, user_python
 
 pytestmark = pytest.mark.slurm
@@ -100,6 +101,7 @@ class Daemon:
             f'[store]\npath = "{self.db}"\n'
             f"[ingest]\npoll_interval_s = {POLL_S}\nmax_backoff_s = 10.0\n"
             '[recovery]\nmode = "auto"\nmax_attempts = 3\n'
+            f"[predict]\n{HARD_CUTS_KEY}\n"  # a per-user harpd is under hard limits: these tests need its cuts
         )
 
     def _argv(self) -> list[str]:

@@ -47,8 +47,9 @@ def _health(handlers) -> p.HealthAnswer:
 
 def test_harpd_trains_at_start_in_the_background_and_health_shows_it(tmp_path, monkeypatch):
     # no Slurm here (pyslurm is refused): the start-up training runs on its own thread
+    # without Slurm harpd is under hard limits: cuts on, so that the history's answer shows
     s = HarpSettings(store={"path": str(tmp_path / "harp.db")}, slurm={"backend": "pyslurm"},
-                     retrain={"interval_s": 1e9})
+                     retrain={"interval_s": 1e9}, predict={"hard_cut_gain": 1.0})
     store = Store.open(s.store.path)
     store.insert_jobs(_history())
     import harpd.predict.training as training
