@@ -157,9 +157,10 @@ def main() -> int:
         print(f"  {policy:<10} {statistics.mean(per_seed):7.2f} {mean_sp:7.2f}x {min(sp):4.2f}x {max(sp):4.2f}x "
               f"{misses:4d}/{STUDIES * SEEDS:<5} {statistics.mean(regrets):11.4f}")
     nice_sp = statistics.mean(base) / statistics.mean(rows["nice"][0])
-    print(f"FIGURE dnn_trials_speedup: {best_speedup:.2f}x mean time to best trial against FIFO "
-          f"(Hermes, with preemption: up to {PAPER}x) {'PASS' if best_speedup >= PAPER else 'FAIL'}")
-    print(f"FIGURE dnn_trials_nice_only_speedup: {nice_sp:.2f}x (ordering pending trials alone, no stopping)")
+    print(f"FIGURE dnn_trials_speedup: {best_speedup:.2f}x (target >= {PAPER}x, Hermes with preemption) "
+          f"{'PASS' if best_speedup >= PAPER else 'FAIL'} mean time to best trial against FIFO")
+    print(f"FIGURE dnn_trials_nice_only_speedup: {nice_sp:.2f}x (target >= 1.00x: never slower than FIFO) "
+          f"{'PASS' if nice_sp >= 1.0 else 'FAIL'} ordering pending trials alone, no stopping")
     return 0
 
 

@@ -98,8 +98,10 @@ def main() -> int:
                     se = d.std(ddof=1) / math.sqrt(len(d))
                     d5 = d[:5]
                     se5 = d5.std(ddof=1) / math.sqrt(len(d5))
-                    print(f"FIGURE queue_load_{name}_{pol}_{short}_vs_users: {d.mean():+.4f} ±{se:.4f} over {len(d)} "
-                          f"copies (5 copies: {d5.mean():+.4f} ±{se5:.4f}); settles after {settle(d)} copies")
+                    ok = d.mean() <= 2 * se  # not above the users' within 2 SE (issue 28)
+                    print(f"FIGURE queue_load_{name}_{pol}_{short}_vs_users: {d.mean():+.4f} (target <= +2 SE) "
+                          f"{'PASS' if ok else 'FAIL'} ±{se:.4f} over {len(d)} copies "
+                          f"(5 copies: {d5.mean():+.4f} ±{se5:.4f}); settles after {settle(d)} copies")
     return 0
 
 
