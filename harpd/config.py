@@ -154,6 +154,7 @@ class WatchSettings(_Section):
     resize_min_s: int = Field(300, ge=0)
     trials: bool = True
     trials_max_nice: int = Field(1000, ge=0, le=10_000)
+    checkpoint_signal: bool = True  # ask resumable jobs (#HARP checkpoint) to checkpoint before their end
 
 
 class RetrainSettings(_Section):

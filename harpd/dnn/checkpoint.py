@@ -35,7 +35,9 @@ from harpd.dnn.goals import parse_duration
 AGE_BINS_H = (0.0, 1.0, 4.0, 12.0, 24.0, 72.0, math.inf)
 INTERRUPTIONS = ("node_fail", "preempted", "timeout")
 MAX_CHECKPOINTS = 10_000
-CHECKPOINT_KEYS = ("cost", "converge", "t0", "horizon", "rate")
+CHECKPOINT_KEYS = ("cost", "converge", "t0", "horizon", "rate", "signal", "lead")
+DEFAULT_SIGNAL = "USR1"
+DEFAULT_LEAD_S = 120.0
 
 
 @dataclass(frozen=True)
@@ -79,6 +81,30 @@ def checkpoint_tokens(harp_lines: Iterable[str]) -> dict[str, str] | None:
                 raise DnnError(f"#HARP checkpoint: '{w}' is not KEY=VALUE (e.g. cost=2m)")
             out[k.lower()] = v
     return out if found else None
+
+
+@dataclass(frozen=True)
+class SignalPlan:
+    """When and how harpd asks a resumable job to checkpoint: ``signal`` to its batch shell, ``lead_s``
+    before its current end (``#HARP checkpoint signal=USR1 lead=2m``; harpd.watch.checkpoint_signal)."""
+
+    signal: str = DEFAULT_SIGNAL
+    lead_s: float = DEFAULT_LEAD_S
+
+
+def signal_plan(harp_lines: Iterable[str]) -> SignalPlan | None:
+    """The checkpoint signal of a job with a ``#HARP checkpoint`` line; None without one.
+
+    Raises DnnError for a wrong ``signal=`` or ``lead=`` (the caller says it and leaves the job alone).
+    """
+    tokens = checkpoint_tokens(list(harp_lines))
+    if tokens is None:
+        return None
+    name = tokens.get("signal", DEFAULT_SIGNAL).upper().removeprefix("SIG")
+    if not (name.isalnum() and 1 <= len(name) <= 8):
+        raise DnnError(f"#HARP checkpoint: signal={tokens['signal']} is not a signal name (e.g. signal=USR1)")
+    lead = _seconds("lead", tokens["lead"]) if "lead" in tokens else DEFAULT_LEAD_S
+    return SignalPlan(name, lead)
 
 
 def spec_from_tokens(tokens: dict[str, str]) -> CheckpointSpec:

@@ -146,6 +146,7 @@ class Plan:
     stop: str | None = None  # why the chain ends here
     output: str | None = None  # where this run wrote its output (scontrol's StdOut), for harp status
     error: str | None = None  # its error file, when apart from the output
+    charged_s: int | None = None  # resumed from a checkpoint: what the failed run cost (the time since its signal)
 
     @classmethod
     def from_json(cls, row: Mapping[str, Any] | None) -> "Plan":

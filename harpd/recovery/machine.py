@@ -72,6 +72,7 @@ from harpd.recovery.manager_retry import LEFT_TO_MANAGER, LEFT_TO_NEXTFLOW, NO_R
 from harpd.recovery.mode import REQUEUE, RESUBMIT, resolve_mode
 from harpd.recovery.policy import eligible, first_limits, fmt_mem, fmt_time, next_limits
 from harpd.recovery.requeue import requeue
+from harpd.recovery.resume import last_signal, resumed_time
 from harpd.recovery.resubmit import resubmit
 from harpd.records import JobRecord, Outcome
 from harpd.slurm.base import PartitionInfo, SlurmError
@@ -546,11 +547,31 @@ class Recovery:
         if task is not None and mode == RESUBMIT:
             self._stop(chain, number, NO_RESUBMIT)
             return None
+        reason = nxt.reason
+        if mode == REQUEUE and outcome == Outcome.TIMEOUT:
+            resumed = self._resumed(failed_job, limits, sub, part, number)
+            if resumed is not None:  # it checkpointed: the same limit again, charged only the lost time
+                plan = plan.but(limits=limits.but(time_s=resumed.time_s), charged_s=resumed.charged_s)
+                reason = resumed.reason
         plan = plan.but(mode=mode)
-        if self.store.add_attempt(chain, number + 1, job_id, plan.to_json(), nxt.reason, DECIDED):
-            log.info("job %s: attempt %d decided (%s): %s", chain, number + 1, mode, nxt.reason)
+        if self.store.add_attempt(chain, number + 1, job_id, plan.to_json(), reason, DECIDED):
+            log.info("job %s: attempt %d decided (%s): %s", chain, number + 1, mode, reason)
         crash_point("decided")
         return self._rows(chain)[number + 1]
+
+    def _resumed(self, job_id: str, limits: AttemptLimits, sub: dict[str, Any], part: PartitionInfo | None,
+                 number: int) -> Any:
+        """The resume of a run harpd asked to checkpoint before it ran out (harpd.recovery.resume), or None."""
+        signal = last_signal(self.store, job_id)
+        if signal is None or not limits.time_s:
+            return None
+        rec = self.store.get_job(job_id)
+        if rec is not None and rec.start_time and int(signal["old_time_s"]) < int(rec.start_time) - 5:
+            return None  # signalled in an earlier run, not in the one that ran out
+        caps = [c for c in (getattr(part, "max_time_s", None), self.cfg.max_time_s) if c]
+        return resumed_time(float(limits.time_s), None if rec is None else rec.used_time_s,
+                            float(signal["new_time_s"]), _original(sub).time_s, min(caps) if caps else None,
+                            number, self.cfg.max_attempts)
 
     # ------------------------------------------------------------ side effects
 

@@ -265,3 +265,7 @@ class SlurmBackend(Protocol):
     def cancel(self, job_id: str) -> None:
         """``scancel JOB``."""
         ...
+
+    def signal(self, job_id: str, signal: str) -> None:
+        """``scancel --signal=SIG --batch JOB``: the job's batch shell only (a checkpoint request)."""
+        ...

@@ -479,6 +479,14 @@ class CliBackend:
     def cancel(self, job_id: str) -> None:
         self._run("scancel", [self._check_job_id(job_id)])
 
+    def signal(self, job_id: str, signal: str) -> None:
+        """``scancel --signal=SIG --batch JOB``: to the batch shell only, where a script's ``trap`` runs
+        (harpd.watch.checkpoint_signal: a resumable job is asked to checkpoint before its limit)."""
+        name = str(signal).upper().removeprefix("SIG")
+        if not (name.isalnum() and 1 <= len(name) <= 8):
+            raise SlurmError(f"signal {signal!r} is not a signal name (e.g. USR1)")
+        self._run("scancel", [f"--signal={name}", "--batch", self._check_job_id(job_id)])
+
     # ------------------------------------------- recovery (harpd.recovery)
 
     def batch_script(self, job_id: str) -> bytes:

@@ -17,6 +17,7 @@ from typing import Any
 from harpd.config import HarpSettings
 from harpd.slurm.base import PartitionInfo, SlurmError
 from harpd.store import Store
+from harpd.watch.checkpoint_signal import CheckpointSignal
 from harpd.watch.extend import Extender
 from harpd.watch.feedback import SoftFeedback
 from harpd.watch.privilege import Privilege
@@ -34,15 +35,24 @@ class Watch:
     """The watcher: ``tick`` lists the queue once and lets each part act on it."""
 
     def __init__(self, store: Store, backend: Any, settings: HarpSettings, predictor: Any = None,
-                 partitions: Callable[[], dict[str, PartitionInfo]] | None = None) -> None:
+                 partitions: Callable[[], dict[str, PartitionInfo]] | None = None, soft_limits: bool = True) -> None:
         self.backend = backend
         self.settings = settings
+        # resumable jobs are asked to checkpoint before their end, under hard or soft limits
+        self.checkpoint = (CheckpointSignal(store, backend, soft_limits)
+                           if settings.watch.checkpoint_signal else None)
+        self.feedback: SoftFeedback | None = None
+        self.extender: Extender | None = None
+        self.resizer: Resizer | None = None
+        self.trials: TrialStep | None = None
+        if not soft_limits:  # hard limits: harp's limit is the kill time; only the checkpoint signal runs
+            self._lock = threading.Lock()
+            return
         state = getattr(predictor, "soft_state", None)
         # the soft policy learns from this listing and these extensions (harpd.watch.feedback)
         self.feedback = None if state is None else SoftFeedback(store, predictor, state)
         self.extender = Extender(store, backend, settings, partitions,
                                  on_extended=None if self.feedback is None else self.feedback.on_extended)
-        self.resizer = None
         if settings.watch.resize and predictor is not None:
             self.resizer = Resizer(store, backend, settings, decider(predictor))
         # convergence-aware trials: nice and successive-halving stops (harpd.watch.trials)
@@ -67,7 +77,7 @@ class Watch:
                 log.warning("watch: cannot list the queue (%s); next try in %g s", exc, self.settings.watch.interval_s)
                 return
             # feedback first: the re-sizer then decides with this listing's siblings in flight
-            for part in (self.feedback, self.extender, self.resizer, self.trials):
+            for part in (self.feedback, self.extender, self.resizer, self.trials, self.checkpoint):
                 if part is None:
                     continue
                 try:
@@ -93,8 +103,18 @@ class Watch:
 
 def make(*, settings: HarpSettings, store: Store, backend: Any, privilege: Privilege, predictor: Any = None,
          partitions: Callable[[], dict[str, PartitionInfo]] | None = None) -> Watch | None:
-    """The watcher, or None when soft limits are off (unprivileged, disabled, no Slurm)."""
-    if backend is None or not privilege.soft_limits:
+    """The watcher, or None when it has nothing to do (unprivileged, disabled, no Slurm).
+
+    Under hard limits (privileged, ``watch.soft_limits = false``) it only asks
+    resumable jobs to checkpoint (``watch.checkpoint_signal``).
+    """
+    if backend is None or not privilege.privileged or not settings.watch.enabled:
         log.info("watch: off (%s limits: %s)", privilege.mode, privilege.why)
         return None
+    if not privilege.soft_limits:
+        if not settings.watch.checkpoint_signal:
+            log.info("watch: off (%s limits: %s)", privilege.mode, privilege.why)
+            return None
+        log.info("watch: checkpoint signals only (%s limits: %s)", privilege.mode, privilege.why)
+        return Watch(store, backend, settings, predictor, partitions, soft_limits=False)
     return Watch(store, backend, settings, predictor, partitions)

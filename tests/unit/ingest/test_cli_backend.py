@@ -348,6 +348,15 @@ def test_job_control_argv(backend, bindir):
     ]
 
 
+def test_checkpoint_signal_argv_goes_to_the_batch_shell(backend, bindir):
+    backend.signal("5", "usr1")
+    backend.signal("6_1", "SIGUSR2")
+    assert [(c["cmd"], c["argv"]) for c in calls(bindir)] == [
+        ("scancel", ["--signal=USR1", "--batch", "5"]), ("scancel", ["--signal=USR2", "--batch", "6_1"])]
+    with pytest.raises(SlurmError, match="not a signal name"):
+        backend.signal("5", "USR1; rm")
+
+
 def test_update_job_validation(backend, bindir):
     with pytest.raises(SlurmError, match="cannot change 'Time Limit'"):
         backend.update_job("5", **{"Time Limit": 3})

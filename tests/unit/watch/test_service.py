@@ -20,7 +20,12 @@ def test_one_listing_per_tick_whatever_the_number_of_jobs(store, slurm):
 
 def test_off_when_unprivileged_or_soft_limits_off(store, slurm):
     assert make(settings=settings(), store=store, backend=slurm, privilege=Privilege(False, "plain", False)) is None
-    assert make(settings=settings(), store=store, backend=slurm, privilege=Privilege(True, "root", False)) is None
+    # hard limits (privileged, soft limits off): only the checkpoint signal runs (docs/dnn.md, COCI)
+    hard = make(settings=settings(), store=store, backend=slurm, privilege=Privilege(True, "root", False))
+    assert hard is not None and hard.checkpoint is not None
+    assert hard.extender is None and hard.resizer is None and hard.trials is None and hard.feedback is None
+    assert make(settings=settings(checkpoint_signal=False), store=store, backend=slurm,
+                privilege=Privilege(True, "root", False)) is None
     assert make(settings=settings(), store=store, backend=None, privilege=Privilege(True, "root", True)) is None
 
 
