@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from harpd.recovery.attempts import Plan
 from harpd.recovery.resume import CHECKPOINT_SIGNAL, last_signal, resumed_time
 from harpd.store import Store
@@ -39,3 +41,42 @@ def test_last_signal_is_the_latest_runs_and_plan_keeps_the_charge(tmp_path):
         store.close()
     plan = Plan.from_json(Plan(limits=Plan.from_json({"time_s": 120}).limits, charged_s=31).to_json())
     assert plan.charged_s == 31 and plan.limits.time_s == 120
+
+
+# ------------------------------------------------------------------ through the recovery machine (requeue mode)
+
+from resubmit_fakes import fake, store as rstore, submission  # noqa: E402,F401 (fixtures)
+
+from harpd.config import HarpSettings  # noqa: E402
+from harpd.ingest.poller import Ingestor  # noqa: E402
+from harpd.recovery import machine as rs  # noqa: E402
+from harpd.records import Outcome  # noqa: E402
+
+
+def _machine(store, fake):
+    settings = HarpSettings(ingest={"poll_interval_s": 5}, recovery={"mode": "requeue"})
+    ing = Ingestor(store, fake, settings)
+    rec = rs.Recovery(store, fake, settings, watch=ing.watch)
+    ing.on_outcome.append(rec.on_outcome)
+    return ing
+
+
+@pytest.mark.parametrize("signalled_this_run", [True, False])
+def test_a_signalled_timeout_is_requeued_with_the_same_limit(rstore, fake, signalled_this_run):
+    ing = _machine(rstore, fake)
+    jid = fake.add_job(time_s=60, mem_mb=100)
+    submission(fake, rstore, jid, harp_lines=["#HARP retry", "#HARP checkpoint cost=5s lead=20s"], original={"time_s": 600})
+    fake.end_run(jid, Outcome.TIMEOUT)
+    start = int(fake.state["jobs"][jid]["runs"][-1]["start"])
+    rstore.add_limit_change(jid, CHECKPOINT_SIGNAL, start if signalled_this_run else start - 3600, 40,
+                            "SIGUSR1", "done")
+    ing.poll_once()
+    a = rstore.attempts(jid)
+    assert [(r["attempt"], r["step"]) for r in a] == [(1, "done"), (2, "requeued")]
+    assert a[1]["job_id"] == jid and a[1]["limits"]["mode"] == "requeue"  # in place: same id, same files
+    if signalled_this_run:
+        assert a[1]["limits"]["time_s"] == 60 and a[1]["limits"]["charged_s"] == 20
+        assert "resumes from its checkpoint" in a[1]["reason"] and "not doubled" in a[1]["reason"]
+        assert fake.state["jobs"][jid]["time_s"] == 60
+    else:  # the signal was an earlier run's: escalated as any timeout
+        assert a[1]["limits"]["time_s"] == 120 and "charged_s" not in a[1]["limits"]
