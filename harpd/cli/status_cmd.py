@@ -165,6 +165,12 @@ def _limit_changes(job: dict[str, Any]) -> list[str]:
         out.append(f"  extensions:    {n}")
     for c in changes:
         kind = _CHANGE_WORDS.get(str(c.get("kind")), str(c.get("kind")))
+        if c.get("kind") == "checkpoint-signal":  # asked to checkpoint (harpd.watch.checkpoint_signal)
+            out.append(f"    asked to checkpoint after {fmt_time(c.get('new_time_s'))} of its run"
+                       f"{_STEP_WORDS.get(str(c.get('step')), ' (' + str(c.get('step')) + ')')}")
+            if c.get("reason"):
+                out.append(f"      why: {c['reason']}")
+            continue
         if str(c.get("kind")).startswith("resize-mem"):  # a pending job's memory: MB, not time
             what = "--mem-per-cpu" if c.get("kind") == "resize-mem-per-cpu" else "--mem"
             values = f"{what} {c.get('old_mem_mb')} MB -> {c.get('new_mem_mb')} MB"

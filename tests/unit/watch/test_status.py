@@ -57,3 +57,14 @@ def test_health_shows_the_budget_scale_when_soft_limits_are_on(store):
     health = h.handle(Peer(pid=1, uid=0, gid=0, user="root", groups=frozenset()), p.HealthRequest(op="health"))
     assert health.limits["mode"] == "soft" and health.limits["budget_scale"] > 1.4
     assert health.limits["min_limit_s"] == 180.0  # the watcher's 120 s lead and 30 s interval, in minutes
+
+
+def test_status_shows_a_checkpoint_signal_as_such_not_as_a_limit(store):
+    register(store, "43", harp_lines=["#HARP checkpoint cost=1m"])
+    store.add_limit_change("43", "checkpoint-signal", 1_700_000_000, 95, "SIGUSR1 25 s before its end", "done")
+    h = Handlers(store, HarpSettings(), admin_gid=None, limits_mode=MODE)
+    job = h.handle(Peer(pid=1, uid=0, gid=0, user="root", groups=frozenset()), p.StatusRequest(op="status", job_id="43")).job
+    text = render(job)
+    assert "asked to checkpoint after 0:01:35 of its run" in text
+    assert "why: SIGUSR1 25 s before its end" in text and "extensions:    0" in text
+    assert "1700000000" not in text.replace(",", "")
