@@ -93,8 +93,11 @@ class Watch:
             scheduler.add_job(self.tick, "interval", seconds=float(self.settings.watch.interval_s), id=JOB_ID,
                               name="harp watch (extend running, re-size pending jobs)", replace_existing=True,
                               max_instances=1, coalesce=True, next_run_time=datetime.now())
-        log.info("watch: on (every %g s, extend with %g s left%s)", self.settings.watch.interval_s,
-                 self.settings.watch.margin_s, ", re-size pending jobs" if self.resizer else "")
+        if self.extender is None:
+            log.info("watch: on (every %g s, checkpoint signals only)", self.settings.watch.interval_s)
+        else:
+            log.info("watch: on (every %g s, extend with %g s left%s)", self.settings.watch.interval_s,
+                     self.settings.watch.margin_s, ", re-size pending jobs" if self.resizer else "")
         return self
 
     def shutdown(self) -> None:

@@ -66,12 +66,13 @@ def _owner(user: str | None) -> tuple[int, str]:
 
 
 def register(d: Daemon, job_id: str, cwd: Path, *, signature: str = "soft-test", asked_min: int = 10,
-             given_min: int = 1, user: str | None = None) -> None:
+             given_min: int = 1, user: str | None = None, harp_lines: list[str] | None = None) -> None:
     """What harp-submit registers for ``--time=asked_min`` shortened by harp to ``given_min``."""
     req = {
         "op": "register", "job_id": job_id,
         "job": {"partition": "short", "job_name": "soft.sh", "signature": signature, "cwd": str(cwd),
-                "request": {"time_s": asked_min * 60, "mem_mb": 100, "partition": "short"}, "harp_lines": []},
+                "request": {"time_s": asked_min * 60, "mem_mb": 100, "partition": "short"},
+                "harp_lines": list(harp_lines or [])},
         "original": {"time_s": asked_min * 60, "mem_mb": 100, "partition": "short"},
         "submitted": {"time_s": given_min * 60, "mem_mb": 100, "partition": "short"},
         "decision": {"changes": [{"option": "time", "value": f"{given_min // 60:02d}:{given_min % 60:02d}:00",
