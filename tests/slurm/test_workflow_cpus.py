@@ -51,14 +51,18 @@ FINISHED = ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "OUT_OF_MEMORY", "NOD
 
 
 def _seed(store_path, signature: str, cpus: int, n: int = 25) -> None:
-    """``n`` earlier completed runs that held ``cpus`` CPUs and kept a third of one busy, using 100 of 1600 MB."""
+    """``n`` earlier completed runs that held ``cpus`` CPUs and kept a third of one busy, using 400 of 1600 MB.
+
+    400 MB, not less: a Snakemake job's own batch step (Snakemake itself, ~130 MB) is part of what
+    sacct records of a real run, and harp's memory rule sizes a rule from its runs with no floor.
+    """
     now = time.time()
     with Store.open(store_path) as st:
         st.insert_jobs([JobRecord(job_id=f"seed{i}", source="seed", user="root", account="harp", partition="short",
                                   signature=signature, submit_time=now - 7200 + i * 60,
                                   start_time=now - 7200 + i * 60, end_time=now - 7140 + i * 60, used_time_s=60.0,
                                   used_cpu_s=20.0, req_time_s=600.0, req_cpus=cpus, alloc_cpus=cpus,
-                                  req_mem_mb=1600.0, used_mem_mb=100.0, outcome=Outcome.COMPLETED)
+                                  req_mem_mb=1600.0, used_mem_mb=400.0, outcome=Outcome.COMPLETED)
                         for i in range(n)])
 
 
@@ -224,7 +228,7 @@ def test_the_managers_retry_of_a_task_that_ran_out_gets_at_least_the_escalated_s
                  "-o", "JobID,State,ReqMem,Comment"]).stdout
     # the rule's jobs (the plugin's comment), not another test's job still ending when this one began
     rows = [line.split("|")[:3] for line in out.splitlines() if "|rule_big" in line]
-    assert len(rows) == 2, rows  # the attempt harp sized from the rule's 100 MB runs, and the manager's retry
+    assert len(rows) == 2, rows  # the attempt harp sized from the rule's 400 MB runs, and the manager's retry
     (first, state1, mem1), (_, state2, mem2) = rows
     # the job step that ran the rule ran out of what harp gave: killed (OUT_OF_MEMORY, or SIGKILL by the
     # memory enforcement of job accounting, which leaves the step CANCELLED and the job FAILED) above it
