@@ -25,11 +25,11 @@ from __future__ import annotations
 
 import math
 import random
-import shlex
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
 from harpd.dnn.errors import DnnError
+from harpd.dnn.harp_line import harp_line_words
 from harpd.dnn.goals import parse_duration
 
 AGE_BINS_H = (0.0, 1.0, 4.0, 12.0, 24.0, 72.0, math.inf)
@@ -65,11 +65,8 @@ def checkpoint_tokens(harp_lines: Iterable[str]) -> dict[str, str] | None:
     """KEY=VALUE of the ``#HARP checkpoint`` lines; None when there is none."""
     found, out = False, {}
     for raw in harp_lines:
-        text = raw.strip()
-        if text[:5].upper() == "#HARP":
-            text = text[5:].strip()
         try:
-            words = shlex.split(text, comments=True)
+            words = harp_line_words(raw)
         except ValueError:
             continue
         if not words or words[0].lower() != "checkpoint":

@@ -26,6 +26,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from harpd.dnn.errors import DnnError
+from harpd.dnn.harp_line import harp_line_words
 
 MAX_CONFIG_BYTES = 1 << 20  # HF configs are a few KiB; anything bigger is not one
 ASSUMED_VOCAB = 65536  # when neither vocab= nor a config gives one (said in the notes)
@@ -119,11 +120,8 @@ def dnn_tokens(harp_lines: list[str]) -> dict[str, str] | None:
     found = False
     out: dict[str, str] = {}
     for raw in harp_lines:
-        text = raw.strip()
-        if text[:5].upper() == "#HARP":
-            text = text[5:].strip()
         try:
-            words = shlex.split(text, comments=True)
+            words = harp_line_words(raw)
         except ValueError as exc:
             raise DnnError(f"#HARP dnn line cannot be split ({exc}): {raw.strip()[:80]}") from None
         if not words or words[0].lower() != "dnn":

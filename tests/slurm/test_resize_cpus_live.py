@@ -52,7 +52,9 @@ def test_a_pending_job_gets_back_the_cpus_its_failed_sibling_restored(slurm_clus
                     return "failed after harp lowered its CPUs" in proc.stderr
 
                 _wait("the restored CPUs", restored, 120)
-                assert _show(c, b)["JobState"] == "PENDING" and _show(c, b)["CPUs/Task"] == "1"
+                # B may already be re-sized here (the failure's outcome is itself a sibling's outcome);
+                # what matters is that it gets its 2 CPUs while it waits, checked below
+                assert _show(c, b)["JobState"] == "PENDING"
                 # the script's next outcome: the watcher re-decides its pending sibling B
                 third, _ = _submit(c, sock, "hidden2.sh")
                 jobs.append(third)
