@@ -235,12 +235,10 @@ def _choose(args: argparse.Namespace) -> int:
     settings = settings_of(args)
     line = "#HARP dnn " + " ".join(shlex.quote(k) for k in args.keys)
     plan = plan_dnn_job([line], {}, _cwd(args), settings)
-    if args.format == "json":
-        json.dump({"changes": plan.changes, "explain": plan.explain, "error": plan.error}, sys.stdout, indent=2)
-        print()
-        return 1 if plan.error else 0
-    if plan.error:
-        raise CliError(plan.error)
+    from harpd.cli.dnn_plan import json_or_error
+
+    if (rc := json_or_error(plan, args.format)) is not None:
+        return rc
     chosen = plan.explain["dnn"]["chosen"]
     print(f"harp dnn choose: {chosen['n_gpus']} x {chosen['gpu_type']} ({chosen['nodes']} node(s) x "
           f"{chosen['gpus_per_node']}) in partition {chosen['partition']}, ZeRO stage {chosen['zero']}, "

@@ -19,6 +19,18 @@ from typing import Any
 from harpd.cli.main import CliError, settings_of
 
 
+
+def json_or_error(plan: Any, fmt: str) -> int | None:
+    """What `harp dnn plan` and `harp dnn choose` share: the plan as JSON when asked for (exit 1 on a
+    plan error), else its error as a CliError; None when the caller goes on to print the plan."""
+    if fmt == "json":
+        json.dump({"changes": plan.changes, "explain": plan.explain, "error": plan.error}, sys.stdout, indent=2)
+        print()
+        return 1 if plan.error else 0
+    if plan.error:
+        raise CliError(plan.error)
+    return None
+
 def add_arguments(p: argparse.ArgumentParser, keys_help: str, nargs: str) -> None:
     p.add_argument("keys", nargs=nargs, metavar="KEY=VALUE", help=keys_help)
     p.add_argument("--run", action="append", default=[], metavar="N[xTYPE]:ELAPSED",
@@ -76,12 +88,8 @@ def run(args: argparse.Namespace) -> int:
 
     plan = plan_dnn_job([line], {}, args.cwd or os.getcwd(), settings, partitions=partitions, billing=billing)
     dnn = plan.explain.get("dnn", {})
-    if args.format == "json":
-        json.dump({"changes": plan.changes, "explain": plan.explain, "error": plan.error}, sys.stdout, indent=2)
-        print()
-        return 1 if plan.error else 0
-    if plan.error:
-        raise CliError(plan.error)
+    if (rc := json_or_error(plan, args.format)) is not None:
+        return rc
     goals = dnn.get("goals") or {}
     print(f"harp dnn plan: {goals.get('summary') or 'no deadline, search or batch range: the cheapest fit'}")
     for row in _table(goals):
