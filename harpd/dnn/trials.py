@@ -200,6 +200,8 @@ def sha_stops(reports: Iterable[ProgressReport], policy: StudyPolicy, live: set[
             keep = max(1, len(scored) // policy.eta)
             cutoff = scored[keep - 1][0]
             for v, j in scored[keep:]:
+                if v == cutoff:
+                    continue  # a tie with the last kept trial is not worse: stopping it would be a coin toss
                 if j in live and j not in stops:
                     stops[j] = (f"successive halving (eta={policy.eta}): at rung {rung / 60:.0f} min "
                                 f"{policy.metric}={v:g} is not among the best {keep} of {len(scored)} "

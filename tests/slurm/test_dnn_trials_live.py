@@ -39,7 +39,9 @@ def script(conf: Path) -> str:
         '[ -n "$2" ] && export HARP_STUDY="$2"\n'
         f"{harp} --metric loss=1.0\n"
         "sleep 3\n"
-        f"{harp} --metric loss=$V\n"
+        # then it reports its loss every few seconds, as a training loop does each epoch: the
+        # rungs a slow (busy) machine pushes past still see both trials' values
+        f"for i in $(seq 60); do {harp} --metric loss=$V; sleep 5; done\n"
         "sleep 600\n"
     )
 

@@ -53,6 +53,18 @@ def test_successive_halving_stops_the_worst_two_thirds_at_a_rung():
     assert sha_stops(reports[:4], pol, live) == {}
 
 
+def test_a_tie_at_the_rung_stops_nobody():
+    # both trials report the same first loss before the rung: which is "worse" would be
+    # decided by list order, so neither is stopped until their values differ
+    pol = StudyPolicy("s", stop="sha", eta=2, rung_s=2.0)
+    reports = [ProgressReport("15_0", "s", "loss", 1.0, 1.5), ProgressReport("15_1", "s", "loss", 1.0, 1.2),
+               ProgressReport("15_0", "s", "loss", 1.0, 3.0), ProgressReport("15_1", "s", "loss", 1.0, 3.1)]
+    assert sha_stops(reports, pol, {"15_0", "15_1"}) == {}
+    later = reports + [ProgressReport("15_0", "s", "loss", 0.2, 4.5), ProgressReport("15_1", "s", "loss", 0.6, 4.6),
+                       ProgressReport("15_0", "s", "loss", 0.2, 9.0), ProgressReport("15_1", "s", "loss", 0.6, 9.0)]
+    assert set(sha_stops(later, pol, {"15_0", "15_1"})) == {"15_1"}
+
+
 def test_decide_stops_only_in_opted_in_studies_and_live_trials():
     reports = ([r for i, v in enumerate([0.2, 0.5, 0.6]) for r in curve(f"5_{i}", "s", [1.0, v])]
                + [r for i, v in enumerate([0.2, 0.5, 0.6]) for r in curve(f"6_{i}", "t", [1.0, v])])
