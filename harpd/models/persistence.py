@@ -13,11 +13,13 @@ import os
 import pickle
 import tempfile
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any
 
 import sklearn
 
 from harpd.features.history import FEATURE_NAMES
+from harpd.models.envelope import ModelEnvelope
 
 FORMAT = "harp-model/1"
 
@@ -54,8 +56,8 @@ def save_model(path: str | os.PathLike[str], model: Any, *, name: str, resource:
     return p
 
 
-def load_model(path: str | os.PathLike[str]) -> dict[str, Any]:
-    """The envelope (``model``, ``name``, ``resource``, ``relative``, ``meta``)."""
+def load_model(path: str | os.PathLike[str]) -> ModelEnvelope:
+    """The file's envelope, refused with a line that says to retrain when it cannot serve this harp."""
     p = Path(path)
     try:
         with p.open("rb") as fh:
@@ -68,4 +70,6 @@ def load_model(path: str | os.PathLike[str]) -> dict[str, Any]:
         raise ModelFileError(f"{p}: not a {FORMAT} file; run `harp retrain`")
     if env.get("features") != list(FEATURE_NAMES):
         raise ModelFileError(f"{p}: trained on another feature layout (older harp); run `harp retrain`")
-    return env
+    return ModelEnvelope(model=env["model"], name=env["name"], resource=env["resource"],
+                         relative=bool(env["relative"]), features=tuple(env["features"]),
+                         sklearn=env.get("sklearn"), meta=MappingProxyType(dict(env.get("meta") or {})))

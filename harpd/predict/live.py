@@ -34,6 +34,7 @@ from harpd.features.resources import gpu_count
 from harpd.features.signature import normalise_commands
 from harpd.features.usage import RecentStops, usage_of
 from harpd.features.workflow import TaskIdentity, identify, is_workflow_signature, job_signature
+from harpd.models.envelope import ModelEnvelope
 from harpd.predict.allocation import BOUND, FLOOR, REQUEST_FLOOR, Guard, allocate
 from harpd.predict.bounds import MARGIN
 from harpd.predict.cores import CoresHistory, cut_bounds, run_cores
@@ -57,16 +58,21 @@ HISTORY_RULE = "history"  # the name decisions carry where no model is trained (
 NO_MODEL = "no trained model yet"
 
 
+def _history_rule(resource: str) -> ModelEnvelope:
+    """The envelope of a resource with no trained model: the history rule sizes it from its own runs."""
+    return ModelEnvelope(model=None, name=HISTORY_RULE, resource=resource, relative=True)
+
+
 class _Loaded:
     """One resource's champion (``model`` None: none yet, the history rule) and its live history."""
 
-    def __init__(self, env: dict[str, Any], row: dict[str, Any]) -> None:
+    def __init__(self, env: ModelEnvelope, row: dict[str, Any]) -> None:
         from harpd.features.history import KEEP, History
 
-        self.model = env["model"]
-        self.name = env["name"]
-        self.relative = bool(env["relative"])
-        self.resource = env["resource"]
+        self.model = env.model
+        self.name = env.name
+        self.relative = env.relative
+        self.resource = env.resource
         self.row = row
         self.history = History()
         self.stops = RecentStops(KEEP)  # the history rule's own: runs that stopped early, per signature group
@@ -84,7 +90,7 @@ class ModelPredictor:
 
     name = "harp"
 
-    def __init__(self, settings, store=None, limits=None, models: dict[str, Any] | None = None,
+    def __init__(self, settings, store=None, limits=None, models: dict[str, ModelEnvelope] | None = None,
                  soft_limits: bool = False) -> None:
         self.settings = settings
         # soft limits (a privileged harpd extends jobs up to the user's request,
@@ -112,7 +118,7 @@ class ModelPredictor:
         self._last_training: dict[str, Any] | None = None
         if models is not None:  # tests and benchmarks: envelopes given directly
             for res, env in models.items():
-                self._loaded[res] = _Loaded(env, {"name": env["name"]})
+                self._loaded[res] = _Loaded(env, {"name": env.name})
         elif store is not None:
             self.reload()
 
@@ -135,7 +141,7 @@ class ModelPredictor:
             loaded[res] = _Loaded(env, row)
         for res in ("time", "mem"):
             if res not in loaded:  # no model yet: keep the history for the history rule
-                loaded[res] = _Loaded({"model": None, "name": HISTORY_RULE, "relative": True, "resource": res}, {})
+                loaded[res] = _Loaded(_history_rule(res), {})
         with self._lock:
             self._loaded = loaded
             self._cores = CoresHistory()
@@ -155,8 +161,7 @@ class ModelPredictor:
     @classmethod
     def history_only(cls, settings, store=None, resources: tuple[str, ...] = ("time", "mem")) -> "ModelPredictor":
         """A predictor with no trained model (the history and task rules), fed by ``learn``: ``harp replay``'s harp."""
-        return cls(settings, store=store, models={res: {"model": None, "name": HISTORY_RULE, "relative": True,
-                                                         "resource": res} for res in resources})
+        return cls(settings, store=store, models={res: _history_rule(res) for res in resources})
 
     def has_model(self) -> bool:
         return any(ld.model is not None for ld in self._loaded.values())

@@ -150,8 +150,12 @@ def test_persistence_round_trip_and_refusals(tmp_path):
     m = GbmQuantile(max_iter=10).fit(X, y)
     p = save_model(tmp_path / "m" / "time-gbm.pkl", m, name="gbm", resource="time", relative=True)
     env = load_model(p)
-    assert env["name"] == "gbm" and env["relative"] is True and env["features"] == list(FEATURE_NAMES)
-    assert np.allclose(env["model"].predict(X[:5]), m.predict(X[:5]))
+    assert env.name == "gbm" and env.resource == "time" and env.relative is True
+    assert env.features == tuple(FEATURE_NAMES) and env.trained_on is None
+    assert np.allclose(env.model.predict(X[:5]), m.predict(X[:5]))
+    meta = load_model(save_model(tmp_path / "m" / "b.pkl", m, name="gbm", resource="mem", relative=False,
+                                 meta={"n_train": 1234, "trained_at": 5.0}))
+    assert meta.trained_on == 1234 and meta.trained_at == 5.0 and meta.relative is False
     (tmp_path / "junk.pkl").write_bytes(b"not a pickle")
     with pytest.raises(ModelFileError, match="retrain"):
         load_model(tmp_path / "junk.pkl")
@@ -159,8 +163,9 @@ def test_persistence_round_trip_and_refusals(tmp_path):
         load_model(tmp_path / "none.pkl")
     import pickle
 
-    env["features"] = ["old"]
-    (tmp_path / "old.pkl").write_bytes(pickle.dumps(env))
+    raw = pickle.loads(p.read_bytes())  # the file holds a plain dict, so older files still load
+    raw["features"] = ["old"]
+    (tmp_path / "old.pkl").write_bytes(pickle.dumps(raw))
     with pytest.raises(ModelFileError, match="feature layout"):
         load_model(tmp_path / "old.pkl")
 

@@ -186,10 +186,11 @@ class _Half:
 
 def _live(soft: bool, **predict):
     from harpd.config import HarpSettings
+    from harpd.models.envelope import ModelEnvelope
     from harpd.predict.live import ModelPredictor
     from harpd.records import JobRecord, Outcome
 
-    env = {"model": _Half(), "name": "half", "relative": True, "resource": "time"}
+    env = ModelEnvelope(model=_Half(), name="half", relative=True, resource="time")
     p = ModelPredictor(HarpSettings(predict=predict), models={"time": env}, soft_limits=soft)
     recs = [JobRecord(job_id=str(i), source="t", user="ann", account="a", partition="cpu", signature="sig",
                       submit_time=1000.0 * i, start_time=1000.0 * i, end_time=1000.0 * i + 590, used_time_s=590.0,

@@ -14,6 +14,7 @@ import pytest
 
 from harpd.config import HarpSettings
 from harpd.features.workflow import job_signature
+from harpd.models.envelope import ModelEnvelope
 from harpd.predict.live import ModelPredictor
 from harpd.protocol import JobRequest
 from harpd.records import JobRecord, Outcome
@@ -85,7 +86,7 @@ def test_a_rule_never_seen_is_not_sized_from_other_rules(store) -> None:
 
 def test_with_a_trained_model_workflow_tasks_still_follow_their_own_runs(store) -> None:
     settings, st = store
-    env = {res: {"model": _Eager(), "name": "eager", "relative": True, "resource": res} for res in ("time", "mem")}
+    env = {res: ModelEnvelope(model=_Eager(), name="eager", relative=True, resource=res) for res in ("time", "mem")}
     p = ModelPredictor(settings, store=st, models=env)
     p.refresh()
     unseen = p.decide(_task("slow"), "alice", 1000)

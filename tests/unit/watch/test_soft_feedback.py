@@ -77,6 +77,7 @@ def test_a_harp_job_ending_without_extension_steps_down_others_do_not(store):
 
 def _predictor_with_history():
     from harpd.config import HarpSettings
+    from harpd.models.envelope import ModelEnvelope
     from harpd.predict.live import ModelPredictor
 
     class Half:
@@ -85,7 +86,7 @@ def _predictor_with_history():
         def predict(self, X, groups=None):
             return np.full(len(X), np.log(0.5))
 
-    env = {"model": Half(), "name": "half", "relative": True, "resource": "time"}
+    env = ModelEnvelope(model=Half(), name="half", relative=True, resource="time")
     p = ModelPredictor(HarpSettings(), models={"time": env}, soft_limits=True)
     p._add([JobRecord(job_id=str(i), source="t", user="ann", account="a", partition="cpu", signature="sig",
                       submit_time=1000.0 * i, start_time=1000.0 * i, end_time=1000.0 * i + 590, used_time_s=590.0,
