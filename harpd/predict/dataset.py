@@ -13,6 +13,7 @@ import heapq
 import os
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 import numpy as np
 
@@ -84,6 +85,20 @@ class Prepared:
         return bool(np.isfinite(self.request).any())
 
 
+class TraceRow(NamedTuple):
+    """The few fields of one finished job that ``prepare`` keeps (a tuple: training holds a million)."""
+
+    submit: float
+    end: float  # when its outcome became known
+    used: float  # usage_of's amount (a lower bound when ``ran_out``)
+    request: float | None
+    ran_out: bool  # ran out or ran to its request: needed at least the request
+    cores: int
+    keys: tuple  # ``key_fields``: what the History groups it by, recomputed into keys when read
+    partition: str | None
+    began: float  # its start (its submission where the trace has none)
+
+
 def prepare(records: Iterable[JobRecord], resource: str = "time", limit: int | None = None,
             keep_templates: bool = False) -> Prepared:
     """Arrays and submission-time features of a trace's finished jobs, oldest first.
@@ -106,7 +121,7 @@ def prepare(records: Iterable[JobRecord], resource: str = "time", limit: int | N
     """
     if resource not in ("time", "mem"):
         raise ReplayError(f"unknown resource {resource!r}: use time or mem")
-    rows: list[tuple] = []
+    rows: list[TraceRow] = []
     skipped = {"no usage": 0, "no submit time": 0, "no request": 0, "not finished": 0}
     source = ""
     n_req = n_same = 0
@@ -133,7 +148,7 @@ def prepare(records: Iterable[JobRecord], resource: str = "time", limit: int | N
             end = began + (r.used_time_s or 0.0)
         cores = r.req_cpus or r.alloc_cpus or 1
         # keep a few fields, not the record: training holds a million of these
-        rows.append((r.submit_time, end, used, req, cens, cores, key_fields(r, resource), r.partition, began))
+        rows.append(TraceRow(r.submit_time, end, used, req, cens, cores, key_fields(r, resource), r.partition, began))
     if not rows:
         raise ReplayError(f"trace has no finished jobs with {resource} usage")
     if resource == "mem" and n_req and n_same > 0.9 * n_req:
@@ -144,20 +159,20 @@ def prepare(records: Iterable[JobRecord], resource: str = "time", limit: int | N
     absolute = with_req < 0.5  # e.g. METACENTRUM: no requests at all → absolute sizes
     if not absolute:
         before = len(rows)
-        rows = [row for row in rows if row[3] is not None and row[3] > 0]
+        rows = [row for row in rows if row.request is not None and row.request > 0]
         skipped["no request"] += before - len(rows)
-    rows.sort(key=lambda row: row[0])
+    rows.sort(key=lambda row: row.submit)
     if limit:
         rows = rows[:limit]
     n = len(rows)
 
-    submit = np.array([row[0] for row in rows], float)
-    end = np.array([max(row[1], row[0]) for row in rows], float)
-    start = np.clip(np.array([row[8] for row in rows], float), submit, end)
-    need = np.array([row[2] for row in rows], float)
-    request = np.array([row[3] if (row[3] and not absolute) else np.nan for row in rows], float)
-    cens = np.array([row[4] for row in rows], bool)
-    weight = np.array([row[5] if resource == "time" else 1.0 for row in rows], float)
+    submit = np.array([row.submit for row in rows], float)
+    end = np.array([max(row.end, row.submit) for row in rows], float)
+    start = np.clip(np.array([row.began for row in rows], float), submit, end)
+    need = np.array([row.used for row in rows], float)
+    request = np.array([row.request if (row.request and not absolute) else np.nan for row in rows], float)
+    cens = np.array([row.ran_out for row in rows], bool)
+    weight = np.array([row.cores if resource == "time" else 1.0 for row in rows], float)
     relative = not absolute
     ref = np.where(np.isfinite(request), request, 1.0)
     # relative targets live in [-15, 3]; absolute ones (no requests) are log MiB/seconds
@@ -172,8 +187,8 @@ def prepare(records: Iterable[JobRecord], resource: str = "time", limit: int | N
     finish: list[int] = []
     heap: list[tuple[float, int]] = []
     pop, push = heapq.heappop, heapq.heappush
-    own = [row[3] for row in rows]
-    parts = [row[7] or "?" for row in rows]
+    own = [row.request for row in rows]
+    parts = [row.partition or "?" for row in rows]
     # traces carry no partition limits: the largest use seen so far in the
     # partition stands in for "node memory" / MaxTime where there is no request
     part_max: dict[str, float] = {}
@@ -182,7 +197,7 @@ def prepare(records: Iterable[JobRecord], resource: str = "time", limit: int | N
         t = submit[i]
         while heap and heap[0][0] <= t:
             _, j = pop(heap)
-            kj = keys_from_fields(rows[j][6], relative)  # recomputed: cheaper than holding a million
+            kj = keys_from_fields(rows[j].keys, relative)  # recomputed: cheaper than holding a million
             hist.add(kj, need[j], own[j], bool(cens[j]), end[j])
             hist.finished(kj)
             finish.append(j)
@@ -191,7 +206,7 @@ def prepare(records: Iterable[JobRecord], resource: str = "time", limit: int | N
         if absolute:
             limit[i] = part_max.get(parts[i], np.nan)
         known_at[i] = len(finish)
-        k = keys_from_fields(rows[i][6], relative)
+        k = keys_from_fields(rows[i].keys, relative)
         n_hist[i] = hist.count(k, "s")
         X[i] = hist.features(k, t)
         hist.submitted(k, t)
@@ -199,13 +214,13 @@ def prepare(records: Iterable[JobRecord], resource: str = "time", limit: int | N
     while heap:
         finish.append(pop(heap)[1])
     lp = X[:, COL["log_pending"]]
-    groups = np.array([conformal_group(row[7], float(lp[i])) for i, row in enumerate(rows)], dtype=object)
+    groups = np.array([conformal_group(row.partition, float(lp[i])) for i, row in enumerate(rows)], dtype=object)
     return Prepared(
         resource=resource, source=source, submit=submit, need=need, request=request,
         censored=cens, weight=weight, n_hist=n_hist, X=X, y=y, groups=groups,
         known_at=known_at, finish_seq=np.array(finish, np.int64), skipped=skipped,
         limit=limit if absolute else None,
-        template=np.array([keys_from_fields(row[6], relative).req for row in rows], dtype=object)
+        template=np.array([keys_from_fields(row.keys, relative).req for row in rows], dtype=object)
         if keep_templates else None,
         start=start, end=end,
     )
