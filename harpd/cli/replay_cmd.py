@@ -10,10 +10,17 @@ scripts.  Progress goes to stderr so stdout stays machine-readable.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import math
 import sys
 import time
+from typing import TYPE_CHECKING
+
+from harpd.cli.replay_report import ReplayReport, finite_or_none
+
+if TYPE_CHECKING:
+    from harpd.predict.metric import ModelMetrics
 
 NAME = "replay"
 HELP = ("what harp would have saved and cost on a past trace (SWF, sacct export or Nextflow trace), against the "
@@ -146,14 +153,13 @@ def run(args: argparse.Namespace) -> int:
     if queue is not None:
         from harpd.cli.replay_verdict import queue_lines
 
-        report["queue"] = queue
         # the queue is the outcome, the over-reservation its proxy: its verdict is read first
         words = queue_lines(queue, getattr(res, "limits", "hard"))
-        report["verdict"] = {**report["verdict"], "queue": words, "text": words + report["verdict"]["text"]}
+        report = dataclasses.replace(report, queue=queue, verdict=report.verdict.with_queue(words))
     if workflow is not None:
-        report["workflow"] = workflow
+        report = dataclasses.replace(report, workflow=workflow)
     if args.format == "json":
-        json.dump(report, sys.stdout, indent=1)
+        json.dump(report.to_dict(), sys.stdout, indent=1)
         sys.stdout.write("\n")
     else:
         sys.stdout.write(render_table(report))
@@ -248,8 +254,6 @@ def _machine_size(args: argparse.Namespace) -> int | None:
 
 def _schedule(args, prep, cfg, res, procs: int, say) -> dict:
     """Replay the missing limit mode if needed, simulate every policy, save the figures for `harp report`."""
-    import dataclasses
-
     from harpd.predict.queue import MODEL, QueueError, schedule
     from harpd.predict.replay import run as replay_run
     from harpd.simulate.progress import TextBar
@@ -340,11 +344,13 @@ def render_queue(q: dict) -> str:
     return "\n".join(out) + "\n"
 
 
-def check_soft_targets(h: dict, budget: float) -> dict[str, dict]:
+def check_soft_targets(h: ModelMetrics, budget: float) -> dict[str, dict]:
     """The soft-limit targets of issue 16, on harp's row."""
-    ov, co, ext = h.get("over_vs_request"), h.get("consumed_vs_request"), h.get("extended_share")
+    ov, co = finite_or_none(h.over_vs_request), finite_or_none(h.consumed_vs_request)
+    ext = finite_or_none(h.extended_share)
+    kills = finite_or_none(h.harp_kills)
     return {
-        "harp_kills": {"value": h.get("harp_kills"), "target": "== 0", "pass": h.get("harp_kills") == 0},
+        "harp_kills": {"value": kills, "target": "== 0", "pass": kills == 0},
         "consumed_vs_users": {"value": co, "target": "<= 1.00", "pass": co is not None and co <= 1.0 + 1e-9},
         "final_over_reservation_vs_users": {"value": ov, "target": "<= 0.8 on every trace (0.5 on the median)",
                                             "pass": ov is not None and ov <= 0.8},
@@ -353,18 +359,18 @@ def check_soft_targets(h: dict, budget: float) -> dict[str, dict]:
     }
 
 
-def check_targets(rows: dict[str, dict], alpha: float, relative: bool, limits: str = "hard",
+def check_targets(h: ModelMetrics | None, alpha: float, relative: bool, limits: str = "hard",
                   budget: float = 0.10) -> dict[str, dict]:
-    """harp's accuracy targets, checked on its row (the users' row is the reference)."""
-    h = rows.get("harp")
+    """harp's accuracy targets, checked on its row ``h`` (the users' row is the reference)."""
     if h is None:
         return {}
     if limits == "soft":
         return check_soft_targets(h, budget)
-    out = {"under_rate": {"value": h["under_rate"], "target": f"<= {alpha:g}", "pass": h["under_rate"] <= alpha}}
+    under = finite_or_none(h.under_rate)
+    out = {"under_rate": {"value": under, "target": f"<= {alpha:g}", "pass": under <= alpha}}
     if relative:
-        ov = h.get("over_vs_request")
-        co = h.get("consumed_vs_request")
+        ov = finite_or_none(h.over_vs_request)
+        co = finite_or_none(h.consumed_vs_request)
         out["over_reservation_vs_users"] = {"value": ov, "target": "<= 1 (never more than the users')",
                                             "pass": ov is not None and ov <= 1.0}
         out["over_reservation_halved"] = {"value": ov, "target": "<= 0.5 on the median trace",
@@ -374,36 +380,35 @@ def check_targets(rows: dict[str, dict], alpha: float, relative: bool, limits: s
     return out
 
 
-def build_report(res, trace: str, alpha: float, seconds: float) -> dict:
+def build_report(res, trace: str, alpha: float, seconds: float) -> ReplayReport:
     from harpd.cli.replay_verdict import verdict
 
     prep = res.prepared
-    rows = {m.model: m.to_dict() for m in res.metrics}
+    rows = {m.model: m for m in res.metrics}
     unit = ("core-hours", 3600.0) if prep.resource == "time" else ("GiB", 1024.0)
     limits = getattr(res, "limits", "hard")
     policy = getattr(res, "soft", None)
     budget = policy.extension_budget if policy is not None else 0.10
-    report = {
-        "trace": str(trace),
-        "source": prep.source,
-        "resource": prep.resource,
-        "relative": prep.has_requests,
-        "jobs": prep.n,
-        "skipped": {k: v for k, v in prep.skipped.items() if v},
-        "retrains": res.retrains,
-        "seconds": round(seconds, 2),
-        "alpha": alpha,
-        "weight": "cores" if prep.resource == "time" else "none",
-        "unit": unit[0],
-        "unit_scale": unit[1],
-        "models": list(rows.values()),
-        "targets": check_targets(rows, alpha, prep.has_requests, limits, budget),
-        "notes": res.notes,
-        "limits": limits,
-        "soft_policy": policy.explain() if (policy is not None and limits == "soft") else None,
-    }
-    report["verdict"] = verdict(report)
-    return report
+    report = ReplayReport(
+        trace=str(trace),
+        source=prep.source,
+        resource=prep.resource,
+        relative=prep.has_requests,
+        jobs=prep.n,
+        skipped={k: v for k, v in prep.skipped.items() if v},
+        retrains=res.retrains,
+        seconds=round(seconds, 2),
+        alpha=alpha,
+        weight="cores" if prep.resource == "time" else "none",
+        unit=unit[0],
+        unit_scale=unit[1],
+        models=tuple(rows.values()),
+        targets=check_targets(rows.get("harp"), alpha, prep.has_requests, limits, budget),
+        notes=res.notes,
+        limits=limits,
+        soft_policy=policy.explain() if (policy is not None and limits == "soft") else None,
+    )
+    return dataclasses.replace(report, verdict=verdict(report))
 
 
 def _f(v, fmt: str) -> str:
@@ -412,47 +417,47 @@ def _f(v, fmt: str) -> str:
     return format(v, fmt)
 
 
-def _soft_lines(rep: dict) -> list[list[str]]:
+def _soft_lines(rep: ReplayReport) -> list[list[str]]:
     """The table under soft limits: extensions instead of kills, the final limit's over-reservation."""
-    scale = rep["unit_scale"]
-    lines = [["model", "jobs", "changed", "extended", "ext/job", "harp kills", f"over-res {rep['unit']}",
+    scale = rep.unit_scale
+    lines = [["model", "jobs", "changed", "extended", "ext/job", "harp kills", f"over-res {rep.unit}",
               "over-res vs users", "planned wrongly", "planned wrongly vs users", "consumed vs users", "score"]]
-    for m in rep["models"]:
-        name = "users' requests" if m["model"] == "request" else m["model"]
+    for m in rep.models:
+        name = "users' requests" if m.model == "request" else m.model
         lines.append([
-            name, str(m["jobs"]), _f(m["changed"], ".1%"), _f(m["extended_share"], ".1%"),
-            _f(m["extensions_per_job"], ".2f"), str(m["harp_kills"]), _f(m["over_reservation"] / scale, ",.0f"),
-            _f(m["over_vs_request"], ".3f"), _f(m["planned_wrongly"], ".3f"),
-            _f(m["planned_wrongly_vs_request"], ".3f"), _f(m["consumed_vs_request"], ".3f"), _f(m["score"], ".3f"),
+            name, str(m.jobs), _f(m.changed, ".1%"), _f(m.extended_share, ".1%"),
+            _f(m.extensions_per_job, ".2f"), str(m.harp_kills), _f(m.over_reservation / scale, ",.0f"),
+            _f(m.over_vs_request, ".3f"), _f(m.planned_wrongly, ".3f"),
+            _f(m.planned_wrongly_vs_request, ".3f"), _f(m.consumed_vs_request, ".3f"), _f(m.score, ".3f"),
         ])
     return lines
 
 
-def render_table(rep: dict) -> str:
-    scale = rep["unit_scale"]
-    soft = rep.get("limits") == "soft"
-    head = ["model", "jobs", "changed", "under", "lost", "resv/used", f"over-res {rep['unit']}",
+def render_table(rep: ReplayReport) -> str:
+    scale = rep.unit_scale
+    soft = rep.limits == "soft"
+    head = ["model", "jobs", "changed", "under", "lost", "resv/used", f"over-res {rep.unit}",
             "over-res vs users", "consumed/used", "consumed vs users", "score"]
     lines = [head]
-    for m in ([] if soft else rep["models"]):
-        name = "users' requests" if m["model"] == "request" else m["model"]
+    for m in ([] if soft else rep.models):
+        name = "users' requests" if m.model == "request" else m.model
         lines.append([
-            name, str(m["jobs"]), _f(m["changed"], ".1%"), _f(m["under_rate"], ".2%"), str(m["lost"]),
-            _f(m["reserved_over_used"], ".3f"), _f(m["over_reservation"] / scale, ",.0f"),
-            _f(m["over_vs_request"], ".3f"), _f(m["consumed_over_used"], ".3f"),
-            _f(m["consumed_vs_request"], ".3f"), _f(m["score"], ".3f"),
+            name, str(m.jobs), _f(m.changed, ".1%"), _f(m.under_rate, ".2%"), str(m.lost),
+            _f(m.reserved_over_used, ".3f"), _f(m.over_reservation / scale, ",.0f"),
+            _f(m.over_vs_request, ".3f"), _f(m.consumed_over_used, ".3f"),
+            _f(m.consumed_vs_request, ".3f"), _f(m.score, ".3f"),
         ])
     if soft:
         lines = _soft_lines(rep)
         head = lines[0]
     widths = [max(len(r[i]) for r in lines) for i in range(len(head))]
-    out = [f"{rep['source']}: {rep['jobs']} jobs, resource {rep['resource']}, {rep['retrains']} retrains, "
-           f"{rep['seconds']:.0f}s, {rep.get('limits', 'hard')} limits"
-           + (f" (skipped: {rep['skipped']})" if rep["skipped"] else "")]
-    out += rep["verdict"]["text"] if rep.get("verdict") else []
+    out = [f"{rep.source}: {rep.jobs} jobs, resource {rep.resource}, {rep.retrains} retrains, "
+           f"{rep.seconds:.0f}s, {rep.limits} limits"
+           + (f" (skipped: {rep.skipped})" if rep.skipped else "")]
+    out += list(rep.verdict.text) if rep.verdict is not None else []
     out.append("")
-    if soft and rep.get("soft_policy"):
-        out.append("soft policy: " + ", ".join(f"{k} {v}" for k, v in rep["soft_policy"].items() if k != "limits"))
+    if soft and rep.soft_policy:
+        out.append("soft policy: " + ", ".join(f"{k} {v}" for k, v in rep.soft_policy.items() if k != "limits"))
     for k, r in enumerate(lines):
         out.append("  ".join(c.ljust(widths[i]) if i == 0 else c.rjust(widths[i]) for i, c in enumerate(r)))
         if k == 0:

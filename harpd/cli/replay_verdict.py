@@ -16,8 +16,11 @@ user's lost afternoon, a held core-hour is only a planning loss.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from typing import Any
+
+from harpd.cli.replay_report import ReplayReport, Verdict
 
 MODEL = "harp"
 USERS = "request"
@@ -29,49 +32,44 @@ def _num(v: Any) -> float | None:
     return float(v) if isinstance(v, (int, float)) and math.isfinite(v) else None
 
 
-def verdict(rep: dict[str, Any]) -> dict[str, Any]:
-    """The verdict of a `build_report` dict: figures, who is better, and the lines to print."""
-    rows = {m["model"]: m for m in rep["models"]}
-    h, u = rows.get(MODEL), rows.get(USERS)
-    if not rep["relative"]:
-        return _none("this trace has no users' requests to compare harp with")
+def verdict(rep: ReplayReport) -> Verdict:
+    """The verdict of a replay's report: figures, who is better, and the lines to print."""
+    h, u = rep.row(MODEL), rep.row(USERS)
+    if not rep.relative:
+        return Verdict.none("this trace has no users' requests to compare harp with")
     if h is None or u is None:
-        return _none(f"add {MODEL} and {USERS} to --models to compare harp with the users' own requests")
-    scale, unit = rep["unit_scale"], rep["unit"]
-    soft = rep.get("limits") == "soft"
-    saved = (u["over_reservation"] - h["over_reservation"]) / scale
-    ov = _num(h.get("over_vs_request"))
-    co = _num(h.get("consumed_vs_request"))
-    consumed_u = (u["consumed_over_used"] or 0.0) * (u.get("used_total") or 0.0)
-    consumed_h = (h["consumed_over_used"] or 0.0) * (h.get("used_total") or 0.0)
+        return Verdict.none(f"add {MODEL} and {USERS} to --models to compare harp with the users' own requests")
+    scale, unit = rep.unit_scale, rep.unit
+    soft = rep.limits == "soft"
+    saved = (u.over_reservation - h.over_reservation) / scale
+    ov = _num(h.over_vs_request)
+    co = _num(h.consumed_vs_request)
+    consumed_u = (_num(u.consumed_over_used) or 0.0) * (_num(u.used_total) or 0.0)
+    consumed_h = (_num(h.consumed_over_used) or 0.0) * (_num(h.used_total) or 0.0)
     extra = (consumed_h - consumed_u) / scale
-    hs, us = _num(h.get("score")), _num(u.get("score"))
+    hs, us = _num(h.score), _num(u.score)
     better, margin = _compare(hs, us)
-    out: dict[str, Any] = {
-        "model": MODEL,
-        "limits": rep.get("limits", "hard"),
-        "unit": unit,
-        "reserved_saved": saved,
-        "reserved_saved_share": None if ov is None else 1.0 - ov,
-        "over_reservation_vs_users": ov,
-        "consumed_vs_users": co,
-        "consumed_extra": extra,
-        "killed_jobs": int(h["killed_jobs"]),
-        "killed": h["killed"] / scale,
-        "lost": int(h.get("lost") or 0),
-        "extended_jobs": (round((h.get("extended_share") or 0.0) * h["jobs"]) if soft else None),
-        "missed_share": h["under_rate"],
-        "score": hs,
-        "users_score": us,
-        "better": better,
-        "margin": margin,
-    }
-    out["text"] = _lines(out, rep)
-    return out
-
-
-def _none(why: str) -> dict[str, Any]:
-    return {"better": None, "text": [f"no verdict: {why}"]}
+    v = Verdict(
+        better=better,
+        text=(),
+        model=MODEL,
+        limits=rep.limits,
+        unit=unit,
+        reserved_saved=saved,
+        reserved_saved_share=None if ov is None else 1.0 - ov,
+        over_reservation_vs_users=ov,
+        consumed_vs_users=co,
+        consumed_extra=extra,
+        killed_jobs=int(h.killed_jobs),
+        killed=h.killed / scale,
+        lost=int(h.lost or 0),
+        extended_jobs=(round((_num(h.extended_share) or 0.0) * h.jobs) if soft else None),
+        missed_share=_num(h.under_rate),
+        score=hs,
+        users_score=us,
+        margin=margin,
+    )
+    return dataclasses.replace(v, text=tuple(_lines(v, rep)))
 
 
 def _compare(hs: float | None, us: float | None) -> tuple[str | None, str | None]:
@@ -91,44 +89,44 @@ def _share(v: float | None) -> str:
     return "-" if v is None else f"{abs(v):.1%}"
 
 
-def _lines(v: dict[str, Any], rep: dict[str, Any]) -> list[str]:
-    unit, jobs = v["unit"], rep["jobs"]
-    word = {"slightly": "slightly ", "clearly": ""}.get(v["margin"] or "", "")
-    saved, share = v["reserved_saved"], v["reserved_saved_share"]
-    if v["better"] == "harp":
+def _lines(v: Verdict, rep: ReplayReport) -> list[str]:
+    unit, jobs = v.unit, rep.jobs
+    word = {"slightly": "slightly ", "clearly": ""}.get(v.margin or "", "")
+    saved, share = v.reserved_saved, v.reserved_saved_share
+    if v.better == "harp":
         head = f"verdict: harp would have been {word}better than the users' own requests on this trace"
-    elif v["better"] == "users":
+    elif v.better == "users":
         head = f"verdict: the users' own requests would have been {word}better than harp on this trace"
         if saved > 0:
             head += ": what harp saves does not pay for the jobs it kills"
-    elif v["better"] == "same":
+    elif v.better == "same":
         head = "verdict: harp and the users' own requests come out the same on this trace"
     else:
         head = "verdict: none (no score to compare on this trace)"
     lines = [head + "."]
-    held = "final limits" if v["limits"] == "soft" else "limits"
+    held = "final limits" if v.limits == "soft" else "limits"
     lines.append(f"  reserved: harp's {held} hold {_amount(saved, unit)} ({_share(share)}) "
                  f"{'less' if saved >= 0 else 'MORE'} beyond use than the users' requests")
-    if v["limits"] == "soft":
-        ext = v["extended_jobs"] or 0
-        budget = (rep.get("soft_policy") or {}).get("extension_budget")
+    if v.limits == "soft":
+        ext = v.extended_jobs or 0
+        budget = (rep.soft_policy or {}).get("extension_budget")
         allowed = f" (allowed {budget:.0%}: predict.soft_extension_budget)" if budget is not None else ""
         lines.append(f"  extended: {ext:,} jobs ({ext / jobs if jobs else 0:.1%}) extended while running{allowed}; "
-                     f"{v['killed_jobs']:,} killed below their own request")
+                     f"{v.killed_jobs:,} killed below their own request")
     else:
-        k = v["killed_jobs"]
+        k = v.killed_jobs
         line = (f"  killed:   {k:,} jobs ({k / jobs if jobs else 0:.1%}) killed below their need and run again, "
-                f"burning {_amount(v['killed'], unit)}")
-        if v["lost"]:
-            line += f"; {v['lost']:,} run out of attempts (resubmitted by hand)"
+                f"burning {_amount(v.killed, unit)}")
+        if v.lost:
+            line += f"; {v.lost:,} run out of attempts (resubmitted by hand)"
         lines.append(line)
-    co = v["consumed_vs_users"]
+    co = v.consumed_vs_users
     if co is not None:
-        more = "more" if v["consumed_extra"] >= 0 else "less"
-        lines.append(f"  consumed: {co:.3f} x the users' ({_amount(v['consumed_extra'], unit)} {more})")
-    if v["limits"] != "soft":
-        lines.append(f"  missed:   {v['missed_share']:.1%} of the jobs that fit their request ran out at harp's first "
-                     f"limit (allowed {rep['alpha']:.0%}: predict.alpha_{rep['resource']})")
+        more = "more" if v.consumed_extra >= 0 else "less"
+        lines.append(f"  consumed: {co:.3f} x the users' ({_amount(v.consumed_extra, unit)} {more})")
+    if v.limits != "soft":
+        lines.append(f"  missed:   {v.missed_share:.1%} of the jobs that fit their request ran out at harp's first "
+                     f"limit (allowed {rep.alpha:.0%}: predict.alpha_{rep.resource})")
     return lines
 
 

@@ -1,0 +1,152 @@
+"""The records `harp replay` builds its answer from: the report and its verdict.
+
+The figures stay typed (``ModelMetrics`` per model, ``Verdict``) from the
+replay to the renderer, so the verdict and the table read attributes, not
+string keys that a rename would silently turn into ``None``.  ``to_dict``
+is the one edge where they become the dict ``--format json`` prints (the
+keys and their order are what scripts and benches read).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # annotations only: `harp --help` does not load numpy
+    from harpd.predict.metric import ModelMetrics
+
+
+def finite_or_none(v: Any) -> Any:
+    """JSON has no NaN: a non-finite float is printed as null, as ``ModelMetrics.to_dict`` does."""
+    return None if isinstance(v, float) and not math.isfinite(v) else v
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """Would harp have beaten the users' own requests, the figures behind it, and the lines to print.
+
+    ``better`` is None with only ``text`` set when there is nothing to
+    compare (no requests in the trace, or harp or the users' row missing).
+    ``queue``: the queue's verdict lines, read first, when the queue was
+    simulated (``--schedule``).
+    """
+
+    better: str | None
+    text: tuple[str, ...]
+    figures: bool = True  # False: no verdict, only the line that says why
+    model: str = ""
+    limits: str = "hard"
+    unit: str = ""
+    reserved_saved: float = 0.0
+    reserved_saved_share: float | None = None
+    over_reservation_vs_users: float | None = None
+    consumed_vs_users: float | None = None
+    consumed_extra: float = 0.0
+    killed_jobs: int = 0
+    killed: float = 0.0
+    lost: int = 0
+    extended_jobs: int | None = None
+    missed_share: float | None = None
+    score: float | None = None
+    users_score: float | None = None
+    margin: str | None = None
+    queue: tuple[str, ...] | None = None
+
+    @classmethod
+    def none(cls, why: str) -> "Verdict":
+        return cls(better=None, text=(f"no verdict: {why}",), figures=False)
+
+    def with_queue(self, words: list[str]) -> "Verdict":
+        """The queue's verdict put first: the queue is the outcome, the over-reservation its proxy."""
+        return replace(self, queue=tuple(words), text=tuple(words) + self.text)
+
+    def to_dict(self) -> dict[str, Any]:
+        if not self.figures:
+            out: dict[str, Any] = {"better": self.better, "text": list(self.text)}
+        else:
+            out = {
+                "model": self.model,
+                "limits": self.limits,
+                "unit": self.unit,
+                "reserved_saved": self.reserved_saved,
+                "reserved_saved_share": self.reserved_saved_share,
+                "over_reservation_vs_users": self.over_reservation_vs_users,
+                "consumed_vs_users": self.consumed_vs_users,
+                "consumed_extra": self.consumed_extra,
+                "killed_jobs": self.killed_jobs,
+                "killed": self.killed,
+                "lost": self.lost,
+                "extended_jobs": self.extended_jobs,
+                "missed_share": self.missed_share,
+                "score": self.score,
+                "users_score": self.users_score,
+                "better": self.better,
+                "margin": self.margin,
+                "text": list(self.text),
+            }
+        if self.queue is not None:
+            out["queue"] = list(self.queue)
+        return {k: finite_or_none(v) for k, v in out.items()}
+
+
+@dataclass(frozen=True)
+class ReplayReport:
+    """One replay of a trace: its run, one ``ModelMetrics`` per model, the targets and the verdict."""
+
+    trace: str
+    source: str
+    resource: str
+    relative: bool  # the trace has the users' requests to compare with
+    jobs: int
+    skipped: dict[str, int]
+    retrains: int
+    seconds: float
+    alpha: float
+    weight: str
+    unit: str
+    unit_scale: float
+    models: tuple[ModelMetrics, ...]
+    targets: dict[str, dict[str, Any]]
+    notes: list[str]
+    limits: str
+    soft_policy: dict[str, Any] | None
+    verdict: Verdict | None = None
+    queue: dict[str, Any] | None = None  # --schedule's figures (harpd.predict.queue)
+    workflow: dict[str, Any] | None = field(default=None)  # a Nextflow trace's Sizey wastage
+
+    def row(self, model: str) -> ModelMetrics | None:
+        """The metrics of ``model`` (the last row of that name, as a dict by name keeps it)."""
+        found = None
+        for m in self.models:
+            if m.model == model:
+                found = m
+        return found
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "trace": self.trace,
+            "source": self.source,
+            "resource": self.resource,
+            "relative": self.relative,
+            "jobs": self.jobs,
+            "skipped": self.skipped,
+            "retrains": self.retrains,
+            "seconds": self.seconds,
+            "alpha": self.alpha,
+            "weight": self.weight,
+            "unit": self.unit,
+            "unit_scale": self.unit_scale,
+            "models": [m.to_dict() for m in self.models],
+            "targets": self.targets,
+            "notes": self.notes,
+            "limits": self.limits,
+            "soft_policy": self.soft_policy,
+        }
+        if self.verdict is not None:
+            out["verdict"] = self.verdict.to_dict()
+        if self.queue is not None:
+            out["queue"] = self.queue
+        if self.workflow is not None:
+            out["workflow"] = self.workflow
+        return out
