@@ -148,7 +148,7 @@ def run(args: argparse.Namespace) -> int:
 
         report["queue"] = queue
         # the queue is the outcome, the over-reservation its proxy: its verdict is read first
-        words = queue_lines(queue, getattr(res, "limits", "hard"))
+        words = queue_lines(queue, res.limits)
         report["verdict"] = {**report["verdict"], "queue": words, "text": words + report["verdict"]["text"]}
     if workflow is not None:
         report["workflow"] = workflow
@@ -255,7 +255,7 @@ def _schedule(args, prep, cfg, res, procs: int, say) -> dict:
     from harpd.simulate.progress import TextBar
 
     notes: list[str] = []
-    got = {getattr(res, "limits", "hard"): res}
+    got = {res.limits: res}
     soft_ok = "limits" in {f.name for f in dataclasses.fields(cfg)}
     if MODEL not in res.alloc:
         notes.append(f"no {MODEL} rows: add {MODEL} to --models")
@@ -380,8 +380,8 @@ def build_report(res, trace: str, alpha: float, seconds: float) -> dict:
     prep = res.prepared
     rows = {m.model: m.to_dict() for m in res.metrics}
     unit = ("core-hours", 3600.0) if prep.resource == "time" else ("GiB", 1024.0)
-    limits = getattr(res, "limits", "hard")
-    policy = getattr(res, "soft", None)
+    limits = res.limits
+    policy = res.soft
     budget = policy.extension_budget if policy is not None else 0.10
     report = {
         "trace": str(trace),

@@ -144,7 +144,7 @@ class Recovery:
         ingestor = ingest_service.ingestor
         self._watch = ingestor.watch
         self._attached.set()
-        scheduler = getattr(ingest_service, "scheduler", None)
+        scheduler = ingest_service.scheduler
         if scheduler is not None:
             scheduler.add_job(
                 self.tick,
