@@ -217,7 +217,7 @@ def paths_arg(text: str) -> list[str]:
 
 
 def start_load(n: int, niceness: int) -> list[subprocess.Popen]:
-    """``n`` busy processes (``yes > /dev/null``), as the issue's loaded machine had: at the
+    """``n`` busy processes (``yes > /dev/null``), a loaded machine's: at the
     ordinary niceness 0, not the measured commands' (``niceness``, which they would inherit)."""
     yes = shutil.which("yes")
     if n and yes is None:

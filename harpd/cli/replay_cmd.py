@@ -343,7 +343,7 @@ def render_queue(q: dict) -> str:
 
 
 def check_soft_targets(h: dict, budget: float) -> dict[str, dict]:
-    """The soft-limit targets of issue 16, on harp's row."""
+    """The soft-limit targets (docs/metrics.md, "Soft limits"), on harp's row."""
     ov, co, ext = h.get("over_vs_request"), h.get("consumed_vs_request"), h.get("extended_share")
     return {
         "harp_kills": {"value": h.get("harp_kills"), "target": "== 0", "pass": h.get("harp_kills") == 0},

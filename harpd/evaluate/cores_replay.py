@@ -73,7 +73,7 @@ def _usable(rec: JobRecord) -> bool:
 def replay_cores(records: Iterable[JobRecord], alpha: float, settings=None) -> CoresReplay:
     """Walk ``records`` in submission order; a run joins its signature's history once it has ended.
 
-    The cores given are harpd's own decision (one decision path, issue 27): a
+    The cores given are harpd's own decision (one decision path): a
     history-only live predictor is handed each run that has ended (``learn``,
     as the ingest poller does) and asked ``decide`` for each job at its
     submission, with ``predict.alpha_cpus`` = ``alpha``: the same rule, the

@@ -1,4 +1,4 @@
-"""Cores for single-task jobs: what a signature's history shows its runs use (issue 20 part 3).
+"""Cores for single-task jobs: what a signature's history shows its runs use.
 
 A run's cores used are its CPU time over its elapsed time (sacct's
 TotalCPU / Elapsed; Nextflow's ``%cpu`` x realtime / realtime).  harp gives

@@ -17,7 +17,7 @@ Three passes keep 200k jobs inside a few minutes on one core:
 3. the conformal model's online part (ACI, sliding residual windows) and the
    guard rails walk the jobs again, feeding back each job as it finishes.
 
-``limits="soft"`` (issue 16) replays a privileged harpd that extends jobs
+``limits="soft"`` replays a privileged harpd that extends jobs
 instead of letting Slurm kill them: harp's limits are decided again at each
 job's start and scored by ``metric.evaluate_soft`` (``harpd.predict.soft``).
 """
@@ -56,7 +56,7 @@ class ReplayConfig:
     evaluate_from: int = 0  # metrics over jobs from this submission index on
     bounds: bool = False  # add the reference rows of harpd.predict.bounds (needs keep_templates)
     # "hard": harp's limit is Slurm's kill time (today's daemon); "soft": harpd
-    # extends a job before its limit, up to the user's request (issue 16):
+    # extends a job before its limit, up to the user's request:
     # ``ReplayResult.alloc[name]`` is then the limit the scheduler sees when the
     # job STARTS (NaN = the user's request stands), raised by the escalation rule
     limits: str = "hard"

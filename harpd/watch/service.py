@@ -2,8 +2,8 @@
 
 Runs on the ingest poller's scheduler (one thread pool, one place that
 stops), every ``watch.interval_s``, only when harpd may change other users'
-jobs and soft limits are on: otherwise nothing here runs and harpd behaves
-as before (harp's limit is the kill time; recovery resubmits).
+jobs and soft limits are on: otherwise nothing here runs and harp's limit
+is the kill time (recovery resubmits what ran out).
 """
 
 from __future__ import annotations

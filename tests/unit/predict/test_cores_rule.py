@@ -1,4 +1,4 @@
-"""Cores for single-task jobs (issue 20 part 3): the rule, the live decision, the replay figures."""
+"""Cores for single-task jobs: the rule, the live decision, the replay figures."""
 
 from __future__ import annotations
 

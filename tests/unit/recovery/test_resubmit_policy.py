@@ -148,7 +148,7 @@ def test_argv_that_does_not_parse():
 
 
 def test_request_factor_caps_recovery_at_or_above_the_users_request():
-    # the job: --time=3, harp's cut ran out at the user's own 3 min
+    # a job of --time=3 whose harp cut ran out at the user's own 3 min
     unset = nl(Outcome.TIMEOUT, 2, {"time_s": 180, "mem_mb": 100}, {"time_s": 180, "mem_mb": 100})
     assert unset.limits["time_s"] == 360  # default: doubling past the request, up to the partition
     at = nl(Outcome.TIMEOUT, 2, {"time_s": 180, "mem_mb": 100}, {"time_s": 180, "mem_mb": 100}, request_factor=1.0)
