@@ -115,9 +115,9 @@ class SealedFakeHarpd:
                 conn, _ = self.listener.accept()
             except OSError:
                 return
-            threading.Thread(target=self._one, args=(conn,), daemon=True).start()
+            threading.Thread(target=self._answer_one_connection, args=(conn,), daemon=True).start()
 
-    def _one(self, conn) -> None:
+    def _answer_one_connection(self, conn) -> None:
         from harp_submit import sealed
         from submit_fakes import _line
 
