@@ -15,7 +15,7 @@ Start order is chosen so that every admin mistake shows up at start, as one
 3. the live predictor (champion models and the live history), wrapped by the
    DNN router that plans GPUs for ``#HARP dnn`` jobs;
 4. the socket operations, with the live predictor's retrain and reload and
-   the trace importer as admin actions;
+   the trace importer as admin actions, and its soft-policy state for health;
 5. the adopter (on the poller's scheduler: registers jobs that carry a
    decision's token but whose registration message was lost) and the sacct poller, which stores each job's outcome and then hands it to
    its listeners: recovery (resubmits what ran out), the watcher (re-sizes
@@ -23,7 +23,8 @@ Start order is chosen so that every admin mistake shows up at start, as one
    once, in the background, when the store has history but no model);
 6. the watcher (``harpd.watch``), only when harpd may change other users'
    jobs (``privilege.detect``, decided once at start, shown in ``health``):
-   it extends running jobs before harp's limit and re-sizes pending ones.  The live history is not a listener: the predictor
+   it extends running jobs before harp's limit, re-sizes pending ones and feeds
+   the live predictor's soft-policy state.  The live history is not a listener: the predictor
    reads the stored outcomes back itself (``ModelPredictor.refresh``, off the
    request path).
 
