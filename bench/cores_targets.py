@@ -1,11 +1,11 @@
-"""harp's cores for single-task jobs against the users' requests (issue 20 part 3), on the shared nf-core traces.
+"""harp's cores for single-task jobs against the users' requests, on the shared nf-core traces.
 
 For nf-core chipseq and rnaseq (Nextflow traces with ``cpus`` and ``%cpu``,
 in ``workflows/`` of the traces folder), replayed in submission order
 (``harpd.evaluate.cores_replay``): core-hours reserved by the users and by
 harpd's live decision (a history-only ``ModelPredictor`` asked ``decide`` at
 each submission) for the tasks that asked for more than one CPU, against
-issue 27's target: harp removes at least half of what the clairvoyant
+the target: harp removes at least half of what the clairvoyant
 per-task rule (each task its own cores used, in whole cores, never above its
 request) removes from the users' core-hours; and the share of those tasks
 harp slowed (used more cores than harp gave, within their own request: a
@@ -60,7 +60,7 @@ def main() -> int:
               f"{m.users_core_h:,.1f}, harp {m.harp_core_h:,.1f} ({m.changed} tasks given fewer cores); used "
               f"{m.used_core_h:,.1f}; clairvoyant {m.best_core_h:,.1f} ({best:.3f} of the users'); all tasks: users "
               f"{r.all.users_core_h:,.1f}, harp {r.all.harp_core_h:,.1f}, used {r.all.used_core_h:,.1f}")
-        # issue 27: a share of what clairvoyance can save, not of the request
+        # a share of what clairvoyance can save, not of the request: the request may be far above any use
         target = round(1.0 - SAVED * (1.0 - best), 3)
         print(f"FIGURE cores_reserved_share_{name}: {m.share:.3f} (target <= {target}) {verdict(m.share <= target)} "
               f"harp {m.harp_core_h:,.1f} / users {m.users_core_h:,.1f} core-h: at least {SAVED:g} of what the "

@@ -1,4 +1,4 @@
-"""Checkpoint schedules: denser early (COCI-style) against even Young/Daly, on the same interruption traces (issue 32 item 1).
+"""Checkpoint schedules: denser early (COCI-style) against even Young/Daly, on the same interruption traces.
 
 COCI claims up to 40% less fault-tolerance overhead than even checkpoint
 placement for exploratory training, by checkpointing densely while the model

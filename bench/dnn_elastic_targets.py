@@ -1,4 +1,4 @@
-"""GPU count and micro-batch from a batch range, against fixed configurations (issue 32 item 3).
+"""GPU count and micro-batch from a batch range, against fixed configurations.
 
 Saxena, Jayaram et al. ("Effective Elastic Scaling of Deep Learning
 Workloads", MASCOTS 2020) let a job train at any global batch in a range and

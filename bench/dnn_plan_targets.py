@@ -1,4 +1,4 @@
-"""RubberBand-style per-stage plans against one static allocation, on a successive-halving search (issue 32 item 2).
+"""RubberBand-style per-stage plans against one static allocation, on a successive-halving search.
 
 RubberBand (Misra et al., EuroSys 2021) claims "a cost reduction of up to 2x
 in comparison to static allocation baselines" for hyper-parameter searches

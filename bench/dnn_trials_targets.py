@@ -1,4 +1,4 @@
-"""Convergence-aware trials (Hermes) against FIFO: time to each study's best trial (issue 32 item 4).
+"""Convergence-aware trials (Hermes) against FIFO: time to each study's best trial.
 
 Hermes (Son et al., Electronics 10(3) 350, 2021) claims hyper-parameter
 optimisation up to 4.04x faster than FIFO, round-robin and SLAQ, by giving GPUs

@@ -1,7 +1,7 @@
 """The queue targets at high load: a trace's inter-arrival times compressed to 80-90% utilization.
 
 Under heavy load one shaken copy of a trace can diverge from the others and
-the five-copy means say little (issue 28).  The scheduling literature tests
+the five-copy means say little.  The scheduling literature tests
 at high load by compressing the inter-arrival times; this runs
 ``harp replay TRACE --limits soft --schedule --compress F --replicas N`` and
 prints, per policy, the utilization and the means with their standard
@@ -98,7 +98,7 @@ def main() -> int:
                     se = d.std(ddof=1) / math.sqrt(len(d))
                     d5 = d[:5]
                     se5 = d5.std(ddof=1) / math.sqrt(len(d5))
-                    ok = d.mean() <= 2 * se  # not above the users' within 2 SE (issue 28)
+                    ok = d.mean() <= 2 * se  # not above the users' within 2 SE
                     print(f"FIGURE queue_load_{name}_{pol}_{short}_vs_users: {d.mean():+.4f} (target <= +2 SE) "
                           f"{'PASS' if ok else 'FAIL'} ±{se:.4f} over {len(d)} copies "
                           f"(5 copies: {d5.mean():+.4f} ±{se5:.4f}); settles after {settle(d)} copies")

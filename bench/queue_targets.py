@@ -4,7 +4,7 @@ For each trace with requested times (KTH-SP2, CTC-SP2, HPC2N, Cedar) it runs
 the real command (``--models request,harp --schedule --format json``) and
 prints, per policy (users' requests, harp with hard limits, harp with soft
 limits, exact runtimes), the mean and p95 wait, the mean bounded slowdown and
-the utilization; then the targets of issue 28 (the queue first):
+the utilization; then the queue's targets (the queue first: it is what a site deploys harp for):
 
 * harp with soft limits and with hard limits: mean wait and mean bounded
   slowdown not above the users' own requests' within two standard errors;
@@ -74,7 +74,7 @@ def reference(name: str, path: Path, procs: int | None) -> None:
     import numpy as np
 
     from harpd.predict.dataset import prepare, read_trace
-    from harpd.predict.queue import policies, workload_of
+    from harpd.predict.schedule_simulation import policies, workload_of
     from harpd.simulate import LimitPolicy, simulate
     from harpd.traces.swf import machine_size
 
@@ -157,7 +157,7 @@ def main() -> int:
                       f"{p['mean_bounded_slowdown']:7.2f} ±{se_b:4.2f} {p['utilization']:6.3f} {p['kills']:6d} "
                       f"{p['extensions']:6d} {p['seconds']:6.1f}")
             vs = q.get("vs_users") or {}
-            # issue 28: not above the users' within 2 standard errors, in either mode
+            # the target: not above the users' within 2 standard errors, in either mode
             for pol, short_pol in (("harp-soft", "soft"), ("harp-hard", "hard")):
                 if pol not in rows:
                     print(f"queue_targets: {name}: no {pol} row ({'; '.join(q['notes'])})")

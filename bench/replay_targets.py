@@ -9,7 +9,7 @@ the reference rules of ``harpd/predict/bounds.py`` reach on the same trace
 (clairvoyant per-template allocations, future included), so a failing
 figure says whether the trace could have allowed more.
 
-Then the soft-limit targets of issue 16 (`harp replay --limits soft`: harpd
+Then the soft-limit targets (`harp replay --limits soft`: harpd
 extends jobs up to the user's request): harp-caused kills 0, consumed vs
 users <= 1.00, over-reservation of the final limit <= 0.8 on every trace and
 <= 0.5 on the median trace, at most 10% of the jobs (all pass through harp)

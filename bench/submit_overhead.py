@@ -115,9 +115,9 @@ class SealedFakeHarpd:
                 conn, _ = self.listener.accept()
             except OSError:
                 return
-            threading.Thread(target=self._one, args=(conn,), daemon=True).start()
+            threading.Thread(target=self._answer_one_connection, args=(conn,), daemon=True).start()
 
-    def _one(self, conn) -> None:
+    def _answer_one_connection(self, conn) -> None:
         from harp_submit import sealed
         from submit_fakes import _line
 
@@ -217,7 +217,7 @@ def paths_arg(text: str) -> list[str]:
 
 
 def start_load(n: int, niceness: int) -> list[subprocess.Popen]:
-    """``n`` busy processes (``yes > /dev/null``), as the issue's loaded machine had: at the
+    """``n`` busy processes (``yes > /dev/null``), a loaded machine's: at the
     ordinary niceness 0, not the measured commands' (``niceness``, which they would inherit)."""
     yes = shutil.which("yes")
     if n and yes is None:

@@ -1,10 +1,10 @@
-"""harp's memory for workflow tasks against Sizey's baselines (issue 20), on the two shared nf-core traces.
+"""harp's memory for workflow tasks against Sizey's baselines, on the two shared nf-core traces.
 
 For nf-core chipseq and rnaseq (Nextflow traces from the Sizey paper's
 repository, in ``workflows/`` of the traces folder): Sizey's wastage in GB·h
 and the failures of harp under the paper's protocol (``harp replay
 --resource mem --protocol sizey --seed 1996``) against the paper's best
-baseline as its own code measured it (the issue's table), and under the
+baseline as its own code measured it (``PAPER_BEST`` below), and under the
 chronological replay against the baselines replayed the same way (decided
 at each task's start, harp replay's default, and, stricter, at its
 submission: docs/metrics.md); then the
@@ -29,7 +29,7 @@ sys.path.insert(0, str(REPO))
 from bench._traces import traces_folder  # noqa: E402
 
 TRACES = {"chipseq": "workflows/nf-core-chipseq.trace.csv.gz", "rnaseq": "workflows/nf-core-rnaseq.trace.csv.gz"}
-#: the paper's code (dos-group/sizey, seed 1996) on these traces: best baseline, GB·h, failures (issue 20)
+#: the paper's code (dos-group/sizey, seed 1996) on these traces: best baseline, GB·h, failures
 PAPER_BEST = {"chipseq": ("Witt percentile", 94.7, 114), "rnaseq": ("Witt LR (std of under-predictions)", 57.9, 82)}
 SHARE = 0.75  # harp's wastage at most this share of the best baseline's
 SPEED_TASKS, SPEED_LIMIT_S, PREDICT_LIMIT_MS = 6000, 60.0, 5.0

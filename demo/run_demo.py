@@ -111,8 +111,9 @@ class Demo:
 
     def start_harpd(self) -> None:
         log = open(self.root / "harpd.log", "w")
+        # run in the demo directory: nothing harpd or a job it resubmits writes may land in the checkout
         self.daemon = subprocess.Popen([str(BIN / "harpd"), "--config", str(self.config)], env=self.env,
-                                       stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+                                       cwd=self.root, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
             if self.daemon.poll() is not None:

@@ -1,4 +1,4 @@
-"""The size of a job's input at submission (issue 20 part 2): stat calls only, bounded.
+"""The size of a job's input at submission: stat calls only, bounded.
 
 Memory and time of many programs grow with what they read, and harpd's
 workflow model already sizes tasks by their input (Nextflow's ``rchar``).

@@ -60,8 +60,8 @@ PROCESS_NAME = "harp-submit"
 def mark_process() -> None:
     """Name this process ``harp-submit`` so harp's cli_filter leaves its sbatch child alone.
 
-    The mark used to be an environment variable, which sbatch copies into the
-    job (``--export=ALL``, the default) and so into everything the job runs.
+    Not an environment variable: sbatch copies those into the job
+    (``--export=ALL``, the default) and so into everything the job runs.
     A process name is seen by the plugin (its parent's ``/proc/PID/comm``)
     and by nothing after sbatch exits.  Where /proc cannot be written the
     plugin asks harpd once more: a second decision, never a lost job.

@@ -23,6 +23,8 @@ and memory values through this module too, so there is one grammar of each.
 
 from __future__ import annotations
 
+import math
+
 __all__ = [
     "INFINITE",
     "NO_VAL",
@@ -33,6 +35,8 @@ __all__ = [
     "str_to_mbytes",
     "parse_mem",
     "format_mem",
+    "fmt_time",
+    "fmt_mem",
     "parse_int",
     "parse_nodes",
     "parse_duration_s",
@@ -315,6 +319,39 @@ def format_mem(mb: int) -> str:
     if mb and mb % (1024 * 1024) == 0:
         return f"{mb // (1024 * 1024)}T"
     if mb and mb % 1024 == 0:
+        return f"{mb // 1024}G"
+    return f"{mb}M"
+
+
+def fmt_time(seconds: float | None) -> str:
+    """Seconds as harpd's reasons and ``harp status`` say them: ``2 min``, ``1:30:00``, ``2-00:00:00``.
+
+    Not ``format_time``: that is sbatch's spelling (``00:02:00``,
+    ``UNLIMITED``), for options; this is for people (``1 min -> 2 min``),
+    and the stored reasons, tests and users' scripts read it in this form.
+    """
+    if seconds is None:
+        return "unlimited"
+    s = int(round(seconds))
+    if s < 3600 and s % 60 == 0:
+        return f"{s // 60} min"
+    d, rest = divmod(s, 86400)
+    h, rest = divmod(rest, 3600)
+    m, sec = divmod(rest, 60)
+    return (f"{d}-" if d else "") + f"{h:d}:{m:02d}:{sec:02d}"
+
+
+def fmt_mem(mb: float | None) -> str:
+    """MiB as harpd's reasons and ``harp status`` say them: ``200M``, ``64G``; ``unknown`` for None.
+
+    Not ``format_mem``, which turns every multiple of 1024 into G (and
+    T): reasons say ``1024M``/``2048M`` and only whole G from 10G up, the
+    form the stored reasons and users' scripts read.
+    """
+    if mb is None:
+        return "unknown"
+    mb = int(math.ceil(mb))
+    if mb >= 10240 and mb % 1024 == 0:
         return f"{mb // 1024}G"
     return f"{mb}M"
 

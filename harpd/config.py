@@ -125,7 +125,7 @@ class PredictSettings(_Section):
     soft_recent_margin: float = Field(1.1, ge=1.0, le=4.0)  # start-time rule: this × the template's last 5 runs
     soft_burst_tilt: float = Field(0.2, ge=0.0, le=2.0)  # more caution per log(1 + siblings running)
     soft_stake_tilt: float = Field(0.0, ge=0.0, le=1.0)  # deeper cut per log of cores × request above the usual
-    # (0: off, issue 28: at 85% utilization 0.15 cost KTH-SP2 8% of mean wait; docs/metrics.md, 'Queue')
+    # (0: off, the default: at 85% utilization 0.15 cost KTH-SP2 8% of mean wait; docs/metrics.md, 'Queue')
     soft_max_extensions: int = Field(2, ge=1, le=64)  # the last one goes straight to the user's request
     # one user's own budget: a user whose recent harp-cut jobs were extended more often than this
     # share (over at least 10 of their last 50) is no longer cut: their jobs keep their time request

@@ -154,7 +154,7 @@ def run(args: argparse.Namespace) -> int:
         from harpd.cli.replay_verdict import queue_lines
 
         # the queue is the outcome, the over-reservation its proxy: its verdict is read first
-        words = queue_lines(queue, getattr(res, "limits", "hard"))
+        words = queue_lines(queue, res.limits)
         report = dataclasses.replace(report, queue=queue, verdict=report.verdict.with_queue(words))
     if workflow is not None:
         report = dataclasses.replace(report, workflow=workflow)
@@ -219,7 +219,7 @@ def _workflow_only(args: argparse.Namespace) -> int:
     return 0
 
 
-# -- --schedule: the queue simulation (harpd.predict.queue) ------------------
+# -- --schedule: the schedule simulation (harpd.predict.schedule_simulation) ---------------
 
 
 def _machine_size(args: argparse.Namespace) -> int | None:
@@ -254,12 +254,12 @@ def _machine_size(args: argparse.Namespace) -> int | None:
 
 def _schedule(args, prep, cfg, res, procs: int, say) -> dict:
     """Replay the missing limit mode if needed, simulate every policy, save the figures for `harp report`."""
-    from harpd.predict.queue import MODEL, QueueError, schedule
+    from harpd.predict.schedule_simulation import MODEL, QueueError, schedule
     from harpd.predict.replay import run as replay_run
-    from harpd.simulate.progress import TextBar
+    from harpd.progress import Bar
 
     notes: list[str] = []
-    got = {getattr(res, "limits", "hard"): res}
+    got = {res.limits: res}
     soft_ok = "limits" in {f.name for f in dataclasses.fields(cfg)}
     if MODEL not in res.alloc:
         notes.append(f"no {MODEL} rows: add {MODEL} to --models")
@@ -275,7 +275,8 @@ def _schedule(args, prep, cfg, res, procs: int, say) -> dict:
         if not soft_ok:
             notes.append("harp-soft absent: this harp's replay has no soft limits")
     alloc = {mode: r.alloc.get(MODEL) for mode, r in got.items()}
-    bar = None if args.quiet else (lambda name: TextBar(name))
+    # one bar per simulated policy (a 77k-job trace takes minutes each), the policies' names aligned
+    bar = None if args.quiet else (lambda name: Bar(f"{name:<13}"))
     say(f"queue: simulating {prep.n} jobs on {procs} processors")
     try:
         queue = schedule(prep, procs, alloc.get("hard"), alloc.get("soft"), max_attempts=cfg.max_attempts,
@@ -303,8 +304,9 @@ def _save_queue(args, queue: dict, say) -> None:
     say(f"queue figures saved to {target} for harp report --format html")
 
 
-def _pm(v, se, fmt: str) -> str:
-    return _f(v, fmt) if se is None else f"{_f(v, fmt)} ±{_f(se, fmt)}"
+def _figure_and_error(v, se, fmt: str) -> str:
+    """A figure and its standard error (``se``, None: a single run, no error to show)."""
+    return _figure(v, fmt) if se is None else f"{_figure(v, fmt)} ±{_figure(se, fmt)}"
 
 
 def render_queue(q: dict) -> str:
@@ -313,10 +315,10 @@ def render_queue(q: dict) -> str:
             "delayed by kill"]
     lines = [head]
     for p in q["policies"]:
-        lines.append([p["policy"], _pm(p["mean_wait_s"], p.get("mean_wait_s_se"), ",.0f"),
-                      _f(p["p95_wait_s"], ",.0f"),
-                      _pm(p["mean_bounded_slowdown"], p.get("mean_bounded_slowdown_se"), ".2f"),
-                      _f(p["utilization"], ".3f"), str(p["kills"]),
+        lines.append([p["policy"], _figure_and_error(p["mean_wait_s"], p.get("mean_wait_s_se"), ",.0f"),
+                      _figure(p["p95_wait_s"], ",.0f"),
+                      _figure_and_error(p["mean_bounded_slowdown"], p.get("mean_bounded_slowdown_se"), ".2f"),
+                      _figure(p["utilization"], ".3f"), str(p["kills"]),
                       str(p["extensions"]), str(p["delayed_by_extension"]), str(p["delayed_by_kill"])])
     widths = [max(len(r[i]) for r in lines) for i in range(len(head))]
     copies = q.get("replicas", 1)
@@ -338,14 +340,14 @@ def render_queue(q: dict) -> str:
         if parts:
             out.append(f"{name} vs the users' requests, copy by copy: " + ", ".join(parts))
     for name, g in q["gap_closed"].items():
-        out.append(f"{name} closes {_f(g['mean_wait_s'], '.0%')} of the users→exact gap in mean wait, "
-                   f"{_f(g['mean_bounded_slowdown'], '.0%')} in mean bounded slowdown")
+        out.append(f"{name} closes {_figure(g['mean_wait_s'], '.0%')} of the users→exact gap in mean wait, "
+                   f"{_figure(g['mean_bounded_slowdown'], '.0%')} in mean bounded slowdown")
     out += [f"note: {n}" for n in q["notes"]]
     return "\n".join(out) + "\n"
 
 
 def check_soft_targets(h: ModelMetrics, budget: float) -> dict[str, dict]:
-    """The soft-limit targets of issue 16, on harp's row."""
+    """The soft-limit targets (docs/metrics.md, "Soft limits"), on harp's row."""
     ov, co = finite_or_none(h.over_vs_request), finite_or_none(h.consumed_vs_request)
     ext = finite_or_none(h.extended_share)
     kills = finite_or_none(h.harp_kills)
@@ -386,8 +388,8 @@ def build_report(res, trace: str, alpha: float, seconds: float) -> ReplayReport:
     prep = res.prepared
     rows = {m.model: m for m in res.metrics}
     unit = ("core-hours", 3600.0) if prep.resource == "time" else ("GiB", 1024.0)
-    limits = getattr(res, "limits", "hard")
-    policy = getattr(res, "soft", None)
+    limits = res.limits
+    policy = res.soft
     budget = policy.extension_budget if policy is not None else 0.10
     report = ReplayReport(
         trace=str(trace),
@@ -411,7 +413,8 @@ def build_report(res, trace: str, alpha: float, seconds: float) -> ReplayReport:
     return dataclasses.replace(report, verdict=verdict(report))
 
 
-def _f(v, fmt: str) -> str:
+def _figure(v, fmt: str) -> str:
+    """A figure of the report in ``fmt``; ``-`` where there is none (None, NaN, infinite)."""
     if v is None or (isinstance(v, float) and not math.isfinite(v)):
         return "-"
     return format(v, fmt)
@@ -425,10 +428,10 @@ def _soft_lines(rep: ReplayReport) -> list[list[str]]:
     for m in rep.models:
         name = "users' requests" if m.model == "request" else m.model
         lines.append([
-            name, str(m.jobs), _f(m.changed, ".1%"), _f(m.extended_share, ".1%"),
-            _f(m.extensions_per_job, ".2f"), str(m.harp_kills), _f(m.over_reservation / scale, ",.0f"),
-            _f(m.over_vs_request, ".3f"), _f(m.planned_wrongly, ".3f"),
-            _f(m.planned_wrongly_vs_request, ".3f"), _f(m.consumed_vs_request, ".3f"), _f(m.score, ".3f"),
+            name, str(m.jobs), _figure(m.changed, ".1%"), _figure(m.extended_share, ".1%"),
+            _figure(m.extensions_per_job, ".2f"), str(m.harp_kills), _figure(m.over_reservation / scale, ",.0f"),
+            _figure(m.over_vs_request, ".3f"), _figure(m.planned_wrongly, ".3f"),
+            _figure(m.planned_wrongly_vs_request, ".3f"), _figure(m.consumed_vs_request, ".3f"), _figure(m.score, ".3f"),
         ])
     return lines
 
@@ -442,10 +445,10 @@ def render_table(rep: ReplayReport) -> str:
     for m in ([] if soft else rep.models):
         name = "users' requests" if m.model == "request" else m.model
         lines.append([
-            name, str(m.jobs), _f(m.changed, ".1%"), _f(m.under_rate, ".2%"), str(m.lost),
-            _f(m.reserved_over_used, ".3f"), _f(m.over_reservation / scale, ",.0f"),
-            _f(m.over_vs_request, ".3f"), _f(m.consumed_over_used, ".3f"),
-            _f(m.consumed_vs_request, ".3f"), _f(m.score, ".3f"),
+            name, str(m.jobs), _figure(m.changed, ".1%"), _figure(m.under_rate, ".2%"), str(m.lost),
+            _figure(m.reserved_over_used, ".3f"), _figure(m.over_reservation / scale, ",.0f"),
+            _figure(m.over_vs_request, ".3f"), _figure(m.consumed_over_used, ".3f"),
+            _figure(m.consumed_vs_request, ".3f"), _figure(m.score, ".3f"),
         ])
     if soft:
         lines = _soft_lines(rep)

@@ -147,7 +147,7 @@ def _effect(c: dict[str, Any] | None, what: str) -> str:
 def queue_lines(queue: dict[str, Any], limits: str) -> list[str]:
     """The queue's verdict, printed first: what harp did to waits and slowdown under ``limits``.
 
-    The queue is the outcome a site deploys harp for (issue 28), the
+    The queue is the outcome a site deploys harp for, the
     over-reservation only its proxy, so an admin reads this before the rest.
     """
     row = f"harp-{limits}"

@@ -106,7 +106,7 @@ def _from_store(job_id: str, args: argparse.Namespace) -> dict[str, Any]:
 
 
 def _limits(lim: dict[str, Any] | None) -> str:
-    from harpd.recovery.policy import fmt_mem, fmt_time
+    from harp_submit.units import fmt_mem, fmt_time
 
     lim = lim or {}
     parts = []
@@ -151,7 +151,7 @@ def _trial(job: dict[str, Any]) -> list[str]:
 
 def _limit_changes(job: dict[str, Any]) -> list[str]:
     """The limits mode harpd runs in and each change harpd made to the live job's time limit."""
-    from harpd.recovery.policy import fmt_time
+    from harp_submit.units import fmt_time
 
     out: list[str] = []
     mode = job.get("limits_mode") or {}

@@ -90,7 +90,7 @@ class Adopter:
 
     def attach(self, ingest_service: Any, interval_s: float) -> "Adopter":
         """Run on the poller's scheduler, every ``interval_s``."""
-        scheduler = getattr(ingest_service, "scheduler", None)
+        scheduler = ingest_service.scheduler
         if scheduler is not None:
             scheduler.add_job(self.tick, "interval", seconds=float(interval_s), id=JOB_ID,
                               name="harp adopt (register decided jobs whose message was lost)",

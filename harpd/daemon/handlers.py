@@ -30,7 +30,9 @@ from harpd import protocol as p
 from harpd.config import HarpSettings
 from harpd.daemon.registration import Refused, Registrar
 from harpd.daemon.trial_progress import ProgressRefused, record_progress
+from harpd.predict.soft_state import SoftState
 from harpd.protocol import Decision, JobRequest, Limits
+from harpd.recovery.machine import Recovery
 from harpd.report import build
 from harpd.report.job_status import JobStatusError, job_status
 from harpd.store import Store, StoreError
@@ -138,12 +140,15 @@ class Handlers:
         importer: ImportAction | None = None,
         limits_mode: dict[str, Any] | None = None,
         accounting: dict[str, Any] | None = None,
+        soft_state: SoftState | None = None,
     ) -> None:
         self.store = store
         # soft or hard time limits and why (harpd.watch.privilege), shown by health
         self.limits_mode = limits_mode
         # what the site's accounting keeps for recovery (harpd.recovery.site_accounting), shown by health and status
         self.accounting = accounting
+        # the live predictor's soft-policy state (harpd.predict.soft_state), shown by health; None: hard limits
+        self.soft_state = soft_state
         self.settings = settings
         self.predictor: Predictor = predictor or NoChangePredictor(partition_limits)
         if admin_gid is None and settings is not None:
@@ -152,7 +157,7 @@ class Handlers:
         # registrations are checked against slurmctld through this backend (None: no Slurm, none accepted)
         self.registrar = Registrar(store, slurm)
         # recovery's state machine (harpd.recovery.machine), set once the services run; None: off
-        self.recovery: Any = None
+        self.recovery: Recovery | None = None
         self.slurm = slurm  # progress reports are checked against slurmctld's owner of the job
         self.retrain_action = retrain
         self.reload_action = reload
@@ -261,9 +266,8 @@ class Handlers:
                 store = str(exc)
         name = getattr(self.predictor, "name", None) or type(self.predictor).__name__
         limits = self.limits_mode
-        soft = getattr(self.predictor, "soft_state", None)
-        if limits is not None and soft is not None:  # what the extension budget taught the soft policy
-            limits = {**limits, **soft.explain()}
+        if limits is not None and self.soft_state is not None:  # what the extension budget taught the soft policy
+            limits = {**limits, **self.soft_state.explain()}
         return p.HealthAnswer(
             version=__version__,
             store=store,
@@ -321,7 +325,7 @@ class Handlers:
         return p.AdminAnswer(message="retrain done", result=_as_result(result))
 
     def op_reload(self, peer: Peer, req: p.ReloadRequest) -> BaseModel:
-        action = self.reload_action or getattr(self.predictor, "reload", None)
+        action = self.reload_action
         if action is None:
             return p.error("reload not available in this harpd")
         with self._admin_lock:

@@ -15,7 +15,7 @@ Start order is chosen so that every admin mistake shows up at start, as one
 3. the live predictor (champion models and the live history), wrapped by the
    DNN router that plans GPUs for ``#HARP dnn`` jobs;
 4. the socket operations, with the live predictor's retrain and reload and
-   the trace importer as admin actions;
+   the trace importer as admin actions, and its soft-policy state for health;
 5. the adopter (on the poller's scheduler: registers jobs that carry a
    decision's token but whose registration message was lost) and the sacct poller, which stores each job's outcome and then hands it to
    its listeners: recovery (resubmits what ran out), the watcher (re-sizes
@@ -23,7 +23,8 @@ Start order is chosen so that every admin mistake shows up at start, as one
    once, in the background, when the store has history but no model);
 6. the watcher (``harpd.watch``), only when harpd may change other users'
    jobs (``privilege.detect``, decided once at start, shown in ``health``):
-   it extends running jobs before harp's limit and re-sizes pending ones.  The live history is not a listener: the predictor
+   it extends running jobs before harp's limit, re-sizes pending ones and feeds
+   the live predictor's soft-policy state.  The live history is not a listener: the predictor
    reads the stored outcomes back itself (``ModelPredictor.refresh``, off the
    request path).
 
@@ -40,7 +41,7 @@ import socket
 import sys
 import threading
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Protocol
 
 from harp_submit import __version__
 from harpd.access import resolve_group
@@ -53,8 +54,9 @@ from harpd.daemon.tcp_door import doors_for
 from harpd.dnn.predictor import DnnRoutingPredictor
 from harpd.ingest import poller
 from harpd.ingest.importer import import_file
-from harpd.predict.live import make_predictor
+from harpd.predict.live import ModelPredictor, make_predictor
 from harpd.predict.retrain_timer import attach_retrain, train_in_background
+from harpd.predict.soft_state import SoftState
 from harpd.recovery.machine import Recovery
 from harpd.recovery.machine import make as make_recovery
 from harpd.recovery.site_accounting import read_site_accounting
@@ -123,7 +125,13 @@ def check_settings(settings: HarpSettings) -> None:
         raise ConfigError(f"invalid setting store.path: {str(settings.store.path)!r} must be an absolute path")
 
 
-def build_handlers(settings: HarpSettings, store: Store) -> tuple[Handlers, list[Any]]:
+class Service(Protocol):
+    """A part that runs beside the socket (the poller, the adopter, recovery, the watcher): stopped at exit."""
+
+    def shutdown(self) -> None: ...
+
+
+def build_handlers(settings: HarpSettings, store: Store) -> tuple[Handlers, list[Service]]:
     """The socket operations wired to every part (see the module docstring), plus services to stop later."""
     backend = slurm_backend(settings)
     partitions = None if backend is None else cached_partitions(backend)
@@ -143,19 +151,19 @@ def build_handlers(settings: HarpSettings, store: Store) -> tuple[Handlers, list
         importer=import_file,
         limits_mode=privilege.as_health(),
         accounting=None if backend is None else read_site_accounting(backend).as_health(),
+        soft_state=live.soft_state,
     )
     log.info("predictor: %s", predictor.name)
     services = start_services(settings, store, backend, live.retrain, privilege=privilege,
                               predictor=predictor, partitions=partitions,
-                              trained_on=getattr(live, "trained_on", None),
-                              learn=getattr(live, "learn", None))
+                              trained_on=live.trained_on, learn=live.learn, soft_state=live.soft_state)
     # the jobs' end hook (op ending) asks recovery directly
     handlers.recovery = next((s for s in services if isinstance(s, Recovery)), None)
     return handlers, services
 
 
 def _make_live(settings: HarpSettings, store: Store, backend: SlurmBackend | None, limits: Any,
-               privilege: Privilege) -> Any:
+               privilege: Privilege) -> ModelPredictor:
     """The live predictor; soft limits (bolder bounds) only when harpd can extend what it cut."""
     return make_predictor(settings=settings, store=store, backend=backend, limits=limits,
                           soft_limits=privilege.soft_limits)
@@ -173,14 +181,16 @@ def slurm_backend(settings: HarpSettings) -> SlurmBackend | None:
 def start_services(settings: HarpSettings, store: Store, backend: SlurmBackend | None,
                    retrain: Callable[[], Any], *, privilege: Privilege | None = None, predictor: Any = None,
                    partitions: Any = None, trained_on: Callable[[], int | None] | None = None,
-                   learn: Callable[[list[Any]], Any] | None = None) -> list[Any]:
+                   learn: Callable[[list[Any]], Any] | None = None,
+                   soft_state: SoftState | None = None) -> list[Service]:
     """The sacct poller and the listeners of its outcomes: recovery, the watcher, the retrain trigger.
 
     ``trained_on``: the most jobs a loaded model learnt from (None: no model);
     with history in the store and no model, the first training starts at
     once, in the background (requests are answered meanwhile).  ``learn``:
     the live predictor's, given each poll's new outcomes before they are
-    announced, so the next decision already has them.
+    announced, so the next decision already has them.  ``soft_state``: the
+    live predictor's soft-policy state, which the watcher feeds (None: none).
     """
     train_now = _first_training_due(store, trained_on)
     recovery = make_recovery(settings=settings, store=store, backend=backend,
@@ -190,7 +200,7 @@ def start_services(settings: HarpSettings, store: Store, backend: SlurmBackend |
     ingest = poller.start(settings=settings, store=store, backend=backend,
                           listeners=[] if recovery is None else [recovery.on_outcome],
                           learners=[] if learn is None else [learn])
-    services: list[Any] = [ingest]
+    services: list[Service] = [ingest]
     if ingest.ingestor is None:  # no Slurm: nothing is polled
         if train_now:
             train_in_background(retrain)
@@ -201,7 +211,8 @@ def start_services(settings: HarpSettings, store: Store, backend: SlurmBackend |
         services.append(recovery.attach(ingest))
     if privilege is not None:
         watch = make_watch(settings=settings, store=store, backend=backend, privilege=privilege,
-                           predictor=predictor, partitions=partitions)  # None: hard limits, as before
+                           predictor=predictor, partitions=partitions,
+                           soft_state=soft_state)  # None: nothing to watch (unprivileged, off, no Slurm)
         if watch is not None:
             services.append(watch.attach(ingest))
     # retrain every retrain.interval_s, after retrain.after_n_outcomes outcomes, and
@@ -256,7 +267,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"harpd: {exc}", file=sys.stderr)
         store.close()
         return 1
-    services: list[Any] = []
+    services: list[Service] = []
     # bind before starting anything else: a second harpd must fail here, before
     # it polls Slurm beside the first one; early clients wait in the backlog
     try:
@@ -324,7 +335,7 @@ def _reload(action: Callable[[], Any]) -> None:
         log.exception("SIGHUP: reload failed")
 
 
-def _stop(services: list[Any], store: Store, server: Server | None) -> None:
+def _stop(services: list[Service], store: Store, server: Server | None) -> None:
     for svc in services:
         try:
             svc.shutdown()

@@ -4,7 +4,7 @@ The memory keys (``spec.py``) say what must fit on a GPU; these say what the
 user wants of the run: finish by a deadline (RubberBand), run a successive-
 halving search with a plan per stage, or let harp choose the batch within a
 range (elastic scaling).  They are parsed here, apart from the memory spec, so
-a job without them is planned exactly as before.
+a job without them is planned by the memory spec alone.
 
 Every value is bounded (a deadline of at most a year, at most 100,000 trials,
 a batch range within 1..10^7, at most 32 earlier runs) so that hostile input

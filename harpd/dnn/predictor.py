@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Protocol
 
 from harpd.dnn.checkpoint import explain_checkpoint
 from harpd.dnn.history import runs_from_store
@@ -39,10 +39,20 @@ def has_dnn_line(harp_lines: list[str] | None) -> bool:
     return False
 
 
+class HistoryPredictor(Protocol):
+    """What the router wraps (``harpd.predict.live.ModelPredictor``): the daemon's history predictor."""
+
+    name: str
+
+    def decide(self, job: Any, user: str, uid: int, **kw: Any) -> Any: ...
+
+    def template_of(self, job: Any, user: str) -> str | None: ...
+
+
 class DnnRoutingPredictor:
     """A Predictor (``decide(job, user, uid)``) that adds GPU planning to ``inner``."""
 
-    def __init__(self, inner: Any, settings: Any,
+    def __init__(self, inner: HistoryPredictor, settings: Any,
                  partitions: Callable[[], dict[str, Any]] | None = None,
                  billing: Callable[[], dict[str, dict[str, float]]] | None = None,
                  store: Any = None) -> None:
@@ -53,10 +63,11 @@ class DnnRoutingPredictor:
         self._partitions_fn = partitions
         self._billing_fn = billing
         self._store = store  # the job's earlier runs for deadline/batch plans (harpd.dnn.history)
-        self.name = getattr(inner, "name", type(inner).__name__)
+        self.name = inner.name
 
-    def __getattr__(self, name: str) -> Any:  # reload, retrain, refresh... go to the inner predictor
-        return getattr(self.inner, name)
+    def template_of(self, job: Any, user: str) -> str | None:
+        """How the watcher groups running jobs (``harpd.watch.feedback``): by history alone, GPUs play no part."""
+        return self.inner.template_of(job, user)
 
     def _partitions(self) -> dict[str, Any] | None:
         if self._partitions_fn is None:

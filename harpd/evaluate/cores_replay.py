@@ -22,7 +22,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from harpd.predict.cores import SLACK, cores_used, whole
+from harpd.predict.cores import SLACK, cores_used, whole_cores
 from harpd.records import JobRecord
 
 
@@ -43,7 +43,7 @@ class CoreFigures:
         self.users_core_h += req * elapsed_s / 3600.0
         self.harp_core_h += given * elapsed_s / 3600.0
         self.used_core_h += used * elapsed_s / 3600.0
-        self.best_core_h += min(req, whole(used)) * elapsed_s / 3600.0
+        self.best_core_h += min(req, whole_cores(used)) * elapsed_s / 3600.0
         self.changed += given < req
         # slowed by harp: it used more cores than harp gave, and more than that is within its own request
         # (a job that outgrew its request was slowed by the user's request, not by harp's cut)
@@ -73,7 +73,7 @@ def _usable(rec: JobRecord) -> bool:
 def replay_cores(records: Iterable[JobRecord], alpha: float, settings=None) -> CoresReplay:
     """Walk ``records`` in submission order; a run joins its signature's history once it has ended.
 
-    The cores given are harpd's own decision (one decision path, issue 27): a
+    The cores given are harpd's own decision (one decision path): a
     history-only live predictor is handed each run that has ended (``learn``,
     as the ingest poller does) and asked ``decide`` for each job at its
     submission, with ``predict.alpha_cpus`` = ``alpha``: the same rule, the

@@ -21,7 +21,7 @@ Every predictor sizes each task's first attempt; after a failure harp follows
 its own escalation rule, the baselines their published retry rules
 (``workflow_baselines``); the users' request is what the task ran with.
 
-The ``harp`` row is harpd's own decision (issue 27, one decision path): a
+The ``harp`` row is harpd's own decision (one decision path): a
 history-only live predictor (``harpd.predict.live.ModelPredictor``) is
 handed each finished task as the ingest poller hands it a stored outcome
 (``learn``), and asked ``decide`` for each task's submission with the

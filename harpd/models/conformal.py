@@ -195,7 +195,7 @@ class Calibrator:
                  alpha_max: float = 0.15, relative: bool = True, resource: str = "time",
                  max_attempts: int = 3, min_fraction: float = 0.0, soft: bool = False):
         self.alpha = alpha
-        # soft limits (issue 16): a miss is an extension, not a killed run, so
+        # soft limits: a miss is an extension, not a killed run, so
         # the level is the extension target itself and θ has no kills to steer on
         self.soft = soft
         self.aim = aim

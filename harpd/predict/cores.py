@@ -1,4 +1,4 @@
-"""Cores for single-task jobs: what a signature's history shows its runs use (issue 20 part 3).
+"""Cores for single-task jobs: what a signature's history shows its runs use.
 
 A run's cores used are its CPU time over its elapsed time (sacct's
 TotalCPU / Elapsed; Nextflow's ``%cpu`` x realtime / realtime).  harp gives
@@ -75,7 +75,7 @@ def run_cores(rec) -> float | None:
     return cores_used(rec.used_cpu_s, rec.used_time_s)
 
 
-def whole(cores: float) -> int:
+def whole_cores(cores: float) -> int:
     """Whole cores that hold ``cores`` (with ``SLACK`` forgiven), at least one."""
     return max(1, math.ceil(cores - SLACK))
 
@@ -102,11 +102,11 @@ def quantile_bound(runs: list[float] | deque[float], alpha: float) -> float | No
     return sorted(runs)[k - 1]
 
 
-def give(requested: int, bound: float | None) -> int | None:
+def cores_to_give(requested: int, bound: float | None) -> int | None:
     """The cores to give for a request and a bound; None to keep the request."""
     if bound is None or requested <= 1:
         return None
-    cores = whole(bound)
+    cores = whole_cores(bound)
     return cores if cores < requested else None
 
 
@@ -284,7 +284,7 @@ class CoresHistory:
             return None, ex
         ex["bound_cores"] = round(bound, 3)
         ex["bound_from"] = source
-        cores = give(requested, bound)
+        cores = cores_to_give(requested, bound)
         if cores is None:
             ex["reason"] = f"its runs use up to {bound:.2f} cores of {requested}: request kept"
         elif source == "own":

@@ -63,8 +63,12 @@ def _history_rule(resource: str) -> ModelEnvelope:
     return ModelEnvelope(model=None, name=HISTORY_RULE, resource=resource, relative=True)
 
 
-class _Loaded:
-    """One resource's champion (``model`` None: none yet, the history rule) and its live history."""
+class _Champion:
+    """One resource's champion (``model`` None: none yet, the history rule) and its live history.
+
+    ``log_bound`` in the decision code is the upper bound it gives, on a log scale (of need / request
+    where ``relative``).
+    """
 
     def __init__(self, env: ModelEnvelope, row: dict[str, Any]) -> None:
         from harpd.features.history import KEEP, History
@@ -104,7 +108,7 @@ class ModelPredictor:
         self._limits = limits
         self._lock = threading.Lock()
         self._refresh_lock = threading.Lock()
-        self._loaded: dict[str, _Loaded] = {}
+        self._loaded: dict[str, _Champion] = {}
         self._cores = CoresHistory()  # per signature, the cores its last runs used (harpd.predict.cores)
         self._restored = Restored()  # per signature, what a failed run after a cut gave back (harpd.predict.restore)
         self._tasks = TaskMemory()  # workflow task types' memory (harpd.predict.task_memory)
@@ -118,7 +122,7 @@ class ModelPredictor:
         self._last_training: dict[str, Any] | None = None
         if models is not None:  # tests and benchmarks: envelopes given directly
             for res, env in models.items():
-                self._loaded[res] = _Loaded(env, {"name": env.name})
+                self._loaded[res] = _Champion(env, {"name": env.name})
         elif store is not None:
             self.reload()
 
@@ -127,7 +131,7 @@ class ModelPredictor:
         """Load the champions and rebuild the live history from the store."""
         from harpd.models.persistence import ModelFileError, load_model
 
-        loaded: dict[str, _Loaded] = {}
+        loaded: dict[str, _Champion] = {}
         want = self.settings.predict.predictor
         for res in ("time", "mem"):
             row = self._pick(res, want)
@@ -138,10 +142,10 @@ class ModelPredictor:
             except ModelFileError as exc:
                 log.warning("%s model not loaded: %s", res, exc)
                 continue
-            loaded[res] = _Loaded(env, row)
+            loaded[res] = _Champion(env, row)
         for res in ("time", "mem"):
             if res not in loaded:  # no model yet: keep the history for the history rule
-                loaded[res] = _Loaded(_history_rule(res), {})
+                loaded[res] = _Champion(_history_rule(res), {})
         with self._lock:
             self._loaded = loaded
             self._cores = CoresHistory()
@@ -150,12 +154,12 @@ class ModelPredictor:
             self._watermark = None
             self._learnt = {}
         self.refresh(limit=HISTORY_JOBS)
-        return {res: {"name": ld.name, "path": ld.row.get("path")} for res, ld in loaded.items()
-                if ld.model is not None}
+        return {res: {"name": champion.name, "path": champion.row.get("path")} for res, champion in loaded.items()
+                if champion.model is not None}
 
     def trained_on(self) -> int | None:
         """The most jobs a loaded champion learnt from; None without any (the retrain trigger asks)."""
-        ns = [int(ld.row.get("n_train") or 0) for ld in self._loaded.values() if ld.model is not None]
+        ns = [int(champion.row.get("n_train") or 0) for champion in self._loaded.values() if champion.model is not None]
         return max(ns) if ns else None
 
     @classmethod
@@ -164,7 +168,7 @@ class ModelPredictor:
         return cls(settings, store=store, models={res: _history_rule(res) for res in resources})
 
     def has_model(self) -> bool:
-        return any(ld.model is not None for ld in self._loaded.values())
+        return any(champion.model is not None for champion in self._loaded.values())
 
     def _pick(self, resource: str, want: str) -> dict[str, Any] | None:
         if want == "auto":
@@ -245,16 +249,16 @@ class ModelPredictor:
                 if is_workflow_signature(r.signature):
                     self._tasks.learn(r)
             self._restored.add_all(cut)
-            for ld in self._loaded.values():
-                h = ld.history
+            for champion in self._loaded.values():
+                h = champion.history
                 for r in records:
-                    u = usage_of(r, ld.resource)
+                    u = usage_of(r, champion.resource)
                     if u is None:
                         continue
-                    k = keys_of_record(r, ld.resource, ld.relative)
+                    k = keys_of_record(r, champion.resource, champion.relative)
                     h.add(k, u.used, u.request, u.ran_out, r.end_time)  # the features, as training has them
                     h.finished(k)
-                    ld.stops.add(k.sig, u)
+                    champion.stops.add(k.sig, u)
         return len(records)
 
     def _cuts_that_failed(self, records: list) -> list[tuple[str, str]]:
@@ -332,16 +336,16 @@ class ModelPredictor:
         retry = self._retry_floor(uid, task, now, explain)
         cores_change, explain["cores"] = self._cores_change(job, sig, task, retry)
         given = int(cores_change["value"]) if cores_change else None
-        for res, ld in self._loaded.items():
+        for res, champion in self._loaded.items():
             try:
-                ch, ex = self._one(job, user, res, ld, limits, now, sig, given, retry, dry_run)
+                ch, ex = self._decide_resource(job, user, res, champion, limits, now, sig, given, retry, dry_run)
             except Exception as exc:  # one resource failing must not lose the other
                 log.exception("predicting %s failed", res)
                 ch, ex = None, {"reason": f"prediction failed: {exc}"}
             explain[res] = ex
             if ch is not None:
                 changes.append(Change(**ch))
-                models_used.append(ld.name)
+                models_used.append(champion.name)
         if cores_change is not None:
             changes.append(Change(**cores_change))
             if job.request.mem_per_cpu_mb and not any(c.option in ("mem", "mem-per-cpu") for c in changes):
@@ -356,7 +360,7 @@ class ModelPredictor:
                         explain=explain)
 
     @staticmethod
-    def _soft_bound(x, up: float, policy: SoftPolicy) -> tuple[float, str]:
+    def _soft_bound(x, log_bound: float, policy: SoftPolicy) -> tuple[float, str]:
         """The soft policy's bound (log need/request) from a job's history features.
 
         The template's (same user and request) most recent runs decide when
@@ -369,19 +373,19 @@ class ModelPredictor:
         rmax = x[COL["r_max5"]]
         if n_runs + 0.5 >= policy.min_recent and rmax == rmax:
             return float(rmax) + math.log(policy.recent_margin), f"{policy.recent_margin:g} x the most of the last runs"
-        return up, "model bound"
+        return log_bound, "model bound"
 
     @staticmethod
-    def _soft_live(up: float, template: str, cores: float, req: float, policy: SoftPolicy, state: SoftState,
+    def _soft_live(log_bound: float, template: str, cores: float, req: float, policy: SoftPolicy, state: SoftState,
                    now: float, ex: dict[str, Any]) -> float:
         """The bound with what the replay's walk adds (``soft.soft_starts``): running siblings, tilts, budget scale."""
         n_flight, longest = state.running(template, now)
-        up = float(running_bound(up, longest, req, policy))
+        log_bound = float(running_bound(log_bound, longest, req, policy))
         stake = float(stake_of(cores, req))
         usual = state.usual_stake(stake)
-        up += state.scale + float(tilt(policy, n_flight, stake, usual))
+        log_bound += state.scale + float(tilt(policy, n_flight, stake, usual))
         ex.update(state.explain(), siblings_running=n_flight, sibling_longest_s=round(longest))
-        return up
+        return log_bound
 
     @staticmethod
     def _history_bound(x, margin: float, stopped: bool = False) -> tuple[float | None, str]:
@@ -475,11 +479,12 @@ class ModelPredictor:
 
     def template_of(self, job, user: str) -> str | None:
         """The time template (same user, request, cores) of a registered job: the watcher groups running jobs by it."""
-        ld = self._loaded.get("time")
-        _, _, req, keys = self._keys(job, user, "time", True if ld is None else ld.relative, _signature(job))
+        champion = self._loaded.get("time")
+        relative = True if champion is None else champion.relative
+        _, _, req, keys = self._keys(job, user, "time", relative, _signature(job))
         return keys.req if req else None
 
-    def _one(self, job, user: str, res: str, ld: _Loaded, limits, now: float, sig: str | None,
+    def _decide_resource(self, job, user: str, res: str, champion: _Champion, limits, now: float, sig: str | None,
              given: int | None = None, retry: Floor | None = None, dry_run: bool = False):
         from harpd.features.history import COL, conformal_group
 
@@ -488,20 +493,20 @@ class ModelPredictor:
         # model's features mix the user's other rules, which say nothing of this one),
         # by the history rule, which reads its runs relative to this request
         task = is_workflow_signature(sig)
-        cores, nodes, req, keys = self._keys(job, user, res, ld.relative or task, sig, given)
-        if ld.relative and not req:
+        cores, nodes, req, keys = self._keys(job, user, res, champion.relative or task, sig, given)
+        if champion.relative and not req:
             return None, {"reason": f"no {res} request to size"}
         with self._lock:
-            x = ld.history.features(keys, now)
-            n_hist = ld.history.count(keys, "s")
+            x = champion.history.features(keys, now)
+            n_hist = champion.history.count(keys, "s")
             if not dry_run:
-                ld.history.submitted(keys, now)
+                champion.history.submitted(keys, now)
             restored = self._restored.has(sig, res)
-            stopped = ld.stops.any(keys.sig)
+            stopped = champion.stops.any(keys.sig)
         if restored:
             return None, {"reason": Restored.reason("memory" if res == "mem" else res), "n_history": n_hist}
         guard = Guard.from_settings(self.settings.predict, res, self.settings.recovery.max_attempts)
-        soft = self.soft_limits and res == "time" and ld.relative and bool(req)
+        soft = self.soft_limits and res == "time" and champion.relative and bool(req)
         if self.soft_limits and res == "time" and (kept := kept_under_soft_limits(rq)) is not None:
             return None, {"reason": kept}  # harpd extends such a job too late to keep its meaning
         if soft:
@@ -522,13 +527,13 @@ class ModelPredictor:
                 mb, rule = self._tasks.size(sig, job.input_bytes, req)
             if mb is None or mb <= 0:
                 return None, {"model": None, "rule": "task memory", "n_history": n_hist, "reason": rule}
-            up = math.log(mb / req)
+            log_bound = math.log(mb / req)
             ex.update(rule="task memory", source=rule)
             reason = f"memory of this workflow task type: {rule}"
-        elif ld.model is None or task:
+        elif champion.model is None or task:
             margin = SoftPolicy.from_settings(self.settings.predict).recent_margin if soft else MARGIN
-            up, rule = self._history_bound(x, margin, stopped)
-            if up is None:
+            log_bound, rule = self._history_bound(x, margin, stopped)
+            if log_bound is None:
                 return None, {"model": None, "rule": HISTORY_RULE, "n_history": n_hist, "reason": rule}
             why_rule = "this workflow task's own runs" if task else f"this program's own runs ({NO_MODEL})"
             ex.update(rule=HISTORY_RULE, source=why_rule)
@@ -537,33 +542,34 @@ class ModelPredictor:
         else:
             X = np.asarray([x], dtype=np.float32)
             group = conformal_group(job.partition or rq.partition, x[COL["log_pending"]])
-            up = float(ld.model.predict(X, groups=np.array([group], dtype=object))[0])
-            theta = getattr(ld.model, "theta", None)
+            log_bound = float(champion.model.predict(X, groups=np.array([group], dtype=object))[0])
+            theta = getattr(champion.model, "theta", None)
             if soft:
                 policy = SoftPolicy.from_settings(self.settings.predict, self.settings.watch)
-                up, rule = self._soft_bound(x, up, policy)
+                log_bound, rule = self._soft_bound(x, log_bound, policy)
                 ex.update(policy.explain(), soft_rule=rule)
                 if self.soft_state is not None:
-                    up = self._soft_live(up, keys.req, cores, req, policy, self.soft_state, now, ex)
+                    log_bound = self._soft_live(log_bound, keys.req, cores, req, policy, self.soft_state, now, ex)
             # n_hist counts this program's own finished runs; with none the model still predicts,
             # from the runs of others like it (same user, request, cores): say so, not "0 similar runs"
-            reason = (f"{ld.name}: {res} bound from {n_hist} runs of this program" if n_hist
-                      else f"{ld.name}: {res} bound from runs like it (no finished run of this program yet)")
+            reason = (f"{champion.name}: {res} bound from {n_hist} runs of this program" if n_hist
+                      else f"{champion.name}: {res} bound from runs like it (no finished run of this program yet)")
         if res == "time":
             limit = limits.max_time_s or self.settings.recovery.max_time_s
         else:
             per_node = limits.max_mem_mb or self.settings.recovery.max_mem_mb
             limit = per_node * nodes if per_node else None
         # the task rule is its own cold start (a prior before any run of the type)
-        value, why = allocate(req, up, max(n_hist, guard.min_history) if mem_task else n_hist, limit, guard, theta)
+        n_for_rails = max(n_hist, guard.min_history) if mem_task else n_hist
+        value, why = allocate(req, log_bound, n_for_rails, limit, guard, theta)
         if res == "time" and not soft and value is not None and req and not worth_cutting(
                 req, value, self.settings.predict.alpha_time, self.settings.predict.hard_cut_gain):
             value, why = None, why_kept(self.settings.predict.hard_cut_gain)
         least = None if retry is None else (retry.time_s if res == "time" else retry.mem_mb)
         if value is not None and least is not None and value < least:
             value, why = least, f"{why}; at least {retry.reason}"
-        ex = {"model": None if ld.model is None else ld.name, "n_history": n_hist,
-              "bound_ratio": round(math.exp(up), 4) if math.isfinite(up) else None,
+        ex = {"model": None if champion.model is None else champion.name, "n_history": n_hist,
+              "bound_ratio": round(math.exp(log_bound), 4) if math.isfinite(log_bound) else None,
               "leave_alone_ratio": None if theta is None else round(float(theta), 3), "reason": why, **ex}
         if value is None:
             return None, ex

@@ -17,7 +17,7 @@ Three passes keep 200k jobs inside a few minutes on one core:
 3. the conformal model's online part (ACI, sliding residual windows) and the
    guard rails walk the jobs again, feeding back each job as it finishes.
 
-``limits="soft"`` (issue 16) replays a privileged harpd that extends jobs
+``limits="soft"`` replays a privileged harpd that extends jobs
 instead of letting Slurm kill them: harp's limits are decided again at each
 job's start and scored by ``metric.evaluate_soft`` (``harpd.predict.soft``).
 """
@@ -56,7 +56,7 @@ class ReplayConfig:
     evaluate_from: int = 0  # metrics over jobs from this submission index on
     bounds: bool = False  # add the reference rows of harpd.predict.bounds (needs keep_templates)
     # "hard": harp's limit is Slurm's kill time (today's daemon); "soft": harpd
-    # extends a job before its limit, up to the user's request (issue 16):
+    # extends a job before its limit, up to the user's request:
     # ``ReplayResult.alloc[name]`` is then the limit the scheduler sees when the
     # job STARTS (NaN = the user's request stands), raised by the escalation rule
     limits: str = "hard"
@@ -108,12 +108,12 @@ def _train_rows(prep: Prepared, i: int, window: int) -> np.ndarray:
 def _batch_model(name: str, prep: Prepared, cfg: ReplayConfig, pts: list[int]) -> np.ndarray:
     """Upper bounds of a model without online feedback: fit at each point, predict ahead."""
     n = prep.n
-    up = np.full(n, np.nan)
+    log_bound = np.full(n, np.nan)
     bounds = pts + [n]
     for s, i in enumerate(pts):
         model = fit_rows(cfg.make_model(name, prep), prep, _train_rows(prep, i, cfg.train_window))
-        up[i:bounds[s + 1]] = model.predict(prep.X[i:bounds[s + 1]], groups=prep.groups[i:bounds[s + 1]])
-    return up
+        log_bound[i:bounds[s + 1]] = model.predict(prep.X[i:bounds[s + 1]], groups=prep.groups[i:bounds[s + 1]])
+    return log_bound
 
 
 def _online_model(name: str, prep: Prepared, cfg: ReplayConfig, pts: list[int],
@@ -164,11 +164,11 @@ def _online_model(name: str, prep: Prepared, cfg: ReplayConfig, pts: list[int],
         prev_known = k
         if model is None:
             continue
-        up = max(model.cal_.bound(groups[i], float(base_pred[i])), float(hfloor[i]))
+        log_bound = max(model.cal_.bound(groups[i], float(base_pred[i])), float(hfloor[i]))
         lim = None if prep.limit is None or not math.isfinite(prep.limit[i]) else float(prep.limit[i])
         if bounds_out is not None:
-            bounds_out[i] = up
-        v, _ = allocate(req[i] if has_req[i] else None, up, int(prep.n_hist[i]), lim, guard, model.theta)
+            bounds_out[i] = log_bound
+        v, _ = allocate(req[i] if has_req[i] else None, log_bound, int(prep.n_hist[i]), lim, guard, model.theta)
         if v is not None:
             out[i] = v
         if i % 1000 == 0:
@@ -215,15 +215,16 @@ def run(prep: Prepared, cfg: ReplayConfig | None = None,
             continue
         if name == "gbm" and base_of_harp is not None:
             # harp's base model without its calibration: the plain quantile model
-            up = base_of_harp
+            log_bound = base_of_harp
             notes["gbm"] = "harp's base quantile model, without calibration"
         else:
             model = cfg.make_model(name, prep)
             if not getattr(model, "needs_training", True):
-                up = model.predict(prep.X, groups=prep.groups)
+                log_bound = model.predict(prep.X, groups=prep.groups)
             else:
-                up = _batch_model(name, prep, cfg, pts)
-        alloc[name] = allocate_many(req, up, prep.n_hist, prep.limit, soft_guard(cfg.guard) if soft else cfg.guard)
+                log_bound = _batch_model(name, prep, cfg, pts)
+        guard = soft_guard(cfg.guard) if soft else cfg.guard
+        alloc[name] = allocate_many(req, log_bound, prep.n_hist, prep.limit, guard)
 
     if soft:
         metrics = _soft_metrics(prep, cfg, alloc)

@@ -1,6 +1,6 @@
 """Soft limits in the replay: decide again at the start, extend instead of kill.
 
-When harpd may change other users' jobs (issue 16), harp's ``--time`` is no
+When harpd may change other users' jobs, harp's ``--time`` is no
 longer Slurm's kill time: the user's own request is.  harp's limit becomes
 the runtime the backfill planner sees, and harpd raises it before it runs out
 by the escalation rule (``harpd.recovery.escalation``: double, capped by the
@@ -67,7 +67,7 @@ class SoftPolicy:
     # log-bound added per log(1 + siblings of the template running at the start)
     burst_tilt: float = 0.2
     # log-bound taken off per unit of log(cores x request) above the usual (and added below it)
-    # off by default (issue 28): on a loaded machine the deeper cuts of wide, long jobs
+    # off by default: on a loaded machine the deeper cuts of wide, long jobs
     # extend them into the head's reservation (docs/metrics.md, 'Queue')
     stake_tilt: float = 0.0
     # the budget controller: log-scale step per finished job, and its range

@@ -1,4 +1,4 @@
-"""Memory of workflow task types, live: what wins the replay is what harpd runs (issue 27, decisions 1-2).
+"""Memory of workflow task types, live: what wins the replay is what harpd runs.
 
 A workflow task type (a Snakemake rule, a Nextflow process: a ``wf:``
 signature, ``harpd.features.workflow``) is sized by its own model once one

@@ -1,6 +1,6 @@
 """A job about to end, as its own end-of-task hook reports it: did a step run out of memory?
 
-Recovery's race with a workflow manager (issue #27): a manager (Snakemake's
+Recovery's race with a workflow manager: a manager (Snakemake's
 Slurm executor, Nextflow) polls sacct and takes the first final state it
 sees as the task's fate.  A job harp recovers from its outcome is requeued
 seconds after Slurm recorded it FAILED or OUT_OF_MEMORY, and a manager that

@@ -15,7 +15,7 @@ The rule:
   harp walks back towards the user's own request without overshooting it;
 * memory's last attempt (the one before ``max_attempts`` runs out) goes
   straight to the user's request: a job that fits its request is never lost,
-  however deep harp cut (issue 27; what extension is for time, and why
+  however deep harp cut (what extension is for time, and why
   memory needs no walk-back floor, ``harpd.predict.allocation``); time keeps
   its floor, which already brings the last attempt back to the request;
 * at or past the original request (or with none), plain doubling;

@@ -59,6 +59,7 @@ from collections.abc import Callable
 from datetime import datetime
 from typing import Any
 
+from harp_submit.units import fmt_mem, fmt_time
 from harpd.config import HarpSettings
 from harpd.protocol import Resources
 from harpd.recovery.attempts import (
@@ -70,7 +71,7 @@ from harpd.recovery.ending import ran_out_of_memory
 from harpd.recovery.escalation import RESOURCE_OF
 from harpd.recovery.manager_retry import LEFT_TO_MANAGER, LEFT_TO_NEXTFLOW, NO_RESUBMIT, manager_retry, task_of
 from harpd.recovery.mode import REQUEUE, RESUBMIT, resolve_mode
-from harpd.recovery.policy import eligible, first_limits, fmt_mem, fmt_time, next_limits
+from harpd.recovery.policy import eligible, first_limits, next_limits
 from harpd.recovery.requeue import requeue
 from harpd.recovery.resume import last_signal, resumed_time
 from harpd.recovery.resubmit import resubmit
@@ -144,7 +145,7 @@ class Recovery:
         ingestor = ingest_service.ingestor
         self._watch = ingestor.watch
         self._attached.set()
-        scheduler = getattr(ingest_service, "scheduler", None)
+        scheduler = ingest_service.scheduler
         if scheduler is not None:
             scheduler.add_job(
                 self.tick,

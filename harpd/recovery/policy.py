@@ -28,12 +28,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from harp_submit.harp_lines import retry_choice
+from harp_submit.units import fmt_mem, fmt_time
 from harpd.protocol import Resources
 from harpd.recovery.attempts import AttemptLimits
 from harpd.recovery.escalation import next_allocation, resource_for
 from harpd.records import JobRecord, Outcome
 
-__all__ = ["retry_choice", "eligible", "first_limits", "next_limits", "Next", "fmt_time", "fmt_mem"]
+__all__ = ["retry_choice", "eligible", "first_limits", "next_limits", "Next"]
 
 _PLAIN_JOB_ID = re.compile(r"^\d+$")
 
@@ -103,38 +104,6 @@ class Next:
     limits: AttemptLimits | None
     reason: str
     resource: str | None = None
-
-
-def fmt_time(seconds: float | None) -> str:
-    """Seconds as recovery's reasons and ``harp status`` say them: ``2 min``, ``1:30:00``, ``2-00:00:00``.
-
-    Not ``units.format_time``: that is sbatch's spelling (``00:02:00``,
-    ``UNLIMITED``), this the wording users have been shown since recovery
-    began (``1 min -> 2 min``), which tests and scripts read.
-    """
-    if seconds is None:
-        return "unlimited"
-    s = int(round(seconds))
-    if s < 3600 and s % 60 == 0:
-        return f"{s // 60} min"
-    d, rest = divmod(s, 86400)
-    h, rest = divmod(rest, 3600)
-    m, sec = divmod(rest, 60)
-    return (f"{d}-" if d else "") + f"{h:d}:{m:02d}:{sec:02d}"
-
-
-def fmt_mem(mb: float | None) -> str:
-    """MiB as recovery's reasons say them: ``200M``, ``64G``; ``unknown`` for None.
-
-    Not ``units.format_mem``, which turns every multiple of 1024 into G (and
-    T): recovery has always said ``1024M``/``2048M`` and only whole G from 10G up.
-    """
-    if mb is None:
-        return "unknown"
-    mb = int(math.ceil(mb))
-    if mb >= 10240 and mb % 1024 == 0:
-        return f"{mb // 1024}G"
-    return f"{mb}M"
 
 
 def _smallest(caps: list[tuple[float | None, str]]) -> tuple[float | None, str | None]:

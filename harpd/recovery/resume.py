@@ -20,7 +20,7 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from harpd.recovery.policy import fmt_time
+from harp_submit.units import fmt_time
 
 __all__ = ["CHECKPOINT_SIGNAL", "Resumed", "last_signal", "resumed_time"]
 

@@ -321,7 +321,7 @@ def _scoreboard(r: Report) -> str:
     return "".join(out) or "<p>No models.</p>"
 
 
-#: the queue panel's row labels (``harpd.predict.queue.POLICIES``)
+#: the queue panel's row labels (``harpd.predict.schedule_simulation.POLICIES``)
 QUEUE_LABELS = {"users": "users' requests", "harp-hard": "harp, hard limits", "harp-soft": "harp, soft limits",
                 "exact": "exact runtimes"}
 

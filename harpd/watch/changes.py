@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from harpd.recovery.policy import fmt_time
+from harp_submit.units import fmt_time
 from harpd.slurm.base import QueuedJob
 from harpd.store import Store
 

@@ -22,9 +22,9 @@ import logging
 from collections.abc import Iterable
 from typing import Any
 
+from harp_submit.units import fmt_time
 from harpd.dnn.checkpoint import SignalPlan, signal_plan
 from harpd.dnn.errors import DnnError
-from harpd.recovery.policy import fmt_time
 from harpd.recovery.resume import CHECKPOINT_SIGNAL
 from harpd.slurm.base import QueuedJob, SlurmError
 from harpd.store import Store

@@ -39,12 +39,12 @@ import logging
 from collections.abc import Callable, Iterable
 from typing import Any
 
+from harp_submit.units import fmt_time
 from harpd.config import HarpSettings
 from harpd.predict.soft import SoftPolicy
 from harpd.recovery.attempts import EXTENDED_NOTE, without_notes
 from harpd.recovery.crash import crash_point
 from harpd.recovery.escalation import next_allocation
-from harpd.recovery.policy import fmt_time
 from harpd.records import Outcome
 from harpd.slurm.base import PartitionInfo, QueuedJob, SlurmError, whole_minutes
 from harpd.slurm.partitions import partition_of

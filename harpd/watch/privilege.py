@@ -38,7 +38,7 @@ class Privilege:
 
 
 def detect(settings: HarpSettings, backend: Any) -> Privilege:
-    """The answer for this harpd (no backend: unprivileged, hard limits as before)."""
+    """The answer for this harpd (no backend: unprivileged, hard limits)."""
     if backend is None:
         priv = Privilege(False, "no Slurm backend", False)
     else:

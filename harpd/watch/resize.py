@@ -39,11 +39,10 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from harp_submit.units import parse_duration_s, parse_mem
+from harp_submit.units import fmt_time, parse_duration_s, parse_mem
 from harpd.config import HarpSettings
 from harpd.features.workflow import registered_signature
 from harpd.protocol import Decision, JobRequest
-from harpd.recovery.policy import fmt_time
 from harpd.predict.retry_floor import redeciding
 from harpd.records import JobRecord
 from harpd.slurm.base import QueuedJob, SlurmError, whole_minutes

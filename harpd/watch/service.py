@@ -2,8 +2,8 @@
 
 Runs on the ingest poller's scheduler (one thread pool, one place that
 stops), every ``watch.interval_s``, only when harpd may change other users'
-jobs and soft limits are on: otherwise nothing here runs and harpd behaves
-as before (harp's limit is the kill time; recovery resubmits).
+jobs and soft limits are on: otherwise nothing here runs and harp's limit
+is the kill time (recovery resubmits what ran out).
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ from datetime import datetime
 from typing import Any
 
 from harpd.config import HarpSettings
+from harpd.predict.soft_state import SoftState
 from harpd.slurm.base import PartitionInfo, SlurmError
 from harpd.store import Store
 from harpd.watch.checkpoint_signal import CheckpointSignal
@@ -35,7 +36,9 @@ class Watch:
     """The watcher: ``tick`` lists the queue once and lets each part act on it."""
 
     def __init__(self, store: Store, backend: Any, settings: HarpSettings, predictor: Any = None,
-                 partitions: Callable[[], dict[str, PartitionInfo]] | None = None, soft_limits: bool = True) -> None:
+                 partitions: Callable[[], dict[str, PartitionInfo]] | None = None, soft_limits: bool = True,
+                 soft_state: SoftState | None = None) -> None:
+        """``soft_state``: the live predictor's soft-policy state (None: no feedback to it)."""
         self.backend = backend
         self.settings = settings
         # resumable jobs are asked to checkpoint before their end, under hard or soft limits
@@ -48,9 +51,8 @@ class Watch:
         if not soft_limits:  # hard limits: harp's limit is the kill time; only the checkpoint signal runs
             self._lock = threading.Lock()
             return
-        state = getattr(predictor, "soft_state", None)
         # the soft policy learns from this listing and these extensions (harpd.watch.feedback)
-        self.feedback = None if state is None else SoftFeedback(store, predictor, state)
+        self.feedback = None if soft_state is None else SoftFeedback(store, predictor, soft_state)
         self.extender = Extender(store, backend, settings, partitions,
                                  on_extended=None if self.feedback is None else self.feedback.on_extended)
         if settings.watch.resize and predictor is not None:
@@ -88,11 +90,10 @@ class Watch:
     def attach(self, ingest_service: Any) -> "Watch":
         """Run on the poller's scheduler and hear its outcomes."""
         ingest_service.ingestor.on_outcome.append(self.on_outcome)
-        scheduler = getattr(ingest_service, "scheduler", None)
-        if scheduler is not None:
-            scheduler.add_job(self.tick, "interval", seconds=float(self.settings.watch.interval_s), id=JOB_ID,
-                              name="harp watch (extend running, re-size pending jobs)", replace_existing=True,
-                              max_instances=1, coalesce=True, next_run_time=datetime.now())
+        ingest_service.scheduler.add_job(self.tick, "interval", seconds=float(self.settings.watch.interval_s),
+                                         id=JOB_ID, name="harp watch (extend running, re-size pending jobs)",
+                                         replace_existing=True, max_instances=1, coalesce=True,
+                                         next_run_time=datetime.now())
         if self.extender is None:
             log.info("watch: on (every %g s, checkpoint signals only)", self.settings.watch.interval_s)
         else:
@@ -105,7 +106,8 @@ class Watch:
 
 
 def make(*, settings: HarpSettings, store: Store, backend: Any, privilege: Privilege, predictor: Any = None,
-         partitions: Callable[[], dict[str, PartitionInfo]] | None = None) -> Watch | None:
+         partitions: Callable[[], dict[str, PartitionInfo]] | None = None,
+         soft_state: SoftState | None = None) -> Watch | None:
     """The watcher, or None when it has nothing to do (unprivileged, disabled, no Slurm).
 
     Under hard limits (privileged, ``watch.soft_limits = false``) it only asks
@@ -120,4 +122,4 @@ def make(*, settings: HarpSettings, store: Store, backend: Any, privilege: Privi
             return None
         log.info("watch: checkpoint signals only (%s limits: %s)", privilege.mode, privilege.why)
         return Watch(store, backend, settings, predictor, partitions, soft_limits=False)
-    return Watch(store, backend, settings, predictor, partitions)
+    return Watch(store, backend, settings, predictor, partitions, soft_state=soft_state)

@@ -1,4 +1,4 @@
-"""Cores lowered for real (issue 20 part 3): a 4-CPU job whose program used one core gets fewer CPUs and runs;
+"""Cores lowered for real: a 4-CPU job whose program used one core gets fewer CPUs and runs;
 its input size (part 2) reaches --harp-explain."""
 
 from __future__ import annotations
@@ -57,7 +57,7 @@ def _show(cluster, job_id: str) -> dict[str, str]:
 
 def _submit(cluster, sock: str, name: str, extra: str) -> tuple[str, str]:
     (cluster.workdir / name).write_text(SCRIPT.format(extra=extra))
-    (cluster.workdir / "input.bin").write_bytes(b"\0" * 4096)  # the input harp-submit sizes (issue 20 part 2)
+    (cluster.workdir / "input.bin").write_bytes(b"\0" * 4096)  # the input harp-submit sizes
     # a generous answer time: the first decision on a busy machine loads the history
     proc = run_harp_submit(cluster, "--parsable", "--harp-explain", "-o", f"{name}-%j.out", name, socket_path=sock,
                            env={"HARP_TIMEOUT": "30"})

@@ -1,4 +1,4 @@
-"""Convergence-aware trials (issue 32 item 4) against the real Slurm: nice of pending array tasks, SHA cancels.
+"""Convergence-aware trials against the real Slurm: nice of pending array tasks, SHA cancels.
 
 A root harpd (privileged, so its watch runs) lists the queue every 2 s.
 Trials are array tasks that call ``harp progress`` from inside the job (the

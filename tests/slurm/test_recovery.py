@@ -1,4 +1,4 @@
-"""Recovery (issue 5) against the real Slurm 22.05, end to end.
+"""Recovery against the real Slurm 22.05, end to end.
 
 Real ``harpd`` daemons (the real ingest poller with recovery as its listener,
 polling every 2 s) and real ``harp-submit`` submissions of scripts that opt

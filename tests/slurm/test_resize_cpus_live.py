@@ -1,4 +1,4 @@
-"""Pending CPUs re-sized at start, as memory is, on the real cluster (issue #27).
+"""Pending CPUs re-sized at start, as memory is, on the real cluster.
 
 A script whose job step harp cannot see (``bash hidden_step.sh`` running
 ``srun -c 2``) asks 2 CPUs; its history says it keeps a third of a core

@@ -1,4 +1,4 @@
-"""An unmodified Snakemake with its Slurm executor plugin, through harp-submit, on the real cluster (issue #21).
+"""An unmodified Snakemake with its Slurm executor plugin, through harp-submit, on the real cluster.
 
 Snakemake (``snakemake`` and ``snakemake-executor-plugin-slurm`` from the
 package index, the test extra) runs a workflow of three rules with generous
@@ -20,7 +20,7 @@ links /etc/slurm/slurm.conf to the cluster on a machine with none, and this
 test needs that link to be its cluster's.
 
 With ``HARP_WORKFLOW_FIGURES=1`` the workflow also runs once with plain
-sbatch first, and the figures of the issue's closing note are printed
+sbatch first, and the figures docs/workflows.md quotes are printed
 (per rule: requested, used, harp's third-run allocation; wall times).
 """
 

@@ -1,4 +1,4 @@
-"""Soft time limits (issue 16) against the real Slurm 22.05, end to end.
+"""Soft time limits against the real Slurm 22.05, end to end.
 
 Real harpd daemons with short watch settings (a listing every 2 s, extend
 with less than 12 s left: the one crossing of a 1-minute limit comes well

@@ -202,7 +202,7 @@ def test_bad_input_gets_exactly_sbatchs_own_answer(slurm_cluster, submit_dir, ar
 
 
 def test_a_script_on_dev_stdin_is_sized_and_registered(slurm_cluster, submit_dir) -> None:
-    """Snakemake's --slurm-pass-command-as-script: `sbatch ... /dev/stdin` with the script piped in (issue #21)."""
+    """Snakemake's --slurm-pass-command-as-script: `sbatch ... /dev/stdin` with the script piped in."""
     from tests.helpers.processes import RUN_MAIN
 
     script = "#!/bin/sh\n#SBATCH --time=50\n#SBATCH -o harp-stdin-%j.out\necho from-stdin \"$1\"\n"

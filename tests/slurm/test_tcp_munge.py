@@ -1,4 +1,4 @@
-"""One harpd for the cluster over TCP, authenticated by the cluster's real munged (issue 19).
+"""One harpd for the cluster over TCP, authenticated by the cluster's real munged.
 
 Every client here reaches harpd only over TCP (HARP_SOCKET names no socket),
 as from a login or compute node: its uid comes from MUNGE, never from the

@@ -1,4 +1,4 @@
-"""A rule outgrows the memory harp learnt, with an unmodified Snakemake and no manager retries (issue #27).
+"""A rule outgrows the memory harp learnt, with an unmodified Snakemake and no manager retries.
 
 Snakemake's Slurm executor polls sacct and stops the workflow at the first
 task it sees FAILED or OUT_OF_MEMORY.  harp sizes the rule ``big`` from its

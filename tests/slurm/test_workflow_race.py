@@ -1,4 +1,4 @@
-"""The requeue race with a workflow manager, on the real cluster (issue #21).
+"""The requeue race with a workflow manager, on the real cluster.
 
 A Snakemake task that harp cut runs out of harp's limit (hard limits: soft
 limits off, so nothing extends it) and ends TIMEOUT.  The manager, polling

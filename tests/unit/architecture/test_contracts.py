@@ -64,7 +64,7 @@ def _append(path: Path, line: str) -> None:
          "harpd.report.build -> sqlite3"),
         ("harpd/predict/allocation.py", "from harpd.predict import live  # noqa", "no import cycles",
          ".allocation"),
-        # one decision path (issue 27): what only harp replay runs never reaches harpd, directly or through
+        # one decision path: what only harp replay runs never reaches harpd, directly or through
         # a module the daemon imports (report/build.py once pulled in the EASY simulator)
         ("harpd/daemon/handlers.py", "import harpd.simulate.easy  # noqa", "live path never imports",
          "harpd.simulate.easy"),

@@ -1,5 +1,5 @@
 """harpd started on a store with imported history and no model trains at once,
-in the background, and shows the models in ``health`` when done (issue 18)."""
+in the background, and shows the models in ``health`` when done."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""One decision path (issue 27): the replay's harp row is what a running harpd answers, job by job.
+"""One decision path: the replay's harp row is what a running harpd answers, job by job.
 
 A small workflow trace is replayed (``run_chronological``), then handed to a
 live predictor the way harpd gets it: each finished task stored in SQLite,

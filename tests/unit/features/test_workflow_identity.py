@@ -1,4 +1,4 @@
-"""Workflow tasks (issue #21): harp tells Snakemake rules and Nextflow processes apart.
+"""Workflow tasks: harp tells Snakemake rules and Nextflow processes apart.
 
 Every Snakemake job runs ``python -m snakemake``: by its commands alone each
 rule of each workflow is one program.  These are the forms the managers

@@ -1,4 +1,4 @@
-"""A workflow task's outcome is stored under the signature its next submission is decided by (issue #21)."""
+"""A workflow task's outcome is stored under the signature its next submission is decided by."""
 
 from __future__ import annotations
 

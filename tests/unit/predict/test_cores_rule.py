@@ -1,11 +1,12 @@
-"""Cores for single-task jobs (issue 20 part 3): the rule, the live decision, the replay figures."""
+"""Cores for single-task jobs: the rule, the live decision, the replay figures."""
 
 from __future__ import annotations
 
 import pytest
 
 from harpd.config import HarpSettings
-from harpd.predict.cores import CoresHistory, cores_used, give, order_index, quantile_bound, cut_bounds, step_cpus
+from harpd.predict.cores import (CoresHistory, cores_to_give, cores_used, cut_bounds, order_index, quantile_bound,
+                                 step_cpus)
 from harpd.evaluate.cores_replay import replay_cores
 from harpd.predict.live import ModelPredictor
 from harpd.protocol import JobRequest
@@ -56,8 +57,9 @@ def test_the_quantile_needs_enough_runs_for_its_guarantee():
 
 
 def test_cores_are_rounded_up_never_above_the_request():
-    assert give(4, 0.98) == 1 and give(4, 1.02) == 1  # accounting noise over one core is one core
-    assert give(4, 1.3) == 2 and give(4, 3.9) is None and give(1, 0.1) is None and give(4, None) is None
+    assert cores_to_give(4, 0.98) == 1 and cores_to_give(4, 1.02) == 1  # accounting noise over one core is one core
+    assert cores_to_give(4, 1.3) == 2 and cores_to_give(4, 3.9) is None
+    assert cores_to_give(1, 0.1) is None and cores_to_give(4, None) is None
     assert cores_used(1200.0, 600.0) == 2.0 and cores_used(10.0, 0.0) is None and cores_used(None, 5.0) is None
 
 

@@ -1,4 +1,4 @@
-"""The first day (issue 18): sizing from a program's own runs before any model, and
+"""The first day: sizing from a program's own runs before any model, and
 the retrain trigger that trains at start and soon after the first outcomes."""
 
 from __future__ import annotations

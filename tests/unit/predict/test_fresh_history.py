@@ -1,9 +1,9 @@
 """An outcome harpd has ingested is in the very next decision.
 
-The live predictor's history used to be refreshed on a request, in the
-background, after the answer: a dry run right after two OOM kills still cut
-the memory below what had failed.  The ingest poller now hands each poll's
-new outcomes to the predictor as it stores them.
+A history refreshed on a request, in the background, after the answer, would
+let a dry run right after two OOM kills still cut the memory below what had
+failed.  So the ingest poller hands each poll's new outcomes to the predictor
+as it stores them.
 """
 
 from __future__ import annotations

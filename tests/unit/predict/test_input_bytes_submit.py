@@ -1,4 +1,4 @@
-"""The input size harp-submit sends (issue 20 part 2) reaches --harp-explain and the job's record."""
+"""The input size harp-submit sends reaches --harp-explain and the job's record."""
 
 from __future__ import annotations
 

@@ -32,7 +32,7 @@ def _trace(n: int, seed: int, switch: float) -> list:
 
 @pytest.fixture(autouse=True)
 def _hard_cuts(tmp_path, monkeypatch):
-    """These verdicts judge harp's hard cuts: the kill-cost gate (issue 28, default: none) opened."""
+    """These verdicts judge harp's hard cuts: the kill-cost gate (default: none) opened."""
     cfg = tmp_path / "harp.toml"
     cfg.write_text(f'[store]\npath = "{tmp_path / "h.db"}"\n[predict]\nhard_cut_gain = 1.0\n')
     monkeypatch.setenv("HARP_CONFIG", str(cfg))

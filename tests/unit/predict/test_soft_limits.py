@@ -1,4 +1,4 @@
-"""Soft limits in the replay (extend, never kill) and in the live predictor (issue 16)."""
+"""Soft limits in the replay (extend, never kill) and in the live predictor."""
 
 from __future__ import annotations
 
@@ -217,11 +217,11 @@ def test_live_soft_mode_cuts_to_recent_runs_and_says_it_extends():
 
 
 def test_live_hard_mode_keeps_the_time_unless_a_cut_outweighs_its_kill_risk():
-    # the default (issue 28): under hard limits no time cut pays for its kill risk
+    # the default: under hard limits no time cut pays for its kill risk
     d = _decide(_live(False))
     assert [c for c in d.changes if c.option == "time"] == []
     assert "kill costs the queue more than a cut saves" in d.explain["time"]["reason"]
-    # a site that measured a gain gets the cut as before: 1 h of a 2 h request, p = 5%
+    # a site that measured a gain gets the cut: 1 h of a 2 h request, p = 5%
     d = _decide(_live(False, hard_cut_gain=0.2))
     (c,) = [c for c in d.changes if c.option == "time"]
     assert c.value == "01:00:00" and "extended automatically" not in c.reason

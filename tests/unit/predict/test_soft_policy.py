@@ -144,7 +144,7 @@ def test_settings_reach_the_policy():
 
 
 def test_the_last_extension_goes_to_the_request_in_the_metric_and_the_queue():
-    from harpd.predict.queue import escalation_hook
+    from harpd.predict.schedule_simulation import escalation_hook
     from harpd.predict.soft import extend
 
     start, need, req, cens = (np.array([100.0, 100.0, 100.0]), np.array([350.0, 150.0, 1000.0]),

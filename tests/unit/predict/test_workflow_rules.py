@@ -1,4 +1,4 @@
-"""Workflow rules are sized from their own runs only (issue #21).
+"""Workflow rules are sized from their own runs only.
 
 Snakemake's jobs all run ``python -m snakemake``; before harp knew rules
 apart, a never-seen rule was cut "from 40 similar runs" of other rules and

@@ -1,4 +1,4 @@
-"""How many runs of a rule harp waits for, as docs/workflows.md says (issue #27, item 5).
+"""How many runs of a rule harp waits for, as docs/workflows.md says.
 
 Under soft limits (a privileged harpd that extends what it cut) a rule's time
 is cut from its first finished run: a run that needs more is extended, never

@@ -1,4 +1,4 @@
-"""The escalation rule of issue 5, case by case and as properties."""
+"""The escalation rule (harpd.recovery.escalation), case by case and as properties."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""A run whose owner slurmdbd has not filled in yet is waited for, not refused (issue 16's defect).
+"""A run whose owner slurmdbd has not filled in yet is waited for, not refused.
 
 Seen on a loaded machine: harpd logged ``job 224 ran out but is not
 recovered: it ran as None, registered by harptest1`` and never recovered it,

@@ -1,4 +1,4 @@
-"""A requeue appends harp's marker to the job's comment instead of replacing it (issue #21).
+"""A requeue appends harp's marker to the job's comment instead of replacing it.
 
 Workflow managers read the comment back (Snakemake's Slurm executor names the
 rule there for its efficiency report), and a requeued job keeps its id, so

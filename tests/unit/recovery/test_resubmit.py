@@ -1,4 +1,4 @@
-"""Recovery (issue 5) against a fake Slurm, through the real ingest poller.
+"""Recovery against a fake Slurm, through the real ingest poller.
 
 Each test drives ``Ingestor.poll_once`` with ``Recovery.on_outcome`` as its
 listener, as harpd does, and checks what Slurm was asked to do, what the store

@@ -6,9 +6,10 @@ import dataclasses
 
 import pytest
 
+from harp_submit.units import fmt_mem, fmt_time
 from harpd.protocol import Resources
 from harpd.recovery.attempts import AttemptLimits
-from harpd.recovery.policy import eligible, first_limits, fmt_mem, fmt_time, next_limits, retry_choice
+from harpd.recovery.policy import eligible, first_limits, next_limits, retry_choice
 from harpd.recovery.sbatch_argv import ArgvError, resubmit_argv
 from harpd.records import JobRecord, Outcome
 
@@ -147,7 +148,7 @@ def test_argv_that_does_not_parse():
 
 
 def test_request_factor_caps_recovery_at_or_above_the_users_request():
-    # the job: --time=3, harp's cut ran out at the user's own 3 min
+    # a job of --time=3 whose harp cut ran out at the user's own 3 min
     unset = nl(Outcome.TIMEOUT, 2, {"time_s": 180, "mem_mb": 100}, {"time_s": 180, "mem_mb": 100})
     assert unset.limits["time_s"] == 360  # default: doubling past the request, up to the partition
     at = nl(Outcome.TIMEOUT, 2, {"time_s": 180, "mem_mb": 100}, {"time_s": 180, "mem_mb": 100}, request_factor=1.0)

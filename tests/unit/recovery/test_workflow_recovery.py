@@ -1,4 +1,4 @@
-"""Workflow tasks: harp's recovery and the manager's own retry never both run the work (issue #21).
+"""Workflow tasks: harp's recovery and the manager's own retry never both run the work.
 
 Driven as harpd does (the ingest poller with recovery as its listener) against
 the fake Slurm.  A Snakemake task that ran out of harp's limit is requeued in

@@ -1,34 +1,12 @@
-"""The simulator's small I/O helpers: the progress bar and the saved figures."""
+"""The simulator's saved figures beside the store."""
 
 from __future__ import annotations
 
-import io
 import json
 
 import pytest
 
-from harpd.simulate.progress import TextBar
 from harpd.report.queue_figures import load, path_beside, save
-
-
-class Tty(io.StringIO):
-    def isatty(self) -> bool:
-        return True
-
-
-def test_bar_draws_on_a_terminal_and_ends_with_a_newline():
-    out = Tty()
-    bar = TextBar("users", out)
-    bar(5, 10)
-    assert out.getvalue().startswith("\rusers") and " 50%|" in out.getvalue() and "\n" not in out.getvalue()
-    bar(10, 10)
-    assert " 100%|" in out.getvalue() and out.getvalue().endswith("\n")
-
-
-def test_bar_is_silent_off_a_terminal_or_when_disabled():
-    for out, enabled in ((io.StringIO(), True), (Tty(), False)):
-        TextBar("x", out, enabled=enabled)(1, 2)
-        assert out.getvalue() == ""
 
 
 def test_saved_figures_round_trip_beside_the_store(tmp_path):

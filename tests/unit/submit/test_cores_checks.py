@@ -1,4 +1,4 @@
-"""harp-submit's own checks on a lowered --cpus-per-task (issue 20 part 3): single tasks only, memory kept."""
+"""harp-submit's own checks on a lowered --cpus-per-task: single tasks only, memory kept."""
 
 from __future__ import annotations
 

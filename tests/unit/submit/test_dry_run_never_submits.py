@@ -1,4 +1,4 @@
-"""``--harp-dry-run`` never submits, whatever path harp takes (issue 18).
+"""``--harp-dry-run`` never submits, whatever path harp takes.
 
 The fake sbatch first on PATH (and in HARP_SBATCH) records every run in a
 file; a dry run must leave that file absent, while a normal run of the same

@@ -1,4 +1,4 @@
-"""harp-filter leaves the CPUs alone when sbatch's options count them in --tres-per-task (issue 18)."""
+"""harp-filter leaves the CPUs alone when sbatch's options count them in --tres-per-task."""
 
 from __future__ import annotations
 

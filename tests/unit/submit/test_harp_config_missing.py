@@ -1,4 +1,4 @@
-"""A HARP_CONFIG naming a missing file is said once, and the job still goes in (issue 18)."""
+"""A HARP_CONFIG naming a missing file is said once, and the job still goes in."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""An unknown ``--harp-...`` option is harp's error, never sbatch's (issue 18).
+"""An unknown ``--harp-...`` option is harp's error, never sbatch's.
 
 A typo such as ``--harp-dryrun`` must not reach sbatch (which would submit
 nothing, or worse, a site's newer sbatch might not complain) nor be dropped

@@ -1,4 +1,4 @@
-"""The job's input size at submission (issue 20 part 2): regular files named or staged, bounded, never read."""
+"""The job's input size at submission: regular files named or staged, bounded, never read."""
 
 from __future__ import annotations
 

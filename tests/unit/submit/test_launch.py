@@ -2,7 +2,7 @@
 
 The disabled path is what a workflow manager pays on every task, so it must
 import next to nothing; anything harp has to read (its own options, --help,
---version) still takes the full way, where it behaves as before.
+--version) still takes the full way, with harp's decision code loaded.
 """
 
 from __future__ import annotations

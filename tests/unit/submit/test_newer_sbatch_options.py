@@ -1,4 +1,4 @@
-"""Options of sbatch releases after 22.05 are known, so harp still advises such jobs (issue 18)."""
+"""Options of sbatch releases after 22.05 are known, so harp still advises such jobs."""
 
 from __future__ import annotations
 

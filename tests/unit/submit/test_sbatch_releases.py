@@ -1,4 +1,4 @@
-"""sbatch of 22.05 through 26.05: one option table for all, cores from --tres-per-task (issue 30)."""
+"""sbatch of 22.05 through 26.05: one option table for all, cores from --tres-per-task."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ from submit_fakes import change, decision
 RELEASES = ("22.05", "23.02", "23.11", "24.05", "24.11", "25.05", "25.11", "26.05")
 JOB = "#!/bin/bash\n#SBATCH --time=2-00:00:00\nsrun ./a.out\n"
 
-#: The long options 26.05's sbatch has and 22.05's has not, as the issue lists them.
+#: The long options 26.05's sbatch has and 22.05's has not.
 NEW_IN_26_05 = ("--container-id=abc", "--container-type=oci", "--extra-node-info=2:4:1", "--oom-kill-step=1",
                 "--resv-ports=2", "--spread-segments", "--tres-bind=gres/gpu:per_task:1", "--tres-per-task=gres/gpu=1")
 

@@ -1,4 +1,4 @@
-"""Pending CPUs re-sized at start, as memory is (issue #27)."""
+"""Pending CPUs re-sized at start, as memory is."""
 
 from __future__ import annotations
 

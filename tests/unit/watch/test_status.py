@@ -48,12 +48,9 @@ def test_health_shows_the_budget_scale_when_soft_limits_are_on(store):
     from harpd.predict.soft import SoftPolicy
     from harpd.predict.soft_state import SoftState
 
-    class Predictor:
-        name = "harp"
-        soft_state = SoftState(SoftPolicy(gamma=0.5), None)
-
-    Predictor.soft_state.extended()
-    h = Handlers(store, HarpSettings(), Predictor(), admin_gid=None, limits_mode=MODE)
+    soft_state = SoftState(SoftPolicy(gamma=0.5), None)
+    soft_state.extended()
+    h = Handlers(store, HarpSettings(), admin_gid=None, limits_mode=MODE, soft_state=soft_state)
     health = h.handle(Peer(pid=1, uid=0, gid=0, user="root", groups=frozenset()), p.HealthRequest(op="health"))
     assert health.limits["mode"] == "soft" and health.limits["budget_scale"] > 1.4
     assert health.limits["min_limit_s"] == 180.0  # the watcher's 120 s lead and 30 s interval, in minutes

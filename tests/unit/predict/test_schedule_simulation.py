@@ -1,4 +1,5 @@
-"""The queue adapter (harpd.predict.queue) on a hand-made trace, and `harp replay --schedule`.
+"""The schedule simulation's adapter (harpd.predict.schedule_simulation) on a hand-made trace, and
+`harp replay --schedule`.
 
 The trace, on a machine of P=2 processors (submit, processors, runtime, request):
 
@@ -31,7 +32,7 @@ from replay_helpers import rec
 
 from harpd.cli.main import main as harp_main
 from harpd.predict.dataset import prepare
-from harpd.predict.queue import QueueError, gap_closed, policies, schedule
+from harpd.predict.schedule_simulation import QueueError, gap_closed, policies, schedule
 from harpd.report.queue_figures import load, path_beside
 
 NAN = math.nan
