@@ -175,7 +175,7 @@ def test_plain_sbatch_gets_harpds_decision_and_registers(plugin_cluster, sock_di
         assert pred["job"]["request"]["time_s"] == 3000 and pred["job"]["request"]["mem_mb"] == 300
         assert pred["job"]["commands"] == ["echo plugin test"]
         assert pred["job"]["script_name"] == "job.sh"
-        [reg] = fake.wait_for("register", timeout=10)
+        [reg] = fake.wait_for("register")
         assert reg["job_id"] == job
         assert reg["original"]["time_s"] == 3000 and reg["submitted"]["time_s"] == 420
         assert reg["submitted"]["mem_mb"] == 200
@@ -205,7 +205,7 @@ def test_no_change_keeps_the_job_and_labels_it_kept(plugin_cluster, sock_dir) ->
         assert info["AdminComment"] == "harp: cli_filter kept"
         assert blank(info.get("Comment"))
         assert harp_lines(err) == []
-        assert [r["job_id"] for r in fake.wait_for("register", timeout=10)] == [job]
+        assert [r["job_id"] for r in fake.wait_for("register")] == [job]
 
 
 # --- fail open: the job as written, one line ----------------------------------------------
@@ -326,7 +326,7 @@ def test_harp_submit_jobs_are_not_asked_twice(plugin_cluster, sock_dir, harp_arg
         # harp-submit's own ask only (none with --harp-off); the plugin stepped aside
         assert len(fake.ops("predict")) == (0 if harp_args else 1)
         if not harp_args:
-            fake.wait_for("register", timeout=10)
+            fake.wait_for("register")
             assert len(fake.ops("register")) == 1
         assert plugin_cluster.wait_job(job) == "COMPLETED"
         job_env = (plugin_cluster.workdir / f"env-{job}.txt").read_text()

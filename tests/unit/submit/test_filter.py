@@ -199,7 +199,7 @@ def test_register_mode_sends_the_job_id_and_deletes_the_file(home) -> None:
                               capture_output=True, text=True, env=e, timeout=30)
         assert proc.returncode == 0 and proc.stdout == "" and proc.stderr == ""
         assert not payload.exists()
-        [reg] = fake.wait_for("register", timeout=5)
+        [reg] = fake.wait_for("register")
         assert reg["job_id"] == "42" and reg["job"] == {"job_name": "x"}
 
 
