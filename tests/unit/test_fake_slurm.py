@@ -17,16 +17,20 @@ import pytest
 from harpd.slurm.base import SlurmBackend
 from tests.helpers.fake_slurm import FakeSlurm
 
-RECOVERY_FAKES = Path(__file__).resolve().parent / "recovery" / "resubmit_fakes.py"
+HERE = Path(__file__).resolve().parent
+
+
+def _fake_from(path: Path, name: str) -> type:
+    spec = importlib.util.spec_from_file_location(f"checked_{path.stem}", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return getattr(module, name)
 
 
 def _file_backed_fake() -> type:
     """The recovery tests' fake that lives in a JSON file (it must outlive a SIGKILLed harpd)."""
-    spec = importlib.util.spec_from_file_location("resubmit_fakes_checked", RECOVERY_FAKES)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module.FakeSlurm
+    return _fake_from(HERE / "recovery" / "resubmit_fakes.py", "FakeSlurm")
 
 
 def protocol_methods() -> dict[str, inspect.Signature]:
@@ -34,13 +38,17 @@ def protocol_methods() -> dict[str, inspect.Signature]:
             if not name.startswith("_") and callable(getattr(SlurmBackend, name))}
 
 
-def mismatches(fake: type) -> list[str]:
-    """Each way ``fake`` departs from the Protocol, in words; [] when it has every method, callable as it says."""
+def mismatches(fake: type, every_method: bool = True) -> list[str]:
+    """Each way ``fake`` departs from the Protocol, in words; [] when it has every method, callable as it says.
+
+    ``every_method=False``: a partial fake (the watcher's queue), whose methods must still match.
+    """
     problems = []
     for name, wanted in protocol_methods().items():
         got = getattr(fake, name, None)
         if not callable(got):
-            problems.append(f"{fake.__name__}.{name} is missing")
+            if every_method:
+                problems.append(f"{fake.__name__}.{name} is missing")
             continue
         have = inspect.signature(got)
         takes_any_keyword = any(p.kind is p.VAR_KEYWORD for p in have.parameters.values())
@@ -69,6 +77,13 @@ def mismatches(fake: type) -> list[str]:
 @pytest.mark.parametrize("fake", [FakeSlurm, _file_backed_fake()], ids=["in-memory", "file-backed"])
 def test_each_fake_backend_has_every_protocol_method_with_its_signature(fake: type) -> None:
     assert mismatches(fake) == []
+
+
+def test_the_watchers_queue_fake_takes_the_protocols_arguments() -> None:
+    """The watcher tests' queue (running and pending jobs with their time used) fakes only what the watcher calls."""
+    fake = _fake_from(HERE / "watch" / "watch_fakes.py", "FakeQueue")
+    assert {"queue", "update_job", "signal", "partitions"} <= set(dir(fake))
+    assert mismatches(fake, every_method=False) == []
 
 
 def test_the_in_memory_fake_is_a_slurm_backend() -> None:
