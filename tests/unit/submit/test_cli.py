@@ -546,7 +546,7 @@ def test_an_internal_error_submits_unchanged(run, harpd) -> None:
     import subprocess
 
     proc = subprocess.run([sys.executable, "-c", code, "-H", "job.sh"], env=run.env, cwd=run.home,
-                          capture_output=True, stdin=subprocess.DEVNULL, timeout=30)
+                          capture_output=True, stdin=subprocess.DEVNULL, timeout=300)
     assert proc.returncode == 0 and proc.stdout == b"Submitted batch job 4242\n"
     assert run.calls()[0]["argv"] == ["-H", "job.sh"]
     [line] = harp_lines(proc.stderr)
