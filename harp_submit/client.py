@@ -21,7 +21,7 @@ from . import route
 
 TYPE_CHECKING = False  # typing costs milliseconds to import; checkers still see these
 if TYPE_CHECKING:
-    from typing import Any, Mapping
+    from typing import Any, Callable, Mapping
 
 DEFAULT_SOCKET = route.DEFAULT_SOCKET
 DEFAULT_CONFIG = route.DEFAULT_CONFIG
@@ -72,16 +72,19 @@ def timeout_s(environ: Mapping[str, str] = os.environ) -> tuple[float, str | Non
 
 
 def call(path: str, message: dict[str, Any], timeout: float, max_answer: int | None = None,
-         deadline: float | None = None) -> dict[str, Any]:
+         deadline: float | None = None, *, clock: Callable[[], float] = time.monotonic) -> dict[str, Any]:
     """Send one request over the Unix socket and return the ``ok`` answer; raise HarpdUnavailable otherwise.
 
     ``max_answer`` (bytes, default MAX_ANSWER) guards against a runaway peer;
-    only the admin CLI's reports raise it.  ``deadline`` (time.monotonic()):
+    only the admin CLI's reports raise it.  ``deadline`` (on ``clock``):
     when earlier servers already used part of ``timeout`` (``ask``).
+    ``clock`` (seconds, like time.monotonic, which it is but in tests) is what
+    every deadline is measured on, so a test can drive the deadline itself.
     """
-    deadline = time.monotonic() + timeout if deadline is None else deadline
+    deadline = clock() + timeout if deadline is None else deadline
     sock = _socket.socket(_socket.AF_UNIX, _socket.SOCK_STREAM)
     lines = _exchange(sock, path, path, _body(message) + b"\n", deadline, timeout, None, max_answer, False,
+                      clock=clock,
                       absent=f"harpd is not running (no socket at {path})",
                       denied=f"no permission to use harpd's socket {path}",
                       # the file is there but nobody listens: a harpd that was killed left it behind
@@ -91,7 +94,8 @@ def call(path: str, message: dict[str, Any], timeout: float, max_answer: int | N
 
 def call_tcp(server: tuple[str, int], message: dict[str, Any], timeout: float, munge: Any,
              harpd_uids: tuple[int, ...] = (0,), connect_timeout: float | None = None,
-             max_answer: int | None = None, deadline: float | None = None) -> dict[str, Any]:
+             max_answer: int | None = None, deadline: float | None = None, *,
+             clock: Callable[[], float] = time.monotonic) -> dict[str, Any]:
     """``call`` over TCP: the request sealed with a MUNGE credential, the answer believed only if sealed by harpd.
 
     ``munge`` is a ``harp_submit.munge.Munge``; ``connect_timeout`` bounds the
@@ -101,7 +105,7 @@ def call_tcp(server: tuple[str, int], message: dict[str, Any], timeout: float, m
     from .sealed import Refused, open_answer, seal_request
     from .munge import MungeError
 
-    deadline = time.monotonic() + timeout if deadline is None else deadline
+    deadline = clock() + timeout if deadline is None else deadline
     where = f"{server[0]}:{server[1]}"
     try:
         data, nonce = seal_request(munge, _body(message))
@@ -112,7 +116,7 @@ def call_tcp(server: tuple[str, int], message: dict[str, Any], timeout: float, m
     except OSError as exc:
         raise HarpdUnavailable(f"cannot resolve harpd's host {server[0]}: {exc.strerror or exc}") from None
     lines = _exchange(_socket.socket(family, kind, proto), addr, where, data, deadline, timeout, connect_timeout,
-                      max_answer, True, absent=f"harpd is not running at {where} (connection refused)",
+                      max_answer, True, clock=clock, absent=f"harpd is not running at {where} (connection refused)",
                       denied=f"no permission to reach harpd at {where}")
     if len(lines) < 2:  # unsealed: harpd refusing our credential, or not harpd at all; either way not final
         try:
@@ -127,30 +131,31 @@ def call_tcp(server: tuple[str, int], message: dict[str, Any], timeout: float, m
     return _answer(lines[1], f"harpd at {where}")
 
 
-def ask(where: route.Route, message: dict[str, Any], timeout: float, max_answer: int | None = None) -> dict[str, Any]:
+def ask(where: route.Route, message: dict[str, Any], timeout: float, max_answer: int | None = None, *,
+        clock: Callable[[], float] = time.monotonic) -> dict[str, Any]:
     """harpd's ``ok`` answer from the first of ``where``'s targets that gives one, all within ``timeout``.
 
     Only a refusal harpd itself vouches for (the Unix socket, or a sealed
     answer) ends the search; anything else moves on to the next server.
     """
-    deadline = time.monotonic() + timeout
+    deadline = clock() + timeout
     targets = where.targets()
     failures: list[HarpdUnavailable] = []
     munge = None
     for i, target in enumerate(targets):
-        left = deadline - time.monotonic()
+        left = deadline - clock()
         if left <= 0:
             break
         try:
             if isinstance(target, str):
-                return call(target, message, timeout, max_answer, deadline)
+                return call(target, message, timeout, max_answer, deadline, clock=clock)
             if munge is None:
                 from .munge import Munge, socket_path as munge_socket
 
                 munge = Munge(munge_socket(where.munge_socket))
             more = i < len(targets) - 1
             return call_tcp(target, message, timeout, munge, where.harpd_uids,
-                            min(left, CONNECT_TIMEOUT_S) if more else None, max_answer, deadline)
+                            min(left, CONNECT_TIMEOUT_S) if more else None, max_answer, deadline, clock=clock)
         except HarpdUnavailable as exc:
             if exc.final:
                 raise
@@ -167,8 +172,8 @@ def _body(message: dict[str, Any]) -> bytes:
 
 
 def _exchange(sock: Any, addr: Any, where: str, data: bytes, deadline: float, timeout: float,
-              connect_timeout: float | None, max_answer: int | None, sealed: bool, *, absent: str,
-              denied: str, refused: str | None = None) -> list[bytes]:
+              connect_timeout: float | None, max_answer: int | None, sealed: bool, *,
+              clock: Callable[[], float], absent: str, denied: str, refused: str | None = None) -> list[bytes]:
     """Connect ``sock`` (closed afterwards), send ``data``, read the answer's lines: one, or two when
     it starts with a MUNGE credential (``sealed``).  ``absent``/``denied``: the reasons for nothing
     there and no permission; ``refused`` (default ``absent``): something there but nothing listening;
@@ -176,7 +181,7 @@ def _exchange(sock: Any, addr: Any, where: str, data: bytes, deadline: float, ti
     limit = MAX_ANSWER if max_answer is None else max_answer
     buf = bytearray()
     try:
-        sock.settimeout(max(0.001, min(connect_timeout or timeout, deadline - time.monotonic())))
+        sock.settimeout(max(0.001, min(connect_timeout or timeout, deadline - clock())))
         try:
             sock.connect(addr)
         except FileNotFoundError:
@@ -190,10 +195,10 @@ def _exchange(sock: Any, addr: Any, where: str, data: bytes, deadline: float, ti
                                    else f"harpd did not answer within {timeout:g} s") from None
         except OSError as exc:
             raise HarpdUnavailable(f"cannot reach harpd at {where}: {exc.strerror or exc}") from None
-        _settimeout(sock, deadline)
+        _settimeout(sock, deadline, clock)
         sock.sendall(data)
         while True:
-            _settimeout(sock, deadline)
+            _settimeout(sock, deadline, clock)
             chunk = sock.recv(65536)
             if not chunk:
                 break
@@ -233,8 +238,8 @@ def _answer(line: bytes, who: str) -> dict[str, Any]:
     return answer
 
 
-def _settimeout(sock: Any, deadline: float) -> None:
-    left = deadline - time.monotonic()
+def _settimeout(sock: Any, deadline: float, clock: Callable[[], float]) -> None:
+    left = deadline - clock()
     if left <= 0:
         raise TimeoutError()
     sock.settimeout(left)

@@ -11,11 +11,11 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
 from harp_submit import client
+from tests.helpers.wait import wait_for
 
 
 HARD_CUTS_KEY = "hard_cut_gain = 1.0"
@@ -76,17 +76,16 @@ def wait_for_health(sock: str, proc: subprocess.Popen, log: Path | None = None,
             return out.decode(errors="replace") if isinstance(out, bytes) else out
         return ""
 
-    end = time.monotonic() + timeout_s
-    while True:
+    def healthy() -> bool:
         if proc.poll() is not None:
             raise AssertionError(f"harpd exited (code {proc.returncode}): " + output())
         try:
             client.call(sock, {"op": "health"}, 5)
-            return
         except (client.HarpdUnavailable, OSError):
-            if time.monotonic() > end:
-                raise AssertionError("harpd did not come up: " + output()) from None
-            time.sleep(0.1)
+            return False
+        return True
+
+    wait_for("harpd to come up", healthy, timeout_s, interval=0.1, log=output)
 
 
 def stop_harpd(proc: subprocess.Popen) -> int:

@@ -7,11 +7,11 @@ import os
 import re
 import socket
 import subprocess
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
 from tests.helpers.harpd_process import stop_harpd
+from tests.helpers.wait import wait_for
 
 SYSTEM_SOCKET = "/run/munge/munge.socket.2"
 
@@ -41,11 +41,13 @@ def foreign_munged(d: Path) -> Iterator[str]:
                              f"--seed-file={d}/foreign-munged.seed"],
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
     try:
-        end = time.monotonic() + 30
-        while subprocess.run(["munge", "-n", "-S", str(sock)], capture_output=True).returncode != 0:
-            if proc.poll() is not None or time.monotonic() > end:
-                raise AssertionError(f"foreign munged did not start: {(d / 'foreign-munged.log').read_text()[-800:]}")
-            time.sleep(0.1)
+        def started() -> bool:
+            if proc.poll() is not None:
+                raise AssertionError(f"foreign munged exited: {(d / 'foreign-munged.log').read_text()[-800:]}")
+            return subprocess.run(["munge", "-n", "-S", str(sock)], capture_output=True).returncode == 0
+
+        wait_for("the foreign munged to start", started, 30, interval=0.1,
+                 log=lambda: (d / "foreign-munged.log").read_text()[-800:])
         yield str(sock)
     finally:
         stop_harpd(proc)  # SIGTERM, wait, kill: any daemon's stop

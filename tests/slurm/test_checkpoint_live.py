@@ -25,6 +25,7 @@ from typing import Any
 import pytest
 from test_recovery import REPO, Daemon
 from test_soft_limits_live import register
+from tests.helpers.wait import wait_for
 
 pytestmark = pytest.mark.slurm
 
@@ -48,17 +49,6 @@ class HardDaemon(Daemon):
         super().write_config()
         with open(self.dir / "harpd.toml", "a") as fh:
             fh.write("[watch]\nsoft_limits = false\ninterval_s = 2.0\nmargin_s = 12.0\n")
-
-
-def _wait(what: str, check, d: Daemon, timeout: float = DEADLINE_S) -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        got = check()
-        if got:
-            return got
-        time.sleep(2)
-    raise AssertionError(f"{what} not seen after {timeout:.0f} s\n{d.log_tail()}")
-
 
 @pytest.fixture(scope="module")
 def ckpt(slurm_cluster):
@@ -100,7 +90,7 @@ def test_signalled_before_harps_limit_requeued_and_resumed_from_its_checkpoint(c
         return out.read_text() if out.exists() else ""
 
     # the trap fired in the first run, before harp's 2 minutes ran out
-    _wait("the checkpoint trap", lambda: "checkpoint at" in text(), d)
+    wait_for("the checkpoint trap", lambda: "checkpoint at" in text(), DEADLINE_S, interval=2, log=d.log_tail)
     first = d.status(jid)
     sig = [ch for ch in first.get("limit_changes") or [] if ch["kind"] == "checkpoint-signal"]
     assert len(sig) == 1 and sig[0]["step"] == "done", sig
@@ -113,7 +103,7 @@ def test_signalled_before_harps_limit_requeued_and_resumed_from_its_checkpoint(c
         att = job.get("attempts") or []
         return job if att and att[-1]["step"] == "done" and att[-1]["outcome"] == "completed" else None
 
-    job = _wait("the resumed run completing", completed, d)
+    job = wait_for("the resumed run completing", completed, DEADLINE_S, interval=2, log=d.log_tail)
     att = job["attempts"]
     assert [(a["attempt"], a["outcome"]) for a in att] == [(1, "timeout"), (2, "completed")], att
     assert att[1]["job_id"] == jid  # requeued in place: the same job, the same files

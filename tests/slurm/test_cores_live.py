@@ -3,7 +3,6 @@ its input size (part 2) reaches --harp-explain."""
 
 from __future__ import annotations
 
-import re
 import time
 
 import pytest
@@ -12,6 +11,7 @@ from harpd.records import JobRecord, Outcome
 from harpd.store import Store
 from tests.helpers.harpd_process import running_harpd
 from tests.helpers.processes import run_harp_submit, short_tmpdir
+from tests.helpers.slurm_jobs import scontrol_fields, wait_finished
 
 pytestmark = pytest.mark.slurm
 
@@ -50,11 +50,6 @@ def harpd_with_history(slurm_cluster):
             yield sock
 
 
-def _show(cluster, job_id: str) -> dict[str, str]:
-    out = cluster.scontrol("show", "job", job_id)
-    return dict(m.groups() for m in re.finditer(r"([\w/]+)=(\S*)", out))
-
-
 def _submit(cluster, sock: str, name: str, extra: str) -> tuple[str, str]:
     (cluster.workdir / name).write_text(SCRIPT.format(extra=extra))
     (cluster.workdir / "input.bin").write_bytes(b"\0" * 4096)  # the input harp-submit sizes
@@ -65,28 +60,18 @@ def _submit(cluster, sock: str, name: str, extra: str) -> tuple[str, str]:
     return proc.stdout.strip().split(";")[0], proc.stderr
 
 
-def _wait_done(cluster, job_id: str, timeout: float = 240.0) -> str:
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        state = _show(cluster, job_id).get("JobState", "")
-        if state in ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "OUT_OF_MEMORY", "NODE_FAIL"):
-            return state
-        time.sleep(1)
-    raise AssertionError(f"job {job_id} did not finish in {timeout:.0f} s: {_show(cluster, job_id)}")
-
-
 def test_cpus_per_task_lowered_memory_kept_as_a_total_and_the_job_runs(slurm_cluster, harpd_with_history) -> None:
     sock = harpd_with_history
     job, err = _submit(slurm_cluster, sock, "cores.sh", "--mem-per-cpu=100M")
     try:
-        info = _show(slurm_cluster, job)
+        info = scontrol_fields(slurm_cluster, job)
         assert info["CPUs/Task"] == "1" and info["NumCPUs"] == "1", (err, info)
         assert info.get("MinMemoryNode") == "400M" and "MinMemoryCPU" not in info, (err, info)
         # --harp-explain says why: the program's own runs, and the memory turned into a total
         assert "'option': 'cpus-per-task', 'value': '1'" in err.replace('"', "'") or "cpus-per-task" in err, err
         assert "harp: explain: cores:" in err and "n_history" in err, err
         assert "harp: explain: input_bytes: 4096" in err, err
-        assert _wait_done(slurm_cluster, job) == "COMPLETED"
+        assert wait_finished(slurm_cluster, job) == "COMPLETED"
         assert (slurm_cluster.workdir / f"cores.sh-{job}.out").read_text().strip().endswith("20")
     finally:
         slurm_cluster.run(["scancel", job], check=False)
@@ -95,7 +80,7 @@ def test_cpus_per_task_lowered_memory_kept_as_a_total_and_the_job_runs(slurm_clu
 def test_several_tasks_keep_their_cpus(slurm_cluster, harpd_with_history) -> None:
     job, err = _submit(slurm_cluster, harpd_with_history, "mpi.sh", "--mem-per-cpu=100M --ntasks=2")
     try:
-        info = _show(slurm_cluster, job)
+        info = scontrol_fields(slurm_cluster, job)
         assert info["CPUs/Task"] == "4", (err, info)
         assert "MinMemoryCPU" in info, (err, info)  # memory stays per CPU (the memory rule may size it)
         assert "MPI ranks keep their cores" in err, err  # the same program: kept because of --ntasks

@@ -24,6 +24,7 @@ import pytest
 from test_recovery import REPO, Daemon
 
 from harp_submit import client
+from tests.helpers.wait import wait_for
 
 pytestmark = pytest.mark.slurm
 
@@ -76,18 +77,6 @@ def trials(slurm_cluster):
             c.run(["scancel", *jobs], check=False)
         shutil.rmtree(base, ignore_errors=True)
 
-
-def _wait(what: str, check, d: Daemon, timeout: float = DEADLINE_S):
-    deadline = time.monotonic() + timeout
-    got = None
-    while time.monotonic() < deadline:
-        got = check()
-        if got:
-            return got
-        time.sleep(1)
-    raise AssertionError(f"{what} not seen after {timeout:.0f} s (last {got!r}):\n{d.log_tail(60)}")
-
-
 def _pending_nice(c, jid: str) -> set[str]:
     out = c.run(["squeue", "-h", "-j", jid, "-t", "PD", "-r", "-o", "%y"], check=False).stdout
     return {ln.strip() for ln in out.splitlines() if ln.strip()}
@@ -97,7 +86,8 @@ def test_pending_tasks_of_the_slower_study_get_a_higher_nice(trials):
     c, d, sbatch = trials
     fast = sbatch("--array=0-2%1", str(Path(d.dir).parent / "trial.sh"), "0.3 0.3 0.3")
     slow = sbatch("--array=0-2%1", str(Path(d.dir).parent / "trial.sh"), "0.99 0.99 0.99")
-    _wait("Nice=1000 on the slow array's pending tasks", lambda: _pending_nice(c, slow) == {"1000"}, d)
+    wait_for("Nice=1000 on the slow array's pending tasks", lambda: _pending_nice(c, slow) == {"1000"},
+             DEADLINE_S, interval=1, log=lambda: d.log_tail(60))
     assert _pending_nice(c, fast) == {"0"}
     status = client.call(d.socket, {"op": "status", "job_id": f"{slow}_2"}, 10.0)
     assert status.get("ok"), status
@@ -115,8 +105,10 @@ def test_successive_halving_cancels_the_worse_running_trial(trials):
         out = c.run(["squeue", "-h", "-j", jid, "-r", "-o", "%i %T"], check=False).stdout
         return dict(ln.split() for ln in out.splitlines() if ln.strip())
 
-    _wait("both trials running", lambda: set(states().values()) == {"RUNNING"} and len(states()) == 2, d)
-    _wait("the worse trial cancelled", lambda: f"{jid}_1" not in states(), d)
+    wait_for("both trials running", lambda: set(states().values()) == {"RUNNING"} and len(states()) == 2,
+             DEADLINE_S, interval=1, log=lambda: d.log_tail(60))
+    wait_for("the worse trial cancelled", lambda: f"{jid}_1" not in states(), DEADLINE_S, interval=1,
+             log=lambda: d.log_tail(60))
     assert states().get(f"{jid}_0") == "RUNNING"
     status = client.call(d.socket, {"op": "status", "job_id": f"{jid}_1"}, 10.0)
     assert "successive halving" in status["job"]["trial"]["action"]["reason"]

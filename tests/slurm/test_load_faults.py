@@ -26,7 +26,6 @@ import subprocess
 import sys
 import tempfile
 import threading
-import time
 import uuid
 from pathlib import Path
 
@@ -43,6 +42,7 @@ from submit_fakes import FakeHarpd, change, decision  # noqa: E402
 
 from harp_submit import client  # noqa: E402
 from tests.helpers.outage import submit_through_outage  # noqa: E402
+from tests.helpers.wait import wait_for  # noqa: E402
 
 pytestmark = pytest.mark.slurm
 
@@ -122,10 +122,10 @@ def test_100_submissions_from_10_clients_each_land_exactly_once(slurm_cluster, w
     assert landing.exactly_once == 100
     assert [r for r in load.results if r.rc != 0] == []
     assert harp_warnings(load) == []  # harpd answered every one in time: no fail-open
-    time.sleep(1.0)  # registrations finish in detached children
+    # registrations finish in detached children: once harpd has all of them, nothing is left to go wrong
+    wait_for("harpd to have all 100 registrations", lambda: registered(h.socket, load) == 100, 120, interval=1)
     assert h.problems() == []
     assert len(h.latencies("predict")) == 100
-    assert registered(h.socket, load) == 100
 
 
 def test_harpd_sigkilled_during_the_load_loses_and_duplicates_nothing(slurm_cluster, work, harpds,
@@ -183,12 +183,9 @@ def _health_store(h: Harpd) -> str:
 
 
 def _wait_health(h: Harpd, words: str, timeout: float = 60) -> str:
-    end = time.monotonic() + timeout
-    while True:
-        got = _health_store(h)
-        if words in got or time.monotonic() > end:
-            return got
-        time.sleep(0.2)
+    """harpd's health answer about its store once it says ``words``."""
+    return wait_for(f"health to say {words!r}", lambda: (lambda got: got if words in got else None)(_health_store(h)),
+                    timeout, interval=0.2, log=lambda: h.log.read_text(errors="replace")[-2000:])
 
 
 @pytest.mark.parametrize("fault", list(FAULTS))
@@ -234,14 +231,13 @@ def test_store_fault_harpd_says_so_and_submissions_go_on(slurm_cluster, work, ha
         proc = harp_submit(env, work, "-H", "--parsable", "-J", f"{token}-after", f"--comment={token}", "job.sh")
         assert proc.returncode == 0 and proc.stderr == ""
         job_id = proc.stdout.strip()
-        end = time.monotonic() + 120  # a background registration on a loaded host
-        while True:
+        def status() -> dict | None:
             try:
-                got = client.call(h.socket, {"op": "status", "job_id": job_id}, 5)["job"]
-                break
+                return client.call(h.socket, {"op": "status", "job_id": job_id}, 5)["job"]
             except client.HarpdUnavailable:
-                assert time.monotonic() < end, "the registration after the fix never arrived"
-                time.sleep(0.2)
+                return None
+
+        got = wait_for("the registration after the fix", status, 120, interval=0.2)  # sent in the background
         assert got["registered"] is True
         assert _health_store(h) == "ok"
     elif fault == "corrupted":  # a restart refuses the file in one line, and harp-submit fails open
@@ -346,17 +342,16 @@ def test_slurmdbd_down_ingest_backs_off_and_loses_nothing(own_cluster, work, har
         proc = harp_submit(env, work, "--parsable", "-J", f"dbd-{token}-{i}", "quick.sh")
         assert proc.returncode == 0 and proc.stderr == "", proc.stderr
         ids.append(proc.stdout.strip())
-    end = time.monotonic() + 60
-    while subprocess.run(["squeue", "-h", "-j", ",".join(ids)], capture_output=True, text=True, env=env).stdout.strip():
-        assert time.monotonic() < end, "the jobs did not finish"
-        time.sleep(1)
-    end = time.monotonic() + 30
-    while True:  # the outage lasts long enough for the backoff to reach its cap
-        failures = re.findall(r"ingest failed \((\d+) in a row\): .*; next try in (\d+) s", h.log.read_text())
-        if len(failures) >= 3 or time.monotonic() > end:
-            break
-        time.sleep(0.5)
-    assert len(failures) >= 3, h.log.read_text()[-2000:]
+    squeue = ["squeue", "-h", "-j", ",".join(ids)]
+    wait_for("the jobs to finish", lambda: not subprocess.run(squeue, capture_output=True, text=True,
+                                                              env=env).stdout.strip(), 60, interval=1)
+
+    def failures_logged() -> list[tuple[str, str]] | None:  # the outage lasts long enough for the backoff's cap
+        found = re.findall(r"ingest failed \((\d+) in a row\): .*; next try in (\d+) s", h.log.read_text())
+        return found if len(found) >= 3 else None
+
+    failures = wait_for("three failed ingests in the log", failures_logged, 30, interval=0.5,
+                        log=lambda: h.log.read_text()[-2000:])
     delays = [int(d) for _, d in failures]
     assert delays[0] == 2 and max(delays) == 4 and delays == sorted(delays)  # doubling, capped at max_backoff_s
     for jid in ids:  # nothing closed while accounting was away
@@ -367,12 +362,11 @@ def test_slurmdbd_down_ingest_backs_off_and_loses_nothing(own_cluster, work, har
                                stderr=subprocess.STDOUT, start_new_session=True)
     pids.write_text(f"{dbd.pid}\n")  # so that `localslurm stop` stops this one ...
     threading.Thread(target=dbd.wait, daemon=True).start()  # ... and finds it gone, not a zombie of ours
-    end = time.monotonic() + 120
-    while True:
+    def all_done() -> list[dict] | None:
         jobs = [client.call(h.socket, {"op": "status", "job_id": j}, 5)["job"] for j in ids]
-        if all(j["state"] == "done" for j in jobs) or time.monotonic() > end:
-            break
-        time.sleep(1)
+        return jobs if all(j["state"] == "done" for j in jobs) else None
+
+    jobs = wait_for("harpd to have every job's outcome", all_done, 120, interval=1)
     assert [(j["state"], j["outcome"]) for j in jobs] == [("done", "completed")] * 5
     assert [j["record"]["job_name"] for j in jobs] == [f"dbd-{token}-{i}" for i in range(5)]
     assert "ingest recovered after" in h.log.read_text()
@@ -409,15 +403,15 @@ def test_shell_syntax_in_user_data_is_never_executed(slurm_cluster, work, harpds
                        f"--wrap=echo '$(touch {flag}-k)'")
     assert wrap.returncode == 0 and wrap.stderr == ""
     ids.append(wrap.stdout.strip())
-    end = time.monotonic() + 120
-    while True:  # registered (in the background), run, finished, back through sacct into harpd's store
+    def all_done() -> list[dict] | None:  # registered (in the background), run, finished, back through sacct
         try:
             jobs = [client.call(h.socket, {"op": "status", "job_id": j}, 5)["job"] for j in ids]
         except client.HarpdUnavailable:
-            jobs = []
-        if (jobs and all(j["state"] == "done" for j in jobs)) or time.monotonic() > end:
-            break
-        time.sleep(1)
+            return None
+        return jobs if all(j["state"] == "done" for j in jobs) else None
+
+    jobs = wait_for("every job back through sacct into harpd's store", all_done, 120, interval=1,
+                    log=lambda: h.log.read_text()[-2000:])
     assert [j["outcome"] for j in jobs] == ["completed"] * len(ids)
     # kept verbatim as data (slurmdbd itself stores a job name's " as `: Slurm 22.05, not harp)
     assert [j["record"]["job_name"] for j in jobs[:-1]] == [p.replace('"', "`") for p in payloads]

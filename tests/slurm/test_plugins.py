@@ -31,6 +31,7 @@ sys.path.insert(0, str(REPO / "tests" / "unit" / "submit"))
 from submit_fakes import FakeHarpd, change, decision  # noqa: E402
 
 from tests.helpers.processes import short_tmpdir  # noqa: E402
+from tests.helpers.wait import wait_for  # noqa: E402
 
 
 def _load_cluster_class():
@@ -175,7 +176,7 @@ def test_plain_sbatch_gets_harpds_decision_and_registers(plugin_cluster, sock_di
         assert pred["job"]["request"]["time_s"] == 3000 and pred["job"]["request"]["mem_mb"] == 300
         assert pred["job"]["commands"] == ["echo plugin test"]
         assert pred["job"]["script_name"] == "job.sh"
-        [reg] = fake.wait_for("register", timeout=10)
+        [reg] = fake.wait_for("register")
         assert reg["job_id"] == job
         assert reg["original"]["time_s"] == 3000 and reg["submitted"]["time_s"] == 420
         assert reg["submitted"]["mem_mb"] == 200
@@ -205,7 +206,7 @@ def test_no_change_keeps_the_job_and_labels_it_kept(plugin_cluster, sock_dir) ->
         assert info["AdminComment"] == "harp: cli_filter kept"
         assert blank(info.get("Comment"))
         assert harp_lines(err) == []
-        assert [r["job_id"] for r in fake.wait_for("register", timeout=10)] == [job]
+        assert [r["job_id"] for r in fake.wait_for("register")] == [job]
 
 
 # --- fail open: the job as written, one line ----------------------------------------------
@@ -326,7 +327,7 @@ def test_harp_submit_jobs_are_not_asked_twice(plugin_cluster, sock_dir, harp_arg
         # harp-submit's own ask only (none with --harp-off); the plugin stepped aside
         assert len(fake.ops("predict")) == (0 if harp_args else 1)
         if not harp_args:
-            fake.wait_for("register", timeout=10)
+            fake.wait_for("register")
             assert len(fake.ops("register")) == 1
         assert plugin_cluster.wait_job(job) == "COMPLETED"
         job_env = (plugin_cluster.workdir / f"env-{job}.txt").read_text()
@@ -355,11 +356,8 @@ def test_srun_is_left_alone_unless_configured(plugin_cluster, sock_dir) -> None:
             proc = subprocess.run(["srun", "-t", "50", "-J", name, "true"], capture_output=True,
                                   text=True, cwd=plugin_cluster.workdir, env=e, timeout=120)
             assert proc.returncode == 0, proc.stderr
-            out = plugin_cluster.run(["sacct", "-n", "-X", "-P", "--name", name, "-o", "Timelimit"]).stdout
-            deadline = time.monotonic() + 30
-            while not out.strip() and time.monotonic() < deadline:
-                time.sleep(1)
-                out = plugin_cluster.run(["sacct", "-n", "-X", "-P", "--name", name, "-o", "Timelimit"]).stdout
+            sacct = ["sacct", "-n", "-X", "-P", "--name", name, "-o", "Timelimit"]
+            out = wait_for(f"sacct to list {name}", lambda: plugin_cluster.run(sacct).stdout.strip(), 60, interval=1)
             assert out.split() == [limit], (commands, out, proc.stderr)
         assert len(fake.ops("predict")) == 1
 
@@ -466,9 +464,7 @@ def test_real_harpd_decides_and_records_the_job(plugin_cluster, sock_dir) -> Non
     daemon = subprocess.Popen([sys.executable, "-m", "harpd.daemon.main", "--config", str(config)], env=env,
                               stdout=subprocess.DEVNULL, stderr=open(sock_dir / "harpd.log", "w"))
     try:
-        deadline = time.monotonic() + 60
-        while not sock.exists() and daemon.poll() is None and time.monotonic() < deadline:
-            time.sleep(0.2)
+        wait_for("harpd's socket", lambda: sock.exists() or daemon.poll() is not None, 60, interval=0.2)
         assert sock.exists(), (sock_dir / "harpd.log").read_text()
         # the decision is under test here, not harpd's latency: on a loaded machine the first
         # answer (models loading) can take longer than the default 2 s, so allow it more
@@ -485,15 +481,14 @@ def test_real_harpd_decides_and_records_the_job(plugin_cluster, sock_dir) -> Non
         assert info["AdminComment"].startswith("harp: cli_filter time=00:50:00>")
         from harp_submit import client
 
-        deadline = time.monotonic() + 120  # registration runs in the background
-        while True:
+        def status_of_job() -> dict | None:  # registration runs in the background
             try:
-                status = client.call(str(sock), {"op": "status", "job_id": job}, 2.0)
-                break
+                return client.call(str(sock), {"op": "status", "job_id": job}, 10.0)
             except client.HarpdUnavailable:
-                if time.monotonic() > deadline:
-                    raise
-                time.sleep(0.3)
+                return None
+
+        status = wait_for("harpd to hear of the job", status_of_job, 120, interval=0.3,
+                          log=lambda: (sock_dir / "harpd.log").read_text()[-3000:])
         assert status["job"]["registered"] is True
         assert status["job"]["original"]["time_s"] == 3000
         assert status["job"]["submitted"]["time_s"] == limit_s

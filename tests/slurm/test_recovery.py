@@ -43,6 +43,7 @@ from harp_submit import client
 
 from tests.helpers.harpd_process import HARD_CUTS_KEY
 from tests.helpers.users import ensure_user, user_python
+from tests.helpers.wait import wait_for
 
 pytestmark = pytest.mark.slurm
 
@@ -208,30 +209,30 @@ class Run:
 
     def wait_registered(self, key: str, daemon: str) -> None:
         d, jid = self.daemons[daemon], self.jobs[key]
-        deadline = time.monotonic() + 120  # registration runs in the background
-        while time.monotonic() < deadline:
+        def registered() -> bool:
             try:
-                if d.status(jid).get("registered"):
-                    return
-            except AssertionError:
-                pass
-            time.sleep(0.3)
-        raise AssertionError(f"job {jid} ({key}) never registered with harpd {daemon}:\n{d.log_tail()}")
+                return bool(d.status(jid).get("registered"))
+            except AssertionError:  # no status at all yet
+                return False
+
+        # registration runs in the background
+        wait_for(f"job {jid} ({key}) registered with harpd {daemon}", registered, 120, interval=0.3, log=d.log_tail)
 
     def wait_chain(self, key: str, daemon: str, timeout: float = CHAIN_TIMEOUT_S) -> dict[str, Any]:
         """Until the chain ends: its last attempt done and completed, or stopped."""
         d, jid = self.daemons[daemon], self.jobs[key]
-        deadline = time.monotonic() + timeout
-        job: dict[str, Any] = {}
-        while time.monotonic() < deadline:
+        def ended() -> dict[str, Any] | None:
             job = d.status(jid)
             att = job.get("attempts") or []
-            if att and att[-1]["step"] == "done" and (att[-1]["outcome"] == "completed" or att[-1]["limits"].get("stop")):
-                return job
-            time.sleep(POLL_S)
-        queue = self.cluster.run(["squeue", "--states=all", "-o", "%i %u %T %r %l %k"], check=False).stdout
-        raise AssertionError(f"chain {jid} ({key}) unfinished after {timeout:.0f} s:\n"
-                             f"{json.dumps(job.get('attempts'), indent=1)}\n{queue}\n{d.log_tail()}")
+            last = att[-1] if att else None
+            return job if last and last["step"] == "done" and (last["outcome"] == "completed"
+                                                               or last["limits"].get("stop")) else None
+
+        def why() -> str:
+            queue = self.cluster.run(["squeue", "--states=all", "-o", "%i %u %T %r %l %k"], check=False).stdout
+            return f"{json.dumps(d.status(jid).get('attempts'), indent=1)}\n{queue}\n{d.log_tail()}"
+
+        return wait_for(f"chain {jid} ({key}) to end", ended, timeout, interval=POLL_S, log=why)
 
     def wait_closed(self, key: str, daemon: str, timeout: float = 600) -> dict[str, Any]:
         """Until harpd has the job's outcome (its submission closed), plus two polls."""

@@ -45,6 +45,7 @@ from harp_submit import client
 from harpd.config import HarpSettings
 from harpd.slurm.cli_backend import CliBackend
 from tests.helpers.users import ensure_user, user_python
+from tests.helpers.wait import wait_for
 from tests.slurm.test_recovery import POLL_S, RUN_HARP, RUN_SUBMIT, USER, Daemon, Run
 
 pytestmark = pytest.mark.slurm
@@ -121,17 +122,6 @@ def _submit(r: Run, key: str, daemon: str, script: str, *opts: str, env: dict[st
 
 def _env_of(wd: Path, job_id: str) -> str:
     return (wd / f"env-{job_id}.txt").read_text()
-
-
-def _wait(what: str, cond, timeout: float, poll: float = 1.0):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        got = cond()
-        if got:
-            return got
-        time.sleep(poll)
-    raise AssertionError(f"{what}: not within {timeout:.0f} s")
-
 
 def _in_slurmctld(cluster, job_id: str) -> bool:
     return cluster.run(["scontrol", "show", "job", job_id], check=False).returncode == 0
@@ -255,7 +245,7 @@ def test_a_job_requeued_long_after_its_run_keeps_its_usage_and_its_output(run):
     end = float(subprocess.run(["sacct", "-X", "-n", "-P", "-j", jid, "-o", "End"], capture_output=True, text=True,
                                env=dict(c.env, SLURM_TIME_FORMAT="%s"), check=True).stdout.split()[0])
     # harpd stays away a while after the run ended (a down harpd), then comes back and requeues
-    _wait("harpd down 45 s past the job's end", lambda: time.time() - end >= 45, 120)
+    wait_for("harpd down 45 s past the job's end", lambda: time.time() - end >= 45, 120, interval=1)
     # after a SIGKILL the socket file is left behind: the client names it as such
     with pytest.raises(client.HarpdUnavailable) as gone:
         client.call(d.socket, {"op": "health"}, 2.0)
@@ -309,7 +299,7 @@ def test_a_dry_run_right_after_an_oom_outcome_does_not_cut_below_what_failed(run
     assert "--mem 200M -> 100M" in dry()
     _submit(run, "big", "fresh", "mem.sh", *opts, env={"SIZE": "300"})  # harp cuts it to 100M: killed
     jid = run.jobs["big"]
-    _wait("harpd has the OOM outcome", lambda: d.status(jid).get("outcome") == "oom", 300, 0.2)
+    wait_for("harpd has the OOM outcome", lambda: d.status(jid).get("outcome") == "oom", 300, interval=0.2)
     out = dry()  # at once: no refresh, no request in between
     assert "--mem 200M" not in out, out
 
@@ -327,7 +317,7 @@ def test_a_job_that_left_slurmctld_is_resubmitted_from_accounting(run):
         conf.write_text(re.sub(r"^MinJobAge=\d+$", "MinJobAge=2", original, flags=re.M))
         c.run(["scontrol", "reconfigure"])
         # slurmctld purges finished jobs past MinJobAge about once a minute
-        _wait("slurmctld dropped the job", lambda: not _in_slurmctld(c, jid), 240, 2.0)
+        wait_for("slurmctld dropped the job", lambda: not _in_slurmctld(c, jid), 240, interval=2.0)
     finally:
         conf.write_text(original)
         c.run(["scontrol", "reconfigure"], check=False)

@@ -17,9 +17,10 @@ import pytest
 from harp_submit import client
 from tests.helpers.harpd_process import running_harpd
 from tests.helpers.processes import run_harp_submit, short_tmpdir
-from tests.slurm.test_workflow_cpus import SCRIPT, _script_signature, _seed, _show, _submit, _wait_done
+from tests.helpers.slurm_jobs import scontrol_fields, wait_finished
+from tests.helpers.wait import wait_for
 from tests.slurm.test_snakemake_workflow import _wait_outcomes
-from tests.slurm.test_workflow_race import _wait
+from tests.slurm.test_workflow_cpus import SCRIPT, _script_signature, _seed, _submit
 
 pytestmark = pytest.mark.slurm
 
@@ -41,8 +42,9 @@ def test_a_pending_job_gets_back_the_cpus_its_failed_sibling_restored(slurm_clus
                 jobs.append(a)
                 b, _ = _submit(c, sock, "hidden2.sh", "--begin=now+600")
                 jobs.append(b)
-                assert _show(c, a)["CPUs/Task"] == "1" and _show(c, b)["CPUs/Task"] == "1", err  # both cut
-                assert _wait_done(c, a) == "FAILED"
+                cpus = [scontrol_fields(c, j)["CPUs/Task"] for j in (a, b)]
+                assert cpus == ["1", "1"], err  # both cut
+                assert wait_finished(c, a) == "FAILED"
                 _wait_outcomes(sock, [a])
 
                 def restored() -> bool:
@@ -51,27 +53,28 @@ def test_a_pending_job_gets_back_the_cpus_its_failed_sibling_restored(slurm_clus
                                            env={"HARP_TIMEOUT": "30"})
                     return "failed after harp lowered its CPUs" in proc.stderr
 
-                _wait("the restored CPUs", restored, 120)
+                wait_for("the restored CPUs", restored, 120, interval=1)
                 # B may already be re-sized here (the failure's outcome is itself a sibling's outcome);
                 # what matters is that it gets its 2 CPUs while it waits, checked below
-                assert _show(c, b)["JobState"] == "PENDING"
+                assert scontrol_fields(c, b)["JobState"] == "PENDING"
                 # the script's next outcome: the watcher re-decides its pending sibling B
                 third, _ = _submit(c, sock, "hidden2.sh")
                 jobs.append(third)
-                assert _show(c, third)["CPUs/Task"] == "2"
-                assert _wait_done(c, third) == "COMPLETED"
+                assert scontrol_fields(c, third)["CPUs/Task"] == "2"
+                assert wait_finished(c, third) == "COMPLETED"
                 try:
-                    _wait("B re-sized while pending", lambda: _show(c, b).get("CPUs/Task") == "2", 120)
+                    wait_for("B re-sized while pending", lambda: scontrol_fields(c, b).get("CPUs/Task") == "2", 120,
+                             interval=1)
                 except AssertionError:
                     log = (d / "harpd.log").read_text(errors="replace").splitlines()
                     raise AssertionError("B not re-sized; harpd's log:\n" + "\n".join(
                         ln for ln in log if "watch" in ln or f"job {b}" in ln or "resiz" in ln)[-4000:]) from None
-                info = _show(c, b)
+                info = scontrol_fields(c, b)
                 assert info["JobState"] == "PENDING" and info["NumCPUs"] == "2", info
                 st = client.call(sock, {"op": "status", "job_id": b}, 10.0)["job"]
                 print(f"\njob {b}: {info['CPUs/Task']} CPUs/task while pending; harpd: {st.get('limit_changes')}")
                 c.run(["scontrol", "update", f"jobid={b}", "StartTime=now"])
-                assert _wait_done(c, b) == "COMPLETED"
+                assert wait_finished(c, b) == "COMPLETED"
                 assert (c.workdir / f"hidden2.sh-{b}.out").read_text().strip().endswith("40")
             finally:
                 for j in jobs:

@@ -26,6 +26,7 @@ from harpd.records import JobRecord, Outcome
 from harpd.store import Store
 from tests.helpers.harpd_process import running_harpd
 from tests.helpers.processes import run_harp_submit, short_tmpdir
+from tests.helpers.slurm_jobs import scontrol_fields, wait_finished
 
 pytestmark = pytest.mark.slurm
 
@@ -76,11 +77,6 @@ def hard(slurm_cluster) -> Iterator[str]:
     yield from _harpd(slurm_cluster, soft=False)
 
 
-def _show(cluster, job_id: str) -> dict[str, str]:
-    out = cluster.scontrol("show", "job", job_id)
-    return dict(m.groups() for m in re.finditer(r"([\w/]+)=(\S*)", out))
-
-
 def _submit(cluster, sock: str, *args: str, extra: str = "") -> tuple[str, str]:
     (cluster.workdir / NAME).write_text(SCRIPT.format(extra=extra))
     proc = run_harp_submit(cluster, "--parsable", "--harp-explain", "-o", "warned-%j.out", *args, NAME,
@@ -90,18 +86,8 @@ def _submit(cluster, sock: str, *args: str, extra: str = "") -> tuple[str, str]:
     return proc.stdout.strip().split(";")[0], proc.stderr
 
 
-def _wait_done(cluster, job_id: str, timeout: float = 300.0) -> str:
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        state = _show(cluster, job_id).get("JobState", "")
-        if state in ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "OUT_OF_MEMORY", "NODE_FAIL", "DEADLINE"):
-            return state
-        time.sleep(1)
-    raise AssertionError(f"job {job_id} did not finish in {timeout:.0f} s: {_show(cluster, job_id)}")
-
-
 def _limit_s(cluster, job_id: str) -> int:
-    return parse_time(_show(cluster, job_id)["TimeLimit"]) or 0
+    return parse_time(scontrol_fields(cluster, job_id)["TimeLimit"]) or 0
 
 
 def test_a_cut_job_still_gets_no_signal_before_its_usual_end(slurm_cluster, hard) -> None:
@@ -109,7 +95,7 @@ def test_a_cut_job_still_gets_no_signal_before_its_usual_end(slurm_cluster, hard
     limit = _limit_s(slurm_cluster, job)
     assert "--signal" in err, err  # --harp-explain says the lead was kept
     assert 120 + 60 <= limit < 300, (limit, err)  # cut, and room for the warning after the usual minute
-    assert _wait_done(slurm_cluster, job) == "COMPLETED"
+    assert wait_finished(slurm_cluster, job, 300.0) == "COMPLETED"
     out = (slurm_cluster.workdir / f"warned-{job}.out").read_text()
     assert "done" in out and "signal" not in out, out  # as under plain sbatch: it ended before its warning
 
@@ -117,7 +103,7 @@ def test_a_cut_job_still_gets_no_signal_before_its_usual_end(slurm_cluster, hard
 def test_time_min_is_never_cut_below(slurm_cluster, hard) -> None:
     job, err = _submit(slurm_cluster, hard, "--time-min=4")
     assert _limit_s(slurm_cluster, job) == 240, err  # harp's cut (about two minutes) stopped at --time-min
-    assert _show(slurm_cluster, job)["TimeMin"] == "00:04:00"
+    assert scontrol_fields(slurm_cluster, job)["TimeMin"] == "00:04:00"
     plain, _ = _submit(slurm_cluster, hard)
     assert _limit_s(slurm_cluster, plain) < 240  # without --time-min the same script is cut further
     slurm_cluster.run(["scancel", job, plain])  # no need to run them out
@@ -126,8 +112,8 @@ def test_time_min_is_never_cut_below(slurm_cluster, hard) -> None:
 def test_a_deadline_job_is_taken_as_plain_sbatch_takes_it(slurm_cluster, hard) -> None:
     job, err = _submit(slurm_cluster, hard, "--deadline=now+1hour")
     assert _limit_s(slurm_cluster, job) < 300, err  # under hard limits the cut stays: it may only start sooner
-    assert _show(slurm_cluster, job).get("Deadline", "N/A") != "N/A"
-    assert _wait_done(slurm_cluster, job) == "COMPLETED"
+    assert scontrol_fields(slurm_cluster, job).get("Deadline", "N/A") != "N/A"
+    assert wait_finished(slurm_cluster, job, 300.0) == "COMPLETED"
 
 
 _TEST_ONLY_ARGS = [

@@ -38,6 +38,7 @@ import pytest
 from harp_submit import client
 from tests.helpers.harpd_process import running_harpd
 from tests.helpers.processes import short_tmpdir
+from tests.helpers.wait import wait_for
 
 pytestmark = pytest.mark.slurm
 
@@ -191,15 +192,16 @@ def _mb(reqmem: str) -> float:
 
 def _wait_outcomes(sock: str, job_ids: list[str], timeout: float = 180) -> None:
     """Until harpd has the outcome of every job (its submission closed)."""
-    deadline = time.monotonic() + timeout
     left = set(job_ids)
-    while left and time.monotonic() < deadline:
+
+    def all_closed() -> bool:
         for jid in sorted(left):
-            job = client.call(sock, {"op": "status", "job_id": jid}, 10.0)["job"]
-            if job.get("state") == "done":
+            if client.call(sock, {"op": "status", "job_id": jid}, 10.0)["job"].get("state") == "done":
                 left.discard(jid)
-        time.sleep(1)
-    assert not left, f"harpd never saw the outcomes of {sorted(left)}"
+        return not left
+
+    wait_for("harpd to have every job's outcome", all_closed, timeout, interval=1,
+             log=lambda: f"still without an outcome: {sorted(left)}")
 
 
 def test_snakemake_through_harp_right_sizes_each_rule_from_its_own_runs(workflow) -> None:

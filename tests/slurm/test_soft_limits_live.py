@@ -45,6 +45,7 @@ from test_recovery import REPO, USER, Daemon, ensure_user, user_python
 
 from harp_submit import client
 from tests.helpers.decisions import record_decision
+from tests.helpers.wait import wait_for
 
 pytestmark = pytest.mark.slurm
 
@@ -128,15 +129,14 @@ class Soft:
 
     def wait_ended(self, jid: str, timeout: float = DEADLINE_S) -> list[dict[str, str]]:
         """Until the job's last run has ended in accounting and slurmctld no longer runs it."""
-        deadline = time.monotonic() + timeout
-        runs: list[dict[str, str]] = []
-        while time.monotonic() < deadline:
+        def ended() -> list[dict[str, str]] | None:
             runs = self.runs(jid)
             queued = self.cluster.run(["squeue", "-h", "-j", jid, "-o", "%T"], check=False).stdout.strip()
             if runs and not queued and runs[-1]["State"].split()[0] not in ("RUNNING", "PENDING", "REQUEUED"):
                 return runs
-            time.sleep(2)
-        raise AssertionError(f"job {jid} has not ended after {timeout:.0f} s: {runs}")
+            return None
+
+        return wait_for(f"job {jid} to end", ended, timeout, interval=2, log=lambda: str(self.runs(jid)))
 
     def limit(self, jid: str) -> str:
         out = self.cluster.run(["squeue", "-h", "-j", jid, "-o", "%l"], check=False).stdout.strip()
@@ -276,27 +276,21 @@ def test_a_shortened_job_is_extended_once_and_completes_on_its_first_run(soft):
 def test_with_harpd_down_the_job_is_killed_and_recovered_as_before(soft):
     jid = soft.jobs["down"]
     d = soft.daemons["down"]
-    deadline = time.monotonic() + DEADLINE_S
-    while time.monotonic() < deadline:  # the first run ends TIMEOUT at harp's 1 minute
+    def ran_out() -> list[dict[str, str]] | None:  # the first run ends TIMEOUT at harp's 1 minute
         runs = soft.runs(jid)
-        if runs and runs[0]["State"].split()[0] in ("TIMEOUT", "REQUEUED"):
-            break
-        time.sleep(2)
-    else:
-        raise AssertionError(f"job {jid} never ran out: {soft.runs(jid)}")
+        return runs if runs and runs[0]["State"].split()[0] in ("TIMEOUT", "REQUEUED") else None
+
+    runs = wait_for(f"job {jid} to run out", ran_out, DEADLINE_S, interval=2, log=lambda: str(soft.runs(jid)))
     assert runs[0]["Timelimit"] == "00:01:00"  # nobody extended it
     d.stopping = False
     d.start()  # harpd is back: recovery requeues it, as without soft limits
-    deadline = time.monotonic() + DEADLINE_S
-    job: dict[str, Any] = {}
-    while time.monotonic() < deadline:
+    def recovered() -> dict[str, Any] | None:
         job = d.status(jid)
         att = job.get("attempts") or []
-        if att and att[-1]["step"] == "done" and att[-1]["outcome"] == "completed":
-            break
-        time.sleep(2)
-    else:
-        raise AssertionError(f"job {jid} not recovered: {job.get('attempts')}\n{d.log_tail()}")
+        return job if att and att[-1]["step"] == "done" and att[-1]["outcome"] == "completed" else None
+
+    job = wait_for(f"job {jid} to be recovered", recovered, DEADLINE_S, interval=2,
+                   log=lambda: f"{d.status(jid).get('attempts')}\n{d.log_tail()}")
     assert [(a["attempt"], a["outcome"]) for a in job["attempts"]] == [(1, "timeout"), (2, "completed")]
     assert job["attempts"][1]["job_id"] == jid
     assert all(c["old_time_s"] != 60 for c in job.get("limit_changes") or [])  # never the killed run
@@ -318,14 +312,13 @@ def test_a_plain_users_job_is_extended_by_a_privileged_harpd_only(soft):
 
 def _wait_resized(d: SoftDaemon, jid: str, kind: str) -> dict[str, Any]:
     """The job's status once harpd has carried out (or given up) a re-size of ``kind``; fails at the deadline."""
-    deadline = time.monotonic() + DEADLINE_S
-    job: dict[str, Any] = {}
-    while time.monotonic() < deadline:
+    def resized() -> dict[str, Any] | None:
         job = d.status(jid)
-        if any(c["kind"] == kind and c["step"] != "decided" for c in job.get("limit_changes") or []):
-            return job
-        time.sleep(2)
-    raise AssertionError(f"pending job {jid} never re-sized ({kind}): {job.get('limit_changes')}\n{d.log_tail()}")
+        done = any(c["kind"] == kind and c["step"] != "decided" for c in job.get("limit_changes") or [])
+        return job if done else None
+
+    return wait_for(f"pending job {jid} to be re-sized ({kind})", resized, DEADLINE_S, interval=2,
+                    log=lambda: f"{d.status(jid).get('limit_changes')}\n{d.log_tail()}")
 
 
 def test_a_pending_job_gets_a_lower_limit_when_its_sibling_finishes(soft):

@@ -7,7 +7,6 @@ import re
 import signal
 import subprocess
 import sys
-import time
 import uuid
 from pathlib import Path
 
@@ -19,7 +18,9 @@ REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "tests" / "unit" / "submit"))
 from submit_fakes import FakeHarpd, change, decision  # noqa: E402
 
+from tests.helpers.harpd_process import wait_for_health  # noqa: E402
 from tests.helpers.processes import run_harp_submit, short_tmpdir  # noqa: E402
+from tests.helpers.wait import wait_for  # noqa: E402
 
 pytestmark = pytest.mark.slurm
 
@@ -126,15 +127,7 @@ def real_harpd(slurm_cluster, submit_dir):
     env["SLURM_CONF"] = str(slurm_cluster.conf)
     proc = subprocess.Popen([sys.executable, "-m", "harpd.daemon.main", "--config", str(cfg)], stderr=subprocess.PIPE,
                             text=True, env=env)
-    end = time.monotonic() + 60
-    while True:
-        assert proc.poll() is None, proc.stderr.read() if proc.stderr else ""
-        try:
-            client.call(str(sock), {"op": "health"}, 5)
-            break
-        except client.HarpdUnavailable:
-            assert time.monotonic() < end, "harpd did not come up"
-            time.sleep(0.1)
+    wait_for_health(str(sock), proc)
     yield str(sock)
     proc.send_signal(signal.SIGTERM)
     proc.wait(30)
@@ -150,14 +143,13 @@ def test_with_the_real_harpd_the_job_is_predicted_and_registered(slurm_cluster, 
     try:
         # the daemon took our request (JobRequest, commands included) and the registration
         assert "unchanged" not in proc.stderr, proc.stderr
-        status = None
-        end = time.monotonic() + 120
-        while status is None:  # registration runs in the background: give it a moment
+        def status_of_job() -> dict | None:  # registration runs in the background: give it a moment
             try:
-                status = client.call(real_harpd, {"op": "status", "job_id": job_id}, 5)["job"]
+                return client.call(real_harpd, {"op": "status", "job_id": job_id}, 5)["job"]
             except client.HarpdUnavailable:
-                assert time.monotonic() < end, "harpd never heard of the job"
-                time.sleep(0.1)
+                return None
+
+        status = wait_for("harpd to hear of the job", status_of_job, 120, interval=0.1)
         assert status["registered"] is True
         assert status["original"]["time_s"] == 1200 and status["original"]["partition"] == "short"
         assert show_job(slurm_cluster, job_id)["JobState"] == "PENDING"

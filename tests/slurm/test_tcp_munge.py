@@ -40,6 +40,7 @@ from tests.helpers.outage import submit_through_outage  # noqa: E402
 from tests.helpers.munge_env import cluster_munge_socket, foreign_munged, free_port  # noqa: E402
 from tests.helpers.processes import short_tmpdir  # noqa: E402
 from tests.helpers.users import ensure_user, user_python  # noqa: E402
+from tests.helpers.wait import wait_for  # noqa: E402
 from tests.slurm.test_load_faults import cleanup_tokens as tokens  # noqa: E402,F401  (the fixture: jobs cancelled)
 
 pytestmark = pytest.mark.slurm
@@ -115,14 +116,11 @@ def as_user(user: str, env: dict[str, str], argv: list[str], cwd: Path) -> subpr
 
 
 def wait_log(h: Harpd, needle: str, timeout: float = 60) -> str:
-    end = time.monotonic() + timeout
-    while True:
-        for line in h.log.read_text(errors="replace").splitlines():
-            if needle in line:
-                return line
-        if time.monotonic() > end:
-            raise AssertionError(f"harpd never logged {needle!r}:\n" + h.log.read_text()[-3000:])
-        time.sleep(0.2)
+    def logged() -> str | None:
+        return next((line for line in h.log.read_text(errors="replace").splitlines() if needle in line), None)
+
+    return wait_for(f"harpd to log {needle!r}", logged, timeout, interval=0.2,
+                    log=lambda: h.log.read_text()[-3000:])
 
 
 # ------------------------------------------------------------- users over TCP

@@ -49,6 +49,7 @@ from harpd.store import Store  # noqa: E402
 from tests.helpers.munge_env import cluster_munge_socket, free_port  # noqa: E402
 from tests.helpers.processes import short_tmpdir  # noqa: E402
 from tests.helpers.users import ensure_user, user_python  # noqa: E402
+from tests.helpers.wait import wait_for  # noqa: E402
 
 pytestmark = pytest.mark.slurm
 
@@ -138,15 +139,16 @@ class Trust:
 
     def wait_ended(self, jid: str) -> dict[str, str]:
         """The job's accounting row once it has ended (sacct), within ``WAIT_S``."""
-        deadline = time.monotonic() + WAIT_S
-        rows: list[dict[str, str]] = []
-        while time.monotonic() < deadline:
-            rows = [r for r in self.cluster.sacct(jid, "JobID,State,Timelimit,Comment", steps=False,
+        def rows() -> list[dict[str, str]]:
+            return [r for r in self.cluster.sacct(jid, "JobID,State,Timelimit,Comment", steps=False,
                                                   duplicates=True) if r["JobID"] == jid]
-            if rows and rows[-1]["State"].split()[0] not in ("PENDING", "RUNNING", "REQUEUED", ""):
-                return rows[-1]
-            time.sleep(2)
-        raise AssertionError(f"job {jid} has not ended within {WAIT_S} s: {rows}")
+
+        def ended() -> dict[str, str] | None:
+            got = rows()
+            running = ("PENDING", "RUNNING", "REQUEUED", "")
+            return got[-1] if got and got[-1]["State"].split()[0] not in running else None
+
+        return wait_for(f"job {jid} to end", ended, WAIT_S, interval=2, log=lambda: str(rows()))
 
     def assert_as_plain_sbatch_left_it(self, jid: str, *, limit: str = "00:01:00") -> None:
         """TimeLimit and comment as plain sbatch set them; no registration, no change in the store."""
@@ -257,13 +259,9 @@ def test_a_lost_registration_is_found_by_its_decision_token(trust) -> None:
     comment = info["Comment"]
     assert comment.startswith("my own words; harp decision "), comment  # the user's comment kept in front
     token = comment.rsplit(" ", 1)[1]
-    deadline = time.monotonic() + 120  # harpd's poll every 3 s finds it; generous for a busy host
-    while True:
-        sub, _ = t.store_rows(jid)
-        if sub is not None:
-            break
-        assert time.monotonic() < deadline, t.harpd.log.read_text()[-3000:]
-        time.sleep(0.5)
+    # harpd's poll every 3 s finds it; generous for a busy host
+    sub = wait_for(f"harpd to adopt job {jid}", lambda: t.store_rows(jid)[0], 120, interval=0.5,
+                   log=lambda: t.harpd.log.read_text()[-3000:])
     assert sub["uid"] == 0 and sub["verified"] == 1 and sub["token"] == token
     assert sub["original"]["time_s"] == 3000 and "time" in [c["option"] for c in sub["decision"]["changes"]]
     line = next(ln for ln in t.harpd.log.read_text().splitlines() if f"adopt: registered job {jid}" in ln)

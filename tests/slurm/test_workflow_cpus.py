@@ -18,7 +18,6 @@
 
 from __future__ import annotations
 
-import re
 import time
 
 import pytest
@@ -29,6 +28,8 @@ from harpd.records import JobRecord, Outcome
 from harpd.store import Store
 from tests.helpers.harpd_process import running_harpd
 from tests.helpers.processes import run_harp_submit, short_tmpdir
+from tests.helpers.slurm_jobs import scontrol_fields, wait_finished
+from tests.helpers.wait import wait_for
 from tests.slurm.test_snakemake_workflow import (
     _ids, _jobs, _mb, _run, _snakemake, _wait_outcomes, require_system_conf, sandbox,
 )
@@ -47,7 +48,6 @@ rule work:
     resources: runtime=10, mem_mb=1600
     shell: "sleep 1 && echo {wildcards.s} > {output}"
 '''
-FINISHED = ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "OUT_OF_MEMORY", "NODE_FAIL")
 
 
 def _seed(store_path, signature: str, cpus: int, n: int = 25) -> None:
@@ -115,21 +115,6 @@ def test_a_snakemake_rule_with_two_threads_keeps_its_two_cpus_and_every_run_comp
 SCRIPT = "#!/bin/bash\n#SBATCH -p short -t 5 -c {cpus} --mem=400M\n{body}\n"
 
 
-def _show(cluster, job_id: str) -> dict[str, str]:
-    out = cluster.scontrol("show", "job", job_id)
-    return dict(m.groups() for m in re.finditer(r"([\w/]+)=(\S*)", out))
-
-
-def _wait_done(cluster, job_id: str, timeout: float = 240.0) -> str:
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        state = _show(cluster, job_id).get("JobState", "")
-        if state in FINISHED:
-            return state
-        time.sleep(1)
-    raise AssertionError(f"job {job_id} did not finish in {timeout:.0f} s: {_show(cluster, job_id)}")
-
-
 def _script_signature(text: str, name: str) -> str | None:
     from harp_submit import directives
     from harp_submit.request import Request
@@ -156,11 +141,11 @@ def test_a_script_whose_srun_asks_two_cpus_is_never_cut_below_two(slurm_cluster)
                            extra_toml="[watch]\nsoft_limits = false\n") as sock:
             job, err = _submit(slurm_cluster, sock, "step2.sh")
             try:
-                info = _show(slurm_cluster, job)
+                info = scontrol_fields(slurm_cluster, job)
                 # its runs used a third of a core: harp lowers it, to what the step asks and no further
                 assert info["CPUs/Task"] == "2", (err, info)
                 assert "its steps ask for 2 CPUs" in err, err
-                assert _wait_done(slurm_cluster, job) == "COMPLETED"
+                assert wait_finished(slurm_cluster, job) == "COMPLETED"
                 assert (slurm_cluster.workdir / f"step2.sh-{job}.out").read_text().strip().endswith("20")
             finally:
                 slurm_cluster.run(["scancel", job], check=False)
@@ -176,26 +161,22 @@ def test_a_run_that_failed_after_a_cpu_cut_gets_its_cpus_back(slurm_cluster) -> 
         with running_harpd(d, slurm_conf=slurm_cluster.conf, poll_interval_s=2, timeout_s=90,
                            extra_toml="[watch]\nsoft_limits = false\n") as sock:
             first, err = _submit(slurm_cluster, sock, "hidden.sh")
-            assert _show(slurm_cluster, first)["CPUs/Task"] == "1", err  # harp cannot see the step: cut
-            state = _wait_done(slurm_cluster, first)
+            assert scontrol_fields(slurm_cluster, first)["CPUs/Task"] == "1", err  # harp cannot see the step: cut
+            state = wait_finished(slurm_cluster, first)
             assert state == "FAILED", (state, (slurm_cluster.workdir / f"hidden.sh-{first}.out").read_text())
             _wait_outcomes(sock, [first])
             # harpd learns the failure (the live history reads the store at a reload, else within a minute)
-            deadline = time.monotonic() + 120
-            explain = ""
-            while time.monotonic() < deadline:
+            def explained() -> str | None:
                 client.call(sock, {"op": "reload"}, 60.0)
                 proc = run_harp_submit(slurm_cluster, "--harp-dry-run", "--harp-explain", "hidden.sh",
                                        socket_path=sock, env={"HARP_TIMEOUT": "30"})
-                explain = proc.stderr
-                if "failed after harp lowered its CPUs" in explain:
-                    break
-                time.sleep(2)
-            assert "failed after harp lowered its CPUs" in explain, explain
+                return proc.stderr if "failed after harp lowered its CPUs" in proc.stderr else None
+
+            wait_for("harp's explanation of the failure after its CPU cut", explained, 120, interval=2)
             again, err = _submit(slurm_cluster, sock, "hidden.sh")
             try:
-                assert _show(slurm_cluster, again)["CPUs/Task"] == "2", err
-                assert _wait_done(slurm_cluster, again) == "COMPLETED"
+                assert scontrol_fields(slurm_cluster, again)["CPUs/Task"] == "2", err
+                assert wait_finished(slurm_cluster, again) == "COMPLETED"
                 assert (slurm_cluster.workdir / f"hidden.sh-{again}.out").read_text().strip().endswith("30")
             finally:
                 slurm_cluster.run(["scancel", again], check=False)

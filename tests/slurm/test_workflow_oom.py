@@ -23,6 +23,7 @@ import time
 import pytest
 
 from harp_submit import client
+from tests.helpers.wait import wait_for
 from tests.slurm.test_snakemake_workflow import _mb, _run
 from tests.slurm.test_workflow_cpus import RETRY_SNAKEFILE, _workflow
 
@@ -63,13 +64,11 @@ def test_a_task_that_outgrows_harps_size_is_requeued_before_snakemake_sees_it_fa
     (_, mem1), (_, mem2) = got
     assert _mb(mem1) < 600 <= _mb(mem2), got  # harp's size was too small; the escalated one fits
     # harpd says why: attempt 2, decided at the job's end hook while it still ran
-    deadline = time.monotonic() + 60
-    attempts: list = []
-    while time.monotonic() < deadline:
+    def both_attempts() -> list | None:
         attempts = client.call(wf["socket"], {"op": "status", "job_id": job}, 10.0)["job"].get("attempts") or []
-        if len(attempts) == 2 and attempts[1].get("outcome"):
-            break
-        time.sleep(1)
+        return attempts if len(attempts) == 2 and attempts[1].get("outcome") else None
+
+    attempts = wait_for("harpd's second attempt with its outcome", both_attempts, 60, interval=1)
     assert len(attempts) == 2 and attempts[0]["outcome"] == "oom", attempts
     assert attempts[1]["limits"].get("while_running") and attempts[1]["outcome"] == "completed", attempts
     print(f"\n--retries {retries}: job {job} runs {got}; Snakemake {wall:.0f} s, no failure reported")

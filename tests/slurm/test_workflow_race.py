@@ -27,6 +27,7 @@ from harpd.records import JobRecord, Outcome
 from harpd.store import Store
 from tests.helpers.harpd_process import running_harpd
 from tests.helpers.processes import run_harp_submit, short_tmpdir
+from tests.helpers.wait import wait_for
 
 pytestmark = pytest.mark.slurm
 
@@ -56,17 +57,6 @@ def _submit(cluster, sock: str, attempt: int) -> str:
     assert proc.returncode == 0, proc.stderr
     return proc.stdout.strip().split(";")[0]
 
-
-def _wait(what: str, check, timeout: float):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        got = check()
-        if got:
-            return got
-        time.sleep(1)
-    raise AssertionError(f"timed out waiting for {what}")
-
-
 def _status(sock: str, job_id: str) -> dict:
     """harpd's status of a job; {} while harpd knows nothing of it yet."""
     try:
@@ -84,13 +74,13 @@ def test_the_managers_own_retry_is_left_to_it_and_the_work_runs_once(slurm_clust
         _seed(d / "lib" / "harp.db", job_signature([_wrap(1)], None, None, str(c.workdir)))
         with running_harpd(d, slurm_conf=c.conf, extra_toml=HARD_LIMITS, poll_interval_s=600) as sock:
             first = _submit(c, sock, 1)
-            _wait("registration", lambda: _status(sock, first).get("registered"), 30)
+            wait_for("registration", lambda: _status(sock, first).get("registered"), 30, interval=1)
             assert "TimeLimit=00:01:00" in c.scontrol("show", "job", first)  # harp cut 4 min to 1
             # harpd polled at its start, next in 10 minutes: the manager sees the TIMEOUT first ...
             assert c.wait_job(first, timeout=240) == "TIMEOUT"
             # ... and submits the task again through harp-submit, which registers it
             retry = _submit(c, sock, 2)
-            _wait("the retry's registration", lambda: _status(sock, retry).get("registered"), 30)
+            wait_for("the retry's registration", lambda: _status(sock, retry).get("registered"), 30, interval=1)
             # harpd has not looked at the TIMEOUT yet
             assert not any(a.get("outcome") for a in _status(sock, first).get("attempts") or [])
         try:
@@ -99,7 +89,7 @@ def test_the_managers_own_retry_is_left_to_it_and_the_work_runs_once(slurm_clust
                 def stopped():
                     att = _status(sock, first).get("attempts") or []
                     return att and att[0]["outcome"] == "timeout" and att[-1]["limits"].get("stop")
-                _wait("harpd's decision on the TIMEOUT", stopped, 90)
+                wait_for("harpd's decision on the TIMEOUT", stopped, 90, interval=1)
                 att = _status(sock, first)["attempts"]
                 assert len(att) == 1 and f"submitted it again itself (job {retry})" in att[0]["limits"]["stop"]
             # the work runs once: the old job was never requeued (the manager's retry is the only copy)

@@ -4,7 +4,6 @@ in the background, and shows the models in ``health`` when done."""
 from __future__ import annotations
 
 import threading
-import time
 
 from harpd import protocol as p
 from harpd.config import HarpSettings
@@ -12,6 +11,7 @@ from harpd.daemon.handlers import Peer
 from harpd.daemon.main import build_handlers, start_services
 from harpd.records import JobRecord, Outcome
 from harpd.store import Store
+from tests.helpers.wait import wait_for
 
 ROOT = Peer(pid=1, uid=0, gid=0, user="root", groups=frozenset({0}))
 U3 = Peer(pid=3, uid=1003, gid=1003, user="u3", groups=frozenset({1003}))  # sig3's owner in the history
@@ -30,15 +30,6 @@ def _history(n: int = 1500) -> list[JobRecord]:
                               used_time_s=used, req_time_s=1200.0 * (u + 1), req_cpus=4,
                               outcome=Outcome.COMPLETED))
     return jobs
-
-
-def _wait_for(cond, timeout: float, what: str) -> None:
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        if cond():
-            return
-        time.sleep(0.1)
-    raise AssertionError(f"not within {timeout:.0f} s: {what}")
 
 
 def _health(handlers) -> p.HealthAnswer:
@@ -70,12 +61,12 @@ def test_harpd_trains_at_start_in_the_background_and_health_shows_it(tmp_path, m
             '{"op": "predict", "job": {"signature": "sig3", "request": {"time_s": 4800, "ntasks": 4}}}'))
         assert ans.ok and ans.decision.model == "history"  # meanwhile: the program's own runs
         go.set()
-        _wait_for(lambda: "time" in _health(handlers).models, 600, "a time model in health")
+        wait_for("a time model in health", lambda: "time" in _health(handlers).models, 600, interval=0.1)
         assert _health(handlers).models["time"]["n_train"] >= 1000
         # and the live predictor loaded it: a known habit is right-sized by the model
-        _wait_for(lambda: handlers.handle(U3, p.parse_request(
+        wait_for("the model loaded", lambda: handlers.handle(U3, p.parse_request(
             '{"op": "predict", "job": {"signature": "sig3", "request": {"time_s": 4800, "ntasks": 4}}}'
-        )).decision.model not in (None, "history"), 60, "the model loaded")
+        )).decision.model not in (None, "history"), 60, interval=0.1)
     finally:
         go.set()
         for svc in services:

@@ -10,7 +10,6 @@ from harpd import protocol as p
 from harpd.access import resolve_group
 from harpd.daemon.handlers import Handlers, NoChangePredictor, Peer, Predictor
 from harpd.records import JobRecord, Outcome
-from harpd.slurm.base import SlurmError
 from harpd.slurm.scontrol import job_info
 from tests.helpers.fake_slurm import FakeSlurm
 
@@ -286,31 +285,24 @@ def test_slurm_owner_not_filled_in_yet_is_refused(store):
     assert store.get_submission("100") is None
 
 
-class FakeBackend:
-    def __init__(self):
-        self.partition_calls = 0
+def _two_partition_slurm() -> FakeSlurm:
+    """Slurm with a cpu and a gpu partition, and alice's job 12 (the owner harpd checks registrations against)."""
+    from harpd.slurm.base import PartitionInfo
 
-    def show_job(self, job_id):
-        if job_id == "404":
-            raise SlurmError("scontrol: error: Invalid job id specified")
-        return job_info({"JobId": job_id, "UserId": "alice(1000)", "GroupId": "alice(1000)", "TimeLimit": "01:00:00",
-                         "SubmitTime": "2026-11-23T21:40:01"})
-
-    def partitions(self):
-        from harpd.slurm.base import PartitionInfo
-
-        self.partition_calls += 1
-        return {
-            "cpu": PartitionInfo(name="cpu", max_time_s=86400, max_mem_mb_per_node=64000, max_cpus_per_node=32,
-                                 nodes=4, default=True),
-            "gpu": PartitionInfo(name="gpu", max_time_s=3600, max_mem_mb_per_node=None, max_cpus_per_node=8, nodes=1),
-        }
+    slurm = FakeSlurm(partitions={
+        "cpu": PartitionInfo(name="cpu", max_time_s=86400, max_mem_mb_per_node=64000, max_cpus_per_node=32,
+                             nodes=4, default=True),
+        "gpu": PartitionInfo(name="gpu", max_time_s=3600, max_mem_mb_per_node=None, max_cpus_per_node=8, nodes=1),
+    })
+    slurm.jobs["12"] = job_info({"JobId": "12", "UserId": "alice(1000)", "GroupId": "alice(1000)",
+                                 "TimeLimit": "01:00:00", "SubmitTime": "2026-11-23T21:40:01"})
+    return slurm
 
 
 def test_backend_adapters_owner_and_cached_limits(store):
     from harpd.slurm.partitions import limits_from_backend
 
-    be = FakeBackend()
+    be = _two_partition_slurm()
     limits = limits_from_backend(be)
     assert limits("gpu").max_time_s == 3600 and limits("gpu").max_mem_mb is None
     assert limits(None).partition == "cpu"  # the default partition

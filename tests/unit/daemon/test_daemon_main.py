@@ -7,12 +7,12 @@ import signal
 import socket
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 
 from daemon_helpers import call
+from tests.helpers.wait import wait_for
 
 HARPD = [sys.executable, "-m", "harpd.daemon.main"]
 
@@ -94,15 +94,14 @@ def _start(cfg: Path, env=None) -> subprocess.Popen:
 
 
 def _wait_ready(sock: str, proc: subprocess.Popen, timeout: float = 60) -> None:
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
+    def up() -> bool:
         assert proc.poll() is None, proc.stderr.read()
         try:
-            if call(sock, {"op": "health"}, timeout=5)["ok"]:
-                return
+            return bool(call(sock, {"op": "health"}, timeout=5)["ok"])
         except OSError:
-            time.sleep(0.05)
-    raise AssertionError("harpd did not come up")
+            return False
+
+    wait_for("harpd to come up", up, timeout)
 
 
 def test_real_harpd_serves_and_stops_cleanly(short_dir):

@@ -18,6 +18,7 @@ from harpd.daemon.server import Server, ServerError
 from tests.helpers.fake_slurm import FakeSlurm
 
 from daemon_helpers import as_nobody, call, read_answer
+from tests.helpers.wait import wait_for
 
 HEALTH = {"v": 1, "op": "health"}
 needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="needs root to drop to nobody")
@@ -130,17 +131,13 @@ def test_max_clients_answers_busy_instead_of_queueing(serve):
             s = socket.socket(socket.AF_UNIX)
             s.connect(srv.path)
             hold.append(s)
-        deadline = time.monotonic() + 10
-        while srv.server.active < 2 and time.monotonic() < deadline:
-            time.sleep(0.01)
+        wait_for("two connections held", lambda: srv.server.active >= 2, interval=0.01)
         ans = srv.call(HEALTH)
         assert ans["ok"] is False and "busy" in ans["error"]
     finally:
         for s in hold:
             s.close()
-    deadline = time.monotonic() + 10
-    while srv.server.active and time.monotonic() < deadline:
-        time.sleep(0.01)
+    wait_for("the held connections to end", lambda: srv.server.active == 0, interval=0.01)
     assert srv.call(HEALTH)["ok"] is True
 
 

@@ -20,6 +20,7 @@ from harpd.daemon.handlers import Handlers
 from harpd.daemon.refusals import RefusalLog
 from harpd.daemon.tcp_door import TcpDoor
 from tests.helpers.fake_munge import FakeMunge
+from tests.helpers.wait import wait_for
 
 HEALTH = {"op": "health"}
 
@@ -34,14 +35,6 @@ def _idle(stack: ExitStack, port: int, n: int, source: str) -> list[socket.socke
         s.connect(("127.0.0.1", port))
         out.append(s)
     return out
-
-
-def _wait(cond, what: str, timeout: float = 20.0) -> None:
-    end = time.monotonic() + timeout
-    while not cond():
-        if time.monotonic() > end:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.02)
 
 
 @pytest.fixture
@@ -62,7 +55,7 @@ def test_hundreds_of_idle_connections_hold_no_slot(tcp_server, munged) -> None:
     running, door = tcp_server(max_clients=4, max_unauthenticated=1000, max_unauthenticated_per_peer=400)
     with ExitStack() as stack:
         _idle(stack, door.port, 300, "127.0.0.2")
-        _wait(lambda: len(running.server.preauth) == 300, "300 connections waiting")
+        wait_for("300 connections waiting", lambda: len(running.server.preauth) == 300, interval=0.02)
         assert running.server.active == 0  # not one worker slot
         assert running.call(HEALTH)["ok"] is True  # the Unix socket
         assert client.call_tcp(("127.0.0.1", door.port), HEALTH, 10, munged.as_user(1001))["ok"] is True
@@ -72,7 +65,8 @@ def test_a_flood_from_the_same_host_pushes_out_its_own_idle_sockets(tcp_server, 
     running, door = tcp_server(max_clients=4, max_unauthenticated_per_peer=8, refusal_log_interval_s=60)
     with ExitStack() as stack, caplog.at_level(logging.WARNING, logger="harpd.server"):
         held = _idle(stack, door.port, 200, "127.0.0.1")
-        _wait(lambda: len(running.server.preauth) <= 8 and running.server.refusals.total >= 192, "oldest pushed out")
+        wait_for("oldest pushed out", lambda: len(running.server.preauth) <= 8 and running.server.refusals.total >= 192,
+                 interval=0.02)
         # a real client on the same host still gets in: it pushes out the oldest idle socket
         assert client.call_tcp(("127.0.0.1", door.port), HEALTH, 10, munged.as_user(1001))["ok"] is True
         closed = sum(1 for s in held[:150] if s.recv(4096).startswith(b'{"ok":false'))
@@ -109,7 +103,7 @@ def test_the_unix_socket_keeps_its_reserved_slots(tcp_server, store, munged) -> 
     try:
         for t in slow:
             t.start()
-        _wait(lambda: running.server.active == 2, "two TCP callers in their slots")
+        wait_for("two TCP callers in their slots", lambda: running.server.active == 2, interval=0.02)
         with pytest.raises(client.HarpdUnavailable, match="unsealed|busy"):
             client.call_tcp(("127.0.0.1", door.port), HEALTH, 10, munged.as_user(1001))
         assert running.call(HEALTH)["ok"] is True  # the reserved slot

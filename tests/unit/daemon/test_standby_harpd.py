@@ -5,13 +5,13 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 from harpd.daemon.active_lock import StoreInUse, hold, lock_path
 
 from daemon_helpers import call
 from tests.helpers.harpd_process import stop_harpd
+from tests.helpers.wait import wait_for
 
 HARPD = [sys.executable, "-m", "harpd.daemon.main"]
 
@@ -31,16 +31,14 @@ def _start(cfg: Path, *extra: str) -> subprocess.Popen[str]:
 
 
 def _health(sock: str, proc: subprocess.Popen[str], timeout: float = 90) -> None:
-    end = time.monotonic() + timeout
-    while True:
+    def answers() -> bool:
         assert proc.poll() is None, f"harpd exited {proc.returncode}"
         try:
-            if call(sock, {"op": "health"}, 5)["ok"]:
-                return
+            return bool(call(sock, {"op": "health"}, 5)["ok"])
         except OSError:
-            pass
-        assert time.monotonic() < end, "harpd did not answer"
-        time.sleep(0.1)
+            return False
+
+    wait_for("harpd to answer health", answers, timeout, interval=0.1)
 
 
 _stop = stop_harpd
@@ -77,10 +75,11 @@ def test_a_standby_harpd_waits_and_takes_over_when_the_active_one_stops(short_di
         assert "is in use by another harpd" in refused.stderr and f"pid {active.pid}" in refused.stderr
         standby = _start(_config(short_dir, "b", store), "--standby")
         log = short_dir / "b.toml.log"
-        end = time.monotonic() + 90
-        while "waiting to take over" not in log.read_text():  # it says so, and serves nothing meanwhile
-            assert standby.poll() is None and time.monotonic() < end, log.read_text()
-            time.sleep(0.1)
+        def says_waiting() -> bool:  # it says so, and serves nothing meanwhile
+            assert standby.poll() is None, log.read_text()
+            return "waiting to take over" in log.read_text()
+
+        wait_for("the standby to say it waits", says_waiting, 90, interval=0.1, log=log.read_text)
         assert standby.poll() is None and not os.path.exists(f"{short_dir}/b.sock")
         _stop(active)
         _health(f"{short_dir}/b.sock", standby)  # took over: now it answers

@@ -8,6 +8,7 @@ import pytest
 
 from dnn_helpers import HF
 from harpd.cli.main import main
+from tests.helpers.fake_slurm import FakeSlurm
 
 SITE = """
 [dnn]
@@ -102,20 +103,12 @@ def test_duplicate_gpu_type_names_are_refused(capsys, config):
     assert "GPU type 'a100' is listed twice" in capsys.readouterr().err
 
 
-class _FakeBackend:
-    def __init__(self, parts):
-        self._parts = parts
-
-    def partitions(self):
-        return self._parts
-
-
 def test_check_reports_ok_and_problems(capsys, config, monkeypatch):
     from dnn_helpers import partitions_from_recording
 
     import harpd.slurm
 
-    monkeypatch.setattr(harpd.slurm, "get_backend", lambda s: _FakeBackend(partitions_from_recording("site")))
+    monkeypatch.setattr(harpd.slurm, "get_backend", lambda s: FakeSlurm(partitions=partitions_from_recording("site")))
     config.write_text(SITE.replace('partition = "gpu"', 'partition = "gpu-a100"').replace(
         "gpus_per_node = 4", "gpus_per_node = 8"))
     assert main(["dnn", "check"]) == 0

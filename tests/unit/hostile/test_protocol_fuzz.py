@@ -24,7 +24,6 @@ import shutil
 import socket
 import tempfile
 import threading
-import time
 from pathlib import Path
 
 import pytest
@@ -36,6 +35,7 @@ from harpd.daemon.handlers import Handlers, Peer
 from harpd.daemon.server import Server
 from harpd.store import Store
 from tests.helpers.fake_slurm import FakeSlurm
+from tests.helpers.wait import wait_for
 
 FUZZ = settings(max_examples=300, deadline=None, suppress_health_check=list(HealthCheck))
 SOCKET_FUZZ = settings(max_examples=120, deadline=None, suppress_health_check=list(HealthCheck))
@@ -252,7 +252,4 @@ def test_live_server_survives_the_fuzzing(live_server) -> None:
     ok = json.loads(_exchange(str(live_server.path), [b'{"v":1,"op":"health"}\n'], close_write=False))
     assert ok["ok"] is True and ok["store"] == "ok"
     # no connection thread left hanging (each ends just after closing its socket: allow a moment)
-    end = time.monotonic() + 5
-    while live_server.active and time.monotonic() < end:
-        time.sleep(0.01)
-    assert live_server.active == 0
+    wait_for("every connection thread to end", lambda: live_server.active == 0, interval=0.01)

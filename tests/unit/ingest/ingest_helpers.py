@@ -1,4 +1,4 @@
-"""Shared by the ingest tests: recorded sacct output, job builders, a fake Slurm."""
+"""Shared by the ingest tests: recorded sacct output and job builders (the fake Slurm: tests/helpers)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,6 @@ from pathlib import Path
 from typing import Any
 
 from harpd.records import JobRecord, Outcome
-from harpd.slurm.base import PartitionInfo, SlurmError
 from harpd.slurm.sacct_records import SacctJob, SacctStep
 
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "sacct"
@@ -51,52 +50,3 @@ def rec(job_id: str, outcome: Outcome = Outcome.COMPLETED, **kw: Any) -> JobReco
     )
     base.update(kw)
     return JobRecord(job_id=job_id, outcome=outcome, **base)
-
-
-class FakeBackend:
-    """A SlurmBackend whose sacct answers come from ``self.jobs`` (list of JobRecord).
-
-    ``fail`` makes the next calls raise SlurmError (slurmdbd down); ``calls``
-    records every sacct_jobs call.
-    """
-
-    def __init__(self, jobs: list[JobRecord] | None = None) -> None:
-        self.jobs = list(jobs or [])
-        self.fail: str | None = None
-        self.calls: list[tuple[Any, ...]] = []
-
-    def sacct_jobs(self, job_ids, since, until, all_users):
-        self.calls.append((None if job_ids is None else list(job_ids), since, until, all_users))
-        if self.fail:
-            raise SlurmError(self.fail)
-        out = []
-        for r in self.jobs:
-            if job_ids is not None:
-                if r.job_id in job_ids or r.job_id.split("_")[0] in job_ids:
-                    out.append(JobRecord.from_dict(r.to_dict()))
-            elif r.end_time is None or r.end_time >= since:
-                out.append(JobRecord.from_dict(r.to_dict()))
-        return out
-
-    def submit(self, argv, script, cwd, env, as_uid=None):
-        raise SlurmError("not in this fake")
-
-    def show_job(self, job_id):
-        from harpd.slurm.base import JobInfo
-
-        return JobInfo(job_id=job_id)
-
-    def partitions(self):
-        return {"short": PartitionInfo("short", 3600, 8000, 2, 1)}
-
-    def requeue_hold(self, job_id):
-        pass
-
-    def update_job(self, job_id, **fields):
-        pass
-
-    def release(self, job_id):
-        pass
-
-    def cancel(self, job_id):
-        pass

@@ -115,7 +115,7 @@ def bindir(tmp_path):
 
 @pytest.fixture
 def backend(bindir):
-    return CliBackend(HarpSettings(slurm={"bin_dir": str(bindir), "command_timeout_s": 5, "cluster": "clusterA"}))
+    return CliBackend(HarpSettings(slurm={"bin_dir": str(bindir), "command_timeout_s": 60, "cluster": "clusterA"}))
 
 
 def test_is_a_slurm_backend(backend):

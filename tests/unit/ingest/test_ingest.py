@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import pytest
-from ingest_helpers import FakeBackend, rec
+from ingest_helpers import rec
 
 from harpd.config import HarpSettings
 from harpd.ingest.poller import CURSOR_KEY, UNANNOUNCED_KEY, WATCH_KEY, Ingestor
 from harpd.records import Outcome
 from harpd.store import StoreError
+from tests.helpers.fake_slurm import FakeSlurm
 
 
 def settings(**ingest):
@@ -28,14 +29,14 @@ def stored(store):
 
 
 def test_poll_records_finished_submissions_once(store):
-    be = FakeBackend([rec("1"), rec("2", Outcome.TIMEOUT, censored_time=True), rec("3", Outcome.RUNNING, end_time=None)])
+    be = FakeSlurm([rec("1"), rec("2", Outcome.TIMEOUT, censored_time=True), rec("3", Outcome.RUNNING, end_time=None)])
     for j in ("1", "2", "3"):
         submit(store, j, decision={"changes": [{"option": "time"}]} if j == "2" else None)
     ing = Ingestor(store, be, settings())
     heard = []
     ing.on_outcome.append(heard.append)
     assert ing.poll_once() == 2
-    assert be.calls[0][0] == ["1", "2", "3"]  # only harp's jobs, learn_all_jobs is off
+    assert be.sacct_calls[0][0] == ["1", "2", "3"]  # only harp's jobs, learn_all_jobs is off
     got = stored(store)
     assert set(got) == {("1", 1), ("2", 1)}  # running jobs are never stored
     assert got[("2", 1)].harp_sized and not got[("1", 1)].harp_sized
@@ -47,7 +48,7 @@ def test_poll_records_finished_submissions_once(store):
     assert ing.poll_once() == 0
     assert len(heard) == 2 and store.count_jobs(finished_only=False) == 2
     # the running job ends
-    be.jobs[2] = rec("3", Outcome.OOM, censored_mem=True)
+    be.records[2] = rec("3", Outcome.OOM, censored_mem=True)
     assert ing.poll_once() == 1
     assert [r.job_id for r in heard] == ["1", "2", "3"]
     assert store.get_submission("3")["outcome"] == "oom"
@@ -56,7 +57,7 @@ def test_poll_records_finished_submissions_once(store):
 
 def test_an_unverified_registration_is_never_harp_sized(store):
     """A claim slurmctld never vouched for (a row from before harpd checked them) is not training data."""
-    be = FakeBackend([rec("4", Outcome.TIMEOUT, censored_time=True), rec("5", Outcome.TIMEOUT, censored_time=True)])
+    be = FakeSlurm([rec("4", Outcome.TIMEOUT, censored_time=True), rec("5", Outcome.TIMEOUT, censored_time=True)])
     submit(store, "4", decision={"changes": [{"option": "time"}]}, verified=False)
     submit(store, "5", decision={"changes": [{"option": "time"}]})
     Ingestor(store, be, settings()).poll_once()
@@ -66,23 +67,23 @@ def test_an_unverified_registration_is_never_harp_sized(store):
 
 def test_learn_all_jobs_uses_and_advances_the_cursor(store):
     now = 10_000.0
-    be = FakeBackend([rec("10", end_time=now - 100), rec("11", end_time=now - 50_000)])
+    be = FakeSlurm([rec("10", end_time=now - 100), rec("11", end_time=now - 50_000)])
     ing = Ingestor(store, be, settings(learn_all_jobs=True, lookback_s=3600), clock=lambda: now)
     assert ing.poll_once() == 1  # 11 ended before the look-back window
-    _, since, until, all_users = be.calls[-1]
+    _, since, until, all_users = be.sacct_calls[-1]
     assert since <= now - 3600 and until == now and all_users
     assert store.get_meta(CURSOR_KEY) == now
-    be.jobs.append(rec("12", end_time=now + 30))
+    be.records.append(rec("12", end_time=now + 30))
     now += 60
     assert ing.poll_once() == 1
-    assert be.calls[-1][1] < 10_000.0  # the next window overlaps the last one
+    assert be.sacct_calls[-1][1] < 10_000.0  # the next window overlaps the last one
     assert store.get_meta(CURSOR_KEY) == now
     assert {k[0] for k in stored(store)} == {"10", "12"}
 
 
 def test_cursor_only_moves_with_a_committed_write(store, monkeypatch):
     now = 10_000.0
-    be = FakeBackend([rec("10", end_time=now - 100)])
+    be = FakeSlurm([rec("10", end_time=now - 100)])
     ing = Ingestor(store, be, settings(learn_all_jobs=True), clock=lambda: now)
 
     def broken(*a, **k):
@@ -97,24 +98,24 @@ def test_cursor_only_moves_with_a_committed_write(store, monkeypatch):
 
 
 def test_sacct_failure_writes_nothing_and_backs_off(store, monkeypatch):
-    be = FakeBackend([rec("1")])
+    be = FakeSlurm([rec("1")])
     submit(store, "1")
     ing = Ingestor(store, be, settings())
-    be.fail = "sacct --json failed (exit 1): Problem talking to the database"
+    be.sacct_error = "sacct --json failed (exit 1): Problem talking to the database"
     t = [1000.0]
     monkeypatch.setattr("harpd.ingest.poller.time.monotonic", lambda: t[0])
     ing.tick()
     assert ing.failures == 1 and "Problem talking" in ing.last_error
     assert ing._not_before == 1000.0 + 20  # poll interval doubled
-    n_calls = len(be.calls)
+    n_calls = len(be.sacct_calls)
     ing.tick()  # still backing off: sacct is not asked
-    assert len(be.calls) == n_calls
+    assert len(be.sacct_calls) == n_calls
     for expected in (40, 80, 100, 100):  # doubling, capped at max_backoff_s
         t[0] = ing._not_before
         ing.tick()
         assert ing._not_before - t[0] == expected
     assert store.count_jobs() == 0 and store.get_submission("1")["state"] == "pending"
-    be.fail = None
+    be.sacct_error = None
     t[0] = ing._not_before
     ing.tick()
     assert ing.failures == 0 and ing.last_error is None
@@ -122,7 +123,7 @@ def test_sacct_failure_writes_nothing_and_backs_off(store, monkeypatch):
 
 
 def test_crash_after_commit_announces_at_restart(store):
-    be = FakeBackend([rec("1"), rec("2")])
+    be = FakeSlurm([rec("1"), rec("2")])
     submit(store, "1")
     submit(store, "2")
     first = Ingestor(store, be, settings())
@@ -149,7 +150,7 @@ def test_crash_after_commit_announces_at_restart(store):
 
 def test_a_failing_listener_does_not_stop_the_others(store):
     submit(store, "1")
-    ing = Ingestor(store, FakeBackend([rec("1")]), settings())
+    ing = Ingestor(store, FakeSlurm([rec("1")]), settings())
     heard = []
     ing.on_outcome.append(lambda r: 1 / 0)
     ing.on_outcome.append(heard.append)
@@ -160,7 +161,7 @@ def test_a_failing_listener_does_not_stop_the_others(store):
 @pytest.mark.parametrize("release", ["22.05", "26.05"])
 def test_requeued_runs_get_their_own_attempts(store, release):
     """A job requeued in place: run 1 (timeout) stored, then run 2 appears."""
-    be = FakeBackend([rec("5", Outcome.TIMEOUT, start_time=1000.0, censored_time=True)])
+    be = FakeSlurm([rec("5", Outcome.TIMEOUT, start_time=1000.0, censored_time=True)])
     submit(store, "5")
     ing = Ingestor(store, be, settings())
     assert ing.poll_once() == 1
@@ -170,13 +171,13 @@ def test_requeued_runs_get_their_own_attempts(store, release):
     # run 2 running, then done
     first = (rec("5", Outcome.PREEMPTED, state="REQUEUED", start_time=1000.0, attempt=1) if release == "22.05"
              else rec("5", Outcome.TIMEOUT, start_time=1000.0, censored_time=True, attempt=1))
-    be.jobs = [
+    be.records = [
         first,
         rec("5", Outcome.RUNNING, start_time=2000.0, end_time=None, attempt=2),
     ]
     assert ing.poll_once() == 0
     assert stored(store)[("5", 1)].outcome is Outcome.TIMEOUT  # not overwritten by REQUEUED
-    be.jobs[1] = rec("5", Outcome.COMPLETED, start_time=2000.0, attempt=2, req_time_s=1800.0)
+    be.records[1] = rec("5", Outcome.COMPLETED, start_time=2000.0, attempt=2, req_time_s=1800.0)
     assert ing.poll_once() == 1
     got = stored(store)
     assert got[("5", 1)].outcome is Outcome.TIMEOUT and got[("5", 2)].outcome is Outcome.COMPLETED
@@ -189,10 +190,10 @@ def test_requeued_runs_get_their_own_attempts(store, release):
 def test_window_query_missing_the_first_run_still_numbers_right(store):
     """sacct only shows run 2 (a window after run 1): the store knows run 1."""
     now = 10_000.0
-    be = FakeBackend([rec("7", Outcome.TIMEOUT, start_time=1000.0, end_time=now - 10)])
+    be = FakeSlurm([rec("7", Outcome.TIMEOUT, start_time=1000.0, end_time=now - 10)])
     ing = Ingestor(store, be, settings(learn_all_jobs=True), clock=lambda: now)
     ing.poll_once()
-    be.jobs = [rec("7", Outcome.COMPLETED, start_time=5000.0, end_time=now + 50, attempt=1)]
+    be.records = [rec("7", Outcome.COMPLETED, start_time=5000.0, end_time=now + 50, attempt=1)]
     now += 100
     assert ing.poll_once() == 1
     assert {k: r.outcome for k, r in stored(store).items()} == {("7", 1): Outcome.TIMEOUT, ("7", 2): Outcome.COMPLETED}
@@ -203,19 +204,19 @@ def test_resubmission_under_a_new_id_takes_the_chain_attempt(store):
     store.add_attempt("100", 1, "100", {}, "first", "done")
     store.add_attempt("100", 2, "101", {"time_s": 7200}, "timeout: doubled time", "submitted")
     submit(store, "101")
-    ing = Ingestor(store, FakeBackend([rec("100", Outcome.TIMEOUT), rec("101")]), settings())
+    ing = Ingestor(store, FakeSlurm([rec("100", Outcome.TIMEOUT), rec("101")]), settings())
     ing.poll_once()
     assert set(stored(store)) == {("100", 1), ("101", 2)}
 
 
 def test_array_submission_closed_when_every_task_ended(store):
-    be = FakeBackend([rec("20_1"), rec("20_2", Outcome.RUNNING, end_time=None)])
+    be = FakeSlurm([rec("20_1"), rec("20_2", Outcome.RUNNING, end_time=None)])
     submit(store, "20", job={"array_size": 2, "signature": "arr"})
     ing = Ingestor(store, be, settings())
     assert ing.poll_once() == 1
     assert store.get_submission("20")["state"] == "pending"
     assert stored(store)[("20_1", 1)].array_size == 2
-    be.jobs[1] = rec("20_2", Outcome.OOM)
+    be.records[1] = rec("20_2", Outcome.OOM)
     assert ing.poll_once() == 1
     sub = store.get_submission("20")
     assert sub["state"] == "done" and sub["outcome"] == "oom"  # the one needing attention
@@ -226,7 +227,7 @@ def test_submissions_sacct_never_heard_of(store):
     submit(store, "30", submitted_at=now - 10)
     submit(store, "31", submitted_at=now - 90_000)
     submit(store, "not-a-job")
-    ing = Ingestor(store, FakeBackend([]), settings(lookback_s=86400), clock=lambda: now)
+    ing = Ingestor(store, FakeSlurm([]), settings(lookback_s=86400), clock=lambda: now)
     ing.poll_once()
     assert store.get_submission("30")["state"] == "pending"  # may still show up
     assert store.get_submission("31")["outcome"] == "unknown"
@@ -235,10 +236,10 @@ def test_submissions_sacct_never_heard_of(store):
 
 def test_changed_outcome_is_rewritten(store):
     """An outcome that changes for the same run (e.g. sacct caught up) is updated, once."""
-    be = FakeBackend([rec("40", Outcome.FAILED)])
+    be = FakeSlurm([rec("40", Outcome.FAILED)])
     ing = Ingestor(store, be, settings(learn_all_jobs=True), clock=lambda: 1_000.0)
     ing.poll_once()
-    be.jobs = [rec("40", Outcome.OOM, censored_mem=True)]
+    be.records = [rec("40", Outcome.OOM, censored_mem=True)]
     assert ing.poll_once() == 1
     assert stored(store)[("40", 1)].outcome is Outcome.OOM and store.count_jobs() == 1
 
@@ -249,7 +250,7 @@ def test_schedule_adds_one_interval_job(store):
     sched = BackgroundScheduler()
     sched.start(paused=True)
     try:
-        ing = Ingestor(store, FakeBackend([]), settings())
+        ing = Ingestor(store, FakeSlurm([]), settings())
         job = ing.schedule(sched)
         ing.schedule(sched)  # replace, not add
         jobs = sched.get_jobs()
@@ -262,7 +263,7 @@ def test_schedule_adds_one_interval_job(store):
 def test_start_service(store):
     from harpd.ingest.poller import start
 
-    svc = start(settings=settings(), store=store, backend=FakeBackend([]))
+    svc = start(settings=settings(), store=store, backend=FakeSlurm([]))
     try:
         assert svc.scheduler.running and svc.ingestor.on_outcome == []
     finally:
@@ -275,21 +276,21 @@ def test_half_written_records_wait_for_slurmdbd(store):
     """A run without partition or MaxRSS right after its end is looked at again, not stored."""
     now = [10_000.0]
     partial = rec("50", partition=None, end_time=now[0] - 2, used_mem_mb=None, job_name="allocation")
-    be = FakeBackend([partial])
+    be = FakeSlurm([partial])
     submit(store, "50")
     ing = Ingestor(store, be, settings(), clock=lambda: now[0])
     assert ing.poll_once() == 0
     assert store.count_jobs() == 0 and store.get_submission("50")["state"] == "pending"
-    be.jobs = [rec("50", end_time=now[0] - 2, used_mem_mb=None)]  # partition in, MaxRSS not yet
+    be.records = [rec("50", end_time=now[0] - 2, used_mem_mb=None)]  # partition in, MaxRSS not yet
     assert ing.poll_once() == 0
-    be.jobs = [rec("50", end_time=now[0] - 2, job_name="ing")]
+    be.records = [rec("50", end_time=now[0] - 2, job_name="ing")]
     assert ing.poll_once() == 1
     assert stored(store)[("50", 1)].partition == "short" and store.get_submission("50")["state"] == "done"
 
 
 def test_records_that_never_complete_are_taken_after_a_while(store):
     now = [10_000.0]
-    be = FakeBackend([rec("60", partition=None, used_mem_mb=None, end_time=now[0] - 5)])
+    be = FakeSlurm([rec("60", partition=None, used_mem_mb=None, end_time=now[0] - 5)])
     ing = Ingestor(store, be, settings(learn_all_jobs=True), clock=lambda: now[0])
     assert ing.poll_once() == 0
     now[0] += 120  # no memory accounting on this site: taken as it is
@@ -298,7 +299,7 @@ def test_records_that_never_complete_are_taken_after_a_while(store):
 
 def test_a_job_too_short_for_a_memory_sample_is_taken_soon(store):
     now = [10_000.0]
-    be = FakeBackend([rec("70", used_mem_mb=None, end_time=now[0] - 1)])
+    be = FakeSlurm([rec("70", used_mem_mb=None, end_time=now[0] - 1)])
     ing = Ingestor(store, be, settings(learn_all_jobs=True), clock=lambda: now[0])
     assert ing.poll_once() == 0
     now[0] += 15

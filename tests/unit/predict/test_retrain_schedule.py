@@ -33,14 +33,20 @@ def test_retrains_after_n_outcomes_and_not_before() -> None:
     assert calls == [1]
 
 
-def test_a_failing_retrain_does_not_stop_the_schedule() -> None:
+def test_a_failing_retrain_does_not_stop_the_schedule(caplog) -> None:
     sched = FakeScheduler()
+    tries: list[int] = []
 
     def boom() -> None:
+        tries.append(1)
         raise RuntimeError("fit failed")
 
     listener = attach_retrain(sched, boom, RetrainSettings(after_n_outcomes=1, interval_s=1e9))
     listener(object())
     sched.jobs["harp-retrain"]()  # must not raise
+    assert tries == [1] and "scheduled retrain failed" in caplog.text
+    sched.jobs["harp-retrain"]()  # the failed try counts as a training: no new outcome, no new try
+    assert tries == [1]
     listener(object())
-    sched.jobs["harp-retrain"]()
+    sched.jobs["harp-retrain"]()  # the next outcome is counted and trains again
+    assert tries == [1, 1]

@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 
 from harpd.records import JobRecord, Outcome
-from harpd.slurm.base import Accounting, JobInfo, PartitionInfo, SlurmError
+from harpd.slurm.base import Accounting, JobInfo, PartitionInfo, QueuedJob, SlurmError
 from harpd.slurm.scontrol import job_info, update_fields
 from harpd.store import Store
 
@@ -267,6 +267,30 @@ class FakeSlurm:
         j = self._job(st, job_id)
         j["state"] = "CANCELLED"
         self._save(st)
+
+    def signal(self, job_id: str, signal: str) -> None:
+        st = self._load()
+        self._call(st, "signal", str(job_id), signal)
+        j = self._job(st, job_id)
+        self._save(st)
+        if j["state"] != "RUNNING":
+            raise SlurmError(f"scancel --signal={signal} --batch {job_id} failed (exit 1): Job is not running")
+
+    def queue(self) -> list[QueuedJob]:
+        return [q for q in self._listing("queue") if q.state in ("RUNNING", "PENDING")]
+
+    def held_jobs(self) -> list[QueuedJob]:
+        return self._listing("held_jobs")
+
+    def _listing(self, name: str) -> list[QueuedJob]:
+        """Every job slurmctld still holds (purged ones are gone), as squeue lists them."""
+        st = self._load()
+        self._call(st, name)
+        self._save(st)
+        return [QueuedJob(job_id=jid, state=j["state"], user=j["user"], uid=j["uid"], time_limit_s=j["time_s"],
+                          time_used_s=0, partition=j["partition"], comment=j["comment"], mem_mb=j["mem_mb"],
+                          mem_per_cpu_mb=j["mem_per_cpu_mb"])
+                for jid, j in st["jobs"].items() if not j.get("purged")]
 
     def batch_script(self, job_id: str) -> bytes:
         st = self._load()

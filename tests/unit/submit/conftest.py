@@ -38,7 +38,7 @@ class Runner:
         }
 
     def __call__(self, *args: str, stdin: bytes | None = None, env: dict[str, str] | None = None,
-                 cwd: Path | None = None, timeout: float = 30, no_dac_override: bool = False) -> subprocess.CompletedProcess[bytes]:
+                 cwd: Path | None = None, timeout: float = 300, no_dac_override: bool = False) -> subprocess.CompletedProcess[bytes]:
         e = dict(self.env)
         if env:
             for k, v in env.items():

@@ -106,14 +106,21 @@ class FakeHarpd:
         with self._lock:
             return [r for r in self.requests if r.get("op") == op]
 
-    def wait_for(self, op: str, n: int = 1, timeout: float = 5.0) -> list[dict[str, Any]]:
+    def wait_for(self, op: str, n: int = 1, timeout: float = 60.0) -> list[dict[str, Any]]:
+        """The ``op`` requests once at least ``n`` have arrived; AssertionError naming them if not within ``timeout``.
+
+        (The same loop as tests/helpers/wait.py, kept here so this file stays
+        standard library only and runnable on its own.)
+        """
         deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
+        while True:
             got = self.ops(op)
             if len(got) >= n:
                 return got
+            if time.monotonic() > deadline:
+                raise AssertionError(f"{n} {op} request(s) to the fake harpd: not within {timeout:g} s "
+                                     f"(arrived: {got!r})")
             time.sleep(0.01)
-        return self.ops(op)
 
     def _serve(self) -> None:
         assert self._sock is not None

@@ -94,7 +94,7 @@ def test_dry_run_after_an_early_internal_error_submits_nothing(run, harpd) -> No
     run.write("job.sh", JOB)
     code = "import sys, harp_submit.cli as c\nc.CLI_TABLE = None\nsys.exit(c.main())"
     proc = subprocess.run([sys.executable, "-c", code, "--harp-dry-run", "-H", "job.sh"], env=run.env,
-                          cwd=run.home, capture_output=True, stdin=subprocess.DEVNULL, timeout=30)
+                          cwd=run.home, capture_output=True, stdin=subprocess.DEVNULL, timeout=300)
     assert_nothing_submitted(run, proc)
     assert any("internal error" in x for x in harp_lines(proc.stderr))
 
@@ -105,7 +105,7 @@ def test_dry_run_after_a_late_internal_error_submits_nothing(run, harpd) -> None
             "def boom(*a, **k): raise RuntimeError('synthetic')\n"
             "c.validate = boom\nsys.exit(c.main())")
     proc = subprocess.run([sys.executable, "-c", code, "--harp-dry-run", "job.sh"], env=run.env,
-                          cwd=run.home, capture_output=True, stdin=subprocess.DEVNULL, timeout=30)
+                          cwd=run.home, capture_output=True, stdin=subprocess.DEVNULL, timeout=300)
     assert_nothing_submitted(run, proc)
 
 

@@ -22,7 +22,7 @@ def predict(home: Path, options: dict, sock: str) -> list[tuple[str, ...]]:
     (home / "req.json").write_text(json.dumps(msg))
     env = {"PATH": os.environ.get("PATH", ""), "PYTHONPATH": str(REPO), "HARP_SOCKET": sock}
     proc = subprocess.run([sys.executable, "-m", "harp_submit.filter", "--request", str(home / "req.json")],
-                          capture_output=True, text=True, env=env, cwd=home, timeout=30)
+                          capture_output=True, text=True, env=env, cwd=home, timeout=300)
     assert proc.returncode == 0 and proc.stderr == ""
     lines = proc.stdout.splitlines()
     assert lines[0] == hf.PROTOCOL and lines[-1] == "ok"

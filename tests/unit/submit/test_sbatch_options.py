@@ -114,7 +114,7 @@ def test_table_matches_installed_sbatch(tmp_path) -> None:
     )
     (tmp_path / "plugstack.conf").write_text("")
     env = {**os.environ, "SLURM_CONF": str(conf)}
-    out = subprocess.run([sys.executable, "-c", DUMP, LIBSLURM], env=env, capture_output=True, text=True, timeout=60)
+    out = subprocess.run([sys.executable, "-c", DUMP, LIBSLURM], env=env, capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr
     lines = out.stdout.splitlines()
     assert lines[0] == OPTSTRING

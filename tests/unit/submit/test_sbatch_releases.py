@@ -140,7 +140,7 @@ def test_release_table_is_the_built_sbatchs_own(tmp_path, release) -> None:
     dump = DUMP.replace("ctypes.CDLL(sys.argv[1])", "ctypes.CDLL(sys.argv[1], mode=ctypes.RTLD_GLOBAL)")
     assert dump != DUMP
     out = subprocess.run([sys.executable, "-c", dump, str(lib)], env={**os.environ, "SLURM_CONF": str(conf)},
-                         capture_output=True, text=True, timeout=60)
+                         capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr
     lines = out.stdout.splitlines()
     assert lines[0] == OPTSTRING  # no short option added since 22.05
