@@ -44,7 +44,7 @@ from typing import Any
 import numpy as np
 import sqlite_utils
 
-from harpd.records import JobRecord, Outcome
+from harpd.records import AttemptRecord, JobRecord, LimitChange, Outcome, Submission
 
 # Bind Outcome as its plain string value: sqlite3's generic str-subclass path
 # costs microseconds per row, which is most of a million-row import.
@@ -901,16 +901,16 @@ class Store:
             return int(cur.rowcount)
 
     @staticmethod
-    def _submission(row: dict[str, Any]) -> dict[str, Any]:
+    def _submission(row: dict[str, Any]) -> Submission:
         for k in ("job", "original", "submitted", "decision"):
             row[k] = _loads(row[k])
-        return row
+        return Submission.from_row(row)
 
-    def get_submission(self, job_id: str) -> dict[str, Any] | None:
+    def get_submission(self, job_id: str) -> Submission | None:
         rows = self._query("SELECT * FROM submissions WHERE job_id = ?", [str(job_id)])
         return self._submission(rows[0]) if rows else None
 
-    def submissions_since(self, uid: int, since: float) -> list[dict[str, Any]]:
+    def submissions_since(self, uid: int, since: float) -> list[Submission]:
         """The submissions of ``uid`` registered at or after ``since``, oldest first (a manager's retries)."""
         rows = self._query("SELECT * FROM submissions WHERE uid = ? AND submitted_at >= ? ORDER BY submitted_at, job_id",
                            [int(uid), float(since)])
@@ -950,12 +950,12 @@ class Store:
         rows = [found.get(j, missing) for j in ids]
         return {p: [r[k] for r in rows] for k, p in enumerate(paths)}
 
-    def all_attempts(self) -> list[dict[str, Any]]:
+    def all_attempts(self) -> list[AttemptRecord]:
         """Every attempt of every chain, by chain then attempt (reports; the table holds only resubmissions)."""
         rows = self._query("SELECT * FROM attempts ORDER BY chain_id, attempt")
-        return [{**r, "limits": _loads(r["limits"])} for r in rows]
+        return [AttemptRecord(**{**r, "limits": _loads(r["limits"])}) for r in rows]
 
-    def pending_submissions(self) -> list[dict[str, Any]]:
+    def pending_submissions(self) -> list[Submission]:
         """Submissions whose outcome is not yet known, oldest first."""
         rows = self._query("SELECT * FROM submissions WHERE state = 'pending' ORDER BY submitted_at, job_id")
         return [self._submission(r) for r in rows]
@@ -1039,13 +1039,10 @@ class Store:
             )
             return cur.rowcount > 0
 
-    def attempts(self, chain_id: str) -> list[dict[str, Any]]:
+    def attempts(self, chain_id: str) -> list[AttemptRecord]:
+        """The attempts of one chain, in order."""
         rows = self._query("SELECT * FROM attempts WHERE chain_id = ? ORDER BY attempt", [str(chain_id)])
-        out = []
-        for r in rows:
-            r["limits"] = _loads(r["limits"])
-            out.append(r)
-        return out
+        return [AttemptRecord(**{**r, "limits": _loads(r["limits"])}) for r in rows]
 
     def chain_of(self, job_id: str) -> str | None:
         """The chain (first job id) a job belongs to, from attempts or submissions."""
@@ -1096,7 +1093,7 @@ class Store:
             )
             return cur.rowcount > 0
 
-    def limit_changes(self, job_id: str | None = None, *, step: str | None = None) -> list[dict[str, Any]]:
+    def limit_changes(self, job_id: str | None = None, *, step: str | None = None) -> list[LimitChange]:
         """Changes of one job (or of all), oldest first; optionally only those at ``step``."""
         sql, params = "SELECT * FROM limit_changes WHERE 1 = 1", []
         if job_id is not None:
@@ -1105,7 +1102,7 @@ class Store:
         if step is not None:
             sql += " AND step = ?"
             params.append(step)
-        return self._query(sql + " ORDER BY created_at, job_id, old_time_s", params)
+        return [LimitChange(**r) for r in self._query(sql + " ORDER BY created_at, job_id, old_time_s", params)]
 
     # ----------------------------------------------------------------- trials
 
