@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from harpd import store as store_mod
+from harpd.store import migrations as store_mod
 from harpd.records import JobRecord, Outcome
 from harpd.store import JOB_COLUMNS, SCHEMA_VERSION, Store, StoreError
 
@@ -289,7 +289,7 @@ def test_job_columns_types_and_nulls(store):
 
 
 def test_job_columns_read_in_slices_match_one_read(store, monkeypatch):
-    import harpd.store as store_module
+    import harpd.store.jobs as store_module
 
     store.insert_jobs([rec(i, used_mem_mb=None if i % 4 == 0 else 100.0 + i, user=None if i % 5 == 0 else f"u{i % 3}")
                        for i in range(23)])
