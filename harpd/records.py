@@ -256,3 +256,40 @@ class LimitChange:
     def to_dict(self) -> dict[str, Any]:
         """The row as ``harp status`` shows it (column order)."""
         return {f.name: getattr(self, f.name) for f in fields(self)}
+
+
+@dataclass(frozen=True, slots=True)
+class TrialReport:
+    """What a running trial reported (``trial_reports`` row; ``harp progress``)."""
+
+    id: int
+    job_id: str
+    uid: int
+    study: str
+    metric: str
+    value: float
+    elapsed_s: float
+    reported_at: float
+
+
+@dataclass(frozen=True, slots=True)
+class TrialStudy:
+    """One owner's policy for a study (``trial_studies`` row; ``policy`` is its JSON object)."""
+
+    uid: int
+    study: str
+    policy: Mapping[str, Any] | None
+    updated_at: float
+
+
+@dataclass(frozen=True, slots=True)
+class TrialAction:
+    """What harpd last did to a trial (``trial_actions`` row): its nice, or stopped."""
+
+    job_id: str
+    uid: int
+    study: str
+    nice: int | None
+    stopped: int | None
+    reason: str | None
+    at: float

@@ -5,6 +5,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
+from harpd.records import TrialAction, TrialReport, TrialStudy
 from harpd.store.base import StoreBase, _dumps, _loads
 
 
@@ -37,17 +38,17 @@ class TrialsTable(StoreBase):
                 )
         return elapsed
 
-    def trial_reports(self, since: float | None = None) -> list[dict[str, Any]]:
+    def trial_reports(self, since: float | None = None) -> list[TrialReport]:
         """Every trial report (or those since ``since``), oldest first."""
         sql, params = "SELECT * FROM trial_reports", []
         if since is not None:
             sql += " WHERE reported_at >= ?"
             params.append(float(since))
-        return self._query(sql + " ORDER BY reported_at, id", params)
+        return [TrialReport(**r) for r in self._query(sql + " ORDER BY reported_at, id", params)]
 
-    def trial_studies(self) -> list[dict[str, Any]]:
+    def trial_studies(self) -> list[TrialStudy]:
         """Each owner's study policies (policy decoded)."""
-        return [{**r, "policy": _loads(r["policy"])} for r in self._query("SELECT * FROM trial_studies")]
+        return [TrialStudy(**{**r, "policy": _loads(r["policy"])}) for r in self._query("SELECT * FROM trial_studies")]
 
     def set_trial_action(self, job_id: str, uid: int, study: str, nice: int | None, stopped: bool,
                          reason: str) -> None:
@@ -61,9 +62,9 @@ class TrialsTable(StoreBase):
                 (str(job_id), int(uid), str(study), nice, int(bool(stopped)), reason, time.time()),
             )
 
-    def trial_actions(self) -> dict[str, dict[str, Any]]:
+    def trial_actions(self) -> dict[str, TrialAction]:
         """job id -> harpd's last action on that trial."""
-        return {r["job_id"]: r for r in self._query("SELECT * FROM trial_actions")}
+        return {r["job_id"]: TrialAction(**r) for r in self._query("SELECT * FROM trial_actions")}
 
     def trial_status(self, job_id: str) -> dict[str, Any] | None:
         """One trial's study, owner, last report and harpd's last action; None if it never reported nor was acted on."""
