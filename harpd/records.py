@@ -107,6 +107,11 @@ def _mapping(v: Any) -> Mapping[str, Any]:
     return v if isinstance(v, Mapping) else {}
 
 
+def _columns(row: Any) -> dict[str, Any]:
+    """A row record's fields in table-column order (shallow: JSON columns stay the stored objects)."""
+    return {f.name: getattr(row, f.name) for f in fields(row)}
+
+
 @dataclass(frozen=True, slots=True)
 class Resources:
     """A submission's resources (``submissions.original`` / ``.submitted``): the wire ``Resources`` as stored.
@@ -229,7 +234,7 @@ class AttemptRecord:
 
     def to_dict(self) -> dict[str, Any]:
         """The row as ``harp status`` shows it (column order)."""
-        return {f.name: getattr(self, f.name) for f in fields(self)}
+        return _columns(self)
 
 
 @dataclass(frozen=True, slots=True)
@@ -255,7 +260,7 @@ class LimitChange:
 
     def to_dict(self) -> dict[str, Any]:
         """The row as ``harp status`` shows it (column order)."""
-        return {f.name: getattr(self, f.name) for f in fields(self)}
+        return _columns(self)
 
 
 @dataclass(frozen=True, slots=True)
