@@ -91,7 +91,7 @@ def count_source(source: str) -> int:
 
 
 def package_of(path: str) -> str:
-    """``harpd/watch/extend.py`` -> ``harpd.watch``; ``harpd/store.py`` -> ``harpd``."""
+    """``harpd/watch/extend.py`` -> ``harpd.watch``; ``harpd/records.py`` -> ``harpd``."""
     parts = Path(path).parts
     return ".".join(parts[:2]) if len(parts) > 2 else parts[0]
 
