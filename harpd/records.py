@@ -230,7 +230,7 @@ class AttemptRecord:
     step: str
     outcome: str | None
     created_at: float
-    updated_at: float | None
+    updated_at: float  # written with every insert and update
 
     def to_dict(self) -> dict[str, Any]:
         """The row as ``harp status`` shows it (column order)."""
@@ -248,13 +248,13 @@ class LimitChange:
     job_id: str
     kind: str
     old_time_s: int
-    new_time_s: int | None
+    new_time_s: int  # always written (a signal's: the run time it was sent at)
     old_mem_mb: int | None
     new_mem_mb: int | None
     step: str
     reason: str | None
     created_at: float
-    updated_at: float | None
+    updated_at: float  # written with every insert and update
     old_cpus: int | None = None
     new_cpus: int | None = None
 
