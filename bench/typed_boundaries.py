@@ -7,8 +7,8 @@ that no type checker follows.  Each such annotation counts once per place it
 appears inside a signature (``list[dict[str, Any]] | None`` counts one).
 Private helpers (``_name``) are not counted: their dicts stay inside a module.
 
-Printed per package (``harpd.<package>``, ``harpd`` for its top-level
-modules, ``harp_submit``) and in total, for the working tree and, with
+Printed per package (``harpd.<package>``, and each top-level module
+``harpd.<module>``; ``harp_submit``) and in total, for the working tree and, with
 ``--baseline REF`` (default ``ae0086a``, the commit before issue 31's typed
 records), for that commit's files read through ``git show``::
 
@@ -91,9 +91,15 @@ def count_source(source: str) -> int:
 
 
 def package_of(path: str) -> str:
-    """``harpd/watch/extend.py`` -> ``harpd.watch``; ``harpd/records.py`` -> ``harpd``."""
+    """``harpd/watch/extend.py`` -> ``harpd.watch``; a top-level module is its own (``harpd.store``).
+
+    So the store reads as one row whether it is a module (the baseline) or a package.
+    """
     parts = Path(path).parts
-    return ".".join(parts[:2]) if len(parts) > 2 else parts[0]
+    if len(parts) > 2:
+        return ".".join(parts[:2])
+    stem = Path(parts[-1]).stem
+    return parts[0] if len(parts) == 1 or stem == "__init__" else f"{parts[0]}.{stem}"
 
 
 def _tree_files() -> Iterator[tuple[str, str]]:
@@ -134,7 +140,7 @@ def main(argv: list[str] | None = None) -> int:
         except (OSError, subprocess.CalledProcessError) as exc:
             print(f"typed_boundaries: baseline {args.baseline} unreadable ({exc}); counting the working tree only",
                   file=sys.stderr)
-    names = sorted(set(head) | set(base or {}))
+    names = sorted(n for n in set(head) | set(base or {}) if head[n] or (base or {}).get(n))  # none: not shown
     width = max(len(n) for n in names)
     print(f"{'package':<{width}}  {'now':>5}" + (f"  {args.baseline:>9}" if base is not None else ""))
     for name in names:
