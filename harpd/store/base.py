@@ -254,7 +254,8 @@ class StoreBase:
                 raise StoreError(f"{self.path}: not a harp database (schema_version {current!r})")
             if current > migrations.SCHEMA_VERSION:
                 raise StoreError(
-                    f"{self.path}: written by a newer harp (schema {current} > {migrations.SCHEMA_VERSION}); upgrade harp"
+                    f"{self.path}: written by a newer harp (schema {current} > {migrations.SCHEMA_VERSION}); "
+                    "upgrade harp"
                 )
             for version in range(current, migrations.SCHEMA_VERSION):
                 migrations.MIGRATIONS[version](db)

@@ -1,4 +1,4 @@
-"""The ``decisions`` table: what harpd decided for a predict call, under the token harp-submit echoes at registration."""
+"""The ``decisions`` table: what harpd decided for a predict call, under the token harp-submit echoes back."""
 
 from __future__ import annotations
 

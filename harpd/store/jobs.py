@@ -1,4 +1,4 @@
-"""The ``jobs`` table: every finished (and running) job's ``JobRecord``, written in batches, read as records or columns."""
+"""The ``jobs`` table: each job run's ``JobRecord``, written in batches, read as records or as columns."""
 
 from __future__ import annotations
 
