@@ -10,7 +10,8 @@ Units are fixed here so nobody converts twice: seconds, MiB, counts.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, fields
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field, fields
 from enum import Enum
 from typing import Any
 
@@ -91,3 +92,209 @@ class JobRecord:
             if b in kw:
                 kw[b] = bool(kw[b])
         return cls(**kw)
+
+
+# --------------------------------------------------------------------------
+# the store's rows of harpd's own bookkeeping, as frozen records
+#
+# The store decodes its JSON columns once and hands these out, so watch/,
+# recovery/, ingest/ and report/ read named attributes instead of string keys
+# (a typo is an AttributeError at the first test, not a silent None).  They
+# live here, below the store and its readers, so both may import them.
+
+
+def _mapping(v: Any) -> Mapping[str, Any]:
+    return v if isinstance(v, Mapping) else {}
+
+
+def _columns(row: Any) -> dict[str, Any]:
+    """A row record's fields in table-column order (shallow: JSON columns stay the stored objects)."""
+    return {f.name: getattr(row, f.name) for f in fields(row)}
+
+
+@dataclass(frozen=True, slots=True)
+class Resources:
+    """A submission's resources (``submissions.original`` / ``.submitted``): the wire ``Resources`` as stored.
+
+    Values are kept as stored (no coercion): readers convert, as they always did.
+    """
+
+    time_s: int | None = None
+    mem_mb: int | None = None
+    mem_per_cpu_mb: int | None = None
+    mem_per_gpu_mb: int | None = None
+    cpus_per_task: int | None = None
+    ntasks: int | None = None
+    nodes: int | None = None
+    gres: str | None = None
+    gpus: str | None = None
+    partition: str | None = None
+    time_min_s: int | None = None
+    signal_s: int | None = None
+    deadline: bool | None = None
+
+    @classmethod
+    def from_json(cls, d: Any) -> "Resources":
+        """The stored JSON object (None or a non-object: no resources known)."""
+        m = _mapping(d)
+        return cls(**{f.name: m.get(f.name) for f in fields(cls)})
+
+
+@dataclass(frozen=True, slots=True)
+class DecisionChange:
+    """One option a decision changed (``--time``, ``--mem``, ...), as ``harp status`` shows it."""
+
+    option: str | None
+    value: Any = None
+    old: Any = None
+    reason: Any = None
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    """What harp decided for a registered job (``submissions.decision``): the options it changed."""
+
+    changes: tuple[DecisionChange, ...] = ()
+    model: str | None = None
+
+    @classmethod
+    def from_json(cls, d: Any) -> "Decision | None":
+        """The stored JSON object; None when the job was registered without a decision."""
+        if not isinstance(d, Mapping):
+            return None
+        changes = tuple(DecisionChange(c.get("option"), c.get("value"), c.get("old"), c.get("reason"))
+                        for c in d.get("changes") or [] if isinstance(c, Mapping))
+        return cls(changes, d.get("model"))
+
+    @property
+    def changed(self) -> list[str]:
+        """The names of the options changed."""
+        return [str(c.option) for c in self.changes]
+
+
+#: the JSON columns of ``submissions``, kept as written in ``Submission.stored``
+SUBMISSION_JSON = ("job", "original", "submitted", "decision")
+
+
+@dataclass(frozen=True, slots=True)
+class Submission:
+    """A job registered with harpd (``submissions`` row): what its user asked, what went in, what harp decided.
+
+    ``job`` is the ``JobRequest`` JSON harp-submit sent (validate it with
+    ``protocol.JobRequest`` to read it typed).  ``stored`` keeps the JSON
+    columns exactly as written: ``harp status`` shows them and a
+    resubmission registers them again unchanged, whichever harp wrote them.
+    """
+
+    job_id: str
+    uid: int
+    user: str | None
+    submitted_at: float
+    job: Mapping[str, Any]
+    original: Resources
+    submitted: Resources
+    decision: Decision | None
+    state: str
+    chain_id: str | None = None
+    outcome: str | None = None
+    done_at: float | None = None
+    token: str | None = None
+    verified: bool = False
+    stored: Mapping[str, Any] = field(default_factory=dict, compare=False, repr=False)
+
+    @classmethod
+    def from_row(cls, row: Mapping[str, Any]) -> "Submission":
+        """A ``submissions`` row whose JSON columns are decoded."""
+        return cls(
+            job_id=row["job_id"], uid=row["uid"], user=row.get("user"), submitted_at=row["submitted_at"],
+            job=_mapping(row.get("job")), original=Resources.from_json(row.get("original")),
+            submitted=Resources.from_json(row.get("submitted")), decision=Decision.from_json(row.get("decision")),
+            state=row["state"], chain_id=row.get("chain_id"), outcome=row.get("outcome"), done_at=row.get("done_at"),
+            token=row.get("token"), verified=bool(row.get("verified")),
+            stored={k: row.get(k) for k in SUBMISSION_JSON},
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class AttemptRecord:
+    """One attempt of a recovery chain as stored (``attempts`` row); ``harpd.recovery.attempts.Attempt`` reads it.
+
+    ``limits`` is the attempt's JSON object (limits and bookkeeping) as written.
+    """
+
+    chain_id: str
+    attempt: int
+    job_id: str | None
+    limits: Mapping[str, Any] | None
+    reason: str | None
+    step: str
+    outcome: str | None
+    created_at: float
+    updated_at: float  # written with every insert and update
+
+    def to_dict(self) -> dict[str, Any]:
+        """The row as ``harp status`` shows it (column order)."""
+        return _columns(self)
+
+
+@dataclass(frozen=True, slots=True)
+class LimitChange:
+    """harpd's change of a live job's limit (``limit_changes`` row): an extension, a re-size, a signal.
+
+    Keyed (job, kind, old time limit): one change per crossing.  Fields follow
+    the table's columns, in its order.
+    """
+
+    job_id: str
+    kind: str
+    old_time_s: int
+    new_time_s: int  # always written (a signal's: the run time it was sent at)
+    old_mem_mb: int | None
+    new_mem_mb: int | None
+    step: str
+    reason: str | None
+    created_at: float
+    updated_at: float  # written with every insert and update
+    old_cpus: int | None = None
+    new_cpus: int | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        """The row as ``harp status`` shows it (column order)."""
+        return _columns(self)
+
+
+@dataclass(frozen=True, slots=True)
+class TrialReport:
+    """What a running trial reported (``trial_reports`` row; ``harp progress``)."""
+
+    id: int
+    job_id: str
+    uid: int
+    study: str
+    metric: str
+    value: float
+    elapsed_s: float
+    reported_at: float
+
+
+@dataclass(frozen=True, slots=True)
+class TrialStudy:
+    """One owner's policy for a study (``trial_studies`` row; ``policy`` is its JSON object)."""
+
+    uid: int
+    study: str
+    policy: Mapping[str, Any] | None
+    updated_at: float
+
+
+@dataclass(frozen=True, slots=True)
+class TrialAction:
+    """What harpd last did to a trial (``trial_actions`` row): its nice, or stopped."""
+
+    job_id: str
+    uid: int
+    study: str
+    nice: int | None
+    stopped: int | None
+    reason: str | None
+    at: float

@@ -21,6 +21,7 @@ from typing import Any
 from harpd.dnn.goals import MAX_RUNS, RunTime
 from harpd.dnn.site_check import parse_gres
 from harpd.dnn.spec import dnn_tokens
+from harpd.records import Resources
 
 LOOKBACK_S = 90 * 86400
 MAX_SCAN = 2000
@@ -33,15 +34,13 @@ def goal_signature(tokens: dict[str, str]) -> str:
     return "dnnrun:" + hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:16]
 
 
-def _gpus_of(submitted: dict[str, Any] | None) -> tuple[int, int, str | None] | None:
+def _gpus_of(submitted: Resources) -> tuple[int, int, str | None] | None:
     """(GPUs, nodes, type) of a submitted request: --gres per node x nodes, or --gpus in all."""
-    if not submitted:
-        return None
-    nodes = int(submitted.get("nodes") or 1)
-    for name, typ, count in parse_gres(submitted.get("gres")):
+    nodes = int(submitted.nodes or 1)
+    for name, typ, count in parse_gres(submitted.gres):
         if name == "gpu":
             return count * nodes, nodes, typ
-    gpus = submitted.get("gpus")
+    gpus = submitted.gpus
     if gpus:
         typ, _, n = str(gpus).rpartition(":")
         if n.isdigit():
@@ -56,17 +55,17 @@ def runs_from_store(store: Any, uid: int, tokens: dict[str, str], *, now: float 
     subs = store.submissions_since(int(uid), since)[-MAX_SCAN:]
     runs: list[RunTime] = []
     for sub in reversed(subs):
-        job = sub.get("job") or {}
+        job = sub.job
         try:
             theirs = dnn_tokens(list(job.get("harp_lines") or []))
         except Exception:  # a line that no longer parses is not this job
             continue
         if not theirs or goal_signature(theirs) != want:
             continue
-        gpus = _gpus_of(sub.get("submitted"))
+        gpus = _gpus_of(sub.submitted)
         if gpus is None:
             continue
-        rec = store.get_job(str(sub.get("job_id")))
+        rec = store.get_job(str(sub.job_id))
         if rec is None or not rec.used_time_s or getattr(rec.outcome, "value", rec.outcome) != "completed":
             continue
         n, nodes, typ = gpus

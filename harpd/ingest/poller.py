@@ -45,7 +45,7 @@ from datetime import datetime
 from typing import Any
 
 from harpd.config import HarpSettings
-from harpd.records import JobRecord, Outcome
+from harpd.records import JobRecord, Outcome, Submission
 from harpd.slurm.base import SlurmBackend
 from harpd.slurm.job_ids import submitted_id
 from harpd.store import LIVE_SOURCES_KEY
@@ -194,9 +194,9 @@ class Ingestor:
 
     def _poll(self) -> PollResult:
         now = self.clock()
-        pending = {}
+        pending: dict[str, Submission] = {}
         for sub in self.store.pending_submissions():
-            jid = str(sub["job_id"])
+            jid = str(sub.job_id)
             if _JOB_ID_RE.match(jid):
                 pending[jid] = sub
             else:  # never a Slurm job: would fail every sacct call
@@ -258,7 +258,7 @@ class Ingestor:
 
     @staticmethod
     def _apply_submissions(
-        records: list[JobRecord], subs: dict[str, dict[str, Any]], watch: dict[str, int]
+        records: list[JobRecord], subs: dict[str, Submission], watch: dict[str, int]
     ) -> None:
         """Carry what harp-submit knew (signature, array size, whether harp resized) into the records.
 
@@ -269,27 +269,25 @@ class Ingestor:
             sub = subs.get(r.job_id) or subs.get(submitted_id(r.job_id))
             if sub is None:
                 continue
-            job = sub.get("job") or {}
-            decision = sub.get("decision") or {}
+            job = sub.job
             # harp-sized only where slurmctld vouched for harp's limits (a verified registration,
             # or harpd's own resubmission): a client's word never makes training data
-            trusted = bool(sub.get("verified") or sub.get("chain_id"))
-            r.harp_sized = trusted and isinstance(decision, dict) and bool(decision.get("changes"))
+            trusted = bool(sub.verified or sub.chain_id)
+            r.harp_sized = trusted and sub.decision is not None and bool(sub.decision.changes)
             if r.job_id in watch and r.attempt >= watch[r.job_id]:
                 r.harp_sized = True
-            if isinstance(job, dict):
-                if r.signature is None:
-                    # harp-submit sends the commands, not a signature: the one
-                    # decide computes from them at predict time, or history never matches
-                    from harpd.features.workflow import registered_signature
+            if r.signature is None:
+                # harp-submit sends the commands, not a signature: the one
+                # decide computes from them at predict time, or history never matches
+                from harpd.features.workflow import registered_signature
 
-                    r.signature = registered_signature(job)
-                if r.input_bytes is None and isinstance(job.get("input_bytes"), (int, float)):
-                    r.input_bytes = float(job["input_bytes"])  # harp-submit's stat of the inputs
-                if r.array_size is None and job.get("array_size"):
-                    r.array_size = int(job["array_size"])
-                if r.job_name is None and job.get("job_name"):
-                    r.job_name = str(job["job_name"])
+                r.signature = registered_signature(job)
+            if r.input_bytes is None and isinstance(job.get("input_bytes"), (int, float)):
+                r.input_bytes = float(job["input_bytes"])  # harp-submit's stat of the inputs
+            if r.array_size is None and job.get("array_size"):
+                r.array_size = int(job["array_size"])
+            if r.job_name is None and job.get("job_name"):
+                r.job_name = str(job["job_name"])
 
     def _stored_runs(self, records: list[JobRecord]) -> dict[tuple[str, str], list[tuple[int, float | None, str]]]:
         """(source, job_id) -> [(attempt, start_time, outcome)] already in the store."""
@@ -321,8 +319,8 @@ class Ingestor:
         if not chain or chain == job_id:
             return 1
         for a in self.store.attempts(chain):
-            if str(a.get("job_id")) == job_id:
-                return int(a["attempt"])
+            if str(a.job_id) == job_id:
+                return int(a.attempt)
         return 1
 
     def _assign_attempts(
@@ -442,7 +440,7 @@ class Ingestor:
 
     # ------------------------------------------------------------ closing
 
-    def _close_submissions(self, records: list[JobRecord], pending: dict[str, dict[str, Any]], now: float) -> int:
+    def _close_submissions(self, records: list[JobRecord], pending: dict[str, Submission], now: float) -> int:
         """Mark a submission done once every run of it seen is finished.
 
         A submission sacct has never heard of after ``ingest.lookback_s``
@@ -470,8 +468,8 @@ class Ingestor:
         for sub_id, sub in pending.items():
             if sub_id in latest:
                 continue
-            if float(sub.get("submitted_at") or now) < now - self.cfg.lookback_s:
-                log.warning("job %s unknown to sacct %.0f s after submission; closing it as unknown", sub_id, now - float(sub["submitted_at"]))
+            if float(sub.submitted_at or now) < now - self.cfg.lookback_s:
+                log.warning("job %s unknown to sacct %.0f s after submission; closing it as unknown", sub_id, now - float(sub.submitted_at))
                 if self.store.mark_submission_done(sub_id, Outcome.UNKNOWN.value):
                     closed += 1
         return closed

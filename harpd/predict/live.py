@@ -45,6 +45,7 @@ from harpd.predict.task_memory import TaskMemory
 from harpd.predict.soft import SoftPolicy, running_bound, soft_guard, stake_of, tilt
 from harpd.predict.soft_state import SoftState
 from harpd.predict.time_options import fit_time, kept_under_soft_limits
+from harpd.records import Submission
 from harpd.slurm.job_ids import submitted_id
 from harpd.slurm.partitions import limits_from_backend
 from harp_submit.units import format_mem, format_time
@@ -271,7 +272,7 @@ class ModelPredictor:
                 out += [(r.signature, res) for res in restored_by(r.outcome, cut_resources(self._submission(r)))]
         return out
 
-    def _submission(self, r) -> dict[str, Any] | None:
+    def _submission(self, r) -> Submission | None:
         try:
             return self.store.get_submission(r.job_id) or self.store.get_submission(submitted_id(r.job_id))
         except Exception:  # a store that cannot answer restores nothing: the next refresh tries again

@@ -23,37 +23,34 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from harpd.records import Outcome
+from harpd.records import Outcome, Resources, Submission
 
 #: what harp cuts, by the name its explanations use
 RESOURCES = ("cpus", "mem", "time")
 
 
-def _num(d: dict[str, Any], key: str) -> float | None:
-    v = d.get(key)
+def _num(v: Any) -> float | None:
     return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0 else None
 
 
-def total_mem(res: dict[str, Any]) -> float | None:
-    """A Resources dict's memory for the whole job (MiB), None when it asks none."""
-    cpus = (_num(res, "cpus_per_task") or 1) * (_num(res, "ntasks") or 1)
-    per_node = _num(res, "mem_mb")
+def total_mem(res: Resources) -> float | None:
+    """A submission's memory for the whole job (MiB), None when it asks none."""
+    cpus = (_num(res.cpus_per_task) or 1) * (_num(res.ntasks) or 1)
+    per_node = _num(res.mem_mb)
     if per_node is not None:
-        return per_node * (_num(res, "nodes") or 1)
-    per_cpu = _num(res, "mem_per_cpu_mb")
+        return per_node * (_num(res.nodes) or 1)
+    per_cpu = _num(res.mem_per_cpu_mb)
     return per_cpu * cpus if per_cpu is not None else None
 
 
-def cut_resources(sub: dict[str, Any] | None) -> set[str]:
+def cut_resources(sub: Submission | None) -> set[str]:
     """The resources a registered submission got below what the user asked (its ``original``)."""
-    if not isinstance(sub, dict):
+    if sub is None:
         return set()
-    orig, got = sub.get("original"), sub.get("submitted")
-    if not isinstance(orig, dict) or not isinstance(got, dict):
-        return set()
+    orig, got = sub.original, sub.submitted
     out: set[str] = set()
-    for name, key in (("cpus", "cpus_per_task"), ("time", "time_s")):
-        a, b = _num(orig, key), _num(got, key)
+    for name, a, b in (("cpus", _num(orig.cpus_per_task), _num(got.cpus_per_task)),
+                       ("time", _num(orig.time_s), _num(got.time_s))):
         if a is not None and b is not None and b < a:
             out.add(name)
     a, b = total_mem(orig), total_mem(got)

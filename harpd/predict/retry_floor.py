@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING, Any
 
 from harpd.features.workflow import TaskIdentity
 from harpd.predict.restore import cut_resources, total_mem
-from harpd.records import Outcome
+from harpd.records import Outcome, Submission
 from harpd.recovery.escalation import next_allocation
 from harpd.recovery.manager_retry import task_of
 
@@ -59,9 +59,9 @@ class Floor:
     explain: dict[str, Any] = field(default_factory=dict)
 
 
-def floor_after(earlier: dict, max_attempts: int) -> Floor | None:
+def floor_after(earlier: Submission, max_attempts: int) -> Floor | None:
     """The floor a new submission of the task of ``earlier`` (a stored submission) gets; None for none."""
-    state, outcome = earlier.get("state"), earlier.get("outcome")
+    state, outcome = earlier.state, earlier.outcome
     known = state == "done" and outcome is not None
     try:
         ended = Outcome(outcome) if known else None
@@ -69,10 +69,9 @@ def floor_after(earlier: dict, max_attempts: int) -> Floor | None:
         ended = Outcome.UNKNOWN
     if ended in (Outcome.COMPLETED, Outcome.CANCELLED, Outcome.NODE_FAIL, Outcome.PREEMPTED):
         return None
-    orig = earlier.get("original") if isinstance(earlier.get("original"), dict) else {}
-    got = earlier.get("submitted") if isinstance(earlier.get("submitted"), dict) else {}
+    orig, got = earlier.original, earlier.submitted
     cut = cut_resources(earlier)
-    job = earlier.get("job_id")
+    job = earlier.job_id
     what = "its end not yet known" if ended is None else f"it ended {ended.value}"
     reason = f"the manager's retry of job {job} ({what})"
 
@@ -86,12 +85,12 @@ def floor_after(earlier: dict, max_attempts: int) -> Floor | None:
     if ended in (None, Outcome.OOM, Outcome.UNKNOWN):
         mem = escalated(Outcome.OOM, total_mem(got), total_mem(orig))
     if ended in (None, Outcome.TIMEOUT, Outcome.UNKNOWN):
-        t = got.get("time_s")
-        o = orig.get("time_s")
+        t = got.time_s
+        o = orig.time_s
         time_s = escalated(Outcome.TIMEOUT, float(t) if t else None, float(o) if o else None)
     if ended == Outcome.FAILED:  # not the escalation's: what harp lowered goes back
         mem = total_mem(orig) if "mem" in cut else None
-        o = orig.get("time_s")
+        o = orig.time_s
         time_s = float(o) if "time" in cut and o else None
     keep_cpus = None
     if "cpus" in cut and ended in (None, Outcome.TIMEOUT, Outcome.FAILED, Outcome.UNKNOWN):
@@ -150,12 +149,12 @@ class RetryFloors:
         if since is None or now - since > WINDOW_S:
             return None
         own = None if again is None else self.store.get_submission(again)
-        before = None if own is None else own.get("submitted_at")
+        before = None if own is None else own.submitted_at
         earlier = None
         for sub in self.store.submissions_since(int(uid), since - 60.0):
-            if sub.get("chain_id") or sub["job_id"] == again:
+            if sub.chain_id or sub.job_id == again:
                 continue
-            if before is not None and sub.get("submitted_at", 0.0) >= before:
+            if before is not None and sub.submitted_at >= before:
                 continue
             if task_of(sub) == task:
                 earlier = sub  # oldest first: the last match is the latest attempt

@@ -26,6 +26,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
+from harpd.records import AttemptRecord
+
 __all__ = [
     "AttemptLimits", "Plan", "Attempt", "Stop", "Fallback", "marker", "MEM_KEYS",
     "DECIDED", "SUBMITTED", "REQUEUED", "DONE", "NOT_SUBMITTED",
@@ -181,15 +183,15 @@ class Attempt:
     created_at: float | None
 
     @classmethod
-    def from_row(cls, row: Mapping[str, Any]) -> "Attempt":
-        jid = row.get("job_id")
+    def from_row(cls, row: AttemptRecord) -> "Attempt":
+        jid = row.job_id
         return cls(
-            chain=str(row["chain_id"]),
-            number=int(row["attempt"]),
+            chain=str(row.chain_id),
+            number=int(row.attempt),
             job_id=None if jid is None else str(jid),
-            plan=Plan.from_json(row.get("limits")),
-            reason=str(row.get("reason") or ""),
-            step=str(row["step"]),
-            outcome=row.get("outcome"),
-            created_at=row.get("created_at"),
+            plan=Plan.from_json(row.limits),
+            reason=str(row.reason or ""),
+            step=str(row.step),
+            outcome=row.outcome,
+            created_at=row.created_at,
         )

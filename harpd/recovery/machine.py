@@ -56,6 +56,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import asdict
 from datetime import datetime
 from typing import Any
 
@@ -75,7 +76,7 @@ from harpd.recovery.policy import eligible, first_limits, next_limits
 from harpd.recovery.requeue import requeue
 from harpd.recovery.resume import last_signal, resumed_time
 from harpd.recovery.resubmit import resubmit
-from harpd.records import JobRecord, Outcome
+from harpd.records import JobRecord, Outcome, Submission
 from harpd.slurm.base import PartitionInfo, SlurmError
 from harpd.slurm.partitions import cached_partitions, partition_of
 from harpd.store import Store
@@ -93,10 +94,11 @@ AWAITING_OWNER_KEY = "recovery.awaiting_owner"
 OWNER_WAIT_S = 1800
 
 
-def _original(sub: dict[str, Any]) -> Resources:
+def _original(sub: Submission | None) -> Resources:
     """The user's own request as harp-submit registered it (``Resources``, validated at registration)."""
-    raw = sub.get("original") or {}
-    return Resources.model_construct(**{k: v for k, v in raw.items() if k in Resources.model_fields})
+    if sub is None:
+        return Resources.model_construct()
+    return Resources.model_construct(**{k: v for k, v in asdict(sub.original).items() if v is not None})
 
 
 def _brief(limits: AttemptLimits) -> str:
@@ -225,7 +227,7 @@ class Recovery:
         sub = self.store.get_submission(job_id)
         if sub is None:
             return "left", "not submitted through harp-submit"
-        if uid != 0 and sub.get("uid") is not None and int(sub["uid"]) != int(uid):
+        if uid != 0 and sub.uid is not None and int(sub.uid) != int(uid):
             return "left", "not the job's owner"
         if not self._attached.wait(10):
             return "left", "recovery is not attached to the poller yet"
@@ -346,7 +348,7 @@ class Recovery:
         if Outcome(rec.outcome) not in RESOURCE_OF:
             return
         sub = self.store.get_submission(rec.job_id)
-        if sub is not None and sub.get("chain_id") not in (None, rec.job_id):
+        if sub is not None and sub.chain_id not in (None, rec.job_id):
             return  # a resubmission: its chain follows it through the attempts table
         if sub is not None and rec.user is None:
             # slurmdbd fills in a run's owner a little after its end: unknown is
@@ -354,12 +356,12 @@ class Recovery:
             rec = self._with_owner(rec)
             if rec is None:
                 return
-        if sub is not None and rec.user != sub.get("user"):
+        if sub is not None and rec.user != sub.user:
             # a registration by someone other than the job's owner (a job id claimed
             # before it existed, when Slurm could not vouch for the owner) never
             # moves the owner's job, nor resubmits its script as the claimant
             log.warning("job %s ran out but is not recovered: it ran as %s, registered by %s (uid %s)",
-                        rec.job_id, rec.user, sub.get("user"), sub.get("uid"))
+                        rec.job_id, rec.user, sub.user, sub.uid)
             return
         ok, why = eligible(rec.job_id, sub)
         if not ok:
@@ -440,8 +442,8 @@ class Recovery:
         chain, number = row.chain, row.number
         enrich = number >= 2 and int(rec.attempt) == number
         if enrich:
-            sub = self.store.get_submission(chain) or {}
-            job = sub.get("job") or {}
+            sub = self.store.get_submission(chain)
+            job = {} if sub is None else sub.job
             rec.signature = rec.signature or job.get("signature")
             rec.job_name = rec.job_name or job.get("job_name")
             rec.harp_sized = True
@@ -504,12 +506,12 @@ class Recovery:
             self._stop(chain, number, f"ended {outcome.value}: not caused by its limits, so not resubmitted")
             return None
         limits = row.plan.limits
-        sub = self.store.get_submission(chain) or {}
+        sub = self.store.get_submission(chain)
         task = task_of(sub)
         if task is not None and task.manager == "nextflow":
             self._stop(chain, number, LEFT_TO_NEXTFLOW)
             return None
-        retry = manager_retry(self.store, sub, task) if task is not None else None
+        retry = manager_retry(self.store, sub, task) if sub is not None and task is not None else None
         if retry is not None:
             self._stop(chain, number, LEFT_TO_MANAGER.format(job=retry))
             return None
@@ -560,18 +562,18 @@ class Recovery:
         crash_point("decided")
         return self._rows(chain)[number + 1]
 
-    def _resumed(self, job_id: str, limits: AttemptLimits, sub: dict[str, Any], part: PartitionInfo | None,
+    def _resumed(self, job_id: str, limits: AttemptLimits, sub: Submission | None, part: PartitionInfo | None,
                  number: int) -> Any:
         """The resume of a run harpd asked to checkpoint before it ran out (harpd.recovery.resume), or None."""
         signal = last_signal(self.store, job_id)
         if signal is None or not limits.time_s:
             return None
         rec = self.store.get_job(job_id)
-        if rec is not None and rec.start_time and int(signal["old_time_s"]) < int(rec.start_time) - 5:
+        if rec is not None and rec.start_time and int(signal.old_time_s) < int(rec.start_time) - 5:
             return None  # signalled in an earlier run, not in the one that ran out
         caps = [c for c in (getattr(part, "max_time_s", None), self.cfg.max_time_s) if c]
         return resumed_time(float(limits.time_s), None if rec is None else rec.used_time_s,
-                            float(signal["new_time_s"]), _original(sub).time_s, min(caps) if caps else None,
+                            float(signal.new_time_s), _original(sub).time_s, min(caps) if caps else None,
                             number, self.cfg.max_attempts)
 
     # ------------------------------------------------------------ side effects
@@ -582,9 +584,9 @@ class Recovery:
         Decided at the moment of acting: the decision may be seconds old
         (``requeue.SETTLE_S``), and a manager polling sacct retries within them.
         """
-        sub = self.store.get_submission(chain) or {}
+        sub = self.store.get_submission(chain)
         task = task_of(sub)
-        retry = manager_retry(self.store, sub, task) if task is not None else None
+        retry = manager_retry(self.store, sub, task) if sub is not None and task is not None else None
         if retry is not None:
             raise Stop(LEFT_TO_MANAGER.format(job=retry))
 

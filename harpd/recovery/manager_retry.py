@@ -23,6 +23,7 @@ from __future__ import annotations
 from typing import Any
 
 from harpd.features.workflow import TaskIdentity, identify
+from harpd.records import Submission
 from harpd.store import Store
 
 LEFT_TO_MANAGER = "a workflow task whose manager submitted it again itself (job {job}): the retry is left to it"
@@ -33,29 +34,29 @@ NO_RESUBMIT = ("a workflow task: its manager tracks it by job id and would never
                "left to the manager's own retries")
 
 
-def task_of(sub: dict[str, Any] | None) -> TaskIdentity | None:
+def task_of(sub: Submission | None) -> TaskIdentity | None:
     """The workflow task a registered submission is, or None."""
-    job = (sub or {}).get("job")
-    if not isinstance(job, dict):
+    if sub is None:
         return None
+    job = sub.job
     commands = job.get("commands")
     return identify([str(c) for c in commands] if isinstance(commands, list) else None,
                     _text(job.get("job_name")), _text(job.get("script_name")), _text(job.get("cwd")))
 
 
-def manager_retry(store: Store, sub: dict[str, Any], task: TaskIdentity) -> str | None:
+def manager_retry(store: Store, sub: Submission, task: TaskIdentity) -> str | None:
     """The job id of the manager's own later submission of the same task, or None.
 
     harp's own resubmissions carry a chain id and are never the manager's.
     """
-    uid, since = sub.get("uid"), sub.get("submitted_at")
+    uid, since = sub.uid, sub.submitted_at
     if uid is None or since is None:
         return None
     for other in store.submissions_since(int(uid), float(since)):
-        if other["job_id"] == sub["job_id"] or other.get("chain_id"):
+        if other.job_id == sub.job_id or other.chain_id:
             continue
         if task_of(other) == task:
-            return str(other["job_id"])
+            return str(other.job_id)
     return None
 
 

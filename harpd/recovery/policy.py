@@ -32,20 +32,20 @@ from harp_submit.units import fmt_mem, fmt_time
 from harpd.protocol import Resources
 from harpd.recovery.attempts import AttemptLimits
 from harpd.recovery.escalation import next_allocation, resource_for
-from harpd.records import JobRecord, Outcome
+from harpd.records import JobRecord, Outcome, Submission
 
 __all__ = ["retry_choice", "eligible", "first_limits", "next_limits", "Next"]
 
 _PLAIN_JOB_ID = re.compile(r"^\d+$")
 
 
-def eligible(job_id: str, submission: dict[str, Any] | None) -> tuple[bool, str]:
+def eligible(job_id: str, submission: Submission | None) -> tuple[bool, str]:
     """(may recovery resubmit this job, the one-line reason)."""
     if not _PLAIN_JOB_ID.match(str(job_id)):
         return False, "array and heterogeneous jobs are not recovered"
     if submission is None:
         return False, "not submitted through harp-submit"
-    job = submission.get("job") or {}
+    job = submission.job
     if job.get("array_size"):
         return False, "array jobs are not recovered"
     choice = retry_choice(job.get("harp_lines"))
@@ -53,8 +53,7 @@ def eligible(job_id: str, submission: dict[str, Any] | None) -> tuple[bool, str]
         return False, "the script opted out (#HARP retry off)"
     if choice is True:
         return True, "the script opted in (#HARP retry)"
-    decision = submission.get("decision") or {}
-    if isinstance(decision, dict) and decision.get("changes"):
+    if submission.decision is not None and submission.decision.changes:
         return True, "harp had changed its request"
     return False, "harp did not change its request and the script has no #HARP retry line"
 
@@ -67,31 +66,30 @@ def _pos(v: Any) -> float | None:
     return f if math.isfinite(f) and f > 0 else None
 
 
-def first_limits(rec: JobRecord, submission: dict[str, Any]) -> AttemptLimits:
+def first_limits(rec: JobRecord, submission: Submission) -> AttemptLimits:
     """The limits the first run had, in the units recovery escalates.
 
     Slurm's record is the truth for what was applied (a partition default
     time when none was asked); the registered ``submitted`` resources say in
     which option memory was requested.
     """
-    sub = submission.get("submitted") or {}
-    job = submission.get("job") or {}
-    nodes = int(_pos(rec.alloc_nodes) or _pos(rec.req_nodes) or _pos(sub.get("nodes")) or 1)
-    t = _pos(rec.req_time_s) or _pos(sub.get("time_s"))
+    sub = submission.submitted
+    nodes = int(_pos(rec.alloc_nodes) or _pos(rec.req_nodes) or _pos(sub.nodes) or 1)
+    t = _pos(rec.req_time_s) or _pos(sub.time_s)
     mem: dict[str, int | None]
-    if _pos(sub.get("mem_per_gpu_mb")):
-        mem = {"mem_per_gpu_mb": int(sub["mem_per_gpu_mb"])}
-    elif _pos(sub.get("mem_per_cpu_mb")):
-        mem = {"mem_per_cpu_mb": int(sub["mem_per_cpu_mb"])}
+    if _pos(sub.mem_per_gpu_mb):
+        mem = {"mem_per_gpu_mb": int(sub.mem_per_gpu_mb)}
+    elif _pos(sub.mem_per_cpu_mb):
+        mem = {"mem_per_cpu_mb": int(sub.mem_per_cpu_mb)}
     else:
         per_node = _pos(rec.req_mem_mb)
-        per_node = per_node / nodes if per_node is not None else _pos(sub.get("mem_mb"))
+        per_node = per_node / nodes if per_node is not None else _pos(sub.mem_mb)
         mem = {"mem_mb": None if per_node is None else int(math.ceil(per_node - 1e-9))}
     cpus = _pos(rec.alloc_cpus) or _pos(rec.req_cpus)
     return AttemptLimits(
         time_s=None if t is None else int(round(t)),
         **mem,
-        partition=rec.partition or sub.get("partition") or job.get("partition"),
+        partition=rec.partition or sub.partition or submission.job.get("partition"),
         nodes=nodes,
         cpus_per_node=None if cpus is None else int(math.ceil(cpus / nodes)),
     )

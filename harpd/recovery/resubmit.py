@@ -27,6 +27,7 @@ from harpd.recovery.attempts import SUBMITTED, Attempt, AttemptLimits, Plan, Sto
 from harpd.recovery.crash import crash_point
 from harpd.recovery.environment import submit_env, user_name
 from harpd.recovery.sbatch_argv import ArgvError, resubmit_argv
+from harpd.records import Submission
 from harpd.slurm.base import SlurmError
 from harpd.store import Store
 
@@ -51,8 +52,8 @@ def resubmit(
     sub = store.get_submission(chain)
     if sub is None:
         raise Stop(f"job {chain}'s registration is gone from the store")
-    uid = int(sub["uid"])
-    user = sub.get("user") or user_name(uid)
+    uid = int(sub.uid)
+    user = sub.user or user_name(uid)
     me = os.geteuid()
     as_uid: int | None = None
     if uid != me:
@@ -77,16 +78,16 @@ def resubmit(
     with store.transaction():
         store.update_attempt(chain, number, step=SUBMITTED, job_id=new_id)
         store.add_submission(
-            new_id, uid, user, sub.get("job") or {}, sub.get("original") or {},
+            new_id, uid, user, sub.stored["job"] or {}, sub.stored["original"] or {},
             _submitted(sub, plan.limits), _decision(attempt, plan, prev_limits), chain_id=chain,
         )
     log.info("job %s: attempt %d submitted as job %s", chain, number, new_id)
     crash_point("committed")
 
 
-def _submit(store: Store, backend: Any, prev_id: str, sub: dict[str, Any], plan: Plan, as_uid: int | None) -> str:
+def _submit(store: Store, backend: Any, prev_id: str, sub: Submission, plan: Plan, as_uid: int | None) -> str:
     """sbatch the script of the run that failed (``prev_id``) with the registered arguments and new limits."""
-    job = sub.get("job") or {}
+    job = sub.job
     argv = job.get("argv")
     if not isinstance(argv, list):
         raise Stop("its registration lacks sbatch's arguments (harp-submit older than recovery): not resubmitted")
@@ -139,9 +140,9 @@ def _accounting_lacks(backend: Any) -> list[str]:
         return []
 
 
-def _submitted(sub: dict[str, Any], limits: AttemptLimits) -> dict[str, Any]:
-    """The new job's registered ``submitted`` resources: the first job's, with the new limits."""
-    out = dict(sub.get("submitted") or {})
+def _submitted(sub: Submission, limits: AttemptLimits) -> dict[str, Any]:
+    """The new job's registered ``submitted`` resources: the first job's (as stored), with the new limits."""
+    out = dict(sub.stored["submitted"] or {})
     if limits.time_s:
         out["time_s"] = int(limits.time_s)
     if limits.mem_per_cpu_mb:

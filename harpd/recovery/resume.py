@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from harp_submit.units import fmt_time
+from harpd.records import LimitChange
 
 __all__ = ["CHECKPOINT_SIGNAL", "Resumed", "last_signal", "resumed_time"]
 
@@ -37,10 +38,10 @@ class Resumed:
     reason: str
 
 
-def last_signal(store: Any, job_id: str) -> dict[str, Any] | None:
+def last_signal(store: Any, job_id: str) -> LimitChange | None:
     """The last checkpoint signal harpd sent to ``job_id`` (its latest run's), or None."""
-    rows = [r for r in store.limit_changes(str(job_id)) if r["kind"] == CHECKPOINT_SIGNAL and r["step"] == "done"]
-    return max(rows, key=lambda r: int(r["old_time_s"])) if rows else None
+    rows = [r for r in store.limit_changes(str(job_id)) if r.kind == CHECKPOINT_SIGNAL and r.step == "done"]
+    return max(rows, key=lambda r: int(r.old_time_s)) if rows else None
 
 
 def resumed_time(current_s: float, used_s: float | None, signalled_at_s: float, original_s: float | None,

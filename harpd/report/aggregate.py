@@ -39,6 +39,7 @@ import numpy as np
 from harpd.report.columns import Jobs, factorize, size
 from harpd.report.efficiency import cpu_efficiency, memory_efficiency, time_efficiency
 from harpd.report.window import Window
+from harpd.records import AttemptRecord
 
 FAILURE_CAUSES = ("timeout", "oom", "other")
 _OTHER_FAILURES = ("failed", "node_fail")
@@ -510,7 +511,7 @@ def _calibration(jobs: Jobs, d: _Derived, targets: dict[str, float], points: int
     return out
 
 
-def _resubmissions(d: _Derived, chains: list[dict[str, Any]] | None,
+def _resubmissions(d: _Derived, chains: list[AttemptRecord] | None,
                     extensions: dict[str, int] | None = None) -> dict[str, Any]:
     out: dict[str, Any] = {
         "runs": int(d.resubmit.sum()),
@@ -519,16 +520,16 @@ def _resubmissions(d: _Derived, chains: list[dict[str, Any]] | None,
         "completed": int((d.resubmit & d.outcome.get("completed", np.zeros(d.n, bool))).sum()),
     }
     if chains is not None:
-        by_chain: dict[str, list[dict[str, Any]]] = {}
+        by_chain: dict[str, list[AttemptRecord]] = {}
         for row in chains:
-            by_chain.setdefault(str(row["chain_id"]), []).append(row)
+            by_chain.setdefault(str(row.chain_id), []).append(row)
         recovered = 0
         pending = 0
         for rows in by_chain.values():
-            outs = {str(r.get("outcome") or "") for r in rows if int(r.get("attempt") or 0) > 1}
+            outs = {str(r.outcome or "") for r in rows if int(r.attempt or 0) > 1}
             if "completed" in outs:
                 recovered += 1
-            elif any((r.get("step") or "") != "done" for r in rows):
+            elif any((r.step or "") != "done" for r in rows):
                 pending += 1
         out["chains"] = len(by_chain)
         out["chains_recovered"] = recovered
@@ -630,7 +631,7 @@ def build_report(
     scope: str = "all users",
     originals: dict[str, np.ndarray] | None = None,
     recovered: np.ndarray | None = None,
-    chains: list[dict[str, Any]] | None = None,
+    chains: list[AttemptRecord] | None = None,
     extensions: dict[str, int] | None = None,
     scoreboard: dict[str, Any] | None = None,
     targets: dict[str, float] | None = None,

@@ -18,7 +18,7 @@ from __future__ import annotations
 from typing import Any
 
 from harpd import access
-from harpd.records import JobRecord
+from harpd.records import JobRecord, Submission
 from harpd.report.efficiency import job_efficiencies
 from harpd.store import LIVE_SOURCES_KEY, Store
 
@@ -63,34 +63,34 @@ def job_status(store: Store, job_id: str, *, admin: bool, uid: int, user: str,
         trial = None  # reports are taken from Slurm's owner only: anyone else sees none
     is_live = sub is not None or chain is not None or bool(own) or bool(changes) or trial is not None or not live
     shown = own if (own or (live and is_live)) else (recs if not live else imported)
-    trusted = sub is not None and bool(sub.get("verified") or sub.get("chain_id"))
-    if sub is not None and not trusted and not admin and sub["uid"] != uid:
+    trusted = sub is not None and bool(sub.verified or sub.chain_id)
+    if sub is not None and not trusted and not admin and sub.uid != uid:
         sub = None  # a claim Slurm never vouched for says nothing about whose job this is
     if trusted and not own:
         # the live registration, verified with Slurm, wins over another job's imported row with
         # the same id until the poller stores the live record
-        shown = {s: r for s, r in shown.items() if r.user in (None, sub["user"])}
+        shown = {s: r for s, r in shown.items() if r.user in (None, sub.user)}
     if sub is None and not shown and trial is None:
         raise JobStatusError(f"harp knows no job {job_id}")
     if not admin:
         shown = _visible(shown, sub, job_id, uid=uid, user=user)
-        if sub is not None and sub["uid"] != uid:
+        if sub is not None and sub.uid != uid:
             sub = None  # the claimant's registration is not the owner's business either
     record = next(iter(shown.values()), None)
     source = next(iter(shown), None)
     job: dict[str, Any] = {
         "job_id": job_id,
         "registered": sub is not None,
-        "chain_id": chain or (sub or {}).get("chain_id"),
+        "chain_id": chain or (None if sub is None else sub.chain_id),
         "record": None if record is None else record.to_dict(),
         # where the record comes from: "cluster" (harpd's own), "imported" (a trace), "unknown" (cannot tell)
         "source": source,
         "source_kind": kinds.get(source) if source else (CLUSTER if sub is not None else None),
         # other imported traces holding the same job id: a different job, never mixed in
         "also_imported": sorted(s for s in imported if s not in shown) if admin else [],
-        "attempts": store.attempts(chain) if chain else [],
+        "attempts": [a.to_dict() for a in store.attempts(chain)] if chain else [],
         # harpd's changes of the live job's limit: extensions while it ran, re-sizes while it waited
-        "limit_changes": changes,
+        "limit_changes": [c.to_dict() for c in changes],
     }
     # what seff shows, for the job and each attempt Slurm has a record of
     job["runs"] = _runs(store, job_id, chain, job["attempts"], record, source, admin=admin, owner=job_owner(record, sub))
@@ -99,20 +99,22 @@ def job_status(store: Store, job_id: str, *, admin: bool, uid: int, user: str,
     if len(shown) > 1:  # no live record to prefer: every trace's job, each with its source
         job["other_records"] = [r.to_dict() for r in list(shown.values())[1:]]
     if sub is not None:
-        for k in ("uid", "user", "state", "outcome", "submitted_at", "done_at", "original", "submitted", "decision"):
-            job[k] = sub.get(k)
-        job["registered_job_id"] = sub["job_id"]
+        job.update(uid=sub.uid, user=sub.user, state=sub.state, outcome=sub.outcome, submitted_at=sub.submitted_at,
+                   done_at=sub.done_at)
+        # the registration's resources and decision as stored, whichever harp wrote them
+        job.update({k: sub.stored.get(k) for k in ("original", "submitted", "decision")})
+        job["registered_job_id"] = sub.job_id
     else:
         job["user"] = record.user if record else (access.user_of(trial["uid"]) if trial else None)
         job["outcome"] = record.outcome.value if record else None
     return job
 
 
-def job_owner(record: JobRecord | None, sub: dict[str, Any] | None) -> str | None:
+def job_owner(record: JobRecord | None, sub: Submission | None) -> str | None:
     """Whose job this is: Slurm's record names the owner, else the (verified) registration."""
     if record is not None and record.user is not None:
         return record.user
-    return None if sub is None else sub.get("user")
+    return None if sub is None else sub.user
 
 
 def _runs(store: Store, job_id: str, chain: str | None, attempts: list[dict[str, Any]], record: JobRecord | None,
@@ -135,7 +137,7 @@ def _runs(store: Store, job_id: str, chain: str | None, attempts: list[dict[str,
     return runs
 
 
-def _visible(shown: dict[str, JobRecord], sub: dict[str, Any] | None, job_id: str, *,
+def _visible(shown: dict[str, JobRecord], sub: Submission | None, job_id: str, *,
              uid: int, user: str) -> dict[str, JobRecord]:
     """The records a user may see, or JobStatusError("not yours").
 
@@ -148,6 +150,6 @@ def _visible(shown: dict[str, JobRecord], sub: dict[str, Any] | None, job_id: st
         if not mine:
             raise JobStatusError(f"job {job_id} is not yours")
         return mine
-    if sub is not None and sub["uid"] != uid:
+    if sub is not None and sub.uid != uid:
         raise JobStatusError(f"job {job_id} is not yours")
     return shown

@@ -16,6 +16,7 @@ import numpy as np
 from harpd.features.resources import gpu_count
 from harpd.report.columns import Jobs, columns_for, normalise, size
 from harpd.report.window import Window
+from harpd.records import AttemptRecord
 
 _UNFINISHED = ("running", "unknown")
 
@@ -28,7 +29,7 @@ class Loaded:
     originals: dict[str, np.ndarray] | None = None
     recovered: np.ndarray | None = None
     models: np.ndarray | None = None  # per row: the model that sized a harp job
-    chains: list[dict[str, Any]] | None = None
+    chains: list[AttemptRecord] | None = None
     # harpd's changes of live jobs' limits (harpd.watch) for the window's jobs
     extensions: dict[str, int] | None = None
     notes: list[str] = field(default_factory=list)
@@ -176,14 +177,14 @@ def originals_from_submissions(
 # --------------------------------------------------------------- chains
 
 
-def _chains_for(all_attempts: list[dict[str, Any]], job_ids: set[str]) -> list[dict[str, Any]]:
+def _chains_for(all_attempts: list[AttemptRecord], job_ids: set[str]) -> list[AttemptRecord]:
     """Attempt rows of the chains that touch the reported jobs (keeps user scoping)."""
-    keep = {str(r["chain_id"]) for r in all_attempts if str(r["chain_id"]) in job_ids or str(r.get("job_id")) in job_ids}
-    return [r for r in all_attempts if str(r["chain_id"]) in keep]
+    keep = {str(r.chain_id) for r in all_attempts if str(r.chain_id) in job_ids or str(r.job_id) in job_ids}
+    return [r for r in all_attempts if str(r.chain_id) in keep]
 
 
 def _recovered(
-    store: Any, jobs: Jobs, rows: np.ndarray, all_attempts: list[dict[str, Any]]
+    store: Any, jobs: Jobs, rows: np.ndarray, all_attempts: list[AttemptRecord]
 ) -> np.ndarray:
     """Rows (failed runs) whose job later completed: requeued (same id, later
     attempt in ``jobs``) or resubmitted (a later attempt of its chain)."""
@@ -197,10 +198,10 @@ def _recovered(
     chain_done: dict[str, list[int]] = {}
     where_is: dict[str, tuple[str, int]] = {}
     for r in all_attempts:
-        c, a = str(r["chain_id"]), int(r["attempt"])
-        if r.get("job_id") is not None:
-            where_is[str(r["job_id"])] = (c, a)
-        if (r.get("outcome") or "") == "completed":
+        c, a = str(r.chain_id), int(r.attempt)
+        if r.job_id is not None:
+            where_is[str(r.job_id)] = (c, a)
+        if (r.outcome or "") == "completed":
             chain_done.setdefault(c, []).append(a)
     # requeues keep the job id: a later completed attempt in the jobs table
     later: dict[str, int] = {}
@@ -279,7 +280,7 @@ def _limit_changes(store: Any, jobs: Jobs) -> dict[str, int]:
     The table holds one row per change made, far fewer than jobs, so it is
     read whole and matched against the window's job ids.
     """
-    changes = [c for c in store.limit_changes(step="done") if c["kind"] in ("extend", "resize", "resize-mem",
+    changes = [c for c in store.limit_changes(step="done") if c.kind in ("extend", "resize", "resize-mem",
                                                                            "resize-mem-per-cpu")]
     out = {"extensions": 0, "jobs_extended": 0, "resized": 0}
     if not changes:
@@ -287,10 +288,10 @@ def _limit_changes(store: Any, jobs: Jobs) -> dict[str, int]:
     ids = set(str(j) for j in jobs["job_id"].tolist())
     extended: set[str] = set()
     for c in changes:
-        jid = str(c["job_id"])
+        jid = str(c.job_id)
         if jid not in ids:
             continue
-        if c["kind"] == "extend":
+        if c.kind == "extend":
             out["extensions"] += 1
             extended.add(jid)
         else:

@@ -13,6 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 from harp_submit.units import fmt_time
+from harpd.records import LimitChange
 from harpd.slurm.base import QueuedJob
 from harpd.store import Store
 
@@ -24,25 +25,25 @@ ENDED = "ended"  # not carried out: the job had left the state the change was fo
 REFUSED = "refused"
 
 
-def decided(store: Store, kind: str) -> list[dict[str, Any]]:
+def decided(store: Store, kind: str) -> list[LimitChange]:
     """Changes of ``kind`` decided but not yet carried out (a crash, or a transient refusal)."""
-    return [r for r in store.limit_changes(step=DECIDED) if r["kind"] == kind]
+    return [r for r in store.limit_changes(step=DECIDED) if r.kind == kind]
 
 
-def row_of(store: Store, job_id: str, kind: str, old_time_s: int) -> dict[str, Any]:
+def row_of(store: Store, job_id: str, kind: str, old_time_s: int) -> LimitChange:
     """The stored change of ``job_id`` from ``old_time_s`` (it exists: just added, or added before)."""
-    return next(r for r in store.limit_changes(job_id) if r["kind"] == kind and int(r["old_time_s"]) == old_time_s)
+    return next(r for r in store.limit_changes(job_id) if r.kind == kind and int(r.old_time_s) == old_time_s)
 
 
-def set_step(store: Store, row: dict[str, Any], step: str, why: str | None = None) -> None:
+def set_step(store: Store, row: LimitChange, step: str, why: str | None = None) -> None:
     """Move a change to ``step``, adding ``why`` to its reason."""
     cols: dict[str, Any] = {"step": step}
     if why:
-        cols["reason"] = f"{row['reason']}; {why}"
-    store.update_limit_change(row["job_id"], row["kind"], int(row["old_time_s"]), **cols)
+        cols["reason"] = f"{row.reason}; {why}"
+    store.update_limit_change(row.job_id, row.kind, int(row.old_time_s), **cols)
 
 
-def still_to_do(store: Store, row: dict[str, Any], job: QueuedJob | None, state: str,
+def still_to_do(store: Store, row: LimitChange, job: QueuedJob | None, state: str,
                 memory: str | None = None) -> bool:
     """Whether the decided change must be made now; else its final step is recorded.
 
@@ -57,12 +58,12 @@ def still_to_do(store: Store, row: dict[str, Any], job: QueuedJob | None, state:
         set_step(store, row, ENDED, f"the job was no longer {state.lower()}: not changed")
         return False
     if memory == "cpus":
-        now, old, new, shown = job.cpus_per_task, int(row["old_cpus"]), int(row["new_cpus"]), (lambda v: f"{v} CPUs")
+        now, old, new, shown = job.cpus_per_task, int(row.old_cpus), int(row.new_cpus), (lambda v: f"{v} CPUs")
     elif memory is None:
-        now, old, new, shown = job.time_limit_s, int(row["old_time_s"]), int(row["new_time_s"]), fmt_time
+        now, old, new, shown = job.time_limit_s, int(row.old_time_s), int(row.new_time_s), fmt_time
     else:
         now = job.mem_mb if memory == "mem" else job.mem_per_cpu_mb
-        old, new, shown = int(row["old_mem_mb"]), int(row["new_mem_mb"]), (lambda v: f"{v} MB")
+        old, new, shown = int(row.old_mem_mb), int(row.new_mem_mb), (lambda v: f"{v} MB")
     if now == new:
         set_step(store, row, DONE)
         return False

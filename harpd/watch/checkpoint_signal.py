@@ -23,6 +23,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from harp_submit.units import fmt_time
+from harpd.records import LimitChange, Submission
 from harpd.dnn.checkpoint import SignalPlan, signal_plan
 from harpd.dnn.errors import DnnError
 from harpd.recovery.resume import CHECKPOINT_SIGNAL
@@ -50,9 +51,9 @@ class CheckpointSignal:
         """Send the signals due now (and any a crash left decided); returns how many were sent."""
         sent = 0
         by_id = {j.job_id: j for j in jobs}
-        for row in (r for r in self.store.limit_changes(step=DECIDED) if r["kind"] == CHECKPOINT_SIGNAL):
-            job = by_id.get(str(row["job_id"]))
-            if job is None or not job.running or int(job.start_time or 0) != int(row["old_time_s"]):
+        for row in (r for r in self.store.limit_changes(step=DECIDED) if r.kind == CHECKPOINT_SIGNAL):
+            job = by_id.get(str(row.job_id))
+            if job is None or not job.running or int(job.start_time or 0) != int(row.old_time_s):
                 set_step(self.store, row, ENDED, "that run had ended: not signalled")
                 continue
             sent += self._send(row, job)
@@ -61,16 +62,16 @@ class CheckpointSignal:
                 sent += self._consider(job)
         return sent
 
-    def _plan(self, job: QueuedJob, sub: dict[str, Any]) -> SignalPlan | None:
+    def _plan(self, job: QueuedJob, sub: Submission) -> SignalPlan | None:
         try:
-            return signal_plan((sub.get("job") or {}).get("harp_lines") or [])
+            return signal_plan(sub.job.get("harp_lines") or [])
         except DnnError as exc:
             if job.job_id not in self._bad_line:
                 self._bad_line.add(job.job_id)
                 log.warning("job %s: not signalled for a checkpoint: %s", job.job_id, exc)
             return None
 
-    def _end_s(self, job: QueuedJob, sub: dict[str, Any]) -> int | None:
+    def _end_s(self, job: QueuedJob, sub: Submission) -> int | None:
         """The run time at which the job is killed: the user's request under soft limits if harp set the time."""
         if self.soft_limits and harp_set_time(sub):
             original = original_time_s(sub)
@@ -90,7 +91,7 @@ class CheckpointSignal:
         if end is None or end - used > plan.lead_s:
             return 0
         run = int(job.start_time or 0)
-        if any(r["kind"] == CHECKPOINT_SIGNAL and int(r["old_time_s"]) == run
+        if any(r.kind == CHECKPOINT_SIGNAL and int(r.old_time_s) == run
                for r in self.store.limit_changes(job.job_id)):
             return 0  # this run was signalled (or decided): once per run
         if not self._left_alone.check(self.store, job, sub, "signalled for a checkpoint"):
@@ -100,10 +101,10 @@ class CheckpointSignal:
                   f"lead {fmt_time(plan.lead_s)})")
         self.store.add_limit_change(job.job_id, CHECKPOINT_SIGNAL, run, used, reason, DECIDED)
         row = next(r for r in self.store.limit_changes(job.job_id)
-                   if r["kind"] == CHECKPOINT_SIGNAL and int(r["old_time_s"]) == run)
-        return self._send(row, job) if row["step"] == DECIDED else 0
+                   if r.kind == CHECKPOINT_SIGNAL and int(r.old_time_s) == run)
+        return self._send(row, job) if row.step == DECIDED else 0
 
-    def _send(self, row: dict[str, Any], job: QueuedJob) -> int:
+    def _send(self, row: LimitChange, job: QueuedJob) -> int:
         sub = submission_of(self.store, job)
         plan = None if sub is None else self._plan(job, sub)
         name = plan.signal if plan is not None else "USR1"
@@ -114,5 +115,5 @@ class CheckpointSignal:
             log.warning("job %s: checkpoint signal not sent (%s)", job.job_id, exc)
             return 0
         set_step(self.store, row, DONE)
-        log.info("job %s: asked to checkpoint: %s", job.job_id, row["reason"])
+        log.info("job %s: asked to checkpoint: %s", job.job_id, row.reason)
         return 1

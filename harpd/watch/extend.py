@@ -40,6 +40,7 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from harp_submit.units import fmt_time
+from harpd.records import LimitChange
 from harpd.config import HarpSettings
 from harpd.predict.soft import SoftPolicy
 from harpd.recovery.attempts import EXTENDED_NOTE, without_notes
@@ -95,7 +96,7 @@ class Extender:
         by_id = {j.job_id: j for j in jobs}
         made = 0
         for row in decided(self.store, EXTEND):
-            made += self._carry_out(row, by_id.get(row["job_id"]))
+            made += self._carry_out(row, by_id.get(row.job_id))
         for job in by_id.values():
             left = job.time_left_s
             if job.running and left is not None and left < self.margin_s:
@@ -117,7 +118,7 @@ class Extender:
         current = job.time_limit_s
         if current is None:
             return 0
-        rows = {int(r["old_time_s"]): r for r in self.store.limit_changes(job.job_id) if r["kind"] == EXTEND}
+        rows = {int(r.old_time_s): r for r in self.store.limit_changes(job.job_id) if r.kind == EXTEND}
         if current in rows:  # this crossing was handled (or refused): never twice
             return 0
         sub = submission_of(self.store, job)
@@ -129,7 +130,7 @@ class Extender:
         if not self._left_alone.check(self.store, job, sub, "extended"):
             return 0
         cap = self._cap(job.partition)
-        made = sum(1 for r in rows.values() if r["step"] == DONE)
+        made = sum(1 for r in rows.values() if r.step == DONE)
         if made + 1 >= self.max_extensions:
             # the last extension: back to the user's own request (within the partition), no more broken promises
             last = original if cap is None else min(original, cap)
@@ -150,12 +151,12 @@ class Extender:
             log.info("job %s: extension decided, %s -> %s (%s)", job.job_id, fmt_time(current), fmt_time(new), reason)
         crash_point("extend-decided")
         row = row_of(self.store, job.job_id, EXTEND, current)
-        return self._carry_out(row, job) if row["step"] == DECIDED else 0
+        return self._carry_out(row, job) if row.step == DECIDED else 0
 
     # ------------------------------------------------------------ carrying out
 
-    def _carry_out(self, row: dict[str, Any], job: QueuedJob | None) -> int:
-        jid, old, new = str(row["job_id"]), int(row["old_time_s"]), int(row["new_time_s"])
+    def _carry_out(self, row: LimitChange, job: QueuedJob | None) -> int:
+        jid, old, new = str(row.job_id), int(row.old_time_s), int(row.new_time_s)
         if not still_to_do(self.store, row, job, "RUNNING"):
             return 0
         assert job is not None

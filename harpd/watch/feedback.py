@@ -50,9 +50,9 @@ class SoftFeedback:
             return self._template[job.job_id]
         key = None
         sub = submission_of(self.store, job)
-        if sub is not None and sub.get("job"):
+        if sub is not None and sub.job:
             try:
-                key = self.predictor.template_of(JobRequest.model_validate(sub["job"]), str(sub.get("user") or ""))
+                key = self.predictor.template_of(JobRequest.model_validate(sub.job), str(sub.user or ""))
             except Exception as exc:  # noqa: BLE001 - a bad registration must not stop the listing
                 log.debug("job %s: no template (%s)", job.job_id, exc)
         self._template[job.job_id] = key
@@ -78,7 +78,7 @@ class SoftFeedback:
 
     def on_extended(self, job_id: str) -> None:
         """The extender made an extension; the first of a job counts against the budget."""
-        done = [r for r in self.store.limit_changes(job_id) if r["kind"] == EXTEND and r["step"] == DONE]
+        done = [r for r in self.store.limit_changes(job_id) if r.kind == EXTEND and r.step == DONE]
         if len(done) == 1:
             self.state.extended()
 
@@ -88,6 +88,6 @@ class SoftFeedback:
             return
         if self.store.get_submission(rec.job_id) is None and self.store.get_submission(submitted_id(rec.job_id)) is None:
             return  # not a job that passed through harp
-        if any(r["kind"] == EXTEND and r["step"] == DONE for r in self.store.limit_changes(rec.job_id)):
+        if any(r.kind == EXTEND and r.step == DONE for r in self.store.limit_changes(rec.job_id)):
             return  # counted when it was extended
         self.state.ended()

@@ -11,8 +11,8 @@ no task of its type had finished yet (``cold_task_mem``).
 from __future__ import annotations
 
 import logging
-from typing import Any
 
+from harpd.records import Submission
 from harpd.features.workflow import is_workflow_signature, registered_signature
 from harpd.slurm.base import QueuedJob, whole_minutes
 from harpd.slurm.job_ids import submitted_id
@@ -28,7 +28,7 @@ __all__ = ["submission_of", "original_time_s", "harp_set_time", "harp_set_mem", 
 TIME_KINDS = ("extend", "resize")
 
 
-def submission_of(store: Store, job: QueuedJob) -> dict[str, Any] | None:
+def submission_of(store: Store, job: QueuedJob) -> Submission | None:
     """The registration of ``job`` (an array task's is its array's)."""
     sub = store.get_submission(job.job_id)
     if sub is None and job.array_job_id:
@@ -38,34 +38,31 @@ def submission_of(store: Store, job: QueuedJob) -> dict[str, Any] | None:
     return sub
 
 
-def original_time_s(sub: dict[str, Any]) -> int | None:
+def original_time_s(sub: Submission) -> int | None:
     """The user's own ``--time`` in seconds (None: none given: harp leaves the job alone)."""
-    t = (sub.get("original") or {}).get("time_s")
+    t = sub.original.time_s
     try:
         return int(t) if t and int(t) > 0 else None
     except (TypeError, ValueError):
         return None
 
 
-def _changed(sub: dict[str, Any]) -> list[str]:
+def _changed(sub: Submission) -> list[str]:
     """The options harp's decision changed at submission (none without a decision)."""
-    decision = sub.get("decision")
-    if not isinstance(decision, dict):
-        return []
-    return [str(c.get("option")) for c in decision.get("changes") or [] if isinstance(c, dict)]
+    return [] if sub.decision is None else sub.decision.changed
 
 
-def harp_set_time(sub: dict[str, Any]) -> bool:
+def harp_set_time(sub: Submission) -> bool:
     """Whether harp's decision changed the job's time (else: not harp's limit to move)."""
     return "time" in _changed(sub)
 
 
-def harp_set_mem(sub: dict[str, Any]) -> str | None:
+def harp_set_mem(sub: Submission) -> str | None:
     """Which memory option harp's decision changed at submission (None: not harp's memory to move)."""
     return next((o for o in _changed(sub) if o in ("mem", "mem-per-cpu")), None)
 
 
-def cold_task_mem(sub: dict[str, Any]) -> str | None:
+def cold_task_mem(sub: Submission) -> str | None:
     """The user's memory option of a workflow task harp was asked about but left as requested; else None.
 
     A workflow submits all samples of a process at once, before any of them
@@ -75,62 +72,60 @@ def cold_task_mem(sub: dict[str, Any]) -> str | None:
     request), so harp sizes it from the siblings that had ended before it
     started (docs/metrics.md, "decided at start").
     """
-    if not isinstance(sub.get("decision"), dict) or harp_set_mem(sub) is not None:
+    if sub.decision is None or harp_set_mem(sub) is not None:
         return None
-    if not is_workflow_signature(registered_signature(sub.get("job"))):
+    if not is_workflow_signature(registered_signature(sub.job)):
         return None
-    original = sub.get("original") or {}
-    if original.get("mem_mb"):
+    if sub.original.mem_mb:
         return "mem"
-    if original.get("mem_per_cpu_mb"):
+    if sub.original.mem_per_cpu_mb:
         return "mem-per-cpu"
     return None
 
 
-def cpus_to_resize(sub: dict[str, Any]) -> bool:
+def cpus_to_resize(sub: Submission) -> bool:
     """Whether a pending job's CPUs per task are harp's to re-decide at start.
 
     Those harp lowered at submission, and those of a workflow task harp left
     as asked because none of its type had finished yet (as ``cold_task_mem``);
     single-task jobs only (what harp ever lowers), never above the request.
     """
-    original = sub.get("original") or {}
     try:
-        requested = int(original.get("cpus_per_task") or 1)
-        ntasks = int(original.get("ntasks") or 1)
+        requested = int(sub.original.cpus_per_task or 1)
+        ntasks = int(sub.original.ntasks or 1)
     except (TypeError, ValueError):
         return False
-    if requested <= 1 or ntasks != 1 or not isinstance(sub.get("decision"), dict):
+    if requested <= 1 or ntasks != 1 or sub.decision is None:
         return False
     if "cpus-per-task" in _changed(sub):
         return True
-    return is_workflow_signature(registered_signature(sub.get("job")))
+    return is_workflow_signature(registered_signature(sub.job))
 
 
-def harp_time_s(store: Store, job: QueuedJob, sub: dict[str, Any]) -> int | None:
+def harp_time_s(store: Store, job: QueuedJob, sub: Submission) -> int | None:
     """The time limit harp last set for ``job``: its own last change, a recovery attempt's, or the decided one.
 
     None when harp never set one (no decided time).
     """
     ids = {job.job_id, *(i for i in (job.array_job_id, submitted_id(job.job_id)) if i)}
     latest: tuple[float, int] | None = None
-    decided = (sub.get("submitted") or {}).get("time_s")
+    decided = sub.submitted.time_s
     if decided:
-        latest = (float(sub.get("submitted_at") or 0.0), whole_minutes(int(decided)) * 60)
+        latest = (float(sub.submitted_at or 0.0), whole_minutes(int(decided)) * 60)
     for jid in sorted(ids):
         for row in store.limit_changes(jid, step="done"):
-            if row["kind"] in TIME_KINDS and (latest is None or float(row["updated_at"]) >= latest[0]):
-                latest = (float(row["updated_at"]), whole_minutes(int(row["new_time_s"])) * 60)
-    chain = sub.get("chain_id") or store.chain_of(job.job_id)
+            if row.kind in TIME_KINDS and (latest is None or float(row.updated_at) >= latest[0]):
+                latest = (float(row.updated_at), whole_minutes(int(row.new_time_s)) * 60)
+    chain = sub.chain_id or store.chain_of(job.job_id)
     if chain:
-        for row in store.attempts(chain):
-            t = (row.get("limits") or {}).get("time_s")
-            if str(row.get("job_id")) in ids and t and (latest is None or float(row["updated_at"]) >= latest[0]):
-                latest = (float(row["updated_at"]), whole_minutes(int(t)) * 60)
+        for a in store.attempts(chain):
+            t = (a.limits or {}).get("time_s")
+            if str(a.job_id) in ids and t and (latest is None or float(a.updated_at) >= latest[0]):
+                latest = (float(a.updated_at), whole_minutes(int(t)) * 60)
     return None if latest is None else latest[1]
 
 
-def why_not_harps(store: Store, job: QueuedJob, sub: dict[str, Any]) -> str | None:
+def why_not_harps(store: Store, job: QueuedJob, sub: Submission) -> str | None:
     """Why harp must leave ``job`` alone although it is registered (None: harp may act on it).
 
     Slurm is asked again before each change: the owner must still be the
@@ -139,10 +134,10 @@ def why_not_harps(store: Store, job: QueuedJob, sub: dict[str, Any]) -> str | No
     for (from before harpd checked them) is never acted on; harpd's own
     resubmissions (a chain) are harp's.
     """
-    if not sub.get("verified") and not sub.get("chain_id"):
+    if not sub.verified and not sub.chain_id:
         return "its registration was not verified with Slurm"
-    if job.uid is None or job.uid != int(sub.get("uid", -1)):
-        return f"Slurm reports owner uid {job.uid}, not the registered uid {sub.get('uid')}"
+    if job.uid is None or job.uid != int(sub.uid):
+        return f"Slurm reports owner uid {job.uid}, not the registered uid {sub.uid}"
     expected = harp_time_s(store, job, sub)
     if expected is not None and job.time_limit_s != expected:
         return f"its time limit is {job.time_limit_s} s, not the {expected} s harp last set"
@@ -155,7 +150,7 @@ class LeftAlone:
     def __init__(self) -> None:
         self._said: dict[str, str] = {}
 
-    def check(self, store: Store, job: QueuedJob, sub: dict[str, Any], action: str) -> bool:
+    def check(self, store: Store, job: QueuedJob, sub: Submission, action: str) -> bool:
         """True when harp may act on ``job``; else logs why (once) and returns False."""
         why = why_not_harps(store, job, sub)
         if why is None:

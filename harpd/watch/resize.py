@@ -40,6 +40,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from harp_submit.units import fmt_time, parse_duration_s, parse_mem
+from harpd.records import LimitChange, Submission
 from harpd.config import HarpSettings
 from harpd.features.workflow import registered_signature
 from harpd.protocol import Decision, JobRequest
@@ -74,7 +75,7 @@ class Fresh:
 
 
 #: a submission -> harp's bounds for it now
-Decider = Callable[[dict[str, Any]], Fresh]
+Decider = Callable[[Submission], Fresh]
 
 #: memory re-sizes smaller than this are not worth a change
 MIN_MEM_STEP_MB = 64
@@ -83,10 +84,10 @@ MIN_MEM_STEP_MB = 64
 def decider(predictor: Any) -> Decider:
     """Ask ``predictor`` (the daemon's, as at submission) again for a registered job's time and memory."""
 
-    def decide(sub: dict[str, Any]) -> Fresh:
-        job = JobRequest.model_validate(sub.get("job") or {})
-        with redeciding(sub.get("job_id")):  # not the manager's retry of itself (harpd.predict.retry_floor)
-            got = predictor.decide(job, str(sub.get("user") or ""), int(sub.get("uid") or 0))
+    def decide(sub: Submission) -> Fresh:
+        job = JobRequest.model_validate(sub.job)
+        with redeciding(sub.job_id):  # not the manager's retry of itself (harpd.predict.retry_floor)
+            got = predictor.decide(job, str(sub.user or ""), int(sub.uid or 0))
         decision = got if isinstance(got, Decision) else Decision.model_validate(got)
         time_s = mem_mb = option = cpus = None
         for change in decision.changes:
@@ -134,7 +135,7 @@ class Resizer:
         made = 0
         for kind in (RESIZE, *MEM_KINDS.values(), CPU_KIND):
             for row in decided(self.store, kind):
-                made += self._carry_out(row, by_id.get(row["job_id"]))
+                made += self._carry_out(row, by_id.get(row.job_id))
         with self._lock:
             dirty, self._dirty = self._dirty, set()
         if not dirty:
@@ -143,7 +144,7 @@ class Resizer:
             if not job.pending or job.time_limit_s is None:
                 continue
             sub = submission_of(self.store, job)
-            if sub is None or registered_signature(sub.get("job")) not in dirty:
+            if sub is None or registered_signature(sub.job) not in dirty:
                 continue
             time_set, mem_option = harp_set_time(sub), harp_set_mem(sub) or cold_task_mem(sub)
             cpus_set = cpus_to_resize(sub)
@@ -163,7 +164,7 @@ class Resizer:
                 log.warning("job %s: not re-sized: %s", job.job_id, exc)
         return made
 
-    def bound(self, job: QueuedJob, sub: dict[str, Any], fresh: Fresh) -> int | None:
+    def bound(self, job: QueuedJob, sub: Submission, fresh: Fresh) -> int | None:
         """The limit the job should have now, within the floor and the user's request; None: leave it."""
         original = original_time_s(sub)
         want = fresh.time_s
@@ -172,7 +173,7 @@ class Resizer:
         want = max(self.floor_s, min(int(want), original))
         return min(whole_minutes(want) * 60, max(original, self.floor_s))
 
-    def _consider(self, job: QueuedJob, sub: dict[str, Any], fresh: Fresh) -> int:
+    def _consider(self, job: QueuedJob, sub: Submission, fresh: Fresh) -> int:
         current = int(job.time_limit_s or 0)
         new = self.bound(job, sub, fresh)
         if new is None or abs(new - current) < max(self.min_ratio * current, self.min_s):
@@ -184,11 +185,11 @@ class Resizer:
         row = row_of(self.store, job.job_id, RESIZE, current)
         return self._carry_out(row, job)
 
-    def mem_bound(self, sub: dict[str, Any], fresh: Fresh, option: str) -> int | None:
+    def mem_bound(self, sub: Submission, fresh: Fresh, option: str) -> int | None:
         """The memory (MB, of ``option``) the job should have now, within the floor and the user's request."""
         if fresh.mem_option != option or fresh.mem_mb is None:
             return None
-        original = (sub.get("original") or {}).get("mem_mb" if option == "mem" else "mem_per_cpu_mb")
+        original = sub.original.mem_mb if option == "mem" else sub.original.mem_per_cpu_mb
         try:
             original = int(original) if original else None
         except (TypeError, ValueError):
@@ -197,7 +198,7 @@ class Resizer:
             return None  # the user gave no such memory: nothing to stay under
         return max(min(self.floor_mb, original), min(int(fresh.mem_mb), original))
 
-    def _consider_mem(self, job: QueuedJob, sub: dict[str, Any], fresh: Fresh, option: str) -> int:
+    def _consider_mem(self, job: QueuedJob, sub: Submission, fresh: Fresh, option: str) -> int:
         current = job.mem_mb if option == "mem" else job.mem_per_cpu_mb
         new = self.mem_bound(sub, fresh, option)
         if current is None or new is None or abs(new - current) < max(self.min_ratio * current, MIN_MEM_STEP_MB):
@@ -211,12 +212,12 @@ class Resizer:
         log.info("job %s: %s", job.job_id, reason)
         return self._carry_out(row_of(self.store, job.job_id, kind, at), job)
 
-    def _consider_cpus(self, job: QueuedJob, sub: dict[str, Any], fresh: Fresh) -> int:
+    def _consider_cpus(self, job: QueuedJob, sub: Submission, fresh: Fresh) -> int:
         """CPUs per task at start: what the predictor gives now (its step and restore rules included),
         the request when it gives nothing; never above the request."""
         current = job.cpus_per_task
         try:
-            requested = int((sub.get("original") or {}).get("cpus_per_task") or 0)
+            requested = int(sub.original.cpus_per_task or 0)
         except (TypeError, ValueError):
             return 0
         if current is None or requested < 1 or (job.num_tasks or 1) != 1:
@@ -232,19 +233,19 @@ class Resizer:
         log.info("job %s: %s", job.job_id, reason)
         return self._carry_out(row_of(self.store, job.job_id, CPU_KIND, at), job)
 
-    def _carry_out(self, row: dict[str, Any], job: QueuedJob | None) -> int:
-        jid = str(row["job_id"])
-        if row["kind"] == CPU_KIND:
+    def _carry_out(self, row: LimitChange, job: QueuedJob | None) -> int:
+        jid = str(row.job_id)
+        if row.kind == CPU_KIND:
             return self._carry_out_cpus(row, job)
-        option = MEM_OPTION_OF.get(row["kind"])
+        option = MEM_OPTION_OF.get(row.kind)
         if not still_to_do(self.store, row, job, "PENDING", memory=option):
             return 0
         if option is None:
-            old, new = int(row["old_time_s"]), int(row["new_time_s"])
+            old, new = int(row.old_time_s), int(row.new_time_s)
             change: dict[str, int] = {"time_limit_s": new}
             shown = f"{fmt_time(old)} -> {fmt_time(new)}"
         else:
-            old, new = int(row["old_mem_mb"]), int(row["new_mem_mb"])
+            old, new = int(row.old_mem_mb), int(row.new_mem_mb)
             change = {"mem_mb" if option == "mem" else "mem_per_cpu_mb": new}
             shown = f"--{option} {old} MB -> {new} MB"
         try:
@@ -256,11 +257,11 @@ class Resizer:
         set_step(self.store, row, DONE)
         return 1
 
-    def _carry_out_cpus(self, row: dict[str, Any], job: QueuedJob | None) -> int:
-        jid = str(row["job_id"])
+    def _carry_out_cpus(self, row: LimitChange, job: QueuedJob | None) -> int:
+        jid = str(row.job_id)
         if not still_to_do(self.store, row, job, "PENDING", memory="cpus"):
             return 0
-        old, new = int(row["old_cpus"]), int(row["new_cpus"])
+        old, new = int(row.old_cpus), int(row.new_cpus)
         try:
             self.backend.update_job(jid, cpus_per_task=new)
         except SlurmError as exc:

@@ -19,6 +19,7 @@ from typing import Any
 
 from harpd.config import HarpSettings
 from harpd.dnn.trials import ProgressReport, StudyPolicy, Trial, decide_trials
+from harpd.records import TrialStudy
 from harpd.slurm.base import QueuedJob, SlurmError
 from harpd.store import Store
 
@@ -31,9 +32,9 @@ def _key(uid: int, study: str) -> str:
     return f"{uid}:{study}"
 
 
-def _policy(row: dict[str, Any]) -> StudyPolicy:
-    pol = dict(row.get("policy") or {})
-    pol["study"] = _key(int(row["uid"]), str(row["study"]))
+def _policy(row: TrialStudy) -> StudyPolicy:
+    pol = dict(row.policy or {})
+    pol["study"] = _key(int(row.uid), str(row.study))
     fields = StudyPolicy.__dataclass_fields__
     return StudyPolicy(**{k: v for k, v in pol.items() if k in fields})
 
@@ -58,9 +59,9 @@ class TrialStep:
             if known is None or known[0] != j.uid:
                 continue  # not a trial, or not the reporting owner's job: left alone
             act = actions.get(j.job_id)
-            if act is not None and act.get("stopped"):
+            if act is not None and act.stopped:
                 continue  # already stopped (held or cancelled) by harpd
-            nice = int(act["nice"]) if act is not None and act.get("nice") is not None else 0
+            nice = int(act.nice) if act is not None and act.nice is not None else 0
             out.append(Trial(j.job_id, _key(*known), j.uid, j.state, nice))
         return out
 
@@ -75,12 +76,12 @@ class TrialStep:
         owner_of: dict[str, tuple[int, str]] = {}
         reports = []
         for r in rows:
-            uid, study, jid = int(r["uid"]), str(r["study"]), str(r["job_id"])
+            uid, study, jid = int(r.uid), str(r.study), str(r.job_id)
             owner_of[jid] = (uid, study)
             if "_" in jid:
                 owner_of[f"array:{jid.split('_', 1)[0]}"] = (uid, study)
-            reports.append(ProgressReport(jid, _key(uid, study), str(r["metric"]), float(r["value"]),
-                                          float(r["elapsed_s"])))
+            reports.append(ProgressReport(jid, _key(uid, study), str(r.metric), float(r.value),
+                                          float(r.elapsed_s)))
         policies = {p.study: p for p in map(_policy, self.store.trial_studies())}
         trials = self.trials_in(jobs, owner_of)
         if not trials:

@@ -179,7 +179,7 @@ def test_sigkill_mid_ingest_loses_and_duplicates_nothing(slurm_cluster, tmp_path
     with Store.open(db) as s:
         assert s.count_jobs(finished_only=False) == 0  # the open transaction is gone, nothing half-written
         assert s.get_meta(CURSOR_KEY) is None  # the cursor did not move past uncommitted records
-        assert s.get_submission(ok)["state"] == "pending"
+        assert s.get_submission(ok).state == "pending"
     log = tmp_path / "announced.log"
     assert not log.exists() or log.read_text() == ""  # nothing announced before its commit
 
@@ -196,7 +196,7 @@ def test_sigkill_mid_ingest_loses_and_duplicates_nothing(slurm_cluster, tmp_path
         assert s.get_meta(CURSOR_KEY) is not None
         assert s.get_job(ok).outcome is Outcome.COMPLETED and s.get_job(bad).outcome is Outcome.FAILED
         assert s.get_job(bad).signature == "kill-test"
-        assert s.get_submission(ok)["outcome"] == "completed" and s.get_submission(bad)["outcome"] == "failed"
+        assert s.get_submission(ok).outcome == "completed" and s.get_submission(bad).outcome == "failed"
     announced = (tmp_path / "announced.log").read_text().splitlines()
     assert {tuple(a.split("|")[:2]) for a in announced} == {k[:2] for k in returned}
 

@@ -44,6 +44,7 @@ sys.path.insert(0, str(REPO / "bench"))
 from load_submit import Harpd, client_env  # noqa: E402
 
 from harp_submit import client  # noqa: E402
+from harpd.records import LimitChange, Submission  # noqa: E402
 from harpd.slurm.scontrol import parse_kv_line  # noqa: E402
 from harpd.store import Store  # noqa: E402
 from tests.helpers.munge_env import cluster_munge_socket, free_port  # noqa: E402
@@ -133,7 +134,7 @@ class Trust:
     def show(self, jid: str) -> dict[str, str]:
         return parse_kv_line(self.cluster.run(["scontrol", "show", "job", "-o", jid]).stdout.splitlines()[0])
 
-    def store_rows(self, jid: str) -> tuple[dict[str, Any] | None, list[dict[str, Any]]]:
+    def store_rows(self, jid: str) -> tuple[Submission | None, list[LimitChange]]:
         with Store.open(self.harpd.store) as store:
             return store.get_submission(jid), store.limit_changes(jid)
 

@@ -105,8 +105,9 @@ def test_a_snakemake_rule_with_two_threads_keeps_its_two_cpus_and_every_run_comp
         client.call(wf["socket"], {"op": "reload"}, 60.0)  # the live history reads the store now
     # harpd saw the rule's history and said why it kept the CPUs
     with Store.open(wf["store"]) as st:
-        reasons = [(st.get_submission(j) or {}).get("decision", {}).get("explain", {}).get("cores", {}).get("reason")
-                   for j in ids]
+        subs = [st.get_submission(j) for j in ids]
+        reasons = [(s.stored["decision"] if s else {}).get("explain", {}).get("cores", {}).get("reason")
+                   for s in subs]
         n_runs = st.count_jobs()
     assert n_runs >= 25 + 4
     assert all(r and "Snakemake" in r and "srun --cpus-per-task" in r for r in reasons), reasons

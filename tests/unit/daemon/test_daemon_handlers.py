@@ -98,8 +98,8 @@ def test_register_records_the_peer_and_slurm_not_the_message(store):
     assert isinstance(register(h, ALICE), p.RegisterAnswer)
     sub = store.get_submission("100")
     # the message claimed an original of 7200 s: without a decision harpd stores what Slurm holds
-    assert sub["uid"] == 1000 and sub["user"] == "alice" and sub["verified"] == 1
-    assert sub["submitted"]["time_s"] == 3600 and sub["original"]["time_s"] == 3600 and sub["decision"] is None
+    assert sub.uid == 1000 and sub.user == "alice" and sub.verified == 1
+    assert sub.submitted.time_s == 3600 and sub.original.time_s == 3600 and sub.decision is None
 
 
 def test_register_someone_elses_job_is_refused_by_slurm_owner(store):
@@ -118,7 +118,7 @@ def test_root_registers_on_behalf_of_the_owner(store):
     h = Handlers(store, slurm=slurm)
     assert isinstance(register(h, ROOT), p.RegisterAnswer)
     sub = store.get_submission("100")
-    assert sub["uid"] == 65534 and sub["user"] == "nobody"
+    assert sub.uid == 65534 and sub.user == "nobody"
 
 
 def test_register_when_slurm_cannot_answer_is_refused_and_stores_nothing(store):

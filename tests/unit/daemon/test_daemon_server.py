@@ -201,7 +201,7 @@ def test_identity_comes_from_the_kernel(serve, store):
     assert out["status"]["ok"] is True and out["status"]["job"]["uid"] == 65534
     assert out["status"]["job"]["user"] == "nobody"
     assert out["retrain"]["ok"] is False and "admin operation" in out["retrain"]["error"]
-    assert store.get_submission("500")["uid"] == 65534
+    assert store.get_submission("500").uid == 65534
 
 
 @needs_root
@@ -216,7 +216,7 @@ def test_a_user_cannot_see_or_take_over_roots_job(serve, store):
     })
     assert out["status"]["ok"] is False and "not yours" in out["status"]["error"]
     assert out["register"]["ok"] is False
-    assert store.get_submission("600")["uid"] == 0
+    assert store.get_submission("600").uid == 0
 
 
 @needs_root

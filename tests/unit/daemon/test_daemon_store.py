@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from harpd import store as store_mod
+from harpd.store import migrations as store_mod
 from harpd.records import JobRecord, Outcome
 from harpd.store import JOB_COLUMNS, SCHEMA_VERSION, Store, StoreError
 
@@ -289,7 +289,7 @@ def test_job_columns_types_and_nulls(store):
 
 
 def test_job_columns_read_in_slices_match_one_read(store, monkeypatch):
-    import harpd.store as store_module
+    import harpd.store.jobs as store_module
 
     store.insert_jobs([rec(i, used_mem_mb=None if i % 4 == 0 else 100.0 + i, user=None if i % 5 == 0 else f"u{i % 3}")
                        for i in range(23)])
@@ -310,16 +310,16 @@ def test_submissions_lifecycle(store):
     store.add_submission("10", 1000, "alice", {"partition": "cpu"}, {"time_s": 60}, {"time_s": 120}, {"changes": []})
     store.add_submission("11", 1001, "bob", {}, {}, {}, None, chain_id="11")
     sub = store.get_submission("10")
-    assert sub["uid"] == 1000 and sub["job"] == {"partition": "cpu"} and sub["state"] == "pending"
-    assert [s["job_id"] for s in store.pending_submissions()] == ["10", "11"]
-    first_time = sub["submitted_at"]
+    assert sub.uid == 1000 and sub.job == {"partition": "cpu"} and sub.state == "pending"
+    assert [s.job_id for s in store.pending_submissions()] == ["10", "11"]
+    first_time = sub.submitted_at
     store.add_submission("10", 1000, "alice", {"partition": "gpu"}, {}, {}, None)  # client retry
     again = store.get_submission("10")
-    assert again["submitted_at"] == first_time and again["job"] == {"partition": "gpu"}
+    assert again.submitted_at == first_time and again.job == {"partition": "gpu"}
     assert store.mark_submission_done("10", "timeout") is True
     assert store.mark_submission_done("404", "timeout") is False
-    assert store.get_submission("10")["state"] == "done" and store.get_submission("10")["outcome"] == "timeout"
-    assert [s["job_id"] for s in store.pending_submissions()] == ["11"]
+    assert store.get_submission("10").state == "done" and store.get_submission("10").outcome == "timeout"
+    assert [s.job_id for s in store.pending_submissions()] == ["11"]
     assert store.get_submission("404") is None
 
 
@@ -332,8 +332,8 @@ def test_attempts_exactly_once(store):
     with pytest.raises(ValueError):
         store.update_attempt("100", 2, created_at=0)
     a = store.attempts("100")
-    assert [x["attempt"] for x in a] == [1, 2]
-    assert a[1]["limits"] == {"time_s": 120} and a[1]["job_id"] == "101" and a[1]["step"] == "submitted"
+    assert [x.attempt for x in a] == [1, 2]
+    assert a[1].limits == {"time_s": 120} and a[1].job_id == "101" and a[1].step == "submitted"
     assert store.chain_of("101") == "100" and store.chain_of("100") == "100"
     assert store.chain_of("555") is None
 

@@ -80,10 +80,10 @@ def test_registration_stores_harpds_record_not_the_message(world):
     # the message claims an original of 10 hours and no decision: harpd's record wins
     assert isinstance(register(h, ALICE, "20", token, original_time_s=36000), p.RegisterAnswer)
     sub = store.get_submission("20")
-    assert sub["verified"] == 1 and sub["token"] == token
-    assert sub["original"]["time_s"] == 3600 and sub["submitted"]["time_s"] == 600
-    assert [c["option"] for c in sub["decision"]["changes"]] == ["time", "mem"]
-    assert sub["job"]["argv"] == ["x.sh"]  # how sbatch ran it is the owner's to tell (recovery resubmits it)
+    assert sub.verified == 1 and sub.token == token
+    assert sub.original.time_s == 3600 and sub.submitted.time_s == 600
+    assert [c["option"] for c in sub.stored["decision"]["changes"]] == ["time", "mem"]
+    assert sub.job["argv"] == ["x.sh"]  # how sbatch ran it is the owner's to tell (recovery resubmits it)
     assert store.get_decision(token)["job_id"] == "20"
 
 
@@ -157,7 +157,7 @@ def test_the_job_as_the_user_wrote_it_is_registered_without_harps_decision(world
     slurm.add("26", 1000, time_s=3600, mem_mb=4096)  # sbatch refused harp's change: the original went in
     assert isinstance(register(h, ALICE, "26", token), p.RegisterAnswer)
     sub = store.get_submission("26")
-    assert sub["decision"] is None and sub["submitted"]["time_s"] == 3600 and sub["verified"] == 1
+    assert sub.decision is None and sub.submitted.time_s == 3600 and sub.verified == 1
 
 
 def test_root_registers_with_the_owners_token_only(world):
@@ -165,7 +165,7 @@ def test_root_registers_with_the_owners_token_only(world):
     token = predict(h, ALICE)
     slurm.add("27", 1000, time_s=600, mem_mb=1024)
     assert isinstance(register(h, ROOT, "27", token), p.RegisterAnswer)
-    assert store.get_submission("27")["uid"] == 1000
+    assert store.get_submission("27").uid == 1000
     root_token = predict(h, ROOT)
     slurm.add("28", 1000, time_s=600, mem_mb=1024)
     assert "not issued to the job's owner" in register(h, ROOT, "28", root_token).error
@@ -207,7 +207,7 @@ def test_adopter_registers_a_job_whose_message_was_lost(world):
     slurm.add("30", 1000, time_s=600, mem_mb=1024, comment=client_registration.with_token("mine", token))
     assert Adopter(store, slurm).tick() == 1
     sub = store.get_submission("30")
-    assert sub["uid"] == 1000 and sub["verified"] == 1 and sub["original"]["time_s"] == 3600
+    assert sub.uid == 1000 and sub.verified == 1 and sub.original.time_s == 3600
     assert Adopter(store, slurm).tick() == 0  # once
     # its own message arriving late is accepted as the same registration
     assert isinstance(register(h, ALICE, "30", token), p.RegisterAnswer)

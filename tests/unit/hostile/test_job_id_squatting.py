@@ -89,4 +89,4 @@ def test_once_the_job_exists_only_its_owner_registers_it(store, fake) -> None:
     assert handlers.handle(MALLORY, req) == p.error(f"job {jid} is not yours; register only jobs you submitted")
     assert store.get_submission(jid) is None
     assert handlers.handle(ALICE, req) == p.RegisterAnswer()
-    assert store.get_submission(jid)["uid"] == ALICE.uid
+    assert store.get_submission(jid).uid == ALICE.uid

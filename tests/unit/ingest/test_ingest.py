@@ -42,8 +42,8 @@ def test_poll_records_finished_submissions_once(store):
     assert got[("2", 1)].harp_sized and not got[("1", 1)].harp_sized
     assert got[("1", 1)].signature == "sig-1"
     assert [r.job_id for r in heard] == ["1", "2"]
-    assert store.get_submission("1")["state"] == "done" and store.get_submission("2")["outcome"] == "timeout"
-    assert store.get_submission("3")["state"] == "pending"
+    assert store.get_submission("1").state == "done" and store.get_submission("2").outcome == "timeout"
+    assert store.get_submission("3").state == "pending"
     # again: nothing new, nothing announced twice, nothing duplicated
     assert ing.poll_once() == 0
     assert len(heard) == 2 and store.count_jobs(finished_only=False) == 2
@@ -51,7 +51,7 @@ def test_poll_records_finished_submissions_once(store):
     be.records[2] = rec("3", Outcome.OOM, censored_mem=True)
     assert ing.poll_once() == 1
     assert [r.job_id for r in heard] == ["1", "2", "3"]
-    assert store.get_submission("3")["outcome"] == "oom"
+    assert store.get_submission("3").outcome == "oom"
     assert store.get_meta(UNANNOUNCED_KEY) == []
 
 
@@ -114,12 +114,12 @@ def test_sacct_failure_writes_nothing_and_backs_off(store, monkeypatch):
         t[0] = ing._not_before
         ing.tick()
         assert ing._not_before - t[0] == expected
-    assert store.count_jobs() == 0 and store.get_submission("1")["state"] == "pending"
+    assert store.count_jobs() == 0 and store.get_submission("1").state == "pending"
     be.sacct_error = None
     t[0] = ing._not_before
     ing.tick()
     assert ing.failures == 0 and ing.last_error is None
-    assert store.count_jobs() == 1 and store.get_submission("1")["state"] == "done"
+    assert store.count_jobs() == 1 and store.get_submission("1").state == "done"
 
 
 def test_crash_after_commit_announces_at_restart(store):
@@ -136,7 +136,7 @@ def test_crash_after_commit_announces_at_restart(store):
         first.poll_once()
     assert store.count_jobs() == 2  # committed
     assert sorted(k[1] for k in store.get_meta(UNANNOUNCED_KEY)) == ["1", "2"]
-    assert store.get_submission("1")["state"] == "pending"
+    assert store.get_submission("1").state == "pending"
     restarted = Ingestor(store, be, settings())
     heard = []
     restarted.on_outcome.append(heard.append)
@@ -144,7 +144,7 @@ def test_crash_after_commit_announces_at_restart(store):
     assert sorted(r.job_id for r in heard) == ["1", "2"]  # ...but both announced
     assert heard[0].signature == "sig-1" and heard[0].outcome is Outcome.COMPLETED
     assert store.get_meta(UNANNOUNCED_KEY) == []
-    assert store.get_submission("1")["state"] == "done"
+    assert store.get_submission("1").state == "done"
     assert store.count_jobs() == 2
 
 
@@ -214,12 +214,12 @@ def test_array_submission_closed_when_every_task_ended(store):
     submit(store, "20", job={"array_size": 2, "signature": "arr"})
     ing = Ingestor(store, be, settings())
     assert ing.poll_once() == 1
-    assert store.get_submission("20")["state"] == "pending"
+    assert store.get_submission("20").state == "pending"
     assert stored(store)[("20_1", 1)].array_size == 2
     be.records[1] = rec("20_2", Outcome.OOM)
     assert ing.poll_once() == 1
     sub = store.get_submission("20")
-    assert sub["state"] == "done" and sub["outcome"] == "oom"  # the one needing attention
+    assert sub.state == "done" and sub.outcome == "oom"  # the one needing attention
 
 
 def test_submissions_sacct_never_heard_of(store):
@@ -229,9 +229,9 @@ def test_submissions_sacct_never_heard_of(store):
     submit(store, "not-a-job")
     ing = Ingestor(store, FakeSlurm([]), settings(lookback_s=86400), clock=lambda: now)
     ing.poll_once()
-    assert store.get_submission("30")["state"] == "pending"  # may still show up
-    assert store.get_submission("31")["outcome"] == "unknown"
-    assert store.get_submission("not-a-job")["outcome"] == "unknown"
+    assert store.get_submission("30").state == "pending"  # may still show up
+    assert store.get_submission("31").outcome == "unknown"
+    assert store.get_submission("not-a-job").outcome == "unknown"
 
 
 def test_changed_outcome_is_rewritten(store):
@@ -280,12 +280,12 @@ def test_half_written_records_wait_for_slurmdbd(store):
     submit(store, "50")
     ing = Ingestor(store, be, settings(), clock=lambda: now[0])
     assert ing.poll_once() == 0
-    assert store.count_jobs() == 0 and store.get_submission("50")["state"] == "pending"
+    assert store.count_jobs() == 0 and store.get_submission("50").state == "pending"
     be.records = [rec("50", end_time=now[0] - 2, used_mem_mb=None)]  # partition in, MaxRSS not yet
     assert ing.poll_once() == 0
     be.records = [rec("50", end_time=now[0] - 2, job_name="ing")]
     assert ing.poll_once() == 1
-    assert stored(store)[("50", 1)].partition == "short" and store.get_submission("50")["state"] == "done"
+    assert stored(store)[("50", 1)].partition == "short" and store.get_submission("50").state == "done"
 
 
 def test_records_that_never_complete_are_taken_after_a_while(store):

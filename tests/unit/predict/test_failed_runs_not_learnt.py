@@ -14,6 +14,7 @@ from harpd.predict.restore import cut_resources, restored_by
 from harpd.protocol import JobRequest
 from harpd.records import JobRecord, Outcome
 from harpd.store import Store
+from tests.helpers.submissions import stored_submission
 
 T0 = 1_700_000_000.0
 NOT_COMPLETED = [Outcome.FAILED, Outcome.CANCELLED, Outcome.OOM, Outcome.TIMEOUT, Outcome.NODE_FAIL,
@@ -118,9 +119,9 @@ def test_failed_runs_cores_are_not_samples():
 def test_what_harp_cut_is_read_from_the_registered_submission():
     sub = {"original": {"cpus_per_task": 4, "mem_per_cpu_mb": 100, "time_s": 600},
            "submitted": {"cpus_per_task": 1, "mem_mb": 400, "time_s": 300}}
-    assert cut_resources(sub) == {"cpus", "time"}  # 4 x 100 MiB per CPU kept as a 400 MiB total
-    assert cut_resources({"original": {"mem_mb": 800}, "submitted": {"mem_mb": 500}}) == {"mem"}
-    assert cut_resources(None) == set() and cut_resources({"original": "x"}) == set()
+    assert cut_resources(stored_submission(sub)) == {"cpus", "time"}  # 4 x 100 MiB per CPU kept as a 400 MiB total
+    assert cut_resources(stored_submission(original={"mem_mb": 800}, submitted={"mem_mb": 500})) == {"mem"}
+    assert cut_resources(None) == set() and cut_resources(stored_submission(original="x")) == set()
     assert restored_by(Outcome.FAILED, {"cpus", "mem"}) == {"cpus", "mem"}
     assert restored_by(Outcome.TIMEOUT, {"cpus", "time"}) == {"cpus"}  # its time is recovery's
     assert restored_by(Outcome.OOM, {"mem"}) == set() and restored_by(Outcome.CANCELLED, {"cpus"}) == set()

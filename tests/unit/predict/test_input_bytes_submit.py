@@ -24,7 +24,10 @@ def test_the_poller_carries_it_into_the_record():
     from harpd.ingest.poller import Ingestor
 
     recs = [JobRecord(job_id="7"), JobRecord(job_id="8")]
-    subs = {"7": {"job": {"input_bytes": 4096, "commands": []}, "decision": {}}, "8": {"job": {}, "decision": {}}}
+    from tests.helpers.submissions import stored_submission
+
+    subs = {"7": stored_submission(job={"input_bytes": 4096, "commands": []}, decision={}),
+            "8": stored_submission(job={}, decision={})}
     Ingestor._apply_submissions(recs, subs, {})
     assert recs[0].input_bytes == 4096.0 and recs[1].input_bytes is None
 

@@ -11,6 +11,7 @@ from harpd.predict.retry_floor import floor_after
 from harpd.protocol import JobRequest
 from harpd.records import JobRecord, Outcome
 from harpd.store import Store
+from tests.helpers.submissions import stored_submission
 
 T0 = 1_700_000_000.0
 WRAP = ("python -m snakemake --snakefile /w/Snakefile --target-jobs 'work:sample=s1' "
@@ -87,18 +88,18 @@ def test_a_rerun_after_a_completed_attempt_is_sized_as_usual(setup):
 def test_the_floor_follows_the_escalation_rule_and_what_ended_the_attempt():
     sub = {"job_id": "9", "state": "done", "original": {"mem_mb": 2000, "time_s": 1800, "cpus_per_task": 4},
            "submitted": {"mem_mb": 500, "time_s": 600, "cpus_per_task": 1}}
-    oom = floor_after({**sub, "outcome": "oom"}, 3)
+    oom = floor_after(stored_submission(sub, **{"outcome": "oom"}), 3)
     assert oom.mem_mb == 1000 and oom.time_s is None and oom.keep_cpus is None
-    timeout = floor_after({**sub, "outcome": "timeout"}, 3)
+    timeout = floor_after(stored_submission(sub, **{"outcome": "timeout"}), 3)
     assert timeout.time_s == 1200 and timeout.mem_mb is None and timeout.keep_cpus
-    failed = floor_after({**sub, "outcome": "failed"}, 3)
+    failed = floor_after(stored_submission(sub, **{"outcome": "failed"}), 3)
     assert failed.mem_mb == 2000 and failed.time_s == 1800 and failed.keep_cpus  # what harp cut comes back
-    assert floor_after({**sub, "outcome": "completed"}, 3) is None
-    assert floor_after({**sub, "outcome": "cancelled"}, 3) is None
-    unknown = floor_after({**sub, "state": "pending", "outcome": None}, 3)
+    assert floor_after(stored_submission(sub, **{"outcome": "completed"}), 3) is None
+    assert floor_after(stored_submission(sub, **{"outcome": "cancelled"}), 3) is None
+    unknown = floor_after(stored_submission(sub, **{"state": "pending", "outcome": None}), 3)
     assert unknown.mem_mb == 1000 and unknown.time_s == 1200 and unknown.keep_cpus
     # with one attempt allowed the escalation stops: the request
-    assert floor_after({**sub, "outcome": "oom"}, 1).mem_mb == 2000
+    assert floor_after(stored_submission(sub, **{"outcome": "oom"}), 1).mem_mb == 2000
 
 
 def test_a_pending_task_decided_again_is_not_a_retry_of_itself(setup):

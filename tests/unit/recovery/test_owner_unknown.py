@@ -45,7 +45,7 @@ def test_unknown_owner_waits_then_recovers(store, fake):
 
     _set_user(fake, jid, "alice")  # the owner arrives
     rec.tick()
-    steps = [(a["attempt"], a["step"]) for a in store.attempts(jid)]
+    steps = [(a.attempt, a.step) for a in store.attempts(jid)]
     assert steps == [(1, "done"), (2, "requeued")]
     assert store.get_meta(rs.AWAITING_OWNER_KEY) == {}
     rec.tick()

@@ -46,11 +46,11 @@ def test_requeue_timeout_doubles_time_and_completes(store, fake_of_each_release)
     ing.poll_once()
 
     a = rows(store, jid)
-    assert [(r["attempt"], r["step"], r["outcome"]) for r in a] == [(1, "done", "timeout"), (2, "requeued", None)]
-    assert a[0]["limits"]["time_s"] == 60 and a[0]["limits"]["mem_mb"] == 100
-    assert a[1]["limits"]["time_s"] == 120 and a[1]["limits"]["mem_mb"] == 100
-    assert a[1]["limits"]["mode"] == "requeue" and a[1]["job_id"] == jid
-    assert "doubled time" in a[1]["reason"] and "1 min -> 2 min" in a[1]["reason"]
+    assert [(r.attempt, r.step, r.outcome) for r in a] == [(1, "done", "timeout"), (2, "requeued", None)]
+    assert a[0].limits["time_s"] == 60 and a[0].limits["mem_mb"] == 100
+    assert a[1].limits["time_s"] == 120 and a[1].limits["mem_mb"] == 100
+    assert a[1].limits["mode"] == "requeue" and a[1].job_id == jid
+    assert "doubled time" in a[1].reason and "1 min -> 2 min" in a[1].reason
     job = fake.state["jobs"][jid]
     assert job["restarts"] == 1 and not job["held"] and job["time_s"] == 120 and job["mem_mb"] == 100
     assert job["comment"] == f"harp retry 2 of {jid}"
@@ -62,7 +62,7 @@ def test_requeue_timeout_doubles_time_and_completes(store, fake_of_each_release)
     fake.end_run(jid, Outcome.COMPLETED)
     ing.poll_once()
     a = rows(store, jid)
-    assert [(r["attempt"], r["step"], r["outcome"]) for r in a] == [(1, "done", "timeout"), (2, "done", "completed")]
+    assert [(r.attempt, r.step, r.outcome) for r in a] == [(1, "done", "timeout"), (2, "done", "completed")]
     first = [r for r in store.iter_jobs() if r.job_id == jid and r.attempt == 1][0]
     assert first.outcome == T and first.censored_time and first.req_time_s == 60  # needs more than 60 s
     second = store.get_job(jid)
@@ -87,14 +87,14 @@ def test_a_job_is_requeued_only_once_slurmd_would_relaunch_it(store, fake):
     ing.poll_once()
     rec.resume()
     a = rows(store, jid)
-    assert [(r["attempt"], r["step"]) for r in a] == [(1, "done"), (2, "decided")]
-    assert fake.calls("requeue_hold") == [] and not a[1]["limits"].get("failures")
+    assert [(r.attempt, r.step) for r in a] == [(1, "done"), (2, "decided")]
+    assert fake.calls("requeue_hold") == [] and not a[1].limits.get("failures")
 
     now[0] += 4.0
     rec.resume()
     a = rows(store, jid)
-    assert [(r["attempt"], r["step"]) for r in a] == [(1, "done"), (2, "requeued")]
-    assert len(fake.calls("requeue_hold")) == 1 and not a[1]["limits"].get("failures")
+    assert [(r.attempt, r.step) for r in a] == [(1, "done"), (2, "requeued")]
+    assert len(fake.calls("requeue_hold")) == 1 and not a[1].limits.get("failures")
     assert fake.state["jobs"][jid]["time_s"] == 120
 
 
@@ -105,7 +105,7 @@ def test_requeue_oom_per_cpu_memory_updates_min_memory_cpu(store, fake):
     fake.end_run(jid, M)
     ing.poll_once()
     a = rows(store, jid)
-    assert a[1]["limits"]["mem_per_cpu_mb"] == 200 and "mem_mb" not in a[1]["limits"]
+    assert a[1].limits["mem_per_cpu_mb"] == 200 and "mem_mb" not in a[1].limits
     assert fake.calls("update_job")[0][2]["MinMemoryCPU"] == "200"
     assert fake.state["jobs"][jid]["mem_per_cpu_mb"] == 200
 
@@ -118,13 +118,13 @@ def test_cap_used_once_then_stop_with_reason(store, fake_of_each_release):
     fake.end_run(jid, T)
     ing.poll_once()
     a = rows(store, jid)
-    assert a[1]["limits"]["time_s"] == 180
-    assert "cap, partition tiny MaxTime = 3 min" in a[1]["reason"]
+    assert a[1].limits["time_s"] == 180
+    assert "cap, partition tiny MaxTime = 3 min" in a[1].reason
     fake.end_run(jid, T)
     ing.poll_once()
     a = rows(store, jid)
-    assert len(a) == 2 and a[1]["outcome"] == "timeout" and a[1]["step"] == "done"
-    stop = a[1]["limits"]["stop"]
+    assert len(a) == 2 and a[1].outcome == "timeout" and a[1].step == "done"
+    stop = a[1].limits["stop"]
     assert "at the cap, partition tiny MaxTime = 3 min" in stop and "not resubmitted" in stop
     assert len(fake.calls("requeue_hold")) == 1
     ing.poll_once()
@@ -137,15 +137,15 @@ def test_configured_cap_and_max_attempts(store, fake):
     submission(fake, store, jid)
     fake.end_run(jid, T)
     ing.poll_once()
-    assert rows(store, jid)[1]["limits"]["time_s"] == 7200
+    assert rows(store, jid)[1].limits["time_s"] == 7200
     fake.end_run(jid, T)
     ing.poll_once()
-    assert rows(store, jid)[2]["limits"]["time_s"] == 9000  # recovery.max_time_s, not 4 h
-    assert "recovery.max_time_s" in rows(store, jid)[2]["reason"]
+    assert rows(store, jid)[2].limits["time_s"] == 9000  # recovery.max_time_s, not 4 h
+    assert "recovery.max_time_s" in rows(store, jid)[2].reason
     fake.end_run(jid, T)
     ing.poll_once()
     a = rows(store, jid)
-    assert len(a) == 3 and "no attempts left" in a[2]["limits"]["stop"]
+    assert len(a) == 3 and "no attempts left" in a[2].limits["stop"]
 
 
 def test_walks_back_to_the_original_request_when_harp_shrank_it(store, fake):
@@ -157,9 +157,9 @@ def test_walks_back_to_the_original_request_when_harp_shrank_it(store, fake):
     for _ in range(4):
         fake.end_run(jid, T)
         ing.poll_once()
-        got.append(rows(store, jid)[-1]["limits"]["time_s"])
+        got.append(rows(store, jid)[-1].limits["time_s"])
     assert got == [1200, 2400, 3600, 7200]  # doubled, capped at the request, then doubled again
-    assert "first run; recovered because harp had changed its request" == rows(store, jid)[0]["reason"]
+    assert "first run; recovered because harp had changed its request" == rows(store, jid)[0].reason
 
 
 @pytest.mark.parametrize(
@@ -201,8 +201,8 @@ def test_a_later_attempt_preempted_ends_the_chain_with_its_reason(store, fake):
     fake.end_run(jid, Outcome.PREEMPTED)
     ing.poll_once()
     a = rows(store, jid)
-    assert len(a) == 2 and a[1]["outcome"] == "preempted"
-    assert "ended preempted: not caused by its limits" in a[1]["limits"]["stop"]
+    assert len(a) == 2 and a[1].outcome == "preempted"
+    assert "ended preempted: not caused by its limits" in a[1].limits["stop"]
     assert len(fake.calls("requeue_hold")) == 1
 
 
@@ -228,9 +228,9 @@ def test_requeue_of_a_purged_job_falls_back_to_resubmit(store, fake):
     fake.purge(jid)  # harpd was down longer than MinJobAge
     ing.poll_once()
     a = rows(store, jid)
-    assert a[1]["limits"]["mode"] == "resubmit" and "MinJobAge" in a[1]["limits"]["note"]
-    new = a[1]["job_id"]
-    assert new != jid and a[1]["step"] == "submitted"
+    assert a[1].limits["mode"] == "resubmit" and "MinJobAge" in a[1].limits["note"]
+    new = a[1].job_id
+    assert new != jid and a[1].step == "submitted"
     (sub,) = fake.calls("submit")
     assert sub[4] == 1000  # submitted as the job's owner
     # the job's own environment, from accounting (job_env), not harpd's nor a login's
@@ -246,12 +246,12 @@ def test_requeue_interrupted_then_purged_falls_back_without_duplicating(store, f
     fake.fail_next("requeue_hold", "Unable to contact slurm controller (connect failure)")
     ing.poll_once()
     a = rows(store, jid)
-    assert a[1]["step"] == "decided" and a[1]["limits"]["failures"] == 1
-    assert "Unable to contact" in a[1]["limits"]["last_error"]
+    assert a[1].step == "decided" and a[1].limits["failures"] == 1
+    assert "Unable to contact" in a[1].limits["last_error"]
     fake.purge(jid)
     rec.resume()
     a = rows(store, jid)
-    assert a[1]["step"] == "submitted" and a[1]["limits"]["mode"] == "resubmit" and a[1]["job_id"] != jid
+    assert a[1].step == "submitted" and a[1].limits["mode"] == "resubmit" and a[1].job_id != jid
     rec.resume()
     assert len(fake.calls("submit")) == 1
 
@@ -265,8 +265,8 @@ def test_a_job_slurm_will_not_requeue_is_resubmitted_instead(store, fake):
     fake.fail_next("requeue_hold", f"Requested operation is presently disabled for job {jid}")
     ing.poll_once()
     a = rows(store, jid)
-    assert a[1]["step"] == "submitted" and a[1]["limits"]["mode"] == "resubmit"
-    assert "requeuehold" in a[1]["limits"]["note"] and a[1]["job_id"] != jid
+    assert a[1].step == "submitted" and a[1].limits["mode"] == "resubmit"
+    assert "requeuehold" in a[1].limits["note"] and a[1].job_id != jid
     assert fake.state["jobs"][jid]["restarts"] == 0 and len(fake.calls("submit")) == 1
 
 
@@ -278,8 +278,8 @@ def test_limits_refused_leave_the_job_held_and_say_how_to_release_it(store, fake
     fake.fail_next("update_job", "Access/permission denied for job", once=False)
     ing.poll_once()
     a = rows(store, jid)
-    assert a[1]["step"] == "done" and a[1]["outcome"] == "not_submitted"
-    assert f"scontrol release {jid}" in a[1]["limits"]["stop"]
+    assert a[1].step == "done" and a[1].outcome == "not_submitted"
+    assert f"scontrol release {jid}" in a[1].limits["stop"]
     assert fake.calls("release") == []
 
 
@@ -297,8 +297,8 @@ def test_resubmit_oom_doubles_memory_twice_with_the_same_script_and_arguments(st
     fake.end_run(jid, M)
     ing.poll_once()
     a = rows(store, jid)
-    j2 = a[1]["job_id"]
-    assert a[1]["step"] == "submitted" and a[1]["limits"]["mem_mb"] == 200 and a[1]["limits"]["time_s"] == 300
+    j2 = a[1].job_id
+    assert a[1].step == "submitted" and a[1].limits["mem_mb"] == 200 and a[1].limits["time_s"] == 300
     (call,) = fake.calls("submit")
     new_argv, script, cwd, as_uid = call[1], call[2], call[3], call[4]
     assert new_argv == [
@@ -310,19 +310,19 @@ def test_resubmit_oom_doubles_memory_twice_with_the_same_script_and_arguments(st
     assert "SBATCH_MEM_PER_CPU" not in env  # would clash with --mem; the rest exactly the job's own
     assert env == {k: v for k, v in own_env.items() if k != "SBATCH_MEM_PER_CPU"}
     sub2 = store.get_submission(j2)
-    assert sub2["chain_id"] == jid and sub2["submitted"]["mem_mb"] == 200 and sub2["decision"]["model"] == "recovery"
+    assert sub2.chain_id == jid and sub2.submitted.mem_mb == 200 and sub2.decision.model == "recovery"
     assert store.chain_of(j2) == jid
 
     fake.end_run(j2, M)
     ing.poll_once()
     a = rows(store, jid)
-    j3 = a[2]["job_id"]
-    assert a[1]["outcome"] == "oom" and a[2]["limits"]["mem_mb"] == 400 and j3 not in (jid, j2)
+    j3 = a[2].job_id
+    assert a[1].outcome == "oom" and a[2].limits["mem_mb"] == 400 and j3 not in (jid, j2)
     assert fake.calls("batch_script")[-1][1] == j2  # the script of the run that failed
     fake.end_run(j3, Outcome.COMPLETED)
     ing.poll_once()
     a = rows(store, jid)
-    assert [(r["attempt"], r["outcome"], r["step"]) for r in a] == [(1, "oom", "done"), (2, "oom", "done"), (3, "completed", "done")]
+    assert [(r.attempt, r.outcome, r.step) for r in a] == [(1, "oom", "done"), (2, "oom", "done"), (3, "completed", "done")]
     recs = {r.job_id: r for r in store.iter_jobs()}
     assert recs[j2].attempt == 2 and recs[j2].censored_mem and recs[j2].req_mem_mb == 200
     assert recs[j3].attempt == 3 and recs[j3].outcome == Outcome.COMPLETED and recs[j3].signature == "sig-job.sh"
@@ -348,11 +348,11 @@ def test_a_submit_that_failed_after_slurm_took_the_job_is_adopted_not_repeated(s
     fake.end_run(jid, T)
     ing.poll_once()
     a = rows(store, jid)
-    assert a[1]["step"] == "decided" and a[1]["limits"]["failures"] == 1
+    assert a[1].step == "decided" and a[1].limits["failures"] == 1
     rec.resume()
     a = rows(store, jid)
     marked = [j for j, x in fake.state["jobs"].items() if x["comment"] == f"harp retry 2 of {jid}"]
-    assert a[1]["step"] == "submitted" and [a[1]["job_id"]] == marked
+    assert a[1].step == "submitted" and [a[1].job_id] == marked
     assert len(fake.calls("submit")) == 1
 
 
@@ -361,13 +361,13 @@ def test_resubmit_needs_the_registered_arguments(store, fake):
     jid = fake.add_job(uid=ME, user="me")
     submission(fake, store, jid)
     sub = store.get_submission(jid)
-    job = dict(sub["job"])
+    job = dict(sub.job)
     del job["argv"]  # registered by a harp-submit from before recovery
-    store.add_submission(jid, sub["uid"], sub["user"], job, sub["original"], sub["submitted"], sub["decision"])
+    store.add_submission(jid, sub.uid, sub.user, job, sub.stored["original"], sub.stored["submitted"], sub.stored["decision"])
     fake.end_run(jid, T)
     ing.poll_once()
     a = rows(store, jid)
-    assert a[1]["outcome"] == "not_submitted" and "lacks sbatch's arguments" in a[1]["limits"]["stop"]
+    assert a[1].outcome == "not_submitted" and "lacks sbatch's arguments" in a[1].limits["stop"]
     assert fake.calls("submit") == []
 
 
@@ -379,7 +379,7 @@ def test_a_per_user_harpd_does_not_submit_for_someone_else(store, fake, monkeypa
     monkeypatch.setattr(os, "geteuid", lambda: 1234)
     ing.poll_once()
     a = rows(store, jid)
-    assert "cannot submit for bob (uid 4321)" in a[1]["limits"]["stop"] and fake.calls("submit") == []
+    assert "cannot submit for bob (uid 4321)" in a[1].limits["stop"] and fake.calls("submit") == []
 
 
 def test_a_failing_side_effect_is_given_up_after_max_failures(store, fake, monkeypatch):
@@ -391,11 +391,11 @@ def test_a_failing_side_effect_is_given_up_after_max_failures(store, fake, monke
     fake.end_run(jid, T)
     ing.poll_once()
     rec.resume()
-    assert rows(store, jid)[1]["step"] == "decided"
+    assert rows(store, jid)[1].step == "decided"
     rec.resume()
     a = rows(store, jid)
-    assert a[1]["step"] == "done" and a[1]["outcome"] == "not_submitted"
-    assert "gave up after 3 failed tries" in a[1]["limits"]["stop"]
+    assert a[1].step == "done" and a[1].outcome == "not_submitted"
+    assert "gave up after 3 failed tries" in a[1].limits["stop"]
     rec.resume()
     assert len(fake.calls("batch_script")) == 3
 
@@ -462,7 +462,7 @@ def test_no_resubmission_without_the_jobs_own_environment(store, fake):
     fake.end_run(jid, T)
     ing.poll_once()
     a = rows(store, jid)
-    assert a[1]["step"] == "done" and a[1]["outcome"] == "not_submitted"
-    assert "AccountingStoreFlags lacks job_env" in a[1]["limits"]["stop"]
-    assert "not resubmitted" in a[1]["limits"]["stop"]
+    assert a[1].step == "done" and a[1].outcome == "not_submitted"
+    assert "AccountingStoreFlags lacks job_env" in a[1].limits["stop"]
+    assert "not resubmitted" in a[1].limits["stop"]
     assert fake.calls("submit") == []  # never with harpd's or a login-like environment

@@ -103,14 +103,14 @@ def test_requeue_killed_at_each_step(tmp_path, point):
     assert job["restarts"] == 1 and not job["held"] and job["time_s"] == 120
     assert job["comment"] == f"harp retry 2 of {jid}"
     a = attempts(tmp_path, jid)
-    assert [(r["attempt"], r["step"]) for r in a] == [(1, "done"), (2, "requeued")]
+    assert [(r.attempt, r.step) for r in a] == [(1, "done"), (2, "requeued")]
     with Store.open(tmp_path / "harp.db") as s:
         assert s.get_meta(WATCH_KEY) == {jid: 2}
 
     fake.end_run(jid, Outcome.COMPLETED)
     assert harpd(tmp_path, "requeue").returncode == 0
     a = attempts(tmp_path, jid)
-    assert [(r["attempt"], r["step"], r["outcome"]) for r in a] == [(1, "done", "timeout"), (2, "done", "completed")]
+    assert [(r.attempt, r.step, r.outcome) for r in a] == [(1, "done", "timeout"), (2, "done", "completed")]
     assert len(fake.calls("requeue_hold")) == 1
 
 
@@ -125,14 +125,14 @@ def test_resubmit_killed_at_each_step(tmp_path, point):
     marked = [j for j, x in fake.state["jobs"].items() if x["comment"] == f"harp retry 2 of {jid}"]
     assert len(marked) == 1 and len(fake.calls("submit")) == 1
     a = attempts(tmp_path, jid)
-    assert [(r["attempt"], r["step"], r["job_id"]) for r in a] == [(1, "done", jid), (2, "submitted", marked[0])]
+    assert [(r.attempt, r.step, r.job_id) for r in a] == [(1, "done", jid), (2, "submitted", marked[0])]
     with Store.open(tmp_path / "harp.db") as s:
-        assert s.get_submission(marked[0])["chain_id"] == jid
+        assert s.get_submission(marked[0]).chain_id == jid
 
     fake.end_run(marked[0], Outcome.COMPLETED)
     assert harpd(tmp_path, "resubmit").returncode == 0
     a = attempts(tmp_path, jid)
-    assert a[1]["step"] == "done" and a[1]["outcome"] == "completed" and len(fake.calls("submit")) == 1
+    assert a[1].step == "done" and a[1].outcome == "completed" and len(fake.calls("submit")) == 1
 
 
 @pytest.mark.parametrize("mode", ["requeue", "resubmit"])
@@ -140,15 +140,15 @@ def test_killed_after_a_later_outcome_still_decides_the_next_attempt(tmp_path, m
     """Attempt 2 ran out too; harpd dies right after recording it: attempt 3 still comes, once."""
     fake, jid = setup_job(tmp_path, Outcome.OOM)
     assert harpd(tmp_path, mode).returncode == 0
-    second = attempts(tmp_path, jid)[1]["job_id"]
+    second = attempts(tmp_path, jid)[1].job_id
     fake.end_run(second, Outcome.OOM)
     assert killed(harpd(tmp_path, mode, "done"))
     a = attempts(tmp_path, jid)
-    assert len(a) == 2 and a[1]["step"] == "done" and a[1]["outcome"] == "oom"
+    assert len(a) == 2 and a[1].step == "done" and a[1].outcome == "oom"
     assert harpd(tmp_path, mode).returncode == 0
     a = attempts(tmp_path, jid)
-    assert [r["limits"]["mem_mb"] for r in a] == [100, 200, 400]
-    assert a[2]["step"] in ("requeued", "submitted")
+    assert [r.limits["mem_mb"] for r in a] == [100, 200, 400]
+    assert a[2].step in ("requeued", "submitted")
     assert harpd(tmp_path, mode).returncode == 0
     n = len(fake.calls("requeue_hold" if mode == "requeue" else "submit"))
     assert n == 2
@@ -162,4 +162,4 @@ def test_killed_at_every_step_in_turn(tmp_path):
         assert killed(proc) or proc.returncode == 0, proc.stderr[-2000:]
     assert harpd(tmp_path, "requeue").returncode == 0
     assert len(fake.calls("requeue_hold")) == 1 and len(fake.calls("release")) == 1
-    assert attempts(tmp_path, jid)[1]["step"] == "requeued"
+    assert attempts(tmp_path, jid)[1].step == "requeued"

@@ -12,6 +12,7 @@ from harpd.recovery.attempts import AttemptLimits
 from harpd.recovery.policy import eligible, first_limits, next_limits, retry_choice
 from harpd.recovery.sbatch_argv import ArgvError, resubmit_argv
 from harpd.records import JobRecord, Outcome
+from tests.helpers.submissions import stored_submission
 
 T, M = Outcome.TIMEOUT, Outcome.OOM
 
@@ -34,7 +35,7 @@ def test_retry_choice(lines, want):
 
 
 def _sub(lines=(), changes=(), **job):
-    return {"job": {"harp_lines": list(lines), **job}, "decision": {"changes": list(changes)}}
+    return stored_submission(job={"harp_lines": list(lines), **job}, decision={"changes": list(changes)})
 
 
 def test_eligible_reasons():
@@ -50,15 +51,15 @@ def test_eligible_reasons():
 
 def test_first_limits_from_the_record_and_the_memory_option_used():
     rec = JobRecord(job_id="7", req_time_s=600, req_mem_mb=800, alloc_nodes=2, alloc_cpus=8, partition="long")
-    lim = first_limits(rec, {"submitted": {"mem_mb": 400}}).to_json()
+    lim = first_limits(rec, stored_submission({"submitted": {"mem_mb": 400}})).to_json()
     assert lim == {"time_s": 600, "mem_mb": 400, "partition": "long", "nodes": 2, "cpus_per_node": 4}
-    lim = first_limits(rec, {"submitted": {"mem_per_cpu_mb": 100}}).to_json()
+    lim = first_limits(rec, stored_submission({"submitted": {"mem_per_cpu_mb": 100}})).to_json()
     assert lim["mem_per_cpu_mb"] == 100 and "mem_mb" not in lim
     # no memory asked: the partition default Slurm applied, per node
-    assert first_limits(rec, {"submitted": {}}).mem_mb == 400
+    assert first_limits(rec, stored_submission({"submitted": {}})).mem_mb == 400
     # no record values: what harp-submit registered
     bare = JobRecord(job_id="7")
-    lim = first_limits(bare, {"submitted": {"time_s": 120, "mem_mb": 64, "partition": "short"}}).to_json()
+    lim = first_limits(bare, stored_submission({"submitted": {"time_s": 120, "mem_mb": 64, "partition": "short"}})).to_json()
     assert (lim["time_s"], lim["mem_mb"], lim["partition"]) == (120, 64, "short")
 
 

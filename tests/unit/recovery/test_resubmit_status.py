@@ -30,10 +30,10 @@ def chain(tmp_path, no_harpd):
     submission(fake, store, jid)
     fake.end_run(jid, Outcome.OOM)
     ing.poll_once()
-    j2 = store.attempts(jid)[1]["job_id"]
+    j2 = store.attempts(jid)[1].job_id
     fake.end_run(j2, Outcome.OOM)
     ing.poll_once()
-    j3 = store.attempts(jid)[2]["job_id"]
+    j3 = store.attempts(jid)[2].job_id
     fake.end_run(j3, Outcome.COMPLETED)
     ing.poll_once()
     tiny = fake.add_job(uid=os.geteuid(), user="me", time_s=180, partition="tiny")

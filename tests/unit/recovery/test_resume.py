@@ -36,7 +36,7 @@ def test_last_signal_is_the_latest_runs_and_plan_keeps_the_charge(tmp_path):
         store.add_limit_change("7", CHECKPOINT_SIGNAL, 1000, 90, "run 1", "done")
         store.add_limit_change("7", CHECKPOINT_SIGNAL, 2000, 95, "run 2", "done")
         store.add_limit_change("7", CHECKPOINT_SIGNAL, 3000, 95, "run 3, never sent", "refused")
-        assert last_signal(store, "7")["old_time_s"] == 2000
+        assert last_signal(store, "7").old_time_s == 2000
     finally:
         store.close()
     plan = Plan.from_json(Plan(limits=Plan.from_json({"time_s": 120}).limits, charged_s=31).to_json())
@@ -72,11 +72,11 @@ def test_a_signalled_timeout_is_requeued_with_the_same_limit(rstore, fake, signa
                             "SIGUSR1", "done")
     ing.poll_once()
     a = rstore.attempts(jid)
-    assert [(r["attempt"], r["step"]) for r in a] == [(1, "done"), (2, "requeued")]
-    assert a[1]["job_id"] == jid and a[1]["limits"]["mode"] == "requeue"  # in place: same id, same files
+    assert [(r.attempt, r.step) for r in a] == [(1, "done"), (2, "requeued")]
+    assert a[1].job_id == jid and a[1].limits["mode"] == "requeue"  # in place: same id, same files
     if signalled_this_run:
-        assert a[1]["limits"]["time_s"] == 60 and a[1]["limits"]["charged_s"] == 20
-        assert "resumes from its checkpoint" in a[1]["reason"] and "not doubled" in a[1]["reason"]
+        assert a[1].limits["time_s"] == 60 and a[1].limits["charged_s"] == 20
+        assert "resumes from its checkpoint" in a[1].reason and "not doubled" in a[1].reason
         assert fake.state["jobs"][jid]["time_s"] == 60
     else:  # the signal was an earlier run's: escalated as any timeout
-        assert a[1]["limits"]["time_s"] == 120 and "charged_s" not in a[1]["limits"]
+        assert a[1].limits["time_s"] == 120 and "charged_s" not in a[1].limits

@@ -39,13 +39,13 @@ def task_job(store, fake, rule: str, sample: str, attempt: int = 1) -> str:
     submission(fake, store, jid, harp_lines=(), changes=[{"option": "time", "value": "1", "old": "20"}],
                original={"time_s": 1200, "mem_mb": 100, "partition": "short"})
     sub = store.get_submission(jid)
-    job = {**sub["job"], "signature": None, "commands": [_wrap(rule, sample, attempt)]}
-    store.add_submission(jid, sub["uid"], sub["user"], job, sub["original"], sub["submitted"], sub["decision"])
+    job = {**sub.job, "signature": None, "commands": [_wrap(rule, sample, attempt)]}
+    store.add_submission(jid, sub.uid, sub.user, job, sub.stored["original"], sub.stored["submitted"], sub.stored["decision"])
     return jid
 
 
 def steps(store, chain):
-    return [(a["attempt"], a["step"], a["outcome"]) for a in store.attempts(chain)]
+    return [(a.attempt, a.step, a.outcome) for a in store.attempts(chain)]
 
 
 def test_a_task_is_requeued_in_place_with_its_comment_kept(store, fake) -> None:
@@ -64,7 +64,7 @@ def test_once_the_manager_retried_the_task_harp_does_not_requeue_it(store, fake)
     retry = task_job(store, fake, "work", "s1", attempt=2)  # Snakemake saw TIMEOUT first (--retries)
     ing.poll_once()
     [first] = store.attempts(jid)
-    assert first["outcome"] == "timeout" and f"submitted it again itself (job {retry})" in first["limits"]["stop"]
+    assert first.outcome == "timeout" and f"submitted it again itself (job {retry})" in first.limits["stop"]
     assert fake.calls("requeue_hold") == [] and fake.calls("submit") == []
 
 
@@ -84,7 +84,7 @@ def test_a_task_is_never_resubmitted_under_a_new_id(store, fake) -> None:
     fake.end_run(jid, T)
     ing.poll_once()
     [first] = store.attempts(jid)
-    assert "tracks it by job id" in first["limits"]["stop"]
+    assert "tracks it by job id" in first.limits["stop"]
     assert fake.calls("submit") == []
 
 
@@ -106,8 +106,8 @@ def test_a_retry_registered_between_the_decision_and_the_requeue_is_left_the_tas
     shift[0] = 10.0
     rec.resume()
     rows = store.attempts(jid)
-    assert [r["step"] for r in rows] == ["done", "done"] and rows[1]["outcome"] == "not_submitted", rows
-    assert f"submitted it again itself (job {retry})" in rows[1]["limits"]["stop"]
+    assert [r.step for r in rows] == ["done", "done"] and rows[1].outcome == "not_submitted", rows
+    assert f"submitted it again itself (job {retry})" in rows[1].limits["stop"]
     assert fake.calls("requeue_hold") == []
 
 
@@ -118,11 +118,11 @@ def test_a_nextflow_task_is_left_to_its_error_strategy(store, fake) -> None:
     submission(fake, store, jid, harp_lines=(), changes=[{"option": "time", "value": "1", "old": "20"}],
                original={"time_s": 1200, "mem_mb": 100, "partition": "short"})
     sub = store.get_submission(jid)
-    job = {**sub["job"], "signature": None, "commands": ["bash .command.run"], "job_name": "nf-FASTQC_(s1)",
+    job = {**sub.job, "signature": None, "commands": ["bash .command.run"], "job_name": "nf-FASTQC_(s1)",
            "script_name": ".command.run", "cwd": "/home/alice/nf/work/ab/cdef"}
-    store.add_submission(jid, sub["uid"], sub["user"], job, sub["original"], sub["submitted"], sub["decision"])
+    store.add_submission(jid, sub.uid, sub.user, job, sub.stored["original"], sub.stored["submitted"], sub.stored["decision"])
     fake.end_run(jid, T)
     ing.poll_once()
     [first] = store.attempts(jid)
-    assert first["outcome"] == "timeout" and "errorStrategy" in first["limits"]["stop"], first
+    assert first.outcome == "timeout" and "errorStrategy" in first.limits["stop"], first
     assert fake.calls("requeue_hold") == [] and fake.calls("submit") == []

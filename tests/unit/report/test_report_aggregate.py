@@ -4,7 +4,7 @@ import math
 import numpy as np
 import pytest
 
-from harpd.records import Outcome
+from harpd.records import AttemptRecord, Outcome
 from harpd.report.aggregate import METRIC_NAMES, build_report, derive, group_metrics
 from harpd.report.columns import columns_for, factorize, from_records, normalise
 from harpd.report.window import Window
@@ -78,9 +78,10 @@ def test_failures_by_cause_and_cancelled_are_not_failures():
 
 def test_resubmissions_count_later_attempts_and_chains():
     recs = [job("1", outcome=Outcome.TIMEOUT), job("1", attempt=2), job("9", attempt=3, outcome=Outcome.OOM)]
-    chains = [{"chain_id": "1", "attempt": 1, "job_id": "1", "step": "done", "outcome": "timeout"},
-              {"chain_id": "1", "attempt": 2, "job_id": "1", "step": "done", "outcome": "completed"},
-              {"chain_id": "8", "attempt": 2, "job_id": "9", "step": "submitted", "outcome": None}]
+    chains = [AttemptRecord(chain_id=c, attempt=n, job_id=j, limits={}, reason="", step=step, outcome=out,
+                            created_at=0.0, updated_at=0.0)
+              for c, n, j, step, out in (("1", 1, "1", "done", "timeout"), ("1", 2, "1", "done", "completed"),
+                                         ("8", 2, "9", "submitted", None))]
     r = report(recs, chains=chains)
     rs = r.resubmissions
     assert (rs["runs"], rs["completed"], rs["core_h"]) == (2, 1, 8.0)

@@ -105,7 +105,7 @@ def test_load_joins_submissions_and_finds_recoveries(store):
     assert got.recovered[at("10")] and got.recovered[at("20")] and not got.recovered[at("30")]
     assert got.originals["time_s"][at("10")] == 14400 and got.originals["mem_mb"][at("20")] == 8000
     assert got.models[at("10")] == "harp" and got.models[at("40")] is None
-    assert {r["chain_id"] for r in got.chains} == {"20"} and len(got.chains) == 2
+    assert {r.chain_id for r in got.chains} == {"20"} and len(got.chains) == 2
     # resubmitted runs without a submission of their own are expected, not a problem
     assert not any("no submission record" in n for n in got.notes)
     store.insert_jobs([job("50", harp_sized=True)])
@@ -118,7 +118,7 @@ def test_chains_of_other_users_are_not_shown(store):
     store.add_attempt("1", 2, "2", {}, "retry", "done")
     store.add_attempt("7", 2, "8", {}, "someone else", "submitted")
     alice = load(store, "user", ALL, Filters(users=("alice",)))
-    assert {r["chain_id"] for r in alice.chains} == {"1"}
+    assert {r.chain_id for r in alice.chains} == {"1"}
 
 
 def test_empty_store_loads_nothing(store):

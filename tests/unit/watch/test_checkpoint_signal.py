@@ -13,8 +13,8 @@ LINE = ["#HARP checkpoint cost=10s signal=USR2 lead=30s"]
 
 
 def rows(store, jid):
-    return [(r["old_time_s"], r["new_time_s"], r["step"]) for r in store.limit_changes(jid)
-            if r["kind"] == CHECKPOINT_SIGNAL]
+    return [(r.old_time_s, r.new_time_s, r.step) for r in store.limit_changes(jid)
+            if r.kind == CHECKPOINT_SIGNAL]
 
 
 def test_hard_limits_signal_once_lead_before_harps_limit(store, slurm):
@@ -28,11 +28,11 @@ def test_hard_limits_signal_once_lead_before_harps_limit(store, slurm):
     slurm.jobs["7"]["used"] = 110
     assert step.tick(slurm.queue()) == 0 and len(slurm.signals) == 1  # once per run
     assert rows(store, "7") == [(1000, 95, "done")]
-    assert last_signal(store, "7")["new_time_s"] == 95
+    assert last_signal(store, "7").new_time_s == 95
     # requeued: a new run (new start) is signalled again, at the same limit
     slurm.jobs["7"].update(used=100, start=2000.0)
     assert step.tick(slurm.queue()) == 1 and slurm.signals[-1] == ("7", "USR2")
-    assert last_signal(store, "7")["old_time_s"] == 2000
+    assert last_signal(store, "7").old_time_s == 2000
 
 
 def test_soft_limits_signal_before_the_users_own_limit_not_harps(store, slurm):

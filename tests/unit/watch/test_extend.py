@@ -28,7 +28,7 @@ def extender(store, slurm, **predict):
 
 
 def steps(store, jid):
-    return [(r["old_time_s"], r["new_time_s"], r["step"]) for r in store.limit_changes(jid)]
+    return [(r.old_time_s, r.new_time_s, r.step) for r in store.limit_changes(jid)]
 
 
 def test_extends_by_doubling_up_to_the_request_noting_it_in_the_comment(store, slurm):
@@ -62,8 +62,8 @@ def test_the_last_extension_goes_straight_to_the_request(store, slurm):
     slurm.jobs["17"]["used"] = 100
     assert e.tick(slurm.queue()) == 1 and slurm.jobs["17"]["limit"] == 3000  # second: the user's own request
     rows = store.limit_changes("17")
-    assert [(r["old_time_s"], r["new_time_s"]) for r in rows] == [(60, 120), (120, 3000)]
-    assert "extension 2 of at most 2: back to the requested 50 min" in rows[1]["reason"]
+    assert [(r.old_time_s, r.new_time_s) for r in rows] == [(60, 120), (120, 3000)]
+    assert "extension 2 of at most 2: back to the requested 50 min" in rows[1].reason
     slurm.jobs["17"]["used"] = 2990
     assert e.tick(slurm.queue()) == 0  # the request is the kill time
     # within the partition's MaxTime: a 3-minute partition caps the last extension too
@@ -158,7 +158,7 @@ def test_a_refusal_is_recorded_and_not_retried(store, slurm):
     e = extender(store, slurm)
     assert e.tick(slurm.queue()) == 0
     (row,) = store.limit_changes("16")
-    assert row["step"] == "refused" and "permission denied" in row["reason"]
+    assert row.step == "refused" and "permission denied" in row.reason
     e.tick(slurm.queue())
     assert len(slurm.calls) == 1 and slurm.jobs["16"]["limit"] == 60  # runs into its limit: recovery's turn
 

@@ -25,7 +25,7 @@ def test_pending_sibling_gets_the_new_bound_once(store, slurm):
     r.on_outcome(outcome())
     assert r.tick(slurm.queue()) == 1
     assert slurm.jobs["20"]["limit"] == 1200 and slurm.calls == [("20", {"TimeLimit": "20"})]
-    assert [(c["kind"], c["old_time_s"], c["new_time_s"], c["step"]) for c in store.limit_changes("20")] == [
+    assert [(c.kind, c.old_time_s, c.new_time_s, c.step) for c in store.limit_changes("20")] == [
         ("resize", 3600, 1200, "done")]
     r.on_outcome(outcome())
     assert r.tick(slurm.queue()) == 0  # same bound: no change
@@ -78,13 +78,13 @@ def test_refused_update_is_recorded_and_a_started_job_is_not_resized_after_a_cra
     r = resizer(store, slurm, [900])
     r.on_outcome(outcome())
     r.tick(slurm.queue())
-    assert store.limit_changes("31")[0]["step"] == "refused"
+    assert store.limit_changes("31")[0].step == "refused"
     # a decided re-size whose job started before harpd came back is not carried out
     register(store, "32", original_s=7200, harp_time="60")
     store.add_limit_change("32", "resize", 3600, 900, "test", "decided")
     slurm.add("32", state="RUNNING", limit_s=3600)
     r.tick(slurm.queue())
-    assert store.limit_changes("32")[0]["step"] == "ended" and all(c[0] != "32" for c in slurm.calls)
+    assert store.limit_changes("32")[0].step == "ended" and all(c[0] != "32" for c in slurm.calls)
 
 
 def test_pending_memory_follows_the_siblings_within_the_request_and_once(store, slurm):
@@ -97,7 +97,7 @@ def test_pending_memory_follows_the_siblings_within_the_request_and_once(store, 
     assert r.tick(slurm.queue()) == 1
     assert slurm.jobs["30"]["mem"] == 600 and slurm.calls == [("30", {"MinMemoryNode": "600"})]
     (row,) = store.limit_changes("30")
-    assert (row["kind"], row["old_mem_mb"], row["new_mem_mb"], row["step"]) == ("resize-mem", 2000, 600, "done")
+    assert (row.kind, row.old_mem_mb, row.new_mem_mb, row.step) == ("resize-mem", 2000, 600, "done")
     r.on_outcome(outcome())
     assert r.tick(slurm.queue()) == 0  # already there
 
@@ -111,7 +111,7 @@ def test_pending_memory_never_above_the_request_and_small_steps_are_skipped(stor
     slurm.add("33", state="PENDING", limit_s=7200, mem_mb=1000)
     want = {"31": 99999, "32": 1040, "33": 200}
     r = Resizer(store, slurm, settings(resize_min_ratio=0.1, resize_min_s=300),
-                lambda sub: Fresh(mem_option="mem", mem_mb=want[sub["job_id"]]))
+                lambda sub: Fresh(mem_option="mem", mem_mb=want[sub.job_id]))
     r.on_outcome(outcome())
     r.tick(slurm.queue())
     assert slurm.jobs["31"]["mem"] == 3000  # capped by the user's own request
@@ -130,7 +130,7 @@ def test_a_memory_resize_refused_by_slurm_is_recorded_and_the_per_cpu_form_is_us
     assert r.tick(slurm.queue()) == 0
     assert slurm.calls == [("34", {"MinMemoryCPU": "300"})]
     (row,) = store.limit_changes("34")
-    assert row["kind"] == "resize-mem-per-cpu" and row["step"] == "refused" and "permission" in row["reason"]
+    assert row.kind == "resize-mem-per-cpu" and row.step == "refused" and "permission" in row.reason
 
 
 def test_a_workflow_task_left_as_asked_at_submission_is_sized_from_its_finished_siblings(store, slurm):

@@ -21,7 +21,7 @@ def _register(store, jid: str, *, cpus: int, harp_cpus: int | None, signature: s
 
 def _resizer(store, slurm, cpus):
     return Resizer(store, slurm, settings(resize_min_ratio=0.1, resize_min_s=300),
-                   lambda sub: Fresh(cpus=cpus.get(sub["job_id"])))
+                   lambda sub: Fresh(cpus=cpus.get(sub.job_id)))
 
 
 def _outcome(signature=TASK):
@@ -45,7 +45,7 @@ def test_a_pending_task_gets_the_cpus_its_finished_siblings_say_once_within_its_
     assert ("50", {"CPUsPerTask": "3", "MinCPUsNode": "3", "NumCPUs": "3"}) in slurm.calls
     assert slurm.jobs["52"]["cpus"] == 4 and slurm.jobs["53"]["cpus"] == 8
     (row,) = store.limit_changes("50")
-    assert (row["kind"], row["old_cpus"], row["new_cpus"], row["step"]) == ("resize-cpus", 8, 3, "done")
+    assert (row.kind, row.old_cpus, row.new_cpus, row.step) == ("resize-cpus", 8, 3, "done")
     r.on_outcome(_outcome())
     assert r.tick(slurm.queue()) == 0  # already there: never twice
 
@@ -58,7 +58,7 @@ def test_never_above_the_request_and_a_refusal_is_recorded(store, slurm):
     r.on_outcome(_outcome())
     assert r.tick(slurm.queue()) == 0
     (row,) = store.limit_changes("60")
-    assert row["step"] == "refused" and "permission" in row["reason"]
+    assert row.step == "refused" and "permission" in row.reason
     _register(store, "61", cpus=4, harp_cpus=None)
     slurm.add("61", state="PENDING", limit_s=3600, cpus=4)
     r = _resizer(store, slurm, {"61": 16})

@@ -52,8 +52,8 @@ def test_progress_only_from_slurms_owner_of_a_running_job(store):
     assert isinstance(progress(h, ALICE, "8", 0.5, "study=s stop=sha eta=2"), p.ProgressAnswer)
     assert "no Slurm" in progress(Handlers(store), ALICE, "7_1", 0.1).error
     rows = store.trial_reports()
-    assert [(r["job_id"], r["uid"], r["study"]) for r in rows] == [("7_1", 1000, "array-7"), ("8", 1000, "s")]
-    assert store.trial_studies()[0]["policy"]["stop"] == "sha"
+    assert [(r.job_id, r.uid, r.study) for r in rows] == [("7_1", 1000, "array-7"), ("8", 1000, "s")]
+    assert store.trial_studies()[0].policy["stop"] == "sha"
     with pytest.raises(Exception):
         p.parse_request(json.dumps({"v": 1, "op": "progress", "job_id": "7_1", "metric": "loss", "value": "nan"}))
 
@@ -79,10 +79,10 @@ def report(store: Store, job: str, uid: int, study: str, values: list[float], po
     """Reports at 0, 30, 60 ... minutes of the trial's run (elapsed written as harpd counts it)."""
     for i, v in enumerate(values):
         store.add_trial_report(job, uid, study, "loss", v, policy)
-    rows = [r for r in store.trial_reports() if r["job_id"] == job]
+    rows = [r for r in store.trial_reports() if r.job_id == job]
     with store.transaction() as db:
         for i, r in enumerate(rows):
-            db.conn.execute("UPDATE trial_reports SET elapsed_s = ? WHERE id = ?", (i * 1800.0, r["id"]))
+            db.conn.execute("UPDATE trial_reports SET elapsed_s = ? WHERE id = ?", (i * 1800.0, r.id))
 
 
 def q(job: str, state: str, uid: int = 1000, array: str | None = None) -> QueuedJob:
@@ -117,7 +117,7 @@ def test_watch_step_stops_what_successive_halving_drops_in_opted_in_studies(stor
     TrialStep(store, slurm, HarpSettings()).tick(jobs)
     assert len(slurm.done) == 2
     # another user's study of the same name is not ranked or stopped with alice's
-    assert store.trial_actions()["40_1"]["uid"] == 1000
+    assert store.trial_actions()["40_1"].uid == 1000
 
 
 def test_a_refused_slurm_call_is_not_recorded(store):
