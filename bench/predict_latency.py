@@ -133,7 +133,7 @@ def main() -> int:
                 return list(slat), time.perf_counter() - t0
 
             sat, sat_wall = load(None)  # closed loop: every client as fast as it can
-            opn, opn_wall = load(args.rate)
+            opn, _opn_wall = load(args.rate)
         finally:
             trained.stop(proc)
         if not sat or not opn:

@@ -166,7 +166,7 @@ def start_daemon(kind: str, d: Path, env: dict[str, str], port: int, munge_socke
             return sock, proc
         except client.HarpdUnavailable:
             if proc.poll() is not None or time.monotonic() > end:
-                raise SystemExit("harpd did not start")
+                raise SystemExit("harpd did not start") from None
             time.sleep(0.1)
 
 

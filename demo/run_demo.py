@@ -434,7 +434,7 @@ requeues the same job id with the new limit (Slurm keeps both runs). Recovery
 acts on jobs harp resized, and on scripts that ask for it with '#HARP retry'.
 """)
     say((demo.work / scripts["grow"]).read_text().rstrip())
-    job, lines = demo.submit(scripts["grow"])
+    job, _lines = demo.submit(scripts["grow"])
     say(f"$ harp-submit {scripts['grow']}   -> job {job}")
     deadline = time.monotonic() + 240
     status: dict = {}

@@ -21,7 +21,7 @@ from . import route
 
 TYPE_CHECKING = False  # typing costs milliseconds to import; checkers still see these
 if TYPE_CHECKING:
-    from typing import Any, Mapping
+    from typing import Any, ClassVar, Mapping
 
 DEFAULT_SOCKET = route.DEFAULT_SOCKET
 DEFAULT_CONFIG = route.DEFAULT_CONFIG
@@ -307,7 +307,7 @@ class _ScanContext:
     parse_float = float
     parse_int = int
     parse_constant = staticmethod(_no_constant)
-    memo: dict = {}
+    memo: ClassVar[dict] = {}
 
 
 _scan = _json.make_scanner(_ScanContext())

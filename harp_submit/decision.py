@@ -10,13 +10,13 @@ request nobody chose.
 
 from __future__ import annotations
 
-TYPE_CHECKING = False  # typing costs milliseconds to import; checkers still see these
-if TYPE_CHECKING:
-    from typing import Any
-
 from . import units
 from .directives import is_safe_value
 from .request import MEMORY_OPTIONS
+
+TYPE_CHECKING = False  # typing costs milliseconds to import; checkers still see these
+if TYPE_CHECKING:
+    from typing import Any
 
 #: The options a decision may change (design.md, Decision.changes[].option).
 #: The one list: harpd's ``protocol.ChangeOption`` is built from it, so the

@@ -10,13 +10,13 @@ that a change can be written back exactly where the effective value lives
 from __future__ import annotations
 
 import os
-TYPE_CHECKING = False  # typing costs milliseconds to import; checkers still see these
-if TYPE_CHECKING:
-    from typing import Any, Callable, Mapping
-
 from . import input_size, units
 from .directives import Script
 from .sbatch_options import ENV_OPTIONS, ParsedArgs, ParsedOption, tres_per_task_cpus
+
+TYPE_CHECKING = False  # typing costs milliseconds to import; checkers still see these
+if TYPE_CHECKING:
+    from typing import Any, Callable, Mapping
 
 SCRIPT, ENV, CLI = "script", "environment", "command line"  # in increasing precedence
 

@@ -271,7 +271,7 @@ def _schedule(args, prep, cfg, res, procs: int, say) -> dict:
         if not soft_ok:
             notes.append("harp-soft absent: this harp's replay has no soft limits")
     alloc = {mode: r.alloc.get(MODEL) for mode, r in got.items()}
-    bar = None if args.quiet else (lambda name: TextBar(name))
+    bar = None if args.quiet else TextBar
     say(f"queue: simulating {prep.n} jobs on {procs} processors")
     try:
         queue = schedule(prep, procs, alloc.get("hard"), alloc.get("soft"), max_attempts=cfg.max_attempts,

@@ -92,7 +92,7 @@ def choose_batch(model: ScalingModel, layouts: Sequence[Layout], batch: tuple[in
         n = lay.n_gpus
         if n > hi:
             continue
-        b_max = max_micro_batch(lambda b: fits(lay, b), hi // n)
+        b_max = max_micro_batch(lambda b, lay=lay: fits(lay, b), hi // n)
         if b_max == 0:
             continue
         for b in _micro_batches(b_max, n, lo, hi):

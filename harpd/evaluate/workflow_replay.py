@@ -156,7 +156,7 @@ class LiveHarp:
         """The submission harp-submit would send for a task of ``kind`` (memory request in bytes, NaN: none)."""
         from harpd.protocol import JobRequest, Resources
 
-        mem = int(math.ceil(request / MIB)) if request == request and request > 0 else None
+        mem = int(math.ceil(request / MIB)) if not math.isnan(request) and request > 0 else None
         return JobRequest(signature=WORKFLOW_PREFIX + kind, job_name=kind, request=Resources(mem_mb=mem),
                           input_bytes=int(input_bytes) if input_bytes and input_bytes > 0 else None)
 

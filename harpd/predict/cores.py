@@ -57,7 +57,7 @@ def cores_used(used_cpu_s: float | None, used_time_s: float | None) -> float | N
     """Mean cores a run kept busy (CPU time / elapsed), or None when either is unknown or zero."""
     if used_cpu_s is None or used_time_s is None or used_time_s <= 0 or used_cpu_s < 0:
         return None
-    if used_cpu_s != used_cpu_s or used_time_s != used_time_s:
+    if math.isnan(used_cpu_s) or math.isnan(used_time_s):
         return None
     return used_cpu_s / used_time_s
 

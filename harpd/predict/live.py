@@ -26,10 +26,12 @@ import logging
 import math
 import threading
 import time as _time
-from typing import Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from harpd.features.history import COL, KEEP, History, JobKeys, conformal_group, keys_of, keys_of_record
 from harpd.features.resources import gpu_count
 from harpd.features.signature import normalise_commands
 from harpd.features.usage import RecentStops, usage_of
@@ -44,9 +46,16 @@ from harpd.predict.task_memory import TaskMemory
 from harpd.predict.soft import SoftPolicy, running_bound, soft_guard, stake_of, tilt
 from harpd.predict.soft_state import SoftState
 from harpd.predict.time_options import fit_time, kept_under_soft_limits
+from harpd.records import JobRecord
 from harpd.slurm.job_ids import submitted_id
+from harpd.protocol import Change, Decision, JobRequest, Limits, Resources
 from harpd.slurm.partitions import limits_from_backend
 from harp_submit.units import format_mem, format_time
+
+if TYPE_CHECKING:
+    from harpd.config import HarpSettings
+    from harpd.slurm.base import SlurmBackend
+    from harpd.store import Store
 
 log = logging.getLogger("harpd.decide")
 
@@ -55,13 +64,14 @@ HISTORY_JOBS = 200_000  # finished jobs replayed into the live history at load
 REFRESH_S = 60.0  # how often new outcomes are pulled from the store
 HISTORY_RULE = "history"  # the name decisions carry where no model is trained (the history rule)
 NO_MODEL = "no trained model yet"
+# a partition's limits (the daemon's cached lookup; a dict is read as Limits)
+LimitsLookup = Callable[[str | None], Limits | dict[str, Any] | None]
 
 
 class _Loaded:
     """One resource's champion (``model`` None: none yet, the history rule) and its live history."""
 
     def __init__(self, env: dict[str, Any], row: dict[str, Any]) -> None:
-        from harpd.features.history import KEEP, History
 
         self.model = env["model"]
         self.name = env["name"]
@@ -84,8 +94,8 @@ class ModelPredictor:
 
     name = "harp"
 
-    def __init__(self, settings, store=None, limits=None, models: dict[str, Any] | None = None,
-                 soft_limits: bool = False) -> None:
+    def __init__(self, settings: HarpSettings, store: Store | None = None, limits: LimitsLookup | None = None,
+                 models: dict[str, Any] | None = None, soft_limits: bool = False) -> None:
         self.settings = settings
         # soft limits (a privileged harpd extends jobs up to the user's request,
         # harpd.watch): the time limit is cut deeper, by harpd.predict.soft's policy
@@ -153,7 +163,8 @@ class ModelPredictor:
         return max(ns) if ns else None
 
     @classmethod
-    def history_only(cls, settings, store=None, resources: tuple[str, ...] = ("time", "mem")) -> "ModelPredictor":
+    def history_only(cls, settings: HarpSettings, store: Store | None = None,
+                     resources: tuple[str, ...] = ("time", "mem")) -> ModelPredictor:
         """A predictor with no trained model (the history and task rules), fed by ``learn``: ``harp replay``'s harp."""
         return cls(settings, store=store, models={res: {"model": None, "name": HISTORY_RULE, "relative": True,
                                                          "resource": res} for res in resources})
@@ -206,7 +217,7 @@ class ModelPredictor:
         finally:
             self._refresh_lock.release()
 
-    def learn(self, records: list) -> int:
+    def learn(self, records: list[JobRecord]) -> int:
         """Outcomes the ingest poller has just stored: in the history before the next decision.
 
         The poller calls this as it stores new outcomes (just before its
@@ -228,9 +239,7 @@ class ModelPredictor:
                 fresh.append(r)
         return self._add(fresh)
 
-    def _add(self, records: list) -> int:
-        from harpd.features.history import keys_of_record
-
+    def _add(self, records: list[JobRecord]) -> int:
         if not records:
             return 0
         cut = self._cuts_that_failed(records)  # store reads, outside the lock
@@ -252,7 +261,7 @@ class ModelPredictor:
                     ld.stops.add(k.sig, u)
         return len(records)
 
-    def _cuts_that_failed(self, records: list) -> list[tuple[str, str]]:
+    def _cuts_that_failed(self, records: list[JobRecord]) -> list[tuple[str, str]]:
         """(signature, resource) of each run here that failed after harp had cut that resource (``restore``)."""
         if self.store is None:
             return []
@@ -262,7 +271,7 @@ class ModelPredictor:
                 out += [(r.signature, res) for res in restored_by(r.outcome, cut_resources(self._submission(r)))]
         return out
 
-    def _submission(self, r) -> dict[str, Any] | None:
+    def _submission(self, r: JobRecord) -> dict[str, Any] | None:
         try:
             return self.store.get_submission(r.job_id) or self.store.get_submission(submitted_id(r.job_id))
         except Exception:  # a store that cannot answer restores nothing: the next refresh tries again
@@ -300,10 +309,10 @@ class ModelPredictor:
             return out
 
     # -- the request path ------------------------------------------------------------
-    def decide(self, job, user: str, uid: int, now: float | None = None, *, dry_run: bool = False):
+    def decide(self, job: JobRequest, user: str, uid: int, now: float | None = None, *,
+               dry_run: bool = False) -> Decision:
         """The decision for one submission; ``now``: the replay's simulated clock (None: the wall clock);
         ``dry_run``: the same answer, but the submission is not counted."""
-        from harpd.protocol import Change, Decision, Limits
 
         now = _time.time() if now is None else float(now)
         partition = job.partition or job.request.partition
@@ -351,18 +360,17 @@ class ModelPredictor:
                         explain=explain)
 
     @staticmethod
-    def _soft_bound(x, up: float, policy: SoftPolicy) -> tuple[float, str]:
+    def _soft_bound(x: np.ndarray, up: float, policy: SoftPolicy) -> tuple[float, str]:
         """The soft policy's bound (log need/request) from a job's history features.
 
         The template's (same user and request) most recent runs decide when
         there are enough of them, as in ``harpd.predict.soft.start_bound``;
         else the model's own bound stands.
         """
-        from harpd.features.history import COL
 
-        n_runs = math.expm1(x[COL["r_n"]]) if x[COL["r_n"]] == x[COL["r_n"]] else 0.0
+        n_runs = math.expm1(x[COL["r_n"]]) if not math.isnan(x[COL["r_n"]]) else 0.0
         rmax = x[COL["r_max5"]]
-        if n_runs + 0.5 >= policy.min_recent and rmax == rmax:
+        if n_runs + 0.5 >= policy.min_recent and not math.isnan(rmax):
             return float(rmax) + math.log(policy.recent_margin), f"{policy.recent_margin:g} x the most of the last runs"
         return up, "model bound"
 
@@ -379,7 +387,7 @@ class ModelPredictor:
         return up
 
     @staticmethod
-    def _history_bound(x, margin: float, stopped: bool = False) -> tuple[float | None, str]:
+    def _history_bound(x: np.ndarray, margin: float, stopped: bool = False) -> tuple[float | None, str]:
         """The history rule's bound (log need/request) from the signature's own runs, or None and why.
 
         ``margin`` × the most its last five finished runs used (History's
@@ -388,18 +396,17 @@ class ModelPredictor:
         ``stopped`` (failed, cancelled: ``RecentStops``), it ended before its
         program finished.  By how much either needed more, nobody knows.
         """
-        from harpd.features.history import COL
 
         smax, cens = x[COL["s_max5"]], x[COL["s_cens"]]
-        if cens == cens and cens > 0:
+        if not math.isnan(cens) and cens > 0:
             return None, "a recent run of this program hit its limit: request kept"
         if stopped:
             return None, "a recent run of this program did not complete (its usage is only a lower bound): request kept"
-        if smax != smax:
+        if math.isnan(smax):
             return None, "no usage recorded for this program's runs: request kept"
         return float(smax) + math.log(margin), f"{margin:g} x the most of its last runs"
 
-    def _retry_floor(self, uid: int, task, now: float, explain: dict[str, Any]) -> Floor | None:
+    def _retry_floor(self, uid: int, task: TaskIdentity | None, now: float, explain: dict[str, Any]) -> Floor | None:
         """The floor of a workflow manager's retry (``harpd.predict.retry_floor``); a store fault gives none."""
         try:
             floor = self._retries.floor(uid, task, now)
@@ -410,7 +417,7 @@ class ModelPredictor:
             explain["retry"] = {"reason": floor.reason, **floor.explain}
         return floor
 
-    def _cores_change(self, job, sig: str | None, task, retry: Floor | None
+    def _cores_change(self, job: JobRequest, sig: str | None, task: TaskIdentity | None, retry: Floor | None
                       ) -> tuple[dict[str, Any] | None, dict[str, Any]]:
         """The ``cpus-per-task`` change of a single-task job (``harpd.predict.cores``), or None and why not."""
         rq = job.request
@@ -441,14 +448,14 @@ class ModelPredictor:
                 "reason": f"cores from this program's own runs ({ex['reason']})"}, ex
 
     @staticmethod
-    def _keys(job, user: str, res: str, relative: bool, sig: str | None, given: int | None = None):
+    def _keys(job: JobRequest, user: str, res: str, relative: bool, sig: str | None, given: int | None = None
+              ) -> tuple[int, int, float | None, JobKeys]:
         """(cores, nodes, request of ``res``, grouping keys) of a job request: one place for both callers.
 
         ``given``: the CPUs per task harp gives (a lowered ``--cpus-per-task``):
         the job is predicted for those cores, its memory stays the request's
         total (``--mem-per-cpu`` becomes ``--mem``, it does not shrink).
         """
-        from harpd.features.history import keys_of
 
         rq = job.request
         cores = (rq.cpus_per_task or 1) * (rq.ntasks or 1)
@@ -468,16 +475,15 @@ class ModelPredictor:
                        job.input_bytes)
         return cores, nodes, req, keys
 
-    def template_of(self, job, user: str) -> str | None:
+    def template_of(self, job: JobRequest, user: str) -> str | None:
         """The time template (same user, request, cores) of a registered job: the watcher groups running jobs by it."""
         ld = self._loaded.get("time")
         _, _, req, keys = self._keys(job, user, "time", True if ld is None else ld.relative, _signature(job))
         return keys.req if req else None
 
-    def _one(self, job, user: str, res: str, ld: _Loaded, limits, now: float, sig: str | None,
-             given: int | None = None, retry: Floor | None = None, dry_run: bool = False):
-        from harpd.features.history import COL, conformal_group
-
+    def _one(self, job: JobRequest, user: str, res: str, ld: _Loaded, limits: Limits, now: float, sig: str | None,
+             given: int | None = None, retry: Floor | None = None, dry_run: bool = False
+             ) -> tuple[dict[str, Any] | None, dict[str, Any]]:
         rq = job.request
         # a workflow task is sized from its own rule's runs only, model or not (the
         # model's features mix the user's other rules, which say nothing of this one),
@@ -618,12 +624,12 @@ def _rail_words(by: str, res: str, guard: Guard, req: float | None, limit: float
     return f"lowered to the partition limit of {amount(limit)}"
 
 
-def _run_key(r) -> tuple[str, str, int]:
+def _run_key(r: JobRecord) -> tuple[str, str, int]:
     """One run of one job in one source: what the history must hold once."""
     return (str(r.source), str(r.job_id), int(r.attempt or 1))
 
 
-def _total_mem(rq) -> dict[str, Any]:
+def _total_mem(rq: Resources) -> dict[str, Any]:
     """The ``--mem`` change that keeps a ``--mem-per-cpu`` request's total when its cores are lowered."""
     cores = (rq.cpus_per_task or 1) * (rq.ntasks or 1)
     return {"option": "mem", "value": format_mem(int(rq.mem_per_cpu_mb) * cores),
@@ -631,12 +637,12 @@ def _total_mem(rq) -> dict[str, Any]:
             "reason": f"memory kept as the total of {cores} CPUs, now that the job gets fewer"}
 
 
-def _signature(job) -> str | None:
+def _signature(job: JobRequest) -> str | None:
     """A job request's signature: the one harp-submit sent, else (workflow task, else commands) as the poller does."""
     return job.signature or job_signature(job.commands, job.job_name, job.script_name, job.cwd)
 
 
-def identity_of(job, sig: str | None, task: TaskIdentity | None) -> dict[str, Any]:
+def identity_of(job: JobRequest, sig: str | None, task: TaskIdentity | None) -> dict[str, Any]:
     """What harp takes the job to be (``--harp-explain``): a workflow task, or a program by its commands.
 
     An array's tasks share one identity (their index, like a rule's wildcards,
@@ -650,7 +656,8 @@ def identity_of(job, sig: str | None, task: TaskIdentity | None) -> dict[str, An
     return {"program": normalise_commands(job.commands or []) or None, "signature": sig, **array}
 
 
-def make_predictor(settings, store=None, backend=None, limits=None, soft_limits: bool = False):
+def make_predictor(settings: HarpSettings, store: Store | None = None, backend: SlurmBackend | None = None,
+                   limits: LimitsLookup | None = None, soft_limits: bool = False) -> ModelPredictor:
     """The champion-backed predictor harpd.daemon.main wires in (no change until trained).
 
     ``limits``: the daemon's shared (cached) partition-limits lookup; built from

@@ -158,7 +158,7 @@ def _online_model(name: str, prep: Prepared, cfg: ReplayConfig, pts: list[int],
                     continue
                 a = out[j]
                 r = float(req[j]) if has_req[j] else None
-                first = a if a == a else (r if r is not None else math.inf)
+                first = a if not math.isnan(a) else (r if r is not None else math.inf)
                 cal.feedback(groups[j], float(base_pred[j]), None if cens[j] else float(y[j]),
                              float(first), float(need[j]), r, bool(cens[j]), float(w[j]))
         prev_known = k

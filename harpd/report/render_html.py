@@ -124,7 +124,7 @@ def _distributions(r: Report) -> str:
         charts.append(
             svg.bar_chart(sub, ticks, d["counts"], color=color, width=370, cls=f"dist dist-{key}",
                           subtitle=f"{formula}; {d['n']:,} jobs", x_label="efficiency, % (bins of 10)",
-                          highlight=(lambda i, k=key: k != "time_eff" and i == len(d["bins"]) - 1))
+                          highlight=(lambda i, k=key, d=d: k != "time_eff" and i == len(d["bins"]) - 1))
         )
     return (
         '<div class="charts">' + "".join(charts) + "</div>"

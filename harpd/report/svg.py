@@ -256,8 +256,8 @@ def scatter_loglog(
     pts = [(x, y) for _n, s, _c in series for x, y, _m in s if x > 0 and y > 0]
     if not pts:
         return _empty(width, height, title, cls, "no jobs with both a request and a measured use")
-    lo = min(min(p[0] for p in pts), min(p[1] for p in pts))
-    hi = max(max(p[0] for p in pts), max(p[1] for p in pts))
+    lo = min(min(p[0], p[1]) for p in pts)
+    hi = max(max(p[0], p[1]) for p in pts)
     ticks = log_ticks(lo, hi, tick_candidates)
     a, b = math.log10(ticks[0]), math.log10(ticks[-1])
     left, right, top, bottom = 52, 12, 44, 40

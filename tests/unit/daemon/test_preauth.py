@@ -110,7 +110,7 @@ def test_the_unix_socket_keeps_its_reserved_slots(tcp_server, store, munged) -> 
         for t in slow:
             t.start()
         _wait(lambda: running.server.active == 2, "two TCP callers in their slots")
-        with pytest.raises(client.HarpdUnavailable, match="unsealed|busy"):
+        with pytest.raises(client.HarpdUnavailable, match=r"unsealed|busy"):
             client.call_tcp(("127.0.0.1", door.port), HEALTH, 10, munged.as_user(1001))
         assert running.call(HEALTH)["ok"] is True  # the reserved slot
     finally:

@@ -32,8 +32,8 @@ MALLORY = Peer(pid=20, uid=2000, gid=2000, user="mallory", groups=frozenset({200
 
 def squat(handlers: Handlers, job_id: str) -> None:
     req = p.parse_request(
-        '{"op": "register", "job_id": "%s", "job": {"harp_lines": ["#HARP retry"], "argv": ["--wrap=id"]},'
-        ' "original": {}, "submitted": {}}' % job_id
+        '{"op": "register", "job_id": "' + job_id + '", "job": {"harp_lines": ["#HARP retry"], "argv": ["--wrap=id"]},'
+        ' "original": {}, "submitted": {}}'
     )
     answer = handlers.handle(MALLORY, req)
     assert isinstance(answer, p.ErrorAnswer) and answer.error.startswith(f"Slurm does not know job {job_id} yet")

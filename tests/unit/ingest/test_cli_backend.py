@@ -190,7 +190,7 @@ def test_timeout(bindir):
 
 def test_missing_command(tmp_path):
     b = CliBackend(HarpSettings(slurm={"bin_dir": str(tmp_path)}))
-    with pytest.raises(SlurmError, match="sacct not found in slurm.bin_dir"):
+    with pytest.raises(SlurmError, match=r"sacct not found in slurm.bin_dir"):
         b.sacct_jobs(["1"], None, None, True)
 
 
@@ -295,7 +295,7 @@ REAL = ("JobId={id} JobName={name} UserId={user} GroupId=x(1) JobState=RUNNING R
 ])
 def test_show_job_refuses_a_record_whose_own_text_reads_as_slurms(backend, bindir, name, comment):
     (bindir / "scontrol.job").write_text(REAL.format(id=12, name=name, user="bob(1001)", comment=comment) + "\n")
-    with pytest.raises(AmbiguousRecord, match="job 12 cannot be read safely.*harp leaves this job alone"):
+    with pytest.raises(AmbiguousRecord, match=r"job 12 cannot be read safely.*harp leaves this job alone"):
         backend.show_job("12")
 
 
@@ -376,7 +376,7 @@ def test_get_backend():
     assert isinstance(get_backend(HarpSettings()), CliBackend)
     with pytest.raises(SlurmError, match="pyslurm"):
         get_backend(HarpSettings(slurm={"backend": "pyslurm"}))
-    with pytest.raises(SlurmError, match="unknown slurm.backend 'rest'"):
+    with pytest.raises(SlurmError, match=r"unknown slurm.backend 'rest'"):
         get_backend(HarpSettings(slurm={"backend": "rest"}))
 
 
