@@ -36,8 +36,15 @@ TRACES = 3000
 
 
 def main() -> int:
-    from harpd.dnn.checkpoint import (Hazard, coci_schedule, constant_hazard, even_schedule, failure_trace,
-                                      simulate, value_density)
+    from harpd.dnn.checkpoint import (
+        Hazard,
+        coci_schedule,
+        constant_hazard,
+        even_schedule,
+        failure_trace,
+        simulate,
+        value_density,
+    )
 
     C, H, K, T0 = 300.0, 48 * 3600.0, 0.5, 1800.0
     w = value_density(K, T0, H)

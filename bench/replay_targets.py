@@ -166,7 +166,7 @@ def main() -> int:
     harp_over: dict[str, float] = {}
     bound_over: dict[str, float] = {}
     for name, file in TIME_TRACES.items():
-        if only and name not in only or "hard" not in modes:
+        if (only and name not in only) or "hard" not in modes:
             continue
         path = folder / file
         rep = replay(path, "time") if path.exists() else None

@@ -118,8 +118,9 @@ class SealedFakeHarpd:
             threading.Thread(target=self._one, args=(conn,), daemon=True).start()
 
     def _one(self, conn) -> None:
-        from harp_submit import sealed
         from submit_fakes import _line
+
+        from harp_submit import sealed
 
         with conn:
             data = b""

@@ -28,14 +28,21 @@ import os
 import stat
 import sys
 
-from . import __version__, client, harp_options, registration, route, step_aside
+from . import __version__, client, harp_options, output_mode, registration, route, step_aside
 from .decision import BadDecision, check_beside, validate
 from .request import Request
-from . import output_mode
 from .rewrite import RewriteError, Rewritten, apply, build
 from .sbatch_options import CLI_TABLE, SBATCH_TABLE, ParsedArgs
-from .sbatch_run import SpawnError, find_sbatch, last_error, mark_process, parse_job_id, refused_before_submission, spawn
-from .sbatch_run import write
+from .sbatch_run import (
+    SpawnError,
+    find_sbatch,
+    last_error,
+    mark_process,
+    parse_job_id,
+    refused_before_submission,
+    spawn,
+    write,
+)
 from .step_aside import MAX_SCRIPT, UNCHANGED, StepAside, resolve_script
 
 DRY_UNCHANGED = "a real run would submit your job unchanged"
@@ -78,7 +85,7 @@ def main(argv: list[str] | None = None) -> int:
     return code
 
 
-def _run(run: "Submit") -> int:
+def _run(run: Submit) -> int:
     try:
         return run.main()
     except KeyboardInterrupt:

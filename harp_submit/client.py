@@ -21,7 +21,8 @@ from . import route
 
 TYPE_CHECKING = False  # typing costs milliseconds to import; checkers still see these
 if TYPE_CHECKING:
-    from typing import Any, ClassVar, Mapping
+    from collections.abc import Mapping
+    from typing import Any, ClassVar
 
 DEFAULT_SOCKET = route.DEFAULT_SOCKET
 DEFAULT_CONFIG = route.DEFAULT_CONFIG
@@ -98,8 +99,8 @@ def call_tcp(server: tuple[str, int], message: dict[str, Any], timeout: float, m
     connection alone, so a host that drops packets leaves time for the next.
     An answer harpd did not seal raises HarpdUnavailable: the job goes in unchanged.
     """
-    from .sealed import Refused, open_answer, seal_request
     from .munge import MungeError
+    from .sealed import Refused, open_answer, seal_request
 
     deadline = time.monotonic() + timeout if deadline is None else deadline
     where = f"{server[0]}:{server[1]}"
@@ -145,7 +146,8 @@ def ask(where: route.Route, message: dict[str, Any], timeout: float, max_answer:
             if isinstance(target, str):
                 return call(target, message, timeout, max_answer, deadline)
             if munge is None:
-                from .munge import Munge, socket_path as munge_socket
+                from .munge import Munge
+                from .munge import socket_path as munge_socket
 
                 munge = Munge(munge_socket(where.munge_socket))
             more = i < len(targets) - 1

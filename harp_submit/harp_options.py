@@ -18,7 +18,7 @@ Standard library only; ``difflib`` is imported only to word an error.
 
 from __future__ import annotations
 
-from .sbatch_options import CLI_TABLE, HARP_OPTIONS, HARP_OPTION_NAMES, GetoptError, OptionTable
+from .sbatch_options import CLI_TABLE, HARP_OPTION_NAMES, HARP_OPTIONS, GetoptError, OptionTable
 
 HARP_TABLE = OptionTable(HARP_OPTIONS)
 DRY_RUN = "harp-dry-run"

@@ -10,13 +10,15 @@ that a change can be written back exactly where the effective value lives
 from __future__ import annotations
 
 import os
+
 from . import input_size, units
 from .directives import Script
 from .sbatch_options import ENV_OPTIONS, ParsedArgs, ParsedOption, tres_per_task_cpus
 
 TYPE_CHECKING = False  # typing costs milliseconds to import; checkers still see these
 if TYPE_CHECKING:
-    from typing import Any, Callable, Mapping
+    from collections.abc import Callable, Mapping
+    from typing import Any
 
 SCRIPT, ENV, CLI = "script", "environment", "command line"  # in increasing precedence
 

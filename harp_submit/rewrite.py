@@ -25,7 +25,7 @@ from .sbatch_options import OPTION_ENV, SBATCH_TABLE, ParsedOption
 
 TYPE_CHECKING = False  # typing costs milliseconds to import; checkers still see these
 if TYPE_CHECKING:
-    from typing import Mapping
+    from collections.abc import Mapping
 
 
 class RewriteError(ValueError):

@@ -334,7 +334,7 @@ class Store:
     # ---------------------------------------------------------------- opening
 
     @classmethod
-    def open(cls, path: str | os.PathLike[str], *, busy_timeout_s: float = 30.0) -> "Store":
+    def open(cls, path: str | os.PathLike[str], *, busy_timeout_s: float = 30.0) -> Store:
         """Open (creating and migrating as needed) the store at ``path``.
 
         Raises StoreError with one line for every way this can fail at start:
@@ -455,7 +455,7 @@ class Store:
         for h in holders:
             h.close()
 
-    def __enter__(self) -> "Store":
+    def __enter__(self) -> Store:
         return self
 
     def __exit__(self, *exc: object) -> None:

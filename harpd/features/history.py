@@ -19,8 +19,6 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-import numpy as np
-
 NAN = float("nan")
 KEEP = 8  # runs the short-memory features look at
 LONG = 32  # runs kept per group (the long-memory features: q90, max)

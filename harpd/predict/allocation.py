@@ -22,7 +22,6 @@ from dataclasses import dataclass
 
 import numpy as np
 
-
 #: what ``allocate`` says set a value it returns: the bound itself, or the rail that moved it
 BOUND, REQUEST_FLOOR, FLOOR, LIMIT = "bound", "request floor", "floor", "limit"
 
@@ -44,7 +43,7 @@ class Guard:
     min_fraction: float = 0.25
 
     @classmethod
-    def from_settings(cls, predict, resource: str, max_attempts: int | None = 3) -> "Guard":
+    def from_settings(cls, predict, resource: str, max_attempts: int | None = 3) -> Guard:
         floor = float(predict.floor_time_s if resource == "time" else predict.floor_mem_mb)
         return cls(
             min_history=predict.min_history,

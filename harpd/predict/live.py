@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from harp_submit.units import format_mem, format_time
 from harpd.features.history import COL, KEEP, History, JobKeys, conformal_group, keys_of, keys_of_record
 from harpd.features.resources import gpu_count
 from harpd.features.signature import normalise_commands
@@ -39,18 +40,17 @@ from harpd.features.workflow import TaskIdentity, identify, is_workflow_signatur
 from harpd.predict.allocation import BOUND, FLOOR, REQUEST_FLOOR, Guard, allocate
 from harpd.predict.bounds import MARGIN
 from harpd.predict.cores import CoresHistory, cut_bounds, run_cores
+from harpd.predict.kill_cost import why_kept, worth_cutting
 from harpd.predict.restore import Restored, cut_resources, restored_by, restoring_outcome
 from harpd.predict.retry_floor import Floor, RetryFloors
-from harpd.predict.kill_cost import why_kept, worth_cutting
-from harpd.predict.task_memory import TaskMemory
 from harpd.predict.soft import SoftPolicy, running_bound, soft_guard, stake_of, tilt
 from harpd.predict.soft_state import SoftState
+from harpd.predict.task_memory import TaskMemory
 from harpd.predict.time_options import fit_time, kept_under_soft_limits
+from harpd.protocol import Change, Decision, JobRequest, Limits, Resources
 from harpd.records import JobRecord
 from harpd.slurm.job_ids import submitted_id
-from harpd.protocol import Change, Decision, JobRequest, Limits, Resources
 from harpd.slurm.partitions import limits_from_backend
-from harp_submit.units import format_mem, format_time
 
 if TYPE_CHECKING:
     from harpd.config import HarpSettings

@@ -35,8 +35,8 @@ from harpd.models import construct
 from harpd.predict.allocation import Guard, allocate, allocate_many
 from harpd.predict.bounds import allocations, soft_allocations
 from harpd.predict.dataset import Prepared, ReplayError, fit_rows
-from harpd.predict.metric import ModelMetrics, evaluate, evaluate_soft
 from harpd.predict.kill_cost import gate_many
+from harpd.predict.metric import ModelMetrics, evaluate, evaluate_soft
 from harpd.predict.soft import SoftPolicy, soft_guard, soft_starts
 
 

@@ -38,8 +38,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from harpd.predict.allocation import Guard, allocate_many
-from harpd.recovery.escalation import simulate_many
 from harpd.records import Outcome
+from harpd.recovery.escalation import simulate_many
 from harpd.watcher_timing import watcher_look
 
 #: more extensions than this per job is not a chain but a loop (each doubles)
@@ -103,7 +103,7 @@ class SoftPolicy:
         return 60.0 * math.ceil((max(self.lead_s, 0.0) + max(self.look_s, 0.0)) / 60.0)
 
     @classmethod
-    def from_settings(cls, predict, watch=None) -> "SoftPolicy":
+    def from_settings(cls, predict, watch=None) -> SoftPolicy:
         """From ``[predict]``'s ``soft_*`` settings, and ``[watch]``'s lead and interval when given."""
         d = cls()  # a slotted dataclass: the defaults live on an instance, not the class
         return cls(

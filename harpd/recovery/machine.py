@@ -61,8 +61,19 @@ from typing import Any
 
 from harpd.config import HarpSettings
 from harpd.protocol import Resources
+from harpd.records import JobRecord, Outcome
 from harpd.recovery.attempts import (
-    DECIDED, DONE, NOT_SUBMITTED, REQUEUED, SUBMITTED, Attempt, AttemptLimits, Fallback, NotYet, Plan, Stop,
+    DECIDED,
+    DONE,
+    NOT_SUBMITTED,
+    REQUEUED,
+    SUBMITTED,
+    Attempt,
+    AttemptLimits,
+    Fallback,
+    NotYet,
+    Plan,
+    Stop,
     marker,
 )
 from harpd.recovery.crash import crash_point
@@ -72,9 +83,8 @@ from harpd.recovery.manager_retry import LEFT_TO_MANAGER, LEFT_TO_NEXTFLOW, NO_R
 from harpd.recovery.mode import REQUEUE, RESUBMIT, resolve_mode
 from harpd.recovery.policy import eligible, first_limits, fmt_mem, fmt_time, next_limits
 from harpd.recovery.requeue import requeue
-from harpd.recovery.resume import last_signal, resumed_time
 from harpd.recovery.resubmit import resubmit
-from harpd.records import JobRecord, Outcome
+from harpd.recovery.resume import last_signal, resumed_time
 from harpd.slurm.base import PartitionInfo, SlurmError
 from harpd.slurm.partitions import cached_partitions, partition_of
 from harpd.store import Store
@@ -139,7 +149,7 @@ class Recovery:
 
     # ------------------------------------------------------------ wiring
 
-    def attach(self, ingest_service: Any) -> "Recovery":
+    def attach(self, ingest_service: Any) -> Recovery:
         """Bind to the running poller: its ``watch`` and a periodic ``tick``."""
         ingestor = ingest_service.ingestor
         self._watch = ingestor.watch
@@ -295,7 +305,7 @@ class Recovery:
             return  # the requeued run has not ended yet
         self._handle(rec)
 
-    def _locate(self, rec: JobRecord) -> tuple[str, Attempt] | None | bool:
+    def _locate(self, rec: JobRecord) -> tuple[str, Attempt] | bool | None:
         """(chain, attempt row) of a run; None for a run of no chain; False for
         a run of a chain that matches none of its attempts (left alone)."""
         chain = self.store.chain_of(rec.job_id)

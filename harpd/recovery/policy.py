@@ -29,9 +29,9 @@ from typing import Any
 
 from harp_submit.harp_lines import retry_choice
 from harpd.protocol import Resources
+from harpd.records import JobRecord, Outcome
 from harpd.recovery.attempts import AttemptLimits
 from harpd.recovery.escalation import next_allocation, resource_for
-from harpd.records import JobRecord, Outcome
 
 __all__ = ["retry_choice", "eligible", "first_limits", "next_limits", "Next", "fmt_time", "fmt_mem"]
 

@@ -9,7 +9,7 @@ loading anything, so even a stray URL in a job name could not fetch.
 from __future__ import annotations
 
 import math
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from html import escape
 from typing import Any
 
@@ -82,7 +82,7 @@ def _time_labels(starts: list[float], bin_s: float) -> list[str]:
     else:
         f = "%Y"
     if bin_s >= 28 * 86400:  # calendar months, quarters and years: binned in UTC (aggregate._timeline)
-        return [datetime.fromtimestamp(s, timezone.utc).strftime(f) for s in starts]
+        return [datetime.fromtimestamp(s, UTC).strftime(f) for s in starts]
     return [datetime.fromtimestamp(s).strftime(f) for s in starts]
 
 

@@ -152,7 +152,7 @@ class TraceReader:
     def fraction(self) -> float | None:
         return self._inner.fraction() if self._inner is not None else None
 
-    def __iter__(self) -> "TraceReader":
+    def __iter__(self) -> TraceReader:
         return self
 
     def __next__(self) -> JobRecord:

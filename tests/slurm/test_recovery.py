@@ -40,7 +40,6 @@ from typing import Any
 import pytest
 
 from harp_submit import client
-
 from tests.helpers.harpd_process import HARD_CUTS_KEY
 from tests.helpers.users import ensure_user, user_python
 

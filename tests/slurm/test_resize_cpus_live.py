@@ -17,8 +17,8 @@ import pytest
 from harp_submit import client
 from tests.helpers.harpd_process import running_harpd
 from tests.helpers.processes import run_harp_submit, short_tmpdir
-from tests.slurm.test_workflow_cpus import SCRIPT, _script_signature, _seed, _show, _submit, _wait_done
 from tests.slurm.test_snakemake_workflow import _wait_outcomes
+from tests.slurm.test_workflow_cpus import SCRIPT, _script_signature, _seed, _show, _submit, _wait_done
 from tests.slurm.test_workflow_race import _wait
 
 pytestmark = pytest.mark.slurm

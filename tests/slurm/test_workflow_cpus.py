@@ -30,7 +30,14 @@ from harpd.store import Store
 from tests.helpers.harpd_process import running_harpd
 from tests.helpers.processes import run_harp_submit, short_tmpdir
 from tests.slurm.test_snakemake_workflow import (
-    _ids, _jobs, _mb, _run, _snakemake, _wait_outcomes, require_system_conf, sandbox,
+    _ids,
+    _jobs,
+    _mb,
+    _run,
+    _snakemake,
+    _wait_outcomes,
+    require_system_conf,
+    sandbox,
 )
 
 pytestmark = pytest.mark.slurm

@@ -11,7 +11,6 @@ import time
 from pathlib import Path
 
 import pytest
-
 from daemon_helpers import call
 
 HARPD = [sys.executable, "-m", "harpd.daemon.main"]

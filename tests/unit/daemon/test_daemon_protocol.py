@@ -6,8 +6,8 @@ import json
 
 import pytest
 from hypothesis import given, settings
-from pydantic import ValidationError
 from hypothesis import strategies as st
+from pydantic import ValidationError
 
 from harpd import protocol as p
 

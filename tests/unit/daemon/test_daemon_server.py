@@ -11,13 +11,12 @@ import threading
 import time
 
 import pytest
+from daemon_helpers import as_nobody, call, read_answer
 
 from harpd import protocol as p
 from harpd.daemon.handlers import Handlers
 from harpd.daemon.server import Server, ServerError
 from tests.helpers.fake_slurm import FakeSlurm
-
-from daemon_helpers import as_nobody, call, read_answer
 
 HEALTH = {"v": 1, "op": "health"}
 needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="needs root to drop to nobody")

@@ -8,9 +8,9 @@ import sys
 import time
 from pathlib import Path
 
-from harpd.daemon.active_lock import StoreInUse, hold, lock_path
-
 from daemon_helpers import call
+
+from harpd.daemon.active_lock import StoreInUse, hold, lock_path
 from tests.helpers.harpd_process import stop_harpd
 
 HARPD = [sys.executable, "-m", "harpd.daemon.main"]

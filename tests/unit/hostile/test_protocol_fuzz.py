@@ -19,7 +19,6 @@ longer (atheris, coverage-guided) against a real harpd process.
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import socket
 import tempfile

@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import json
-import time
 import os
 import stat
 import sys
 import tempfile
 import textwrap
+import time
 from pathlib import Path
 
 import pytest

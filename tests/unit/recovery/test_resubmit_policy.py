@@ -7,10 +7,10 @@ import dataclasses
 import pytest
 
 from harpd.protocol import Resources
+from harpd.records import JobRecord, Outcome
 from harpd.recovery.attempts import AttemptLimits
 from harpd.recovery.policy import eligible, first_limits, fmt_mem, fmt_time, next_limits, retry_choice
 from harpd.recovery.sbatch_argv import ArgvError, resubmit_argv
-from harpd.records import JobRecord, Outcome
 
 T, M = Outcome.TIMEOUT, Outcome.OOM
 

@@ -7,8 +7,8 @@ import json
 
 import pytest
 
-from harpd.simulate.progress import TextBar
 from harpd.report.queue_figures import load, path_beside, save
+from harpd.simulate.progress import TextBar
 
 
 class Tty(io.StringIO):

@@ -15,9 +15,9 @@ import time
 from collections.abc import Callable
 
 import pytest
+from submit_fakes import FIXTURES, change, decision
 
 from harp_submit import __version__
-from submit_fakes import FIXTURES, change, decision
 
 JOB = "#!/bin/bash\n#SBATCH --time=2-00:00:00\n#SBATCH -c 2 # two cores\nmodule load foo\nsrun ./a.out\n"
 SUBMITTED = (FIXTURES / "sbatch_submitted.out").read_bytes()  # as recorded from sbatch 22.05
@@ -304,7 +304,7 @@ def test_the_user_never_waits_for_registration(run, harpd) -> None:
 def test_registration_happens_while_sbatch_waits(run, harpd) -> None:
     """--wait prints the job id long before sbatch ends: harpd hears of the job at once."""
     run.write("job.sh", JOB)
-    run.write("slow-sbatch", f"#!/bin/sh\necho 'Submitted batch job 99'\nsleep 2\nexit 4\n", mode=0o755)
+    run.write("slow-sbatch", "#!/bin/sh\necho 'Submitted batch job 99'\nsleep 2\nexit 4\n", mode=0o755)
     t0 = time.monotonic()
     proc = run("--wait", "job.sh", env={"HARP_SBATCH": str(run.home / "slow-sbatch")})
     assert proc.returncode == 4 and proc.stdout == b"Submitted batch job 99\n"
