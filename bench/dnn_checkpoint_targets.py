@@ -1,4 +1,4 @@
-"""Checkpoint schedules: denser early (COCI-style) against even Young/Daly, on the same interruption traces (issue 32 item 1).
+"""Checkpoint schedules: denser early (COCI-style) against even Young/Daly, on the same interruption traces.
 
 COCI claims up to 40% less fault-tolerance overhead than even checkpoint
 placement for exploratory training, by checkpointing densely while the model
@@ -70,7 +70,8 @@ def main() -> int:
             "age hazard only": coci_schedule(C, hz, H, 0.0, T0),
             "harp (both)": coci_schedule(C, hz, H, K, T0),
         }
-        print(f"{name}: measured mean rate {rate:.3f}/h, Daly interval {H / (len(schedules['even (Young/Daly)']) + 1) / 60:.0f} min")
+        daly_min = H / (len(schedules['even (Young/Daly)']) + 1) / 60
+        print(f"{name}: measured mean rate {rate:.3f}/h, Daly interval {daly_min:.0f} min")
         print(f"  {'schedule':<20} {'ckpts':>5} {'first gap':>9} {'time ovh h':>10} {'weighted h':>10} "
               f"{'vs even time':>12} {'vs even wtd':>11}")
         base = None

@@ -1,4 +1,4 @@
-"""harp's accuracy targets on every shared trace (under-prediction, over-reservation, consumption), from `harp replay --bounds`.
+"""harp's accuracy targets on each shared trace (under-prediction, over-reservation, use): `harp replay --bounds`.
 
 For each trace with requests (KTH-SP2, CTC-SP2, HPC2N, Cedar): harp's
 under-prediction rate, its over-reservation and consumption against the

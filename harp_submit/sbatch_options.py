@@ -371,7 +371,8 @@ class ParsedOption:
         self.spelled = spelled
 
     def __repr__(self) -> str:
-        return f"ParsedOption({self.name!r}, {self.value!r}, {self.index}, {self.value_index}, {self.value_start}, {self.spelled!r})"
+        return (f"ParsedOption({self.name!r}, {self.value!r}, {self.index}, {self.value_index}, {self.value_start}, "
+                f"{self.spelled!r})")
 
     def cluster_lead(self, text: str) -> str:
         """The short flags before this option in its cluster: ``-H`` of ``-Hc``; else ''.

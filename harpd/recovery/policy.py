@@ -193,7 +193,8 @@ def next_limits(
             return Next(None, f"ran out of time at {fmt_time(current)}: {cap_name} ({fmt_time(cap)}) "
                               "leaves no whole minute more; not resubmitted", res)
         new = limits.but(time_s=minutes * 60)
-        return Next(new, f"{_explain_stop(step.reason, cap, cap_name, fmt_time)}: time {fmt_time(current)} -> {fmt_time(minutes * 60)}", res)
+        return Next(new, f"{_explain_stop(step.reason, cap, cap_name, fmt_time)}: "
+                         f"time {fmt_time(current)} -> {fmt_time(minutes * 60)}", res)
 
     # memory
     if _pos(limits.mem_per_gpu_mb):

@@ -187,7 +187,8 @@ class CliBackend:
             )
         except subprocess.TimeoutExpired:
             raise SlurmError(
-                f"{what} gave no answer within {self.timeout_s:g} s (slurm.command_timeout_s); is slurmctld/slurmdbd up?"
+                f"{what} gave no answer within {self.timeout_s:g} s (slurm.command_timeout_s); "
+                "is slurmctld/slurmdbd up?"
             ) from None
         except OSError as exc:
             raise SlurmError(f"{what}: cannot run {argv[0]} ({exc.strerror})") from None

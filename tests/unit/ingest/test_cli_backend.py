@@ -80,7 +80,8 @@ NODES = (
     "NodeName=n1 Arch=x86_64 CoresPerSocket=2 CPUAlloc=0 CPUTot=2 RealMemory=8000 MemSpecLimit=500 "
     "Gres=(null) Partitions=short,open State=IDLE\n"
     "NodeName=n2 CPUTot=2 RealMemory=8000 Gres=(null) Partitions=short State=IDLE\n"
-    "NodeName=g1 CPUTot=8 RealMemory=64000 Gres=gpu:a100:4(S:0-1) Partitions=gpu State=MIXED Reason=being fixed by admin [root@2026]\n"
+    "NodeName=g1 CPUTot=8 RealMemory=64000 Gres=gpu:a100:4(S:0-1) Partitions=gpu State=MIXED "
+    "Reason=being fixed by admin [root@2026]\n"
 )
 
 
