@@ -463,7 +463,7 @@ def _last_value(cli: ParsedArgs, name: str) -> str | None:
 
 
 def _read_all(fd: int) -> bytes:
-    chunks = []
+    chunks: list[bytes] = []
     while True:
         chunk = os.read(fd, 1 << 16)
         if not chunk:
@@ -515,7 +515,7 @@ def _stdin_argv(argv: list[str], request: Request) -> list[str]:
     cli = SBATCH_TABLE.parse(argv)
     opts = argv[: cli.end]
     rest = argv[cli.end + 1 :] if request.script_path is not None else []
-    if request.script_path not in (None, *STDIN_NAMES) and request.value("job-name") is None:
+    if request.script_path is not None and request.script_path not in STDIN_NAMES and request.value("job-name") is None:
         at = cli.dashdash if cli.dashdash is not None else len(opts)
         opts = opts[:at] + [f"--job-name={os.path.basename(request.script_path)}"] + opts[at:]
     return opts + (["/dev/stdin", *rest] if rest else [])

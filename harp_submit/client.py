@@ -312,7 +312,7 @@ class _ScanContext:
     memo: ClassVar[dict] = {}
 
 
-_scan = _json.make_scanner(_ScanContext())
+_scan = _json.make_scanner(_ScanContext())  # type: ignore[arg-type]  # a decoder's attributes, not a decoder
 _WS = " \t\n\r"
 
 

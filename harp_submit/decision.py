@@ -156,6 +156,7 @@ def validate(answer: dict[str, Any], resources: dict[str, Any]) -> tuple[dict[st
     """The decision of a ``predict`` answer and its checked changes; raises BadDecision."""
     decision = answer.get("decision")
     changes = parse_changes(decision)
+    assert isinstance(decision, dict)  # parse_changes refused anything else
     check_limits(decision, changes, resources)
     check_cores(changes, resources)
     check_time_options(changes, resources)

@@ -176,7 +176,7 @@ class Request:
         if cpus is None:
             return given
         plain = self.effective("cpus-per-task")
-        if plain is not None and given is not None and plain.source != ENV and tres.source == ENV:
+        if plain is not None and given is not None and plain.source != ENV and tres is not None and tres.source == ENV:
             return given
         return cpus
 

@@ -463,9 +463,10 @@ class OptionTable:
             advanced = False
             while j < len(tok):
                 ch = tok[j]
-                spec = self.short.get(ch)
-                if spec is None or ch in ":;":
+                found = self.short.get(ch)
+                if found is None or ch in ":;":
                     raise GetoptError(f"invalid option -- '{ch}'")
+                spec = found
                 if spec.has_arg == NO:
                     out.append(ParsedOption(spec.canonical, None, i, None, None, "-" + ch))
                     j += 1

@@ -114,6 +114,7 @@ def causal_max_at_start(prep: Prepared, k: int = NEIGHBOURS) -> np.ndarray:
     """``causal_max`` decided at the job's start (the runs that had finished by then)."""
     from harpd.predict.soft import recent_at
 
+    assert prep.start is not None  # asked only of a trace with start times
     count, mx = recent_at(prep, prep.start, k)
     return _allocate(prep, np.where(count >= min(k, 3), mx * MARGIN, np.inf))
 

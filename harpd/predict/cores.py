@@ -174,7 +174,7 @@ def step_cpus(launcher: str, tokens: list[str]) -> int | None:
         n = [_int(v) for k, v in opts if k in ("-n", "--ntasks")]
         if not c or None in c or None in n:
             return None
-        return max(c) * (max(n) if n else 1)  # type: ignore[type-var]
+        return max(c) * (max(n) if n else 1)  # type: ignore[type-var, operator]  # None excluded above
     if launcher in ("mpirun", "mpiexec", "orterun"):
         opts = _launcher_options(tokens, _MPI_FLAGS, single_dash_long=True)
         n = [_int(v) for k, v in opts if k in ("-n", "-np", "-c", "--n", "--np")]

@@ -173,6 +173,7 @@ class ModelPredictor:
         return any(ld.model is not None for ld in self._loaded.values())
 
     def _pick(self, resource: str, want: str) -> dict[str, Any] | None:
+        assert self.store is not None  # reload() picks models only from a store
         if want == "auto":
             return self.store.champion(resource)
         rows = [m for m in self.store.models() if m["resource"] == resource and m["name"] == want]
@@ -273,6 +274,7 @@ class ModelPredictor:
 
     def _submission(self, r: JobRecord) -> dict[str, Any] | None:
         try:
+            assert self.store is not None  # _cuts_that_failed asks only with a store
             return self.store.get_submission(r.job_id) or self.store.get_submission(submitted_id(r.job_id))
         except Exception:  # a store that cannot answer restores nothing: the next refresh tries again
             log.exception("reading the submission of job %s failed", r.job_id)
@@ -360,7 +362,7 @@ class ModelPredictor:
                         explain=explain)
 
     @staticmethod
-    def _soft_bound(x: np.ndarray, up: float, policy: SoftPolicy) -> tuple[float, str]:
+    def _soft_bound(x: list[float], up: float, policy: SoftPolicy) -> tuple[float, str]:
         """The soft policy's bound (log need/request) from a job's history features.
 
         The template's (same user and request) most recent runs decide when
@@ -387,7 +389,7 @@ class ModelPredictor:
         return up
 
     @staticmethod
-    def _history_bound(x: np.ndarray, margin: float, stopped: bool = False) -> tuple[float | None, str]:
+    def _history_bound(x: list[float], margin: float, stopped: bool = False) -> tuple[float | None, str]:
         """The history rule's bound (log need/request) from the signature's own runs, or None and why.
 
         ``margin`` × the most its last five finished runs used (History's
@@ -521,16 +523,17 @@ class ModelPredictor:
         if mem_task:
             with self._lock:
                 mb, rule = self._tasks.size(sig, job.input_bytes, req)
-            if mb is None or mb <= 0:
+            if mb is None or mb <= 0 or not req:
                 return None, {"model": None, "rule": "task memory", "n_history": n_hist, "reason": rule}
             up = math.log(mb / req)
             ex.update(rule="task memory", source=rule)
             reason = f"memory of this workflow task type: {rule}"
         elif ld.model is None or task:
             margin = SoftPolicy.from_settings(self.settings.predict).recent_margin if soft else MARGIN
-            up, rule = self._history_bound(x, margin, stopped)
-            if up is None:
+            bound, rule = self._history_bound(x, margin, stopped)
+            if bound is None:
                 return None, {"model": None, "rule": HISTORY_RULE, "n_history": n_hist, "reason": rule}
+            up = bound
             why_rule = "this workflow task's own runs" if task else f"this program's own runs ({NO_MODEL})"
             ex.update(rule=HISTORY_RULE, source=why_rule)
             reason = (f"{res} from this workflow task's own {n_hist} runs ({rule})" if task
@@ -544,7 +547,7 @@ class ModelPredictor:
                 policy = SoftPolicy.from_settings(self.settings.predict, self.settings.watch)
                 up, rule = self._soft_bound(x, up, policy)
                 ex.update(policy.explain(), soft_rule=rule)
-                if self.soft_state is not None:
+                if self.soft_state is not None and req:
                     up = self._soft_live(up, keys.req, cores, req, policy, self.soft_state, now, ex)
             # n_hist counts this program's own finished runs; with none the model still predicts,
             # from the runs of others like it (same user, request, cores): say so, not "0 similar runs"
@@ -561,7 +564,7 @@ class ModelPredictor:
                 req, value, self.settings.predict.alpha_time, self.settings.predict.hard_cut_gain):
             value, why = None, why_kept(self.settings.predict.hard_cut_gain)
         least = None if retry is None else (retry.time_s if res == "time" else retry.mem_mb)
-        if value is not None and least is not None and value < least:
+        if value is not None and retry is not None and least is not None and value < least:
             value, why = least, f"{why}; at least {retry.reason}"
         ex = {"model": None if ld.model is None else ld.name, "n_history": n_hist,
               "bound_ratio": round(math.exp(up), 4) if math.isfinite(up) else None,
@@ -570,7 +573,7 @@ class ModelPredictor:
             return None, ex
         if why != BOUND:
             reason += "; " + _rail_words(why, res, guard, req, limit)
-        if soft:
+        if soft and req:
             reason += f" (extended automatically up to {format_time(int(req))} while it runs)"
         if res == "time":
             value, moved = fit_time(value, rq, self.settings.predict.floor_time_s)
@@ -632,6 +635,7 @@ def _run_key(r: JobRecord) -> tuple[str, str, int]:
 def _total_mem(rq: Resources) -> dict[str, Any]:
     """The ``--mem`` change that keeps a ``--mem-per-cpu`` request's total when its cores are lowered."""
     cores = (rq.cpus_per_task or 1) * (rq.ntasks or 1)
+    assert rq.mem_per_cpu_mb is not None  # asked only of a --mem-per-cpu request
     return {"option": "mem", "value": format_mem(int(rq.mem_per_cpu_mb) * cores),
             "old": f"{format_mem(int(rq.mem_per_cpu_mb))} per CPU",
             "reason": f"memory kept as the total of {cores} CPUs, now that the job gets fewer"}

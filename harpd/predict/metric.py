@@ -240,6 +240,7 @@ def evaluate_soft(model: str, start: np.ndarray, need: np.ndarray, request: np.n
         base_consumed = baseline.consumed_over_used * sum_used
         m.consumed_vs_request = sum_used / base_consumed if base_consumed else None
         if baseline.planned_wrongly:
+            assert m.planned_wrongly is not None  # set above, NaN at worst
             m.planned_wrongly_vs_request = m.planned_wrongly / baseline.planned_wrongly
     return m
 

@@ -206,6 +206,7 @@ def run(prep: Prepared, cfg: ReplayConfig | None = None,
             ups = np.full(n, np.inf) if soft else None
             a, base_of_harp, thetas = _online_model(name, prep, cfg, pts, progress, ups)
             if soft:
+                assert ups is not None  # filled by _online_model when soft
                 a = _soft_start(prep, cfg, ups, notes)
             elif cfg.hard_cut_gain is not None and prep.resource == "time" and prep.has_requests:
                 a = gate_many(req, a, cfg.alpha, cfg.hard_cut_gain)  # the daemon's own gate (kill_cost)
@@ -226,8 +227,8 @@ def run(prep: Prepared, cfg: ReplayConfig | None = None,
         alloc[name] = allocate_many(req, up, prep.n_hist, prep.limit, soft_guard(cfg.guard) if soft else cfg.guard)
 
     if soft:
-        metrics = _soft_metrics(prep, cfg, alloc)
-        return ReplayResult(prep, alloc, metrics, len(pts), time.perf_counter() - t0, notes, limits=cfg.limits,
+        soft_metrics = _soft_metrics(prep, cfg, alloc)
+        return ReplayResult(prep, alloc, soft_metrics, len(pts), time.perf_counter() - t0, notes, limits=cfg.limits,
                             soft=cfg.soft)
     sel = slice(cfg.evaluate_from, n)
     metrics: list[ModelMetrics] = []

@@ -70,7 +70,7 @@ class RetrainSchedule:
             self.early_streak = 0
             return False
         gap = first_gap_s(self.settings, self.early_streak)
-        self._early = (self.new_outcomes > 0 and self.first_new_at is not None
+        self._early = (self.new_outcomes > 0 and self.first_new_at is not None and self.last_trained_at is not None
                        and now - self.first_new_at >= gap and now - self.last_trained_at >= gap)
         return self._early
 
