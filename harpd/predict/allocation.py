@@ -19,8 +19,12 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
+
+if TYPE_CHECKING:
+    from harpd.config import PredictSettings
 
 #: what ``allocate`` says set a value it returns: the bound itself, or the rail that moved it
 BOUND, REQUEST_FLOOR, FLOOR, LIMIT = "bound", "request floor", "floor", "limit"
@@ -43,7 +47,7 @@ class Guard:
     min_fraction: float = 0.25
 
     @classmethod
-    def from_settings(cls, predict, resource: str, max_attempts: int | None = 3) -> Guard:
+    def from_settings(cls, predict: PredictSettings, resource: str, max_attempts: int | None = 3) -> Guard:
         floor = float(predict.floor_time_s if resource == "time" else predict.floor_mem_mb)
         return cls(
             min_history=predict.min_history,

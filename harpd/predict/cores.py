@@ -37,7 +37,7 @@ import math
 from collections import deque
 from typing import Any
 
-from harpd.records import Outcome
+from harpd.records import JobRecord, Outcome
 
 #: runs of a signature kept (the most recent): enough for alpha = 0.01
 WINDOW = 200
@@ -62,7 +62,7 @@ def cores_used(used_cpu_s: float | None, used_time_s: float | None) -> float | N
     return used_cpu_s / used_time_s
 
 
-def run_cores(rec) -> float | None:
+def run_cores(rec: JobRecord) -> float | None:
     """The cores a finished run used, as a sample of what its program needs; None when it is not one.
 
     Only a COMPLETED run: a failed one may have stopped before its threads

@@ -28,6 +28,7 @@ import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -64,7 +65,7 @@ class ReplayConfig:
     # hard limits: harp's time cuts pass ``kill_cost.gate_many`` with this gain (None: not gated)
     hard_cut_gain: float | None = None
 
-    def make_model(self, name: str, prep: Prepared):
+    def make_model(self, name: str, prep: Prepared) -> Any:
         """A fresh predictor ``name`` with this replay's tuning, for ``prep``'s trace."""
         if self.limits == "soft":
             return construct.make_model(name, resource=prep.resource, relative=prep.has_requests,
