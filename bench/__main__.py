@@ -22,7 +22,6 @@ import subprocess
 import sys
 import time
 from dataclasses import dataclass, field
-from pathlib import Path
 
 from bench import BENCH_DIR, Figure, Script, discover, malformed_figure_lines, parse_figure
 

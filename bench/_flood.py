@@ -42,7 +42,7 @@ class IdleFlood:
         self._thread = threading.Thread(target=self._run, name="idle-flood", daemon=True)
         self.held = 0
 
-    def __enter__(self) -> "IdleFlood":
+    def __enter__(self) -> IdleFlood:
         self._thread.start()
         return self
 

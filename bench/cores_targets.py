@@ -50,7 +50,8 @@ def main() -> int:
     for name, rel in TRACES.items():
         path = folder / rel
         if not path.is_file():
-            print(f"FIGURE cores_reserved_share_{name}: nan (target >= {SAVED:g} of the clairvoyant saving) FAIL trace missing")
+            print(f"FIGURE cores_reserved_share_{name}: nan (target >= {SAVED:g} of the clairvoyant saving) "
+                  "FAIL trace missing")
             print(f"FIGURE cores_slowed_share_{name}: nan (target <= {SLOWED}) FAIL trace missing")
             continue
         r = replay_cores(NextflowReader(path), args.alpha)

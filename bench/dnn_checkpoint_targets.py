@@ -36,8 +36,15 @@ TRACES = 3000
 
 
 def main() -> int:
-    from harpd.dnn.checkpoint import (Hazard, coci_schedule, constant_hazard, even_schedule, failure_trace,
-                                      simulate, value_density)
+    from harpd.dnn.checkpoint import (
+        Hazard,
+        coci_schedule,
+        constant_hazard,
+        even_schedule,
+        failure_trace,
+        simulate,
+        value_density,
+    )
 
     C, H, K, T0 = 300.0, 48 * 3600.0, 0.5, 1800.0
     w = value_density(K, T0, H)
@@ -63,7 +70,8 @@ def main() -> int:
             "age hazard only": coci_schedule(C, hz, H, 0.0, T0),
             "harp (both)": coci_schedule(C, hz, H, K, T0),
         }
-        print(f"{name}: measured mean rate {rate:.3f}/h, Daly interval {H / (len(schedules['even (Young/Daly)']) + 1) / 60:.0f} min")
+        daly_min = H / (len(schedules['even (Young/Daly)']) + 1) / 60
+        print(f"{name}: measured mean rate {rate:.3f}/h, Daly interval {daly_min:.0f} min")
         print(f"  {'schedule':<20} {'ckpts':>5} {'first gap':>9} {'time ovh h':>10} {'weighted h':>10} "
               f"{'vs even time':>12} {'vs even wtd':>11}")
         base = None

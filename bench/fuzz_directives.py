@@ -30,7 +30,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-import _fuzzing  # noqa: E402
+import _fuzzing
 
 SEEDS = [
     b"#!/bin/bash\n#SBATCH --time=10 -c 2 # small\n#SBATCH --mem-per-cpu=500M\necho hi\n",

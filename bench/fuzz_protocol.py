@@ -37,6 +37,7 @@ sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import _fuzzing  # noqa: E402
+
 from tests.helpers.harpd_process import stop_harpd, wait_for_health  # noqa: E402
 
 SEEDS = [

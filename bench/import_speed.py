@@ -93,7 +93,8 @@ def main() -> int:
         cpu = (ru.ru_utime - before_ru.ru_utime) + (ru.ru_stime - before_ru.ru_stime)
         print(proc.stdout.strip())
         # CPU time shows the import's own cost when other work shares the cores
-        print(f"import: {wall:.1f} s wall, {cpu:.1f} s CPU, load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores")
+        print(f"import: {wall:.1f} s wall, {cpu:.1f} s CPU, "
+              f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores")
         if proc.returncode != 0:
             print(proc.stderr.strip(), file=sys.stderr)
             print(f"FIGURE import_speed: failed (exit {proc.returncode}) (target >= {TARGET_RATE:,.0f} records/s) FAIL")

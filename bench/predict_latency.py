@@ -29,8 +29,8 @@ import numpy as np
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 from bench import _trained_harpd as trained  # noqa: E402
-from bench._trained_harpd import TRACES  # noqa: E402
 from bench._traces import traces_folder  # noqa: E402
+from bench._trained_harpd import TRACES  # noqa: E402
 
 TARGET_MS = 5.0
 _requests = trained.requests
@@ -133,7 +133,7 @@ def main() -> int:
                 return list(slat), time.perf_counter() - t0
 
             sat, sat_wall = load(None)  # closed loop: every client as fast as it can
-            opn, opn_wall = load(args.rate)
+            opn, _opn_wall = load(args.rate)
         finally:
             trained.stop(proc)
         if not sat or not opn:

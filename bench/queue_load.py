@@ -33,6 +33,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 from bench._traces import traces_folder  # noqa: E402
 from bench.replay_targets import TIME_TRACES  # noqa: E402
+
 FIGS = (("mean_wait_s", "wait"), ("mean_bounded_slowdown", "bsld"))
 
 

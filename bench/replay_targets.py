@@ -1,4 +1,4 @@
-"""harp's accuracy targets on every shared trace (under-prediction, over-reservation, consumption), from `harp replay --bounds`.
+"""harp's accuracy targets on each shared trace (under-prediction, over-reservation, use): `harp replay --bounds`.
 
 For each trace with requests (KTH-SP2, CTC-SP2, HPC2N, Cedar): harp's
 under-prediction rate, its over-reservation and consumption against the
@@ -166,7 +166,7 @@ def main() -> int:
     harp_over: dict[str, float] = {}
     bound_over: dict[str, float] = {}
     for name, file in TIME_TRACES.items():
-        if only and name not in only or "hard" not in modes:
+        if (only and name not in only) or "hard" not in modes:
             continue
         path = folder / file
         rep = replay(path, "time") if path.exists() else None

@@ -20,8 +20,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from harpd.records import JobRecord, Outcome  # noqa: E402
-from harpd.store import Store  # noqa: E402
+from harpd.records import JobRecord, Outcome
+from harpd.store import Store
 
 TARGET_S = 30.0
 OUTCOMES = [Outcome.COMPLETED] * 8 + [Outcome.TIMEOUT, Outcome.OOM]

@@ -121,6 +121,8 @@ class SealedFakeHarpd:
         from harp_submit import sealed
         from submit_fakes import _line
 
+        from harp_submit import sealed
+
         with conn:
             data = b""
             while data.count(b"\n") < 2:
@@ -166,7 +168,7 @@ def start_daemon(kind: str, d: Path, env: dict[str, str], port: int, munge_socke
             return sock, proc
         except client.HarpdUnavailable:
             if proc.poll() is not None or time.monotonic() > end:
-                raise SystemExit("harpd did not start")
+                raise SystemExit("harpd did not start") from None
             time.sleep(0.1)
 
 

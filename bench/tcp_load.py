@@ -189,7 +189,8 @@ def main() -> int:
             munge = Munge(sock)
             warm = [client.call_tcp(server, m, 10, munge) for m in msgs[:300]]
             changed = sum(bool(a["decision"]["changes"]) for a in warm)
-            print(f"niceness {niceness}; munged {sock} via {munge.via}; harpd over TCP: {changed} of {len(warm)} warm-up answers "
+            print(f"niceness {niceness}; munged {sock} via {munge.via}; "
+                  f"harpd over TCP: {changed} of {len(warm)} warm-up answers "
                   f"changed a request (models {sorted({str(a['decision'].get('model')) for a in warm})})")
             target: tuple[str, int] | str = server if args.path == "tcp" else str(unix)
             print(f"path: {args.path} ({'TCP with MUNGE' if args.path == 'tcp' else 'the Unix socket, no MUNGE'})")

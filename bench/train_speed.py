@@ -89,8 +89,8 @@ def main() -> int:
     from threadpoolctl import threadpool_limits
 
     from harpd.config import HarpSettings
-    from harpd.store import Store
     from harpd.predict.training import train
+    from harpd.store import Store
 
     with tempfile.TemporaryDirectory() as d:
         db = str(Path(d) / "harp.db")

@@ -88,7 +88,8 @@ def main() -> int:
             print(f"  seed {seed}: harp {r.rows['harp'].wastage_gbh:.1f} GB·h ({r.rows['harp'].failures}), best "
                   f"re-implemented baseline {b} {r.rows[b].wastage_gbh:.1f} ({r.rows[b].failures})")
         if ratios:
-            print(f"  harp / best re-implemented baseline over seeds {seeds[1:]}: median {statistics.median(ratios):.2f}, "
+            print(f"  harp / best re-implemented baseline over seeds {seeds[1:]}: "
+                  f"median {statistics.median(ratios):.2f}, "
                   f"worst {max(ratios):.2f}")
             print(f"FIGURE sizey_other_seeds_worst_ratio_{name}: {max(ratios):.3f} (target <= {SHARE}) "
                   f"{verdict(max(ratios) <= SHARE and not more_failures)} harp / best re-implemented baseline, seeds "

@@ -410,7 +410,8 @@ requests alone when the cut is small), and harp-submit rewrites the #SBATCH line
         tl = demo.scontrol_field(job, "TimeLimit")
         mem = demo.scontrol_field(job, "MinMemoryNode")
         asked = dict(o[2:].split("=", 1) for o in APPS[name][3])
-        say(f"  Slurm has: TimeLimit={tl} MinMemoryNode={mem}   (the script asked --time={asked['time']} --mem={asked['mem']})")
+        say(f"  Slurm has: TimeLimit={tl} MinMemoryNode={mem}   "
+            f"(the script asked --time={asked['time']} --mem={asked['mem']})")
         if "->" in lines:
             changed += 1
     states = demo.wait_jobs(jobs, 240, "the right-sized runs")
@@ -435,7 +436,7 @@ requeues the same job id with the new limit (Slurm keeps both runs). Recovery
 acts on jobs harp resized, and on scripts that ask for it with '#HARP retry'.
 """)
     say((demo.work / scripts["grow"]).read_text().rstrip())
-    job, lines = demo.submit(scripts["grow"])
+    job, _lines = demo.submit(scripts["grow"])
     say(f"$ harp-submit {scripts['grow']}   -> job {job}")
     deadline = time.monotonic() + 240
     status: dict = {}
@@ -472,7 +473,8 @@ acts on jobs harp resized, and on scripts that ask for it with '#HARP retry'.
         time.sleep(3)
     say("$ sacct --duplicates -j " + job)
     for r in demo.sacct([job], "JobID,JobName,State,ExitCode,ReqMem,Elapsed", dup=True):
-        say(f"  {r['JobID']:>6} {r['JobName']:12s} {r['State']:12s} exit {r['ExitCode']:5s} mem {r['ReqMem']:>6} {r['Elapsed']}")
+        say(f"  {r['JobID']:>6} {r['JobName']:12s} {r['State']:12s} "
+            f"exit {r['ExitCode']:5s} mem {r['ReqMem']:>6} {r['Elapsed']}")
     show([str(BIN / "harp"), "--config", str(demo.config), "status", job], env=demo.env)
     if final:
         record("recovery", "ok", f"job {job} ran out of memory and completed on attempt {seen_attempts}")

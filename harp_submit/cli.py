@@ -28,14 +28,21 @@ import os
 import stat
 import sys
 
-from . import __version__, client, harp_options, registration, route, step_aside
+from . import __version__, client, harp_options, output_mode, registration, route, step_aside
 from .decision import BadDecision, check_beside, validate
 from .request import Request
-from . import output_mode
 from .rewrite import RewriteError, Rewritten, apply, build
 from .sbatch_options import CLI_TABLE, SBATCH_TABLE, ParsedArgs
-from .sbatch_run import SpawnError, find_sbatch, last_error, mark_process, parse_job_id, refused_before_submission, spawn
-from .sbatch_run import write
+from .sbatch_run import (
+    SpawnError,
+    find_sbatch,
+    last_error,
+    mark_process,
+    parse_job_id,
+    refused_before_submission,
+    spawn,
+    write,
+)
 from .step_aside import MAX_SCRIPT, UNCHANGED, StepAside, resolve_script
 
 DRY_UNCHANGED = "a real run would submit your job unchanged"
@@ -78,7 +85,7 @@ def main(argv: list[str] | None = None) -> int:
     return code
 
 
-def _run(run: "Submit") -> int:
+def _run(run: Submit) -> int:
     try:
         return run.main()
     except KeyboardInterrupt:
@@ -456,7 +463,7 @@ def _last_value(cli: ParsedArgs, name: str) -> str | None:
 
 
 def _read_all(fd: int) -> bytes:
-    chunks = []
+    chunks: list[bytes] = []
     while True:
         chunk = os.read(fd, 1 << 16)
         if not chunk:
@@ -508,7 +515,7 @@ def _stdin_argv(argv: list[str], request: Request) -> list[str]:
     cli = SBATCH_TABLE.parse(argv)
     opts = argv[: cli.end]
     rest = argv[cli.end + 1 :] if request.script_path is not None else []
-    if request.script_path not in (None, *STDIN_NAMES) and request.value("job-name") is None:
+    if request.script_path is not None and request.script_path not in STDIN_NAMES and request.value("job-name") is None:
         at = cli.dashdash if cli.dashdash is not None else len(opts)
         opts = opts[:at] + [f"--job-name={os.path.basename(request.script_path)}"] + opts[at:]
     return opts + (["/dev/stdin", *rest] if rest else [])

@@ -21,7 +21,8 @@ from . import route
 
 TYPE_CHECKING = False  # typing costs milliseconds to import; checkers still see these
 if TYPE_CHECKING:
-    from typing import Any, Callable, Mapping
+    from collections.abc import Callable, Mapping
+    from typing import Any, ClassVar
 
 DEFAULT_SOCKET = route.DEFAULT_SOCKET
 DEFAULT_CONFIG = route.DEFAULT_CONFIG
@@ -102,8 +103,8 @@ def call_tcp(server: tuple[str, int], message: dict[str, Any], timeout: float, m
     connection alone, so a host that drops packets leaves time for the next.
     An answer harpd did not seal raises HarpdUnavailable: the job goes in unchanged.
     """
-    from .sealed import Refused, open_answer, seal_request
     from .munge import MungeError
+    from .sealed import Refused, open_answer, seal_request
 
     deadline = clock() + timeout if deadline is None else deadline
     where = f"{server[0]}:{server[1]}"
@@ -150,7 +151,8 @@ def ask(where: route.Route, message: dict[str, Any], timeout: float, max_answer:
             if isinstance(target, str):
                 return call(target, message, timeout, max_answer, deadline, clock=clock)
             if munge is None:
-                from .munge import Munge, socket_path as munge_socket
+                from .munge import Munge
+                from .munge import socket_path as munge_socket
 
                 munge = Munge(munge_socket(where.munge_socket))
             more = i < len(targets) - 1
@@ -312,10 +314,10 @@ class _ScanContext:
     parse_float = float
     parse_int = int
     parse_constant = staticmethod(_no_constant)
-    memo: dict = {}
+    memo: ClassVar[dict] = {}
 
 
-_scan = _json.make_scanner(_ScanContext())
+_scan = _json.make_scanner(_ScanContext())  # type: ignore[arg-type]  # a decoder's attributes, not a decoder
 _WS = " \t\n\r"
 
 

@@ -91,7 +91,7 @@ def _value(text: str) -> Any:
             item, rest = _string(rest)
             if item is UNSURE:
                 return UNSURE
-            items.append(item)  # type: ignore[arg-type]
+            items.append(item)
             rest = rest.strip()
             if rest.startswith(","):
                 rest = rest[1:].strip()

@@ -10,13 +10,13 @@ request nobody chose.
 
 from __future__ import annotations
 
-TYPE_CHECKING = False  # typing costs milliseconds to import; checkers still see these
-if TYPE_CHECKING:
-    from typing import Any
-
 from . import units
 from .directives import is_safe_value
 from .request import MEMORY_OPTIONS
+
+TYPE_CHECKING = False  # typing costs milliseconds to import; checkers still see these
+if TYPE_CHECKING:
+    from typing import Any
 
 #: The options a decision may change (design.md, Decision.changes[].option).
 #: The one list: harpd's ``protocol.ChangeOption`` is built from it, so the
@@ -156,6 +156,7 @@ def validate(answer: dict[str, Any], resources: dict[str, Any]) -> tuple[dict[st
     """The decision of a ``predict`` answer and its checked changes; raises BadDecision."""
     decision = answer.get("decision")
     changes = parse_changes(decision)
+    assert isinstance(decision, dict)  # parse_changes refused anything else
     check_limits(decision, changes, resources)
     check_cores(changes, resources)
     check_time_options(changes, resources)

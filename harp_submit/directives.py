@@ -50,7 +50,7 @@ class Token:
     def __repr__(self) -> str:
         return f"Token({self.line}, {self.start}, {self.end}, {self.value!r})"
 
-    def raw(self, script: "Script") -> str:
+    def raw(self, script: Script) -> str:
         return script.lines[self.line][self.start : self.end]
 
 

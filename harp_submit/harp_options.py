@@ -18,7 +18,7 @@ Standard library only; ``difflib`` is imported only to word an error.
 
 from __future__ import annotations
 
-from .sbatch_options import CLI_TABLE, HARP_OPTIONS, HARP_OPTION_NAMES, GetoptError, OptionTable
+from .sbatch_options import CLI_TABLE, HARP_OPTION_NAMES, HARP_OPTIONS, GetoptError, OptionTable
 
 HARP_TABLE = OptionTable(HARP_OPTIONS)
 DRY_RUN = "harp-dry-run"
@@ -115,7 +115,8 @@ def _resolve(name: str, token: str) -> str:
     if spec is None:
         matches = [o.name for o in HARP_OPTIONS if o.name.startswith(name)]
         if len(matches) > 1:
-            raise HarpUsage(f"harp option '--{name}' is ambiguous; harp's options are {own} (see harp-submit --help); nothing submitted")
+            raise HarpUsage(f"harp option '--{name}' is ambiguous; harp's options are {own} "
+                            "(see harp-submit --help); nothing submitted")
         import difflib  # only to word this error
 
         close = difflib.get_close_matches(name, [o.name for o in HARP_OPTIONS], n=1, cutoff=0.5)

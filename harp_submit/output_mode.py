@@ -16,6 +16,10 @@ from __future__ import annotations
 
 from .harp_lines import retry_choice
 
+TYPE_CHECKING = False  # typing costs milliseconds to import; checkers still see these
+if TYPE_CHECKING:
+    from .request import Request
+
 OPTION = "--open-mode=append"
 
 # per job: the job id in the name (arrays are never recovered, so %A/%a do not count)
@@ -30,7 +34,7 @@ def _own_file(path: str | None) -> bool:
     return any(p in path for p in _PER_JOB)
 
 
-def keeps_output(request, changed: bool) -> bool:
+def keeps_output(request: Request, changed: bool) -> bool:
     """Whether the submission gets ``--open-mode=append`` (see the module doc).
 
     ``request``: the merged ``Request`` (command line, ``#SBATCH``, ``SBATCH_*``);

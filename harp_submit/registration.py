@@ -66,7 +66,7 @@ def token_of(answer: dict[str, Any]) -> str | None:
     """The decision token of harpd's ``predict`` answer (None: an older harpd, or none given)."""
     token = answer.get("token")
     ok = isinstance(token, str) and 16 <= len(token) <= 64
-    return token if ok and all(c.isalnum() or c in "_-" for c in token) else None
+    return token if ok and all(c.isalnum() or c in "_-" for c in str(token)) else None
 
 
 def with_token(comment: str | None, token: str) -> str:

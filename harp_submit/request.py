@@ -10,13 +10,15 @@ that a change can be written back exactly where the effective value lives
 from __future__ import annotations
 
 import os
-TYPE_CHECKING = False  # typing costs milliseconds to import; checkers still see these
-if TYPE_CHECKING:
-    from typing import Any, Callable, Mapping
 
 from . import input_size, units
 from .directives import Script
 from .sbatch_options import ENV_OPTIONS, ParsedArgs, ParsedOption, tres_per_task_cpus
+
+TYPE_CHECKING = False  # typing costs milliseconds to import; checkers still see these
+if TYPE_CHECKING:
+    from collections.abc import Callable, Mapping
+    from typing import Any
 
 SCRIPT, ENV, CLI = "script", "environment", "command line"  # in increasing precedence
 
@@ -174,7 +176,7 @@ class Request:
         if cpus is None:
             return given
         plain = self.effective("cpus-per-task")
-        if plain is not None and given is not None and plain.source != ENV and tres.source == ENV:
+        if plain is not None and given is not None and plain.source != ENV and tres is not None and tres.source == ENV:
             return given
         return cpus
 

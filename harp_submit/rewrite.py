@@ -18,14 +18,14 @@ caller submits the original instead.
 
 from __future__ import annotations
 
-TYPE_CHECKING = False  # typing costs milliseconds to import; checkers still see these
-if TYPE_CHECKING:
-    from typing import Mapping
-
 from . import directives
 from .decision import Change
 from .request import CLI, ENV, MEMORY_OPTIONS, Request
 from .sbatch_options import OPTION_ENV, SBATCH_TABLE, ParsedOption
+
+TYPE_CHECKING = False  # typing costs milliseconds to import; checkers still see these
+if TYPE_CHECKING:
+    from collections.abc import Mapping
 
 
 class RewriteError(ValueError):

@@ -371,7 +371,8 @@ class ParsedOption:
         self.spelled = spelled
 
     def __repr__(self) -> str:
-        return f"ParsedOption({self.name!r}, {self.value!r}, {self.index}, {self.value_index}, {self.value_start}, {self.spelled!r})"
+        return (f"ParsedOption({self.name!r}, {self.value!r}, {self.index}, {self.value_index}, {self.value_start}, "
+                f"{self.spelled!r})")
 
     def cluster_lead(self, text: str) -> str:
         """The short flags before this option in its cluster: ``-H`` of ``-Hc``; else ''.
@@ -462,9 +463,10 @@ class OptionTable:
             advanced = False
             while j < len(tok):
                 ch = tok[j]
-                spec = self.short.get(ch)
-                if spec is None or ch in ":;":
+                found = self.short.get(ch)
+                if found is None or ch in ":;":
                     raise GetoptError(f"invalid option -- '{ch}'")
+                spec = found
                 if spec.has_arg == NO:
                     out.append(ParsedOption(spec.canonical, None, i, None, None, "-" + ch))
                     j += 1

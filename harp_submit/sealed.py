@@ -25,9 +25,9 @@ try:  # the C module itself: hashlib would load OpenSSL, milliseconds at every s
     from _sha256 import sha256  # Python 3.11
 except ImportError:  # pragma: no cover - 3.12+ renamed it
     try:
-        from _sha2 import sha256  # type: ignore[no-redef]
+        from _sha2 import sha256
     except ImportError:
-        from hashlib import sha256  # type: ignore[no-redef]
+        from hashlib import sha256
 
 from .munge import REASONS, Munge, MungeError
 

@@ -50,7 +50,7 @@ class ServerSettings(_Section):
         return _checked_addresses(entries, "0.0.0.0:6820")
 
     @model_validator(mode="after")
-    def _tcp_keeps_a_slot(self) -> "ServerSettings":
+    def _tcp_keeps_a_slot(self) -> ServerSettings:
         if self.listen and self.unix_reserved_clients >= self.max_clients:
             raise ValueError(f"unix_reserved_clients ({self.unix_reserved_clients}) must be below max_clients "
                              f"({self.max_clients}) while server.listen is set, or TCP callers get no slot")

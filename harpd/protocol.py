@@ -14,7 +14,7 @@ Requests: ``{"v": 1, "op": ..., ...}``; answers: ``{"ok": true, ...}`` or
 from __future__ import annotations
 
 import json
-from typing import Annotated, Any, Literal, Union
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 
@@ -223,18 +223,8 @@ class ReportRequest(_Request):
 
 
 Request = Annotated[
-    Union[
-        PredictRequest,
-        RegisterRequest,
-        StatusRequest,
-        HealthRequest,
-        EndingRequest,
-        RetrainRequest,
-        ReloadRequest,
-        ImportRequest,
-        ReportRequest,
-        ProgressRequest,
-    ],
+    PredictRequest | RegisterRequest | StatusRequest | HealthRequest | EndingRequest | RetrainRequest | ReloadRequest
+    | ImportRequest | ReportRequest | ProgressRequest,
     Field(discriminator="op"),
 ]
 OPS: tuple[str, ...] = ("predict", "register", "status", "health", "retrain", "reload", "import", "report",
@@ -302,8 +292,8 @@ class ProgressAnswer(_Answer):
     elapsed_s: float  # the trial's run time as harpd counts it: since its first report
 
 
-Answer = Union[ErrorAnswer, PredictAnswer, RegisterAnswer, StatusAnswer, EndingAnswer, HealthAnswer, AdminAnswer,
-               ReportAnswer, ProgressAnswer]
+Answer = (ErrorAnswer | PredictAnswer | RegisterAnswer | StatusAnswer | EndingAnswer | HealthAnswer | AdminAnswer
+          | ReportAnswer | ProgressAnswer)
 
 
 # --------------------------------------------------------------- encoding

@@ -83,7 +83,7 @@ class JobRecord:
         return d
 
     @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> "JobRecord":
+    def from_dict(cls, d: dict[str, Any]) -> JobRecord:
         names = {f.name for f in fields(cls)}
         kw = {k: v for k, v in d.items() if k in names}
         if "outcome" in kw and not isinstance(kw["outcome"], Outcome):

@@ -39,8 +39,14 @@ def _site_hazard(args: argparse.Namespace) -> Any:
 
 
 def run(args: argparse.Namespace) -> int:
-    from harpd.dnn.checkpoint import (AGE_BINS_H, coci_schedule, constant_hazard, even_schedule,
-                                      spec_from_tokens, young_daly)
+    from harpd.dnn.checkpoint import (
+        AGE_BINS_H,
+        coci_schedule,
+        constant_hazard,
+        even_schedule,
+        spec_from_tokens,
+        young_daly,
+    )
     from harpd.dnn.errors import DnnError
 
     if not args.keys:

@@ -19,7 +19,6 @@ from typing import Any
 from harpd.cli.main import CliError, settings_of
 
 
-
 def json_or_error(plan: Any, fmt: str) -> int | None:
     """What `harp dnn plan` and `harp dnn choose` share: the plan as JSON when asked for (exit 1 on a
     plan error), else its error as a CliError; None when the caller goes on to print the plan."""

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from datetime import UTC
 from pathlib import Path
 
 from harpd.cli.main import CliError, open_store, settings_of
@@ -27,7 +28,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def parse_start(text: str) -> float:
     """``--start``: epoch seconds, or an ISO date/time (UTC when it names no zone)."""
-    from datetime import datetime, timezone
+    from datetime import datetime
 
     try:
         return float(text)
@@ -39,7 +40,7 @@ def parse_start(text: str) -> float:
         raise CliError(f"--start {text!r}: not a date; give an ISO date such as 2012-01-01 "
                        "(or 2012-01-01T08:00+01:00) or epoch seconds") from None
     if when.tzinfo is None:
-        when = when.replace(tzinfo=timezone.utc)
+        when = when.replace(tzinfo=UTC)
     return when.timestamp()
 
 

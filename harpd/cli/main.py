@@ -61,7 +61,7 @@ def store_problem(db: Any, hint: bool = True) -> str | None:
 
     path = Path(db)
     try:
-        st = os.stat(path)
+        os.stat(path)
     except FileNotFoundError:
         return f"cannot open the store {path} (no such file)" + (
             "; run `harp import` or start harpd first, or pass --db PATH" if hint else "")

@@ -88,7 +88,7 @@ class Adopter:
                  "(its registration message never came)", job_id, v.user, v.uid)
         return 1
 
-    def attach(self, ingest_service: Any, interval_s: float) -> "Adopter":
+    def attach(self, ingest_service: Any, interval_s: float) -> Adopter:
         """Run on the poller's scheduler, every ``interval_s``."""
         scheduler = ingest_service.scheduler
         if scheduler is not None:

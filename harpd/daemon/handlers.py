@@ -98,7 +98,7 @@ class Peer:
     host: str | None = None  # "ADDR:PORT" of a TCP peer; None on the Unix socket
 
     @classmethod
-    def from_ids(cls, pid: int, uid: int, gid: int, host: str | None = None) -> "Peer":
+    def from_ids(cls, pid: int, uid: int, gid: int, host: str | None = None) -> Peer:
         """Resolve name and groups (primary gid + supplementary from this host's group database)."""
         name = access.user_of(uid)
         return cls(pid=pid, uid=uid, gid=gid, user=str(uid) if name is None else name,

@@ -46,7 +46,8 @@ from typing import Any, Protocol
 from harp_submit import __version__
 from harpd.access import resolve_group
 from harpd.config import DEFAULT_CONFIG_PATH, ConfigError, HarpSettings, load_settings
-from harpd.daemon.active_lock import StoreInUse, hold as hold_store
+from harpd.daemon.active_lock import StoreInUse
+from harpd.daemon.active_lock import hold as hold_store
 from harpd.daemon.adopt import Adopter
 from harpd.daemon.handlers import Handlers
 from harpd.daemon.server import Server, ServerError
@@ -64,7 +65,8 @@ from harpd.slurm import SlurmBackend, get_backend
 from harpd.slurm.billing import cached_billing
 from harpd.slurm.partitions import cached_partitions, limits_from_partitions
 from harpd.store import Store, StoreError
-from harpd.watch.privilege import Privilege, detect as detect_privilege
+from harpd.watch.privilege import Privilege
+from harpd.watch.privilege import detect as detect_privilege
 from harpd.watch.service import make as make_watch
 
 log = logging.getLogger("harpd")

@@ -16,6 +16,7 @@ import logging
 import threading
 import time
 from collections import Counter
+from collections.abc import Callable
 
 __all__ = ["RefusalLog"]
 
@@ -25,7 +26,8 @@ TOP_PEERS = 5
 class RefusalLog:
     """Counts refusals by kind and peer; logs the first at once and a summary per interval.  Thread-safe."""
 
-    def __init__(self, log: logging.Logger, interval_s: float = 10.0, clock=time.monotonic, burst: int = 5) -> None:
+    def __init__(self, log: logging.Logger, interval_s: float = 10.0, clock: Callable[[], float] = time.monotonic,
+                 burst: int = 5) -> None:
         self.log = log
         self.interval_s = interval_s
         self.burst = burst

@@ -33,7 +33,9 @@ import selectors
 import socket
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+
+from pydantic import BaseModel
 
 from harpd import protocol as p
 from harpd.daemon.door import Admission, Door, Refused, ServerError, as_is, peer_address
@@ -369,7 +371,7 @@ class Server:
         start = time.monotonic()
         op = "?"
         peer: Peer | None = None
-        seal = as_is
+        seal: Callable[[bytes], bytes] = as_is
         unchecked = pending is not None  # the pre-auth bookkeeping still counts it against its peer
         try:
             if pending is not None:
@@ -380,6 +382,7 @@ class Server:
             if problem is None and not any(lines):
                 log.debug("%s: a connection closed without a request", door)
                 return
+            answer: BaseModel
             if problem is not None:
                 answer = p.error(problem)
             else:

@@ -29,8 +29,8 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
 from harpd.dnn.errors import DnnError
-from harpd.dnn.harp_line import harp_line_words
 from harpd.dnn.goals import parse_duration
+from harpd.dnn.harp_line import harp_line_words
 
 AGE_BINS_H = (0.0, 1.0, 4.0, 12.0, 24.0, 72.0, math.inf)
 INTERRUPTIONS = ("node_fail", "preempted", "timeout")

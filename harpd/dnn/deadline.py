@@ -187,7 +187,7 @@ def static_plan(model: ScalingModel, layouts: Sequence[Layout], stages: Sequence
         for pool in pools:
             total = 0.0
             parts = []
-            for i, (trials, tokens) in enumerate(stages):
+            for trials, tokens in stages:
                 options = []
                 for lay in lays:
                     if lay.n_gpus > pool:

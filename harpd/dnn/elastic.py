@@ -92,7 +92,7 @@ def choose_batch(model: ScalingModel, layouts: Sequence[Layout], batch: tuple[in
         n = lay.n_gpus
         if n > hi:
             continue
-        b_max = max_micro_batch(lambda b: fits(lay, b), hi // n)
+        b_max = max_micro_batch(lambda b, lay=lay: fits(lay, b), hi // n)
         if b_max == 0:
             continue
         for b in _micro_batches(b_max, n, lo, hi):
@@ -114,7 +114,7 @@ def choose_batch(model: ScalingModel, layouts: Sequence[Layout], batch: tuple[in
 
 def fixed_choice(model: ScalingModel, lay: Layout, global_batch: int,
                  fits: Callable[[Layout, int], bool], tokens: float | None = None) -> BatchChoice | None:
-    """A fixed configuration: ``lay`` at ``global_batch``, the biggest fitting micro-batch, accumulation for the rest."""
+    """A fixed configuration: ``lay`` at ``global_batch``, the biggest micro-batch that fits, accumulation the rest."""
     n = lay.n_gpus
     per_gpu = max(1, global_batch // n)
     b_max = max_micro_batch(lambda b: fits(lay, b), per_gpu)

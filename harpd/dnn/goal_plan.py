@@ -17,9 +17,16 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from harpd.dnn.deadline import (DeadlinePlan, Layout, hours, layouts_from_candidates, plan_stages,
-                                sha_stages, static_plan)
-from harpd.dnn.elastic import BatchChoice, choose_batch, memory_fits
+from harpd.dnn.deadline import (
+    DeadlinePlan,
+    Layout,
+    hours,
+    layouts_from_candidates,
+    plan_stages,
+    sha_stages,
+    static_plan,
+)
+from harpd.dnn.elastic import choose_batch, memory_fits
 from harpd.dnn.goals import DnnGoals
 from harpd.dnn.gpu_choice import layouts as layout_pairs
 from harpd.dnn.gpu_choice import stages_for

@@ -134,7 +134,7 @@ class ScalingModel:
         return n * micro_batch * accum / step
 
     # ------------------------------------------------------------ fitting
-    def fitted(self, runs: Iterable[RunTime], default_type: str, stage: int = 0) -> "ScalingModel":
+    def fitted(self, runs: Iterable[RunTime], default_type: str, stage: int = 0) -> ScalingModel:
         """A copy whose multipliers are fitted to ``runs`` (same job, same work, same micro_batch)."""
         runs = [r for r in runs if r.elapsed_s > 0]
         if not runs:

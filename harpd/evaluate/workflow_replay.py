@@ -42,9 +42,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from harpd.features.usage import usage_of
 from harpd.evaluate.sizey_metric import Wastage
 from harpd.evaluate.workflow_baselines import BASELINES, NODE_BYTES
+from harpd.features.usage import usage_of
 from harpd.features.workflow import WORKFLOW_PREFIX
 from harpd.records import JobRecord, Outcome
 from harpd.recovery.escalation import simulate
@@ -149,18 +149,18 @@ class LiveHarp:
         self.max_attempts = int(self.settings.recovery.max_attempts)
         self._n = 0
 
-    def sizer(self, kind: str) -> "_LiveType":
+    def sizer(self, kind: str) -> _LiveType:
         return _LiveType(self, kind)
 
     def job(self, kind: str, input_bytes: float, request: float):
         """The submission harp-submit would send for a task of ``kind`` (memory request in bytes, NaN: none)."""
         from harpd.protocol import JobRequest, Resources
 
-        mem = int(math.ceil(request / MIB)) if request == request and request > 0 else None
+        mem = int(math.ceil(request / MIB)) if not math.isnan(request) and request > 0 else None
         return JobRequest(signature=WORKFLOW_PREFIX + kind, job_name=kind, request=Resources(mem_mb=mem),
                           input_bytes=int(input_bytes) if input_bytes and input_bytes > 0 else None)
 
-    def record(self, kind: str, task: "Task") -> JobRecord:
+    def record(self, kind: str, task: Task) -> JobRecord:
         """A finished task as the store holds it (MiB, seconds); a non-sample as a failed run."""
         self._n += 1
         return JobRecord(job_id=str(self._n), source="replay", user=self.USER, job_name=kind,
@@ -188,13 +188,13 @@ class _LiveType:
     def __init__(self, live: LiveHarp, kind: str) -> None:
         self.live, self.kind = live, kind
 
-    def fit(self, tasks: list["Task"]) -> None:
+    def fit(self, tasks: list[Task]) -> None:
         self.live.predictor.learn([self.live.record(self.kind, t) for t in tasks])
 
     def first(self, input_bytes: float, request: float, now: float | None = None) -> float | None:
         return self.live.first(self.kind, input_bytes, request, now)
 
-    def learn(self, task: "Task") -> None:
+    def learn(self, task: Task) -> None:
         self.live.predictor.learn([self.live.record(self.kind, task)])
 
 

@@ -19,8 +19,6 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-import numpy as np
-
 NAN = float("nan")
 KEEP = 8  # runs the short-memory features look at
 LONG = 32  # runs kept per group (the long-memory features: q90, max)
@@ -144,8 +142,8 @@ def _group_features(runs: _Runs | None, lref: float, now: float | None, out: lis
     u = runs.used
     r = runs.ratio
     last5 = u[-5:]
-    rr = [x for x in r[-5:] if x == x]
-    rk = sorted(x for x in r[-KEEP:] if x == x)
+    rr = [x for x in r[-5:] if not math.isnan(x)]
+    rk = sorted(x for x in r[-KEEP:] if not math.isnan(x))
     c = runs.cens[-KEEP:]
     age = NAN
     if now is not None and runs.t_end is not None:
@@ -250,6 +248,6 @@ def conformal_group(partition: str | None, log_pending: float) -> str:
     Calibrating bursts apart gives them the wider bounds their correlated
     errors need, without widening every other job's.
     """
-    p = math.expm1(log_pending) if log_pending == log_pending else 0.0
+    p = math.expm1(log_pending) if not math.isnan(log_pending) else 0.0
     b = "p0" if p < 1.5 else "p1" if p < 9.5 else "p2" if p < 99.5 else "p3"
     return f"{b}|{partition or '?'}"

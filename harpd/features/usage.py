@@ -32,6 +32,7 @@ size.
 
 from __future__ import annotations
 
+import math
 from collections import deque
 from dataclasses import dataclass
 
@@ -70,7 +71,7 @@ def usage_of(r: JobRecord, resource: str) -> Usage | None:
         used, req, flag = r.used_mem_mb, r.req_mem_mb, r.censored_mem
     else:
         raise ValueError(f"unknown resource {resource!r}: use time or mem")
-    if used is None or used != used or used < 0:
+    if used is None or math.isnan(used) or used < 0:
         return None
     ran_out = bool(flag) or r.outcome == RAN_OUT[resource] or (req is not None and req > 0 and used >= req)
     return Usage(float(used), None if req is None else float(req), ran_out or r.outcome != Outcome.COMPLETED,

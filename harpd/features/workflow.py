@@ -10,7 +10,8 @@ is in what the manager sends:
 * Snakemake (its Slurm executor's ``--wrap``, a ``--slurm-pass-command-as-script``
   script, or a cluster jobscript): the ``--snakefile`` and the rule
   (``--allowed-rules``, else the rule part of ``--target-jobs rule:wildcards``);
-* Nextflow: its ``.command.run`` script with the job name ``nf-<PROCESS>_(<tag>)``, and the launch directory above the task's ``work/xx/yyyy…`` directory.
+* Nextflow: its ``.command.run`` script with the job name ``nf-<PROCESS>_(<tag>)``, and the launch
+  directory above the task's ``work/xx/yyyy…`` directory.
 
 The identity is workflow + rule (or process).  The wildcards or the tag name
 the task's inputs, not its program: they are kept apart (shown, never hashed),

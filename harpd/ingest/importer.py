@@ -43,7 +43,7 @@ LEARNT: dict[str, str] = {
 class ImportFailed(ValueError):
     """The import stopped; ``summary`` says what was written before it did."""
 
-    def __init__(self, message: str, summary: "ImportSummary") -> None:
+    def __init__(self, message: str, summary: ImportSummary) -> None:
         super().__init__(message)
         self.summary = summary
 

@@ -306,7 +306,7 @@ class Ingestor:
                     params=[source, *chunk],
                 )
                 for jid, att, st, oc in zip(cols["job_id"], cols["attempt"], cols["start_time"], cols["outcome"]):
-                    start = None if st != st else float(st)  # NaN -> None
+                    start = None if math.isnan(st) else float(st)
                     out.setdefault((source, str(jid)), []).append((int(att), start, str(oc)))
         return out
 

@@ -52,7 +52,7 @@ def bound_bucket(base: float, relative: bool = True) -> str:
     calibrating each bin on its own makes the coverage hold *given* the
     predicted size, which is the coverage the decision relies on.
     """
-    if base != base:
+    if math.isnan(base):
         return "b?"
     if relative:
         r = math.exp(min(base, 5.0))

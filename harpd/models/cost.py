@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from harpd.recovery.escalation import simulate, simulate_many
 from harpd.records import Outcome
+from harpd.recovery.escalation import simulate, simulate_many
 
 #: disruption cost of one job that runs out, in units of the average job's use
 DISRUPTION = 1.0

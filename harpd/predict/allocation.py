@@ -19,9 +19,12 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 
+if TYPE_CHECKING:
+    from harpd.config import PredictSettings
 
 #: what ``allocate`` says set a value it returns: the bound itself, or the rail that moved it
 BOUND, REQUEST_FLOOR, FLOOR, LIMIT = "bound", "request floor", "floor", "limit"
@@ -44,7 +47,7 @@ class Guard:
     min_fraction: float = 0.25
 
     @classmethod
-    def from_settings(cls, predict, resource: str, max_attempts: int | None = 3) -> "Guard":
+    def from_settings(cls, predict: PredictSettings, resource: str, max_attempts: int | None = 3) -> Guard:
         floor = float(predict.floor_time_s if resource == "time" else predict.floor_mem_mb)
         return cls(
             min_history=predict.min_history,
@@ -73,28 +76,29 @@ def allocate(request: float | None, upper_log: float, n_history: int, limit: flo
         return None, f"cold start: {n_history} of {guard.min_history} runs needed"
     if upper_log is None or not math.isfinite(upper_log):
         return None, "no confident bound for this job"
-    has_req = request is not None and request > 0
+    req = 0.0 if request is None else request  # a float for the checker; has_req guards every use
+    has_req = req > 0
     ratio = math.exp(upper_log) * guard.margin
-    value = ratio * request if has_req else ratio
+    value = ratio * req if has_req else ratio
     if has_req:
         if ratio >= keep_at and ratio <= 1.0:
             return None, f"bound is {ratio:.0%} of the request: kept"
         if ratio > 1.0:
             if guard.max_raise_factor <= 1.0:
                 return None, "bound is above the request; raising is off"
-            value = min(value, request * guard.max_raise_factor)
+            value = min(value, req * guard.max_raise_factor)
         elif not guard.allow_shrink:
             return None, "shrinking is off"
     by = BOUND  # which rail set the value, for the decision's reason
-    if has_req and guard.min_fraction > 0 and value < request * guard.min_fraction:
-        value, by = request * guard.min_fraction, REQUEST_FLOOR
+    if has_req and guard.min_fraction > 0 and value < req * guard.min_fraction:
+        value, by = req * guard.min_fraction, REQUEST_FLOOR
     if value < guard.floor:
         value, by = guard.floor, FLOOR
     if limit is not None and limit > 0 and value > limit:
         value, by = limit, LIMIT
-    if has_req and abs(value - request) < 1e-9 * max(request, 1.0):
+    if has_req and abs(value - req) < 1e-9 * max(req, 1.0):
         return None, "same as the request"
-    if has_req and value > request and guard.max_raise_factor <= 1.0:
+    if has_req and value > req and guard.max_raise_factor <= 1.0:
         return None, "floor is above the request: kept"
     return float(value), by
 

@@ -46,12 +46,12 @@ FLOOR_S = 60.0
 RULES = ("clairvoyant-q90", "clairvoyant-q95", "clairvoyant-local", "causal-max5")
 
 
-def _ratio(prep: "Prepared") -> np.ndarray:
+def _ratio(prep: Prepared) -> np.ndarray:
     """need/request per job; inf for censored jobs (they needed more than they got)."""
     return np.where(prep.censored, np.inf, prep.need / prep.request)
 
 
-def _templates(prep: "Prepared") -> dict[str, np.ndarray]:
+def _templates(prep: Prepared) -> dict[str, np.ndarray]:
     if prep.template is None:
         raise ValueError("bounds need the template keys: prepare(..., keep_templates=True)")
     groups: dict[str, list[int]] = defaultdict(list)
@@ -60,13 +60,13 @@ def _templates(prep: "Prepared") -> dict[str, np.ndarray]:
     return {t: np.asarray(ix) for t, ix in groups.items()}
 
 
-def _allocate(prep: "Prepared", bound: np.ndarray) -> np.ndarray:
+def _allocate(prep: Prepared, bound: np.ndarray) -> np.ndarray:
     """Allocation from a bound on need/request: NaN (the request stands) when close to it."""
     cut = np.isfinite(bound) & (bound < KEEP_AT)
     return np.where(cut, np.maximum(bound * prep.request, FLOOR_S), np.nan)
 
 
-def clairvoyant_quantile(prep: "Prepared", q: float) -> np.ndarray:
+def clairvoyant_quantile(prep: Prepared, q: float) -> np.ndarray:
     rel = _ratio(prep)
     bound = np.full(prep.n, np.inf)
     for ix in _templates(prep).values():
@@ -75,7 +75,7 @@ def clairvoyant_quantile(prep: "Prepared", q: float) -> np.ndarray:
     return _allocate(prep, bound)
 
 
-def clairvoyant_local(prep: "Prepared", k: int = NEIGHBOURS) -> np.ndarray:
+def clairvoyant_local(prep: Prepared, k: int = NEIGHBOURS) -> np.ndarray:
     rel = _ratio(prep)
     bound = np.full(prep.n, np.inf)
     for ix in _templates(prep).values():
@@ -88,7 +88,7 @@ def clairvoyant_local(prep: "Prepared", k: int = NEIGHBOURS) -> np.ndarray:
     return _allocate(prep, bound)
 
 
-def causal_max(prep: "Prepared", k: int = NEIGHBOURS) -> np.ndarray:
+def causal_max(prep: Prepared, k: int = NEIGHBOURS) -> np.ndarray:
     """Only runs that had finished when the job was submitted (``known_at``)."""
     rel = _ratio(prep)
     tmpl = prep.template
@@ -110,15 +110,16 @@ def causal_max(prep: "Prepared", k: int = NEIGHBOURS) -> np.ndarray:
     return _allocate(prep, bound)
 
 
-def causal_max_at_start(prep: "Prepared", k: int = NEIGHBOURS) -> np.ndarray:
+def causal_max_at_start(prep: Prepared, k: int = NEIGHBOURS) -> np.ndarray:
     """``causal_max`` decided at the job's start (the runs that had finished by then)."""
     from harpd.predict.soft import recent_at
 
+    assert prep.start is not None  # asked only of a trace with start times
     count, mx = recent_at(prep, prep.start, k)
     return _allocate(prep, np.where(count >= min(k, 3), mx * MARGIN, np.inf))
 
 
-def soft_allocations(prep: "Prepared") -> dict[str, np.ndarray]:
+def soft_allocations(prep: Prepared) -> dict[str, np.ndarray]:
     """Reference start limits under soft limits (NaN: request kept), by rule name."""
     if not prep.has_requests:
         return {}
@@ -130,7 +131,7 @@ def soft_allocations(prep: "Prepared") -> dict[str, np.ndarray]:
     }
 
 
-def allocations(prep: "Prepared") -> dict[str, np.ndarray]:
+def allocations(prep: Prepared) -> dict[str, np.ndarray]:
     """Every rule's allocations (NaN: request kept), by rule name."""
     if not prep.has_requests:
         return {}

@@ -37,7 +37,7 @@ import math
 from collections import deque
 from typing import Any
 
-from harpd.records import Outcome
+from harpd.records import JobRecord, Outcome
 
 #: runs of a signature kept (the most recent): enough for alpha = 0.01
 WINDOW = 200
@@ -57,12 +57,12 @@ def cores_used(used_cpu_s: float | None, used_time_s: float | None) -> float | N
     """Mean cores a run kept busy (CPU time / elapsed), or None when either is unknown or zero."""
     if used_cpu_s is None or used_time_s is None or used_time_s <= 0 or used_cpu_s < 0:
         return None
-    if used_cpu_s != used_cpu_s or used_time_s != used_time_s:
+    if math.isnan(used_cpu_s) or math.isnan(used_time_s):
         return None
     return used_cpu_s / used_time_s
 
 
-def run_cores(rec) -> float | None:
+def run_cores(rec: JobRecord) -> float | None:
     """The cores a finished run used, as a sample of what its program needs; None when it is not one.
 
     Only a COMPLETED run: a failed one may have stopped before its threads
@@ -174,7 +174,7 @@ def step_cpus(launcher: str, tokens: list[str]) -> int | None:
         n = [_int(v) for k, v in opts if k in ("-n", "--ntasks")]
         if not c or None in c or None in n:
             return None
-        return max(c) * (max(n) if n else 1)  # type: ignore[type-var]
+        return max(c) * (max(n) if n else 1)  # type: ignore[type-var, operator]  # None excluded above
     if launcher in ("mpirun", "mpiexec", "orterun"):
         opts = _launcher_options(tokens, _MPI_FLAGS, single_dash_long=True)
         n = [_int(v) for k, v in opts if k in ("-n", "-np", "-c", "--n", "--np")]

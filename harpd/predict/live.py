@@ -26,10 +26,13 @@ import logging
 import math
 import threading
 import time as _time
-from typing import Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from harp_submit.units import format_mem, format_time
+from harpd.features.history import COL, KEEP, History, JobKeys, conformal_group, keys_of, keys_of_record
 from harpd.features.resources import gpu_count
 from harpd.features.signature import normalise_commands
 from harpd.features.usage import RecentStops, usage_of
@@ -38,17 +41,21 @@ from harpd.models.envelope import ModelEnvelope
 from harpd.predict.allocation import BOUND, FLOOR, REQUEST_FLOOR, Guard, allocate
 from harpd.predict.bounds import MARGIN
 from harpd.predict.cores import CoresHistory, cut_bounds, run_cores
+from harpd.predict.kill_cost import why_kept, worth_cutting
 from harpd.predict.restore import Restored, cut_resources, restored_by, restoring_outcome
 from harpd.predict.retry_floor import Floor, RetryFloors
-from harpd.predict.kill_cost import why_kept, worth_cutting
-from harpd.predict.task_memory import TaskMemory
 from harpd.predict.soft import SoftPolicy, running_bound, soft_guard, stake_of, tilt
 from harpd.predict.soft_state import SoftState
+from harpd.predict.task_memory import TaskMemory
 from harpd.predict.time_options import fit_time, kept_under_soft_limits
 from harpd.records import Submission
 from harpd.slurm.job_ids import submitted_id
 from harpd.slurm.partitions import limits_from_backend
-from harp_submit.units import format_mem, format_time
+
+if TYPE_CHECKING:
+    from harpd.config import HarpSettings
+    from harpd.slurm.base import SlurmBackend
+    from harpd.store import Store
 
 log = logging.getLogger("harpd.decide")
 
@@ -57,6 +64,8 @@ HISTORY_JOBS = 200_000  # finished jobs replayed into the live history at load
 REFRESH_S = 60.0  # how often new outcomes are pulled from the store
 HISTORY_RULE = "history"  # the name decisions carry where no model is trained (the history rule)
 NO_MODEL = "no trained model yet"
+# a partition's limits (the daemon's cached lookup; a dict is read as Limits)
+LimitsLookup = Callable[[str | None], Limits | dict[str, Any] | None]
 
 
 def _history_rule(resource: str) -> ModelEnvelope:
@@ -164,7 +173,8 @@ class ModelPredictor:
         return max(ns) if ns else None
 
     @classmethod
-    def history_only(cls, settings, store=None, resources: tuple[str, ...] = ("time", "mem")) -> "ModelPredictor":
+    def history_only(cls, settings: HarpSettings, store: Store | None = None,
+                     resources: tuple[str, ...] = ("time", "mem")) -> ModelPredictor:
         """A predictor with no trained model (the history and task rules), fed by ``learn``: ``harp replay``'s harp."""
         return cls(settings, store=store, models={res: _history_rule(res) for res in resources})
 
@@ -172,6 +182,7 @@ class ModelPredictor:
         return any(champion.model is not None for champion in self._loaded.values())
 
     def _pick(self, resource: str, want: str) -> dict[str, Any] | None:
+        assert self.store is not None  # reload() picks models only from a store
         if want == "auto":
             return self.store.champion(resource)
         rows = [m for m in self.store.models() if m["resource"] == resource and m["name"] == want]
@@ -216,7 +227,7 @@ class ModelPredictor:
         finally:
             self._refresh_lock.release()
 
-    def learn(self, records: list) -> int:
+    def learn(self, records: list[JobRecord]) -> int:
         """Outcomes the ingest poller has just stored: in the history before the next decision.
 
         The poller calls this as it stores new outcomes (just before its
@@ -238,9 +249,7 @@ class ModelPredictor:
                 fresh.append(r)
         return self._add(fresh)
 
-    def _add(self, records: list) -> int:
-        from harpd.features.history import keys_of_record
-
+    def _add(self, records: list[JobRecord]) -> int:
         if not records:
             return 0
         cut = self._cuts_that_failed(records)  # store reads, outside the lock
@@ -262,7 +271,7 @@ class ModelPredictor:
                     champion.stops.add(k.sig, u)
         return len(records)
 
-    def _cuts_that_failed(self, records: list) -> list[tuple[str, str]]:
+    def _cuts_that_failed(self, records: list[JobRecord]) -> list[tuple[str, str]]:
         """(signature, resource) of each run here that failed after harp had cut that resource (``restore``)."""
         if self.store is None:
             return []
@@ -274,6 +283,7 @@ class ModelPredictor:
 
     def _submission(self, r) -> Submission | None:
         try:
+            assert self.store is not None  # _cuts_that_failed asks only with a store
             return self.store.get_submission(r.job_id) or self.store.get_submission(submitted_id(r.job_id))
         except Exception:  # a store that cannot answer restores nothing: the next refresh tries again
             log.exception("reading the submission of job %s failed", r.job_id)
@@ -310,10 +320,10 @@ class ModelPredictor:
             return out
 
     # -- the request path ------------------------------------------------------------
-    def decide(self, job, user: str, uid: int, now: float | None = None, *, dry_run: bool = False):
+    def decide(self, job: JobRequest, user: str, uid: int, now: float | None = None, *,
+               dry_run: bool = False) -> Decision:
         """The decision for one submission; ``now``: the replay's simulated clock (None: the wall clock);
         ``dry_run``: the same answer, but the submission is not counted."""
-        from harpd.protocol import Change, Decision, Limits
 
         now = _time.time() if now is None else float(now)
         partition = job.partition or job.request.partition
@@ -368,11 +378,10 @@ class ModelPredictor:
         there are enough of them, as in ``harpd.predict.soft.start_bound``;
         else the model's own bound stands.
         """
-        from harpd.features.history import COL
 
-        n_runs = math.expm1(x[COL["r_n"]]) if x[COL["r_n"]] == x[COL["r_n"]] else 0.0
+        n_runs = math.expm1(x[COL["r_n"]]) if not math.isnan(x[COL["r_n"]]) else 0.0
         rmax = x[COL["r_max5"]]
-        if n_runs + 0.5 >= policy.min_recent and rmax == rmax:
+        if n_runs + 0.5 >= policy.min_recent and not math.isnan(rmax):
             return float(rmax) + math.log(policy.recent_margin), f"{policy.recent_margin:g} x the most of the last runs"
         return log_bound, "model bound"
 
@@ -389,7 +398,7 @@ class ModelPredictor:
         return log_bound
 
     @staticmethod
-    def _history_bound(x, margin: float, stopped: bool = False) -> tuple[float | None, str]:
+    def _history_bound(x: list[float], margin: float, stopped: bool = False) -> tuple[float | None, str]:
         """The history rule's bound (log need/request) from the signature's own runs, or None and why.
 
         ``margin`` × the most its last five finished runs used (History's
@@ -398,18 +407,17 @@ class ModelPredictor:
         ``stopped`` (failed, cancelled: ``RecentStops``), it ended before its
         program finished.  By how much either needed more, nobody knows.
         """
-        from harpd.features.history import COL
 
         smax, cens = x[COL["s_max5"]], x[COL["s_cens"]]
-        if cens == cens and cens > 0:
+        if not math.isnan(cens) and cens > 0:
             return None, "a recent run of this program hit its limit: request kept"
         if stopped:
             return None, "a recent run of this program did not complete (its usage is only a lower bound): request kept"
-        if smax != smax:
+        if math.isnan(smax):
             return None, "no usage recorded for this program's runs: request kept"
         return float(smax) + math.log(margin), f"{margin:g} x the most of its last runs"
 
-    def _retry_floor(self, uid: int, task, now: float, explain: dict[str, Any]) -> Floor | None:
+    def _retry_floor(self, uid: int, task: TaskIdentity | None, now: float, explain: dict[str, Any]) -> Floor | None:
         """The floor of a workflow manager's retry (``harpd.predict.retry_floor``); a store fault gives none."""
         try:
             floor = self._retries.floor(uid, task, now)
@@ -420,7 +428,7 @@ class ModelPredictor:
             explain["retry"] = {"reason": floor.reason, **floor.explain}
         return floor
 
-    def _cores_change(self, job, sig: str | None, task, retry: Floor | None
+    def _cores_change(self, job: JobRequest, sig: str | None, task: TaskIdentity | None, retry: Floor | None
                       ) -> tuple[dict[str, Any] | None, dict[str, Any]]:
         """The ``cpus-per-task`` change of a single-task job (``harpd.predict.cores``), or None and why not."""
         rq = job.request
@@ -451,14 +459,14 @@ class ModelPredictor:
                 "reason": f"cores from this program's own runs ({ex['reason']})"}, ex
 
     @staticmethod
-    def _keys(job, user: str, res: str, relative: bool, sig: str | None, given: int | None = None):
+    def _keys(job: JobRequest, user: str, res: str, relative: bool, sig: str | None, given: int | None = None
+              ) -> tuple[int, int, float | None, JobKeys]:
         """(cores, nodes, request of ``res``, grouping keys) of a job request: one place for both callers.
 
         ``given``: the CPUs per task harp gives (a lowered ``--cpus-per-task``):
         the job is predicted for those cores, its memory stays the request's
         total (``--mem-per-cpu`` becomes ``--mem``, it does not shrink).
         """
-        from harpd.features.history import keys_of
 
         rq = job.request
         cores = (rq.cpus_per_task or 1) * (rq.ntasks or 1)
@@ -478,7 +486,7 @@ class ModelPredictor:
                        job.input_bytes)
         return cores, nodes, req, keys
 
-    def template_of(self, job, user: str) -> str | None:
+    def template_of(self, job: JobRequest, user: str) -> str | None:
         """The time template (same user, request, cores) of a registered job: the watcher groups running jobs by it."""
         champion = self._loaded.get("time")
         relative = True if champion is None else champion.relative
@@ -526,7 +534,7 @@ class ModelPredictor:
         if mem_task:
             with self._lock:
                 mb, rule = self._tasks.size(sig, job.input_bytes, req)
-            if mb is None or mb <= 0:
+            if mb is None or mb <= 0 or not req:
                 return None, {"model": None, "rule": "task memory", "n_history": n_hist, "reason": rule}
             log_bound = math.log(mb / req)
             ex.update(rule="task memory", source=rule)
@@ -536,6 +544,7 @@ class ModelPredictor:
             log_bound, rule = self._history_bound(x, margin, stopped)
             if log_bound is None:
                 return None, {"model": None, "rule": HISTORY_RULE, "n_history": n_hist, "reason": rule}
+            up = bound
             why_rule = "this workflow task's own runs" if task else f"this program's own runs ({NO_MODEL})"
             ex.update(rule=HISTORY_RULE, source=why_rule)
             reason = (f"{res} from this workflow task's own {n_hist} runs ({rule})" if task
@@ -567,7 +576,7 @@ class ModelPredictor:
                 req, value, self.settings.predict.alpha_time, self.settings.predict.hard_cut_gain):
             value, why = None, why_kept(self.settings.predict.hard_cut_gain)
         least = None if retry is None else (retry.time_s if res == "time" else retry.mem_mb)
-        if value is not None and least is not None and value < least:
+        if value is not None and retry is not None and least is not None and value < least:
             value, why = least, f"{why}; at least {retry.reason}"
         ex = {"model": None if champion.model is None else champion.name, "n_history": n_hist,
               "bound_ratio": round(math.exp(log_bound), 4) if math.isfinite(log_bound) else None,
@@ -576,7 +585,7 @@ class ModelPredictor:
             return None, ex
         if why != BOUND:
             reason += "; " + _rail_words(why, res, guard, req, limit)
-        if soft:
+        if soft and req:
             reason += f" (extended automatically up to {format_time(int(req))} while it runs)"
         if res == "time":
             value, moved = fit_time(value, rq, self.settings.predict.floor_time_s)
@@ -630,25 +639,26 @@ def _rail_words(by: str, res: str, guard: Guard, req: float | None, limit: float
     return f"lowered to the partition limit of {amount(limit)}"
 
 
-def _run_key(r) -> tuple[str, str, int]:
+def _run_key(r: JobRecord) -> tuple[str, str, int]:
     """One run of one job in one source: what the history must hold once."""
     return (str(r.source), str(r.job_id), int(r.attempt or 1))
 
 
-def _total_mem(rq) -> dict[str, Any]:
+def _total_mem(rq: Resources) -> dict[str, Any]:
     """The ``--mem`` change that keeps a ``--mem-per-cpu`` request's total when its cores are lowered."""
     cores = (rq.cpus_per_task or 1) * (rq.ntasks or 1)
+    assert rq.mem_per_cpu_mb is not None  # asked only of a --mem-per-cpu request
     return {"option": "mem", "value": format_mem(int(rq.mem_per_cpu_mb) * cores),
             "old": f"{format_mem(int(rq.mem_per_cpu_mb))} per CPU",
             "reason": f"memory kept as the total of {cores} CPUs, now that the job gets fewer"}
 
 
-def _signature(job) -> str | None:
+def _signature(job: JobRequest) -> str | None:
     """A job request's signature: the one harp-submit sent, else (workflow task, else commands) as the poller does."""
     return job.signature or job_signature(job.commands, job.job_name, job.script_name, job.cwd)
 
 
-def identity_of(job, sig: str | None, task: TaskIdentity | None) -> dict[str, Any]:
+def identity_of(job: JobRequest, sig: str | None, task: TaskIdentity | None) -> dict[str, Any]:
     """What harp takes the job to be (``--harp-explain``): a workflow task, or a program by its commands.
 
     An array's tasks share one identity (their index, like a rule's wildcards,
@@ -662,7 +672,8 @@ def identity_of(job, sig: str | None, task: TaskIdentity | None) -> dict[str, An
     return {"program": normalise_commands(job.commands or []) or None, "signature": sig, **array}
 
 
-def make_predictor(settings, store=None, backend=None, limits=None, soft_limits: bool = False):
+def make_predictor(settings: HarpSettings, store: Store | None = None, backend: SlurmBackend | None = None,
+                   limits: LimitsLookup | None = None, soft_limits: bool = False) -> ModelPredictor:
     """The champion-backed predictor harpd.daemon.main wires in (no change until trained).
 
     ``limits``: the daemon's shared (cached) partition-limits lookup; built from

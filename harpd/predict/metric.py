@@ -24,8 +24,8 @@ from dataclasses import asdict, dataclass
 import numpy as np
 
 from harpd.models.cost import DISRUPTION
-from harpd.recovery.escalation import simulate_many
 from harpd.records import Outcome
+from harpd.recovery.escalation import simulate_many
 
 
 @dataclass
@@ -95,7 +95,7 @@ def evaluate(
     alpha: float = 0.05,
     max_attempts: int = 3,
     cap: np.ndarray | None = None,
-    baseline: "ModelMetrics | None" = None,
+    baseline: ModelMetrics | None = None,
 ) -> ModelMetrics:
     """The metric row of one model.
 
@@ -181,7 +181,7 @@ def evaluate(
 
 def evaluate_soft(model: str, start: np.ndarray, need: np.ndarray, request: np.ndarray, censored: np.ndarray,
                   weight: np.ndarray, *, extension_budget: float = 0.10, cap: np.ndarray | None = None,
-                  baseline: "ModelMetrics | None" = None, max_extensions: int | None = None,
+                  baseline: ModelMetrics | None = None, max_extensions: int | None = None,
                   lead_s: float = 0.0) -> ModelMetrics:
     """The metric row of one model under soft limits (docs/metrics.md, "Soft limits").
 
@@ -240,6 +240,7 @@ def evaluate_soft(model: str, start: np.ndarray, need: np.ndarray, request: np.n
         base_consumed = baseline.consumed_over_used * sum_used
         m.consumed_vs_request = sum_used / base_consumed if base_consumed else None
         if baseline.planned_wrongly:
+            assert m.planned_wrongly is not None  # set above, NaN at worst
             m.planned_wrongly_vs_request = m.planned_wrongly / baseline.planned_wrongly
     return m
 

@@ -28,6 +28,7 @@ import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -35,8 +36,8 @@ from harpd.models import construct
 from harpd.predict.allocation import Guard, allocate, allocate_many
 from harpd.predict.bounds import allocations, soft_allocations
 from harpd.predict.dataset import Prepared, ReplayError, fit_rows
-from harpd.predict.metric import ModelMetrics, evaluate, evaluate_soft
 from harpd.predict.kill_cost import gate_many
+from harpd.predict.metric import ModelMetrics, evaluate, evaluate_soft
 from harpd.predict.soft import SoftPolicy, soft_guard, soft_starts
 
 
@@ -64,7 +65,7 @@ class ReplayConfig:
     # hard limits: harp's time cuts pass ``kill_cost.gate_many`` with this gain (None: not gated)
     hard_cut_gain: float | None = None
 
-    def make_model(self, name: str, prep: Prepared):
+    def make_model(self, name: str, prep: Prepared) -> Any:
         """A fresh predictor ``name`` with this replay's tuning, for ``prep``'s trace."""
         if self.limits == "soft":
             return construct.make_model(name, resource=prep.resource, relative=prep.has_requests,
@@ -158,7 +159,7 @@ def _online_model(name: str, prep: Prepared, cfg: ReplayConfig, pts: list[int],
                     continue
                 a = out[j]
                 r = float(req[j]) if has_req[j] else None
-                first = a if a == a else (r if r is not None else math.inf)
+                first = a if not math.isnan(a) else (r if r is not None else math.inf)
                 cal.feedback(groups[j], float(base_pred[j]), None if cens[j] else float(y[j]),
                              float(first), float(need[j]), r, bool(cens[j]), float(w[j]))
         prev_known = k
@@ -206,6 +207,7 @@ def run(prep: Prepared, cfg: ReplayConfig | None = None,
             ups = np.full(n, np.inf) if soft else None
             a, base_of_harp, thetas = _online_model(name, prep, cfg, pts, progress, ups)
             if soft:
+                assert ups is not None  # filled by _online_model when soft
                 a = _soft_start(prep, cfg, ups, notes)
             elif cfg.hard_cut_gain is not None and prep.resource == "time" and prep.has_requests:
                 a = gate_many(req, a, cfg.alpha, cfg.hard_cut_gain)  # the daemon's own gate (kill_cost)
@@ -227,8 +229,8 @@ def run(prep: Prepared, cfg: ReplayConfig | None = None,
         alloc[name] = allocate_many(req, log_bound, prep.n_hist, prep.limit, guard)
 
     if soft:
-        metrics = _soft_metrics(prep, cfg, alloc)
-        return ReplayResult(prep, alloc, metrics, len(pts), time.perf_counter() - t0, notes, limits=cfg.limits,
+        soft_metrics = _soft_metrics(prep, cfg, alloc)
+        return ReplayResult(prep, alloc, soft_metrics, len(pts), time.perf_counter() - t0, notes, limits=cfg.limits,
                             soft=cfg.soft)
     sel = slice(cfg.evaluate_from, n)
     metrics: list[ModelMetrics] = []

@@ -12,12 +12,16 @@ import logging
 import threading
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from harpd.config import RetrainSettings
 
 log = logging.getLogger("harpd.training")
 
 
-def should_retrain(last_trained_at: float | None, now: float, new_outcomes: int, retrain_settings) -> bool:
+def should_retrain(last_trained_at: float | None, now: float, new_outcomes: int,
+                   retrain_settings: RetrainSettings) -> bool:
     """Due when never trained, when ``interval_s`` passed, or after ``after_n_outcomes`` outcomes."""
     if last_trained_at is None:
         return True
@@ -26,7 +30,7 @@ def should_retrain(last_trained_at: float | None, now: float, new_outcomes: int,
     return new_outcomes >= retrain_settings.after_n_outcomes
 
 
-def first_gap_s(retrain_settings, streak: int) -> float:
+def first_gap_s(retrain_settings: RetrainSettings, streak: int) -> float:
     """The wait of the early trigger: ``first_after_s``, doubled per early training in a row.
 
     A young store trains cheaply (few jobs), so the first models come soon;
@@ -47,7 +51,7 @@ class RetrainSchedule:
     first of them arrived, and at least that long after the last training.
     """
 
-    def __init__(self, retrain_settings, last_trained_at: float | None = None) -> None:
+    def __init__(self, retrain_settings: RetrainSettings, last_trained_at: float | None = None) -> None:
         self.settings = retrain_settings
         self.last_trained_at = last_trained_at
         self.new_outcomes = 0
@@ -70,7 +74,7 @@ class RetrainSchedule:
             self.early_streak = 0
             return False
         gap = first_gap_s(self.settings, self.early_streak)
-        self._early = (self.new_outcomes > 0 and self.first_new_at is not None
+        self._early = (self.new_outcomes > 0 and self.first_new_at is not None and self.last_trained_at is not None
                        and now - self.first_new_at >= gap and now - self.last_trained_at >= gap)
         return self._early
 
@@ -82,12 +86,12 @@ class RetrainSchedule:
         self.first_new_at = None
 
 
-def is_young(trained_on: int | None, retrain_settings) -> bool:
+def is_young(trained_on: int | None, retrain_settings: RetrainSettings) -> bool:
     """No model yet, or the best one learnt from fewer than ``first_below_jobs`` jobs."""
     return trained_on is None or trained_on < int(getattr(retrain_settings, "first_below_jobs", 5000))
 
 
-def attach_retrain(scheduler: Any, retrain: Callable[[], Any], retrain_settings,
+def attach_retrain(scheduler: Any, retrain: Callable[[], Any], retrain_settings: RetrainSettings,
                    check_every_s: float = 60.0, *, trained_on: Callable[[], int | None] | None = None,
                    train_now: bool = False, history_size: Callable[[], int] | None = None) -> Callable[[Any], None]:
     """Retrain on the daemon's scheduler: every ``interval_s``, after ``after_n_outcomes``,

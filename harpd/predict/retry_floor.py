@@ -125,7 +125,7 @@ def redeciding(job_id: str | None) -> Iterator[None]:
 class RetryFloors:
     """When harp last decided on each workflow task, and the floor a new submission of it gets."""
 
-    def __init__(self, store: "Store | None", max_attempts: int) -> None:
+    def __init__(self, store: Store | None, max_attempts: int) -> None:
         self.store = store
         self.max_attempts = max_attempts
         # (uid, task) -> (the decision before the last, the last): a re-decision looks behind its own

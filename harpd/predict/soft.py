@@ -34,13 +34,17 @@ from __future__ import annotations
 import math
 from collections import deque
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from harpd.predict.allocation import Guard, allocate_many
-from harpd.recovery.escalation import simulate_many
 from harpd.records import Outcome
+from harpd.recovery.escalation import simulate_many
 from harpd.watcher_timing import watcher_look
+
+if TYPE_CHECKING:
+    from harpd.config import PredictSettings, WatchSettings
 
 #: more extensions than this per job is not a chain but a loop (each doubles)
 MAX_EXTENSIONS = 64
@@ -103,7 +107,7 @@ class SoftPolicy:
         return 60.0 * math.ceil((max(self.lead_s, 0.0) + max(self.look_s, 0.0)) / 60.0)
 
     @classmethod
-    def from_settings(cls, predict, watch=None) -> "SoftPolicy":
+    def from_settings(cls, predict: PredictSettings, watch: WatchSettings | None = None) -> SoftPolicy:
         """From ``[predict]``'s ``soft_*`` settings, and ``[watch]``'s lead and interval when given."""
         d = cls()  # a slotted dataclass: the defaults live on an instance, not the class
         return cls(

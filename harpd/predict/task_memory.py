@@ -25,6 +25,7 @@ from __future__ import annotations
 from harpd.features.usage import usage_of
 from harpd.predict.workflow_harp import HarpTaskModel
 from harpd.predict.workflow_prior import ALPHA, TypePrior
+from harpd.records import JobRecord
 
 OWN = "this workflow task's own {n} runs (usage against input size, cost-chosen margin)"
 PRIOR = "no run of this task type yet: {share:.0%} of its request, the share that covered {cover:.0%} of other types"
@@ -37,7 +38,7 @@ class TaskMemory:
         self.prior = TypePrior(alpha)
         self._types: dict[str, HarpTaskModel] = {}
 
-    def learn(self, rec) -> bool:
+    def learn(self, rec: JobRecord) -> bool:
         """One finished run of a task type (a ``JobRecord``); False when it says nothing of its need."""
         sig = rec.signature
         u = usage_of(rec, "mem")

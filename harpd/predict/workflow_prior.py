@@ -49,7 +49,7 @@ class TypePrior:
         if share > self.shares.get(kind, -math.inf):
             self.shares[kind] = share
             self._refit()
-            if at is not None and at == at:
+            if at is not None and not math.isnan(at):
                 self._times.append(float(at))
                 self._past.append(self._share)
 

@@ -17,9 +17,8 @@ that distinction through reads and updates.
 
 from __future__ import annotations
 
-import re
-
 import dataclasses
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -105,14 +104,14 @@ class AttemptLimits(BaseModel):
     cpus_per_node: int | None = None
 
     @classmethod
-    def from_json(cls, row: Mapping[str, Any] | None) -> "AttemptLimits":
+    def from_json(cls, row: Mapping[str, Any] | None) -> AttemptLimits:
         """The limit keys of an ``attempts.limits`` object (its bookkeeping keys are ``Plan``'s)."""
         return cls.model_validate({k: v for k, v in (row or {}).items() if k in _LIMIT_KEYS})
 
     def to_json(self) -> dict[str, Any]:
         return self.model_dump(exclude_unset=True)
 
-    def but(self, **changes: Any) -> "AttemptLimits":
+    def but(self, **changes: Any) -> AttemptLimits:
         """A copy with ``changes``; a key it lacked is added, as in the stored row."""
         return self.model_copy(update=changes)
 
@@ -151,7 +150,7 @@ class Plan:
     charged_s: int | None = None  # resumed from a checkpoint: what the failed run cost (the time since its signal)
 
     @classmethod
-    def from_json(cls, row: Mapping[str, Any] | None) -> "Plan":
+    def from_json(cls, row: Mapping[str, Any] | None) -> Plan:
         row = row or {}
         extra = {f.name: row.get(f.name) for f in dataclasses.fields(cls) if f.name != "limits"}
         return cls(limits=AttemptLimits.from_json(row), **extra)
@@ -164,7 +163,7 @@ class Plan:
                 out[f.name] = v
         return out
 
-    def but(self, **changes: Any) -> "Plan":
+    def but(self, **changes: Any) -> Plan:
         """A copy with ``changes`` (None removes a field)."""
         return dataclasses.replace(self, **changes)
 

@@ -63,8 +63,19 @@ from typing import Any
 from harp_submit.units import fmt_mem, fmt_time
 from harpd.config import HarpSettings
 from harpd.protocol import Resources
+from harpd.records import JobRecord, Outcome
 from harpd.recovery.attempts import (
-    DECIDED, DONE, NOT_SUBMITTED, REQUEUED, SUBMITTED, Attempt, AttemptLimits, Fallback, NotYet, Plan, Stop,
+    DECIDED,
+    DONE,
+    NOT_SUBMITTED,
+    REQUEUED,
+    SUBMITTED,
+    Attempt,
+    AttemptLimits,
+    Fallback,
+    NotYet,
+    Plan,
+    Stop,
     marker,
 )
 from harpd.recovery.crash import crash_point
@@ -74,7 +85,6 @@ from harpd.recovery.manager_retry import LEFT_TO_MANAGER, LEFT_TO_NEXTFLOW, NO_R
 from harpd.recovery.mode import REQUEUE, RESUBMIT, resolve_mode
 from harpd.recovery.policy import eligible, first_limits, next_limits
 from harpd.recovery.requeue import requeue
-from harpd.recovery.resume import last_signal, resumed_time
 from harpd.recovery.resubmit import resubmit
 from harpd.records import JobRecord, Outcome, Submission
 from harpd.slurm.base import PartitionInfo, SlurmError
@@ -142,7 +152,7 @@ class Recovery:
 
     # ------------------------------------------------------------ wiring
 
-    def attach(self, ingest_service: Any) -> "Recovery":
+    def attach(self, ingest_service: Any) -> Recovery:
         """Bind to the running poller: its ``watch`` and a periodic ``tick``."""
         ingestor = ingest_service.ingestor
         self._watch = ingestor.watch
@@ -298,7 +308,7 @@ class Recovery:
             return  # the requeued run has not ended yet
         self._handle(rec)
 
-    def _locate(self, rec: JobRecord) -> tuple[str, Attempt] | None | bool:
+    def _locate(self, rec: JobRecord) -> tuple[str, Attempt] | bool | None:
         """(chain, attempt row) of a run; None for a run of no chain; False for
         a run of a chain that matches none of its attempts (left alone)."""
         chain = self.store.chain_of(rec.job_id)

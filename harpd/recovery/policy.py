@@ -30,6 +30,7 @@ from typing import Any
 from harp_submit.harp_lines import retry_choice
 from harp_submit.units import fmt_mem, fmt_time
 from harpd.protocol import Resources
+from harpd.records import JobRecord, Outcome
 from harpd.recovery.attempts import AttemptLimits
 from harpd.recovery.escalation import next_allocation, resource_for
 from harpd.records import JobRecord, Outcome, Submission
@@ -160,7 +161,8 @@ def next_limits(
             return Next(None, f"ran out of time at {fmt_time(current)}: {cap_name} ({fmt_time(cap)}) "
                               "leaves no whole minute more; not resubmitted", res)
         new = limits.but(time_s=minutes * 60)
-        return Next(new, f"{_explain_stop(step.reason, cap, cap_name, fmt_time)}: time {fmt_time(current)} -> {fmt_time(minutes * 60)}", res)
+        return Next(new, f"{_explain_stop(step.reason, cap, cap_name, fmt_time)}: "
+                         f"time {fmt_time(current)} -> {fmt_time(minutes * 60)}", res)
 
     # memory
     if _pos(limits.mem_per_gpu_mb):

@@ -14,12 +14,12 @@ from typing import Any
 from harpd.predict.soft import SoftPolicy
 from harpd.predict.soft_state import user_over_budget
 from harpd.protocol import REPORT_FORMATS
+from harpd.report import queue_figures as saved_queue
 from harpd.report import scoreboard
 from harpd.report.aggregate import Report, build_report
 from harpd.report.fmt import compact, when
 from harpd.report.source import Filters, load, store_span
 from harpd.report.window import Window, parse_window
-from harpd.report import queue_figures as saved_queue
 from harpd.store import Store
 
 DEFAULT_TOP = {"table": 20, "html": 50}

@@ -9,7 +9,7 @@ loading anything, so even a stray URL in a job name could not fetch.
 from __future__ import annotations
 
 import math
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from html import escape
 from typing import Any
 
@@ -27,11 +27,13 @@ MEM_TICKS = tuple(float(1024**e * m) for e in range(0, 3) for m in (1, 10, 100))
 _STYLE = """
 body{font-family:system-ui,-apple-system,'Segoe UI',Roboto,sans-serif;color:#212529;margin:0;background:#f8f9fa}
 main{max-width:1180px;margin:0 auto;padding:20px 24px 40px}
-h1{font-size:22px;margin:0 0 4px}h3{font-size:14px;margin:14px 0 4px}p{font-size:14px}h2{font-size:17px;margin:28px 0 8px;border-bottom:1px solid #dee2e6;padding-bottom:4px}
+h1{font-size:22px;margin:0 0 4px}h3{font-size:14px;margin:14px 0 4px}p{font-size:14px}
+h2{font-size:17px;margin:28px 0 8px;border-bottom:1px solid #dee2e6;padding-bottom:4px}
 .sub{color:#495057;font-size:13px}
 .cards{display:flex;flex-wrap:wrap;gap:10px;margin-top:14px}
 .card{background:#fff;border:1px solid #dee2e6;border-radius:6px;padding:8px 12px;min-width:120px}
-.card .v{font-size:20px;font-weight:600}.card .l{font-size:11px;color:#495057;text-transform:uppercase;letter-spacing:.03em}
+.card .v{font-size:20px;font-weight:600}
+.card .l{font-size:11px;color:#495057;text-transform:uppercase;letter-spacing:.03em}
 .charts{display:flex;flex-wrap:wrap;gap:12px}
 .charts svg{background:#fff;border:1px solid #dee2e6;border-radius:6px}
 table{border-collapse:collapse;background:#fff;font-size:12.5px;margin-top:6px;max-width:100%}
@@ -82,7 +84,7 @@ def _time_labels(starts: list[float], bin_s: float) -> list[str]:
     else:
         f = "%Y"
     if bin_s >= 28 * 86400:  # calendar months, quarters and years: binned in UTC (aggregate._timeline)
-        return [datetime.fromtimestamp(s, timezone.utc).strftime(f) for s in starts]
+        return [datetime.fromtimestamp(s, UTC).strftime(f) for s in starts]
     return [datetime.fromtimestamp(s).strftime(f) for s in starts]
 
 
@@ -124,7 +126,7 @@ def _distributions(r: Report) -> str:
         charts.append(
             svg.bar_chart(sub, ticks, d["counts"], color=color, width=370, cls=f"dist dist-{key}",
                           subtitle=f"{formula}; {d['n']:,} jobs", x_label="efficiency, % (bins of 10)",
-                          highlight=(lambda i, k=key: k != "time_eff" and i == len(d["bins"]) - 1))
+                          highlight=(lambda i, k=key, d=d: k != "time_eff" and i == len(d["bins"]) - 1))
         )
     return (
         '<div class="charts">' + "".join(charts) + "</div>"
@@ -423,7 +425,8 @@ def render(report: Report, top: int = 50) -> str:
         f"<title>{_e(title)}</title><style>{_STYLE}</style></head><body><main>"
         f"<h1>harp report</h1>"
         f'<div class="sub">Jobs that ended {_e(report.window.describe())}, by {_e(report.by)}, {_e(report.scope)}. '
-        f"Source: {_e(report.source or 'store')}{_sources(report)}. Generated {_e(when(report.generated_at, '%Y-%m-%d %H:%M'))}.</div>"
+        f"Source: {_e(report.source or 'store')}{_sources(report)}. "
+        f"Generated {_e(when(report.generated_at, '%Y-%m-%d %H:%M'))}.</div>"
         f'<div class="cards">{cards}</div>'
         f"{body}"
         "</main></body></html>\n"

@@ -10,6 +10,7 @@ when a table would not fit.
 
 from __future__ import annotations
 
+import math
 import textwrap
 import threading
 from collections.abc import Sequence
@@ -90,8 +91,9 @@ def group_table(report: Report, top: int) -> list[str]:
     rule = lines[head_lines(head)].replace(" ", "-")  # tabulate's header rule, joined into one line
     rest = report.groups[len(shown) :]
     if rest:
+        alloc = sum(r["core_h_alloc"] for r in rest if not math.isnan(r["core_h_alloc"]))
         lines.append(
-            f"... {len(rest)} more {report.by}s ({compact(sum(r['core_h_alloc'] for r in rest if r['core_h_alloc'] == r['core_h_alloc']))} core-h);"
+            f"... {len(rest)} more {report.by}s ({compact(alloc)} core-h);"
             " --top 0 shows all, --format csv exports them"
         )
     return [*lines, rule, total]

@@ -81,7 +81,8 @@ def _open(width: int, height: int, title: str, cls: str) -> list[str]:
 def _empty(width: int, height: int, title: str, cls: str, why: str) -> str:
     parts = _open(width, height, title, cls)
     parts.append(
-        f'<text x="{width / 2:.0f}" y="{height / 2:.0f}" font-size="12" fill="{AXIS}" text-anchor="middle">{_e(why)}</text>'
+        f'<text x="{width / 2:.0f}" y="{height / 2:.0f}" font-size="12" fill="{AXIS}" '
+        f'text-anchor="middle">{_e(why)}</text>'
     )
     parts.append("</svg>")
     return "".join(parts)
@@ -122,16 +123,19 @@ def bar_chart(
         x = left + i * bw
         c = highlight_color if highlight and highlight(i) else color
         parts.append(
-            f'<rect class="bar" x="{x + 1:.1f}" y="{top + ph - h:.1f}" width="{max(bw - 2, 1):.1f}" height="{max(h, 0):.1f}" fill="{c}">'
+            f'<rect class="bar" x="{x + 1:.1f}" y="{top + ph - h:.1f}" width="{max(bw - 2, 1):.1f}" '
+            f'height="{max(h, 0):.1f}" fill="{c}">'
             f"<title>{_e(lab)}: {v:,.0f} {y_label}</title></rect>"
         )
         if i % max(1, len(values) // 6) == 0 or i == len(values) - 1:
             parts.append(
-                f'<text x="{x + bw / 2:.1f}" y="{top + ph + 13}" font-size="9" fill="{AXIS}" text-anchor="middle">{_e(lab)}</text>'
+                f'<text x="{x + bw / 2:.1f}" y="{top + ph + 13}" font-size="9" fill="{AXIS}" '
+                f'text-anchor="middle">{_e(lab)}</text>'
             )
     parts.append(f'<line x1="{left}" x2="{left + pw}" y1="{top + ph}" y2="{top + ph}" stroke="{AXIS}"/>')
     if x_label:
-        parts.append(f'<text x="{left + pw / 2:.0f}" y="{height - 6}" font-size="10" fill="{AXIS}" text-anchor="middle">{_e(x_label)}</text>')
+        parts.append(f'<text x="{left + pw / 2:.0f}" y="{height - 6}" font-size="10" fill="{AXIS}" '
+                     f'text-anchor="middle">{_e(x_label)}</text>')
     parts.append(
         f'<text x="12" y="{top + ph / 2:.0f}" font-size="10" fill="{AXIS}" text-anchor="middle" '
         f'transform="rotate(-90 12 {top + ph / 2:.0f})">{_e(y_label)}</text>'
@@ -181,12 +185,14 @@ def stacked_bars(
             h = ph * max(vals[i], 0.0) / ymax
             base -= h
             parts.append(
-                f'<rect class="bar" x="{x + 0.5:.1f}" y="{base:.1f}" width="{max(bw - 1, 0.5):.1f}" height="{h:.1f}" fill="{color}">'
+                f'<rect class="bar" x="{x + 0.5:.1f}" y="{base:.1f}" width="{max(bw - 1, 0.5):.1f}" height="{h:.1f}" '
+                f'fill="{color}">'
                 f"<title>{_e(labels[i])}: {_e(tip)}</title></rect>"
             )
         if i % every == 0:
             parts.append(
-                f'<text x="{x + bw / 2:.1f}" y="{top + ph + 14}" font-size="10" fill="{AXIS}" text-anchor="middle">{_e(labels[i])}</text>'
+                f'<text x="{x + bw / 2:.1f}" y="{top + ph + 14}" font-size="10" fill="{AXIS}" '
+                f'text-anchor="middle">{_e(labels[i])}</text>'
             )
     parts.append(f'<line x1="{left}" x2="{left + pw}" y1="{top + ph}" y2="{top + ph}" stroke="{AXIS}"/>')
     if unit:
@@ -224,13 +230,15 @@ def hbar_chart(
         w = pw * v / vmax
         extra = f" ({note[i]})" if note else ""
         short = lab if len(lab) <= 18 else lab[:17] + "\u2026"
-        parts.append(f'<text x="{left - 6}" y="{y + bar_h - 5}" font-size="11" fill="{TEXT}" text-anchor="end">{_e(short)}</text>')
+        parts.append(f'<text x="{left - 6}" y="{y + bar_h - 5}" font-size="11" fill="{TEXT}" '
+                     f'text-anchor="end">{_e(short)}</text>')
         parts.append(
             f'<rect class="bar" x="{left}" y="{y}" width="{max(w, 1):.1f}" height="{bar_h}" fill="{color}">'
             f"<title>{_e(lab)}: {compact(v)}{_e(unit)}{_e(extra)}</title></rect>"
         )
         parts.append(
-            f'<text x="{left + w + 5:.1f}" y="{y + bar_h - 5}" font-size="11" fill="{TEXT}">{compact(v)}{_e(unit)}{_e(extra)}</text>'
+            f'<text x="{left + w + 5:.1f}" y="{y + bar_h - 5}" font-size="11" '
+            f'fill="{TEXT}">{compact(v)}{_e(unit)}{_e(extra)}</text>'
         )
     parts.append("</svg>")
     return "".join(parts)
@@ -256,8 +264,8 @@ def scatter_loglog(
     pts = [(x, y) for _n, s, _c in series for x, y, _m in s if x > 0 and y > 0]
     if not pts:
         return _empty(width, height, title, cls, "no jobs with both a request and a measured use")
-    lo = min(min(p[0] for p in pts), min(p[1] for p in pts))
-    hi = max(max(p[0] for p in pts), max(p[1] for p in pts))
+    lo = min(min(p[0], p[1]) for p in pts)
+    hi = max(max(p[0], p[1]) for p in pts)
     ticks = log_ticks(lo, hi, tick_candidates)
     a, b = math.log10(ticks[0]), math.log10(ticks[-1])
     left, right, top, bottom = 52, 12, 44, 40
@@ -280,8 +288,10 @@ def scatter_loglog(
     for t in ticks:
         parts.append(f'<line x1="{px(t):.1f}" x2="{px(t):.1f}" y1="{top}" y2="{top + ph}" stroke="{GRID}"/>')
         parts.append(f'<line x1="{left}" x2="{left + pw}" y1="{py(t):.1f}" y2="{py(t):.1f}" stroke="{GRID}"/>')
-        parts.append(f'<text x="{px(t):.1f}" y="{top + ph + 13}" font-size="10" fill="{AXIS}" text-anchor="middle">{_e(fmt(t))}</text>')
-        parts.append(f'<text x="{left - 4}" y="{py(t) + 4:.1f}" font-size="10" fill="{AXIS}" text-anchor="end">{_e(fmt(t))}</text>')
+        parts.append(f'<text x="{px(t):.1f}" y="{top + ph + 13}" font-size="10" fill="{AXIS}" '
+                     f'text-anchor="middle">{_e(fmt(t))}</text>')
+        parts.append(f'<text x="{left - 4}" y="{py(t) + 4:.1f}" font-size="10" fill="{AXIS}" '
+                     f'text-anchor="end">{_e(fmt(t))}</text>')
     parts.append(
         f'<line class="diagonal" x1="{px(ticks[0]):.1f}" y1="{py(ticks[0]):.1f}" x2="{px(ticks[-1]):.1f}" '
         f'y2="{py(ticks[-1]):.1f}" stroke="{TEXT}" stroke-dasharray="4 3"/>'
@@ -299,7 +309,8 @@ def scatter_loglog(
         parts.append(f'<g class="points" fill="{color}" fill-opacity="0.45">{"".join(dots)}</g>')
         if crosses:
             parts.append(f'<path class="misses" d="{"".join(crosses)}" stroke="#c92a2a" stroke-width="1.2" fill="none"/>')
-    parts.append(f'<text x="{left + pw / 2:.0f}" y="{height - 8}" font-size="11" fill="{AXIS}" text-anchor="middle">{_e(x_label)}</text>')
+    parts.append(f'<text x="{left + pw / 2:.0f}" y="{height - 8}" font-size="11" fill="{AXIS}" '
+                 f'text-anchor="middle">{_e(x_label)}</text>')
     parts.append(
         f'<text x="12" y="{top + ph / 2:.0f}" font-size="11" fill="{AXIS}" text-anchor="middle" '
         f'transform="rotate(-90 12 {top + ph / 2:.0f})">{_e(y_label)}</text>'
@@ -343,19 +354,23 @@ def coverage_chart(
             x = left + i * gw + 2 + si * (gw - 4) / k
             parts.append(
                 f'<rect class="bar" x="{x:.1f}" y="{top + ph - h:.1f}" width="{max((gw - 4) / k - 1, 1):.1f}" '
-                f'height="{h:.1f}" fill="{color}"><title>{_e(name)}, decile {i + 1}: {v * 100:.1f}% covered</title></rect>'
+                f'height="{h:.1f}" fill="{color}"><title>{_e(name)}, decile {i + 1}: {v * 100:.1f}% '
+                'covered</title></rect>'
             )
     for i in range(groups):
         parts.append(
-            f'<text x="{left + i * gw + gw / 2:.1f}" y="{top + ph + 13}" font-size="9" fill="{AXIS}" text-anchor="middle">D{i + 1}</text>'
+            f'<text x="{left + i * gw + gw / 2:.1f}" y="{top + ph + 13}" font-size="9" fill="{AXIS}" '
+            f'text-anchor="middle">D{i + 1}</text>'
         )
     yt = top + ph - ph * target
-    parts.append(f'<line class="target" x1="{left}" x2="{left + pw}" y1="{yt:.1f}" y2="{yt:.1f}" stroke="#c92a2a" stroke-dasharray="5 3"/>')
+    parts.append(f'<line class="target" x1="{left}" x2="{left + pw}" y1="{yt:.1f}" y2="{yt:.1f}" stroke="#c92a2a" '
+                 'stroke-dasharray="5 3"/>')
     # legend entry for the line, clear of the bars
     parts.append(f'<line x1="{width - 92}" x2="{width - 74}" y1="29" y2="29" stroke="#c92a2a" stroke-dasharray="5 3"/>')
     parts.append(f'<text x="{width - 70}" y="33" font-size="11" fill="#c92a2a">target {target * 100:.0f}%</text>')
     parts.append(
-        f'<text x="{left + pw / 2:.0f}" y="{height - 4}" font-size="10" fill="{AXIS}" text-anchor="middle">deciles of the request (small to large)</text>'
+        f'<text x="{left + pw / 2:.0f}" y="{height - 4}" font-size="10" fill="{AXIS}" text-anchor="middle">deciles '
+        'of the request (small to large)</text>'
     )
     parts.append("</svg>")
     return "".join(parts)

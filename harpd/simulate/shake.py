@@ -20,8 +20,8 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from dataclasses import fields
 from collections.abc import Callable, Sequence
+from dataclasses import fields
 from typing import Any
 
 import numpy as np
@@ -49,7 +49,7 @@ def shaken(work: Workload, amplitude_s: float, rng: np.random.Generator) -> Work
 
 def simulate_shaken(work: Workload, policies: Sequence[LimitPolicy], procs: int, *, replicas: int = 1,
                     amplitude_s: float = 60.0, seed: int = 0,
-                    progress: Callable[[str], "Callable[[int, int], None] | None"] | None = None,
+                    progress: Callable[[str], Callable[[int, int], None] | None] | None = None,
                     ) -> dict[str, list[Summary]]:
     """Every policy on each of ``replicas`` copies (copy 0 as recorded): policy name -> one Summary per copy.
 

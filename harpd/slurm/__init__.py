@@ -17,7 +17,7 @@ if TYPE_CHECKING:
 __all__ = ["get_backend", "SlurmBackend", "SlurmError", "PartitionInfo", "JobInfo", "JobChanges"]
 
 
-def get_backend(settings: "HarpSettings | SlurmSettings") -> SlurmBackend:
+def get_backend(settings: HarpSettings | SlurmSettings) -> SlurmBackend:
     """The backend named by ``slurm.backend``: ``cli`` (default) or ``pyslurm``.
 
     ``pyslurm`` is only recognised so that choosing it fails with a clear

@@ -21,15 +21,15 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, Unpack
 
+from harp_submit.units import parse_duration_s as duration_s
 from harpd.config import HarpSettings, SlurmSettings
-from harpd.slurm.classify import to_records
 from harpd.records import JobRecord
 from harpd.slurm.base import Accounting, JobChanges, JobInfo, PartitionInfo, QueuedJob, SlurmError
-from harpd.slurm.scontrol import AmbiguousRecord, job_info, job_record, parse_kv_line, queued_job, update_fields
-from harp_submit.units import parse_duration_s as duration_s
+from harpd.slurm.classify import to_records
 from harpd.slurm.sacct_json import parse_json
 from harpd.slurm.sacct_records import SacctJob, SacctParseError
 from harpd.slurm.sacct_text import PARSABLE2_COLUMNS, owners_of_parsable, parse_parsable2
+from harpd.slurm.scontrol import AmbiguousRecord, job_info, job_record, parse_kv_line, queued_job, update_fields
 
 log = logging.getLogger("harpd.slurm")
 
@@ -187,7 +187,8 @@ class CliBackend:
             )
         except subprocess.TimeoutExpired:
             raise SlurmError(
-                f"{what} gave no answer within {self.timeout_s:g} s (slurm.command_timeout_s); is slurmctld/slurmdbd up?"
+                f"{what} gave no answer within {self.timeout_s:g} s (slurm.command_timeout_s); "
+                "is slurmctld/slurmdbd up?"
             ) from None
         except OSError as exc:
             raise SlurmError(f"{what}: cannot run {argv[0]} ({exc.strerror})") from None

@@ -71,7 +71,8 @@ def detect_format(path: str | os.PathLike[str]) -> str:
     if len(tok) >= 18 and all(t.lstrip("-").replace(".", "", 1).isdigit() for t in tok[:18]):
         return "swf"
     raise TraceFormatError(
-        f"{p}:1: unknown trace format (first line {s[:40]!r}); expected SWF, a sacct --parsable2 export or a Nextflow trace"
+        f"{p}:1: unknown trace format (first line {s[:40]!r}); "
+        "expected SWF, a sacct --parsable2 export or a Nextflow trace"
     )
 
 
@@ -152,7 +153,7 @@ class TraceReader:
     def fraction(self) -> float | None:
         return self._inner.fraction() if self._inner is not None else None
 
-    def __iter__(self) -> "TraceReader":
+    def __iter__(self) -> TraceReader:
         return self
 
     def __next__(self) -> JobRecord:

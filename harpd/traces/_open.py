@@ -151,7 +151,7 @@ class TraceText:
     def close(self) -> None:
         self.text.close()
 
-    def __enter__(self) -> "TraceText":
+    def __enter__(self) -> TraceText:
         return self
 
     def __exit__(self, *exc: object) -> None:

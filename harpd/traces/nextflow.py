@@ -22,7 +22,7 @@ import csv
 import os
 import re
 from collections.abc import Callable, Iterator
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 from harpd.records import JobRecord, Outcome
@@ -96,7 +96,7 @@ def _percent(v: str) -> float | None:
 
 def _iso_date(s: str) -> float:
     try:
-        return datetime.fromisoformat(s).replace(tzinfo=timezone.utc).timestamp()
+        return datetime.fromisoformat(s).replace(tzinfo=UTC).timestamp()
     except ValueError:
         raise _Bad(f"date {s!r} is neither epoch milliseconds nor like '2023-01-23 16:48:23.249'") from None
 

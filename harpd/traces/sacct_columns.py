@@ -40,7 +40,7 @@ USEFUL: dict[str, tuple[str, ...]] = {
 
 
 def check_header(path: Path, header_line: str) -> list[str]:
-    """A warning (one line) naming the useful columns the header lacks; TraceFormatError when it has none harp learns from."""
+    """A one-line warning naming the useful columns the header lacks; TraceFormatError if it has none harp uses."""
     cols = {c.strip() for c in header_line.rstrip("\r\n").split("|")}
     have = [what for what, names in LEARNT_FROM.items() if cols & set(names)]
     if not have:

@@ -18,8 +18,8 @@ import os
 from collections.abc import Iterator
 from pathlib import Path
 
-from harpd.slurm.classify import to_record
 from harpd.records import JobRecord
+from harpd.slurm.classify import to_record
 from harpd.slurm.sacct_records import SacctParseError
 from harpd.slurm.sacct_text import Parsable2Stats, iter_parsable2
 from harpd.traces._open import TraceFormatError, TraceText

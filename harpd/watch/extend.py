@@ -43,6 +43,7 @@ from harp_submit.units import fmt_time
 from harpd.records import LimitChange
 from harpd.config import HarpSettings
 from harpd.predict.soft import SoftPolicy
+from harpd.records import Outcome
 from harpd.recovery.attempts import EXTENDED_NOTE, without_notes
 from harpd.recovery.crash import crash_point
 from harpd.recovery.escalation import next_allocation

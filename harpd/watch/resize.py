@@ -45,12 +45,20 @@ from harpd.config import HarpSettings
 from harpd.features.workflow import registered_signature
 from harpd.protocol import Decision, JobRequest
 from harpd.predict.retry_floor import redeciding
+from harpd.protocol import Decision, JobRequest
 from harpd.records import JobRecord
+from harpd.recovery.policy import fmt_time
 from harpd.slurm.base import QueuedJob, SlurmError, whole_minutes
 from harpd.store import Store
 from harpd.watch.changes import DECIDED, DONE, REFUSED, decided, row_of, set_step, still_to_do
 from harpd.watch.managed import (
-    LeftAlone, cold_task_mem, cpus_to_resize, harp_set_mem, harp_set_time, original_time_s, submission_of,
+    LeftAlone,
+    cold_task_mem,
+    cpus_to_resize,
+    harp_set_mem,
+    harp_set_time,
+    original_time_s,
+    submission_of,
 )
 
 log = logging.getLogger("harpd.watch")

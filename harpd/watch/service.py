@@ -87,7 +87,7 @@ class Watch:
                 except Exception:  # noqa: BLE001 - a scheduler job must not die
                     log.exception("watch: %s failed", type(part).__name__)
 
-    def attach(self, ingest_service: Any) -> "Watch":
+    def attach(self, ingest_service: Any) -> Watch:
         """Run on the poller's scheduler and hear its outcomes."""
         ingest_service.ingestor.on_outcome.append(self.on_outcome)
         ingest_service.scheduler.add_job(self.tick, "interval", seconds=float(self.settings.watch.interval_s),

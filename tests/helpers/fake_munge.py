@@ -25,13 +25,13 @@ class FakeMunge:
         self._ids = itertools.count()
         self._lock = threading.Lock()
 
-    def as_user(self, uid: int, gid: int | None = None) -> "FakeMunge":
+    def as_user(self, uid: int, gid: int | None = None) -> FakeMunge:
         """The same "munged", making credentials for another uid (a second user on the node)."""
         other = FakeMunge(uid, uid if gid is None else gid, self.key)
         other._made, other._used, other._ids, other._lock = self._made, self._used, self._ids, self._lock
         return other
 
-    def with_key(self, key: str) -> "FakeMunge":
+    def with_key(self, key: str) -> FakeMunge:
         other = self.as_user(self.uid, self.gid)
         other.key = key
         return other

@@ -17,7 +17,6 @@ from pathlib import Path
 from harp_submit import client
 from tests.helpers.wait import wait_for
 
-
 HARD_CUTS_KEY = "hard_cut_gain = 1.0"
 
 

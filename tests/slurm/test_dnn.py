@@ -22,10 +22,10 @@ import pytest
 
 from harpd.config import DnnSettings, GpuType, HarpSettings
 from harpd.dnn.plan import plan_dnn_job
-from tests.helpers.harpd_process import running_harpd
-from tests.helpers.processes import run_harp_submit, short_tmpdir
 from harpd.dnn.site_check import check_gpu_types
 from harpd.slurm import PartitionInfo, get_backend
+from tests.helpers.harpd_process import running_harpd
+from tests.helpers.processes import run_harp_submit, short_tmpdir
 
 pytestmark = pytest.mark.slurm
 

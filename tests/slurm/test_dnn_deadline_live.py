@@ -50,8 +50,9 @@ partition = "gpu"
 
 
 def _deadline_between_two_and_three_gpus() -> int:
-    from harpd.dnn.params import shape_from_config
     import json
+
+    from harpd.dnn.params import shape_from_config
 
     shape = shape_from_config(json.loads((HF / "gpt2-medium.json").read_text()))
     m = ScalingModel(params=shape.params, seq_len=256, micro_batch=1, tokens=TOKENS)

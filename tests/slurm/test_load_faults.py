@@ -20,8 +20,8 @@ from __future__ import annotations
 
 import os
 import re
-import signal
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -36,7 +36,14 @@ sys.path.insert(0, str(REPO / "bench"))
 sys.path.insert(0, str(REPO / "tests" / "unit" / "submit"))
 
 from load_submit import (  # noqa: E402
-    Harpd, cancel, check_landing, client_env, harp_warnings, queued_jobs, registered, submit_all,
+    Harpd,
+    cancel,
+    check_landing,
+    client_env,
+    harp_warnings,
+    queued_jobs,
+    registered,
+    submit_all,
 )
 from submit_fakes import FakeHarpd, change, decision  # noqa: E402
 

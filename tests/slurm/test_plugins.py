@@ -417,13 +417,14 @@ def _seed_and_train(store_path: Path, script: str, settings) -> None:
     """1200 finished runs of this script by root (each used ~8% of its 50 min and 300 MiB), trained."""
     import random
 
-    from harp_submit import directives, harp_lines as hl
+    from harp_submit import directives
+    from harp_submit import harp_lines as hl
     from harp_submit.request import Request
     from harp_submit.sbatch_options import SBATCH_TABLE
     from harpd.features.signature import signature_of
+    from harpd.predict.training import retrain_all
     from harpd.records import JobRecord, Outcome
     from harpd.store import Store
-    from harpd.predict.training import retrain_all
 
     req = Request(SBATCH_TABLE.parse([]), {}, directives.parse(script), script_path="real.sh",
                   script_text=script, harp_lines=hl.find(script))

@@ -40,7 +40,6 @@ from typing import Any
 import pytest
 
 from harp_submit import client
-
 from tests.helpers.harpd_process import HARD_CUTS_KEY
 from tests.helpers.users import ensure_user, user_python
 from tests.helpers.wait import wait_for
@@ -55,7 +54,8 @@ RUN_HARP = "import sys; from harpd.cli.main import main; sys.exit(main())"
 CHAIN_TIMEOUT_S = 15 * 60
 
 SCRIPTS = {
-    "sleep90.sh": "#!/bin/bash\n#HARP retry\nprintf '<%s>' \"$@\" > \"args-$SLURM_JOB_ID.txt\"\nsleep 90\necho finished\n",
+    "sleep90.sh": "#!/bin/bash\n#HARP retry\nprintf '<%s>' \"$@\" > \"args-$SLURM_JOB_ID.txt\"\n"
+                  "sleep 90\necho finished\n",
     "oom.sh": "#!/bin/bash\n#HARP retry\npython3 -c \"s = b'x' * (300 << 20); import time; time.sleep(10)\"\n",
     "need5.sh": "#!/bin/bash\n#HARP retry\nsleep 300\n",
     "plain.sh": "#!/bin/bash\nsleep 600\n",

@@ -63,7 +63,8 @@ SCRIPTS = {
     # each run says which it is; the second ends at once
     "runs.sh": "#!/bin/bash\n#HARP retry\necho \"run ${SLURM_RESTART_COUNT:-0}\"\n"
                "[ \"${SLURM_RESTART_COUNT:-0}\" -ge 1 ] && exit 0\nsleep 600\n",
-    "mem.sh": "#!/bin/bash\npython3 -c \"import os, time; b = b'x' * (int(os.environ['SIZE']) << 20); time.sleep(4)\"\n",
+    "mem.sh": "#!/bin/bash\n"
+              "python3 -c \"import os, time; b = b'x' * (int(os.environ['SIZE']) << 20); time.sleep(4)\"\n",
     "vars.sh": SOURCED,
 }
 

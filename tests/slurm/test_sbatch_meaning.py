@@ -126,7 +126,7 @@ _TEST_ONLY_ARGS = [
 ]
 
 
-@pytest.mark.parametrize("args", _TEST_ONLY_ARGS, ids=lambda a: " ".join(a))
+@pytest.mark.parametrize("args", _TEST_ONLY_ARGS, ids=" ".join)
 def test_test_only_answers_exactly_as_sbatch(slurm_cluster, hard, args) -> None:
     import subprocess
 

@@ -37,7 +37,7 @@ def test_a_users_name_and_comment_never_pass_for_slurms_fields(slurm_cluster) ->
     try:
         job = backend.show_job(plain)
         assert job.user == USER and job.time_limit_s == 180
-        for what, jid in forged.items():
+        for jid in forged.values():
             with pytest.raises(AmbiguousRecord, match="harp leaves this job alone"):
                 backend.show_job(jid)
         listing = {j.job_id: j for j in backend.held_jobs()}

@@ -36,8 +36,8 @@ from submit_fakes import change, decision  # noqa: E402
 
 from harp_submit import client, sealed  # noqa: E402
 from harp_submit.munge import Munge  # noqa: E402
-from tests.helpers.outage import submit_through_outage  # noqa: E402
 from tests.helpers.munge_env import cluster_munge_socket, foreign_munged, free_port  # noqa: E402
+from tests.helpers.outage import submit_through_outage  # noqa: E402
 from tests.helpers.processes import short_tmpdir  # noqa: E402
 from tests.helpers.users import ensure_user, user_python  # noqa: E402
 from tests.helpers.wait import wait_for  # noqa: E402

@@ -74,7 +74,8 @@ WAIT_S = 6 * 60  # a 1-minute job on a busy 2-core host: start, limit, kill, acc
 
 def _seed_and_train(store_path: Path, script: str) -> None:
     """1200 finished runs of ``script`` by root (each used ~8% of its 50 minutes), and champions trained."""
-    from harp_submit import directives, harp_lines as hl
+    from harp_submit import directives
+    from harp_submit import harp_lines as hl
     from harp_submit.request import Request
     from harp_submit.sbatch_options import SBATCH_TABLE
     from harpd.config import HarpSettings

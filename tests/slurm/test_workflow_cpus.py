@@ -31,7 +31,14 @@ from tests.helpers.processes import run_harp_submit, short_tmpdir
 from tests.helpers.slurm_jobs import scontrol_fields, wait_finished
 from tests.helpers.wait import wait_for
 from tests.slurm.test_snakemake_workflow import (
-    _ids, _jobs, _mb, _run, _snakemake, _wait_outcomes, require_system_conf, sandbox,
+    _ids,
+    _jobs,
+    _mb,
+    _run,
+    _snakemake,
+    _wait_outcomes,
+    require_system_conf,
+    sandbox,
 )
 
 pytestmark = pytest.mark.slurm

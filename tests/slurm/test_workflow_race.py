@@ -53,7 +53,7 @@ def _seed(store_path: Path, signature: str) -> None:
 
 def _submit(cluster, sock: str, attempt: int) -> str:
     proc = run_harp_submit(cluster, "--parsable", "-p", "short", "-t", "4", "--mem=200M", "-o", "race-%j.log",
-                           f"--comment=rule_work_wildcards_s1", f"--wrap={_wrap(attempt)}", socket_path=sock)
+                           "--comment=rule_work_wildcards_s1", f"--wrap={_wrap(attempt)}", socket_path=sock)
     assert proc.returncode == 0, proc.stderr
     return proc.stdout.strip().split(";")[0]
 

@@ -11,12 +11,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from daemon_helpers import call
 
 from harpd.daemon.handlers import Handlers
 from harpd.daemon.server import Server
 from harpd.store import Store
-
-from daemon_helpers import call
 
 
 @pytest.fixture

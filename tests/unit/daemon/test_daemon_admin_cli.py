@@ -12,13 +12,12 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from daemon_helpers import as_nobody
 
 from harpd.cli.main import main as harp
 from harpd.records import JobRecord, Outcome
 from harpd.store import Store
 from tests.helpers.harpd_process import running_harpd
-
-from daemon_helpers import as_nobody
 
 
 @pytest.fixture(scope="module")

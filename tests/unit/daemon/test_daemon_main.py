@@ -10,7 +10,6 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from daemon_helpers import call
 from tests.helpers.wait import wait_for
 

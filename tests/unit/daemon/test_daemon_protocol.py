@@ -7,6 +7,7 @@ import json
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from pydantic import ValidationError
 
 from harpd import protocol as p
 
@@ -93,7 +94,7 @@ def test_bad_requests_get_one_line_naming_the_problem(data, needle):
 
 
 def test_change_option_is_restricted_to_sbatch_targets():
-    with pytest.raises(Exception):
+    with pytest.raises(ValidationError):
         p.Change(option="account", value="x")
     assert p.Change(option="mem-per-cpu", value="2G").option == "mem-per-cpu"
 

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import json
-from dataclasses import replace
 import threading
 import time
+from dataclasses import replace
 
 import pytest
 

@@ -11,6 +11,7 @@ import threading
 import time
 
 import pytest
+from daemon_helpers import as_nobody, call, read_answer
 
 from harpd import protocol as p
 from harpd.daemon.handlers import Handlers

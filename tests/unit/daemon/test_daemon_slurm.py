@@ -7,8 +7,8 @@ import subprocess
 import sys
 
 import pytest
-
 from daemon_helpers import as_nobody, call
+
 from tests.helpers.harpd_process import stop_harpd, wait_for_health
 
 pytestmark = pytest.mark.slurm

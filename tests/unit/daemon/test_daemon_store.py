@@ -527,7 +527,7 @@ def test_connections_of_finished_threads_are_closed(tmp_path):
     s.insert_jobs([rec(1)])
     fds_before = len(os.listdir("/proc/self/fd"))
     for _ in range(100):  # like harpd: one short thread per client
-        t = threading.Thread(target=lambda: s.count_jobs())
+        t = threading.Thread(target=s.count_jobs)
         t.start()
         t.join()
     gc.collect()

@@ -15,12 +15,12 @@ import time
 
 import pytest
 
+from harp_submit import registration as client_registration
 from harpd import protocol as p
 from harpd.daemon.adopt import Adopter
 from harpd.daemon.handlers import Handlers, Peer
 from harpd.daemon.registration import decided_resources, token_in_comment
 from harpd.protocol import Change, Decision, Limits
-from harp_submit import registration as client_registration
 from tests.helpers.fake_slurm import FakeSlurm
 
 ALICE = Peer(pid=10, uid=1000, gid=1000, user="alice", groups=frozenset({1000}))

@@ -7,9 +7,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-from harpd.daemon.active_lock import StoreInUse, hold, lock_path
-
 from daemon_helpers import call
+
+from harpd.daemon.active_lock import StoreInUse, hold, lock_path
 from tests.helpers.harpd_process import stop_harpd
 from tests.helpers.wait import wait_for
 

@@ -161,9 +161,9 @@ def test_servers_are_tried_in_order_within_one_budget(tcp, munged, monkeypatch) 
 
 def test_listen_without_munge_is_one_line_at_start(monkeypatch) -> None:
     monkeypatch.delenv("HARP_MUNGE_SOCKET", raising=False)
-    with pytest.raises(ServerError, match="server.listen is set but MUNGE does not work here"):
+    with pytest.raises(ServerError, match=r"server.listen is set but MUNGE does not work here"):
         check_munge(DeadMunge())
-    with pytest.raises(ServerError, match="server.listen is set but MUNGE does not work here"):
+    with pytest.raises(ServerError, match=r"server.listen is set but MUNGE does not work here"):
         doors_for(["127.0.0.1:0"], "/nonexistent/munge.sock")
     assert doors_for([], "/nonexistent/munge.sock") == []
 

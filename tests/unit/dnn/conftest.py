@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import pytest
-
 from dnn_helpers import site_settings
 
 

@@ -8,9 +8,20 @@ import random
 import pytest
 
 from harpd.cli.main import main
-from harpd.dnn.checkpoint import (Hazard, checkpoint_tokens, coci_schedule, constant_hazard, even_schedule,
-                                  explain_checkpoint, failure_trace, hazard_from_jobs, resumable, simulate,
-                                  spec_from_tokens, value_density, young_daly)
+from harpd.dnn.checkpoint import (
+    checkpoint_tokens,
+    coci_schedule,
+    constant_hazard,
+    even_schedule,
+    explain_checkpoint,
+    failure_trace,
+    hazard_from_jobs,
+    resumable,
+    simulate,
+    spec_from_tokens,
+    value_density,
+    young_daly,
+)
 from harpd.dnn.errors import DnnError
 
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import json
 
 import pytest
-
 from dnn_helpers import HF
+
 from harpd.cli.main import main
 from tests.helpers.fake_slurm import FakeSlurm
 

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import pytest
-
 from dnn_helpers import HF, site_settings
+
 from harpd.config import GpuType
 from harpd.dnn.gpu_choice import choose_config, layouts
 from harpd.dnn.refine import PeakObservation

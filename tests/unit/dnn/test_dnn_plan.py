@@ -5,6 +5,7 @@ from __future__ import annotations
 import shutil
 
 from dnn_helpers import HF, partitions_from_recording, site_settings
+
 from harpd.config import GpuType, HarpSettings
 from harpd.dnn.plan import DnnPlan, plan_dnn_job
 from harpd.dnn.refine import PeakObservation

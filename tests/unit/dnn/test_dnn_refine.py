@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import pytest
-
 from dnn_helpers import HF
+
 from harpd.dnn.refine import PeakObservation, gpumem_bytes, refined_need, spec_signature
 from harpd.dnn.spec import spec_from_lines
 

@@ -9,8 +9,8 @@ import tempfile
 from pathlib import Path
 
 import pytest
-
 from dnn_helpers import HF
+
 from harpd.dnn.errors import DnnError
 from harpd.dnn.spec import (
     ASSUMED_VOCAB,

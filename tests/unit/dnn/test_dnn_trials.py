@@ -5,8 +5,17 @@ from __future__ import annotations
 import pytest
 
 from harpd.dnn.errors import DnnError
-from harpd.dnn.trials import (ProgressReport, StudyPolicy, Trial, decide_trials, parse_metric, parse_study,
-                              sha_stops, study_rates, trial_rate)
+from harpd.dnn.trials import (
+    ProgressReport,
+    StudyPolicy,
+    Trial,
+    decide_trials,
+    parse_metric,
+    parse_study,
+    sha_stops,
+    study_rates,
+    trial_rate,
+)
 
 
 def curve(job: str, study: str, values: list[float], step_s: float = 1800.0) -> list[ProgressReport]:

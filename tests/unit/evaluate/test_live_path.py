@@ -16,8 +16,8 @@ import pytest
 
 from harp_submit.units import parse_mem
 from harpd.config import HarpSettings
-from harpd.predict.live import ModelPredictor
 from harpd.evaluate.workflow_replay import MIB, LiveHarp, Task, run_chronological
+from harpd.predict.live import ModelPredictor
 from harpd.store import Store
 
 GB = 1024.0 * MIB

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import dataclasses
-
 import json
 import random
 
@@ -13,9 +12,15 @@ import pytest
 from harpd.cli.main import main as harp
 from harpd.evaluate.sizey_metric import GBH, Wastage
 from harpd.evaluate.workflow_baselines import NODE_BYTES, Tovar, WittPercentile
+from harpd.evaluate.workflow_replay import (
+    MIN_TYPE_ROWS,
+    Task,
+    WorkflowReplayError,
+    replay_workflow,
+    run_chronological,
+    sizey_split,
+)
 from harpd.predict.workflow_harp import HarpTaskModel, escalated_cost
-from harpd.evaluate.workflow_replay import (MIN_TYPE_ROWS, Task, WorkflowReplayError, replay_workflow,
-                                           run_chronological, sizey_split)
 from harpd.records import Outcome
 from harpd.recovery.escalation import simulate
 

@@ -54,7 +54,8 @@ SCRIPTS = {
     "d_malformed.py": "print('FIGURE d: fast (target quick) PASS')\n",
     "e_crash.py": "raise RuntimeError('boom')\n",
     "f_hang.py": "import time\nprint('started', flush=True)\ntime.sleep(60)\n",
-    "g_slow.py": "# bench: slow\n# bench: timeout=5\n# bench: args=--n 3\nimport sys\nprint(f'FIGURE g_slow: {sys.argv[2]} s (target < 10) PASS')\n",
+    "g_slow.py": "# bench: slow\n# bench: timeout=5\n# bench: args=--n 3\n"
+                 "import sys\nprint(f'FIGURE g_slow: {sys.argv[2]} s (target < 10) PASS')\n",
     "_helper.py": "raise SystemExit('never run')\n",
 }
 

@@ -17,14 +17,14 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "recovery"))
-from resubmit_fakes import fake, store, submission  # noqa: E402,F401 (fixtures)
+from resubmit_fakes import fake, store, submission  # noqa: F401 (fixtures)
 
-from harpd.config import HarpSettings  # noqa: E402
-from harpd.daemon.handlers import Handlers, Peer  # noqa: E402
-from harpd.ingest.poller import Ingestor  # noqa: E402
-from harpd import protocol as p  # noqa: E402
-from harpd.recovery import machine as rs  # noqa: E402
-from harpd.records import Outcome  # noqa: E402
+from harpd import protocol as p
+from harpd.config import HarpSettings
+from harpd.daemon.handlers import Handlers, Peer
+from harpd.ingest.poller import Ingestor
+from harpd.records import Outcome
+from harpd.recovery import machine as rs
 
 ALICE = Peer(pid=10, uid=1000, gid=1000, user="alice", groups=frozenset({1000}))
 MALLORY = Peer(pid=20, uid=2000, gid=2000, user="mallory", groups=frozenset({2000}))
@@ -32,8 +32,8 @@ MALLORY = Peer(pid=20, uid=2000, gid=2000, user="mallory", groups=frozenset({200
 
 def squat(handlers: Handlers, job_id: str) -> None:
     req = p.parse_request(
-        '{"op": "register", "job_id": "%s", "job": {"harp_lines": ["#HARP retry"], "argv": ["--wrap=id"]},'
-        ' "original": {}, "submitted": {}}' % job_id
+        '{"op": "register", "job_id": "' + job_id + '", "job": {"harp_lines": ["#HARP retry"], "argv": ["--wrap=id"]},'
+        ' "original": {}, "submitted": {}}'
     )
     answer = handlers.handle(MALLORY, req)
     assert isinstance(answer, p.ErrorAnswer) and answer.error.startswith(f"Slurm does not know job {job_id} yet")

@@ -19,7 +19,6 @@ longer (atheris, coverage-guided) against a real harpd process.
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import socket
 import tempfile
@@ -220,7 +219,7 @@ def _exchange(path: str, chunks: list[bytes], close_write: bool) -> bytes:
 payloads = st.one_of(
     st.binary(max_size=3000),
     mutated_requests(),
-    st.builds(lambda v: _dumps(v), json_values),
+    st.builds(_dumps, json_values),
     st.sampled_from([b"", b"\n", b"\n\n\n", b"{", b"\x00" * 100, b"{}" * 1000]),
 )
 

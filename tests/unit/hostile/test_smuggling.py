@@ -74,7 +74,7 @@ SMUGGLING_VALUES = [
 @pytest.mark.parametrize("option", CHANGEABLE)
 @pytest.mark.parametrize("value", SMUGGLING_VALUES, ids=repr)
 def test_a_decision_value_that_could_smuggle_is_refused(option: str, value: str) -> None:
-    with pytest.raises(BadDecision, match="unusable value|sbatch would reject|not a memory size"):
+    with pytest.raises(BadDecision, match=r"unusable value|sbatch would reject|not a memory size"):
         validate(answer(option, value), {})
 
 

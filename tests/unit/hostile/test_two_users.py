@@ -253,10 +253,10 @@ def _harp_cli(argv: list[str]) -> list[Any]:
 def harp_as(name: str | None, daemon: Harpd, *args: str) -> list[Any]:
     # everything the child needs is imported before the fork: the users may not read the checkout
     import harp_submit.client  # noqa: F401
-    import harpd.cli.ask  # noqa: F401
-    import harpd.cli.main  # noqa: F401
-    import harpd.cli.report_cmd  # noqa: F401
-    import harpd.config  # noqa: F401
+    import harpd.cli.ask
+    import harpd.cli.main
+    import harpd.cli.report_cmd
+    import harpd.config
     import harpd.report.window  # noqa: F401
 
     argv = ["--config", str(daemon.dir / "harpd.toml"), "report", *args]

@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import json
-import time
 import os
 import stat
 import sys
 import tempfile
 import textwrap
+import time
 from pathlib import Path
 
 import pytest
@@ -80,7 +80,8 @@ NODES = (
     "NodeName=n1 Arch=x86_64 CoresPerSocket=2 CPUAlloc=0 CPUTot=2 RealMemory=8000 MemSpecLimit=500 "
     "Gres=(null) Partitions=short,open State=IDLE\n"
     "NodeName=n2 CPUTot=2 RealMemory=8000 Gres=(null) Partitions=short State=IDLE\n"
-    "NodeName=g1 CPUTot=8 RealMemory=64000 Gres=gpu:a100:4(S:0-1) Partitions=gpu State=MIXED Reason=being fixed by admin [root@2026]\n"
+    "NodeName=g1 CPUTot=8 RealMemory=64000 Gres=gpu:a100:4(S:0-1) Partitions=gpu State=MIXED "
+    "Reason=being fixed by admin [root@2026]\n"
 )
 
 
@@ -190,7 +191,7 @@ def test_timeout(bindir):
 
 def test_missing_command(tmp_path):
     b = CliBackend(HarpSettings(slurm={"bin_dir": str(tmp_path)}))
-    with pytest.raises(SlurmError, match="sacct not found in slurm.bin_dir"):
+    with pytest.raises(SlurmError, match=r"sacct not found in slurm.bin_dir"):
         b.sacct_jobs(["1"], None, None, True)
 
 
@@ -295,7 +296,7 @@ REAL = ("JobId={id} JobName={name} UserId={user} GroupId=x(1) JobState=RUNNING R
 ])
 def test_show_job_refuses_a_record_whose_own_text_reads_as_slurms(backend, bindir, name, comment):
     (bindir / "scontrol.job").write_text(REAL.format(id=12, name=name, user="bob(1001)", comment=comment) + "\n")
-    with pytest.raises(AmbiguousRecord, match="job 12 cannot be read safely.*harp leaves this job alone"):
+    with pytest.raises(AmbiguousRecord, match=r"job 12 cannot be read safely.*harp leaves this job alone"):
         backend.show_job("12")
 
 
@@ -376,7 +377,7 @@ def test_get_backend():
     assert isinstance(get_backend(HarpSettings()), CliBackend)
     with pytest.raises(SlurmError, match="pyslurm"):
         get_backend(HarpSettings(slurm={"backend": "pyslurm"}))
-    with pytest.raises(SlurmError, match="unknown slurm.backend 'rest'"):
+    with pytest.raises(SlurmError, match=r"unknown slurm.backend 'rest'"):
         get_backend(HarpSettings(slurm={"backend": "rest"}))
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import gzip
 import io
 import re
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 import pytest
 
@@ -68,17 +68,17 @@ def test_swf_without_unix_start_time_warns_once_and_start_places_it(tmp_path, ca
         assert s.get_job("1", source="METACENTRUM").submit_time == 10.0
     assert harp(["import", str(p), "--db", str(db), "--start", "2012-01-01"]) == 0
     assert _without_gaps(capsys.readouterr().err) == ""
-
-
-def _without_gaps(err: str) -> str:
-    """harp import's stderr less its count of records without a value (this SWF has no memory columns)."""
-    return "".join(ln for ln in err.splitlines(keepends=True) if " records imported, " not in ln)
-    jan1 = datetime(2012, 1, 1, tzinfo=timezone.utc).timestamp()
+    jan1 = datetime(2012, 1, 1, tzinfo=UTC).timestamp()
     with Store.open(db) as s:
         assert s.get_job("1", source="METACENTRUM").submit_time == jan1 + 10
     assert harp(["import", str(p), "--db", str(db), "--start", "1500000000"]) == 0
     with Store.open(db) as s:
         assert s.get_job("2", source="METACENTRUM").submit_time == 1500000000 + 20
+
+
+def _without_gaps(err: str) -> str:
+    """harp import's stderr less its count of records without a value (this SWF has no memory columns)."""
+    return "".join(ln for ln in err.splitlines(keepends=True) if " records imported, " not in ln)
 
 
 @pytest.mark.parametrize("argv, needle", [

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 from ingest_helpers import by_name, fixture_text, sjob, step
 
-from harpd.slurm.classify import OOM_RSS_FRACTION, classify, to_record, to_records
 from harpd.records import Outcome
+from harpd.slurm.classify import OOM_RSS_FRACTION, classify, to_record, to_records
 from harpd.slurm.sacct_json import parse_json
 from harpd.slurm.sacct_text import parse_parsable2
 

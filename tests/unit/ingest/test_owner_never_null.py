@@ -37,7 +37,7 @@ def test_the_backend_fills_a_null_owner_from_sacct_p():
             calls.append(args)
             if "--json" in args:
                 return FIXTURE.read_text()
-            return f"7|dave|1234\n"
+            return "7|dave|1234\n"
 
     jobs = Backend()._sacct_json(["--jobs", "7"])
     assert [j.user for j in jobs] == ["dave"]

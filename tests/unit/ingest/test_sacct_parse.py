@@ -5,11 +5,10 @@ from __future__ import annotations
 import json
 
 import pytest
+from ingest_helpers import by_name, load_json
 
 from harp_submit import units
 from harpd.slurm import job_ids, sacct_json, sacct_records, sacct_text
-from ingest_helpers import by_name, load_json
-
 
 # ---------------------------------------------------------------- scalars
 

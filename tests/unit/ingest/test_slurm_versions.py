@@ -13,10 +13,10 @@ import json
 from pathlib import Path
 
 import pytest
+from ingest_helpers import by_name
 
 from harp_submit.sbatch_options import SBATCH_TABLE, GetoptError
 from harpd.slurm import sacct_json, sacct_text, scontrol
-from ingest_helpers import by_name
 
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures"
 

@@ -8,8 +8,8 @@ import threading
 import pytest
 
 from harpd.config import HarpSettings, RetrainSettings
-from harpd.predict.live import ModelPredictor
 from harpd.predict import retrain_timer
+from harpd.predict.live import ModelPredictor
 from harpd.predict.retrain_timer import RetrainSchedule, attach_retrain
 from harpd.protocol import JobRequest
 from harpd.records import JobRecord, Outcome

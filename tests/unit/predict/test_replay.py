@@ -6,13 +6,13 @@ import json
 
 import numpy as np
 import pytest
+from replay_helpers import rec as _rec
+from replay_helpers import write_swf as _write_swf
 
 from harpd.cli.main import main as harp_main
 from harpd.features.history import COL
 from harpd.predict.dataset import ReplayError, prepare
 from harpd.predict.replay import ReplayConfig, retrain_points, run
-from replay_helpers import rec as _rec
-from replay_helpers import write_swf as _write_swf
 
 
 def test_features_only_from_finished_jobs():

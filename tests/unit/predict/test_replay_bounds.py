@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from replay_helpers import rec
 
 from harpd.predict.bounds import allocations, causal_max, clairvoyant_local, clairvoyant_quantile
 from harpd.predict.dataset import prepare
 from harpd.predict.replay import ReplayConfig, run
-from replay_helpers import rec
 
 
 def _rec(*args, **kw):

@@ -7,10 +7,10 @@ import re
 
 import numpy as np
 import pytest
-
-from harpd.cli.main import main as harp_main
 from replay_helpers import rec as _rec
 from replay_helpers import write_swf as _write_swf
+
+from harpd.cli.main import main as harp_main
 
 
 def _trace(n: int, seed: int, switch: float) -> list:

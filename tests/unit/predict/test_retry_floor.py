@@ -1,4 +1,4 @@
-"""A workflow manager's retry of a task that just ran out gets at least the escalated size (harpd.predict.retry_floor)."""
+"""A workflow manager's retry of a task that just ran out gets at least the escalated size (predict.retry_floor)."""
 
 from __future__ import annotations
 

@@ -6,6 +6,8 @@ import json
 
 import numpy as np
 import pytest
+from replay_helpers import rec as _rec
+from replay_helpers import write_swf as _write_swf
 
 from harpd.cli.main import main as harp_main
 from harpd.predict.allocation import Guard
@@ -13,8 +15,6 @@ from harpd.predict.dataset import prepare
 from harpd.predict.metric import evaluate_soft
 from harpd.predict.replay import ReplayConfig, run
 from harpd.predict.soft import SoftPolicy, extend, hold_budget, recent_at, start_limits
-from replay_helpers import rec as _rec
-from replay_helpers import write_swf as _write_swf
 
 NAN = np.nan
 

@@ -6,15 +6,24 @@ import math
 
 import numpy as np
 import pytest
+from replay_helpers import rec as _rec
 
 from harpd.config import HarpSettings
 from harpd.predict.allocation import Guard
 from harpd.predict.dataset import prepare
-from harpd.predict.soft import (BudgetController, SoftPolicy, StakeMean, hold_budget, running_at, running_bound,
-                                soft_starts, stake_of, tilt)
+from harpd.predict.soft import (
+    BudgetController,
+    SoftPolicy,
+    StakeMean,
+    hold_budget,
+    running_at,
+    running_bound,
+    soft_starts,
+    stake_of,
+    tilt,
+)
 from harpd.predict.soft_state import SCALE_KEY, SoftState
 from harpd.store import Store
-from replay_helpers import rec as _rec
 
 
 def _brute_running(p):

@@ -6,10 +6,10 @@ import math
 
 import pytest
 
-from harpd.predict.workflow_harp import HarpTaskModel
-from harpd.predict.workflow_prior import TypePrior
 from harpd.evaluate.sizey_metric import GBH
 from harpd.evaluate.workflow_replay import Task, WorkflowReplayError, run_chronological
+from harpd.predict.workflow_harp import HarpTaskModel
+from harpd.predict.workflow_prior import TypePrior
 
 GB = 1e9
 

@@ -8,8 +8,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from harpd.recovery.escalation import Step, next_allocation, resource_for, simulate
 from harpd.records import Outcome
+from harpd.recovery.escalation import Step, next_allocation, resource_for, simulate
 
 T, M = Outcome.TIMEOUT, Outcome.OOM
 

@@ -11,8 +11,8 @@ from resubmit_fakes import fake, store, submission  # noqa: F401 (fixtures)
 
 from harpd.config import HarpSettings
 from harpd.ingest.poller import Ingestor
-from harpd.recovery import machine as rs
 from harpd.records import Outcome
+from harpd.recovery import machine as rs
 
 
 def _set_user(fake, jid, user):

@@ -14,9 +14,9 @@ from resubmit_fakes import fake, fake_of_each_release, store, submission  # noqa
 
 from harpd.config import HarpSettings
 from harpd.ingest.poller import WATCH_KEY, Ingestor
+from harpd.records import JobRecord, Outcome
 from harpd.recovery import machine as rs
 from harpd.recovery.mode import REQUEUE, RESUBMIT, resolve_mode
-from harpd.records import JobRecord, Outcome
 
 T, M = Outcome.TIMEOUT, Outcome.OOM
 ME = os.geteuid()

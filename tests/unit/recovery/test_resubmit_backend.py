@@ -76,7 +76,7 @@ def test_job_env_as_accounting_keeps_it(backend):
     env = backend.job_env("13")
     assert env == {"DUR": "100", "PATH": "/opt/conda/envs/x/bin:/usr/bin",
                    "BASH_FUNC_module%%": '() {  eval $(modulecmd bash "$@")\n}', "EMPTY": "", "EQ": "a=b"}
-    with pytest.raises(SlurmError, match="keeps no environment for job 14.*job_env"):
+    with pytest.raises(SlurmError, match=r"keeps no environment for job 14.*job_env"):
         backend.job_env("14")  # NONE: the flag was off when the job ran
     with pytest.raises(SlurmError, match="neither slurmctld nor accounting knows the job"):
         backend.job_env("16")  # sacct prints nothing for a job it does not know

@@ -22,8 +22,8 @@ import pytest
 from resubmit_fakes import FakeSlurm, submission
 
 from harpd.ingest.poller import WATCH_KEY
-from harpd.recovery.crash import CRASH_ENV, CRASH_POINTS
 from harpd.records import Outcome
+from harpd.recovery.crash import CRASH_ENV, CRASH_POINTS
 from harpd.store import Store
 
 HERE = Path(__file__).resolve().parent

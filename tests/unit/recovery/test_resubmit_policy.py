@@ -8,6 +8,7 @@ import pytest
 
 from harp_submit.units import fmt_mem, fmt_time
 from harpd.protocol import Resources
+from harpd.records import JobRecord, Outcome
 from harpd.recovery.attempts import AttemptLimits
 from harpd.recovery.policy import eligible, first_limits, next_limits, retry_choice
 from harpd.recovery.sbatch_argv import ArgvError, resubmit_argv

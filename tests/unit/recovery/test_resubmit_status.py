@@ -11,8 +11,8 @@ from resubmit_fakes import FakeSlurm, submission
 from harpd.cli.main import main as harp
 from harpd.config import HarpSettings
 from harpd.ingest.poller import Ingestor
-from harpd.recovery.machine import Recovery
 from harpd.records import Outcome
+from harpd.recovery.machine import Recovery
 from harpd.store import Store
 
 

@@ -45,12 +45,13 @@ def test_last_signal_is_the_latest_runs_and_plan_keeps_the_charge(tmp_path):
 
 # ------------------------------------------------------------------ through the recovery machine (requeue mode)
 
-from resubmit_fakes import fake, store as rstore, submission  # noqa: E402,F401 (fixtures)
+from resubmit_fakes import fake, submission  # noqa: E402,F401 (fixtures)
+from resubmit_fakes import store as rstore  # noqa: E402,F401 (fixtures)
 
 from harpd.config import HarpSettings  # noqa: E402
 from harpd.ingest.poller import Ingestor  # noqa: E402
-from harpd.recovery import machine as rs  # noqa: E402
 from harpd.records import Outcome  # noqa: E402
+from harpd.recovery import machine as rs  # noqa: E402
 
 
 def _machine(store, fake):

@@ -19,10 +19,10 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from report_helpers import bench_module
 
 from harpd.cli.main import main
 from harpd.store import Store
-from report_helpers import bench_module
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser") or shutil.which("google-chrome")
 

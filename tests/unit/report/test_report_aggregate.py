@@ -3,12 +3,12 @@ import math
 
 import numpy as np
 import pytest
+from report_helpers import DAY, NOW, bench_module, job
 
 from harpd.records import AttemptRecord, Outcome
 from harpd.report.aggregate import METRIC_NAMES, build_report, derive, group_metrics
 from harpd.report.columns import columns_for, factorize, from_records, normalise
 from harpd.report.window import Window
-from report_helpers import DAY, NOW, bench_module, job
 
 ALL = Window(None, None)
 

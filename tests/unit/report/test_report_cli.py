@@ -6,13 +6,13 @@ import json
 import types
 
 import pytest
+from report_helpers import job
 
 from harpd import access
 from harpd.cli import report_cmd
 from harpd.cli.main import main
 from harpd.records import Outcome
 from harpd.store import Store
-from report_helpers import job
 
 
 @pytest.fixture

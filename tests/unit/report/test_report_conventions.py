@@ -6,18 +6,18 @@ from __future__ import annotations
 import calendar
 import re
 
+import numpy as np
 import pytest
+from report_helpers import NOW, job
 
 from harpd.report.aggregate import build_report, program_labels
 from harpd.report.columns import columns_for, from_records
 from harpd.report.fmt import compact, is_zero_shown
-from harpd.report.render_html import _sign, _time_labels, render as render_html
+from harpd.report.render_html import _sign, _time_labels
+from harpd.report.render_html import render as render_html
 from harpd.report.render_table import render as render_table
 from harpd.report.svg import nice_ticks, tick_labels
 from harpd.report.window import Window
-from report_helpers import NOW, job
-
-import numpy as np
 
 
 def _utc(y: int, m: int = 1, d: int = 1) -> float:

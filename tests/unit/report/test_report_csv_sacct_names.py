@@ -4,13 +4,13 @@ import csv
 import io
 
 import pytest
+from report_helpers import NOW, job
 
 from harpd.records import Outcome
 from harpd.report.aggregate import METRIC_NAMES, build_report
 from harpd.report.columns import columns_for, from_records
 from harpd.report.render_csv_json import render_csv
 from harpd.report.window import Window
-from report_helpers import NOW, job
 
 RECS = [job("1", user="alice", account="physics", partition="cpu"),
         job("2", user="bob", account="chem", partition="gpu", outcome=Outcome.OOM)]

@@ -6,9 +6,9 @@ import math
 import numpy as np
 from hypothesis import given
 from hypothesis import strategies as st
+from report_helpers import job
 
 from harpd.report.efficiency import cpu_efficiency, job_efficiencies, memory_efficiency, time_efficiency
-from report_helpers import job
 
 
 def test_reportseff_worked_example():

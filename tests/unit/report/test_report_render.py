@@ -6,16 +6,17 @@ import json
 import re
 
 import pytest
+from report_helpers import NOW, bench_module, job
 
 from harpd.records import Outcome
 from harpd.report.aggregate import METRIC_NAMES, build_report
 from harpd.report.columns import columns_for, from_records
 from harpd.report.render_csv_json import render_csv, render_json
 from harpd.report.render_html import render as render_html
-from harpd.report.render_table import WIDTH, render as render_table
+from harpd.report.render_table import WIDTH
+from harpd.report.render_table import render as render_table
 from harpd.report.scoreboard import from_models_table
 from harpd.report.window import Window
-from report_helpers import NOW, bench_module, job
 
 
 @pytest.fixture(scope="module")

@@ -3,6 +3,7 @@
 import re
 
 import pytest
+from report_helpers import NOW, job
 
 from harpd.config import HarpSettings
 from harpd.ingest.importer import import_file
@@ -13,7 +14,6 @@ from harpd.report.columns import columns_for, from_records
 from harpd.report.fmt import compact
 from harpd.report.render_html import render as render_html
 from harpd.report.window import Window
-from report_helpers import NOW, job
 
 # the fields of the public Cedar export (no User, no TotalCPU, no MaxRSS), three jobs of its cut
 CEDAR = (

@@ -3,12 +3,12 @@
 from datetime import datetime
 
 import pytest
+from report_helpers import DAY, job
 
 from harpd.cli import report_cmd
 from harpd.cli.main import main
 from harpd.report.window import parse_when
 from harpd.store import Store
-from report_helpers import DAY, job
 
 NOW = datetime(2026, 5, 20, 15, 30).timestamp()  # a Wednesday afternoon, local time
 

@@ -1,10 +1,10 @@
 import numpy as np
 import pytest
+from report_helpers import job
 
 from harpd.records import Outcome
 from harpd.report.columns import columns_for, from_records
 from harpd.report.scoreboard import build, from_models_table, live_table
-from report_helpers import job
 
 
 def test_models_table_keeps_the_latest_model_per_name_and_resource():

@@ -3,15 +3,16 @@
 import re
 
 import numpy as np
+from report_helpers import NOW, job
 
 from harpd.predict.metric import ModelMetrics
 from harpd.report.aggregate import build_report
 from harpd.report.columns import columns_for, from_records
 from harpd.report.render_html import render as render_html
-from harpd.report.render_table import WIDTH, render as render_table
+from harpd.report.render_table import WIDTH
+from harpd.report.render_table import render as render_table
 from harpd.report.scoreboard import from_models_table, live_table
 from harpd.report.window import Window
-from report_helpers import NOW, job
 
 
 def metrics(model, score, under):

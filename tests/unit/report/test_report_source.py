@@ -2,11 +2,11 @@
 
 import numpy as np
 import pytest
+from report_helpers import DAY, NOW, job, resources
 
 from harpd.records import Outcome
 from harpd.report.source import SUBMISSION_PATHS, Filters, load, originals_from_submissions, resource_totals, store_span
 from harpd.report.window import Window
-from report_helpers import DAY, NOW, job, resources
 
 ALL = Window(None, None)
 

@@ -1,11 +1,11 @@
 """Users of one name from different sources (an imported trace, the live cluster) are not merged."""
 
 import pytest
+from report_helpers import job
 
 from harpd.config import HarpSettings
 from harpd.report.build import build, render
 from harpd.report.window import Window
-from report_helpers import job
 
 
 @pytest.fixture

@@ -1,4 +1,4 @@
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 import pytest
 
@@ -19,7 +19,7 @@ def test_relative_spans_count_back_from_now(text, back_s):
 def test_iso_date_is_local_midnight_and_offsets_are_honoured():
     assert parse_when("2024-05-01", NOW) == datetime(2024, 5, 1).timestamp()
     assert parse_when("2024-05-01T08:30", NOW) == datetime(2024, 5, 1, 8, 30).timestamp()
-    utc = datetime(2024, 5, 1, 8, 30, tzinfo=timezone.utc).timestamp()
+    utc = datetime(2024, 5, 1, 8, 30, tzinfo=UTC).timestamp()
     assert parse_when("2024-05-01T08:30:00Z", NOW) == utc
     assert parse_when("2024-05-01T10:30:00+02:00", NOW) == utc
 

@@ -9,7 +9,8 @@ import time
 
 import pytest
 
-from harpd.cli.main import attach_dash_values, main as harp
+from harpd.cli.main import attach_dash_values
+from harpd.cli.main import main as harp
 from harpd.report.window import parse_when
 from harpd.store import Store
 
@@ -59,12 +60,10 @@ def test_a_file_that_is_not_a_store(tmp_path):
 @pytest.mark.skipif(os.geteuid() != 0, reason="needs root to drop the permission check's override")
 def test_a_store_this_user_cannot_open_without_harpd(tmp_path):
     """Without --db: the daemon is down and the store is root's: one line, the same from both."""
+    import shutil
     import subprocess
     import sys
-
-    import shutil
     import tempfile
-
     from pathlib import Path
 
     here = Path(tempfile.mkdtemp(prefix="harp-store-msg-", dir="/tmp"))  # searchable by everyone, unlike tmp_path

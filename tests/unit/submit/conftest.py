@@ -11,7 +11,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
 from submit_fakes import FakeHarpd, make_fake_sbatch, read_log
 
 REPO = Path(__file__).resolve().parents[3]

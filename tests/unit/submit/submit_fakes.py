@@ -20,8 +20,9 @@ import socket
 import sys
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
 
@@ -63,7 +64,7 @@ class FakeHarpd:
         self._stop = threading.Event()
         self._lock = threading.Lock()
 
-    def __enter__(self) -> "FakeHarpd":
+    def __enter__(self) -> FakeHarpd:
         self.start()
         return self
 
@@ -127,7 +128,7 @@ class FakeHarpd:
         while not self._stop.is_set():
             try:
                 conn, _ = self._sock.accept()
-            except (socket.timeout, OSError):
+            except (TimeoutError, OSError):
                 continue
             threading.Thread(target=self._handle, args=(conn,), daemon=True).start()
 

@@ -16,9 +16,9 @@ import time
 from collections.abc import Callable
 
 import pytest
+from submit_fakes import FIXTURES, change, decision
 
 from harp_submit import __version__
-from submit_fakes import FIXTURES, change, decision
 
 JOB = "#!/bin/bash\n#SBATCH --time=2-00:00:00\n#SBATCH -c 2 # two cores\nmodule load foo\nsrun ./a.out\n"
 SUBMITTED = (FIXTURES / "sbatch_submitted.out").read_bytes()  # as recorded from sbatch 22.05

@@ -11,9 +11,9 @@ import time
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+from submit_fakes import FakeHarpd, decision
 
 from harp_submit import client, config_file
-from submit_fakes import FakeHarpd, decision
 
 
 def test_socket_path_order(tmp_path) -> None:

@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import pytest
+from submit_fakes import change, decision
 
 from harp_submit import directives
 from harp_submit.decision import BadDecision, check_beside, validate
 from harp_submit.request import Request
 from harp_submit.rewrite import apply
 from harp_submit.sbatch_options import SBATCH_TABLE
-from submit_fakes import change, decision
 
 RES = {"time_s": 600, "mem_mb": 4096, "cpus_per_task": 4, "partition": "debug"}
 

@@ -11,7 +11,6 @@ import subprocess
 import sys
 
 import pytest
-
 from submit_fakes import change, decision
 
 JOB = "#!/bin/bash\n#SBATCH --time=2-00:00:00\nsrun ./a.out\n"

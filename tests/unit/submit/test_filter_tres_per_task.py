@@ -8,8 +8,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-from harp_submit import filter as hf
 from submit_fakes import FakeHarpd, change, decision
+
+from harp_submit import filter as hf
 
 REPO = Path(__file__).resolve().parents[3]
 LIMITS = dict(partition="short", max_time_s=3600, max_mem_mb=8000, max_cpus=8)

@@ -9,7 +9,8 @@ from harp_submit import harp_lines
 
 
 def test_found_at_column_zero_anywhere_in_the_script() -> None:
-    text = "#HARP first\n#!/bin/sh\necho x\n#HARP dnn model=llama-7b gpus=a100 # note\r\n #HARP indented\n#HARPOON no\n#HARP"
+    text = ("#HARP first\n#!/bin/sh\necho x\n#HARP dnn model=llama-7b gpus=a100 # note\r\n"
+            " #HARP indented\n#HARPOON no\n#HARP")
     assert harp_lines.find(text) == ["#HARP first", "#HARP dnn model=llama-7b gpus=a100 # note", "#HARP"]
 
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 import re
 
 import pytest
+from submit_fakes import change, decision
 
 from harp_submit import sbatch_options as so
-from submit_fakes import change, decision
 
 JOB = "#!/bin/bash\n#SBATCH --time=2-00:00:00\nsrun ./a.out\n"
 RELEASES = ("23.02", "23.11", "24.05", "24.11", "25.05", "25.11", "26.05")

@@ -8,7 +8,6 @@ runs harp-submit as a process against a recording sbatch and a fake harpd.
 from __future__ import annotations
 
 import pytest
-
 from submit_fakes import change, decision
 
 JOB = "#!/bin/bash\n#SBATCH --time=2-00:00:00\nsrun ./a.out\n"

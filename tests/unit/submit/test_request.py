@@ -10,7 +10,8 @@ from harp_submit import directives, harp_lines
 from harp_submit.request import Request, array_size
 from harp_submit.sbatch_options import SBATCH_TABLE
 
-SCRIPT = "#!/bin/bash\n#SBATCH --time=10\n#SBATCH --mem=1G -c 2 -p debug\n#SBATCH -J from-script\nmodule load x\n./run --n 5\n"
+SCRIPT = ("#!/bin/bash\n#SBATCH --time=10\n#SBATCH --mem=1G -c 2 -p debug\n#SBATCH -J from-script\n"
+          "module load x\n./run --n 5\n")
 
 
 def req(argv: list[str], env: dict[str, str] | None = None, text: str | None = SCRIPT, path: str | None = "job.sh",
@@ -88,7 +89,8 @@ def test_valid_request_has_no_invalid_value() -> None:
 
 
 def test_job_request() -> None:
-    text = "#!/bin/bash\n#SBATCH -A proj --array=0-9%2\n#HARP dnn model=llama-7b\n\n# setup\nmodule load x\n  srun ./a.out\n"
+    text = ("#!/bin/bash\n#SBATCH -A proj --array=0-9%2\n#HARP dnn model=llama-7b\n\n"
+            "# setup\nmodule load x\n  srun ./a.out\n")
     job = req([], {}, text, path="sub/train.sh").job_request()
     assert job["account"] == "proj" and job["array_size"] == 10
     assert job["job_name"] == "train.sh" and job["script_name"] == "train.sh"

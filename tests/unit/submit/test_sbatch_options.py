@@ -92,7 +92,8 @@ DUMP = textwrap.dedent(
     sbatch_opt = ctypes.create_string_buffer(1 << 16)
     ctypes.c_void_p.from_buffer(opt, 8).value = ctypes.addressof(sbatch_opt)  # slurm_opt_t.sbatch_opt
     class Opt(ctypes.Structure):
-        _fields_ = [("name", ctypes.c_char_p), ("has_arg", ctypes.c_int), ("flag", ctypes.c_void_p), ("val", ctypes.c_int)]
+        _fields_ = [("name", ctypes.c_char_p), ("has_arg", ctypes.c_int),
+                    ("flag", ctypes.c_void_p), ("val", ctypes.c_int)]
     lib.slurm_option_table_create.restype = ctypes.POINTER(Opt)
     optstring = ctypes.c_char_p()
     table = lib.slurm_option_table_create(opt, ctypes.byref(optstring))

@@ -8,11 +8,11 @@ import sys
 from pathlib import Path
 
 import pytest
+from submit_fakes import change, decision
 
 from harp_submit import directives
 from harp_submit import sbatch_options as so
 from harp_submit.request import Request
-from submit_fakes import change, decision
 
 RELEASES = ("22.05", "23.02", "23.11", "24.05", "24.11", "25.05", "25.11", "26.05")
 JOB = "#!/bin/bash\n#SBATCH --time=2-00:00:00\nsrun ./a.out\n"

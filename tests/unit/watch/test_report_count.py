@@ -7,9 +7,9 @@ import time
 from watch_fakes import store  # noqa: F401 (fixture)
 
 from harpd.config import HarpSettings
+from harpd.records import JobRecord, Outcome
 from harpd.report import build
 from harpd.report.render_table import render as render_table
-from harpd.records import JobRecord, Outcome
 
 
 def test_report_counts_extensions_of_jobs_in_the_window(store):

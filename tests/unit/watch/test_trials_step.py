@@ -54,7 +54,7 @@ def test_progress_only_from_slurms_owner_of_a_running_job(store):
     rows = store.trial_reports()
     assert [(r.job_id, r.uid, r.study) for r in rows] == [("7_1", 1000, "array-7"), ("8", 1000, "s")]
     assert store.trial_studies()[0].policy["stop"] == "sha"
-    with pytest.raises(Exception):
+    with pytest.raises(p.ProtocolError):
         p.parse_request(json.dumps({"v": 1, "op": "progress", "job_id": "7_1", "metric": "loss", "value": "nan"}))
 
 
@@ -77,7 +77,7 @@ class Queue:
 
 def report(store: Store, job: str, uid: int, study: str, values: list[float], policy=None) -> None:
     """Reports at 0, 30, 60 ... minutes of the trial's run (elapsed written as harpd counts it)."""
-    for i, v in enumerate(values):
+    for v in values:
         store.add_trial_report(job, uid, study, "loss", v, policy)
     rows = [r for r in store.trial_reports() if r.job_id == job]
     with store.transaction() as db:
