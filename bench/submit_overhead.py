@@ -118,10 +118,10 @@ class SealedFakeHarpd:
             threading.Thread(target=self._answer_one_connection, args=(conn,), daemon=True).start()
 
     def _answer_one_connection(self, conn) -> None:
-        from harp_submit import sealed
         from submit_fakes import _line
 
         from harp_submit import sealed
+
 
         with conn:
             data = b""

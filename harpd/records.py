@@ -134,7 +134,7 @@ class Resources:
     deadline: bool | None = None
 
     @classmethod
-    def from_json(cls, d: Any) -> "Resources":
+    def from_json(cls, d: Any) -> Resources:
         """The stored JSON object (None or a non-object: no resources known)."""
         m = _mapping(d)
         return cls(**{f.name: m.get(f.name) for f in fields(cls)})
@@ -158,7 +158,7 @@ class Decision:
     model: str | None = None
 
     @classmethod
-    def from_json(cls, d: Any) -> "Decision | None":
+    def from_json(cls, d: Any) -> Decision | None:
         """The stored JSON object; None when the job was registered without a decision."""
         if not isinstance(d, Mapping):
             return None
@@ -203,7 +203,7 @@ class Submission:
     stored: Mapping[str, Any] = field(default_factory=dict, compare=False, repr=False)
 
     @classmethod
-    def from_row(cls, row: Mapping[str, Any]) -> "Submission":
+    def from_row(cls, row: Mapping[str, Any]) -> Submission:
         """A ``submissions`` row whose JSON columns are decoded."""
         return cls(
             job_id=row["job_id"], uid=row["uid"], user=row.get("user"), submitted_at=row["submitted_at"],

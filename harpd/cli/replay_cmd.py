@@ -254,8 +254,8 @@ def _machine_size(args: argparse.Namespace) -> int | None:
 
 def _schedule(args, prep, cfg, res, procs: int, say) -> dict:
     """Replay the missing limit mode if needed, simulate every policy, save the figures for `harp report`."""
-    from harpd.predict.schedule_simulation import MODEL, QueueError, schedule
     from harpd.predict.replay import run as replay_run
+    from harpd.predict.schedule_simulation import MODEL, QueueError, schedule
     from harpd.progress import Bar
 
     notes: list[str] = []

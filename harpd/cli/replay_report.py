@@ -54,10 +54,10 @@ class Verdict:
     queue: tuple[str, ...] | None = None
 
     @classmethod
-    def none(cls, why: str) -> "Verdict":
+    def none(cls, why: str) -> Verdict:
         return cls(better=None, text=(f"no verdict: {why}",), figures=False)
 
-    def with_queue(self, words: list[str]) -> "Verdict":
+    def with_queue(self, words: list[str]) -> Verdict:
         """The queue's verdict put first: the queue is the outcome, the over-reservation its proxy."""
         return replace(self, queue=tuple(words), text=tuple(words) + self.text)
 

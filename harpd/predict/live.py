@@ -81,7 +81,6 @@ class _Champion:
     """
 
     def __init__(self, env: ModelEnvelope, row: dict[str, Any]) -> None:
-        from harpd.features.history import KEEP, History
 
         self.model = env.model
         self.name = env.name
@@ -495,7 +494,7 @@ class ModelPredictor:
 
     def _decide_resource(self, job, user: str, res: str, champion: _Champion, limits, now: float, sig: str | None,
              given: int | None = None, retry: Floor | None = None, dry_run: bool = False):
-        from harpd.features.history import COL, conformal_group
+        from harpd.features.history import COL
 
         rq = job.request
         # a workflow task is sized from its own rule's runs only, model or not (the

@@ -182,7 +182,7 @@ class Attempt:
     created_at: float | None
 
     @classmethod
-    def from_row(cls, row: AttemptRecord) -> "Attempt":
+    def from_row(cls, row: AttemptRecord) -> Attempt:
         jid = row.job_id
         return cls(
             chain=str(row.chain_id),

@@ -63,7 +63,7 @@ from typing import Any
 from harp_submit.units import fmt_mem, fmt_time
 from harpd.config import HarpSettings
 from harpd.protocol import Resources
-from harpd.records import JobRecord, Outcome
+from harpd.records import JobRecord, Outcome, Submission
 from harpd.recovery.attempts import (
     DECIDED,
     DONE,
@@ -86,7 +86,6 @@ from harpd.recovery.mode import REQUEUE, RESUBMIT, resolve_mode
 from harpd.recovery.policy import eligible, first_limits, next_limits
 from harpd.recovery.requeue import requeue
 from harpd.recovery.resubmit import resubmit
-from harpd.records import JobRecord, Outcome, Submission
 from harpd.slurm.base import PartitionInfo, SlurmError
 from harpd.slurm.partitions import cached_partitions, partition_of
 from harpd.store import Store

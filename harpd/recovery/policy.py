@@ -30,10 +30,9 @@ from typing import Any
 from harp_submit.harp_lines import retry_choice
 from harp_submit.units import fmt_mem, fmt_time
 from harpd.protocol import Resources
-from harpd.records import JobRecord, Outcome
+from harpd.records import JobRecord, Outcome, Submission
 from harpd.recovery.attempts import AttemptLimits
 from harpd.recovery.escalation import next_allocation, resource_for
-from harpd.records import JobRecord, Outcome, Submission
 
 __all__ = ["retry_choice", "eligible", "first_limits", "next_limits", "Next"]
 

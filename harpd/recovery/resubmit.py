@@ -23,11 +23,11 @@ from collections.abc import Callable
 from typing import Any
 
 from harp_submit.units import fmt_mem, fmt_time
+from harpd.records import Submission
 from harpd.recovery.attempts import SUBMITTED, Attempt, AttemptLimits, Plan, Stop
 from harpd.recovery.crash import crash_point
 from harpd.recovery.environment import submit_env, user_name
 from harpd.recovery.sbatch_argv import ArgvError, resubmit_argv
-from harpd.records import Submission
 from harpd.slurm.base import SlurmError
 from harpd.store import Store
 

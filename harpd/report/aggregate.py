@@ -36,10 +36,10 @@ from typing import Any
 
 import numpy as np
 
+from harpd.records import AttemptRecord
 from harpd.report.columns import Jobs, factorize, size
 from harpd.report.efficiency import cpu_efficiency, memory_efficiency, time_efficiency
 from harpd.report.window import Window
-from harpd.records import AttemptRecord
 
 FAILURE_CAUSES = ("timeout", "oom", "other")
 _OTHER_FAILURES = ("failed", "node_fail")

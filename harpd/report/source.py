@@ -14,9 +14,9 @@ from typing import Any
 import numpy as np
 
 from harpd.features.resources import gpu_count
+from harpd.records import AttemptRecord
 from harpd.report.columns import Jobs, columns_for, normalise, size
 from harpd.report.window import Window
-from harpd.records import AttemptRecord
 
 _UNFINISHED = ("running", "unknown")
 

@@ -13,7 +13,14 @@ import numpy as np
 from harpd.records import JobRecord, Outcome
 from harpd.store.base import StoreBase, StoreError, _explain, _is_translatable
 from harpd.store.columns import (
-    _BOOL_FIELDS, _JOB_TYPES, _ORDERABLE, _OUTCOMES, _PK, _UNFINISHED, JOB_COLUMNS, _q,
+    _BOOL_FIELDS,
+    _JOB_TYPES,
+    _ORDERABLE,
+    _OUTCOMES,
+    _PK,
+    _UNFINISHED,
+    JOB_COLUMNS,
+    _q,
 )
 
 _COLUMN_SLICE = 20_000  # rows job_columns converts at a time

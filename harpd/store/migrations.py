@@ -14,7 +14,6 @@ import sqlite_utils
 from harpd.store.columns import _JOB_TYPES, _PK
 
 
-
 def _m001_initial(db: sqlite_utils.Database) -> None:
     db["jobs"].create(
         dict(_JOB_TYPES),

@@ -23,9 +23,9 @@ from collections.abc import Iterable
 from typing import Any
 
 from harp_submit.units import fmt_time
-from harpd.records import LimitChange, Submission
 from harpd.dnn.checkpoint import SignalPlan, signal_plan
 from harpd.dnn.errors import DnnError
+from harpd.records import LimitChange, Submission
 from harpd.recovery.resume import CHECKPOINT_SIGNAL
 from harpd.slurm.base import QueuedJob, SlurmError
 from harpd.store import Store

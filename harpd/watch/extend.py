@@ -40,14 +40,12 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from harp_submit.units import fmt_time
-from harpd.records import LimitChange
 from harpd.config import HarpSettings
 from harpd.predict.soft import SoftPolicy
-from harpd.records import Outcome
+from harpd.records import LimitChange, Outcome
 from harpd.recovery.attempts import EXTENDED_NOTE, without_notes
 from harpd.recovery.crash import crash_point
 from harpd.recovery.escalation import next_allocation
-from harpd.records import Outcome
 from harpd.slurm.base import PartitionInfo, QueuedJob, SlurmError, whole_minutes
 from harpd.slurm.partitions import partition_of
 from harpd.store import Store

@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import logging
 
-from harpd.records import Submission
 from harpd.features.workflow import is_workflow_signature, registered_signature
+from harpd.records import Submission
 from harpd.slurm.base import QueuedJob, whole_minutes
 from harpd.slurm.job_ids import submitted_id
 from harpd.store import Store

@@ -40,13 +40,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from harp_submit.units import fmt_time, parse_duration_s, parse_mem
-from harpd.records import LimitChange, Submission
 from harpd.config import HarpSettings
 from harpd.features.workflow import registered_signature
-from harpd.protocol import Decision, JobRequest
 from harpd.predict.retry_floor import redeciding
 from harpd.protocol import Decision, JobRequest
-from harpd.records import JobRecord
+from harpd.records import JobRecord, LimitChange, Submission
 from harpd.recovery.policy import fmt_time
 from harpd.slurm.base import QueuedJob, SlurmError, whole_minutes
 from harpd.store import Store

@@ -17,7 +17,6 @@ from __future__ import annotations
 import shutil
 import sys
 import tempfile
-import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -25,6 +24,7 @@ from typing import Any
 import pytest
 from test_recovery import REPO, Daemon
 from test_soft_limits_live import register
+
 from tests.helpers.wait import wait_for
 
 pytestmark = pytest.mark.slurm

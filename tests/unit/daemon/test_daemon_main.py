@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 from daemon_helpers import call
+
 from tests.helpers.wait import wait_for
 
 HARPD = [sys.executable, "-m", "harpd.daemon.main"]

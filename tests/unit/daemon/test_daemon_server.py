@@ -17,8 +17,6 @@ from harpd import protocol as p
 from harpd.daemon.handlers import Handlers
 from harpd.daemon.server import Server, ServerError
 from tests.helpers.fake_slurm import FakeSlurm
-
-from daemon_helpers import as_nobody, call, read_answer
 from tests.helpers.wait import wait_for
 
 HEALTH = {"v": 1, "op": "health"}

@@ -14,9 +14,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from harpd.store import migrations as store_mod
 from harpd.records import JobRecord, Outcome
 from harpd.store import JOB_COLUMNS, SCHEMA_VERSION, Store, StoreError
+from harpd.store import migrations as store_mod
 
 
 def rec(i: int, **kw) -> JobRecord:

@@ -5,10 +5,16 @@ from __future__ import annotations
 import pytest
 
 from harpd.config import HarpSettings
-from harpd.predict.cores import (CoresHistory, cores_to_give, cores_used, cut_bounds, order_index, quantile_bound,
-                                 step_cpus)
 from harpd.evaluate.cores_replay import replay_cores
-from harpd.predict.cores import CoresHistory, cores_used, cut_bounds, give, order_index, quantile_bound, step_cpus
+from harpd.predict.cores import (
+    CoresHistory,
+    cores_to_give,
+    cores_used,
+    cut_bounds,
+    order_index,
+    quantile_bound,
+    step_cpus,
+)
 from harpd.predict.live import ModelPredictor
 from harpd.protocol import JobRequest
 from harpd.records import JobRecord, Outcome

@@ -12,7 +12,6 @@ from harpd.records import JobRecord, Outcome
 from harpd.recovery.attempts import AttemptLimits
 from harpd.recovery.policy import eligible, first_limits, next_limits, retry_choice
 from harpd.recovery.sbatch_argv import ArgvError, resubmit_argv
-from harpd.records import JobRecord, Outcome
 from tests.helpers.submissions import stored_submission
 
 T, M = Outcome.TIMEOUT, Outcome.OOM

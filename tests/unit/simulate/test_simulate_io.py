@@ -7,7 +7,6 @@ import json
 import pytest
 
 from harpd.report.queue_figures import load, path_beside, save
-from harpd.simulate.progress import TextBar
 
 
 def test_saved_figures_round_trip_beside_the_store(tmp_path):
