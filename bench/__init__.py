@@ -97,15 +97,20 @@ def _split_number(text: str) -> tuple[float | None, str]:
     if not m:
         return None, text
     try:
-        return float(m.group(0).replace(",", "").replace("_", "")), text[m.end():].strip()
+        return float(m.group(0).replace(",", "").replace("_", "")), text[m.end() :].strip()
     except ValueError:
         return None, text
 
 
 def _compare(a: float, op: str, b: float) -> bool | None:
     return {
-        "<": a < b, "<=": a <= b, ">": a > b, ">=": a >= b,
-        "==": a == b, "=": a == b, "!=": a != b,
+        "<": a < b,
+        "<=": a <= b,
+        ">": a > b,
+        ">=": a >= b,
+        "==": a == b,
+        "=": a == b,
+        "!=": a != b,
     }.get(op)
 
 

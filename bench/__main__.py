@@ -44,8 +44,16 @@ def run_script(script: Script, timeout_s: float, verbose: bool) -> Outcome:
     out = Outcome(script)
     start = time.monotonic()
     # own process group: on a timeout the script's children (harpd, sbatch...) go too
-    proc = subprocess.Popen(argv, cwd=str(REPO), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                            stdin=subprocess.DEVNULL, text=True, errors="replace", start_new_session=True)
+    proc = subprocess.Popen(
+        argv,
+        cwd=str(REPO),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        stdin=subprocess.DEVNULL,
+        text=True,
+        errors="replace",
+        start_new_session=True,
+    )
     lines: list[str] = []
     try:
         assert proc.stdout is not None
@@ -171,15 +179,20 @@ def main(argv: list[str] | None = None) -> int:
         limit = args.timeout or s.timeout_s
         print(f"bench: running {s.name} (limit {limit:g} s) ...", file=sys.stderr, flush=True)
         o = run_script(s, limit, args.verbose)
-        print(f"bench: {s.name} done in {o.seconds:.0f} s"
-              f"{'' if not o.error else ' -- ' + o.error}", file=sys.stderr, flush=True)
+        print(
+            f"bench: {s.name} done in {o.seconds:.0f} s{'' if not o.error else ' -- ' + o.error}",
+            file=sys.stderr,
+            flush=True,
+        )
         outcomes.append(o)
     text, ok = table(outcomes)
     print(text)
     ran = [o for o in outcomes if not o.skipped]
-    print(f"\n{sum(len(o.figures) for o in ran)} figures from {len(ran)} scripts"
-          f"{f', {len(outcomes) - len(ran)} skipped' if len(ran) < len(outcomes) else ''}: "
-          f"{'all PASS' if ok else 'FAILURES'}")
+    print(
+        f"\n{sum(len(o.figures) for o in ran)} figures from {len(ran)} scripts"
+        f"{f', {len(outcomes) - len(ran)} skipped' if len(ran) < len(outcomes) else ''}: "
+        f"{'all PASS' if ok else 'FAILURES'}"
+    )
     return 0 if ok else 1
 
 

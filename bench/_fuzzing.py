@@ -45,14 +45,14 @@ def mutate(rng: random.Random, data: bytes, seeds: list[bytes], max_len: int) ->
         elif op == 1:
             buf[pos:pos] = bytes(rng.randrange(256) for _ in range(rng.randint(1, 8)))
         elif op == 2 and buf:
-            del buf[pos:pos + rng.randint(1, 16)]
+            del buf[pos : pos + rng.randint(1, 16)]
         elif op == 3 and buf:
             a = rng.randrange(len(buf))
-            buf[pos:pos] = buf[a:a + rng.randint(1, 32)]
+            buf[pos:pos] = buf[a : a + rng.randint(1, 32)]
         elif op == 4:
             other = rng.choice(seeds)
             a = rng.randint(0, len(other))
-            buf[pos:pos] = other[a:a + rng.randint(1, 64)]
+            buf[pos:pos] = other[a : a + rng.randint(1, 64)]
         elif op == 5:
             buf[pos:pos] = rng.choice(INTERESTING)
         else:
@@ -61,15 +61,53 @@ def mutate(rng: random.Random, data: bytes, seeds: list[bytes], max_len: int) ->
 
 
 INTERESTING = [
-    b"\n", b"\r\n", b"\x00", b"\xff", b"\\", b"'", b'"', b"#", b" ", b"\t", b"\x0b", b"=", b":", b"-", b"--",
-    b"#SBATCH ", b"#SLURM ", b"--time=", b"-t ", b"$(touch /tmp/pwned)", b"; touch /tmp/pwned", b"`id`",
-    b"9" * 30, b"9" * 4400, b"4294967296", b"-1", b"UNLIMITED", b"\xed\xb3\xbf", b"\xc2\xa0", b"\xe2\x80\xa8",
-    b'{"', b'":', b"}", b"[", b"]", b"null", b"true", b"NaN", b"1e999", b'"v":1', b'"op":"register"',
+    b"\n",
+    b"\r\n",
+    b"\x00",
+    b"\xff",
+    b"\\",
+    b"'",
+    b'"',
+    b"#",
+    b" ",
+    b"\t",
+    b"\x0b",
+    b"=",
+    b":",
+    b"-",
+    b"--",
+    b"#SBATCH ",
+    b"#SLURM ",
+    b"--time=",
+    b"-t ",
+    b"$(touch /tmp/pwned)",
+    b"; touch /tmp/pwned",
+    b"`id`",
+    b"9" * 30,
+    b"9" * 4400,
+    b"4294967296",
+    b"-1",
+    b"UNLIMITED",
+    b"\xed\xb3\xbf",
+    b"\xc2\xa0",
+    b"\xe2\x80\xa8",
+    b'{"',
+    b'":',
+    b"}",
+    b"[",
+    b"]",
+    b"null",
+    b"true",
+    b"NaN",
+    b"1e999",
+    b'"v":1',
+    b'"op":"register"',
 ]
 
 
-def _random_run(check: Callable[[bytes], None], seeds: list[bytes], runs: int, seed: int, max_len: int,
-                artifacts: Path) -> tuple[int, list[str]]:
+def _random_run(
+    check: Callable[[bytes], None], seeds: list[bytes], runs: int, seed: int, max_len: int, artifacts: Path
+) -> tuple[int, list[str]]:
     rng = random.Random(seed)
     failures: list[str] = []
     done = 0
@@ -87,8 +125,9 @@ def _random_run(check: Callable[[bytes], None], seeds: list[bytes], runs: int, s
     return done, failures
 
 
-def _atheris_child(load: Callable[[], Callable[[bytes], None]], instrument: Iterable[str],
-                   libfuzzer_args: list[str]) -> None:
+def _atheris_child(
+    load: Callable[[], Callable[[bytes], None]], instrument: Iterable[str], libfuzzer_args: list[str]
+) -> None:
     import atheris
 
     # harp's modules are imported here, inside the hook, for coverage guidance
@@ -106,10 +145,18 @@ def have_atheris() -> bool:
     return True
 
 
-def main(name: str, load: Callable[[], Callable[[bytes], None]], seeds: list[bytes], *, default_runs: int,
-         instrument: Iterable[str], max_len: int = 4096, extra: Callable[[argparse.Namespace], list[str]] | None = None,
-         add_arguments: Callable[[argparse.ArgumentParser], None] | None = None,
-         after: Callable[[argparse.Namespace], int] | None = None) -> int:
+def main(
+    name: str,
+    load: Callable[[], Callable[[bytes], None]],
+    seeds: list[bytes],
+    *,
+    default_runs: int,
+    instrument: Iterable[str],
+    max_len: int = 4096,
+    extra: Callable[[argparse.Namespace], list[str]] | None = None,
+    add_arguments: Callable[[argparse.ArgumentParser], None] | None = None,
+    after: Callable[[argparse.Namespace], int] | None = None,
+) -> int:
     """Parse the command line, fuzz, print FIGURE lines; the exit status (0: nothing found).
 
     ``load()`` imports what is fuzzed and returns the check: called inside
@@ -119,8 +166,12 @@ def main(name: str, load: Callable[[], Callable[[bytes], None]], seeds: list[byt
     """
     ap = argparse.ArgumentParser(description=(sys.modules["__main__"].__doc__ or name).splitlines()[0])
     ap.add_argument("--runs", type=int, default=default_runs, help=f"inputs to try (default {default_runs})")
-    ap.add_argument("--engine", choices=["auto", "atheris", "random"], default="auto",
-                    help="atheris (coverage-guided) when installed, else a seeded random mutator")
+    ap.add_argument(
+        "--engine",
+        choices=["auto", "atheris", "random"],
+        default="auto",
+        help="atheris (coverage-guided) when installed, else a seeded random mutator",
+    )
     ap.add_argument("--seed", type=int, default=1, help="random seed (reproducible runs)")
     ap.add_argument("--replay", type=Path, help="run the checks on one saved input and show the error")
     ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
@@ -157,13 +208,30 @@ def main(name: str, load: Callable[[], Callable[[bytes], None]], seeds: list[byt
             for i, s in enumerate(seeds):
                 (corpus / f"seed-{i}").write_bytes(s)
             dictionary = work / "tokens.dict"  # libFuzzer inserts these whole: quotes, prefixes, payloads
-            dictionary.write_text("".join(
-                '"' + "".join(chr(b) if 32 <= b < 127 and chr(b) not in '"\\' else f"\\x{b:02x}" for b in tok) + '"\n'
-                for tok in INTERESTING if len(tok) <= 64))
-            argv = [sys.executable, sys.argv[0], "--child", f"-runs={args.runs}", f"-seed={args.seed}",
-                    f"-dict={dictionary}",
-                    f"-max_len={max_len}", f"-artifact_prefix={artifacts}/", "-print_final_stats=1",
-                    "-timeout=20", "-rss_limit_mb=4096", *(extra(args) if extra else []), str(corpus)]
+            dictionary.write_text(
+                "".join(
+                    '"'
+                    + "".join(chr(b) if 32 <= b < 127 and chr(b) not in '"\\' else f"\\x{b:02x}" for b in tok)
+                    + '"\n'
+                    for tok in INTERESTING
+                    if len(tok) <= 64
+                )
+            )
+            argv = [
+                sys.executable,
+                sys.argv[0],
+                "--child",
+                f"-runs={args.runs}",
+                f"-seed={args.seed}",
+                f"-dict={dictionary}",
+                f"-max_len={max_len}",
+                f"-artifact_prefix={artifacts}/",
+                "-print_final_stats=1",
+                "-timeout=20",
+                "-rss_limit_mb=4096",
+                *(extra(args) if extra else []),
+                str(corpus),
+            ]
             proc = subprocess.run(argv, capture_output=True, text=True, errors="replace", cwd=str(REPO))
             log = proc.stderr + proc.stdout
             m = re.search(r"Done (\d+) runs in (\d+) second", log)

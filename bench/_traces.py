@@ -23,9 +23,13 @@ SHARED = REPO.parent / "shared" / "traces"  # the development machines' copy
 PWA = "https://www.cs.huji.ac.il/labs/parallel/workload/"
 PWA_NAME = "the Parallel Workloads Archive"
 CEDAR = "cedar-2021.sacct.psv.gz"
-SIZEY = ("the Sizey paper's repository, https://github.com/dos-group/sizey (data/trace_*.csv, gzipped as "
-         "workflows/nf-core-*.trace.csv.gz)")
-MILA = "the Mila slurm-queue-time-pred data set, https://github.com/mila-iqia/slurm-queue-time-pred, as a sacct -P export"
+SIZEY = (
+    "the Sizey paper's repository, https://github.com/dos-group/sizey (data/trace_*.csv, gzipped as "
+    "workflows/nf-core-*.trace.csv.gz)"
+)
+MILA = (
+    "the Mila slurm-queue-time-pred data set, https://github.com/mila-iqia/slurm-queue-time-pred, as a sacct -P export"
+)
 PAGES = {  # each SWF log's page in the archive
     "KTH-SP2-1996-2.1-cln.swf.gz": "l_kth_sp2/index.html",
     "CTC-SP2-1996-3.1-cln.swf.gz": "l_ctc_sp2/index.html",
@@ -65,16 +69,26 @@ def missing(bench: str, names: Iterable[str], folder: Path | None) -> SystemExit
     names = list(names)
     it = "it" if len(names) == 1 else "them"
     if folder is None:
-        print(f"{bench}: needs {where(names)}; no traces folder: download {it} into a folder "
-              f"and pass --traces DIR or set {ENV}=DIR", file=sys.stderr)
+        print(
+            f"{bench}: needs {where(names)}; no traces folder: download {it} into a folder "
+            f"and pass --traces DIR or set {ENV}=DIR",
+            file=sys.stderr,
+        )
     else:
-        print(f"{bench}: {folder} holds {'no' if len(names) == 1 else 'none of'} {where(names)}; download {it} there "
-              f"or point --traces / {ENV} at the folder that does", file=sys.stderr)
+        print(
+            f"{bench}: {folder} holds {'no' if len(names) == 1 else 'none of'} {where(names)}; download {it} there "
+            f"or point --traces / {ENV} at the folder that does",
+            file=sys.stderr,
+        )
     return SystemExit(2)
 
 
-def trace_file(bench: str, name: str, given_file: str | os.PathLike[str] | None = None,
-               given_dir: str | os.PathLike[str] | None = None) -> Path:
+def trace_file(
+    bench: str,
+    name: str,
+    given_file: str | os.PathLike[str] | None = None,
+    given_dir: str | os.PathLike[str] | None = None,
+) -> Path:
     """The one trace a bench replays: ``--trace FILE`` if given, else ``name`` in the traces folder.
 
     Exits 2 with one line when the file is not there.

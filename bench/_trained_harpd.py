@@ -33,8 +33,9 @@ def history(folder: Path) -> list[Any]:
     return recs
 
 
-def trained_store(d: Path, recs: list[Any], server_toml: str = "max_clients = 64\n",
-                  extra_toml: str = "") -> tuple[Path, Path, list[Any]]:
+def trained_store(
+    d: Path, recs: list[Any], server_toml: str = "max_clients = 64\n", extra_toml: str = ""
+) -> tuple[Path, Path, list[Any]]:
     """(config, socket, this user's records): a store in ``d`` with ``recs`` and a trained time model.
 
     ``server_toml``: more ``[server]`` lines (``listen``, ``max_clients``); ``extra_toml``: more sections.
@@ -72,8 +73,11 @@ def requests(recs: list[Any], n: int) -> list[tuple[Any, str]]:
     out = []
     for r in recs[-n:]:
         # the signature as the store has it (harp-submit computes it the same way live)
-        job = JobRequest(partition=r.partition, request={"time_s": int(r.req_time_s), "ntasks": r.req_cpus or 1},
-                         signature=r.signature)
+        job = JobRequest(
+            partition=r.partition,
+            request={"time_s": int(r.req_time_s), "ntasks": r.req_cpus or 1},
+            signature=r.signature,
+        )
         out.append((job, r.user or "nobody"))
     return out
 
@@ -84,8 +88,13 @@ def start(cfg: Path, d: Path, sock: Path) -> subprocess.Popen[bytes]:
 
     env = {**os.environ, "HARP_CONFIG": str(cfg), "OMP_NUM_THREADS": "1"}
     log = (d / "harpd.log").open("wb")
-    proc = subprocess.Popen([sys.executable, "-m", "harpd.daemon.main", "--config", str(cfg)],
-                            stdout=log, stderr=subprocess.STDOUT, env=env, cwd=str(d))
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "harpd.daemon.main", "--config", str(cfg)],
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        env=env,
+        cwd=str(d),
+    )
     log.close()
     end = time.monotonic() + 120
     while True:

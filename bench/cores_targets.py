@@ -50,25 +50,33 @@ def main() -> int:
     for name, rel in TRACES.items():
         path = folder / rel
         if not path.is_file():
-            print(f"FIGURE cores_reserved_share_{name}: nan (target >= {SAVED:g} of the clairvoyant saving) "
-                  "FAIL trace missing")
+            print(
+                f"FIGURE cores_reserved_share_{name}: nan (target >= {SAVED:g} of the clairvoyant saving) "
+                "FAIL trace missing"
+            )
             print(f"FIGURE cores_slowed_share_{name}: nan (target <= {SLOWED}) FAIL trace missing")
             continue
         r = replay_cores(NextflowReader(path), args.alpha)
         m = r.multi
         best = m.best_core_h / m.users_core_h if m.users_core_h else 1.0
-        print(f"{name}: {m.jobs} of {r.all.jobs} tasks asked for more than one CPU; core-h reserved: users "
-              f"{m.users_core_h:,.1f}, harp {m.harp_core_h:,.1f} ({m.changed} tasks given fewer cores); used "
-              f"{m.used_core_h:,.1f}; clairvoyant {m.best_core_h:,.1f} ({best:.3f} of the users'); all tasks: users "
-              f"{r.all.users_core_h:,.1f}, harp {r.all.harp_core_h:,.1f}, used {r.all.used_core_h:,.1f}")
+        print(
+            f"{name}: {m.jobs} of {r.all.jobs} tasks asked for more than one CPU; core-h reserved: users "
+            f"{m.users_core_h:,.1f}, harp {m.harp_core_h:,.1f} ({m.changed} tasks given fewer cores); used "
+            f"{m.used_core_h:,.1f}; clairvoyant {m.best_core_h:,.1f} ({best:.3f} of the users'); all tasks: users "
+            f"{r.all.users_core_h:,.1f}, harp {r.all.harp_core_h:,.1f}, used {r.all.used_core_h:,.1f}"
+        )
         # a share of what clairvoyance can save, not of the request: the request may be far above any use
         target = round(1.0 - SAVED * (1.0 - best), 3)
-        print(f"FIGURE cores_reserved_share_{name}: {m.share:.3f} (target <= {target}) {verdict(m.share <= target)} "
-              f"harp {m.harp_core_h:,.1f} / users {m.users_core_h:,.1f} core-h: at least {SAVED:g} of what the "
-              f"clairvoyant per-task rule removes (its share {best:.3f}); harpd's live decide at each submission")
-        print(f"FIGURE cores_slowed_share_{name}: {m.slowed_share:.4f} (target <= {SLOWED}) "
-              f"{verdict(m.slowed_share <= SLOWED)} {m.slowed} of {m.jobs} tasks slowed by harp (used more cores than "
-              f"harp gave, within their own request)")
+        print(
+            f"FIGURE cores_reserved_share_{name}: {m.share:.3f} (target <= {target}) {verdict(m.share <= target)} "
+            f"harp {m.harp_core_h:,.1f} / users {m.users_core_h:,.1f} core-h: at least {SAVED:g} of what the "
+            f"clairvoyant per-task rule removes (its share {best:.3f}); harpd's live decide at each submission"
+        )
+        print(
+            f"FIGURE cores_slowed_share_{name}: {m.slowed_share:.4f} (target <= {SLOWED}) "
+            f"{verdict(m.slowed_share <= SLOWED)} {m.slowed} of {m.jobs} tasks slowed by harp (used more cores than "
+            f"harp gave, within their own request)"
+        )
     return 0
 
 

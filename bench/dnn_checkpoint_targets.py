@@ -72,8 +72,10 @@ def main() -> int:
         }
         daly_min = H / (len(schedules['even (Young/Daly)']) + 1) / 60
         print(f"{name}: measured mean rate {rate:.3f}/h, Daly interval {daly_min:.0f} min")
-        print(f"  {'schedule':<20} {'ckpts':>5} {'first gap':>9} {'time ovh h':>10} {'weighted h':>10} "
-              f"{'vs even time':>12} {'vs even wtd':>11}")
+        print(
+            f"  {'schedule':<20} {'ckpts':>5} {'first gap':>9} {'time ovh h':>10} {'weighted h':>10} "
+            f"{'vs even time':>12} {'vs even wtd':>11}"
+        )
         base = None
         for label, sched in schedules.items():
             res = [simulate(sched, C, H, tr, w) for tr in traces]
@@ -87,13 +89,17 @@ def main() -> int:
                 time_changes.append((name, dt))
             first = sched[0] / 60 if sched else float("nan")
             print(f"  {label:<20} {len(sched):>5} {first:>8.0f}m {t:>10.3f} {wt:>10.3f} {dt:>+12.1%} {dw:>+11.1%}")
-    print(f"FIGURE dnn_checkpoint_weighted_reduction: {best_weighted:.3f} share (target >= {PAPER}) "
-          f"{'PASS' if best_weighted >= PAPER else 'FAIL'} convergence-weighted overhead cut vs even Young/Daly, "
-          "best setting; COCI claims up to 40%")
+    print(
+        f"FIGURE dnn_checkpoint_weighted_reduction: {best_weighted:.3f} share (target >= {PAPER}) "
+        f"{'PASS' if best_weighted >= PAPER else 'FAIL'} convergence-weighted overhead cut vs even Young/Daly, "
+        "best setting; COCI claims up to 40%"
+    )
     worst = min(d for _, d in time_changes)
-    print(f"FIGURE dnn_checkpoint_time_change_min: {worst:.3f} share (target >= -0.10) "
-          f"{'PASS' if worst >= -0.10 else 'FAIL'} time overhead cut vs even (negative: harp's schedule costs more "
-          "time); " + ", ".join(f"{n}: {d:+.1%}" for n, d in time_changes))
+    print(
+        f"FIGURE dnn_checkpoint_time_change_min: {worst:.3f} share (target >= -0.10) "
+        f"{'PASS' if worst >= -0.10 else 'FAIL'} time overhead cut vs even (negative: harp's schedule costs more "
+        "time); " + ", ".join(f"{n}: {d:+.1%}" for n, d in time_changes)
+    )
     return 0
 
 

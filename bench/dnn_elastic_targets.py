@@ -43,29 +43,57 @@ def main() -> int:
     from harpd.dnn.spec import build_spec
     from harpd.dnn.zero import GIB, estimate
 
-    dnn = DnnSettings(gpu_types=[
-        GpuType(name="a100", memory_gb=80, gpus_per_node=8, billing_weight=1.0, partition="gpu-a100"),
-        GpuType(name="h100", memory_gb=80, gpus_per_node=4, billing_weight=2.5, partition="gpu-h100"),
-    ])
+    dnn = DnnSettings(
+        gpu_types=[
+            GpuType(name="a100", memory_gb=80, gpus_per_node=8, billing_weight=1.0, partition="gpu-a100"),
+            GpuType(name="h100", memory_gb=80, gpus_per_node=4, billing_weight=2.5, partition="gpu-h100"),
+        ]
+    )
     mem = {t.name: t.memory_gb * GIB for t in dnn.gpu_types}
     workloads = {
-        "gpt2-medium": {"params": "355e6", "layers": "24", "hidden": "1024", "heads": "16", "seq_len": "1024",
-                        "attention": "flash", "vocab": "50257", "zero": "auto"},
-        "7b": {"params": "6.74e9", "layers": "32", "hidden": "4096", "heads": "32", "seq_len": "4096",
-               "attention": "flash", "recompute": "full", "vocab": "32000", "zero": "auto"},
+        "gpt2-medium": {
+            "params": "355e6",
+            "layers": "24",
+            "hidden": "1024",
+            "heads": "16",
+            "seq_len": "1024",
+            "attention": "flash",
+            "vocab": "50257",
+            "zero": "auto",
+        },
+        "7b": {
+            "params": "6.74e9",
+            "layers": "32",
+            "hidden": "4096",
+            "heads": "32",
+            "seq_len": "4096",
+            "attention": "flash",
+            "recompute": "full",
+            "vocab": "32000",
+            "zero": "auto",
+        },
     }
     worst_gain = float("inf")
     for name, tokens in workloads.items():
         spec = build_spec(tokens)
         model = ScalingModel(params=spec.params, seq_len=spec.seq_len, micro_batch=1, recompute=spec.recompute)
-        lays = [Layout(t.name, nodes, g, z, t.billing_weight, dnn.max_nodes * t.gpus_per_node)
-                for t in dnn.gpu_types for nodes, g in layouts(t.gpus_per_node, dnn.max_nodes, None)
-                for z in stages_for(spec)]
+        lays = [
+            Layout(t.name, nodes, g, z, t.billing_weight, dnn.max_nodes * t.gpus_per_node)
+            for t in dnn.gpu_types
+            for nodes, g in layouts(t.gpus_per_node, dnn.max_nodes, None)
+            for z in stages_for(spec)
+        ]
 
         def est(s, n, z, gpn):
-            return estimate(s, n, z, cuda_context_gb=dnn.cuda_context_gb,
-                            distributed_overhead_gb=dnn.distributed_overhead_gb, margin=dnn.safety_margin,
-                            gpus_per_node=gpn)
+            return estimate(
+                s,
+                n,
+                z,
+                cuda_context_gb=dnn.cuda_context_gb,
+                distributed_overhead_gb=dnn.distributed_overhead_gb,
+                margin=dnn.safety_margin,
+                gpus_per_node=gpn,
+            )
 
         fits = memory_fits(spec, est, lambda lay: mem[lay.gpu_type])
         t0 = time.perf_counter()
@@ -73,16 +101,22 @@ def main() -> int:
         secs = time.perf_counter() - t0
         assert best is not None
         c = best.summary()
-        print(f"{name}: harp: {c['n_gpus']} x {c['gpu_type']} ({c['nodes']}x{c['gpus_per_node']}) zero={c['zero']} "
-              f"micro_batch={c['micro_batch']} accum={c['grad_accum']} global={c['global_batch']}: "
-              f"{c['seq_per_s']} seq/s, {c['seq_per_billed_gpu_hour']:.0f} seq per billed GPU-hour "
-              f"({len(evaluated)} choices in {secs:.2f}s)")
-        for label, gt, nodes, gpn, batch in (("1 x a100 node, batch 256", "a100", 1, 8, 256),
-                                             ("2 x a100 nodes, batch 512", "a100", 2, 8, 512),
-                                             ("1 x h100 node, batch 256", "h100", 1, 4, 256)):
+        print(
+            f"{name}: harp: {c['n_gpus']} x {c['gpu_type']} ({c['nodes']}x{c['gpus_per_node']}) zero={c['zero']} "
+            f"micro_batch={c['micro_batch']} accum={c['grad_accum']} global={c['global_batch']}: "
+            f"{c['seq_per_s']} seq/s, {c['seq_per_billed_gpu_hour']:.0f} seq per billed GPU-hour "
+            f"({len(evaluated)} choices in {secs:.2f}s)"
+        )
+        for label, gt, nodes, gpn, batch in (
+            ("1 x a100 node, batch 256", "a100", 1, 8, 256),
+            ("2 x a100 nodes, batch 512", "a100", 2, 8, 512),
+            ("1 x h100 node, batch 256", "h100", 1, 4, 256),
+        ):
             t = next(t for t in dnn.gpu_types if t.name == gt)
-            options = [fixed_choice(model, Layout(gt, nodes, gpn, z, t.billing_weight, 64), batch, fits)
-                       for z in stages_for(spec)]
+            options = [
+                fixed_choice(model, Layout(gt, nodes, gpn, z, t.billing_weight, 64), batch, fits)
+                for z in stages_for(spec)
+            ]
             options = [o for o in options if o is not None]
             if not options:
                 print(f"  fixed {label}: does not fit in memory")
@@ -90,24 +124,33 @@ def main() -> int:
             base = max(options, key=lambda o: o.per_cost)
             g_thr, g_cost = gain(best, base)
             worst_gain = min(worst_gain, g_cost)
-            print(f"  fixed {label}: zero={base.layout.zero} micro_batch={base.micro_batch} "
-                  f"accum={base.accum}: {base.throughput:.1f} seq/s, {base.per_cost:.0f} per billed GPU-hour; "
-                  f"harp: throughput x{g_thr:.2f}, per billed GPU-hour x{g_cost:.2f}")
+            print(
+                f"  fixed {label}: zero={base.layout.zero} micro_batch={base.micro_batch} "
+                f"accum={base.accum}: {base.throughput:.1f} seq/s, {base.per_cost:.0f} per billed GPU-hour; "
+                f"harp: throughput x{g_thr:.2f}, per billed GPU-hour x{g_cost:.2f}"
+            )
     # hostile ranges: bounded planning time
     spec = build_spec(workloads["7b"])
     model = ScalingModel(params=spec.params, seq_len=spec.seq_len, micro_batch=1, recompute="full")
-    lays = [Layout(t.name, nodes, g, z, t.billing_weight, 64) for t in dnn.gpu_types
-            for nodes, g in layouts(t.gpus_per_node, dnn.max_nodes, None) for z in stages_for(spec)]
-    fits = memory_fits(spec, lambda s, n, z, gpn: estimate(s, n, z, gpus_per_node=gpn),
-                       lambda lay: mem[lay.gpu_type])
+    lays = [
+        Layout(t.name, nodes, g, z, t.billing_weight, 64)
+        for t in dnn.gpu_types
+        for nodes, g in layouts(t.gpus_per_node, dnn.max_nodes, None)
+        for z in stages_for(spec)
+    ]
+    fits = memory_fits(spec, lambda s, n, z, gpn: estimate(s, n, z, gpus_per_node=gpn), lambda lay: mem[lay.gpu_type])
     t0 = time.perf_counter()
     choose_batch(model, lays, (1, 10**7), fits)
     hostile = time.perf_counter() - t0
-    print(f"FIGURE dnn_elastic_cost_gain_min: {worst_gain:.2f} x (target >= 1.0) "
-          f"{'PASS' if worst_gain >= 1.0 else 'FAIL'} sequences per billed GPU-hour, harp's choice over the "
-          "best of each fixed baseline (per job; the paper's 2x jobs / 10x completion time are cluster-level)")
-    print(f"FIGURE dnn_elastic_hostile_plan_s: {hostile:.2f} s (target <= {MAX_PLAN_S}) "
-          f"{'PASS' if hostile <= MAX_PLAN_S else 'FAIL'} batch=1..10^7, 7B model, every layout and ZeRO stage")
+    print(
+        f"FIGURE dnn_elastic_cost_gain_min: {worst_gain:.2f} x (target >= 1.0) "
+        f"{'PASS' if worst_gain >= 1.0 else 'FAIL'} sequences per billed GPU-hour, harp's choice over the "
+        "best of each fixed baseline (per job; the paper's 2x jobs / 10x completion time are cluster-level)"
+    )
+    print(
+        f"FIGURE dnn_elastic_hostile_plan_s: {hostile:.2f} s (target <= {MAX_PLAN_S}) "
+        f"{'PASS' if hostile <= MAX_PLAN_S else 'FAIL'} batch=1..10^7, 7B model, every layout and ZeRO stage"
+    )
     return 0
 
 

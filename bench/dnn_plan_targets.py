@@ -44,27 +44,50 @@ def main() -> int:
     from harpd.dnn.gpu_choice import choose_config
     from harpd.dnn.spec import build_spec
 
-    dnn = DnnSettings(gpu_types=[
-        GpuType(name="a100", memory_gb=80, gpus_per_node=8, billing_weight=1.0, partition="gpu-a100"),
-        GpuType(name="h100", memory_gb=80, gpus_per_node=4, billing_weight=2.5, partition="gpu-h100"),
-    ])
-    spec = build_spec({"params": "355e6", "layers": "24", "hidden": "1024", "heads": "16", "seq_len": "1024",
-                       "micro_batch": "8", "attention": "flash", "zero": "auto", "vocab": "50257"})
+    dnn = DnnSettings(
+        gpu_types=[
+            GpuType(name="a100", memory_gb=80, gpus_per_node=8, billing_weight=1.0, partition="gpu-a100"),
+            GpuType(name="h100", memory_gb=80, gpus_per_node=4, billing_weight=2.5, partition="gpu-h100"),
+        ]
+    )
+    spec = build_spec(
+        {
+            "params": "355e6",
+            "layers": "24",
+            "hidden": "1024",
+            "heads": "16",
+            "seq_len": "1024",
+            "micro_batch": "8",
+            "attention": "flash",
+            "zero": "auto",
+            "vocab": "50257",
+        }
+    )
     goals = DnnGoals(tokens=2e9, trials=64, eta=4)
-    choice = choose_config(spec, dnn.gpu_types, margin=dnn.safety_margin, cuda_context_gb=dnn.cuda_context_gb,
-                           distributed_overhead_gb=dnn.distributed_overhead_gb, max_nodes=dnn.max_nodes)
+    choice = choose_config(
+        spec,
+        dnn.gpu_types,
+        margin=dnn.safety_margin,
+        cuda_context_gb=dnn.cuda_context_gb,
+        distributed_overhead_gb=dnn.distributed_overhead_gb,
+        max_nodes=dnn.max_nodes,
+    )
     capacity = {t.name: dnn.max_nodes * t.gpus_per_node for t in dnn.gpu_types}
     layouts = layouts_from_candidates(choice.fitting, {t.name: t.billing_weight for t in dnn.gpu_types}, capacity)
     model = model_for(spec, goals, "a100")
     stages = sha_stages(goals.trials, goals.eta, goals.tokens)
-    print("workload: 64 trials, eta 4, stages (trials, tokens added per trial): "
-          + ", ".join(f"({n}, {t:.3g})" for n, t in stages))
+    print(
+        "workload: 64 trials, eta 4, stages (trials, tokens added per trial): "
+        + ", ".join(f"({n}, {t:.3g})" for n, t in stages)
+    )
     loose = plan_stages(model, layouts, stages, float("inf"))
     fastest = loose.fastest_s or 0.0
     print(f"fastest feasible {hours(fastest)}; with no deadline the plan costs {loose.cost:.1f} billed GPU-hours")
     ratios = []
-    print(f"{'deadline':>9} {'plan GPU-h':>11} {'plan time':>10} {'static GPU-h':>13} {'static pool':>14} "
-          f"{'ratio':>6} {'plan ms':>8}  per-stage GPUs per trial (plan)")
+    print(
+        f"{'deadline':>9} {'plan GPU-h':>11} {'plan time':>10} {'static GPU-h':>13} {'static pool':>14} "
+        f"{'ratio':>6} {'plan ms':>8}  per-stage GPUs per trial (plan)"
+    )
     for f in FACTORS:
         d = fastest * f
         t0 = time.perf_counter()
@@ -75,21 +98,29 @@ def main() -> int:
             print(f"{hours(d):>9} plan: {plan.error}")
             continue
         if static is None:
-            print(f"{hours(d):>9} {plan.cost:>11.1f} {hours(plan.time_s):>10} {'no static pool meets this deadline':>36}")
+            print(
+                f"{hours(d):>9} {plan.cost:>11.1f} {hours(plan.time_s):>10} {'no static pool meets this deadline':>36}"
+            )
             continue
         r = static.cost / plan.cost
         ratios.append(r)
         per = " ".join(f"{s.layout.n_gpus}{s.layout.gpu_type[0]}" for s in plan.stages)
-        print(f"{hours(d):>9} {plan.cost:>11.1f} {hours(plan.time_s):>10} {static.cost:>13.1f} "
-              f"{str(static.pool) + ' x ' + static.gpu_type:>14} {r:>6.2f} {ms:>8.1f}  {per}")
+        print(
+            f"{hours(d):>9} {plan.cost:>11.1f} {hours(plan.time_s):>10} {static.cost:>13.1f} "
+            f"{str(static.pool) + ' x ' + static.gpu_type:>14} {r:>6.2f} {ms:>8.1f}  {per}"
+        )
     finite = [r for r in ratios if r != float("inf")]
     best = max(finite) if finite else float("nan")
     worst = min(finite) if finite else float("nan")
-    print(f"FIGURE dnn_plan_cost_ratio_max: {best:.2f} x (target >= {PAPER_RATIO}) "
-          f"{'PASS' if best >= PAPER_RATIO else 'FAIL'} static/plan billed GPU-hours, best deadline; "
-          f"RubberBand claims up to {PAPER_RATIO}x")
-    print(f"FIGURE dnn_plan_cost_ratio_min: {worst:.2f} x (target >= 1.0) {'PASS' if worst >= 1.0 - 1e-9 else 'FAIL'} "
-          "the plan never costs more than static")
+    print(
+        f"FIGURE dnn_plan_cost_ratio_max: {best:.2f} x (target >= {PAPER_RATIO}) "
+        f"{'PASS' if best >= PAPER_RATIO else 'FAIL'} static/plan billed GPU-hours, best deadline; "
+        f"RubberBand claims up to {PAPER_RATIO}x"
+    )
+    print(
+        f"FIGURE dnn_plan_cost_ratio_min: {worst:.2f} x (target >= 1.0) {'PASS' if worst >= 1.0 - 1e-9 else 'FAIL'} "
+        "the plan never costs more than static"
+    )
     return 0
 
 

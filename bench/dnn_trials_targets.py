@@ -91,8 +91,10 @@ def run(policy: str, seed: int) -> tuple[list[float], int, list[float]]:
     trials = make_trials(rng)
     noise = random.Random(seed + 1000)
     sha = policy in ("nice+sha", "sha")
-    policies = {f"study{s}": StudyPolicy(f"study{s}", stop="sha" if sha else "none", eta=3, rung_s=3600.0)
-                for s in range(STUDIES)}
+    policies = {
+        f"study{s}": StudyPolicy(f"study{s}", stop="sha" if sha else "none", eta=3, rung_s=3600.0)
+        for s in range(STUDIES)
+    }
     reports: list[ProgressReport] = []
     now = 0.0
     running: list[SimTrial] = []
@@ -118,9 +120,10 @@ def run(policy: str, seed: int) -> tuple[list[float], int, list[float]]:
                 elif a.nice is not None:
                     t.nice = a.nice
             running = [t for t in running if not t.stopped]
-        pending = sorted((t for t in trials if t.submit_h <= now and not t.started and not t.stopped),
-                         key=lambda t: (t.nice, t.seq))
-        for t in pending[:max(0, GPUS - len(running))]:
+        pending = sorted(
+            (t for t in trials if t.submit_h <= now and not t.started and not t.stopped), key=lambda t: (t.nice, t.seq)
+        )
+        for t in pending[: max(0, GPUS - len(running))]:
             t.started = True
             running.append(t)
     times, misses, regrets = [], 0, []
@@ -154,13 +157,19 @@ def main() -> int:
         sp = [b / p for b, p in zip(base, per_seed)]
         mean_sp = statistics.mean(b for b in base) / statistics.mean(per_seed)
         best_speedup = max(best_speedup, mean_sp)
-        print(f"  {policy:<10} {statistics.mean(per_seed):7.2f} {mean_sp:7.2f}x {min(sp):4.2f}x {max(sp):4.2f}x "
-              f"{misses:4d}/{STUDIES * SEEDS:<5} {statistics.mean(regrets):11.4f}")
+        print(
+            f"  {policy:<10} {statistics.mean(per_seed):7.2f} {mean_sp:7.2f}x {min(sp):4.2f}x {max(sp):4.2f}x "
+            f"{misses:4d}/{STUDIES * SEEDS:<5} {statistics.mean(regrets):11.4f}"
+        )
     nice_sp = statistics.mean(base) / statistics.mean(rows["nice"][0])
-    print(f"FIGURE dnn_trials_speedup: {best_speedup:.2f}x (target >= {PAPER}x, Hermes with preemption) "
-          f"{'PASS' if best_speedup >= PAPER else 'FAIL'} mean time to best trial against FIFO")
-    print(f"FIGURE dnn_trials_nice_only_speedup: {nice_sp:.2f}x (target >= 1.00x: never slower than FIFO) "
-          f"{'PASS' if nice_sp >= 1.0 else 'FAIL'} ordering pending trials alone, no stopping")
+    print(
+        f"FIGURE dnn_trials_speedup: {best_speedup:.2f}x (target >= {PAPER}x, Hermes with preemption) "
+        f"{'PASS' if best_speedup >= PAPER else 'FAIL'} mean time to best trial against FIFO"
+    )
+    print(
+        f"FIGURE dnn_trials_nice_only_speedup: {nice_sp:.2f}x (target >= 1.00x: never slower than FIFO) "
+        f"{'PASS' if nice_sp >= 1.0 else 'FAIL'} ordering pending trials alone, no stopping"
+    )
     return 0
 
 

@@ -100,11 +100,12 @@ def load():
             after_other = [o for o in pairs(after) if o[0] not in fam]
             assert before_other == after_other, f"--{option}: other options changed"
             assert [o for o in pairs(after) if o[0] in fam][-1] == (option, value)
-            assert "".join(directives.split_lines(text)[script.header_end:]) in out.script_text
+            assert "".join(directives.split_lines(text)[script.header_end :]) in out.script_text
 
     return check
 
 
 if __name__ == "__main__":
-    sys.exit(_fuzzing.main("fuzz_directives", load, SEEDS, default_runs=100_000,
-                           instrument=["harp_submit"], max_len=4096))
+    sys.exit(
+        _fuzzing.main("fuzz_directives", load, SEEDS, default_runs=100_000, instrument=["harp_submit"], max_len=4096)
+    )

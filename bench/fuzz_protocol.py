@@ -67,8 +67,13 @@ def load():
     work = Path(os.environ.get("HARP_FUZZ_WORK") or tempfile.mkdtemp(prefix="harp-fuzz-proto-"))
     store = Store.open(work / "harp.db")
     done: list[str] = []
-    handlers = Handlers(store, job_owner=lambda job_id: None, retrain=lambda: done.append("retrain"),
-                        reload=lambda: done.append("reload"), importer=lambda path, st: done.append(path))
+    handlers = Handlers(
+        store,
+        job_owner=lambda job_id: None,
+        retrain=lambda: done.append("retrain"),
+        reload=lambda: done.append("reload"),
+        importer=lambda path, st: done.append(path),
+    )
     user = Peer(pid=1, uid=4242, gid=4242, user="fuzzer", groups=frozenset({4242}))
 
     def check(data: bytes) -> None:
@@ -106,8 +111,13 @@ def start_harpd(d: Path) -> tuple[subprocess.Popen[bytes], str, Path]:
     env["PYTHONPATH"] = str(REPO)
     log = d / "harpd.log"
     fh = log.open("wb")
-    proc = subprocess.Popen([sys.executable, "-m", "harpd.daemon.main", "--config", str(cfg), "--log-level", "info"],
-                            stdout=fh, stderr=subprocess.STDOUT, env=env, cwd=str(d))
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "harpd.daemon.main", "--config", str(cfg), "--log-level", "info"],
+        stdout=fh,
+        stderr=subprocess.STDOUT,
+        env=env,
+        cwd=str(d),
+    )
     fh.close()
     try:
         wait_for_health(sock, proc, log)
@@ -187,14 +197,15 @@ def live(args: argparse.Namespace) -> int:
         shutil.rmtree(d, ignore_errors=True)
     tracebacks = text.count("Traceback (most recent call last)")
     if tracebacks:
-        failures.append(f"{tracebacks} traceback(s) in harpd's log, first:\n"
-                        + text[text.index("Traceback"):][:1500])
+        failures.append(f"{tracebacks} traceback(s) in harpd's log, first:\n" + text[text.index("Traceback") :][:1500])
     for f in failures:
         print(f"fuzz_protocol_live: FAILURE {f}")
     print(f"fuzz_protocol_live: {tried:,} inputs to a live harpd, slowest answer {slowest * 1000:.0f} ms")
     print(f"FIGURE fuzz_protocol_live_inputs: {tried} inputs (target >= {n}) {'PASS' if tried >= n else 'FAIL'}")
-    print(f"FIGURE fuzz_protocol_live_failures: {len(failures)} failures (target == 0) "
-          f"{'PASS' if not failures else 'FAIL'}")
+    print(
+        f"FIGURE fuzz_protocol_live_failures: {len(failures)} failures (target == 0) "
+        f"{'PASS' if not failures else 'FAIL'}"
+    )
     return 0 if (not failures and tried >= n) else 1
 
 
@@ -203,5 +214,15 @@ def _add_arguments(ap: argparse.ArgumentParser) -> None:
 
 
 if __name__ == "__main__":
-    sys.exit(_fuzzing.main("fuzz_protocol", load, SEEDS, default_runs=1_000_000, instrument=["harpd"],
-                           max_len=8192, add_arguments=_add_arguments, after=live))
+    sys.exit(
+        _fuzzing.main(
+            "fuzz_protocol",
+            load,
+            SEEDS,
+            default_runs=1_000_000,
+            instrument=["harpd"],
+            max_len=8192,
+            add_arguments=_add_arguments,
+            after=live,
+        )
+    )

@@ -65,7 +65,9 @@ def build_input(trace: Path, n: int, out: Path) -> int:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--n", type=int, default=1_000_000, help="records to import (default 1000000)")
-    ap.add_argument("--trace", type=Path, help=f"sacct -P export to repeat (default: {DEFAULT_TRACE} in the traces folder)")
+    ap.add_argument(
+        "--trace", type=Path, help=f"sacct -P export to repeat (default: {DEFAULT_TRACE} in the traces folder)"
+    )
     ap.add_argument("--traces", help="folder of the traces (default: $HARP_TRACES, else ../shared/traces)")
     ap.add_argument("--dir", help="work directory (default: a temp dir, removed after)")
     args = ap.parse_args()
@@ -93,20 +95,28 @@ def main() -> int:
         cpu = (ru.ru_utime - before_ru.ru_utime) + (ru.ru_stime - before_ru.ru_stime)
         print(proc.stdout.strip())
         # CPU time shows the import's own cost when other work shares the cores
-        print(f"import: {wall:.1f} s wall, {cpu:.1f} s CPU, "
-              f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores")
+        print(
+            f"import: {wall:.1f} s wall, {cpu:.1f} s CPU, "
+            f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores"
+        )
         if proc.returncode != 0:
             print(proc.stderr.strip(), file=sys.stderr)
             print(f"FIGURE import_speed: failed (exit {proc.returncode}) (target >= {TARGET_RATE:,.0f} records/s) FAIL")
             return 1
         peak_mib = max(peak_kib, before) / 1024.0
         rate = n / wall
-        print(f"FIGURE import_1m_seconds: {wall * 1_000_000 / n:.1f} s per 1M records (target < {TARGET_S:.0f}) "
-              f"{'PASS' if wall * 1_000_000 / n < TARGET_S else 'FAIL'}")
-        print(f"FIGURE import_peak_memory: {peak_mib:.0f} MiB (target < {TARGET_MIB:.0f}) "
-              f"{'PASS' if peak_mib < TARGET_MIB else 'FAIL'}")
-        print(f"FIGURE import_speed: {rate:,.0f} records/s (target >= {TARGET_RATE:,.0f}) "
-              f"{'PASS' if rate >= TARGET_RATE else 'FAIL'}")
+        print(
+            f"FIGURE import_1m_seconds: {wall * 1_000_000 / n:.1f} s per 1M records (target < {TARGET_S:.0f}) "
+            f"{'PASS' if wall * 1_000_000 / n < TARGET_S else 'FAIL'}"
+        )
+        print(
+            f"FIGURE import_peak_memory: {peak_mib:.0f} MiB (target < {TARGET_MIB:.0f}) "
+            f"{'PASS' if peak_mib < TARGET_MIB else 'FAIL'}"
+        )
+        print(
+            f"FIGURE import_speed: {rate:,.0f} records/s (target >= {TARGET_RATE:,.0f}) "
+            f"{'PASS' if rate >= TARGET_RATE else 'FAIL'}"
+        )
         return 0 if (rate >= TARGET_RATE and peak_mib < TARGET_MIB) else 1
 
 

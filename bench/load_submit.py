@@ -63,8 +63,16 @@ def slurm_conf() -> str | None:
 class Harpd:
     """A real harpd process with its own config, socket, store and log."""
 
-    def __init__(self, d: Path, env: dict[str, str], log_level: str = "debug", prefix: list[str] | None = None,
-                 store: Path | None = None, listen: str | None = None, munge_socket: str | None = None) -> None:
+    def __init__(
+        self,
+        d: Path,
+        env: dict[str, str],
+        log_level: str = "debug",
+        prefix: list[str] | None = None,
+        store: Path | None = None,
+        listen: str | None = None,
+        munge_socket: str | None = None,
+    ) -> None:
         """``listen``: a TCP address served too (needs munged; ``munge_socket``: its socket)."""
         self.dir = d
         self.prefix = prefix or []  # e.g. setpriv dropping capabilities, as systemd/harpd.service does
@@ -87,9 +95,21 @@ class Harpd:
     def start(self, timeout: float = 60) -> None:
         with self.log.open("ab") as fh:
             self.proc = subprocess.Popen(
-                [*self.prefix, sys.executable, "-m", "harpd.daemon.main", "--config", str(self.config),
-                 "--log-level", self.log_level],
-                stdout=fh, stderr=subprocess.STDOUT, env=self.env, cwd=str(self.dir))
+                [
+                    *self.prefix,
+                    sys.executable,
+                    "-m",
+                    "harpd.daemon.main",
+                    "--config",
+                    str(self.config),
+                    "--log-level",
+                    self.log_level,
+                ],
+                stdout=fh,
+                stderr=subprocess.STDOUT,
+                env=self.env,
+                cwd=str(self.dir),
+            )
         end = time.monotonic() + timeout
         while True:
             if self.proc.poll() is not None:
@@ -150,8 +170,7 @@ class Load:
     seconds: float = 0.0
 
 
-def submit_all(names: list[str], clients: int, env: dict[str, str], cwd: Path, token: str,
-               on_progress=None) -> Load:
+def submit_all(names: list[str], clients: int, env: dict[str, str], cwd: Path, token: str, on_progress=None) -> Load:
     """harp-submit every name from ``clients`` threads; each a held job, comment = token."""
     todo: queue.Queue[str] = queue.Queue()
     for n in names:
@@ -171,7 +190,13 @@ def submit_all(names: list[str], clients: int, env: dict[str, str], cwd: Path, t
             try:
                 proc = subprocess.run(
                     [sys.executable, "-c", RUN_MAIN, "-H", "--parsable", "-J", name, f"--comment={token}", "job.sh"],
-                    capture_output=True, text=True, env=env, cwd=str(cwd), stdin=subprocess.DEVNULL, timeout=180)
+                    capture_output=True,
+                    text=True,
+                    env=env,
+                    cwd=str(cwd),
+                    stdin=subprocess.DEVNULL,
+                    timeout=180,
+                )
                 r.rc, r.stderr = proc.returncode, proc.stderr
                 word = proc.stdout.strip().split(";")[0]
                 r.job_id = word if word.isdigit() else None
@@ -197,8 +222,14 @@ def submit_all(names: list[str], clients: int, env: dict[str, str], cwd: Path, t
 
 def queued_jobs(token: str, env: dict[str, str]) -> list[tuple[str, str]]:
     """(job id, name) of every job in the queue carrying this run's token as its comment."""
-    out = subprocess.run(["squeue", "-h", "-a", "-t", "all", "-o", "%i|%j|%k"], capture_output=True, text=True,
-                         env=env, timeout=120, check=True).stdout
+    out = subprocess.run(
+        ["squeue", "-h", "-a", "-t", "all", "-o", "%i|%j|%k"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+        check=True,
+    ).stdout
     rows = []
     for line in out.splitlines():
         parts = line.split("|", 2)
@@ -209,7 +240,7 @@ def queued_jobs(token: str, env: dict[str, str]) -> list[tuple[str, str]]:
 
 def cancel(job_ids: list[str], env: dict[str, str]) -> None:
     for k in range(0, len(job_ids), 200):
-        subprocess.run(["scancel", *job_ids[k:k + 200]], env=env, capture_output=True, timeout=120)
+        subprocess.run(["scancel", *job_ids[k : k + 200]], env=env, capture_output=True, timeout=120)
 
 
 @dataclass
@@ -264,8 +295,9 @@ def percentile(values: list[float], p: float) -> float:
 
 def client_env(conf: str, sock: str) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("HARP_", "SBATCH_", "SLURM_"))}
-    env.update({"SLURM_CONF": conf, "HARP_SOCKET": sock, "HARP_CONFIG": "/nonexistent/harpd.toml",
-                "PYTHONPATH": str(REPO)})
+    env.update(
+        {"SLURM_CONF": conf, "HARP_SOCKET": sock, "HARP_CONFIG": "/nonexistent/harpd.toml", "PYTHONPATH": str(REPO)}
+    )
     return env
 
 
@@ -282,8 +314,9 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--n", type=int, default=1000, help="submissions with harpd up (default 1000)")
     ap.add_argument("--clients", type=int, default=20, help="concurrent harp-submit runs (default 20)")
-    ap.add_argument("--kill-n", type=int, default=300,
-                    help="submissions of the SIGKILL phase (default 300; 0 skips it)")
+    ap.add_argument(
+        "--kill-n", type=int, default=300, help="submissions of the SIGKILL phase (default 300; 0 skips it)"
+    )
     args = ap.parse_args()
 
     conf = slurm_conf()
@@ -316,18 +349,29 @@ def main() -> int:
         reg_lat = harpd.latencies("register")
         n_reg = registered(harpd.socket, load)
         wall = sorted(r.seconds for r in load.results)
-        print(f"phase 1: {args.n} submissions from {args.clients} clients in {load.seconds:.1f} s "
-              f"({args.n / load.seconds:.1f}/s); harp-submit wall p50 {percentile(wall, 50) * 1000:.0f} ms, "
-              f"p99 {percentile(wall, 99) * 1000:.0f} ms; load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs")
-        print(f"phase 1: harpd predict latency over {len(lat)} requests: p50 {percentile(lat, 50):.1f} ms, "
-              f"p95 {percentile(lat, 95):.1f} ms, p99 {percentile(lat, 99):.1f} ms, max {max(lat, default=0):.1f} ms")
-        print(f"phase 1: harpd register latency over {len(reg_lat)} requests: p50 {percentile(reg_lat, 50):.1f} ms, "
-              f"p99 {percentile(reg_lat, 99):.1f} ms")
-        print(f"phase 1: landed exactly once {landing.exactly_once}/{landing.expected}, missing {len(landing.missing)}, "
-              f"duplicated {len(landing.duplicated)}, id mismatch {len(landing.id_mismatch)}; registered {n_reg}")
+        print(
+            f"phase 1: {args.n} submissions from {args.clients} clients in {load.seconds:.1f} s "
+            f"({args.n / load.seconds:.1f}/s); harp-submit wall p50 {percentile(wall, 50) * 1000:.0f} ms, "
+            f"p99 {percentile(wall, 99) * 1000:.0f} ms; load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs"
+        )
+        print(
+            f"phase 1: harpd predict latency over {len(lat)} requests: p50 {percentile(lat, 50):.1f} ms, "
+            f"p95 {percentile(lat, 95):.1f} ms, p99 {percentile(lat, 99):.1f} ms, max {max(lat, default=0):.1f} ms"
+        )
+        print(
+            f"phase 1: harpd register latency over {len(reg_lat)} requests: p50 {percentile(reg_lat, 50):.1f} ms, "
+            f"p99 {percentile(reg_lat, 99):.1f} ms"
+        )
+        print(
+            f"phase 1: landed exactly once {landing.exactly_once}/{landing.expected}, missing {len(landing.missing)}, "
+            f"duplicated {len(landing.duplicated)}, id mismatch {len(landing.id_mismatch)}; registered {n_reg}"
+        )
         errors = len(failed) + len(warnings) + len(problems)
-        for what, items in (("failed harp-submit", [f"{r.name}: rc={r.rc} {r.stderr.strip()[:200]}" for r in failed]),
-                            ("harp warning", warnings), ("harpd problem", problems)):
+        for what, items in (
+            ("failed harp-submit", [f"{r.name}: rc={r.rc} {r.stderr.strip()[:200]}" for r in failed]),
+            ("harp warning", warnings),
+            ("harpd problem", problems),
+        ):
             for item in items[:5]:
                 print(f"phase 1: {what}: {item}")
         lines += [
@@ -363,18 +407,31 @@ def main() -> int:
             failed2 = [r for r in load2.results if r.rc != 0 or r.job_id is None]
             fail_open = sum(1 for r in load2.results if "submitting your job unchanged" in r.stderr)
             health = client.call(harpd.socket, {"op": "health"}, 5)
-            print(f"phase 2: {args.kill_n} submissions, harpd {', '.join(events)}; {fail_open} failed open; "
-                  f"landed exactly once {landing2.exactly_once}/{landing2.expected}, missing {len(landing2.missing)}, "
-                  f"duplicated {len(landing2.duplicated)}; failed harp-submit {len(failed2)}; "
-                  f"store after restart: {health.get('store')}")
+            print(
+                f"phase 2: {args.kill_n} submissions, harpd {', '.join(events)}; {fail_open} failed open; "
+                f"landed exactly once {landing2.exactly_once}/{landing2.expected}, missing {len(landing2.missing)}, "
+                f"duplicated {len(landing2.duplicated)}; failed harp-submit {len(failed2)}; "
+                f"store after restart: {health.get('store')}"
+            )
             for r in failed2[:5]:
                 print(f"phase 2: failed harp-submit {r.name}: rc={r.rc} {r.stderr.strip()[:200]}")
-            ok2 = landing2.exactly_once == args.kill_n and not failed2 and health.get("store") == "ok" \
+            ok2 = (
+                landing2.exactly_once == args.kill_n
+                and not failed2
+                and health.get("store") == "ok"
                 and len(events) == 2
+            )
             lines.append(figure("load_submit_sigkill_landed_once", landing2.exactly_once, "jobs", "==", args.kill_n))
             if not ok2 and landing2.exactly_once == args.kill_n:
-                lines.append(figure("load_submit_sigkill_errors", len(failed2) + (health.get("store") != "ok")
-                                    + (len(events) != 2), "errors", "==", 0))
+                lines.append(
+                    figure(
+                        "load_submit_sigkill_errors",
+                        len(failed2) + (health.get("store") != "ok") + (len(events) != 2),
+                        "errors",
+                        "==",
+                        0,
+                    )
+                )
     except Exception as exc:  # noqa: BLE001 - report, clean up, fail
         print(f"load_submit: {type(exc).__name__}: {exc}", file=sys.stderr)
         code = 1

@@ -40,8 +40,9 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--requests", type=int, default=5000)
     ap.add_argument("--clients", type=int, default=50)
-    ap.add_argument("--rate", type=float, default=200.0,
-                    help="offered load of the 50 clients together, requests/s (open loop)")
+    ap.add_argument(
+        "--rate", type=float, default=200.0, help="offered load of the 50 clients together, requests/s (open loop)"
+    )
     ap.add_argument("--traces", help="folder of the traces (default: $HARP_TRACES, else ../shared/traces)")
     args = ap.parse_args()
     folder = traces_folder("predict_latency", TRACES, args.traces)
@@ -96,8 +97,10 @@ def main() -> int:
             warm = [client.call(str(sock), m, 10) for m in msgs[:300]]
             n_changed = sum(bool(a["decision"]["changes"]) for a in warm)
             models = {a["decision"].get("model") for a in warm}
-            print(f"harpd answers: {n_changed} of {len(warm)} changed a request (models {models}); "
-                  f"e.g. {warm[-1]['decision'].get('explain')}")
+            print(
+                f"harpd answers: {n_changed} of {len(warm)} changed a request (models {models}); "
+                f"e.g. {warm[-1]['decision'].get('explain')}"
+            )
             per = max(1, len(msgs) // args.clients)
             slat: list[float] = []
             errors: list[str] = []
@@ -107,7 +110,7 @@ def main() -> int:
                 mine = []
                 rng = np.random.default_rng(k)
                 nxt = time.perf_counter()
-                for m in msgs[k * per:(k + 1) * per]:
+                for m in msgs[k * per : (k + 1) * per]:
                     if rate:  # open loop: Poisson arrivals, as sbatch calls arrive
                         nxt += rng.exponential(args.clients / rate)
                         time.sleep(max(0.0, nxt - time.perf_counter()))
@@ -140,14 +143,18 @@ def main() -> int:
             print(f"socket: every request failed: {errors[:3]}")
             print(f"FIGURE predict_socket_p99_ms: nan ms (target < {TARGET_MS:g}) FAIL")
             return 1
-        print(f"socket, {args.clients} clients flat out: {len(sat)} answers in {sat_wall:.1f}s "
-              f"({len(sat) / sat_wall:.0f}/s), p50 {np.percentile(sat, 50):.2f} ms, "
-              f"p99 {np.percentile(sat, 99):.2f} ms (queueing: latency = clients / throughput)")
+        print(
+            f"socket, {args.clients} clients flat out: {len(sat)} answers in {sat_wall:.1f}s "
+            f"({len(sat) / sat_wall:.0f}/s), p50 {np.percentile(sat, 50):.2f} ms, "
+            f"p99 {np.percentile(sat, 99):.2f} ms (queueing: latency = clients / throughput)"
+        )
         sp50, sp99 = np.percentile(opn, 50), np.percentile(opn, 99)
         ok = sp99 < TARGET_MS and not errors
         ok_all &= ok
-        print(f"socket, {args.clients} clients at {args.rate:g} req/s offered: {len(opn)} answers, "
-              f"p50 {sp50:.2f} ms, errors {len(errors)}")
+        print(
+            f"socket, {args.clients} clients at {args.rate:g} req/s offered: {len(opn)} answers, "
+            f"p50 {sp50:.2f} ms, errors {len(errors)}"
+        )
         print(f"FIGURE predict_socket_p99_ms: {sp99:.2f} ms (target < {TARGET_MS:g}) {'PASS' if ok else 'FAIL'}")
     return 0 if ok_all else 1
 

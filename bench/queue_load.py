@@ -54,23 +54,46 @@ def main() -> int:
     ap.add_argument("--only", default="KTH", help="comma-separated trace names (default: KTH, the smallest)")
     ap.add_argument("--compress", type=float, default=0.8, help="inter-arrival factor (default 0.8)")
     ap.add_argument("--replicas", type=int, default=10)
-    ap.add_argument("--predict", action="append", default=[], metavar="KEY=VALUE",
-                    help="a [predict] setting for the replay (TOML value), e.g. soft_stake_tilt=0; repeatable")
+    ap.add_argument(
+        "--predict",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a [predict] setting for the replay (TOML value), e.g. soft_stake_tilt=0; repeatable",
+    )
     args = ap.parse_args()
     names = [n for n in TIME_TRACES if n in args.only.split(",")]
     folder = traces_folder("queue_load", [TIME_TRACES[n] for n in names], args.traces)
     with tempfile.TemporaryDirectory() as tmp:
         cfg = Path(tmp) / "harp.toml"
-        cfg.write_text(f'[store]\npath = "{Path(tmp) / "harp.db"}"\n[predict]\n' + "".join(f"{kv}\n" for kv in args.predict))
+        cfg.write_text(
+            f'[store]\npath = "{Path(tmp) / "harp.db"}"\n[predict]\n' + "".join(f"{kv}\n" for kv in args.predict)
+        )
         env = dict(os.environ, HARP_CONFIG=str(cfg))
         for name in names:
             path = folder / TIME_TRACES[name]
             if not path.exists() or not path.name.endswith(".swf.gz"):
                 print(f"queue_load: {path.name}: needs an SWF trace (MaxProcs)", file=sys.stderr)
                 continue
-            argv = [sys.executable, "-m", "harpd.cli.main", "replay", str(path), "--format", "json", "--quiet",
-                    "--models", "request,harp", "--limits", "soft", "--schedule", "--compress", str(args.compress),
-                    "--replicas", str(args.replicas)]
+            argv = [
+                sys.executable,
+                "-m",
+                "harpd.cli.main",
+                "replay",
+                str(path),
+                "--format",
+                "json",
+                "--quiet",
+                "--models",
+                "request,harp",
+                "--limits",
+                "soft",
+                "--schedule",
+                "--compress",
+                str(args.compress),
+                "--replicas",
+                str(args.replicas),
+            ]
             t0 = time.perf_counter()
             proc = subprocess.run(argv, cwd=str(REPO), capture_output=True, text=True, env=env)
             if proc.returncode != 0:
@@ -78,19 +101,25 @@ def main() -> int:
                 return 1
             q = json.loads(proc.stdout)["queue"]
             rows = {p["policy"]: p for p in q["policies"]}
-            print(f"{name}: inter-arrivals x {args.compress:g}, {q['replicas']} copies, {q['procs']} processors, "
-                  f"{time.perf_counter() - t0:.0f}s")
+            print(
+                f"{name}: inter-arrivals x {args.compress:g}, {q['replicas']} copies, {q['procs']} processors, "
+                f"{time.perf_counter() - t0:.0f}s"
+            )
             for p in q["policies"]:
-                print(f"  {p['policy']:10} util {p['utilization']:.3f}  wait {p['mean_wait_s']:9,.0f} "
-                      f"±{p['mean_wait_s_se'] or 0:7,.0f}  bsld {p['mean_bounded_slowdown']:8.2f} "
-                      f"±{p['mean_bounded_slowdown_se'] or 0:6.2f}  kills {p['kills']}  ext {p['extensions']}")
+                print(
+                    f"  {p['policy']:10} util {p['utilization']:.3f}  wait {p['mean_wait_s']:9,.0f} "
+                    f"±{p['mean_wait_s_se'] or 0:7,.0f}  bsld {p['mean_bounded_slowdown']:8.2f} "
+                    f"±{p['mean_bounded_slowdown_se'] or 0:6.2f}  kills {p['kills']}  ext {p['extensions']}"
+                )
             u = rows["users"]
             for f, short in FIGS:
                 per = np.array(u[f"{f}_copies"])
                 rse5 = per[:5].std(ddof=1) / math.sqrt(5) / per[:5].mean() if len(per) >= 5 else float("nan")
                 rsen = per.std(ddof=1) / math.sqrt(len(per)) / per.mean()
-                print(f"  users' mean {short}: relative standard error {rse5:.1%} at 5 copies, "
-                      f"{rsen:.1%} at {len(per)}; copies {', '.join(f'{v:,.0f}' for v in per)}")
+                print(
+                    f"  users' mean {short}: relative standard error {rse5:.1%} at 5 copies, "
+                    f"{rsen:.1%} at {len(per)}; copies {', '.join(f'{v:,.0f}' for v in per)}"
+                )
             for pol in ("harp-soft", "harp-hard", "exact"):
                 if pol not in rows:
                     continue
@@ -100,9 +129,11 @@ def main() -> int:
                     d5 = d[:5]
                     se5 = d5.std(ddof=1) / math.sqrt(len(d5))
                     ok = d.mean() <= 2 * se  # not above the users' within 2 SE
-                    print(f"FIGURE queue_load_{name}_{pol}_{short}_vs_users: {d.mean():+.4f} (target <= +2 SE) "
-                          f"{'PASS' if ok else 'FAIL'} ±{se:.4f} over {len(d)} copies "
-                          f"(5 copies: {d5.mean():+.4f} ±{se5:.4f}); settles after {settle(d)} copies")
+                    print(
+                        f"FIGURE queue_load_{name}_{pol}_{short}_vs_users: {d.mean():+.4f} (target <= +2 SE) "
+                        f"{'PASS' if ok else 'FAIL'} ±{se:.4f} over {len(d)} copies "
+                        f"(5 copies: {d5.mean():+.4f} ±{se5:.4f}); settles after {settle(d)} copies"
+                    )
     return 0
 
 

@@ -85,13 +85,29 @@ def reference(name: str, path: Path, procs: int | None) -> None:
     work = workload_of(prep)
     for pol in pols:
         m = simulate(work, pol, procs).summary()
-        print(f"reference {name} {m.policy}: mean wait {m.mean_wait_s:.0f} s, mean bsld "
-              f"{m.mean_bounded_slowdown:.2f} ({m.jobs} jobs, {procs} processors)", flush=True)
+        print(
+            f"reference {name} {m.policy}: mean wait {m.mean_wait_s:.0f} s, mean bsld "
+            f"{m.mean_bounded_slowdown:.2f} ({m.jobs} jobs, {procs} processors)",
+            flush=True,
+        )
 
 
 def schedule(path: Path, procs: int | None, env: dict[str, str]) -> dict | None:
-    argv = [sys.executable, "-m", "harpd.cli.main", "replay", str(path), "--format", "json", "--quiet",
-            "--models", "request,harp", "--limits", "soft", "--schedule"]
+    argv = [
+        sys.executable,
+        "-m",
+        "harpd.cli.main",
+        "replay",
+        str(path),
+        "--format",
+        "json",
+        "--quiet",
+        "--models",
+        "request,harp",
+        "--limits",
+        "soft",
+        "--schedule",
+    ]
     if os.environ.get("QUEUE_REPLICAS"):
         argv += ["--replicas", os.environ["QUEUE_REPLICAS"]]
     if procs:
@@ -119,8 +135,11 @@ def main() -> int:
     ap.add_argument("--traces", type=Path, help="folder of the traces (default: $HARP_TRACES, else ../shared/traces)")
     ap.add_argument("--only", help="comma-separated trace names (default: all)")
     ap.add_argument("--json", type=Path, help="also write every queue section here")
-    ap.add_argument("--reference-only", action="store_true",
-                    help="only the literature's rows (users, exact, exact x 2), without harp's replays")
+    ap.add_argument(
+        "--reference-only",
+        action="store_true",
+        help="only the literature's rows (users, exact, exact x 2), without harp's replays",
+    )
     args = ap.parse_args()
     names = [n for n in TIME_TRACES if not args.only or n in args.only.split(",")]
     folder = traces_folder("queue_targets", [TIME_TRACES[n] for n in names], args.traces)
@@ -150,13 +169,17 @@ def main() -> int:
             out[name] = q
             rows = {p["policy"]: p for p in q["policies"]}
             print(f"  {name}: {q['procs']} processors{' (peak cores held in the trace)' if procs else ' (MaxProcs)'}")
-            print(f"  {'policy':10} {'mean wait s':>16} {'p95 wait s':>12} {'mean bsld':>13} {'util':>6} "
-                  f"{'kills':>6} {'ext':>6} {'sim s':>6}   (means over {q['replicas']} copies, ± standard error)")
+            print(
+                f"  {'policy':10} {'mean wait s':>16} {'p95 wait s':>12} {'mean bsld':>13} {'util':>6} "
+                f"{'kills':>6} {'ext':>6} {'sim s':>6}   (means over {q['replicas']} copies, ± standard error)"
+            )
             for p in q["policies"]:
                 se_w, se_b = p.get("mean_wait_s_se") or 0.0, p.get("mean_bounded_slowdown_se") or 0.0
-                print(f"  {p['policy']:10} {p['mean_wait_s']:10,.0f} ±{se_w:4,.0f} {p['p95_wait_s']:12,.0f} "
-                      f"{p['mean_bounded_slowdown']:7.2f} ±{se_b:4.2f} {p['utilization']:6.3f} {p['kills']:6d} "
-                      f"{p['extensions']:6d} {p['seconds']:6.1f}")
+                print(
+                    f"  {p['policy']:10} {p['mean_wait_s']:10,.0f} ±{se_w:4,.0f} {p['p95_wait_s']:12,.0f} "
+                    f"{p['mean_bounded_slowdown']:7.2f} ±{se_b:4.2f} {p['utilization']:6.3f} {p['kills']:6d} "
+                    f"{p['extensions']:6d} {p['seconds']:6.1f}"
+                )
             vs = q.get("vs_users") or {}
             # the target: not above the users' within 2 standard errors, in either mode
             for pol, short_pol in (("harp-soft", "soft"), ("harp-hard", "hard")):
@@ -176,8 +199,10 @@ def main() -> int:
                         print(f"FIGURE queue_{name}_hard_{short}_vs_users: {d:+.4f}{se} (target <= 2 SE) {how}")
             for pol, g in q["gap_closed"].items():
                 for f, short in FIGS:
-                    print(f"  {pol} closes {_pct(g[f])} of the users -> exact gap in {short}"
-                          + ("" if g[f] is not None else " (exact runtimes do not beat the users' requests)"))
+                    print(
+                        f"  {pol} closes {_pct(g[f])} of the users -> exact gap in {short}"
+                        + ("" if g[f] is not None else " (exact runtimes do not beat the users' requests)")
+                    )
                 if g["mean_bounded_slowdown"] is not None:
                     gaps[pol].append(g["mean_bounded_slowdown"])
             for n in q["notes"]:
@@ -185,19 +210,25 @@ def main() -> int:
             h = {m["model"]: m for m in rep["models"]}.get("harp") or {}
             if h.get("over_vs_request") is not None:
                 overs.append(h["over_vs_request"])
-                print(f"  harp-soft over-reservation (final limits) vs the users': {h['over_vs_request']:.3f}, "
-                      f"{h.get('extended_share') or 0:.1%} of jobs extended")
+                print(
+                    f"  harp-soft over-reservation (final limits) vs the users': {h['over_vs_request']:.3f}, "
+                    f"{h.get('extended_share') or 0:.1%} of jobs extended"
+                )
             for line in (rep.get("verdict") or {}).get("queue") or []:
                 print(f"  {line}")
     for pol, vals in gaps.items():
         if vals:
             med = statistics.median(vals)
-            print(f"FIGURE queue_{pol}_gap_closed_bsld_median: {med:.0%} (target >= 50%) {verdict(med >= 0.5)} "
-                  f"over {len(vals)} trace(s)")
+            print(
+                f"FIGURE queue_{pol}_gap_closed_bsld_median: {med:.0%} (target >= 50%) {verdict(med >= 0.5)} "
+                f"over {len(vals)} trace(s)"
+            )
     if overs:
         med = statistics.median(overs)
-        print(f"FIGURE queue_soft_over_reservation_median: {med:.3f} (target <= 0.5) {verdict(med <= 0.5)} "
-              f"over {len(overs)} trace(s)")
+        print(
+            f"FIGURE queue_soft_over_reservation_median: {med:.3f} (target <= 0.5) {verdict(med <= 0.5)} "
+            f"over {len(overs)} trace(s)"
+        )
     if args.json:
         args.json.write_text(json.dumps(out, indent=1))
     return 1 if fails else 0

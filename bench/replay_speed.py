@@ -47,8 +47,10 @@ def main() -> int:
     harp = next((m for m in rep["models"] if m["model"] == "harp"), None)
     print(f"jobs {rep['jobs']}, retrains {rep['retrains']}, in-process {rep['seconds']:.1f}s")
     if harp:
-        print(f"harp: under {harp['under_rate']:.2%}, over-reservation vs users {harp['over_vs_request']:.3f}, "
-              f"consumed vs users {harp['consumed_vs_request']:.3f}")
+        print(
+            f"harp: under {harp['under_rate']:.2%}, over-reservation vs users {harp['over_vs_request']:.3f}, "
+            f"consumed vs users {harp['consumed_vs_request']:.3f}"
+        )
     ok = wall < TARGET_S
     print(f"FIGURE replay_hpc2n_s: {wall:.1f} s (target < {TARGET_S:g}) {'PASS' if ok else 'FAIL'}")
     return 0 if ok else 1

@@ -51,8 +51,22 @@ SOFT_BUDGET = 0.10
 
 def replay(path: Path, resource: str, limits: str = "hard") -> dict | None:
     models = "request,tsafrir,alea,gbm,harp" if limits == "hard" else "request,harp"
-    argv = [sys.executable, "-m", "harpd.cli.main", "replay", str(path), "--format", "json", "--quiet",
-            "--resource", resource, "--models", models, "--limits", limits]
+    argv = [
+        sys.executable,
+        "-m",
+        "harpd.cli.main",
+        "replay",
+        str(path),
+        "--format",
+        "json",
+        "--quiet",
+        "--resource",
+        resource,
+        "--models",
+        models,
+        "--limits",
+        limits,
+    ]
     if resource == "time":
         argv.append("--bounds")
     t0 = time.perf_counter()
@@ -80,14 +94,19 @@ def _f(v: float | None, fmt: str = ".3f") -> str:
 def print_table(name: str, rep: dict) -> None:
     print(f"  {'model':24} {'under':>7} {'over vs users':>14} {'consumed vs users':>18} {'resv/used':>10}")
     for m in rep["models"]:
-        print(f"  {m['model']:24} {_f(m['under_rate'], '.2%'):>7} {_f(m.get('over_vs_request')):>14} "
-              f"{_f(m.get('consumed_vs_request')):>18} {_f(m.get('reserved_over_used')):>10}")
+        print(
+            f"  {m['model']:24} {_f(m['under_rate'], '.2%'):>7} {_f(m.get('over_vs_request')):>14} "
+            f"{_f(m.get('consumed_vs_request')):>18} {_f(m.get('reserved_over_used')):>10}"
+        )
 
 
 def best_bound(r: dict[str, dict]) -> tuple[str, float] | None:
     """The lowest over-reservation among reference rules that keep both budgets."""
-    ok = [(m["over_vs_request"], k) for k, m in r.items() if k.startswith("bound:clairvoyant")
-          and m["under_rate"] <= ALPHA and (m["consumed_vs_request"] or 9) <= 1.05]
+    ok = [
+        (m["over_vs_request"], k)
+        for k, m in r.items()
+        if k.startswith("bound:clairvoyant") and m["under_rate"] <= ALPHA and (m["consumed_vs_request"] or 9) <= 1.05
+    ]
     if not ok:
         return None
     v, k = min(ok)
@@ -95,18 +114,25 @@ def best_bound(r: dict[str, dict]) -> tuple[str, float] | None:
 
 
 def print_soft_table(rep: dict) -> None:
-    print(f"  {'model':26} {'changed':>8} {'extended':>9} {'ext/job':>8} {'kills':>6} {'over vs users':>14} "
-          f"{'planned wrongly vs users':>25}")
+    print(
+        f"  {'model':26} {'changed':>8} {'extended':>9} {'ext/job':>8} {'kills':>6} {'over vs users':>14} "
+        f"{'planned wrongly vs users':>25}"
+    )
     for m in rep["models"]:
-        print(f"  {m['model']:26} {_f(m['changed'], '.1%'):>8} {_f(m.get('extended_share'), '.1%'):>9} "
-              f"{_f(m.get('extensions_per_job'), '.2f'):>8} {m.get('harp_kills')!s:>6} "
-              f"{_f(m.get('over_vs_request')):>14} {_f(m.get('planned_wrongly_vs_request')):>25}")
+        print(
+            f"  {m['model']:26} {_f(m['changed'], '.1%'):>8} {_f(m.get('extended_share'), '.1%'):>9} "
+            f"{_f(m.get('extensions_per_job'), '.2f'):>8} {m.get('harp_kills')!s:>6} "
+            f"{_f(m.get('over_vs_request')):>14} {_f(m.get('planned_wrongly_vs_request')):>25}"
+        )
 
 
 def best_soft_bound(r: dict[str, dict]) -> tuple[str, float] | None:
     """The lowest final over-reservation among soft reference rules within the extension budget."""
-    ok = [(m["over_vs_request"], k) for k, m in r.items() if k.startswith("bound:")
-          and (m.get("extended_share") or 0.0) <= SOFT_BUDGET]
+    ok = [
+        (m["over_vs_request"], k)
+        for k, m in r.items()
+        if k.startswith("bound:") and (m.get("extended_share") or 0.0) <= SOFT_BUDGET
+    ]
     if not ok:
         return None
     v, k = min(ok)
@@ -131,22 +157,33 @@ def soft_figures(folder: Path, only: set[str] | None, reports: dict[str, dict]) 
         h = r["harp"]
         print_soft_table(rep)
         bb = best_soft_bound(r)
-        note = (f"best reference rule within {SOFT_BUDGET:.0%} extended: {bb[0]} {bb[1]:.3f}" if bb
-                else f"no reference rule within {SOFT_BUDGET:.0%} extended")
+        note = (
+            f"best reference rule within {SOFT_BUDGET:.0%} extended: {bb[0]} {bb[1]:.3f}"
+            if bb
+            else f"no reference rule within {SOFT_BUDGET:.0%} extended"
+        )
         over[name] = h["over_vs_request"]
         print(f"FIGURE soft_harp_kills_{name}: {h['harp_kills']} (target == 0) {verdict(h['harp_kills'] == 0)}")
-        print(f"FIGURE soft_consumed_vs_users_{name}: {h['consumed_vs_request']:.3f} (target <= 1.00) "
-              f"{verdict(h['consumed_vs_request'] <= 1.0 + 1e-9)}")
-        print(f"FIGURE soft_final_over_vs_users_{name}: {h['over_vs_request']:.3f} (target <= 0.8) "
-              f"{verdict(h['over_vs_request'] <= 0.8)} {note}")
-        print(f"FIGURE soft_extended_share_{name}: {h['extended_share']:.4f} (target <= {SOFT_BUDGET}) "
-              f"{verdict(h['extended_share'] <= SOFT_BUDGET)} {_f(h.get('extended_share_changed'), '.1%')} of the "
-              f"jobs harp changed, {h['extensions_per_job']:.2f} extensions per changed job; "
-              f"planned wrongly vs users {_f(h.get('planned_wrongly_vs_request'))}")
+        print(
+            f"FIGURE soft_consumed_vs_users_{name}: {h['consumed_vs_request']:.3f} (target <= 1.00) "
+            f"{verdict(h['consumed_vs_request'] <= 1.0 + 1e-9)}"
+        )
+        print(
+            f"FIGURE soft_final_over_vs_users_{name}: {h['over_vs_request']:.3f} (target <= 0.8) "
+            f"{verdict(h['over_vs_request'] <= 0.8)} {note}"
+        )
+        print(
+            f"FIGURE soft_extended_share_{name}: {h['extended_share']:.4f} (target <= {SOFT_BUDGET}) "
+            f"{verdict(h['extended_share'] <= SOFT_BUDGET)} {_f(h.get('extended_share_changed'), '.1%')} of the "
+            f"jobs harp changed, {h['extensions_per_job']:.2f} extensions per changed job; "
+            f"planned wrongly vs users {_f(h.get('planned_wrongly_vs_request'))}"
+        )
     if len(over) == len(TIME_TRACES):
         med = statistics.median(over.values())
-        print(f"FIGURE soft_final_over_vs_users_median_trace: {med:.3f} (target <= 0.5) {verdict(med <= 0.5)} "
-              f"median of {', '.join(f'{k} {v:.3f}' for k, v in over.items())}")
+        print(
+            f"FIGURE soft_final_over_vs_users_median_trace: {med:.3f} (target <= 0.5) {verdict(med <= 0.5)} "
+            f"median of {', '.join(f'{k} {v:.3f}' for k, v in over.items())}"
+        )
     return ok
 
 
@@ -179,23 +216,33 @@ def main() -> int:
         h = r["harp"]
         print_table(name, rep)
         bb = best_bound(r)
-        note = f"best clairvoyant rule within budgets: {bb[0]} {bb[1]:.3f}" if bb else "no clairvoyant rule within budgets"
+        note = (
+            f"best clairvoyant rule within budgets: {bb[0]} {bb[1]:.3f}" if bb else "no clairvoyant rule within budgets"
+        )
         harp_over[name] = h["over_vs_request"]
         if bb:
             bound_over[name] = bb[1]
-        print(f"FIGURE under_rate_{name}: {h['under_rate']:.4f} (target <= {ALPHA}) {verdict(h['under_rate'] <= ALPHA)}")
-        print(f"FIGURE over_vs_users_{name}: {h['over_vs_request']:.3f} (target <= 1) "
-              f"{verdict(h['over_vs_request'] <= 1.0)} {note}")
-        print(f"FIGURE consumed_vs_users_{name}: {h['consumed_vs_request']:.3f} (target <= 1.05) "
-              f"{verdict(h['consumed_vs_request'] <= 1.05)}")
+        print(
+            f"FIGURE under_rate_{name}: {h['under_rate']:.4f} (target <= {ALPHA}) {verdict(h['under_rate'] <= ALPHA)}"
+        )
+        print(
+            f"FIGURE over_vs_users_{name}: {h['over_vs_request']:.3f} (target <= 1) "
+            f"{verdict(h['over_vs_request'] <= 1.0)} {note}"
+        )
+        print(
+            f"FIGURE consumed_vs_users_{name}: {h['consumed_vs_request']:.3f} (target <= 1.05) "
+            f"{verdict(h['consumed_vs_request'] <= 1.05)}"
+        )
     if "soft" in modes and not soft_figures(folder, only, reports):
         failed = True
     if len(harp_over) == len(TIME_TRACES):
         med = statistics.median(harp_over.values())
         bmed = statistics.median(bound_over.values()) if len(bound_over) == len(TIME_TRACES) else float("nan")
-        print(f"FIGURE over_vs_users_median_trace: {med:.3f} (target <= 0.5) {verdict(med <= 0.5)} "
-              f"median of {', '.join(f'{k} {v:.3f}' for k, v in harp_over.items())}; "
-              f"the clairvoyant rules' median: {bmed:.3f}")
+        print(
+            f"FIGURE over_vs_users_median_trace: {med:.3f} (target <= 0.5) {verdict(med <= 0.5)} "
+            f"median of {', '.join(f'{k} {v:.3f}' for k, v in harp_over.items())}; "
+            f"the clairvoyant rules' median: {bmed:.3f}"
+        )
     if "hard" in modes and (not only or MEM_TRACE[0] in only):
         path = folder / MEM_TRACE[1]
         rep = replay(path, "mem") if path.exists() else None
@@ -206,8 +253,10 @@ def main() -> int:
             reports[MEM_TRACE[0]] = rep
             print_table(MEM_TRACE[0], rep)
             h = rows(rep)["harp"]
-            print(f"FIGURE under_rate_mem_{MEM_TRACE[0]}: {h['under_rate']:.4f} (target <= {ALPHA}) "
-                  f"{verdict(h['under_rate'] <= ALPHA)} reserved/used {_f(h.get('reserved_over_used'), '.2f')}")
+            print(
+                f"FIGURE under_rate_mem_{MEM_TRACE[0]}: {h['under_rate']:.4f} (target <= {ALPHA}) "
+                f"{verdict(h['under_rate'] <= ALPHA)} reserved/used {_f(h.get('reserved_over_used'), '.2f')}"
+            )
     if args.json:
         Path(args.json).write_text(json.dumps(reports, indent=1))
     return 1 if failed else 0

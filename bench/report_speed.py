@@ -41,8 +41,9 @@ TARGET_S = 10.0
 DAY = 86400.0
 
 
-def synthetic(n: int, seed: int = 0, now: float = 1_780_000_000.0, days: float = 60.0,
-              harp_fraction: float = 0.1) -> tuple[list[JobRecord], list[dict[str, Any]], list[dict[str, Any]]]:
+def synthetic(
+    n: int, seed: int = 0, now: float = 1_780_000_000.0, days: float = 60.0, harp_fraction: float = 0.1
+) -> tuple[list[JobRecord], list[dict[str, Any]], list[dict[str, Any]]]:
     """(records, submissions, attempts): ``n`` first runs ending over the last
     ``days`` before ``now``, plus resubmitted runs of harp-sized jobs that ran out."""
     rng = np.random.default_rng(seed)
@@ -97,23 +98,60 @@ def synthetic(n: int, seed: int = 0, now: float = 1_780_000_000.0, days: float =
     for i in range(n):
         o = outcome[i]
         rec = JobRecord(
-            job_id=str(1_000_000 + i), source="bench", user=users[u[i]], account=acc[i], group=acc[i],
-            partition=part_names[part[i]], job_name=sig[i], signature=sig[i],
-            submit_time=float(submit[i]), start_time=float(start[i]), end_time=float(end[i]),
-            outcome=out_enum[o], state=o.upper(), exit_code=0 if o == "completed" else 1,
-            req_time_s=float(req_t[i]), req_mem_mb=float(req_m[i]), req_cpus=int(cpus[i]), req_nodes=1,
-            req_gpus=int(gpus[i]) or None, alloc_cpus=int(cpus[i]), alloc_nodes=1, alloc_gpus=int(gpus[i]) or None,
-            used_time_s=float(used_t[i]), used_mem_mb=float(used_m[i]), used_cpu_s=float(used_cpu[i]),
-            censored_time=o == "timeout", censored_mem=o == "oom", harp_sized=bool(harp[i]), attempt=1,
+            job_id=str(1_000_000 + i),
+            source="bench",
+            user=users[u[i]],
+            account=acc[i],
+            group=acc[i],
+            partition=part_names[part[i]],
+            job_name=sig[i],
+            signature=sig[i],
+            submit_time=float(submit[i]),
+            start_time=float(start[i]),
+            end_time=float(end[i]),
+            outcome=out_enum[o],
+            state=o.upper(),
+            exit_code=0 if o == "completed" else 1,
+            req_time_s=float(req_t[i]),
+            req_mem_mb=float(req_m[i]),
+            req_cpus=int(cpus[i]),
+            req_nodes=1,
+            req_gpus=int(gpus[i]) or None,
+            alloc_cpus=int(cpus[i]),
+            alloc_nodes=1,
+            alloc_gpus=int(gpus[i]) or None,
+            used_time_s=float(used_t[i]),
+            used_mem_mb=float(used_m[i]),
+            used_cpu_s=float(used_cpu[i]),
+            censored_time=o == "timeout",
+            censored_mem=o == "oom",
+            harp_sized=bool(harp[i]),
+            attempt=1,
         )
         records.append(rec)
         if harp[i]:
-            subs.append({
-                "job_id": rec.job_id, "uid": 1000 + int(u[i]), "user": rec.user, "job": {"partition": rec.partition},
-                "original": {"time_s": int(orig_t[i]), "mem_mb": int(orig_m[i]), "cpus_per_task": int(cpus[i]), "ntasks": 1},
-                "submitted": {"time_s": int(req_t[i]), "mem_mb": int(req_m[i]), "cpus_per_task": int(cpus[i]), "ntasks": 1},
-                "decision": {"changes": [], "model": "harp" if i % 5 else "gbm"}, "chain_id": rec.job_id,
-            })
+            subs.append(
+                {
+                    "job_id": rec.job_id,
+                    "uid": 1000 + int(u[i]),
+                    "user": rec.user,
+                    "job": {"partition": rec.partition},
+                    "original": {
+                        "time_s": int(orig_t[i]),
+                        "mem_mb": int(orig_m[i]),
+                        "cpus_per_task": int(cpus[i]),
+                        "ntasks": 1,
+                    },
+                    "submitted": {
+                        "time_s": int(req_t[i]),
+                        "mem_mb": int(req_m[i]),
+                        "cpus_per_task": int(cpus[i]),
+                        "ntasks": 1,
+                    },
+                    "decision": {"changes": [], "model": "harp" if i % 5 else "gbm"},
+                    "chain_id": rec.job_id,
+                }
+            )
             if o in ("timeout", "oom"):
                 ok = rng.random() < 0.9
                 retry = JobRecord(**{**rec.to_dict(), "outcome": Outcome.COMPLETED if ok else Outcome.TIMEOUT})
@@ -127,25 +165,58 @@ def synthetic(n: int, seed: int = 0, now: float = 1_780_000_000.0, days: float =
                 retry.used_time_s = retry.end_time - retry.start_time
                 retry.censored_time = retry.censored_mem = False
                 records.append(retry)
-                subs.append({**subs[-1], "job_id": retry.job_id,
-                             "submitted": {**subs[-1]["submitted"], "time_s": int(retry.req_time_s),
-                                           "mem_mb": int(retry.req_mem_mb)}})
-                attempts.append({"chain_id": rec.job_id, "attempt": 1, "job_id": rec.job_id, "step": "done", "outcome": o})
-                attempts.append({"chain_id": rec.job_id, "attempt": 2, "job_id": retry.job_id, "step": "done",
-                                 "outcome": retry.outcome.value})
+                subs.append(
+                    {
+                        **subs[-1],
+                        "job_id": retry.job_id,
+                        "submitted": {
+                            **subs[-1]["submitted"],
+                            "time_s": int(retry.req_time_s),
+                            "mem_mb": int(retry.req_mem_mb),
+                        },
+                    }
+                )
+                attempts.append(
+                    {"chain_id": rec.job_id, "attempt": 1, "job_id": rec.job_id, "step": "done", "outcome": o}
+                )
+                attempts.append(
+                    {
+                        "chain_id": rec.job_id,
+                        "attempt": 2,
+                        "job_id": retry.job_id,
+                        "step": "done",
+                        "outcome": retry.outcome.value,
+                    }
+                )
     return records, subs, attempts
 
 
-def fill_store(store: Any, records: list[JobRecord], subs: list[dict[str, Any]], attempts: list[dict[str, Any]]) -> None:
+def fill_store(
+    store: Any, records: list[JobRecord], subs: list[dict[str, Any]], attempts: list[dict[str, Any]]
+) -> None:
     store.insert_jobs(records)
     for resource in ("time", "mem"):
         for name, champion, score in (("tsafrir", False, 0.91), ("gbm", False, 0.52), ("harp", True, 0.44)):
-            store.save_model(name, resource, len(records) // 2, {"score": score, "under_rate": 0.04 + score / 100,
-                                                                   "pinball": score / 3}, f"/nonexistent/{name}.pkl", champion)
+            store.save_model(
+                name,
+                resource,
+                len(records) // 2,
+                {"score": score, "under_rate": 0.04 + score / 100, "pinball": score / 3},
+                f"/nonexistent/{name}.pkl",
+                champion,
+            )
     with store.transaction():
         for s in subs:
-            store.add_submission(s["job_id"], s["uid"], s["user"], s["job"], s["original"], s["submitted"],
-                                 s["decision"], chain_id=s["chain_id"])
+            store.add_submission(
+                s["job_id"],
+                s["uid"],
+                s["user"],
+                s["job"],
+                s["original"],
+                s["submitted"],
+                s["decision"],
+                chain_id=s["chain_id"],
+            )
         for a in attempts:
             store.add_attempt(a["chain_id"], a["attempt"], a["job_id"], {}, "bench", "submitted")
             store.update_attempt(a["chain_id"], a["attempt"], step=a["step"], outcome=a["outcome"])
@@ -155,8 +226,20 @@ def time_report(db: Path, fmt: str) -> tuple[float, int]:
     """Wall time of one ``harp report`` process (interpreter start and imports
     included: that is what an admin waits for) and the output size."""
     out = Path(tempfile.gettempdir()) / f"harp-bench-report.{fmt}"
-    argv = [sys.executable, "-m", "harpd.cli.main", "--config", "/dev/null", "report", "--db", str(db),
-            "--since", "all", "--format", fmt]
+    argv = [
+        sys.executable,
+        "-m",
+        "harpd.cli.main",
+        "--config",
+        "/dev/null",
+        "report",
+        "--db",
+        str(db),
+        "--since",
+        "all",
+        "--format",
+        fmt,
+    ]
     if fmt != "table":
         argv += ["-o", str(out)]
     t0 = time.perf_counter()
@@ -173,12 +256,19 @@ def _harpd(db: Path, d: Path) -> tuple[subprocess.Popen[bytes], Path]:
 
     sock = d / "harpd.sock"
     cfg = d / "harpd.toml"
-    cfg.write_text(f'[server]\nsocket = "{sock}"\n[store]\npath = "{db}"\n[slurm]\nbin_dir = "{d}/no-slurm"\n'
-                   "[ingest]\npoll_interval_s = 3600\n[recovery]\nenabled = false\n")
+    cfg.write_text(
+        f'[server]\nsocket = "{sock}"\n[store]\npath = "{db}"\n[slurm]\nbin_dir = "{d}/no-slurm"\n'
+        "[ingest]\npoll_interval_s = 3600\n[recovery]\nenabled = false\n"
+    )
     env = {k: v for k, v in os.environ.items() if not k.startswith(("HARP_", "SLURM_"))}
     with (d / "harpd.log").open("wb") as log:  # the child keeps its own copy of the descriptor
-        proc = subprocess.Popen([sys.executable, "-m", "harpd.daemon.main", "--config", str(cfg)], cwd=REPO, env=env,
-                                stdout=log, stderr=subprocess.STDOUT)
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "harpd.daemon.main", "--config", str(cfg)],
+            cwd=REPO,
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
     try:
         wait_for_health(str(sock), proc, d / "harpd.log", timeout_s=120)
     except AssertionError as exc:
@@ -188,8 +278,18 @@ def _harpd(db: Path, d: Path) -> tuple[subprocess.Popen[bytes], Path]:
 
 
 def _report_via_harpd(cfg: Path, *extra: str) -> float:
-    argv = [sys.executable, "-m", "harpd.cli.main", "--config", str(cfg), "report", "--daemon", "--since", "all",
-            *extra]
+    argv = [
+        sys.executable,
+        "-m",
+        "harpd.cli.main",
+        "--config",
+        str(cfg),
+        "report",
+        "--daemon",
+        "--since",
+        "all",
+        *extra,
+    ]
     t0 = time.perf_counter()
     proc = subprocess.run(argv, capture_output=True, text=True, cwd=REPO)
     dt = time.perf_counter() - t0
@@ -231,22 +331,28 @@ def bench_daemon(db: Path) -> None:
 
     with Store.open(db) as store:  # the busiest user: the worst case of a user's own report
         busiest, n_jobs = store.db.execute(
-            'SELECT "user", COUNT(*) AS n FROM jobs GROUP BY "user" ORDER BY n DESC LIMIT 1').fetchone()
+            'SELECT "user", COUNT(*) AS n FROM jobs GROUP BY "user" ORDER BY n DESC LIMIT 1'
+        ).fetchone()
     with tempfile.TemporaryDirectory(prefix="hrb-", dir="/tmp") as d:
         proc, cfg = _harpd(db, Path(d))
         try:
             _report_via_harpd(cfg, "--user", busiest)  # warm: the first report also loads harpd's imports
             runs = [_report_via_harpd(cfg, "--user", busiest) for _ in range(3)]
-            print(f"harp report via harpd, {busiest} ({n_jobs:,} jobs): "
-                  + ", ".join(f"{r:.2f}" for r in runs) + " s")
+            print(f"harp report via harpd, {busiest} ({n_jobs:,} jobs): " + ", ".join(f"{r:.2f}" for r in runs) + " s")
             dt, lat = _predict_while(cfg, Path(d) / "harpd.sock")
-            print(f"harp report via harpd, everyone: {dt:.2f} s; meanwhile {len(lat)} predictions, "
-                  f"p50 {statistics.median(lat):.1f} ms, p99 {_p99(lat):.1f} ms, max {max(lat):.1f} ms")
+            print(
+                f"harp report via harpd, everyone: {dt:.2f} s; meanwhile {len(lat)} predictions, "
+                f"p50 {statistics.median(lat):.1f} ms, p99 {_p99(lat):.1f} ms, max {max(lat):.1f} ms"
+            )
             med = statistics.median(runs)
-            print(f"FIGURE report_user_via_harpd: {med:.2f} s (target < {TARGET_S:g} s) "
-                  f"{'PASS' if med < TARGET_S else 'FAIL'} busiest user, median of 3")
-            print(f"FIGURE report_all_via_harpd: {dt:.2f} s (target < {TARGET_S:g} s) "
-                  f"{'PASS' if dt < TARGET_S else 'FAIL'} every user, as an admin with --daemon")
+            print(
+                f"FIGURE report_user_via_harpd: {med:.2f} s (target < {TARGET_S:g} s) "
+                f"{'PASS' if med < TARGET_S else 'FAIL'} busiest user, median of 3"
+            )
+            print(
+                f"FIGURE report_all_via_harpd: {dt:.2f} s (target < {TARGET_S:g} s) "
+                f"{'PASS' if dt < TARGET_S else 'FAIL'} every user, as an admin with --daemon"
+            )
         finally:
             stop_harpd(proc)
 
@@ -277,8 +383,10 @@ def main() -> int:
             with Store.open(db) as store:
                 fill_store(store, records, subs, attempts)
                 stored = store.count_jobs(finished_only=False)
-            print(f"generated {len(records):,} records in {t1 - t0:.1f} s, stored {stored:,} in "
-                  f"{time.perf_counter() - t1:.1f} s ({len(subs):,} submissions, {len(attempts):,} attempts)")
+            print(
+                f"generated {len(records):,} records in {t1 - t0:.1f} s, stored {stored:,} in "
+                f"{time.perf_counter() - t1:.1f} s ({len(subs):,} submissions, {len(attempts):,} attempts)"
+            )
             del records, subs, attempts
         else:
             with Store.open(db) as store:

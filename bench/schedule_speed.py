@@ -52,8 +52,18 @@ def main() -> int:
     ap.add_argument("--quiet", action="store_true", help="no progress bar")
     args = ap.parse_args()
     args.trace = trace_file("schedule_speed", TRACE, args.trace, args.traces)
-    argv = [sys.executable, "-m", "harpd.cli.main", "replay", str(args.trace), "--models", "request,harp",
-            "--schedule", "--format", "json"]
+    argv = [
+        sys.executable,
+        "-m",
+        "harpd.cli.main",
+        "replay",
+        str(args.trace),
+        "--models",
+        "request,harp",
+        "--schedule",
+        "--format",
+        "json",
+    ]
     if args.procs:
         argv += ["--procs", str(args.procs)]
     if args.quiet or not sys.stderr.isatty():
@@ -62,8 +72,9 @@ def main() -> int:
     with tempfile.TemporaryDirectory() as tmp:  # the figures saved for `harp report` land here
         cfg = Path(tmp) / "harp.toml"
         cfg.write_text(f'[store]\npath = "{Path(tmp) / "harp.db"}"\n')
-        proc = subprocess.run(argv, cwd=str(REPO), stdout=subprocess.PIPE, text=True,
-                              env=dict(os.environ, HARP_CONFIG=str(cfg)))
+        proc = subprocess.run(
+            argv, cwd=str(REPO), stdout=subprocess.PIPE, text=True, env=dict(os.environ, HARP_CONFIG=str(cfg))
+        )
     wall = time.perf_counter() - t0
     if proc.returncode != 0:
         print(f"FIGURE schedule_speed_ctc_4_policies_s: nan s (target < {TARGET_S:g}) FAIL")
@@ -71,18 +82,22 @@ def main() -> int:
     q = json.loads(proc.stdout)["queue"]
     print(f"trace {args.trace.name}: {q['jobs']:,} jobs, {q['procs']} processors, {q.get('replicas', 1)} copies")
     for p in q["policies"]:
-        print(f"{p['policy']:<10} mean wait {p['mean_wait_s']:9.0f} s  p95 wait {p['p95_wait_s']:9.0f} s  "
-              f"mean bsld {p['mean_bounded_slowdown']:8.2f}  util {p['utilization']:.3f} "
-              f"(useful {p['useful_utilization']:.3f})  kills {p['kills']}  ext {p['extensions']}  "
-              f"delayed {p['delayed_starts']}  [{p['seconds']:.1f} s]")
+        print(
+            f"{p['policy']:<10} mean wait {p['mean_wait_s']:9.0f} s  p95 wait {p['p95_wait_s']:9.0f} s  "
+            f"mean bsld {p['mean_bounded_slowdown']:8.2f}  util {p['utilization']:.3f} "
+            f"(useful {p['useful_utilization']:.3f})  kills {p['kills']}  ext {p['extensions']}  "
+            f"delayed {p['delayed_starts']}  [{p['seconds']:.1f} s]"
+        )
     for n in q["notes"]:
         print(f"note: {n}")
     sim = sum(p["seconds"] for p in q["policies"])
     n = len(q["policies"])
     ok = sim < TARGET_S and n == POLICIES
     print(f"replays and simulation together: {wall:.1f} s")
-    print(f"FIGURE schedule_speed_ctc_{n}_policies_s: {sim:.1f} s (target < {TARGET_S:g} for {POLICIES} policies) "
-          f"{'PASS' if ok else 'FAIL'}")
+    print(
+        f"FIGURE schedule_speed_ctc_{n}_policies_s: {sim:.1f} s (target < {TARGET_S:g} for {POLICIES} policies) "
+        f"{'PASS' if ok else 'FAIL'}"
+    )
     return 0 if ok else 1
 
 

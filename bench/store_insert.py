@@ -30,15 +30,37 @@ OUTCOMES = [Outcome.COMPLETED] * 8 + [Outcome.TIMEOUT, Outcome.OOM]
 def records(n: int) -> list[JobRecord]:
     out = []
     for i in range(n):
-        out.append(JobRecord(
-            job_id=str(1_000_000 + i), source="bench", user=f"user{i % 150:03d}", account=f"proj{i % 20:02d}",
-            group="users", partition="cpu" if i % 5 else "gpu", job_name=f"job{i % 3000}",
-            signature=f"python run_{i % 3000}.py", submit_time=1.7e9 + 30.0 * i, start_time=1.7e9 + 30.0 * i + 60,
-            end_time=1.7e9 + 30.0 * i + 3660, outcome=OUTCOMES[i % 10], state="COMPLETED", exit_code=0,
-            req_time_s=7200.0, req_mem_mb=8192.0, req_cpus=8, req_nodes=1, req_gpus=0 if i % 5 else 1,
-            alloc_cpus=8, alloc_nodes=1, alloc_gpus=0, used_time_s=3600.0 + i % 977, used_mem_mb=1000.0 + i % 4001,
-            used_cpu_s=20000.0, censored_time=i % 10 == 8, censored_mem=i % 10 == 9,
-        ))
+        out.append(
+            JobRecord(
+                job_id=str(1_000_000 + i),
+                source="bench",
+                user=f"user{i % 150:03d}",
+                account=f"proj{i % 20:02d}",
+                group="users",
+                partition="cpu" if i % 5 else "gpu",
+                job_name=f"job{i % 3000}",
+                signature=f"python run_{i % 3000}.py",
+                submit_time=1.7e9 + 30.0 * i,
+                start_time=1.7e9 + 30.0 * i + 60,
+                end_time=1.7e9 + 30.0 * i + 3660,
+                outcome=OUTCOMES[i % 10],
+                state="COMPLETED",
+                exit_code=0,
+                req_time_s=7200.0,
+                req_mem_mb=8192.0,
+                req_cpus=8,
+                req_nodes=1,
+                req_gpus=0 if i % 5 else 1,
+                alloc_cpus=8,
+                alloc_nodes=1,
+                alloc_gpus=0,
+                used_time_s=3600.0 + i % 977,
+                used_mem_mb=1000.0 + i % 4001,
+                used_cpu_s=20000.0,
+                censored_time=i % 10 == 8,
+                censored_mem=i % 10 == 9,
+            )
+        )
     return out
 
 

@@ -80,9 +80,23 @@ def clean_install(work: Path) -> list[str]:
     venv = work / "venv"
     base = getattr(sys, "_base_executable", sys.executable)
     subprocess.run([base, "-m", "venv", "--without-pip", str(venv)], check=True)
-    inst = subprocess.run([sys.executable, "-m", "pip", "--python", str(venv / "bin" / "python"), "install", "-q",
-                           "--no-deps", "--no-index", "--disable-pip-version-check", str(wheel)],
-                          capture_output=True, text=True)
+    inst = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "--python",
+            str(venv / "bin" / "python"),
+            "install",
+            "-q",
+            "--no-deps",
+            "--no-index",
+            "--disable-pip-version-check",
+            str(wheel),
+        ],
+        capture_output=True,
+        text=True,
+    )
     if inst.returncode != 0:
         raise SystemExit(f"cannot install harp's wheel: {(inst.stderr.strip().splitlines() or ['?'])[-1]}")
     script = venv / "bin" / "harp-submit"
@@ -122,7 +136,6 @@ class SealedFakeHarpd:
 
         from harp_submit import sealed
 
-
         with conn:
             data = b""
             while data.count(b"\n") < 2:
@@ -151,16 +164,23 @@ def start_daemon(kind: str, d: Path, env: dict[str, str], port: int, munge_socke
     if kind == "fake":
         from submit_fakes import FakeHarpd, change, decision
 
-        server = FakeHarpd(sock, decision(change("time", "00:10:00"), partition="", max_time_s=None,
-                                          max_mem_mb=None, max_cpus=None))
+        server = FakeHarpd(
+            sock, decision(change("time", "00:10:00"), partition="", max_time_s=None, max_mem_mb=None, max_cpus=None)
+        )
         server.start()
         tcp = SealedFakeHarpd(port, munge_socket, server)
         return sock, (server, tcp)
     cfg = d / "harpd.toml"
-    cfg.write_text(f'[server]\nsocket = "{sock}"\nlisten = ["127.0.0.1:{port}"]\n[store]\npath = "{d}/harp.db"\n'
-                   f'[ingest]\npoll_interval_s = 3600\n[munge]\nsocket = "{munge_socket}"\n')
-    proc = subprocess.Popen([sys.executable, "-m", "harpd.daemon.main", "--config", str(cfg)], env=env,
-                            stderr=subprocess.DEVNULL, cwd=str(REPO))
+    cfg.write_text(
+        f'[server]\nsocket = "{sock}"\nlisten = ["127.0.0.1:{port}"]\n[store]\npath = "{d}/harp.db"\n'
+        f'[ingest]\npoll_interval_s = 3600\n[munge]\nsocket = "{munge_socket}"\n'
+    )
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "harpd.daemon.main", "--config", str(cfg)],
+        env=env,
+        stderr=subprocess.DEVNULL,
+        cwd=str(REPO),
+    )
     end = time.monotonic() + 60
     while True:
         try:
@@ -225,21 +245,35 @@ def start_load(n: int, niceness: int) -> list[subprocess.Popen]:
     if n and yes is None:
         raise SystemExit("--load needs the yes program")
     back = -niceness
-    return [subprocess.Popen([yes, "harp-bench"], stdout=subprocess.DEVNULL,
-                             preexec_fn=(lambda: os.nice(back)) if back else None) for _ in range(n)]
+    return [
+        subprocess.Popen(
+            [yes, "harp-bench"], stdout=subprocess.DEVNULL, preexec_fn=(lambda: os.nice(back)) if back else None
+        )
+        for _ in range(n)
+    ]
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--n", type=int, default=40, help="pairs per path (default 40)")
-    ap.add_argument("--load", type=int, default=0, metavar="N",
-                    help="keep N busy processes (yes > /dev/null) running while measuring (default 0)")
-    ap.add_argument("--nice", type=int, default=-10,
-                    help="run the measured commands at this niceness when permitted (default -10); 0 to leave it")
+    ap.add_argument(
+        "--load",
+        type=int,
+        default=0,
+        metavar="N",
+        help="keep N busy processes (yes > /dev/null) running while measuring (default 0)",
+    )
+    ap.add_argument(
+        "--nice",
+        type=int,
+        default=-10,
+        help="run the measured commands at this niceness when permitted (default -10); 0 to leave it",
+    )
     ap.add_argument("--daemon", choices=["fake", "real"], default="fake")
     ap.add_argument("--command", help="time this harp-submit launcher instead of a clean install")
-    ap.add_argument("--path", type=paths_arg, default=list(PATHS),
-                    help=f"comma-separated paths to time (default {','.join(PATHS)})")
+    ap.add_argument(
+        "--path", type=paths_arg, default=list(PATHS), help=f"comma-separated paths to time (default {','.join(PATHS)})"
+    )
     args = ap.parse_args()
     if args.n < 1 or args.load < 0:
         ap.error("--n must be at least 1 and --load at least 0")
@@ -276,20 +310,27 @@ def main() -> int:
     (work / "site-harpd.toml").write_text(site.replace('socket = "/run/harp/harpd.sock"', f'socket = "{sock}"'))
     (work / "node-harpd.toml").write_text(
         site.replace('socket = "/run/harp/harpd.sock"', f'socket = "{work}/no-harpd-here.sock"')
-            .replace("servers = []", f'servers = ["127.0.0.1:{port}"]')
-            .replace('# socket = "/run/munge/munge.socket.2"', f'socket = "{munge_socket}"'))
+        .replace("servers = []", f'servers = ["127.0.0.1:{port}"]')
+        .replace('# socket = "/run/munge/munge.socket.2"', f'socket = "{munge_socket}"')
+    )
     (work / "down-harpd.toml").write_text(
-        site.replace('socket = "/run/harp/harpd.sock"', f'socket = "{work}/no-harpd-here.sock"'))
-    envs = {"unix": {**env, "HARP_CONFIG": str(work / "site-harpd.toml")},
-            "tcp": {**env, "HARP_CONFIG": str(work / "node-harpd.toml")},
-            "disabled": {**env, "HARP_CONFIG": str(work / "site-harpd.toml"), "HARP_DISABLE": "1"},
-            "down": {**env, "HARP_CONFIG": str(work / "down-harpd.toml")}, "python": env}
+        site.replace('socket = "/run/harp/harpd.sock"', f'socket = "{work}/no-harpd-here.sock"')
+    )
+    envs = {
+        "unix": {**env, "HARP_CONFIG": str(work / "site-harpd.toml")},
+        "tcp": {**env, "HARP_CONFIG": str(work / "node-harpd.toml")},
+        "disabled": {**env, "HARP_CONFIG": str(work / "site-harpd.toml"), "HARP_DISABLE": "1"},
+        "down": {**env, "HARP_CONFIG": str(work / "down-harpd.toml")},
+        "python": env,
+    }
     registers = {"unix", "tcp"}  # paths whose run registers a job in the background
     pairs: dict[str, list[tuple[float, float]]] = {p: [] for p in paths}
     ids: list[str] = []
     harp_runs = 0
     load = start_load(args.load, applied)
-    python = [str(Path(harp[0]).parent / "python"), "-c", "pass"] if not args.command else [sys.executable, "-c", "pass"]
+    python = (
+        [str(Path(harp[0]).parent / "python"), "-c", "pass"] if not args.command else [sys.executable, "-c", "pass"]
+    )
     try:
         for i in range(args.n + 2):  # 2 warm-up rounds, not counted
             for path in paths:
@@ -319,23 +360,29 @@ def main() -> int:
             subprocess.run(["scancel", *ids[k : k + 100]], env=env, capture_output=True)
         shutil.rmtree(work, ignore_errors=True)
     print(f"cluster: {conf}   munged: {munge_socket}")
-    print(f"daemon: {args.daemon}   pairs per path: {args.n}, interleaved, held (-H) and cancelled   "
-          f"niceness: {niceness}   load: {args.load} x yes > /dev/null")
+    print(
+        f"daemon: {args.daemon}   pairs per path: {args.n}, interleaved, held (-H) and cancelled   "
+        f"niceness: {niceness}   load: {args.load} x yes > /dev/null"
+    )
     print(f"harp-submit: {'a wheel of this checkout in a fresh venv' if not args.command else ' '.join(harp)}")
     for path in paths:
         sb = [a for a, _ in pairs[path]]
         hs = [b for _, b in pairs[path]]
         diff = statistics.median(b - a for a, b in pairs[path]) * 1000
         ratio = statistics.median(b / a for a, b in pairs[path])
-        print(f"{path:<9} sbatch median {statistics.median(sb) * 1000:6.1f} ms  harp-submit median "
-              f"{statistics.median(hs) * 1000:6.1f} ms  (p10 {_pct(hs, 10):.1f}, p90 {_pct(hs, 90):.1f})  "
-              f"paired overhead median {diff:6.1f} ms  ratio {ratio:.2f}x")
+        print(
+            f"{path:<9} sbatch median {statistics.median(sb) * 1000:6.1f} ms  harp-submit median "
+            f"{statistics.median(hs) * 1000:6.1f} ms  (p10 {_pct(hs, 10):.1f}, p90 {_pct(hs, 90):.1f})  "
+            f"paired overhead median {diff:6.1f} ms  ratio {ratio:.2f}x"
+        )
     for path in [p for p in paths if p != "python"]:
         diff = statistics.median(b - a for a, b in pairs[path]) * 1000
         verdict = "PASS" if diff <= TARGET_MS else "FAIL"
         name = "submit_overhead" if path == "unix" else f"submit_overhead_{path}"
-        print(f"FIGURE {name}: {diff:.1f} ms (target <= {TARGET_MS:g} ms) {verdict}"
-              f" (median paired overhead over sbatch; load {args.load})")
+        print(
+            f"FIGURE {name}: {diff:.1f} ms (target <= {TARGET_MS:g} ms) {verdict}"
+            f" (median paired overhead over sbatch; load {args.load})"
+        )
     return 0
 
 

@@ -114,12 +114,18 @@ def main() -> int:
     problems = [p for r in rounds for p in r[2]]
     tcp_ms = [r[0] for r in rounds]
     unix_ms = [r[1] for r in rounds]
-    print(f"flood: {peak} idle connections held at most, {opened} opened in all from {args.hosts} loopback hosts; "
-          f"{args.probes} probe rounds in {flood_s:.1f}s")
-    print(f"without a flood: TCP predict {max(b[0] for b in base):.0f} ms, "
-          f"Unix status {max(b[1] for b in base):.0f} ms (slowest of 5)")
-    print(f"under the flood: TCP predict median {sorted(tcp_ms)[len(tcp_ms) // 2]:.0f} ms, "
-          f"Unix status median {sorted(unix_ms)[len(unix_ms) // 2]:.0f} ms")
+    print(
+        f"flood: {peak} idle connections held at most, {opened} opened in all from {args.hosts} loopback hosts; "
+        f"{args.probes} probe rounds in {flood_s:.1f}s"
+    )
+    print(
+        f"without a flood: TCP predict {max(b[0] for b in base):.0f} ms, "
+        f"Unix status {max(b[1] for b in base):.0f} ms (slowest of 5)"
+    )
+    print(
+        f"under the flood: TCP predict median {sorted(tcp_ms)[len(tcp_ms) // 2]:.0f} ms, "
+        f"Unix status median {sorted(unix_ms)[len(unix_ms) // 2]:.0f} ms"
+    )
     if problems:
         print(f"problems ({len(problems)}): {problems[:5]}")
     # the probes' own status answers ("knows no job 1") are logged too: they are not the flood's

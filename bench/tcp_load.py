@@ -55,13 +55,23 @@ def munge_socket(given: str | None) -> str:
     """--munge-socket, else HARP_MUNGE_SOCKET, else the local cluster's (slurm.conf AuthInfo), else munged's default."""
     if given or os.environ.get("HARP_MUNGE_SOCKET"):
         return given or os.environ["HARP_MUNGE_SOCKET"]
-    conf = os.environ.get("SLURM_CONF") or str(Path(os.environ.get("HARP_SLURM_DIR", "/tmp/harp-localslurm"))
-                                               / "etc" / "slurm.conf")
+    conf = os.environ.get("SLURM_CONF") or str(
+        Path(os.environ.get("HARP_SLURM_DIR", "/tmp/harp-localslurm")) / "etc" / "slurm.conf"
+    )
     return cluster_munge_socket(conf) if Path(conf).exists() else SYSTEM_SOCKET
 
 
-def clients(k: int, threads: int, server: tuple[str, int] | str, sock: str, msgs: list[dict[str, Any]],
-            rate: float | None, seconds: float, start_at: float, out: Any) -> None:
+def clients(
+    k: int,
+    threads: int,
+    server: tuple[str, int] | str,
+    sock: str,
+    msgs: list[dict[str, Any]],
+    rate: float | None,
+    seconds: float,
+    start_at: float,
+    out: Any,
+) -> None:
     """One client process: ``threads`` clients until ``start_at + seconds``; puts (latencies ms, errors).
 
     ``server``: (host, port) for TCP with MUNGE, or a Unix socket path (``--path unix``, for comparison).
@@ -112,16 +122,27 @@ def clients(k: int, threads: int, server: tuple[str, int] | str, sock: str, msgs
     out.put((lat, errors))
 
 
-def load(n_clients: int, procs: int, server: tuple[str, int] | str, sock: str, msgs: list[dict[str, Any]],
-         rate: float | None, seconds: float) -> tuple[list[float], list[str], float]:
+def load(
+    n_clients: int,
+    procs: int,
+    server: tuple[str, int] | str,
+    sock: str,
+    msgs: list[dict[str, Any]],
+    rate: float | None,
+    seconds: float,
+) -> tuple[list[float], list[str], float]:
     """(latencies ms, errors, seconds) of ``n_clients`` clients over ``procs`` processes."""
     ctx = mp.get_context("fork")
     out = ctx.Queue()
     per = [n_clients // procs + (1 if k < n_clients % procs else 0) for k in range(procs)]
     start_at = time.time() + 1.0  # every process up before the clock starts
-    ps = [ctx.Process(target=clients, args=(k, per[k], server, sock, msgs,
-                                            None if rate is None else rate / n_clients, seconds, start_at, out))
-          for k in range(procs)]
+    ps = [
+        ctx.Process(
+            target=clients,
+            args=(k, per[k], server, sock, msgs, None if rate is None else rate / n_clients, seconds, start_at, out),
+        )
+        for k in range(procs)
+    ]
     for p in ps:
         p.start()
     lat: list[float] = []
@@ -141,14 +162,22 @@ def main() -> int:
     ap.add_argument("--procs", type=int, default=2, help="client processes the clients are spread over")
     ap.add_argument("--rate", type=float, default=TARGET_RATE, help="offered load of all clients together, /s")
     ap.add_argument("--seconds", type=float, default=20.0, help="length of each phase")
-    ap.add_argument("--path", choices=["tcp", "unix"], default="tcp",
-                    help="tcp (default): TCP with MUNGE; unix: the same load over harpd's Unix socket, for comparison")
+    ap.add_argument(
+        "--path",
+        choices=["tcp", "unix"],
+        default="tcp",
+        help="tcp (default): TCP with MUNGE; unix: the same load over harpd's Unix socket, for comparison",
+    )
     ap.add_argument("--munge-socket", help="munged's socket (default: the local cluster's, else munged's default)")
     ap.add_argument("--traces", help="folder of the traces (default: $HARP_TRACES, else ../shared/traces)")
-    ap.add_argument("--nice", type=int, default=-10,
-                    help="run harpd and the clients at this niceness when permitted (default -10, as "
-                         "bench/submit_overhead.py): other work on a shared machine then disturbs the tail less; "
-                         "0 to leave it (munged keeps its own)")
+    ap.add_argument(
+        "--nice",
+        type=int,
+        default=-10,
+        help="run harpd and the clients at this niceness when permitted (default -10, as "
+        "bench/submit_overhead.py): other work on a shared machine then disturbs the tail less; "
+        "0 to leave it (munged keeps its own)",
+    )
     args = ap.parse_args()
     name = args.path  # the FIGURE lines' prefix
     niceness = "unchanged"
@@ -180,18 +209,22 @@ def main() -> int:
         d = Path(d)
         # one connection per client at once: max_clients above the 200, or the rest are told "busy"
         cfg, unix, mine = trained.trained_store(
-            d, recs, server_toml=f'listen = ["127.0.0.1:{port}"]\nmax_clients = {args.clients + 56}\n',
-            extra_toml=f'[munge]\nsocket = "{sock}"\n')
-        msgs = [{"op": "predict", "job": job.model_dump(exclude_none=True)}
-                for job, _ in trained.requests(mine, 5000)]
+            d,
+            recs,
+            server_toml=f'listen = ["127.0.0.1:{port}"]\nmax_clients = {args.clients + 56}\n',
+            extra_toml=f'[munge]\nsocket = "{sock}"\n',
+        )
+        msgs = [{"op": "predict", "job": job.model_dump(exclude_none=True)} for job, _ in trained.requests(mine, 5000)]
         proc = trained.start(cfg, d, unix)
         try:
             munge = Munge(sock)
             warm = [client.call_tcp(server, m, 10, munge) for m in msgs[:300]]
             changed = sum(bool(a["decision"]["changes"]) for a in warm)
-            print(f"niceness {niceness}; munged {sock} via {munge.via}; "
-                  f"harpd over TCP: {changed} of {len(warm)} warm-up answers "
-                  f"changed a request (models {sorted({str(a['decision'].get('model')) for a in warm})})")
+            print(
+                f"niceness {niceness}; munged {sock} via {munge.via}; "
+                f"harpd over TCP: {changed} of {len(warm)} warm-up answers "
+                f"changed a request (models {sorted({str(a['decision'].get('model')) for a in warm})})"
+            )
             target: tuple[str, int] | str = server if args.path == "tcp" else str(unix)
             print(f"path: {args.path} ({'TCP with MUNGE' if args.path == 'tcp' else 'the Unix socket, no MUNGE'})")
             sat, sat_err, sat_s = load(args.clients, args.procs, target, sock, msgs, None, args.seconds)
@@ -203,22 +236,30 @@ def main() -> int:
         print(f"FIGURE {name}_predictions_per_s: nan /s (target >= {TARGET_RATE:g}) FAIL")
         return 1
     capacity = len(sat) / sat_s
-    print(f"saturation, {args.clients} clients in {args.procs} processes, each sending as soon as answered: "
-          f"{len(sat)} answers in {sat_s:g} s = {capacity:.0f}/s, p50 {np.percentile(sat, 50):.1f} ms, "
-          f"p99 {np.percentile(sat, 99):.1f} ms (queueing: {args.clients} in flight), errors {len(sat_err)}")
+    print(
+        f"saturation, {args.clients} clients in {args.procs} processes, each sending as soon as answered: "
+        f"{len(sat)} answers in {sat_s:g} s = {capacity:.0f}/s, p50 {np.percentile(sat, 50):.1f} ms, "
+        f"p99 {np.percentile(sat, 99):.1f} ms (queueing: {args.clients} in flight), errors {len(sat_err)}"
+    )
     answered = len(opn) / opn_s
     p50, p99 = np.percentile(opn, 50), np.percentile(opn, 99)
-    print(f"open loop, {args.clients} clients offering {args.rate:g}/s together: {len(opn)} answers in "
-          f"{opn_s:g} s = {answered:.0f}/s, p50 {p50:.1f} ms, p90 {np.percentile(opn, 90):.1f} ms, "
-          f"p99 {p99:.1f} ms, max {max(opn):.1f} ms, errors {len(opn_err)}")
+    print(
+        f"open loop, {args.clients} clients offering {args.rate:g}/s together: {len(opn)} answers in "
+        f"{opn_s:g} s = {answered:.0f}/s, p50 {p50:.1f} ms, p90 {np.percentile(opn, 90):.1f} ms, "
+        f"p99 {p99:.1f} ms, max {max(opn):.1f} ms, errors {len(opn_err)}"
+    )
     for e in sorted(set(sat_err + opn_err))[:5]:
         print(f"  error: {e}")
     ok_cap = capacity >= TARGET_RATE
     ok_rate = answered >= 0.97 * args.rate and not opn_err  # Poisson: the count itself varies by ~1%
     ok_p99 = p99 <= TARGET_P99_MS and not opn_err
-    print(f"FIGURE {name}_predictions_per_s: {capacity:.0f} /s (target >= {TARGET_RATE:g}) {'PASS' if ok_cap else 'FAIL'}")
-    print(f"FIGURE {name}_answered_at_{args.rate:g}_per_s: {answered:.0f} /s (target >= {0.97 * args.rate:g}) "
-          f"{'PASS' if ok_rate else 'FAIL'}")
+    print(
+        f"FIGURE {name}_predictions_per_s: {capacity:.0f} /s (target >= {TARGET_RATE:g}) {'PASS' if ok_cap else 'FAIL'}"
+    )
+    print(
+        f"FIGURE {name}_answered_at_{args.rate:g}_per_s: {answered:.0f} /s (target >= {0.97 * args.rate:g}) "
+        f"{'PASS' if ok_rate else 'FAIL'}"
+    )
     print(f"FIGURE {name}_p99_ms: {p99:.1f} ms (target <= {TARGET_P99_MS:g}) {'PASS' if ok_p99 else 'FAIL'}")
     return 0 if ok_cap and ok_rate and ok_p99 else 1
 

@@ -29,8 +29,12 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 from bench._traces import traces_folder  # noqa: E402
 
-TRACES = ("HPC2N-2002-2.2-cln.swf.gz", "CTC-SP2-1996-3.1-cln.swf.gz",
-          "KTH-SP2-1996-2.1-cln.swf.gz", "cedar-2021.sacct.psv.gz")
+TRACES = (
+    "HPC2N-2002-2.2-cln.swf.gz",
+    "CTC-SP2-1996-3.1-cln.swf.gz",
+    "KTH-SP2-1996-2.1-cln.swf.gz",
+    "cedar-2021.sacct.psv.gz",
+)
 TARGET_S = 120.0
 TARGET_GIB = 2.0
 
@@ -54,12 +58,14 @@ def records(n: int, folder: Path):
         for r in base:
             if len(out) >= n:
                 break
-            d = {"submit_time": r.submit_time + shift,
-                 "start_time": None if r.start_time is None else r.start_time + shift,
-                 "end_time": None if r.end_time is None else r.end_time + shift,
-                 "job_id": f"{r.job_id}.{copy}",  # the store's key is (source, job_id, attempt)
-                 "user": None if r.user is None else f"{r.user}.{copy}",
-                 "account": None if r.account is None else f"{r.account}.{copy}"}
+            d = {
+                "submit_time": r.submit_time + shift,
+                "start_time": None if r.start_time is None else r.start_time + shift,
+                "end_time": None if r.end_time is None else r.end_time + shift,
+                "job_id": f"{r.job_id}.{copy}",  # the store's key is (source, job_id, attempt)
+                "user": None if r.user is None else f"{r.user}.{copy}",
+                "account": None if r.account is None else f"{r.account}.{copy}",
+            }
             out.append(dataclasses.replace(r, **d))
         copy += 1
     out.sort(key=lambda r: r.submit_time)
@@ -95,8 +101,9 @@ def main() -> int:
     with tempfile.TemporaryDirectory() as d:
         db = str(Path(d) / "harp.db")
         t0 = time.perf_counter()
-        subprocess.run([sys.executable, __file__, "--n", str(args.n), "--traces", str(folder), "--build-store", db],
-                       check=True)
+        subprocess.run(
+            [sys.executable, __file__, "--n", str(args.n), "--traces", str(folder), "--build-store", db], check=True
+        )
         print(f"store built in {time.perf_counter() - t0:.0f}s (not timed)")
         settings = HarpSettings(store={"path": db})
         st = Store.open(db)
@@ -105,7 +112,7 @@ def main() -> int:
             res = train(st, settings, "time", models_dir=Path(d) / "models")
             wall = time.perf_counter() - t0
         st.close()
-    peak_gib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / (1024 ** 2)
+    peak_gib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / (1024**2)
     print(f"{res.n_jobs} jobs used, champion {res.champion}; phases: {res.phases}")
     for m in res.models:
         sc = m["score"]

@@ -138,8 +138,10 @@ def main(argv: list[str] | None = None) -> int:
         try:
             base = counts(_baseline_files(args.baseline))
         except (OSError, subprocess.CalledProcessError) as exc:
-            print(f"typed_boundaries: baseline {args.baseline} unreadable ({exc}); counting the working tree only",
-                  file=sys.stderr)
+            print(
+                f"typed_boundaries: baseline {args.baseline} unreadable ({exc}); counting the working tree only",
+                file=sys.stderr,
+            )
     names = sorted(n for n in set(head) | set(base or {}) if head[n] or (base or {}).get(n))  # none: not shown
     width = max(len(n) for n in names)
     print(f"{'package':<{width}}  {'now':>5}" + (f"  {args.baseline:>9}" if base is not None else ""))

@@ -53,6 +53,7 @@ class DemoFailed(Exception):
 
 # --- output -------------------------------------------------------------------------------
 
+
 def step(title: str) -> None:
     print(f"\n== [{time.monotonic() - T0:5.0f}s] {title}", flush=True)
 
@@ -88,6 +89,7 @@ def _q(a: str) -> str:
 
 # --- the demo directory, harpd ------------------------------------------------------------
 
+
 class Demo:
     def __init__(self, root: Path) -> None:
         self.root = root
@@ -112,16 +114,24 @@ class Demo:
     def start_harpd(self) -> None:
         log = open(self.root / "harpd.log", "w")
         # run in the demo directory: nothing harpd or a job it resubmits writes may land in the checkout
-        self.daemon = subprocess.Popen([str(BIN / "harpd"), "--config", str(self.config)], env=self.env,
-                                       cwd=self.root, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+        self.daemon = subprocess.Popen(
+            [str(BIN / "harpd"), "--config", str(self.config)],
+            env=self.env,
+            cwd=self.root,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+        )
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
             if self.daemon.poll() is not None:
                 raise DemoFailed(f"harpd exited with {self.daemon.returncode}:\n{self.log_tail()}")
             try:
                 health = self.call("health", timeout=2)
-                say(f"harpd {health.get('version')} is up: store {health.get('store')}, "
-                    f"predictor {health.get('predictor')}, pid {self.daemon.pid}")
+                say(
+                    f"harpd {health.get('version')} is up: store {health.get('store')}, "
+                    f"predictor {health.get('predictor')}, pid {self.daemon.pid}"
+                )
                 return
             except RuntimeError:
                 time.sleep(0.3)
@@ -158,7 +168,9 @@ class Demo:
         proc = subprocess.run(cmd, capture_output=True, text=True, cwd=self.work, env=self.env, timeout=120)
         m = re.search(r"Submitted batch job (\d+)", proc.stdout)
         if proc.returncode != 0 or not m:
-            raise DemoFailed(f"harp-submit {script} exited {proc.returncode}: {proc.stderr.strip() or proc.stdout.strip()}")
+            raise DemoFailed(
+                f"harp-submit {script} exited {proc.returncode}: {proc.stderr.strip() or proc.stdout.strip()}"
+            )
         return m.group(1), proc.stderr.strip()
 
     def sacct(self, jobs: list[str], fields: str, dup: bool = False) -> list[dict[str, str]]:
@@ -177,13 +189,15 @@ class Demo:
             if len(states) == len(jobs) and set(states.values()) <= final:
                 return states
             time.sleep(2)
-        queue = subprocess.run(["squeue", "-j", ",".join(jobs), "-o", "%i %T %r"], capture_output=True, text=True,
-                               env=self.env).stdout
+        queue = subprocess.run(
+            ["squeue", "-j", ",".join(jobs), "-o", "%i %T %r"], capture_output=True, text=True, env=self.env
+        ).stdout
         raise DemoFailed(f"{what}: not finished after {timeout:.0f} s (another test may hold the node):\n{queue}")
 
     def max_rss(self, job: str) -> str:
-        out = subprocess.run(["sacct", "-n", "-P", "-j", f"{job}.batch", "-o", "MaxRSS"], capture_output=True,
-                             text=True, env=self.env).stdout.split()
+        out = subprocess.run(
+            ["sacct", "-n", "-P", "-j", f"{job}.batch", "-o", "MaxRSS"], capture_output=True, text=True, env=self.env
+        ).stdout.split()
         if not out or not out[0]:
             return "?"
         v = out[0]
@@ -211,6 +225,7 @@ class Demo:
 
 # --- the steps ------------------------------------------------------------------------------------
 
+
 def write_jobs(demo: Demo) -> dict[str, str]:
     """The demo's programs and batch scripts, in the demo directory (shown to the user)."""
     demo.work.mkdir(mode=0o755)
@@ -219,9 +234,11 @@ def write_jobs(demo: Demo) -> dict[str, str]:
         shutil.copy(REPO / "demo" / "workload.py", demo.work / prog)
         header = "".join(f"#SBATCH {o}\n" for o in opts)
         asked = dict(o[2:].split("=", 1) for o in opts)
-        text = (f"#!/bin/bash\n{header}#SBATCH --output={name}-%j.out\n{''.join(more)}"
-                f"# asks for {asked['time']} min and {asked['mem']}; runs about {secs} s and holds {mb} MiB\n"
-                f"python3 {prog} --mb {mb} --seconds {secs}\n")
+        text = (
+            f"#!/bin/bash\n{header}#SBATCH --output={name}-%j.out\n{''.join(more)}"
+            f"# asks for {asked['time']} min and {asked['mem']}; runs about {secs} s and holds {mb} MiB\n"
+            f"python3 {prog} --mb {mb} --seconds {secs}\n"
+        )
         (demo.work / f"{name}.sbatch").write_text(text)
         scripts[name] = f"{name}.sbatch"
     return scripts
@@ -230,20 +247,30 @@ def write_jobs(demo: Demo) -> dict[str, str]:
 def import_history(demo: Demo) -> None:
     shipped = TRACE == SHIPPED_TRACE
     step(f"Importing real history: {'' if shipped else f'the first {TRACE_JOBS} jobs of '}{TRACE.name}")
-    explain("""
+    explain(
+        """
 harp learns from a site's own accounting. A new site starts from its past
 (sacct exports, SWF traces) with `harp import`, before or after starting harpd.
-""" + ("""Here: the first 4000 jobs of the Cornell Theory Center SP2 log (1996, from the
+"""
+        + (
+            """Here: the first 4000 jobs of the Cornell Theory Center SP2 log (1996, from the
 Parallel Workloads Archive; demo/traces/README.md), requested vs. used run time
 of real jobs.
-""" if shipped else f"Here: the first {TRACE_JOBS} jobs of {TRACE} (HARP_DEMO_TRACE).\n"))
+"""
+            if shipped
+            else f"Here: the first {TRACE_JOBS} jobs of {TRACE} (HARP_DEMO_TRACE).\n"
+        )
+    )
     if not TRACE.exists():
         record("import history", "partial", f"{TRACE} not found (HARP_DEMO_TRACE); models cannot be trained")
         return
     path = TRACE if shipped else cut_trace(TRACE, TRACE_JOBS, demo.root)
     proc = show([str(BIN / "harp"), "--config", str(demo.config), "import", "--no-progress", str(path)], env=demo.env)
-    record("import history", "ok" if proc.returncode == 0 else "partial",
-           "" if proc.returncode == 0 else f"harp import exited {proc.returncode}")
+    record(
+        "import history",
+        "ok" if proc.returncode == 0 else "partial",
+        "" if proc.returncode == 0 else f"harp import exited {proc.returncode}",
+    )
 
 
 def cut_trace(trace: Path, jobs: int, folder: Path) -> Path:
@@ -289,8 +316,11 @@ no model (and again as outcomes come in); requests are answered meanwhile.
     else:
         say(f"harpd trained no model on its own within {TRAIN_WAIT_S} s; asking it to: harp retrain")
         proc = show([str(BIN / "harp"), "--config", str(demo.config), "retrain"], env=demo.env, timeout=900)
-        record("training", "partial", "harpd did not train at start" + ("; trained when asked (harp retrain)"
-                                                                         if proc.returncode == 0 else ""))
+        record(
+            "training",
+            "partial",
+            "harpd did not train at start" + ("; trained when asked (harp retrain)" if proc.returncode == 0 else ""),
+        )
     if "mem" not in champions:
         explain("""
 No memory model: SWF traces record run time, not measured memory (METACENTRUM
@@ -333,12 +363,16 @@ def show_models(demo: Demo, champions: dict[str, str]) -> None:
         # the candidates of the same training (the store keeps every model ever trained)
         same = {m["name"]: m["score"] for m in rows if m["resource"] == res and m["n_train"] == champ["n_train"]}
         scores = ", ".join(f"{n} {sc['score']:.3f}" for n, sc in same.items() if isinstance(sc, dict) and "score" in sc)
-        say(f"  {res:5s}: champion {name}, trained on {champ['n_train']:,} jobs"
-            f"  (harp score on the newest 20%, lower is better: {scores})")
+        say(
+            f"  {res:5s}: champion {name}, trained on {champ['n_train']:,} jobs"
+            f"  (harp score on the newest 20%, lower is better: {scores})"
+        )
         sc = champ.get("score") or {}
         if sc.get("under_rate") is not None and sc.get("over_vs_request") is not None:
-            say(f"         there it under-predicted {sc['under_rate']:.1%} of the jobs; its over-reservation "
-                f"was {sc['over_vs_request']:.2f} x the users' own")
+            say(
+                f"         there it under-predicted {sc['under_rate']:.1%} of the jobs; its over-reservation "
+                f"was {sc['over_vs_request']:.2f} x the users' own"
+            )
     if "mem" not in champions:
         say("  mem  : not trained (this history records run times, not memory)")
 
@@ -369,11 +403,13 @@ a program's request alone until it has seen {WARMUP_RUNS - 1} finished runs of i
     bad = {j: s for j, s in states.items() if s != "COMPLETED"}
     if bad:
         raise DemoFailed(f"cold-start runs did not complete: {bad}")
-    rows = demo.sacct(jobs[:len(APPS)], "JobID,JobName,Timelimit,Elapsed,ReqMem")
+    rows = demo.sacct(jobs[: len(APPS)], "JobID,JobName,Timelimit,Elapsed,ReqMem")
     say("what they asked for vs. used (first of each; MaxRSS is the batch step's peak memory):")
     for r in rows:
-        say(f"  job {r['JobID']:>6} {r['JobName']:16s} time asked {r['Timelimit']:>9} used {r['Elapsed']}"
-            f"   mem asked {r['ReqMem']:>5} used {demo.max_rss(r['JobID'])}")
+        say(
+            f"  job {r['JobID']:>6} {r['JobName']:16s} time asked {r['Timelimit']:>9} used {r['Elapsed']}"
+            f"   mem asked {r['ReqMem']:>5} used {demo.max_rss(r['JobID'])}"
+        )
     # harpd's ingest poll (every 3 s) copies finished jobs from sacct into its store
     deadline = time.monotonic() + 90
     while time.monotonic() < deadline and len(demo.stored(jobs)) < len(jobs):
@@ -410,8 +446,10 @@ requests alone when the cut is small), and harp-submit rewrites the #SBATCH line
         tl = demo.scontrol_field(job, "TimeLimit")
         mem = demo.scontrol_field(job, "MinMemoryNode")
         asked = dict(o[2:].split("=", 1) for o in APPS[name][3])
-        say(f"  Slurm has: TimeLimit={tl} MinMemoryNode={mem}   "
-            f"(the script asked --time={asked['time']} --mem={asked['mem']})")
+        say(
+            f"  Slurm has: TimeLimit={tl} MinMemoryNode={mem}   "
+            f"(the script asked --time={asked['time']} --mem={asked['mem']})"
+        )
         if "->" in lines:
             changed += 1
     states = demo.wait_jobs(jobs, 240, "the right-sized runs")
@@ -420,8 +458,11 @@ requests alone when the cut is small), and harp-submit rewrites the #SBATCH line
     if any(s != "COMPLETED" for s in states.values()):
         record("right-sizing", "partial", f"a right-sized run did not complete: {states} (recovery would retry it)")
     elif changed == 0:
-        record("right-sizing", "partial",
-               "harpd kept every request (see the explain lines: cold start, no confident bound, or no model)")
+        record(
+            "right-sizing",
+            "partial",
+            "harpd kept every request (see the explain lines: cold start, no confident bound, or no model)",
+        )
     else:
         record("right-sizing", "ok", f"{changed} of {len(jobs)} requests rewritten")
 
@@ -450,8 +491,10 @@ acts on jobs harp resized, and on scripts that ask for it with '#HARP retry'.
         attempts = status.get("attempts") or []
         if len(attempts) > seen_attempts:
             for a in attempts[seen_attempts:]:
-                say(f"  harpd: attempt {a.get('attempt')} job {a.get('job_id')}: {a.get('step')} "
-                    f"limits {json.dumps(a.get('limits'))} ({a.get('reason') or ''})")
+                say(
+                    f"  harpd: attempt {a.get('attempt')} job {a.get('job_id')}: {a.get('step')} "
+                    f"limits {json.dumps(a.get('limits'))} ({a.get('reason') or ''})"
+                )
             seen_attempts = len(attempts)
         runs = demo.sacct([job], "JobID,State,ReqMem,MaxRSS,Elapsed", dup=True)
         last = runs[-1]["State"].split()[0] if runs else ""
@@ -473,8 +516,10 @@ acts on jobs harp resized, and on scripts that ask for it with '#HARP retry'.
         time.sleep(3)
     say("$ sacct --duplicates -j " + job)
     for r in demo.sacct([job], "JobID,JobName,State,ExitCode,ReqMem,Elapsed", dup=True):
-        say(f"  {r['JobID']:>6} {r['JobName']:12s} {r['State']:12s} "
-            f"exit {r['ExitCode']:5s} mem {r['ReqMem']:>6} {r['Elapsed']}")
+        say(
+            f"  {r['JobID']:>6} {r['JobName']:12s} {r['State']:12s} "
+            f"exit {r['ExitCode']:5s} mem {r['ReqMem']:>6} {r['Elapsed']}"
+        )
     show([str(BIN / "harp"), "--config", str(demo.config), "status", job], env=demo.env)
     if final:
         record("recovery", "ok", f"job {job} ran out of memory and completed on attempt {seen_attempts}")
@@ -492,12 +537,30 @@ runs. The report below covers the demo's jobs (ended in the last 2 hours).
 """)
     ok = True
     for extra in (["--by", "user"], ["--by", "signature"]):
-        proc = show([str(BIN / "harp"), "--config", str(demo.config), "report", "--since", "2h", *extra],
-                    env=demo.env, timeout=300)
+        proc = show(
+            [str(BIN / "harp"), "--config", str(demo.config), "report", "--since", "2h", *extra],
+            env=demo.env,
+            timeout=300,
+        )
         ok &= proc.returncode == 0
     html = demo.root / "report.html"
-    proc = subprocess.run([str(BIN / "harp"), "--config", str(demo.config), "report", "--since", "2h",
-                           "--format", "html", "-o", str(html)], capture_output=True, text=True, env=demo.env)
+    proc = subprocess.run(
+        [
+            str(BIN / "harp"),
+            "--config",
+            str(demo.config),
+            "report",
+            "--since",
+            "2h",
+            "--format",
+            "html",
+            "-o",
+            str(html),
+        ],
+        capture_output=True,
+        text=True,
+        env=demo.env,
+    )
     if proc.returncode == 0 and html.exists():
         say(f"(the same as a web page: {html})")
     record("report", "ok" if ok else "partial", "" if ok else "harp report failed (see above)")
@@ -545,13 +608,22 @@ trains models and recovers jobs that ran out.
         say(f"  {status:8s} {name}{': ' + note if note else ''}")
     done = {name for name, status, _ in RESULTS if status == "ok"}
     lessons = [
-        ("training", "harp trained candidate models on real history and kept the one that beat the\n"
-                     "    users' own requests on a held-out slice (the champion)."),
-        ("right-sizing", "harp-submit rewrote #SBATCH requests that were far above what the programs\n"
-                         "    use, once harpd had seen enough of their runs; Slurm ran the jobs with the\n"
-                         "    smaller limits and they completed."),
-        ("recovery", "a job whose memory request was too small was killed by Slurm and run again by\n"
-                     "    harpd with twice the memory, same job id, without the user doing anything."),
+        (
+            "training",
+            "harp trained candidate models on real history and kept the one that beat the\n"
+            "    users' own requests on a held-out slice (the champion).",
+        ),
+        (
+            "right-sizing",
+            "harp-submit rewrote #SBATCH requests that were far above what the programs\n"
+            "    use, once harpd had seen enough of their runs; Slurm ran the jobs with the\n"
+            "    smaller limits and they completed.",
+        ),
+        (
+            "recovery",
+            "a job whose memory request was too small was killed by Slurm and run again by\n"
+            "    harpd with twice the memory, same job id, without the user doing anything.",
+        ),
         ("report", "harp report compares what was allocated with what was used, and what harp saved."),
     ]
     say("\nWhat you looked at:")

@@ -45,8 +45,10 @@ def main() -> int:
             checksum = (checksum + block[len(block) // 2] + 1) % 1_000_003
         time.sleep(0.2)
     peak_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024
-    print(f"{os.path.basename(__file__)}: held {args.mb} MiB for {time.monotonic() - t0:.1f} s "
-          f"(peak RSS {peak_mb} MiB, checksum {checksum})")
+    print(
+        f"{os.path.basename(__file__)}: held {args.mb} MiB for {time.monotonic() - t0:.1f} s "
+        f"(peak RSS {peak_mb} MiB, checksum {checksum})"
+    )
     return 0
 
 

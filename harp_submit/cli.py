@@ -331,8 +331,9 @@ class Submit:
             return self.show_dry_run(final, environ, stdin, request, decision)
         payload = original_payload = None
         if register:
-            payload = registration.message(job, final, environ or self.environ, request.resources(), after.resources(),
-                                           decision, token)
+            payload = registration.message(
+                job, final, environ or self.environ, request.resources(), after.resources(), decision, token
+            )
             original_payload = {**payload, "submitted": payload["original"], "decision": None}
         original = None
         # fall back to the user's own request if sbatch refuses harp's, unless a
@@ -372,7 +373,9 @@ class Submit:
             write(1, f"harp-submit {__version__}\n")
         return code
 
-    def show_dry_run(self, argv: list[str], environ: dict | None, stdin: bytes | None, request: Request | None, decision: dict | None) -> int:
+    def show_dry_run(
+        self, argv: list[str], environ: dict | None, stdin: bytes | None, request: Request | None, decision: dict | None
+    ) -> int:
         changed_env = ""
         if environ is not None:
             diff = [f"{k}={_quote(v)}" for k, v in environ.items() if self.environ.get(k) != v]
@@ -489,13 +492,7 @@ def _compact(value: object) -> str:
 
 def sbatch_rejects(data: bytes) -> bool:
     """Whether sbatch refuses this script outright (it prints why itself)."""
-    return (
-        not data
-        or not data.strip(b" \t\n\v\f\r")
-        or not data.startswith(b"#!")
-        or b"\0" in data
-        or b"\r\n" in data
-    )
+    return not data or not data.strip(b" \t\n\v\f\r") or not data.startswith(b"#!") or b"\0" in data or b"\r\n" in data
 
 
 def _with_token(argv: list[str], request: Request, token: str) -> list[str]:

@@ -68,12 +68,22 @@ def timeout_s(environ: Mapping[str, str] = os.environ) -> tuple[float, str | Non
     except ValueError:
         value = -1.0
     if not (0 < value <= 3600):  # also rejects nan
-        return DEFAULT_TIMEOUT_S, f"HARP_TIMEOUT={raw!r} is not a number of seconds in (0, 3600]; using {DEFAULT_TIMEOUT_S:g}"
+        return (
+            DEFAULT_TIMEOUT_S,
+            f"HARP_TIMEOUT={raw!r} is not a number of seconds in (0, 3600]; using {DEFAULT_TIMEOUT_S:g}",
+        )
     return value, None
 
 
-def call(path: str, message: dict[str, Any], timeout: float, max_answer: int | None = None,
-         deadline: float | None = None, *, clock: Callable[[], float] = time.monotonic) -> dict[str, Any]:
+def call(
+    path: str,
+    message: dict[str, Any],
+    timeout: float,
+    max_answer: int | None = None,
+    deadline: float | None = None,
+    *,
+    clock: Callable[[], float] = time.monotonic,
+) -> dict[str, Any]:
     """Send one request over the Unix socket and return the ``ok`` answer; raise HarpdUnavailable otherwise.
 
     ``max_answer`` (bytes, default MAX_ANSWER) guards against a runaway peer;
@@ -84,19 +94,37 @@ def call(path: str, message: dict[str, Any], timeout: float, max_answer: int | N
     """
     deadline = clock() + timeout if deadline is None else deadline
     sock = _socket.socket(_socket.AF_UNIX, _socket.SOCK_STREAM)
-    lines = _exchange(sock, path, path, _body(message) + b"\n", deadline, timeout, None, max_answer, False,
-                      clock=clock,
-                      absent=f"harpd is not running (no socket at {path})",
-                      denied=f"no permission to use harpd's socket {path}",
-                      # the file is there but nobody listens: a harpd that was killed left it behind
-                      refused=f"harpd is not answering at {path} (connection refused; stale socket?)")
+    lines = _exchange(
+        sock,
+        path,
+        path,
+        _body(message) + b"\n",
+        deadline,
+        timeout,
+        None,
+        max_answer,
+        False,
+        clock=clock,
+        absent=f"harpd is not running (no socket at {path})",
+        denied=f"no permission to use harpd's socket {path}",
+        # the file is there but nobody listens: a harpd that was killed left it behind
+        refused=f"harpd is not answering at {path} (connection refused; stale socket?)",
+    )
     return _answer(lines[0], "harpd")
 
 
-def call_tcp(server: tuple[str, int], message: dict[str, Any], timeout: float, munge: Any,
-             harpd_uids: tuple[int, ...] = (0,), connect_timeout: float | None = None,
-             max_answer: int | None = None, deadline: float | None = None, *,
-             clock: Callable[[], float] = time.monotonic) -> dict[str, Any]:
+def call_tcp(
+    server: tuple[str, int],
+    message: dict[str, Any],
+    timeout: float,
+    munge: Any,
+    harpd_uids: tuple[int, ...] = (0,),
+    connect_timeout: float | None = None,
+    max_answer: int | None = None,
+    deadline: float | None = None,
+    *,
+    clock: Callable[[], float] = time.monotonic,
+) -> dict[str, Any]:
     """``call`` over TCP: the request sealed with a MUNGE credential, the answer believed only if sealed by harpd.
 
     ``munge`` is a ``harp_submit.munge.Munge``; ``connect_timeout`` bounds the
@@ -116,9 +144,20 @@ def call_tcp(server: tuple[str, int], message: dict[str, Any], timeout: float, m
         family, kind, proto, _, addr = _socket.getaddrinfo(server[0], server[1], 0, _socket.SOCK_STREAM)[0]
     except OSError as exc:
         raise HarpdUnavailable(f"cannot resolve harpd's host {server[0]}: {exc.strerror or exc}") from None
-    lines = _exchange(_socket.socket(family, kind, proto), addr, where, data, deadline, timeout, connect_timeout,
-                      max_answer, True, clock=clock, absent=f"harpd is not running at {where} (connection refused)",
-                      denied=f"no permission to reach harpd at {where}")
+    lines = _exchange(
+        _socket.socket(family, kind, proto),
+        addr,
+        where,
+        data,
+        deadline,
+        timeout,
+        connect_timeout,
+        max_answer,
+        True,
+        clock=clock,
+        absent=f"harpd is not running at {where} (connection refused)",
+        denied=f"no permission to reach harpd at {where}",
+    )
     if len(lines) < 2:  # unsealed: harpd refusing our credential, or not harpd at all; either way not final
         try:
             _answer(lines[0], f"harpd at {where}")
@@ -132,8 +171,14 @@ def call_tcp(server: tuple[str, int], message: dict[str, Any], timeout: float, m
     return _answer(lines[1], f"harpd at {where}")
 
 
-def ask(where: route.Route, message: dict[str, Any], timeout: float, max_answer: int | None = None, *,
-        clock: Callable[[], float] = time.monotonic) -> dict[str, Any]:
+def ask(
+    where: route.Route,
+    message: dict[str, Any],
+    timeout: float,
+    max_answer: int | None = None,
+    *,
+    clock: Callable[[], float] = time.monotonic,
+) -> dict[str, Any]:
     """harpd's ``ok`` answer from the first of ``where``'s targets that gives one, all within ``timeout``.
 
     Only a refusal harpd itself vouches for (the Unix socket, or a sealed
@@ -156,8 +201,17 @@ def ask(where: route.Route, message: dict[str, Any], timeout: float, max_answer:
 
                 munge = Munge(munge_socket(where.munge_socket))
             more = i < len(targets) - 1
-            return call_tcp(target, message, timeout, munge, where.harpd_uids,
-                            min(left, CONNECT_TIMEOUT_S) if more else None, max_answer, deadline, clock=clock)
+            return call_tcp(
+                target,
+                message,
+                timeout,
+                munge,
+                where.harpd_uids,
+                min(left, CONNECT_TIMEOUT_S) if more else None,
+                max_answer,
+                deadline,
+                clock=clock,
+            )
         except HarpdUnavailable as exc:
             if exc.final:
                 raise
@@ -173,9 +227,22 @@ def _body(message: dict[str, Any]) -> bytes:
     return dumps({"v": PROTOCOL_VERSION, **message}).encode()
 
 
-def _exchange(sock: Any, addr: Any, where: str, data: bytes, deadline: float, timeout: float,
-              connect_timeout: float | None, max_answer: int | None, sealed: bool, *,
-              clock: Callable[[], float], absent: str, denied: str, refused: str | None = None) -> list[bytes]:
+def _exchange(
+    sock: Any,
+    addr: Any,
+    where: str,
+    data: bytes,
+    deadline: float,
+    timeout: float,
+    connect_timeout: float | None,
+    max_answer: int | None,
+    sealed: bool,
+    *,
+    clock: Callable[[], float],
+    absent: str,
+    denied: str,
+    refused: str | None = None,
+) -> list[bytes]:
     """Connect ``sock`` (closed afterwards), send ``data``, read the answer's lines: one, or two when
     it starts with a MUNGE credential (``sealed``).  ``absent``/``denied``: the reasons for nothing
     there and no permission; ``refused`` (default ``absent``): something there but nothing listening;
@@ -193,8 +260,11 @@ def _exchange(sock: Any, addr: Any, where: str, data: bytes, deadline: float, ti
         except PermissionError:
             raise HarpdUnavailable(denied) from None
         except TimeoutError:
-            raise HarpdUnavailable(f"harpd at {where} did not accept a connection in time" if connect_timeout
-                                   else f"harpd did not answer within {timeout:g} s") from None
+            raise HarpdUnavailable(
+                f"harpd at {where} did not accept a connection in time"
+                if connect_timeout
+                else f"harpd did not answer within {timeout:g} s"
+            ) from None
         except OSError as exc:
             raise HarpdUnavailable(f"cannot reach harpd at {where}: {exc.strerror or exc}") from None
         _settimeout(sock, deadline, clock)

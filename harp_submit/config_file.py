@@ -50,7 +50,7 @@ def simple_values(text: str, wanted: Collection[Key]) -> dict[Key, Any] | object
         line = raw.strip()
         if not line or line.startswith("#"):
             continue
-        if '"""' in line or "\'\'\'" in line:
+        if '"""' in line or "'''" in line:
             return UNSURE
         if line.startswith("["):
             if line.startswith("[["):

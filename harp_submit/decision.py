@@ -147,7 +147,9 @@ def check_limits(decision: dict[str, Any], changes: list[Change], resources: dic
         if c.option == "mem" and max_mem is not None and c.amount > max_mem:
             raise BadDecision(f"--mem={c.value} is beyond {where}'s limit of {units.format_mem(max_mem)}")
         if c.option == "mem-per-cpu" and max_mem is not None and c.amount * cpus > max_mem:
-            raise BadDecision(f"--mem-per-cpu={c.value} x {cpus} CPUs is beyond {where}'s limit of {units.format_mem(max_mem)}")
+            raise BadDecision(
+                f"--mem-per-cpu={c.value} x {cpus} CPUs is beyond {where}'s limit of {units.format_mem(max_mem)}"
+            )
         if c.option == "cpus-per-task" and max_cpus is not None and c.amount > max_cpus:
             raise BadDecision(f"--cpus-per-task={c.value} is beyond {where}'s limit of {max_cpus} CPUs")
 
@@ -219,4 +221,6 @@ def check_beside(changes: list[Change], tres_per_task: str | None, tasks_per_nod
     if tres_per_task is None or "cpu" not in tres_per_task.lower():
         return
     if any(c.option == "cpus-per-task" for c in changes):
-        raise BadDecision(f"--tres-per-task={tres_per_task} sets the CPUs per task, and sbatch refuses --cpus-per-task beside it")
+        raise BadDecision(
+            f"--tres-per-task={tres_per_task} sets the CPUs per task, and sbatch refuses --cpus-per-task beside it"
+        )

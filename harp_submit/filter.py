@@ -168,9 +168,13 @@ def changed_request(request: Request, sets: list[tuple[str, str]]) -> Request:
     """The request as it will be submitted: the same options with harp's values on top."""
     argv = options_argv_from(request) + [f"--{n}={v}" for n, v in sets]
     return Request(
-        SBATCH_TABLE.parse(argv), {}, None,
-        script_path=request.script_path, script_text=request.script_text,
-        wrap=request.wrap, harp_lines=request.harp_lines,
+        SBATCH_TABLE.parse(argv),
+        {},
+        None,
+        script_path=request.script_path,
+        script_text=request.script_text,
+        wrap=request.wrap,
+        harp_lines=request.harp_lines,
     )
 
 
@@ -295,7 +299,9 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return _main(args)
     except Exception as exc:  # the plugin submits the job unchanged when no "ok" comes
-        _write(f"{PROTOCOL}\nsay\tinternal error in harp-filter ({type(exc).__name__}: {_line(str(exc))}); {UNCHANGED}\n")
+        _write(
+            f"{PROTOCOL}\nsay\tinternal error in harp-filter ({type(exc).__name__}: {_line(str(exc))}); {UNCHANGED}\n"
+        )
         return 1
 
 

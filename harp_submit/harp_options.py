@@ -115,8 +115,10 @@ def _resolve(name: str, token: str) -> str:
     if spec is None:
         matches = [o.name for o in HARP_OPTIONS if o.name.startswith(name)]
         if len(matches) > 1:
-            raise HarpUsage(f"harp option '--{name}' is ambiguous; harp's options are {own} "
-                            "(see harp-submit --help); nothing submitted")
+            raise HarpUsage(
+                f"harp option '--{name}' is ambiguous; harp's options are {own} "
+                "(see harp-submit --help); nothing submitted"
+            )
         import difflib  # only to word this error
 
         close = difflib.get_close_matches(name, [o.name for o in HARP_OPTIONS], n=1, cutoff=0.5)

@@ -92,14 +92,20 @@ class Munge:
     def check(self) -> None:
         """Raise MungeError (one line, what to do) unless munged here makes and reads credentials."""
         if self.via not in (WIRE, "libmunge") and not _commands():
-            raise MungeError(0, "MUNGE is not installed here (no libmunge.so.2, no munge/unmunge commands); "
-                                "install munge and start munged")
+            raise MungeError(
+                0,
+                "MUNGE is not installed here (no libmunge.so.2, no munge/unmunge commands); "
+                "install munge and start munged",
+            )
         try:
             cred = self.encode(b"harp check")
             self.decode(cred)
         except MungeError as exc:
-            raise MungeError(exc.code, f"munged at {self.socket} does not work ({exc.message}); "
-                                       "start munged (systemctl start munge) or set the munge socket") from None
+            raise MungeError(
+                exc.code,
+                f"munged at {self.socket} does not work ({exc.message}); "
+                "start munged (systemctl start munge) or set the munge socket",
+            ) from None
 
     def encode(self, payload: bytes, ttl: int = 0) -> bytes:
         """A credential for ``payload`` (ttl 0: munged's default)."""
@@ -296,8 +302,14 @@ def _libmunge() -> Any:
             lib.munge_encode.restype = c.c_int
             lib.munge_encode.argtypes = [c.POINTER(c.c_char_p), c.c_void_p, c.c_char_p, c.c_int]
             lib.munge_decode.restype = c.c_int
-            lib.munge_decode.argtypes = [c.c_char_p, c.c_void_p, c.POINTER(c.c_void_p), c.POINTER(c.c_int),
-                                         c.POINTER(c.c_uint32), c.POINTER(c.c_uint32)]
+            lib.munge_decode.argtypes = [
+                c.c_char_p,
+                c.c_void_p,
+                c.POINTER(c.c_void_p),
+                c.POINTER(c.c_int),
+                c.POINTER(c.c_uint32),
+                c.POINTER(c.c_uint32),
+            ]
             libc.free.argtypes = [c.c_void_p]
             lib.free = libc.free
     _LIB.append(lib)

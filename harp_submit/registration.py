@@ -98,8 +98,14 @@ def _worth_retrying(exc: client.HarpdUnavailable) -> bool:
     return not exc.final or any(s in exc.reason for s in _RETRY_REFUSALS)
 
 
-def send(where: route.Route, message: dict, timeout: float, budget: float,
-         sleep: Callable[[float], None] = time.sleep, clock: Callable[[], float] = time.monotonic) -> bool:
+def send(
+    where: route.Route,
+    message: dict,
+    timeout: float,
+    budget: float,
+    sleep: Callable[[float], None] = time.sleep,
+    clock: Callable[[], float] = time.monotonic,
+) -> bool:
     """Send ``message`` until harpd accepts it, within ``budget`` seconds; True when it did.
 
     Backs off (``FIRST_PAUSE_S`` doubling up to ``MAX_PAUSE_S``) between tries
@@ -123,8 +129,9 @@ def send(where: route.Route, message: dict, timeout: float, budget: float,
         pause = min(MAX_PAUSE_S, pause * 2)
 
 
-def register_in_background(where: route.Route, message: dict, timeout: float,
-                           environ: Mapping[str, str] = os.environ) -> None:
+def register_in_background(
+    where: route.Route, message: dict, timeout: float, environ: Mapping[str, str] = os.environ
+) -> None:
     """Tell harpd about the new job from a detached child, so the user never waits for it.
 
     The child lets go of the terminal and of sbatch's pipes at once (a shell

@@ -48,7 +48,9 @@ class Occurrence:
 
     __slots__ = ("source", "name", "value", "option", "env_var")
 
-    def __init__(self, source: str, name: str, value: str | None, option: ParsedOption | None = None, env_var: str | None = None):
+    def __init__(
+        self, source: str, name: str, value: str | None, option: ParsedOption | None = None, env_var: str | None = None
+    ):
         self.source = source
         self.name = name
         self.value = value
@@ -93,9 +95,7 @@ class Request:
         # sbatch ignores a memory variable when the script or command line sets
         # a different memory option (and refuses two different ones there)
         set_mem = {o.name for o in occ if o.source != ENV and o.name in MEMORY_OPTIONS}
-        self.occurrences = [
-            o for o in occ if not (o.source == ENV and o.name in MEMORY_OPTIONS and set_mem - {o.name})
-        ]
+        self.occurrences = [o for o in occ if not (o.source == ENV and o.name in MEMORY_OPTIONS and set_mem - {o.name})]
 
     # --- lookups ------------------------------------------------------------------
 
@@ -234,8 +234,9 @@ class Request:
             "request": self.resources(),
             "harp_lines": [_text(x) or "" for x in self.harp_lines],
             "commands": self.commands(),
-            "input_bytes": input_size.input_bytes(self.commands(), self.cwd(),
-                                                  os.path.basename(self.script_path) if self.script_path else None),
+            "input_bytes": input_size.input_bytes(
+                self.commands(), self.cwd(), os.path.basename(self.script_path) if self.script_path else None
+            ),
         }
 
 

@@ -61,7 +61,14 @@ class Rewritten:
 
     __slots__ = ("argv", "environ", "script_text", "applied", "script_changed", "argv_changed", "env_changed")
 
-    def __init__(self, argv: list[str], environ: dict[str, str], script_text: str | None, applied: list[Applied], original: Request):
+    def __init__(
+        self,
+        argv: list[str],
+        environ: dict[str, str],
+        script_text: str | None,
+        applied: list[Applied],
+        original: Request,
+    ):
         self.argv = argv
         self.environ = environ
         self.script_text = script_text

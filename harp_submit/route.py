@@ -53,8 +53,13 @@ class Route:
 
     __slots__ = ("socket", "servers", "munge_socket", "harpd_uids")
 
-    def __init__(self, socket: str, servers: tuple[tuple[str, int], ...] = (), munge_socket: str | None = None,
-                 harpd_uids: tuple[int, ...] = (0,)):
+    def __init__(
+        self,
+        socket: str,
+        servers: tuple[tuple[str, int], ...] = (),
+        munge_socket: str | None = None,
+        harpd_uids: tuple[int, ...] = (0,),
+    ):
         self.socket = socket
         self.servers = servers
         self.munge_socket = munge_socket

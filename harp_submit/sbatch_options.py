@@ -194,9 +194,9 @@ _DROPPED = {"power": "24.05"}
 
 #: Every long option harp knows: 22.05's table, widened, then the newer ones.
 SBATCH_OPTIONS: tuple[OptSpec, ...] = tuple(
-    _spec(o.name, _WIDENED[o.name][1], o.short, o.canonical) if o.name in _WIDENED else o
-    for o in SBATCH_OPTIONS_22_05
+    _spec(o.name, _WIDENED[o.name][1], o.short, o.canonical) if o.name in _WIDENED else o for o in SBATCH_OPTIONS_22_05
 ) + tuple(spec for _, spec in NEWER_OPTIONS)
+
 
 def release_options(release: str) -> tuple[OptSpec, ...]:
     """sbatch's long options as one release (``"25.11"``) knows them.
@@ -210,6 +210,7 @@ def release_options(release: str) -> tuple[OptSpec, ...]:
     abbreviates ``--extra-node-info``; harp sizes from neither.  This
     per-release table is what tests check that against.
     """
+
     def key(r: str) -> tuple[int, ...]:
         return tuple(int(x) for x in r.split("."))
 
@@ -371,8 +372,10 @@ class ParsedOption:
         self.spelled = spelled
 
     def __repr__(self) -> str:
-        return (f"ParsedOption({self.name!r}, {self.value!r}, {self.index}, {self.value_index}, {self.value_start}, "
-                f"{self.spelled!r})")
+        return (
+            f"ParsedOption({self.name!r}, {self.value!r}, {self.index}, {self.value_index}, {self.value_start}, "
+            f"{self.spelled!r})"
+        )
 
     def cluster_lead(self, text: str) -> str:
         """The short flags before this option in its cluster: ``-H`` of ``-Hc``; else ''.

@@ -78,8 +78,9 @@ def script_directives(text: str) -> tuple[directives.Script, list[str]]:
     return script, lines
 
 
-def ask_harpd(job: dict[str, Any], environ: Mapping[str, str], say: Callable[[str], None],
-              dry_run: bool = False) -> dict[str, Any]:
+def ask_harpd(
+    job: dict[str, Any], environ: Mapping[str, str], say: Callable[[str], None], dry_run: bool = False
+) -> dict[str, Any]:
     """harpd's answer to ``predict`` for ``job``, within HARP_TIMEOUT (``dry_run``: harpd counts no submission).
 
     A bad HARP_TIMEOUT is said and the default used.  When harpd gives no

@@ -52,8 +52,10 @@ class ServerSettings(_Section):
     @model_validator(mode="after")
     def _tcp_keeps_a_slot(self) -> ServerSettings:
         if self.listen and self.unix_reserved_clients >= self.max_clients:
-            raise ValueError(f"unix_reserved_clients ({self.unix_reserved_clients}) must be below max_clients "
-                             f"({self.max_clients}) while server.listen is set, or TCP callers get no slot")
+            raise ValueError(
+                f"unix_reserved_clients ({self.unix_reserved_clients}) must be below max_clients "
+                f"({self.max_clients}) while server.listen is set, or TCP callers get no slot"
+            )
         return self
 
 
@@ -201,9 +203,7 @@ class ReportSettings(_Section):
 
 
 class HarpSettings(BaseSettings):
-    model_config = SettingsConfigDict(
-        env_prefix="HARP_", env_nested_delimiter="__", extra="forbid"
-    )
+    model_config = SettingsConfigDict(env_prefix="HARP_", env_nested_delimiter="__", extra="forbid")
 
     server: ServerSettings = Field(default_factory=ServerSettings)
     client: ClientSettings = Field(default_factory=ClientSettings)
@@ -219,7 +219,9 @@ class HarpSettings(BaseSettings):
     report: ReportSettings = Field(default_factory=ReportSettings)
 
     @classmethod
-    def settings_customise_sources(cls, settings_cls, init_settings, env_settings, dotenv_settings, file_secret_settings):  # type: ignore[override]
+    def settings_customise_sources(
+        cls, settings_cls, init_settings, env_settings, dotenv_settings, file_secret_settings
+    ):  # type: ignore[override]
         # environment beats the file (passed as init kwargs) beats defaults
         return (env_settings, init_settings)
 
@@ -280,8 +282,12 @@ def _in_words(e: dict[str, Any]) -> str:
         return f"must be a whole number{unit}{shown}"
     if t in ("bool_parsing", "bool_type"):
         return f"must be true or false{shown}"
-    bounds = {"greater_than": ("greater than", "gt"), "greater_than_equal": ("at least", "ge"),
-              "less_than": ("less than", "lt"), "less_than_equal": ("at most", "le")}
+    bounds = {
+        "greater_than": ("greater than", "gt"),
+        "greater_than_equal": ("at least", "ge"),
+        "less_than": ("less than", "lt"),
+        "less_than_equal": ("at most", "le"),
+    }
     if t in bounds:
         words, k = bounds[t]
         return f"must be {words} {_num(ctx.get(k))}{shown}"
@@ -339,7 +345,7 @@ def _not_json(exc: Exception) -> str:
         parts = name.upper().split("__")
         if len(parts) != 2 or not parts[0].startswith("HARP_"):
             continue
-        section = HarpSettings.model_fields.get(parts[0][len("HARP_"):].lower())
+        section = HarpSettings.model_fields.get(parts[0][len("HARP_") :].lower())
         model = getattr(section, "annotation", None)
         key = getattr(model, "model_fields", {}).get(parts[1].lower())
         if key is None or typing.get_origin(key.annotation) not in (list, dict):
@@ -385,8 +391,9 @@ def load_settings(path: str | os.PathLike[str] | None = None) -> HarpSettings:
     except ValidationError as exc:
         lines = _error_lines(exc, p, p.exists())
     except SettingsError as exc:  # a HARP_* variable that should hold JSON (a list, a table) does not
-        raise ConfigError(f"{_not_json(exc)} is not valid JSON; give lists and tables as JSON, "
-                          "e.g. HARP_DNN__GPU_TYPES='[...]'") from None
+        raise ConfigError(
+            f"{_not_json(exc)} is not valid JSON; give lists and tables as JSON, e.g. HARP_DNN__GPU_TYPES='[...]'"
+        ) from None
     if len(lines) == 1:
         raise ConfigError(f"invalid setting {lines[0]}")
     raise ConfigError(f"{len(lines)} invalid settings, one a line:\n" + "\n".join(f"  {ln}" for ln in lines))

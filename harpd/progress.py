@@ -24,12 +24,29 @@ class Bar:
     Positions that go backwards are ignored, so the bar only moves forward.
     """
 
-    def __init__(self, label: str, *, total: float | None = None, stream: TextIO | None = None,
-                 enabled: bool | None = None, unit: str = "it", unit_scale: bool = False) -> None:
+    def __init__(
+        self,
+        label: str,
+        *,
+        total: float | None = None,
+        stream: TextIO | None = None,
+        enabled: bool | None = None,
+        unit: str = "it",
+        unit_scale: bool = False,
+    ) -> None:
         self.stream = stream if stream is not None else sys.stderr
         self.enabled = is_terminal(self.stream) if enabled is None else enabled
-        self._bar = tqdm(total=total, desc=label, file=self.stream, unit=unit, unit_scale=unit_scale,
-                         disable=not self.enabled, mininterval=0.2, leave=True, dynamic_ncols=True)
+        self._bar = tqdm(
+            total=total,
+            desc=label,
+            file=self.stream,
+            unit=unit,
+            unit_scale=unit_scale,
+            disable=not self.enabled,
+            mininterval=0.2,
+            leave=True,
+            dynamic_ncols=True,
+        )
 
     def to(self, done: float, total: float | None = None) -> None:
         if not self.enabled:

@@ -223,12 +223,19 @@ class ReportRequest(_Request):
 
 
 Request = Annotated[
-    PredictRequest | RegisterRequest | StatusRequest | HealthRequest | EndingRequest | RetrainRequest | ReloadRequest
-    | ImportRequest | ReportRequest | ProgressRequest,
+    PredictRequest
+    | RegisterRequest
+    | StatusRequest
+    | HealthRequest
+    | EndingRequest
+    | RetrainRequest
+    | ReloadRequest
+    | ImportRequest
+    | ReportRequest
+    | ProgressRequest,
     Field(discriminator="op"),
 ]
-OPS: tuple[str, ...] = ("predict", "register", "status", "health", "retrain", "reload", "import", "report",
-                        "progress")
+OPS: tuple[str, ...] = ("predict", "register", "status", "health", "retrain", "reload", "import", "report", "progress")
 ADMIN_OPS: frozenset[str] = frozenset({"retrain", "reload", "import"})
 _REQUEST = TypeAdapter(Request)
 
@@ -292,8 +299,17 @@ class ProgressAnswer(_Answer):
     elapsed_s: float  # the trial's run time as harpd counts it: since its first report
 
 
-Answer = (ErrorAnswer | PredictAnswer | RegisterAnswer | StatusAnswer | EndingAnswer | HealthAnswer | AdminAnswer
-          | ReportAnswer | ProgressAnswer)
+Answer = (
+    ErrorAnswer
+    | PredictAnswer
+    | RegisterAnswer
+    | StatusAnswer
+    | EndingAnswer
+    | HealthAnswer
+    | AdminAnswer
+    | ReportAnswer
+    | ProgressAnswer
+)
 
 
 # --------------------------------------------------------------- encoding

@@ -162,8 +162,11 @@ class Decision:
         """The stored JSON object; None when the job was registered without a decision."""
         if not isinstance(d, Mapping):
             return None
-        changes = tuple(DecisionChange(c.get("option"), c.get("value"), c.get("old"), c.get("reason"))
-                        for c in d.get("changes") or [] if isinstance(c, Mapping))
+        changes = tuple(
+            DecisionChange(c.get("option"), c.get("value"), c.get("old"), c.get("reason"))
+            for c in d.get("changes") or []
+            if isinstance(c, Mapping)
+        )
         return cls(changes, d.get("model"))
 
     @property
@@ -206,11 +209,20 @@ class Submission:
     def from_row(cls, row: Mapping[str, Any]) -> Submission:
         """A ``submissions`` row whose JSON columns are decoded."""
         return cls(
-            job_id=row["job_id"], uid=row["uid"], user=row.get("user"), submitted_at=row["submitted_at"],
-            job=_mapping(row.get("job")), original=Resources.from_json(row.get("original")),
-            submitted=Resources.from_json(row.get("submitted")), decision=Decision.from_json(row.get("decision")),
-            state=row["state"], chain_id=row.get("chain_id"), outcome=row.get("outcome"), done_at=row.get("done_at"),
-            token=row.get("token"), verified=bool(row.get("verified")),
+            job_id=row["job_id"],
+            uid=row["uid"],
+            user=row.get("user"),
+            submitted_at=row["submitted_at"],
+            job=_mapping(row.get("job")),
+            original=Resources.from_json(row.get("original")),
+            submitted=Resources.from_json(row.get("submitted")),
+            decision=Decision.from_json(row.get("decision")),
+            state=row["state"],
+            chain_id=row.get("chain_id"),
+            outcome=row.get("outcome"),
+            done_at=row.get("done_at"),
+            token=row.get("token"),
+            verified=bool(row.get("verified")),
             stored={k: row.get(k) for k in SUBMISSION_JSON},
         )
 

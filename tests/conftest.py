@@ -26,8 +26,15 @@ DEFAULT_DIR = Path(os.environ.get("HARP_SLURM_DIR", "/tmp/harp-localslurm"))
 # Job states after which a job will not change by itself (sacct's spelling).
 FINAL_STATES = frozenset(
     {
-        "COMPLETED", "FAILED", "TIMEOUT", "CANCELLED", "OUT_OF_MEMORY",
-        "NODE_FAIL", "PREEMPTED", "BOOT_FAIL", "DEADLINE",
+        "COMPLETED",
+        "FAILED",
+        "TIMEOUT",
+        "CANCELLED",
+        "OUT_OF_MEMORY",
+        "NODE_FAIL",
+        "PREEMPTED",
+        "BOOT_FAIL",
+        "DEADLINE",
     }
 )
 
@@ -49,9 +56,7 @@ RELEASE_FILES = {
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    config.addinivalue_line(
-        "markers", "slurm: needs the real local Slurm cluster (scripts/localslurm)"
-    )
+    config.addinivalue_line("markers", "slurm: needs the real local Slurm cluster (scripts/localslurm)")
     config.addinivalue_line(
         "markers", "release: a Slurm test of behaviour that differs between Slurm releases (RELEASE_FILES)"
     )
@@ -104,20 +109,35 @@ class SlurmCluster:
         """
         return "REQUEUED" if self.version == "22.05" else own
 
-    def run(self, argv: list[str], *, user: str | None = None, input: str | None = None,
-            cwd: Path | str | None = None, check: bool = True,
-            timeout: float = 60) -> subprocess.CompletedProcess[str]:
+    def run(
+        self,
+        argv: list[str],
+        *,
+        user: str | None = None,
+        input: str | None = None,
+        cwd: Path | str | None = None,
+        check: bool = True,
+        timeout: float = 60,
+    ) -> subprocess.CompletedProcess[str]:
         """Run a command with this cluster's SLURM_CONF, optionally as ``user``."""
         if user is not None and user != "root":
             argv = ["runuser", "-u", user, "--", "env", f"SLURM_CONF={self.conf}", *argv]
-        proc = subprocess.run(argv, input=input, capture_output=True, text=True,
-                              cwd=str(cwd or self.workdir), env=self.env, timeout=timeout)
+        proc = subprocess.run(
+            argv,
+            input=input,
+            capture_output=True,
+            text=True,
+            cwd=str(cwd or self.workdir),
+            env=self.env,
+            timeout=timeout,
+        )
         if check and proc.returncode != 0:
             raise SlurmError(f"{' '.join(argv)} exited {proc.returncode}: {proc.stderr.strip()}")
         return proc
 
-    def sbatch(self, *args: str, script: str | None = None, user: str | None = None,
-               cwd: Path | str | None = None) -> str:
+    def sbatch(
+        self, *args: str, script: str | None = None, user: str | None = None, cwd: Path | str | None = None
+    ) -> str:
         """Submit; return the job id.  ``script`` (text) goes on stdin.
 
         Without ``script``, pass ``--wrap=...`` or a script path in ``args``.
@@ -127,8 +147,14 @@ class SlurmCluster:
         out = self.run(["sbatch", "--parsable", *args], user=user, input=script, cwd=cwd).stdout
         return out.strip().split(";")[0]
 
-    def sacct(self, job_id: str, fields: str | list[str] = "JobID,State,ExitCode",
-              *, steps: bool = True, duplicates: bool = False) -> list[dict[str, str]]:
+    def sacct(
+        self,
+        job_id: str,
+        fields: str | list[str] = "JobID,State,ExitCode",
+        *,
+        steps: bool = True,
+        duplicates: bool = False,
+    ) -> list[dict[str, str]]:
         """sacct rows (job first, then its steps) as dicts keyed by field name."""
         names = fields.split(",") if isinstance(fields, str) else list(fields)
         argv = ["sacct", "-P", "-n", "-j", job_id, "-o", ",".join(names)]
@@ -171,8 +197,10 @@ class SlurmCluster:
             tops = [r for r in rows if "." not in r["JobID"]]
             states = {r["State"].split()[0] for r in tops if r["State"]}
             state = ",".join(sorted(states))
-            if tops and states <= FINAL_STATES and all(
-                r["State"] and r["Partition"] and r["End"] != "Unknown" for r in tops
+            if (
+                tops
+                and states <= FINAL_STATES
+                and all(r["State"] and r["Partition"] and r["End"] != "Unknown" for r in tops)
             ):
                 if rows == previous:
                     return state
@@ -188,8 +216,13 @@ class SlurmCluster:
 
 
 def _localslurm(cmd: str, d: Path, timeout: float) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(["bash", str(LOCALSLURM), cmd, str(d)], capture_output=True,
-                          text=True, timeout=timeout, stdin=subprocess.DEVNULL)
+    return subprocess.run(
+        ["bash", str(LOCALSLURM), cmd, str(d)],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        stdin=subprocess.DEVNULL,
+    )
 
 
 def _cluster_path(d: Path) -> str:
@@ -201,7 +234,11 @@ def _cluster_path(d: Path) -> str:
     """
     proc = subprocess.run(
         ["bash", "-c", 'eval "$(bash "$0" env "$1")" && printf %s "$PATH"', str(LOCALSLURM), str(d)],
-        capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL)
+        capture_output=True,
+        text=True,
+        timeout=60,
+        stdin=subprocess.DEVNULL,
+    )
     if proc.returncode != 0 or proc.stdout == os.environ.get("PATH", ""):
         return ""
     return proc.stdout
@@ -240,8 +277,7 @@ def slurm_cluster():
         os.environ["PATH"] = path
     workdir = Path(tempfile.mkdtemp(prefix="harp-slurm-tests-"))
     workdir.chmod(0o1777)
-    cluster = SlurmCluster(dir=d, conf=conf, workdir=workdir,
-                           started_here=not was_running, env=dict(os.environ))
+    cluster = SlurmCluster(dir=d, conf=conf, workdir=workdir, started_here=not was_running, env=dict(os.environ))
     try:
         yield cluster
     finally:

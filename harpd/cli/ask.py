@@ -45,13 +45,18 @@ def route_of(args: argparse.Namespace) -> Any:
 
     if getattr(args, "config", None):
         s = settings_of(args)
-        return route.Route(str(s.server.socket), tuple(route.parse_address(a) for a in s.client.servers),
-                           s.munge.socket, (s.client.harpd_uid,))
+        return route.Route(
+            str(s.server.socket),
+            tuple(route.parse_address(a) for a in s.client.servers),
+            s.munge.socket,
+            (s.client.harpd_uid,),
+        )
     return route.choose(os.environ)[0]
 
 
-def ask(args: argparse.Namespace, message: dict[str, Any], timeout: float, *,
-        max_answer: int | None = None) -> dict[str, Any]:
+def ask(
+    args: argparse.Namespace, message: dict[str, Any], timeout: float, *, max_answer: int | None = None
+) -> dict[str, Any]:
     """harpd's ``ok`` answer to ``message``."""
     from harp_submit import client
 
@@ -65,10 +70,16 @@ def ask(args: argparse.Namespace, message: dict[str, Any], timeout: float, *,
 
 def add_admin_arguments(p: argparse.ArgumentParser, timeout_s: float, why: str) -> None:
     """``--format`` and ``--timeout``, as every admin-operation subcommand takes them."""
-    p.add_argument("--format", choices=("text", "json"), default="text",
-                   help="text (default), or json: harpd's answer as it came")
-    p.add_argument("--timeout", type=float, default=timeout_s, metavar="S",
-                   help=f"seconds to wait for harpd (default {timeout_s:g}: {why})")
+    p.add_argument(
+        "--format", choices=("text", "json"), default="text", help="text (default), or json: harpd's answer as it came"
+    )
+    p.add_argument(
+        "--timeout",
+        type=float,
+        default=timeout_s,
+        metavar="S",
+        help=f"seconds to wait for harpd (default {timeout_s:g}: {why})",
+    )
 
 
 def ask_admin(args: argparse.Namespace, op: str, timeout: float) -> dict[str, Any]:

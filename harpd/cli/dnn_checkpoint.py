@@ -19,8 +19,9 @@ from harpd.cli.main import CliError, open_store, settings_of
 
 
 def add_arguments(p: argparse.ArgumentParser, nargs: str) -> None:
-    p.add_argument("keys", nargs=nargs, metavar="KEY=VALUE",
-                   help="cost=2m horizon=48h [converge=0.5] [t0=30m] [rate=0.1]")
+    p.add_argument(
+        "keys", nargs=nargs, metavar="KEY=VALUE", help="cost=2m horizon=48h [converge=0.5] [t0=30m] [rate=0.1]"
+    )
     p.add_argument("--db", default=None, help="harpd's store for the site's interruption rate (default: configured)")
     p.add_argument("--format", choices=("table", "json"), default="table")
 
@@ -31,8 +32,7 @@ def _site_hazard(args: argparse.Namespace) -> Any:
     db = args.db or settings_of(args).store.path
     store = open_store(db)
     try:
-        jobs = ((r.outcome.value, r.used_time_s) for r in store.iter_jobs(order=None)
-                if r.used_time_s)
+        jobs = ((r.outcome.value, r.used_time_s) for r in store.iter_jobs(order=None) if r.used_time_s)
         return hazard_from_jobs(jobs)
     finally:
         store.close()
@@ -68,22 +68,34 @@ def run(args: argparse.Namespace) -> int:
     else:
         hazard = _site_hazard(args)
         if hazard.events == 0:
-            raise CliError("the store has no interrupted jobs (node failures, preemptions, time-outs) to "
-                           "estimate a rate from; give rate= (interruptions per job-hour)")
+            raise CliError(
+                "the store has no interrupted jobs (node failures, preemptions, time-outs) to "
+                "estimate a rate from; give rate= (interruptions per job-hour)"
+            )
         source = f"site: {hazard.events} interruptions in {hazard.hours:.0f} job-hours"
     sched = coci_schedule(spec.cost_s, hazard, spec.horizon_s, spec.converge, spec.t0_s)
     mean = hazard.mean or spec.rate_per_h or hazard.at(0)
     even = young_daly(spec.cost_s, mean)
     n_even = len(even_schedule(spec.cost_s, mean, spec.horizon_s))
     if args.format == "json":
-        json.dump({"checkpoints_s": [round(t, 1) for t in sched], "even_interval_s": round(even, 1),
-                   "even_checkpoints": n_even, "hazard_per_hour": list(hazard.per_hour),
-                   "age_bins_h": [b for b in AGE_BINS_H if b != float("inf")], "rate_source": source},
-                  sys.stdout, indent=2)
+        json.dump(
+            {
+                "checkpoints_s": [round(t, 1) for t in sched],
+                "even_interval_s": round(even, 1),
+                "even_checkpoints": n_even,
+                "hazard_per_hour": list(hazard.per_hour),
+                "age_bins_h": [b for b in AGE_BINS_H if b != float("inf")],
+                "rate_source": source,
+            },
+            sys.stdout,
+            indent=2,
+        )
         print()
         return 0
-    print(f"harp dnn checkpoint: {len(sched)} checkpoints over {spec.horizon_s / 3600:g}h (cost {spec.cost_s:g}s, "
-          f"converge k={spec.converge:g}, {source}); even Young/Daly: every {even / 60:.0f} min ({n_even})")
+    print(
+        f"harp dnn checkpoint: {len(sched)} checkpoints over {spec.horizon_s / 3600:g}h (cost {spec.cost_s:g}s, "
+        f"converge k={spec.converge:g}, {source}); even Young/Daly: every {even / 60:.0f} min ({n_even})"
+    )
     prev = 0.0
     for i, t in enumerate(sched[:50]):
         print(f"  {i + 1:>3}  at {t / 3600:7.2f}h  (+{(t - prev) / 60:.0f} min)")

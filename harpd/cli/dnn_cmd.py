@@ -39,35 +39,54 @@ _ROWS = (
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     sub = p.add_subparsers(dest="dnn_command", metavar="ACTION")
-    keys_help = "KEY=VALUE as on a #HARP dnn line, e.g. params=7e9 layers=32 hidden=4096 heads=32 " \
-                "seq_len=4096 micro_batch=4 zero=2 gpus=8 (harp dnn estimate keys lists them)"
-    est = sub.add_parser("estimate", usage="harp dnn estimate [options] KEY=VALUE ...", help="per-GPU memory breakdown for gpus=N (default 1)",
-                         description="Per-GPU memory of a training setup: model states by ZeRO stage, "
-                                     "activations, CUDA context, distributed buffers, margin. With params= "
-                                     "alone: the model states only.")
+    keys_help = (
+        "KEY=VALUE as on a #HARP dnn line, e.g. params=7e9 layers=32 hidden=4096 heads=32 "
+        "seq_len=4096 micro_batch=4 zero=2 gpus=8 (harp dnn estimate keys lists them)"
+    )
+    est = sub.add_parser(
+        "estimate",
+        usage="harp dnn estimate [options] KEY=VALUE ...",
+        help="per-GPU memory breakdown for gpus=N (default 1)",
+        description="Per-GPU memory of a training setup: model states by ZeRO stage, "
+        "activations, CUDA context, distributed buffers, margin. With params= "
+        "alone: the model states only.",
+    )
     _add_keys_and_options(est, "estimate", keys_help, argparse.REMAINDER)
-    cho = sub.add_parser("choose", usage="harp dnn choose [options] KEY=VALUE ...", help="the GPU configuration harp would request, from [dnn] gpu_types",
-                         description="Run the planner on a description and print the sbatch changes.")
+    cho = sub.add_parser(
+        "choose",
+        usage="harp dnn choose [options] KEY=VALUE ...",
+        help="the GPU configuration harp would request, from [dnn] gpu_types",
+        description="Run the planner on a description and print the sbatch changes.",
+    )
     _add_keys_and_options(cho, "choose", keys_help, argparse.REMAINDER)
     from harpd.cli import dnn_plan
 
-    pla = sub.add_parser("plan", usage="harp dnn plan [options] KEY=VALUE ...",
-                         help="deadline, search (per stage) and batch plan: time and billed GPU-hours",
-                         description="The cheapest configuration meeting deadline=, a plan per successive-"
-                                     "halving stage (trials= eta=), or the GPU count and micro-batch of most "
-                                     "throughput per billed GPU-hour for batch=LO..HI; see docs/dnn.md.")
+    pla = sub.add_parser(
+        "plan",
+        usage="harp dnn plan [options] KEY=VALUE ...",
+        help="deadline, search (per stage) and batch plan: time and billed GPU-hours",
+        description="The cheapest configuration meeting deadline=, a plan per successive-"
+        "halving stage (trials= eta=), or the GPU count and micro-batch of most "
+        "throughput per billed GPU-hour for batch=LO..HI; see docs/dnn.md.",
+    )
     dnn_plan.add_arguments(pla, keys_help + " tokens=20e9 deadline=8h", argparse.REMAINDER)
     from harpd.cli import dnn_checkpoint
 
-    ckp = sub.add_parser("checkpoint", usage="harp dnn checkpoint [options] KEY=VALUE ...",
-                         help="checkpoint schedule: denser early (COCI) from cost, interruption rate, convergence",
-                         description="Checkpoint times for a resumable job from its checkpoint cost, the site's "
-                                     "interruption hazard (or rate=) and a power-law convergence profile, with the "
-                                     "even Young/Daly interval beside them; see docs/dnn.md.")
+    ckp = sub.add_parser(
+        "checkpoint",
+        usage="harp dnn checkpoint [options] KEY=VALUE ...",
+        help="checkpoint schedule: denser early (COCI) from cost, interruption rate, convergence",
+        description="Checkpoint times for a resumable job from its checkpoint cost, the site's "
+        "interruption hazard (or rate=) and a power-law convergence profile, with the "
+        "even Young/Daly interval beside them; see docs/dnn.md.",
+    )
     dnn_checkpoint.add_arguments(ckp, argparse.REMAINDER)
-    sub.add_parser("check", help="compare [dnn] gpu_types with Slurm's partitions and GRES",
-                   description="Check each configured GPU type against scontrol show partition/node; "
-                               "exit 1 when something disagrees.")
+    sub.add_parser(
+        "check",
+        help="compare [dnn] gpu_types with Slurm's partitions and GRES",
+        description="Check each configured GPU type against scontrol show partition/node; "
+        "exit 1 when something disagrees.",
+    )
 
 
 def _add_keys_and_options(p: argparse.ArgumentParser, action: str, keys_help: str, nargs: str) -> None:
@@ -79,8 +98,13 @@ def _add_keys_and_options(p: argparse.ArgumentParser, action: str, keys_help: st
     """
     p.add_argument("keys", nargs=nargs, metavar="KEY=VALUE", help=keys_help)
     if action == "estimate":
-        p.add_argument("--gpus-per-node", type=int, default=None, metavar="N",
-                       help="GPUs on each node, for host memory under offload (default: all on one node)")
+        p.add_argument(
+            "--gpus-per-node",
+            type=int,
+            default=None,
+            metavar="N",
+            help="GPUs on each node, for host memory under offload (default: all on one node)",
+        )
     p.add_argument("--format", choices=("table", "json"), default="table")
     p.add_argument("--cwd", default=None, help="directory config= paths are relative to (default: here)")
 
@@ -119,10 +143,13 @@ def _describe(spec: Any) -> str:
     src = f"config {spec.config_path} ({spec.model})" if spec.config_path else "given"
     opt = spec.optimizer + ("" if spec.optimizer != "sgd" else (" +momentum" if spec.momentum else " no momentum"))
     off = [n for n, on in (("optimizer", spec.offload_optimizer), ("param", spec.offload_param)) if on]
-    return (f"{spec.params / 1e9:.3g}B parameters ({src}), {opt} {spec.precision}, "
-            f"micro_batch={spec.micro_batch} seq_len={spec.seq_len}, layers={spec.layers} hidden={spec.hidden} "
-            f"heads={spec.heads} vocab={spec.vocab}, recompute={spec.recompute} attention={spec.attention}"
-            + (f", offload={','.join(off)}" if off else "") + f", accounting={spec.accounting}")
+    return (
+        f"{spec.params / 1e9:.3g}B parameters ({src}), {opt} {spec.precision}, "
+        f"micro_batch={spec.micro_batch} seq_len={spec.seq_len}, layers={spec.layers} hidden={spec.hidden} "
+        f"heads={spec.heads} vocab={spec.vocab}, recompute={spec.recompute} attention={spec.attention}"
+        + (f", offload={','.join(off)}" if off else "")
+        + f", accounting={spec.accounting}"
+    )
 
 
 def _estimate(args: argparse.Namespace) -> int:
@@ -132,8 +159,10 @@ def _estimate(args: argparse.Namespace) -> int:
     from harpd.dnn.zero import estimate
 
     if not args.keys:
-        raise CliError("harp dnn estimate needs KEY=VALUE words, e.g. params=7e9 layers=32 hidden=4096 "
-                       "heads=32 seq_len=4096 gpus=8 zero=auto")
+        raise CliError(
+            "harp dnn estimate needs KEY=VALUE words, e.g. params=7e9 layers=32 hidden=4096 "
+            "heads=32 seq_len=4096 gpus=8 zero=auto"
+        )
     dnn = settings_of(args).dnn
     try:
         spec = build_spec(tokens_from_args(args.keys), _cwd(args), shape_required=False)
@@ -143,15 +172,25 @@ def _estimate(args: argparse.Namespace) -> int:
             raise CliError("--gpus-per-node must be at least 1")
         if not spec.shape_known:
             return _states_only(args, spec, n)
-        results = {stage: estimate(spec, n, stage, cuda_context_gb=dnn.cuda_context_gb,
-                                   distributed_overhead_gb=dnn.distributed_overhead_gb,
-                                   margin=dnn.safety_margin, gpus_per_node=gpn)
-                   for stage in stages_for(spec)}
+        results = {
+            stage: estimate(
+                spec,
+                n,
+                stage,
+                cuda_context_gb=dnn.cuda_context_gb,
+                distributed_overhead_gb=dnn.distributed_overhead_gb,
+                margin=dnn.safety_margin,
+                gpus_per_node=gpn,
+            )
+            for stage in stages_for(spec)
+        }
     except DnnError as exc:
         raise CliError(str(exc)) from None
     if args.format == "json":
         out = {
-            "spec": spec.to_dict(), "gpus": n, "margin": dnn.safety_margin,
+            "spec": spec.to_dict(),
+            "gpus": n,
+            "margin": dnn.safety_margin,
             "stages": {str(s): {k: round(v) for k, v in e.breakdown().items()} for s, e in results.items()},
             "unit": "bytes per GPU (host_per_node: bytes per node)",
         }
@@ -174,8 +213,12 @@ def _estimate(args: argparse.Namespace) -> int:
     return 0
 
 
-_STATE_ROWS = (("parameters", "parameters"), ("gradients", "gradients"),
-               ("optimizer_states", "optimizer states"), ("gathered_layer", "gathered layer (ZeRO-3)"))
+_STATE_ROWS = (
+    ("parameters", "parameters"),
+    ("gradients", "gradients"),
+    ("optimizer_states", "optimizer states"),
+    ("gathered_layer", "gathered layer (ZeRO-3)"),
+)
 NEED_SHAPE = "activations need layers= hidden= heads= seq_len= (or config=path/to/config.json)"
 
 
@@ -190,22 +233,43 @@ def _states_only(args: argparse.Namespace, spec: Any, n: int) -> int:
 
     rows: dict[int, dict[str, float]] = {}
     for stage in stages_for(spec):
-        st = model_states(spec.params, stage, n, optimizer=spec.optimizer, precision=spec.precision,
-                          momentum=spec.momentum, offload_optimizer=spec.offload_optimizer,
-                          offload_param=spec.offload_param, largest_layer=spec.largest_layer,
-                          accounting=spec.accounting)
-        rows[stage] = {"parameters": st.params, "gradients": st.grads, "optimizer_states": st.optimizer,
-                       "gathered_layer": st.gathered, "model_states": st.gpu, "host_per_rank": st.host_per_rank}
+        st = model_states(
+            spec.params,
+            stage,
+            n,
+            optimizer=spec.optimizer,
+            precision=spec.precision,
+            momentum=spec.momentum,
+            offload_optimizer=spec.offload_optimizer,
+            offload_param=spec.offload_param,
+            largest_layer=spec.largest_layer,
+            accounting=spec.accounting,
+        )
+        rows[stage] = {
+            "parameters": st.params,
+            "gradients": st.grads,
+            "optimizer_states": st.optimizer,
+            "gathered_layer": st.gathered,
+            "model_states": st.gpu,
+            "host_per_rank": st.host_per_rank,
+        }
     if args.format == "json":
-        out = {"spec": spec.to_dict(), "gpus": n, "model_states_only": True, "missing": NEED_SHAPE,
-               "stages": {str(s): {k: round(v) for k, v in r.items()} for s, r in rows.items()},
-               "unit": "bytes per GPU (host_per_rank: bytes in host memory per rank)"}
+        out = {
+            "spec": spec.to_dict(),
+            "gpus": n,
+            "model_states_only": True,
+            "missing": NEED_SHAPE,
+            "stages": {str(s): {k: round(v) for k, v in r.items()} for s, r in rows.items()},
+            "unit": "bytes per GPU (host_per_rank: bytes in host memory per rank)",
+        }
         json.dump(out, sys.stdout, indent=2)
         print()
         return 0
     opt = spec.optimizer + ("" if spec.optimizer != "sgd" else (" +momentum" if spec.momentum else " no momentum"))
-    print(f"harp dnn estimate: {spec.params / 1e9:.3g}B parameters, {opt} {spec.precision}, "
-          f"accounting={spec.accounting}: model states only")
+    print(
+        f"harp dnn estimate: {spec.params / 1e9:.3g}B parameters, {opt} {spec.precision}, "
+        f"accounting={spec.accounting}: model states only"
+    )
     print(f"{n} GPU(s), data parallel; GiB per GPU")
     print(f"{'':26}" + "".join(f"{'zero=' + str(s):>10}" for s in rows))
     for key, label in _STATE_ROWS:
@@ -218,8 +282,10 @@ def _states_only(args: argparse.Namespace, spec: Any, n: int) -> int:
         print(f"{'host memory per rank':26}" + "".join(f" {_gib(r['host_per_rank'])}" for r in rows.values()))
     print(f"not counted: activations, CUDA context, distributed buffers; {NEED_SHAPE} for the whole GPU")
     if spec.accounting == "harp":
-        print("note: accounting=harp counts what DeepSpeed allocates; accounting=paper gives the ZeRO paper's "
-              "arithmetic (2+2+K bytes per parameter, K=12 for mixed-precision Adam)")
+        print(
+            "note: accounting=harp counts what DeepSpeed allocates; accounting=paper gives the ZeRO paper's "
+            "arithmetic (2+2+K bytes per parameter, K=12 for mixed-precision Adam)"
+        )
     if 3 in rows and spec.accounting == "harp" and not spec.largest_layer:
         print("note: ZeRO-3 also gathers its largest layer whole: not counted without largest_layer= or hidden=")
     return 0
@@ -240,9 +306,11 @@ def _choose(args: argparse.Namespace) -> int:
     if (rc := json_or_error(plan, args.format)) is not None:
         return rc
     chosen = plan.explain["dnn"]["chosen"]
-    print(f"harp dnn choose: {chosen['n_gpus']} x {chosen['gpu_type']} ({chosen['nodes']} node(s) x "
-          f"{chosen['gpus_per_node']}) in partition {chosen['partition']}, ZeRO stage {chosen['zero']}, "
-          f"{chosen['need_gib']} of {chosen['capacity_gib']} GiB per GPU")
+    print(
+        f"harp dnn choose: {chosen['n_gpus']} x {chosen['gpu_type']} ({chosen['nodes']} node(s) x "
+        f"{chosen['gpus_per_node']}) in partition {chosen['partition']}, ZeRO stage {chosen['zero']}, "
+        f"{chosen['need_gib']} of {chosen['capacity_gib']} GiB per GPU"
+    )
     opts = [f"--{ch['option']}={ch['value']}" for ch in plan.changes]
     width = max((len(o) for o in opts), default=0)
     for opt, ch in zip(opts, plan.changes):
@@ -269,8 +337,10 @@ def _check(args: argparse.Namespace) -> int:
         nodes = check.max_nodes.get(gt.name, 0)
         if nodes:
             gpn = check.gpus_per_node.get(gt.name, gt.gpus_per_node)
-            print(f"{gt.name}: partition {gt.partition}, up to {nodes} node(s) x {gpn} GPUs, "
-                  f"{gt.memory_gb:g} GiB each (from the config), billing weight {gt.billing_weight:g}")
+            print(
+                f"{gt.name}: partition {gt.partition}, up to {nodes} node(s) x {gpn} GPUs, "
+                f"{gt.memory_gb:g} GiB each (from the config), billing weight {gt.billing_weight:g}"
+            )
     for problem in check.problems:
         print(f"problem: {problem}")
     return 0 if check.ok else 1

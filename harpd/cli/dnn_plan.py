@@ -30,12 +30,21 @@ def json_or_error(plan: Any, fmt: str) -> int | None:
         raise CliError(plan.error)
     return None
 
+
 def add_arguments(p: argparse.ArgumentParser, keys_help: str, nargs: str) -> None:
     p.add_argument("keys", nargs=nargs, metavar="KEY=VALUE", help=keys_help)
-    p.add_argument("--run", action="append", default=[], metavar="N[xTYPE]:ELAPSED",
-                   help="an earlier run of this job for the scaling fit, e.g. --run 4xa100:3h (repeatable)")
-    p.add_argument("--slurm", action="store_true",
-                   help="check GPU types and read TRESBillingWeights from Slurm (scontrol show partition)")
+    p.add_argument(
+        "--run",
+        action="append",
+        default=[],
+        metavar="N[xTYPE]:ELAPSED",
+        help="an earlier run of this job for the scaling fit, e.g. --run 4xa100:3h (repeatable)",
+    )
+    p.add_argument(
+        "--slurm",
+        action="store_true",
+        help="check GPU types and read TRESBillingWeights from Slurm (scontrol show partition)",
+    )
     p.add_argument("--format", choices=("table", "json"), default="table")
     p.add_argument("--cwd", default=None, help="directory config= paths are relative to (default: here)")
 
@@ -55,17 +64,23 @@ def _table(goals: dict[str, Any]) -> list[str]:
     out = []
     stages = goals.get("stages") or []
     if len(stages) > 1:
-        out.append(f"  {'stage':>5} {'trials':>6} {'tokens/trial':>13} {'per trial':<28} {'waves':>5} "
-                   f"{'hours':>7} {'billed GPU-h':>12}")
+        out.append(
+            f"  {'stage':>5} {'trials':>6} {'tokens/trial':>13} {'per trial':<28} {'waves':>5} "
+            f"{'hours':>7} {'billed GPU-h':>12}"
+        )
         for s in stages:
             cfg = f"{s['n_gpus']} x {s['gpu_type']} ({s['nodes']}x{s['gpus_per_node']}) z{s['zero']}"
-            out.append(f"  {s['stage']:>5} {s['trials']:>6} {s['tokens_per_trial']:>13.3g} {cfg:<28} "
-                       f"{s['waves']:>5} {s['time_h']:>7.2f} {s['billed_gpu_hours']:>12.1f}")
+            out.append(
+                f"  {s['stage']:>5} {s['trials']:>6} {s['tokens_per_trial']:>13.3g} {cfg:<28} "
+                f"{s['waves']:>5} {s['time_h']:>7.2f} {s['billed_gpu_hours']:>12.1f}"
+            )
     static = goals.get("static")
     if static:
-        out.append(f"  static alternative: one pool of {static['pool_gpus']} x {static['gpu_type']} for the whole "
-                   f"search, {static['time_h']:.2f} h, {static['billed_gpu_hours']:.1f} billed GPU-hours "
-                   f"({static['cost_ratio_static_over_plan']}x the plan)")
+        out.append(
+            f"  static alternative: one pool of {static['pool_gpus']} x {static['gpu_type']} for the whole "
+            f"search, {static['time_h']:.2f} h, {static['billed_gpu_hours']:.1f} billed GPU-hours "
+            f"({static['cost_ratio_static_over_plan']}x the plan)"
+        )
     return out
 
 
@@ -73,8 +88,10 @@ def run(args: argparse.Namespace) -> int:
     from harpd.dnn.plan import plan_dnn_job
 
     if not args.keys:
-        raise CliError("harp dnn plan needs KEY=VALUE words, e.g. config=config.json seq_len=2048 "
-                       "tokens=20e9 deadline=8h (or trials=27 eta=3, or batch=256..2048)")
+        raise CliError(
+            "harp dnn plan needs KEY=VALUE words, e.g. config=config.json seq_len=2048 "
+            "tokens=20e9 deadline=8h (or trials=27 eta=3, or batch=256..2048)"
+        )
     settings = settings_of(args)
     words = list(args.keys)
     if args.run:

@@ -22,8 +22,9 @@ HELP = "is harpd up: store, models, soft or hard limits, and what recovery can d
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--format", choices=("text", "json"), default="text",
-                   help="text (default), or json: harpd's answer as it came")
+    p.add_argument(
+        "--format", choices=("text", "json"), default="text", help="text (default), or json: harpd's answer as it came"
+    )
     p.add_argument("--timeout", type=float, default=5.0, metavar="S", help="seconds to wait for harpd (default 5)")
 
 
@@ -43,7 +44,10 @@ def run(args: argparse.Namespace) -> int:
 
 def render(h: dict[str, Any]) -> str:
     """The human view of a health answer."""
-    out = [f"harpd {h.get('version', '?')}: up {float(h.get('uptime_s') or 0):.0f} s", f"  store:       {h.get('store')}"]
+    out = [
+        f"harpd {h.get('version', '?')}: up {float(h.get('uptime_s') or 0):.0f} s",
+        f"  store:       {h.get('store')}",
+    ]
     models = h.get("models") or {}
     names = ", ".join(f"{res} {m.get('name')} ({m.get('n_train')} jobs)" for res, m in sorted(models.items()))
     out.append(f"  predictor:   {h.get('predictor')}" + (f"; models: {names}" if names else "; no trained model yet"))

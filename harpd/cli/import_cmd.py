@@ -17,13 +17,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("file", metavar="FILE", help="trace file; the format is recognised from its content")
     parser.add_argument("--source", help="name the records' source (default: the file name without suffixes)")
     parser.add_argument("--db", help="store to write (default: store.path from the config)")
-    parser.add_argument(
-        "--batch-size", type=int, default=20_000, help="records per transaction (default 20000)"
-    )
+    parser.add_argument("--batch-size", type=int, default=20_000, help="records per transaction (default 20000)")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar, even on a terminal")
-    parser.add_argument("--start", metavar="DATE",
-                        help="when an SWF trace begins, to place its jobs in time: an ISO date (2012-01-01, UTC "
-                             "unless it names a zone) or epoch seconds; replaces the file's UnixStartTime header")
+    parser.add_argument(
+        "--start",
+        metavar="DATE",
+        help="when an SWF trace begins, to place its jobs in time: an ISO date (2012-01-01, UTC "
+        "unless it names a zone) or epoch seconds; replaces the file's UnixStartTime header",
+    )
 
 
 def parse_start(text: str) -> float:
@@ -37,8 +38,10 @@ def parse_start(text: str) -> float:
     try:
         when = datetime.fromisoformat(text.strip())
     except ValueError:
-        raise CliError(f"--start {text!r}: not a date; give an ISO date such as 2012-01-01 "
-                       "(or 2012-01-01T08:00+01:00) or epoch seconds") from None
+        raise CliError(
+            f"--start {text!r}: not a date; give an ISO date such as 2012-01-01 "
+            "(or 2012-01-01T08:00+01:00) or epoch seconds"
+        ) from None
     if when.tzinfo is None:
         when = when.replace(tzinfo=UTC)
     return when.timestamp()

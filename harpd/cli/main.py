@@ -64,7 +64,8 @@ def store_problem(db: Any, hint: bool = True) -> str | None:
         os.stat(path)
     except FileNotFoundError:
         return f"cannot open the store {path} (no such file)" + (
-            "; run `harp import` or start harpd first, or pass --db PATH" if hint else "")
+            "; run `harp import` or start harpd first, or pass --db PATH" if hint else ""
+        )
     except OSError as exc:
         return f"cannot open the store {path} ({(exc.strerror or str(exc)).lower()})"
     if os.path.isdir(path):

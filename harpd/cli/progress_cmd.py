@@ -27,10 +27,15 @@ class NotRecorded(CliError):
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--metric", required=True, metavar="NAME=VALUE", help="e.g. loss=0.31 (the study's metric)")
-    parser.add_argument("--study", metavar="WORDS",
-                        help="the study: 'study=NAME [metric=loss] [mode=min|max] [stop=sha] [eta=3] [rung=30m]' "
-                             "(default: HARP_STUDY, else the job's array)")
-    parser.add_argument("--job", metavar="JOBID", help="the job (default: from SLURM_ARRAY_JOB_ID/TASK_ID, SLURM_JOB_ID)")
+    parser.add_argument(
+        "--study",
+        metavar="WORDS",
+        help="the study: 'study=NAME [metric=loss] [mode=min|max] [stop=sha] [eta=3] [rung=30m]' "
+        "(default: HARP_STUDY, else the job's array)",
+    )
+    parser.add_argument(
+        "--job", metavar="JOBID", help="the job (default: from SLURM_ARRAY_JOB_ID/TASK_ID, SLURM_JOB_ID)"
+    )
     parser.add_argument("--timeout", type=float, default=5.0, metavar="S", help="seconds to wait for harpd (default 5)")
 
 
@@ -66,6 +71,8 @@ def run(args: argparse.Namespace) -> int:
     except Unreachable as exc:
         print(f"harp: progress not recorded: {exc}", file=sys.stderr)
         return 0
-    print(f"job {job}: {metric}={value:g} recorded for study {answer.get('study')} "
-          f"at {float(answer.get('elapsed_s') or 0) / 60:.1f} min of its run")
+    print(
+        f"job {job}: {metric}={value:g} recorded for study {answer.get('study')} "
+        f"at {float(answer.get('elapsed_s') or 0) / 60:.1f} min of its run"
+    )
     return 0

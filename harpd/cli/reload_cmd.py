@@ -34,6 +34,8 @@ def run(args: argparse.Namespace) -> int:
     if models:
         print("harpd reloaded: " + ", ".join(models))
     else:
-        print("harpd reloaded: no model loaded (none trained yet, or unusable: see harpd's log); "
-              "`harp retrain` trains them")
+        print(
+            "harpd reloaded: no model loaded (none trained yet, or unusable: see harpd's log); "
+            "`harp retrain` trains them"
+        )
     return 0

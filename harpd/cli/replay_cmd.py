@@ -23,51 +23,100 @@ if TYPE_CHECKING:
     from harpd.predict.metric import ModelMetrics
 
 NAME = "replay"
-HELP = ("what harp would have saved and cost on a past trace (SWF, sacct export or Nextflow trace), against the "
-        "users' own requests")
+HELP = (
+    "what harp would have saved and cost on a past trace (SWF, sacct export or Nextflow trace), against the "
+    "users' own requests"
+)
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     from harpd.cli import replay_workflow
 
-    p.add_argument("trace", metavar="TRACE", help="SWF file, `sacct --parsable2` export or Nextflow trace "
-                                                  "(gzip or plain)")
+    p.add_argument(
+        "trace", metavar="TRACE", help="SWF file, `sacct --parsable2` export or Nextflow trace (gzip or plain)"
+    )
     p.add_argument("--format", choices=["table", "json"], default="table")
-    p.add_argument("--resource", choices=["time", "mem", "cpus"], default="time",
-                   help="cpus: core-hours reserved by users and by harp's cores rule, and the share of jobs it "
-                        "would slow (needs TotalCPU or Nextflow's %%cpu)")
+    p.add_argument(
+        "--resource",
+        choices=["time", "mem", "cpus"],
+        default="time",
+        help="cpus: core-hours reserved by users and by harp's cores rule, and the share of jobs it "
+        "would slow (needs TotalCPU or Nextflow's %%cpu)",
+    )
     p.add_argument("--limit", type=int, metavar="N", help="only the first N jobs (in submission order)")
-    p.add_argument("--models", metavar="A,B", default="request,tsafrir,alea,gbm,harp",
-                   help="comma-separated predictors (default: %(default)s)")
-    p.add_argument("--retrain-every", type=int, metavar="N",
-                   help="retrain after N new outcomes (default: 1/20 of the trace, at least 500)")
-    p.add_argument("--threads", type=int, default=1, metavar="N",
-                   help="threads for model training (default 1: best on a shared machine)")
-    p.add_argument("--bounds", action="store_true",
-                   help="add reference rows: what clairvoyant per-template rules (future included) and a simple "
-                        "history rule reach on this trace (harpd/predict/bounds.py)")
+    p.add_argument(
+        "--models",
+        metavar="A,B",
+        default="request,tsafrir,alea,gbm,harp",
+        help="comma-separated predictors (default: %(default)s)",
+    )
+    p.add_argument(
+        "--retrain-every",
+        type=int,
+        metavar="N",
+        help="retrain after N new outcomes (default: 1/20 of the trace, at least 500)",
+    )
+    p.add_argument(
+        "--threads",
+        type=int,
+        default=1,
+        metavar="N",
+        help="threads for model training (default 1: best on a shared machine)",
+    )
+    p.add_argument(
+        "--bounds",
+        action="store_true",
+        help="add reference rows: what clairvoyant per-template rules (future included) and a simple "
+        "history rule reach on this trace (harpd/predict/bounds.py)",
+    )
     # --no-progress as in `harp import`; --quiet, the older name, still works
     p.add_argument("--no-progress", "--quiet", dest="quiet", action="store_true", help="no progress on stderr")
-    p.add_argument("--limits", choices=["hard", "soft"], default="hard",
-                   help="hard: harp's limit is the kill time (an unprivileged harpd, the default); soft: a "
-                        "privileged harpd extends jobs up to the user's request, decided again at each job's "
-                        "start (docs/metrics.md, 'Soft limits'; time only)")
-    p.add_argument("--schedule", action="store_true",
-                   help="also simulate the queue (FCFS + EASY backfilling) under the users' requests, harp's hard "
-                        "and soft limits and the exact runtimes: wait, bounded slowdown, utilization (docs/metrics.md)")
-    p.add_argument("--procs", type=int, metavar="N",
-                   help="processors of the simulated machine for --schedule (default: the SWF MaxProcs/MaxNodes "
-                        "header; required for sacct exports)")
-    p.add_argument("--replicas", type=int, metavar="N", default=5,
-                   help="--schedule: average the queue figures over N copies of the trace, the first as recorded, "
-                        "the others shaken (one simulation alone is chaotic; docs/metrics.md, 'Queue'; "
-                        "default: %(default)s, 1 for the recorded trace only)")
-    p.add_argument("--compress", type=float, metavar="F", default=1.0,
-                   help="--schedule: multiply every submission time by F (0 < F <= 1) to load the simulated machine "
-                        "more, as the scheduling literature does (docs/metrics.md, 'Queue', high load)")
-    p.add_argument("--shake", type=float, metavar="SECONDS", default=60.0,
-                   help="--schedule: move each submission of a shaken copy by up to this many seconds either way "
-                        "(default: %(default)g)")
+    p.add_argument(
+        "--limits",
+        choices=["hard", "soft"],
+        default="hard",
+        help="hard: harp's limit is the kill time (an unprivileged harpd, the default); soft: a "
+        "privileged harpd extends jobs up to the user's request, decided again at each job's "
+        "start (docs/metrics.md, 'Soft limits'; time only)",
+    )
+    p.add_argument(
+        "--schedule",
+        action="store_true",
+        help="also simulate the queue (FCFS + EASY backfilling) under the users' requests, harp's hard "
+        "and soft limits and the exact runtimes: wait, bounded slowdown, utilization (docs/metrics.md)",
+    )
+    p.add_argument(
+        "--procs",
+        type=int,
+        metavar="N",
+        help="processors of the simulated machine for --schedule (default: the SWF MaxProcs/MaxNodes "
+        "header; required for sacct exports)",
+    )
+    p.add_argument(
+        "--replicas",
+        type=int,
+        metavar="N",
+        default=5,
+        help="--schedule: average the queue figures over N copies of the trace, the first as recorded, "
+        "the others shaken (one simulation alone is chaotic; docs/metrics.md, 'Queue'; "
+        "default: %(default)s, 1 for the recorded trace only)",
+    )
+    p.add_argument(
+        "--compress",
+        type=float,
+        metavar="F",
+        default=1.0,
+        help="--schedule: multiply every submission time by F (0 < F <= 1) to load the simulated machine "
+        "more, as the scheduling literature does (docs/metrics.md, 'Queue', high load)",
+    )
+    p.add_argument(
+        "--shake",
+        type=float,
+        metavar="SECONDS",
+        default=60.0,
+        help="--schedule: move each submission of a shaken copy by up to this many seconds either way "
+        "(default: %(default)g)",
+    )
     replay_workflow.add_arguments(p)
 
 
@@ -122,8 +171,12 @@ def run(args: argparse.Namespace) -> int:
     t0 = time.perf_counter()
     try:
         say(f"reading {args.trace}")
-        prep = prepare(read_trace(args.trace), args.resource, args.limit,
-                       keep_templates=args.bounds or args.schedule or args.limits == "soft")
+        prep = prepare(
+            read_trace(args.trace),
+            args.resource,
+            args.limit,
+            keep_templates=args.bounds or args.schedule or args.limits == "soft",
+        )
         say(f"{prep.n} jobs, features built in {time.perf_counter() - t0:.1f}s")
         cfg = ReplayConfig(
             alpha=alpha,
@@ -247,8 +300,10 @@ def _machine_size(args: argparse.Namespace) -> int | None:
     except (OSError, TraceFormatError, UnicodeError) as exc:
         _fail(f"{args.trace}: {getattr(exc, 'strerror', None) or exc}")
     if size is None:
-        _fail(f"{args.trace} gives no machine size (no SWF MaxProcs/MaxNodes header; sacct exports have none): "
-              "pass --procs N, the processors of the cluster")
+        _fail(
+            f"{args.trace} gives no machine size (no SWF MaxProcs/MaxNodes header; sacct exports have none): "
+            "pass --procs N, the processors of the cluster"
+        )
     return size
 
 
@@ -279,10 +334,21 @@ def _schedule(args, prep, cfg, res, procs: int, say) -> dict:
     bar = None if args.quiet else (lambda name: Bar(f"{name:<13}"))
     say(f"queue: simulating {prep.n} jobs on {procs} processors")
     try:
-        queue = schedule(prep, procs, alloc.get("hard"), alloc.get("soft"), max_attempts=cfg.max_attempts,
-                         progress=bar, notes=notes, replicas=args.replicas, shake_s=args.shake, compress=args.compress,
-                         max_extensions=cfg.soft.max_extensions, lead_s=cfg.soft.lead_s,
-                         look_s=cfg.soft.look_s)
+        queue = schedule(
+            prep,
+            procs,
+            alloc.get("hard"),
+            alloc.get("soft"),
+            max_attempts=cfg.max_attempts,
+            progress=bar,
+            notes=notes,
+            replicas=args.replicas,
+            shake_s=args.shake,
+            compress=args.compress,
+            max_extensions=cfg.soft.max_extensions,
+            lead_s=cfg.soft.lead_s,
+            look_s=cfg.soft.look_s,
+        )
     except QueueError as exc:
         _fail(str(exc))
     queue["trace"] = str(args.trace)
@@ -311,20 +377,30 @@ def _figure_and_error(v, se, fmt: str) -> str:
 
 def render_queue(q: dict) -> str:
     """The --schedule table: one row per policy (means over the copies, ± their standard error)."""
-    head = ["policy", "mean wait", "p95 wait", "mean bsld", "util", "kills", "ext", "delayed by ext",
-            "delayed by kill"]
+    head = ["policy", "mean wait", "p95 wait", "mean bsld", "util", "kills", "ext", "delayed by ext", "delayed by kill"]
     lines = [head]
     for p in q["policies"]:
-        lines.append([p["policy"], _figure_and_error(p["mean_wait_s"], p.get("mean_wait_s_se"), ",.0f"),
-                      _figure(p["p95_wait_s"], ",.0f"),
-                      _figure_and_error(p["mean_bounded_slowdown"], p.get("mean_bounded_slowdown_se"), ".2f"),
-                      _figure(p["utilization"], ".3f"), str(p["kills"]),
-                      str(p["extensions"]), str(p["delayed_by_extension"]), str(p["delayed_by_kill"])])
+        lines.append(
+            [
+                p["policy"],
+                _figure_and_error(p["mean_wait_s"], p.get("mean_wait_s_se"), ",.0f"),
+                _figure(p["p95_wait_s"], ",.0f"),
+                _figure_and_error(p["mean_bounded_slowdown"], p.get("mean_bounded_slowdown_se"), ".2f"),
+                _figure(p["utilization"], ".3f"),
+                str(p["kills"]),
+                str(p["extensions"]),
+                str(p["delayed_by_extension"]),
+                str(p["delayed_by_kill"]),
+            ]
+        )
     widths = [max(len(r[i]) for r in lines) for i in range(len(head))]
     copies = q.get("replicas", 1)
-    out = ["", f"queue: FCFS + EASY backfilling on {q['procs']} processors, {q['jobs']} jobs (seconds; "
-               "bsld: bounded slowdown, 10 s bound"
-               + (f"; means over {copies} copies, ± standard error)" if copies > 1 else ")")]
+    out = [
+        "",
+        f"queue: FCFS + EASY backfilling on {q['procs']} processors, {q['jobs']} jobs (seconds; "
+        "bsld: bounded slowdown, 10 s bound"
+        + (f"; means over {copies} copies, ± standard error)" if copies > 1 else ")"),
+    ]
     for k, r in enumerate(lines):
         out.append("  ".join(c.ljust(widths[i]) if i == 0 else c.rjust(widths[i]) for i, c in enumerate(r)))
         if k == 0:
@@ -340,8 +416,10 @@ def render_queue(q: dict) -> str:
         if parts:
             out.append(f"{name} vs the users' requests, copy by copy: " + ", ".join(parts))
     for name, g in q["gap_closed"].items():
-        out.append(f"{name} closes {_figure(g['mean_wait_s'], '.0%')} of the users→exact gap in mean wait, "
-                   f"{_figure(g['mean_bounded_slowdown'], '.0%')} in mean bounded slowdown")
+        out.append(
+            f"{name} closes {_figure(g['mean_wait_s'], '.0%')} of the users→exact gap in mean wait, "
+            f"{_figure(g['mean_bounded_slowdown'], '.0%')} in mean bounded slowdown"
+        )
     out += [f"note: {n}" for n in q["notes"]]
     return "\n".join(out) + "\n"
 
@@ -354,15 +432,22 @@ def check_soft_targets(h: ModelMetrics, budget: float) -> dict[str, dict]:
     return {
         "harp_kills": {"value": kills, "target": "== 0", "pass": kills == 0},
         "consumed_vs_users": {"value": co, "target": "<= 1.00", "pass": co is not None and co <= 1.0 + 1e-9},
-        "final_over_reservation_vs_users": {"value": ov, "target": "<= 0.8 on every trace (0.5 on the median)",
-                                            "pass": ov is not None and ov <= 0.8},
-        "extended_share": {"value": ext, "target": f"<= {budget:g} of the jobs",
-                           "pass": ext is not None and ext <= budget},
+        "final_over_reservation_vs_users": {
+            "value": ov,
+            "target": "<= 0.8 on every trace (0.5 on the median)",
+            "pass": ov is not None and ov <= 0.8,
+        },
+        "extended_share": {
+            "value": ext,
+            "target": f"<= {budget:g} of the jobs",
+            "pass": ext is not None and ext <= budget,
+        },
     }
 
 
-def check_targets(h: ModelMetrics | None, alpha: float, relative: bool, limits: str = "hard",
-                  budget: float = 0.10) -> dict[str, dict]:
+def check_targets(
+    h: ModelMetrics | None, alpha: float, relative: bool, limits: str = "hard", budget: float = 0.10
+) -> dict[str, dict]:
     """harp's accuracy targets, checked on its row ``h`` (the users' row is the reference)."""
     if h is None:
         return {}
@@ -373,12 +458,17 @@ def check_targets(h: ModelMetrics | None, alpha: float, relative: bool, limits: 
     if relative:
         ov = finite_or_none(h.over_vs_request)
         co = finite_or_none(h.consumed_vs_request)
-        out["over_reservation_vs_users"] = {"value": ov, "target": "<= 1 (never more than the users')",
-                                            "pass": ov is not None and ov <= 1.0}
-        out["over_reservation_halved"] = {"value": ov, "target": "<= 0.5 on the median trace",
-                                          "pass": ov is not None and ov <= 0.5}
-        out["consumed_vs_users"] = {"value": co, "target": "<= 1.05",
-                                    "pass": co is not None and co <= 1.05}
+        out["over_reservation_vs_users"] = {
+            "value": ov,
+            "target": "<= 1 (never more than the users')",
+            "pass": ov is not None and ov <= 1.0,
+        }
+        out["over_reservation_halved"] = {
+            "value": ov,
+            "target": "<= 0.5 on the median trace",
+            "pass": ov is not None and ov <= 0.5,
+        }
+        out["consumed_vs_users"] = {"value": co, "target": "<= 1.05", "pass": co is not None and co <= 1.05}
     return out
 
 
@@ -423,40 +513,85 @@ def _figure(v, fmt: str) -> str:
 def _soft_lines(rep: ReplayReport) -> list[list[str]]:
     """The table under soft limits: extensions instead of kills, the final limit's over-reservation."""
     scale = rep.unit_scale
-    lines = [["model", "jobs", "changed", "extended", "ext/job", "harp kills", f"over-res {rep.unit}",
-              "over-res vs users", "planned wrongly", "planned wrongly vs users", "consumed vs users", "score"]]
+    lines = [
+        [
+            "model",
+            "jobs",
+            "changed",
+            "extended",
+            "ext/job",
+            "harp kills",
+            f"over-res {rep.unit}",
+            "over-res vs users",
+            "planned wrongly",
+            "planned wrongly vs users",
+            "consumed vs users",
+            "score",
+        ]
+    ]
     for m in rep.models:
         name = "users' requests" if m.model == "request" else m.model
-        lines.append([
-            name, str(m.jobs), _figure(m.changed, ".1%"), _figure(m.extended_share, ".1%"),
-            _figure(m.extensions_per_job, ".2f"), str(m.harp_kills), _figure(m.over_reservation / scale, ",.0f"),
-            _figure(m.over_vs_request, ".3f"), _figure(m.planned_wrongly, ".3f"),
-            _figure(m.planned_wrongly_vs_request, ".3f"), _figure(m.consumed_vs_request, ".3f"), _figure(m.score, ".3f"),
-        ])
+        lines.append(
+            [
+                name,
+                str(m.jobs),
+                _figure(m.changed, ".1%"),
+                _figure(m.extended_share, ".1%"),
+                _figure(m.extensions_per_job, ".2f"),
+                str(m.harp_kills),
+                _figure(m.over_reservation / scale, ",.0f"),
+                _figure(m.over_vs_request, ".3f"),
+                _figure(m.planned_wrongly, ".3f"),
+                _figure(m.planned_wrongly_vs_request, ".3f"),
+                _figure(m.consumed_vs_request, ".3f"),
+                _figure(m.score, ".3f"),
+            ]
+        )
     return lines
 
 
 def render_table(rep: ReplayReport) -> str:
     scale = rep.unit_scale
     soft = rep.limits == "soft"
-    head = ["model", "jobs", "changed", "under", "lost", "resv/used", f"over-res {rep.unit}",
-            "over-res vs users", "consumed/used", "consumed vs users", "score"]
+    head = [
+        "model",
+        "jobs",
+        "changed",
+        "under",
+        "lost",
+        "resv/used",
+        f"over-res {rep.unit}",
+        "over-res vs users",
+        "consumed/used",
+        "consumed vs users",
+        "score",
+    ]
     lines = [head]
-    for m in ([] if soft else rep.models):
+    for m in [] if soft else rep.models:
         name = "users' requests" if m.model == "request" else m.model
-        lines.append([
-            name, str(m.jobs), _figure(m.changed, ".1%"), _figure(m.under_rate, ".2%"), str(m.lost),
-            _figure(m.reserved_over_used, ".3f"), _figure(m.over_reservation / scale, ",.0f"),
-            _figure(m.over_vs_request, ".3f"), _figure(m.consumed_over_used, ".3f"),
-            _figure(m.consumed_vs_request, ".3f"), _figure(m.score, ".3f"),
-        ])
+        lines.append(
+            [
+                name,
+                str(m.jobs),
+                _figure(m.changed, ".1%"),
+                _figure(m.under_rate, ".2%"),
+                str(m.lost),
+                _figure(m.reserved_over_used, ".3f"),
+                _figure(m.over_reservation / scale, ",.0f"),
+                _figure(m.over_vs_request, ".3f"),
+                _figure(m.consumed_over_used, ".3f"),
+                _figure(m.consumed_vs_request, ".3f"),
+                _figure(m.score, ".3f"),
+            ]
+        )
     if soft:
         lines = _soft_lines(rep)
         head = lines[0]
     widths = [max(len(r[i]) for r in lines) for i in range(len(head))]
-    out = [f"{rep.source}: {rep.jobs} jobs, resource {rep.resource}, {rep.retrains} retrains, "
-           f"{rep.seconds:.0f}s, {rep.limits} limits"
-           + (f" (skipped: {rep.skipped})" if rep.skipped else "")]
+    out = [
+        f"{rep.source}: {rep.jobs} jobs, resource {rep.resource}, {rep.retrains} retrains, "
+        f"{rep.seconds:.0f}s, {rep.limits} limits" + (f" (skipped: {rep.skipped})" if rep.skipped else "")
+    ]
     out += list(rep.verdict.text) if rep.verdict is not None else []
     out.append("")
     if soft and rep.soft_policy:
@@ -466,13 +601,18 @@ def render_table(rep: ReplayReport) -> str:
         if k == 0:
             out.append("  ".join("-" * w for w in widths))
     out.append("")
-    out.append("vs users: the model's figure over the users' requests' on the same jobs (below 1: less than the "
-               "users')")
+    out.append(
+        "vs users: the model's figure over the users' requests' on the same jobs (below 1: less than the users')"
+    )
     if soft:
-        out.append("extended: share of jobs extended at least once; over-res: of the final limit "
-                   "after extensions; planned wrongly: Σ cores × |limit at start − used| / Σ cores × used; "
-                   "score: lower is better (docs/metrics.md, 'Soft limits')")
+        out.append(
+            "extended: share of jobs extended at least once; over-res: of the final limit "
+            "after extensions; planned wrongly: Σ cores × |limit at start − used| / Σ cores × used; "
+            "score: lower is better (docs/metrics.md, 'Soft limits')"
+        )
     else:
-        out.append("under: share of jobs that fit their request but run out under harp's first allocation; "
-                   "score: lower is better (docs/metrics.md)")
+        out.append(
+            "under: share of jobs that fit their request but run out under harp's first allocation; "
+            "score: lower is better (docs/metrics.md)"
+        )
     return "\n".join(out) + "\n"

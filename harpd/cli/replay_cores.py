@@ -18,27 +18,40 @@ def report(trace: str, alpha: float) -> dict[str, Any]:
 
     res = replay_cores(read_trace(trace), alpha)
     if not res.all.jobs:
-        raise ReplayError(f"{trace}: no job with CPU time (TotalCPU, %cpu) and a CPU request: nothing to replay "
-                          "for cores")
+        raise ReplayError(
+            f"{trace}: no job with CPU time (TotalCPU, %cpu) and a CPU request: nothing to replay for cores"
+        )
     out: dict[str, Any] = {"trace": str(trace), "resource": "cpus", "alpha": alpha}
     for name, f in (("multi_cpu", res.multi), ("all", res.all)):
-        out[name] = {"jobs": f.jobs, "users_core_h": round(f.users_core_h, 3), "harp_core_h": round(f.harp_core_h, 3),
-                     "used_core_h": round(f.used_core_h, 3), "clairvoyant_core_h": round(f.best_core_h, 3),
-                     "harp_share": round(f.share, 4), "changed": f.changed, "slowed": f.slowed,
-                     "slowed_share": round(f.slowed_share, 4)}
+        out[name] = {
+            "jobs": f.jobs,
+            "users_core_h": round(f.users_core_h, 3),
+            "harp_core_h": round(f.harp_core_h, 3),
+            "used_core_h": round(f.used_core_h, 3),
+            "clairvoyant_core_h": round(f.best_core_h, 3),
+            "harp_share": round(f.share, 4),
+            "changed": f.changed,
+            "slowed": f.slowed,
+            "slowed_share": round(f.slowed_share, 4),
+        }
     return out
 
 
 def render(rep: dict[str, Any]) -> str:
     """The figures as a small table: one row per set of jobs."""
-    lines = [f"{rep['trace']}: cores for single-task jobs (alpha {rep['alpha']:g})",
-             f"{'jobs':24} {'n':>7} {'users core-h':>13} {'harp core-h':>12} {'harp/users':>10} {'used core-h':>12}"
-             f" {'clairvoyant':>12} {'slowed':>8}"]
+    lines = [
+        f"{rep['trace']}: cores for single-task jobs (alpha {rep['alpha']:g})",
+        f"{'jobs':24} {'n':>7} {'users core-h':>13} {'harp core-h':>12} {'harp/users':>10} {'used core-h':>12}"
+        f" {'clairvoyant':>12} {'slowed':>8}",
+    ]
     for key, label in (("multi_cpu", "asked for > 1 CPU"), ("all", "all")):
         f = rep[key]
-        lines.append(f"{label:24} {f['jobs']:>7,} {f['users_core_h']:>13,.1f} {f['harp_core_h']:>12,.1f} "
-                     f"{f['harp_share']:>10.3f} {f['used_core_h']:>12,.1f} {f['clairvoyant_core_h']:>12,.1f} "
-                     f"{f['slowed_share']:>8.2%}")
-    lines.append("slowed: jobs that used more cores than harp gave; clairvoyant: each job its own cores used, "
-                 "in whole cores")
+        lines.append(
+            f"{label:24} {f['jobs']:>7,} {f['users_core_h']:>13,.1f} {f['harp_core_h']:>12,.1f} "
+            f"{f['harp_share']:>10.3f} {f['used_core_h']:>12,.1f} {f['clairvoyant_core_h']:>12,.1f} "
+            f"{f['slowed_share']:>8.2%}"
+        )
+    lines.append(
+        "slowed: jobs that used more cores than harp gave; clairvoyant: each job its own cores used, in whole cores"
+    )
     return "\n".join(lines) + "\n"

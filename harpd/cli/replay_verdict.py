@@ -105,18 +105,24 @@ def _lines(v: Verdict, rep: ReplayReport) -> list[str]:
         head = "verdict: none (no score to compare on this trace)"
     lines = [head + "."]
     held = "final limits" if v.limits == "soft" else "limits"
-    lines.append(f"  reserved: harp's {held} hold {_amount(saved, unit)} ({_share(share)}) "
-                 f"{'less' if saved >= 0 else 'MORE'} beyond use than the users' requests")
+    lines.append(
+        f"  reserved: harp's {held} hold {_amount(saved, unit)} ({_share(share)}) "
+        f"{'less' if saved >= 0 else 'MORE'} beyond use than the users' requests"
+    )
     if v.limits == "soft":
         ext = v.extended_jobs or 0
         budget = (rep.soft_policy or {}).get("extension_budget")
         allowed = f" (allowed {budget:.0%}: predict.soft_extension_budget)" if budget is not None else ""
-        lines.append(f"  extended: {ext:,} jobs ({ext / jobs if jobs else 0:.1%}) extended while running{allowed}; "
-                     f"{v.killed_jobs:,} killed below their own request")
+        lines.append(
+            f"  extended: {ext:,} jobs ({ext / jobs if jobs else 0:.1%}) extended while running{allowed}; "
+            f"{v.killed_jobs:,} killed below their own request"
+        )
     else:
         k = v.killed_jobs
-        line = (f"  killed:   {k:,} jobs ({k / jobs if jobs else 0:.1%}) killed below their need and run again, "
-                f"burning {_amount(v.killed, unit)}")
+        line = (
+            f"  killed:   {k:,} jobs ({k / jobs if jobs else 0:.1%}) killed below their need and run again, "
+            f"burning {_amount(v.killed, unit)}"
+        )
         if v.lost:
             line += f"; {v.lost:,} run out of attempts (resubmitted by hand)"
         lines.append(line)
@@ -125,8 +131,10 @@ def _lines(v: Verdict, rep: ReplayReport) -> list[str]:
         more = "more" if v.consumed_extra >= 0 else "less"
         lines.append(f"  consumed: {co:.3f} x the users' ({_amount(v.consumed_extra, unit)} {more})")
     if v.limits != "soft":
-        lines.append(f"  missed:   {v.missed_share:.1%} of the jobs that fit their request ran out at harp's first "
-                     f"limit (allowed {rep.alpha:.0%}: predict.alpha_{rep.resource})")
+        lines.append(
+            f"  missed:   {v.missed_share:.1%} of the jobs that fit their request ran out at harp's first "
+            f"limit (allowed {rep.alpha:.0%}: predict.alpha_{rep.resource})"
+        )
     return lines
 
 
@@ -157,15 +165,19 @@ def queue_lines(queue: dict[str, Any], limits: str) -> list[str]:
     copies = queue.get("replicas", 1)
     rows = {p["policy"]: p for p in queue.get("policies") or []}
     h = rows.get(row) or {}
-    head = (f"queue verdict: under {limits} limits harp {_effect(cmp.get('mean_wait_s'), 'the mean wait')} and "
-            f"{_effect(cmp.get('mean_bounded_slowdown'), 'the mean bounded slowdown')} against the users' own "
-            f"requests ({copies} cop{'y' if copies == 1 else 'ies'} of the trace, EASY backfilling on "
-            f"{queue.get('procs')} processors).")
+    head = (
+        f"queue verdict: under {limits} limits harp {_effect(cmp.get('mean_wait_s'), 'the mean wait')} and "
+        f"{_effect(cmp.get('mean_bounded_slowdown'), 'the mean bounded slowdown')} against the users' own "
+        f"requests ({copies} cop{'y' if copies == 1 else 'ies'} of the trace, EASY backfilling on "
+        f"{queue.get('procs')} processors)."
+    )
     lines = [head]
     if limits == "hard":
         if (h.get("kills") or 0) == 0 and (h.get("extensions") or 0) == 0:
-            lines.append("  harp killed no job: under hard limits it cut only where a cut outweighs a kill's cost "
-                         "(predict.hard_cut_gain)")
+            lines.append(
+                "  harp killed no job: under hard limits it cut only where a cut outweighs a kill's cost "
+                "(predict.hard_cut_gain)"
+            )
         else:
             lines.append(f"  {h.get('kills', 0):,} kills (each loses its partial run and queues the job again)")
     else:

@@ -10,20 +10,40 @@ from __future__ import annotations
 
 import argparse
 
-NAMES = {"harp": "harp", "witt-percentile": "Witt percentile", "witt-lr": "Witt LR (std)",
-         "witt-lr-under": "Witt LR (std of under-predictions)", "tovar": "Tovar", "request": "users' requests"}
+NAMES = {
+    "harp": "harp",
+    "witt-percentile": "Witt percentile",
+    "witt-lr": "Witt LR (std)",
+    "witt-lr-under": "Witt LR (std of under-predictions)",
+    "tovar": "Tovar",
+    "request": "users' requests",
+}
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--protocol", choices=["chronological", "sizey"], default="chronological",
-                   help="--resource mem on a Nextflow trace: chronological (the default: submission order, a task "
-                        "learnt once finished) or sizey (the Sizey paper's per-type 30/70 split; docs/metrics.md, "
-                        "'Workflow task memory')")
-    p.add_argument("--decide-at", choices=["start", "submit"], default="start", dest="decide_at",
-                   help="--protocol chronological: a task is sized from its type's tasks that had ended by its start "
-                        "(the default: harpd re-sizes a pending task as its siblings finish) or by its submission")
-    p.add_argument("--seed", type=int, default=1996, metavar="N",
-                   help="--protocol sizey: the split's random_state (default: %(default)s, the paper's)")
+    p.add_argument(
+        "--protocol",
+        choices=["chronological", "sizey"],
+        default="chronological",
+        help="--resource mem on a Nextflow trace: chronological (the default: submission order, a task "
+        "learnt once finished) or sizey (the Sizey paper's per-type 30/70 split; docs/metrics.md, "
+        "'Workflow task memory')",
+    )
+    p.add_argument(
+        "--decide-at",
+        choices=["start", "submit"],
+        default="start",
+        dest="decide_at",
+        help="--protocol chronological: a task is sized from its type's tasks that had ended by its start "
+        "(the default: harpd re-sizes a pending task as its siblings finish) or by its submission",
+    )
+    p.add_argument(
+        "--seed",
+        type=int,
+        default=1996,
+        metavar="N",
+        help="--protocol sizey: the split's random_state (default: %(default)s, the paper's)",
+    )
 
 
 def is_nextflow(path: str) -> bool:
@@ -41,8 +61,10 @@ def check(args: argparse.Namespace) -> str | None:
         if args.resource != "mem":
             return "--protocol sizey measures memory; add --resource mem"
         if not is_nextflow(args.trace):
-            return (f"{args.trace}: --protocol sizey needs a Nextflow trace (`nextflow run -with-trace`); "
-                    "drop --protocol for SWF and sacct exports")
+            return (
+                f"{args.trace}: --protocol sizey needs a Nextflow trace (`nextflow run -with-trace`); "
+                "drop --protocol for SWF and sacct exports"
+            )
     return None
 
 
@@ -59,8 +81,11 @@ def render(rep: dict) -> str:
     proto = rep["protocol"] + (f", seed {rep['seed']}" if rep["seed"] is not None else "")
     if rep.get("decided_at"):
         proto += f", decided at {rep['decided_at']}"
-    out = ["", f"workflow task memory, Sizey's wastage ({proto}): {rep['tasks']} tasks of {rep['types']} types, "
-               f"memory used {rows['harp']['used_gbh']:,.1f} GB·h"]
+    out = [
+        "",
+        f"workflow task memory, Sizey's wastage ({proto}): {rep['tasks']} tasks of {rep['types']} types, "
+        f"memory used {rows['harp']['used_gbh']:,.1f} GB·h",
+    ]
     width = max(len(v) for v in NAMES.values())
     out.append(f"{'predictor'.ljust(width)}  {'wastage GB·h':>12}  {'failures':>8}")
     for key, name in NAMES.items():
@@ -70,8 +95,10 @@ def render(rep: dict) -> str:
     base = best_baseline(rows)
     if base is not None and rows[base]["wastage_gbh"] > 0:
         ratio = rows["harp"]["wastage_gbh"] / rows[base]["wastage_gbh"]
-        out.append(f"harp / best baseline ({NAMES[base]}): {ratio:.2f} of its wastage, "
-                   f"{rows['harp']['failures']} failures against {rows[base]['failures']}")
+        out.append(
+            f"harp / best baseline ({NAMES[base]}): {ratio:.2f} of its wastage, "
+            f"{rows['harp']['failures']} failures against {rows[base]['failures']}"
+        )
     if rep.get("predict_ms_p99") is not None:
         out.append(f"harp's prediction: {rep['predict_ms_p99']:.2f} ms at the 99th percentile")
     return "\n".join(out) + "\n"

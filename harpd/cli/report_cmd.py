@@ -33,28 +33,62 @@ DASH_VALUES = ("-S", "--since", "--starttime", "-E", "--until", "--endtime")
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--by", choices=REPORT_GROUPINGS, default="user", help="group rows by this (default: user)")
-    p.add_argument("-S", "--since", "--starttime", dest="since", metavar="TIME",
-                   help="jobs that ended at or after TIME: ISO date/time, a span back (7d, 12h, 2w), sacct's forms"
-                   " (now-7days, today, midnight, noon, 0501, 05/01/24), or 'all'"
-                   " (default: [report] default_window_days ago)")
-    p.add_argument("-E", "--until", "--endtime", dest="until", metavar="TIME",
-                   help="jobs that ended before TIME, in the same forms (default: now)")
-    p.add_argument("-u", "--user", dest="only_user", metavar="NAME[,NAME]",
-                   help="only these users' jobs (admins; others see only their own)")
+    p.add_argument(
+        "-S",
+        "--since",
+        "--starttime",
+        dest="since",
+        metavar="TIME",
+        help="jobs that ended at or after TIME: ISO date/time, a span back (7d, 12h, 2w), sacct's forms"
+        " (now-7days, today, midnight, noon, 0501, 05/01/24), or 'all'"
+        " (default: [report] default_window_days ago)",
+    )
+    p.add_argument(
+        "-E",
+        "--until",
+        "--endtime",
+        dest="until",
+        metavar="TIME",
+        help="jobs that ended before TIME, in the same forms (default: now)",
+    )
+    p.add_argument(
+        "-u",
+        "--user",
+        dest="only_user",
+        metavar="NAME[,NAME]",
+        help="only these users' jobs (admins; others see only their own)",
+    )
     p.add_argument("-A", "--account", metavar="NAME[,NAME]", help="only jobs of these accounts")
     p.add_argument("-r", "--partition", metavar="NAME[,NAME]", help="only jobs of these partitions")
-    p.add_argument("--source", metavar="NAME[,NAME]",
-                   help="only jobs from these sources (a cluster, or the file stem of an imported trace);"
-                   " rows keep sources apart by default")
+    p.add_argument(
+        "--source",
+        metavar="NAME[,NAME]",
+        help="only jobs from these sources (a cluster, or the file stem of an imported trace);"
+        " rows keep sources apart by default",
+    )
     p.add_argument("--format", choices=REPORT_FORMATS, default="table", help="output format (default: table)")
-    p.add_argument("-o", "--output", metavar="FILE", help="write to FILE instead of standard output (needed for html on a terminal)")
-    p.add_argument("--top", type=int, default=None, metavar="N",
-                   help="rows shown in table/html (default 20 / 50; 0 = all); csv/json always hold all")
+    p.add_argument(
+        "-o",
+        "--output",
+        metavar="FILE",
+        help="write to FILE instead of standard output (needed for html on a terminal)",
+    )
+    p.add_argument(
+        "--top",
+        type=int,
+        default=None,
+        metavar="N",
+        help="rows shown in table/html (default 20 / 50; 0 = all); csv/json always hold all",
+    )
     p.add_argument("--db", metavar="PATH", help="store to read (default: [store] path of the config)")
-    p.add_argument("--daemon", action="store_true",
-                   help="ask harpd even if this user can open the store (the default when they cannot)")
-    p.add_argument("--timeout", type=float, default=120.0, metavar="S",
-                   help="seconds to wait for harpd's report (default 120)")
+    p.add_argument(
+        "--daemon",
+        action="store_true",
+        help="ask harpd even if this user can open the store (the default when they cannot)",
+    )
+    p.add_argument(
+        "--timeout", type=float, default=120.0, metavar="S", help="seconds to wait for harpd's report (default 120)"
+    )
 
 
 # ------------------------------------------------------------------ identity
@@ -122,8 +156,12 @@ def run(args: argparse.Namespace) -> int:
         raise CliError(f"--timeout {args.timeout:g}: must be a positive number of seconds")
     if args.daemon and args.db:
         raise CliError("--daemon asks harpd, which reads its own store; drop --db or --daemon")
-    for option, value in (("--user", args.only_user), ("--account", args.account),
-                          ("--partition", args.partition), ("--source", args.source)):
+    for option, value in (
+        ("--user", args.only_user),
+        ("--account", args.account),
+        ("--partition", args.partition),
+        ("--source", args.source),
+    ):
         if value is not None and not _names(value):
             raise CliError(f"{option} {value!r}: no name given; give one or more names separated by commas")
     if args.format == "html" and args.output in (None, "-") and sys.stdout.isatty():
@@ -164,11 +202,21 @@ def _from_daemon(args: argparse.Namespace) -> str:
     """The report harpd builds from its own store, scoped to this user unless an admin."""
     from harpd.cli.ask import ask
 
-    message = {"op": "report", "by": args.by, "since": args.since, "until": args.until,
-               "user": args.only_user, "account": args.account, "partition": args.partition,
-               "source": args.source, "format": args.format, "top": args.top}
-    answer = ask(args, {k: v for k, v in message.items() if v is not None}, args.timeout,
-                 max_answer=MAX_REPORT_ANSWER)  # Unreachable: the caller says what else to try
+    message = {
+        "op": "report",
+        "by": args.by,
+        "since": args.since,
+        "until": args.until,
+        "user": args.only_user,
+        "account": args.account,
+        "partition": args.partition,
+        "source": args.source,
+        "format": args.format,
+        "top": args.top,
+    }
+    answer = ask(
+        args, {k: v for k, v in message.items() if v is not None}, args.timeout, max_answer=MAX_REPORT_ANSWER
+    )  # Unreachable: the caller says what else to try
     text = answer.get("text")
     if not isinstance(text, str):
         raise CliError("harpd's report answer has no text; is harpd older than this harp?")
@@ -192,10 +240,12 @@ def _from_store(args: argparse.Namespace, settings: object, window: object, db: 
         raise CliError(problem)
     store = open_store(db)
     try:
-        filters = build.Filters(accounts=_names(args.account), partitions=_names(args.partition),
-                                sources=_names(args.source))
-        report = build.build(store, settings, by=args.by, window=window, user=user, source=str(db), filters=filters,
-                             personal=not admin)
+        filters = build.Filters(
+            accounts=_names(args.account), partitions=_names(args.partition), sources=_names(args.source)
+        )
+        report = build.build(
+            store, settings, by=args.by, window=window, user=user, source=str(db), filters=filters, personal=not admin
+        )
     except StoreError as exc:
         raise CliError(str(exc)) from None
     finally:

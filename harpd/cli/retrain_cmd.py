@@ -52,14 +52,18 @@ def render(result: dict[str, Any]) -> str:
         if not r.get("models"):
             out.append(f"{res}: not trained: {r.get('skipped') or 'no reason given'}")
             continue
-        out.append(f"{res}: trained on {r.get('n_jobs', 0):,} jobs in {r.get('seconds', 0):.1f} s;"
-                   f" champion {r.get('champion') or '(none)'}")
+        out.append(
+            f"{res}: trained on {r.get('n_jobs', 0):,} jobs in {r.get('seconds', 0):.1f} s;"
+            f" champion {r.get('champion') or '(none)'}"
+        )
         out.append(f"    {'model':<14} {'score':>8} {'under-rate':>10} {'reserved/used':>13}")
         for m in r["models"]:
             score = m.get("score") or {}
             mark = "*" if m.get("champion") else " "
-            out.append(f"  {mark} {m.get('name', '?'):<14} {_num(score.get('score'), '.3f'):>8}"
-                       f" {_num(score.get('under_rate'), '.1%'):>10} {_num(score.get('reserved_over_used'), '.2f'):>13}")
+            out.append(
+                f"  {mark} {m.get('name', '?'):<14} {_num(score.get('score'), '.3f'):>8}"
+                f" {_num(score.get('under_rate'), '.1%'):>10} {_num(score.get('reserved_over_used'), '.2f'):>13}"
+            )
     loaded = result.get("loaded")
     if isinstance(loaded, dict):
         names = ", ".join(f"{res} {m.get('name')}" for res, m in loaded.items() if isinstance(m, dict))

@@ -29,12 +29,15 @@ _MODE_PLANNED = {"requeue": "to be requeued in place", "resubmit": "to be resubm
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("job_id", metavar="JOBID", help="Slurm job id (any attempt of a chain)")
-    parser.add_argument("--format", choices=("text", "json"), default="text",
-                        help="text (default), or json: harpd's answer as it came")
+    parser.add_argument(
+        "--format", choices=("text", "json"), default="text", help="text (default), or json: harpd's answer as it came"
+    )
     # the old spelling, kept working for scripts but no longer shown: every subcommand says --format json
     parser.add_argument("--json", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--direct", action="store_true", help="read the store instead of asking harpd (admins)")
-    parser.add_argument("--db", metavar="PATH", help="store to read with --direct (default: store.path from the config)")
+    parser.add_argument(
+        "--db", metavar="PATH", help="store to read with --direct (default: store.path from the config)"
+    )
     parser.add_argument("--timeout", type=float, default=5.0, metavar="S", help="seconds to wait for harpd (default 5)")
 
 
@@ -128,10 +131,13 @@ def _resources(r: dict[str, Any] | None) -> str:
     return _limits({k: r.get(k) for k in ("time_s", "mem_mb", "mem_per_cpu_mb", "mem_per_gpu_mb", "partition")})
 
 
-_CHANGE_WORDS = {"extend": "extended", "resize": "re-sized", "resize-mem": "re-sized",
-                 "resize-mem-per-cpu": "re-sized"}
-_STEP_WORDS = {"done": "", "decided": " (not made yet)", "ended": " (not made: the job had ended)",
-               "refused": " (refused)"}
+_CHANGE_WORDS = {"extend": "extended", "resize": "re-sized", "resize-mem": "re-sized", "resize-mem-per-cpu": "re-sized"}
+_STEP_WORDS = {
+    "done": "",
+    "decided": " (not made yet)",
+    "ended": " (not made: the job had ended)",
+    "refused": " (refused)",
+}
 
 
 def _trial(job: dict[str, Any]) -> list[str]:
@@ -142,7 +148,9 @@ def _trial(job: dict[str, Any]) -> list[str]:
     out = [f"  trial:         study {t.get('study')}, {t.get('reports')} progress report(s)"]
     last = t.get("last_report") or {}
     if last:
-        out[-1] += f", last {last.get('metric')}={last.get('value'):g} at {float(last.get('elapsed_s') or 0) / 60:.0f} min"
+        out[-1] += (
+            f", last {last.get('metric')}={last.get('value'):g} at {float(last.get('elapsed_s') or 0) / 60:.0f} min"
+        )
     act = t.get("action") or {}
     if act.get("reason"):
         out.append(f"      harp: {act['reason']}")
@@ -156,8 +164,11 @@ def _limit_changes(job: dict[str, Any]) -> list[str]:
     out: list[str] = []
     mode = job.get("limits_mode") or {}
     if mode.get("mode"):
-        words = ("soft: harp's limit is extended up to the request while the job runs" if mode["mode"] == "soft"
-                 else "hard: harp's limit is the kill time; recovery resubmits what runs out")
+        words = (
+            "soft: harp's limit is extended up to the request while the job runs"
+            if mode["mode"] == "soft"
+            else "hard: harp's limit is the kill time; recovery resubmits what runs out"
+        )
         out.append(f"  time limits:   {words}")
     changes = job.get("limit_changes") or []
     n = sum(1 for c in changes if c.get("kind") == "extend" and c.get("step") == "done")
@@ -166,8 +177,10 @@ def _limit_changes(job: dict[str, Any]) -> list[str]:
     for c in changes:
         kind = _CHANGE_WORDS.get(str(c.get("kind")), str(c.get("kind")))
         if c.get("kind") == "checkpoint-signal":  # asked to checkpoint (harpd.watch.checkpoint_signal)
-            out.append(f"    asked to checkpoint after {fmt_time(c.get('new_time_s'))} of its run"
-                       f"{_STEP_WORDS.get(str(c.get('step')), ' (' + str(c.get('step')) + ')')}")
+            out.append(
+                f"    asked to checkpoint after {fmt_time(c.get('new_time_s'))} of its run"
+                f"{_STEP_WORDS.get(str(c.get('step')), ' (' + str(c.get('step')) + ')')}"
+            )
             if c.get("reason"):
                 out.append(f"      why: {c['reason']}")
             continue
@@ -204,8 +217,10 @@ def render(job: dict[str, Any]) -> str:
     if job.get("source") or job.get("source_kind"):
         out.append(f"  source:        {_source(job.get('source_kind'), job.get('source'))}")
     if job.get("also_imported"):
-        out.append(f"  not shown:     job {jid} of imported trace(s) {', '.join(job['also_imported'])}, "
-                   "a different job with the same id")
+        out.append(
+            f"  not shown:     job {jid} of imported trace(s) {', '.join(job['also_imported'])}, "
+            "a different job with the same id"
+        )
     if job.get("registered"):
         reg = job.get("registered_job_id")
         if reg and str(reg) != str(jid):
@@ -214,8 +229,10 @@ def render(job: dict[str, Any]) -> str:
         out.append(f"  submitted:     {_resources(job.get('submitted'))}")
         decision = job.get("decision") or {}
         for c in decision.get("changes") or []:
-            out.append(f"  harp changed:  --{c.get('option')} {c.get('old') or '(unset)'} -> {c.get('value')}"
-                       + (f" ({c['reason']})" if c.get("reason") else ""))
+            out.append(
+                f"  harp changed:  --{c.get('option')} {c.get('old') or '(unset)'} -> {c.get('value')}"
+                + (f" ({c['reason']})" if c.get("reason") else "")
+            )
     rec = job.get("record") or {}
     outcome = rec.get("outcome") or job.get("outcome")
     if outcome:
@@ -303,12 +320,14 @@ def seff_lines(run_: dict[str, Any]) -> list[str]:
     cores = rec.get("alloc_cpus") if rec.get("alloc_cpus") is not None else rec.get("req_cpus")
     wall = rec.get("used_time_s")
     core_wall = wall * cores if wall is not None and cores else None
-    out = [head + ":",
-           f"    State: {state}",
-           f"    Cores: {cores if cores is not None else '---'}",
-           f"    CPU Utilized: {_seff_time(rec.get('used_cpu_s'))}",
-           f"    CPU Efficiency: {_pct(eff.get('cpu_eff'))} of {_seff_time(core_wall)} core-walltime",
-           f"    Job Wall-clock time: {_seff_time(wall)}"]
+    out = [
+        head + ":",
+        f"    State: {state}",
+        f"    Cores: {cores if cores is not None else '---'}",
+        f"    CPU Utilized: {_seff_time(rec.get('used_cpu_s'))}",
+        f"    CPU Efficiency: {_pct(eff.get('cpu_eff'))} of {_seff_time(core_wall)} core-walltime",
+        f"    Job Wall-clock time: {_seff_time(wall)}",
+    ]
     if rec.get("req_time_s"):
         out.append(f"    Time Limit: {_seff_time(rec['req_time_s'])} ({_pct(eff.get('time_eff'))} used)")
     used = rec.get("used_mem_mb")
@@ -342,5 +361,7 @@ def _other_records(job: dict[str, Any]) -> list[str]:
     for other in job.get("other_records") or []:
         out.append(f"job {job.get('job_id')}: {other.get('user') or '?'}")
         out.append(f"  source:        {_source(job.get('source_kind'), other.get('source'))}")
-        out.append(f"  last outcome:  {other.get('outcome')}" + (f" (Slurm {other['state']})" if other.get("state") else ""))
+        out.append(
+            f"  last outcome:  {other.get('outcome')}" + (f" (Slurm {other['state']})" if other.get("state") else "")
+        )
     return out

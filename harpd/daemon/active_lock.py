@@ -35,8 +35,9 @@ def lock_path(store: Path) -> Path:
     return store.with_name(store.name + ".harpd.lock")
 
 
-def hold(store: Path, *, standby: bool = False, poll_s: float = 1.0,
-         on_wait: Callable[[str], None] | None = None) -> int:
+def hold(
+    store: Path, *, standby: bool = False, poll_s: float = 1.0, on_wait: Callable[[str], None] | None = None
+) -> int:
     """The open, locked file descriptor (keep it open); StoreInUse, or wait when ``standby``."""
     path = lock_path(store)
     try:
@@ -53,8 +54,10 @@ def hold(store: Path, *, standby: bool = False, poll_s: float = 1.0,
             holder = _holder(fd) or "unknown host and pid"
             if not standby:
                 os.close(fd)
-                raise StoreInUse(f"store {store} is in use by another harpd ({holder}); stop that one first, "
-                                 "or start this one with --standby to take over when it stops") from None
+                raise StoreInUse(
+                    f"store {store} is in use by another harpd ({holder}); stop that one first, "
+                    "or start this one with --standby to take over when it stops"
+                ) from None
             if not waiting:
                 waiting = True
                 line = f"standby: store {store} is in use by the active harpd ({holder}); waiting to take over"

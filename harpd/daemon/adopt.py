@@ -84,17 +84,30 @@ class Adopter:
         except Refused as exc:
             log.warning("adopt: job %s carries a decision token but is not registered: %s", job_id, exc)
             return 0
-        log.info("adopt: registered job %s of %s (uid %d) from the decision token in its comment "
-                 "(its registration message never came)", job_id, v.user, v.uid)
+        log.info(
+            "adopt: registered job %s of %s (uid %d) from the decision token in its comment "
+            "(its registration message never came)",
+            job_id,
+            v.user,
+            v.uid,
+        )
         return 1
 
     def attach(self, ingest_service: Any, interval_s: float) -> Adopter:
         """Run on the poller's scheduler, every ``interval_s``."""
         scheduler = ingest_service.scheduler
         if scheduler is not None:
-            scheduler.add_job(self.tick, "interval", seconds=float(interval_s), id=JOB_ID,
-                              name="harp adopt (register decided jobs whose message was lost)",
-                              replace_existing=True, max_instances=1, coalesce=True, next_run_time=datetime.now())
+            scheduler.add_job(
+                self.tick,
+                "interval",
+                seconds=float(interval_s),
+                id=JOB_ID,
+                name="harp adopt (register decided jobs whose message was lost)",
+                replace_existing=True,
+                max_instances=1,
+                coalesce=True,
+                next_run_time=datetime.now(),
+            )
         return self
 
     def shutdown(self) -> None:

@@ -101,8 +101,14 @@ class Peer:
     def from_ids(cls, pid: int, uid: int, gid: int, host: str | None = None) -> Peer:
         """Resolve name and groups (primary gid + supplementary from this host's group database)."""
         name = access.user_of(uid)
-        return cls(pid=pid, uid=uid, gid=gid, user=str(uid) if name is None else name,
-                   groups=access.groups_of(name, gid), host=host)
+        return cls(
+            pid=pid,
+            uid=uid,
+            gid=gid,
+            user=str(uid) if name is None else name,
+            groups=access.groups_of(name, gid),
+            host=host,
+        )
 
     def describe(self) -> str:
         """For log lines: the uid and where the request came from."""
@@ -206,8 +212,10 @@ class Handlers:
             log.exception("predictor failed for uid %d", peer.uid)
             return p.error(f"predict failed: {type(exc).__name__}: {exc}")
         try:
-            decision = got if isinstance(got, Decision) else Decision.model_validate(
-                got.model_dump() if isinstance(got, BaseModel) else got
+            decision = (
+                got
+                if isinstance(got, Decision)
+                else Decision.model_validate(got.model_dump() if isinstance(got, BaseModel) else got)
             )
         except ValidationError as exc:
             log.error("predictor returned an invalid decision: %s", exc)
@@ -217,8 +225,12 @@ class Handlers:
         except StoreError as exc:
             # a change harpd cannot record is one it could never verify nor extend: keep the request
             log.error("predict for uid %d: decision not recorded (%s); request kept", peer.uid, exc)
-            kept = decision.model_copy(update={"changes": [], "explain": {
-                **decision.explain, "reason": f"store unavailable, request kept: {exc}"}})
+            kept = decision.model_copy(
+                update={
+                    "changes": [],
+                    "explain": {**decision.explain, "reason": f"store unavailable, request kept: {exc}"},
+                }
+            )
             return p.PredictAnswer(decision=kept)
         return p.PredictAnswer(decision=decision, token=token)
 
@@ -229,14 +241,25 @@ class Handlers:
         except Refused as exc:
             log.warning("registration of job %s by %s refused: %s", req.job_id, peer.describe(), exc)
             return p.error(str(exc))
-        log.info("registered job %s for %s (uid %d)%s", req.job_id, v.user, v.uid,
-                 "" if v.decision is None else " with harp's decision")
+        log.info(
+            "registered job %s for %s (uid %d)%s",
+            req.job_id,
+            v.user,
+            v.uid,
+            "" if v.decision is None else " with harp's decision",
+        )
         return p.RegisterAnswer()
 
     def op_status(self, peer: Peer, req: p.StatusRequest) -> BaseModel:
         try:
-            job = job_status(self.store, req.job_id, admin=self.is_admin(peer), uid=peer.uid, user=peer.user,
-                             cluster=getattr(getattr(self.settings, "slurm", None), "cluster", None))
+            job = job_status(
+                self.store,
+                req.job_id,
+                admin=self.is_admin(peer),
+                uid=peer.uid,
+                user=peer.user,
+                cluster=getattr(getattr(self.settings, "slurm", None), "cluster", None),
+            )
         except JobStatusError as exc:
             return p.error(str(exc))
         if self.limits_mode is not None:
@@ -250,8 +273,14 @@ class Handlers:
         if self.recovery is None:
             return p.EndingAnswer(action="left", why="recovery is off")
         action, why = self.recovery.run_ending(req.job_id, peer.uid)
-        log.log(logging.INFO if action == "requeued" else logging.DEBUG,
-                "job %s ending (hook from uid %d): %s, %s", req.job_id, peer.uid, action, why)
+        log.log(
+            logging.INFO if action == "requeued" else logging.DEBUG,
+            "job %s ending (hook from uid %d): %s, %s",
+            req.job_id,
+            peer.uid,
+            action,
+            why,
+        )
         return p.EndingAnswer(action=action, why=why[:400])
 
     def op_health(self, peer: Peer, req: p.HealthRequest) -> BaseModel:
@@ -261,7 +290,11 @@ class Handlers:
             try:
                 for m in self.store.models():
                     if m["champion"]:
-                        models[m["resource"]] = {"name": m["name"], "trained_at": m["trained_at"], "n_train": m["n_train"]}
+                        models[m["resource"]] = {
+                            "name": m["name"],
+                            "trained_at": m["trained_at"],
+                            "n_train": m["n_train"],
+                        }
             except StoreError as exc:
                 store = str(exc)
         name = getattr(self.predictor, "name", None) or type(self.predictor).__name__
@@ -294,23 +327,40 @@ class Handlers:
             return p.error(f"harpd is already building {self.max_reports} report(s); retry in a minute")
         try:
             started = time.monotonic()
-            filters = build.Filters(accounts=build.names_of(req.account), partitions=build.names_of(req.partition),
-                                    sources=build.names_of(req.source))
-            report = build.build(self.store, settings, by=req.by, window=window, user=user,
-                                 source=f"harpd ({self.store.path})", filters=filters,
-                                 personal=not self.is_admin(peer))
+            filters = build.Filters(
+                accounts=build.names_of(req.account),
+                partitions=build.names_of(req.partition),
+                sources=build.names_of(req.source),
+            )
+            report = build.build(
+                self.store,
+                settings,
+                by=req.by,
+                window=window,
+                user=user,
+                source=f"harpd ({self.store.path})",
+                filters=filters,
+                personal=not self.is_admin(peer),
+            )
             text = build.render(report, req.format, req.top)
         finally:
             self._reports.release()
-        log.info("report by %s (%s) for %s (uid %d) in %.1fs", req.by, req.format, report.scope, peer.uid,
-                 time.monotonic() - started)
+        log.info(
+            "report by %s (%s) for %s (uid %d) in %.1fs",
+            req.by,
+            req.format,
+            report.scope,
+            peer.uid,
+            time.monotonic() - started,
+        )
         return p.ReportAnswer(scope=report.scope, text=text)
 
     def op_progress(self, peer: Peer, req: p.ProgressRequest) -> BaseModel:
         """A running trial's metric (harpd.dnn.trials), from Slurm's owner of the job only."""
         try:
-            study, elapsed = record_progress(self.store, self.slurm, peer.uid, req.job_id, req.metric, req.value,
-                                             req.study)
+            study, elapsed = record_progress(
+                self.store, self.slurm, peer.uid, req.job_id, req.metric, req.value, req.study
+            )
         except ProgressRefused as exc:
             log.info("progress for job %s from %s refused: %s", req.job_id, peer.describe(), exc)
             return p.error(str(exc))

@@ -17,8 +17,8 @@ Start order is chosen so that every admin mistake shows up at start, as one
 4. the socket operations, with the live predictor's retrain and reload and
    the trace importer as admin actions, and its soft-policy state for health;
 5. the adopter (on the poller's scheduler: registers jobs that carry a
-   decision's token but whose registration message was lost) and the sacct poller, which stores each job's outcome and then hands it to
-   its listeners: recovery (resubmits what ran out), the watcher (re-sizes
+   decision's token but whose registration message was lost) and the sacct poller, which stores each job's outcome and then hands
+   it to its listeners: recovery (resubmits what ran out), the watcher (re-sizes
    pending siblings) and the retrain trigger (counts outcomes; it trains at
    once, in the background, when the store has history but no model);
 6. the watcher (``harpd.watch``), only when harpd may change other users'
@@ -140,8 +140,9 @@ def build_handlers(settings: HarpSettings, store: Store) -> tuple[Handlers, list
     limits = None if partitions is None else limits_from_partitions(partitions)
     privilege = detect_privilege(settings, backend)
     live = _make_live(settings, store, backend, limits, privilege)
-    predictor = DnnRoutingPredictor(live, settings, partitions, None if backend is None else cached_billing(backend),
-                                    store=store)
+    predictor = DnnRoutingPredictor(
+        live, settings, partitions, None if backend is None else cached_billing(backend), store=store
+    )
     handlers = Handlers(
         store,
         settings,
@@ -156,19 +157,30 @@ def build_handlers(settings: HarpSettings, store: Store) -> tuple[Handlers, list
         soft_state=live.soft_state,
     )
     log.info("predictor: %s", predictor.name)
-    services = start_services(settings, store, backend, live.retrain, privilege=privilege,
-                              predictor=predictor, partitions=partitions,
-                              trained_on=live.trained_on, learn=live.learn, soft_state=live.soft_state)
+    services = start_services(
+        settings,
+        store,
+        backend,
+        live.retrain,
+        privilege=privilege,
+        predictor=predictor,
+        partitions=partitions,
+        trained_on=live.trained_on,
+        learn=live.learn,
+        soft_state=live.soft_state,
+    )
     # the jobs' end hook (op ending) asks recovery directly
     handlers.recovery = next((s for s in services if isinstance(s, Recovery)), None)
     return handlers, services
 
 
-def _make_live(settings: HarpSettings, store: Store, backend: SlurmBackend | None, limits: Any,
-               privilege: Privilege) -> ModelPredictor:
+def _make_live(
+    settings: HarpSettings, store: Store, backend: SlurmBackend | None, limits: Any, privilege: Privilege
+) -> ModelPredictor:
     """The live predictor; soft limits (bolder bounds) only when harpd can extend what it cut."""
-    return make_predictor(settings=settings, store=store, backend=backend, limits=limits,
-                          soft_limits=privilege.soft_limits)
+    return make_predictor(
+        settings=settings, store=store, backend=backend, limits=limits, soft_limits=privilege.soft_limits
+    )
 
 
 def slurm_backend(settings: HarpSettings) -> SlurmBackend | None:
@@ -180,11 +192,19 @@ def slurm_backend(settings: HarpSettings) -> SlurmBackend | None:
         return None
 
 
-def start_services(settings: HarpSettings, store: Store, backend: SlurmBackend | None,
-                   retrain: Callable[[], Any], *, privilege: Privilege | None = None, predictor: Any = None,
-                   partitions: Any = None, trained_on: Callable[[], int | None] | None = None,
-                   learn: Callable[[list[Any]], Any] | None = None,
-                   soft_state: SoftState | None = None) -> list[Service]:
+def start_services(
+    settings: HarpSettings,
+    store: Store,
+    backend: SlurmBackend | None,
+    retrain: Callable[[], Any],
+    *,
+    privilege: Privilege | None = None,
+    predictor: Any = None,
+    partitions: Any = None,
+    trained_on: Callable[[], int | None] | None = None,
+    learn: Callable[[list[Any]], Any] | None = None,
+    soft_state: SoftState | None = None,
+) -> list[Service]:
     """The sacct poller and the listeners of its outcomes: recovery, the watcher, the retrain trigger.
 
     ``trained_on``: the most jobs a loaded model learnt from (None: no model);
@@ -195,13 +215,18 @@ def start_services(settings: HarpSettings, store: Store, backend: SlurmBackend |
     live predictor's soft-policy state, which the watcher feeds (None: none).
     """
     train_now = _first_training_due(store, trained_on)
-    recovery = make_recovery(settings=settings, store=store, backend=backend,
-                             partitions=partitions)  # None: off, or no Slurm
+    recovery = make_recovery(
+        settings=settings, store=store, backend=backend, partitions=partitions
+    )  # None: off, or no Slurm
     # recovery listens from the first poll on, which may announce outcomes a
     # killed predecessor left unannounced: each run's outcome reaches it once
-    ingest = poller.start(settings=settings, store=store, backend=backend,
-                          listeners=[] if recovery is None else [recovery.on_outcome],
-                          learners=[] if learn is None else [learn])
+    ingest = poller.start(
+        settings=settings,
+        store=store,
+        backend=backend,
+        listeners=[] if recovery is None else [recovery.on_outcome],
+        learners=[] if learn is None else [learn],
+    )
     services: list[Service] = [ingest]
     if ingest.ingestor is None:  # no Slurm: nothing is polled
         if train_now:
@@ -212,16 +237,29 @@ def start_services(settings: HarpSettings, store: Store, backend: SlurmBackend |
     if recovery is not None:
         services.append(recovery.attach(ingest))
     if privilege is not None:
-        watch = make_watch(settings=settings, store=store, backend=backend, privilege=privilege,
-                           predictor=predictor, partitions=partitions,
-                           soft_state=soft_state)  # None: nothing to watch (unprivileged, off, no Slurm)
+        watch = make_watch(
+            settings=settings,
+            store=store,
+            backend=backend,
+            privilege=privilege,
+            predictor=predictor,
+            partitions=partitions,
+            soft_state=soft_state,
+        )  # None: nothing to watch (unprivileged, off, no Slurm)
         if watch is not None:
             services.append(watch.attach(ingest))
     # retrain every retrain.interval_s, after retrain.after_n_outcomes outcomes, and
     # retrain.first_after_s after new outcomes while the models are missing or young
-    ingest.ingestor.on_outcome.append(attach_retrain(ingest.scheduler, retrain, settings.retrain,
-                                                     trained_on=trained_on, train_now=train_now,
-                                                     history_size=store.count_jobs))
+    ingest.ingestor.on_outcome.append(
+        attach_retrain(
+            ingest.scheduler,
+            retrain,
+            settings.retrain,
+            trained_on=trained_on,
+            train_now=train_now,
+            history_size=store.count_jobs,
+        )
+    )
     return services
 
 
@@ -240,8 +278,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--config", help=f"config file (default: $HARP_CONFIG or {DEFAULT_CONFIG_PATH})")
     ap.add_argument("--check-config", action="store_true", help="validate the config and exit (0: valid, 2: invalid)")
     ap.add_argument("--log-level", choices=["debug", "info", "warning", "error"], help="override server.log_level")
-    ap.add_argument("--standby", action="store_true",
-                    help="when another harpd holds the store, wait and take over when it stops (instead of exit 1)")
+    ap.add_argument(
+        "--standby",
+        action="store_true",
+        help="when another harpd holds the store, wait and take over when it stops (instead of exit 1)",
+    )
     ap.add_argument("--version", action="version", version=f"harpd {__version__}")
     args = ap.parse_args(argv)
 
@@ -263,8 +304,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"harpd: {exc}", file=sys.stderr)
         return 1
     try:  # then one active harpd per store (harpd.daemon.active_lock); a standby waits here
-        active = hold_store(settings.store.path, standby=args.standby,
-                            on_wait=lambda line: sd_notify(f"STATUS={line}"))
+        active = hold_store(settings.store.path, standby=args.standby, on_wait=lambda line: sd_notify(f"STATUS={line}"))
     except StoreInUse as exc:
         print(f"harpd: {exc}", file=sys.stderr)
         store.close()

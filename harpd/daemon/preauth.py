@@ -60,7 +60,9 @@ class PreAuth:
     def __len__(self) -> int:
         return len(self._waiting)
 
-    def arrive(self, conn: socket.socket, door: object, addr: object, host: str) -> tuple[Pending | None, list[Pending]]:
+    def arrive(
+        self, conn: socket.socket, door: object, addr: object, host: str
+    ) -> tuple[Pending | None, list[Pending]]:
         """Take a new connection: (its entry or None when refused, the waiting ones pushed out for it)."""
         out: list[Pending] = []
         mine = self._by_host.get(host)

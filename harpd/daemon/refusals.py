@@ -26,8 +26,9 @@ TOP_PEERS = 5
 class RefusalLog:
     """Counts refusals by kind and peer; logs the first at once and a summary per interval.  Thread-safe."""
 
-    def __init__(self, log: logging.Logger, interval_s: float = 10.0, clock: Callable[[], float] = time.monotonic,
-                 burst: int = 5) -> None:
+    def __init__(
+        self, log: logging.Logger, interval_s: float = 10.0, clock: Callable[[], float] = time.monotonic, burst: int = 5
+    ) -> None:
         self.log = log
         self.interval_s = interval_s
         self.burst = burst
@@ -80,8 +81,10 @@ class RefusalLog:
         span = now - (self._since or now)
         self._kinds.clear()
         self._peers.clear()
-        return (f"refused {n} more connection(s) in the last {span:.0f}s ({kinds}); "
-                f"top peers: {peers}{f' and {more} more' if more > 0 else ''}")
+        return (
+            f"refused {n} more connection(s) in the last {span:.0f}s ({kinds}); "
+            f"top peers: {peers}{f' and {more} more' if more > 0 else ''}"
+        )
 
 
 def _host(peer: str) -> str:

@@ -100,15 +100,20 @@ def _mismatch(limits: dict[str, Any], job: JobInfo) -> str | None:
         return f"memory {job.mem_mb} MB, not {limits['mem_mb']} MB"
     if limits.get("mem_per_cpu_mb") and job.mem_per_cpu_mb != int(limits["mem_per_cpu_mb"]):
         return f"memory per CPU {job.mem_per_cpu_mb} MB, not {limits['mem_per_cpu_mb']} MB"
-    if limits.get("cpus_per_task") and job.cpus_per_task is not None and job.cpus_per_task != int(limits["cpus_per_task"]):
+    if (
+        limits.get("cpus_per_task")
+        and job.cpus_per_task is not None
+        and job.cpus_per_task != int(limits["cpus_per_task"])
+    ):
         return f"{job.cpus_per_task} CPUs per task, not {limits['cpus_per_task']}"
     return None
 
 
 def _as_slurm_shows(job: JobInfo) -> dict[str, Any]:
     """A job's limits as slurmctld holds them, in ``Resources`` form (a registration without a decision)."""
-    return Resources(time_s=job.time_limit_s, mem_mb=job.mem_mb, mem_per_cpu_mb=job.mem_per_cpu_mb,
-                     cpus_per_task=job.cpus_per_task).model_dump()
+    return Resources(
+        time_s=job.time_limit_s, mem_mb=job.mem_mb, mem_per_cpu_mb=job.mem_per_cpu_mb, cpus_per_task=job.cpus_per_task
+    ).model_dump()
 
 
 @dataclass(frozen=True)
@@ -148,20 +153,29 @@ class Registrar:
             return self.backend.show_job(submitted_id(job_id))
         except SlurmError as exc:
             if any(s in str(exc).lower() for s in _UNKNOWN_JOB):
-                raise Refused(f"Slurm does not know job {job_id} yet; register a job after sbatch has "
-                              "printed its id") from None
+                raise Refused(
+                    f"Slurm does not know job {job_id} yet; register a job after sbatch has printed its id"
+                ) from None
             raise Refused(f"cannot ask Slurm about job {job_id} ({exc}); try again") from None
 
-    def verify(self, job_id: str, caller_uid: int, token: str | None, job: dict[str, Any] | None = None,
-               claims_changes: bool = False) -> Verified:
+    def verify(
+        self,
+        job_id: str,
+        caller_uid: int,
+        token: str | None,
+        job: dict[str, Any] | None = None,
+        claims_changes: bool = False,
+    ) -> Verified:
         """The registration of ``job_id`` by ``caller_uid`` as harpd would store it; Refused otherwise.
 
         ``claims_changes``: the message says harp changed the job; without a
         token no decision of harpd's backs that, so it is refused.
         """
         if token is None and claims_changes:
-            raise Refused(f"job {job_id}: a registration of a job harp changed needs the token harpd gave with "
-                          "its decision; not registered")
+            raise Refused(
+                f"job {job_id}: a registration of a job harp changed needs the token harpd gave with "
+                "its decision; not registered"
+            )
         info = self.show(job_id)
         owner = info.uid
         if owner is None:
@@ -180,7 +194,9 @@ class Registrar:
             log.warning("job %s (uid %d): decision token of uid %d refused", job_id, owner, row["uid"])
             raise Refused(f"job {job_id}: the decision token was not issued to the job's owner; not registered")
         if row["job_id"] is not None and str(row["job_id"]) != str(job_id):
-            raise Refused(f"job {job_id}: that decision was already used by job {row['job_id']}; a decision binds one job")
+            raise Refused(
+                f"job {job_id}: that decision was already used by job {row['job_id']}; a decision binds one job"
+            )
         if info.submit_time is None or info.submit_time < math.floor(float(row["decided_at"])):
             raise Refused(f"job {job_id} was submitted before harpd's decision; not registered")
         original = dict((row["job"] or {}).get("request") or {})
@@ -192,7 +208,9 @@ class Registrar:
             submitted, decision = original, None  # harp's change did not go in: the job is as the user wrote it
         else:
             why = _mismatch(decided, info)
-            log.warning("job %s of uid %d: limits are not harp's decision (%s); registration refused", job_id, owner, why)
+            log.warning(
+                "job %s of uid %d: limits are not harp's decision (%s); registration refused", job_id, owner, why
+            )
             raise Refused(f"job {job_id} has a {why}: neither harp's decision nor your request; not registered")
         recorded = dict(row["job"] or {})
         for key in ("argv", "sbatch_env"):  # how sbatch ran it: what recovery resubmits with, the owner's own
@@ -200,18 +218,26 @@ class Registrar:
                 recorded[key] = job[key]
         return Verified(job_id, owner, user, recorded, original, submitted, decision, token)
 
-    def register(self, job_id: str, caller_uid: int, token: str | None, job: dict[str, Any] | None = None,
-                 claims_changes: bool = False) -> Verified:
+    def register(
+        self,
+        job_id: str,
+        caller_uid: int,
+        token: str | None,
+        job: dict[str, Any] | None = None,
+        claims_changes: bool = False,
+    ) -> Verified:
         """Verify and store; Refused (nothing stored) when Slurm does not vouch for it."""
         v = self.verify(job_id, caller_uid, token, job, claims_changes)
         if v.token is None:
             self.store.add_submission(v.job_id, v.uid, v.user, v.job, v.original, v.submitted, None, verified=True)
-        elif not self.store.register_decided(v.token, v.job_id, v.uid, v.user, v.job, v.original, v.submitted,
-                                             v.decision):
+        elif not self.store.register_decided(
+            v.token, v.job_id, v.uid, v.user, v.job, v.original, v.submitted, v.decision
+        ):
             row = self.store.get_decision(v.token)
             if row is None or str(row["job_id"]) != str(v.job_id):
                 raise Refused(f"job {job_id}: that decision was already used by another job; a decision binds one job")
             # the same job again (a retry, or harpd found it first): refresh what the message adds
-            self.store.add_submission(v.job_id, v.uid, v.user, v.job, v.original, v.submitted, v.decision,
-                                      token=v.token, verified=True)
+            self.store.add_submission(
+                v.job_id, v.uid, v.user, v.job, v.original, v.submitted, v.decision, token=v.token, verified=True
+            )
         return v

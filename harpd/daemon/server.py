@@ -112,8 +112,11 @@ class Server:
         except ServerError:
             self._close_listener()
             raise
-        log.info("serving at most %d clients at once (%d of them over TCP)", self.max_clients,
-                 min(self.max_clients, self.max_tcp_clients))
+        log.info(
+            "serving at most %d clients at once (%d of them over TCP)",
+            self.max_clients,
+            min(self.max_clients, self.max_tcp_clients),
+        )
 
     # -------------------------------------------------------------- serving
 
@@ -191,7 +194,9 @@ class Server:
             if pending is not None:
                 self.preauth.checked(pending.host)
             limit = self.max_tcp_clients if tcp else self.max_clients
-            self.refusals.refused("busy", peer_address(addr), f"{limit} clients already connected{' over TCP' if tcp else ''}")
+            self.refusals.refused(
+                "busy", peer_address(addr), f"{limit} clients already connected{' over TCP' if tcp else ''}"
+            )
             self._reject(conn, f"harpd busy: {limit} clients already connected; retry")
             return
         try:
@@ -210,11 +215,17 @@ class Server:
         entry, pushed_out = self.preauth.arrive(conn, door, addr, str(host))
         for old in pushed_out:
             self._unwatch(old.conn)
-            self._refuse_waiting(old, "unauthenticated limit", "pushed out by newer connections from the same peer "
-                                 "or too many unauthenticated connections")
+            self._refuse_waiting(
+                old,
+                "unauthenticated limit",
+                "pushed out by newer connections from the same peer or too many unauthenticated connections",
+            )
         if entry is None:
-            self.refusals.refused("unauthenticated limit", peer_address(addr),
-                                  f"{self.preauth.max_per_peer} connections from this peer already being checked")
+            self.refusals.refused(
+                "unauthenticated limit",
+                peer_address(addr),
+                f"{self.preauth.max_per_peer} connections from this peer already being checked",
+            )
             self._reject(conn, "harpd: too many connections from your host; retry")
             return
         try:
@@ -246,8 +257,9 @@ class Server:
     def _expire_preauth(self) -> None:
         for entry in self.preauth.expired(time.monotonic()):
             self._unwatch(entry.conn)
-            self._refuse_waiting(entry, "no request in time",
-                                 f"no credential and request within {self.preauth.timeout_s:g}s")
+            self._refuse_waiting(
+                entry, "no request in time", f"no credential and request within {self.preauth.timeout_s:g}s"
+            )
 
     def _refuse_waiting(self, entry: Pending, kind: str, why: str) -> None:
         """Answer a waiting connection in one non-blocking send and close it."""

@@ -29,8 +29,10 @@ def check_munge(munge: Munge) -> None:
     try:
         munge.check()
     except MungeError as exc:
-        raise ServerError(f"server.listen is set but MUNGE does not work here: {exc.message}; "
-                          "or remove server.listen to serve the Unix socket only") from None
+        raise ServerError(
+            f"server.listen is set but MUNGE does not work here: {exc.message}; "
+            "or remove server.listen to serve the Unix socket only"
+        ) from None
 
 
 class TcpDoor:
@@ -65,8 +67,12 @@ class TcpDoor:
             sock.close()
             hint = "another harpd (or something else) holds the port" if exc.errno == 98 else "check server.listen"
             raise ServerError(f"cannot listen on {self.address} ({exc.strerror}); {hint}") from None
-        log.info("listening on %s (requests sealed with MUNGE via %s, munged at %s)",
-                 self.address, self.munge.via, self.munge.socket)
+        log.info(
+            "listening on %s (requests sealed with MUNGE via %s, munged at %s)",
+            self.address,
+            self.munge.via,
+            self.munge.socket,
+        )
         return sock
 
     def admit(self, conn: socket.socket, addr: object, lines: list[bytes]) -> Admission:
@@ -88,7 +94,6 @@ class TcpDoor:
 
     def close(self) -> None:
         pass
-
 
 
 def doors_for(listen: list[str], munge_socket: str | None) -> list[TcpDoor]:

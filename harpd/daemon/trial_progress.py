@@ -37,12 +37,14 @@ def study_of(job_id: str, study: str | None) -> tuple[str, dict[str, Any] | None
         return pol.study, dataclasses.asdict(pol)
     if "_" in job_id:
         return f"array-{job_id.split('_', 1)[0]}", None
-    raise ProgressRefused(f"job {job_id} is not an array task: name its study "
-                          "(harp progress --study 'study=NAME', or HARP_STUDY)")
+    raise ProgressRefused(
+        f"job {job_id} is not an array task: name its study (harp progress --study 'study=NAME', or HARP_STUDY)"
+    )
 
 
-def record_progress(store: Store, slurm: Any, uid: int, job_id: str, metric: str, value: float,
-                    study: str | None) -> tuple[str, float]:
+def record_progress(
+    store: Store, slurm: Any, uid: int, job_id: str, metric: str, value: float, study: str | None
+) -> tuple[str, float]:
     """Check the job with Slurm and store the report; (study, trial run time in s) or ProgressRefused."""
     if slurm is None:
         raise ProgressRefused("this harpd has no Slurm to check the job's owner with; progress not recorded")
@@ -54,8 +56,10 @@ def record_progress(store: Store, slurm: Any, uid: int, job_id: str, metric: str
     if info.uid is None or info.uid != uid:
         raise ProgressRefused(f"job {job_id} is not yours: progress is taken from the job's owner only")
     if (info.state or "") != "RUNNING":
-        raise ProgressRefused(f"job {job_id} is {info.state or 'in no known state'}, not running: "
-                              "progress is taken from running trials only")
+        raise ProgressRefused(
+            f"job {job_id} is {info.state or 'in no known state'}, not running: "
+            "progress is taken from running trials only"
+        )
     status = store.trial_status(job_id)
     if status is not None and status["reports"] >= MAX_REPORTS_PER_TRIAL:
         raise ProgressRefused(f"job {job_id} has reported {MAX_REPORTS_PER_TRIAL} times; report less often")

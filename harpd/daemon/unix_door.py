@@ -50,7 +50,9 @@ class UnixDoor:
         try:
             path.parent.mkdir(mode=0o755, parents=True, exist_ok=True)
         except OSError as exc:
-            raise ServerError(f"cannot create socket directory {path.parent} ({exc.strerror}); set server.socket") from None
+            raise ServerError(
+                f"cannot create socket directory {path.parent} ({exc.strerror}); set server.socket"
+            ) from None
         try:
             st = os.lstat(path)
         except FileNotFoundError:

@@ -216,7 +216,7 @@ def value_density(k: float, t0_s: float, horizon_s: float) -> Callable[[float], 
     if k <= 0:
         return lambda t: 1.0
     # mean of (t+t0)^-(k+1) over [0,H] = (t0^-k - (H+t0)^-k) / (k H)
-    mean = (t0_s ** -k - (horizon_s + t0_s) ** -k) / (k * horizon_s)
+    mean = (t0_s**-k - (horizon_s + t0_s) ** -k) / (k * horizon_s)
     return lambda t: (t + t0_s) ** -(k + 1) / mean
 
 
@@ -286,8 +286,14 @@ def failure_trace(rng: random.Random, horizon_wall_s: float, hazard_at: Callable
     return out
 
 
-def simulate(schedule: Sequence[float], cost_s: float, horizon_s: float, failures: Sequence[float],
-             w: Callable[[float], float], restart_s: float = 0.0) -> Overhead:
+def simulate(
+    schedule: Sequence[float],
+    cost_s: float,
+    horizon_s: float,
+    failures: Sequence[float],
+    w: Callable[[float], float],
+    restart_s: float = 0.0,
+) -> Overhead:
     """Run ``horizon_s`` of work with checkpoints at work positions ``schedule`` through wall-time ``failures``."""
     ckpts = list(schedule)
     wall = 0.0
@@ -333,8 +339,13 @@ def _integral(w: Callable[[float], float], a: float, b: float, n: int = 16) -> f
 DEFAULT_RATE_PER_H = 0.01  # when neither the line nor the caller gives one: 1 per 100 job-hours (said)
 
 
-def explain_checkpoint(harp_lines: Sequence[str], time_limit_s: float | None, signal_s: int | None = None,
-                       requeue: bool | None = None, rate_per_h: float | None = None) -> dict | None:
+def explain_checkpoint(
+    harp_lines: Sequence[str],
+    time_limit_s: float | None,
+    signal_s: int | None = None,
+    requeue: bool | None = None,
+    rate_per_h: float | None = None,
+) -> dict | None:
     """What --harp-explain says of a resumable job: why resumable, and the suggested schedule.
 
     Never raises: a wrong ``#HARP checkpoint`` line becomes the explanation's
@@ -357,8 +368,12 @@ def explain_checkpoint(harp_lines: Sequence[str], time_limit_s: float | None, si
     rate = spec.rate_per_h or rate_per_h or DEFAULT_RATE_PER_H
     sched = coci_schedule(spec.cost_s, constant_hazard(rate), horizon, spec.converge, spec.t0_s)
     even = young_daly(spec.cost_s, rate)
-    return {"resumable": why, "checkpoints": len(sched),
-            "first_min": round(sched[0] / 60, 1) if sched else None,
-            "last_gap_min": round((sched[-1] - sched[-2]) / 60, 1) if len(sched) > 1 else None,
-            "even_interval_min": round(even / 60, 1), "rate_per_h": rate,
-            "rate_from": "line" if spec.rate_per_h else ("site" if rate_per_h else "default 0.01/h")}
+    return {
+        "resumable": why,
+        "checkpoints": len(sched),
+        "first_min": round(sched[0] / 60, 1) if sched else None,
+        "last_gap_min": round((sched[-1] - sched[-2]) / 60, 1) if len(sched) > 1 else None,
+        "even_interval_min": round(even / 60, 1),
+        "rate_per_h": rate,
+        "rate_from": "line" if spec.rate_per_h else ("site" if rate_per_h else "default 0.01/h"),
+    }

@@ -65,11 +65,19 @@ class StagePlan:
     cost: float  # billed GPU-hours (GPUs x weight x hours)
 
     def summary(self) -> dict[str, Any]:
-        return {"stage": self.stage, "trials": self.trials, "tokens_per_trial": self.tokens_per_trial,
-                "gpu_type": self.layout.gpu_type, "nodes": self.layout.nodes,
-                "gpus_per_node": self.layout.gpus_per_node, "n_gpus": self.layout.n_gpus,
-                "zero": self.layout.zero, "waves": self.waves,
-                "time_h": round(self.time_s / 3600, 3), "billed_gpu_hours": round(self.cost, 3)}
+        return {
+            "stage": self.stage,
+            "trials": self.trials,
+            "tokens_per_trial": self.tokens_per_trial,
+            "gpu_type": self.layout.gpu_type,
+            "nodes": self.layout.nodes,
+            "gpus_per_node": self.layout.gpus_per_node,
+            "n_gpus": self.layout.n_gpus,
+            "zero": self.layout.zero,
+            "waves": self.waves,
+            "time_h": round(self.time_s / 3600, 3),
+            "billed_gpu_hours": round(self.cost, 3),
+        }
 
 
 @dataclass
@@ -132,24 +140,36 @@ def _pareto(points: list[tuple[float, float, tuple]]) -> list[tuple[float, float
     return out
 
 
-def plan_stages(model: ScalingModel, layouts: Sequence[Layout], stages: Sequence[tuple[int, float]],
-                deadline_s: float) -> DeadlinePlan:
+def plan_stages(
+    model: ScalingModel, layouts: Sequence[Layout], stages: Sequence[tuple[int, float]], deadline_s: float
+) -> DeadlinePlan:
     """The per-stage layouts of least total billed GPU-hours whose times sum to at most the deadline."""
     if not layouts:
         return DeadlinePlan(error="no GPU configuration fits the model in memory")
     front: list[tuple[float, float, tuple]] = [(0.0, 0.0, ())]
     for i, (trials, tokens) in enumerate(stages):
-        options = [p[2][0] for p in _pareto([(o.time_s, o.cost, (o,)) for o in
-                                             (_option(model, lay, trials, tokens, i) for lay in layouts)])]
-        merged = [(t + o.time_s, c + o.cost, plan + (o,)) for (t, c, plan) in front for o in options
-                  if t + o.time_s <= deadline_s * (1 + 1e-9)]
+        options = [
+            p[2][0]
+            for p in _pareto(
+                [(o.time_s, o.cost, (o,)) for o in (_option(model, lay, trials, tokens, i) for lay in layouts)]
+            )
+        ]
+        merged = [
+            (t + o.time_s, c + o.cost, plan + (o,))
+            for (t, c, plan) in front
+            for o in options
+            if t + o.time_s <= deadline_s * (1 + 1e-9)
+        ]
         front = _pareto(merged)
         if not front:
             break
     fastest = fastest_total(model, layouts, stages)
     if not front:
-        return DeadlinePlan(error=f"deadline {hours(deadline_s)} cannot be met: the fastest configuration is "
-                                  f"predicted to take {hours(fastest)}", fastest_s=fastest)
+        return DeadlinePlan(
+            error=f"deadline {hours(deadline_s)} cannot be met: the fastest configuration is "
+            f"predicted to take {hours(fastest)}",
+            fastest_s=fastest,
+        )
     best = min(front, key=lambda p: (round(p[1], 9), p[0]))
     return DeadlinePlan(list(best[2]), None, fastest)
 
@@ -171,8 +191,9 @@ class StaticPlan:
     per_stage: tuple[tuple[int, int, float], ...]  # (GPUs per trial, waves, seconds)
 
 
-def static_plan(model: ScalingModel, layouts: Sequence[Layout], stages: Sequence[tuple[int, float]],
-                deadline_s: float) -> StaticPlan | None:
+def static_plan(
+    model: ScalingModel, layouts: Sequence[Layout], stages: Sequence[tuple[int, float]], deadline_s: float
+) -> StaticPlan | None:
     """One pool of P GPUs of one type for the whole search, billed throughout; the cheapest meeting the deadline."""
     by_type: dict[str, list[Layout]] = {}
     for lay in layouts:
@@ -210,15 +231,21 @@ def static_plan(model: ScalingModel, layouts: Sequence[Layout], stages: Sequence
     return best
 
 
-def layouts_from_candidates(candidates: Iterable[Any], weights: Mapping[str, float],
-                            capacity: Mapping[str, int]) -> list[Layout]:
+def layouts_from_candidates(
+    candidates: Iterable[Any], weights: Mapping[str, float], capacity: Mapping[str, int]
+) -> list[Layout]:
     """One Layout per (type, nodes, GPUs per node): the lowest fitting ZeRO stage (least traffic)."""
     seen: dict[tuple[str, int, int], Layout] = {}
     for c in candidates:
         key = (c.gpu_type.name, c.nodes, c.gpus_per_node)
         if key in seen and seen[key].zero <= c.stage:
             continue
-        seen[key] = Layout(c.gpu_type.name, c.nodes, c.gpus_per_node, c.stage,
-                           float(weights.get(c.gpu_type.name, c.gpu_type.billing_weight)),
-                           int(capacity.get(c.gpu_type.name, 0)))
+        seen[key] = Layout(
+            c.gpu_type.name,
+            c.nodes,
+            c.gpus_per_node,
+            c.stage,
+            float(weights.get(c.gpu_type.name, c.gpu_type.billing_weight)),
+            int(capacity.get(c.gpu_type.name, 0)),
+        )
     return sorted(seen.values(), key=lambda lay: (lay.gpu_type, lay.n_gpus, lay.nodes))

@@ -45,12 +45,19 @@ class BatchChoice:
         return self.layout.n_gpus * self.micro_batch * self.accum
 
     def summary(self) -> dict[str, Any]:
-        return {"gpu_type": self.layout.gpu_type, "nodes": self.layout.nodes,
-                "gpus_per_node": self.layout.gpus_per_node, "n_gpus": self.layout.n_gpus,
-                "zero": self.layout.zero, "micro_batch": self.micro_batch, "grad_accum": self.accum,
-                "global_batch": self.global_batch, "seq_per_s": round(self.throughput, 2),
-                "seq_per_billed_gpu_hour": round(self.per_cost, 1),
-                "time_h": None if self.time_s is None else round(self.time_s / 3600, 3)}
+        return {
+            "gpu_type": self.layout.gpu_type,
+            "nodes": self.layout.nodes,
+            "gpus_per_node": self.layout.gpus_per_node,
+            "n_gpus": self.layout.n_gpus,
+            "zero": self.layout.zero,
+            "micro_batch": self.micro_batch,
+            "grad_accum": self.accum,
+            "global_batch": self.global_batch,
+            "seq_per_s": round(self.throughput, 2),
+            "seq_per_billed_gpu_hour": round(self.per_cost, 1),
+            "time_h": None if self.time_s is None else round(self.time_s / 3600, 3),
+        }
 
 
 def max_micro_batch(fits: Callable[[int], bool], hi: int) -> int:
@@ -82,9 +89,15 @@ def _micro_batches(b_max: int, n: int, lo: int, hi: int) -> list[int]:
     return sorted(cands)
 
 
-def choose_batch(model: ScalingModel, layouts: Sequence[Layout], batch: tuple[int, int],
-                 fits: Callable[[Layout, int], bool], *, tokens: float | None = None,
-                 deadline_s: float | None = None) -> tuple[BatchChoice | None, list[BatchChoice]]:
+def choose_batch(
+    model: ScalingModel,
+    layouts: Sequence[Layout],
+    batch: tuple[int, int],
+    fits: Callable[[Layout, int], bool],
+    *,
+    tokens: float | None = None,
+    deadline_s: float | None = None,
+) -> tuple[BatchChoice | None, list[BatchChoice]]:
     """The best choice and every evaluated one (for explain and the bench)."""
     lo, hi = batch
     evaluated: list[BatchChoice] = []
@@ -112,8 +125,13 @@ def choose_batch(model: ScalingModel, layouts: Sequence[Layout], batch: tuple[in
     return best, evaluated
 
 
-def fixed_choice(model: ScalingModel, lay: Layout, global_batch: int,
-                 fits: Callable[[Layout, int], bool], tokens: float | None = None) -> BatchChoice | None:
+def fixed_choice(
+    model: ScalingModel,
+    lay: Layout,
+    global_batch: int,
+    fits: Callable[[Layout, int], bool],
+    tokens: float | None = None,
+) -> BatchChoice | None:
     """A fixed configuration: ``lay`` at ``global_batch``, the biggest micro-batch that fits, accumulation the rest."""
     n = lay.n_gpus
     per_gpu = max(1, global_batch // n)
@@ -123,12 +141,14 @@ def fixed_choice(model: ScalingModel, lay: Layout, global_batch: int,
     b = max(d for d in range(1, b_max + 1) if per_gpu % d == 0) if per_gpu <= 4096 else b_max
     k = max(1, per_gpu // b)
     thr = model.throughput(lay.gpu_type, n, lay.nodes, b, k, lay.zero)
-    return BatchChoice(lay, b, k, thr, thr * 3600 / (n * lay.weight),
-                       tokens / (thr * model.seq_len) if tokens else None)
+    return BatchChoice(
+        lay, b, k, thr, thr * 3600 / (n * lay.weight), tokens / (thr * model.seq_len) if tokens else None
+    )
 
 
-def memory_fits(spec: Any, estimate_fn: Callable[..., Any], margin_capacity: Callable[[Layout], float]
-                ) -> Callable[[Layout, int], bool]:
+def memory_fits(
+    spec: Any, estimate_fn: Callable[..., Any], margin_capacity: Callable[[Layout], float]
+) -> Callable[[Layout, int], bool]:
     """fits(layout, micro_batch) from the ZeRO estimate, cached."""
     cache: dict[tuple[str, int, int, int, int], bool] = {}
 

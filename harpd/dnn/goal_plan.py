@@ -48,8 +48,9 @@ class GoalResult:
     notes: list[str] = field(default_factory=list)
 
 
-def billing_for(gpu_types: Sequence[Any], billing: Mapping[str, Mapping[str, float]] | None
-                ) -> tuple[dict[str, float], dict[str, str]]:
+def billing_for(
+    gpu_types: Sequence[Any], billing: Mapping[str, Mapping[str, float]] | None
+) -> tuple[dict[str, float], dict[str, str]]:
     """Per GPU type, its weight and where it comes from (Slurm's TRESBillingWeights or the config)."""
     from harpd.slurm.billing import gpu_weight
 
@@ -65,8 +66,15 @@ def billing_for(gpu_types: Sequence[Any], billing: Mapping[str, Mapping[str, flo
 
 
 def model_for(spec: Any, goals: DnnGoals, default_type: str) -> ScalingModel:
-    model = ScalingModel(params=spec.params, seq_len=spec.seq_len, micro_batch=spec.micro_batch,
-                         precision=spec.precision, recompute=spec.recompute, mfu=goals.mfu, tokens=goals.tokens)
+    model = ScalingModel(
+        params=spec.params,
+        seq_len=spec.seq_len,
+        micro_batch=spec.micro_batch,
+        precision=spec.precision,
+        recompute=spec.recompute,
+        mfu=goals.mfu,
+        tokens=goals.tokens,
+    )
     return model.fitted(goals.runs, default_type) if goals.runs else model
 
 
@@ -80,10 +88,16 @@ def _model_notes(model: ScalingModel, types: Sequence[str], goals: DnnGoals) -> 
     return notes
 
 
-def plan_goals(spec: Any, goals: DnnGoals, dnn: Any, fitting: Sequence[Any], *,
-               site_max_nodes: Mapping[str, int] | None = None,
-               site_gpus_per_node: Mapping[str, int] | None = None,
-               billing: Mapping[str, Mapping[str, float]] | None = None) -> GoalResult:
+def plan_goals(
+    spec: Any,
+    goals: DnnGoals,
+    dnn: Any,
+    fitting: Sequence[Any],
+    *,
+    site_max_nodes: Mapping[str, int] | None = None,
+    site_gpus_per_node: Mapping[str, int] | None = None,
+    billing: Mapping[str, Mapping[str, float]] | None = None,
+) -> GoalResult:
     """Decide the configuration for a job with goals; ``fitting``: choose_config's fitting candidates."""
     types = [t for t in dnn.gpu_types if spec.gpu_type is None or t.name == spec.gpu_type]
     weights, wsource = billing_for(types, billing)
@@ -95,51 +109,92 @@ def plan_goals(spec: Any, goals: DnnGoals, dnn: Any, fitting: Sequence[Any], *,
     default_type = types[0].name if types else "a100"
     model = model_for(spec, goals, default_type)
     notes = _model_notes(model, [t.name for t in types], goals)
-    base = {"billing": {n: {"weight": weights[n], "from": wsource[n]} for n in weights},
-            "scaling": {"source": model.fit.source, "alpha": round(model.fit.alpha, 4),
-                        "beta": round(model.fit.beta, 4), "gamma_s": round(model.fit.gamma_s, 1)}}
+    base = {
+        "billing": {n: {"weight": weights[n], "from": wsource[n]} for n in weights},
+        "scaling": {
+            "source": model.fit.source,
+            "alpha": round(model.fit.alpha, 4),
+            "beta": round(model.fit.beta, 4),
+            "gamma_s": round(model.fit.gamma_s, 1),
+        },
+    }
     if goals.batch is not None:
         return _batch(spec, goals, dnn, types, weights, capacity, model, base, notes)
     layouts = layouts_from_candidates(fitting, weights, capacity)
     stages = sha_stages(goals.trials, goals.eta, model.tokens) if goals.trials else [(1, model.tokens)]
     if goals.stage >= len(stages):
-        return GoalResult(error=f"stage={goals.stage}: trials={goals.trials} eta={goals.eta} has only "
-                                f"{len(stages)} stages (0 to {len(stages) - 1})")
+        return GoalResult(
+            error=f"stage={goals.stage}: trials={goals.trials} eta={goals.eta} has only "
+            f"{len(stages)} stages (0 to {len(stages) - 1})"
+        )
     deadline = goals.deadline_s if goals.deadline_s is not None else float("inf")
     plan: DeadlinePlan = plan_stages(model, layouts, stages, deadline)
     if plan.error:
         what = "search" if goals.trials else "job"
-        return GoalResult(error=f"{plan.error} for this {what}; allow more time, or give fewer tokens/trials",
-                          explain={**base, "fastest_h": round((plan.fastest_s or 0) / 3600, 3)}, notes=notes)
+        return GoalResult(
+            error=f"{plan.error} for this {what}; allow more time, or give fewer tokens/trials",
+            explain={**base, "fastest_h": round((plan.fastest_s or 0) / 3600, 3)},
+            notes=notes,
+        )
     chosen = plan.stages[goals.stage]
     static = static_plan(model, layouts, stages, deadline) if goals.trials else None
-    explain = {**base, "deadline_h": None if goals.deadline_s is None else round(deadline / 3600, 3),
-               "predicted_time_h": round(plan.time_s / 3600, 3),
-               "predicted_billed_gpu_hours": round(plan.cost, 3),
-               "stages": [s.summary() for s in plan.stages]}
+    explain = {
+        **base,
+        "deadline_h": None if goals.deadline_s is None else round(deadline / 3600, 3),
+        "predicted_time_h": round(plan.time_s / 3600, 3),
+        "predicted_billed_gpu_hours": round(plan.cost, 3),
+        "stages": [s.summary() for s in plan.stages],
+    }
     if static is not None:
-        explain["static"] = {"gpu_type": static.gpu_type, "pool_gpus": static.pool,
-                             "time_h": round(static.time_s / 3600, 3),
-                             "billed_gpu_hours": round(static.cost, 3),
-                             "cost_ratio_static_over_plan": round(static.cost / plan.cost, 3) if plan.cost else None}
-    line = (f"deadline plan: {chosen.layout.label()} ZeRO {chosen.layout.zero}, predicted "
-            f"{hours(chosen.time_s)} and {chosen.cost:.1f} billed GPU-hours"
-            + (f" (deadline {hours(deadline)})" if goals.deadline_s is not None else ""))
+        explain["static"] = {
+            "gpu_type": static.gpu_type,
+            "pool_gpus": static.pool,
+            "time_h": round(static.time_s / 3600, 3),
+            "billed_gpu_hours": round(static.cost, 3),
+            "cost_ratio_static_over_plan": round(static.cost / plan.cost, 3) if plan.cost else None,
+        }
+    line = (
+        f"deadline plan: {chosen.layout.label()} ZeRO {chosen.layout.zero}, predicted "
+        f"{hours(chosen.time_s)} and {chosen.cost:.1f} billed GPU-hours"
+        + (f" (deadline {hours(deadline)})" if goals.deadline_s is not None else "")
+    )
     if goals.trials:
-        line = (f"search plan, stage {goals.stage} of {len(stages)}: {chosen.trials} trial(s) of "
-                f"{chosen.layout.label()}; whole search predicted {hours(plan.time_s)} and "
-                f"{plan.cost:.1f} billed GPU-hours" + (f" (deadline {hours(deadline)})" if goals.deadline_s else "")
-                + (f", static pool {static.pool} x {static.gpu_type}: {static.cost:.1f}" if static else ""))
+        line = (
+            f"search plan, stage {goals.stage} of {len(stages)}: {chosen.trials} trial(s) of "
+            f"{chosen.layout.label()}; whole search predicted {hours(plan.time_s)} and "
+            f"{plan.cost:.1f} billed GPU-hours"
+            + (f" (deadline {hours(deadline)})" if goals.deadline_s else "")
+            + (f", static pool {static.pool} x {static.gpu_type}: {static.cost:.1f}" if static else "")
+        )
     explain["summary"] = line
-    explain["why"] = (f"least predicted billed GPU-hours meeting the deadline ({hours(chosen.time_s)}, "
-                      f"{chosen.cost:.1f} GPU-h)" if goals.deadline_s is not None else
-                      f"least predicted billed GPU-hours for this stage ({chosen.cost:.1f} GPU-h)")
-    return GoalResult(chosen.layout.gpu_type, chosen.layout.nodes, chosen.layout.gpus_per_node,
-                      chosen.layout.zero, None, explain, None, notes + [line])
+    explain["why"] = (
+        f"least predicted billed GPU-hours meeting the deadline ({hours(chosen.time_s)}, {chosen.cost:.1f} GPU-h)"
+        if goals.deadline_s is not None
+        else f"least predicted billed GPU-hours for this stage ({chosen.cost:.1f} GPU-h)"
+    )
+    return GoalResult(
+        chosen.layout.gpu_type,
+        chosen.layout.nodes,
+        chosen.layout.gpus_per_node,
+        chosen.layout.zero,
+        None,
+        explain,
+        None,
+        notes + [line],
+    )
 
 
-def _batch(spec: Any, goals: DnnGoals, dnn: Any, types: Sequence[Any], weights: Mapping[str, float],
-           capacity: Mapping[str, int], model: ScalingModel, base: dict[str, Any], notes: list[str]) -> GoalResult:
+def _batch(
+    spec: Any,
+    goals: DnnGoals,
+    dnn: Any,
+    types: Sequence[Any],
+    weights: Mapping[str, float],
+    capacity: Mapping[str, int],
+    model: ScalingModel,
+    base: dict[str, Any],
+    notes: list[str],
+) -> GoalResult:
     mem = {t.name: float(t.memory_gb) * GIB for t in types}
     lays = []
     for t in types:
@@ -150,35 +205,66 @@ def _batch(spec: Any, goals: DnnGoals, dnn: Any, types: Sequence[Any], weights: 
                 lays.append(Layout(t.name, nodes, g, z, weights[t.name], capacity[t.name]))
 
     def est(s: Any, n: int, z: int, gpn: int) -> Any:
-        return estimate(s, n, z, cuda_context_gb=dnn.cuda_context_gb,
-                        distributed_overhead_gb=dnn.distributed_overhead_gb, margin=dnn.safety_margin,
-                        gpus_per_node=gpn)
+        return estimate(
+            s,
+            n,
+            z,
+            cuda_context_gb=dnn.cuda_context_gb,
+            distributed_overhead_gb=dnn.distributed_overhead_gb,
+            margin=dnn.safety_margin,
+            gpus_per_node=gpn,
+        )
 
     notes = [n for n in notes + list(spec.notes) if not n.startswith("micro_batch not given")]
     spec.notes[:] = []  # the batch plan chooses micro_batch: the default's note would mislead
     fits = memory_fits(spec, est, lambda lay: mem[lay.gpu_type])
-    best, evaluated = choose_batch(model, lays, goals.batch, fits,
-                                   tokens=goals.tokens, deadline_s=goals.deadline_s)
+    best, evaluated = choose_batch(model, lays, goals.batch, fits, tokens=goals.tokens, deadline_s=goals.deadline_s)
     lo, hi = goals.batch
     if best is None:
         if evaluated:
             fastest = min((c for c in evaluated if c.time_s is not None), key=lambda c: c.time_s, default=None)
             if fastest is not None and goals.deadline_s is not None:
-                return GoalResult(error=f"deadline {hours(goals.deadline_s)} cannot be met with batch={lo}..{hi}: "
-                                        f"the fastest choice is predicted to take {hours(fastest.time_s)}",
-                                  explain=base, notes=notes)
-        return GoalResult(error=f"batch={lo}..{hi}: no GPU count and micro-batch fit in memory within the range "
-                                "(try a wider batch range, recompute=full or zero=auto)", explain=base, notes=notes)
+                return GoalResult(
+                    error=f"deadline {hours(goals.deadline_s)} cannot be met with batch={lo}..{hi}: "
+                    f"the fastest choice is predicted to take {hours(fastest.time_s)}",
+                    explain=base,
+                    notes=notes,
+                )
+        return GoalResult(
+            error=f"batch={lo}..{hi}: no GPU count and micro-batch fit in memory within the range "
+            "(try a wider batch range, recompute=full or zero=auto)",
+            explain=base,
+            notes=notes,
+        )
     lay = best.layout
-    line = (f"batch plan: {lay.label()} ZeRO {lay.zero}, micro_batch={best.micro_batch} x grad_accum="
-            f"{best.accum} = global batch {best.global_batch}; {best.throughput:.1f} sequences/s, "
-            f"{best.per_cost:.0f} per billed GPU-hour"
-            + (f", predicted {hours(best.time_s)}" if best.time_s is not None and goals.tokens else ""))
+    line = (
+        f"batch plan: {lay.label()} ZeRO {lay.zero}, micro_batch={best.micro_batch} x grad_accum="
+        f"{best.accum} = global batch {best.global_batch}; {best.throughput:.1f} sequences/s, "
+        f"{best.per_cost:.0f} per billed GPU-hour"
+        + (f", predicted {hours(best.time_s)}" if best.time_s is not None and goals.tokens else "")
+    )
     top = sorted(evaluated, key=lambda c: -c.per_cost)[:5]
-    explain = {**base, "batch_range": [lo, hi], "chosen": best.summary(),
-               "alternatives": [c.summary() for c in top if c is not best][:4], "summary": line,
-               "why": f"most sequences per billed GPU-hour for batch={lo}..{hi} ({best.per_cost:.0f})"}
-    return GoalResult(lay.gpu_type, lay.nodes, lay.gpus_per_node, lay.zero, best.micro_batch, explain, None,
-                      notes + [line, f"run the job with micro_batch={best.micro_batch} and gradient accumulation "
-                                     f"{best.accum} (global batch {best.global_batch}): harp changes only "
-                                     "sbatch options"])
+    explain = {
+        **base,
+        "batch_range": [lo, hi],
+        "chosen": best.summary(),
+        "alternatives": [c.summary() for c in top if c is not best][:4],
+        "summary": line,
+        "why": f"most sequences per billed GPU-hour for batch={lo}..{hi} ({best.per_cost:.0f})",
+    }
+    return GoalResult(
+        lay.gpu_type,
+        lay.nodes,
+        lay.gpus_per_node,
+        lay.zero,
+        best.micro_batch,
+        explain,
+        None,
+        notes
+        + [
+            line,
+            f"run the job with micro_batch={best.micro_batch} and gradient accumulation "
+            f"{best.accum} (global batch {best.global_batch}): harp changes only "
+            "sbatch options",
+        ],
+    )

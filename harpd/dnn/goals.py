@@ -28,8 +28,18 @@ DEFAULT_ETA = 3
 DEFAULT_MFU = 0.40
 
 _DURATION = re.compile(r"^([0-9]+(?:\.[0-9]+)?)\s*([smhd]|min|mins|hr|hrs|days?)?$", re.IGNORECASE)
-_UNIT_S = {"s": 1, "m": 60, "min": 60, "mins": 60, "h": 3600, "hr": 3600, "hrs": 3600,
-           "d": 86400, "day": 86400, "days": 86400}
+_UNIT_S = {
+    "s": 1,
+    "m": 60,
+    "min": 60,
+    "mins": 60,
+    "h": 3600,
+    "hr": 3600,
+    "hrs": 3600,
+    "d": 86400,
+    "day": 86400,
+    "days": 86400,
+}
 
 
 @dataclass(frozen=True)
@@ -109,8 +119,9 @@ def parse_runs(value: str) -> tuple[RunTime, ...]:
         what, sep, dur = item.strip().partition(":")
         m = re.fullmatch(r"([0-9]+)(?:x([A-Za-z][\w.-]*?))?(?:x([0-9]+)n)?", what.strip())
         if not sep or not m:
-            raise DnnError(f"#HARP dnn: runs item '{item.strip()}' is not GPUS[xTYPE][xNODESn]:ELAPSED "
-                           "(e.g. runs=1:10h,4xa100:3h)")
+            raise DnnError(
+                f"#HARP dnn: runs item '{item.strip()}' is not GPUS[xTYPE][xNODESn]:ELAPSED (e.g. runs=1:10h,4xa100:3h)"
+            )
         n = parse_count("runs", m.group(1), lo=1, hi=100_000)
         nodes = int(m.group(3)) if m.group(3) else 1
         if not 1 <= nodes <= n:
@@ -146,8 +157,10 @@ def goals_from_tokens(tokens: dict[str, str]) -> DnnGoals:
         kw["runs"] = parse_runs(tokens["runs"])
     goals = DnnGoals(**kw)
     if (goals.deadline_s is not None or goals.trials is not None) and goals.tokens is None and not goals.runs:
-        raise DnnError("#HARP dnn: a deadline or a search needs the work: tokens= (training tokens of one run) "
-                       "or runs= (earlier runs, e.g. runs=1:10h,4:3h)")
+        raise DnnError(
+            "#HARP dnn: a deadline or a search needs the work: tokens= (training tokens of one run) "
+            "or runs= (earlier runs, e.g. runs=1:10h,4:3h)"
+        )
     if goals.trials is not None and goals.tokens is None:
         raise DnnError("#HARP dnn: trials= needs tokens= (one trial's full training) to size each stage")
     if goals.trials is None and "stage" in tokens:

@@ -55,16 +55,21 @@ class Candidate:
         return self.n_gpus * float(self.gpu_type.billing_weight)
 
     def sort_key(self) -> tuple:
-        return (round(self.cost, 9), self.nodes, self.stage, self.need / self.capacity,
-                self.gpu_type.name)
+        return (round(self.cost, 9), self.nodes, self.stage, self.need / self.capacity, self.gpu_type.name)
 
     def summary(self) -> dict[str, Any]:
         return {
-            "gpu_type": self.gpu_type.name, "partition": self.gpu_type.partition,
-            "nodes": self.nodes, "gpus_per_node": self.gpus_per_node, "n_gpus": self.n_gpus,
-            "zero": self.stage, "need_gib": round(self.need / GIB, 2),
-            "capacity_gib": round(self.capacity / GIB, 2), "fits": self.fits,
-            "cost_gpu_weight": round(self.cost, 3), "need_source": self.need_source,
+            "gpu_type": self.gpu_type.name,
+            "partition": self.gpu_type.partition,
+            "nodes": self.nodes,
+            "gpus_per_node": self.gpus_per_node,
+            "n_gpus": self.n_gpus,
+            "zero": self.stage,
+            "need_gib": round(self.need / GIB, 2),
+            "capacity_gib": round(self.capacity / GIB, 2),
+            "fits": self.fits,
+            "cost_gpu_weight": round(self.cost, 3),
+            "need_source": self.need_source,
         }
 
 
@@ -115,11 +120,18 @@ def _suggestions(spec, closest: Candidate) -> str:
     return ("; try " + ", ".join(tips)) if tips else ""
 
 
-def choose_config(spec, gpu_types: Iterable[Any], *, margin: float, cuda_context_gb: float,
-                  distributed_overhead_gb: float, max_nodes: int,
-                  site_max_nodes: Mapping[str, int] | None = None,
-                  site_gpus_per_node: Mapping[str, int] | None = None,
-                  observations: Iterable[PeakObservation] = ()) -> Choice:
+def choose_config(
+    spec,
+    gpu_types: Iterable[Any],
+    *,
+    margin: float,
+    cuda_context_gb: float,
+    distributed_overhead_gb: float,
+    max_nodes: int,
+    site_max_nodes: Mapping[str, int] | None = None,
+    site_gpus_per_node: Mapping[str, int] | None = None,
+    observations: Iterable[PeakObservation] = (),
+) -> Choice:
     """Every candidate configuration, evaluated; the cheapest that fits, or why none does."""
     types = list(gpu_types)
     if not types:
@@ -148,24 +160,35 @@ def choose_config(spec, gpu_types: Iterable[Any], *, margin: float, cuda_context
             for stage in stages_for(spec):
                 key = (n, stage, g)
                 if key not in cache:
-                    cache[key] = estimate(spec, n, stage, cuda_context_gb=cuda_context_gb,
-                                          distributed_overhead_gb=distributed_overhead_gb,
-                                          margin=margin, gpus_per_node=g)
+                    cache[key] = estimate(
+                        spec,
+                        n,
+                        stage,
+                        cuda_context_gb=cuda_context_gb,
+                        distributed_overhead_gb=distributed_overhead_gb,
+                        margin=margin,
+                        gpus_per_node=g,
+                    )
                 est = cache[key]
                 need, source = refined_need(est.need, obs, n_gpus=n, stage=stage, margin=margin)
                 candidates.append(Candidate(gt, nodes, g, stage, est, need, source))
     if not candidates:
         if spec.gpus is not None:
-            return Choice(None, error=f"gpus={spec.gpus} cannot be placed on the configured GPU types "
-                                      f"(at most {max_nodes} nodes of evenly used GPUs)")
-        return Choice(None, error="no configured GPU type is usable in Slurm "
-                                  f"({', '.join(unusable)}: see harp dnn check)")
+            return Choice(
+                None,
+                error=f"gpus={spec.gpus} cannot be placed on the configured GPU types "
+                f"(at most {max_nodes} nodes of evenly used GPUs)",
+            )
+        return Choice(
+            None, error=f"no configured GPU type is usable in Slurm ({', '.join(unusable)}: see harp dnn check)"
+        )
     fitting = sorted((c for c in candidates if c.fits), key=Candidate.sort_key)
     if fitting:
         return Choice(fitting[0], fitting)
     closest = min(candidates, key=lambda c: (c.need / c.capacity, c.sort_key()))
-    msg = (f"no configured GPU fits: the nearest, {closest.n_gpus} x {closest.gpu_type.name} "
-           f"at zero={closest.stage}, needs {closest.need / GIB:.1f} GiB per GPU "
-           f"(with {margin:.0%} margin) of {closest.capacity / GIB:.0f} GiB"
-           + _suggestions(spec, closest))
+    msg = (
+        f"no configured GPU fits: the nearest, {closest.n_gpus} x {closest.gpu_type.name} "
+        f"at zero={closest.stage}, needs {closest.need / GIB:.1f} GiB per GPU "
+        f"(with {margin:.0%} margin) of {closest.capacity / GIB:.0f} GiB" + _suggestions(spec, closest)
+    )
     return Choice(None, [], closest, msg)

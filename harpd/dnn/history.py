@@ -25,8 +25,9 @@ from harpd.records import Resources
 
 LOOKBACK_S = 90 * 86400
 MAX_SCAN = 2000
-_NOT_IN_SIGNATURE = frozenset({"gpus", "gpu_type", "zero", "launcher", "deadline", "stage", "batch", "runs",
-                               "accounting"})
+_NOT_IN_SIGNATURE = frozenset(
+    {"gpus", "gpu_type", "zero", "launcher", "deadline", "stage", "batch", "runs", "accounting"}
+)
 
 
 def goal_signature(tokens: dict[str, str]) -> str:

@@ -44,8 +44,10 @@ class ModelShape:
 def _int(cfg: dict[str, Any], key: str, model_type: str, default: int | None = None) -> int:
     value = cfg.get(key, default)
     if value is None:
-        raise DnnError(f"config.json: '{key}' is missing for a {model_type} model; "
-                       "add it or describe the model with params= layers= hidden= heads=")
+        raise DnnError(
+            f"config.json: '{key}' is missing for a {model_type} model; "
+            "add it or describe the model with params= layers= hidden= heads="
+        )
     if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
         raise DnnError(f"config.json: '{key}' must be a positive integer, not {value!r}")
     return value
@@ -172,9 +174,11 @@ def shape_from_config(cfg: dict[str, Any]) -> ModelShape:
         return _llama(cfg, mt)
     if mt in BERT_TYPES:
         return _bert(cfg, mt)
-    raise DnnError(f"config.json: model_type '{mt}' is not one harp can count "
-                   f"({', '.join(sorted(SUPPORTED_TYPES))}); "
-                   "describe the model with params= layers= hidden= heads= instead")
+    raise DnnError(
+        f"config.json: model_type '{mt}' is not one harp can count "
+        f"({', '.join(sorted(SUPPORTED_TYPES))}); "
+        "describe the model with params= layers= hidden= heads= instead"
+    )
 
 
 def count_params(cfg: dict[str, Any]) -> int:

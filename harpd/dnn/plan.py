@@ -27,9 +27,11 @@ from harpd.dnn.site_check import check_gpu_types, parse_gres
 from harpd.dnn.spec import DnnSpec, dnn_tokens, spec_from_lines
 from harpd.dnn.zero import GIB, ceil_gib, estimate
 
-COST_MODEL = ("billed GPU-hours = GPUs x billing_weight x elapsed; elapsed is taken to depend on the "
-              "configuration only through the GPU count and to scale at best as 1/GPUs, so harp "
-              "picks the fewest weighted GPUs that fit, then fewest nodes, then lowest ZeRO stage")
+COST_MODEL = (
+    "billed GPU-hours = GPUs x billing_weight x elapsed; elapsed is taken to depend on the "
+    "configuration only through the GPU count and to scale at best as 1/GPUs, so harp "
+    "picks the fewest weighted GPUs that fit, then fewest nodes, then lowest ZeRO stage"
+)
 
 
 @dataclass
@@ -84,45 +86,71 @@ def _change(changes: list[dict[str, Any]], option: str, value: str, old: Any, re
     changes.append({"option": option, "value": value, "old": old_s, "reason": reason})
 
 
-def _changes_for(c: Candidate, spec: DnnSpec, req: dict[str, Any], margin: float,
-                 why: str | None = None) -> tuple[list[dict], list[str]]:
+def _changes_for(
+    c: Candidate, spec: DnnSpec, req: dict[str, Any], margin: float, why: str | None = None
+) -> tuple[list[dict], list[str]]:
     changes: list[dict[str, Any]] = []
     warnings: list[str] = []
     gt = c.gpu_type
-    fit = (f"{c.need / GIB:.1f} GiB/GPU needed ({c.need_source}, zero={c.stage}, "
-           f"{margin:.0%} margin) of {c.capacity / GIB:.0f} GiB")
-    _change(changes, "partition", gt.partition, req.get("partition"),
-            f"{gt.name} GPUs are in partition {gt.partition}")
+    fit = (
+        f"{c.need / GIB:.1f} GiB/GPU needed ({c.need_source}, zero={c.stage}, "
+        f"{margin:.0%} margin) of {c.capacity / GIB:.0f} GiB"
+    )
+    _change(changes, "partition", gt.partition, req.get("partition"), f"{gt.name} GPUs are in partition {gt.partition}")
     use_gpus = bool(req.get("gpus"))
     use_gres = _has_gpu_gres(req.get("gres")) or not use_gpus
     cheapest = why or f"least billed GPU-hours ({c.n_gpus} GPU x weight {gt.billing_weight:g})"
     if use_gres:
-        _change(changes, "gres", _gres_value(req.get("gres"), gt.name, c.gpus_per_node), req.get("gres"),
-                f"{c.gpus_per_node} x {gt.name} per node: {fit}; {cheapest}")
+        _change(
+            changes,
+            "gres",
+            _gres_value(req.get("gres"), gt.name, c.gpus_per_node),
+            req.get("gres"),
+            f"{c.gpus_per_node} x {gt.name} per node: {fit}; {cheapest}",
+        )
     if use_gpus:
-        _change(changes, "gpus", f"{gt.name}:{c.n_gpus}", req.get("gpus"),
-                f"{c.n_gpus} x {gt.name}: {fit}; {cheapest}")
-    _change(changes, "nodes", str(c.nodes), req.get("nodes"),
-            f"{c.n_gpus} GPUs as {c.nodes} node(s) x {c.gpus_per_node} {gt.name}")
+        _change(changes, "gpus", f"{gt.name}:{c.n_gpus}", req.get("gpus"), f"{c.n_gpus} x {gt.name}: {fit}; {cheapest}")
+    _change(
+        changes,
+        "nodes",
+        str(c.nodes),
+        req.get("nodes"),
+        f"{c.n_gpus} GPUs as {c.nodes} node(s) x {c.gpus_per_node} {gt.name}",
+    )
     per_node_tasks = 1 if spec.one_task_per_node else c.gpus_per_node
-    _change(changes, "ntasks-per-node", str(per_node_tasks), None,
-            f"one launcher per node (launcher={spec.launcher})" if spec.one_task_per_node
-            else "one rank per GPU (launcher=srun)")
+    _change(
+        changes,
+        "ntasks-per-node",
+        str(per_node_tasks),
+        None,
+        f"one launcher per node (launcher={spec.launcher})"
+        if spec.one_task_per_node
+        else "one rank per GPU (launcher=srun)",
+    )
     host = c.estimate.host_per_node
     if host > 0:
         need_mb = ceil_gib(host) * 1024
         old_mb = req.get("mem_mb")
         if req.get("mem_per_cpu_mb"):
-            warnings.append(f"ZeRO-Offload needs {ceil_gib(host)} GiB host memory per node; "
-                            "--mem-per-cpu is set, so harp left host memory alone")
+            warnings.append(
+                f"ZeRO-Offload needs {ceil_gib(host)} GiB host memory per node; "
+                "--mem-per-cpu is set, so harp left host memory alone"
+            )
         elif old_mb is None or old_mb < need_mb:
-            _change(changes, "mem", f"{ceil_gib(host)}G", None if old_mb is None else f"{old_mb}M",
-                    f"host memory for ZeRO-Offload: {host / GIB:.1f} GiB per node "
-                    "(offloaded states or start-up fp32 copies, x1.5 buffer)")
+            _change(
+                changes,
+                "mem",
+                f"{ceil_gib(host)}G",
+                None if old_mb is None else f"{old_mb}M",
+                f"host memory for ZeRO-Offload: {host / GIB:.1f} GiB per node "
+                "(offloaded states or start-up fp32 copies, x1.5 buffer)",
+            )
     ntasks = req.get("ntasks")
     if ntasks and ntasks != c.nodes * per_node_tasks:
-        warnings.append(f"--ntasks={ntasks} overrides --ntasks-per-node={per_node_tasks}; "
-                        f"remove it or set it to {c.nodes * per_node_tasks}")
+        warnings.append(
+            f"--ntasks={ntasks} overrides --ntasks-per-node={per_node_tasks}; "
+            f"remove it or set it to {c.nodes * per_node_tasks}"
+        )
     return changes, warnings
 
 
@@ -133,24 +161,41 @@ def _round_gib(d: dict[str, float]) -> dict[str, float]:
 def _goal_candidate(res: GoalResult, spec: DnnSpec, dnn: Any, fitting: list[Candidate]) -> Candidate:
     """The Candidate for the configuration the goals chose (re-estimated at a new micro-batch)."""
     for c in fitting:
-        if ((c.gpu_type.name, c.nodes, c.gpus_per_node, c.stage) == (res.gpu_type, res.nodes, res.gpus_per_node,
-                                                                       res.zero) and res.micro_batch is None):
+        if (c.gpu_type.name, c.nodes, c.gpus_per_node, c.stage) == (
+            res.gpu_type,
+            res.nodes,
+            res.gpus_per_node,
+            res.zero,
+        ) and res.micro_batch is None:
             return c
     gt = next(t for t in dnn.gpu_types if t.name == res.gpu_type)
     s = dataclasses.replace(spec, micro_batch=res.micro_batch or spec.micro_batch)
     n = res.nodes * res.gpus_per_node
-    est = estimate(s, n, res.zero, cuda_context_gb=dnn.cuda_context_gb,
-                   distributed_overhead_gb=dnn.distributed_overhead_gb, margin=dnn.safety_margin,
-                   gpus_per_node=res.gpus_per_node)
+    est = estimate(
+        s,
+        n,
+        res.zero,
+        cuda_context_gb=dnn.cuda_context_gb,
+        distributed_overhead_gb=dnn.distributed_overhead_gb,
+        margin=dnn.safety_margin,
+        gpus_per_node=res.gpus_per_node,
+    )
     return Candidate(gt, res.nodes, res.gpus_per_node, res.zero, est, est.need)
 
 
-def plan_dnn_job(harp_lines: list[str], request: Mapping[str, Any] | Any, cwd: str | None, settings: Any,
-                 *, partitions: Mapping[str, Any] | None = None,
-                 observations: Iterable[PeakObservation] = (), uid: int | None = None,
-                 billing: Mapping[str, Mapping[str, float]] | None = None,
-                 history: Callable[[dict[str, str]], tuple[RunTime, ...]] | None = None,
-                 array_size: int | None = None) -> DnnPlan:
+def plan_dnn_job(
+    harp_lines: list[str],
+    request: Mapping[str, Any] | Any,
+    cwd: str | None,
+    settings: Any,
+    *,
+    partitions: Mapping[str, Any] | None = None,
+    observations: Iterable[PeakObservation] = (),
+    uid: int | None = None,
+    billing: Mapping[str, Mapping[str, float]] | None = None,
+    history: Callable[[dict[str, str]], tuple[RunTime, ...]] | None = None,
+    array_size: int | None = None,
+) -> DnnPlan:
     """Plan a DNN job's GPU request; see the module doc.
 
     ``settings``: HarpSettings (or its ``dnn`` section).  ``partitions``: the
@@ -177,11 +222,17 @@ def plan_dnn_job(harp_lines: list[str], request: Mapping[str, Any] | Any, cwd: s
         warnings.extend(check.problems)
         site_nodes, site_gpn = check.max_nodes, check.gpus_per_node
     try:
-        choice = choose_config(spec, dnn.gpu_types, margin=dnn.safety_margin,
-                               cuda_context_gb=dnn.cuda_context_gb,
-                               distributed_overhead_gb=dnn.distributed_overhead_gb,
-                               max_nodes=dnn.max_nodes, site_max_nodes=site_nodes,
-                               site_gpus_per_node=site_gpn, observations=observations)
+        choice = choose_config(
+            spec,
+            dnn.gpu_types,
+            margin=dnn.safety_margin,
+            cuda_context_gb=dnn.cuda_context_gb,
+            distributed_overhead_gb=dnn.distributed_overhead_gb,
+            max_nodes=dnn.max_nodes,
+            site_max_nodes=site_nodes,
+            site_gpus_per_node=site_gpn,
+            observations=observations,
+        )
     except DnnError as exc:
         return DnnPlan([], {"dnn": {"error": str(exc)}}, str(exc))
     goals_result = None
@@ -191,8 +242,9 @@ def plan_dnn_job(harp_lines: list[str], request: Mapping[str, Any] | Any, cwd: s
         if runs:
             goals, from_history = dataclasses.replace(goals, runs=runs), len(runs)
     if goals.any and choice.best is not None:
-        goals_result = plan_goals(spec, goals, dnn, choice.fitting, site_max_nodes=site_nodes,
-                                  site_gpus_per_node=site_gpn, billing=billing)
+        goals_result = plan_goals(
+            spec, goals, dnn, choice.fitting, site_max_nodes=site_nodes, site_gpus_per_node=site_gpn, billing=billing
+        )
     explain: dict[str, Any] = {
         "spec": {k: v for k, v in spec.to_dict().items() if k != "notes"},
         "signature": spec_signature(spec),
@@ -211,15 +263,20 @@ def plan_dnn_job(harp_lines: list[str], request: Mapping[str, Any] | Any, cwd: s
         explain["goals"] = goals_result.explain
         stages = goals_result.explain.get("stages") or []
         if goals.trials and array_size and goals.stage < len(stages) and stages[goals.stage]["trials"] != array_size:
-            explain["notes"].append(f"the array has {array_size} task(s) but stage {goals.stage} of trials="
-                                    f"{goals.trials} eta={goals.eta} runs {stages[goals.stage]['trials']}: "
-                                    "the plan assumes the stage's count")
+            explain["notes"].append(
+                f"the array has {array_size} task(s) but stage {goals.stage} of trials="
+                f"{goals.trials} eta={goals.eta} runs {stages[goals.stage]['trials']}: "
+                "the plan assumes the stage's count"
+            )
         elif array_size and array_size > 1 and not goals.trials and goals.deadline_s is not None:
-            explain["notes"].append(f"an array of {array_size} without trials=: each task is planned as one job "
-                                    "that must meet the deadline by itself")
+            explain["notes"].append(
+                f"an array of {array_size} without trials=: each task is planned as one job "
+                "that must meet the deadline by itself"
+            )
         if from_history:
-            explain["notes"].append(f"scaling curve fitted to {from_history} completed earlier run(s) of this "
-                                    "job from harpd's history")
+            explain["notes"].append(
+                f"scaling curve fitted to {from_history} completed earlier run(s) of this job from harpd's history"
+            )
         explain["notes"] += goals_result.notes
         if goals_result.error:
             explain["error"] = goals_result.error
@@ -229,12 +286,14 @@ def plan_dnn_job(harp_lines: list[str], request: Mapping[str, Any] | Any, cwd: s
     why = goals_result.explain.get("why") if goals_result is not None else None
     changes, more = _changes_for(best, spec, req, dnn.safety_margin, why)
     warnings += more
-    explain.update({
-        "chosen": best.summary(),
-        "zero": best.stage,
-        "breakdown_gib": _round_gib(best.estimate.breakdown()),
-        "alternatives": [c.summary() for c in choice.fitting[1:6]],
-    })
+    explain.update(
+        {
+            "chosen": best.summary(),
+            "zero": best.stage,
+            "breakdown_gib": _round_gib(best.estimate.breakdown()),
+            "alternatives": [c.summary() for c in choice.fitting[1:6]],
+        }
+    )
     if spec.zero is None:
         warnings.append(f"zero=auto chose ZeRO stage {best.stage}: run the job with that stage")
     explain["notes"] += warnings

@@ -52,10 +52,14 @@ class HistoryPredictor(Protocol):
 class DnnRoutingPredictor:
     """A Predictor (``decide(job, user, uid)``) that adds GPU planning to ``inner``."""
 
-    def __init__(self, inner: HistoryPredictor, settings: Any,
-                 partitions: Callable[[], dict[str, Any]] | None = None,
-                 billing: Callable[[], dict[str, dict[str, float]]] | None = None,
-                 store: Any = None) -> None:
+    def __init__(
+        self,
+        inner: HistoryPredictor,
+        settings: Any,
+        partitions: Callable[[], dict[str, Any]] | None = None,
+        billing: Callable[[], dict[str, dict[str, float]]] | None = None,
+        store: Any = None,
+    ) -> None:
         """``partitions``: the daemon's cached ``backend.partitions()`` (None: no Slurm);
         ``billing``: its cached TRESBillingWeights per partition (``harpd.slurm.billing``)."""
         self.inner = inner
@@ -108,22 +112,36 @@ class DnnRoutingPredictor:
         if not isinstance(base, Decision):
             base = Decision.model_validate(base)
         req = getattr(job, "request", None)
-        ckpt = explain_checkpoint(list(job.harp_lines or []), getattr(req, "time_s", None),
-                                  getattr(req, "signal_s", None))
+        ckpt = explain_checkpoint(
+            list(job.harp_lines or []), getattr(req, "time_s", None), getattr(req, "signal_s", None)
+        )
         if ckpt is not None:
             base = base.model_copy(update={"explain": {**base.explain, "checkpoint": ckpt}})
         if not has_dnn_line(job.harp_lines):
             return base
         partitions = self._partitions()
-        plan = plan_dnn_job(list(job.harp_lines), job.request, job.cwd, self.settings,
-                            partitions=partitions, uid=uid, billing=self._billing(),
-                            history=self._history(uid), array_size=getattr(job, "array_size", None))
+        plan = plan_dnn_job(
+            list(job.harp_lines),
+            job.request,
+            job.cwd,
+            self.settings,
+            partitions=partitions,
+            uid=uid,
+            billing=self._billing(),
+            history=self._history(uid),
+            array_size=getattr(job, "array_size", None),
+        )
         explain = dict(base.explain)
         explain.update(plan.explain)
         if plan.error:
             # nothing fits (or the description is wrong): the whole job stays as submitted
-            return Decision(changes=[], limits=base.limits, model=base.model, explain=explain,
-                            message=f"DNN job left unchanged: {plan.error}"[:300])
+            return Decision(
+                changes=[],
+                limits=base.limits,
+                model=base.model,
+                explain=explain,
+                message=f"DNN job left unchanged: {plan.error}"[:300],
+            )
         if not plan.changes:
             return base.model_copy(update={"explain": explain})
         changes = [c for c in base.changes if c.option not in _DNN_OPTIONS]

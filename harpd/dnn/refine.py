@@ -30,9 +30,23 @@ from harpd.slurm.sacct_records import parse_tres
 _MIB = float(1 << 20)
 
 # DnnSpec fields that change the memory a job needs (not where it runs).
-_SIGNATURE_FIELDS = ("params", "layers", "hidden", "heads", "vocab", "seq_len", "micro_batch",
-                     "largest_layer", "optimizer", "momentum", "precision", "offload_optimizer",
-                     "offload_param", "recompute", "attention")
+_SIGNATURE_FIELDS = (
+    "params",
+    "layers",
+    "hidden",
+    "heads",
+    "vocab",
+    "seq_len",
+    "micro_batch",
+    "largest_layer",
+    "optimizer",
+    "momentum",
+    "precision",
+    "offload_optimizer",
+    "offload_param",
+    "recompute",
+    "attention",
+)
 
 
 @dataclass(frozen=True)
@@ -63,8 +77,9 @@ def gpumem_bytes(tres_usage: str | None) -> float | None:
     return None if mb is None else mb * _MIB
 
 
-def refined_need(formula_need: float, observations: Iterable[PeakObservation], *, n_gpus: int,
-                 stage: int, margin: float) -> tuple[float, str]:
+def refined_need(
+    formula_need: float, observations: Iterable[PeakObservation], *, n_gpus: int, stage: int, margin: float
+) -> tuple[float, str]:
     """(bytes per GPU that must fit, where the figure comes from) for one configuration."""
     same = [o for o in observations if o.n_gpus == n_gpus and o.zero == stage]
     done = [o.peak_bytes for o in same if not o.oom]

@@ -38,9 +38,23 @@ from harpd.dnn.goals import RunTime
 
 # dense 16-bit tensor TFLOPs per GPU (vendor data sheets, without sparsity)
 PEAK_TFLOPS: dict[str, float] = {
-    "a100": 312.0, "h100": 989.0, "h200": 989.0, "gh200": 989.0, "b200": 2250.0, "v100": 125.0,
-    "a40": 150.0, "a30": 165.0, "a10": 125.0, "l40": 181.0, "l40s": 362.0, "l4": 121.0, "t4": 65.0,
-    "rtx6000": 130.0, "mi250": 383.0, "mi250x": 383.0, "mi300x": 1307.0,
+    "a100": 312.0,
+    "h100": 989.0,
+    "h200": 989.0,
+    "gh200": 989.0,
+    "b200": 2250.0,
+    "v100": 125.0,
+    "a40": 150.0,
+    "a30": 165.0,
+    "a10": 125.0,
+    "l40": 181.0,
+    "l40s": 362.0,
+    "l4": 121.0,
+    "t4": 65.0,
+    "rtx6000": 130.0,
+    "mi250": 383.0,
+    "mi250x": 383.0,
+    "mi300x": 1307.0,
 }
 DEFAULT_PEAK = "a100"
 INTRA_NODE_GBPS = 150.0  # all-reduce bus bandwidth within a node (NVLink class)
@@ -84,9 +98,18 @@ class Fit:
 class ScalingModel:
     """Run and step times for one job description (params, seq_len, precision, recompute)."""
 
-    def __init__(self, *, params: int, seq_len: int, micro_batch: int, precision: str = "bf16",
-                 recompute: str = "none", mfu: float = 0.4, tokens: float | None = None,
-                 fit: Fit | None = None) -> None:
+    def __init__(
+        self,
+        *,
+        params: int,
+        seq_len: int,
+        micro_batch: int,
+        precision: str = "bf16",
+        recompute: str = "none",
+        mfu: float = 0.4,
+        tokens: float | None = None,
+        fit: Fit | None = None,
+    ) -> None:
         self.params = params
         self.seq_len = max(1, seq_len)
         self.micro_batch = max(1, micro_batch)
@@ -97,8 +120,9 @@ class ScalingModel:
         self.fit = fit or Fit()
 
     # ------------------------------------------------------------ the default model
-    def step_parts(self, gpu_type: str, n: int, nodes: int, micro_batch: int, stage: int = 0,
-                   accum: int = 1) -> StepParts:
+    def step_parts(
+        self, gpu_type: str, n: int, nodes: int, micro_batch: int, stage: int = 0, accum: int = 1
+    ) -> StepParts:
         """Default-model seconds of one optimizer step, before the fit's multipliers."""
         peak, _ = peak_tflops(gpu_type)
         tok = self.seq_len * micro_batch
@@ -110,24 +134,39 @@ class ScalingModel:
         bw = INTRA_NODE_GBPS if nodes <= 1 else INTER_NODE_GBPS
         return StepParts(compute, volume / (bw * 1e9))
 
-    def _terms(self, gpu_type: str, n: int, nodes: int, stage: int, tokens: float,
-               micro_batch: int | None = None, accum: int = 1) -> tuple[float, float]:
+    def _terms(
+        self,
+        gpu_type: str,
+        n: int,
+        nodes: int,
+        stage: int,
+        tokens: float,
+        micro_batch: int | None = None,
+        accum: int = 1,
+    ) -> tuple[float, float]:
         b = micro_batch or self.micro_batch
         steps = tokens / (n * b * accum * self.seq_len)
         parts = self.step_parts(gpu_type, n, nodes, b, stage, accum)
         return steps * parts.compute, steps * parts.comm
 
     # ------------------------------------------------------------ predictions
-    def run_time(self, gpu_type: str, n: int, nodes: int, stage: int = 0, tokens: float | None = None,
-                 micro_batch: int | None = None, accum: int = 1) -> float:
+    def run_time(
+        self,
+        gpu_type: str,
+        n: int,
+        nodes: int,
+        stage: int = 0,
+        tokens: float | None = None,
+        micro_batch: int | None = None,
+        accum: int = 1,
+    ) -> float:
         """Seconds to train ``tokens`` (default: the job's) on n GPUs over ``nodes`` nodes."""
         tok = self.tokens if tokens is None else tokens
         compute, comm = self._terms(gpu_type, n, nodes, stage, tok, micro_batch, accum)
         gamma = self.fit.gamma_s * (tok / self.tokens)
         return gamma + self.fit.alpha * compute + self.fit.beta * comm
 
-    def throughput(self, gpu_type: str, n: int, nodes: int, micro_batch: int, accum: int = 1,
-                   stage: int = 0) -> float:
+    def throughput(self, gpu_type: str, n: int, nodes: int, micro_batch: int, accum: int = 1, stage: int = 0) -> float:
         """Sequences per second at a global batch of n x micro_batch x accum."""
         parts = self.step_parts(gpu_type, n, nodes, micro_batch, stage, accum)
         step = self.fit.alpha * parts.compute + self.fit.beta * parts.comm

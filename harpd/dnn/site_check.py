@@ -79,8 +79,7 @@ def check_gpu_types(gpu_types: Iterable[Any], partitions: Mapping[str, Any]) -> 
         part = partitions.get(pname)
         if part is None:
             known = ", ".join(sorted(partitions)) or "none"
-            result.problems.append(f"[dnn] gpu type {name}: partition '{pname}' does not exist "
-                                   f"(Slurm has: {known})")
+            result.problems.append(f"[dnn] gpu type {name}: partition '{pname}' does not exist (Slurm has: {known})")
             result.max_nodes[name] = 0
             continue
         gres = _get(part, "gres")
@@ -91,20 +90,25 @@ def check_gpu_types(gpu_types: Iterable[Any], partitions: Mapping[str, Any]) -> 
             have = max(typed)
         elif untyped:
             have = max(untyped)
-            result.problems.append(f"[dnn] gpu type {name}: partition '{pname}' has GPUs without a "
-                                   f"type (gres {gres}); harp requests gpu:{name}:N, which Slurm "
-                                   "will refuse: name the GPU type in slurm.conf's Gres=")
+            result.problems.append(
+                f"[dnn] gpu type {name}: partition '{pname}' has GPUs without a "
+                f"type (gres {gres}); harp requests gpu:{name}:N, which Slurm "
+                "will refuse: name the GPU type in slurm.conf's Gres="
+            )
             result.max_nodes[name] = 0
             continue
         else:
             types = sorted({t for (t, _) in gpus if t}) or ["none"]
-            result.problems.append(f"[dnn] gpu type {name}: partition '{pname}' has no gpu:{name} "
-                                   f"GRES (its GPU types: {', '.join(types)})")
+            result.problems.append(
+                f"[dnn] gpu type {name}: partition '{pname}' has no gpu:{name} GRES (its GPU types: {', '.join(types)})"
+            )
             result.max_nodes[name] = 0
             continue
         if have != gpn:
-            result.problems.append(f"[dnn] gpu type {name}: config says gpus_per_node={gpn} but "
-                                   f"partition '{pname}' nodes have gpu:{name}:{have}")
+            result.problems.append(
+                f"[dnn] gpu type {name}: config says gpus_per_node={gpn} but "
+                f"partition '{pname}' nodes have gpu:{name}:{have}"
+            )
         result.gpus_per_node[name] = min(have, gpn)
         nodes = _get(part, "nodes") or 0
         if isinstance(nodes, (list, tuple)):

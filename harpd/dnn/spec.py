@@ -192,8 +192,7 @@ def _user_gids(uid: int) -> set[int]:
         return {pw.pw_gid}
 
 
-def _allows(st: os.stat_result, uid: int, gids: set[int], bit_user: int, bit_group: int,
-            bit_other: int) -> bool:
+def _allows(st: os.stat_result, uid: int, gids: set[int], bit_user: int, bit_group: int, bit_other: int) -> bool:
     if st.st_uid == uid:
         return bool(st.st_mode & bit_user)
     if st.st_gid in gids:
@@ -249,8 +248,10 @@ def read_config_json(path: str, cwd: str | None, uid: int | None = None) -> dict
         if uid is not None:
             _check_user_may_read(full, st, uid)
         if st.st_size > MAX_CONFIG_BYTES:
-            raise DnnError(f"config={path}: {st.st_size} bytes is too big for a model config "
-                           f"(limit {MAX_CONFIG_BYTES}); point to the model's config.json")
+            raise DnnError(
+                f"config={path}: {st.st_size} bytes is too big for a model config "
+                f"(limit {MAX_CONFIG_BYTES}); point to the model's config.json"
+            )
         chunks = []
         total = 0
         while total <= MAX_CONFIG_BYTES:
@@ -280,10 +281,26 @@ def read_config_json(path: str, cwd: str | None, uid: int | None = None) -> dict
 
 
 _OPTIMIZERS = {"adam": "adam", "adamw": "adamw", "sgd": "sgd"}
-_PRECISIONS = {"bf16": "bf16", "bfloat16": "bf16", "fp16": "fp16", "float16": "fp16", "half": "fp16",
-               "fp32": "fp32", "float32": "fp32"}
-_RECOMPUTE = {"none": "none", "no": "none", "off": "none", "false": "none", "selective": "selective",
-              "full": "full", "yes": "full", "on": "full", "true": "full"}
+_PRECISIONS = {
+    "bf16": "bf16",
+    "bfloat16": "bf16",
+    "fp16": "fp16",
+    "float16": "fp16",
+    "half": "fp16",
+    "fp32": "fp32",
+    "float32": "fp32",
+}
+_RECOMPUTE = {
+    "none": "none",
+    "no": "none",
+    "off": "none",
+    "false": "none",
+    "selective": "selective",
+    "full": "full",
+    "yes": "full",
+    "on": "full",
+    "true": "full",
+}
 _ATTENTION = {"eager": "eager", "flash": "flash", "sdpa": "flash", "flash_attention_2": "flash"}
 _LAUNCHERS = {"srun": "srun", "torchrun": "torchrun", "accelerate": "accelerate", "deepspeed": "deepspeed"}
 _ACCOUNTING = {"harp": "harp", "paper": "paper"}
@@ -301,8 +318,9 @@ def _offload(value: str) -> tuple[bool, bool]:
     return bool(parts & {"optimizer", "cpu"}), bool(parts & {"param", "params"})
 
 
-def build_spec(tokens: dict[str, str], cwd: str | None = None, uid: int | None = None, *,
-               shape_required: bool = True) -> DnnSpec:
+def build_spec(
+    tokens: dict[str, str], cwd: str | None = None, uid: int | None = None, *, shape_required: bool = True
+) -> DnnSpec:
     """Resolve KEY=VALUE tokens into a DnnSpec; DnnError on anything wrong.
 
     ``shape_required=False`` (``harp dnn estimate``) accepts params= alone: the
@@ -334,8 +352,9 @@ def build_spec(tokens: dict[str, str], cwd: str | None = None, uid: int | None =
         raise DnnError("#HARP dnn: give params= (e.g. params=7e9) or config=path/to/config.json")
     missing = [k for k, v in (("layers", layers), ("hidden", hidden), ("heads", heads)) if v is None]
     if missing and shape_required:
-        raise DnnError(f"#HARP dnn: activations need {' '.join(m + '=' for m in missing)} "
-                       "(or config=path/to/config.json)")
+        raise DnnError(
+            f"#HARP dnn: activations need {' '.join(m + '=' for m in missing)} (or config=path/to/config.json)"
+        )
     if missing:
         return _apply_options(_states_only_spec(tokens, params, hidden, vocab), tokens)
     assert layers is not None and hidden is not None and heads is not None
@@ -362,8 +381,17 @@ def build_spec(tokens: dict[str, str], cwd: str | None = None, uid: int | None =
         largest = max(vocab * hidden, 4 * hidden * hidden + 4 * hidden)
     largest = min(largest, params)
 
-    spec = DnnSpec(params=params, layers=layers, hidden=hidden, heads=heads, vocab=vocab,
-                   seq_len=seq_len, micro_batch=micro_batch, largest_layer=largest, notes=notes)
+    spec = DnnSpec(
+        params=params,
+        layers=layers,
+        hidden=hidden,
+        heads=heads,
+        vocab=vocab,
+        seq_len=seq_len,
+        micro_batch=micro_batch,
+        largest_layer=largest,
+        notes=notes,
+    )
     if shape:
         spec.model = shape.model_type
         spec.config_path = tokens["config"]
@@ -378,8 +406,17 @@ def _states_only_spec(tokens: dict[str, str], params: int, hidden: int | None, v
         largest = max((vocab or ASSUMED_VOCAB) * hidden, 4 * hidden * hidden + 4 * hidden)
     else:
         largest = 0  # unknown: the caller says ZeRO-3's gathered layer is not counted
-    return DnnSpec(params=params, layers=0, hidden=hidden or 0, heads=0, vocab=vocab or 0, seq_len=0,
-                   micro_batch=0, largest_layer=min(largest, params), shape_known=False)
+    return DnnSpec(
+        params=params,
+        layers=0,
+        hidden=hidden or 0,
+        heads=0,
+        vocab=vocab or 0,
+        seq_len=0,
+        micro_batch=0,
+        largest_layer=min(largest, params),
+        shape_known=False,
+    )
 
 
 def _apply_options(spec: DnnSpec, tokens: dict[str, str]) -> DnnSpec:

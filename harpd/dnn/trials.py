@@ -191,11 +191,16 @@ def sha_stops(reports: Iterable[ProgressReport], policy: StudyPolicy, live: set[
         return stops
     longest = max(r.elapsed_s for rs in by_trial.values() for r in rs)
     k = 0
-    while (rung := policy.rung_s * policy.eta ** k) <= longest:
-        reached = {j: _value_at(rs, rung, policy.lower_is_better)
-                   for j, rs in by_trial.items() if max(r.elapsed_s for r in rs) >= rung}
-        scored = sorted(((v, j) for j, v in reached.items() if v is not None),
-                        key=lambda p: p[0] if policy.lower_is_better else -p[0])
+    while (rung := policy.rung_s * policy.eta**k) <= longest:
+        reached = {
+            j: _value_at(rs, rung, policy.lower_is_better)
+            for j, rs in by_trial.items()
+            if max(r.elapsed_s for r in rs) >= rung
+        }
+        scored = sorted(
+            ((v, j) for j, v in reached.items() if v is not None),
+            key=lambda p: p[0] if policy.lower_is_better else -p[0],
+        )
         if len(scored) >= policy.eta:
             keep = max(1, len(scored) // policy.eta)
             cutoff = scored[keep - 1][0]
@@ -203,15 +208,18 @@ def sha_stops(reports: Iterable[ProgressReport], policy: StudyPolicy, live: set[
                 if v == cutoff:
                     continue  # a tie with the last kept trial is not worse: stopping it would be a coin toss
                 if j in live and j not in stops:
-                    stops[j] = (f"successive halving (eta={policy.eta}): at rung {rung / 60:.0f} min "
-                                f"{policy.metric}={v:g} is not among the best {keep} of {len(scored)} "
-                                f"(cut-off {cutoff:g})")
+                    stops[j] = (
+                        f"successive halving (eta={policy.eta}): at rung {rung / 60:.0f} min "
+                        f"{policy.metric}={v:g} is not among the best {keep} of {len(scored)} "
+                        f"(cut-off {cutoff:g})"
+                    )
         k += 1
     return stops
 
 
-def decide_trials(trials: Sequence[Trial], reports: Sequence[ProgressReport],
-                  policies: dict[str, StudyPolicy], max_nice: int = 1000) -> list[TrialAction]:
+def decide_trials(
+    trials: Sequence[Trial], reports: Sequence[ProgressReport], policies: dict[str, StudyPolicy], max_nice: int = 1000
+) -> list[TrialAction]:
     """The nice of each pending trial and the trials to stop; only actions that change something.
 
     Studies are ranked per owner (Slurm's uid of the trials): the fastest
@@ -231,8 +239,10 @@ def decide_trials(trials: Sequence[Trial], reports: Sequence[ProgressReport],
         n = len(ranked)
         for i, s in enumerate(ranked):
             nice = 0 if n == 1 else round(max_nice * i / (n - 1))
-            nice_of[(uid, s)] = (nice, f"study {s} converges at {rates[s]:.3g}/h, "
-                                       f"rank {i + 1} of {n} of this owner's studies")
+            nice_of[(uid, s)] = (
+                nice,
+                f"study {s} converges at {rates[s]:.3g}/h, rank {i + 1} of {n} of this owner's studies",
+            )
     live = {t.job_id for t in trials if t.state in ("PENDING", "RUNNING")}
     stops: dict[str, str] = {}
     for pol in policies.values():

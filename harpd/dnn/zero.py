@@ -90,10 +90,19 @@ class ModelStates:
         return self.params + self.grads + self.optimizer + self.gathered
 
 
-def model_states(params: int, stage: int, n_dp: int, *, optimizer: str = "adamw",
-                 precision: str = "bf16", momentum: bool = True, offload_optimizer: bool = False,
-                 offload_param: bool = False, largest_layer: int = 0,
-                 accounting: str = "harp") -> ModelStates:
+def model_states(
+    params: int,
+    stage: int,
+    n_dp: int,
+    *,
+    optimizer: str = "adamw",
+    precision: str = "bf16",
+    momentum: bool = True,
+    offload_optimizer: bool = False,
+    offload_param: bool = False,
+    largest_layer: int = 0,
+    accounting: str = "harp",
+) -> ModelStates:
     """Per-GPU model-state bytes for ZeRO ``stage`` over ``n_dp`` data-parallel ranks."""
     if stage not in (0, 1, 2, 3):
         raise DnnError(f"ZeRO stage must be 0-3, not {stage}")
@@ -163,9 +172,19 @@ class Activations:
         return self.per_layer * self.layers + self.recompute_working + self.output
 
 
-def activation_bytes(*, layers: int, hidden: int, heads: int, seq_len: int, micro_batch: int,
-                     vocab: int = 0, recompute: str = "none", attention: str = "eager",
-                     precision: str = "bf16", tp: int = 1) -> Activations:
+def activation_bytes(
+    *,
+    layers: int,
+    hidden: int,
+    heads: int,
+    seq_len: int,
+    micro_batch: int,
+    vocab: int = 0,
+    recompute: str = "none",
+    attention: str = "eager",
+    precision: str = "bf16",
+    tp: int = 1,
+) -> Activations:
     """Activation memory of one GPU (Korthikanti et al. 2022; see the module doc)."""
     s, b, h, a, t = float(seq_len), float(micro_batch), float(hidden), float(heads), float(tp)
     sbh = s * b * h
@@ -181,8 +200,9 @@ def activation_bytes(*, layers: int, hidden: int, heads: int, seq_len: int, micr
         raise DnnError(f"recompute must be none, selective or full, not {recompute}")
     output = (4.0 * sbh + 4.0 * s * b * vocab) / t + 6.0 * s * b * vocab
     scale = 2.0 if precision == "fp32" else 1.0
-    return Activations(per_layer=per_layer * scale, layers=layers, recompute_working=working * scale,
-                       output=output * scale)
+    return Activations(
+        per_layer=per_layer * scale, layers=layers, recompute_working=working * scale, output=output * scale
+    )
 
 
 # ---------------------------------------------------------------- the whole GPU
@@ -229,34 +249,68 @@ class Estimate:
         }
 
 
-def estimate(spec, n_gpus: int, stage: int, *, cuda_context_gb: float = 0.5,
-             distributed_overhead_gb: float = 1.0, margin: float = 0.10,
-             gpus_per_node: int | None = None) -> Estimate:
+def estimate(
+    spec,
+    n_gpus: int,
+    stage: int,
+    *,
+    cuda_context_gb: float = 0.5,
+    distributed_overhead_gb: float = 1.0,
+    margin: float = 0.10,
+    gpus_per_node: int | None = None,
+) -> Estimate:
     """Per-GPU memory of ``spec`` (a DnnSpec) on ``n_gpus`` data-parallel GPUs at ZeRO ``stage``."""
-    states = model_states(spec.params, stage, n_gpus, optimizer=spec.optimizer,
-                          precision=spec.precision, momentum=spec.momentum,
-                          offload_optimizer=spec.offload_optimizer, offload_param=spec.offload_param,
-                          largest_layer=spec.largest_layer, accounting=spec.accounting)
-    acts = activation_bytes(layers=spec.layers, hidden=spec.hidden, heads=spec.heads,
-                            seq_len=spec.seq_len, micro_batch=spec.micro_batch, vocab=spec.vocab,
-                            recompute=spec.recompute, attention=spec.attention,
-                            precision=spec.precision)
+    states = model_states(
+        spec.params,
+        stage,
+        n_gpus,
+        optimizer=spec.optimizer,
+        precision=spec.precision,
+        momentum=spec.momentum,
+        offload_optimizer=spec.offload_optimizer,
+        offload_param=spec.offload_param,
+        largest_layer=spec.largest_layer,
+        accounting=spec.accounting,
+    )
+    acts = activation_bytes(
+        layers=spec.layers,
+        hidden=spec.hidden,
+        heads=spec.heads,
+        seq_len=spec.seq_len,
+        micro_batch=spec.micro_batch,
+        vocab=spec.vocab,
+        recompute=spec.recompute,
+        attention=spec.attention,
+        precision=spec.precision,
+    )
     context = cuda_context_gb * GIB
     dist = 0.0 if n_gpus == 1 else distributed_overhead_gb * GIB
     host = 0.0
     if spec.offload_optimizer or spec.offload_param:
         per_node = min(n_gpus, gpus_per_node or n_gpus)
         host = host_bytes_per_node(states, spec.params, stage, per_node)
-    return Estimate(states=states, activations=acts, cuda_context=context, distributed=dist,
-                    margin=margin, host_per_node=host, n_gpus=n_gpus, stage=stage)
+    return Estimate(
+        states=states,
+        activations=acts,
+        cuda_context=context,
+        distributed=dist,
+        margin=margin,
+        host_per_node=host,
+        n_gpus=n_gpus,
+        stage=stage,
+    )
 
 
 # ---------------------------------------------------------------- DeepSpeed's estimators
 
 
-def deepspeed_zero2_estimate(total_params: float, num_gpus_per_node: int = 1, num_nodes: int = 1,
-                             cpu_offload: bool = True,
-                             additional_buffer_factor: float = 1.5) -> tuple[int, int]:
+def deepspeed_zero2_estimate(
+    total_params: float,
+    num_gpus_per_node: int = 1,
+    num_nodes: int = 1,
+    cpu_offload: bool = True,
+    additional_buffer_factor: float = 1.5,
+) -> tuple[int, int]:
     """(cpu_bytes, gpu_bytes) exactly as DeepSpeed's ``estimate_zero2_model_states_mem_needs``.
 
     Stage 1 and 2 share it.  ``cpu`` is per node and includes every rank's fp32
@@ -272,10 +326,16 @@ def deepspeed_zero2_estimate(total_params: float, num_gpus_per_node: int = 1, nu
     return int(cpu_mem), int(gpu_mem)
 
 
-def deepspeed_zero3_estimate(total_params: float, largest_layer_params: float, num_gpus_per_node: int = 1,
-                             num_nodes: int = 1, cpu_offload: bool = True, cpu_offload_params: bool = True,
-                             zero_init: bool = True,
-                             additional_buffer_factor: float = 1.5) -> tuple[int, int, float]:
+def deepspeed_zero3_estimate(
+    total_params: float,
+    largest_layer_params: float,
+    num_gpus_per_node: int = 1,
+    num_nodes: int = 1,
+    cpu_offload: bool = True,
+    cpu_offload_params: bool = True,
+    zero_init: bool = True,
+    additional_buffer_factor: float = 1.5,
+) -> tuple[int, int, float]:
     """(cpu_bytes, gpu_bytes, largest_layer_bytes) as DeepSpeed's ``estimate_zero3_model_states_mem_needs``."""
     total_gpus = num_nodes * num_gpus_per_node
     gpus_factor = 1 / num_nodes

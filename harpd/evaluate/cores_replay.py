@@ -66,8 +66,12 @@ class CoresReplay:
 
 
 def _usable(rec: JobRecord) -> bool:
-    return (rec.submit_time is not None and rec.end_time is not None and bool(rec.req_cpus)
-            and cores_used(rec.used_cpu_s, rec.used_time_s) is not None)
+    return (
+        rec.submit_time is not None
+        and rec.end_time is not None
+        and bool(rec.req_cpus)
+        and cores_used(rec.used_cpu_s, rec.used_time_s) is not None
+    )
 
 
 def replay_cores(records: Iterable[JobRecord], alpha: float, settings=None) -> CoresReplay:

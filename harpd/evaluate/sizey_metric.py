@@ -40,5 +40,11 @@ class Wastage:
         self.used_gbh += usage * runtime_s / GBH
 
     def to_dict(self) -> dict[str, float | int]:
-        return {"tasks": self.tasks, "failures": self.failures, "wastage_gbh": self.wastage_gbh,
-                "under_gbh": self.under_gbh, "over_gbh": self.over_gbh, "used_gbh": self.used_gbh}
+        return {
+            "tasks": self.tasks,
+            "failures": self.failures,
+            "wastage_gbh": self.wastage_gbh,
+            "under_gbh": self.under_gbh,
+            "over_gbh": self.over_gbh,
+            "used_gbh": self.used_gbh,
+        }

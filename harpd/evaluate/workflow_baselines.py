@@ -124,5 +124,9 @@ class Tovar(_History):
         return top if alloc < top else max(NODE_BYTES, 2.0 * alloc)
 
 
-BASELINES = {"witt-percentile": WittPercentile, "witt-lr": WittRegression,
-             "witt-lr-under": lambda: WittRegression(under_only=True), "tovar": Tovar}
+BASELINES = {
+    "witt-percentile": WittPercentile,
+    "witt-lr": WittRegression,
+    "witt-lr-under": lambda: WittRegression(under_only=True),
+    "tovar": Tovar,
+}

@@ -95,10 +95,16 @@ class Result:
 
     def to_dict(self) -> dict:
         p = self.predict_ms
-        return {"protocol": self.protocol, "seed": self.seed, "tasks": self.tasks, "types": self.types,
-                "rows": {k: v.to_dict() for k, v in self.rows.items()},
-                "predict_ms_p99": float(np.percentile(p, 99)) if p else None, "seconds": round(self.seconds, 2),
-                "decided_at": self.decided_at}
+        return {
+            "protocol": self.protocol,
+            "seed": self.seed,
+            "tasks": self.tasks,
+            "types": self.types,
+            "rows": {k: v.to_dict() for k, v in self.rows.items()},
+            "predict_ms_p99": float(np.percentile(p, 99)) if p else None,
+            "seconds": round(self.seconds, 2),
+            "decided_at": self.decided_at,
+        }
 
 
 def read_tasks(path: str | os.PathLike[str], protocol: str) -> list[Task]:
@@ -108,25 +114,36 @@ def read_tasks(path: str | os.PathLike[str], protocol: str) -> list[Task]:
 
     fmt = detect_format(path)
     if fmt != "nextflow":
-        raise WorkflowReplayError(f"{path}: a {fmt} trace; workflow task memory (--protocol sizey) needs a "
-                                  "Nextflow trace (`nextflow run -with-trace`)")
+        raise WorkflowReplayError(
+            f"{path}: a {fmt} trace; workflow task memory (--protocol sizey) needs a "
+            "Nextflow trace (`nextflow run -with-trace`)"
+        )
     out: list[Task] = []
     for row, rec in NextflowReader(path).rows():
         peak = (rec.used_mem_mb or 0.0) * MIB
         usage = peak
         if protocol == "sizey":
             if "rss" not in row:
-                raise WorkflowReplayError(f"{path}: no rss column; the Sizey protocol measures tasks by "
-                                          "Nextflow's rss as the paper's code does: add rss to trace.fields")
+                raise WorkflowReplayError(
+                    f"{path}: no rss column; the Sizey protocol measures tasks by "
+                    "Nextflow's rss as the paper's code does: add rss to trace.fields"
+                )
             usage = parse_size(row["rss"]) or 0.0
         start = rec.start_time if rec.start_time is not None else 0.0
-        out.append(Task(process=rec.signature or "?", input_bytes=rec.input_bytes or 0.0, usage=usage,
-                        peak=peak, runtime_s=rec.used_time_s or 0.0,
-                        request=(rec.req_mem_mb * MIB) if rec.req_mem_mb else math.nan,
-                        submit=rec.submit_time if rec.submit_time is not None else start,
-                        end=rec.end_time if rec.end_time is not None else start + (rec.used_time_s or 0.0),
-                        start=rec.start_time if rec.start_time is not None else math.nan,
-                        sample=not getattr(usage_of(rec, "mem"), "censored", True)))
+        out.append(
+            Task(
+                process=rec.signature or "?",
+                input_bytes=rec.input_bytes or 0.0,
+                usage=usage,
+                peak=peak,
+                runtime_s=rec.used_time_s or 0.0,
+                request=(rec.req_mem_mb * MIB) if rec.req_mem_mb else math.nan,
+                submit=rec.submit_time if rec.submit_time is not None else start,
+                end=rec.end_time if rec.end_time is not None else start + (rec.used_time_s or 0.0),
+                start=rec.start_time if rec.start_time is not None else math.nan,
+                sample=not getattr(usage_of(rec, "mem"), "censored", True),
+            )
+        )
     return out
 
 
@@ -157,17 +174,31 @@ class LiveHarp:
         from harpd.protocol import JobRequest, Resources
 
         mem = int(math.ceil(request / MIB)) if not math.isnan(request) and request > 0 else None
-        return JobRequest(signature=WORKFLOW_PREFIX + kind, job_name=kind, request=Resources(mem_mb=mem),
-                          input_bytes=int(input_bytes) if input_bytes and input_bytes > 0 else None)
+        return JobRequest(
+            signature=WORKFLOW_PREFIX + kind,
+            job_name=kind,
+            request=Resources(mem_mb=mem),
+            input_bytes=int(input_bytes) if input_bytes and input_bytes > 0 else None,
+        )
 
     def record(self, kind: str, task: Task) -> JobRecord:
         """A finished task as the store holds it (MiB, seconds); a non-sample as a failed run."""
         self._n += 1
-        return JobRecord(job_id=str(self._n), source="replay", user=self.USER, job_name=kind,
-                         signature=WORKFLOW_PREFIX + kind, submit_time=task.submit, start_time=task.start,
-                         end_time=task.end, outcome=Outcome.COMPLETED if task.sample else Outcome.FAILED,
-                         req_mem_mb=task.request / MIB if task.request == task.request and task.request > 0 else None,
-                         used_mem_mb=task.usage / MIB, used_time_s=task.runtime_s, input_bytes=task.input_bytes)
+        return JobRecord(
+            job_id=str(self._n),
+            source="replay",
+            user=self.USER,
+            job_name=kind,
+            signature=WORKFLOW_PREFIX + kind,
+            submit_time=task.submit,
+            start_time=task.start,
+            end_time=task.end,
+            outcome=Outcome.COMPLETED if task.sample else Outcome.FAILED,
+            req_mem_mb=task.request / MIB if task.request == task.request and task.request > 0 else None,
+            used_mem_mb=task.usage / MIB,
+            used_time_s=task.runtime_s,
+            input_bytes=task.input_bytes,
+        )
 
     def first(self, kind: str, input_bytes: float, request: float, now: float | None = None) -> float | None:
         """The first allocation in bytes harpd gives this task, or None where it keeps the request."""
@@ -241,8 +272,15 @@ def _harp_first(sizer, task: Task, timings: list[float], now: float | None) -> f
     return first
 
 
-def _size(rows: dict[str, Wastage], sizers: dict[str, object], task: Task, timings: list[float],
-          decided: list[float | None], now: float | None = None, harp: object = _UNSET) -> None:
+def _size(
+    rows: dict[str, Wastage],
+    sizers: dict[str, object],
+    task: Task,
+    timings: list[float],
+    decided: list[float | None],
+    now: float | None = None,
+    harp: object = _UNSET,
+) -> None:
     """Every row's attempts for ``task``; ``harp``: harpd's first allocation when decided earlier."""
     for name, sizer in sizers.items():
         if name == "harp":
@@ -302,8 +340,10 @@ def run_sizey(tasks: list[Task], seed: int, settings=None) -> Result:
             _learn(sizers, task)
             n += 1
     if not n:
-        raise WorkflowReplayError(f"no task type has {MIN_TYPE_ROWS} or more usable rows (usage > 0, no zero "
-                                  "runtime): the Sizey protocol has nothing to test")
+        raise WorkflowReplayError(
+            f"no task type has {MIN_TYPE_ROWS} or more usable rows (usage > 0, no zero "
+            "runtime): the Sizey protocol has nothing to test"
+        )
     return Result("sizey", seed, n, types, rows, timings, time.perf_counter() - t0, harp_first=decided)
 
 
@@ -353,12 +393,14 @@ def run_chronological(tasks: list[Task], at: str = "start", settings=None) -> Re
             if ended.get(task.process, 0) != seen:  # a sibling ended while it was pending: the resizer's answer
                 first = _harp_first(own["harp"], task, timings, when)
             _size(rows, own, task, timings, decided, when, harp=first)
-    return Result("chronological", None, len(order), len(sizers), rows, timings, time.perf_counter() - t0, at,
-                  harp_first=decided)
+    return Result(
+        "chronological", None, len(order), len(sizers), rows, timings, time.perf_counter() - t0, at, harp_first=decided
+    )
 
 
-def replay_workflow(path: str | os.PathLike[str], protocol: str = "chronological", seed: int = 1996,
-                    at: str = "start") -> Result:
+def replay_workflow(
+    path: str | os.PathLike[str], protocol: str = "chronological", seed: int = 1996, at: str = "start"
+) -> Result:
     """Sizey's wastage of harp, the baselines and the users' requests on one Nextflow trace."""
     if protocol not in PROTOCOLS:
         raise WorkflowReplayError(f"unknown protocol {protocol!r}; use one of {', '.join(PROTOCOLS)}")

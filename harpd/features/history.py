@@ -59,10 +59,18 @@ class JobKeys:
     input: float = NAN  # bytes of the job's input files, NAN when unknown
 
 
-def keys_of(user: str | None, account: str | None, signature: str | None,
-            job_name: str | None, ref: float | None, cores: float | None,
-            array_size: int | None = None, other: float | None = None,
-            gpus: float | None = None, input_bytes: float | None = None) -> JobKeys:
+def keys_of(
+    user: str | None,
+    account: str | None,
+    signature: str | None,
+    job_name: str | None,
+    ref: float | None,
+    cores: float | None,
+    array_size: int | None = None,
+    other: float | None = None,
+    gpus: float | None = None,
+    input_bytes: float | None = None,
+) -> JobKeys:
     """Grouping keys; an unknown user falls back to the account (Cedar has no users)."""
     who = user or (f"acct:{account}" if account else "?")
     sig = signature or (f"name:{job_name}" if job_name else None)
@@ -93,8 +101,18 @@ def key_fields(r, resource: str) -> tuple:
     else:
         ref, other = r.req_mem_mb, r.req_time_s
     gpus = r.req_gpus if r.req_gpus is not None else r.alloc_gpus
-    return (r.user, r.account, r.signature, r.job_name, ref, r.req_cpus or r.alloc_cpus or 1,
-            r.array_size, other, gpus, r.input_bytes)
+    return (
+        r.user,
+        r.account,
+        r.signature,
+        r.job_name,
+        ref,
+        r.req_cpus or r.alloc_cpus or 1,
+        r.array_size,
+        other,
+        gpus,
+        r.input_bytes,
+    )
 
 
 def keys_from_fields(f: tuple, relative: bool) -> JobKeys:
@@ -175,8 +193,9 @@ class History:
         self.burst: dict[str, tuple[float, float]] = {}  # user -> (decayed count, time)
 
     # -- outcomes -------------------------------------------------------------
-    def add(self, keys: JobKeys, used: float, own_ref: float | None, censored: bool,
-            t_end: float | None = None) -> None:
+    def add(
+        self, keys: JobKeys, used: float, own_ref: float | None, censored: bool, t_end: float | None = None
+    ) -> None:
         """Record a finished run. ``used`` is floored at 1 (log scale)."""
         used = max(float(used), 1.0)
         ratio = used / own_ref if own_ref and own_ref > 0 and keys.ref != 1.0 else NAN

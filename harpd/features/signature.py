@@ -15,18 +15,89 @@ import shlex
 
 # commands that only prepare the environment: they say nothing about the work
 _NOISE = {
-    "cd", "export", "module", "ml", "source", ".", "echo", "set", "unset", "printf",
-    "mkdir", "rm", "cp", "mv", "ln", "touch", "cat", "date", "hostname", "sleep",
-    "conda", "activate", "deactivate", "ulimit", "umask", "wait", "true", "false",
-    "exit", "trap", "shopt", "alias", "pwd", "env", "nvidia-smi", "sync", "exec",
-    "if", "then", "else", "fi", "for", "do", "done", "while", "case", "esac", "[",
-    "[[", "test", "local", "declare", "eval", "return", "ls", "tee", "scontrol",
+    "cd",
+    "export",
+    "module",
+    "ml",
+    "source",
+    ".",
+    "echo",
+    "set",
+    "unset",
+    "printf",
+    "mkdir",
+    "rm",
+    "cp",
+    "mv",
+    "ln",
+    "touch",
+    "cat",
+    "date",
+    "hostname",
+    "sleep",
+    "conda",
+    "activate",
+    "deactivate",
+    "ulimit",
+    "umask",
+    "wait",
+    "true",
+    "false",
+    "exit",
+    "trap",
+    "shopt",
+    "alias",
+    "pwd",
+    "env",
+    "nvidia-smi",
+    "sync",
+    "exec",
+    "if",
+    "then",
+    "else",
+    "fi",
+    "for",
+    "do",
+    "done",
+    "while",
+    "case",
+    "esac",
+    "[",
+    "[[",
+    "test",
+    "local",
+    "declare",
+    "eval",
+    "return",
+    "ls",
+    "tee",
+    "scontrol",
 }
 # launchers and wrappers: the program that matters comes after them
 _LAUNCHERS = {
-    "srun", "mpirun", "mpiexec", "time", "nohup", "stdbuf", "numactl", "taskset",
-    "apptainer", "singularity", "torchrun", "accelerate", "deepspeed", "nice",
-    "ibrun", "aprun", "timeout", "xargs", "parallel", "env", "bash", "sh", "exec",
+    "srun",
+    "mpirun",
+    "mpiexec",
+    "time",
+    "nohup",
+    "stdbuf",
+    "numactl",
+    "taskset",
+    "apptainer",
+    "singularity",
+    "torchrun",
+    "accelerate",
+    "deepspeed",
+    "nice",
+    "ibrun",
+    "aprun",
+    "timeout",
+    "xargs",
+    "parallel",
+    "env",
+    "bash",
+    "sh",
+    "exec",
 }
 _INTERPRETERS = {"python", "python3", "python2", "perl", "Rscript", "R", "julia", "ruby", "node", "java"}
 _NUM = re.compile(r"\d+(\.\d+)?([eE][-+]?\d+)?")
@@ -49,8 +120,11 @@ def _program(tokens: list[str]) -> str | None:
             while i < n and tokens[i].startswith("-"):
                 opt = tokens[i]
                 i += 1
-                if "=" not in opt and i < n and not tokens[i].startswith("-") and (
-                    _NUM.fullmatch(tokens[i]) or len(opt) == 2
+                if (
+                    "=" not in opt
+                    and i < n
+                    and not tokens[i].startswith("-")
+                    and (_NUM.fullmatch(tokens[i]) or len(opt) == 2)
                 ):
                     i += 1
             if base in ("apptainer", "singularity") and i < n:

@@ -74,8 +74,7 @@ def usage_of(r: JobRecord, resource: str) -> Usage | None:
     if used is None or math.isnan(used) or used < 0:
         return None
     ran_out = bool(flag) or r.outcome == RAN_OUT[resource] or (req is not None and req > 0 and used >= req)
-    return Usage(float(used), None if req is None else float(req), ran_out or r.outcome != Outcome.COMPLETED,
-                 ran_out)
+    return Usage(float(used), None if req is None else float(req), ran_out or r.outcome != Outcome.COMPLETED, ran_out)
 
 
 class RecentStops:

@@ -52,8 +52,13 @@ class TaskIdentity:
         return WORKFLOW_PREFIX + hashlib.sha1(text.encode("utf-8")).hexdigest()[:16]
 
     def explain(self) -> dict[str, str | None]:
-        return {"manager": self.manager, "workflow": self.workflow, "task": self.task,
-                "instance": self.instance, "signature": self.signature()}
+        return {
+            "manager": self.manager,
+            "workflow": self.workflow,
+            "task": self.task,
+            "instance": self.instance,
+            "signature": self.signature(),
+        }
 
 
 def _options(tokens: list[str]) -> dict[str, str]:
@@ -114,8 +119,9 @@ def nextflow_task(job_name: str | None, script_name: str | None, cwd: str | None
     return TaskIdentity("nextflow", launch or "?", m.group("process"), m.group("tag"))
 
 
-def identify(commands: list[str] | None, job_name: str | None = None, script_name: str | None = None,
-             cwd: str | None = None) -> TaskIdentity | None:
+def identify(
+    commands: list[str] | None, job_name: str | None = None, script_name: str | None = None, cwd: str | None = None
+) -> TaskIdentity | None:
     """The workflow task a job is, or None for a job no manager submitted."""
     cmds = [str(c) for c in commands or []]
     return snakemake_task(cmds, cwd) or nextflow_task(job_name, script_name, cwd)
@@ -139,8 +145,9 @@ def registered_signature(job: Any) -> str | None:
     return job_signature([str(c) for c in commands], text("job_name"), text("script_name"), text("cwd"))
 
 
-def job_signature(commands: list[str] | None, job_name: str | None = None, script_name: str | None = None,
-                  cwd: str | None = None) -> str | None:
+def job_signature(
+    commands: list[str] | None, job_name: str | None = None, script_name: str | None = None, cwd: str | None = None
+) -> str | None:
     """The signature harpd groups a job by: its workflow task's, else its commands' (None without either).
 
     The one function both the request path (``harpd.predict.live``) and the

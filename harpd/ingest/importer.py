@@ -103,12 +103,12 @@ def import_file(
     out = stream if stream is not None else sys.stderr
     t0 = time.monotonic()
     reader = reader if reader is not None else read_trace(path, source, start)
-    summary = ImportSummary(path=str(path), source=reader.source, format=reader.format,
-                            store=str(getattr(store, "path", "") or ""))
+    summary = ImportSummary(
+        path=str(path), source=reader.source, format=reader.format, store=str(getattr(store, "path", "") or "")
+    )
     label = f"importing {os.path.basename(str(path))}"
     size = os.path.getsize(path) if reader.fraction() is not None else None
-    bar = Bar(label, total=size, stream=out, enabled=progress,
-              unit="B" if size else "records", unit_scale=bool(size))
+    bar = Bar(label, total=size, stream=out, enabled=progress, unit="B" if size else "records", unit_scale=bool(size))
     count = 0
     failure: list[BaseException] = []
     lacking = dict.fromkeys(LEARNT, 0)
@@ -144,6 +144,9 @@ def import_file(
         summary.seconds = time.monotonic() - t0
     if failure:
         where = f" into {summary.store}" if summary.store else ""
-        raise ImportFailed(f"{failure[0]}; the {summary.records:,} records before it were imported{where} "
-                           "(importing a complete copy updates them, never duplicates)", summary)
+        raise ImportFailed(
+            f"{failure[0]}; the {summary.records:,} records before it were imported{where} "
+            "(importing a complete copy updates them, never duplicates)",
+            summary,
+        )
     return summary

@@ -67,8 +67,14 @@ _SAME_RUN_S = 2.0
 # the outcome a submission is closed with when its array tasks disagree: the
 # one that most needs attention first
 _WORST_FIRST = [
-    Outcome.OOM, Outcome.TIMEOUT, Outcome.FAILED, Outcome.NODE_FAIL,
-    Outcome.PREEMPTED, Outcome.CANCELLED, Outcome.COMPLETED, Outcome.UNKNOWN,
+    Outcome.OOM,
+    Outcome.TIMEOUT,
+    Outcome.FAILED,
+    Outcome.NODE_FAIL,
+    Outcome.PREEMPTED,
+    Outcome.CANCELLED,
+    Outcome.COMPLETED,
+    Outcome.UNKNOWN,
 ]
 _CHUNK = 500  # job ids per IN (...) query
 _JOB_ID_RE = re.compile(r"^\d+(?:_\d+)?$")
@@ -163,7 +169,7 @@ class Ingestor:
             n = self.poll_once()
         except Exception as exc:  # noqa: BLE001 - a scheduler job must not die
             self.failures += 1
-            delay = min(self.cfg.poll_interval_s * (2 ** self.failures), self.cfg.max_backoff_s)
+            delay = min(self.cfg.poll_interval_s * (2**self.failures), self.cfg.max_backoff_s)
             self._not_before = time.monotonic() + delay
             self.last_error = str(exc)
             log.warning("ingest failed (%d in a row): %s; next try in %.0f s", self.failures, exc, delay)
@@ -203,9 +209,7 @@ class Ingestor:
                 log.warning("submission %r is not a Slurm job id; closing it as unknown", jid)
                 self.store.mark_submission_done(jid, Outcome.UNKNOWN.value)
         watch: dict[str, int] = {
-            str(k): int(v)
-            for k, v in (self.store.get_meta(WATCH_KEY, {}) or {}).items()
-            if _JOB_ID_RE.match(str(k))
+            str(k): int(v) for k, v in (self.store.get_meta(WATCH_KEY, {}) or {}).items() if _JOB_ID_RE.match(str(k))
         }
         ids = sorted(set(pending) | set(watch), key=lambda x: (len(x), x))
         records: list[JobRecord] = []
@@ -257,9 +261,7 @@ class Ingestor:
         return PollResult(new=len(new), seen=len(finished), closed=closed)
 
     @staticmethod
-    def _apply_submissions(
-        records: list[JobRecord], subs: dict[str, Submission], watch: dict[str, int]
-    ) -> None:
+    def _apply_submissions(records: list[JobRecord], subs: dict[str, Submission], watch: dict[str, int]) -> None:
         """Carry what harp-submit knew (signature, array size, whether harp resized) into the records.
 
         A watched job's later runs were requeued by recovery with new limits:
@@ -469,7 +471,11 @@ class Ingestor:
             if sub_id in latest:
                 continue
             if float(sub.submitted_at or now) < now - self.cfg.lookback_s:
-                log.warning("job %s unknown to sacct %.0f s after submission; closing it as unknown", sub_id, now - float(sub.submitted_at))
+                log.warning(
+                    "job %s unknown to sacct %.0f s after submission; closing it as unknown",
+                    sub_id,
+                    now - float(sub.submitted_at),
+                )
                 if self.store.mark_submission_done(sub_id, Outcome.UNKNOWN.value):
                     closed += 1
         return closed
@@ -548,4 +554,3 @@ def start(
         settings.ingest.learn_all_jobs,
     )
     return IngestService(ingestor, scheduler)
-

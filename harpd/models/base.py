@@ -30,8 +30,15 @@ class Predictor(Protocol):
     #: False for models that only read history columns (no training needed)
     needs_training: bool
 
-    def fit(self, X: np.ndarray, y: np.ndarray, *, censored: np.ndarray | None = None,
-            groups: np.ndarray | None = None, sample_weight: np.ndarray | None = None) -> Predictor: ...
+    def fit(
+        self,
+        X: np.ndarray,
+        y: np.ndarray,
+        *,
+        censored: np.ndarray | None = None,
+        groups: np.ndarray | None = None,
+        sample_weight: np.ndarray | None = None,
+    ) -> Predictor: ...
 
     def predict(self, X: np.ndarray, groups: np.ndarray | None = None) -> np.ndarray: ...
 

@@ -63,8 +63,14 @@ def bound_bucket(base: float, relative: bool = True) -> str:
 class OnlineConformal:
     """Per-group sliding residual windows and ACI miss-rate levels."""
 
-    def __init__(self, alpha: float = 0.05, window: int = 3000, min_group: int = 300,
-                 gamma: float = 0.005, alpha_max: float = 0.5):
+    def __init__(
+        self,
+        alpha: float = 0.05,
+        window: int = 3000,
+        min_group: int = 300,
+        gamma: float = 0.005,
+        alpha_max: float = 0.5,
+    ):
         if not 0 < alpha < 1:
             raise ValueError(f"alpha must be in (0, 1), got {alpha}")
         self.alpha = alpha
@@ -189,11 +195,24 @@ class Calibrator:
       the users' requests consume) is unspent.
     """
 
-    def __init__(self, alpha: float = 0.05, aim: float = 0.8, budget: float = 0.04,
-                 window: int = 3000, min_group: int = 300, gamma: float = 0.005,
-                 eta: float = 0.02, theta_max: float = 0.9, theta_min: float = 0.05,
-                 alpha_max: float = 0.15, relative: bool = True, resource: str = "time",
-                 max_attempts: int = 3, min_fraction: float = 0.0, soft: bool = False):
+    def __init__(
+        self,
+        alpha: float = 0.05,
+        aim: float = 0.8,
+        budget: float = 0.04,
+        window: int = 3000,
+        min_group: int = 300,
+        gamma: float = 0.005,
+        eta: float = 0.02,
+        theta_max: float = 0.9,
+        theta_min: float = 0.05,
+        alpha_max: float = 0.15,
+        relative: bool = True,
+        resource: str = "time",
+        max_attempts: int = 3,
+        min_fraction: float = 0.0,
+        soft: bool = False,
+    ):
         self.alpha = alpha
         # soft limits: a miss is an extension, not a killed run, so
         # the level is the extension target itself and θ has no kills to steer on
@@ -213,8 +232,15 @@ class Calibrator:
         self.size_ema: float | None = None
 
     # -- fit time ---------------------------------------------------------------
-    def seed(self, groups: np.ndarray | None, base: np.ndarray, y: np.ndarray,
-             censored: np.ndarray, size: np.ndarray, floor: np.ndarray | None = None) -> dict:
+    def seed(
+        self,
+        groups: np.ndarray | None,
+        base: np.ndarray,
+        y: np.ndarray,
+        censored: np.ndarray,
+        size: np.ndarray,
+        floor: np.ndarray | None = None,
+    ) -> dict:
         """Calibrate on a recent hold-out: residual windows, starting α and θ.
 
         ``base`` are the base model's predictions on hold-out rows it did not
@@ -255,8 +281,12 @@ class Calibrator:
                     continue
                 bad = shrink & (cens | (u < need))
                 final = np.where(shrink & ~bad, u, 1.0)
-                extra = float(np.sum(size[bad] * extra_consumption_many(
-                    u[bad], need[bad], 1.0, cens[bad], self.resource, self.max_attempts)))
+                extra = float(
+                    np.sum(
+                        size[bad]
+                        * extra_consumption_many(u[bad], need[bad], 1.0, cens[bad], self.resource, self.max_attempts)
+                    )
+                )
                 if extra > self.budget * tot_used:
                     continue
                 saved = float(np.sum((size * (1.0 - final))[~cens]))
@@ -292,8 +322,17 @@ class Calibrator:
         return base + self.offset(group, base)
 
     # -- as jobs finish -----------------------------------------------------------
-    def feedback(self, group, base: float, y: float | None, first: float, need: float,
-                 request: float | None, censored: bool, weight: float = 1.0) -> None:
+    def feedback(
+        self,
+        group,
+        base: float,
+        y: float | None,
+        first: float,
+        need: float,
+        request: float | None,
+        censored: bool,
+        weight: float = 1.0,
+    ) -> None:
         """One finished job: ``base`` was its base prediction, ``y`` its target
         (None when censored), ``first`` harp's allocation (the request if left alone)."""
         key = self.key(base, group)
@@ -326,9 +365,18 @@ class HarpModel(BasePredictor):
     name = "harp"
     needs_training = True
 
-    def __init__(self, alpha: float = 0.05, base: BasePredictor | None = None, cal_fraction: float = 0.25,
-                 max_cal: int = 20000, relative: bool = True, resource: str = "time",
-                 calibrator: dict | None = None, max_attempts: int = 3, history_floor: str = "q90"):
+    def __init__(
+        self,
+        alpha: float = 0.05,
+        base: BasePredictor | None = None,
+        cal_fraction: float = 0.25,
+        max_cal: int = 20000,
+        relative: bool = True,
+        resource: str = "time",
+        calibrator: dict | None = None,
+        max_attempts: int = 3,
+        history_floor: str = "q90",
+    ):
         self.alpha = alpha
         self.base = base if base is not None else GbmQuantile()
         self.cal_fraction = cal_fraction
@@ -349,13 +397,25 @@ class HarpModel(BasePredictor):
         n_cal = min(max(int(n * self.cal_fraction), 1), self.max_cal) if n > 1 else 0
         cut = n - n_cal
         g = None if groups is None else np.asarray(groups, dtype=object)
-        self.base.fit(X[:cut], y[:cut], censored=cens[:cut], groups=None if g is None else g[:cut],
-                      sample_weight=size[:cut])
-        self.cal_ = Calibrator(self.alpha, relative=self.relative, resource=self.resource,
-                               max_attempts=self.max_attempts, **self.calibrator)
+        self.base.fit(
+            X[:cut], y[:cut], censored=cens[:cut], groups=None if g is None else g[:cut], sample_weight=size[:cut]
+        )
+        self.cal_ = Calibrator(
+            self.alpha,
+            relative=self.relative,
+            resource=self.resource,
+            max_attempts=self.max_attempts,
+            **self.calibrator,
+        )
         if n_cal:
-            self.seeded_ = self.cal_.seed(None if g is None else g[cut:], self.base.predict(X[cut:]),
-                                          y[cut:], cens[cut:], size[cut:], floor=self.floor_of(X[cut:]))
+            self.seeded_ = self.cal_.seed(
+                None if g is None else g[cut:],
+                self.base.predict(X[cut:]),
+                y[cut:],
+                cens[cut:],
+                size[cut:],
+                floor=self.floor_of(X[cut:]),
+            )
         return self
 
     @property

@@ -19,9 +19,18 @@ from harpd.models.gbm import GbmQuantile
 DEFAULT_QUANTILE = {"time": 0.8, "mem": 0.95}
 
 
-def make_model(name: str, *, resource: str, relative: bool, alpha: float, max_attempts: int,
-               waste_budget: float, min_fraction: float, gbm: dict | None = None,
-               conformal: dict | None = None):
+def make_model(
+    name: str,
+    *,
+    resource: str,
+    relative: bool,
+    alpha: float,
+    max_attempts: int,
+    waste_budget: float,
+    min_fraction: float,
+    gbm: dict | None = None,
+    conformal: dict | None = None,
+):
     """A fresh, unfitted predictor ``name``.
 
     ``relative``: the trace has requests (targets are log(need / request));
@@ -34,15 +43,20 @@ def make_model(name: str, *, resource: str, relative: bool, alpha: float, max_at
     base = {"quantile": DEFAULT_QUANTILE[resource], **(gbm or {})}
     if name == "harp":
         cal = {"budget": waste_budget, "min_fraction": min_fraction, **(conformal or {})}
-        return HarpModel(alpha=alpha, base=GbmQuantile(**base), relative=relative,
-                         resource=resource, calibrator=cal, max_attempts=max_attempts)
+        return HarpModel(
+            alpha=alpha,
+            base=GbmQuantile(**base),
+            relative=relative,
+            resource=resource,
+            calibrator=cal,
+            max_attempts=max_attempts,
+        )
     if name == "gbm":
         return GbmQuantile(**base)
     return registry.create(name)
 
 
-def fit(model, X: np.ndarray, y: np.ndarray, *, censored: np.ndarray, groups: np.ndarray,
-        sample_weight: np.ndarray):
+def fit(model, X: np.ndarray, y: np.ndarray, *, censored: np.ndarray, groups: np.ndarray, sample_weight: np.ndarray):
     """``model`` fitted; a site model whose ``fit`` takes no ``sample_weight`` is fitted without it."""
     try:
         return model.fit(X, y, sample_weight=sample_weight, censored=censored, groups=groups)

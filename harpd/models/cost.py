@@ -18,8 +18,9 @@ from harpd.recovery.escalation import simulate, simulate_many
 DISRUPTION = 1.0
 
 
-def extra_consumption(first: float, need: float, request: float | None, censored: bool,
-                      resource: str = "time", max_attempts: int = 3) -> float:
+def extra_consumption(
+    first: float, need: float, request: float | None, censored: bool, resource: str = "time", max_attempts: int = 3
+) -> float:
     """What harp's first allocation costs on top of what the user's request consumed.
 
     Zero when the first allocation fits; else the killed attempts of the
@@ -34,15 +35,13 @@ def extra_consumption(first: float, need: float, request: float | None, censored
         return 0.0
     outcome = Outcome.TIMEOUT if resource == "time" else Outcome.OOM
     cap = request if (censored and has_req) else None
-    ch = simulate(need, first, request if has_req else None, cap, outcome, max_attempts,
-                  need_is_lower_bound=censored)
+    ch = simulate(need, first, request if has_req else None, cap, outcome, max_attempts, need_is_lower_bound=censored)
     if censored and has_req and ch.allocations[-1] >= request:
         return ch.killed - request
     return ch.killed
 
 
-def extra_consumption_many(first, need, request, censored, resource: str = "time",
-                           max_attempts: int = 3) -> np.ndarray:
+def extra_consumption_many(first, need, request, censored, resource: str = "time", max_attempts: int = 3) -> np.ndarray:
     """Vectorised ``extra_consumption`` (NaN request: none)."""
     first = np.asarray(first, float)
     need = np.asarray(need, float)
@@ -56,7 +55,8 @@ def extra_consumption_many(first, need, request, censored, resource: str = "time
     i = np.flatnonzero(short)
     outcome = Outcome.TIMEOUT if resource == "time" else Outcome.OOM
     cap = np.where(cens[i] & has_req[i], req[i], np.nan)
-    k, _, last, _ = simulate_many(need[i], first[i], np.where(has_req[i], req[i], np.nan), cap, outcome,
-                                  max_attempts, cens[i])
+    k, _, last, _ = simulate_many(
+        need[i], first[i], np.where(has_req[i], req[i], np.nan), cap, outcome, max_attempts, cens[i]
+    )
     out[i] = np.where(cens[i] & has_req[i] & (last >= np.where(has_req[i], req[i], np.inf)), k - req[i], k)
     return out

@@ -22,9 +22,18 @@ class GbmQuantile(BasePredictor):
     name = "gbm"
     needs_training = True
 
-    def __init__(self, quantile: float = 0.9, max_iter: int = 100, learning_rate: float = 0.12,
-                 max_leaf_nodes: int = 15, min_samples_leaf: int = 40, l2_regularization: float = 1.0,
-                 max_train: int = 250_000, random_state: int = 0, weighted: bool = False):
+    def __init__(
+        self,
+        quantile: float = 0.9,
+        max_iter: int = 100,
+        learning_rate: float = 0.12,
+        max_leaf_nodes: int = 15,
+        min_samples_leaf: int = 40,
+        l2_regularization: float = 1.0,
+        max_train: int = 250_000,
+        random_state: int = 0,
+        weighted: bool = False,
+    ):
         self.quantile = quantile
         self.max_iter = max_iter
         self.learning_rate = learning_rate
@@ -45,8 +54,8 @@ class GbmQuantile(BasePredictor):
             sw = np.asarray(sample_weight, float)
             sw = sw / np.mean(sw)
         if self.max_train and X.shape[0] > self.max_train:  # most recent rows: drift
-            X, y = X[-self.max_train:], y[-self.max_train:]
-            sw = None if sw is None else sw[-self.max_train:]
+            X, y = X[-self.max_train :], y[-self.max_train :]
+            sw = None if sw is None else sw[-self.max_train :]
         if X.shape[0] < 2 * self.min_samples_leaf:
             # too little to grow a tree: the empirical quantile is the honest answer
             self.const_ = float(np.quantile(y, self.quantile)) if len(y) else 0.0
@@ -68,10 +77,15 @@ class GbmQuantile(BasePredictor):
         if sw is not None:
             sw = np.sqrt(sw)  # full size weights let a few huge jobs dominate
         self.model_ = HistGradientBoostingRegressor(
-            loss="quantile", quantile=self.quantile, max_iter=self.max_iter,
-            learning_rate=self.learning_rate, max_leaf_nodes=self.max_leaf_nodes,
-            min_samples_leaf=self.min_samples_leaf, l2_regularization=self.l2_regularization,
-            early_stopping=False, random_state=self.random_state,
+            loss="quantile",
+            quantile=self.quantile,
+            max_iter=self.max_iter,
+            learning_rate=self.learning_rate,
+            max_leaf_nodes=self.max_leaf_nodes,
+            min_samples_leaf=self.min_samples_leaf,
+            l2_regularization=self.l2_regularization,
+            early_stopping=False,
+            random_state=self.random_state,
         ).fit(X, y, sample_weight=sw)
         self.const_ = None
         return self

@@ -28,8 +28,15 @@ class ModelFileError(Exception):
     """A model file that cannot be used; the message says what to do."""
 
 
-def save_model(path: str | os.PathLike[str], model: Any, *, name: str, resource: str,
-               relative: bool, meta: dict[str, Any] | None = None) -> Path:
+def save_model(
+    path: str | os.PathLike[str],
+    model: Any,
+    *,
+    name: str,
+    resource: str,
+    relative: bool,
+    meta: dict[str, Any] | None = None,
+) -> Path:
     p = Path(path)
     p.parent.mkdir(parents=True, exist_ok=True)
     env = {
@@ -70,6 +77,12 @@ def load_model(path: str | os.PathLike[str]) -> ModelEnvelope:
         raise ModelFileError(f"{p}: not a {FORMAT} file; run `harp retrain`")
     if env.get("features") != list(FEATURE_NAMES):
         raise ModelFileError(f"{p}: trained on another feature layout (older harp); run `harp retrain`")
-    return ModelEnvelope(model=env["model"], name=env["name"], resource=env["resource"],
-                         relative=bool(env["relative"]), features=tuple(env["features"]),
-                         sklearn=env.get("sklearn"), meta=MappingProxyType(dict(env.get("meta") or {})))
+    return ModelEnvelope(
+        model=env["model"],
+        name=env["name"],
+        resource=env["resource"],
+        relative=bool(env["relative"]),
+        features=tuple(env["features"]),
+        sklearn=env.get("sklearn"),
+        meta=MappingProxyType(dict(env.get("meta") or {})),
+    )

@@ -59,8 +59,14 @@ class Guard:
         )
 
 
-def allocate(request: float | None, upper_log: float, n_history: int, limit: float | None,
-             guard: Guard, leave_alone_ratio: float | None = None) -> tuple[float | None, str]:
+def allocate(
+    request: float | None,
+    upper_log: float,
+    n_history: int,
+    limit: float | None,
+    guard: Guard,
+    leave_alone_ratio: float | None = None,
+) -> tuple[float | None, str]:
     """The allocation harp should set, or None to keep the request, and why.
 
     With a value, "why" names what set it: ``BOUND``, or the rail that moved
@@ -103,8 +109,9 @@ def allocate(request: float | None, upper_log: float, n_history: int, limit: flo
     return float(value), by
 
 
-def allocate_many(request: np.ndarray, upper_log: np.ndarray, n_history: np.ndarray,
-                  limit: np.ndarray | None, guard: Guard) -> np.ndarray:
+def allocate_many(
+    request: np.ndarray, upper_log: np.ndarray, n_history: np.ndarray, limit: np.ndarray | None, guard: Guard
+) -> np.ndarray:
     """Vectorised ``allocate``: the allocation per job, NaN where the request stands."""
     request = np.asarray(request, dtype=float)
     up = np.asarray(upper_log, dtype=float)

@@ -83,7 +83,7 @@ def clairvoyant_local(prep: Prepared, k: int = NEIGHBOURS) -> np.ndarray:
             continue
         r = rel[ix]
         for p in range(len(ix)):
-            nb = np.concatenate([r[max(0, p - k):p], r[p + 1:p + 1 + k]])
+            nb = np.concatenate([r[max(0, p - k) : p], r[p + 1 : p + 1 + k]])
             bound[ix[p]] = nb.max() * MARGIN
     return _allocate(prep, bound)
 
@@ -98,7 +98,7 @@ def causal_max(prep: Prepared, k: int = NEIGHBOURS) -> np.ndarray:
     bound = np.full(prep.n, np.inf)
     done = 0
     for i in range(prep.n):
-        for j in prep.finish_seq[done:prep.known_at[i]]:
+        for j in prep.finish_seq[done : prep.known_at[i]]:
             d = last.get(tmpl[j])
             if d is None:
                 d = last[tmpl[j]] = deque(maxlen=k)

@@ -49,8 +49,15 @@ SLACK = 0.05
 #: launchers whose steps ask for CPUs of their own, and what reads the CPU
 #: count: they bound or forbid a cut (``cut_bounds``)
 MPI_WORDS = ("srun", "mpirun", "mpiexec", "orterun", "aprun", "charmrun")
-CPU_VARS = ("SLURM_CPUS_PER_TASK", "SLURM_CPUS_ON_NODE", "SLURM_JOB_CPUS_PER_NODE", "OMP_NUM_THREADS",
-            "nproc", "cpu_count", "NSLOTS")
+CPU_VARS = (
+    "SLURM_CPUS_PER_TASK",
+    "SLURM_CPUS_ON_NODE",
+    "SLURM_JOB_CPUS_PER_NODE",
+    "OMP_NUM_THREADS",
+    "nproc",
+    "cpu_count",
+    "NSLOTS",
+)
 
 
 def cores_used(used_cpu_s: float | None, used_time_s: float | None) -> float | None:
@@ -115,18 +122,69 @@ def _int(text: str) -> int | None:
 
 
 #: launcher options that take no value (every other option is read as taking one)
-_SRUN_FLAGS = frozenset({"-h", "-H", "-k", "-l", "-O", "-Q", "-s", "-u", "-v", "-V", "-X", "-Z", "-E",
-                         "--exclusive", "--overcommit", "--pty", "--label", "--unbuffered", "--verbose",
-                         "--quiet", "--exact", "--overlap", "--oversubscribe", "--hold", "--disable-status",
-                         "--kill-on-bad-exit", "--no-kill", "--multi-prog", "--preserve-env", "--test-only",
-                         "--spread-job", "--use-min-nodes", "--whole", "--contiguous", "--nice", "--help"})
-_MPI_FLAGS = frozenset({"-v", "--verbose", "-q", "--quiet", "--oversubscribe", "-oversubscribe",
-                        "--allow-run-as-root", "-allow-run-as-root", "--tag-output", "-tag-output",
-                        "--report-bindings", "-report-bindings", "--display-map", "-display-map"})
+_SRUN_FLAGS = frozenset(
+    {
+        "-h",
+        "-H",
+        "-k",
+        "-l",
+        "-O",
+        "-Q",
+        "-s",
+        "-u",
+        "-v",
+        "-V",
+        "-X",
+        "-Z",
+        "-E",
+        "--exclusive",
+        "--overcommit",
+        "--pty",
+        "--label",
+        "--unbuffered",
+        "--verbose",
+        "--quiet",
+        "--exact",
+        "--overlap",
+        "--oversubscribe",
+        "--hold",
+        "--disable-status",
+        "--kill-on-bad-exit",
+        "--no-kill",
+        "--multi-prog",
+        "--preserve-env",
+        "--test-only",
+        "--spread-job",
+        "--use-min-nodes",
+        "--whole",
+        "--contiguous",
+        "--nice",
+        "--help",
+    }
+)
+_MPI_FLAGS = frozenset(
+    {
+        "-v",
+        "--verbose",
+        "-q",
+        "--quiet",
+        "--oversubscribe",
+        "-oversubscribe",
+        "--allow-run-as-root",
+        "-allow-run-as-root",
+        "--tag-output",
+        "-tag-output",
+        "--report-bindings",
+        "-report-bindings",
+        "--display-map",
+        "-display-map",
+    }
+)
 
 
-def _launcher_options(tokens: list[str], flags: frozenset[str], single_dash_long: bool = False
-                      ) -> list[tuple[str, str]]:
+def _launcher_options(
+    tokens: list[str], flags: frozenset[str], single_dash_long: bool = False
+) -> list[tuple[str, str]]:
     """(option, value) pairs of a launcher's own options, up to its program (the first word that is no option).
 
     ``-c2`` and ``--cpus-per-task=2`` carry their value; any other option not
@@ -182,8 +240,9 @@ def step_cpus(launcher: str, tokens: list[str]) -> int | None:
     return None
 
 
-def cut_bounds(ntasks: int | None, nodes: int | None, commands: list[str],
-               manager: str | None = None) -> tuple[str | None, int]:
+def cut_bounds(
+    ntasks: int | None, nodes: int | None, commands: list[str], manager: str | None = None
+) -> tuple[str | None, int]:
     """(why a job's CPUs must stay as requested, or None; the fewest CPUs per task harp may give it).
 
     A job is never given fewer CPUs than its own steps ask for: a step that
@@ -208,8 +267,10 @@ def cut_bounds(ntasks: int | None, nodes: int | None, commands: list[str],
     if (nodes or 1) > 1:
         return f"--nodes={nodes}: a multi-node job keeps its cores", 1
     if manager == "snakemake":
-        return ("a Snakemake job: its job step runs srun --cpus-per-task with the rule's threads, "
-                "which are what it asked: kept"), 1
+        return (
+            "a Snakemake job: its job step runs srun --cpus-per-task with the rule's threads, "
+            "which are what it asked: kept"
+        ), 1
     floor = 1
     for line in commands:
         for var in CPU_VARS:
@@ -221,7 +282,7 @@ def cut_bounds(ntasks: int | None, nodes: int | None, commands: list[str],
                 name = w.rsplit("/", 1)[-1]
                 if name not in MPI_WORDS:
                     continue
-                asks = step_cpus(name, words[i + 1:])
+                asks = step_cpus(name, words[i + 1 :])
                 if asks is None:
                     return f"the script runs {name} without a CPU count harp can read: its steps keep their cores", 1
                 floor = max(floor, asks)
@@ -279,8 +340,10 @@ class CoresHistory:
         bound, source = self.bound_and_source(signature, alpha)
         ex: dict[str, Any] = {"n_history": n, "alpha": alpha}
         if bound is None:
-            ex["reason"] = (f"{n} runs with CPU time recorded, {runs_needed(alpha)} needed "
-                            f"(or 1 and enough young programs' runs to pool): request kept")
+            ex["reason"] = (
+                f"{n} runs with CPU time recorded, {runs_needed(alpha)} needed "
+                f"(or 1 and enough young programs' runs to pool): request kept"
+            )
             return None, ex
         ex["bound_cores"] = round(bound, 3)
         ex["bound_from"] = source
@@ -290,7 +353,9 @@ class CoresHistory:
         elif source == "own":
             ex["reason"] = f"{1 - alpha:.0%} of its last {n} runs used at most {bound:.2f} cores"
         else:
-            ex["reason"] = (f"its {n} runs used at most {max(self._runs[signature or '']):.2f} cores; with the "
-                            f"margin {1 - alpha:.0%} of young programs' runs kept over their earlier runs: "
-                            f"{bound:.2f}")
+            ex["reason"] = (
+                f"its {n} runs used at most {max(self._runs[signature or '']):.2f} cores; with the "
+                f"margin {1 - alpha:.0%} of young programs' runs kept over their earlier runs: "
+                f"{bound:.2f}"
+            )
         return cores, ex

@@ -38,6 +38,7 @@ class ReplayError(ValueError):
 
 # -- reading ------------------------------------------------------------------
 
+
 def read_trace(path: str | os.PathLike[str]) -> Iterator[JobRecord]:
     """SWF or ``sacct`` export, told apart by content (``harpd.traces.read_trace``)."""
     from harpd.traces import read_trace as _read
@@ -50,6 +51,7 @@ def read_trace(path: str | os.PathLike[str]) -> Iterator[JobRecord]:
 
 
 # -- features at submission time ----------------------------------------------
+
 
 @dataclass
 class Prepared:
@@ -99,8 +101,9 @@ class TraceRow(NamedTuple):
     began: float  # its start (its submission where the trace has none)
 
 
-def prepare(records: Iterable[JobRecord], resource: str = "time", limit: int | None = None,
-            keep_templates: bool = False) -> Prepared:
+def prepare(
+    records: Iterable[JobRecord], resource: str = "time", limit: int | None = None, keep_templates: bool = False
+) -> Prepared:
     """Arrays and submission-time features of a trace's finished jobs, oldest first.
 
     Jobs without a request are dropped when most jobs have one (they cannot
@@ -216,18 +219,32 @@ def prepare(records: Iterable[JobRecord], resource: str = "time", limit: int | N
     lp = X[:, COL["log_pending"]]
     groups = np.array([conformal_group(row.partition, float(lp[i])) for i, row in enumerate(rows)], dtype=object)
     return Prepared(
-        resource=resource, source=source, submit=submit, need=need, request=request,
-        censored=cens, weight=weight, n_hist=n_hist, X=X, y=y, groups=groups,
-        known_at=known_at, finish_seq=np.array(finish, np.int64), skipped=skipped,
+        resource=resource,
+        source=source,
+        submit=submit,
+        need=need,
+        request=request,
+        censored=cens,
+        weight=weight,
+        n_hist=n_hist,
+        X=X,
+        y=y,
+        groups=groups,
+        known_at=known_at,
+        finish_seq=np.array(finish, np.int64),
+        skipped=skipped,
         limit=limit if absolute else None,
         template=np.array([keys_from_fields(row.keys, relative).req for row in rows], dtype=object)
-        if keep_templates else None,
-        start=start, end=end,
+        if keep_templates
+        else None,
+        start=start,
+        end=end,
     )
 
 
 def fit_rows(model, prep: Prepared, idx: np.ndarray):
     """``model`` fitted on rows ``idx``, each weighed by its size (request × cores, as the metric weighs it)."""
     size = prep.weight[idx] * np.where(np.isfinite(prep.request[idx]), prep.request[idx], 1.0)
-    return construct.fit(model, prep.X[idx], prep.y[idx], censored=prep.censored[idx],
-                         groups=prep.groups[idx], sample_weight=size)
+    return construct.fit(
+        model, prep.X[idx], prep.y[idx], censored=prep.censored[idx], groups=prep.groups[idx], sample_weight=size
+    )

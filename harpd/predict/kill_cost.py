@@ -59,7 +59,11 @@ def gate_many(request: np.ndarray, alloc: np.ndarray, p_kill: float, gain: float
 def why_kept(gain: float) -> str:
     """The explanation a job whose time harp kept under hard limits is given."""
     if gain <= 0:
-        return ("time kept: under hard limits a kill costs the queue more than a cut saves "
-                "(predict.hard_cut_gain = 0; docs/metrics.md, 'Queue')")
-    return (f"time kept: under hard limits this cut's kill risk outweighs what it saves the queue "
-            f"(predict.hard_cut_gain = {gain:g}; docs/metrics.md, 'Queue')")
+        return (
+            "time kept: under hard limits a kill costs the queue more than a cut saves "
+            "(predict.hard_cut_gain = 0; docs/metrics.md, 'Queue')"
+        )
+    return (
+        f"time kept: under hard limits this cut's kill risk outweighs what it saves the queue "
+        f"(predict.hard_cut_gain = {gain:g}; docs/metrics.md, 'Queue')"
+    )

@@ -48,7 +48,8 @@ from harpd.predict.soft import SoftPolicy, running_bound, soft_guard, stake_of, 
 from harpd.predict.soft_state import SoftState
 from harpd.predict.task_memory import TaskMemory
 from harpd.predict.time_options import fit_time, kept_under_soft_limits
-from harpd.records import Submission
+from harpd.protocol import Change, Decision, JobRequest, Limits, Resources
+from harpd.records import JobRecord, Submission
 from harpd.slurm.job_ids import submitted_id
 from harpd.slurm.partitions import limits_from_backend
 
@@ -103,8 +104,14 @@ class ModelPredictor:
 
     name = "harp"
 
-    def __init__(self, settings, store=None, limits=None, models: dict[str, ModelEnvelope] | None = None,
-                 soft_limits: bool = False) -> None:
+    def __init__(
+        self,
+        settings,
+        store=None,
+        limits=None,
+        models: dict[str, ModelEnvelope] | None = None,
+        soft_limits: bool = False,
+    ) -> None:
         self.settings = settings
         # soft limits (a privileged harpd extends jobs up to the user's request,
         # harpd.watch): the time limit is cut deeper, by harpd.predict.soft's policy
@@ -113,7 +120,8 @@ class ModelPredictor:
         # the budget scale, siblings in flight and usual stake the soft policy
         # reads (fed by harpd.watch); None without soft limits
         self.soft_state: SoftState | None = (
-            SoftState(SoftPolicy.from_settings(settings.predict, settings.watch), store) if self.soft_limits else None)
+            SoftState(SoftPolicy.from_settings(settings.predict, settings.watch), store) if self.soft_limits else None
+        )
         self._limits = limits
         self._lock = threading.Lock()
         self._refresh_lock = threading.Lock()
@@ -163,8 +171,11 @@ class ModelPredictor:
             self._watermark = None
             self._learnt = {}
         self.refresh(limit=HISTORY_JOBS)
-        return {res: {"name": champion.name, "path": champion.row.get("path")} for res, champion in loaded.items()
-                if champion.model is not None}
+        return {
+            res: {"name": champion.name, "path": champion.row.get("path")}
+            for res, champion in loaded.items()
+            if champion.model is not None
+        }
 
     def trained_on(self) -> int | None:
         """The most jobs a loaded champion learnt from; None without any (the retrain trigger asks)."""
@@ -172,8 +183,9 @@ class ModelPredictor:
         return max(ns) if ns else None
 
     @classmethod
-    def history_only(cls, settings: HarpSettings, store: Store | None = None,
-                     resources: tuple[str, ...] = ("time", "mem")) -> ModelPredictor:
+    def history_only(
+        cls, settings: HarpSettings, store: Store | None = None, resources: tuple[str, ...] = ("time", "mem")
+    ) -> ModelPredictor:
         """A predictor with no trained model (the history and task rules), fed by ``learn``: ``harp replay``'s harp."""
         return cls(settings, store=store, models={res: _history_rule(res) for res in resources})
 
@@ -319,8 +331,9 @@ class ModelPredictor:
             return out
 
     # -- the request path ------------------------------------------------------------
-    def decide(self, job: JobRequest, user: str, uid: int, now: float | None = None, *,
-               dry_run: bool = False) -> Decision:
+    def decide(
+        self, job: JobRequest, user: str, uid: int, now: float | None = None, *, dry_run: bool = False
+    ) -> Decision:
         """The decision for one submission; ``now``: the replay's simulated clock (None: the wall clock);
         ``dry_run``: the same answer, but the submission is not counted."""
 
@@ -335,8 +348,7 @@ class ModelPredictor:
             except Exception as exc:  # limits are a cap, not a prerequisite
                 log.warning("partition limits unavailable for %s: %s", partition, exc)
         if not self._loaded:
-            return Decision(changes=[], limits=limits, model=None,
-                            explain={"reason": f"{NO_MODEL}: request kept"})
+            return Decision(changes=[], limits=limits, model=None, explain={"reason": f"{NO_MODEL}: request kept"})
         self._maybe_refresh()
         changes: list = []
         explain: dict[str, Any] = {}
@@ -364,10 +376,12 @@ class ModelPredictor:
         if job.input_bytes is not None:
             explain["input_bytes"] = job.input_bytes  # harp_submit.input_size: the files the job names
         if not self.has_model():
-            explain["reason"] = (f"{NO_MODEL}: sized from this program's own runs" if changes
-                                 else f"{NO_MODEL}: request kept")
-        return Decision(changes=changes, limits=limits, model=",".join(sorted(set(models_used))) or None,
-                        explain=explain)
+            explain["reason"] = (
+                f"{NO_MODEL}: sized from this program's own runs" if changes else f"{NO_MODEL}: request kept"
+            )
+        return Decision(
+            changes=changes, limits=limits, model=",".join(sorted(set(models_used))) or None, explain=explain
+        )
 
     @staticmethod
     def _soft_bound(x, log_bound: float, policy: SoftPolicy) -> tuple[float, str]:
@@ -385,8 +399,16 @@ class ModelPredictor:
         return log_bound, "model bound"
 
     @staticmethod
-    def _soft_live(log_bound: float, template: str, cores: float, req: float, policy: SoftPolicy, state: SoftState,
-                   now: float, ex: dict[str, Any]) -> float:
+    def _soft_live(
+        log_bound: float,
+        template: str,
+        cores: float,
+        req: float,
+        policy: SoftPolicy,
+        state: SoftState,
+        now: float,
+        ex: dict[str, Any],
+    ) -> float:
         """The bound with what the replay's walk adds (``soft.soft_starts``): running siblings, tilts, budget scale."""
         n_flight, longest = state.running(template, now)
         log_bound = float(running_bound(log_bound, longest, req, policy))
@@ -427,8 +449,9 @@ class ModelPredictor:
             explain["retry"] = {"reason": floor.reason, **floor.explain}
         return floor
 
-    def _cores_change(self, job: JobRequest, sig: str | None, task: TaskIdentity | None, retry: Floor | None
-                      ) -> tuple[dict[str, Any] | None, dict[str, Any]]:
+    def _cores_change(
+        self, job: JobRequest, sig: str | None, task: TaskIdentity | None, retry: Floor | None
+    ) -> tuple[dict[str, Any] | None, dict[str, Any]]:
         """The ``cpus-per-task`` change of a single-task job (``harpd.predict.cores``), or None and why not."""
         rq = job.request
         requested = rq.cpus_per_task or 1
@@ -452,14 +475,21 @@ class ModelPredictor:
             given = floor if floor < requested else None
         if given is None:
             return None, ex
-        ex["unseen_steps"] = ("a job step in a program the script calls is not seen here: "
-                              "its first failed run gives the CPUs back for good")
-        return {"option": "cpus-per-task", "value": str(given), "old": str(requested),
-                "reason": f"cores from this program's own runs ({ex['reason']})"}, ex
+        ex["unseen_steps"] = (
+            "a job step in a program the script calls is not seen here: "
+            "its first failed run gives the CPUs back for good"
+        )
+        return {
+            "option": "cpus-per-task",
+            "value": str(given),
+            "old": str(requested),
+            "reason": f"cores from this program's own runs ({ex['reason']})",
+        }, ex
 
     @staticmethod
-    def _keys(job: JobRequest, user: str, res: str, relative: bool, sig: str | None, given: int | None = None
-              ) -> tuple[int, int, float | None, JobKeys]:
+    def _keys(
+        job: JobRequest, user: str, res: str, relative: bool, sig: str | None, given: int | None = None
+    ) -> tuple[int, int, float | None, JobKeys]:
         """(cores, nodes, request of ``res``, grouping keys) of a job request: one place for both callers.
 
         ``given``: the CPUs per task harp gives (a lowered ``--cpus-per-task``):
@@ -480,9 +510,18 @@ class ModelPredictor:
             req, other = (float(rq.time_s) if rq.time_s else None), mem_job
         else:
             req, other = mem_job, (float(rq.time_s) if rq.time_s else None)
-        keys = keys_of(user, job.account, sig, job.job_name, req if relative else None,
-                       cores if given is None else given * (rq.ntasks or 1), job.array_size, other, gpus,
-                       job.input_bytes)
+        keys = keys_of(
+            user,
+            job.account,
+            sig,
+            job.job_name,
+            req if relative else None,
+            cores if given is None else given * (rq.ntasks or 1),
+            job.array_size,
+            other,
+            gpus,
+            job.input_bytes,
+        )
         return cores, nodes, req, keys
 
     def template_of(self, job: JobRequest, user: str) -> str | None:
@@ -492,9 +531,19 @@ class ModelPredictor:
         _, _, req, keys = self._keys(job, user, "time", relative, _signature(job))
         return keys.req if req else None
 
-    def _decide_resource(self, job, user: str, res: str, champion: _Champion, limits, now: float, sig: str | None,
-             given: int | None = None, retry: Floor | None = None, dry_run: bool = False):
-        from harpd.features.history import COL
+    def _decide_resource(
+        self,
+        job,
+        user: str,
+        res: str,
+        champion: _Champion,
+        limits,
+        now: float,
+        sig: str | None,
+        given: int | None = None,
+        retry: Floor | None = None,
+        dry_run: bool = False,
+    ):
 
         rq = job.request
         # a workflow task is sized from its own rule's runs only, model or not (the
@@ -525,9 +574,11 @@ class ModelPredictor:
         over = self.soft_state.user_over_budget(user) if soft and self.soft_state is not None else None
         if over is not None:
             budget = SoftPolicy.from_settings(self.settings.predict).user_extension_budget
-            return None, {"reason": f"{over[0]} of your last {over[1]} jobs harp cut outgrew its limit (over the "
-                                    f"per-user budget of {budget:.0%}): your time request is kept",
-                          "n_history": n_hist}
+            return None, {
+                "reason": f"{over[0]} of your last {over[1]} jobs harp cut outgrew its limit (over the "
+                f"per-user budget of {budget:.0%}): your time request is kept",
+                "n_history": n_hist,
+            }
         ex: dict[str, Any] = {}
         theta = None
         if mem_task:
@@ -543,11 +594,13 @@ class ModelPredictor:
             log_bound, rule = self._history_bound(x, margin, stopped)
             if log_bound is None:
                 return None, {"model": None, "rule": HISTORY_RULE, "n_history": n_hist, "reason": rule}
-            up = bound
             why_rule = "this workflow task's own runs" if task else f"this program's own runs ({NO_MODEL})"
             ex.update(rule=HISTORY_RULE, source=why_rule)
-            reason = (f"{res} from this workflow task's own {n_hist} runs ({rule})" if task
-                      else f"{res} from this program's own {n_hist} runs ({rule}; {NO_MODEL})")
+            reason = (
+                f"{res} from this workflow task's own {n_hist} runs ({rule})"
+                if task
+                else f"{res} from this program's own {n_hist} runs ({rule}; {NO_MODEL})"
+            )
         else:
             X = np.asarray([x], dtype=np.float32)
             group = conformal_group(job.partition or rq.partition, x[COL["log_pending"]])
@@ -561,8 +614,11 @@ class ModelPredictor:
                     log_bound = self._soft_live(log_bound, keys.req, cores, req, policy, self.soft_state, now, ex)
             # n_hist counts this program's own finished runs; with none the model still predicts,
             # from the runs of others like it (same user, request, cores): say so, not "0 similar runs"
-            reason = (f"{champion.name}: {res} bound from {n_hist} runs of this program" if n_hist
-                      else f"{champion.name}: {res} bound from runs like it (no finished run of this program yet)")
+            reason = (
+                f"{champion.name}: {res} bound from {n_hist} runs of this program"
+                if n_hist
+                else f"{champion.name}: {res} bound from runs like it (no finished run of this program yet)"
+            )
         if res == "time":
             limit = limits.max_time_s or self.settings.recovery.max_time_s
         else:
@@ -571,15 +627,25 @@ class ModelPredictor:
         # the task rule is its own cold start (a prior before any run of the type)
         n_for_rails = max(n_hist, guard.min_history) if mem_task else n_hist
         value, why = allocate(req, log_bound, n_for_rails, limit, guard, theta)
-        if res == "time" and not soft and value is not None and req and not worth_cutting(
-                req, value, self.settings.predict.alpha_time, self.settings.predict.hard_cut_gain):
+        if (
+            res == "time"
+            and not soft
+            and value is not None
+            and req
+            and not worth_cutting(req, value, self.settings.predict.alpha_time, self.settings.predict.hard_cut_gain)
+        ):
             value, why = None, why_kept(self.settings.predict.hard_cut_gain)
         least = None if retry is None else (retry.time_s if res == "time" else retry.mem_mb)
         if value is not None and retry is not None and least is not None and value < least:
             value, why = least, f"{why}; at least {retry.reason}"
-        ex = {"model": None if champion.model is None else champion.name, "n_history": n_hist,
-              "bound_ratio": round(math.exp(log_bound), 4) if math.isfinite(log_bound) else None,
-              "leave_alone_ratio": None if theta is None else round(float(theta), 3), "reason": why, **ex}
+        ex = {
+            "model": None if champion.model is None else champion.name,
+            "n_history": n_hist,
+            "bound_ratio": round(math.exp(log_bound), 4) if math.isfinite(log_bound) else None,
+            "leave_alone_ratio": None if theta is None else round(float(theta), 3),
+            "reason": why,
+            **ex,
+        }
         if value is None:
             return None, ex
         if why != BOUND:
@@ -594,8 +660,12 @@ class ModelPredictor:
             secs = int(math.ceil(value / 60.0) * 60)  # sbatch rounds to minutes anyway
             if req and secs >= req:
                 return None, {**ex, "reason": "rounded bound reaches the request: kept"}
-            return {"option": "time", "value": format_time(secs), "old": format_time(int(req)) if req else None,
-                    "reason": reason}, ex
+            return {
+                "option": "time",
+                "value": format_time(secs),
+                "old": format_time(int(req)) if req else None,
+                "reason": reason,
+            }, ex
         if rq.mem_mb:
             mb = int(math.ceil(value / nodes))
             if mb >= rq.mem_mb:
@@ -610,10 +680,13 @@ class ModelPredictor:
             mb = int(math.ceil(value / cores))
             if mb >= rq.mem_per_cpu_mb:
                 return None, {**ex, "reason": "rounded bound reaches the request: kept"}
-            return {"option": "mem-per-cpu", "value": format_mem(mb), "old": format_mem(rq.mem_per_cpu_mb),
-                    "reason": reason}, ex
-        return {"option": "mem", "value": format_mem(int(math.ceil(value / nodes))), "old": None,
-                "reason": reason}, ex
+            return {
+                "option": "mem-per-cpu",
+                "value": format_mem(mb),
+                "old": format_mem(rq.mem_per_cpu_mb),
+                "reason": reason,
+            }, ex
+        return {"option": "mem", "value": format_mem(int(math.ceil(value / nodes))), "old": None, "reason": reason}, ex
 
 
 def _rail_words(by: str, res: str, guard: Guard, req: float | None, limit: float | None) -> str:
@@ -623,6 +696,7 @@ def _rail_words(by: str, res: str, guard: Guard, req: float | None, limit: float
     explain must name what set it, or a 3-minute limit for 20-second runs
     reads as the rule's.
     """
+
     def amount(v: float | None) -> str:
         if v is None:
             return "?"
@@ -630,8 +704,10 @@ def _rail_words(by: str, res: str, guard: Guard, req: float | None, limit: float
 
     if by == REQUEST_FLOOR:
         share = round(1 / guard.min_fraction) if guard.min_fraction else 0
-        return (f"raised to {amount((req or 0) * guard.min_fraction)}, the floor of request/{share:g}: "
-                "harp never cuts deeper than recovery can double back to the request within its attempts")
+        return (
+            f"raised to {amount((req or 0) * guard.min_fraction)}, the floor of request/{share:g}: "
+            "harp never cuts deeper than recovery can double back to the request within its attempts"
+        )
     if by == FLOOR:
         key = "predict.floor_time_s" if res == "time" else "predict.floor_mem_mb"
         return f"raised to the floor of {amount(guard.floor)} ({key})"
@@ -647,9 +723,12 @@ def _total_mem(rq: Resources) -> dict[str, Any]:
     """The ``--mem`` change that keeps a ``--mem-per-cpu`` request's total when its cores are lowered."""
     cores = (rq.cpus_per_task or 1) * (rq.ntasks or 1)
     assert rq.mem_per_cpu_mb is not None  # asked only of a --mem-per-cpu request
-    return {"option": "mem", "value": format_mem(int(rq.mem_per_cpu_mb) * cores),
-            "old": f"{format_mem(int(rq.mem_per_cpu_mb))} per CPU",
-            "reason": f"memory kept as the total of {cores} CPUs, now that the job gets fewer"}
+    return {
+        "option": "mem",
+        "value": format_mem(int(rq.mem_per_cpu_mb) * cores),
+        "old": f"{format_mem(int(rq.mem_per_cpu_mb))} per CPU",
+        "reason": f"memory kept as the total of {cores} CPUs, now that the job gets fewer",
+    }
 
 
 def _signature(job: JobRequest) -> str | None:
@@ -671,8 +750,13 @@ def identity_of(job: JobRequest, sig: str | None, task: TaskIdentity | None) -> 
     return {"program": normalise_commands(job.commands or []) or None, "signature": sig, **array}
 
 
-def make_predictor(settings: HarpSettings, store: Store | None = None, backend: SlurmBackend | None = None,
-                   limits: LimitsLookup | None = None, soft_limits: bool = False) -> ModelPredictor:
+def make_predictor(
+    settings: HarpSettings,
+    store: Store | None = None,
+    backend: SlurmBackend | None = None,
+    limits: LimitsLookup | None = None,
+    soft_limits: bool = False,
+) -> ModelPredictor:
     """The champion-backed predictor harpd.daemon.main wires in (no change until trained).
 
     ``limits``: the daemon's shared (cached) partition-limits lookup; built from

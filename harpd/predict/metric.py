@@ -62,8 +62,9 @@ class ModelMetrics:
         return {k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in asdict(self).items()}
 
 
-def harp_score(over: float, killed: float, used: float, under_rate: float, alpha: float = 0.05,
-               disruption: float = DISRUPTION) -> float:
+def harp_score(
+    over: float, killed: float, used: float, under_rate: float, alpha: float = 0.05, disruption: float = DISRUPTION
+) -> float:
     """The asymmetric harp score, lower is better (docs/metrics.md).
 
     score = (Σw·(A_final − U) + Σw·killed) / Σw·U
@@ -79,8 +80,7 @@ def harp_score(over: float, killed: float, used: float, under_rate: float, alpha
     """
     if not used:
         return math.nan
-    return ((over + killed) / used + disruption * under_rate
-            + (1.0 - alpha) / alpha * max(0.0, under_rate - alpha))
+    return (over + killed) / used + disruption * under_rate + (1.0 - alpha) / alpha * max(0.0, under_rate - alpha)
 
 
 def evaluate(
@@ -111,8 +111,11 @@ def evaluate(
     has_req = np.isfinite(req) & (req > 0)
     first = np.where(np.isfinite(alloc), alloc, req)
     # share of all jobs harp set an allocation for (other than the request)
-    changed_all = float(np.mean(np.isfinite(alloc) & ~(np.abs(alloc - np.where(has_req, req, np.nan)) <= 1e-9))) \
-        if len(alloc) else 0.0
+    changed_all = (
+        float(np.mean(np.isfinite(alloc) & ~(np.abs(alloc - np.where(has_req, req, np.nan)) <= 1e-9)))
+        if len(alloc)
+        else 0.0
+    )
     sel = np.isfinite(first)
     first, need, req, cens, w, has_req = first[sel], need[sel], req[sel], cens[sel], w[sel], has_req[sel]
     capv = None if cap is None else np.asarray(cap, float)[sel]
@@ -133,8 +136,9 @@ def evaluate(
         c_req = cens[idx] & has_req[idx]
         cap_i = np.full(len(idx), np.nan) if capv is None else np.maximum(capv[idx], need[idx])
         cap_i = np.where(c_req, req[idx], cap_i)  # the replay horizon of a censored job: its request
-        k, fitted, last, _ = simulate_many(need[idx], first[idx], np.where(has_req[idx], req[idx], np.nan),
-                                           cap_i, outcome, max_attempts, cens[idx])
+        k, fitted, last, _ = simulate_many(
+            need[idx], first[idx], np.where(has_req[idx], req[idx], np.nan), cap_i, outcome, max_attempts, cens[idx]
+        )
         killed[idx] = k
         final[idx] = np.where(fitted, last, np.where(has_req[idx], req[idx], need[idx]))
         # a censored job is killed at R as in the trace; if harp's attempts ran
@@ -171,18 +175,26 @@ def evaluate(
     )
     if baseline is not None:
         m.over_vs_request = over / baseline.over_reservation if baseline.over_reservation else None
-        m.over_jobs_vs_request = (
-            over_jobs / baseline.over_reservation_jobs if baseline.over_reservation_jobs else None
-        )
+        m.over_jobs_vs_request = over_jobs / baseline.over_reservation_jobs if baseline.over_reservation_jobs else None
         base_consumed = baseline.consumed_over_used * sum_used
         m.consumed_vs_request = consumed / base_consumed if base_consumed else None
     return m
 
 
-def evaluate_soft(model: str, start: np.ndarray, need: np.ndarray, request: np.ndarray, censored: np.ndarray,
-                  weight: np.ndarray, *, extension_budget: float = 0.10, cap: np.ndarray | None = None,
-                  baseline: ModelMetrics | None = None, max_extensions: int | None = None,
-                  lead_s: float = 0.0) -> ModelMetrics:
+def evaluate_soft(
+    model: str,
+    start: np.ndarray,
+    need: np.ndarray,
+    request: np.ndarray,
+    censored: np.ndarray,
+    weight: np.ndarray,
+    *,
+    extension_budget: float = 0.10,
+    cap: np.ndarray | None = None,
+    baseline: ModelMetrics | None = None,
+    max_extensions: int | None = None,
+    lead_s: float = 0.0,
+) -> ModelMetrics:
     """The metric row of one model under soft limits (docs/metrics.md, "Soft limits").
 
     ``start`` is the limit each job starts with (NaN: the request stands);
@@ -201,8 +213,9 @@ def evaluate_soft(model: str, start: np.ndarray, need: np.ndarray, request: np.n
     req = np.asarray(request, float)
     cens = np.asarray(censored, bool)
     w = np.asarray(weight, float)
-    final, ext, harp_killed = extend(start, need, req, cens, cap,
-                                     MAX_EXTENSIONS if max_extensions is None else max_extensions, lead_s)
+    final, ext, harp_killed = extend(
+        start, need, req, cens, cap, MAX_EXTENSIONS if max_extensions is None else max_extensions, lead_s
+    )
     first = np.where(np.isfinite(start), start, req)
     managed = np.isfinite(start) & ~(np.abs(start - req) <= 1e-9)
     used = np.where(cens, req, need)
@@ -219,28 +232,36 @@ def evaluate_soft(model: str, start: np.ndarray, need: np.ndarray, request: np.n
     b = min(max(extension_budget, 1e-6), 1.0)
     plan = float(np.sum(w * np.abs(first - used)))
     m = ModelMetrics(
-        model=model, jobs=n, changed=float(n_man / n) if n else 0.0,
-        under_rate=float(under.sum() / n_fit) if n_fit else 0.0, under_jobs=int(under.sum()), lost=0,
+        model=model,
+        jobs=n,
+        changed=float(n_man / n) if n else 0.0,
+        under_rate=float(under.sum() / n_fit) if n_fit else 0.0,
+        under_jobs=int(under.sum()),
+        lost=0,
         reserved_over_used=float(np.sum(w * final) / sum_used) if sum_used else math.nan,
-        over_reservation=over, over_vs_request=None, consumed_over_used=1.0 if sum_used else math.nan,
-        consumed_vs_request=None, killed=0.0,
+        over_reservation=over,
+        over_vs_request=None,
+        consumed_over_used=1.0 if sum_used else math.nan,
+        consumed_vs_request=None,
+        killed=0.0,
         score=(over / sum_used + (1.0 - b) / b * max(0.0, share - b)) if sum_used else math.nan,
         under_rate_weighted=float(np.sum(w[under]) / wfit) if wfit else 0.0,
-        over_reservation_jobs=over_jobs, limits="soft",
+        over_reservation_jobs=over_jobs,
+        limits="soft",
         extensions_per_job=float(ext[managed].sum() / n_man) if n_man else 0.0,
-        extended_share=share, extended_share_changed=float(np.sum(extended & managed) / n_man) if n_man else 0.0,
+        extended_share=share,
+        extended_share_changed=float(np.sum(extended & managed) / n_man) if n_man else 0.0,
         harp_kills=int(harp_killed.sum()),
         planned_wrongly=plan / sum_used if sum_used else math.nan,
-        used_total=sum_used, killed_jobs=int(harp_killed.sum()),
+        used_total=sum_used,
+        killed_jobs=int(harp_killed.sum()),
     )
     if baseline is not None:
         m.over_vs_request = over / baseline.over_reservation if baseline.over_reservation else None
-        m.over_jobs_vs_request = (over_jobs / baseline.over_reservation_jobs
-                                  if baseline.over_reservation_jobs else None)
+        m.over_jobs_vs_request = over_jobs / baseline.over_reservation_jobs if baseline.over_reservation_jobs else None
         base_consumed = baseline.consumed_over_used * sum_used
         m.consumed_vs_request = sum_used / base_consumed if base_consumed else None
         if baseline.planned_wrongly:
             assert m.planned_wrongly is not None  # set above, NaN at worst
             m.planned_wrongly_vs_request = m.planned_wrongly / baseline.planned_wrongly
     return m
-

@@ -68,14 +68,28 @@ class ReplayConfig:
     def make_model(self, name: str, prep: Prepared) -> Any:
         """A fresh predictor ``name`` with this replay's tuning, for ``prep``'s trace."""
         if self.limits == "soft":
-            return construct.make_model(name, resource=prep.resource, relative=prep.has_requests,
-                                        alpha=1.0 - self.soft.quantile, max_attempts=self.max_attempts,
-                                        waste_budget=self.waste_budget, min_fraction=0.0, gbm=self.gbm,
-                                        conformal={"aim": 1.0, "soft": True, **self.conformal})
-        return construct.make_model(name, resource=prep.resource, relative=prep.has_requests, alpha=self.alpha,
-                                    max_attempts=self.max_attempts, waste_budget=self.waste_budget,
-                                    min_fraction=self.guard.min_fraction, gbm=self.gbm,
-                                    conformal=self.conformal)
+            return construct.make_model(
+                name,
+                resource=prep.resource,
+                relative=prep.has_requests,
+                alpha=1.0 - self.soft.quantile,
+                max_attempts=self.max_attempts,
+                waste_budget=self.waste_budget,
+                min_fraction=0.0,
+                gbm=self.gbm,
+                conformal={"aim": 1.0, "soft": True, **self.conformal},
+            )
+        return construct.make_model(
+            name,
+            resource=prep.resource,
+            relative=prep.has_requests,
+            alpha=self.alpha,
+            max_attempts=self.max_attempts,
+            waste_budget=self.waste_budget,
+            min_fraction=self.guard.min_fraction,
+            gbm=self.gbm,
+            conformal=self.conformal,
+        )
 
 
 @dataclass
@@ -103,7 +117,7 @@ def retrain_points(known_at: np.ndarray, every: int, min_train: int) -> list[int
 
 def _train_rows(prep: Prepared, i: int, window: int) -> np.ndarray:
     k = int(prep.known_at[i])
-    return prep.finish_seq[max(0, k - window):k]
+    return prep.finish_seq[max(0, k - window) : k]
 
 
 def _batch_model(name: str, prep: Prepared, cfg: ReplayConfig, pts: list[int]) -> np.ndarray:
@@ -113,13 +127,18 @@ def _batch_model(name: str, prep: Prepared, cfg: ReplayConfig, pts: list[int]) -
     bounds = pts + [n]
     for s, i in enumerate(pts):
         model = fit_rows(cfg.make_model(name, prep), prep, _train_rows(prep, i, cfg.train_window))
-        log_bound[i:bounds[s + 1]] = model.predict(prep.X[i:bounds[s + 1]], groups=prep.groups[i:bounds[s + 1]])
+        log_bound[i : bounds[s + 1]] = model.predict(prep.X[i : bounds[s + 1]], groups=prep.groups[i : bounds[s + 1]])
     return log_bound
 
 
-def _online_model(name: str, prep: Prepared, cfg: ReplayConfig, pts: list[int],
-                  progress: Callable[[str], None] | None,
-                  bounds_out: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray, list[float]]:
+def _online_model(
+    name: str,
+    prep: Prepared,
+    cfg: ReplayConfig,
+    pts: list[int],
+    progress: Callable[[str], None] | None,
+    bounds_out: np.ndarray | None = None,
+) -> tuple[np.ndarray, np.ndarray, list[float]]:
     """harp's path: refit at each point, then walk the jobs feeding each finished one back.
 
     Returns the allocations (NaN: request kept), the base predictions and θ over time;
@@ -160,8 +179,16 @@ def _online_model(name: str, prep: Prepared, cfg: ReplayConfig, pts: list[int],
                 a = out[j]
                 r = float(req[j]) if has_req[j] else None
                 first = a if not math.isnan(a) else (r if r is not None else math.inf)
-                cal.feedback(groups[j], float(base_pred[j]), None if cens[j] else float(y[j]),
-                             float(first), float(need[j]), r, bool(cens[j]), float(w[j]))
+                cal.feedback(
+                    groups[j],
+                    float(base_pred[j]),
+                    None if cens[j] else float(y[j]),
+                    float(first),
+                    float(need[j]),
+                    r,
+                    bool(cens[j]),
+                    float(w[j]),
+                )
         prev_known = k
         if model is None:
             continue
@@ -177,8 +204,7 @@ def _online_model(name: str, prep: Prepared, cfg: ReplayConfig, pts: list[int],
     return out, base_pred, thetas
 
 
-def run(prep: Prepared, cfg: ReplayConfig | None = None,
-        progress: Callable[[str], None] | None = None) -> ReplayResult:
+def run(prep: Prepared, cfg: ReplayConfig | None = None, progress: Callable[[str], None] | None = None) -> ReplayResult:
     """Replay ``prep`` under every model of ``cfg.models``; metrics per model."""
     cfg = cfg or ReplayConfig()
     if cfg.limits not in ("hard", "soft"):
@@ -230,26 +256,58 @@ def run(prep: Prepared, cfg: ReplayConfig | None = None,
 
     if soft:
         soft_metrics = _soft_metrics(prep, cfg, alloc)
-        return ReplayResult(prep, alloc, soft_metrics, len(pts), time.perf_counter() - t0, notes, limits=cfg.limits,
-                            soft=cfg.soft)
+        return ReplayResult(
+            prep, alloc, soft_metrics, len(pts), time.perf_counter() - t0, notes, limits=cfg.limits, soft=cfg.soft
+        )
     sel = slice(cfg.evaluate_from, n)
     metrics: list[ModelMetrics] = []
     base: ModelMetrics | None = None
     if "request" in alloc:
-        base = evaluate("request", alloc["request"][sel], prep.need[sel], req[sel], prep.censored[sel],
-                        prep.weight[sel], resource=prep.resource, alpha=cfg.alpha, max_attempts=cfg.max_attempts)
+        base = evaluate(
+            "request",
+            alloc["request"][sel],
+            prep.need[sel],
+            req[sel],
+            prep.censored[sel],
+            prep.weight[sel],
+            resource=prep.resource,
+            alpha=cfg.alpha,
+            max_attempts=cfg.max_attempts,
+        )
         base.over_vs_request = base.consumed_vs_request = base.over_jobs_vs_request = 1.0
         metrics.append(base)
     order = [m for m in cfg.models if m in alloc and m != "request"]
     for name in order:
-        metrics.append(evaluate(name, alloc[name][sel], prep.need[sel], req[sel], prep.censored[sel],
-                                prep.weight[sel], resource=prep.resource, alpha=cfg.alpha,
-                                max_attempts=cfg.max_attempts, baseline=base))
+        metrics.append(
+            evaluate(
+                name,
+                alloc[name][sel],
+                prep.need[sel],
+                req[sel],
+                prep.censored[sel],
+                prep.weight[sel],
+                resource=prep.resource,
+                alpha=cfg.alpha,
+                max_attempts=cfg.max_attempts,
+                baseline=base,
+            )
+        )
     if cfg.bounds and base is not None:
         for name, a in allocations(prep).items():
-            metrics.append(evaluate(f"bound:{name}", a[sel], prep.need[sel], req[sel], prep.censored[sel],
-                                    prep.weight[sel], resource=prep.resource, alpha=cfg.alpha,
-                                    max_attempts=cfg.max_attempts, baseline=base))
+            metrics.append(
+                evaluate(
+                    f"bound:{name}",
+                    a[sel],
+                    prep.need[sel],
+                    req[sel],
+                    prep.censored[sel],
+                    prep.weight[sel],
+                    resource=prep.resource,
+                    alpha=cfg.alpha,
+                    max_attempts=cfg.max_attempts,
+                    baseline=base,
+                )
+            )
     return ReplayResult(prep, alloc, metrics, len(pts), time.perf_counter() - t0, notes, limits=cfg.limits)
 
 
@@ -258,11 +316,13 @@ def _soft_start(prep: Prepared, cfg: ReplayConfig, ups: np.ndarray, notes: dict[
     scales: list[float] = []
     out, use = soft_starts(prep, ups, cfg.guard, cfg.soft, scales)
     pol = cfg.soft
-    notes["harp_soft"] = (f"start-time rule ({pol.recent_margin:g} x the most of the template's last "
-                          f"{pol.recent_runs} runs) for {use.mean():.0%} of jobs, the model at quantile "
-                          f"{pol.quantile:g} for the rest; never below a running sibling's run so far; burst tilt "
-                          f"{pol.burst_tilt:g}, stake tilt {pol.stake_tilt:g}; budget controller scale over time: "
-                          + " ".join(f"{x:.2f}" for x in scales[:: max(1, len(scales) // 10)]))
+    notes["harp_soft"] = (
+        f"start-time rule ({pol.recent_margin:g} x the most of the template's last "
+        f"{pol.recent_runs} runs) for {use.mean():.0%} of jobs, the model at quantile "
+        f"{pol.quantile:g} for the rest; never below a running sibling's run so far; burst tilt "
+        f"{pol.burst_tilt:g}, stake tilt {pol.stake_tilt:g}; budget controller scale over time: "
+        + " ".join(f"{x:.2f}" for x in scales[:: max(1, len(scales) // 10)])
+    )
     return out
 
 
@@ -272,9 +332,18 @@ def _soft_metrics(prep: Prepared, cfg: ReplayConfig, alloc: dict[str, np.ndarray
     budget = cfg.soft.extension_budget
 
     def row(name: str, a: np.ndarray, base: ModelMetrics | None) -> ModelMetrics:
-        return evaluate_soft(name, a[sel], prep.need[sel], prep.request[sel], prep.censored[sel],
-                             prep.weight[sel], extension_budget=budget, baseline=base,
-                             max_extensions=cfg.soft.max_extensions, lead_s=cfg.soft.lead_s)
+        return evaluate_soft(
+            name,
+            a[sel],
+            prep.need[sel],
+            prep.request[sel],
+            prep.censored[sel],
+            prep.weight[sel],
+            extension_budget=budget,
+            baseline=base,
+            max_extensions=cfg.soft.max_extensions,
+            lead_s=cfg.soft.lead_s,
+        )
 
     base = row("request", np.full(prep.n, np.nan), None)
     base.over_vs_request = base.consumed_vs_request = base.over_jobs_vs_request = 1.0

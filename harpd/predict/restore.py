@@ -49,8 +49,10 @@ def cut_resources(sub: Submission | None) -> set[str]:
         return set()
     orig, got = sub.original, sub.submitted
     out: set[str] = set()
-    for name, a, b in (("cpus", _num(orig.cpus_per_task), _num(got.cpus_per_task)),
-                       ("time", _num(orig.time_s), _num(got.time_s))):
+    for name, a, b in (
+        ("cpus", _num(orig.cpus_per_task), _num(got.cpus_per_task)),
+        ("time", _num(orig.time_s), _num(got.time_s)),
+    ):
         if a is not None and b is not None and b < a:
             out.add(name)
     a, b = total_mem(orig), total_mem(got)
@@ -89,5 +91,4 @@ class Restored:
 
     @staticmethod
     def reason(resource: str) -> str:
-        return (f"a run of this program failed after harp lowered its {resource}: "
-                f"its request stands from now on")
+        return f"a run of this program failed after harp lowered its {resource}: its request stands from now on"

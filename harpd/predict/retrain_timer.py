@@ -20,8 +20,9 @@ if TYPE_CHECKING:
 log = logging.getLogger("harpd.training")
 
 
-def should_retrain(last_trained_at: float | None, now: float, new_outcomes: int,
-                   retrain_settings: RetrainSettings) -> bool:
+def should_retrain(
+    last_trained_at: float | None, now: float, new_outcomes: int, retrain_settings: RetrainSettings
+) -> bool:
     """Due when never trained, when ``interval_s`` passed, or after ``after_n_outcomes`` outcomes."""
     if last_trained_at is None:
         return True
@@ -74,8 +75,13 @@ class RetrainSchedule:
             self.early_streak = 0
             return False
         gap = first_gap_s(self.settings, self.early_streak)
-        self._early = (self.new_outcomes > 0 and self.first_new_at is not None and self.last_trained_at is not None
-                       and now - self.first_new_at >= gap and now - self.last_trained_at >= gap)
+        self._early = (
+            self.new_outcomes > 0
+            and self.first_new_at is not None
+            and self.last_trained_at is not None
+            and now - self.first_new_at >= gap
+            and now - self.last_trained_at >= gap
+        )
         return self._early
 
     def trained(self, now: float | None = None) -> None:
@@ -91,9 +97,16 @@ def is_young(trained_on: int | None, retrain_settings: RetrainSettings) -> bool:
     return trained_on is None or trained_on < int(getattr(retrain_settings, "first_below_jobs", 5000))
 
 
-def attach_retrain(scheduler: Any, retrain: Callable[[], Any], retrain_settings: RetrainSettings,
-                   check_every_s: float = 60.0, *, trained_on: Callable[[], int | None] | None = None,
-                   train_now: bool = False, history_size: Callable[[], int] | None = None) -> Callable[[Any], None]:
+def attach_retrain(
+    scheduler: Any,
+    retrain: Callable[[], Any],
+    retrain_settings: RetrainSettings,
+    check_every_s: float = 60.0,
+    *,
+    trained_on: Callable[[], int | None] | None = None,
+    train_now: bool = False,
+    history_size: Callable[[], int] | None = None,
+) -> Callable[[Any], None]:
     """Retrain on the daemon's scheduler: every ``interval_s``, after ``after_n_outcomes``,
     and soon after new outcomes while the models are young (``trained_on``: the most
     jobs a loaded champion learnt from, None without one).
@@ -140,8 +153,7 @@ def attach_retrain(scheduler: Any, retrain: Callable[[], Any], retrain_settings:
         from datetime import datetime
 
         kw["next_run_time"] = datetime.now()  # APScheduler: the first check at once
-    scheduler.add_job(check, "interval", seconds=check_every_s, id="harp-retrain",
-                      max_instances=1, coalesce=True, **kw)
+    scheduler.add_job(check, "interval", seconds=check_every_s, id="harp-retrain", max_instances=1, coalesce=True, **kw)
     return listener
 
 

@@ -97,9 +97,18 @@ def floor_after(earlier: Submission, max_attempts: int) -> Floor | None:
         keep_cpus = f"{reason}: its CPUs as asked"
     if mem is None and time_s is None and keep_cpus is None:
         return None
-    return Floor(mem, time_s, keep_cpus, reason,
-                 {"after_job": job, "ended": None if ended is None else ended.value,
-                  **({"mem_mb": round(mem)} if mem else {}), **({"time_s": round(time_s)} if time_s else {})})
+    return Floor(
+        mem,
+        time_s,
+        keep_cpus,
+        reason,
+        {
+            "after_job": job,
+            "ended": None if ended is None else ended.value,
+            **({"mem_mb": round(mem)} if mem else {}),
+            **({"time_s": round(time_s)} if time_s else {}),
+        },
+    )
 
 
 #: the job harpd's watcher is deciding again while it waits (``redeciding``): not a new submission

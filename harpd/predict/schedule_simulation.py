@@ -67,8 +67,10 @@ def workload_of(prep: Prepared) -> Workload:
 def _requests(prep: Prepared) -> np.ndarray:
     req = prep.request
     if not prep.has_requests or not np.all(np.isfinite(req) & (req > 0)):
-        raise QueueError("the trace has jobs without a requested time; the queue simulation compares with the "
-                         "users' requests and needs one for every job")
+        raise QueueError(
+            "the trace has jobs without a requested time; the queue simulation compares with the "
+            "users' requests and needs one for every job"
+        )
     return req
 
 
@@ -79,8 +81,9 @@ def _cap(prep: Prepared, req: np.ndarray) -> np.ndarray:
     return np.fmin(req, prep.limit)
 
 
-def escalation_hook(req: np.ndarray, cap: np.ndarray, max_attempts: int, mode: str,
-                    max_extensions: int = MAX_EXTENSIONS) -> LimitHook:
+def escalation_hook(
+    req: np.ndarray, cap: np.ndarray, max_attempts: int, mode: str, max_extensions: int = MAX_EXTENSIONS
+) -> LimitHook:
     """``on_limit`` for a harp policy: the escalation rule's next limit (see the module doc).
 
     Soft: the ``max_extensions``-th extension of a job goes straight to its
@@ -109,9 +112,15 @@ def _first_limits(alloc: np.ndarray, req: np.ndarray) -> np.ndarray:
     return np.maximum(np.where(np.isfinite(a), a, req), 1.0)
 
 
-def policies(prep: Prepared, hard: np.ndarray | None, soft: np.ndarray | None,
-             max_attempts: int = 3, max_extensions: int = MAX_EXTENSIONS,
-             lead_s: float = 0.0, look_s: float = 0.0) -> list[LimitPolicy]:
+def policies(
+    prep: Prepared,
+    hard: np.ndarray | None,
+    soft: np.ndarray | None,
+    max_attempts: int = 3,
+    max_extensions: int = MAX_EXTENSIONS,
+    lead_s: float = 0.0,
+    look_s: float = 0.0,
+) -> list[LimitPolicy]:
     """The comparison's rows: ``hard``/``soft`` are harp's allocations (None: row absent).
 
     ``lead_s``/``look_s``: harpd's watcher (``watch.margin_s``, ``watch.interval_s``),
@@ -126,9 +135,16 @@ def policies(prep: Prepared, hard: np.ndarray | None, soft: np.ndarray | None,
         hook = escalation_hook(req, cap, max_attempts, "hard") if np.any(first < req) else None
         out.append(LimitPolicy(first, "hard", hook, "harp-hard"))
     if soft is not None:
-        out.append(LimitPolicy(_first_limits(soft, req), "soft",
-                               escalation_hook(req, cap, max_attempts, "soft", max_extensions), "harp-soft",
-                               lead_s=lead_s, look_s=look_s))
+        out.append(
+            LimitPolicy(
+                _first_limits(soft, req),
+                "soft",
+                escalation_hook(req, cap, max_attempts, "soft", max_extensions),
+                "harp-soft",
+                lead_s=lead_s,
+                look_s=look_s,
+            )
+        )
     out.append(LimitPolicy(np.maximum(prep.need, 1.0), "hard", None, "exact"))
     return out
 
@@ -157,11 +173,23 @@ def _clean(v: Any) -> Any:
     return None if isinstance(v, float) and not math.isfinite(v) else v
 
 
-def schedule(prep: Prepared, procs: int, hard: np.ndarray | None, soft: np.ndarray | None, *,
-             max_attempts: int = 3, progress: Progress | None = None,
-             notes: list[str] | None = None, replicas: int = 1, shake_s: float = 60.0,
-             seed: int = 0, max_extensions: int = MAX_EXTENSIONS, lead_s: float = 0.0,
-             look_s: float = 0.0, compress: float = 1.0) -> dict[str, Any]:
+def schedule(
+    prep: Prepared,
+    procs: int,
+    hard: np.ndarray | None,
+    soft: np.ndarray | None,
+    *,
+    max_attempts: int = 3,
+    progress: Progress | None = None,
+    notes: list[str] | None = None,
+    replicas: int = 1,
+    shake_s: float = 60.0,
+    seed: int = 0,
+    max_extensions: int = MAX_EXTENSIONS,
+    lead_s: float = 0.0,
+    look_s: float = 0.0,
+    compress: float = 1.0,
+) -> dict[str, Any]:
     """Simulate every policy; the JSON-able queue section of a replay report.
 
     With ``replicas`` > 1 each figure is the mean over that many copies of
@@ -184,11 +212,11 @@ def schedule(prep: Prepared, procs: int, hard: np.ndarray | None, soft: np.ndarr
         notes = [*(notes or []), f"inter-arrival times multiplied by {compress:g} (a more loaded machine)"]
     pols = policies(prep, hard, soft, max_attempts, max_extensions, lead_s, look_s)
     t0 = time.perf_counter()
-    runs = simulate_shaken(work, pols, procs, replicas=replicas, amplitude_s=shake_s, seed=seed,
-                           progress=progress)
+    runs = simulate_shaken(work, pols, procs, replicas=replicas, amplitude_s=shake_s, seed=seed, progress=progress)
     per_policy_s = round((time.perf_counter() - t0) / max(len(pols), 1), 2)
-    rows = {name: {k: _clean(v) for k, v in mean_row(s).items()} | {"seconds": per_policy_s}
-            for name, s in runs.items()}
+    rows = {
+        name: {k: _clean(v) for k, v in mean_row(s).items()} | {"seconds": per_policy_s} for name, s in runs.items()
+    }
     notes = list(notes or [])
     rejected = runs["users"][0].rejected
     if rejected:
@@ -199,9 +227,19 @@ def schedule(prep: Prepared, procs: int, hard: np.ndarray | None, soft: np.ndarr
         if u[f] is not None and x[f] is not None and x[f] >= u[f]:
             notes.append(f"exact runtimes do not beat the users' requests on {f}: no gap to close")
     if replicas > 1:
-        notes.append(f"each figure is the mean over {replicas} copies of the trace (the first as recorded, the "
-                     f"others with every submission moved by up to ±{shake_s:g} s: input shaking)")
+        notes.append(
+            f"each figure is the mean over {replicas} copies of the trace (the first as recorded, the "
+            f"others with every submission moved by up to ±{shake_s:g} s: input shaking)"
+        )
     compared = {name: paired(runs["users"], s) for name, s in runs.items() if name != "users"}
-    return {"procs": int(procs), "jobs": int(len(work)), "replicas": int(replicas), "shake_s": float(shake_s),
-            "compress": float(compress),
-            "policies": list(rows.values()), "gap_closed": gap, "vs_users": compared, "notes": notes}
+    return {
+        "procs": int(procs),
+        "jobs": int(len(work)),
+        "replicas": int(replicas),
+        "shake_s": float(shake_s),
+        "compress": float(compress),
+        "policies": list(rows.values()),
+        "gap_closed": gap,
+        "vs_users": compared,
+        "notes": notes,
+    }

@@ -123,10 +123,17 @@ class SoftPolicy:
         )
 
     def explain(self) -> dict:
-        return {"limits": "soft", "quantile": self.quantile, "extension_budget": self.extension_budget,
-                "recent_runs": self.recent_runs, "recent_margin": self.recent_margin,
-                "burst_tilt": self.burst_tilt, "stake_tilt": self.stake_tilt,
-                "max_extensions": self.max_extensions, "min_limit_s": self.min_limit_s}
+        return {
+            "limits": "soft",
+            "quantile": self.quantile,
+            "extension_budget": self.extension_budget,
+            "recent_runs": self.recent_runs,
+            "recent_margin": self.recent_margin,
+            "burst_tilt": self.burst_tilt,
+            "stake_tilt": self.stake_tilt,
+            "max_extensions": self.max_extensions,
+            "min_limit_s": self.min_limit_s,
+        }
 
 
 class BudgetController:
@@ -215,9 +222,15 @@ def soft_guard(guard: Guard, policy: SoftPolicy | None = None) -> Guard:
     harpd's watcher can honour (``SoftPolicy.min_limit_s``).
     """
     floor = guard.floor if policy is None else max(guard.floor, policy.min_limit_s)
-    return Guard(min_history=0, floor=floor, allow_shrink=guard.allow_shrink,
-                 max_raise_factor=guard.max_raise_factor, leave_alone_ratio=guard.leave_alone_ratio,
-                 margin=guard.margin, min_fraction=0.0)
+    return Guard(
+        min_history=0,
+        floor=floor,
+        allow_shrink=guard.allow_shrink,
+        max_raise_factor=guard.max_raise_factor,
+        leave_alone_ratio=guard.leave_alone_ratio,
+        margin=guard.margin,
+        min_fraction=0.0,
+    )
 
 
 def recent_at(prep, at: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
@@ -313,9 +326,15 @@ def start_limits(prep, up_log: np.ndarray, guard: Guard, policy: SoftPolicy) -> 
     return allocate_many(prep.request, bound, np.maximum(prep.n_hist, count), prep.limit, soft_guard(guard, policy))
 
 
-def hold_budget(prep, bound_log: np.ndarray, guard: Guard, policy: SoftPolicy,
-                trace: list[float] | None = None, in_flight: np.ndarray | None = None,
-                n_hist: np.ndarray | None = None) -> np.ndarray:
+def hold_budget(
+    prep,
+    bound_log: np.ndarray,
+    guard: Guard,
+    policy: SoftPolicy,
+    trace: list[float] | None = None,
+    in_flight: np.ndarray | None = None,
+    n_hist: np.ndarray | None = None,
+) -> np.ndarray:
     """Start limits from ``bound_log`` under a controller that holds the extension budget.
 
     Walks starts, extensions and ends in time order.  At its start a job
@@ -384,8 +403,9 @@ def hold_budget(prep, bound_log: np.ndarray, guard: Guard, policy: SoftPolicy,
     return out
 
 
-def soft_starts(prep, up_log: np.ndarray, guard: Guard, policy: SoftPolicy,
-                trace: list[float] | None = None) -> tuple[np.ndarray, np.ndarray]:
+def soft_starts(
+    prep, up_log: np.ndarray, guard: Guard, policy: SoftPolicy, trace: list[float] | None = None
+) -> tuple[np.ndarray, np.ndarray]:
     """harp's start limits under soft limits, as the daemon decides them; and which jobs the start-time rule sized.
 
     The template's recent runs (else the model's bound ``up_log``), never
@@ -400,9 +420,15 @@ def soft_starts(prep, up_log: np.ndarray, guard: Guard, policy: SoftPolicy,
     return out, (count >= policy.min_recent) & np.isfinite(mx)
 
 
-def extend(start: np.ndarray, need: np.ndarray, request: np.ndarray, censored: np.ndarray,
-           cap: np.ndarray | None = None, max_extensions: int = MAX_EXTENSIONS, lead_s: float = 0.0,
-           ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def extend(
+    start: np.ndarray,
+    need: np.ndarray,
+    request: np.ndarray,
+    censored: np.ndarray,
+    cap: np.ndarray | None = None,
+    max_extensions: int = MAX_EXTENSIONS,
+    lead_s: float = 0.0,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """What harpd's extensions make of each start limit: ``(final, extensions, harp_killed)``.
 
     ``start`` is the limit at the start (NaN: the request); a job that

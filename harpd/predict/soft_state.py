@@ -138,7 +138,10 @@ class SoftState:
     def explain(self) -> dict[str, Any]:
         with self._lock:
             over = sorted(u for u, (_, o) in self._users.items() if o is not None)
-        return {"budget_scale": round(math.exp(self._ctl.s), 3), "users_not_cut": over,
-                "user_extension_budget": self.policy.user_extension_budget,
-                # the smallest start limit: the watcher's lead and interval (SoftPolicy.min_limit_s)
-                "min_limit_s": self.policy.min_limit_s}
+        return {
+            "budget_scale": round(math.exp(self._ctl.s), 3),
+            "users_not_cut": over,
+            "user_extension_budget": self.policy.user_extension_budget,
+            # the smallest start limit: the watcher's lead and interval (SoftPolicy.min_limit_s)
+            "min_limit_s": self.policy.min_limit_s,
+        }

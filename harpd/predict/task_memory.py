@@ -64,8 +64,7 @@ class TaskMemory:
             return want, OWN.format(n=len(model.y))
         share = self.prior.share
         if share is None:
-            return None, (f"no run of this task type yet and {len(self.prior.shares)} other types seen: "
-                          "request kept")
+            return None, (f"no run of this task type yet and {len(self.prior.shares)} other types seen: request kept")
         if share >= 1.0:
             return None, "no run of this task type yet; other types needed their whole request: kept"
         return share * float(request_mb), PRIOR.format(share=share, cover=1.0 - self.prior.alpha)

@@ -32,8 +32,10 @@ __all__ = ["fit_time", "kept_under_soft_limits"]
 def kept_under_soft_limits(rq: Any) -> str | None:
     """Why a job keeps its requested time under soft limits (None: harp may cut it)."""
     if rq.signal_s is not None:
-        return ("asks for a signal before its end (--signal): under soft limits the signal would come "
-                "before harpd extends it, so its time is kept")
+        return (
+            "asks for a signal before its end (--signal): under soft limits the signal would come "
+            "before harpd extends it, so its time is kept"
+        )
     if rq.deadline:
         return "has a --deadline: under soft limits an extension could cross it, so its time is kept"
     return None

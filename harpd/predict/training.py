@@ -58,8 +58,9 @@ def replay_config(settings, resource: str, models: Iterable[str], **kw: Any) -> 
     )
 
 
-def evaluate_candidates(prep: Prepared, settings, names: Iterable[str] | None = None,
-                        holdout_fraction: float | None = None) -> list[ModelMetrics]:
+def evaluate_candidates(
+    prep: Prepared, settings, names: Iterable[str] | None = None, holdout_fraction: float | None = None
+) -> list[ModelMetrics]:
     """Metrics of each candidate (and the users' requests) on the chronological hold-out."""
     names = tuple(names or candidates())
     frac = holdout_fraction if holdout_fraction is not None else settings.retrain.holdout_fraction
@@ -95,13 +96,20 @@ class TrainResult:
     phases: dict[str, float] = field(default_factory=dict)  # seconds per step, for the logs
 
     def to_dict(self) -> dict[str, Any]:
-        return {"resource": self.resource, "n_jobs": self.n_jobs, "champion": self.champion,
-                "models": self.models, "skipped": self.skipped, "seconds": round(self.seconds, 2),
-                "phases": {k: round(v, 2) for k, v in self.phases.items()}}
+        return {
+            "resource": self.resource,
+            "n_jobs": self.n_jobs,
+            "champion": self.champion,
+            "models": self.models,
+            "skipped": self.skipped,
+            "seconds": round(self.seconds, 2),
+            "phases": {k: round(v, 2) for k, v in self.phases.items()},
+        }
 
 
-def train_prepared(prep: Prepared, settings, models_dir: str | Path, store=None,
-                   names: Iterable[str] | None = None) -> TrainResult:
+def train_prepared(
+    prep: Prepared, settings, models_dir: str | Path, store=None, names: Iterable[str] | None = None
+) -> TrainResult:
     """Evaluate, pick, refit on everything, save (and record in ``store`` if given)."""
     t0 = time.perf_counter()
     names = tuple(names or candidates())
@@ -114,7 +122,7 @@ def train_prepared(prep: Prepared, settings, models_dir: str | Path, store=None,
     by_name = {m.model: m for m in metrics}
     res.champion = pick_champion(metrics, alpha)
     cfg = replay_config(settings, prep.resource, names)
-    all_rows = prep.finish_seq[-cfg.train_window:]
+    all_rows = prep.finish_seq[-cfg.train_window :]
     stamp = time.strftime("%Y%m%dT%H%M%S")
     for name in names:
         m = by_name.get(name)
@@ -122,8 +130,14 @@ def train_prepared(prep: Prepared, settings, models_dir: str | Path, store=None,
         if getattr(model, "needs_training", True):
             model = fit_rows(model, prep, all_rows)
         path = Path(models_dir) / f"{prep.resource}-{name}-{stamp}.pkl"
-        save_model(path, model, name=name, resource=prep.resource, relative=prep.has_requests,
-                   meta={"n_train": int(len(all_rows)), "trained_at": time.time()})
+        save_model(
+            path,
+            model,
+            name=name,
+            resource=prep.resource,
+            relative=prep.has_requests,
+            meta={"n_train": int(len(all_rows)), "trained_at": time.time()},
+        )
         score = m.to_dict() if m is not None else {}
         if store is not None:
             store.save_model(name, prep.resource, int(len(all_rows)), score, str(path), name == res.champion)
@@ -150,8 +164,9 @@ def records_from_store(store, max_jobs: int | None = None) -> Iterable[JobRecord
     return store.iter_jobs(order="submit_time")
 
 
-def train(store, settings, resource: str, models_dir: str | Path | None = None,
-          max_jobs: int | None = 1_000_000) -> TrainResult:
+def train(
+    store, settings, resource: str, models_dir: str | Path | None = None, max_jobs: int | None = 1_000_000
+) -> TrainResult:
     """Train and save the models of one resource from the store's history."""
     t0 = time.perf_counter()
     try:
@@ -159,8 +174,9 @@ def train(store, settings, resource: str, models_dir: str | Path | None = None,
     except ReplayError as exc:
         return TrainResult(resource, skipped=str(exc), seconds=time.perf_counter() - t0)
     if prep.n < MIN_JOBS:
-        return TrainResult(resource, prep.n, skipped=f"only {prep.n} usable jobs; need {MIN_JOBS}",
-                           seconds=time.perf_counter() - t0)
+        return TrainResult(
+            resource, prep.n, skipped=f"only {prep.n} usable jobs; need {MIN_JOBS}", seconds=time.perf_counter() - t0
+        )
     t_prep = time.perf_counter() - t0
     res = train_prepared(prep, settings, models_dir or models_dir_of(settings), store)
     res.phases = {"read_features": t_prep, **res.phases}

@@ -30,8 +30,9 @@ MAX_ATTEMPTS = 3  # harpd's default ``recovery.max_attempts``: the last runs at 
 _ROUNDS = 12  # escalation steps simulated when choosing the multiplier (2**12: far past any miss)
 
 
-def escalated_cost(first: np.ndarray, y: np.ndarray, t: np.ndarray, request: np.ndarray,
-                   max_attempts: int = MAX_ATTEMPTS) -> np.ndarray:
+def escalated_cost(
+    first: np.ndarray, y: np.ndarray, t: np.ndarray, request: np.ndarray, max_attempts: int = MAX_ATTEMPTS
+) -> np.ndarray:
     """Bytes·seconds wasted per task when ``first`` escalates by harp's rule until it fits ``y``.
 
     The vectorised twin of ``harpd.recovery.escalation.next_allocation`` for
@@ -55,8 +56,9 @@ def escalated_cost(first: np.ndarray, y: np.ndarray, t: np.ndarray, request: np.
     return waste + np.maximum(cur - y, 0.0) * t
 
 
-def _choose_multiplier(ratio: np.ndarray, base: np.ndarray, y: np.ndarray, t: np.ndarray,
-                       req: np.ndarray) -> tuple[float, float]:
+def _choose_multiplier(
+    ratio: np.ndarray, base: np.ndarray, y: np.ndarray, t: np.ndarray, req: np.ndarray
+) -> tuple[float, float]:
     """The multiplier on ``base`` with the least leave-one-out cost, and that cost.
 
     A candidate is an order statistic of the usage/fit ratios (from the median

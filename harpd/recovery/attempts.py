@@ -28,8 +28,18 @@ from pydantic import BaseModel, ConfigDict
 from harpd.records import AttemptRecord
 
 __all__ = [
-    "AttemptLimits", "Plan", "Attempt", "Stop", "Fallback", "marker", "MEM_KEYS",
-    "DECIDED", "SUBMITTED", "REQUEUED", "DONE", "NOT_SUBMITTED",
+    "AttemptLimits",
+    "Plan",
+    "Attempt",
+    "Stop",
+    "Fallback",
+    "marker",
+    "MEM_KEYS",
+    "DECIDED",
+    "SUBMITTED",
+    "REQUEUED",
+    "DONE",
+    "NOT_SUBMITTED",
 ]
 
 # the persisted steps of an attempt (the machine in harpd.recovery.machine)
@@ -68,8 +78,9 @@ EXTENDED_NOTE = re.compile(r"^harp extended \S.* -> \S.*$")
 
 def without_notes(comment: str | None, *patterns: re.Pattern[str]) -> list[str]:
     """The comment's ``; ``-separated parts, without Slurm's "(null)" and the parts ``patterns`` match."""
-    return [p for p in (comment or "").split("; ")
-            if p.strip() and p != "(null)" and not any(r.match(p) for r in patterns)]
+    return [
+        p for p in (comment or "").split("; ") if p.strip() and p != "(null)" and not any(r.match(p) for r in patterns)
+    ]
 
 
 def with_marker(comment: str | None, mark: str) -> str:

@@ -43,9 +43,14 @@ def _settled(job: SacctJob) -> bool:
     return all(s.state not in (None, "RUNNING", "PENDING") for s in job.steps if s.step_id not in _WHOLE_JOB_STEPS)
 
 
-def ran_out_of_memory(backend: object, job_id: str, *, wait_s: float = EVIDENCE_WAIT_S,
-                      clock: Callable[[], float] = time.monotonic,
-                      sleep: Callable[[float], None] = time.sleep) -> JobRecord | None:
+def ran_out_of_memory(
+    backend: object,
+    job_id: str,
+    *,
+    wait_s: float = EVIDENCE_WAIT_S,
+    clock: Callable[[], float] = time.monotonic,
+    sleep: Callable[[float], None] = time.sleep,
+) -> JobRecord | None:
     """The job's current run as an OUT_OF_MEMORY record when Slurm shows a step killed for memory, else None.
 
     A run whose steps all ended without that evidence is answered at once;

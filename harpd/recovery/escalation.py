@@ -50,7 +50,7 @@ class Step:
 
 
 def resource_for(outcome: Outcome) -> str | None:
-    """"time" for TIMEOUT, "mem" for OOM, None for outcomes that never escalate."""
+    """ "time" for TIMEOUT, "mem" for OOM, None for outcomes that never escalate."""
     return RESOURCE_OF.get(Outcome(outcome))
 
 
@@ -159,8 +159,15 @@ def _fmt(v: float) -> str:
     return f"{v:g}"
 
 
-def simulate_many(need, first, original_request, cap, outcome: Outcome = Outcome.TIMEOUT,
-                  max_attempts: int = 3, need_is_lower_bound=False):
+def simulate_many(
+    need,
+    first,
+    original_request,
+    cap,
+    outcome: Outcome = Outcome.TIMEOUT,
+    max_attempts: int = 3,
+    need_is_lower_bound=False,
+):
     """Vectorised ``simulate`` over numpy arrays (NaN = no request / no cap).
 
     The same rule as ``next_allocation``, step for step, for the replay's hot

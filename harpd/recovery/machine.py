@@ -86,6 +86,7 @@ from harpd.recovery.mode import REQUEUE, RESUBMIT, resolve_mode
 from harpd.recovery.policy import eligible, first_limits, next_limits
 from harpd.recovery.requeue import requeue
 from harpd.recovery.resubmit import resubmit
+from harpd.recovery.resume import last_signal, resumed_time
 from harpd.slurm.base import PartitionInfo, SlurmError
 from harpd.slurm.partitions import cached_partitions, partition_of
 from harpd.store import Store
@@ -248,7 +249,9 @@ class Recovery:
             return "left", "no step of it was killed for memory (Slurm's accounting)"
         with self._lock:
             rec.attempt = max(1, int(rec.attempt))
-            before = {a.number for a in map(Attempt.from_row, self.store.attempts(self.store.chain_of(job_id) or job_id))}
+            before = {
+                a.number for a in map(Attempt.from_row, self.store.attempts(self.store.chain_of(job_id) or job_id))
+            }
             self._handle(rec, while_running=True)
             chain = self.store.chain_of(job_id) or job_id
             rows = self._rows(chain)
@@ -369,8 +372,13 @@ class Recovery:
             # a registration by someone other than the job's owner (a job id claimed
             # before it existed, when Slurm could not vouch for the owner) never
             # moves the owner's job, nor resubmits its script as the claimant
-            log.warning("job %s ran out but is not recovered: it ran as %s, registered by %s (uid %s)",
-                        rec.job_id, rec.user, sub.user, sub.uid)
+            log.warning(
+                "job %s ran out but is not recovered: it ran as %s, registered by %s (uid %s)",
+                rec.job_id,
+                rec.user,
+                sub.user,
+                sub.uid,
+            )
             return
         ok, why = eligible(rec.job_id, sub)
         if not ok:
@@ -382,9 +390,16 @@ class Recovery:
         limits = first_limits(rec, sub)
         first = self._with_output(Plan(limits=limits), rec.job_id)
         with self.store.transaction():
-            if self.store.add_attempt(chain, 1, rec.job_id, first.to_json(), f"first run; recovered because {why}", DONE):
+            if self.store.add_attempt(
+                chain, 1, rec.job_id, first.to_json(), f"first run; recovered because {why}", DONE
+            ):
                 self.store.update_attempt(chain, 1, outcome=rec.outcome.value)
-        log.info("job %s ran out of %s (limits %s): recovery starts", chain, RESOURCE_OF[Outcome(rec.outcome)], _brief(limits))
+        log.info(
+            "job %s ran out of %s (limits %s): recovery starts",
+            chain,
+            RESOURCE_OF[Outcome(rec.outcome)],
+            _brief(limits),
+        )
         self._mark_open(chain)
         crash_point("done")
         self._continue(chain, 1)
@@ -412,8 +427,11 @@ class Recovery:
         if self.clock() - first > OWNER_WAIT_S:
             awaiting.pop(rec.job_id)
             self.store.set_meta(AWAITING_OWNER_KEY, awaiting)
-            log.warning("job %s ran out but is not recovered: Slurm did not name its owner within %d s",
-                        rec.job_id, OWNER_WAIT_S)
+            log.warning(
+                "job %s ran out but is not recovered: Slurm did not name its owner within %d s",
+                rec.job_id,
+                OWNER_WAIT_S,
+            )
             return None
         self.store.set_meta(AWAITING_OWNER_KEY, awaiting)
         log.info("job %s ran out; its owner is not in Slurm's record yet: recovery waits for it", rec.job_id)
@@ -552,7 +570,9 @@ class Recovery:
                 if "invalid job id" not in str(exc).lower():
                     raise
                 mode = RESUBMIT
-                plan = plan.but(note=f"job {failed_job} had left slurmctld (MinJobAge): resubmitted instead of requeued")
+                plan = plan.but(
+                    note=f"job {failed_job} had left slurmctld (MinJobAge): resubmitted instead of requeued"
+                )
             else:
                 plan = plan.but(restarts_before=info.restarts, while_running=True if self._while_running else None)
                 job_id = failed_job
@@ -571,8 +591,9 @@ class Recovery:
         crash_point("decided")
         return self._rows(chain)[number + 1]
 
-    def _resumed(self, job_id: str, limits: AttemptLimits, sub: Submission | None, part: PartitionInfo | None,
-                 number: int) -> Any:
+    def _resumed(
+        self, job_id: str, limits: AttemptLimits, sub: Submission | None, part: PartitionInfo | None, number: int
+    ) -> Any:
         """The resume of a run harpd asked to checkpoint before it ran out (harpd.recovery.resume), or None."""
         signal = last_signal(self.store, job_id)
         if signal is None or not limits.time_s:
@@ -581,9 +602,15 @@ class Recovery:
         if rec is not None and rec.start_time and int(signal.old_time_s) < int(rec.start_time) - 5:
             return None  # signalled in an earlier run, not in the one that ran out
         caps = [c for c in (getattr(part, "max_time_s", None), self.cfg.max_time_s) if c]
-        return resumed_time(float(limits.time_s), None if rec is None else rec.used_time_s,
-                            float(signal.new_time_s), _original(sub).time_s, min(caps) if caps else None,
-                            number, self.cfg.max_attempts)
+        return resumed_time(
+            float(limits.time_s),
+            None if rec is None else rec.used_time_s,
+            float(signal.new_time_s),
+            _original(sub).time_s,
+            min(caps) if caps else None,
+            number,
+            self.cfg.max_attempts,
+        )
 
     # ------------------------------------------------------------ side effects
 
@@ -606,8 +633,15 @@ class Recovery:
         try:
             if plan.mode == REQUEUE:
                 try:
-                    requeue(self.store, self.backend, self._watch, row, plan, self.clock,
-                            before_hold=lambda: self._still_ours(chain))
+                    requeue(
+                        self.store,
+                        self.backend,
+                        self._watch,
+                        row,
+                        plan,
+                        self.clock,
+                        before_hold=lambda: self._still_ours(chain),
+                    )
                     return
                 except NotYet as wait:
                     log.info("job %s attempt %d: %s", chain, number, wait)
@@ -621,26 +655,44 @@ class Recovery:
         except Stop as stop:
             reason = str(stop)
             with self.store.transaction():
-                self.store.update_attempt(chain, number, limits=plan.but(stop=reason).to_json(), step=DONE,
-                                          outcome=NOT_SUBMITTED)
+                self.store.update_attempt(
+                    chain, number, limits=plan.but(stop=reason).to_json(), step=DONE, outcome=NOT_SUBMITTED
+                )
             log.warning("job %s: attempt %d not carried out: %s", chain, number, reason)
         except (SlurmError, OSError) as exc:
             failures = int(plan.failures or 0) + 1
             if failures >= MAX_FAILURES:
                 reason = f"gave up after {failures} failed tries: {exc}"
                 with self.store.transaction():
-                    self.store.update_attempt(chain, number, limits=plan.but(failures=failures, stop=reason).to_json(),
-                                              step=DONE, outcome=NOT_SUBMITTED)
+                    self.store.update_attempt(
+                        chain,
+                        number,
+                        limits=plan.but(failures=failures, stop=reason).to_json(),
+                        step=DONE,
+                        outcome=NOT_SUBMITTED,
+                    )
                 log.error("job %s: attempt %d %s", chain, number, reason)
             else:
-                self.store.update_attempt(chain, number,
-                                          limits=plan.but(failures=failures, last_error=str(exc)).to_json())
-                log.warning("job %s: attempt %d not carried out yet (try %d of %d): %s",
-                            chain, number, failures, MAX_FAILURES, exc)
+                self.store.update_attempt(
+                    chain, number, limits=plan.but(failures=failures, last_error=str(exc)).to_json()
+                )
+                log.warning(
+                    "job %s: attempt %d not carried out yet (try %d of %d): %s",
+                    chain,
+                    number,
+                    failures,
+                    MAX_FAILURES,
+                    exc,
+                )
 
 
-def make(*, settings: HarpSettings, store: Store, backend: Any,
-         partitions: Callable[[], dict[str, PartitionInfo]] | None = None) -> Recovery | None:
+def make(
+    *,
+    settings: HarpSettings,
+    store: Store,
+    backend: Any,
+    partitions: Callable[[], dict[str, PartitionInfo]] | None = None,
+) -> Recovery | None:
     """harpd's recovery (None when disabled or without Slurm); ``attach`` it to the poller."""
     if not settings.recovery.enabled:
         log.info("recovery: off (recovery.enabled = false)")

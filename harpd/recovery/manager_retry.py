@@ -27,11 +27,15 @@ from harpd.records import Submission
 from harpd.store import Store
 
 LEFT_TO_MANAGER = "a workflow task whose manager submitted it again itself (job {job}): the retry is left to it"
-LEFT_TO_NEXTFLOW = ("a Nextflow task: Nextflow reads the task's exit status from its work directory (.exitcode) "
-                    "as soon as the script ends, before any requeue, so the retry is left to its errorStrategy "
-                    "(whose retry harp sizes at least as its own recovery would)")
-NO_RESUBMIT = ("a workflow task: its manager tracks it by job id and would never see a resubmitted copy; "
-               "left to the manager's own retries")
+LEFT_TO_NEXTFLOW = (
+    "a Nextflow task: Nextflow reads the task's exit status from its work directory (.exitcode) "
+    "as soon as the script ends, before any requeue, so the retry is left to its errorStrategy "
+    "(whose retry harp sizes at least as its own recovery would)"
+)
+NO_RESUBMIT = (
+    "a workflow task: its manager tracks it by job id and would never see a resubmitted copy; "
+    "left to the manager's own retries"
+)
 
 
 def task_of(sub: Submission | None) -> TaskIdentity | None:
@@ -40,8 +44,12 @@ def task_of(sub: Submission | None) -> TaskIdentity | None:
         return None
     job = sub.job
     commands = job.get("commands")
-    return identify([str(c) for c in commands] if isinstance(commands, list) else None,
-                    _text(job.get("job_name")), _text(job.get("script_name")), _text(job.get("cwd")))
+    return identify(
+        [str(c) for c in commands] if isinstance(commands, list) else None,
+        _text(job.get("job_name")),
+        _text(job.get("script_name")),
+        _text(job.get("cwd")),
+    )
 
 
 def manager_retry(store: Store, sub: Submission, task: TaskIdentity) -> str | None:

@@ -148,8 +148,13 @@ def next_limits(
         current = _pos(limits.time_s)
         if current is None:
             return Next(None, "ran out of time with no known time limit: not resubmitted", res)
-        cap, cap_name = _smallest([(partition_max_time_s, f"{where} MaxTime"), (cfg_max_time_s, "recovery.max_time_s"),
-                                   _request_cap(_pos(original.time_s), request_factor)])
+        cap, cap_name = _smallest(
+            [
+                (partition_max_time_s, f"{where} MaxTime"),
+                (cfg_max_time_s, "recovery.max_time_s"),
+                _request_cap(_pos(original.time_s), request_factor),
+            ]
+        )
         step = next_allocation(outcome, current, _pos(original.time_s), cap, attempt, max_attempts)
         if step.stop or step.value is None:
             return Next(None, _explain_stop(step.reason, cap, cap_name, fmt_time) + "; not resubmitted", res)
@@ -157,11 +162,19 @@ def next_limits(
         if cap is not None and minutes * 60 > cap:
             minutes = int(cap // 60)  # Slurm limits are whole minutes: stay within the cap
         if minutes * 60 <= current:
-            return Next(None, f"ran out of time at {fmt_time(current)}: {cap_name} ({fmt_time(cap)}) "
-                              "leaves no whole minute more; not resubmitted", res)
+            return Next(
+                None,
+                f"ran out of time at {fmt_time(current)}: {cap_name} ({fmt_time(cap)}) "
+                "leaves no whole minute more; not resubmitted",
+                res,
+            )
         new = limits.but(time_s=minutes * 60)
-        return Next(new, f"{_explain_stop(step.reason, cap, cap_name, fmt_time)}: "
-                         f"time {fmt_time(current)} -> {fmt_time(minutes * 60)}", res)
+        return Next(
+            new,
+            f"{_explain_stop(step.reason, cap, cap_name, fmt_time)}: "
+            f"time {fmt_time(current)} -> {fmt_time(minutes * 60)}",
+            res,
+        )
 
     # memory
     if _pos(limits.mem_per_gpu_mb):
@@ -191,7 +204,9 @@ def next_limits(
         return Next(None, f"ran out of memory at {fmt_mem(current)}: {cap_name} leaves no room; not resubmitted", res)
     new = limits.but(**{key: value})
     what = "memory per CPU" if key == "mem_per_cpu_mb" else "memory"
-    return Next(new, f"{_explain_stop(step.reason, cap, cap_name, fmt_mem)}: {what} {fmt_mem(current)} -> {fmt_mem(value)}", res)
+    return Next(
+        new, f"{_explain_stop(step.reason, cap, cap_name, fmt_mem)}: {what} {fmt_mem(current)} -> {fmt_mem(value)}", res
+    )
 
 
 def _request_cap(request: float | None, factor: float | None) -> tuple[float | None, str]:

@@ -73,9 +73,16 @@ def pending_changes(info: JobInfo, plan: Plan) -> JobChanges:
     return changes
 
 
-def requeue(store: Store, backend: SlurmBackend, watch: Watch | None, attempt: Attempt, plan: Plan,
-            clock: Callable[[], float] = time.time, sleep: Callable[[float], None] = time.sleep,
-            before_hold: Callable[[], None] | None = None) -> None:
+def requeue(
+    store: Store,
+    backend: SlurmBackend,
+    watch: Watch | None,
+    attempt: Attempt,
+    plan: Plan,
+    clock: Callable[[], float] = time.time,
+    sleep: Callable[[float], None] = time.sleep,
+    before_hold: Callable[[], None] | None = None,
+) -> None:
     """Carry out a decided requeue; Fallback when only a resubmission can recover the job, NotYet too soon.
 
     A requeue decided at the job's end hook (``plan.while_running``) holds

@@ -66,8 +66,14 @@ def resubmit(
     if found:
         found = sorted(found, key=lambda j: (len(j), j))
         if len(found) > 1:
-            log.error("job %s attempt %d: several jobs carry %r: %s; following %s",
-                      chain, number, comment, ", ".join(found), found[0])
+            log.error(
+                "job %s attempt %d: several jobs carry %r: %s; following %s",
+                chain,
+                number,
+                comment,
+                ", ".join(found),
+                found[0],
+            )
         new_id = found[0]
         log.info("job %s attempt %d: found its resubmission %s (made before a restart)", chain, number, new_id)
     else:
@@ -78,8 +84,14 @@ def resubmit(
     with store.transaction():
         store.update_attempt(chain, number, step=SUBMITTED, job_id=new_id)
         store.add_submission(
-            new_id, uid, user, sub.stored["job"] or {}, sub.stored["original"] or {},
-            _submitted(sub, plan.limits), _decision(attempt, plan, prev_limits), chain_id=chain,
+            new_id,
+            uid,
+            user,
+            sub.stored["job"] or {},
+            sub.stored["original"] or {},
+            _submitted(sub, plan.limits),
+            _decision(attempt, plan, prev_limits),
+            chain_id=chain,
         )
     log.info("job %s: attempt %d submitted as job %s", chain, number, new_id)
     crash_point("committed")
@@ -109,8 +121,9 @@ def _submit(store: Store, backend: Any, prev_id: str, sub: Submission, plan: Pla
         raise Stop(f"the working directory of job {prev_id} is unknown: not resubmitted")
     account = (info.account if info else None) or (rec.account if rec else None)
     try:
-        new_argv = resubmit_argv(argv, plan.limits, job_name=job_name, workdir=workdir, comment=str(plan.comment),
-                                 account=account)
+        new_argv = resubmit_argv(
+            argv, plan.limits, job_name=job_name, workdir=workdir, comment=str(plan.comment), account=account
+        )
     except ArgvError as exc:
         raise Stop(str(exc)) from None
     env = submit_env(_original_env(backend, prev_id), sets_mem=bool(plan.limits.mem))
@@ -127,8 +140,10 @@ def _original_env(backend: Any, job_id: str) -> dict[str, str]:
         return dict(backend.job_env(job_id))
     except SlurmError as exc:
         if "job_env" in _accounting_lacks(backend):
-            raise Stop(f"Slurm keeps no environment for job {job_id} (AccountingStoreFlags lacks job_env): "
-                       "not resubmitted, since it would run with another environment than its own") from None
+            raise Stop(
+                f"Slurm keeps no environment for job {job_id} (AccountingStoreFlags lacks job_env): "
+                "not resubmitted, since it would run with another environment than its own"
+            ) from None
         raise exc from None
 
 
@@ -159,11 +174,22 @@ def _decision(attempt: Attempt, plan: Plan, prev: AttemptLimits) -> dict[str, An
     lim = plan.limits
     changes = []
     if plan.escalated == "time":
-        changes.append({"option": "time", "value": fmt_time(lim.time_s), "old": fmt_time(prev.time_s),
-                        "reason": attempt.reason})
+        changes.append(
+            {"option": "time", "value": fmt_time(lim.time_s), "old": fmt_time(prev.time_s), "reason": attempt.reason}
+        )
     elif plan.escalated == "mem":
         key = lim.mem_key
-        changes.append({"option": "mem-per-cpu" if key == "mem_per_cpu_mb" else "mem",
-                        "value": fmt_mem(getattr(lim, key)), "old": fmt_mem(getattr(prev, key)), "reason": attempt.reason})
-    return {"changes": changes, "limits": {"partition": lim.partition}, "model": "recovery",
-            "explain": {"chain": attempt.chain, "attempt": attempt.number}}
+        changes.append(
+            {
+                "option": "mem-per-cpu" if key == "mem_per_cpu_mb" else "mem",
+                "value": fmt_mem(getattr(lim, key)),
+                "old": fmt_mem(getattr(prev, key)),
+                "reason": attempt.reason,
+            }
+        )
+    return {
+        "changes": changes,
+        "limits": {"partition": lim.partition},
+        "model": "recovery",
+        "explain": {"chain": attempt.chain, "attempt": attempt.number},
+    }

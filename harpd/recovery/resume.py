@@ -44,8 +44,15 @@ def last_signal(store: Any, job_id: str) -> LimitChange | None:
     return max(rows, key=lambda r: int(r.old_time_s)) if rows else None
 
 
-def resumed_time(current_s: float, used_s: float | None, signalled_at_s: float, original_s: float | None,
-                 cap_s: float | None, attempt: int, max_attempts: int) -> Resumed | None:
+def resumed_time(
+    current_s: float,
+    used_s: float | None,
+    signalled_at_s: float,
+    original_s: float | None,
+    cap_s: float | None,
+    attempt: int,
+    max_attempts: int,
+) -> Resumed | None:
     """The next limit of a run that ran out ``used_s`` into a limit of ``current_s``, signalled at ``signalled_at_s``.
 
     None: not a resume (no attempts left, or nothing known of the run): the
@@ -69,7 +76,9 @@ def resumed_time(current_s: float, used_s: float | None, signalled_at_s: float, 
     minutes = max(1, math.ceil(value / 60 - 1e-9))
     if cap_s and cap_s > 0 and minutes * 60 > cap_s:
         minutes = max(1, int(cap_s // 60))
-    reason = (f"ran out of time {fmt_time(charged)} after its checkpoint signal: resumes from its checkpoint "
-              f"(requeued in place) with {fmt_time(minutes * 60)}, {why}; charged {fmt_time(charged)} "
-              f"since the signal, not the whole {fmt_time(used)} run; attempt {attempt + 1} of {max_attempts}")
+    reason = (
+        f"ran out of time {fmt_time(charged)} after its checkpoint signal: resumes from its checkpoint "
+        f"(requeued in place) with {fmt_time(minutes * 60)}, {why}; charged {fmt_time(charged)} "
+        f"since the signal, not the whole {fmt_time(used)} run; attempt {attempt + 1} of {max_attempts}"
+    )
     return Resumed(minutes * 60, charged, reason)

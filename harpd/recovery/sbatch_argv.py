@@ -30,8 +30,23 @@ __all__ = ["resubmit_argv", "ArgvError"]
 
 _DROP = frozenset(
     {
-        "wrap", "wait", "hold", "dependency", "begin", "array", "test-only", "parsable", "quiet",
-        "uid", "gid", "job-name", "partition", "account", "chdir", "comment", "time",
+        "wrap",
+        "wait",
+        "hold",
+        "dependency",
+        "begin",
+        "array",
+        "test-only",
+        "parsable",
+        "quiet",
+        "uid",
+        "gid",
+        "job-name",
+        "partition",
+        "account",
+        "chdir",
+        "comment",
+        "time",
     }
 )
 _MEM = frozenset({"mem", "mem-per-cpu", "mem-per-gpu"})

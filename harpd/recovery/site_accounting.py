@@ -42,11 +42,15 @@ class SiteAccounting:
 
 def _words(acc: Accounting) -> str:
     if not acc.lacks:
-        return ("every registered job can be recovered for as long as slurmdbd keeps it: its script and "
-                "environment are in accounting (AccountingStoreFlags has job_script and job_env)")
-    return (f"AccountingStoreFlags lacks {', '.join(acc.lacks)}: a job that ran out can only be requeued, by a "
-            "harpd with the rights and while slurmctld still holds it (MinJobAge); it is not resubmitted, "
-            "since it would run without its own script or environment")
+        return (
+            "every registered job can be recovered for as long as slurmdbd keeps it: its script and "
+            "environment are in accounting (AccountingStoreFlags has job_script and job_env)"
+        )
+    return (
+        f"AccountingStoreFlags lacks {', '.join(acc.lacks)}: a job that ran out can only be requeued, by a "
+        "harpd with the rights and while slurmctld still holds it (MinJobAge); it is not resubmitted, "
+        "since it would run without its own script or environment"
+    )
 
 
 def read_site_accounting(backend: Any) -> SiteAccounting:

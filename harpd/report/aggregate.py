@@ -354,7 +354,10 @@ def _distribution(values: np.ndarray) -> dict[str, Any]:
     counts, _ = np.histogram(np.clip(v, 0.0, 1e9), bins=EFF_BINS)
     pct = np.percentile(v, [10, 25, 50, 75, 90]).tolist() if len(v) else [None] * 5
     return {
-        "bins": [f"{int(a * 100)}-{int(b * 100)}%" if np.isfinite(b) else f">={int(a * 100)}%" for a, b in zip(EFF_BINS[:-1], EFF_BINS[1:])],
+        "bins": [
+            f"{int(a * 100)}-{int(b * 100)}%" if np.isfinite(b) else f">={int(a * 100)}%"
+            for a, b in zip(EFF_BINS[:-1], EFF_BINS[1:])
+        ],
         "counts": counts.tolist(),
         "n": int(len(v)),
         "p10": pct[0],
@@ -385,8 +388,18 @@ def _timeline(jobs: Jobs, d: _Derived, window: Window, now: float) -> dict[str, 
     end = _col(jobs, "end_time", d.n)
     ok = np.isfinite(end)
     if not ok.any():
-        return {"bin_s": 0, "starts": [], "core_h_alloc": [], "core_h_used": [], "core_h_waste": [],
-                "core_h_limit_unused": [], "mem_gbh_alloc": [], "mem_gbh_used": [], "jobs": [], "gaps": 0}
+        return {
+            "bin_s": 0,
+            "starts": [],
+            "core_h_alloc": [],
+            "core_h_used": [],
+            "core_h_waste": [],
+            "core_h_limit_unused": [],
+            "mem_gbh_alloc": [],
+            "mem_gbh_used": [],
+            "jobs": [],
+            "gaps": 0,
+        }
     # an open end follows the data (imported history may be years old), a
     # given end is kept even if empty: "nothing ran then" is information
     lo = window.since if window.since is not None else float(end[ok].min())
@@ -470,12 +483,14 @@ def _calibration_one(
         bounds = [float(r.min()), *edges.tolist(), float(r.max())]
         for k in range(10):
             if counts[k]:
-                deciles.append({
-                    "req_lo": bounds[k],
-                    "req_hi": bounds[k + 1],
-                    "n": int(counts[k]),
-                    "coverage": float(cov[k] / counts[k]),
-                })
+                deciles.append(
+                    {
+                        "req_lo": bounds[k],
+                        "req_hi": bounds[k + 1],
+                        "n": int(counts[k]),
+                        "coverage": float(cov[k] / counts[k]),
+                    }
+                )
     pts = _sample(np.arange(n), points)
     return {
         "n": int(n),
@@ -511,8 +526,9 @@ def _calibration(jobs: Jobs, d: _Derived, targets: dict[str, float], points: int
     return out
 
 
-def _resubmissions(d: _Derived, chains: list[AttemptRecord] | None,
-                    extensions: dict[str, int] | None = None) -> dict[str, Any]:
+def _resubmissions(
+    d: _Derived, chains: list[AttemptRecord] | None, extensions: dict[str, int] | None = None
+) -> dict[str, Any]:
     out: dict[str, Any] = {
         "runs": int(d.resubmit.sum()),
         "core_h": float(np.nansum(d.core_h_alloc[d.resubmit])),
@@ -540,8 +556,9 @@ def _resubmissions(d: _Derived, chains: list[AttemptRecord] | None,
     return out
 
 
-def _harp(jobs: Jobs, d: _Derived, originals: dict[str, np.ndarray] | None,
-          recovered: np.ndarray | None) -> dict[str, Any]:
+def _harp(
+    jobs: Jobs, d: _Derived, originals: dict[str, np.ndarray] | None, recovered: np.ndarray | None
+) -> dict[str, Any]:
     """What users asked against what harp gave, for jobs harp resized.
 
     Saved allocation counts only what the cluster really held less of
@@ -683,8 +700,11 @@ def build_report(
         calibration=_calibration(jobs, d, targets or {"time": 0.95, "mem": 0.95}, calibration_points),
         scoreboard=scoreboard or {},
         sources=sources,
-        measured={c: int(np.isfinite(jobs[c]).sum()) if jobs[c].dtype.kind == "f" else
-                  sum(1 for v in jobs[c].tolist() if v) for c in SACCT_FIELDS if c in jobs},
+        measured={
+            c: int(np.isfinite(jobs[c]).sum()) if jobs[c].dtype.kind == "f" else sum(1 for v in jobs[c].tolist() if v)
+            for c in SACCT_FIELDS
+            if c in jobs
+        },
     )
 
 
@@ -729,5 +749,8 @@ def _groups(jobs: Jobs, by: str, n: int) -> tuple[np.ndarray, list[str], list[st
     src_codes, src_labels = factorize(jobs["source"], missing="(unknown)")
     pairs, codes = np.unique(src_codes * len(labels) + codes, return_inverse=True)
     pairs = pairs.tolist()
-    return (codes.astype(np.int64), [labels[p % len(labels)] for p in pairs],
-            [src_labels[p // len(labels)] for p in pairs])
+    return (
+        codes.astype(np.int64),
+        [labels[p % len(labels)] for p in pairs],
+        [src_labels[p // len(labels)] for p in pairs],
+    )

@@ -58,8 +58,17 @@ def window_of(settings: Any, since: str | None, until: str | None) -> Window:
     return parse_window(since, until, settings.report.default_window_days)
 
 
-def build(store: Store, settings: Any, *, by: str, window: Window, user: str | None, source: str,
-          filters: Filters | None = None, personal: bool = False) -> Report:
+def build(
+    store: Store,
+    settings: Any,
+    *,
+    by: str,
+    window: Window,
+    user: str | None,
+    source: str,
+    filters: Filters | None = None,
+    personal: bool = False,
+) -> Report:
     """The report of ``user``'s jobs (None: everyone's; a comma list: those users')
     that ended in ``window`` and pass ``filters`` (accounts, partitions, sources).
 
@@ -70,10 +79,18 @@ def build(store: Store, settings: Any, *, by: str, window: Window, user: str | N
     users = names_of(user)
     filters = Filters(users=users) if filters is None else replace(filters, users=users)
     loaded = load(store, by, window, filters)
-    board = {} if personal else scoreboard.build(
-        store, loaded.jobs, loaded.models, loaded.originals,
-        alpha_time=settings.predict.alpha_time, alpha_mem=settings.predict.alpha_mem,
-        max_attempts=settings.recovery.max_attempts,
+    board = (
+        {}
+        if personal
+        else scoreboard.build(
+            store,
+            loaded.jobs,
+            loaded.models,
+            loaded.originals,
+            alpha_time=settings.predict.alpha_time,
+            alpha_mem=settings.predict.alpha_mem,
+            max_attempts=settings.recovery.max_attempts,
+        )
     )
     notes = list(loaded.notes)
     if not len(loaded.jobs.get("outcome", [])):
@@ -101,8 +118,10 @@ def build(store: Store, settings: Any, *, by: str, window: Window, user: str | N
     if len(loaded.jobs.get("outcome", [])) and by in ("user", "account", "partition") and report.missing(by):
         field = report.missing(by)[0]
         other = "account" if by != "account" else "partition"
-        notes.append(f"none of these jobs carry a {by} name (the export has no {field} field), so they form one row;"
-                     f" try --by {other}, or add {field} to sacct -o when exporting")
+        notes.append(
+            f"none of these jobs carry a {by} name (the export has no {field} field), so they form one row;"
+            f" try --by {other}, or add {field} to sacct -o when exporting"
+        )
     usage = report.missing("used_cpu_s", "used_mem_mb")
     if len(loaded.jobs.get("outcome", [])) and usage:
         notes.append(
@@ -140,8 +159,10 @@ def _not_cut(store: Store, settings: Any, users: tuple[str, ...]) -> list[str]:
         over = user_over_budget(store, user, budget)
         if over is not None:
             extended, jobs = over
-            notes.append(f"harp keeps {user}'s own time requests: {extended} of their last {jobs} harp-cut jobs "
-                         f"outgrew harp's limit (budget {budget:.0%}, predict.soft_user_extension_budget)")
+            notes.append(
+                f"harp keeps {user}'s own time requests: {extended} of their last {jobs} harp-cut jobs "
+                f"outgrew harp's limit (budget {budget:.0%}, predict.soft_user_extension_budget)"
+            )
     return notes
 
 

@@ -42,8 +42,9 @@ def _records(store: Store, job_id: str) -> dict[str, JobRecord]:
     return dict(sorted(recs.items(), key=lambda kv: -(kv[1].end_time or kv[1].submit_time or 0.0)))
 
 
-def job_status(store: Store, job_id: str, *, admin: bool, uid: int, user: str,
-               cluster: str | None = None) -> dict[str, Any]:
+def job_status(
+    store: Store, job_id: str, *, admin: bool, uid: int, user: str, cluster: str | None = None
+) -> dict[str, Any]:
     """The job's registration, Slurm record, limit changes and recovery attempts (StoreError if the store fails).
 
     ``cluster``: the configured ``slurm.cluster``, the source name of the cluster's own records.
@@ -93,14 +94,22 @@ def job_status(store: Store, job_id: str, *, admin: bool, uid: int, user: str,
         "limit_changes": [c.to_dict() for c in changes],
     }
     # what seff shows, for the job and each attempt Slurm has a record of
-    job["runs"] = _runs(store, job_id, chain, job["attempts"], record, source, admin=admin, owner=job_owner(record, sub))
+    job["runs"] = _runs(
+        store, job_id, chain, job["attempts"], record, source, admin=admin, owner=job_owner(record, sub)
+    )
     if trial is not None:
         job["trial"] = trial
     if len(shown) > 1:  # no live record to prefer: every trace's job, each with its source
         job["other_records"] = [r.to_dict() for r in list(shown.values())[1:]]
     if sub is not None:
-        job.update(uid=sub.uid, user=sub.user, state=sub.state, outcome=sub.outcome, submitted_at=sub.submitted_at,
-                   done_at=sub.done_at)
+        job.update(
+            uid=sub.uid,
+            user=sub.user,
+            state=sub.state,
+            outcome=sub.outcome,
+            submitted_at=sub.submitted_at,
+            done_at=sub.done_at,
+        )
         # the registration's resources and decision as stored, whichever harp wrote them
         job.update({k: sub.stored.get(k) for k in ("original", "submitted", "decision")})
         job["registered_job_id"] = sub.job_id
@@ -117,8 +126,17 @@ def job_owner(record: JobRecord | None, sub: Submission | None) -> str | None:
     return None if sub is None else sub.user
 
 
-def _runs(store: Store, job_id: str, chain: str | None, attempts: list[dict[str, Any]], record: JobRecord | None,
-          source: str | None, *, admin: bool, owner: str | None) -> list[dict[str, Any]]:
+def _runs(
+    store: Store,
+    job_id: str,
+    chain: str | None,
+    attempts: list[dict[str, Any]],
+    record: JobRecord | None,
+    source: str | None,
+    *,
+    admin: bool,
+    owner: str | None,
+) -> list[dict[str, Any]]:
     """Each run's Slurm record and its seff efficiencies: the chain's first job, then each attempt's job.
 
     Only records from the shown job's source (the cluster's own), and for a
@@ -129,16 +147,20 @@ def _runs(store: Store, job_id: str, chain: str | None, attempts: list[dict[str,
     ids += [str(a["job_id"]) for a in attempts if a.get("job_id")]
     runs: list[dict[str, Any]] = []
     for n, jid in enumerate(dict.fromkeys(ids)):
-        rec = record if (jid == job_id and record is not None) else (
-            store.get_job(jid, source) if source is not None else None)
+        rec = (
+            record
+            if (jid == job_id and record is not None)
+            else (store.get_job(jid, source) if source is not None else None)
+        )
         if rec is None or (not admin and owner is not None and rec.user not in (None, owner)):
             continue
         runs.append({"job_id": jid, "first": n == 0, "record": rec.to_dict(), "efficiency": job_efficiencies(rec)})
     return runs
 
 
-def _visible(shown: dict[str, JobRecord], sub: Submission | None, job_id: str, *,
-             uid: int, user: str) -> dict[str, JobRecord]:
+def _visible(
+    shown: dict[str, JobRecord], sub: Submission | None, job_id: str, *, uid: int, user: str
+) -> dict[str, JobRecord]:
     """The records a user may see, or JobStatusError("not yours").
 
     Slurm's record names the owner; a registration (verified with Slurm) only

@@ -28,8 +28,9 @@ def render_csv(report: Report) -> str:
     w.writerow([SACCT_FIELDS.get(report.by, report.by), "source", *METRIC_NAMES])
     d = report.to_dict()
     for row in d["groups"]:
-        w.writerow([row["key"], row.get("source") or "",
-                    *("" if row[m] is None else _num(row[m]) for m in METRIC_NAMES)])
+        w.writerow(
+            [row["key"], row.get("source") or "", *("" if row[m] is None else _num(row[m]) for m in METRIC_NAMES)]
+        )
     return buf.getvalue()
 
 

@@ -65,7 +65,11 @@ def _sign(v: float | None) -> str:
 
 
 def _table(head: list[str], rows: list[list[str]], total: list[str] | None = None, cls: str = "") -> str:
-    out = [f'<div class="wide"><table class="{cls}"><thead><tr>' + "".join(f"<th>{_e(h)}</th>" for h in head) + "</tr></thead><tbody>"]
+    out = [
+        f'<div class="wide"><table class="{cls}"><thead><tr>'
+        + "".join(f"<th>{_e(h)}</th>" for h in head)
+        + "</tr></thead><tbody>"
+    ]
     for r in rows:
         out.append("<tr>" + "".join(f"<td>{_e(c)}</td>" for c in r) + "</tr>")
     if total:
@@ -89,8 +93,15 @@ def _time_labels(starts: list[float], bin_s: float) -> list[str]:
 
 
 def _bin_name(bin_s: float) -> str:
-    return {3600: "hour", 21600: "6 hours", 86400: "day", 604800: "week", 2592000: "30 days",
-            7862400: "quarter", 31536000: "year"}.get(int(bin_s), f"{bin_s / 86400:g} days")
+    return {
+        3600: "hour",
+        21600: "6 hours",
+        86400: "day",
+        604800: "week",
+        2592000: "30 days",
+        7862400: "quarter",
+        31536000: "year",
+    }.get(int(bin_s), f"{bin_s / 86400:g} days")
 
 
 def _needs(r: Report, title: str, *columns: str) -> str:
@@ -104,9 +115,11 @@ def _needs(r: Report, title: str, *columns: str) -> str:
     if not missing:
         return ""
     fields = ",".join(missing)
-    return (f'<div class="missing needs-{_e("-".join(m.lower() for m in missing))}"><b>{_e(title)}</b>'
-            f"needs {_e(' and '.join(missing))}, which none of these jobs carry: add {_e(fields)} to "
-            f"<code>sacct -o</code> (or <code>--format</code>) when exporting, then import again.</div>")
+    return (
+        f'<div class="missing needs-{_e("-".join(m.lower() for m in missing))}"><b>{_e(title)}</b>'
+        f"needs {_e(' and '.join(missing))}, which none of these jobs carry: add {_e(fields)} to "
+        f"<code>sacct -o</code> (or <code>--format</code>) when exporting, then import again.</div>"
+    )
 
 
 def _distributions(r: Report) -> str:
@@ -124,9 +137,17 @@ def _distributions(r: Report) -> str:
         sub = f"{title}: median {percent(d['median'])}"
         ticks = [b.split("-")[0].rstrip("%").replace(">=", "\u2265") for b in d["bins"]]
         charts.append(
-            svg.bar_chart(sub, ticks, d["counts"], color=color, width=370, cls=f"dist dist-{key}",
-                          subtitle=f"{formula}; {d['n']:,} jobs", x_label="efficiency, % (bins of 10)",
-                          highlight=(lambda i, k=key, d=d: k != "time_eff" and i == len(d["bins"]) - 1))
+            svg.bar_chart(
+                sub,
+                ticks,
+                d["counts"],
+                color=color,
+                width=370,
+                cls=f"dist dist-{key}",
+                subtitle=f"{formula}; {d['n']:,} jobs",
+                x_label="efficiency, % (bins of 10)",
+                highlight=(lambda i, k=key, d=d: k != "time_eff" and i == len(d["bins"]) - 1),
+            )
         )
     return (
         '<div class="charts">' + "".join(charts) + "</div>"
@@ -150,24 +171,41 @@ def _timeline(r: Report) -> str:
         # without TotalCPU the waste that can be shown is the time limits': reserved, never held
         core = svg.stacked_bars(
             f"Core-hours per {per}: held and reserved beyond the run",
-            labels, [("held (CPUs x elapsed)", t["core_h_alloc"], ALLOC),
-                     ("reserved, never held (time limit - elapsed)", t["core_h_limit_unused"], WASTE)],
-            width=560, unit=" core-h", cls="timeline timeline-core timeline-reserved",
+            labels,
+            [
+                ("held (CPUs x elapsed)", t["core_h_alloc"], ALLOC),
+                ("reserved, never held (time limit - elapsed)", t["core_h_limit_unused"], WASTE),
+            ],
+            width=560,
+            unit=" core-h",
+            cls="timeline timeline-core timeline-reserved",
         ) + _needs(r, "CPU time used per " + per, "used_cpu_s")
     else:
         core = svg.stacked_bars(
             f"Core-hours per {per}: used and wasted",
-            labels, [("used", used_core, USED), ("wasted (allocated, not used)", waste_core, WASTE)],
-            width=560, unit=" core-h", cls="timeline timeline-core",
+            labels,
+            [("used", used_core, USED), ("wasted (allocated, not used)", waste_core, WASTE)],
+            width=560,
+            unit=" core-h",
+            cls="timeline timeline-core",
         )
     mem = _needs(r, f"Memory GB-hours per {per}", "used_mem_mb", "req_mem_mb") or svg.stacked_bars(
         f"Memory GB-hours per {per}: used and wasted",
-        labels, [("used (MaxRSS)", mem_used, USED), ("wasted", mem_waste, WASTE)],
-        width=560, unit=" GB-h", cls="timeline timeline-mem",
+        labels,
+        [("used (MaxRSS)", mem_used, USED), ("wasted", mem_waste, WASTE)],
+        width=560,
+        unit=" GB-h",
+        cls="timeline timeline-mem",
     )
     gaps = t.get("gaps") or 0
-    gap_note = (f'<p class="note">{count(gaps)} empty {_e(per)}(s) between the jobs\' spans are left out '
-                "(the sources cover different periods); the bars are in time order.</p>") if gaps else ""
+    gap_note = (
+        (
+            f'<p class="note">{count(gaps)} empty {_e(per)}(s) between the jobs\' spans are left out '
+            "(the sources cover different periods); the bars are in time order.</p>"
+        )
+        if gaps
+        else ""
+    )
     return '<div class="charts">' + core + mem + "</div>" + gap_note
 
 
@@ -180,19 +218,29 @@ def _wasters(r: Report, n: int = 12) -> str:
         rows = known[:n]
         return svg.hbar_chart(
             f"Top {len(rows) or ''} {r.by}s by {what}".replace("  ", " "),
-            [f"{g['key']} ({g.get('source')})" if mixed else str(g["key"]) for g in rows], [g[metric] for g in rows],
-            note=[f"{eff_label} {percent(g[eff])}" for g in rows], unit=unit, width=560, cls=cls, **kw,
+            [f"{g['key']} ({g.get('source')})" if mixed else str(g["key"]) for g in rows],
+            [g[metric] for g in rows],
+            note=[f"{eff_label} {percent(g[eff])}" for g in rows],
+            unit=unit,
+            width=560,
+            cls=cls,
+            **kw,
         )
 
     if r.missing("used_cpu_s"):  # without TotalCPU: the time limits' waste, and what would show the rest
-        core = chart("core_h_limit_unused", "reserved, never-held core-hours", "time_eff", "time eff", " core-h",
-                     "wasters wasters-core wasters-reserved") + _needs(r, f"Top {r.by}s by wasted core-hours",
-                                                                       "used_cpu_s")
+        core = chart(
+            "core_h_limit_unused",
+            "reserved, never-held core-hours",
+            "time_eff",
+            "time eff",
+            " core-h",
+            "wasters wasters-core wasters-reserved",
+        ) + _needs(r, f"Top {r.by}s by wasted core-hours", "used_cpu_s")
     else:
         core = chart("core_h_waste", "wasted core-hours", "cpu_eff", "CPU eff", " core-h", "wasters wasters-core")
     mem = _needs(r, f"Top {r.by}s by wasted memory GB-hours", "used_mem_mb", "req_mem_mb") or chart(
-        "mem_gbh_waste", "wasted memory GB-hours", "mem_eff", "mem eff", " GB-h", "wasters wasters-mem",
-        color="#f08c00")
+        "mem_gbh_waste", "wasted memory GB-hours", "mem_eff", "mem eff", " GB-h", "wasters wasters-mem", color="#f08c00"
+    )
     return '<div class="charts">' + core + mem + "</div>"
 
 
@@ -200,8 +248,10 @@ def _calibration(r: Report) -> str:
     c = r.calibration
     charts = []
     rows = []
-    for res, label, fmt, ticks, needs in (("time", "time", duration, TIME_TICKS, ("used_time_s", "req_time_s")),
-                                          ("mem", "memory", mem_mb, MEM_TICKS, ("used_mem_mb", "req_mem_mb"))):
+    for res, label, fmt, ticks, needs in (
+        ("time", "time", duration, TIME_TICKS, ("used_time_s", "req_time_s")),
+        ("mem", "memory", mem_mb, MEM_TICKS, ("used_mem_mb", "req_mem_mb")),
+    ):
         h, u = c[res]["harp"], c[res]["user"]
         missing = _needs(r, f"{label.capitalize()}: requested vs used, and coverage", *needs)
         if missing:
@@ -215,8 +265,12 @@ def _calibration(r: Report) -> str:
             series.append(("user requests", [tuple(p) for p in u["points"]], USER))
         charts.append(
             svg.scatter_loglog(
-                f"{label.capitalize()}: requested vs used", series,
-                x_label=f"requested {label}", y_label=f"used {label}", fmt=fmt, tick_candidates=ticks,
+                f"{label.capitalize()}: requested vs used",
+                series,
+                x_label=f"requested {label}",
+                y_label=f"used {label}",
+                fmt=fmt,
+                tick_candidates=ticks,
                 cls=f"calib calib-{res}",
             )
         )
@@ -225,13 +279,28 @@ def _calibration(r: Report) -> str:
             cov.append(("harp-sized", [d["coverage"] for d in h["deciles"]], HARP))
         if u["deciles"]:
             cov.append(("user requests", [d["coverage"] for d in u["deciles"]], USER))
-        charts.append(svg.coverage_chart(f"{label.capitalize()}: share of jobs the request covered", cov,
-                                         c[res]["target"], cls=f"coverage coverage-{res}"))
+        charts.append(
+            svg.coverage_chart(
+                f"{label.capitalize()}: share of jobs the request covered",
+                cov,
+                c[res]["target"],
+                cls=f"coverage coverage-{res}",
+            )
+        )
         for who, d in (("harp-sized", h), ("user requests", u)):
-            rows.append([label, who, count(d["n"]), percent(d["coverage"]),
-                         "-" if d["median_ratio"] is None else f"{d['median_ratio']:.2f}"])
+            rows.append(
+                [
+                    label,
+                    who,
+                    count(d["n"]),
+                    percent(d["coverage"]),
+                    "-" if d["median_ratio"] is None else f"{d['median_ratio']:.2f}",
+                ]
+            )
     return (
-        '<div class="charts">' + "".join(charts) + "</div>"
+        '<div class="charts">'
+        + "".join(charts)
+        + "</div>"
         + _table(["resource", "requests by", "jobs", "covered", "median used / requested"], rows, cls="calib-table")
         + f'<p class="note">Covered: the job did not run out of that resource (TIMEOUT for time, OOM for memory). '
         f"harp sizes requests at the {c['time']['target'] * 100:.0f}% (time) and {c['mem']['target'] * 100:.0f}% "
@@ -242,19 +311,53 @@ def _calibration(r: Report) -> str:
 
 def _groups(r: Report, top: int) -> str:
     mixed = len(r.sources) > 1  # one source: the heading names it
-    head = [r.by, *(["source"] if mixed else []), "jobs", "core-h alloc", "core-h used", "CPU eff", "GB-h alloc",
-            "GB-h used", "mem eff", "time eff", "core-h reserved, never held", "GPU-h alloc", "TIMEOUT", "OOM",
-            "other fail", "resubmits", "harp-sized"]
+    head = [
+        r.by,
+        *(["source"] if mixed else []),
+        "jobs",
+        "core-h alloc",
+        "core-h used",
+        "CPU eff",
+        "GB-h alloc",
+        "GB-h used",
+        "mem eff",
+        "time eff",
+        "core-h reserved, never held",
+        "GPU-h alloc",
+        "TIMEOUT",
+        "OOM",
+        "other fail",
+        "resubmits",
+        "harp-sized",
+    ]
 
     def row(g: dict[str, Any]) -> list[str]:
-        return [g["key"], *([str(g.get("source") or "")] if mixed else []), count(g["jobs"]),
-                compact(g["core_h_alloc"]), compact(g["core_h_used"]), percent(g["cpu_eff"]),
-                compact(g["mem_gbh_alloc"]), compact(g["mem_gbh_used"]), percent(g["mem_eff"]), percent(g["time_eff"]),
-                compact(g["core_h_limit_unused"]), compact(g["gpu_h_alloc"]), count(g["timeout"]), count(g["oom"]),
-                count(g["failed_other"]), count(g["resubmitted"]), count(g["harp_sized"])]
+        return [
+            g["key"],
+            *([str(g.get("source") or "")] if mixed else []),
+            count(g["jobs"]),
+            compact(g["core_h_alloc"]),
+            compact(g["core_h_used"]),
+            percent(g["cpu_eff"]),
+            compact(g["mem_gbh_alloc"]),
+            compact(g["mem_gbh_used"]),
+            percent(g["mem_eff"]),
+            percent(g["time_eff"]),
+            compact(g["core_h_limit_unused"]),
+            compact(g["gpu_h_alloc"]),
+            count(g["timeout"]),
+            count(g["oom"]),
+            count(g["failed_other"]),
+            count(g["resubmitted"]),
+            count(g["harp_sized"]),
+        ]
 
     shown = r.groups[:top] if top > 0 else r.groups
-    more = "" if len(shown) == len(r.groups) else f'<p class="note">{len(r.groups) - len(shown)} more {r.by}s in the CSV/JSON export.</p>'
+    more = (
+        ""
+        if len(shown) == len(r.groups)
+        else f'<p class="note">{len(r.groups) - len(shown)} more {r.by}s in the CSV/JSON export.</p>'
+    )
     total = row(r.total)
     total[0] = "TOTAL"
     if mixed:
@@ -264,19 +367,27 @@ def _groups(r: Report, top: int) -> str:
 
 def _outcomes(r: Report) -> str:
     f, rs = r.failures, r.resubmissions
-    rows = [[label, count(f[k]["jobs"]), compact(f[k]["core_h"]), compact(f[k]["mem_gbh"])]
-            for label, k in (("TIMEOUT", "timeout"), ("OUT_OF_MEMORY", "oom"), ("other (FAILED, NODE_FAIL)", "other"))]
+    rows = [
+        [label, count(f[k]["jobs"]), compact(f[k]["core_h"]), compact(f[k]["mem_gbh"])]
+        for label, k in (("TIMEOUT", "timeout"), ("OUT_OF_MEMORY", "oom"), ("other (FAILED, NODE_FAIL)", "other"))
+    ]
     out = _table(["failure cause", "jobs", "core-h lost", "GB-h lost"], rows, cls="failures")
     chain = ""
     if rs.get("chains"):
-        chain = (f" harp recovery chains: {count(rs['chains'])} ({count(rs['chains_recovered'])} recovered, "
-                 f"{count(rs['chains_pending'])} in progress), {count(rs['attempts'])} attempts recorded.")
+        chain = (
+            f" harp recovery chains: {count(rs['chains'])} ({count(rs['chains_recovered'])} recovered, "
+            f"{count(rs['chains_pending'])} in progress), {count(rs['attempts'])} attempts recorded."
+        )
     if rs.get("extensions") or rs.get("resized"):
-        chain += (f" Soft limits: {count(rs.get('extensions', 0))} extensions of {count(rs.get('jobs_extended', 0))} "
-                  f"running jobs before their limit, {count(rs.get('resized', 0))} pending jobs re-sized.")
-    out += (f'<p class="note">Resubmissions: {count(rs["runs"])} runs with attempt &gt; 1 used {compact(rs["core_h"])} '
-            f'core-h and {compact(rs["mem_gbh"])} GB-h; {count(rs["completed"])} completed.{_e(chain)} '
-            f'Cancelled or preempted (not failures): {count(r.total["cancelled"])}.</p>')
+        chain += (
+            f" Soft limits: {count(rs.get('extensions', 0))} extensions of {count(rs.get('jobs_extended', 0))} "
+            f"running jobs before their limit, {count(rs.get('resized', 0))} pending jobs re-sized."
+        )
+    out += (
+        f'<p class="note">Resubmissions: {count(rs["runs"])} runs with attempt &gt; 1 used {compact(rs["core_h"])} '
+        f'core-h and {compact(rs["mem_gbh"])} GB-h; {count(rs["completed"])} completed.{_e(chain)} '
+        f'Cancelled or preempted (not failures): {count(r.total["cancelled"])}.</p>'
+    )
     return out
 
 
@@ -285,18 +396,32 @@ def _harp(r: Report) -> str:
     if not h.get("jobs"):
         return "<p>No harp-sized jobs in this window.</p>"
     fc = h["failures_caused"]
-    rows = [[label, compact(h["asked"][k]), compact(h["allocated"][k]), compact(h["saved"][k]),
-             compact(fc["cost"][k]), compact(h["net_saved"][k])]
-            for label, k in (("core-hours reserved (CPUs x time limit)", "core_h_reserved"),
-                             ("core-hours allocated", "core_h_alloc"), ("memory GB-hours allocated", "mem_gbh_alloc"))]
+    rows = [
+        [
+            label,
+            compact(h["asked"][k]),
+            compact(h["allocated"][k]),
+            compact(h["saved"][k]),
+            compact(fc["cost"][k]),
+            compact(h["net_saved"][k]),
+        ]
+        for label, k in (
+            ("core-hours reserved (CPUs x time limit)", "core_h_reserved"),
+            ("core-hours allocated", "core_h_alloc"),
+            ("memory GB-hours allocated", "mem_gbh_alloc"),
+        )
+    ]
     rec = "recovery unknown" if fc["recovered"] is None else f"{count(fc['recovered'])} recovered"
     return (
         f"<p>{count(h['jobs'])} jobs ran with a request harp changed ({count(h['with_original'])} with the user's "
         f"original request on record); {count(h['completed'])} completed. "
         f"Failures harp caused (ran out of a resource harp had lowered): {count(fc['jobs'])} "
         f"(TIMEOUT {count(fc['timeout'])}, OOM {count(fc['oom'])}), {rec}.</p>"
-        + _table(["", "users asked", "harp allocated", "saved", "cost of failures harp caused", "net saved"],
-                 rows, cls="harp")
+        + _table(
+            ["", "users asked", "harp allocated", "saved", "cost of failures harp caused", "net saved"],
+            rows,
+            cls="harp",
+        )
         + '<p class="note">Reserved core-hours are what the time limits blocked for the scheduler; allocated '
         "core-hours and GB-hours are what the cluster held while jobs ran. A shorter time limit saves no compute "
         "by itself but lets the scheduler backfill.</p>"
@@ -313,8 +438,11 @@ def _scoreboard(r: Report) -> str:
             out.append(f"<p>{_e(table.get('note') or 'none')}</p>")
             continue
         fmts = table.get("formats") or {}
-        body = [[("\u2605 " if x.get("champion") else "") + str(x.get("name")), str(x.get("resource", ""))]
-                + [metric(x.get(c), fmts.get(c, "number")) for c in cols] for x in rows]
+        body = [
+            [("\u2605 " if x.get("champion") else "") + str(x.get("name")), str(x.get("resource", ""))]
+            + [metric(x.get(c), fmts.get(c, "number")) for c in cols]
+            for x in rows
+        ]
         labels = table.get("labels") or {}
         out.append(_table(["model", "resource", *(labels.get(c, c) for c in cols)], body, cls="scoreboard"))
         if table.get("note"):
@@ -324,8 +452,12 @@ def _scoreboard(r: Report) -> str:
 
 
 #: the queue panel's row labels (``harpd.predict.schedule_simulation.POLICIES``)
-QUEUE_LABELS = {"users": "users' requests", "harp-hard": "harp, hard limits", "harp-soft": "harp, soft limits",
-                "exact": "exact runtimes"}
+QUEUE_LABELS = {
+    "users": "users' requests",
+    "harp-hard": "harp, hard limits",
+    "harp-soft": "harp, soft limits",
+    "exact": "exact runtimes",
+}
 
 
 def _queue(q: dict[str, Any]) -> str:
@@ -337,33 +469,56 @@ def _queue(q: dict[str, Any]) -> str:
         v = p.get(k)
         return float(v) if isinstance(v, (int, float)) else math.nan
 
-    charts = (
-        svg.hbar_chart("mean wait", labels, [num(p, "mean_wait_s") / 3600 for p in pols], color=HARP, unit=" h",
-                       cls="queue-wait")
-        + svg.hbar_chart("mean bounded slowdown", labels, [num(p, "mean_bounded_slowdown") for p in pols],
-                         color=USER, cls="queue-bsld")
+    charts = svg.hbar_chart(
+        "mean wait", labels, [num(p, "mean_wait_s") / 3600 for p in pols], color=HARP, unit=" h", cls="queue-wait"
+    ) + svg.hbar_chart(
+        "mean bounded slowdown", labels, [num(p, "mean_bounded_slowdown") for p in pols], color=USER, cls="queue-bsld"
     )
+
     def dur(v: float) -> str:  # seconds in full: policies often differ by a few percent
         return f"{v:,.0f} s" if math.isfinite(v) else "-"
 
-    rows = [[lab, dur(num(p, "mean_wait_s")), dur(num(p, "p95_wait_s")),
-             metric(p.get("mean_bounded_slowdown"), "number"), percent(p.get("utilization")),
-             count(p.get("kills") or 0), count(p.get("extensions") or 0), count(p.get("delayed_starts") or 0)]
-            for lab, p in zip(labels, pols)]
+    rows = [
+        [
+            lab,
+            dur(num(p, "mean_wait_s")),
+            dur(num(p, "p95_wait_s")),
+            metric(p.get("mean_bounded_slowdown"), "number"),
+            percent(p.get("utilization")),
+            count(p.get("kills") or 0),
+            count(p.get("extensions") or 0),
+            count(p.get("delayed_starts") or 0),
+        ]
+        for lab, p in zip(labels, pols)
+    ]
     gaps = q.get("gap_closed") or {}
     gap_text = "".join(
         f"<li>{_e(QUEUE_LABELS.get(name, name))} closes {percent(g.get('mean_wait_s'))} of the gap between the "
         f"users' requests and the exact runtimes in mean wait, {percent(g.get('mean_bounded_slowdown'))} in "
         "mean bounded slowdown</li>"
-        for name, g in gaps.items() if isinstance(g, dict))
+        for name, g in gaps.items()
+        if isinstance(g, dict)
+    )
     notes = "".join(f'<p class="note">Note: {_e(n)}</p>' for n in q.get("notes") or [])
     return (
         f"<p>Simulated queue of {_e(q.get('trace', 'the replayed trace'))}: {count(q.get('jobs') or 0)} jobs on "
         f"{count(q.get('procs') or 0)} processors, FCFS with EASY backfilling (<code>harp replay --schedule</code>)."
         "</p>"
         f'<div class="charts">{charts}</div>'
-        + _table(["policy", "mean wait", "p95 wait", "mean bounded slowdown", "utilization", "kills", "extensions",
-                  "starts delayed"], rows, cls="queue")
+        + _table(
+            [
+                "policy",
+                "mean wait",
+                "p95 wait",
+                "mean bounded slowdown",
+                "utilization",
+                "kills",
+                "extensions",
+                "starts delayed",
+            ],
+            rows,
+            cls="queue",
+        )
         + (f'<ul class="note">{gap_text}</ul>' if gap_text else "")
         + notes
         + '<p class="note">Wait runs from the first submission to the start of the run that completes; bounded '
@@ -380,18 +535,20 @@ def render(report: Report, top: int = 50) -> str:
     t = report.total
     title = f"harp report: {report.window.describe()}"
     net = report.harp.get("net_saved") or {}
-    cards = "".join([
-        _card("jobs", count(t["jobs"])),
-        _card("core-h allocated", compact(t["core_h_alloc"])),
-        _card("core-h used", compact(t["core_h_used"])),
-        _card("CPU efficiency", percent(t["cpu_eff"])),
-        _card("memory efficiency", percent(t["mem_eff"])),
-        _card("time efficiency", percent(t["time_eff"])),
-        _card("GPU-h allocated", compact(t["gpu_h_alloc"])),
-        _card("failures", count(t["timeout"] + t["oom"] + t["failed_other"]), "bad"),
-        _card("core-h saved by harp (net)", compact(net.get("core_h_alloc")), _sign(net.get("core_h_alloc"))),
-        _card("GB-h saved by harp (net)", compact(net.get("mem_gbh_alloc")), _sign(net.get("mem_gbh_alloc"))),
-    ])
+    cards = "".join(
+        [
+            _card("jobs", count(t["jobs"])),
+            _card("core-h allocated", compact(t["core_h_alloc"])),
+            _card("core-h used", compact(t["core_h_used"])),
+            _card("CPU efficiency", percent(t["cpu_eff"])),
+            _card("memory efficiency", percent(t["mem_eff"])),
+            _card("time efficiency", percent(t["time_eff"])),
+            _card("GPU-h allocated", compact(t["gpu_h_alloc"])),
+            _card("failures", count(t["timeout"] + t["oom"] + t["failed_other"]), "bad"),
+            _card("core-h saved by harp (net)", compact(net.get("core_h_alloc")), _sign(net.get("core_h_alloc"))),
+            _card("GB-h saved by harp (net)", compact(net.get("mem_gbh_alloc")), _sign(net.get("mem_gbh_alloc"))),
+        ]
+    )
     notes = "".join(f'<p class="note">Note: {_e(n)}</p>' for n in report.notes)
     # the simulated queue does not depend on the window: shown whenever a replay left it
     queue = f'<h2 id="queue">What harp does to the queue</h2>{_queue(report.queue)}' if report.queue else ""
@@ -413,7 +570,7 @@ def render(report: Report, top: int = 50) -> str:
             "".join(f'<h2 id="{a}">{_e(h)}</h2>{html}' for a, h, html in sections)
             + queue
             + notes
-            +             '<p class="note">Allocated = CPUs or ReqMem x elapsed; used = TotalCPU or MaxRSS x elapsed '
+            + '<p class="note">Allocated = CPUs or ReqMem x elapsed; used = TotalCPU or MaxRSS x elapsed '
             "(peak memory, so an upper bound); reserved = x time limit. Efficiencies in tables are "
             "resource-weighted ratios of these sums.</p>"
         )

@@ -51,8 +51,15 @@ def _cut(s: str, w: int) -> str:
     return s if len(s) <= w else s[: w - 1] + "~"
 
 
-def table(headers: Sequence[str], rows: Sequence[Sequence[Any]], *, left: int = 1, indent: str = "",
-          cut: int | None = None, width: int = WIDTH) -> list[str]:
+def table(
+    headers: Sequence[str],
+    rows: Sequence[Sequence[Any]],
+    *,
+    left: int = 1,
+    indent: str = "",
+    cut: int | None = None,
+    width: int = WIDTH,
+) -> list[str]:
     """``rows`` (already formatted) under ``headers``: the first ``left`` columns
     left-aligned, the rest right-aligned.  When the table is wider than
     ``width``, column ``cut`` (a user-chosen name) is shortened to fit."""
@@ -61,8 +68,13 @@ def table(headers: Sequence[str], rows: Sequence[Sequence[Any]], *, left: int = 
         with _PADDING_LOCK:
             saved, tabulate_module.MIN_PADDING = tabulate_module.MIN_PADDING, 0
             try:
-                text = tabulate([[str(c) for c in r] for r in body], headers=list(headers), tablefmt="simple",
-                                disable_numparse=True, colalign=["left"] * left + ["right"] * (len(headers) - left))
+                text = tabulate(
+                    [[str(c) for c in r] for r in body],
+                    headers=list(headers),
+                    tablefmt="simple",
+                    disable_numparse=True,
+                    colalign=["left"] * left + ["right"] * (len(headers) - left),
+                )
             finally:
                 tabulate_module.MIN_PADDING = saved
         return [indent + line.rstrip() for line in text.splitlines()]
@@ -93,8 +105,7 @@ def group_table(report: Report, top: int) -> list[str]:
     if rest:
         alloc = sum(r["core_h_alloc"] for r in rest if not math.isnan(r["core_h_alloc"]))
         lines.append(
-            f"... {len(rest)} more {report.by}s ({compact(alloc)} core-h);"
-            " --top 0 shows all, --format csv exports them"
+            f"... {len(rest)} more {report.by}s ({compact(alloc)} core-h); --top 0 shows all, --format csv exports them"
         )
     return [*lines, rule, total]
 
@@ -107,8 +118,10 @@ def head_lines(head: Sequence[str]) -> int:
 def _failures(report: Report) -> list[str]:
     f = report.failures
     cancelled = report.total.get("cancelled", 0)
-    rows = [[label, compact(f[key]["jobs"]), compact(f[key]["core_h"]), compact(f[key]["mem_gbh"])]
-            for label, key in (("TIMEOUT", "timeout"), ("OUT_OF_MEMORY", "oom"), ("other (FAILED, NODE_FAIL)", "other"))]
+    rows = [
+        [label, compact(f[key]["jobs"]), compact(f[key]["core_h"]), compact(f[key]["mem_gbh"])]
+        for label, key in (("TIMEOUT", "timeout"), ("OUT_OF_MEMORY", "oom"), ("other (FAILED, NODE_FAIL)", "other"))
+    ]
     rows.append(["cancelled/preempted (not failures)", compact(cancelled), "", ""])
     return ["Failures by cause", *table(["cause", "jobs", "core-h lost", "mem GB-h lost"], rows, indent="  ")]
 
@@ -125,9 +138,11 @@ def _resubmissions(report: Report) -> list[str]:
             f" {count(r['chains_pending'])} in progress), {count(r['attempts'])} attempt(s) recorded"
         )
     if r.get("extensions") or r.get("resized"):
-        out.append(f"  soft limits: {count(r.get('extensions', 0))} extension(s) of"
-                   f" {count(r.get('jobs_extended', 0))} running job(s) before their limit,"
-                   f" {count(r.get('resized', 0))} pending job(s) re-sized")
+        out.append(
+            f"  soft limits: {count(r.get('extensions', 0))} extension(s) of"
+            f" {count(r.get('jobs_extended', 0))} running job(s) before their limit,"
+            f" {count(r.get('resized', 0))} pending job(s) re-sized"
+        )
     return out
 
 
@@ -140,13 +155,23 @@ def _harp(report: Report) -> list[str]:
     out = [
         f"harp-sized jobs: {count(h['jobs'])} ({count(h['with_original'])} with the user's original request"
         f" on record), {count(h['completed'])} completed",
-        f"  failures harp caused: {count(fc['jobs'])} (TIMEOUT {count(fc['timeout'])}, OOM {count(fc['oom'])}),"
-        f" {rec}",
+        f"  failures harp caused: {count(fc['jobs'])} (TIMEOUT {count(fc['timeout'])}, OOM {count(fc['oom'])}), {rec}",
     ]
-    rows = [[label, compact(h["asked"][key]), compact(h["allocated"][key]), compact(h["saved"][key]),
-             compact(fc["cost"][key]), compact(h["net_saved"][key])]
-            for label, key in (("core-h reserved (limit)", "core_h_reserved"), ("core-h allocated", "core_h_alloc"),
-                               ("memory GB-h allocated", "mem_gbh_alloc"))]
+    rows = [
+        [
+            label,
+            compact(h["asked"][key]),
+            compact(h["allocated"][key]),
+            compact(h["saved"][key]),
+            compact(fc["cost"][key]),
+            compact(h["net_saved"][key]),
+        ]
+        for label, key in (
+            ("core-h reserved (limit)", "core_h_reserved"),
+            ("core-h allocated", "core_h_alloc"),
+            ("memory GB-h allocated", "mem_gbh_alloc"),
+        )
+    ]
     out += table(["", "users asked", "harp gave", "saved", "failures cost", "net saved"], rows, indent="  ")
     return out
 
@@ -156,8 +181,14 @@ def scoreboard_table(tab: dict[str, Any], cols: list[str], rows: list[dict[str, 
     fmts = tab.get("formats") or {}
     labels = tab.get("labels") or {}
     head = ["model", "res", *(textwrap.fill(labels.get(c, c.replace("_", " ")), 10) for c in cols)]
-    body = [[("*" if r.get("champion") else " ") + str(r.get("name", "")), str(r.get("resource", "")),
-             *(metric(r.get(c), fmts.get(c, "number")) for c in cols)] for r in rows]
+    body = [
+        [
+            ("*" if r.get("champion") else " ") + str(r.get("name", "")),
+            str(r.get("resource", "")),
+            *(metric(r.get(c), fmts.get(c, "number")) for c in cols),
+        ]
+        for r in rows
+    ]
     return table(head, body, left=2, indent="    ", cut=0)
 
 
@@ -186,11 +217,15 @@ def render(report: Report, top: int = 20) -> str:
     t = report.total
     whose = "your jobs" if report.personal else "jobs"
     lines = [
-        *textwrap.wrap(f"harp report: {whose} that ended {report.window.describe()}, by {report.by}, {report.scope}",
-                       WIDTH),
-        *textwrap.wrap(f"{count(t['jobs'])} jobs from {report.source or 'the store'}"
-                       f"{' (sources: ' + ', '.join(report.sources) + ')' if report.sources else ''}; generated "
-                       f"{when(report.generated_at, '%Y-%m-%d %H:%M')}", WIDTH),
+        *textwrap.wrap(
+            f"harp report: {whose} that ended {report.window.describe()}, by {report.by}, {report.scope}", WIDTH
+        ),
+        *textwrap.wrap(
+            f"{count(t['jobs'])} jobs from {report.source or 'the store'}"
+            f"{' (sources: ' + ', '.join(report.sources) + ')' if report.sources else ''}; generated "
+            f"{when(report.generated_at, '%Y-%m-%d %H:%M')}",
+            WIDTH,
+        ),
         "",
     ]
     if not t["jobs"]:

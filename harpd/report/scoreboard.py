@@ -73,8 +73,9 @@ def from_models_table(models: list[dict[str, Any]]) -> dict[str, Any]:
                 counts[k] = counts.get(k, 0) + 1
         rows.append(row)
     # the champion's keys first, then the preferred ones, then the most common
-    ranked = sorted(counts.items(), key=lambda kv: (PREFERRED.index(kv[0]) if kv[0] in PREFERRED else len(PREFERRED),
-                                                     -kv[1], kv[0]))
+    ranked = sorted(
+        counts.items(), key=lambda kv: (PREFERRED.index(kv[0]) if kv[0] in PREFERRED else len(PREFERRED), -kv[1], kv[0])
+    )
     cols = ["n_train"] + [k for k, _ in ranked][: MAX_COLUMNS - 1]
     return {
         "title": "trained models (scores stored at training time)",
@@ -112,7 +113,15 @@ def live_table(
     cpus = np.where(np.isfinite(cpus), cpus, 1.0)
     spec = (
         ("time", jobs["req_time_s"], jobs["used_time_s"], originals["time_s"], out == "timeout", cpus, alpha_time),
-        ("mem", jobs["req_mem_mb"], jobs["used_mem_mb"], originals["mem_mb"], out == "oom", np.ones(len(cpus)), alpha_mem),
+        (
+            "mem",
+            jobs["req_mem_mb"],
+            jobs["used_mem_mb"],
+            originals["mem_mb"],
+            out == "oom",
+            np.ones(len(cpus)),
+            alpha_mem,
+        ),
     )
     rows = []
     names = sorted({str(m) for m in models[first].tolist()})
@@ -148,16 +157,24 @@ def live_table(
     }
 
 
-def build(store: Any, jobs: Jobs | None = None, models: np.ndarray | None = None,
-          originals: dict[str, np.ndarray] | None = None, *, alpha_time: float = 0.05,
-          alpha_mem: float = 0.05, max_attempts: int = 3) -> dict[str, Any]:
+def build(
+    store: Any,
+    jobs: Jobs | None = None,
+    models: np.ndarray | None = None,
+    originals: dict[str, np.ndarray] | None = None,
+    *,
+    alpha_time: float = 0.05,
+    alpha_mem: float = 0.05,
+    max_attempts: int = 3,
+) -> dict[str, Any]:
     """The scoreboard; never raises (a report without it is still a report)."""
     tables = []
     notes = []
     if jobs is not None:
         try:
-            live = live_table(jobs, models, originals, alpha_time=alpha_time, alpha_mem=alpha_mem,
-                              max_attempts=max_attempts)
+            live = live_table(
+                jobs, models, originals, alpha_time=alpha_time, alpha_mem=alpha_mem, max_attempts=max_attempts
+            )
         except Exception as exc:  # a metric bug must not sink the accounting report
             live = None
             notes.append(f"live metrics failed ({type(exc).__name__}: {exc})")

@@ -52,8 +52,12 @@ class Filters:
     def describe(self, *, users: bool = True) -> str:
         """'of alice in account physics from ctc' (empty without filters)."""
         parts = []
-        for on, label, names in ((users, "of", self.users), (True, "in account", self.accounts),
-                                 (True, "in partition", self.partitions), (True, "from", self.sources)):
+        for on, label, names in (
+            (users, "of", self.users),
+            (True, "in account", self.accounts),
+            (True, "in partition", self.partitions),
+            (True, "from", self.sources),
+        ):
             if on and names:
                 parts.append(f"{label} {', '.join(names)}")
         return " ".join(parts)
@@ -82,8 +86,12 @@ def window_where(window: Window, filters: Filters | None = None, *, use_index: b
     if window.until is not None:
         where.append(f"{col} < ?")
         params.append(window.until)
-    for column, names in (("user", filters.users), ("account", filters.accounts),
-                          ("partition", filters.partitions), ("source", filters.sources)):
+    for column, names in (
+        ("user", filters.users),
+        ("account", filters.accounts),
+        ("partition", filters.partitions),
+        ("source", filters.sources),
+    ):
         if names:
             cond, values = _in(column, names)
             where.append(cond)
@@ -93,8 +101,17 @@ def window_where(window: Window, filters: Filters | None = None, *, use_index: b
 
 # --------------------------------------------------------------- Resources
 
-RESOURCE_KEYS = ("time_s", "mem_mb", "mem_per_cpu_mb", "mem_per_gpu_mb", "cpus_per_task", "ntasks", "nodes",
-                 "gpus", "gres")
+RESOURCE_KEYS = (
+    "time_s",
+    "mem_mb",
+    "mem_per_cpu_mb",
+    "mem_per_gpu_mb",
+    "cpus_per_task",
+    "ntasks",
+    "nodes",
+    "gpus",
+    "gres",
+)
 SUBMISSION_PATHS = (
     "job_id",
     "decision.model",
@@ -183,9 +200,7 @@ def _chains_for(all_attempts: list[AttemptRecord], job_ids: set[str]) -> list[At
     return [r for r in all_attempts if str(r.chain_id) in keep]
 
 
-def _recovered(
-    store: Any, jobs: Jobs, rows: np.ndarray, all_attempts: list[AttemptRecord]
-) -> np.ndarray:
+def _recovered(store: Any, jobs: Jobs, rows: np.ndarray, all_attempts: list[AttemptRecord]) -> np.ndarray:
     """Rows (failed runs) whose job later completed: requeued (same id, later
     attempt in ``jobs``) or resubmitted (a later attempt of its chain)."""
     n = size(jobs)
@@ -209,9 +224,7 @@ def _recovered(
     for i in range(0, len(uniq), 500):
         chunk = uniq[i : i + 500]
         marks = ", ".join("?" for _ in chunk)
-        got = store.job_columns(
-            ["job_id", "attempt"], f"job_id IN ({marks}) AND outcome = ?", [*chunk, "completed"]
-        )
+        got = store.job_columns(["job_id", "attempt"], f"job_id IN ({marks}) AND outcome = ?", [*chunk, "completed"])
         for j, a in zip(got["job_id"].tolist(), got["attempt"].tolist()):
             later[str(j)] = max(later.get(str(j), 0), int(a))
     for i, jid in zip(rows.tolist(), ids):
@@ -280,8 +293,11 @@ def _limit_changes(store: Any, jobs: Jobs) -> dict[str, int]:
     The table holds one row per change made, far fewer than jobs, so it is
     read whole and matched against the window's job ids.
     """
-    changes = [c for c in store.limit_changes(step="done") if c.kind in ("extend", "resize", "resize-mem",
-                                                                           "resize-mem-per-cpu")]
+    changes = [
+        c
+        for c in store.limit_changes(step="done")
+        if c.kind in ("extend", "resize", "resize-mem", "resize-mem-per-cpu")
+    ]
     out = {"extensions": 0, "jobs_extended": 0, "resized": 0}
     if not changes:
         return out
@@ -310,5 +326,3 @@ def store_span(store: Any, filters: Filters | None) -> tuple[int, float | None, 
     if not len(ok):
         return len(end), None, None
     return len(end), float(ok.min()), float(ok.max())
-
-

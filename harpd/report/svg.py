@@ -116,7 +116,9 @@ def bar_chart(
     for t, label in zip(ticks, tick_labels(ticks)):
         y = top + ph - ph * t / ymax
         parts.append(f'<line x1="{left}" x2="{left + pw}" y1="{y:.1f}" y2="{y:.1f}" stroke="{GRID}"/>')
-        parts.append(f'<text x="{left - 4}" y="{y + 4:.1f}" font-size="10" fill="{AXIS}" text-anchor="end">{label}</text>')
+        parts.append(
+            f'<text x="{left - 4}" y="{y + 4:.1f}" font-size="10" fill="{AXIS}" text-anchor="end">{label}</text>'
+        )
     bw = pw / len(values)
     for i, (lab, v) in enumerate(zip(labels, values)):
         h = ph * v / ymax
@@ -134,8 +136,10 @@ def bar_chart(
             )
     parts.append(f'<line x1="{left}" x2="{left + pw}" y1="{top + ph}" y2="{top + ph}" stroke="{AXIS}"/>')
     if x_label:
-        parts.append(f'<text x="{left + pw / 2:.0f}" y="{height - 6}" font-size="10" fill="{AXIS}" '
-                     f'text-anchor="middle">{_e(x_label)}</text>')
+        parts.append(
+            f'<text x="{left + pw / 2:.0f}" y="{height - 6}" font-size="10" fill="{AXIS}" '
+            f'text-anchor="middle">{_e(x_label)}</text>'
+        )
     parts.append(
         f'<text x="12" y="{top + ph / 2:.0f}" font-size="10" fill="{AXIS}" text-anchor="middle" '
         f'transform="rotate(-90 12 {top + ph / 2:.0f})">{_e(y_label)}</text>'
@@ -174,7 +178,9 @@ def stacked_bars(
     for t, label in zip(ticks, tick_labels(ticks)):
         y = top + ph - ph * t / ymax
         parts.append(f'<line x1="{left}" x2="{left + pw}" y1="{y:.1f}" y2="{y:.1f}" stroke="{GRID}"/>')
-        parts.append(f'<text x="{left - 4}" y="{y + 4:.1f}" font-size="10" fill="{AXIS}" text-anchor="end">{label}</text>')
+        parts.append(
+            f'<text x="{left - 4}" y="{y + 4:.1f}" font-size="10" fill="{AXIS}" text-anchor="end">{label}</text>'
+        )
     bw = pw / n
     every = max(1, math.ceil(n / 8))
     for i in range(n):
@@ -230,8 +236,10 @@ def hbar_chart(
         w = pw * v / vmax
         extra = f" ({note[i]})" if note else ""
         short = lab if len(lab) <= 18 else lab[:17] + "\u2026"
-        parts.append(f'<text x="{left - 6}" y="{y + bar_h - 5}" font-size="11" fill="{TEXT}" '
-                     f'text-anchor="end">{_e(short)}</text>')
+        parts.append(
+            f'<text x="{left - 6}" y="{y + bar_h - 5}" font-size="11" fill="{TEXT}" '
+            f'text-anchor="end">{_e(short)}</text>'
+        )
         parts.append(
             f'<rect class="bar" x="{left}" y="{y}" width="{max(w, 1):.1f}" height="{bar_h}" fill="{color}">'
             f"<title>{_e(lab)}: {compact(v)}{_e(unit)}{_e(extra)}</title></rect>"
@@ -288,10 +296,14 @@ def scatter_loglog(
     for t in ticks:
         parts.append(f'<line x1="{px(t):.1f}" x2="{px(t):.1f}" y1="{top}" y2="{top + ph}" stroke="{GRID}"/>')
         parts.append(f'<line x1="{left}" x2="{left + pw}" y1="{py(t):.1f}" y2="{py(t):.1f}" stroke="{GRID}"/>')
-        parts.append(f'<text x="{px(t):.1f}" y="{top + ph + 13}" font-size="10" fill="{AXIS}" '
-                     f'text-anchor="middle">{_e(fmt(t))}</text>')
-        parts.append(f'<text x="{left - 4}" y="{py(t) + 4:.1f}" font-size="10" fill="{AXIS}" '
-                     f'text-anchor="end">{_e(fmt(t))}</text>')
+        parts.append(
+            f'<text x="{px(t):.1f}" y="{top + ph + 13}" font-size="10" fill="{AXIS}" '
+            f'text-anchor="middle">{_e(fmt(t))}</text>'
+        )
+        parts.append(
+            f'<text x="{left - 4}" y="{py(t) + 4:.1f}" font-size="10" fill="{AXIS}" '
+            f'text-anchor="end">{_e(fmt(t))}</text>'
+        )
     parts.append(
         f'<line class="diagonal" x1="{px(ticks[0]):.1f}" y1="{py(ticks[0]):.1f}" x2="{px(ticks[-1]):.1f}" '
         f'y2="{py(ticks[-1]):.1f}" stroke="{TEXT}" stroke-dasharray="4 3"/>'
@@ -308,9 +320,13 @@ def scatter_loglog(
                 dots.append(f'<circle cx="{px(x):.1f}" cy="{py(y):.1f}" r="2"/>')
         parts.append(f'<g class="points" fill="{color}" fill-opacity="0.45">{"".join(dots)}</g>')
         if crosses:
-            parts.append(f'<path class="misses" d="{"".join(crosses)}" stroke="#c92a2a" stroke-width="1.2" fill="none"/>')
-    parts.append(f'<text x="{left + pw / 2:.0f}" y="{height - 8}" font-size="11" fill="{AXIS}" '
-                 f'text-anchor="middle">{_e(x_label)}</text>')
+            parts.append(
+                f'<path class="misses" d="{"".join(crosses)}" stroke="#c92a2a" stroke-width="1.2" fill="none"/>'
+            )
+    parts.append(
+        f'<text x="{left + pw / 2:.0f}" y="{height - 8}" font-size="11" fill="{AXIS}" '
+        f'text-anchor="middle">{_e(x_label)}</text>'
+    )
     parts.append(
         f'<text x="12" y="{top + ph / 2:.0f}" font-size="11" fill="{AXIS}" text-anchor="middle" '
         f'transform="rotate(-90 12 {top + ph / 2:.0f})">{_e(y_label)}</text>'
@@ -344,7 +360,9 @@ def coverage_chart(
     for t in (0.0, 0.25, 0.5, 0.75, 1.0):
         y = top + ph - ph * t
         parts.append(f'<line x1="{left}" x2="{left + pw}" y1="{y:.1f}" y2="{y:.1f}" stroke="{GRID}"/>')
-        parts.append(f'<text x="{left - 4}" y="{y + 4:.1f}" font-size="10" fill="{AXIS}" text-anchor="end">{t * 100:.0f}%</text>')
+        parts.append(
+            f'<text x="{left - 4}" y="{y + 4:.1f}" font-size="10" fill="{AXIS}" text-anchor="end">{t * 100:.0f}%</text>'
+        )
     groups = 10
     gw = pw / groups
     k = max(1, len(series))
@@ -363,8 +381,10 @@ def coverage_chart(
             f'text-anchor="middle">D{i + 1}</text>'
         )
     yt = top + ph - ph * target
-    parts.append(f'<line class="target" x1="{left}" x2="{left + pw}" y1="{yt:.1f}" y2="{yt:.1f}" stroke="#c92a2a" '
-                 'stroke-dasharray="5 3"/>')
+    parts.append(
+        f'<line class="target" x1="{left}" x2="{left + pw}" y1="{yt:.1f}" y2="{yt:.1f}" stroke="#c92a2a" '
+        'stroke-dasharray="5 3"/>'
+    )
     # legend entry for the line, clear of the bars
     parts.append(f'<line x1="{width - 92}" x2="{width - 74}" y1="29" y2="29" stroke="#c92a2a" stroke-dasharray="5 3"/>')
     parts.append(f'<text x="{width - 70}" y="33" font-size="11" fill="#c92a2a">target {target * 100:.0f}%</text>')

@@ -23,12 +23,14 @@ from datetime import datetime
 _UNIT_S = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
 # a span back from now: 7d, 12h, 2w, 5days; with a leading minus too (-5d, sacct's now-5days read
 # the way people write it after -S; argparse would take it for an option, harpd.cli.main)
-_RELATIVE = re.compile(r"^\s*-?\s*(\d+(?:\.\d+)?)\s*(s|secs?|seconds?|m|mins?|minutes?|h|hours?|d|days?|w|weeks?)\s*$",
-                       re.IGNORECASE)
+_RELATIVE = re.compile(
+    r"^\s*-?\s*(\d+(?:\.\d+)?)\s*(s|secs?|seconds?|m|mins?|minutes?|h|hours?|d|days?|w|weeks?)\s*$", re.IGNORECASE
+)
 _OPEN = {"all", "ever", "beginning"}
 # sacct: now[{+|-}count[seconds(default)|minutes|hours|days|weeks]]
-_NOW_OFFSET = re.compile(r"^now\s*([+-])\s*(\d+)\s*(s|sec|secs|seconds?|min|mins|minutes?|h|hours?|d|days?|w|weeks?)?$",
-                         re.IGNORECASE)
+_NOW_OFFSET = re.compile(
+    r"^now\s*([+-])\s*(\d+)\s*(s|sec|secs|seconds?|min|mins|minutes?|h|hours?|d|days?|w|weeks?)?$", re.IGNORECASE
+)
 _CLOCK = r"(?:-(\d{1,2}):(\d{2})(?::(\d{2}))?)?"
 # MMDD[YY], MM/DD[/YY], MM.DD[.YY], each with an optional -HH:MM[:SS]
 _MONTH_DAY = (
@@ -39,8 +41,10 @@ _MONTH_DAY = (
 _TIME_OF_DAY = re.compile(r"^(\d{1,2}):(\d{2})(?::(\d{2}))?\s*(am|pm)?$", re.IGNORECASE)
 # sacct's named times of day (hour)
 _NAMED_HOURS = {"today": 0, "midnight": 0, "noon": 12, "elevenses": 11, "fika": 15, "teatime": 16}
-FORMS = ("an ISO date (2024-05-01, 2024-05-01T08:00), a span back from now (30m, 12h, 7d, -5d, 2w), "
-         "sacct's forms (now-7days, now-2hours, today, midnight, noon, 08:00, 0501, 05/01/24), or 'all'")
+FORMS = (
+    "an ISO date (2024-05-01, 2024-05-01T08:00), a span back from now (30m, 12h, 7d, -5d, 2w), "
+    "sacct's forms (now-7days, now-2hours, today, midnight, noon, 08:00, 0501, 05/01/24), or 'all'"
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -139,9 +143,7 @@ def _not_after(at: datetime, now: float, *, days: int) -> float:
     return ts - days * 86400 if ts > now else ts
 
 
-def parse_window(
-    since: str | None, until: str | None, default_days: int, now: float | None = None
-) -> Window:
+def parse_window(since: str | None, until: str | None, default_days: int, now: float | None = None) -> Window:
     """The window from the two options; default: the last ``default_days`` days."""
     now = time.time() if now is None else now
     s = parse_when(since, now, option="--since") if since is not None else now - default_days * 86400.0

@@ -89,9 +89,7 @@ def simulate(
 class _Engine:
     """The state of one simulation; lists rather than arrays, for scalar speed."""
 
-    def __init__(
-        self, w: Workload, policy: LimitPolicy, procs: int, progress: Progress | None
-    ) -> None:
+    def __init__(self, w: Workload, policy: LimitPolicy, procs: int, progress: Progress | None) -> None:
         n = len(w)
         self.policy = policy
         self.procs = procs

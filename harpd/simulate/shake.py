@@ -47,10 +47,16 @@ def shaken(work: Workload, amplitude_s: float, rng: np.random.Generator) -> Work
     return Workload(sub, work.procs, work.runtime)
 
 
-def simulate_shaken(work: Workload, policies: Sequence[LimitPolicy], procs: int, *, replicas: int = 1,
-                    amplitude_s: float = 60.0, seed: int = 0,
-                    progress: Callable[[str], Callable[[int, int], None] | None] | None = None,
-                    ) -> dict[str, list[Summary]]:
+def simulate_shaken(
+    work: Workload,
+    policies: Sequence[LimitPolicy],
+    procs: int,
+    *,
+    replicas: int = 1,
+    amplitude_s: float = 60.0,
+    seed: int = 0,
+    progress: Callable[[str], Callable[[int, int], None] | None] | None = None,
+) -> dict[str, list[Summary]]:
     """Every policy on each of ``replicas`` copies (copy 0 as recorded): policy name -> one Summary per copy.
 
     A policy that cannot differ from one before it (same mode, limits and
@@ -75,8 +81,14 @@ def simulate_shaken(work: Workload, policies: Sequence[LimitPolicy], procs: int,
 
 def _same(a: LimitPolicy, b: LimitPolicy) -> bool:
     """Whether two policies make the same schedule by construction (no hook: nothing to tell them apart)."""
-    return (a.on_limit is None and b.on_limit is None and a.mode == b.mode and a.lead_s == b.lead_s
-            and a.look_s == b.look_s and np.array_equal(a.limit, b.limit))
+    return (
+        a.on_limit is None
+        and b.on_limit is None
+        and a.mode == b.mode
+        and a.lead_s == b.lead_s
+        and a.look_s == b.look_s
+        and np.array_equal(a.limit, b.limit)
+    )
 
 
 def mean_row(summaries: Sequence[Summary]) -> dict[str, Any]:
@@ -119,6 +131,6 @@ def paired(base: Sequence[Summary], other: Sequence[Summary]) -> dict[str, dict[
             out[k] = {"rel_diff": mean, "se": None, "verdict": "one copy"}
             continue
         se = float(np.std(d, ddof=1) / math.sqrt(len(d)))
-        verdict = ("lower" if mean < -CLEAR * se else "higher" if mean > CLEAR * se else "no clear difference")
+        verdict = "lower" if mean < -CLEAR * se else "higher" if mean > CLEAR * se else "no clear difference"
         out[k] = {"rel_diff": mean, "se": se, "verdict": verdict}
     return out

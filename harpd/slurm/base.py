@@ -19,7 +19,13 @@ from typing import Protocol, TypedDict, Unpack, runtime_checkable
 from harpd.records import JobRecord
 
 __all__ = [
-    "SlurmBackend", "SlurmError", "PartitionInfo", "JobInfo", "QueuedJob", "JobChanges", "FINISHED_STATES",
+    "SlurmBackend",
+    "SlurmError",
+    "PartitionInfo",
+    "JobInfo",
+    "QueuedJob",
+    "JobChanges",
+    "FINISHED_STATES",
     "Accounting",
     "whole_minutes",
 ]

@@ -42,8 +42,17 @@ SIGKILL = 9
 
 _NOT_FINISHED = frozenset(
     {
-        "PENDING", "RUNNING", "SUSPENDED", "REQUEUE_HOLD", "REQUEUE_FED", "RESIZING",
-        "STOPPED", "SIGNALING", "STAGE_OUT", "COMPLETING", "CONFIGURING",
+        "PENDING",
+        "RUNNING",
+        "SUSPENDED",
+        "REQUEUE_HOLD",
+        "REQUEUE_FED",
+        "RESIZING",
+        "STOPPED",
+        "SIGNALING",
+        "STAGE_OUT",
+        "COMPLETING",
+        "CONFIGURING",
     }
 )
 _BY_STATE = {

@@ -271,8 +271,19 @@ class CliBackend:
         for i in range(0, len(job_ids), _IDS_PER_CALL):
             chunk = [self._check_job_id(j) for j in job_ids[i : i + _IDS_PER_CALL]]
             try:
-                text = self._run("sacct", ["--parsable2", "--noheader", "--allusers", "--duplicates",
-                                           "--format", "JobIDRaw,User,UID", "--jobs", ",".join(chunk)])
+                text = self._run(
+                    "sacct",
+                    [
+                        "--parsable2",
+                        "--noheader",
+                        "--allusers",
+                        "--duplicates",
+                        "--format",
+                        "JobIDRaw,User,UID",
+                        "--jobs",
+                        ",".join(chunk),
+                    ],
+                )
             except SlurmError:
                 continue  # the records keep no owner rather than none at all
             out.update(owners_of_parsable(text))
@@ -362,13 +373,21 @@ class CliBackend:
             raise SlurmError(f"scontrol show job {jid}: empty answer")
         records = [job_record(ln, jid) for ln in lines]  # AmbiguousRecord for a line that is not one whole record
         if len(lines) != len(self._record_ids(jid)):
-            raise AmbiguousRecord(f"Slurm's record of job {jid} cannot be read safely (its text holds a line break); "
-                                  "harp leaves this job alone")
+            raise AmbiguousRecord(
+                f"Slurm's record of job {jid} cannot be read safely (its text holds a line break); "
+                "harp leaves this job alone"
+            )
         return records[0]
 
     def partitions(self) -> dict[str, PartitionInfo]:
-        parts = [parse_kv_line(ln) for ln in self._run("scontrol", ["show", "partition", "--oneliner"]).splitlines() if ln.strip()]
-        nodes = [parse_kv_line(ln) for ln in self._run("scontrol", ["show", "node", "--oneliner"]).splitlines() if ln.strip()]
+        parts = [
+            parse_kv_line(ln)
+            for ln in self._run("scontrol", ["show", "partition", "--oneliner"]).splitlines()
+            if ln.strip()
+        ]
+        nodes = [
+            parse_kv_line(ln) for ln in self._run("scontrol", ["show", "node", "--oneliner"]).splitlines() if ln.strip()
+        ]
         by_part: dict[str, list[dict[str, str]]] = {}
         for n in nodes:
             for p in (n.get("Partitions") or "").split(","):
@@ -398,7 +417,9 @@ class CliBackend:
             part_cpus = _limit_number(p.get("MaxCPUsPerNode"))
             if part_cpus is not None:
                 max_cpus = part_cpus if max_cpus is None else min(max_cpus, part_cpus)
-            gres_list = [g for g in (re.sub(r"\([^)]*\)", "", n.get("Gres") or "") for n in members) if g and g != "(null)"]
+            gres_list = [
+                g for g in (re.sub(r"\([^)]*\)", "", n.get("Gres") or "") for n in members) if g and g != "(null)"
+            ]
             gres = max(gres_list, key=_gpus_in_gres) if gres_list else None
             max_time = p.get("MaxTime")
             max_time_s = duration_s(max_time) if max_time and max_time != "UNLIMITED" else None
@@ -451,8 +472,11 @@ class CliBackend:
             kvs[jid] = kv
         if clean:
             return [queued_job(kv) for kv in kvs.values()]
-        log.warning("a job's text in scontrol's listing reads as Slurm's fields or holds a line break: "
-                    "reading the %d job(s) one by one", len(ids))
+        log.warning(
+            "a job's text in scontrol's listing reads as Slurm's fields or holds a line break: "
+            "reading the %d job(s) one by one",
+            len(ids),
+        )
         jobs = []
         for jid in sorted(ids & set(kvs)):
             try:
@@ -517,8 +541,10 @@ class CliBackend:
             if text.endswith("\n\n"):
                 text = text[:-1]  # sacct adds a line break after the script
         if not text.strip() or text.strip() == "NONE":
-            raise SlurmError(f"Slurm has no batch script for job {jid} (in slurmctld or accounting: "
-                             "AccountingStoreFlags needs job_script)")
+            raise SlurmError(
+                f"Slurm has no batch script for job {jid} (in slurmctld or accounting: "
+                "AccountingStoreFlags needs job_script)"
+            )
         if "\ufffd" in text:
             raise SlurmError(f"the batch script of job {jid} is not UTF-8; it cannot be resubmitted unaltered")
         return text.encode("utf-8")

@@ -25,10 +25,29 @@ __all__ = [
 # base job states (flags like REQUEUED in a 23.11 state list come after these)
 BASE_STATES = frozenset(
     {
-        "PENDING", "RUNNING", "SUSPENDED", "COMPLETED", "CANCELLED", "FAILED", "TIMEOUT",
-        "NODE_FAIL", "PREEMPTED", "BOOT_FAIL", "DEADLINE", "OUT_OF_MEMORY", "REQUEUED",
-        "REQUEUE_HOLD", "REQUEUE_FED", "RESIZING", "REVOKED", "SPECIAL_EXIT", "STOPPED",
-        "SIGNALING", "STAGE_OUT", "COMPLETING", "CONFIGURING",
+        "PENDING",
+        "RUNNING",
+        "SUSPENDED",
+        "COMPLETED",
+        "CANCELLED",
+        "FAILED",
+        "TIMEOUT",
+        "NODE_FAIL",
+        "PREEMPTED",
+        "BOOT_FAIL",
+        "DEADLINE",
+        "OUT_OF_MEMORY",
+        "REQUEUED",
+        "REQUEUE_HOLD",
+        "REQUEUE_FED",
+        "RESIZING",
+        "REVOKED",
+        "SPECIAL_EXIT",
+        "STOPPED",
+        "SIGNALING",
+        "STAGE_OUT",
+        "COMPLETING",
+        "CONFIGURING",
     }
 )
 
@@ -112,4 +131,3 @@ def normalize_state(state: Any) -> str | None:
         return None
     s = s.split(" ", 1)[0].rstrip("+")
     return s.upper()
-

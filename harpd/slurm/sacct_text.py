@@ -46,10 +46,34 @@ __all__ = [
 # What the live backend asks ``sacct -P -o`` for.  Comment stays last: it is
 # free text and may contain the separator, so extra fields are joined back.
 PARSABLE2_COLUMNS = (
-    "JobID", "JobIDRaw", "Cluster", "User", "Group", "Account", "Partition", "JobName",
-    "State", "ExitCode", "DerivedExitCode", "Submit", "Start", "End", "ElapsedRaw",
-    "TimelimitRaw", "ReqMem", "ReqCPUS", "ReqNodes", "ReqTRES", "AllocCPUS", "AllocNodes",
-    "AllocTRES", "MaxRSS", "NTasks", "TotalCPU", "NNodes", "Comment",
+    "JobID",
+    "JobIDRaw",
+    "Cluster",
+    "User",
+    "Group",
+    "Account",
+    "Partition",
+    "JobName",
+    "State",
+    "ExitCode",
+    "DerivedExitCode",
+    "Submit",
+    "Start",
+    "End",
+    "ElapsedRaw",
+    "TimelimitRaw",
+    "ReqMem",
+    "ReqCPUS",
+    "ReqNodes",
+    "ReqTRES",
+    "AllocCPUS",
+    "AllocNodes",
+    "AllocTRES",
+    "MaxRSS",
+    "NTasks",
+    "TotalCPU",
+    "NNodes",
+    "Comment",
 )
 
 
@@ -166,12 +190,24 @@ def _row_parsers(header: list[str]) -> tuple[Any, Any]:
         return pos.get(name, -1)
 
     i_jobid, i_raw, i_cluster, i_user, i_group = ix("JobID"), ix("JobIDRaw"), ix("Cluster"), ix("User"), ix("Group")
-    i_account, i_part, i_name, i_state, i_exit = ix("Account"), ix("Partition"), ix("JobName"), ix("State"), ix("ExitCode")
+    i_account, i_part, i_name, i_state, i_exit = (
+        ix("Account"),
+        ix("Partition"),
+        ix("JobName"),
+        ix("State"),
+        ix("ExitCode"),
+    )
     i_submit, i_start, i_end = ix("Submit"), ix("Start"), ix("End")
     i_elraw, i_el, i_limraw, i_lim = ix("ElapsedRaw"), ix("Elapsed"), ix("TimelimitRaw"), ix("Timelimit")
     i_reqmem, i_reqcpus, i_reqnodes, i_reqtres = ix("ReqMem"), ix("ReqCPUS"), ix("ReqNodes"), ix("ReqTRES")
     i_alloccpus, i_allocnodes, i_alloctres = ix("AllocCPUS"), ix("AllocNodes"), ix("AllocTRES")
-    i_maxrss, i_ntasks, i_totcpu, i_nnodes, i_comment = ix("MaxRSS"), ix("NTasks"), ix("TotalCPU"), ix("NNodes"), ix("Comment")
+    i_maxrss, i_ntasks, i_totcpu, i_nnodes, i_comment = (
+        ix("MaxRSS"),
+        ix("NTasks"),
+        ix("TotalCPU"),
+        ix("NNodes"),
+        ix("Comment"),
+    )
     ts = timestamp
 
     def job(f: list[str]) -> SacctJob:
@@ -284,9 +320,7 @@ def iter_parsable2(
         else:
             return
     if "JobID" not in header and "JobIDRaw" not in header:
-        raise SacctParseError(
-            f"{where}:{lineno}: not sacct --parsable2 output (no JobID column in the header line)"
-        )
+        raise SacctParseError(f"{where}:{lineno}: not sacct --parsable2 output (no JobID column in the header line)")
     ncols = len(header)
     comment_last = header[-1] == "Comment"
     i_id = header.index("JobID") if "JobID" in header else header.index("JobIDRaw")

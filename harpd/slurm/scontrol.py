@@ -41,9 +41,26 @@ def parse_kv_line(line: str) -> dict[str, str]:
 _ONCE = ("JobId", "UserId", "JobState", "TimeLimit")
 #: every other key harp reads: slurmctld prints each at most once (the memory pair: one or the other),
 #: so a second one, or both memory keys, can only come from the job's own text
-_AT_MOST_ONCE = ("ArrayJobId", "ArrayTaskId", "JobName", "Reason", "SubmitTime", "Partition", "Account",
-                 "RunTime", "Restarts", "StartTime", "EndTime", "WorkDir", "CPUs/Task", "MinMemoryNode",
-                 "MinMemoryCPU", "Comment", "StdOut", "StdErr")
+_AT_MOST_ONCE = (
+    "ArrayJobId",
+    "ArrayTaskId",
+    "JobName",
+    "Reason",
+    "SubmitTime",
+    "Partition",
+    "Account",
+    "RunTime",
+    "Restarts",
+    "StartTime",
+    "EndTime",
+    "WorkDir",
+    "CPUs/Task",
+    "MinMemoryNode",
+    "MinMemoryCPU",
+    "Comment",
+    "StdOut",
+    "StdErr",
+)
 
 
 class AmbiguousRecord(SlurmError):
@@ -78,11 +95,13 @@ def job_record(line: str, job_id: str | None = None) -> dict[str, str]:
         raise AmbiguousRecord(
             f"Slurm's record of job {what} cannot be read safely ({', '.join(dict.fromkeys(bad))} missing, repeated or "
             "out of place: the job's name, comment or paths hold text in Slurm's own key=value form); "
-            "harp leaves this job alone")
+            "harp leaves this job alone"
+        )
     out = parse_kv_line(line)
     if job_id is not None and out.get("JobId") != job_id and not _is_task_of(out, job_id):
-        raise AmbiguousRecord(f"Slurm answered about job {out.get('JobId')} when asked about job {job_id}; "
-                              "harp leaves this job alone")
+        raise AmbiguousRecord(
+            f"Slurm answered about job {out.get('JobId')} when asked about job {job_id}; harp leaves this job alone"
+        )
     return out
 
 

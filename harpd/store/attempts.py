@@ -39,7 +39,16 @@ class AttemptsTable(StoreBase):
             cur = db.conn.execute(
                 """INSERT INTO attempts (chain_id, attempt, job_id, limits, reason, step, created_at, updated_at)
                    VALUES (?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT(chain_id, attempt) DO NOTHING""",
-                (str(chain_id), int(attempt), None if job_id is None else str(job_id), _dumps(limits), reason, step, now, now),
+                (
+                    str(chain_id),
+                    int(attempt),
+                    None if job_id is None else str(job_id),
+                    _dumps(limits),
+                    reason,
+                    step,
+                    now,
+                    now,
+                ),
             )
             return cur.rowcount > 0
 

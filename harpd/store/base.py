@@ -36,7 +36,6 @@ class StoreError(Exception):
     """A store problem, phrased as the one line the admin should read."""
 
 
-
 def _explain(exc: BaseException, path: Path) -> str:
     msg = str(exc)
     low = msg.lower()
@@ -168,7 +167,9 @@ class StoreBase:
         try:
             mode = conn.execute("PRAGMA journal_mode=WAL").fetchone()[0]
             if str(mode).lower() != "wal":
-                raise StoreError(f"{self.path}: cannot switch to WAL journal (got {mode}); put the store on a local disk")
+                raise StoreError(
+                    f"{self.path}: cannot switch to WAL journal (got {mode}); put the store on a local disk"
+                )
             conn.execute("PRAGMA synchronous=FULL")
             conn.execute(f"PRAGMA busy_timeout={int(self.busy_timeout_s * 1000)}")
             conn.execute("PRAGMA foreign_keys=OFF")

@@ -17,9 +17,7 @@ _PK = ("job_id", "source", "attempt")
 # meta key: the sources harpd's sacct poller wrote, i.e. the cluster's own jobs;
 # every other source came from `harp import` (a trace whose job ids may collide)
 LIVE_SOURCES_KEY = "ingest.live_sources"
-_BOOL_FIELDS = frozenset(
-    f.name for f in fields(JobRecord) if typing.get_type_hints(JobRecord)[f.name] is bool
-)
+_BOOL_FIELDS = frozenset(f.name for f in fields(JobRecord) if typing.get_type_hints(JobRecord)[f.name] is bool)
 
 
 def _sql_type(tp: Any) -> type:

@@ -11,15 +11,30 @@ from harpd.store.base import StoreBase, _dumps, _loads
 class DecisionsTable(StoreBase):
     """Decisions by token, claimed once by the job that registers with it."""
 
-    def add_decision(self, token: str, uid: int, user: str | None, job: dict[str, Any], decided: dict[str, Any],
-                     decision: dict[str, Any], decided_at: float | None = None) -> None:
+    def add_decision(
+        self,
+        token: str,
+        uid: int,
+        user: str | None,
+        job: dict[str, Any],
+        decided: dict[str, Any],
+        decision: dict[str, Any],
+        decided_at: float | None = None,
+    ) -> None:
         """Record what harpd decided for one ``predict`` call, under a fresh ``token``."""
         with self.transaction() as db:
             db.conn.execute(
                 """INSERT INTO decisions (token, uid, user, decided_at, job, decided, decision)
                    VALUES (?, ?, ?, ?, ?, ?, ?)""",
-                (str(token), int(uid), user, time.time() if decided_at is None else float(decided_at),
-                 _dumps(job), _dumps(decided), _dumps(decision)),
+                (
+                    str(token),
+                    int(uid),
+                    user,
+                    time.time() if decided_at is None else float(decided_at),
+                    _dumps(job),
+                    _dumps(decided),
+                    _dumps(decision),
+                ),
             )
 
     @staticmethod
@@ -40,8 +55,11 @@ class DecisionsTable(StoreBase):
         the job's comment only then, so a dry run or an unchanged job never
         makes harpd list the queue looking for it.
         """
-        rows = self._read("SELECT token FROM decisions WHERE job_id IS NULL AND decided_at >= ? "
-                          "AND json_array_length(decision, '$.changes') > 0", (float(since),))
+        rows = self._read(
+            "SELECT token FROM decisions WHERE job_id IS NULL AND decided_at >= ? "
+            "AND json_array_length(decision, '$.changes') > 0",
+            (float(since),),
+        )
         return {r[0] for r in rows}
 
     def drop_decisions(self, before: float) -> int:

@@ -222,9 +222,7 @@ class JobsTable(StoreBase):
             if _is_translatable(exc):
                 raise StoreError(_explain(exc, self.path)) from None
             raise
-        return {
-            c: np.concatenate(parts[c]) if parts[c] else np.empty(0, dtype=self._dtype(c)) for c in cols
-        }
+        return {c: np.concatenate(parts[c]) if parts[c] else np.empty(0, dtype=self._dtype(c)) for c in cols}
 
     def _column_array(self, col: str, values: tuple[Any, ...]) -> np.ndarray:
         dt = self._dtype(col)

@@ -16,9 +16,18 @@ class LimitChangesTable(StoreBase):
     _LIMIT_CHANGE_COLS = frozenset({"new_time_s", "new_mem_mb", "new_cpus", "step", "reason"})
 
     def add_limit_change(
-        self, job_id: str, kind: str, old_time_s: int, new_time_s: int, reason: str, step: str,
-        *, old_mem_mb: int | None = None, new_mem_mb: int | None = None,
-        old_cpus: int | None = None, new_cpus: int | None = None,
+        self,
+        job_id: str,
+        kind: str,
+        old_time_s: int,
+        new_time_s: int,
+        reason: str,
+        step: str,
+        *,
+        old_mem_mb: int | None = None,
+        new_mem_mb: int | None = None,
+        old_cpus: int | None = None,
+        new_cpus: int | None = None,
     ) -> bool:
         """Record a decided change of a live job's limit; False if this crossing already has one."""
         now = time.time()
@@ -27,8 +36,20 @@ class LimitChangesTable(StoreBase):
                 """INSERT INTO limit_changes (job_id, kind, old_time_s, new_time_s, old_mem_mb, new_mem_mb,
                                               old_cpus, new_cpus, step, reason, created_at, updated_at)
                    VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT(job_id, kind, old_time_s) DO NOTHING""",
-                (str(job_id), str(kind), int(old_time_s), int(new_time_s), old_mem_mb, new_mem_mb, old_cpus,
-                 new_cpus, step, reason, now, now),
+                (
+                    str(job_id),
+                    str(kind),
+                    int(old_time_s),
+                    int(new_time_s),
+                    old_mem_mb,
+                    new_mem_mb,
+                    old_cpus,
+                    new_cpus,
+                    step,
+                    reason,
+                    now,
+                    now,
+                ),
             )
             return cur.rowcount > 0
 

@@ -143,8 +143,16 @@ def _m005_trials(db: sqlite_utils.Database) -> None:
     # (``harp progress``; uid is Slurm's owner of the job, checked at the report),
     # each owner's study policy, and what harpd last did to a trial (nice, stop)
     db["trial_reports"].create(
-        {"id": int, "job_id": str, "uid": int, "study": str, "metric": str, "value": float,
-         "elapsed_s": float, "reported_at": float},
+        {
+            "id": int,
+            "job_id": str,
+            "uid": int,
+            "study": str,
+            "metric": str,
+            "value": float,
+            "elapsed_s": float,
+            "reported_at": float,
+        },
         pk="id",
         not_null=["job_id", "uid", "study", "metric", "value", "elapsed_s", "reported_at"],
         if_not_exists=True,
@@ -165,6 +173,11 @@ def _m005_trials(db: sqlite_utils.Database) -> None:
     )
 
 
-MIGRATIONS: list[Callable[[sqlite_utils.Database], None]] = [_m001_initial, _m002_limit_changes, _m003_decisions,
-                                                              _m004_cpu_changes, _m005_trials]
+MIGRATIONS: list[Callable[[sqlite_utils.Database], None]] = [
+    _m001_initial,
+    _m002_limit_changes,
+    _m003_decisions,
+    _m004_cpu_changes,
+    _m005_trials,
+]
 SCHEMA_VERSION = len(MIGRATIONS)

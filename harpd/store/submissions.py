@@ -63,9 +63,17 @@ class SubmissionsTable(StoreBase):
                 ),
             )
 
-    def register_decided(self, token: str, job_id: str, uid: int, user: str | None, job: dict[str, Any],
-                         original: dict[str, Any], submitted: dict[str, Any],
-                         decision: dict[str, Any] | None) -> bool:
+    def register_decided(
+        self,
+        token: str,
+        job_id: str,
+        uid: int,
+        user: str | None,
+        job: dict[str, Any],
+        original: dict[str, Any],
+        submitted: dict[str, Any],
+        decision: dict[str, Any] | None,
+    ) -> bool:
         """Claim decision ``token`` for ``job_id`` and record the verified submission, in one transaction.
 
         False (and nothing written) when the token is unknown or already
@@ -81,7 +89,6 @@ class SubmissionsTable(StoreBase):
             self.add_submission(job_id, uid, user, job, original, submitted, decision, token=token, verified=True)
             return True
 
-
     @staticmethod
     def _submission(row: dict[str, Any]) -> Submission:
         for k in ("job", "original", "submitted", "decision"):
@@ -94,12 +101,15 @@ class SubmissionsTable(StoreBase):
 
     def submissions_since(self, uid: int, since: float) -> list[Submission]:
         """The submissions of ``uid`` registered at or after ``since``, oldest first (a manager's retries)."""
-        rows = self._query("SELECT * FROM submissions WHERE uid = ? AND submitted_at >= ? ORDER BY submitted_at, job_id",
-                           [int(uid), float(since)])
+        rows = self._query(
+            "SELECT * FROM submissions WHERE uid = ? AND submitted_at >= ? ORDER BY submitted_at, job_id",
+            [int(uid), float(since)],
+        )
         return [self._submission(r) for r in rows]
 
-    _SUBMISSION_COLS = frozenset({"job_id", "uid", "user", "submitted_at", "state", "chain_id", "outcome", "done_at",
-                                  "token", "verified"})
+    _SUBMISSION_COLS = frozenset(
+        {"job_id", "uid", "user", "submitted_at", "state", "chain_id", "outcome", "done_at", "token", "verified"}
+    )
     _SUBMISSION_JSON = frozenset({"job", "original", "submitted", "decision"})
 
     def submission_values(self, job_ids: Sequence[str], paths: Sequence[str]) -> dict[str, list[Any]]:
@@ -155,7 +165,8 @@ class SubmissionsTable(StoreBase):
         row = self._read(
             """SELECT count(*), coalesce(sum(ext), 0) FROM (
                  SELECT EXISTS(SELECT 1 FROM limit_changes c WHERE c.kind = 'extend' AND c.step = 'done'
-                               AND (c.job_id = s.job_id OR substr(c.job_id, 1, length(s.job_id) + 1) = s.job_id || '_')) AS ext
+                               AND (c.job_id = s.job_id
+                                    OR substr(c.job_id, 1, length(s.job_id) + 1) = s.job_id || '_')) AS ext
                  FROM submissions s
                  WHERE s.user = ? AND s.verified = 1
                    AND EXISTS(SELECT 1 FROM json_each(s.decision, '$.changes') ch

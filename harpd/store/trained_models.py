@@ -29,7 +29,8 @@ class ModelsTable(StoreBase):
             if champion:
                 db.conn.execute("UPDATE models SET champion = 0 WHERE resource = ? AND champion = 1", (resource,))
             cur = db.conn.execute(
-                "INSERT INTO models (name, resource, trained_at, n_train, score, champion, path) VALUES (?, ?, ?, ?, ?, ?, ?)",
+                "INSERT INTO models (name, resource, trained_at, n_train, score, champion, path)"
+                " VALUES (?, ?, ?, ?, ?, ?, ?)",
                 (name, resource, time.time(), int(n_train), _dumps(score), 1 if champion else 0, str(path)),
             )
             return int(cur.lastrowid)

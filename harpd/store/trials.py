@@ -12,8 +12,9 @@ from harpd.store.base import StoreBase, _dumps, _loads
 class TrialsTable(StoreBase):
     """Trial reports, study policies and harpd's last action per trial (``harpd.dnn.trials``)."""
 
-    def add_trial_report(self, job_id: str, uid: int, study: str, metric: str, value: float,
-                         policy: dict[str, Any] | None = None) -> float:
+    def add_trial_report(
+        self, job_id: str, uid: int, study: str, metric: str, value: float, policy: dict[str, Any] | None = None
+    ) -> float:
         """Record a running trial's report; its run time counted from the trial's first report, returned.
 
         ``uid`` is Slurm's owner of the job (the daemon checked it); a policy,
@@ -21,8 +22,9 @@ class TrialsTable(StoreBase):
         """
         now = time.time()
         with self.transaction() as db:
-            row = db.conn.execute("SELECT MIN(reported_at) FROM trial_reports WHERE job_id = ? AND uid = ?",
-                                  (str(job_id), int(uid))).fetchone()
+            row = db.conn.execute(
+                "SELECT MIN(reported_at) FROM trial_reports WHERE job_id = ? AND uid = ?", (str(job_id), int(uid))
+            ).fetchone()
             elapsed = 0.0 if row is None or row[0] is None else max(0.0, now - float(row[0]))
             db.conn.execute(
                 """INSERT INTO trial_reports (job_id, uid, study, metric, value, elapsed_s, reported_at)
@@ -50,8 +52,7 @@ class TrialsTable(StoreBase):
         """Each owner's study policies (policy decoded)."""
         return [TrialStudy(**{**r, "policy": _loads(r["policy"])}) for r in self._query("SELECT * FROM trial_studies")]
 
-    def set_trial_action(self, job_id: str, uid: int, study: str, nice: int | None, stopped: bool,
-                         reason: str) -> None:
+    def set_trial_action(self, job_id: str, uid: int, study: str, nice: int | None, stopped: bool, reason: str) -> None:
         """What harpd last did to a trial (shown by ``harp status``)."""
         with self.transaction() as db:
             db.conn.execute(
@@ -69,8 +70,9 @@ class TrialsTable(StoreBase):
     def trial_status(self, job_id: str) -> dict[str, Any] | None:
         """One trial's study, owner, last report and harpd's last action; None if it never reported nor was acted on."""
         jid = str(job_id)
-        last = self._query("SELECT * FROM trial_reports WHERE job_id = ? ORDER BY reported_at DESC, id DESC LIMIT 1",
-                           [jid])
+        last = self._query(
+            "SELECT * FROM trial_reports WHERE job_id = ? ORDER BY reported_at DESC, id DESC LIMIT 1", [jid]
+        )
         acts = self._query("SELECT * FROM trial_actions WHERE job_id = ?", [jid])
         if not acts and "_" in jid:  # a pending array task is acted on through its array's id
             acts = self._query("SELECT * FROM trial_actions WHERE job_id = ?", [jid.split("_", 1)[0]])
@@ -78,8 +80,13 @@ class TrialsTable(StoreBase):
             return None
         n = self._read("SELECT COUNT(*) FROM trial_reports WHERE job_id = ?", (jid,)).fetchone()[0]
         first = (last or acts)[0]
-        return {"study": first["study"], "uid": first["uid"], "reports": int(n),
-                "last_report": last[0] if last else None, "action": acts[0] if acts else None}
+        return {
+            "study": first["study"],
+            "uid": first["uid"],
+            "reports": int(n),
+            "last_report": last[0] if last else None,
+            "action": acts[0] if acts else None,
+        }
 
     def drop_trial_reports(self, before: float) -> int:
         """Forget reports older than ``before`` (epoch seconds); how many went."""

@@ -34,7 +34,9 @@ def _first_line(path: Path) -> str:
                 return line
         return ""
     except (EOFError, OSError, ValueError) as exc:
-        raise TraceFormatError(f"{path}:1: cannot read the start of the file ({exc}); is it a complete trace?") from None
+        raise TraceFormatError(
+            f"{path}:1: cannot read the start of the file ({exc}); is it a complete trace?"
+        ) from None
     finally:
         text.close()
 
@@ -63,10 +65,14 @@ def detect_format(path: str | os.PathLike[str]) -> str:
     if is_nextflow_header(head):
         return "nextflow"
     if any(name in s for name in ("JobID", "JobIDRaw")):
-        sep = next((f"{name}-separated" for ch, name in (("\t", "tab"), (",", "comma"), (";", "semicolon"))
-                    if ch in s), "not '|'-separated")
-        raise TraceFormatError(f"{p}:1: a sacct export, but {sep}; harp reads sacct's own "
-                               "--parsable2 format: export again with `sacct -P -o JobID,...`")
+        sep = next(
+            (f"{name}-separated" for ch, name in (("\t", "tab"), (",", "comma"), (";", "semicolon")) if ch in s),
+            "not '|'-separated",
+        )
+        raise TraceFormatError(
+            f"{p}:1: a sacct export, but {sep}; harp reads sacct's own "
+            "--parsable2 format: export again with `sacct -P -o JobID,...`"
+        )
     tok = s.split()
     if len(tok) >= 18 and all(t.lstrip("-").replace(".", "", 1).isdigit() for t in tok[:18]):
         return "swf"
@@ -84,14 +90,15 @@ class TraceReader:
     None when the format's reader cannot tell.
     """
 
-    def __init__(self, path: str | os.PathLike[str], source: str | None = None,
-                 start: float | None = None) -> None:
+    def __init__(self, path: str | os.PathLike[str], source: str | None = None, start: float | None = None) -> None:
         self.path = Path(path)
         self.format = detect_format(self.path)
         self._inner: Any = None
         if start is not None and self.format != "swf":
-            raise TraceFormatError(f"{self.path}: a start date places SWF jobs; this {self.format} file "
-                                   "carries its own dates, drop --start")
+            raise TraceFormatError(
+                f"{self.path}: a start date places SWF jobs; this {self.format} file "
+                "carries its own dates, drop --start"
+            )
         self._header_warnings: list[str] = []
         if self.format == "sacct":
             from harpd.traces.sacct_columns import check_header
@@ -160,8 +167,7 @@ class TraceReader:
         return next(self._it)
 
 
-def read_trace(path: str | os.PathLike[str], source: str | None = None,
-               start: float | None = None) -> TraceReader:
+def read_trace(path: str | os.PathLike[str], source: str | None = None, start: float | None = None) -> TraceReader:
     """The records of a history file, reader chosen by content (see ``TraceReader``).
 
     ``start`` (epoch seconds) places an SWF's relative times; refused for other formats.

@@ -134,8 +134,11 @@ class TraceText:
         except (EOFError, gzip.BadGzipFile, zlib.error, OSError) as exc:
             cut = isinstance(exc, (EOFError, zlib.error, gzip.BadGzipFile))
             what = "gzip data ends or breaks" if cut else "read error"
-            todo = ("the file is truncated or corrupt (check it with `gzip -t`): copy or download it again"
-                    if cut else "check the disk or copy the file again")
+            todo = (
+                "the file is truncated or corrupt (check it with `gzip -t`): copy or download it again"
+                if cut
+                else "check the disk or copy the file again"
+            )
             self.error = TraceFormatError(f"{self.path}:{self.lines_read + 1}: {what} here ({exc}); {todo}")
             if prev is not None:
                 if prev.endswith("\n"):

@@ -33,13 +33,17 @@ __all__ = ["NextflowReader", "REQUIRED", "is_nextflow_header", "parse_size", "pa
 #: columns without which a row says nothing harp can learn from
 REQUIRED = ("process", "status", "memory", "realtime", "peak_rss")
 MIB = 1024.0 * 1024.0
-_UNITS = {"B": 1, "KB": 1024, "MB": 1024 ** 2, "GB": 1024 ** 3, "TB": 1024 ** 4, "PB": 1024 ** 5}
+_UNITS = {"B": 1, "KB": 1024, "MB": 1024**2, "GB": 1024**3, "TB": 1024**4, "PB": 1024**5}
 _SIZE = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:[eE][+-]?[0-9]+)?)\s*([KMGTP]?B)?\s*$", re.IGNORECASE)
 _DUR_PART = re.compile(r"([0-9]*\.?[0-9]+)\s*(ms|d|h|m|s)", re.IGNORECASE)
 _DUR_S = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
 #: Nextflow task status -> harp outcome (CACHED: a result reused from an earlier run, its usage as then)
-_STATUS = {"COMPLETED": Outcome.COMPLETED, "CACHED": Outcome.COMPLETED, "FAILED": Outcome.FAILED,
-           "ABORTED": Outcome.CANCELLED}
+_STATUS = {
+    "COMPLETED": Outcome.COMPLETED,
+    "CACHED": Outcome.COMPLETED,
+    "FAILED": Outcome.FAILED,
+    "ABORTED": Outcome.CANCELLED,
+}
 #: exit codes of a task killed for memory (SIGKILL from the OOM killer or cgroup; Slurm's OOM)
 _OOM_EXIT = {137}
 
@@ -171,12 +175,15 @@ class NextflowReader:
                     if lack:
                         raise TraceFormatError(
                             f"{where}: Nextflow trace without the column(s) {', '.join(lack)}; run with "
-                            f"`-with-trace` and trace.fields including {','.join(REQUIRED)}")
+                            f"`-with-trace` and trace.fields including {','.join(REQUIRED)}"
+                        )
                     continue
                 vals = _split(line.rstrip("\r\n"), sep)
                 if len(vals) != len(cols):
-                    raise TraceFormatError(f"{where}: {len(vals)} fields where the header has {len(cols)}; "
-                                           "is the file cut or were two traces joined?")
+                    raise TraceFormatError(
+                        f"{where}: {len(vals)} fields where the header has {len(cols)}; "
+                        "is the file cut or were two traces joined?"
+                    )
                 row = dict(zip(cols, vals))
                 try:
                     rec = self._record(row, lineno)

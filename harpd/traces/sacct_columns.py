@@ -19,8 +19,10 @@ from harpd.traces.swf import TraceFormatError
 __all__ = ["EXPORT", "check_header"]
 
 #: the export command the messages suggest: every column harp reads for learning
-EXPORT = ("sacct -a -P -S START -E END -o JobID,User,Account,Partition,JobName,Submit,Start,End,Elapsed,"
-          "Timelimit,State,ExitCode,ReqMem,ReqCPUS,ReqNodes,ReqTRES,AllocCPUS,AllocTRES,NNodes,MaxRSS,TotalCPU")
+EXPORT = (
+    "sacct -a -P -S START -E END -o JobID,User,Account,Partition,JobName,Submit,Start,End,Elapsed,"
+    "Timelimit,State,ExitCode,ReqMem,ReqCPUS,ReqNodes,ReqTRES,AllocCPUS,AllocTRES,NNodes,MaxRSS,TotalCPU"
+)
 
 #: what harp learns, and the columns (any one of them) that carry it
 LEARNT_FROM: dict[str, tuple[str, ...]] = {
@@ -48,10 +50,14 @@ def check_header(path: Path, header_line: str) -> list[str]:
         wanted = ", ".join(" or ".join(names) for names in LEARNT_FROM.values())
         raise TraceFormatError(
             f"{path}:1: none of the columns harp learns from ({wanted}) is in the header (it has {shown}); "
-            f"nothing imported; export again with `{EXPORT}`")
-    lacking = [f"{'/'.join(names)} ({what})" for what, names in {**LEARNT_FROM, **USEFUL}.items()
-               if not cols & set(names)]
+            f"nothing imported; export again with `{EXPORT}`"
+        )
+    lacking = [
+        f"{'/'.join(names)} ({what})" for what, names in {**LEARNT_FROM, **USEFUL}.items() if not cols & set(names)
+    ]
     if not lacking:
         return []
-    return [f"{path}: no {', no '.join(lacking)} column, so no record has those; harp learns less from them; "
-            f"export with `{EXPORT}` to give harp all of it"]
+    return [
+        f"{path}: no {', no '.join(lacking)} column, so no record has those; harp learns less from them; "
+        f"export with `{EXPORT}` to give harp all of it"
+    ]

@@ -73,7 +73,8 @@ class SacctExportReader:
     def _lines(self) -> Iterator[str]:
         """The file's lines; a last line cut where the data breaks off is a skipped row."""
         return self._text.lines(
-            on_cut=lambda n: self.stats.skip(f"{self.path}:{n}", "line cut short where the data breaks off"))
+            on_cut=lambda n: self.stats.skip(f"{self.path}:{n}", "line cut short where the data breaks off")
+        )
 
     def __iter__(self) -> Iterator[JobRecord]:
         src = self.source

@@ -50,8 +50,7 @@ class SwfReader:
     ``fraction()`` is the share of the file read, for progress bars.
     """
 
-    def __init__(self, path: str | os.PathLike[str], source: str | None = None,
-                 start: float | None = None) -> None:
+    def __init__(self, path: str | os.PathLike[str], source: str | None = None, start: float | None = None) -> None:
         self.path = path
         self.source = source or source_name(path)
         self.start = start
@@ -85,7 +84,8 @@ class SwfReader:
                 if header is None:
                     self.warnings.append(
                         f"{path}: no UnixStartTime header, so job times count from 1970-01-01; "
-                        "pass --start DATE (the day the trace begins, e.g. --start 2012-01-01) to place them")
+                        "pass --start DATE (the day the trace begins, e.g. --start 2012-01-01) to place them"
+                    )
             tok = s.split()
             if len(tok) < N_FIELDS:
                 raise TraceFormatError(

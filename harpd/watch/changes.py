@@ -43,8 +43,7 @@ def set_step(store: Store, row: LimitChange, step: str, why: str | None = None) 
     store.update_limit_change(row.job_id, row.kind, int(row.old_time_s), **cols)
 
 
-def still_to_do(store: Store, row: LimitChange, job: QueuedJob | None, state: str,
-                memory: str | None = None) -> bool:
+def still_to_do(store: Store, row: LimitChange, job: QueuedJob | None, state: str, memory: str | None = None) -> bool:
     """Whether the decided change must be made now; else its final step is recorded.
 
     The job no longer in ``state``: ended (never changed after that); its

@@ -91,17 +91,19 @@ class CheckpointSignal:
         if end is None or end - used > plan.lead_s:
             return 0
         run = int(job.start_time or 0)
-        if any(r.kind == CHECKPOINT_SIGNAL and int(r.old_time_s) == run
-               for r in self.store.limit_changes(job.job_id)):
+        if any(r.kind == CHECKPOINT_SIGNAL and int(r.old_time_s) == run for r in self.store.limit_changes(job.job_id)):
             return 0  # this run was signalled (or decided): once per run
         if not self._left_alone.check(self.store, job, sub, "signalled for a checkpoint"):
             return 0
-        reason = (f"SIG{plan.signal} {fmt_time(end - used)} before its end at {fmt_time(end)} "
-                  f"({'the request: soft limits' if self.soft_limits and end != job.time_limit_s else 'its limit'}; "
-                  f"lead {fmt_time(plan.lead_s)})")
+        reason = (
+            f"SIG{plan.signal} {fmt_time(end - used)} before its end at {fmt_time(end)} "
+            f"({'the request: soft limits' if self.soft_limits and end != job.time_limit_s else 'its limit'}; "
+            f"lead {fmt_time(plan.lead_s)})"
+        )
         self.store.add_limit_change(job.job_id, CHECKPOINT_SIGNAL, run, used, reason, DECIDED)
-        row = next(r for r in self.store.limit_changes(job.job_id)
-                   if r.kind == CHECKPOINT_SIGNAL and int(r.old_time_s) == run)
+        row = next(
+            r for r in self.store.limit_changes(job.job_id) if r.kind == CHECKPOINT_SIGNAL and int(r.old_time_s) == run
+        )
         return self._send(row, job) if row.step == DECIDED else 0
 
     def _send(self, row: LimitChange, job: QueuedJob) -> int:

@@ -78,9 +78,14 @@ def _appended(comment: str | None, text: str) -> str:
 class Extender:
     """Raises running jobs' limits before they run out.  Not thread-safe: one tick at a time."""
 
-    def __init__(self, store: Store, backend: Any, settings: HarpSettings,
-                 partitions: Callable[[], dict[str, PartitionInfo]] | None = None,
-                 on_extended: Callable[[str], None] | None = None) -> None:
+    def __init__(
+        self,
+        store: Store,
+        backend: Any,
+        settings: HarpSettings,
+        partitions: Callable[[], dict[str, PartitionInfo]] | None = None,
+        on_extended: Callable[[str], None] | None = None,
+    ) -> None:
         self.store = store
         self.backend = backend
         self.margin_s = float(settings.watch.margin_s)
@@ -169,8 +174,13 @@ class Extender:
                 log.warning("job %s: extension not made yet (%s); trying again next tick", jid, exc)
             else:
                 set_step(self.store, row, REFUSED, f"Slurm refused: {exc}")
-                log.warning("job %s: extension %s -> %s refused by Slurm (%s); it runs into its limit "
-                            "and recovery takes over", jid, fmt_time(old), fmt_time(new), exc)
+                log.warning(
+                    "job %s: extension %s -> %s refused by Slurm (%s); it runs into its limit and recovery takes over",
+                    jid,
+                    fmt_time(old),
+                    fmt_time(new),
+                    exc,
+                )
             return 0
         crash_point("extend-updated")
         set_step(self.store, row, DONE)

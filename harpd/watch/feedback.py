@@ -86,7 +86,10 @@ class SoftFeedback:
         """Poller listener: a job harp passed that ended within its start limit steps the budget down."""
         if not rec.outcome.finished:
             return
-        if self.store.get_submission(rec.job_id) is None and self.store.get_submission(submitted_id(rec.job_id)) is None:
+        if (
+            self.store.get_submission(rec.job_id) is None
+            and self.store.get_submission(submitted_id(rec.job_id)) is None
+        ):
             return  # not a job that passed through harp
         if any(r.kind == EXTEND and r.step == DONE for r in self.store.limit_changes(rec.job_id)):
             return  # counted when it was extended

@@ -20,9 +20,17 @@ from harpd.store import Store
 
 log = logging.getLogger("harpd.watch")
 
-__all__ = ["submission_of", "original_time_s", "harp_set_time", "harp_set_mem", "cold_task_mem", "cpus_to_resize",
-           "harp_time_s",
-           "why_not_harps", "LeftAlone"]
+__all__ = [
+    "submission_of",
+    "original_time_s",
+    "harp_set_time",
+    "harp_set_mem",
+    "cold_task_mem",
+    "cpus_to_resize",
+    "harp_time_s",
+    "why_not_harps",
+    "LeftAlone",
+]
 
 #: kinds of ``limit_changes`` rows that set a job's time limit
 TIME_KINDS = ("extend", "resize")

@@ -45,7 +45,6 @@ from harpd.features.workflow import registered_signature
 from harpd.predict.retry_floor import redeciding
 from harpd.protocol import Decision, JobRequest
 from harpd.records import JobRecord, LimitChange, Submission
-from harpd.recovery.policy import fmt_time
 from harpd.slurm.base import QueuedJob, SlurmError, whole_minutes
 from harpd.store import Store
 from harpd.watch.changes import DECIDED, DONE, REFUSED, decided, row_of, set_step, still_to_do
@@ -69,6 +68,7 @@ MEM_KINDS = {"mem": "resize-mem", "mem-per-cpu": "resize-mem-per-cpu"}
 MEM_OPTION_OF = {kind: option for option, kind in MEM_KINDS.items()}
 #: the kind of a CPU re-size (``old_cpus``/``new_cpus`` of the row: CPUs per task)
 CPU_KIND = "resize-cpus"
+
 
 @dataclass(frozen=True)
 class Fresh:
@@ -211,9 +211,10 @@ class Resizer:
             return 0
         kind = MEM_KINDS[option]
         at = int(job.time_limit_s or 0)
-        reason = (f"re-decided while pending after its siblings' outcomes: --{option} {current} MB -> {new} MB")
-        if not self.store.add_limit_change(job.job_id, kind, at, at, reason, DECIDED, old_mem_mb=int(current),
-                                           new_mem_mb=int(new)):
+        reason = f"re-decided while pending after its siblings' outcomes: --{option} {current} MB -> {new} MB"
+        if not self.store.add_limit_change(
+            job.job_id, kind, at, at, reason, DECIDED, old_mem_mb=int(current), new_mem_mb=int(new)
+        ):
             return 0  # this job's memory was re-sized at this time limit before: never twice
         log.info("job %s: %s", job.job_id, reason)
         return self._carry_out(row_of(self.store, job.job_id, kind, at), job)
@@ -233,8 +234,9 @@ class Resizer:
             return 0
         at = int(job.time_limit_s or 0)
         reason = f"re-decided while pending after its siblings' outcomes: --cpus-per-task {current} -> {new}"
-        if not self.store.add_limit_change(job.job_id, CPU_KIND, at, at, reason, DECIDED, old_cpus=int(current),
-                                           new_cpus=int(new)):
+        if not self.store.add_limit_change(
+            job.job_id, CPU_KIND, at, at, reason, DECIDED, old_cpus=int(current), new_cpus=int(new)
+        ):
             return 0  # this job's CPUs were re-sized at this time limit before: never twice
         log.info("job %s: %s", job.job_id, reason)
         return self._carry_out(row_of(self.store, job.job_id, CPU_KIND, at), job)

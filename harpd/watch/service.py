@@ -35,15 +35,21 @@ JOB_ID = "harp-watch"
 class Watch:
     """The watcher: ``tick`` lists the queue once and lets each part act on it."""
 
-    def __init__(self, store: Store, backend: Any, settings: HarpSettings, predictor: Any = None,
-                 partitions: Callable[[], dict[str, PartitionInfo]] | None = None, soft_limits: bool = True,
-                 soft_state: SoftState | None = None) -> None:
+    def __init__(
+        self,
+        store: Store,
+        backend: Any,
+        settings: HarpSettings,
+        predictor: Any = None,
+        partitions: Callable[[], dict[str, PartitionInfo]] | None = None,
+        soft_limits: bool = True,
+        soft_state: SoftState | None = None,
+    ) -> None:
         """``soft_state``: the live predictor's soft-policy state (None: no feedback to it)."""
         self.backend = backend
         self.settings = settings
         # resumable jobs are asked to checkpoint before their end, under hard or soft limits
-        self.checkpoint = (CheckpointSignal(store, backend, soft_limits)
-                           if settings.watch.checkpoint_signal else None)
+        self.checkpoint = CheckpointSignal(store, backend, soft_limits) if settings.watch.checkpoint_signal else None
         self.feedback: SoftFeedback | None = None
         self.extender: Extender | None = None
         self.resizer: Resizer | None = None
@@ -53,8 +59,13 @@ class Watch:
             return
         # the soft policy learns from this listing and these extensions (harpd.watch.feedback)
         self.feedback = None if soft_state is None else SoftFeedback(store, predictor, soft_state)
-        self.extender = Extender(store, backend, settings, partitions,
-                                 on_extended=None if self.feedback is None else self.feedback.on_extended)
+        self.extender = Extender(
+            store,
+            backend,
+            settings,
+            partitions,
+            on_extended=None if self.feedback is None else self.feedback.on_extended,
+        )
         if settings.watch.resize and predictor is not None:
             self.resizer = Resizer(store, backend, settings, decider(predictor))
         # convergence-aware trials: nice and successive-halving stops (harpd.watch.trials)
@@ -90,24 +101,42 @@ class Watch:
     def attach(self, ingest_service: Any) -> Watch:
         """Run on the poller's scheduler and hear its outcomes."""
         ingest_service.ingestor.on_outcome.append(self.on_outcome)
-        ingest_service.scheduler.add_job(self.tick, "interval", seconds=float(self.settings.watch.interval_s),
-                                         id=JOB_ID, name="harp watch (extend running, re-size pending jobs)",
-                                         replace_existing=True, max_instances=1, coalesce=True,
-                                         next_run_time=datetime.now())
+        ingest_service.scheduler.add_job(
+            self.tick,
+            "interval",
+            seconds=float(self.settings.watch.interval_s),
+            id=JOB_ID,
+            name="harp watch (extend running, re-size pending jobs)",
+            replace_existing=True,
+            max_instances=1,
+            coalesce=True,
+            next_run_time=datetime.now(),
+        )
         if self.extender is None:
             log.info("watch: on (every %g s, checkpoint signals only)", self.settings.watch.interval_s)
         else:
-            log.info("watch: on (every %g s, extend with %g s left%s)", self.settings.watch.interval_s,
-                     self.settings.watch.margin_s, ", re-size pending jobs" if self.resizer else "")
+            log.info(
+                "watch: on (every %g s, extend with %g s left%s)",
+                self.settings.watch.interval_s,
+                self.settings.watch.margin_s,
+                ", re-size pending jobs" if self.resizer else "",
+            )
         return self
 
     def shutdown(self) -> None:
         """Nothing to stop: the poller's scheduler runs the ticks."""
 
 
-def make(*, settings: HarpSettings, store: Store, backend: Any, privilege: Privilege, predictor: Any = None,
-         partitions: Callable[[], dict[str, PartitionInfo]] | None = None,
-         soft_state: SoftState | None = None) -> Watch | None:
+def make(
+    *,
+    settings: HarpSettings,
+    store: Store,
+    backend: Any,
+    privilege: Privilege,
+    predictor: Any = None,
+    partitions: Callable[[], dict[str, PartitionInfo]] | None = None,
+    soft_state: SoftState | None = None,
+) -> Watch | None:
     """The watcher, or None when it has nothing to do (unprivileged, disabled, no Slurm).
 
     Under hard limits (privileged, ``watch.soft_limits = false``) it only asks

@@ -80,8 +80,7 @@ class TrialStep:
             owner_of[jid] = (uid, study)
             if "_" in jid:
                 owner_of[f"array:{jid.split('_', 1)[0]}"] = (uid, study)
-            reports.append(ProgressReport(jid, _key(uid, study), str(r.metric), float(r.value),
-                                          float(r.elapsed_s)))
+            reports.append(ProgressReport(jid, _key(uid, study), str(r.metric), float(r.value), float(r.elapsed_s)))
         policies = {p.study: p for p in map(_policy, self.store.trial_studies())}
         trials = self.trials_in(jobs, owner_of)
         if not trials:

@@ -21,13 +21,21 @@ from harpd.store import Store
 __all__ = ["record_decision"]
 
 
-def record_decision(db: Path, uid: int, user: str, job: dict[str, Any], decision: dict[str, Any],
-                    decided_at: float | None = None) -> str:
+def record_decision(
+    db: Path, uid: int, user: str, job: dict[str, Any], decision: dict[str, Any], decided_at: float | None = None
+) -> str:
     """Store a decision for ``uid`` and return its token (``decided_at``: a minute ago by default)."""
     req = JobRequest.model_validate(job)
     dec = Decision.model_validate(decision)
     token = new_token()
     with Store.open(db) as store:
-        store.add_decision(token, uid, user, req.model_dump(), decided_resources(req.request, dec).model_dump(),
-                           dec.model_dump(), time.time() - 60 if decided_at is None else decided_at)
+        store.add_decision(
+            token,
+            uid,
+            user,
+            req.model_dump(),
+            decided_resources(req.request, dec).model_dump(),
+            dec.model_dump(),
+            time.time() - 60 if decided_at is None else decided_at,
+        )
     return token

@@ -33,8 +33,9 @@ DEFAULT_PARTITIONS = {"short": PartitionInfo("short", 3600, 8000, 2, 1, default=
 class FakeSlurm:
     """Jobs by id; ``add`` submits one, ``show_job``/``queue`` read them back, ``records`` is sacct."""
 
-    def __init__(self, records: list[JobRecord] | None = None,
-                 partitions: dict[str, PartitionInfo] | None = None) -> None:
+    def __init__(
+        self, records: list[JobRecord] | None = None, partitions: dict[str, PartitionInfo] | None = None
+    ) -> None:
         self.jobs: dict[str, JobInfo] = {}
         self.down = False
         self.listings = 0  # calls of held_jobs: each is a listing of the whole queue
@@ -50,13 +51,31 @@ class FakeSlurm:
 
     # ------------------------------------------------------------------ test controls
 
-    def add(self, job_id: str, uid: int, *, time_s: int | None = None, mem_mb: int | None = None,
-            mem_per_cpu_mb: int | None = None, cpus_per_task: int | None = 1, comment: str | None = None,
-            submit_time: float | None = None, state: str = "PENDING") -> JobInfo:
-        info = JobInfo(job_id=str(job_id), user=_NAMES.get(uid, str(uid)), uid=uid, state=state,
-                       time_limit_s=time_s, mem_mb=mem_mb, mem_per_cpu_mb=mem_per_cpu_mb,
-                       cpus_per_task=cpus_per_task, comment=comment,
-                       submit_time=float(int(time.time() if submit_time is None else submit_time)))
+    def add(
+        self,
+        job_id: str,
+        uid: int,
+        *,
+        time_s: int | None = None,
+        mem_mb: int | None = None,
+        mem_per_cpu_mb: int | None = None,
+        cpus_per_task: int | None = 1,
+        comment: str | None = None,
+        submit_time: float | None = None,
+        state: str = "PENDING",
+    ) -> JobInfo:
+        info = JobInfo(
+            job_id=str(job_id),
+            user=_NAMES.get(uid, str(uid)),
+            uid=uid,
+            state=state,
+            time_limit_s=time_s,
+            mem_mb=mem_mb,
+            mem_per_cpu_mb=mem_per_cpu_mb,
+            cpus_per_task=cpus_per_task,
+            comment=comment,
+            submit_time=float(int(time.time() if submit_time is None else submit_time)),
+        )
         self.jobs[str(job_id)] = info
         return info
 
@@ -70,8 +89,9 @@ class FakeSlurm:
         self.add(str(self._next_id), uid)
         return str(self._next_id)
 
-    def sacct_jobs(self, job_ids: list[str] | None, since: float | None, until: float | None,
-                   all_users: bool) -> list[JobRecord]:
+    def sacct_jobs(
+        self, job_ids: list[str] | None, since: float | None, until: float | None, all_users: bool
+    ) -> list[JobRecord]:
         """``records`` of the jobs asked for (an array's tasks by the array's id too),
         or of those ended since ``since``."""
         self.sacct_calls.append((None if job_ids is None else list(job_ids), since, until, all_users))
@@ -100,8 +120,9 @@ class FakeSlurm:
     def requeue_hold(self, job_id: str) -> None:
         info = self._known("requeuehold", job_id)
         self.actions.append(("requeue_hold", job_id))
-        self.jobs[job_id] = dataclasses.replace(info, state="PENDING", restarts=info.restarts + 1,
-                                                reason="job_requeued_in_held_state")
+        self.jobs[job_id] = dataclasses.replace(
+            info, state="PENDING", restarts=info.restarts + 1, reason="job_requeued_in_held_state"
+        )
 
     def update_job(self, job_id: str, **changes: Any) -> None:
         self.updates.append((job_id, changes))
@@ -114,9 +135,20 @@ class FakeSlurm:
 
     def queue(self) -> list[QueuedJob]:
         self._controller("squeue")
-        return [QueuedJob(job_id=j.job_id, state=j.state or "PENDING", user=j.user, uid=j.uid,
-                          time_limit_s=j.time_limit_s, time_used_s=0, comment=j.comment, mem_mb=j.mem_mb,
-                          mem_per_cpu_mb=j.mem_per_cpu_mb) for j in self.jobs.values()]
+        return [
+            QueuedJob(
+                job_id=j.job_id,
+                state=j.state or "PENDING",
+                user=j.user,
+                uid=j.uid,
+                time_limit_s=j.time_limit_s,
+                time_used_s=0,
+                comment=j.comment,
+                mem_mb=j.mem_mb,
+                mem_per_cpu_mb=j.mem_per_cpu_mb,
+            )
+            for j in self.jobs.values()
+        ]
 
     def held_jobs(self) -> list[QueuedJob]:
         self.listings += 1

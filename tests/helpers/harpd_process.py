@@ -37,21 +37,29 @@ def with_hard_cuts(toml: str) -> str:
 
 
 @contextlib.contextmanager
-def running_harpd(workdir: Path, *, slurm_conf: str | os.PathLike[str] | None = None,
-                  extra_toml: str = "", poll_interval_s: float = 3600,
-                  timeout_s: float = 60) -> Iterator[str]:
+def running_harpd(
+    workdir: Path,
+    *,
+    slurm_conf: str | os.PathLike[str] | None = None,
+    extra_toml: str = "",
+    poll_interval_s: float = 3600,
+    timeout_s: float = 60,
+) -> Iterator[str]:
     """Yield the socket path of a harpd serving from ``workdir`` (config, store, socket)."""
     workdir = Path(workdir)
     cfg = workdir / "harpd.toml"
     sock = workdir / "harpd.sock"
-    cfg.write_text(f'[server]\nsocket = "{sock}"\n[store]\npath = "{workdir}/lib/harp.db"\n'
-                   f"[ingest]\npoll_interval_s = {poll_interval_s}\n{with_hard_cuts(extra_toml)}")
+    cfg.write_text(
+        f'[server]\nsocket = "{sock}"\n[store]\npath = "{workdir}/lib/harp.db"\n'
+        f"[ingest]\npoll_interval_s = {poll_interval_s}\n{with_hard_cuts(extra_toml)}"
+    )
     env = {k: v for k, v in os.environ.items() if not k.startswith("HARP_")}
     if slurm_conf is not None:
         env["SLURM_CONF"] = str(slurm_conf)
     log = open(workdir / "harpd.log", "w")
-    proc = subprocess.Popen([sys.executable, "-m", "harpd.daemon.main", "--config", str(cfg)],
-                            stdout=log, stderr=subprocess.STDOUT, env=env)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "harpd.daemon.main", "--config", str(cfg)], stdout=log, stderr=subprocess.STDOUT, env=env
+    )
     try:
         wait_for_health(str(sock), proc, workdir / "harpd.log", timeout_s)
         yield str(sock)
@@ -60,13 +68,13 @@ def running_harpd(workdir: Path, *, slurm_conf: str | os.PathLike[str] | None = 
         log.close()
 
 
-def wait_for_health(sock: str, proc: subprocess.Popen, log: Path | None = None,
-                    timeout_s: float = 60) -> None:
+def wait_for_health(sock: str, proc: subprocess.Popen, log: Path | None = None, timeout_s: float = 60) -> None:
     """Return once harpd on ``sock`` answers health ok; AssertionError if it exits or stays silent.
 
     The failure message carries the end of harpd's output (``log``, else its
     piped stderr) because that is where the reason it did not start is.
     """
+
     def output() -> str:
         if log is not None:
             return Path(log).read_text(errors="replace")[-2000:]

@@ -36,18 +36,35 @@ def foreign_munged(d: Path) -> Iterator[str]:
     key.write_bytes(os.urandom(128))
     key.chmod(0o600)
     sock = d / "foreign.sock"
-    proc = subprocess.Popen(["munged", "--foreground", "--force", f"--socket={sock}", f"--key-file={key}",
-                             f"--log-file={d}/foreign-munged.log", f"--pid-file={d}/foreign-munged.pid",
-                             f"--seed-file={d}/foreign-munged.seed"],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    proc = subprocess.Popen(
+        [
+            "munged",
+            "--foreground",
+            "--force",
+            f"--socket={sock}",
+            f"--key-file={key}",
+            f"--log-file={d}/foreign-munged.log",
+            f"--pid-file={d}/foreign-munged.pid",
+            f"--seed-file={d}/foreign-munged.seed",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
     try:
+
         def started() -> bool:
             if proc.poll() is not None:
                 raise AssertionError(f"foreign munged exited: {(d / 'foreign-munged.log').read_text()[-800:]}")
             return subprocess.run(["munge", "-n", "-S", str(sock)], capture_output=True).returncode == 0
 
-        wait_for("the foreign munged to start", started, 30, interval=0.1,
-                 log=lambda: (d / "foreign-munged.log").read_text()[-800:])
+        wait_for(
+            "the foreign munged to start",
+            started,
+            30,
+            interval=0.1,
+            log=lambda: (d / "foreign-munged.log").read_text()[-800:],
+        )
         yield str(sock)
     finally:
         stop_harpd(proc)  # SIGTERM, wait, kill: any daemon's stop

@@ -18,8 +18,9 @@ sys.path.insert(0, str(REPO / "bench"))
 from load_submit import Load, check_landing, submit_all  # noqa: E402
 
 
-def submit_through_outage(down: Callable[[], None], up: Callable[[], None], names: list[str],
-                          env: dict[str, str], cwd: Path, token: str) -> Load:
+def submit_through_outage(
+    down: Callable[[], None], up: Callable[[], None], names: list[str], env: dict[str, str], cwd: Path, token: str
+) -> Load:
     """``names`` submitted from 10 clients; ``down()`` after 20 have finished, ``up()`` after 40."""
     events: list[str] = []
     lock = threading.Lock()

@@ -31,12 +31,26 @@ def short_tmpdir(prefix: str) -> Iterator[Path]:
         shutil.rmtree(d, ignore_errors=True)
 
 
-def run_harp_submit(cluster, *args: str, socket_path: str, cwd: Path | None = None,
-                    env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+def run_harp_submit(
+    cluster, *args: str, socket_path: str, cwd: Path | None = None, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
     """harp-submit ARGS against ``cluster`` asking the harpd on ``socket_path``."""
     e = {k: v for k, v in cluster.env.items() if not k.startswith(("HARP_", "SBATCH_"))}
-    e.update({"SLURM_CONF": str(cluster.conf), "HARP_SOCKET": socket_path, "PYTHONPATH": str(REPO),
-              "HARP_CONFIG": "/nonexistent/harpd.toml"})
+    e.update(
+        {
+            "SLURM_CONF": str(cluster.conf),
+            "HARP_SOCKET": socket_path,
+            "PYTHONPATH": str(REPO),
+            "HARP_CONFIG": "/nonexistent/harpd.toml",
+        }
+    )
     e.update(env or {})
-    return subprocess.run([sys.executable, "-c", RUN_MAIN, *args], capture_output=True, text=True,
-                          cwd=str(cwd or cluster.workdir), env=e, stdin=subprocess.DEVNULL, timeout=120)
+    return subprocess.run(
+        [sys.executable, "-c", RUN_MAIN, *args],
+        capture_output=True,
+        text=True,
+        cwd=str(cwd or cluster.workdir),
+        env=e,
+        stdin=subprocess.DEVNULL,
+        timeout=120,
+    )

@@ -18,11 +18,15 @@ def scontrol_fields(cluster: Any, job_id: str) -> dict[str, str]:
 
 
 def wait_finished(cluster: Any, job_id: str, timeout: float = 240.0) -> str:
-    """The job's final JobState, once slurmctld reports one; AssertionError with its fields if not within ``timeout``."""
+    """The job's final JobState, once slurmctld reports one.
+
+    AssertionError with its fields if not within ``timeout``.
+    """
 
     def final_state() -> str | None:
         state = scontrol_fields(cluster, job_id).get("JobState", "")
         return state if state in FINISHED else None
 
-    return wait_for(f"job {job_id} to finish", final_state, timeout, interval=1,
-                    log=lambda: str(scontrol_fields(cluster, job_id)))
+    return wait_for(
+        f"job {job_id} to finish", final_state, timeout, interval=1, log=lambda: str(scontrol_fields(cluster, job_id))
+    )

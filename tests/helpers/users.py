@@ -19,7 +19,9 @@ def ensure_user(name: str) -> pwd.struct_passwd:
     try:
         return pwd.getpwnam(name)
     except KeyError:
-        proc = subprocess.run(["useradd", "--create-home", "--shell", "/bin/bash", name], capture_output=True, text=True)
+        proc = subprocess.run(
+            ["useradd", "--create-home", "--shell", "/bin/bash", name], capture_output=True, text=True
+        )
         if proc.returncode != 0:
             pytest.fail(f"cannot create test user {name}: {proc.stderr.strip()}", pytrace=False)
         return pwd.getpwnam(name)
@@ -34,14 +36,22 @@ def user_python(user: str) -> tuple[str, str]:
     paths = [str(REPO), *site.getsitepackages()]
     pythonpath = os.pathsep.join(paths)
     want = f"{sys.version_info[0]}.{sys.version_info[1]}"
-    check = ("import sys, harpd.daemon.main, harp_submit.cli, pydantic, apscheduler, sqlite_utils; "
-             f"assert '%d.%d' % sys.version_info[:2] == '{want}'")
+    check = (
+        "import sys, harpd.daemon.main, harp_submit.cli, pydantic, apscheduler, sqlite_utils; "
+        f"assert '%d.%d' % sys.version_info[:2] == '{want}'"
+    )
     tried = []
-    for py in dict.fromkeys([sys.executable, f"/usr/bin/python{want}", "/usr/bin/python3", shutil.which("python3") or ""]):
+    for py in dict.fromkeys(
+        [sys.executable, f"/usr/bin/python{want}", "/usr/bin/python3", shutil.which("python3") or ""]
+    ):
         if not py:
             continue
-        proc = subprocess.run(["runuser", "-u", user, "--", "env", f"PYTHONPATH={pythonpath}", py, "-c", check],
-                              capture_output=True, text=True, cwd="/")
+        proc = subprocess.run(
+            ["runuser", "-u", user, "--", "env", f"PYTHONPATH={pythonpath}", py, "-c", check],
+            capture_output=True,
+            text=True,
+            cwd="/",
+        )
         if proc.returncode == 0:
             return py, pythonpath
         tried.append(f"{py}: {(proc.stderr.strip().splitlines() or ['?'])[-1]}")

@@ -19,9 +19,15 @@ T = TypeVar("T")
 DEFAULT_TIMEOUT_S = 60.0
 
 
-def wait_for(what: str, check: Callable[[], T], timeout: float = DEFAULT_TIMEOUT_S, interval: float = 0.05,
-             log: Callable[[], str] | None = None, clock: Callable[[], float] = time.monotonic,
-             sleep: Callable[[float], None] = time.sleep) -> T:
+def wait_for(
+    what: str,
+    check: Callable[[], T],
+    timeout: float = DEFAULT_TIMEOUT_S,
+    interval: float = 0.05,
+    log: Callable[[], str] | None = None,
+    clock: Callable[[], float] = time.monotonic,
+    sleep: Callable[[float], None] = time.sleep,
+) -> T:
     """``check()``'s first truthy value, polled every ``interval`` s for up to ``timeout`` s.
 
     ``check`` is always called at least once and once more after the deadline

@@ -50,6 +50,7 @@ class HardDaemon(Daemon):
         with open(self.dir / "harpd.toml", "a") as fh:
             fh.write("[watch]\nsoft_limits = false\ninterval_s = 2.0\nmargin_s = 12.0\n")
 
+
 @pytest.fixture(scope="module")
 def ckpt(slurm_cluster):
     c = slurm_cluster
@@ -64,14 +65,34 @@ def ckpt(slurm_cluster):
     jobs: list[str] = []
     try:
         d.start()
-        out = c.run(["sbatch", "--parsable", "--time=2", "--mem=100M", "-p", "short", "--open-mode=append",
-                     "-o", str(wd / "train-%j.out"), str(wd / "train.sh")], cwd=wd).stdout
+        out = c.run(
+            [
+                "sbatch",
+                "--parsable",
+                "--time=2",
+                "--mem=100M",
+                "-p",
+                "short",
+                "--open-mode=append",
+                "-o",
+                str(wd / "train-%j.out"),
+                str(wd / "train.sh"),
+            ],
+            cwd=wd,
+        ).stdout
         jid = out.strip().split(";")[0]
         assert jid.isdigit(), out
         jobs.append(jid)
         # what harp-submit sends: the script's #HARP lines, with harp's decision (2 of the 10 minutes)
-        register(d, jid, wd, signature="ckpt-test", asked_min=10, given_min=2,
-                 harp_lines=[ln for ln in SCRIPT.splitlines() if ln.startswith("#HARP")])
+        register(
+            d,
+            jid,
+            wd,
+            signature="ckpt-test",
+            asked_min=10,
+            given_min=2,
+            harp_lines=[ln for ln in SCRIPT.splitlines() if ln.startswith("#HARP")],
+        )
         yield c, d, wd, jid
     finally:
         d.stop()

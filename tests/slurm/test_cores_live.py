@@ -33,11 +33,31 @@ def _seed(store_path, signature: str | None) -> None:
     """25 earlier runs that held 4 CPUs and kept one busy (TotalCPU = Elapsed), using 380 of 400 MiB."""
     now = time.time()
     with Store.open(store_path) as st:
-        st.insert_jobs([JobRecord(job_id=f"seed{i}", source="seed", user="root", account="harp", partition="short",
-                                  job_name="cores.sh", signature=signature, submit_time=now - 7200 + i * 60,
-                                  start_time=now - 7200 + i * 60, end_time=now - 7140 + i * 60, used_time_s=60.0,
-                                  used_cpu_s=60.0, req_time_s=300.0, req_cpus=4, alloc_cpus=4, req_mem_mb=400.0,
-                                  used_mem_mb=380.0, outcome=Outcome.COMPLETED) for i in range(25)])
+        st.insert_jobs(
+            [
+                JobRecord(
+                    job_id=f"seed{i}",
+                    source="seed",
+                    user="root",
+                    account="harp",
+                    partition="short",
+                    job_name="cores.sh",
+                    signature=signature,
+                    submit_time=now - 7200 + i * 60,
+                    start_time=now - 7200 + i * 60,
+                    end_time=now - 7140 + i * 60,
+                    used_time_s=60.0,
+                    used_cpu_s=60.0,
+                    req_time_s=300.0,
+                    req_cpus=4,
+                    alloc_cpus=4,
+                    req_mem_mb=400.0,
+                    used_mem_mb=380.0,
+                    outcome=Outcome.COMPLETED,
+                )
+                for i in range(25)
+            ]
+        )
 
 
 @pytest.fixture
@@ -45,8 +65,9 @@ def harpd_with_history(slurm_cluster):
     with short_tmpdir("hcl-") as d:
         (d / "lib").mkdir()
         _seed(d / "lib" / "harp.db", _signature(SCRIPT.format(extra="--mem-per-cpu=100M")))
-        with running_harpd(d, slurm_conf=slurm_cluster.conf, extra_toml="[watch]\nsoft_limits = false\n",
-                           timeout_s=90) as sock:
+        with running_harpd(
+            d, slurm_conf=slurm_cluster.conf, extra_toml="[watch]\nsoft_limits = false\n", timeout_s=90
+        ) as sock:
             yield sock
 
 
@@ -54,8 +75,16 @@ def _submit(cluster, sock: str, name: str, extra: str) -> tuple[str, str]:
     (cluster.workdir / name).write_text(SCRIPT.format(extra=extra))
     (cluster.workdir / "input.bin").write_bytes(b"\0" * 4096)  # the input harp-submit sizes
     # a generous answer time: the first decision on a busy machine loads the history
-    proc = run_harp_submit(cluster, "--parsable", "--harp-explain", "-o", f"{name}-%j.out", name, socket_path=sock,
-                           env={"HARP_TIMEOUT": "30"})
+    proc = run_harp_submit(
+        cluster,
+        "--parsable",
+        "--harp-explain",
+        "-o",
+        f"{name}-%j.out",
+        name,
+        socket_path=sock,
+        env={"HARP_TIMEOUT": "30"},
+    )
     assert proc.returncode == 0, proc.stderr
     return proc.stdout.strip().split(";")[0], proc.stderr
 

@@ -42,10 +42,14 @@ echo "partition=$SLURM_JOB_PARTITION tasks_per_node=$SLURM_NTASKS_PER_NODE gpus=
 
 
 def settings() -> HarpSettings:
-    return HarpSettings(dnn=DnnSettings(gpu_types=[
-        GpuType(name="a100", memory_gb=6.2, gpus_per_node=4, billing_weight=1.0, partition="gpu"),
-        GpuType(name="h100", memory_gb=80, gpus_per_node=4, billing_weight=1.0, partition="gpu-h100"),
-    ]))
+    return HarpSettings(
+        dnn=DnnSettings(
+            gpu_types=[
+                GpuType(name="a100", memory_gb=6.2, gpus_per_node=4, billing_weight=1.0, partition="gpu"),
+                GpuType(name="h100", memory_gb=80, gpus_per_node=4, billing_weight=1.0, partition="gpu-h100"),
+            ]
+        )
+    )
 
 
 def partitions(cluster) -> dict[str, PartitionInfo]:
@@ -76,19 +80,28 @@ def plan(slurm_cluster, job_dir):
 def test_site_check_on_the_live_cluster(slurm_cluster):
     check = check_gpu_types(settings().dnn.gpu_types, partitions(slurm_cluster))
     assert check.max_nodes == {"a100": 1, "h100": 0}
-    assert check.problems == ["[dnn] gpu type h100: partition 'gpu-h100' does not exist "
-                              "(Slurm has: gpu, long, short, tiny)"]
+    assert check.problems == [
+        "[dnn] gpu type h100: partition 'gpu-h100' does not exist (Slurm has: gpu, long, short, tiny)"
+    ]
 
 
 def test_plan_chooses_two_a100_in_gpu(plan):
     assert plan.error is None
     got = {c["option"]: (c["value"], c["old"]) for c in plan.changes}
-    assert got == {"partition": ("gpu", "short"), "gres": ("gpu:a100:2", "gpu:1"),
-                   "nodes": ("1", None), "ntasks-per-node": ("2", None)}
+    assert got == {
+        "partition": ("gpu", "short"),
+        "gres": ("gpu:a100:2", "gpu:1"),
+        "nodes": ("1", None),
+        "ntasks-per-node": ("2", None),
+    }
     assert plan.explain["dnn"]["zero"] == 2
     # without Slurm's partitions the config alone would pick the (non-existent) h100
-    blind = plan_dnn_job(["#HARP dnn config=gpt2-medium.json seq_len=256 micro_batch=1 attention=flash "
-                          "zero=auto"], {}, str(HF), settings())
+    blind = plan_dnn_job(
+        ["#HARP dnn config=gpt2-medium.json seq_len=256 micro_batch=1 attention=flash zero=auto"],
+        {},
+        str(HF),
+        settings(),
+    )
     assert blind.explain["dnn"]["chosen"]["gpu_type"] == "h100"
 
 
@@ -117,10 +130,18 @@ def test_changes_through_harp_submit_rewrite_run_in_gpu(slurm_cluster, plan, job
     from harp_submit.request import Request
     from harp_submit.sbatch_options import SBATCH_TABLE
 
-    req = Request(SBATCH_TABLE.parse([]), {}, directives.parse(SCRIPT), script_path="job.sh",
-                  script_text=SCRIPT, harp_lines=harp_lines.find(SCRIPT))
-    answer = {"ok": True, "decision": {"changes": plan.changes, "limits": {"partition": "gpu"},
-                                       "model": "dnn", "explain": plan.explain}}
+    req = Request(
+        SBATCH_TABLE.parse([]),
+        {},
+        directives.parse(SCRIPT),
+        script_path="job.sh",
+        script_text=SCRIPT,
+        harp_lines=harp_lines.find(SCRIPT),
+    )
+    answer = {
+        "ok": True,
+        "decision": {"changes": plan.changes, "limits": {"partition": "gpu"}, "model": "dnn", "explain": plan.explain},
+    }
     _, changes = validate(answer, req.resources())
     out = rewrite.apply(req, [], changes)
     text = out.script_text
@@ -135,15 +156,15 @@ def test_harp_dnn_check_against_the_live_cluster(slurm_cluster, tmp_path, monkey
     from harpd.cli.main import main
 
     conf = tmp_path / "harpd.toml"
-    conf.write_text('[dnn]\n[[dnn.gpu_types]]\nname = "a100"\nmemory_gb = 80\ngpus_per_node = 4\n'
-                    'partition = "gpu"\n')
+    conf.write_text('[dnn]\n[[dnn.gpu_types]]\nname = "a100"\nmemory_gb = 80\ngpus_per_node = 4\npartition = "gpu"\n')
     monkeypatch.setenv("HARP_CONFIG", str(conf))
     assert main(["dnn", "check"]) == 0
     assert capsys.readouterr().out.startswith("a100: partition gpu, up to 1 node(s) x 4 GPUs")
     conf.write_text(conf.read_text().replace("gpus_per_node = 4", "gpus_per_node = 8"))
     assert main(["dnn", "check"]) == 1
-    assert ("problem: [dnn] gpu type a100: config says gpus_per_node=8 but partition 'gpu' nodes "
-            "have gpu:a100:4") in capsys.readouterr().out
+    assert (
+        "problem: [dnn] gpu type a100: config says gpus_per_node=8 but partition 'gpu' nodes have gpu:a100:4"
+    ) in capsys.readouterr().out
 
 
 GPU_TOML = """
@@ -170,7 +191,8 @@ def test_through_harp_submit_and_the_real_harpd(slurm_cluster, job_dir):
 
 def test_when_nothing_fits_the_job_is_submitted_unchanged_with_one_line(slurm_cluster, job_dir):
     big = SCRIPT.replace("config=config.json", "params=70e9 layers=80 hidden=8192 heads=64").replace(
-        "zero=auto", "zero=0")
+        "zero=auto", "zero=0"
+    )
     (job_dir / "big.sh").write_text(big)
     with short_tmpdir("hdn-") as d, running_harpd(d, slurm_conf=slurm_cluster.conf, extra_toml=GPU_TOML) as sock:
         proc = run_harp_submit(slurm_cluster, "-H", "big.sh", socket_path=sock, cwd=job_dir)

@@ -79,8 +79,9 @@ def test_deadline_job_gets_the_cheapest_count_that_meets_it(slurm_cluster, job_d
     deadline = _deadline_between_two_and_three_gpus()
     (job_dir / "deadline.sh").write_text(SCRIPT.format(tokens=f"{TOKENS:g}", deadline=f"{deadline}s"))
     with short_tmpdir("hdl-") as d, running_harpd(d, slurm_conf=slurm_cluster.conf, extra_toml=GPU_TOML) as sock:
-        proc = run_harp_submit(slurm_cluster, "--parsable", "--harp-explain", "deadline.sh",
-                               socket_path=sock, cwd=job_dir)
+        proc = run_harp_submit(
+            slurm_cluster, "--parsable", "--harp-explain", "deadline.sh", socket_path=sock, cwd=job_dir
+        )
     assert proc.returncode == 0, proc.stderr
     job_id = proc.stdout.strip().split(";")[0]
     assert job_id.isdigit(), proc.stdout
@@ -130,18 +131,32 @@ def test_search_stage_array_gets_its_stage_plan(slurm_cluster, job_dir, tmp_path
     from harpd.dnn.plan import plan_dnn_job
     from harpd.slurm.billing import billing_weights as live_billing
 
-    settings = HarpSettings.model_validate({"dnn": {"gpu_types": [
-        {"name": "a100", "memory_gb": 80, "gpus_per_node": 4, "billing_weight": 1.0, "partition": "gpu"}]}})
+    settings = HarpSettings.model_validate(
+        {
+            "dnn": {
+                "gpu_types": [
+                    {"name": "a100", "memory_gb": 80, "gpus_per_node": 4, "billing_weight": 1.0, "partition": "gpu"}
+                ]
+            }
+        }
+    )
     backend = get_backend(HarpSettings())
-    loose = plan_dnn_job([SEARCH.splitlines()[6].replace("deadline={deadline}", "")], {}, str(job_dir), settings,
-                         partitions=backend.partitions(), billing=live_billing(backend))
+    loose = plan_dnn_job(
+        [SEARCH.splitlines()[6].replace("deadline={deadline}", "")],
+        {},
+        str(job_dir),
+        settings,
+        partitions=backend.partitions(),
+        billing=live_billing(backend),
+    )
     assert loose.error is None, loose.error
     fastest = loose.explain["dnn"]["goals"]["predicted_time_h"] * 3600
     deadline = int(fastest * 0.8)  # tighter than the cheapest plan: later stages need more GPUs per trial
     script = SEARCH.format(deadline=f"{deadline}s")
     line = script.splitlines()[6]
-    expected = plan_dnn_job([line], {}, str(job_dir), settings, partitions=backend.partitions(),
-                            billing=live_billing(backend))
+    expected = plan_dnn_job(
+        [line], {}, str(job_dir), settings, partitions=backend.partitions(), billing=live_billing(backend)
+    )
     assert expected.error is None, expected.error
     stages = expected.explain["dnn"]["goals"]["stages"]
     stage2 = stages[2]
@@ -152,8 +167,7 @@ def test_search_stage_array_gets_its_stage_plan(slurm_cluster, job_dir, tmp_path
     monkeypatch.setenv("HARP_CONFIG", str(conf))
     assert main(["dnn", "plan", "--slurm", "--cwd", str(job_dir), *line.split()[2:]]) == 0
     out = capsys.readouterr().out
-    assert out.startswith("harp dnn plan: search plan, stage 2 of 3: 1 trial(s) of "
-                          f"{stage2['n_gpus']} x a100"), out
+    assert out.startswith(f"harp dnn plan: search plan, stage 2 of 3: 1 trial(s) of {stage2['n_gpus']} x a100"), out
     (job_dir / "search.sh").write_text(script)
     with short_tmpdir("hdl-") as d, running_harpd(d, slurm_conf=slurm_cluster.conf, extra_toml=GPU_TOML) as sock:
         proc = run_harp_submit(slurm_cluster, "--parsable", "search.sh", socket_path=sock, cwd=job_dir)

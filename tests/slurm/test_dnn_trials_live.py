@@ -60,8 +60,21 @@ def trials(slurm_cluster):
     jobs: list[str] = []
 
     def sbatch(*args: str) -> str:
-        out = c.run(["sbatch", "--parsable", "--time=10", "--mem=50M", "-c", "1", "-p", "short",
-                     f"--output={base}/%A_%a.out", *args], cwd=base).stdout
+        out = c.run(
+            [
+                "sbatch",
+                "--parsable",
+                "--time=10",
+                "--mem=50M",
+                "-c",
+                "1",
+                "-p",
+                "short",
+                f"--output={base}/%A_%a.out",
+                *args,
+            ],
+            cwd=base,
+        ).stdout
         jid = out.strip().split(";")[0]
         assert jid.isdigit(), out
         jobs.append(jid)
@@ -76,6 +89,7 @@ def trials(slurm_cluster):
             c.run(["scancel", *jobs], check=False)
         shutil.rmtree(base, ignore_errors=True)
 
+
 def _pending_nice(c, jid: str) -> set[str]:
     out = c.run(["squeue", "-h", "-j", jid, "-t", "PD", "-r", "-o", "%y"], check=False).stdout
     return {ln.strip() for ln in out.splitlines() if ln.strip()}
@@ -85,8 +99,13 @@ def test_pending_tasks_of_the_slower_study_get_a_higher_nice(trials):
     c, d, sbatch = trials
     fast = sbatch("--array=0-2%1", str(Path(d.dir).parent / "trial.sh"), "0.3 0.3 0.3")
     slow = sbatch("--array=0-2%1", str(Path(d.dir).parent / "trial.sh"), "0.99 0.99 0.99")
-    wait_for("Nice=1000 on the slow array's pending tasks", lambda: _pending_nice(c, slow) == {"1000"},
-             DEADLINE_S, interval=1, log=lambda: d.log_tail(60))
+    wait_for(
+        "Nice=1000 on the slow array's pending tasks",
+        lambda: _pending_nice(c, slow) == {"1000"},
+        DEADLINE_S,
+        interval=1,
+        log=lambda: d.log_tail(60),
+    )
     assert _pending_nice(c, fast) == {"0"}
     status = client.call(d.socket, {"op": "status", "job_id": f"{slow}_2"}, 10.0)
     assert status.get("ok"), status
@@ -98,16 +117,28 @@ def test_pending_tasks_of_the_slower_study_get_a_higher_nice(trials):
 
 def test_successive_halving_cancels_the_worse_running_trial(trials):
     c, d, sbatch = trials
-    jid = sbatch("--array=0-1", str(Path(d.dir).parent / "trial.sh"), "0.2 0.6", "study=sha-live stop=sha eta=2 rung=2s")
+    jid = sbatch(
+        "--array=0-1", str(Path(d.dir).parent / "trial.sh"), "0.2 0.6", "study=sha-live stop=sha eta=2 rung=2s"
+    )
 
     def states() -> dict[str, str]:
         out = c.run(["squeue", "-h", "-j", jid, "-r", "-o", "%i %T"], check=False).stdout
         return dict(ln.split() for ln in out.splitlines() if ln.strip())
 
-    wait_for("both trials running", lambda: set(states().values()) == {"RUNNING"} and len(states()) == 2,
-             DEADLINE_S, interval=1, log=lambda: d.log_tail(60))
-    wait_for("the worse trial cancelled", lambda: f"{jid}_1" not in states(), DEADLINE_S, interval=1,
-             log=lambda: d.log_tail(60))
+    wait_for(
+        "both trials running",
+        lambda: set(states().values()) == {"RUNNING"} and len(states()) == 2,
+        DEADLINE_S,
+        interval=1,
+        log=lambda: d.log_tail(60),
+    )
+    wait_for(
+        "the worse trial cancelled",
+        lambda: f"{jid}_1" not in states(),
+        DEADLINE_S,
+        interval=1,
+        log=lambda: d.log_tail(60),
+    )
     assert states().get(f"{jid}_0") == "RUNNING"
     status = client.call(d.socket, {"op": "status", "job_id": f"{jid}_1"}, 10.0)
     assert "successive halving" in status["job"]["trial"]["action"]["reason"]

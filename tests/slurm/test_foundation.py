@@ -33,12 +33,18 @@ def jobs(slurm_cluster):
         "timeout": c.sbatch("--time=1", "--job-name=harp-timeout", script="sleep 600\n"),
         "ok": c.sbatch("--job-name=harp-ok", "--time=2", script="echo hello from $SLURM_JOB_ID\n"),
         "oom": c.sbatch(
-            "--mem=100M", "--time=2", "--job-name=harp-oom",
+            "--mem=100M",
+            "--time=2",
+            "--job-name=harp-oom",
             # Fill 300 MiB for real (a zeroed bytearray would not be resident).
             script="python3 -c \"s = b'x' * (300 << 20); import time; time.sleep(15)\"\n",
         ),
         "gpu": c.sbatch(
-            "-p", "gpu", "--gres=gpu:a100:2", "--time=2", "--job-name=harp-gpu",
+            "-p",
+            "gpu",
+            "--gres=gpu:a100:2",
+            "--time=2",
+            "--job-name=harp-gpu",
             script="echo CUDA_VISIBLE_DEVICES=$CUDA_VISIBLE_DEVICES\n",
         ),
         "nobody": c.sbatch("--time=2", "--job-name=harp-user", script="id -un\n", user="nobody"),
@@ -51,8 +57,7 @@ def test_job_completes_and_is_accounted(slurm_cluster, jobs):
     job = jobs["ok"]
     assert c.wait_job(job, timeout=180) == "COMPLETED"
     row = c.sacct(job, "JobID,State,ExitCode,Partition,Cluster", steps=False)[0]
-    assert row == {"JobID": job, "State": "COMPLETED", "ExitCode": "0:0",
-                   "Partition": "short", "Cluster": "harptest"}
+    assert row == {"JobID": job, "State": "COMPLETED", "ExitCode": "0:0", "Partition": "short", "Cluster": "harptest"}
     out = (c.workdir / f"slurm-{job}.out").read_text()
     assert out.strip() == f"hello from {job}"
 

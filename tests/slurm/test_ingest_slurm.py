@@ -39,8 +39,9 @@ EXTRA = 60_000  # copies of real records that make the write last long enough to
 
 def _end_epoch(cluster, job_id: str) -> float:
     env = dict(cluster.env, SLURM_TIME_FORMAT="%s")
-    out = subprocess.run(["sacct", "-X", "-n", "-P", "-j", job_id, "-o", "End"], capture_output=True,
-                         text=True, env=env, check=True).stdout.split()
+    out = subprocess.run(
+        ["sacct", "-X", "-n", "-P", "-j", job_id, "-o", "End"], capture_output=True, text=True, env=env, check=True
+    ).stdout.split()
     return float(out[0])
 
 
@@ -54,7 +55,9 @@ def test_outcomes_ingested_within_two_poll_intervals(slurm_cluster, tmp_path):
         "completed": c.sbatch("--time=2", "--mem=100M", "--job-name=ing-ok", script="sleep 2\n"),
         "timeout": c.sbatch("-p", "tiny", "--time=1", "--mem=100M", "--job-name=ing-timeout", script="sleep 600\n"),
         "oom": c.sbatch(
-            "--time=2", "--mem=100M", "--job-name=ing-oom",
+            "--time=2",
+            "--mem=100M",
+            "--job-name=ing-oom",
             script="python3 -c \"s = b'x' * (300 << 20); import time; time.sleep(15)\"\n",
         ),
     }
@@ -76,11 +79,18 @@ def test_outcomes_ingested_within_two_poll_intervals(slurm_cluster, tmp_path):
         for jid in ids.values():
             c.wait_job(jid, timeout=240)
         # two polls after the last job ended are enough on an idle host; generous for a busy one
-        wait_for("every job's outcome heard", lambda: len(heard) >= len(ids), 120, interval=0.2,
-                 log=lambda: f"not ingested: {set(ids.values()) - set(heard)}; last error {ingestor.last_error}")
+        wait_for(
+            "every job's outcome heard",
+            lambda: len(heard) >= len(ids),
+            120,
+            interval=0.2,
+            log=lambda: f"not ingested: {set(ids.values()) - set(heard)}; last error {ingestor.last_error}",
+        )
     finally:
         sched.shutdown(wait=True)
-    assert set(heard) == set(ids.values()), f"not ingested: {set(ids.values()) - set(heard)}; last error {ingestor.last_error}"
+    assert set(heard) == set(ids.values()), (
+        f"not ingested: {set(ids.values()) - set(heard)}; last error {ingestor.last_error}"
+    )
 
     expected = {
         "completed": (Outcome.COMPLETED, False, False),
@@ -146,8 +156,13 @@ CHILD = textwrap.dedent(
 
 def _child(db: Path, extra: int, out: Path) -> subprocess.Popen:
     env = dict(os.environ, PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    return subprocess.Popen([sys.executable, "-c", CHILD, str(db), str(extra), str(out)], env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    return subprocess.Popen(
+        [sys.executable, "-c", CHILD, str(db), str(extra), str(out)],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
 
 
 def test_sigkill_mid_ingest_loses_and_duplicates_nothing(slurm_cluster, tmp_path):
@@ -219,11 +234,18 @@ def test_job_requeued_in_place_keeps_both_runs(slurm_cluster, tmp_path):
     backend = CliBackend(settings)
     store = Store.open(tmp_path / "harp.db")
     # the first run outlives its 1-minute limit; the rerun ($SLURM_RESTART_COUNT=1) ends at once
-    jid = c.sbatch("-p", "tiny", "--time=1", "--mem=100M", "--job-name=ing-requeue",
-                   script='[ "${SLURM_RESTART_COUNT:-0}" -ge 1 ] && exit 0\nsleep 600\n')
+    jid = c.sbatch(
+        "-p",
+        "tiny",
+        "--time=1",
+        "--mem=100M",
+        "--job-name=ing-requeue",
+        script='[ "${SLURM_RESTART_COUNT:-0}" -ge 1 ] && exit 0\nsleep 600\n',
+    )
     store.add_submission(jid, 0, "root", {"signature": "rq"}, {}, {}, None)
     ing = Ingestor(store, backend, settings)
     assert c.wait_job(jid, timeout=240) == "TIMEOUT"
+
     def polled(n: int):
         return lambda: (ing.poll_once(), store.count_jobs() >= n)[1]
 
@@ -246,5 +268,7 @@ def test_job_requeued_in_place_keeps_both_runs(slurm_cluster, tmp_path):
     ing.poll_once()  # neither wording of run 1 changes the store or the job's latest run
     assert store.get_job(jid).attempt == 2
     assert {r.attempt: r.outcome for r in store.iter_jobs(finished_only=False, order=None)} == {
-        1: Outcome.TIMEOUT, 2: Outcome.COMPLETED}
+        1: Outcome.TIMEOUT,
+        2: Outcome.COMPLETED,
+    }
     store.close()

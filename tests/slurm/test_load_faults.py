@@ -108,10 +108,19 @@ def new_token(tokens: list[str], kind: str) -> str:
     return t
 
 
-def harp_submit(env: dict[str, str], cwd: Path, *args: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-c", RUN_MAIN, *args], capture_output=True, text=True, env=env,
-                          cwd=str(cwd), input=stdin, stdin=None if stdin is not None else subprocess.DEVNULL,
-                          timeout=120)
+def harp_submit(
+    env: dict[str, str], cwd: Path, *args: str, stdin: str | None = None
+) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-c", RUN_MAIN, *args],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=str(cwd),
+        input=stdin,
+        stdin=None if stdin is not None else subprocess.DEVNULL,
+        timeout=120,
+    )
 
 
 # ------------------------------------------------------------------------ load
@@ -135,8 +144,9 @@ def test_100_submissions_from_10_clients_each_land_exactly_once(slurm_cluster, w
     assert len(h.latencies("predict")) == 100
 
 
-def test_harpd_sigkilled_during_the_load_loses_and_duplicates_nothing(slurm_cluster, work, harpds,
-                                                                       cleanup_tokens) -> None:
+def test_harpd_sigkilled_during_the_load_loses_and_duplicates_nothing(
+    slurm_cluster, work, harpds, cleanup_tokens
+) -> None:
     h = harpds(work, slurm_cluster.conf)
     h.start()
     token = new_token(cleanup_tokens, "kill")
@@ -177,8 +187,11 @@ def _unfill(h: Harpd) -> None:
 
 FAULTS = {
     # name: (make it, undo it or None, what health and the log must say)
-    "deleted": (lambda h: [f.unlink() for f in h.store.parent.glob(h.store.name + "*")], None,
-                "the store file was deleted while harpd was running"),
+    "deleted": (
+        lambda h: [f.unlink() for f in h.store.parent.glob(h.store.name + "*")],
+        None,
+        "the store file was deleted while harpd was running",
+    ),
     "read_only": (_read_only, _writable, "store is read-only"),
     "corrupted": (_corrupt, None, "not a harp database (file is not a database)"),
     "disk_full": (_fill, _unfill, "disk full (database or disk is full)"),
@@ -191,13 +204,19 @@ def _health_store(h: Harpd) -> str:
 
 def _wait_health(h: Harpd, words: str, timeout: float = 60) -> str:
     """harpd's health answer about its store once it says ``words``."""
-    return wait_for(f"health to say {words!r}", lambda: (lambda got: got if words in got else None)(_health_store(h)),
-                    timeout, interval=0.2, log=lambda: h.log.read_text(errors="replace")[-2000:])
+    return wait_for(
+        f"health to say {words!r}",
+        lambda: (lambda got: got if words in got else None)(_health_store(h)),
+        timeout,
+        interval=0.2,
+        log=lambda: h.log.read_text(errors="replace")[-2000:],
+    )
 
 
 @pytest.mark.parametrize("fault", list(FAULTS))
-def test_store_fault_harpd_says_so_and_submissions_go_on(slurm_cluster, work, harpds, cleanup_tokens,
-                                                         fault: str) -> None:
+def test_store_fault_harpd_says_so_and_submissions_go_on(
+    slurm_cluster, work, harpds, cleanup_tokens, fault: str
+) -> None:
     make, undo, words = FAULTS[fault]
     store = None
     if fault == "disk_full":
@@ -238,6 +257,7 @@ def test_store_fault_harpd_says_so_and_submissions_go_on(slurm_cluster, work, ha
         proc = harp_submit(env, work, "-H", "--parsable", "-J", f"{token}-after", f"--comment={token}", "job.sh")
         assert proc.returncode == 0 and proc.stderr == ""
         job_id = proc.stdout.strip()
+
         def status() -> dict | None:
             try:
                 return client.call(h.socket, {"op": "status", "job_id": job_id}, 5)["job"]
@@ -249,8 +269,13 @@ def test_store_fault_harpd_says_so_and_submissions_go_on(slurm_cluster, work, ha
         assert _health_store(h) == "ok"
     elif fault == "corrupted":  # a restart refuses the file in one line, and harp-submit fails open
         h.stop()
-        proc = subprocess.run([sys.executable, "-m", "harpd.daemon.main", "--config", str(h.config)], capture_output=True,
-                              text=True, env=h.env, timeout=60)
+        proc = subprocess.run(
+            [sys.executable, "-m", "harpd.daemon.main", "--config", str(h.config)],
+            capture_output=True,
+            text=True,
+            env=h.env,
+            timeout=60,
+        )
         assert proc.returncode == 1
         assert proc.stderr.strip().count("\n") == 0 and "not a harp database" in proc.stderr, proc.stderr
         down = harp_submit(env, work, "-H", "--parsable", "-J", f"{token}-down", f"--comment={token}", "job.sh")
@@ -282,14 +307,23 @@ CASES = {
 
 
 @pytest.mark.parametrize("case", list(CASES))
-def test_slurmctld_unreachable_gives_exactly_sbatchs_own_error(slurm_cluster, work, harpds, dead_conf,
-                                                               case: str) -> None:
+def test_slurmctld_unreachable_gives_exactly_sbatchs_own_error(
+    slurm_cluster, work, harpds, dead_conf, case: str
+) -> None:
     args, stdin = CASES[case]
     h = harpds(work, slurm_cluster.conf)  # harpd itself still reaches the cluster: only the client cannot
     h.start()
     env = client_env(str(dead_conf), h.socket)
-    plain = subprocess.run(["sbatch", *args], capture_output=True, text=True, env=env, cwd=str(work), input=stdin,
-                           stdin=None if stdin is not None else subprocess.DEVNULL, timeout=120)
+    plain = subprocess.run(
+        ["sbatch", *args],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=str(work),
+        input=stdin,
+        stdin=None if stdin is not None else subprocess.DEVNULL,
+        timeout=120,
+    )
     assert plain.returncode != 0 and "Unable to contact slurm controller" in plain.stderr
     harp = harp_submit(env, work, *args, stdin=stdin)
     assert (harp.returncode, harp.stdout, harp.stderr) == (plain.returncode, plain.stdout, plain.stderr)
@@ -300,8 +334,15 @@ def test_slurmctld_unreachable_after_harp_changed_the_request(work, dead_conf) -
     lying = decision(change("time", "00:09:00"), partition="", max_time_s=None, max_mem_mb=None, max_cpus=None)
     with FakeHarpd(work / "fake.sock", lying) as fake:
         env = client_env(str(dead_conf), fake.path)
-        plain = subprocess.run(["sbatch", "--parsable", "job.sh"], capture_output=True, text=True, env=env,
-                               cwd=str(work), stdin=subprocess.DEVNULL, timeout=120)
+        plain = subprocess.run(
+            ["sbatch", "--parsable", "job.sh"],
+            capture_output=True,
+            text=True,
+            env=env,
+            cwd=str(work),
+            stdin=subprocess.DEVNULL,
+            timeout=120,
+        )
         harp = harp_submit(env, work, "--parsable", "job.sh")
         assert fake.ops("predict")  # harp did ask, and did change the request
     assert plain.returncode != 0
@@ -317,8 +358,14 @@ FAULTS_OFFSET = "400"
 def _localslurm(cmd: str) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "HARP_SLURM_PORT_OFFSET": FAULTS_OFFSET, "HARP_SLURM_DIR": str(FAULTS_DIR)}
     env.pop("SLURM_CONF", None)
-    return subprocess.run(["bash", str(REPO / "scripts" / "localslurm"), cmd, str(FAULTS_DIR)], capture_output=True,
-                          text=True, env=env, timeout=600, stdin=subprocess.DEVNULL)
+    return subprocess.run(
+        ["bash", str(REPO / "scripts" / "localslurm"), cmd, str(FAULTS_DIR)],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=600,
+        stdin=subprocess.DEVNULL,
+    )
 
 
 @pytest.fixture
@@ -337,7 +384,9 @@ def test_slurmdbd_down_ingest_backs_off_and_loses_nothing(own_cluster, work, har
     conf = own_cluster
     (work / "quick.sh").write_text("#!/bin/bash\n#SBATCH -t 2\n#SBATCH -o /dev/null\nsleep 1\n")
     h = harpds(work, conf)
-    h.config.write_text(h.config.read_text().replace("poll_interval_s = 3600", "poll_interval_s = 1\nmax_backoff_s = 4"))
+    h.config.write_text(
+        h.config.read_text().replace("poll_interval_s = 3600", "poll_interval_s = 1\nmax_backoff_s = 4")
+    )
     h.start()
     pids = FAULTS_DIR / "pids" / "slurmdbd"
     os.kill(int(pids.read_text()), signal.SIGKILL)
@@ -350,25 +399,37 @@ def test_slurmdbd_down_ingest_backs_off_and_loses_nothing(own_cluster, work, har
         assert proc.returncode == 0 and proc.stderr == "", proc.stderr
         ids.append(proc.stdout.strip())
     squeue = ["squeue", "-h", "-j", ",".join(ids)]
-    wait_for("the jobs to finish", lambda: not subprocess.run(squeue, capture_output=True, text=True,
-                                                              env=env).stdout.strip(), 60, interval=1)
+    wait_for(
+        "the jobs to finish",
+        lambda: not subprocess.run(squeue, capture_output=True, text=True, env=env).stdout.strip(),
+        60,
+        interval=1,
+    )
 
     def failures_logged() -> list[tuple[str, str]] | None:  # the outage lasts long enough for the backoff's cap
         found = re.findall(r"ingest failed \((\d+) in a row\): .*; next try in (\d+) s", h.log.read_text())
         return found if len(found) >= 3 else None
 
-    failures = wait_for("three failed ingests in the log", failures_logged, 30, interval=0.5,
-                        log=lambda: h.log.read_text()[-2000:])
+    failures = wait_for(
+        "three failed ingests in the log", failures_logged, 30, interval=0.5, log=lambda: h.log.read_text()[-2000:]
+    )
     delays = [int(d) for _, d in failures]
     assert delays[0] == 2 and max(delays) == 4 and delays == sorted(delays)  # doubling, capped at max_backoff_s
     for jid in ids:  # nothing closed while accounting was away
         assert client.call(h.socket, {"op": "status", "job_id": jid}, 5)["job"]["state"] == "pending"
 
     with (FAULTS_DIR / "log" / "slurmdbd.out").open("ab") as out:  # back, as localslurm starts it
-        dbd = subprocess.Popen(["slurmdbd", "-D"], env=daemon_env(conf), stdin=subprocess.DEVNULL, stdout=out,
-                               stderr=subprocess.STDOUT, start_new_session=True)
+        dbd = subprocess.Popen(
+            ["slurmdbd", "-D"],
+            env=daemon_env(conf),
+            stdin=subprocess.DEVNULL,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
     pids.write_text(f"{dbd.pid}\n")  # so that `localslurm stop` stops this one ...
     threading.Thread(target=dbd.wait, daemon=True).start()  # ... and finds it gone, not a zombie of ours
+
     def all_done() -> list[dict] | None:
         jobs = [client.call(h.socket, {"op": "status", "job_id": j}, 5)["job"] for j in ids]
         return jobs if all(j["state"] == "done" for j in jobs) else None
@@ -386,8 +447,13 @@ def test_shell_syntax_in_user_data_is_never_executed(slurm_cluster, work, harpds
     """Payloads in every place a user controls, through submit, registration, Slurm and ingest."""
     mark = uuid.uuid4().hex[:8]
     flag = Path(f"/tmp/harp-pwned-{mark}")
-    payloads = [f"$(touch {flag}-a)", f"; touch {flag}-b", f"`touch {flag}-c`", f"x' ; touch {flag}-d ; '",
-                f'x" && touch {flag}-e && "']
+    payloads = [
+        f"$(touch {flag}-a)",
+        f"; touch {flag}-b",
+        f"`touch {flag}-c`",
+        f"x' ; touch {flag}-d ; '",
+        f'x" && touch {flag}-e && "',
+    ]
     script = work / f"run$(touch {flag.name}-f).sh"
     script.write_text(
         "#!/bin/bash\n"
@@ -406,10 +472,12 @@ def test_shell_syntax_in_user_data_is_never_executed(slurm_cluster, work, harpds
         proc = harp_submit(env, work, "--parsable", "-J", p, script.name)
         assert proc.returncode == 0 and proc.stderr == "", proc.stderr
         ids.append(proc.stdout.strip())
-    wrap = harp_submit(env, work, "--parsable", "-o", "/dev/null", "-t", "2", f"--comment={token}",
-                       f"--wrap=echo '$(touch {flag}-k)'")
+    wrap = harp_submit(
+        env, work, "--parsable", "-o", "/dev/null", "-t", "2", f"--comment={token}", f"--wrap=echo '$(touch {flag}-k)'"
+    )
     assert wrap.returncode == 0 and wrap.stderr == ""
     ids.append(wrap.stdout.strip())
+
     def all_done() -> list[dict] | None:  # registered (in the background), run, finished, back through sacct
         try:
             jobs = [client.call(h.socket, {"op": "status", "job_id": j}, 5)["job"] for j in ids]
@@ -417,8 +485,13 @@ def test_shell_syntax_in_user_data_is_never_executed(slurm_cluster, work, harpds
             return None
         return jobs if all(j["state"] == "done" for j in jobs) else None
 
-    jobs = wait_for("every job back through sacct into harpd's store", all_done, 120, interval=1,
-                    log=lambda: h.log.read_text()[-2000:])
+    jobs = wait_for(
+        "every job back through sacct into harpd's store",
+        all_done,
+        120,
+        interval=1,
+        log=lambda: h.log.read_text()[-2000:],
+    )
     assert [j["outcome"] for j in jobs] == ["completed"] * len(ids)
     # kept verbatim as data (slurmdbd itself stores a job name's " as `: Slurm 22.05, not harp)
     assert [j["record"]["job_name"] for j in jobs[:-1]] == [p.replace('"', "`") for p in payloads]

@@ -55,13 +55,7 @@ PLUGIN_OFFSET = os.environ.get("HARP_PLUGIN_SLURM_PORT_OFFSET", "270")
 SHORT_MAX_S = 60 * 60  # partition short: MaxTime=60
 LIMITS = dict(partition="short", max_time_s=SHORT_MAX_S, max_mem_mb=8000, max_cpus=8)
 
-SCRIPT = (
-    "#!/bin/bash\n"
-    "#SBATCH --time=50\n"
-    "#SBATCH --mem=300M\n"
-    "#SBATCH -o plugin-%j.out\n"
-    "echo plugin test\n"
-)
+SCRIPT = "#!/bin/bash\n#SBATCH --time=50\n#SBATCH --mem=300M\n#SBATCH -o plugin-%j.out\necho plugin test\n"
 
 
 def _helper() -> str:
@@ -71,11 +65,21 @@ def _helper() -> str:
 
 
 def _localslurm(cmd: str) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "HARP_SLURM_DIR": str(PLUGIN_DIR), "HARP_SLURM_PORT_OFFSET": PLUGIN_OFFSET,
-           "HARP_SLURM_PLUGINS": "cli_filter,job_submit"}
+    env = {
+        **os.environ,
+        "HARP_SLURM_DIR": str(PLUGIN_DIR),
+        "HARP_SLURM_PORT_OFFSET": PLUGIN_OFFSET,
+        "HARP_SLURM_PLUGINS": "cli_filter,job_submit",
+    }
     env.pop("SLURM_CONF", None)
-    return subprocess.run(["bash", str(LOCALSLURM), cmd, str(PLUGIN_DIR)], capture_output=True, text=True,
-                          timeout=600, env=env, stdin=subprocess.DEVNULL)
+    return subprocess.run(
+        ["bash", str(LOCALSLURM), cmd, str(PLUGIN_DIR)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env=env,
+        stdin=subprocess.DEVNULL,
+    )
 
 
 @pytest.fixture(scope="module")
@@ -99,8 +103,14 @@ def plugin_cluster():
     workdir = Path(tempfile.mkdtemp(prefix="harp-plugin-tests-"))
     workdir.chmod(0o1777)
     env = {k: v for k, v in os.environ.items() if not k.startswith(("HARP_", "SBATCH_", "SLURM_"))}
-    env.update({"SLURM_CONF": str(conf), "PYTHONPATH": str(REPO), "HARP_CONFIG": "/nonexistent/harpd.toml",
-                "HARP_FILTER_HELPER": _helper()})
+    env.update(
+        {
+            "SLURM_CONF": str(conf),
+            "PYTHONPATH": str(REPO),
+            "HARP_CONFIG": "/nonexistent/harpd.toml",
+            "HARP_FILTER_HELPER": _helper(),
+        }
+    )
     cluster = SlurmCluster(dir=PLUGIN_DIR, conf=conf, workdir=workdir, started_here=started_here, env=env)
     try:
         yield cluster
@@ -117,14 +127,19 @@ def sock_dir():
         yield d
 
 
-def sbatch(cluster: SlurmCluster, *args: str, env: dict[str, str] | None = None,
-           script: str = SCRIPT, name: str = "job.sh", stdin: str | None = None) -> tuple[str, str]:
+def sbatch(
+    cluster: SlurmCluster,
+    *args: str,
+    env: dict[str, str] | None = None,
+    script: str = SCRIPT,
+    name: str = "job.sh",
+    stdin: str | None = None,
+) -> tuple[str, str]:
     """Plain sbatch (the plugin runs inside it); (job id, stderr)."""
     (cluster.workdir / name).write_text(script)
     e = {**cluster.env, **(env or {})}
     argv = ["sbatch", "--parsable", *args] + ([] if stdin is not None else [name])
-    proc = subprocess.run(argv, capture_output=True, text=True, cwd=cluster.workdir, env=e,
-                          input=stdin, timeout=60)
+    proc = subprocess.run(argv, capture_output=True, text=True, cwd=cluster.workdir, env=e, input=stdin, timeout=60)
     assert proc.returncode == 0, proc.stderr
     return proc.stdout.strip().split(";")[0], proc.stderr
 
@@ -181,8 +196,13 @@ def test_plain_sbatch_gets_harpds_decision_and_registers(plugin_cluster, sock_di
         assert reg["original"]["time_s"] == 3000 and reg["submitted"]["time_s"] == 420
         assert reg["submitted"]["mem_mb"] == 200
         # what recovery would resubmit with: sbatch's own argv plus harp's values
-        assert reg["job"]["argv"] == ["--parsable", "--comment=my own comment", "--time=00:07:00",
-                                      "--mem=200M", "job.sh"]
+        assert reg["job"]["argv"] == [
+            "--parsable",
+            "--comment=my own comment",
+            "--time=00:07:00",
+            "--mem=200M",
+            "job.sh",
+        ]
     assert plugin_cluster.wait_job(job) == "COMPLETED"
     assert (plugin_cluster.workdir / f"plugin-{job}.out").read_text() == "plugin test\n"
 
@@ -316,9 +336,22 @@ def test_harp_submit_jobs_are_not_asked_twice(plugin_cluster, sock_dir, harp_arg
     with FakeHarpd(sock_dir / "h.sock", decision(change("time", "00:07:00"), **LIMITS)) as fake:
         (plugin_cluster.workdir / "hs.sh").write_text(script)
         env = {**plugin_cluster.env, "HARP_SOCKET": fake.path}
-        proc = subprocess.run([sys.executable, "-c", "import sys; from harp_submit.cli import main; sys.exit(main())",
-                               *harp_args, "--parsable", "--export=ALL", "hs.sh"], capture_output=True, text=True,
-                              cwd=plugin_cluster.workdir, env=env, timeout=60)
+        proc = subprocess.run(
+            [
+                sys.executable,
+                "-c",
+                "import sys; from harp_submit.cli import main; sys.exit(main())",
+                *harp_args,
+                "--parsable",
+                "--export=ALL",
+                "hs.sh",
+            ],
+            capture_output=True,
+            text=True,
+            cwd=plugin_cluster.workdir,
+            env=env,
+            timeout=60,
+        )
         assert proc.returncode == 0, proc.stderr
         job = proc.stdout.strip().split(";")[0]
         info = show_job(plugin_cluster, job)
@@ -353,11 +386,19 @@ def test_srun_is_left_alone_unless_configured(plugin_cluster, sock_dir) -> None:
             e = dict(env)
             if commands:
                 e["HARP_FILTER_COMMANDS"] = commands
-            proc = subprocess.run(["srun", "-t", "50", "-J", name, "true"], capture_output=True,
-                                  text=True, cwd=plugin_cluster.workdir, env=e, timeout=120)
+            proc = subprocess.run(
+                ["srun", "-t", "50", "-J", name, "true"],
+                capture_output=True,
+                text=True,
+                cwd=plugin_cluster.workdir,
+                env=e,
+                timeout=120,
+            )
             assert proc.returncode == 0, proc.stderr
             sacct = ["sacct", "-n", "-X", "-P", "--name", name, "-o", "Timelimit"]
-            out = wait_for(f"sacct to list {name}", lambda: plugin_cluster.run(sacct).stdout.strip(), 60, interval=1)
+            out = wait_for(
+                f"sacct to list {name}", lambda sacct=sacct: plugin_cluster.run(sacct).stdout.strip(), 60, interval=1
+            )
             assert out.split() == [limit], (commands, out, proc.stderr)
         assert len(fake.ops("predict")) == 1
 
@@ -367,10 +408,15 @@ def test_srun_is_left_alone_unless_configured(plugin_cluster, sock_dir) -> None:
 
 @pytest.mark.parametrize(
     "comment, labelled",
-    [("{harp", True), ("}{harp }", True), ("ünïcödé {harp }", True), ("trailing blank ", True),
-     ("x" * 1000, True),
-     # the marker would pass slurmctld's 1024-byte limit: the plugin leaves such comments alone
-     ("x" * 1020, False)],
+    [
+        ("{harp", True),
+        ("}{harp }", True),
+        ("ünïcödé {harp }", True),
+        ("trailing blank ", True),
+        ("x" * 1000, True),
+        # the marker would pass slurmctld's 1024-byte limit: the plugin leaves such comments alone
+        ("x" * 1020, False),
+    ],
     ids=["open brace", "braces", "unicode", "trailing blank", "1000 bytes", "1020 bytes"],
 )
 def test_job_submit_gives_back_odd_comments_exactly(plugin_cluster, sock_dir, comment, labelled) -> None:
@@ -396,8 +442,14 @@ def test_job_submit_never_rejects_odd_jobs(plugin_cluster) -> None:
     ]
     jobs = []
     for args in odd:
-        proc = subprocess.run(["sbatch", "--parsable", *args], capture_output=True, text=True,
-                              cwd=plugin_cluster.workdir, env=env, timeout=60)
+        proc = subprocess.run(
+            ["sbatch", "--parsable", *args],
+            capture_output=True,
+            text=True,
+            cwd=plugin_cluster.workdir,
+            env=env,
+            timeout=60,
+        )
         assert proc.returncode == 0, (args, proc.stderr)
         jobs.append(proc.stdout.strip().split(";")[0])
     # a hand-written marker is labelled too: the label is informational (docs/plugins.md)
@@ -426,8 +478,14 @@ def _seed_and_train(store_path: Path, script: str, settings) -> None:
     from harpd.records import JobRecord, Outcome
     from harpd.store import Store
 
-    req = Request(SBATCH_TABLE.parse([]), {}, directives.parse(script), script_path="real.sh",
-                  script_text=script, harp_lines=hl.find(script))
+    req = Request(
+        SBATCH_TABLE.parse([]),
+        {},
+        directives.parse(script),
+        script_path="real.sh",
+        script_text=script,
+        harp_lines=hl.find(script),
+    )
     sig = signature_of(req.commands())
     rnd = random.Random(7)
     t0 = time.time() - 5 * 86400
@@ -435,12 +493,30 @@ def _seed_and_train(store_path: Path, script: str, settings) -> None:
     for i in range(1200):
         used_t = 3000 * rnd.uniform(0.075, 0.08)
         sub = t0 + i * 300
-        recs.append(JobRecord(
-            job_id=f"seed{i}", source="seed", user="root", account="harp", partition="short",
-            job_name="real.sh", signature=sig, submit_time=sub, start_time=sub + 2, end_time=sub + 2 + used_t,
-            outcome=Outcome.COMPLETED, state="COMPLETED", req_time_s=3000, req_mem_mb=300, req_cpus=1,
-            req_nodes=1, alloc_cpus=1, alloc_nodes=1, used_time_s=used_t, used_mem_mb=300 * rnd.uniform(0.07, 0.08),
-        ))
+        recs.append(
+            JobRecord(
+                job_id=f"seed{i}",
+                source="seed",
+                user="root",
+                account="harp",
+                partition="short",
+                job_name="real.sh",
+                signature=sig,
+                submit_time=sub,
+                start_time=sub + 2,
+                end_time=sub + 2 + used_t,
+                outcome=Outcome.COMPLETED,
+                state="COMPLETED",
+                req_time_s=3000,
+                req_mem_mb=300,
+                req_cpus=1,
+                req_nodes=1,
+                alloc_cpus=1,
+                alloc_nodes=1,
+                used_time_s=used_t,
+                used_mem_mb=300 * rnd.uniform(0.07, 0.08),
+            )
+        )
     with Store.open(store_path) as store:
         store.insert_jobs(recs)
         out = retrain_all(store, settings)
@@ -462,15 +538,20 @@ def test_real_harpd_decides_and_records_the_job(plugin_cluster, sock_dir) -> Non
     )
     _seed_and_train(store, script, HarpSettings(store={"path": store}))
     env = {**plugin_cluster.env, "HARP_CONFIG": str(config)}
-    daemon = subprocess.Popen([sys.executable, "-m", "harpd.daemon.main", "--config", str(config)], env=env,
-                              stdout=subprocess.DEVNULL, stderr=open(sock_dir / "harpd.log", "w"))
+    daemon = subprocess.Popen(
+        [sys.executable, "-m", "harpd.daemon.main", "--config", str(config)],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=open(sock_dir / "harpd.log", "w"),
+    )
     try:
         wait_for("harpd's socket", lambda: sock.exists() or daemon.poll() is not None, 60, interval=0.2)
         assert sock.exists(), (sock_dir / "harpd.log").read_text()
         # the decision is under test here, not harpd's latency: on a loaded machine the first
         # answer (models loading) can take longer than the default 2 s, so allow it more
-        job, err = sbatch(plugin_cluster, env={"HARP_SOCKET": str(sock), "HARP_TIMEOUT": "30"},
-                          script=script, name="real.sh")
+        job, err = sbatch(
+            plugin_cluster, env={"HARP_SOCKET": str(sock), "HARP_TIMEOUT": "30"}, script=script, name="real.sh"
+        )
         info = show_job(plugin_cluster, job)
         lines = harp_lines(err)
         assert info["TimeLimit"] != "00:50:00", (err, (sock_dir / "harpd.log").read_text()[-3000:])
@@ -488,8 +569,13 @@ def test_real_harpd_decides_and_records_the_job(plugin_cluster, sock_dir) -> Non
             except client.HarpdUnavailable:
                 return None
 
-        status = wait_for("harpd to hear of the job", status_of_job, 120, interval=0.3,
-                          log=lambda: (sock_dir / "harpd.log").read_text()[-3000:])
+        status = wait_for(
+            "harpd to hear of the job",
+            status_of_job,
+            120,
+            interval=0.3,
+            log=lambda: (sock_dir / "harpd.log").read_text()[-3000:],
+        )
         assert status["job"]["registered"] is True
         assert status["job"]["original"]["time_s"] == 3000
         assert status["job"]["submitted"]["time_s"] == limit_s

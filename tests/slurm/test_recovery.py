@@ -55,7 +55,7 @@ CHAIN_TIMEOUT_S = 15 * 60
 
 SCRIPTS = {
     "sleep90.sh": "#!/bin/bash\n#HARP retry\nprintf '<%s>' \"$@\" > \"args-$SLURM_JOB_ID.txt\"\n"
-                  "sleep 90\necho finished\n",
+    "sleep 90\necho finished\n",
     "oom.sh": "#!/bin/bash\n#HARP retry\npython3 -c \"s = b'x' * (300 << 20); import time; time.sleep(10)\"\n",
     "need5.sh": "#!/bin/bash\n#HARP retry\nsleep 300\n",
     "plain.sh": "#!/bin/bash\nsleep 600\n",
@@ -107,24 +107,45 @@ class Daemon:
 
     def _argv(self) -> list[str]:
         cmd = [self.python, "-m", "harpd.daemon.main", "--config", str(self.dir / "harpd.toml"), "--log-level", "info"]
-        env = [f"SLURM_CONF={self.slurm_conf}", f"PYTHONPATH={self.pythonpath}", f"PATH={os.environ.get('PATH', '/usr/bin:/bin')}"]
+        env = [
+            f"SLURM_CONF={self.slurm_conf}",
+            f"PYTHONPATH={self.pythonpath}",
+            f"PATH={os.environ.get('PATH', '/usr/bin:/bin')}",
+        ]
         if self.crash_at and not self.crashes:
             env.append(f"HARP_TEST_CRASH_AT={self.crash_at}")
         if self.user:
             home = pwd.getpwnam(self.user).pw_dir
-            return ["runuser", "-u", self.user, "--", "env", "-i", f"HOME={home}", f"USER={self.user}",
-                    f"LOGNAME={self.user}", *env, *cmd]
+            return [
+                "runuser",
+                "-u",
+                self.user,
+                "--",
+                "env",
+                "-i",
+                f"HOME={home}",
+                f"USER={self.user}",
+                f"LOGNAME={self.user}",
+                *env,
+                *cmd,
+            ]
         return ["env", "-i", "HOME=/root", "USER=root", *env, *cmd]
 
     def start(self) -> None:
         with self.lock:
             with open(self.log, "a") as fh:
-                fh.write(f"---- start ({'crash at ' + self.crash_at if self.crash_at and not self.crashes else 'normal'})\n")
-                self.proc = subprocess.Popen(self._argv(), stdout=fh, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+                fh.write(
+                    f"---- start ({'crash at ' + self.crash_at if self.crash_at and not self.crashes else 'normal'})\n"
+                )
+                self.proc = subprocess.Popen(
+                    self._argv(), stdout=fh, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL
+                )
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
-                pytest.fail(f"harpd {self.name} exited {self.proc.returncode} at start:\n{self.log_tail()}", pytrace=False)
+                pytest.fail(
+                    f"harpd {self.name} exited {self.proc.returncode} at start:\n{self.log_tail()}", pytrace=False
+                )
             try:
                 client.call(self.socket, {"op": "health"}, 2.0)
                 break
@@ -195,8 +216,13 @@ class Run:
     def submit(self, key: str, daemon: str, script: str, *args: str, opts: list[str]) -> str:
         d = self.daemons[daemon]
         wd = self.workdirs[d.user or "root"]
-        env = [f"SLURM_CONF={self.cluster.conf}", f"HARP_SOCKET={d.socket}", f"PYTHONPATH={d.pythonpath}",
-               "HARP_CONFIG=/nonexistent/harpd.toml", f"PATH={os.environ.get('PATH', '/usr/bin:/bin')}"]
+        env = [
+            f"SLURM_CONF={self.cluster.conf}",
+            f"HARP_SOCKET={d.socket}",
+            f"PYTHONPATH={d.pythonpath}",
+            "HARP_CONFIG=/nonexistent/harpd.toml",
+            f"PATH={os.environ.get('PATH', '/usr/bin:/bin')}",
+        ]
         argv = ["env", "-i", *env, d.python, "-c", RUN_SUBMIT, "--parsable", *opts, script, *args]
         if d.user:
             argv = ["runuser", "-u", d.user, "--", *argv]
@@ -209,6 +235,7 @@ class Run:
 
     def wait_registered(self, key: str, daemon: str) -> None:
         d, jid = self.daemons[daemon], self.jobs[key]
+
         def registered() -> bool:
             try:
                 return bool(d.status(jid).get("registered"))
@@ -221,12 +248,16 @@ class Run:
     def wait_chain(self, key: str, daemon: str, timeout: float = CHAIN_TIMEOUT_S) -> dict[str, Any]:
         """Until the chain ends: its last attempt done and completed, or stopped."""
         d, jid = self.daemons[daemon], self.jobs[key]
+
         def ended() -> dict[str, Any] | None:
             job = d.status(jid)
             att = job.get("attempts") or []
             last = att[-1] if att else None
-            return job if last and last["step"] == "done" and (last["outcome"] == "completed"
-                                                               or last["limits"].get("stop")) else None
+            return (
+                job
+                if last and last["step"] == "done" and (last["outcome"] == "completed" or last["limits"].get("stop"))
+                else None
+            )
 
         def why() -> str:
             queue = self.cluster.run(["squeue", "--states=all", "-o", "%i %u %T %r %l %k"], check=False).stdout
@@ -247,7 +278,9 @@ class Run:
         raise AssertionError(f"job {jid} ({key}) not closed after {timeout} s:\n{d.log_tail()}")
 
     def sacct(self, job_id: str, fields: str, *, duplicates: bool = False) -> list[dict[str, str]]:
-        return [r for r in self.cluster.sacct(job_id, fields, steps=False, duplicates=duplicates) if r["JobID"] == job_id]
+        return [
+            r for r in self.cluster.sacct(job_id, fields, steps=False, duplicates=duplicates) if r["JobID"] == job_id
+        ]
 
 
 @pytest.fixture(scope="module")
@@ -283,8 +316,14 @@ def run(slurm_cluster):
             d.start()
         # everything first (the cluster runs them side by side), then wait
         # a comment of the job's own (Snakemake's executor names the rule there) survives the requeue
-        r.submit("rq_timeout", "root", "sleep90.sh", "a b", "c",
-                 opts=["--time=1", "--mem=100M", "--comment=rule_slow_wildcards_s1"])
+        r.submit(
+            "rq_timeout",
+            "root",
+            "sleep90.sh",
+            "a b",
+            "c",
+            opts=["--time=1", "--mem=100M", "--comment=rule_slow_wildcards_s1"],
+        )
         r.submit("rq_oom", "root", "oom.sh", opts=["--time=5", "--mem=100M"])
         r.submit("rq_cap", "root", "need5.sh", opts=["-p", "tiny", "--time=2", "--mem=100M"])
         r.submit("rq_plain", "root", "plain.sh", opts=["-p", "tiny", "--time=1", "--mem=100M"])
@@ -293,9 +332,17 @@ def run(slurm_cluster):
         r.submit("rs_oom", "user", "oom.sh", opts=["--time=5", "--mem=100M"])
         r.submit("crash_rq", "crash_rq", "oom.sh", opts=["--time=5", "--mem=100M"])
         r.submit("crash_rs", "crash_rs", "oom.sh", opts=["--time=5", "--mem=100M"])
-        for key, daemon in [("rq_timeout", "root"), ("rq_oom", "root"), ("rq_cap", "root"), ("rq_plain", "root"),
-                            ("rq_fails", "root"), ("rs_timeout", "user"), ("rs_oom", "user"),
-                            ("crash_rq", "crash_rq"), ("crash_rs", "crash_rs")]:
+        for key, daemon in [
+            ("rq_timeout", "root"),
+            ("rq_oom", "root"),
+            ("rq_cap", "root"),
+            ("rq_plain", "root"),
+            ("rq_fails", "root"),
+            ("rs_timeout", "user"),
+            ("rs_oom", "user"),
+            ("crash_rq", "crash_rq"),
+            ("crash_rs", "crash_rs"),
+        ]:
             r.wait_registered(key, daemon)
         yield r
     finally:
@@ -303,7 +350,7 @@ def run(slurm_cluster):
         for d in daemons.values():
             for jid in list(r.jobs.values()):
                 try:
-                    for a in (client.call(d.socket, {"op": "status", "job_id": jid}, 2.0)["job"].get("attempts") or []):
+                    for a in client.call(d.socket, {"op": "status", "job_id": jid}, 2.0)["job"].get("attempts") or []:
                         ids.add(str(a.get("job_id")))
                 except client.HarpdUnavailable:
                     pass
@@ -346,7 +393,9 @@ def test_timeout_requeued_in_place_completes_with_2_minutes(run):
     with Store.open(run.daemons["root"].db) as s:
         recs = sorted((r for r in s.iter_jobs() if r.job_id == jid), key=lambda r: r.attempt)
     assert [(r.attempt, r.outcome.value, r.censored_time, r.req_time_s) for r in recs] == [
-        (1, "timeout", True, 60.0), (2, "completed", False, 120.0)]
+        (1, "timeout", True, 60.0),
+        (2, "completed", False, 120.0),
+    ]
     assert recs[0].used_time_s >= 60 and recs[1].harp_sized
 
 
@@ -373,7 +422,9 @@ def test_cap_is_used_once_then_the_chain_stops_with_its_reason(run):
     assert len(run.daemons["root"].status(jid)["attempts"]) == 2
     runs = run.sacct(jid, "JobID,State,Timelimit", duplicates=True)
     assert [(r["State"].split()[0], r["Timelimit"]) for r in runs] == [
-        (run.cluster.requeued_state("TIMEOUT"), "00:02:00"), ("TIMEOUT", "00:03:00")]
+        (run.cluster.requeued_state("TIMEOUT"), "00:02:00"),
+        ("TIMEOUT", "00:03:00"),
+    ]
     # two TIMEOUT runs in sacct on 25.11/26.05, and still only two attempts: the first is not recovered twice
     time.sleep(2 * POLL_S)
     assert len(run.daemons["root"].status(jid)["attempts"]) == 2
@@ -431,8 +482,13 @@ def test_harp_status_shows_the_attempts_to_the_user(run):
     d = run.daemons["user"]
     jid = run.jobs["rs_oom"]
     env = [f"HARP_SOCKET={d.socket}", f"PYTHONPATH={d.pythonpath}", "HARP_CONFIG=/nonexistent/harpd.toml"]
-    proc = subprocess.run(["runuser", "-u", USER, "--", "env", "-i", *env, d.python, "-c", RUN_HARP, "status", jid],
-                          capture_output=True, text=True, cwd="/", timeout=60)
+    proc = subprocess.run(
+        ["runuser", "-u", USER, "--", "env", "-i", *env, d.python, "-c", RUN_HARP, "status", jid],
+        capture_output=True,
+        text=True,
+        cwd="/",
+        timeout=60,
+    )
     assert proc.returncode == 0, proc.stderr
     out = proc.stdout
     assert f"job {jid}: {USER}" in out and "recovery:      3 attempt(s)" in out

@@ -53,8 +53,10 @@ pytestmark = pytest.mark.slurm
 REPO = Path(__file__).resolve().parents[2]
 
 # DUR and FROM_FILE come from the submitting shell: lost, the job would sleep 5 s and "complete"
-ENV_JOB = ("#!/bin/bash\n#HARP retry\nprintf 'DUR=%s FROM_FILE=%s\\n' \"${DUR:-unset}\" \"${FROM_FILE:-unset}\""
-           " > \"env-$SLURM_JOB_ID.txt\"\nsleep \"${DUR:-5}\"\n")
+ENV_JOB = (
+    "#!/bin/bash\n#HARP retry\nprintf 'DUR=%s FROM_FILE=%s\\n' \"${DUR:-unset}\" \"${FROM_FILE:-unset}\""
+    " > \"env-$SLURM_JOB_ID.txt\"\nsleep \"${DUR:-5}\"\n"
+)
 SOURCED = "export FROM_FILE='from a sourced file: a b'\n"
 SCRIPTS = {
     "envjob.sh": ENV_JOB,
@@ -62,9 +64,9 @@ SCRIPTS = {
     "sleep150.sh": "#!/bin/bash\n#HARP retry\nsleep 150\n",
     # each run says which it is; the second ends at once
     "runs.sh": "#!/bin/bash\n#HARP retry\necho \"run ${SLURM_RESTART_COUNT:-0}\"\n"
-               "[ \"${SLURM_RESTART_COUNT:-0}\" -ge 1 ] && exit 0\nsleep 600\n",
+    "[ \"${SLURM_RESTART_COUNT:-0}\" -ge 1 ] && exit 0\nsleep 600\n",
     "mem.sh": "#!/bin/bash\n"
-              "python3 -c \"import os, time; b = b'x' * (int(os.environ['SIZE']) << 20); time.sleep(4)\"\n",
+    "python3 -c \"import os, time; b = b'x' * (int(os.environ['SIZE']) << 20); time.sleep(4)\"\n",
     "vars.sh": SOURCED,
 }
 
@@ -77,7 +79,8 @@ class Harpd(Daemon):
     def write_config(self) -> None:
         (self.dir / "harpd.toml").write_text(
             f'[server]\nsocket = "{self.socket}"\n[store]\npath = "{self.db}"\n'
-            f"[ingest]\npoll_interval_s = {POLL_S}\nmax_backoff_s = 10.0\n[recovery]\n{self.recovery}")
+            f"[ingest]\npoll_interval_s = {POLL_S}\nmax_backoff_s = 10.0\n[recovery]\n{self.recovery}"
+        )
 
     def kill(self) -> None:
         """SIGKILL, as an OOM killer or `kill -9` would; nothing restarts it until ``start``."""
@@ -99,17 +102,45 @@ def _harpd(name, base, recovery=None, user=None, py=sys.executable, path=str(REP
     return d
 
 
-def _submit(r: Run, key: str, daemon: str, script: str, *opts: str, env: dict[str, str] | None = None,
-            source: str | None = None, extra: tuple[str, ...] = ()) -> subprocess.CompletedProcess[str]:
+def _submit(
+    r: Run,
+    key: str,
+    daemon: str,
+    script: str,
+    *opts: str,
+    env: dict[str, str] | None = None,
+    source: str | None = None,
+    extra: tuple[str, ...] = (),
+) -> subprocess.CompletedProcess[str]:
     """harp-submit as the daemon's user from a login-like shell: ``env`` exported, ``source`` sourced first."""
     d = r.daemons[daemon]
     wd = r.workdirs[d.user or "root"]
-    base = {"SLURM_CONF": str(r.cluster.conf), "HARP_SOCKET": d.socket, "PYTHONPATH": d.pythonpath,
-            "HARP_CONFIG": "/nonexistent/harpd.toml", "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
-            "HOME": str(wd), **(env or {})}
+    base = {
+        "SLURM_CONF": str(r.cluster.conf),
+        "HARP_SOCKET": d.socket,
+        "PYTHONPATH": d.pythonpath,
+        "HARP_CONFIG": "/nonexistent/harpd.toml",
+        "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+        "HOME": str(wd),
+        **(env or {}),
+    }
     shell = (f"source {source}; " if source else "") + 'exec "$@"'
-    argv = ["env", "-i", *(f"{k}={v}" for k, v in base.items()), "bash", "-c", shell, "harp-submit",
-            d.python, "-c", RUN_SUBMIT, *extra, "--parsable", *opts, script]
+    argv = [
+        "env",
+        "-i",
+        *(f"{k}={v}" for k, v in base.items()),
+        "bash",
+        "-c",
+        shell,
+        "harp-submit",
+        d.python,
+        "-c",
+        RUN_SUBMIT,
+        *extra,
+        "--parsable",
+        *opts,
+        script,
+    ]
     if d.user:
         argv = ["runuser", "-u", d.user, "--", *argv]
     proc = subprocess.run(argv, capture_output=True, text=True, cwd=str(wd), stdin=subprocess.DEVNULL, timeout=120)
@@ -124,6 +155,7 @@ def _submit(r: Run, key: str, daemon: str, script: str, *opts: str, env: dict[st
 def _env_of(wd: Path, job_id: str) -> str:
     return (wd / f"env-{job_id}.txt").read_text()
 
+
 def _in_slurmctld(cluster, job_id: str) -> bool:
     return cluster.run(["scontrol", "show", "job", job_id], check=False).returncode == 0
 
@@ -133,8 +165,11 @@ def run(slurm_cluster):
     c = slurm_cluster
     flags = c.run(["scontrol", "show", "config"]).stdout
     if "job_env" not in flags or "job_script" not in flags:
-        pytest.fail("the test cluster's AccountingStoreFlags lacks job_script/job_env: restart it "
-                    "(scripts/localslurm stop; scripts/localslurm start) to get scripts/localslurm's", pytrace=False)
+        pytest.fail(
+            "the test cluster's AccountingStoreFlags lacks job_script/job_env: restart it "
+            "(scripts/localslurm stop; scripts/localslurm start) to get scripts/localslurm's",
+            pytrace=False,
+        )
     pw = ensure_user(USER)
     upy, upath = user_python(USER)
     base = Path(tempfile.mkdtemp(prefix="hrd-", dir="/tmp"))
@@ -183,7 +218,7 @@ def run(slurm_cluster):
         for d in daemons.values():  # every attempt's job, to cancel what is left
             for jid in list(r.jobs.values()):
                 try:
-                    for a in (client.call(d.socket, {"op": "status", "job_id": jid}, 2.0)["job"].get("attempts") or []):
+                    for a in client.call(d.socket, {"op": "status", "job_id": jid}, 2.0)["job"].get("attempts") or []:
                         ids.add(str(a.get("job_id")))
                 except client.HarpdUnavailable:
                     pass
@@ -243,8 +278,15 @@ def test_recovery_capped_at_twice_the_request_goes_there_once(run):
 def test_a_job_requeued_long_after_its_run_keeps_its_usage_and_its_output(run):
     d, jid, c = run.daemons["late"], run.jobs["late"], run.cluster
     assert c.wait_job(jid, timeout=300) == "TIMEOUT"
-    end = float(subprocess.run(["sacct", "-X", "-n", "-P", "-j", jid, "-o", "End"], capture_output=True, text=True,
-                               env=dict(c.env, SLURM_TIME_FORMAT="%s"), check=True).stdout.split()[0])
+    end = float(
+        subprocess.run(
+            ["sacct", "-X", "-n", "-P", "-j", jid, "-o", "End"],
+            capture_output=True,
+            text=True,
+            env=dict(c.env, SLURM_TIME_FORMAT="%s"),
+            check=True,
+        ).stdout.split()[0]
+    )
     # harpd stays away a while after the run ended (a down harpd), then comes back and requeues
     wait_for("harpd down 45 s past the job's end", lambda: time.time() - end >= 45, 120, interval=1)
     # after a SIGKILL the socket file is left behind: the client names it as such
@@ -274,12 +316,17 @@ def test_a_job_requeued_long_after_its_run_keeps_its_usage_and_its_output(run):
     # both runs' messages are in the output file (--open-mode=append), and harp status says where
     out = (run.workdirs["root"] / f"slurm-{jid}.out").read_text()
     assert "run 0" in out and "DUE TO TIME LIMIT" in out and "run 1" in out, out
-    status = subprocess.run([sys.executable, "-c", RUN_HARP, "status", jid],
-                            env={**os.environ, "HARP_SOCKET": d.socket, "HARP_CONFIG": "/nonexistent/harpd.toml",
-                                 "PYTHONPATH": str(REPO)},
-                            capture_output=True, text=True, timeout=60)
+    status = subprocess.run(
+        [sys.executable, "-c", RUN_HARP, "status", jid],
+        env={**os.environ, "HARP_SOCKET": d.socket, "HARP_CONFIG": "/nonexistent/harpd.toml", "PYTHONPATH": str(REPO)},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert status.returncode == 0, status.stderr
-    assert status.stdout.count(f"output: {run.workdirs['root']}/slurm-{jid}.out (the job's runs one after another)") == 2
+    assert (
+        status.stdout.count(f"output: {run.workdirs['root']}/slurm-{jid}.out (the job's runs one after another)") == 2
+    )
 
 
 # ---------------------------------------------------------------- fresh history

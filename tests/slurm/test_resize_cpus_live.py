@@ -49,8 +49,14 @@ def test_a_pending_job_gets_back_the_cpus_its_failed_sibling_restored(slurm_clus
 
                 def restored() -> bool:
                     client.call(sock, {"op": "reload"}, 60.0)
-                    proc = run_harp_submit(c, "--harp-dry-run", "--harp-explain", "hidden2.sh", socket_path=sock,
-                                           env={"HARP_TIMEOUT": "30"})
+                    proc = run_harp_submit(
+                        c,
+                        "--harp-dry-run",
+                        "--harp-explain",
+                        "hidden2.sh",
+                        socket_path=sock,
+                        env={"HARP_TIMEOUT": "30"},
+                    )
                     return "failed after harp lowered its CPUs" in proc.stderr
 
                 wait_for("the restored CPUs", restored, 120, interval=1)
@@ -63,12 +69,18 @@ def test_a_pending_job_gets_back_the_cpus_its_failed_sibling_restored(slurm_clus
                 assert scontrol_fields(c, third)["CPUs/Task"] == "2"
                 assert wait_finished(c, third) == "COMPLETED"
                 try:
-                    wait_for("B re-sized while pending", lambda: scontrol_fields(c, b).get("CPUs/Task") == "2", 120,
-                             interval=1)
+                    wait_for(
+                        "B re-sized while pending",
+                        lambda: scontrol_fields(c, b).get("CPUs/Task") == "2",
+                        120,
+                        interval=1,
+                    )
                 except AssertionError:
                     log = (d / "harpd.log").read_text(errors="replace").splitlines()
-                    raise AssertionError("B not re-sized; harpd's log:\n" + "\n".join(
-                        ln for ln in log if "watch" in ln or f"job {b}" in ln or "resiz" in ln)[-4000:]) from None
+                    raise AssertionError(
+                        "B not re-sized; harpd's log:\n"
+                        + "\n".join(ln for ln in log if "watch" in ln or f"job {b}" in ln or "resiz" in ln)[-4000:]
+                    ) from None
                 info = scontrol_fields(c, b)
                 assert info["JobState"] == "PENDING" and info["NumCPUs"] == "2", info
                 st = client.call(sock, {"op": "status", "job_id": b}, 10.0)["job"]

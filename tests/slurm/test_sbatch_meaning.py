@@ -56,19 +56,43 @@ def _seed(store_path: Path) -> None:
     now = time.time()
     sig = _signature(SCRIPT.format(extra=""))
     with Store.open(store_path) as st:
-        st.insert_jobs([JobRecord(job_id=f"seed{i}", source="seed", user="root", account="harp", partition="short",
-                                  job_name=NAME, signature=sig, submit_time=now - 7200 + i * 60,
-                                  start_time=now - 7200 + i * 60, end_time=now - 7140 + i * 60, used_time_s=60.0,
-                                  used_cpu_s=60.0, req_time_s=300.0, req_cpus=1, alloc_cpus=1, req_mem_mb=400.0,
-                                  used_mem_mb=100.0, outcome=Outcome.COMPLETED) for i in range(25)])
+        st.insert_jobs(
+            [
+                JobRecord(
+                    job_id=f"seed{i}",
+                    source="seed",
+                    user="root",
+                    account="harp",
+                    partition="short",
+                    job_name=NAME,
+                    signature=sig,
+                    submit_time=now - 7200 + i * 60,
+                    start_time=now - 7200 + i * 60,
+                    end_time=now - 7140 + i * 60,
+                    used_time_s=60.0,
+                    used_cpu_s=60.0,
+                    req_time_s=300.0,
+                    req_cpus=1,
+                    alloc_cpus=1,
+                    req_mem_mb=400.0,
+                    used_mem_mb=100.0,
+                    outcome=Outcome.COMPLETED,
+                )
+                for i in range(25)
+            ]
+        )
 
 
 def _harpd(cluster, soft: bool) -> Iterator[str]:
     with short_tmpdir("hsm-") as d:
         (d / "lib").mkdir()
         _seed(d / "lib" / "harp.db")
-        with running_harpd(d, slurm_conf=cluster.conf, timeout_s=90,
-                           extra_toml=f"[watch]\nsoft_limits = {'true' if soft else 'false'}\n") as sock:
+        with running_harpd(
+            d,
+            slurm_conf=cluster.conf,
+            timeout_s=90,
+            extra_toml=f"[watch]\nsoft_limits = {'true' if soft else 'false'}\n",
+        ) as sock:
             yield sock
 
 
@@ -79,8 +103,17 @@ def hard(slurm_cluster) -> Iterator[str]:
 
 def _submit(cluster, sock: str, *args: str, extra: str = "") -> tuple[str, str]:
     (cluster.workdir / NAME).write_text(SCRIPT.format(extra=extra))
-    proc = run_harp_submit(cluster, "--parsable", "--harp-explain", "-o", "warned-%j.out", *args, NAME,
-                           socket_path=sock, env={"HARP_TIMEOUT": "30"})
+    proc = run_harp_submit(
+        cluster,
+        "--parsable",
+        "--harp-explain",
+        "-o",
+        "warned-%j.out",
+        *args,
+        NAME,
+        socket_path=sock,
+        env={"HARP_TIMEOUT": "30"},
+    )
     assert proc.returncode == 0, proc.stderr
     assert "sbatch refused the changed request" not in proc.stderr, proc.stderr
     return proc.stdout.strip().split(";")[0], proc.stderr
@@ -131,24 +164,41 @@ def test_test_only_answers_exactly_as_sbatch(slurm_cluster, hard, args) -> None:
     import subprocess
 
     (slurm_cluster.workdir / NAME).write_text(SCRIPT.format(extra=""))
-    plain = subprocess.run(["sbatch", "--test-only", *args, NAME], capture_output=True, text=True,
-                           cwd=str(slurm_cluster.workdir), env={**slurm_cluster.env, "SLURM_CONF": str(slurm_cluster.conf)},
-                           timeout=120)
+    plain = subprocess.run(
+        ["sbatch", "--test-only", *args, NAME],
+        capture_output=True,
+        text=True,
+        cwd=str(slurm_cluster.workdir),
+        env={**slurm_cluster.env, "SLURM_CONF": str(slurm_cluster.conf)},
+        timeout=120,
+    )
     harp = run_harp_submit(slurm_cluster, "--test-only", *args, NAME, socket_path=hard)
-    assert (harp.returncode, _same(harp.stdout), _same(harp.stderr)) == \
-        (plain.returncode, _same(plain.stdout), _same(plain.stderr))
+    assert (harp.returncode, _same(harp.stdout), _same(harp.stderr)) == (
+        plain.returncode,
+        _same(plain.stdout),
+        _same(plain.stderr),
+    )
 
 
 def test_test_only_in_the_script_answers_exactly_as_sbatch(slurm_cluster, hard) -> None:
     import subprocess
 
     (slurm_cluster.workdir / NAME).write_text(SCRIPT.format(extra="--test-only --time-min=2"))
-    plain = subprocess.run(["sbatch", NAME], capture_output=True, text=True, cwd=str(slurm_cluster.workdir),
-                           env={**slurm_cluster.env, "SLURM_CONF": str(slurm_cluster.conf)}, timeout=120)
+    plain = subprocess.run(
+        ["sbatch", NAME],
+        capture_output=True,
+        text=True,
+        cwd=str(slurm_cluster.workdir),
+        env={**slurm_cluster.env, "SLURM_CONF": str(slurm_cluster.conf)},
+        timeout=120,
+    )
     harp = run_harp_submit(slurm_cluster, NAME, socket_path=hard)
     assert plain.returncode == 0 and "to start at" in plain.stderr, plain.stderr
-    assert (harp.returncode, _same(harp.stdout), _same(harp.stderr)) == \
-        (plain.returncode, _same(plain.stdout), _same(plain.stderr))
+    assert (harp.returncode, _same(harp.stdout), _same(harp.stderr)) == (
+        plain.returncode,
+        _same(plain.stdout),
+        _same(plain.stderr),
+    )
 
 
 def _same(text: str) -> str:

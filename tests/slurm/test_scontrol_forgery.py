@@ -28,11 +28,20 @@ def test_a_users_name_and_comment_never_pass_for_slurms_fields(slurm_cluster) ->
     plain = c.sbatch("--hold", "-t", "3", "--wrap", "sleep 1", user=USER)
     forged = {
         "owner in the name": c.sbatch("--hold", "-t", "3", "-J", "a UserId=root(0)", "--wrap", "sleep 1", user=USER),
-        "limit in the comment": c.sbatch("--hold", "-t", "3", "--comment=x TimeLimit=UNLIMITED", "--wrap", "sleep 1",
-                                         user=USER),
+        "limit in the comment": c.sbatch(
+            "--hold", "-t", "3", "--comment=x TimeLimit=UNLIMITED", "--wrap", "sleep 1", user=USER
+        ),
         # the name ends the line with a made-up record; slurmctld's own goes on in the next line
-        "line break": c.sbatch("--hold", "-t", "3", "-J", "a UserId=root(0) JobState=RUNNING TimeLimit=UNLIMITED\nb",
-                               "--wrap", "sleep 1", user=USER),
+        "line break": c.sbatch(
+            "--hold",
+            "-t",
+            "3",
+            "-J",
+            "a UserId=root(0) JobState=RUNNING TimeLimit=UNLIMITED\nb",
+            "--wrap",
+            "sleep 1",
+            user=USER,
+        ),
     }
     try:
         job = backend.show_job(plain)

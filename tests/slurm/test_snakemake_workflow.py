@@ -94,8 +94,10 @@ def require_system_conf(cluster) -> None:
     inside the job, which reads the system's Slurm config, not the test's SLURM_CONF."""
     sys_conf = Path("/etc/slurm/slurm.conf")
     if not (sys_conf.is_symlink() and os.readlink(sys_conf) == str(cluster.conf)):
-        msg = (f"{sys_conf} is not this cluster's ({cluster.conf}): srun in the jobs would not reach it "
-               "(scripts/localslurm links it on a machine with no Slurm config)")
+        msg = (
+            f"{sys_conf} is not this cluster's ({cluster.conf}): srun in the jobs would not reach it "
+            "(scripts/localslurm links it on a machine with no Slurm config)"
+        )
         if os.environ.get("CI", "").lower() in ("true", "1", "yes"):
             pytest.fail(msg, pytrace=False)
         pytest.skip(msg)
@@ -129,23 +131,58 @@ def workflow(slurm_cluster):
             yield {"dir": wf, "bin": bin_dir, "socket": sock, "snakemake": snakemake, "cluster": slurm_cluster}
 
 
-def _run(wf: dict, *, harp: bool, fresh: bool = False, retries: int = 0, env_extra: dict[str, str] | None = None,
-         log: list[str] | None = None) -> tuple[float, float]:
+def _run(
+    wf: dict,
+    *,
+    harp: bool,
+    fresh: bool = False,
+    retries: int = 0,
+    env_extra: dict[str, str] | None = None,
+    log: list[str] | None = None,
+) -> tuple[float, float]:
     """One Snakemake run of the whole workflow; (start epoch, wall seconds); its stderr appended to ``log``."""
     c = wf["cluster"]
     real_sbatch = shutil.which("sbatch", path=os.environ.get("PATH", "")) or "/usr/bin/sbatch"
     env = {k: v for k, v in c.env.items() if not k.startswith(("HARP_", "SBATCH_"))}
-    env.update({"SLURM_CONF": str(c.conf), "PYTHONPATH": str(REPO), "HARP_SOCKET": wf["socket"],
-                "HARP_CONFIG": "/nonexistent/harpd.toml", "HARP_SBATCH": real_sbatch, "HARP_TIMEOUT": "10",
-                "PATH": (f"{wf['bin']}:" if harp else "") + f"{Path(sys.executable).parent}:{env.get('PATH', '/usr/bin:/bin')}"})
+    env.update(
+        {
+            "SLURM_CONF": str(c.conf),
+            "PYTHONPATH": str(REPO),
+            "HARP_SOCKET": wf["socket"],
+            "HARP_CONFIG": "/nonexistent/harpd.toml",
+            "HARP_SBATCH": real_sbatch,
+            "HARP_TIMEOUT": "10",
+            "PATH": (f"{wf['bin']}:" if harp else "")
+            + f"{Path(sys.executable).parent}:{env.get('PATH', '/usr/bin:/bin')}",
+        }
+    )
     env.update(env_extra or {})
-    argv = [wf["snakemake"], "--executor", "slurm", "--jobs", "10", "--forceall", "--nolock",
-            "--default-resources", "slurm_account=harp", "slurm_partition=short",
-            "--slurm-init-seconds-before-status-checks", "5", "--seconds-between-status-checks", "3",
-            "--latency-wait", "10", "--retries", str(retries), "--config", f"fresh={int(fresh)}"]
+    argv = [
+        wf["snakemake"],
+        "--executor",
+        "slurm",
+        "--jobs",
+        "10",
+        "--forceall",
+        "--nolock",
+        "--default-resources",
+        "slurm_account=harp",
+        "slurm_partition=short",
+        "--slurm-init-seconds-before-status-checks",
+        "5",
+        "--seconds-between-status-checks",
+        "3",
+        "--latency-wait",
+        "10",
+        "--retries",
+        str(retries),
+        "--config",
+        f"fresh={int(fresh)}",
+    ]
     start, t0 = time.time(), time.monotonic()
-    proc = subprocess.run(argv, cwd=wf["dir"], env=env, capture_output=True, text=True, timeout=420,
-                          stdin=subprocess.DEVNULL)
+    proc = subprocess.run(
+        argv, cwd=wf["dir"], env=env, capture_output=True, text=True, timeout=420, stdin=subprocess.DEVNULL
+    )
     wall = time.monotonic() - t0
     if log is not None:
         log.append(proc.stderr)
@@ -156,8 +193,9 @@ def _run(wf: dict, *, harp: bool, fresh: bool = False, retries: int = 0, env_ext
 def _jobs(c, since: float) -> dict[str, dict[str, str | float]]:
     """The jobs submitted since ``since`` by rule_sample: limit, request, state, comment, MaxRSS (MB), elapsed (s)."""
     start = time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(since - 1))
-    out = c.run(["sacct", "-P", "-n", "-S", start, "--units=M",
-                 "-o", "JobID,Comment,Timelimit,ReqMem,State,ElapsedRaw,MaxRSS"]).stdout
+    out = c.run(
+        ["sacct", "-P", "-n", "-S", start, "--units=M", "-o", "JobID,Comment,Timelimit,ReqMem,State,ElapsedRaw,MaxRSS"]
+    ).stdout
     jobs: dict[str, dict] = {}
     rss: dict[str, float] = {}
     for line in out.splitlines():
@@ -166,8 +204,13 @@ def _jobs(c, since: float) -> dict[str, dict[str, str | float]]:
         if maxrss:
             rss[base] = max(rss.get(base, 0.0), float(maxrss.rstrip("M") or 0))
         if "." not in jid and comment.startswith("rule_"):
-            jobs[base] = {"comment": comment, "limit": limit, "reqmem": reqmem, "state": state,
-                          "elapsed": float(elapsed or 0)}
+            jobs[base] = {
+                "comment": comment,
+                "limit": limit,
+                "reqmem": reqmem,
+                "state": state,
+                "elapsed": float(elapsed or 0),
+            }
     by_task = {}
     for base, j in jobs.items():
         j["maxrss_mb"] = rss.get(base, 0.0)
@@ -200,8 +243,13 @@ def _wait_outcomes(sock: str, job_ids: list[str], timeout: float = 180) -> None:
                 left.discard(jid)
         return not left
 
-    wait_for("harpd to have every job's outcome", all_closed, timeout, interval=1,
-             log=lambda: f"still without an outcome: {sorted(left)}")
+    wait_for(
+        "harpd to have every job's outcome",
+        all_closed,
+        timeout,
+        interval=1,
+        log=lambda: f"still without an outcome: {sorted(left)}",
+    )
 
 
 def test_snakemake_through_harp_right_sizes_each_rule_from_its_own_runs(workflow) -> None:
@@ -251,8 +299,11 @@ def test_snakemake_through_harp_right_sizes_each_rule_from_its_own_runs(workflow
     print("\nrule    requested          used (max of runs 1-2)   harp, run 3")
     for rule, minutes, mem, used_s, used_mb, lim, req in rows:
         print(f"{rule:7} {minutes:3d} min {mem:5d} MB   {used_s:5.0f} s {used_mb:6.0f} MB       {lim} {req}")
-    print("fresh   " + f"{FRESH[1]} min {FRESH[2]} MB   (never seen)            "
-          + f"{third['fresh_s1']['limit']} {third['fresh_s1']['reqmem']}")
+    print(
+        "fresh   "
+        + f"{FRESH[1]} min {FRESH[2]} MB   (never seen)            "
+        + f"{third['fresh_s1']['limit']} {third['fresh_s1']['reqmem']}"
+    )
     if plain_wall is not None:
         print(f"wall time: plain sbatch {plain_wall:.0f} s")
     print("wall time: harp run 1 {:.0f} s, run 2 {:.0f} s, run 3 {:.0f} s".format(*walls))

@@ -66,37 +66,73 @@ def _owner(user: str | None) -> tuple[int, str]:
     return (0, "root") if user is None else (pwd.getpwnam(user).pw_uid, user)
 
 
-def register(d: Daemon, job_id: str, cwd: Path, *, signature: str = "soft-test", asked_min: int = 10,
-             given_min: int = 1, user: str | None = None, harp_lines: list[str] | None = None) -> None:
+def register(
+    d: Daemon,
+    job_id: str,
+    cwd: Path,
+    *,
+    signature: str = "soft-test",
+    asked_min: int = 10,
+    given_min: int = 1,
+    user: str | None = None,
+    harp_lines: list[str] | None = None,
+) -> None:
     """What harp-submit registers for ``--time=asked_min`` shortened by harp to ``given_min``."""
     req = {
-        "op": "register", "job_id": job_id,
-        "job": {"partition": "short", "job_name": "soft.sh", "signature": signature, "cwd": str(cwd),
-                "request": {"time_s": asked_min * 60, "mem_mb": 100, "partition": "short"},
-                "harp_lines": list(harp_lines or [])},
+        "op": "register",
+        "job_id": job_id,
+        "job": {
+            "partition": "short",
+            "job_name": "soft.sh",
+            "signature": signature,
+            "cwd": str(cwd),
+            "request": {"time_s": asked_min * 60, "mem_mb": 100, "partition": "short"},
+            "harp_lines": list(harp_lines or []),
+        },
         "original": {"time_s": asked_min * 60, "mem_mb": 100, "partition": "short"},
         "submitted": {"time_s": given_min * 60, "mem_mb": 100, "partition": "short"},
-        "decision": {"changes": [{"option": "time", "value": f"{given_min // 60:02d}:{given_min % 60:02d}:00",
-                                  "old": f"{asked_min // 60:02d}:{asked_min % 60:02d}:00", "reason": "test"}],
-                     "limits": {"partition": "short"}, "model": "test", "explain": {}},
+        "decision": {
+            "changes": [
+                {
+                    "option": "time",
+                    "value": f"{given_min // 60:02d}:{given_min % 60:02d}:00",
+                    "old": f"{asked_min // 60:02d}:{asked_min % 60:02d}:00",
+                    "reason": "test",
+                }
+            ],
+            "limits": {"partition": "short"},
+            "model": "test",
+            "explain": {},
+        },
     }
     req["token"] = record_decision(d.db, *_owner(user), req["job"], req["decision"])
     answer = client.call(d.socket, req, 10.0)
     assert answer.get("ok"), answer
 
 
-def register_mem(d: Daemon, job_id: str, cwd: Path, *, signature: str, asked_mb: int,
-                 given_mb: int | None, user: str | None = None) -> None:
+def register_mem(
+    d: Daemon, job_id: str, cwd: Path, *, signature: str, asked_mb: int, given_mb: int | None, user: str | None = None
+) -> None:
     """What harp-submit registers for ``--mem=asked_mb`` cut by harp to ``given_mb`` (its 30 minutes kept).
 
     ``given_mb`` None: harp was asked and kept the request (a workflow task's cold start).
     """
-    changes = [] if given_mb is None else [{"option": "mem", "value": f"{given_mb}M", "old": f"{asked_mb}M",
-                                            "reason": "test"}]
+    changes = (
+        []
+        if given_mb is None
+        else [{"option": "mem", "value": f"{given_mb}M", "old": f"{asked_mb}M", "reason": "test"}]
+    )
     req = {
-        "op": "register", "job_id": job_id,
-        "job": {"partition": "short", "job_name": "soft.sh", "signature": signature, "cwd": str(cwd),
-                "request": {"time_s": 1800, "mem_mb": asked_mb, "partition": "short"}, "harp_lines": []},
+        "op": "register",
+        "job_id": job_id,
+        "job": {
+            "partition": "short",
+            "job_name": "soft.sh",
+            "signature": signature,
+            "cwd": str(cwd),
+            "request": {"time_s": 1800, "mem_mb": asked_mb, "partition": "short"},
+            "harp_lines": [],
+        },
         "original": {"time_s": 1800, "mem_mb": asked_mb, "partition": "short"},
         "submitted": {"time_s": 1800, "mem_mb": given_mb or asked_mb, "partition": "short"},
         "decision": {"changes": changes, "limits": {"partition": "short"}, "model": "test", "explain": {}},
@@ -116,19 +152,26 @@ class Soft:
 
     def sbatch(self, key: str, user: str | None, *opts: str, time_min: int = 1, script: str = "soft.sh") -> str:
         wd = self.workdirs[user or "root"]
-        out = self.cluster.run(["sbatch", "--parsable", f"--time={time_min}", "--mem=100M", "-p", "short", *opts,
-                                str(wd / script)], user=user, cwd=wd).stdout
+        out = self.cluster.run(
+            ["sbatch", "--parsable", f"--time={time_min}", "--mem=100M", "-p", "short", *opts, str(wd / script)],
+            user=user,
+            cwd=wd,
+        ).stdout
         jid = out.strip().split(";")[0]
         assert jid.isdigit(), out
         self.jobs[key] = jid
         return jid
 
     def runs(self, jid: str) -> list[dict[str, str]]:
-        return [r for r in self.cluster.sacct(jid, "JobID,State,Timelimit,Comment,User", steps=False,
-                                              duplicates=True) if r["JobID"] == jid]
+        return [
+            r
+            for r in self.cluster.sacct(jid, "JobID,State,Timelimit,Comment,User", steps=False, duplicates=True)
+            if r["JobID"] == jid
+        ]
 
     def wait_ended(self, jid: str, timeout: float = DEADLINE_S) -> list[dict[str, str]]:
         """Until the job's last run has ended in accounting and slurmctld no longer runs it."""
+
         def ended() -> list[dict[str, str]] | None:
             runs = self.runs(jid)
             queued = self.cluster.run(["squeue", "-h", "-j", jid, "-o", "%T"], check=False).stdout.strip()
@@ -232,11 +275,28 @@ def train(d: SoftDaemon) -> None:
     for i in range(1500):
         used = rng.uniform(80, 120)
         end = now - 100_000 + i * 60
-        recs.append(JobRecord(
-            job_id=str(900_000 + i), source="slurm", user="root", partition="short", job_name="soft.sh",
-            signature=TASK_SIGNATURE if i % 10 == 0 else SIGNATURE, outcome=Outcome.COMPLETED, submit_time=end - used - 10, start_time=end - used,
-            end_time=end, req_time_s=3600.0, used_time_s=used, req_mem_mb=1000.0, used_mem_mb=200.0, req_cpus=1,
-            alloc_cpus=1, req_nodes=1, alloc_nodes=1))
+        recs.append(
+            JobRecord(
+                job_id=str(900_000 + i),
+                source="slurm",
+                user="root",
+                partition="short",
+                job_name="soft.sh",
+                signature=TASK_SIGNATURE if i % 10 == 0 else SIGNATURE,
+                outcome=Outcome.COMPLETED,
+                submit_time=end - used - 10,
+                start_time=end - used,
+                end_time=end,
+                req_time_s=3600.0,
+                used_time_s=used,
+                req_mem_mb=1000.0,
+                used_mem_mb=200.0,
+                req_cpus=1,
+                alloc_cpus=1,
+                req_nodes=1,
+                alloc_nodes=1,
+            )
+        )
     with Store.open(d.db) as store:
         store.insert_jobs(recs)
         out = make_predictor(settings=HarpSettings(store={"path": str(d.db)}), store=store).retrain()
@@ -245,8 +305,9 @@ def train(d: SoftDaemon) -> None:
 
 
 def _extensions(job: dict[str, Any]) -> list[tuple[int, int, str]]:
-    return [(c["old_time_s"], c["new_time_s"], c["step"]) for c in job.get("limit_changes") or []
-            if c["kind"] == "extend"]
+    return [
+        (c["old_time_s"], c["new_time_s"], c["step"]) for c in job.get("limit_changes") or [] if c["kind"] == "extend"
+    ]
 
 
 def test_health_says_soft_for_root_and_hard_for_a_plain_user(soft):
@@ -276,6 +337,7 @@ def test_a_shortened_job_is_extended_once_and_completes_on_its_first_run(soft):
 def test_with_harpd_down_the_job_is_killed_and_recovered_as_before(soft):
     jid = soft.jobs["down"]
     d = soft.daemons["down"]
+
     def ran_out() -> list[dict[str, str]] | None:  # the first run ends TIMEOUT at harp's 1 minute
         runs = soft.runs(jid)
         return runs if runs and runs[0]["State"].split()[0] in ("TIMEOUT", "REQUEUED") else None
@@ -284,13 +346,19 @@ def test_with_harpd_down_the_job_is_killed_and_recovered_as_before(soft):
     assert runs[0]["Timelimit"] == "00:01:00"  # nobody extended it
     d.stopping = False
     d.start()  # harpd is back: recovery requeues it, as without soft limits
+
     def recovered() -> dict[str, Any] | None:
         job = d.status(jid)
         att = job.get("attempts") or []
         return job if att and att[-1]["step"] == "done" and att[-1]["outcome"] == "completed" else None
 
-    job = wait_for(f"job {jid} to be recovered", recovered, DEADLINE_S, interval=2,
-                   log=lambda: f"{d.status(jid).get('attempts')}\n{d.log_tail()}")
+    job = wait_for(
+        f"job {jid} to be recovered",
+        recovered,
+        DEADLINE_S,
+        interval=2,
+        log=lambda: f"{d.status(jid).get('attempts')}\n{d.log_tail()}",
+    )
     assert [(a["attempt"], a["outcome"]) for a in job["attempts"]] == [(1, "timeout"), (2, "completed")]
     assert job["attempts"][1]["job_id"] == jid
     assert all(c["old_time_s"] != 60 for c in job.get("limit_changes") or [])  # never the killed run
@@ -312,13 +380,19 @@ def test_a_plain_users_job_is_extended_by_a_privileged_harpd_only(soft):
 
 def _wait_resized(d: SoftDaemon, jid: str, kind: str) -> dict[str, Any]:
     """The job's status once harpd has carried out (or given up) a re-size of ``kind``; fails at the deadline."""
+
     def resized() -> dict[str, Any] | None:
         job = d.status(jid)
         done = any(c["kind"] == kind and c["step"] != "decided" for c in job.get("limit_changes") or [])
         return job if done else None
 
-    return wait_for(f"pending job {jid} to be re-sized ({kind})", resized, DEADLINE_S, interval=2,
-                    log=lambda: f"{d.status(jid).get('limit_changes')}\n{d.log_tail()}")
+    return wait_for(
+        f"pending job {jid} to be re-sized ({kind})",
+        resized,
+        DEADLINE_S,
+        interval=2,
+        log=lambda: f"{d.status(jid).get('limit_changes')}\n{d.log_tail()}",
+    )
 
 
 def test_a_pending_job_gets_a_lower_limit_when_its_sibling_finishes(soft):

@@ -51,7 +51,9 @@ def test_rewritten_job_runs_with_the_new_limits(slurm_cluster, submit_dir) -> No
         'echo "name=$SLURM_JOB_NAME"\n'
     )
     limits = dict(partition="short", max_time_s=slurm_cluster.partitions["short"] * 60, max_mem_mb=4000, max_cpus=2)
-    with FakeHarpd(submit_dir / "h.sock", decision(change("time", "00:07:00"), change("mem", "300M"), **limits)) as harpd:
+    with FakeHarpd(
+        submit_dir / "h.sock", decision(change("time", "00:07:00"), change("mem", "300M"), **limits)
+    ) as harpd:
         proc = harp_submit(slurm_cluster, "--parsable", "limits.sh", "hello", "world", socket_path=harpd.path)
         assert proc.returncode == 0, proc.stderr
         job_id = proc.stdout.strip().split(";")[0]
@@ -86,7 +88,8 @@ def test_a_change_slurm_refuses_still_submits_the_users_job(slurm_cluster, submi
         try:
             assert proc.stderr.splitlines() == [
                 "harp: sbatch refused the changed request (Batch job submission failed: Requested time limit is "
-                "invalid (missing or exceeds some limit)); submitting your job as you wrote it"]
+                "invalid (missing or exceeds some limit)); submitting your job as you wrote it"
+            ]
             assert show_job(slurm_cluster, job_id)["TimeLimit"] == "00:02:00"
             assert harpd.wait_for("register")[0]["job_id"] == job_id
         finally:
@@ -100,8 +103,9 @@ def test_without_harpd_200_submissions_each_land_exactly_once(slurm_cluster, sub
     ids: list[str] = []
     try:
         for name in names:
-            proc = harp_submit(slurm_cluster, "-H", "--parsable", "-J", name, "once.sh",
-                               socket_path=str(submit_dir / "no-harpd.sock"))
+            proc = harp_submit(
+                slurm_cluster, "-H", "--parsable", "-J", name, "once.sh", socket_path=str(submit_dir / "no-harpd.sock")
+            )
             assert proc.returncode == 0, proc.stderr
             ids.append(proc.stdout.strip().split(";")[0])
             warnings = [x for x in proc.stderr.splitlines() if x.startswith("harp:")]
@@ -121,12 +125,14 @@ def test_without_harpd_200_submissions_each_land_exactly_once(slurm_cluster, sub
 def real_harpd(slurm_cluster, submit_dir):
     cfg = submit_dir / "harpd.toml"
     sock = submit_dir / "harpd.sock"
-    cfg.write_text(f'[server]\nsocket = "{sock}"\n[store]\npath = "{submit_dir}/lib/harp.db"\n'
-                   "[ingest]\npoll_interval_s = 3600\n")
+    cfg.write_text(
+        f'[server]\nsocket = "{sock}"\n[store]\npath = "{submit_dir}/lib/harp.db"\n[ingest]\npoll_interval_s = 3600\n'
+    )
     env = {k: v for k, v in os.environ.items() if not k.startswith("HARP_")}
     env["SLURM_CONF"] = str(slurm_cluster.conf)
-    proc = subprocess.Popen([sys.executable, "-m", "harpd.daemon.main", "--config", str(cfg)], stderr=subprocess.PIPE,
-                            text=True, env=env)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "harpd.daemon.main", "--config", str(cfg)], stderr=subprocess.PIPE, text=True, env=env
+    )
     wait_for_health(str(sock), proc)
     yield str(sock)
     proc.send_signal(signal.SIGTERM)
@@ -143,6 +149,7 @@ def test_with_the_real_harpd_the_job_is_predicted_and_registered(slurm_cluster, 
     try:
         # the daemon took our request (JobRequest, commands included) and the registration
         assert "unchanged" not in proc.stderr, proc.stderr
+
         def status_of_job() -> dict | None:  # registration runs in the background: give it a moment
             try:
                 return client.call(real_harpd, {"op": "status", "job_id": job_id}, 5)["job"]
@@ -173,8 +180,15 @@ BAD_SCRIPTS = {
 @pytest.mark.parametrize(
     "args",
     [[name] for name in BAD_SCRIPTS]
-    + [["--mem=1.5G", "good.sh"], ["-c", "0", "good.sh"], ["--bogus", "good.sh"], ["missing.sh"],
-       ["--wrap=true", "good.sh"], ["-t", "1:2:3:4", "good.sh"], ["--ti=5", "good.sh"]],
+    + [
+        ["--mem=1.5G", "good.sh"],
+        ["-c", "0", "good.sh"],
+        ["--bogus", "good.sh"],
+        ["missing.sh"],
+        ["--wrap=true", "good.sh"],
+        ["-t", "1:2:3:4", "good.sh"],
+        ["--ti=5", "good.sh"],
+    ],
 )
 def test_bad_input_gets_exactly_sbatchs_own_answer(slurm_cluster, submit_dir, args) -> None:
     work = slurm_cluster.workdir
@@ -183,14 +197,18 @@ def test_bad_input_gets_exactly_sbatchs_own_answer(slurm_cluster, submit_dir, ar
     (work / "good.sh").write_text("#!/bin/bash\ntrue\n")
     env = {k: v for k, v in slurm_cluster.env.items() if not k.startswith(("HARP_", "SBATCH_"))}
     env["SLURM_CONF"] = str(slurm_cluster.conf)
-    plain = subprocess.run(["sbatch", "-H", *args], capture_output=True, cwd=str(work), env=env,
-                           stdin=subprocess.DEVNULL, timeout=60)
+    plain = subprocess.run(
+        ["sbatch", "-H", *args], capture_output=True, cwd=str(work), env=env, stdin=subprocess.DEVNULL, timeout=60
+    )
     with FakeHarpd(submit_dir / "h.sock", decision(change("time", "5"))) as harpd:
         proc = harp_submit(slurm_cluster, "-H", *args, socket_path=harpd.path)
         assert harpd.requests == []  # harp stepped aside without asking
     assert plain.returncode != 0, plain.stdout  # each of these is refused by sbatch
     assert (proc.returncode, proc.stdout, proc.stderr) == (
-        plain.returncode, plain.stdout.decode(), plain.stderr.decode())
+        plain.returncode,
+        plain.stdout.decode(),
+        plain.stderr.decode(),
+    )
 
 
 def test_a_script_on_dev_stdin_is_sized_and_registered(slurm_cluster, submit_dir) -> None:
@@ -201,10 +219,23 @@ def test_a_script_on_dev_stdin_is_sized_and_registered(slurm_cluster, submit_dir
     limits = dict(partition="short", max_time_s=slurm_cluster.partitions["short"] * 60, max_mem_mb=4000, max_cpus=2)
     with FakeHarpd(submit_dir / "h.sock", decision(change("time", "00:06:00"), **limits)) as harpd:
         env = {k: v for k, v in slurm_cluster.env.items() if not k.startswith(("HARP_", "SBATCH_"))}
-        env.update({"SLURM_CONF": str(slurm_cluster.conf), "HARP_SOCKET": harpd.path, "PYTHONPATH": str(REPO),
-                    "HARP_CONFIG": "/nonexistent/harpd.toml"})
-        proc = subprocess.run([sys.executable, "-c", RUN_MAIN, "--parsable", "/dev/stdin", "arg1"], input=script,
-                              capture_output=True, text=True, cwd=slurm_cluster.workdir, env=env, timeout=120)
+        env.update(
+            {
+                "SLURM_CONF": str(slurm_cluster.conf),
+                "HARP_SOCKET": harpd.path,
+                "PYTHONPATH": str(REPO),
+                "HARP_CONFIG": "/nonexistent/harpd.toml",
+            }
+        )
+        proc = subprocess.run(
+            [sys.executable, "-c", RUN_MAIN, "--parsable", "/dev/stdin", "arg1"],
+            input=script,
+            capture_output=True,
+            text=True,
+            cwd=slurm_cluster.workdir,
+            env=env,
+            timeout=120,
+        )
         assert proc.returncode == 0, proc.stderr
         job_id = proc.stdout.strip().split(";")[0]
         assert show_job(slurm_cluster, job_id)["TimeLimit"] == "00:06:00"

@@ -42,8 +42,9 @@ pytestmark = pytest.mark.slurm
 FLOOD, HOSTS, FLOOD_S = 500, 25, 240.0
 
 
-def test_idle_flood_leaves_tcp_submissions_and_the_unix_socket_answered(slurm_cluster, work, tcp_harpd,
-                                                                       munge_socket, tokens) -> None:
+def test_idle_flood_leaves_tcp_submissions_and_the_unix_socket_answered(
+    slurm_cluster, work, tcp_harpd, munge_socket, tokens
+) -> None:
     h = tcp_harpd
     uid = ensure_user(USER).pw_uid
     port = int((h.listen or "").rsplit(":", 1)[1])
@@ -54,8 +55,9 @@ def test_idle_flood_leaves_tcp_submissions_and_the_unix_socket_answered(slurm_cl
     with IdleFlood(port, FLOOD, loopback_sources(HOSTS), FLOOD_S) as flood:
         assert flood.wait_held(300, timeout=60) >= 300, "the flood never held 300 connections"
         started = time.monotonic()
-        user = as_user(USER, env, ["-c", RUN_SUBMIT, "--parsable", "-H", "-J", f"{token}-u", f"--comment={token}",
-                                   "job.sh"], work)
+        user = as_user(
+            USER, env, ["-c", RUN_SUBMIT, "--parsable", "-H", "-J", f"{token}-u", f"--comment={token}", "job.sh"], work
+        )
         try:
             status = client.call(h.socket, {"op": "health"}, 30)
         except client.HarpdUnavailable as exc:
@@ -82,4 +84,3 @@ def test_idle_flood_leaves_tcp_submissions_and_the_unix_socket_answered(slurm_cl
     assert "Traceback" not in h.log.read_text(errors="replace")
     busy = [ln for ln in lines if "busy" in ln]
     assert not busy, busy[:3]  # idle sockets never took a worker slot
-

@@ -110,8 +110,21 @@ def as_user(user: str, env: dict[str, str], argv: list[str], cwd: Path) -> subpr
     py, pythonpath = user_python(user)
     home = pwd.getpwnam(user).pw_dir
     keep = {k: v for k, v in env.items() if k.startswith(("HARP_", "SLURM_"))}
-    cmd = ["runuser", "-u", user, "--", "env", "-i", f"HOME={home}", f"USER={user}", "PATH=/usr/bin:/bin",
-           f"PYTHONPATH={pythonpath}", *[f"{k}={v}" for k, v in keep.items()], py, *argv]
+    cmd = [
+        "runuser",
+        "-u",
+        user,
+        "--",
+        "env",
+        "-i",
+        f"HOME={home}",
+        f"USER={user}",
+        "PATH=/usr/bin:/bin",
+        f"PYTHONPATH={pythonpath}",
+        *[f"{k}={v}" for k, v in keep.items()],
+        py,
+        *argv,
+    ]
     return subprocess.run(cmd, capture_output=True, text=True, cwd=str(cwd), timeout=120, stdin=subprocess.DEVNULL)
 
 
@@ -119,26 +132,34 @@ def wait_log(h: Harpd, needle: str, timeout: float = 60) -> str:
     def logged() -> str | None:
         return next((line for line in h.log.read_text(errors="replace").splitlines() if needle in line), None)
 
-    return wait_for(f"harpd to log {needle!r}", logged, timeout, interval=0.2,
-                    log=lambda: h.log.read_text()[-3000:])
+    return wait_for(f"harpd to log {needle!r}", logged, timeout, interval=0.2, log=lambda: h.log.read_text()[-3000:])
 
 
 # ------------------------------------------------------------- users over TCP
 
 
-def test_harp_submit_over_tcp_as_root_and_as_a_second_user(slurm_cluster, work, tcp_harpd, munge_socket,
-                                                           tokens) -> None:
+def test_harp_submit_over_tcp_as_root_and_as_a_second_user(
+    slurm_cluster, work, tcp_harpd, munge_socket, tokens
+) -> None:
     h = tcp_harpd
     uid = ensure_user(USER).pw_uid
     env = tcp_env(slurm_cluster, h, munge_socket)
     token = f"harp-tcp-{uuid.uuid4().hex[:8]}"
     tokens.append(token)
 
-    root = subprocess.run([sys.executable, "-c", RUN_SUBMIT, "--parsable", "-J", f"{token}-root", f"--comment={token}", "job.sh"],
-                          capture_output=True, text=True, env=env, cwd=str(work), timeout=120)
+    root = subprocess.run(
+        [sys.executable, "-c", RUN_SUBMIT, "--parsable", "-J", f"{token}-root", f"--comment={token}", "job.sh"],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=str(work),
+        timeout=120,
+    )
     assert root.returncode == 0 and root.stderr == "", root.stderr  # harpd answered: no fail-open line
     root_job = root.stdout.strip().split(";")[0]
-    user = as_user(USER, env, ["-c", RUN_SUBMIT, "--parsable", "-J", f"{token}-user", f"--comment={token}", "job.sh"], work)
+    user = as_user(
+        USER, env, ["-c", RUN_SUBMIT, "--parsable", "-J", f"{token}-user", f"--comment={token}", "job.sh"], work
+    )
     assert user.returncode == 0 and user.stderr == "", user.stderr
     user_job = user.stdout.strip().split(";")[0]
     assert root_job.isdigit() and user_job.isdigit()
@@ -153,11 +174,15 @@ def test_harp_submit_over_tcp_as_root_and_as_a_second_user(slurm_cluster, work, 
     # the user sees their own job, not root's; report is theirs; admin operations are root's.
     # `harp` reads the node's harpd.toml, as on a login node: [client] servers, no local store
     node_toml = work / "node-harpd.toml"
-    node_toml.write_text(f'[server]\nsocket = "/nonexistent/harpd.sock"\n[store]\npath = "/nonexistent/harp.db"\n'
-                         f'[client]\nservers = ["{h.listen}"]\n[munge]\nsocket = "{munge_socket}"\n')
+    node_toml.write_text(
+        f'[server]\nsocket = "/nonexistent/harpd.sock"\n[store]\npath = "/nonexistent/harp.db"\n'
+        f'[client]\nservers = ["{h.listen}"]\n[munge]\nsocket = "{munge_socket}"\n'
+    )
     node_toml.chmod(0o644)
-    env = {**{k: v for k, v in env.items() if k not in ("HARP_SERVERS", "HARP_MUNGE_SOCKET")},
-           "HARP_CONFIG": str(node_toml)}
+    env = {
+        **{k: v for k, v in env.items() if k not in ("HARP_SERVERS", "HARP_MUNGE_SOCKET")},
+        "HARP_CONFIG": str(node_toml),
+    }
     mine = as_user(USER, env, ["-c", RUN_HARP, "status", user_job], work)
     assert mine.returncode == 0 and user_job in mine.stdout, mine.stdout + mine.stderr
     theirs = as_user(USER, env, ["-c", RUN_HARP, "status", root_job], work)
@@ -166,8 +191,9 @@ def test_harp_submit_over_tcp_as_root_and_as_a_second_user(slurm_cluster, work, 
     assert report.returncode == 0, report.stderr
     refused = as_user(USER, env, ["-c", RUN_HARP, "reload"], work)
     assert refused.returncode != 0 and "admin" in refused.stderr.lower(), refused.stderr
-    reload_ = subprocess.run([sys.executable, "-c", RUN_HARP, "reload"], capture_output=True, text=True, env=env,
-                             cwd=str(work), timeout=120)
+    reload_ = subprocess.run(
+        [sys.executable, "-c", RUN_HARP, "reload"], capture_output=True, text=True, env=env, cwd=str(work), timeout=120
+    )
     assert reload_.returncode == 0, reload_.stderr
     wait_log(h, "reload uid=0 from 127.0.0.1:")
 
@@ -186,8 +212,7 @@ def _exchange(port: int, data: bytes) -> list[bytes]:
     return buf.split(b"\n")[:-1]
 
 
-def test_forged_replayed_expired_tampered_and_foreign_credentials_are_refused(tcp_harpd, munge_socket,
-                                                                             work) -> None:
+def test_forged_replayed_expired_tampered_and_foreign_credentials_are_refused(tcp_harpd, munge_socket, work) -> None:
     h = tcp_harpd
     port = int((h.listen or "").rsplit(":", 1)[1])
     munge = Munge(munge_socket)
@@ -231,25 +256,57 @@ def test_forged_replayed_expired_tampered_and_foreign_credentials_are_refused(tc
 # --------------------------------------------------------------- port squatter
 
 
-def test_a_port_squatters_answer_is_rejected_and_the_job_submitted_unchanged(slurm_cluster, work, munge_socket,
-                                                                             tokens) -> None:
+def test_a_port_squatters_answer_is_rejected_and_the_job_submitted_unchanged(
+    slurm_cluster, work, munge_socket, tokens
+) -> None:
     ensure_user(USER)
     port = free_port()
     env = client_env(str(slurm_cluster.conf), "/nonexistent/harpd.sock")
     env.update({"HARP_SERVERS": f"127.0.0.1:{port}", "HARP_MUNGE_SOCKET": munge_socket})
-    lie = client.dumps({"ok": True, "decision": decision(change("time", "00:01:00"), partition="short",
-                                                         max_time_s=slurm_cluster.partitions["short"] * 60)})
+    lie = client.dumps(
+        {
+            "ok": True,
+            "decision": decision(
+                change("time", "00:01:00"), partition="short", max_time_s=slurm_cluster.partitions["short"] * 60
+            ),
+        }
+    )
     py, pythonpath = user_python(USER)
-    squatter = subprocess.Popen(["runuser", "-u", USER, "--", "env", "-i", f"PYTHONPATH={pythonpath}", py, "-c",
-                                 SQUATTER, str(port), munge_socket, lie],
-                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd="/")
+    squatter = subprocess.Popen(
+        [
+            "runuser",
+            "-u",
+            USER,
+            "--",
+            "env",
+            "-i",
+            f"PYTHONPATH={pythonpath}",
+            py,
+            "-c",
+            SQUATTER,
+            str(port),
+            munge_socket,
+            lie,
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd="/",
+    )
     try:
-        assert squatter.stdout is not None and squatter.stdout.readline().strip() == "listening", \
+        assert squatter.stdout is not None and squatter.stdout.readline().strip() == "listening", (
             squatter.stderr.read() if squatter.stderr else ""
+        )
         token = f"harp-squat-{uuid.uuid4().hex[:8]}"
         tokens.append(token)
-        proc = subprocess.run([sys.executable, "-c", RUN_SUBMIT, "--parsable", "-J", token, f"--comment={token}", "job.sh"],
-                              capture_output=True, text=True, env=env, cwd=str(work), timeout=120)
+        proc = subprocess.run(
+            [sys.executable, "-c", RUN_SUBMIT, "--parsable", "-J", token, f"--comment={token}", "job.sh"],
+            capture_output=True,
+            text=True,
+            env=env,
+            cwd=str(work),
+            timeout=120,
+        )
         assert squatter.wait(60) == 0, squatter.stderr.read() if squatter.stderr else ""
     finally:
         if squatter.poll() is None:
@@ -266,8 +323,9 @@ def test_a_port_squatters_answer_is_rejected_and_the_job_submitted_unchanged(slu
 # ------------------------------------------------------------ restart mid-load
 
 
-def test_harpd_restarted_mid_load_over_tcp_every_submission_lands_once(slurm_cluster, work, tcp_harpd,
-                                                                       munge_socket, tokens) -> None:
+def test_harpd_restarted_mid_load_over_tcp_every_submission_lands_once(
+    slurm_cluster, work, tcp_harpd, munge_socket, tokens
+) -> None:
     h = tcp_harpd
     token = f"harp-tcpload-{uuid.uuid4().hex[:8]}"
     tokens.append(token)
@@ -292,10 +350,14 @@ def test_the_munge_commands_do_the_work_where_libmunge_is_missing(tcp_harpd, mun
         "print(m.decode(cred)[0].decode())\n"
         "try:\n    m.decode(cred)\nexcept MungeError as exc:\n    print(exc.code, exc.message)\n"
     )
-    env = {**{k: v for k, v in os.environ.items() if not k.startswith("HARP_")}, "HARP_MUNGE_COMMANDS": "1",
-           "PYTHONPATH": str(REPO)}
-    out = subprocess.run([sys.executable, "-c", code, munge_socket, str(port)], capture_output=True, text=True,
-                         env=env, timeout=120)
+    env = {
+        **{k: v for k, v in os.environ.items() if not k.startswith("HARP_")},
+        "HARP_MUNGE_COMMANDS": "1",
+        "PYTHONPATH": str(REPO),
+    }
+    out = subprocess.run(
+        [sys.executable, "-c", code, munge_socket, str(port)], capture_output=True, text=True, env=env, timeout=120
+    )
     assert out.returncode == 0, out.stderr
     assert out.stdout.splitlines() == ["True", "payload", "17 credential replayed (munge error 17)"], out.stdout
 

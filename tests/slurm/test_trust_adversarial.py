@@ -83,8 +83,14 @@ def _seed_and_train(store_path: Path, script: str) -> None:
     from harpd.predict.training import retrain_all
     from harpd.records import JobRecord, Outcome
 
-    req = Request(SBATCH_TABLE.parse([]), {}, directives.parse(script), script_path="sized.sh",
-                  script_text=script, harp_lines=hl.find(script))
+    req = Request(
+        SBATCH_TABLE.parse([]),
+        {},
+        directives.parse(script),
+        script_path="sized.sh",
+        script_text=script,
+        harp_lines=hl.find(script),
+    )
     sig = signature_of(req.commands())
     rnd = random.Random(26)
     t0 = time.time() - 5 * 86400
@@ -92,11 +98,30 @@ def _seed_and_train(store_path: Path, script: str) -> None:
     for i in range(1200):
         used = 3000 * rnd.uniform(0.075, 0.08)
         sub = t0 + i * 300
-        recs.append(JobRecord(
-            job_id=f"seed{i}", source="seed", user="root", account="harp", partition="short", job_name="sized.sh",
-            signature=sig, submit_time=sub, start_time=sub + 2, end_time=sub + 2 + used, outcome=Outcome.COMPLETED,
-            state="COMPLETED", req_time_s=3000, req_mem_mb=300, req_cpus=1, req_nodes=1, alloc_cpus=1,
-            alloc_nodes=1, used_time_s=used, used_mem_mb=300 * rnd.uniform(0.07, 0.08)))
+        recs.append(
+            JobRecord(
+                job_id=f"seed{i}",
+                source="seed",
+                user="root",
+                account="harp",
+                partition="short",
+                job_name="sized.sh",
+                signature=sig,
+                submit_time=sub,
+                start_time=sub + 2,
+                end_time=sub + 2 + used,
+                outcome=Outcome.COMPLETED,
+                state="COMPLETED",
+                req_time_s=3000,
+                req_mem_mb=300,
+                req_cpus=1,
+                req_nodes=1,
+                alloc_cpus=1,
+                alloc_nodes=1,
+                used_time_s=used,
+                used_mem_mb=300 * rnd.uniform(0.07, 0.08),
+            )
+        )
     with Store.open(store_path) as store:
         store.insert_jobs(recs)
         out = retrain_all(store, HarpSettings(store={"path": str(store_path)}))
@@ -126,9 +151,27 @@ class Trust:
         """One message to harpd over TCP as ``user`` (sealed with their MUNGE credential)."""
         py, pythonpath = user_python(user)
         keep = [f"{k}={v}" for k, v in self.env.items() if k.startswith(("HARP_", "SLURM_"))]
-        proc = subprocess.run(["runuser", "-u", user, "--", "env", "-i", "PATH=/usr/bin:/bin",
-                               f"PYTHONPATH={pythonpath}", *keep, py, "-c", ASK, json.dumps(message)],
-                              capture_output=True, text=True, cwd="/", timeout=120)
+        proc = subprocess.run(
+            [
+                "runuser",
+                "-u",
+                user,
+                "--",
+                "env",
+                "-i",
+                "PATH=/usr/bin:/bin",
+                f"PYTHONPATH={pythonpath}",
+                *keep,
+                py,
+                "-c",
+                ASK,
+                json.dumps(message),
+            ],
+            capture_output=True,
+            text=True,
+            cwd="/",
+            timeout=120,
+        )
         assert proc.returncode == 0 and "Traceback" not in proc.stderr, proc.stderr
         return json.loads(proc.stdout)
 
@@ -141,9 +184,13 @@ class Trust:
 
     def wait_ended(self, jid: str) -> dict[str, str]:
         """The job's accounting row once it has ended (sacct), within ``WAIT_S``."""
+
         def rows() -> list[dict[str, str]]:
-            return [r for r in self.cluster.sacct(jid, "JobID,State,Timelimit,Comment", steps=False,
-                                                  duplicates=True) if r["JobID"] == jid]
+            return [
+                r
+                for r in self.cluster.sacct(jid, "JobID,State,Timelimit,Comment", steps=False, duplicates=True)
+                if r["JobID"] == jid
+            ]
 
         def ended() -> dict[str, str] | None:
             got = rows()
@@ -178,8 +225,10 @@ def trust(slurm_cluster):
         h = Harpd(work / "d", env, "debug", listen=f"127.0.0.1:{free_port()}", munge_socket=sock)
         # the watcher on (root harpd: soft limits), the poller (and so the token search) every 3 s,
         # the trained model named so the test does not depend on which one the hold-out crowns
-        h.config.write_text(h.config.read_text().replace("poll_interval_s = 3600", "poll_interval_s = 3")
-                            + '[watch]\ninterval_s = 2.0\nmargin_s = 12.0\n[predict]\npredictor = "alea"\n')
+        h.config.write_text(
+            h.config.read_text().replace("poll_interval_s = 3600", "poll_interval_s = 3")
+            + '[watch]\ninterval_s = 2.0\nmargin_s = 12.0\n[predict]\npredictor = "alea"\n'
+        )
         h.store.parent.mkdir(parents=True, exist_ok=True)
         _seed_and_train(h.store, SIZED)
         h.start()
@@ -199,10 +248,19 @@ def test_a_forged_original_on_a_plain_sbatch_job_is_refused_and_never_extended(t
     assert asked["ok"] is True and asked["token"], asked
     # ... then submits a 1-minute job with plain sbatch and claims harp cut it from one hour
     jid = t.sbatch(B, "--time=1")
-    claim = {"op": "register", "job_id": jid, "job": {"partition": "short"},
-             "original": {"time_s": 3600, "partition": "short"}, "submitted": {"time_s": 60, "partition": "short"},
-             "decision": {"changes": [{"option": "time", "value": "00:01:00", "old": "01:00:00", "reason": "x"}],
-                          "limits": {"partition": "short"}, "model": "forged", "explain": {}}}
+    claim = {
+        "op": "register",
+        "job_id": jid,
+        "job": {"partition": "short"},
+        "original": {"time_s": 3600, "partition": "short"},
+        "submitted": {"time_s": 60, "partition": "short"},
+        "decision": {
+            "changes": [{"option": "time", "value": "00:01:00", "old": "01:00:00", "reason": "x"}],
+            "limits": {"partition": "short"},
+            "model": "forged",
+            "explain": {},
+        },
+    }
     with_token = t.send(B, {**claim, "token": asked["token"]})
     assert with_token["ok"] is False and "neither harp's decision nor your request" in with_token["error"], with_token
     without = t.send(B, claim)
@@ -226,15 +284,18 @@ def test_future_ids_and_another_users_job_id_are_refused(trust) -> None:
     claimed = [str(int(probe) + k) for k in range(1, 6)]
     for jid in claimed:
         ans = t.send(B, {"op": "register", "job_id": jid, "job": {}, "original": {"time_s": 3600}, "submitted": {}})
-        assert ans == {"ok": False, "error": f"Slurm does not know job {jid} yet; register a job after sbatch has "
-                                             "printed its id"}, ans
+        assert ans == {
+            "ok": False,
+            "error": f"Slurm does not know job {jid} yet; register a job after sbatch has printed its id",
+        }, ans
     victim = t.sbatch(A, "--time=1")
     assert victim in claimed, (victim, claimed)  # this cluster is ours: A's job got one of B's ids
     # (c) B claims A's real job, with and without a token of B's
     token = t.send(B, {"op": "predict", "job": {"partition": "short", "request": {"time_s": 60}}})["token"]
     for extra in ({}, {"token": token}):
-        ans = t.send(B, {"op": "register", "job_id": victim, "job": {}, "original": {"time_s": 3600},
-                         "submitted": {}, **extra})
+        ans = t.send(
+            B, {"op": "register", "job_id": victim, "job": {}, "original": {"time_s": 3600}, "submitted": {}, **extra}
+        )
         assert ans == {"ok": False, "error": f"job {victim} is not yours; register only jobs you submitted"}, ans
     t.assert_as_plain_sbatch_left_it(victim)
     # status tells A the truth: harp was never told of this job (not "not yours")
@@ -250,9 +311,21 @@ def test_a_lost_registration_is_found_by_its_decision_token(trust) -> None:
     t = trust
     env = {**t.env, "HARP_SOCKET": t.harpd.socket, "HARP_TIMEOUT": "30", "HARP_TEST_SKIP_REGISTER": "1"}
     env.pop("HARP_SERVERS")
-    proc = subprocess.run([sys.executable, "-c", "import sys; from harp_submit.cli import main; sys.exit(main())",
-                           "--parsable", "--comment=my own words", "sized.sh"],
-                          capture_output=True, text=True, env=env, cwd=str(t.work), timeout=120)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "import sys; from harp_submit.cli import main; sys.exit(main())",
+            "--parsable",
+            "--comment=my own words",
+            "sized.sh",
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=str(t.work),
+        timeout=120,
+    )
     assert proc.returncode == 0, proc.stderr
     jid = proc.stdout.strip().split(";")[0]
     t.jobs.append(jid)
@@ -262,8 +335,13 @@ def test_a_lost_registration_is_found_by_its_decision_token(trust) -> None:
     assert comment.startswith("my own words; harp decision "), comment  # the user's comment kept in front
     token = comment.rsplit(" ", 1)[1]
     # harpd's poll every 3 s finds it; generous for a busy host
-    sub = wait_for(f"harpd to adopt job {jid}", lambda: t.store_rows(jid)[0], 120, interval=0.5,
-                   log=lambda: t.harpd.log.read_text()[-3000:])
+    sub = wait_for(
+        f"harpd to adopt job {jid}",
+        lambda: t.store_rows(jid)[0],
+        120,
+        interval=0.5,
+        log=lambda: t.harpd.log.read_text()[-3000:],
+    )
     assert sub["uid"] == 0 and sub["verified"] == 1 and sub["token"] == token
     assert sub["original"]["time_s"] == 3000 and "time" in [c["option"] for c in sub["decision"]["changes"]]
     line = next(ln for ln in t.harpd.log.read_text().splitlines() if f"adopt: registered job {jid}" in ln)

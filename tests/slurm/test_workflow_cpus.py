@@ -65,12 +65,30 @@ def _seed(store_path, signature: str, cpus: int, n: int = 25) -> None:
     """
     now = time.time()
     with Store.open(store_path) as st:
-        st.insert_jobs([JobRecord(job_id=f"seed{i}", source="seed", user="root", account="harp", partition="short",
-                                  signature=signature, submit_time=now - 7200 + i * 60,
-                                  start_time=now - 7200 + i * 60, end_time=now - 7140 + i * 60, used_time_s=60.0,
-                                  used_cpu_s=20.0, req_time_s=600.0, req_cpus=cpus, alloc_cpus=cpus,
-                                  req_mem_mb=1600.0, used_mem_mb=400.0, outcome=Outcome.COMPLETED)
-                        for i in range(n)])
+        st.insert_jobs(
+            [
+                JobRecord(
+                    job_id=f"seed{i}",
+                    source="seed",
+                    user="root",
+                    account="harp",
+                    partition="short",
+                    signature=signature,
+                    submit_time=now - 7200 + i * 60,
+                    start_time=now - 7200 + i * 60,
+                    end_time=now - 7140 + i * 60,
+                    used_time_s=60.0,
+                    used_cpu_s=20.0,
+                    req_time_s=600.0,
+                    req_cpus=cpus,
+                    alloc_cpus=cpus,
+                    req_mem_mb=1600.0,
+                    used_mem_mb=400.0,
+                    outcome=Outcome.COMPLETED,
+                )
+                for i in range(n)
+            ]
+        )
 
 
 def _alloc_cpus(c, job_ids: list[str]) -> dict[str, int]:
@@ -92,10 +110,21 @@ def _workflow(slurm_cluster, snakefile: str, rule: str, poll_interval_s: float):
         (harpd_dir / "lib").mkdir()
         # the rule's history: 25 runs that kept a third of a core busy of their 2 (harp's cores rule would give 1)
         _seed(harpd_dir / "lib" / "harp.db", TaskIdentity("snakemake", str(wf / "Snakefile"), rule).signature(), 2)
-        with running_harpd(harpd_dir, slurm_conf=slurm_cluster.conf, poll_interval_s=poll_interval_s, timeout_s=90,
-                           extra_toml="[predict]\nmin_history = 4\n") as sock:
-            yield {"dir": wf, "bin": bin_dir, "socket": sock, "snakemake": snakemake, "cluster": slurm_cluster,
-                   "store": harpd_dir / "lib" / "harp.db"}
+        with running_harpd(
+            harpd_dir,
+            slurm_conf=slurm_cluster.conf,
+            poll_interval_s=poll_interval_s,
+            timeout_s=90,
+            extra_toml="[predict]\nmin_history = 4\n",
+        ) as sock:
+            yield {
+                "dir": wf,
+                "bin": bin_dir,
+                "socket": sock,
+                "snakemake": snakemake,
+                "cluster": slurm_cluster,
+                "store": harpd_dir / "lib" / "harp.db",
+            }
 
 
 def test_a_snakemake_rule_with_two_threads_keeps_its_two_cpus_and_every_run_completes(snakemake_workflow) -> None:
@@ -113,8 +142,7 @@ def test_a_snakemake_rule_with_two_threads_keeps_its_two_cpus_and_every_run_comp
     # harpd saw the rule's history and said why it kept the CPUs
     with Store.open(wf["store"]) as st:
         subs = [st.get_submission(j) for j in ids]
-        reasons = [(s.stored["decision"] if s else {}).get("explain", {}).get("cores", {}).get("reason")
-                   for s in subs]
+        reasons = [(s.stored["decision"] if s else {}).get("explain", {}).get("cores", {}).get("reason") for s in subs]
         n_runs = st.count_jobs()
     assert n_runs >= 25 + 4
     assert all(r and "Snakemake" in r and "srun --cpus-per-task" in r for r in reasons), reasons
@@ -133,8 +161,17 @@ def _script_signature(text: str, name: str) -> str | None:
 
 
 def _submit(cluster, sock: str, name: str, *extra: str) -> tuple[str, str]:
-    proc = run_harp_submit(cluster, "--parsable", "--harp-explain", *extra, "-o", f"{name}-%j.out", name,
-                           socket_path=sock, env={"HARP_TIMEOUT": "30"})
+    proc = run_harp_submit(
+        cluster,
+        "--parsable",
+        "--harp-explain",
+        *extra,
+        "-o",
+        f"{name}-%j.out",
+        name,
+        socket_path=sock,
+        env={"HARP_TIMEOUT": "30"},
+    )
     assert proc.returncode == 0, proc.stderr
     return proc.stdout.strip().split(";")[0], proc.stderr
 
@@ -145,8 +182,9 @@ def test_a_script_whose_srun_asks_two_cpus_is_never_cut_below_two(slurm_cluster)
         (d / "lib").mkdir()
         _seed(d / "lib" / "harp.db", _script_signature(text, "step2.sh"), 4)
         (slurm_cluster.workdir / "step2.sh").write_text(text)
-        with running_harpd(d, slurm_conf=slurm_cluster.conf, timeout_s=90,
-                           extra_toml="[watch]\nsoft_limits = false\n") as sock:
+        with running_harpd(
+            d, slurm_conf=slurm_cluster.conf, timeout_s=90, extra_toml="[watch]\nsoft_limits = false\n"
+        ) as sock:
             job, err = _submit(slurm_cluster, sock, "step2.sh")
             try:
                 info = scontrol_fields(slurm_cluster, job)
@@ -166,18 +204,30 @@ def test_a_run_that_failed_after_a_cpu_cut_gets_its_cpus_back(slurm_cluster) -> 
     with short_tmpdir("hwr-") as d:
         (d / "lib").mkdir()
         _seed(d / "lib" / "harp.db", _script_signature(text, "hidden.sh"), 2)
-        with running_harpd(d, slurm_conf=slurm_cluster.conf, poll_interval_s=2, timeout_s=90,
-                           extra_toml="[watch]\nsoft_limits = false\n") as sock:
+        with running_harpd(
+            d,
+            slurm_conf=slurm_cluster.conf,
+            poll_interval_s=2,
+            timeout_s=90,
+            extra_toml="[watch]\nsoft_limits = false\n",
+        ) as sock:
             first, err = _submit(slurm_cluster, sock, "hidden.sh")
             assert scontrol_fields(slurm_cluster, first)["CPUs/Task"] == "1", err  # harp cannot see the step: cut
             state = wait_finished(slurm_cluster, first)
             assert state == "FAILED", (state, (slurm_cluster.workdir / f"hidden.sh-{first}.out").read_text())
             _wait_outcomes(sock, [first])
+
             # harpd learns the failure (the live history reads the store at a reload, else within a minute)
             def explained() -> str | None:
                 client.call(sock, {"op": "reload"}, 60.0)
-                proc = run_harp_submit(slurm_cluster, "--harp-dry-run", "--harp-explain", "hidden.sh",
-                                       socket_path=sock, env={"HARP_TIMEOUT": "30"})
+                proc = run_harp_submit(
+                    slurm_cluster,
+                    "--harp-dry-run",
+                    "--harp-explain",
+                    "hidden.sh",
+                    socket_path=sock,
+                    env={"HARP_TIMEOUT": "30"},
+                )
                 return proc.stderr if "failed after harp lowered its CPUs" in proc.stderr else None
 
             wait_for("harp's explanation of the failure after its CPU cut", explained, 120, interval=2)
@@ -213,8 +263,18 @@ def test_the_managers_retry_of_a_task_that_ran_out_gets_at_least_the_escalated_s
     c = wf["cluster"]
     # without harp's end-of-job hook (harp-task-epilog), which would requeue the job before the manager saw it end
     start, _ = _run(wf, harp=True, retries=1, env_extra={"HARP_TASK_EPILOG": "0"})
-    out = c.run(["sacct", "-X", "-P", "-n", "-S", time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(start - 1)),
-                 "-o", "JobID,State,ReqMem,Comment"]).stdout
+    out = c.run(
+        [
+            "sacct",
+            "-X",
+            "-P",
+            "-n",
+            "-S",
+            time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(start - 1)),
+            "-o",
+            "JobID,State,ReqMem,Comment",
+        ]
+    ).stdout
     # the rule's jobs (the plugin's comment), not another test's job still ending when this one began
     rows = [line.split("|")[:3] for line in out.splitlines() if "|rule_big" in line]
     assert len(rows) == 2, rows  # the attempt harp sized from the rule's 400 MB runs, and the manager's retry
@@ -222,8 +282,7 @@ def test_the_managers_retry_of_a_task_that_ran_out_gets_at_least_the_escalated_s
     # the job step that ran the rule ran out of what harp gave: killed (OUT_OF_MEMORY, or SIGKILL by the
     # memory enforcement of job accounting, which leaves the step CANCELLED and the job FAILED) above it
     steps = c.run(["sacct", "-P", "-n", "-j", first, "--units=M", "-o", "JobID,State,MaxRSS"]).stdout
-    peak = max((float(x.split("|")[2].rstrip("M") or 0) for x in steps.splitlines() if x.count("|") == 2),
-               default=0.0)
+    peak = max((float(x.split("|")[2].rstrip("M") or 0) for x in steps.splitlines() if x.count("|") == 2), default=0.0)
     assert state1 in ("OUT_OF_MEMORY", "FAILED") and peak >= 0.9 * _mb(mem1), (rows, steps)
     assert state2 == "COMPLETED", rows
     assert _mb(mem1) < 600 <= _mb(mem2), rows

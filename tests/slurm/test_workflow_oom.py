@@ -59,10 +59,11 @@ def test_a_task_that_outgrows_harps_size_is_requeued_before_snakemake_sees_it_fa
     runs = _runs(c, start)
     # one job id: no Snakemake-level retry (it would be a second job), harp's requeue ran it again
     assert len(runs) == 1, runs
-    (job, got), = runs.items()
+    ((job, got),) = runs.items()
     assert [s for s, _ in got] == ["REQUEUED", "COMPLETED"], got
     (_, mem1), (_, mem2) = got
     assert _mb(mem1) < 600 <= _mb(mem2), got  # harp's size was too small; the escalated one fits
+
     # harpd says why: attempt 2, decided at the job's end hook while it still ran
     def both_attempts() -> list | None:
         attempts = client.call(wf["socket"], {"op": "status", "job_id": job}, 10.0)["job"].get("attempts") or []

@@ -36,26 +36,58 @@ HARD_LIMITS = "[watch]\nsoft_limits = false\n"
 
 def _wrap(attempt: int) -> str:
     """A task of rule ``work`` (sample s1), as Snakemake's executor wraps it, that needs 90 s."""
-    return (f"sleep 90; : python -m snakemake --snakefile Snakefile --target-jobs 'work:sample=s1' "
-            f"--allowed-rules work --cores all --attempt {attempt} --mode remote")
+    return (
+        f"sleep 90; : python -m snakemake --snakefile Snakefile --target-jobs 'work:sample=s1' "
+        f"--allowed-rules work --cores all --attempt {attempt} --mode remote"
+    )
 
 
 def _seed(store_path: Path, signature: str) -> None:
     """Five earlier runs of the rule that used 10 s of a 4-minute request: harp cuts the next to 1 minute."""
     now = time.time()
     with Store.open(store_path) as st:
-        st.insert_jobs([JobRecord(job_id=f"seed{i}", source="seed", user="root", account="harp", partition="short",
-                                  signature=signature, submit_time=now - 3600 + i * 60, start_time=now - 3600 + i * 60,
-                                  end_time=now - 3590 + i * 60, used_time_s=10.0, req_time_s=240.0, req_cpus=1,
-                                  req_mem_mb=200.0, used_mem_mb=50.0, outcome=Outcome.COMPLETED)
-                        for i in range(5)])
+        st.insert_jobs(
+            [
+                JobRecord(
+                    job_id=f"seed{i}",
+                    source="seed",
+                    user="root",
+                    account="harp",
+                    partition="short",
+                    signature=signature,
+                    submit_time=now - 3600 + i * 60,
+                    start_time=now - 3600 + i * 60,
+                    end_time=now - 3590 + i * 60,
+                    used_time_s=10.0,
+                    req_time_s=240.0,
+                    req_cpus=1,
+                    req_mem_mb=200.0,
+                    used_mem_mb=50.0,
+                    outcome=Outcome.COMPLETED,
+                )
+                for i in range(5)
+            ]
+        )
 
 
 def _submit(cluster, sock: str, attempt: int) -> str:
-    proc = run_harp_submit(cluster, "--parsable", "-p", "short", "-t", "4", "--mem=200M", "-o", "race-%j.log",
-                           "--comment=rule_work_wildcards_s1", f"--wrap={_wrap(attempt)}", socket_path=sock)
+    proc = run_harp_submit(
+        cluster,
+        "--parsable",
+        "-p",
+        "short",
+        "-t",
+        "4",
+        "--mem=200M",
+        "-o",
+        "race-%j.log",
+        "--comment=rule_work_wildcards_s1",
+        f"--wrap={_wrap(attempt)}",
+        socket_path=sock,
+    )
     assert proc.returncode == 0, proc.stderr
     return proc.stdout.strip().split(";")[0]
+
 
 def _status(sock: str, job_id: str) -> dict:
     """harpd's status of a job; {} while harpd knows nothing of it yet."""
@@ -86,9 +118,11 @@ def test_the_managers_own_retry_is_left_to_it_and_the_work_runs_once(slurm_clust
         try:
             # harpd's first look at the TIMEOUT comes now, after the manager's retry
             with running_harpd(d, slurm_conf=c.conf, extra_toml=HARD_LIMITS, poll_interval_s=600) as sock:
+
                 def stopped():
                     att = _status(sock, first).get("attempts") or []
                     return att and att[0]["outcome"] == "timeout" and att[-1]["limits"].get("stop")
+
                 wait_for("harpd's decision on the TIMEOUT", stopped, 90, interval=1)
                 att = _status(sock, first)["attempts"]
                 assert len(att) == 1 and f"submitted it again itself (job {retry})" in att[0]["limits"]["stop"]

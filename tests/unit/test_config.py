@@ -138,6 +138,7 @@ def test_every_key_has_a_comment_above_it():
 
 # ---- errors name the key -------------------------------------------------------
 
+
 @pytest.mark.parametrize(
     ("text", "key"),
     [

@@ -18,8 +18,15 @@ def clean_env(monkeypatch, tmp_path):
     (tmp_path / "harpd.toml").write_text("")
 
 
-@pytest.mark.parametrize("name, value", [("HARP_DNN__GPU_TYPES", "[oops"), ("HARP_SERVER__LISTEN", "notjson"),
-                                         ("HARP_CLIENT__SERVERS", "a,b"), ("HARP_CLIENT__SERVERS", "{")])
+@pytest.mark.parametrize(
+    "name, value",
+    [
+        ("HARP_DNN__GPU_TYPES", "[oops"),
+        ("HARP_SERVER__LISTEN", "notjson"),
+        ("HARP_CLIENT__SERVERS", "a,b"),
+        ("HARP_CLIENT__SERVERS", "{"),
+    ],
+)
 def test_the_variable_is_named(monkeypatch, name, value):
     monkeypatch.setenv(name, value)
     monkeypatch.setenv("HARP_SERVER__SOCKET", "/run/x.sock")  # a plain string key: never blamed

@@ -34,8 +34,11 @@ def _file_backed_fake() -> type:
 
 
 def protocol_methods() -> dict[str, inspect.Signature]:
-    return {name: inspect.signature(getattr(SlurmBackend, name)) for name in dir(SlurmBackend)
-            if not name.startswith("_") and callable(getattr(SlurmBackend, name))}
+    return {
+        name: inspect.signature(getattr(SlurmBackend, name))
+        for name in dir(SlurmBackend)
+        if not name.startswith("_") and callable(getattr(SlurmBackend, name))
+    }
 
 
 def mismatches(fake: type, every_method: bool = True) -> list[str]:
@@ -62,13 +65,19 @@ def mismatches(fake: type, every_method: bool = True) -> list[str]:
             elif mine is None:
                 problems.append(f"{fake.__name__}.{name} has no parameter {p.name!r}")
             elif mine.kind is not p.kind and p.kind is not p.POSITIONAL_OR_KEYWORD:
-                problems.append(f"{fake.__name__}.{name}: {p.name!r} is {mine.kind.description}, "
-                                f"not {p.kind.description}")
+                problems.append(
+                    f"{fake.__name__}.{name}: {p.name!r} is {mine.kind.description}, not {p.kind.description}"
+                )
             elif p.default is not p.empty and mine.default is p.empty:
                 problems.append(f"{fake.__name__}.{name}: {p.name!r} must be optional")
-        extra = [q.name for q in have.parameters.values() if q.name != "self"
-                 and q.default is q.empty and q.kind not in (q.VAR_POSITIONAL, q.VAR_KEYWORD)
-                 and q.name not in wanted.parameters]
+        extra = [
+            q.name
+            for q in have.parameters.values()
+            if q.name != "self"
+            and q.default is q.empty
+            and q.kind not in (q.VAR_POSITIONAL, q.VAR_KEYWORD)
+            and q.name not in wanted.parameters
+        ]
         if extra:
             problems.append(f"{fake.__name__}.{name} requires {extra}, which the Protocol does not pass")
     return problems

@@ -24,7 +24,10 @@ def _lint(root: Path) -> subprocess.CompletedProcess[str]:
         pytest.fail(f"{LINT} missing: run `bash scripts/setup` (import-linter is a test dependency)")
     return subprocess.run(
         [str(LINT), "--no-logo", "--no-cache", "--config", str(root / "pyproject.toml")],
-        cwd=str(root), capture_output=True, text=True, timeout=300,
+        cwd=str(root),
+        capture_output=True,
+        text=True,
+        timeout=300,
         env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(root)},
     )
 
@@ -52,26 +55,57 @@ def _append(path: Path, line: str) -> None:
 @pytest.mark.parametrize(
     ("module", "line", "contract", "says"),
     [
-        ("harpd/records.py", "import harpd.daemon.handlers  # noqa", "harpd is layered",
-         "harpd.records is not allowed to import harpd.daemon"),
-        ("harpd/models/base.py", "from harpd.predict import replay  # noqa", "harpd is layered",
-         "harpd.models is not allowed to import harpd.predict"),
-        ("harp_submit/units.py", "import harpd.records  # noqa", "never imports harpd",
-         "harp_submit.units -> harpd.records"),
-        ("harpd/recovery/policy.py", "import subprocess  # noqa", "only harpd.slurm runs commands",
-         "harpd.recovery.policy -> subprocess"),
-        ("harpd/report/build.py", "import sqlite3  # noqa", "only harpd.store opens SQLite",
-         "harpd.report.build -> sqlite3"),
-        ("harpd/predict/allocation.py", "from harpd.predict import live  # noqa", "no import cycles",
-         ".allocation"),
+        (
+            "harpd/records.py",
+            "import harpd.daemon.handlers  # noqa",
+            "harpd is layered",
+            "harpd.records is not allowed to import harpd.daemon",
+        ),
+        (
+            "harpd/models/base.py",
+            "from harpd.predict import replay  # noqa",
+            "harpd is layered",
+            "harpd.models is not allowed to import harpd.predict",
+        ),
+        (
+            "harp_submit/units.py",
+            "import harpd.records  # noqa",
+            "never imports harpd",
+            "harp_submit.units -> harpd.records",
+        ),
+        (
+            "harpd/recovery/policy.py",
+            "import subprocess  # noqa",
+            "only harpd.slurm runs commands",
+            "harpd.recovery.policy -> subprocess",
+        ),
+        (
+            "harpd/report/build.py",
+            "import sqlite3  # noqa",
+            "only harpd.store opens SQLite",
+            "harpd.report.build -> sqlite3",
+        ),
+        ("harpd/predict/allocation.py", "from harpd.predict import live  # noqa", "no import cycles", ".allocation"),
         # one decision path: what only harp replay runs never reaches harpd, directly or through
         # a module the daemon imports (report/build.py once pulled in the EASY simulator)
-        ("harpd/daemon/handlers.py", "import harpd.simulate.easy  # noqa", "live path never imports",
-         "harpd.simulate.easy"),
-        ("harpd/report/build.py", "import harpd.simulate.easy  # noqa", "live path never imports",
-         "harpd.report.build -> harpd.simulate.easy"),
-        ("harpd/recovery/policy.py", "import harpd.evaluate.sizey_metric  # noqa", "live path never imports",
-         "harpd.recovery.policy -> harpd.evaluate.sizey_metric"),
+        (
+            "harpd/daemon/handlers.py",
+            "import harpd.simulate.easy  # noqa",
+            "live path never imports",
+            "harpd.simulate.easy",
+        ),
+        (
+            "harpd/report/build.py",
+            "import harpd.simulate.easy  # noqa",
+            "live path never imports",
+            "harpd.report.build -> harpd.simulate.easy",
+        ),
+        (
+            "harpd/recovery/policy.py",
+            "import harpd.evaluate.sizey_metric  # noqa",
+            "live path never imports",
+            "harpd.recovery.policy -> harpd.evaluate.sizey_metric",
+        ),
     ],
 )
 def test_a_broken_rule_is_caught(scratch: Path, module: str, line: str, contract: str, says: str) -> None:

@@ -27,10 +27,20 @@ pytestmark = [
 
 
 def _as(user: str, *argv: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    e = {"PATH": "/usr/bin:/bin", "HOME": "/tmp", "HARP_SOCKET": "/nonexistent/harpd.sock",
-         "HARP_CONFIG": "/nonexistent/harpd.toml", **(env or {})}
-    return subprocess.run(["runuser", "-u", user, "--", "env", "-i", *(f"{k}={v}" for k, v in e.items()), *argv],
-                          capture_output=True, text=True, cwd="/", timeout=120)
+    e = {
+        "PATH": "/usr/bin:/bin",
+        "HOME": "/tmp",
+        "HARP_SOCKET": "/nonexistent/harpd.sock",
+        "HARP_CONFIG": "/nonexistent/harpd.toml",
+        **(env or {}),
+    }
+    return subprocess.run(
+        ["runuser", "-u", user, "--", "env", "-i", *(f"{k}={v}" for k, v in e.items()), *argv],
+        capture_output=True,
+        text=True,
+        cwd="/",
+        timeout=120,
+    )
 
 
 def test_another_user_runs_harp_submit_from_the_checkouts_venv():
@@ -38,7 +48,8 @@ def test_another_user_runs_harp_submit_from_the_checkouts_venv():
     proc = _as("harptest1", str(VENV / "bin" / "harp-submit"), "--harp-dry-run", "--wrap", "true")
     assert proc.returncode == 0, (
         f"harptest1 cannot run {VENV}/bin/harp-submit ({proc.stderr.strip()[-300:]}); "
-        "run scripts/setup again: it rebuilds a .venv made on an interpreter other users cannot run")
+        "run scripts/setup again: it rebuilds a .venv made on an interpreter other users cannot run"
+    )
     assert "harp: dry run, nothing submitted; would run: sbatch --wrap true" in proc.stderr
 
 
@@ -59,9 +70,12 @@ def test_setup_picks_an_interpreter_everyone_can_run():
     os.chmod(private, 0o700)
     (private / "python3").write_text("#!/bin/sh\n")
     os.chmod(private / "python3", 0o755)
-    real = subprocess.run([str(VENV / "bin" / "python"), "-c",
-                           "import os, sys; print(os.path.realpath(sys._base_executable))"],
-                          capture_output=True, text=True, check=True).stdout.strip()
+    real = subprocess.run(
+        [str(VENV / "bin" / "python"), "-c", "import os, sys; print(os.path.realpath(sys._base_executable))"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
     for path, want in ((str(private / "python3"), 1), (real, 0), ("/nonexistent/python3", 1), ("", 1)):
         rc = subprocess.run(["bash", "-c", fn + '\nworld_runnable "$1"', "x", path]).returncode
         assert rc == want, (path, rc)

@@ -47,8 +47,14 @@ def run_bench(clone: Path, name: str, *args: str, traces: str | None = None) -> 
     env = {k: v for k, v in os.environ.items() if k not in ("HARP_TRACES", "PYTHONPATH")}
     if traces is not None:
         env["HARP_TRACES"] = traces
-    return subprocess.run([sys.executable, str(clone / "bench" / f"{name}.py"), *args], capture_output=True,
-                          text=True, cwd=clone, env=env, timeout=120)
+    return subprocess.run(
+        [sys.executable, str(clone / "bench" / f"{name}.py"), *args],
+        capture_output=True,
+        text=True,
+        cwd=clone,
+        env=env,
+        timeout=120,
+    )
 
 
 def assert_one_line(proc: subprocess.CompletedProcess[str], name: str, needed: str) -> str:

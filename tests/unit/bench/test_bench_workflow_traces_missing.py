@@ -20,8 +20,9 @@ def test_workflow_bench_without_traces_names_them_and_their_source(tmp_path: Pat
     shutil.copytree(REPO / "bench", root / "bench", ignore=shutil.ignore_patterns("__pycache__"))
     env = {k: v for k, v in os.environ.items() if k not in ("HARP_TRACES", "PYTHONPATH")}
     env["HARP_TRACES"] = str(tmp_path)
-    proc = subprocess.run([sys.executable, str(root / "bench" / bench)], capture_output=True,
-                          text=True, cwd=root, env=env, timeout=120)
+    proc = subprocess.run(
+        [sys.executable, str(root / "bench" / bench)], capture_output=True, text=True, cwd=root, env=env, timeout=120
+    )
     assert proc.returncode == 2 and "Traceback" not in proc.stderr and "FIGURE" not in proc.stdout
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1

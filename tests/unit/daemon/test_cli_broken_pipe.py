@@ -20,10 +20,25 @@ def test_output_cut_short_by_the_reader_gives_no_traceback() -> None:
     os.close(read_end)
     try:
         proc = subprocess.run(
-            [sys.executable, "-m", "harpd.cli.main", "dnn", "estimate", "params=7.5e9", "zero=auto", "gpus=64",
-             "--format", "json"],
-            stdout=write_end, stderr=subprocess.PIPE, text=True, cwd=REPO, timeout=120,
-            env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(REPO), "HOME": "/tmp"})
+            [
+                sys.executable,
+                "-m",
+                "harpd.cli.main",
+                "dnn",
+                "estimate",
+                "params=7.5e9",
+                "zero=auto",
+                "gpus=64",
+                "--format",
+                "json",
+            ],
+            stdout=write_end,
+            stderr=subprocess.PIPE,
+            text=True,
+            cwd=REPO,
+            timeout=120,
+            env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(REPO), "HOME": "/tmp"},
+        )
     finally:
         os.close(write_end)
     assert "Traceback" not in proc.stderr and "BrokenPipeError" not in proc.stderr, proc.stderr

@@ -27,13 +27,27 @@ def harpd() -> Iterator[Path]:
     os.chmod(d, 0o755)
     (d / "lib").mkdir()
     with Store.open(d / "lib" / "harp.db") as store:
-        store.insert_jobs([
-            JobRecord(job_id=str(100 + i), user="alice", partition="cpu", signature="sim.sh",
-                      submit_time=1.7e9 + 600 * i, start_time=1.7e9 + 600 * i + 10, end_time=1.7e9 + 600 * i + 310,
-                      outcome=Outcome.COMPLETED, req_time_s=3600.0, req_mem_mb=4096.0, req_cpus=1, alloc_cpus=1,
-                      used_time_s=300.0, used_mem_mb=512.0)
-            for i in range(16)
-        ])
+        store.insert_jobs(
+            [
+                JobRecord(
+                    job_id=str(100 + i),
+                    user="alice",
+                    partition="cpu",
+                    signature="sim.sh",
+                    submit_time=1.7e9 + 600 * i,
+                    start_time=1.7e9 + 600 * i + 10,
+                    end_time=1.7e9 + 600 * i + 310,
+                    outcome=Outcome.COMPLETED,
+                    req_time_s=3600.0,
+                    req_mem_mb=4096.0,
+                    req_cpus=1,
+                    alloc_cpus=1,
+                    used_time_s=300.0,
+                    used_mem_mb=512.0,
+                )
+                for i in range(16)
+            ]
+        )
     with running_harpd(d, extra_toml=f'[slurm]\nbin_dir = "{d}/no-slurm-here"\n'):
         yield d
     shutil.rmtree(d, ignore_errors=True)
@@ -68,14 +82,30 @@ def test_retrain_shows_the_models_their_scores_and_the_champions(serve, short_di
     from harpd.daemon.handlers import Handlers
 
     def model(name, score, champion):
-        return {"name": name, "path": f"/m/{name}.pkl", "champion": champion,
-                "score": {"score": score, "under_rate": 0.041, "reserved_over_used": 1.83}}
+        return {
+            "name": name,
+            "path": f"/m/{name}.pkl",
+            "champion": champion,
+            "score": {"score": score, "under_rate": 0.041, "reserved_over_used": 1.83},
+        }
 
     result = {
-        "time": {"resource": "time", "n_jobs": 12345, "champion": "gbm", "seconds": 34.21, "skipped": None,
-                 "models": [model("request", 1.234, False), model("gbm", 0.412, True)]},
-        "mem": {"resource": "mem", "n_jobs": 16, "champion": None, "models": [], "seconds": 0.0,
-                "skipped": "only 16 usable jobs; need 1000"},
+        "time": {
+            "resource": "time",
+            "n_jobs": 12345,
+            "champion": "gbm",
+            "seconds": 34.21,
+            "skipped": None,
+            "models": [model("request", 1.234, False), model("gbm", 0.412, True)],
+        },
+        "mem": {
+            "resource": "mem",
+            "n_jobs": 16,
+            "champion": None,
+            "models": [],
+            "seconds": 0.0,
+            "skipped": "only 16 usable jobs; need 1000",
+        },
         "loaded": {"time": {"name": "gbm", "path": "/m/gbm.pkl"}},
     }
     srv = serve(handlers=Handlers(store, retrain=lambda: result))
@@ -106,6 +136,7 @@ def test_bad_timeout_is_a_usage_error(harpd, capsys):
 
 def _harp_as_nobody(sock: str, args: list[str]) -> list:
     """``harp ARGS`` run as ``nobody`` (forked): its exit code and what it wrote to stderr."""
+
     def child() -> list:
         os.environ["HARP_SOCKET"] = sock
         err = io.StringIO()
@@ -119,7 +150,10 @@ def _harp_as_nobody(sock: str, args: list[str]) -> list:
 @pytest.mark.skipif(os.geteuid() != 0, reason="needs root: drops to nobody")
 @pytest.mark.parametrize("op", ["retrain", "reload"])
 def test_a_non_admin_gets_harpds_refusal_as_one_line(harpd, op):
-    assert _harp_as_nobody(str(harpd / "harpd.sock"), [op]) == [1, f"harp: {op} is an admin operation: run it as root\n"]
+    assert _harp_as_nobody(str(harpd / "harpd.sock"), [op]) == [
+        1,
+        f"harp: {op} is an admin operation: run it as root\n",
+    ]
 
 
 def test_health_says_what_recovery_can_do_on_this_cluster(serve, short_dir, store, capsys):
@@ -132,8 +166,9 @@ def test_health_says_what_recovery_can_do_on_this_cluster(serve, short_dir, stor
             return Accounting(script=True, env=False, flags="job_comment,job_script")
 
     acc = read_site_accounting(Slurm()).as_health()
-    srv = serve(handlers=Handlers(store, limits_mode={"mode": "hard", "privileged": False, "why": "not root"},
-                                  accounting=acc))
+    srv = serve(
+        handlers=Handlers(store, limits_mode={"mode": "hard", "privileged": False, "why": "not root"}, accounting=acc)
+    )
     cfg = short_dir / "harpd.toml"
     cfg.write_text(f'[server]\nsocket = "{srv.path}"\n[store]\npath = "{short_dir}/harp.db"\n')
     rc, out, err = run(capsys, cfg, "health")

@@ -25,10 +25,23 @@ def _history(n: int = 1500) -> list[JobRecord]:
         u = i % 20
         used = 400.0 * (u + 1) + 20.0 * (i % 7)
         t += 45.0
-        jobs.append(JobRecord(job_id=str(i), source="trace", user=f"u{u}", account="a", partition="cpu",
-                              signature=f"sig{u}", submit_time=t, start_time=t, end_time=t + used,
-                              used_time_s=used, req_time_s=1200.0 * (u + 1), req_cpus=4,
-                              outcome=Outcome.COMPLETED))
+        jobs.append(
+            JobRecord(
+                job_id=str(i),
+                source="trace",
+                user=f"u{u}",
+                account="a",
+                partition="cpu",
+                signature=f"sig{u}",
+                submit_time=t,
+                start_time=t,
+                end_time=t + used,
+                used_time_s=used,
+                req_time_s=1200.0 * (u + 1),
+                req_cpus=4,
+                outcome=Outcome.COMPLETED,
+            )
+        )
     return jobs
 
 
@@ -39,8 +52,12 @@ def _health(handlers) -> p.HealthAnswer:
 def test_harpd_trains_at_start_in_the_background_and_health_shows_it(tmp_path, monkeypatch):
     # no Slurm here (pyslurm is refused): the start-up training runs on its own thread
     # without Slurm harpd is under hard limits: cuts on, so that the history's answer shows
-    s = HarpSettings(store={"path": str(tmp_path / "harp.db")}, slurm={"backend": "pyslurm"},
-                     retrain={"interval_s": 1e9}, predict={"hard_cut_gain": 1.0})
+    s = HarpSettings(
+        store={"path": str(tmp_path / "harp.db")},
+        slurm={"backend": "pyslurm"},
+        retrain={"interval_s": 1e9},
+        predict={"hard_cut_gain": 1.0},
+    )
     store = Store.open(s.store.path)
     store.insert_jobs(_history())
     import harpd.predict.training as training
@@ -57,16 +74,31 @@ def test_harpd_trains_at_start_in_the_background_and_health_shows_it(tmp_path, m
     try:
         # start-up returned while the training waits: requests are answered meanwhile
         assert _health(handlers).models == {}
-        ans = handlers.handle(U3, p.parse_request(
-            '{"op": "predict", "job": {"signature": "sig3", "request": {"time_s": 4800, "ntasks": 4}}}'))
+        ans = handlers.handle(
+            U3,
+            p.parse_request(
+                '{"op": "predict", "job": {"signature": "sig3", "request": {"time_s": 4800, "ntasks": 4}}}'
+            ),
+        )
         assert ans.ok and ans.decision.model == "history"  # meanwhile: the program's own runs
         go.set()
         wait_for("a time model in health", lambda: "time" in _health(handlers).models, 600, interval=0.1)
         assert _health(handlers).models["time"]["n_train"] >= 1000
         # and the live predictor loaded it: a known habit is right-sized by the model
-        wait_for("the model loaded", lambda: handlers.handle(U3, p.parse_request(
-            '{"op": "predict", "job": {"signature": "sig3", "request": {"time_s": 4800, "ntasks": 4}}}'
-        )).decision.model not in (None, "history"), 60, interval=0.1)
+        wait_for(
+            "the model loaded",
+            lambda: (
+                handlers.handle(
+                    U3,
+                    p.parse_request(
+                        '{"op": "predict", "job": {"signature": "sig3", "request": {"time_s": 4800, "ntasks": 4}}}'
+                    ),
+                ).decision.model
+                not in (None, "history")
+            ),
+            60,
+            interval=0.1,
+        )
     finally:
         go.set()
         for svc in services:
@@ -90,8 +122,11 @@ class _QuietSlurm:
 
 
 def test_with_slurm_the_scheduler_trains_at_start_not_a_day_later(tmp_path):
-    s = HarpSettings(store={"path": str(tmp_path / "harp.db")}, recovery={"enabled": False},
-                     retrain={"interval_s": 1e9, "after_n_outcomes": 10**6})
+    s = HarpSettings(
+        store={"path": str(tmp_path / "harp.db")},
+        recovery={"enabled": False},
+        retrain={"interval_s": 1e9, "after_n_outcomes": 10**6},
+    )
     store = Store.open(s.store.path)
     store.insert_jobs(_history(50))
     trained = threading.Event()

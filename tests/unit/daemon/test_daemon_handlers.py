@@ -24,8 +24,14 @@ def req(obj):
 
 
 def register(h, peer, job_id="100", **kw):
-    body = {"op": "register", "job_id": job_id, "job": {"partition": "cpu"},
-            "original": {"time_s": 7200}, "submitted": {"time_s": 3600}, "decision": None}
+    body = {
+        "op": "register",
+        "job_id": job_id,
+        "job": {"partition": "cpu"},
+        "original": {"time_s": 7200},
+        "submitted": {"time_s": 3600},
+        "decision": None,
+    }
     body.update(kw)
     return h.handle(peer, req(body))
 
@@ -60,8 +66,11 @@ def test_plugged_predictor_gets_the_kernel_identity(store):
 
         def decide(self, job, user, uid):
             calls.append((job.job_name, user, uid))
-            return p.Decision(changes=[p.Change(option="time", value="0-00:30:00", old="0-02:00:00", reason="r")],
-                              limits=p.Limits(partition="cpu", max_time_s=7200), model="fake")
+            return p.Decision(
+                changes=[p.Change(option="time", value="0-00:30:00", old="0-02:00:00", reason="r")],
+                limits=p.Limits(partition="cpu", max_time_s=7200),
+                model="fake",
+            )
 
     assert isinstance(Fake(), Predictor)
     h = Handlers(store, predictor=Fake())
@@ -183,8 +192,12 @@ def test_status_of_an_unregistered_history_job_by_user_name(store):
 @pytest.mark.parametrize("op", [{"op": "retrain"}, {"op": "reload"}, {"op": "import", "path": "/etc/hostname"}])
 def test_admin_ops_refused_for_users(store, op):
     called = []
-    h = Handlers(store, retrain=lambda: called.append(1), reload=lambda: called.append(2),
-                 importer=lambda path, s: called.append(3))
+    h = Handlers(
+        store,
+        retrain=lambda: called.append(1),
+        reload=lambda: called.append(2),
+        importer=lambda path, s: called.append(3),
+    )
     ans = h.handle(ALICE, req(dict(op)))
     assert isinstance(ans, p.ErrorAnswer) and "admin operation" in ans.error
     assert called == []
@@ -238,7 +251,10 @@ def test_import_calls_the_importer_with_the_store(store, tmp_path):
 def test_import_without_an_importer(store, tmp_path):
     f = tmp_path / "t.swf"
     f.write_text("x")
-    assert Handlers(store).handle(ROOT, req({"op": "import", "path": str(f)})).error == "import not available in this harpd"
+    assert (
+        Handlers(store).handle(ROOT, req({"op": "import", "path": str(f)})).error
+        == "import not available in this harpd"
+    )
 
 
 def test_health(store):
@@ -289,13 +305,23 @@ def _two_partition_slurm() -> FakeSlurm:
     """Slurm with a cpu and a gpu partition, and alice's job 12 (the owner harpd checks registrations against)."""
     from harpd.slurm.base import PartitionInfo
 
-    slurm = FakeSlurm(partitions={
-        "cpu": PartitionInfo(name="cpu", max_time_s=86400, max_mem_mb_per_node=64000, max_cpus_per_node=32,
-                             nodes=4, default=True),
-        "gpu": PartitionInfo(name="gpu", max_time_s=3600, max_mem_mb_per_node=None, max_cpus_per_node=8, nodes=1),
-    })
-    slurm.jobs["12"] = job_info({"JobId": "12", "UserId": "alice(1000)", "GroupId": "alice(1000)",
-                                 "TimeLimit": "01:00:00", "SubmitTime": "2026-11-23T21:40:01"})
+    slurm = FakeSlurm(
+        partitions={
+            "cpu": PartitionInfo(
+                name="cpu", max_time_s=86400, max_mem_mb_per_node=64000, max_cpus_per_node=32, nodes=4, default=True
+            ),
+            "gpu": PartitionInfo(name="gpu", max_time_s=3600, max_mem_mb_per_node=None, max_cpus_per_node=8, nodes=1),
+        }
+    )
+    slurm.jobs["12"] = job_info(
+        {
+            "JobId": "12",
+            "UserId": "alice(1000)",
+            "GroupId": "alice(1000)",
+            "TimeLimit": "01:00:00",
+            "SubmitTime": "2026-11-23T21:40:01",
+        }
+    )
     return slurm
 
 

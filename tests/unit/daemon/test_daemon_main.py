@@ -119,10 +119,22 @@ def test_real_harpd_serves_and_stops_cleanly(short_dir):
         pred = call(sock, {"v": 1, "op": "predict", "job": {"partition": "cpu", "request": {"time_s": 600}}})
         assert pred["ok"] is True and pred["decision"]["changes"] == [] and pred["token"]
         # an id Slurm does not know (above Slurm's largest job id), or no Slurm to ask: never stored
-        reg = call(sock, {"v": 1, "op": "register", "job_id": "99999999", "job": {}, "original": {"time_s": 600},
-                          "submitted": {"time_s": 600}, "token": pred["token"]})
-        assert reg["ok"] is False and ("Slurm does not know job 99999999 yet" in reg["error"]
-                                       or "cannot ask Slurm about job 99999999" in reg["error"]), reg
+        reg = call(
+            sock,
+            {
+                "v": 1,
+                "op": "register",
+                "job_id": "99999999",
+                "job": {},
+                "original": {"time_s": 600},
+                "submitted": {"time_s": 600},
+                "token": pred["token"],
+            },
+        )
+        assert reg["ok"] is False and (
+            "Slurm does not know job 99999999 yet" in reg["error"]
+            or "cannot ask Slurm about job 99999999" in reg["error"]
+        ), reg
         st = call(sock, {"v": 1, "op": "status", "job_id": "99999999"})
         assert st == {"ok": False, "error": "harp knows no job 99999999"}
         assert call(sock, b"garbage\n")["ok"] is False

@@ -40,8 +40,17 @@ FULL_JOB = {
 
 def test_every_op_parses_to_its_model():
     assert isinstance(ok({"v": 1, "op": "predict", "job": FULL_JOB}), p.PredictRequest)
-    reg = ok({"v": 1, "op": "register", "job_id": "123_4", "job": FULL_JOB,
-              "original": {"time_s": 60}, "submitted": {"time_s": 120}, "decision": None})
+    reg = ok(
+        {
+            "v": 1,
+            "op": "register",
+            "job_id": "123_4",
+            "job": FULL_JOB,
+            "original": {"time_s": 60},
+            "submitted": {"time_s": 120},
+            "decision": None,
+        }
+    )
     assert isinstance(reg, p.RegisterRequest) and reg.submitted.time_s == 120
     assert isinstance(ok({"op": "status", "job_id": "77+1"}), p.StatusRequest)
     assert isinstance(ok({"op": "health"}), p.HealthRequest)
@@ -60,7 +69,8 @@ def test_register_with_a_full_decision():
     decision = {
         "changes": [{"option": "time", "value": "0-01:30:00", "old": "2-00:00:00", "reason": "p95 of 37 runs"}],
         "limits": {"partition": "cpu", "max_time_s": 172800, "max_mem_mb": None, "max_cpus": 64},
-        "model": "gbm-q", "explain": {"n": 37},
+        "model": "gbm-q",
+        "explain": {"n": 37},
     }
     req = ok({"op": "register", "job_id": "9", "job": {}, "original": {}, "submitted": {}, "decision": decision})
     assert req.decision.changes[0].value == "0-01:30:00"
@@ -85,7 +95,10 @@ def test_register_with_a_full_decision():
         ({"op": "status", "job_id": "12; rm"}, "is not a Slurm job id"),
         ({"op": "status", "job_id": 12}, "job_id"),
         ({"op": "register", "job_id": "1", "job": {}, "original": {}}, "submitted"),
-        ({"op": "predict", "job": {"request": {}}, "decision": {"changes": [{"option": "rm", "value": "x"}]}}, "decision"),
+        (
+            {"op": "predict", "job": {"request": {}}, "decision": {"changes": [{"option": "rm", "value": "x"}]}},
+            "decision",
+        ),
         ({"op": "import", "path": ""}, "path"),
     ],
 )
@@ -122,9 +135,18 @@ def test_arbitrary_bytes_never_raise_anything_but_protocol_error(data):
 
 
 @settings(max_examples=200, deadline=None)
-@given(st.dictionaries(st.sampled_from(["v", "op", "job", "job_id", "path", "x"]),
-                       st.one_of(st.none(), st.integers(), st.text(max_size=20), st.sampled_from(p.OPS),
-                                 st.dictionaries(st.text(max_size=5), st.integers(), max_size=3))))
+@given(
+    st.dictionaries(
+        st.sampled_from(["v", "op", "job", "job_id", "path", "x"]),
+        st.one_of(
+            st.none(),
+            st.integers(),
+            st.text(max_size=20),
+            st.sampled_from(p.OPS),
+            st.dictionaries(st.text(max_size=5), st.integers(), max_size=3),
+        ),
+    )
+)
 def test_arbitrary_objects_never_raise_anything_but_protocol_error(obj):
     try:
         p.parse_request(json.dumps(obj))

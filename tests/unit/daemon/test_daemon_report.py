@@ -25,16 +25,36 @@ def req(**obj):
 
 def rec(job_id: str, user: str, outcome: Outcome = Outcome.COMPLETED, end: float | None = None) -> JobRecord:
     end = time.time() - 3600 if end is None else end
-    return JobRecord(job_id=job_id, user=user, account="a", partition="cpu", signature=f"{user}-sig",
-                     submit_time=end - 7200, start_time=end - 3600, end_time=end, outcome=outcome,
-                     req_time_s=7200.0, req_mem_mb=4096.0, req_cpus=2, alloc_cpus=2,
-                     used_time_s=3600.0, used_mem_mb=900.0, used_cpu_s=3600.0)
+    return JobRecord(
+        job_id=job_id,
+        user=user,
+        account="a",
+        partition="cpu",
+        signature=f"{user}-sig",
+        submit_time=end - 7200,
+        start_time=end - 3600,
+        end_time=end,
+        outcome=outcome,
+        req_time_s=7200.0,
+        req_mem_mb=4096.0,
+        req_cpus=2,
+        alloc_cpus=2,
+        used_time_s=3600.0,
+        used_mem_mb=900.0,
+        used_cpu_s=3600.0,
+    )
 
 
 @pytest.fixture
 def handlers(store):
-    store.insert_jobs([rec("1", "alice"), rec("2", "alice", Outcome.TIMEOUT), rec("3", "bob", Outcome.OOM),
-                       rec("4", "bob", end=1_000_000_000.0)])  # 2001: outside the default 30 days
+    store.insert_jobs(
+        [
+            rec("1", "alice"),
+            rec("2", "alice", Outcome.TIMEOUT),
+            rec("3", "bob", Outcome.OOM),
+            rec("4", "bob", end=1_000_000_000.0),
+        ]
+    )  # 2001: outside the default 30 days
     settings = HarpSettings.model_validate({"server": {"admin_group": "5000"}, "report": {"max_concurrent": 1}})
     return Handlers(store, settings)
 
@@ -93,9 +113,15 @@ def test_bad_window_is_one_line(handlers):
     assert isinstance(ans, p.ErrorAnswer) and "--since: cannot read" in ans.error and "\n" not in ans.error
 
 
-@pytest.mark.parametrize("bad, where", [
-    ({"format": "pdf"}, "format"), ({"by": "host"}, "by"), ({"top": -1}, "top"), ({"uid": 0}, "uid"),
-])
+@pytest.mark.parametrize(
+    "bad, where",
+    [
+        ({"format": "pdf"}, "format"),
+        ({"by": "host"}, "by"),
+        ({"top": -1}, "top"),
+        ({"uid": 0}, "uid"),
+    ],
+)
 def test_malformed_requests_are_refused(bad, where):
     with pytest.raises(p.ProtocolError, match=where):
         req(**bad)

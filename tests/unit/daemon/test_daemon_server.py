@@ -191,11 +191,13 @@ def test_identity_comes_from_the_kernel(serve, store):
     slurm.add("500", 65534, time_s=600)
     srv = serve(handlers=Handlers(store, slurm=slurm))
     reg = {"op": "register", "job_id": "500", "job": {}, "original": {}, "submitted": {}}
-    out = as_nobody(lambda: {
-        "register": call(srv.path, reg),
-        "status": call(srv.path, {"op": "status", "job_id": "500"}),
-        "retrain": call(srv.path, {"op": "retrain"}),
-    })
+    out = as_nobody(
+        lambda: {
+            "register": call(srv.path, reg),
+            "status": call(srv.path, {"op": "status", "job_id": "500"}),
+            "retrain": call(srv.path, {"op": "retrain"}),
+        }
+    )
     assert out["register"] == {"ok": True}, out
     assert out["status"]["ok"] is True and out["status"]["job"]["uid"] == 65534
     assert out["status"]["job"]["user"] == "nobody"
@@ -209,10 +211,12 @@ def test_a_user_cannot_see_or_take_over_roots_job(serve, store):
     slurm.add("600", 0, time_s=600)
     srv = serve(handlers=Handlers(store, slurm=slurm))
     assert srv.call({"op": "register", "job_id": "600", "job": {}, "original": {}, "submitted": {}}) == {"ok": True}
-    out = as_nobody(lambda: {
-        "status": call(srv.path, {"op": "status", "job_id": "600"}),
-        "register": call(srv.path, {"op": "register", "job_id": "600", "job": {}, "original": {}, "submitted": {}}),
-    })
+    out = as_nobody(
+        lambda: {
+            "status": call(srv.path, {"op": "status", "job_id": "600"}),
+            "register": call(srv.path, {"op": "register", "job_id": "600", "job": {}, "original": {}, "submitted": {}}),
+        }
+    )
     assert out["status"]["ok"] is False and "not yours" in out["status"]["error"]
     assert out["register"]["ok"] is False
     assert store.get_submission("600").uid == 0
@@ -314,7 +318,8 @@ def test_the_harp_submit_client_speaks_this_protocol(serve, store):
     srv = serve(handlers=Handlers(store, slurm=slurm))
     ans = client.call(srv.path, {"op": "predict", "job": {"partition": "cpu", "request": {"time_s": 60}}}, 10.0)
     assert ans["decision"]["changes"] == []
-    assert client.call(srv.path, {"op": "register", "job_id": "7", "job": {}, "original": {}, "submitted": {}},
-                       10.0) == {"ok": True}
+    assert client.call(
+        srv.path, {"op": "register", "job_id": "7", "job": {}, "original": {}, "submitted": {}}, 10.0
+    ) == {"ok": True}
     with pytest.raises(client.HarpdUnavailable, match="knows no job 8"):
         client.call(srv.path, {"op": "status", "job_id": "8"}, 10.0)

@@ -23,8 +23,9 @@ def harpd(slurm_cluster, short_dir):
     )
     env = {k: v for k, v in os.environ.items() if not k.startswith("HARP_")}
     env["SLURM_CONF"] = str(slurm_cluster.conf)
-    proc = subprocess.Popen([sys.executable, "-m", "harpd.daemon.main", "--config", str(cfg)],
-                            stderr=subprocess.PIPE, text=True, env=env)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "harpd.daemon.main", "--config", str(cfg)], stderr=subprocess.PIPE, text=True, env=env
+    )
     sock = f"{short_dir}/harpd.sock"
     wait_for_health(sock, proc)
     yield sock
@@ -36,8 +37,13 @@ def test_register_checks_the_owner_with_slurm(slurm_cluster, harpd):
     theirs = slurm_cluster.sbatch("--hold", "--wrap=true", "-t", "1", user="nobody")
     try:
         reg = lambda jid: {"op": "register", "job_id": jid, "job": {}, "original": {}, "submitted": {}}  # noqa: E731
-        out = as_nobody(lambda: {"root_job": call(harpd, reg(roots)), "own_job": call(harpd, reg(theirs)),
-                                 "status": call(harpd, {"op": "status", "job_id": theirs})})
+        out = as_nobody(
+            lambda: {
+                "root_job": call(harpd, reg(roots)),
+                "own_job": call(harpd, reg(theirs)),
+                "status": call(harpd, {"op": "status", "job_id": theirs}),
+            }
+        )
         assert out["root_job"]["ok"] is False and "not yours" in out["root_job"]["error"]
         assert out["own_job"] == {"ok": True}
         assert out["status"]["job"]["uid"] == 65534

@@ -21,9 +21,20 @@ from harpd.store import migrations as store_mod
 
 def rec(i: int, **kw) -> JobRecord:
     base = dict(
-        job_id=str(i), source="c1", user=f"u{i % 3}", partition="cpu", submit_time=1000.0 + i,
-        start_time=1010.0 + i, end_time=2000.0 + i, outcome=Outcome.COMPLETED, req_time_s=3600.0,
-        req_mem_mb=4096.0, req_cpus=4, used_time_s=990.0, used_mem_mb=1000.5 + i, censored_mem=(i % 2 == 0),
+        job_id=str(i),
+        source="c1",
+        user=f"u{i % 3}",
+        partition="cpu",
+        submit_time=1000.0 + i,
+        start_time=1010.0 + i,
+        end_time=2000.0 + i,
+        outcome=Outcome.COMPLETED,
+        req_time_s=3600.0,
+        req_mem_mb=4096.0,
+        req_cpus=4,
+        used_time_s=990.0,
+        used_mem_mb=1000.5 + i,
+        censored_mem=(i % 2 == 0),
     )
     base.update(kw)
     return JobRecord(**base)
@@ -219,9 +230,27 @@ def test_closed_store_refuses(tmp_path):
 
 
 def test_insert_and_read_back_every_field(store):
-    r = rec(7, account="acct", group="grp", job_name="n", signature="sig", state="COMPLETED", exit_code=0,
-            exit_signal=9, req_nodes=2, req_gpus=1, alloc_cpus=8, alloc_nodes=2, alloc_gpus=1, used_cpu_s=3.5,
-            array_size=4, censored_time=True, harp_sized=True, attempt=2, outcome=Outcome.TIMEOUT)
+    r = rec(
+        7,
+        account="acct",
+        group="grp",
+        job_name="n",
+        signature="sig",
+        state="COMPLETED",
+        exit_code=0,
+        exit_signal=9,
+        req_nodes=2,
+        req_gpus=1,
+        alloc_cpus=8,
+        alloc_nodes=2,
+        alloc_gpus=1,
+        used_cpu_s=3.5,
+        array_size=4,
+        censored_time=True,
+        harp_sized=True,
+        attempt=2,
+        outcome=Outcome.TIMEOUT,
+    )
     assert store.insert_jobs([r]) == 1
     got = store.get_job("7")
     assert got == r
@@ -262,7 +291,11 @@ def test_iter_jobs_filters_and_order(store):
     ids = [r.job_id for r in store.iter_jobs(source="c1")]
     assert ids == [str(i) for i in range(9, -1, -1)]  # by submit_time ascending; running excluded
     assert "99" in [r.job_id for r in store.iter_jobs(finished_only=False)]
-    assert [r.job_id for r in store.iter_jobs(source="c1", since=95.0, until=98.0)] == ["5", "4", "3"]  # since inclusive, until exclusive
+    assert [r.job_id for r in store.iter_jobs(source="c1", since=95.0, until=98.0)] == [
+        "5",
+        "4",
+        "3",
+    ]  # since inclusive, until exclusive
     assert {r.user for r in store.iter_jobs(user="u1")} == {"u1"}
     assert store.count_jobs(user="u1", source="c1") == len(list(store.iter_jobs(user="u1", source="c1")))
     assert store.count_jobs(finished_only=False) == 12
@@ -291,8 +324,12 @@ def test_job_columns_types_and_nulls(store):
 def test_job_columns_read_in_slices_match_one_read(store, monkeypatch):
     import harpd.store.jobs as store_module
 
-    store.insert_jobs([rec(i, used_mem_mb=None if i % 4 == 0 else 100.0 + i, user=None if i % 5 == 0 else f"u{i % 3}")
-                       for i in range(23)])
+    store.insert_jobs(
+        [
+            rec(i, used_mem_mb=None if i % 4 == 0 else 100.0 + i, user=None if i % 5 == 0 else f"u{i % 3}")
+            for i in range(23)
+        ]
+    )
     names = ["job_id", "used_mem_mb", "user", "censored_mem", "outcome"]
     whole = store.job_columns(names, order="job_id")
     monkeypatch.setattr(store_module, "_COLUMN_SLICE", 4)  # 23 rows: six slices, the last one short

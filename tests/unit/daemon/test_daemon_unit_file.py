@@ -46,7 +46,7 @@ def test_every_directive_is_explained_by_a_comment():
             key = line.split("=", 1)[0]
             if key in ("Description", "Documentation", "WantedBy"):
                 continue
-            above = lines[max(0, i - 8):i]
+            above = lines[max(0, i - 8) : i]
             assert any(a.startswith("#") for a in above), f"{key} has no comment nearby"
 
 

@@ -32,9 +32,14 @@ class CutTo10Minutes:
     """A predictor that shortens every job to 10 minutes and memory to 1 GB."""
 
     def decide(self, job, user, uid):
-        return Decision(changes=[Change(option="time", value="10", old="60", reason="model"),
-                                 Change(option="mem", value="1024M", old="4G", reason="model")],
-                        limits=Limits(partition="short"), model="cut")
+        return Decision(
+            changes=[
+                Change(option="time", value="10", old="60", reason="model"),
+                Change(option="mem", value="1024M", old="4G", reason="model"),
+            ],
+            limits=Limits(partition="short"),
+            model="cut",
+        )
 
 
 def req(obj):
@@ -43,17 +48,29 @@ def req(obj):
 
 
 def predict(h, peer, time_s=3600, mem_mb=4096):
-    ans = h.handle(peer, req({"op": "predict", "job": {"partition": "short",
-                                                       "request": {"time_s": time_s, "mem_mb": mem_mb}}}))
+    ans = h.handle(
+        peer, req({"op": "predict", "job": {"partition": "short", "request": {"time_s": time_s, "mem_mb": mem_mb}}})
+    )
     assert isinstance(ans, p.PredictAnswer) and ans.token
     return ans.token
 
 
 def register(h, peer, job_id, token, *, original_time_s=3600, decision=None):
     """A register message whose figures are the client's claim (harpd must not believe them)."""
-    return h.handle(peer, req({"op": "register", "job_id": job_id, "job": {"partition": "short", "argv": ["x.sh"]},
-                               "original": {"time_s": original_time_s}, "submitted": {"time_s": 600},
-                               "decision": decision, "token": token}))
+    return h.handle(
+        peer,
+        req(
+            {
+                "op": "register",
+                "job_id": job_id,
+                "job": {"partition": "short", "argv": ["x.sh"]},
+                "original": {"time_s": original_time_s},
+                "submitted": {"time_s": 600},
+                "decision": decision,
+                "token": token,
+            }
+        ),
+    )
 
 
 @pytest.fixture
@@ -247,10 +264,16 @@ def test_adopter_forgets_old_unclaimed_decisions(world):
 
 
 def test_decided_resources_applies_the_changes():
-    got = decided_resources(p.Resources(time_s=3600, mem_per_cpu_mb=2048, cpus_per_task=4),
-                            Decision(changes=[Change(option="time", value="0:30:00"),
-                                              Change(option="mem", value="2G"),
-                                              Change(option="cpus-per-task", value="2")]))
+    got = decided_resources(
+        p.Resources(time_s=3600, mem_per_cpu_mb=2048, cpus_per_task=4),
+        Decision(
+            changes=[
+                Change(option="time", value="0:30:00"),
+                Change(option="mem", value="2G"),
+                Change(option="cpus-per-task", value="2"),
+            ]
+        ),
+    )
     assert (got.time_s, got.mem_mb, got.mem_per_cpu_mb, got.cpus_per_task) == (1800, 2048, None, 2)
 
 
@@ -326,7 +349,8 @@ def test_a_user_over_their_extension_budget_is_no_longer_cut(store):
         notes = build.build(store, settings, by="user", window=window, user=who, source="test").notes
         assert [n for n in notes if "keeps" in n] == [
             "harp keeps bob's own time requests: 12 of their last 20 harp-cut jobs outgrew harp's limit "
-            "(budget 30%, predict.soft_user_extension_budget)"]
+            "(budget 30%, predict.soft_user_extension_budget)"
+        ]
     notes = build.build(store, settings, by="user", window=window, user="alice", source="test").notes
     assert not [n for n in notes if "keeps" in n]
 

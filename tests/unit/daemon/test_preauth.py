@@ -65,8 +65,11 @@ def test_a_flood_from_the_same_host_pushes_out_its_own_idle_sockets(tcp_server, 
     running, door = tcp_server(max_clients=4, max_unauthenticated_per_peer=8, refusal_log_interval_s=60)
     with ExitStack() as stack, caplog.at_level(logging.WARNING, logger="harpd.server"):
         held = _idle(stack, door.port, 200, "127.0.0.1")
-        wait_for("oldest pushed out", lambda: len(running.server.preauth) <= 8 and running.server.refusals.total >= 192,
-                 interval=0.02)
+        wait_for(
+            "oldest pushed out",
+            lambda: len(running.server.preauth) <= 8 and running.server.refusals.total >= 192,
+            interval=0.02,
+        )
         # a real client on the same host still gets in: it pushes out the oldest idle socket
         assert client.call_tcp(("127.0.0.1", door.port), HEALTH, 10, munged.as_user(1001))["ok"] is True
         closed = sum(1 for s in held[:150] if s.recv(4096).startswith(b'{"ok":false'))
@@ -98,13 +101,17 @@ def test_the_unix_socket_keeps_its_reserved_slots(tcp_server, store, munged) -> 
 
     running, door = tcp_server(handlers=Slow(store), max_clients=3, unix_reserved_clients=1)
     results: list[Any] = []
-    slow = [threading.Thread(target=lambda: results.append(
-        client.call_tcp(("127.0.0.1", door.port), HEALTH, 30, munged.as_user(1001)))) for _ in range(2)]
+    slow = [
+        threading.Thread(
+            target=lambda: results.append(client.call_tcp(("127.0.0.1", door.port), HEALTH, 30, munged.as_user(1001)))
+        )
+        for _ in range(2)
+    ]
     try:
         for t in slow:
             t.start()
         wait_for("two TCP callers in their slots", lambda: running.server.active == 2, interval=0.02)
-        with pytest.raises(client.HarpdUnavailable, match="unsealed|busy"):
+        with pytest.raises(client.HarpdUnavailable, match=r"unsealed|busy"):
             client.call_tcp(("127.0.0.1", door.port), HEALTH, 10, munged.as_user(1001))
         assert running.call(HEALTH)["ok"] is True  # the reserved slot
     finally:
@@ -158,5 +165,7 @@ def test_refusal_log_sums_up_an_interval() -> None:
     now[0] = 41.0
     for i in range(3, 6):  # the flood goes on: its summary, then one whole line, not a burst
         refusals.refused("busy", f"10.0.0.9:{i}", "64 clients")
-    assert records[-2:] == ["refused 1 more connection(s) in the last 11s (busy: 1); top peers: 10.0.0.9 (1)",
-                            "refused 10.0.0.9:3 (busy): 64 clients"]
+    assert records[-2:] == [
+        "refused 1 more connection(s) in the last 11s (busy: 1); top peers: 10.0.0.9 (1)",
+        "refused 10.0.0.9:3 (busy): 64 clients",
+    ]

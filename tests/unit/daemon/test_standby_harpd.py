@@ -18,8 +18,9 @@ HARPD = [sys.executable, "-m", "harpd.daemon.main"]
 
 def _config(d: Path, name: str, store: Path) -> Path:
     cfg = d / f"{name}.toml"
-    cfg.write_text(f'[server]\nsocket = "{d}/{name}.sock"\n[store]\npath = "{store}"\n'
-                   "[ingest]\npoll_interval_s = 3600\n")
+    cfg.write_text(
+        f'[server]\nsocket = "{d}/{name}.sock"\n[store]\npath = "{store}"\n[ingest]\npoll_interval_s = 3600\n'
+    )
     return cfg
 
 
@@ -68,13 +69,18 @@ def test_a_standby_harpd_waits_and_takes_over_when_the_active_one_stops(short_di
     standby = None
     try:
         _health(f"{short_dir}/a.sock", active)
-        refused = subprocess.run([*HARPD, "--config", str(_config(short_dir, "b", store))], capture_output=True,
-                                 text=True, timeout=120, env={k: v for k, v in os.environ.items()
-                                                              if not k.startswith("HARP_")})
+        refused = subprocess.run(
+            [*HARPD, "--config", str(_config(short_dir, "b", store))],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            env={k: v for k, v in os.environ.items() if not k.startswith("HARP_")},
+        )
         assert refused.returncode == 1 and refused.stderr.count("\n") == 1, refused.stderr
         assert "is in use by another harpd" in refused.stderr and f"pid {active.pid}" in refused.stderr
         standby = _start(_config(short_dir, "b", store), "--standby")
         log = short_dir / "b.toml.log"
+
         def says_waiting() -> bool:  # it says so, and serves nothing meanwhile
             assert standby.poll() is None, log.read_text()
             return "waiting to take over" in log.read_text()

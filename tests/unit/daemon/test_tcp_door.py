@@ -78,13 +78,16 @@ def test_a_user_is_known_by_the_credential_and_the_answer_is_sealed(tcp, munged)
     assert b'"ok":true' in body
 
 
-@pytest.mark.parametrize("how, needle", [
-    ("tampered", "changed after the credential was made"),
-    ("replayed", "credential replayed"),
-    ("foreign", "this cluster's MUNGE key"),
-    ("forged", "malformed credential"),
-    ("bare", "credential refused: no MUNGE credential"),
-])
+@pytest.mark.parametrize(
+    "how, needle",
+    [
+        ("tampered", "changed after the credential was made"),
+        ("replayed", "credential replayed"),
+        ("foreign", "this cluster's MUNGE key"),
+        ("forged", "malformed credential"),
+        ("bare", "credential refused: no MUNGE credential"),
+    ],
+)
 def test_bad_credentials_are_refused_in_one_line_and_logged_with_the_peer(tcp, munged, caplog, how, needle) -> None:
     running, door, handlers = tcp
     body = b'{"v":1,"op":"health"}'
@@ -180,30 +183,44 @@ def test_a_taken_port_is_one_line(munged) -> None:
 
 def test_the_real_harpd_refuses_tcp_without_munged(short_dir: Path) -> None:
     cfg = short_dir / "harpd.toml"
-    cfg.write_text(f'[server]\nsocket = "{short_dir}/h.sock"\nlisten = ["127.0.0.1:16999"]\n'
-                   f'[store]\npath = "{short_dir}/harp.db"\n[munge]\nsocket = "{short_dir}/no-munged.sock"\n')
+    cfg.write_text(
+        f'[server]\nsocket = "{short_dir}/h.sock"\nlisten = ["127.0.0.1:16999"]\n'
+        f'[store]\npath = "{short_dir}/harp.db"\n[munge]\nsocket = "{short_dir}/no-munged.sock"\n'
+    )
     env = {k: v for k, v in os.environ.items() if not k.startswith("HARP_")}
-    out = subprocess.run([sys.executable, "-m", "harpd.daemon.main", "--config", str(cfg)], capture_output=True,
-                         text=True, timeout=120, env=env)
+    out = subprocess.run(
+        [sys.executable, "-m", "harpd.daemon.main", "--config", str(cfg)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
+    )
     assert out.returncode == 1, out
     lines = out.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("harpd: server.listen is set but MUNGE does not work here"), lines
     assert "Traceback" not in out.stderr
 
 
-@pytest.mark.parametrize("key, value, needle", [
-    ("server.listen", '["0.0.0.0"]', "not HOST:PORT"),
-    ("server.listen", '["0.0.0.0:99999"]', "port must be"),
-    ("server.listen", '"0.0.0.0:6820"', "must be a list"),
-    ("client.servers", '["harp1:6820", "harp2"]', "'harp2' is not HOST:PORT"),
-    ("client.servers", '["::1:6820"]', "IPv6 address in brackets"),
-    ("client.harpd_uid", "-1", "at least 0"),
-])
+@pytest.mark.parametrize(
+    "key, value, needle",
+    [
+        ("server.listen", '["0.0.0.0"]', "not HOST:PORT"),
+        ("server.listen", '["0.0.0.0:99999"]', "port must be"),
+        ("server.listen", '"0.0.0.0:6820"', "must be a list"),
+        ("client.servers", '["harp1:6820", "harp2"]', "'harp2' is not HOST:PORT"),
+        ("client.servers", '["::1:6820"]', "IPv6 address in brackets"),
+        ("client.harpd_uid", "-1", "at least 0"),
+    ],
+)
 def test_bad_addresses_stop_harpd_naming_the_key(short_dir: Path, key: str, value: str, needle: str) -> None:
     cfg = short_dir / "harpd.toml"
     table, name = key.split(".")
     cfg.write_text(f"[{table}]\n{name} = {value}\n")
-    out = subprocess.run([sys.executable, "-m", "harpd.daemon.main", "--config", str(cfg), "--check-config"],
-                         capture_output=True, text=True, timeout=120)
+    out = subprocess.run(
+        [sys.executable, "-m", "harpd.daemon.main", "--config", str(cfg), "--check-config"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert out.returncode == 2 and key in out.stderr and needle in out.stderr, out.stderr
     assert out.stderr.count("\n") == 1 and "Traceback" not in out.stderr

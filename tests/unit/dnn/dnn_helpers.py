@@ -37,17 +37,26 @@ def partitions_from_recording(stem: str) -> dict[str, PartitionInfo]:
         members = [n for n in nodes if name in n.get("Partitions", "").split(",")]
         gres = members[0].get("Gres") if members else None
         max_nodes = None if f.get("MaxNodes") in (None, "UNLIMITED") else int(f["MaxNodes"])
-        out[name] = PartitionInfo(name=name, max_time_s=None, max_mem_mb_per_node=None,
-                                  max_cpus_per_node=None, nodes=int(f["TotalNodes"]),
-                                  gres=None if gres == "(null)" else gres,
-                                  max_nodes=max_nodes)
+        out[name] = PartitionInfo(
+            name=name,
+            max_time_s=None,
+            max_mem_mb_per_node=None,
+            max_cpus_per_node=None,
+            nodes=int(f["TotalNodes"]),
+            gres=None if gres == "(null)" else gres,
+            max_nodes=max_nodes,
+        )
     return out
 
 
 def site_settings(**kw) -> DnnSettings:
     """A site with a cheap 40 GiB A100 partition, an 80 GiB A100 one and a pricier H100 one."""
-    types = kw.pop("gpu_types") if "gpu_types" in kw else [
-        GpuType(name="a100", memory_gb=80, gpus_per_node=8, billing_weight=1.0, partition="gpu-a100"),
-        GpuType(name="h100", memory_gb=80, gpus_per_node=4, billing_weight=2.5, partition="gpu-h100"),
-    ]
+    types = (
+        kw.pop("gpu_types")
+        if "gpu_types" in kw
+        else [
+            GpuType(name="a100", memory_gb=80, gpus_per_node=8, billing_weight=1.0, partition="gpu-a100"),
+            GpuType(name="h100", memory_gb=80, gpus_per_node=4, billing_weight=2.5, partition="gpu-h100"),
+        ]
+    )
     return DnnSettings(gpu_types=types, **kw)

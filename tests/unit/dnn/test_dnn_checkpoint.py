@@ -55,8 +55,12 @@ def test_value_density_has_mean_one():
 
 
 def test_hazard_by_age_from_jobs():
-    jobs = [("completed", 10 * 3600)] * 50 + [("node_fail", 1800)] * 20 + [("preempted", 8 * 3600)] * 2 + \
-           [("failed", 600)] * 5  # a job's own failure is not an interruption
+    jobs = (
+        [("completed", 10 * 3600)] * 50
+        + [("node_fail", 1800)] * 20
+        + [("preempted", 8 * 3600)] * 2
+        + [("failed", 600)] * 5
+    )  # a job's own failure is not an interruption
     hz = hazard_from_jobs(jobs)
     assert hz.events == 22
     assert hz.at(0) > hz.at(5 * 3600)  # 20 in the first hour, 2 later
@@ -96,8 +100,13 @@ def test_line_and_resumable_detection():
     assert resumable(lines, None, None) == "#HARP checkpoint line"
     assert resumable([], 120, True) == "--signal (@120s) with --requeue"
     assert resumable([], 120, False) is None and resumable([], None, True) is None
-    for bad, msg in (("cost=0", "out of range"), ("cost=abc", "not a duration"), ("every=1h", "unknown key"),
-                     ("cost=1m converge=-1", "out of range"), ("cost=1m converge=nan", "out of range")):
+    for bad, msg in (
+        ("cost=0", "out of range"),
+        ("cost=abc", "not a duration"),
+        ("every=1h", "unknown key"),
+        ("cost=1m converge=-1", "out of range"),
+        ("cost=1m converge=nan", "out of range"),
+    ):
         with pytest.raises(DnnError, match=msg):
             spec_from_tokens(checkpoint_tokens([f"#HARP checkpoint {bad}"]))
 

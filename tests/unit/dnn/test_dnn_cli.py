@@ -33,8 +33,22 @@ def config(tmp_path, monkeypatch):
 
 
 def test_estimate_table_shows_the_paper_example(capsys):
-    rc = main(["dnn", "estimate", "params=7.5e9", "layers=32", "hidden=4096", "heads=32", "seq_len=1024",
-               "gpus=64", "zero=auto", "accounting=paper", "optimizer=adam", "precision=fp16"])
+    rc = main(
+        [
+            "dnn",
+            "estimate",
+            "params=7.5e9",
+            "layers=32",
+            "hidden=4096",
+            "heads=32",
+            "seq_len=1024",
+            "gpus=64",
+            "zero=auto",
+            "accounting=paper",
+            "optimizer=adam",
+            "precision=fp16",
+        ]
+    )
     out = capsys.readouterr().out
     assert rc == 0
     lines = {l[:26].strip(): l[26:].split() for l in out.splitlines() if l[:26].strip()}
@@ -45,8 +59,19 @@ def test_estimate_table_shows_the_paper_example(capsys):
 
 
 def test_estimate_json_is_bytes(capsys):
-    rc = main(["dnn", "estimate", f"config={HF / 'gpt2.json'}", "seq_len=1024", "micro_batch=4", "zero=1",
-               "gpus=2", "--format", "json"])
+    rc = main(
+        [
+            "dnn",
+            "estimate",
+            f"config={HF / 'gpt2.json'}",
+            "seq_len=1024",
+            "micro_batch=4",
+            "zero=1",
+            "gpus=2",
+            "--format",
+            "json",
+        ]
+    )
     data = json.loads(capsys.readouterr().out)
     assert rc == 0 and list(data["stages"]) == ["1"] and data["gpus"] == 2
     st = data["stages"]["1"]
@@ -63,16 +88,23 @@ def test_config_relative_to_cwd_option(capsys):
     assert rc == 0 and json.loads(capsys.readouterr().out)["spec"]["params"] == 354_823_168
 
 
-@pytest.mark.parametrize("argv, message", [
-    (["dnn", "estimate"], "needs KEY=VALUE words"),
-    (["dnn", "estimate", "params=7e9", "nonsense=1"], "unknown key 'nonsense'"),
-    (["dnn", "estimate", "config=/nonexistent/config.json"], "no such file"),
-    (["dnn", "estimate", "params=7e9", "layers=2", "hidden=8", "heads=2", "seq_len=8", "--gpus-per-node", "0"],
-     "--gpus-per-node must be at least 1"),
-    (["dnn"], "needs an action"),
-    (["dnn", "choose", "params=1e12", "layers=96", "hidden=12288", "heads=96", "seq_len=2048", "zero=2"],
-     "no configured GPU fits"),
-])
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["dnn", "estimate"], "needs KEY=VALUE words"),
+        (["dnn", "estimate", "params=7e9", "nonsense=1"], "unknown key 'nonsense'"),
+        (["dnn", "estimate", "config=/nonexistent/config.json"], "no such file"),
+        (
+            ["dnn", "estimate", "params=7e9", "layers=2", "hidden=8", "heads=2", "seq_len=8", "--gpus-per-node", "0"],
+            "--gpus-per-node must be at least 1",
+        ),
+        (["dnn"], "needs an action"),
+        (
+            ["dnn", "choose", "params=1e12", "layers=96", "hidden=12288", "heads=96", "seq_len=2048", "zero=2"],
+            "no configured GPU fits",
+        ),
+    ],
+)
 def test_errors_are_one_line_exit_2(capsys, argv, message):
     assert main(argv) == 2
     err = capsys.readouterr().err
@@ -86,8 +118,17 @@ def test_bad_config_file_is_one_line(capsys, config):
 
 
 def test_choose_prints_the_changes(capsys):
-    rc = main(["dnn", "choose", f"config={HF / 'llama-2-7b.json'}", "seq_len=2048", "attention=flash",
-               "recompute=selective", "zero=3"])
+    rc = main(
+        [
+            "dnn",
+            "choose",
+            f"config={HF / 'llama-2-7b.json'}",
+            "seq_len=2048",
+            "attention=flash",
+            "recompute=selective",
+            "zero=3",
+        ]
+    )
     out = capsys.readouterr().out
     assert rc == 0
     assert "in partition gpu, ZeRO stage 3" in out
@@ -109,11 +150,13 @@ def test_check_reports_ok_and_problems(capsys, config, monkeypatch):
     import harpd.slurm
 
     monkeypatch.setattr(harpd.slurm, "get_backend", lambda s: FakeSlurm(partitions=partitions_from_recording("site")))
-    config.write_text(SITE.replace('partition = "gpu"', 'partition = "gpu-a100"').replace(
-        "gpus_per_node = 4", "gpus_per_node = 8"))
+    config.write_text(
+        SITE.replace('partition = "gpu"', 'partition = "gpu-a100"').replace("gpus_per_node = 4", "gpus_per_node = 8")
+    )
     assert main(["dnn", "check"]) == 0
-    assert capsys.readouterr().out == ("a100: partition gpu-a100, up to 4 node(s) x 8 GPUs, 80 GiB each "
-                                       "(from the config), billing weight 1\n")
+    assert capsys.readouterr().out == (
+        "a100: partition gpu-a100, up to 4 node(s) x 8 GPUs, 80 GiB each (from the config), billing weight 1\n"
+    )
     config.write_text(SITE)  # partition "gpu" does not exist at that site
     assert main(["dnn", "check"]) == 1
     assert "problem: [dnn] gpu type a100: partition 'gpu' does not exist" in capsys.readouterr().out

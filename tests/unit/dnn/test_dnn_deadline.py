@@ -14,8 +14,10 @@ from harpd.dnn.plan import plan_dnn_job
 from harpd.dnn.scaling import Fit, ScalingModel, fit_terms
 from harpd.slurm.billing import gpu_weight, parse_billing_weights, partition_billing
 
-LINE = ("#HARP dnn params=1.5e9 layers=48 hidden=1600 heads=25 seq_len=1024 micro_batch=8 "
-        "attention=flash recompute=full zero=auto ")
+LINE = (
+    "#HARP dnn params=1.5e9 layers=48 hidden=1600 heads=25 seq_len=1024 micro_batch=8 "
+    "attention=flash recompute=full zero=auto "
+)
 
 
 def model(**kw) -> ScalingModel:
@@ -25,8 +27,18 @@ def model(**kw) -> ScalingModel:
 # ------------------------------------------------------------------ goals
 
 
-@pytest.mark.parametrize("text,seconds", [("8h", 28800), ("90m", 5400), ("2d", 172800), ("1:30:00", 5400),
-                                          ("1-02:00:00", 93600), ("120", 7200), ("2.5h", 9000)])
+@pytest.mark.parametrize(
+    "text,seconds",
+    [
+        ("8h", 28800),
+        ("90m", 5400),
+        ("2d", 172800),
+        ("1:30:00", 5400),
+        ("1-02:00:00", 93600),
+        ("120", 7200),
+        ("2.5h", 9000),
+    ],
+)
 def test_durations(text, seconds):
     assert parse_duration("deadline", text) == seconds
 
@@ -87,8 +99,9 @@ def test_fit_never_goes_negative():
 
 
 def _lays():
-    return [Layout("a100", nodes, g, 1, 1.0, 64) for nodes in (1, 2, 4) for g in (1, 2, 4, 8)] + \
-           [Layout("h100", nodes, g, 1, 2.5, 32) for nodes in (1, 2) for g in (1, 2, 4)]
+    return [Layout("a100", nodes, g, 1, 1.0, 64) for nodes in (1, 2, 4) for g in (1, 2, 4, 8)] + [
+        Layout("h100", nodes, g, 1, 2.5, 32) for nodes in (1, 2) for g in (1, 2, 4)
+    ]
 
 
 def test_single_job_is_the_cheapest_that_meets_the_deadline():
@@ -96,8 +109,11 @@ def test_single_job_is_the_cheapest_that_meets_the_deadline():
     lays = _lays()
     for deadline in (4 * 3600, 12 * 3600, 48 * 3600, 400 * 3600):
         plan = plan_stages(m, lays, [(1, m.tokens)], deadline)
-        feasible = [(lay.n_gpus * lay.weight * m.run_time(lay.gpu_type, lay.n_gpus, lay.nodes, 1) / 3600, lay)
-                    for lay in lays if m.run_time(lay.gpu_type, lay.n_gpus, lay.nodes, 1) <= deadline]
+        feasible = [
+            (lay.n_gpus * lay.weight * m.run_time(lay.gpu_type, lay.n_gpus, lay.nodes, 1) / 3600, lay)
+            for lay in lays
+            if m.run_time(lay.gpu_type, lay.n_gpus, lay.nodes, 1) <= deadline
+        ]
         if not feasible:
             assert plan.error and "cannot be met" in plan.error
             continue
@@ -194,8 +210,10 @@ def test_billing_weights_parse_and_type_wins():
     w = parse_billing_weights("CPU=1.0,Mem=0.25G,GRES/gpu=2.0,GRES/gpu:h100=0.5")
     assert w == {"cpu": 1.0, "mem": 0.25, "gres/gpu": 2.0, "gres/gpu:h100": 0.5}
     assert gpu_weight(w, "h100") == 0.5 and gpu_weight(w, "a100") == 2.0 and gpu_weight({}, "a100") is None
-    parts = partition_billing("PartitionName=gpu-h100 AllowGroups=ALL TRESBillingWeights=CPU=1,GRES/gpu:h100=0.4 "
-                              "State=UP\nPartitionName=cpu State=UP\n")
+    parts = partition_billing(
+        "PartitionName=gpu-h100 AllowGroups=ALL TRESBillingWeights=CPU=1,GRES/gpu:h100=0.4 "
+        "State=UP\nPartitionName=cpu State=UP\n"
+    )
     assert parts == {"gpu-h100": {"cpu": 1.0, "gres/gpu:h100": 0.4}, "cpu": {}}
 
 

@@ -14,8 +14,10 @@ from harpd.dnn.scaling import ScalingModel
 from harpd.dnn.spec import build_spec
 from harpd.dnn.zero import GIB, estimate
 
-SEVEN_B = ("#HARP dnn params=6.74e9 layers=32 hidden=4096 heads=32 seq_len=4096 vocab=32000 "
-           "attention=flash recompute=full zero=auto ")
+SEVEN_B = (
+    "#HARP dnn params=6.74e9 layers=32 hidden=4096 heads=32 seq_len=4096 vocab=32000 "
+    "attention=flash recompute=full zero=auto "
+)
 
 
 def test_max_micro_batch_is_the_memory_edge():
@@ -28,8 +30,18 @@ def test_max_micro_batch_is_the_memory_edge():
 
 
 def _setup():
-    spec = build_spec({"params": "6.74e9", "layers": "32", "hidden": "4096", "heads": "32", "seq_len": "4096",
-                       "vocab": "32000", "attention": "flash", "recompute": "full"})
+    spec = build_spec(
+        {
+            "params": "6.74e9",
+            "layers": "32",
+            "hidden": "4096",
+            "heads": "32",
+            "seq_len": "4096",
+            "vocab": "32000",
+            "attention": "flash",
+            "recompute": "full",
+        }
+    )
     model = ScalingModel(params=spec.params, seq_len=spec.seq_len, micro_batch=1, recompute="full")
     lays = [Layout("a100", n, g, z, 1.0, 64) for n in (1, 2, 4) for g in (1, 2, 4, 8) for z in (1, 2, 3)]
     est = lambda s, n, z, gpn: estimate(s, n, z, gpus_per_node=gpn)  # noqa: E731
@@ -41,8 +53,19 @@ def test_choice_is_within_range_fits_and_beats_every_evaluated_one():
     spec, model, lays, fits, est = _setup()
     best, evaluated = choose_batch(model, lays, (256, 2048), fits)
     assert best is not None and 256 <= best.global_batch <= 2048
-    s = build_spec({"params": "6.74e9", "layers": "32", "hidden": "4096", "heads": "32", "seq_len": "4096",
-                    "vocab": "32000", "attention": "flash", "recompute": "full", "micro_batch": str(best.micro_batch)})
+    s = build_spec(
+        {
+            "params": "6.74e9",
+            "layers": "32",
+            "hidden": "4096",
+            "heads": "32",
+            "seq_len": "4096",
+            "vocab": "32000",
+            "attention": "flash",
+            "recompute": "full",
+            "micro_batch": str(best.micro_batch),
+        }
+    )
     assert est(s, best.layout.n_gpus, best.layout.zero, best.layout.gpus_per_node).need <= 80 * GIB
     assert all(best.per_cost >= c.per_cost - 1e-9 for c in evaluated)
     assert all(256 <= c.global_batch <= 2048 for c in evaluated)

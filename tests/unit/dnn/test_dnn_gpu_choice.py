@@ -18,8 +18,15 @@ def spec(line: str):
 
 def choose(s, settings=None, **kw):
     d = settings or site_settings()
-    return choose_config(s, d.gpu_types, margin=d.safety_margin, cuda_context_gb=d.cuda_context_gb,
-                         distributed_overhead_gb=d.distributed_overhead_gb, max_nodes=d.max_nodes, **kw)
+    return choose_config(
+        s,
+        d.gpu_types,
+        margin=d.safety_margin,
+        cuda_context_gb=d.cuda_context_gb,
+        distributed_overhead_gb=d.distributed_overhead_gb,
+        max_nodes=d.max_nodes,
+        **kw,
+    )
 
 
 def need(s, n, stage):
@@ -60,20 +67,24 @@ def test_fixed_stage_needs_more_gpus_than_auto():
 
 def test_billing_weight_decides_between_types():
     s = spec(LLAMA + " zero=3")
-    cheap_h100 = site_settings(gpu_types=[
-        GpuType(name="a100", memory_gb=80, gpus_per_node=8, billing_weight=1.0, partition="gpu-a100"),
-        GpuType(name="h100", memory_gb=80, gpus_per_node=4, billing_weight=0.5, partition="gpu-h100"),
-    ])
+    cheap_h100 = site_settings(
+        gpu_types=[
+            GpuType(name="a100", memory_gb=80, gpus_per_node=8, billing_weight=1.0, partition="gpu-a100"),
+            GpuType(name="h100", memory_gb=80, gpus_per_node=4, billing_weight=0.5, partition="gpu-h100"),
+        ]
+    )
     assert choose(s).best.gpu_type.name == "a100"
     assert choose(s, cheap_h100).best.gpu_type.name == "h100"
 
 
 def test_bigger_memory_can_be_cheaper_despite_weight():
     s = spec(LLAMA + " zero=3")
-    site = site_settings(gpu_types=[
-        GpuType(name="a40", memory_gb=40, gpus_per_node=8, billing_weight=0.6, partition="gpu-a40"),
-        GpuType(name="h200", memory_gb=141, gpus_per_node=8, billing_weight=1.0, partition="gpu-h200"),
-    ])
+    site = site_settings(
+        gpu_types=[
+            GpuType(name="a40", memory_gb=40, gpus_per_node=8, billing_weight=0.6, partition="gpu-a40"),
+            GpuType(name="h200", memory_gb=141, gpus_per_node=8, billing_weight=1.0, partition="gpu-h200"),
+        ]
+    )
     best = choose(s, site).best
     a40 = choose(s, site_settings(gpu_types=[site.gpu_types[0]])).best
     h200 = choose(s, site_settings(gpu_types=[site.gpu_types[1]])).best

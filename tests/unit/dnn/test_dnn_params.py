@@ -80,8 +80,14 @@ def test_qwen2_has_qkv_biases_and_mixtral_multiplies_the_mlp():
 
 
 def test_roberta_base():
-    cfg = dict(load("bert-base-uncased"), model_type="roberta", vocab_size=50265,
-               max_position_embeddings=514, type_vocab_size=1, architectures=["RobertaModel"])
+    cfg = dict(
+        load("bert-base-uncased"),
+        model_type="roberta",
+        vocab_size=50265,
+        max_position_embeddings=514,
+        type_vocab_size=1,
+        architectures=["RobertaModel"],
+    )
     assert count_params(cfg) == 124_645_632  # roberta-base, as published
 
 

@@ -36,8 +36,12 @@ def test_changes_are_valid_decision_changes():
         assert "\n" not in ch["reason"] and ch["reason"]
     c = by_option(p)
     chosen = p.explain["dnn"]["chosen"]
-    assert c["partition"] == {"option": "partition", "value": "gpu-a100", "old": "cpu",
-                              "reason": "a100 GPUs are in partition gpu-a100"}
+    assert c["partition"] == {
+        "option": "partition",
+        "value": "gpu-a100",
+        "old": "cpu",
+        "reason": "a100 GPUs are in partition gpu-a100",
+    }
     assert c["gres"]["value"] == f"gpu:a100:{chosen['gpus_per_node']}" and c["gres"]["old"] == "gpu:1"
     assert c["ntasks-per-node"]["value"] == str(chosen["gpus_per_node"])
     assert ("nodes" in c) == (chosen["nodes"] != 1)
@@ -49,8 +53,11 @@ def test_changes_are_valid_decision_changes():
 def test_unchanged_options_are_left_out():
     first = plan([LLAMA])
     ch = by_option(first)
-    request = {"partition": ch["partition"]["value"], "gres": ch["gres"]["value"],
-               "nodes": int(ch.get("nodes", {"value": "1"})["value"])}
+    request = {
+        "partition": ch["partition"]["value"],
+        "gres": ch["gres"]["value"],
+        "nodes": int(ch.get("nodes", {"value": "1"})["value"]),
+    }
     again = by_option(plan([LLAMA], request))
     assert set(again) == {"ntasks-per-node"}  # not part of Resources, so always stated
 
@@ -103,9 +110,14 @@ def test_partitions_from_slurm_limit_the_choice():
 
 def test_site_problems_become_notes():
     parts = partitions_from_recording("site")
-    settings = HarpSettings(dnn=site_settings(gpu_types=[
-        GpuType(name="a100", memory_gb=80, gpus_per_node=8, partition="gpu-a100"),
-        GpuType(name="l40", memory_gb=48, gpus_per_node=4, partition="gpu-l40")]))
+    settings = HarpSettings(
+        dnn=site_settings(
+            gpu_types=[
+                GpuType(name="a100", memory_gb=80, gpus_per_node=8, partition="gpu-a100"),
+                GpuType(name="l40", memory_gb=48, gpus_per_node=4, partition="gpu-l40"),
+            ]
+        )
+    )
     p = plan_dnn_job([LLAMA], {}, str(HF), settings, partitions=parts)
     assert p.error is None and p.explain["dnn"]["chosen"]["gpu_type"] == "a100"
     assert any("partition 'gpu-l40' does not exist" in n for n in p.explain["dnn"]["notes"])
@@ -150,7 +162,9 @@ def test_dnn_package_stays_off_numpy_and_sklearn():
     import subprocess
     import sys
 
-    code = ("import sys, harpd.dnn.plan, harpd.dnn.gpu_choice, harpd.dnn.refine, harpd.dnn.site_check; "
-            "print(sorted(m for m in sys.modules if m.split('.')[0] in ('numpy', 'sklearn', 'scipy')))")
+    code = (
+        "import sys, harpd.dnn.plan, harpd.dnn.gpu_choice, harpd.dnn.refine, harpd.dnn.site_check; "
+        "print(sorted(m for m in sys.modules if m.split('.')[0] in ('numpy', 'sklearn', 'scipy')))"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"

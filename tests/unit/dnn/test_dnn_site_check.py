@@ -11,7 +11,10 @@ from harpd.dnn.site_check import check_gpu_types, parse_gres
 def test_parse_gres_forms():
     assert parse_gres("gpu:a100:8(S:0-1)") == [("gpu", "a100", 8)]
     assert parse_gres("gpu:a100:4(S:0,1),gpu:v100:2,shard:8") == [
-        ("gpu", "a100", 4), ("gpu", "v100", 2), ("shard", None, 8)]
+        ("gpu", "a100", 4),
+        ("gpu", "v100", 2),
+        ("shard", None, 8),
+    ]
     assert parse_gres("gpu:4") == [("gpu", None, 4)]
     assert parse_gres("gpu:a100") == [("gpu", "a100", 1)]
     assert parse_gres("(null)") == [] and parse_gres(None) == []

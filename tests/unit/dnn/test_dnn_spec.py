@@ -22,8 +22,10 @@ from harpd.dnn.spec import (
     spec_from_lines,
 )
 
-ISSUE_LINE = ("#HARP dnn params=7e9 optimizer=adamw precision=bf16 zero=2 micro_batch=4 "
-              "seq_len=4096 layers=32 hidden=4096 heads=32")
+ISSUE_LINE = (
+    "#HARP dnn params=7e9 optimizer=adamw precision=bf16 zero=2 micro_batch=4 "
+    "seq_len=4096 layers=32 hidden=4096 heads=32"
+)
 
 
 def test_the_issue_example_line():
@@ -47,28 +49,50 @@ def test_lines_merge_and_conflicts_are_refused():
         dnn_tokens(["#HARP dnn layers=32", "#HARP dnn layers=24"])
 
 
-@pytest.mark.parametrize("text, n", [("7e9", 7_000_000_000), ("6.7B", 6_700_000_000), ("124M", 124_000_000),
-                                     ("4096", 4096), ("1_000", 1000), ("1.5k", 1500), ("2T", 2 * 10**12)])
+@pytest.mark.parametrize(
+    "text, n",
+    [
+        ("7e9", 7_000_000_000),
+        ("6.7B", 6_700_000_000),
+        ("124M", 124_000_000),
+        ("4096", 4096),
+        ("1_000", 1000),
+        ("1.5k", 1500),
+        ("2T", 2 * 10**12),
+    ],
+)
 def test_counts(text, n):
     assert parse_count("params", text) == n
 
 
-@pytest.mark.parametrize("line, message", [
-    ("#HARP dnn params=7e9 layers=32 hidden=4096 heads=32 seq_len=1 batchsize=4", "unknown key 'batchsize'"),
-    ("#HARP dnn params=seven layers=32 hidden=4096 heads=32 seq_len=1", "params=seven is not a number"),
-    ("#HARP dnn params=0 layers=32 hidden=4096 heads=32 seq_len=1", "params=0 is out of range"),
-    ("#HARP dnn params=7e9 layers=32 hidden=4096 heads=32 seq_len=1 zero=4", "zero=4 is not one of"),
-    ("#HARP dnn params=7e9 layers=32 hidden=4096 heads=32 seq_len=1 optimizer=lamb", "optimizer=lamb"),
-    ("#HARP dnn params=7e9 layers=32 hidden=4096 heads=32 seq_len=1 precision=int8", "precision=int8"),
-    ("#HARP dnn params=7e9 layers=32 hidden=4096 heads=32", "give seq_len="),
-    ("#HARP dnn params=7e9 seq_len=128", "activations need layers= hidden= heads="),
-    ("#HARP dnn layers=32 hidden=4096 heads=32 seq_len=128", "give params="),
-    ("#HARP dnn params=7e9 layers=32 hidden=4096 heads=32 seq_len=1 zero=2 offload=param", "offload=param needs zero=3"),
-    ("#HARP dnn params=7e9 layers=32 hidden=4096 heads=32 seq_len=1 zero=0 offload=optimizer", "offload needs zero=1"),
-    ("#HARP dnn params=7e9 layers=32 hidden=4096 heads=32 seq_len=1 momentum=no", "momentum= applies to optimizer=sgd"),
-    ("#HARP dnn params=7e9 layers", "'layers' is not KEY=VALUE"),
-    ("#HARP dnn config='unterminated", "cannot be split"),
-])
+@pytest.mark.parametrize(
+    "line, message",
+    [
+        ("#HARP dnn params=7e9 layers=32 hidden=4096 heads=32 seq_len=1 batchsize=4", "unknown key 'batchsize'"),
+        ("#HARP dnn params=seven layers=32 hidden=4096 heads=32 seq_len=1", "params=seven is not a number"),
+        ("#HARP dnn params=0 layers=32 hidden=4096 heads=32 seq_len=1", "params=0 is out of range"),
+        ("#HARP dnn params=7e9 layers=32 hidden=4096 heads=32 seq_len=1 zero=4", "zero=4 is not one of"),
+        ("#HARP dnn params=7e9 layers=32 hidden=4096 heads=32 seq_len=1 optimizer=lamb", "optimizer=lamb"),
+        ("#HARP dnn params=7e9 layers=32 hidden=4096 heads=32 seq_len=1 precision=int8", "precision=int8"),
+        ("#HARP dnn params=7e9 layers=32 hidden=4096 heads=32", "give seq_len="),
+        ("#HARP dnn params=7e9 seq_len=128", "activations need layers= hidden= heads="),
+        ("#HARP dnn layers=32 hidden=4096 heads=32 seq_len=128", "give params="),
+        (
+            "#HARP dnn params=7e9 layers=32 hidden=4096 heads=32 seq_len=1 zero=2 offload=param",
+            "offload=param needs zero=3",
+        ),
+        (
+            "#HARP dnn params=7e9 layers=32 hidden=4096 heads=32 seq_len=1 zero=0 offload=optimizer",
+            "offload needs zero=1",
+        ),
+        (
+            "#HARP dnn params=7e9 layers=32 hidden=4096 heads=32 seq_len=1 momentum=no",
+            "momentum= applies to optimizer=sgd",
+        ),
+        ("#HARP dnn params=7e9 layers", "'layers' is not KEY=VALUE"),
+        ("#HARP dnn config='unterminated", "cannot be split"),
+    ],
+)
 def test_bad_lines_give_one_line_errors(line, message):
     with pytest.raises(DnnError, match=message) as err:
         spec_from_lines([line])
@@ -76,9 +100,13 @@ def test_bad_lines_give_one_line_errors(line, message):
 
 
 def test_values_and_aliases():
-    spec = spec_from_lines(["#HARP dnn params=1e9 layers=24 hidden=2048 heads=16 seq_len=2048 "
-                            "optimizer=sgd momentum=0 precision=fp32 zero=auto offload=optimizer "
-                            "recompute=selective attention=sdpa gpus=8 gpu_type=a100 launcher=torchrun"])
+    spec = spec_from_lines(
+        [
+            "#HARP dnn params=1e9 layers=24 hidden=2048 heads=16 seq_len=2048 "
+            "optimizer=sgd momentum=0 precision=fp32 zero=auto offload=optimizer "
+            "recompute=selective attention=sdpa gpus=8 gpu_type=a100 launcher=torchrun"
+        ]
+    )
     assert spec.optimizer == "sgd" and spec.momentum is False and spec.precision == "fp32"
     assert spec.zero is None and spec.offload_optimizer and not spec.offload_param
     assert (spec.recompute, spec.attention, spec.gpus, spec.gpu_type) == ("selective", "flash", 8, "a100")

@@ -57,11 +57,14 @@ def test_readme_example_works(capsys):
     assert _rows(captured.out)["model states (GB)"][0] == pytest.approx((2 + 18 / 8) * 7, abs=0.01)
 
 
-@pytest.mark.parametrize("argv", [
-    ["params=7.5e9", "zero=1", "gpus=64", "--format", "json"],
-    ["params=7.5e9", "--format", "json", "zero=1", "gpus=64"],
-    ["--format", "json", "params=7.5e9", "zero=1", "gpus=64"],
-])
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["params=7.5e9", "zero=1", "gpus=64", "--format", "json"],
+        ["params=7.5e9", "--format", "json", "zero=1", "gpus=64"],
+        ["--format", "json", "params=7.5e9", "zero=1", "gpus=64"],
+    ],
+)
 def test_options_before_between_and_after_the_keys(capsys, argv):
     assert main(["dnn", "estimate", *argv]) == 0
     data = json.loads(capsys.readouterr().out)

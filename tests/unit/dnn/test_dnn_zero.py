@@ -68,16 +68,21 @@ def test_deepspeed_zero3_cold_t5_3b_table():
         ((False, False, False), (127.45, 6.09)),
     ]
     for (off_p, off_o, zinit), (cpu, gpu) in rows:
-        c, g, _ = deepspeed_zero3_estimate(2851e6, 32e6, num_gpus_per_node=8, num_nodes=1,
-                                           cpu_offload=off_o, cpu_offload_params=off_p, zero_init=zinit)
+        c, g, _ = deepspeed_zero3_estimate(
+            2851e6, 32e6, num_gpus_per_node=8, num_nodes=1, cpu_offload=off_o, cpu_offload_params=off_p, zero_init=zinit
+        )
         assert (_gb(c), _gb(g)) == (cpu, gpu), (off_p, off_o, zinit)
 
 
 def test_deepspeed_zero3_t5_small_single_gpu():
     """A published run on t5-small (60,506,624 params, largest layer the 32128 x 512 embedding)."""
     total, largest = 60_506_624, 32128 * 512
-    rows = [((True, True, True), (1.52, 0.06)), ((False, True, True), (1.35, 0.17)),
-            ((False, False, True), (0.09, 1.08)), ((False, False, False), (0.34, 1.08))]
+    rows = [
+        ((True, True, True), (1.52, 0.06)),
+        ((False, True, True), (1.35, 0.17)),
+        ((False, False, True), (0.09, 1.08)),
+        ((False, False, False), (0.34, 1.08)),
+    ]
     for (off_p, off_o, zinit), (cpu, gpu) in rows:
         c, g, _ = deepspeed_zero3_estimate(total, largest, 1, 1, off_o, off_p, zinit)
         assert (_gb(c), _gb(g)) == (cpu, gpu)
@@ -148,12 +153,15 @@ def test_stage1_keeps_full_gradients():
     assert s1.gpu == 4 * psi + 16 * psi / 8
 
 
-@pytest.mark.parametrize("kw, message", [
-    (dict(stage=4), "stage must be 0-3"),
-    (dict(stage=2, offload_param=True), "parameter offload needs ZeRO stage 3"),
-    (dict(stage=0, offload_optimizer=True), "optimizer offload needs"),
-    (dict(stage=1, n_dp=0), "at least 1"),
-])
+@pytest.mark.parametrize(
+    "kw, message",
+    [
+        (dict(stage=4), "stage must be 0-3"),
+        (dict(stage=2, offload_param=True), "parameter offload needs ZeRO stage 3"),
+        (dict(stage=0, offload_optimizer=True), "optimizer offload needs"),
+        (dict(stage=1, n_dp=0), "at least 1"),
+    ],
+)
 def test_impossible_setups_are_refused(kw, message):
     args = dict(params=10**6, stage=1, n_dp=2)
     args.update(kw)
@@ -188,8 +196,16 @@ def test_output_layer_grows_with_the_vocabulary():
 
 
 def _spec(**kw) -> DnnSpec:
-    base = dict(params=124_439_808, layers=12, hidden=768, heads=12, vocab=50257, seq_len=1024,
-                micro_batch=4, largest_layer=50257 * 768)
+    base = dict(
+        params=124_439_808,
+        layers=12,
+        hidden=768,
+        heads=12,
+        vocab=50257,
+        seq_len=1024,
+        micro_batch=4,
+        largest_layer=50257 * 768,
+    )
     base.update(kw)
     return DnnSpec(**base)
 

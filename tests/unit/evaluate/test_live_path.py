@@ -35,8 +35,19 @@ def _trace(seed: int = 7) -> list[Task]:
             use = req * share * (0.6 + 0.4 * x / 1e9)
             run = rng.uniform(300, 900)
             sub = t + rng.uniform(0, 4000)
-            tasks.append(Task(process=f"P{k}", input_bytes=x, usage=use, peak=use, runtime_s=run, request=req,
-                              submit=sub, start=sub, end=sub + run))
+            tasks.append(
+                Task(
+                    process=f"P{k}",
+                    input_bytes=x,
+                    usage=use,
+                    peak=use,
+                    runtime_s=run,
+                    request=req,
+                    submit=sub,
+                    start=sub,
+                    end=sub + run,
+                )
+            )
         t += 1500.0
     return tasks
 
@@ -79,8 +90,11 @@ def test_replay_decisions_are_harpds_through_the_store(tmp_path):
 def test_a_first_type_with_no_run_keeps_its_request_until_types_calibrate(tmp_path):
     tasks = [t for t in _trace() if t.process == "P0"]
     res = run_chronological(tasks, at="submit")
-    first_wave = [f for f, t in zip(res.harp_first, sorted(tasks, key=lambda x: x.submit))
-                  if not any(o.end <= t.submit for o in tasks)]
+    first_wave = [
+        f
+        for f, t in zip(res.harp_first, sorted(tasks, key=lambda x: x.submit))
+        if not any(o.end <= t.submit for o in tasks)
+    ]
     assert first_wave and all(f is None for f in first_wave)  # no other type: no prior, the request stands
     assert not math.isnan(res.rows["harp"].wastage_gbh)
 

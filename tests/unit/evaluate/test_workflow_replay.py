@@ -24,8 +24,25 @@ from harpd.predict.workflow_harp import HarpTaskModel, escalated_cost
 from harpd.records import Outcome
 from harpd.recovery.escalation import simulate
 
-HEAD = ["task_id", "process", "name", "status", "exit", "attempt", "cpus", "memory", "time", "realtime", "%cpu",
-        "peak_rss", "rss", "rchar", "submit", "start", "complete"]
+HEAD = [
+    "task_id",
+    "process",
+    "name",
+    "status",
+    "exit",
+    "attempt",
+    "cpus",
+    "memory",
+    "time",
+    "realtime",
+    "%cpu",
+    "peak_rss",
+    "rss",
+    "rchar",
+    "submit",
+    "start",
+    "complete",
+]
 GB = 1e9
 
 
@@ -38,9 +55,27 @@ def synthetic_trace(path, types: int = 3, per_type: int = 60, seed: int = 3, noi
             rchar = rnd.uniform(0.2, 5) * GB
             peak = (0.1 + 0.3 * (p + 1) * rchar / GB) * GB * (1 + rnd.uniform(-noise, noise))
             run_ms = rnd.randint(60_000, 600_000)
-            rows.append([str(len(rows) + 1), f"WF:STEP{p}", f"WF:STEP{p} ({k})", "COMPLETED", "0", "1", "2",
-                         str(int(8 * GB)), "3600000", str(run_ms), "95.0", str(int(peak)), str(int(peak * 0.9)),
-                         str(int(rchar)), str(t), str(t + 1000), str(t + 1000 + run_ms)])
+            rows.append(
+                [
+                    str(len(rows) + 1),
+                    f"WF:STEP{p}",
+                    f"WF:STEP{p} ({k})",
+                    "COMPLETED",
+                    "0",
+                    "1",
+                    "2",
+                    str(int(8 * GB)),
+                    "3600000",
+                    str(run_ms),
+                    "95.0",
+                    str(int(peak)),
+                    str(int(peak * 0.9)),
+                    str(int(rchar)),
+                    str(t),
+                    str(t + 1000),
+                    str(t + 1000 + run_ms),
+                ]
+            )
             t += 700_000  # the previous task has finished before the next is submitted
     path.write_text("\n".join(",".join(r) for r in [HEAD, *rows]) + "\n")
     return path
@@ -151,8 +186,10 @@ def test_cli_protocol_sizey_prints_the_table(tmp_path, capsys, cfg):
     assert rep["seed"] == 1996 and rep["tasks"] == 3 * (60 - 18) and rep["rows"]["harp"]["tasks"] == rep["tasks"]
 
 
-@pytest.mark.parametrize("extra,needle", [(["--protocol", "sizey"], "--resource mem"),
-                                          (["--resource", "mem", "--protocol", "sizey"], "Nextflow trace")])
+@pytest.mark.parametrize(
+    "extra,needle",
+    [(["--protocol", "sizey"], "--resource mem"), (["--resource", "mem", "--protocol", "sizey"], "Nextflow trace")],
+)
 def test_cli_protocol_errors_are_one_line(tmp_path, capsys, cfg, extra, needle):
     p = tmp_path / "log.swf"
     p.write_text("1 0 5 100 4 -1 -1 4 1000 -1 1 1 1 1 1 -1 -1 -1\n")
@@ -171,8 +208,10 @@ def test_cli_mem_replay_of_a_nextflow_trace_adds_the_chronological_table(tmp_pat
 
 def test_cli_decide_at_submit_and_a_bad_value_is_one_line(tmp_path, capsys, cfg):
     p = synthetic_trace(tmp_path / "wf.trace.csv", per_type=40)
-    assert harp(["replay", str(p), "--resource", "mem", "--models", "request,harp", "--decide-at", "submit",
-                 "--quiet"]) == 0
+    assert (
+        harp(["replay", str(p), "--resource", "mem", "--models", "request,harp", "--decide-at", "submit", "--quiet"])
+        == 0
+    )
     assert "Sizey's wastage (chronological, decided at submit)" in capsys.readouterr().out
     with pytest.raises(SystemExit) as exc:  # argparse's own refusal: the usage line and one error line
         harp(["replay", str(p), "--resource", "mem", "--decide-at", "later", "--quiet"])

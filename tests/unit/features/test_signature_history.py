@@ -36,7 +36,7 @@ def test_env_prefix_launchers_and_chains():
 def test_empty_and_string_input():
     assert signature_of("") == "sig:empty"
     assert signature_of("srun x\nsrun x") == signature_of(["srun x"])
-    assert signature_of("unbalanced 'quote") .startswith("sig:")
+    assert signature_of("unbalanced 'quote").startswith("sig:")
 
 
 def _k(user="u", ref=1000.0, cores=4, sig="s1"):

@@ -12,22 +12,31 @@ from __future__ import annotations
 from harpd.features.signature import signature_of
 from harpd.features.workflow import identify, is_workflow_signature, job_signature
 
-WRAP = ("python3.11 -m snakemake --snakefile Snakefile --target-jobs 'work:sample=s2' --allowed-rules work "
-        "--cores all --attempt 1 --force-use-threads --resources mem_mb=2000 --wait-for-files "
-        "/w/.snakemake/tmp.x3 --force --target-files-omit-workdir-adjustment --max-inventory-time 0 "
-        "--executor slurm-jobstep --jobs 1 --mode remote")
+WRAP = (
+    "python3.11 -m snakemake --snakefile Snakefile --target-jobs 'work:sample=s2' --allowed-rules work "
+    "--cores all --attempt 1 --force-use-threads --resources mem_mb=2000 --wait-for-files "
+    "/w/.snakemake/tmp.x3 --force --target-files-omit-workdir-adjustment --max-inventory-time 0 "
+    "--executor slurm-jobstep --jobs 1 --mode remote"
+)
 
 
 def _wrap(rule: str, wildcards: str, snakefile: str = "Snakefile") -> list[str]:
-    return [WRAP.replace("work:sample=s2", f"{rule}:{wildcards}").replace("--allowed-rules work", f"--allowed-rules {rule}")
-            .replace("--snakefile Snakefile", f"--snakefile {snakefile}")]
+    return [
+        WRAP.replace("work:sample=s2", f"{rule}:{wildcards}")
+        .replace("--allowed-rules work", f"--allowed-rules {rule}")
+        .replace("--snakefile Snakefile", f"--snakefile {snakefile}")
+    ]
 
 
 def test_the_plugins_wrap_names_workflow_rule_and_wildcards() -> None:
     task = identify(_wrap("work", "sample=s2"), "0c5e2f7a-uuid", None, "/home/u/wf")
     assert task is not None
     assert (task.manager, task.workflow, task.task, task.instance) == (
-        "snakemake", "/home/u/wf/Snakefile", "work", "sample=s2")
+        "snakemake",
+        "/home/u/wf/Snakefile",
+        "work",
+        "sample=s2",
+    )
 
 
 def test_rules_differ_wildcards_and_run_ids_do_not() -> None:
@@ -48,10 +57,15 @@ def test_an_absolute_snakefile_needs_no_working_directory() -> None:
 
 
 def test_a_script_on_stdin_and_a_jobscript_carry_the_same_rule() -> None:
-    stdin_script = ["python -m snakemake --snakefile Snakefile --target-jobs 'align:s=1' --allowed-rules align "
-                    "--mode remote", "--slurm-jobstep-array-execs", "'eyIyIjogIi4uLiJ9'"]
-    jobscript = ["cd /home/u/wf && /usr/bin/python3 -m snakemake --snakefile '/home/u/wf/Snakefile' "
-                 "--target-jobs 'align:s=1' --allowed-rules 'align' --nocolor --notemp --mode remote"]
+    stdin_script = [
+        "python -m snakemake --snakefile Snakefile --target-jobs 'align:s=1' --allowed-rules align --mode remote",
+        "--slurm-jobstep-array-execs",
+        "'eyIyIjogIi4uLiJ9'",
+    ]
+    jobscript = [
+        "cd /home/u/wf && /usr/bin/python3 -m snakemake --snakefile '/home/u/wf/Snakefile' "
+        "--target-jobs 'align:s=1' --allowed-rules 'align' --nocolor --notemp --mode remote"
+    ]
     a = identify(stdin_script, "uuid", "stdin", "/home/u/wf")
     b = identify(jobscript, "snakejob.align.3.sh", "snakejob.align.3.sh", "/home/u/wf")
     assert a is not None and b is not None
@@ -68,7 +82,11 @@ def test_nextflow_tasks_by_process_with_the_tag_apart() -> None:
     b = identify(["nxf_main"], "nf-NFCORE_RNASEQ:FASTQC_(s2)", ".command.run", "/data/run/work/01/99887766554433")
     c = identify(["nxf_main"], "nf-NFCORE_RNASEQ:TRIM_(s1)", ".command.run", "/data/run/work/ab/cdef0123456789abcdef")
     assert a is not None and (a.manager, a.workflow, a.task, a.instance) == (
-        "nextflow", "/data/run", "NFCORE_RNASEQ:FASTQC", "s1")
+        "nextflow",
+        "/data/run",
+        "NFCORE_RNASEQ:FASTQC",
+        "s1",
+    )
     assert a.signature() == b.signature() != c.signature()
 
 

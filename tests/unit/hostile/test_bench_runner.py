@@ -23,20 +23,42 @@ from bench import __main__ as runner  # noqa: E402
 from bench import discover, parse_figure  # noqa: E402
 
 
-@pytest.mark.parametrize("line, expect", [
-    ("FIGURE store_insert: 12.3 s per 1M records (target < 60) PASS", ("store_insert", "12.3", "s per 1M records", "<", "60", "PASS")),
-    ("FIGURE import_speed: 1,234,567 records/s (target >= 100,000) FAIL", ("import_speed", "1,234,567", "records/s", ">=", "100,000", "FAIL")),
-    ("FIGURE x: failed (exit 1) (target >= 5 records/s) FAIL", ("x", "failed", "(exit 1)", ">=", "5 records/s", "FAIL")),
-    ("FIGURE load_submit_errors: 0 errors (target == 0) PASS", ("load_submit_errors", "0", "errors", "==", "0", "PASS")),
-])
+@pytest.mark.parametrize(
+    "line, expect",
+    [
+        (
+            "FIGURE store_insert: 12.3 s per 1M records (target < 60) PASS",
+            ("store_insert", "12.3", "s per 1M records", "<", "60", "PASS"),
+        ),
+        (
+            "FIGURE import_speed: 1,234,567 records/s (target >= 100,000) FAIL",
+            ("import_speed", "1,234,567", "records/s", ">=", "100,000", "FAIL"),
+        ),
+        (
+            "FIGURE x: failed (exit 1) (target >= 5 records/s) FAIL",
+            ("x", "failed", "(exit 1)", ">=", "5 records/s", "FAIL"),
+        ),
+        (
+            "FIGURE load_submit_errors: 0 errors (target == 0) PASS",
+            ("load_submit_errors", "0", "errors", "==", "0", "PASS"),
+        ),
+    ],
+)
 def test_figure_lines_are_read(line: str, expect: tuple) -> None:
     f = parse_figure(line)
     assert f is not None
     assert (f.name, f.measured, f.unit, f.op, f.target, f.verdict) == expect
 
 
-@pytest.mark.parametrize("line", ["FIGURE x: 5 ms PASS", "FIGURE x 5 ms (target < 3) PASS", "FIGURE x: 5 ms (target < 3) OK",
-                                  "figure x: 5 ms (target < 3) PASS"])
+@pytest.mark.parametrize(
+    "line",
+    [
+        "FIGURE x: 5 ms PASS",
+        "FIGURE x 5 ms (target < 3) PASS",
+        "FIGURE x: 5 ms (target < 3) OK",
+        "figure x: 5 ms (target < 3) PASS",
+    ],
+)
 def test_malformed_figure_lines_are_not_figures(line: str) -> None:
     assert parse_figure(line) is None
 
@@ -55,7 +77,7 @@ SCRIPTS = {
     "e_crash.py": "raise RuntimeError('boom')\n",
     "f_hang.py": "import time\nprint('started', flush=True)\ntime.sleep(60)\n",
     "g_slow.py": "# bench: slow\n# bench: timeout=5\n# bench: args=--n 3\n"
-                 "import sys\nprint(f'FIGURE g_slow: {sys.argv[2]} s (target < 10) PASS')\n",
+    "import sys\nprint(f'FIGURE g_slow: {sys.argv[2]} s (target < 10) PASS')\n",
     "_helper.py": "raise SystemExit('never run')\n",
 }
 
@@ -104,8 +126,9 @@ def test_the_command_exits_non_zero_on_any_failure_and_quick_skips_slow(fake_ben
     assert "SKIP" in out and "g_slow (slow; run without --quick)" in out and "1 skipped" in out
 
 
-@pytest.mark.parametrize("script", sorted(p for p in (REPO / "bench").glob("*.py") if not p.name.startswith("_")),
-                         ids=lambda p: p.name)
+@pytest.mark.parametrize(
+    "script", sorted(p for p in (REPO / "bench").glob("*.py") if not p.name.startswith("_")), ids=lambda p: p.name
+)
 def test_every_bench_script_prints_well_formed_figures(script: Path) -> None:
     """Statically: each FIGURE the script prints follows the format (checked on its source text)."""
     text = script.read_text()
@@ -115,6 +138,7 @@ def test_every_bench_script_prints_well_formed_figures(script: Path) -> None:
     for m in re.finditer(r'f?"FIGURE [^\n]*', text):
         line = m.group(0)
         assert re.search(r"\(target [<>=!]{1,2} ", line) or "figure(" in text, line
-    proc = subprocess.run([sys.executable, str(script), "--help"], capture_output=True, text=True, timeout=300,
-                          cwd=str(REPO))
+    proc = subprocess.run(
+        [sys.executable, str(script), "--help"], capture_output=True, text=True, timeout=300, cwd=str(REPO)
+    )
     assert proc.returncode == 0, proc.stderr  # importable and documented, with no side effects

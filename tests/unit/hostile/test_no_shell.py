@@ -21,22 +21,44 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[3]
 SOURCES = sorted(
-    p for d in ("harp_submit", "harpd", "bench", "scripts") for p in (REPO / d).rglob("*.py")
+    p
+    for d in ("harp_submit", "harpd", "bench", "scripts")
+    for p in (REPO / d).rglob("*.py")
     if "__pycache__" not in p.parts
 )
 
 # Calls that start a program; index of the argument that is the program / argv.
 SPAWNERS: dict[str, int] = {
-    "subprocess.run": 0, "subprocess.Popen": 0, "subprocess.call": 0,
-    "subprocess.check_call": 0, "subprocess.check_output": 0,
-    "os.execv": 1, "os.execve": 1, "os.execvp": 1, "os.execvpe": 1,
-    "os.execl": 1, "os.execle": 1, "os.execlp": 1, "os.execlpe": 1,
-    "os.spawnv": 2, "os.spawnve": 2, "os.spawnvp": 2, "os.spawnvpe": 2,
-    "os.posix_spawn": 1, "os.posix_spawnp": 1,
+    "subprocess.run": 0,
+    "subprocess.Popen": 0,
+    "subprocess.call": 0,
+    "subprocess.check_call": 0,
+    "subprocess.check_output": 0,
+    "os.execv": 1,
+    "os.execve": 1,
+    "os.execvp": 1,
+    "os.execvpe": 1,
+    "os.execl": 1,
+    "os.execle": 1,
+    "os.execlp": 1,
+    "os.execlpe": 1,
+    "os.spawnv": 2,
+    "os.spawnve": 2,
+    "os.spawnvp": 2,
+    "os.spawnvpe": 2,
+    "os.posix_spawn": 1,
+    "os.posix_spawnp": 1,
     "asyncio.create_subprocess_exec": 0,
 }
-FORBIDDEN = {"os.system", "os.popen", "subprocess.getoutput", "subprocess.getstatusoutput",
-             "asyncio.create_subprocess_shell", "commands.getoutput", "pty.spawn"}
+FORBIDDEN = {
+    "os.system",
+    "os.popen",
+    "subprocess.getoutput",
+    "subprocess.getstatusoutput",
+    "asyncio.create_subprocess_shell",
+    "commands.getoutput",
+    "pty.spawn",
+}
 
 
 def dotted(node: ast.AST) -> str | None:
@@ -139,12 +161,17 @@ def violations(path: Path) -> list[str]:
                 found.add(f"{where}: {full}() runs a shell")
             if full in SPAWNERS:
                 i = SPAWNERS[full]
-                arg = call.args[i] if len(call.args) > i else next(
-                    (k.value for k in call.keywords if k.arg in ("args", "argv")), None)
+                arg = (
+                    call.args[i]
+                    if len(call.args) > i
+                    else next((k.value for k in call.keywords if k.arg in ("args", "argv")), None)
+                )
                 if full.startswith("os.execl") or full.startswith("os.spawnl"):
                     continue  # the l-variants take words as separate arguments
                 if arg is None or not _is_argv_list(arg, assigned):
-                    found.add(f"{where}: {full}() not given a visible argv list ({ast.unparse(arg) if arg else 'none'})")
+                    found.add(
+                        f"{where}: {full}() not given a visible argv list ({ast.unparse(arg) if arg else 'none'})"
+                    )
     return sorted(found)
 
 
@@ -200,7 +227,7 @@ def test_lua_plugins_shell_only_quoted_harp_words(path: Path) -> None:
     # drop whole-line comments (a "--" inside a string such as "--request" is code)
     code = "\n".join(line for line in text.splitlines() if not line.lstrip().startswith("--"))
     for m in re.finditer(r"\b(io\.popen|os\.execute)\s*\(", code):
-        line = code[m.end():].split("\n", 1)[0]
+        line = code[m.end() :].split("\n", 1)[0]
         assert "helper_command(" in line, f"{path.name}: {m.group(1)} without helper_command: {line.strip()}"
     if "helper_command" in code:
         body = code.split("local function helper_command", 1)[1].split("\nend", 1)[0]
@@ -211,7 +238,8 @@ def test_lua_plugins_shell_only_quoted_harp_words(path: Path) -> None:
             call = re.sub(r'string\.format\("%d",\s*\w+\)', "NUMBER", call)  # a job id as digits
             for arg in [a.strip() for a in call.split(",") if a.strip()]:
                 # a literal, a number, or the temporary file write_temp made (os.tmpname)
-                assert arg.startswith('"') or arg in ("path", "NUMBER"), \
+                assert arg.startswith('"') or arg in ("path", "NUMBER"), (
                     f"{path.name}: helper argument {arg!r} is not harp's own"
+                )
         for m in re.finditer(r"local path = (.*)", code):
             assert m.group(1).startswith(("write_temp(", "os.tmpname()")), f"{path.name}: path from {m.group(1)}"

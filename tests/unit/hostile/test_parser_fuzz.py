@@ -25,14 +25,35 @@ from harp_submit import directives, harp_lines, units
 FUZZ = settings(max_examples=500, deadline=None, suppress_health_check=list(HealthCheck))
 
 # text built from the characters that matter to the parser, so inputs look like scripts
-SCRIPTY = st.text(alphabet=st.sampled_from(list("#SBATCHLUsbatch-=:'\"\\ \t\r\n\x0b\x0c\x00 tJpc0123456789x,$()`;"
-                                               "\u00a0\u2028\udcff")), max_size=300)
+SCRIPTY = st.text(
+    alphabet=st.sampled_from(
+        list("#SBATCHLUsbatch-=:'\"\\ \t\r\n\x0b\x0c\x00 tJpc0123456789x,$()`;\u00a0\u2028\udcff")
+    ),
+    max_size=300,
+)
 LINES = st.lists(
     st.one_of(
-        st.sampled_from(["#!/bin/bash", "#SBATCH", "#SBATCH ", "#SLURM -t 5", "#SBATCH --hetjob", "echo", "",
-                         "#SBATCH -t", "#SBATCH 10", "#SBATCH -J 'a b'", '#SBATCH -J "x', "#SBATCH --wrap='id'"]),
-        st.builds(lambda a, b: f"#SBATCH {a} {b}", st.sampled_from(["-t", "--time", "-J", "-c", "--mem", "-p", ":", "--"]),
-                  st.text(alphabet=string.printable, max_size=15)),
+        st.sampled_from(
+            [
+                "#!/bin/bash",
+                "#SBATCH",
+                "#SBATCH ",
+                "#SLURM -t 5",
+                "#SBATCH --hetjob",
+                "echo",
+                "",
+                "#SBATCH -t",
+                "#SBATCH 10",
+                "#SBATCH -J 'a b'",
+                '#SBATCH -J "x',
+                "#SBATCH --wrap='id'",
+            ]
+        ),
+        st.builds(
+            lambda a, b: f"#SBATCH {a} {b}",
+            st.sampled_from(["-t", "--time", "-J", "-c", "--mem", "-p", ":", "--"]),
+            st.text(alphabet=string.printable, max_size=15),
+        ),
     ),
     max_size=12,
 ).map(lambda ls: "\n".join(ls) + "\n")
@@ -96,8 +117,15 @@ def _only_value_errors(fn, s: str):
 @FUZZ
 @given(UNIT_TEXT)
 def test_unit_parsers_raise_only_value_error(s: str) -> None:
-    for fn in (units.parse_time, units.parse_mem, units.parse_int, units.parse_nodes,
-               units.time_str2secs, units.time_str2mins, units.str_to_mbytes):
+    for fn in (
+        units.parse_time,
+        units.parse_mem,
+        units.parse_int,
+        units.parse_nodes,
+        units.time_str2secs,
+        units.time_str2mins,
+        units.str_to_mbytes,
+    ):
         _only_value_errors(fn, s)
     t = _only_value_errors(units.parse_time, s)
     assert t is None or (isinstance(t, int) and t > 0 and t % 60 == 0)

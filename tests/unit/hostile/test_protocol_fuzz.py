@@ -42,11 +42,25 @@ SOCKET_FUZZ = settings(max_examples=120, deadline=None, suppress_health_check=li
 VALID = [
     {"v": 1, "op": "health"},
     {"v": 1, "op": "status", "job_id": "12"},
-    {"v": 1, "op": "predict", "job": {"partition": "short", "request": {"time_s": 600, "mem_mb": 100},
-                                      "commands": ["srun ./a.out"], "harp_lines": ["#HARP dnn model=x"]}},
-    {"v": 1, "op": "register", "job_id": "12_3", "job": {"argv": ["-t", "5", "x.sh"], "sbatch_env": {"SBATCH_TIMELIMIT": "5"}},
-     "original": {"time_s": 300}, "submitted": {"time_s": 300},
-     "decision": {"changes": [{"option": "time", "value": "00:05:00"}], "limits": {"partition": "short"}}},
+    {
+        "v": 1,
+        "op": "predict",
+        "job": {
+            "partition": "short",
+            "request": {"time_s": 600, "mem_mb": 100},
+            "commands": ["srun ./a.out"],
+            "harp_lines": ["#HARP dnn model=x"],
+        },
+    },
+    {
+        "v": 1,
+        "op": "register",
+        "job_id": "12_3",
+        "job": {"argv": ["-t", "5", "x.sh"], "sbatch_env": {"SBATCH_TIMELIMIT": "5"}},
+        "original": {"time_s": 300},
+        "submitted": {"time_s": 300},
+        "decision": {"changes": [{"option": "time", "value": "00:05:00"}], "limits": {"partition": "short"}},
+    },
     {"v": 1, "op": "import", "path": "/nonexistent/trace.swf"},
     {"v": 1, "op": "retrain"},
     {"v": 1, "op": "reload"},
@@ -54,21 +68,48 @@ VALID = [
 
 # JSON values that stress a validator: odd types, huge and tiny numbers, long and odd strings
 json_scalars = st.one_of(
-    st.none(), st.booleans(),
+    st.none(),
+    st.booleans(),
     st.integers(min_value=-(10**30), max_value=10**30),
     st.sampled_from([0, -1, 2**31, 2**63, 2**64, 10**4000]),
     st.floats(allow_nan=True, allow_infinity=True),
     st.text(max_size=40),
-    st.sampled_from(["", "12", "12_3", "12+1", "-1", "1e9", "0-01:00:00", "4G", "x" * 5000, "\x00", "\u2028", "../../etc/passwd"]),
+    st.sampled_from(
+        ["", "12", "12_3", "12+1", "-1", "1e9", "0-01:00:00", "4G", "x" * 5000, "\x00", "\u2028", "../../etc/passwd"]
+    ),
 )
 json_values = st.recursive(
     json_scalars,
     lambda inner: st.lists(inner, max_size=5) | st.dictionaries(st.text(max_size=12), inner, max_size=5),
     max_leaves=25,
 )
-KEYS = ["v", "op", "job", "job_id", "path", "original", "submitted", "decision", "request", "changes",
-        "limits", "time_s", "mem_mb", "partition", "argv", "sbatch_env", "harp_lines", "commands", "option",
-        "value", "array_size", "cpus_per_task", "gres", "explain", "model"]
+KEYS = [
+    "v",
+    "op",
+    "job",
+    "job_id",
+    "path",
+    "original",
+    "submitted",
+    "decision",
+    "request",
+    "changes",
+    "limits",
+    "time_s",
+    "mem_mb",
+    "partition",
+    "argv",
+    "sbatch_env",
+    "harp_lines",
+    "commands",
+    "option",
+    "value",
+    "array_size",
+    "cpus_per_task",
+    "gres",
+    "explain",
+    "model",
+]
 
 
 def _dumps(obj: object) -> bytes:
@@ -129,10 +170,14 @@ def test_parse_request_known_nasties() -> None:
         b'{"v": ' + b"9" * 5000 + b"}",  # int over Python's 4300-digit limit: a ValueError, not JSONDecodeError
         b'{"op": "status", "job_id": ' + b"1" * 5000 + b"}",
         b"[" * 100_000 + b"]" * 100_000,  # recursion
-        b'{"op": "health", "v": NaN}', b'{"op": "health", "v": Infinity}', b'{"op": "health", "v": true}',
+        b'{"op": "health", "v": NaN}',
+        b'{"op": "health", "v": Infinity}',
+        b'{"op": "health", "v": true}',
         b'{"op": "health", "op": "retrain"}',  # duplicate keys: the last one wins in json.loads
-        b'{"op": "status", "job_id": "1\\n2"}', b'{"op": "status", "job_id": "12; touch /tmp/x"}',
-        b'{"op": "import", "path": "\\u0000"}', b"\xef\xbb\xbf{\"op\": \"health\"}",
+        b'{"op": "status", "job_id": "1\\n2"}',
+        b'{"op": "status", "job_id": "12; touch /tmp/x"}',
+        b'{"op": "import", "path": "\\u0000"}',
+        b"\xef\xbb\xbf{\"op\": \"health\"}",
     ]
     for data in nasties:
         got = _parse(data)
@@ -150,8 +195,9 @@ def test_parse_request_known_nasties() -> None:
 def handlers():
     d = tempfile.mkdtemp(prefix="hf-")
     store = Store.open(Path(d) / "harp.db")
-    h = Handlers(store, slurm=FakeSlurm(), retrain=lambda: {"trained": 0}, reload=lambda: None,
-                 importer=lambda path, store: 0)
+    h = Handlers(
+        store, slurm=FakeSlurm(), retrain=lambda: {"trained": 0}, reload=lambda: None, importer=lambda path, store: 0
+    )
     yield h
     store.close()
     shutil.rmtree(d, ignore_errors=True)

@@ -84,8 +84,26 @@ def test_a_decision_value_that_is_not_text_is_refused(value: object) -> None:
         validate(answer("time", value), {})
 
 
-@pytest.mark.parametrize("option", ["uid", "gid", "wrap", "export", "chdir", "output", "comment", "dependency",
-                                    "--time", "time ", "TIME", "t", "", None, 1])
+@pytest.mark.parametrize(
+    "option",
+    [
+        "uid",
+        "gid",
+        "wrap",
+        "export",
+        "chdir",
+        "output",
+        "comment",
+        "dependency",
+        "--time",
+        "time ",
+        "TIME",
+        "t",
+        "",
+        None,
+        1,
+    ],
+)
 def test_a_decision_may_only_change_resource_options(option: object) -> None:
     with pytest.raises(BadDecision, match="cannot change option"):
         validate({"ok": True, "decision": {"changes": [{"option": option, "value": "5"}], "limits": LIMITS}}, {})
@@ -111,9 +129,11 @@ def test_any_value_with_a_character_beyond_the_safe_set_is_refused(option: str, 
 
 # --------------------------------------------------------------- crafted scripts
 
+
 def request(text: str, argv: list[str] | None = None, env: dict[str, str] | None = None) -> Request:
-    return Request(SBATCH_TABLE.parse(argv or []), env or {}, directives.parse(text), script_path="job.sh",
-                   script_text=text)
+    return Request(
+        SBATCH_TABLE.parse(argv or []), env or {}, directives.parse(text), script_path="job.sh", script_text=text
+    )
 
 
 def one_change(option: str, value: str) -> list:
@@ -135,30 +155,52 @@ def rewrite(text: str, option: str, value: str) -> str:
 
 CRAFTED = [
     # an option's value on the next directive line: that token is the one to edit
-    ("#!/bin/bash\n#SBATCH -t\n#SBATCH 10\necho\n", "time", "20",
-     "#!/bin/bash\n#SBATCH -t\n#SBATCH 20\necho\n"),
+    ("#!/bin/bash\n#SBATCH -t\n#SBATCH 10\necho\n", "time", "20", "#!/bin/bash\n#SBATCH -t\n#SBATCH 20\necho\n"),
     # a look-alike inside a quoted value is text, not an option
-    ("#!/bin/bash\n#SBATCH --comment='--time=99' --time=5\necho\n", "time", "30",
-     "#!/bin/bash\n#SBATCH --comment='--time=99' --time=30\necho\n"),
-    ('#!/bin/bash\n#SBATCH -J "a --time=1" -t 5\necho\n', "time", "30",
-     '#!/bin/bash\n#SBATCH -J "a --time=1" -t 30\necho\n'),
+    (
+        "#!/bin/bash\n#SBATCH --comment='--time=99' --time=5\necho\n",
+        "time",
+        "30",
+        "#!/bin/bash\n#SBATCH --comment='--time=99' --time=30\necho\n",
+    ),
+    (
+        '#!/bin/bash\n#SBATCH -J "a --time=1" -t 5\necho\n',
+        "time",
+        "30",
+        '#!/bin/bash\n#SBATCH -J "a --time=1" -t 30\necho\n',
+    ),
     # after an unquoted # the rest of the line is a comment sbatch never reads
-    ("#!/bin/bash\n#SBATCH -t 5 # --wrap=touch /tmp/pwned\necho\n", "time", "30",
-     "#!/bin/bash\n#SBATCH -t 30 # --wrap=touch /tmp/pwned\necho\n"),
+    (
+        "#!/bin/bash\n#SBATCH -t 5 # --wrap=touch /tmp/pwned\necho\n",
+        "time",
+        "30",
+        "#!/bin/bash\n#SBATCH -t 30 # --wrap=touch /tmp/pwned\necho\n",
+    ),
     # a directive after the first command is ignored by sbatch: left alone, the new one goes above the command
-    ("#!/bin/bash\n#SBATCH -J x\necho\n#SBATCH --time=1\n", "time", "30",
-     "#!/bin/bash\n#SBATCH -J x\n#SBATCH --time=30\necho\n#SBATCH --time=1\n"),
+    (
+        "#!/bin/bash\n#SBATCH -J x\necho\n#SBATCH --time=1\n",
+        "time",
+        "30",
+        "#!/bin/bash\n#SBATCH -J x\n#SBATCH --time=30\necho\n#SBATCH --time=1\n",
+    ),
     # the effective (last) setting is the one edited; earlier ones stay as written
-    ("#!/bin/bash\n#SBATCH -t 5\n#SBATCH --time=7\necho\n", "time", "30",
-     "#!/bin/bash\n#SBATCH -t 5\n#SBATCH --time=30\necho\n"),
+    (
+        "#!/bin/bash\n#SBATCH -t 5\n#SBATCH --time=7\necho\n",
+        "time",
+        "30",
+        "#!/bin/bash\n#SBATCH -t 5\n#SBATCH --time=30\necho\n",
+    ),
     # clustered short options keep their cluster
     ("#!/bin/bash\n#SBATCH -Ht5\necho\n", "time", "30", "#!/bin/bash\n#SBATCH -Ht30\necho\n"),
     # escaped value: rewritten without the escapes it no longer needs
     ("#!/bin/bash\n#SBATCH --time=\\5\necho\n", "time", "30", "#!/bin/bash\n#SBATCH --time=30\necho\n"),
     # a payload in the job name stays where it is, byte for byte
-    ("#!/bin/bash\n#SBATCH -J '$(touch /tmp/pwned); touch /tmp/pwned2'\n#SBATCH -p short\necho\n",
-     "partition", "long",
-     "#!/bin/bash\n#SBATCH -J '$(touch /tmp/pwned); touch /tmp/pwned2'\n#SBATCH -p long\necho\n"),
+    (
+        "#!/bin/bash\n#SBATCH -J '$(touch /tmp/pwned); touch /tmp/pwned2'\n#SBATCH -p short\necho\n",
+        "partition",
+        "long",
+        "#!/bin/bash\n#SBATCH -J '$(touch /tmp/pwned); touch /tmp/pwned2'\n#SBATCH -p long\necho\n",
+    ),
 ]
 
 
@@ -182,10 +224,13 @@ def test_a_directive_sbatch_would_stop_at_makes_harp_step_aside() -> None:
     assert script.error is not None and "invalid directive" in script.error
 
 
-@pytest.mark.parametrize("text", [
-    "#!/bin/bash\n#SBATCH --time=1 --wrap='touch /tmp/pwned'\necho\n",
-    "#!/bin/bash\n#SBATCH --wrap=\"touch /tmp/pwned\" -t 1\necho\n",
-])
+@pytest.mark.parametrize(
+    "text",
+    [
+        "#!/bin/bash\n#SBATCH --time=1 --wrap='touch /tmp/pwned'\necho\n",
+        "#!/bin/bash\n#SBATCH --wrap=\"touch /tmp/pwned\" -t 1\necho\n",
+    ],
+)
 def test_a_wrap_hidden_in_the_script_is_seen_and_kept_as_the_only_wrap(text: str) -> None:
     """harp reads ``--wrap`` in a directive as sbatch does; its edit adds no second one."""
     script = directives.parse(text)
@@ -226,8 +271,11 @@ def option_token(draw) -> str:
         flag = draw(st.sampled_from(["--partition", "-p"]))
     elif kind in ("name", "comment", "output"):
         v = quoted(draw(WORD))
-        flag = {"name": draw(st.sampled_from(["-J", "--job-name"])), "comment": "--comment",
-                "output": draw(st.sampled_from(["-o", "--output"]))}[kind]
+        flag = {
+            "name": draw(st.sampled_from(["-J", "--job-name"])),
+            "comment": "--comment",
+            "output": draw(st.sampled_from(["-o", "--output"])),
+        }[kind]
     else:
         return draw(st.sampled_from(["-H", "--hold", "--exclusive"]))
     if flag.startswith("--"):
@@ -241,7 +289,9 @@ def scripts(draw) -> str:
     for _ in range(draw(st.integers(0, 6))):
         kind = draw(st.sampled_from(["directive", "directive", "directive", "comment", "blank", "slurm"]))
         if kind == "comment":
-            lines.append("# " + draw(st.text(alphabet=string.printable.replace("\n", "").replace("\r", ""), max_size=20)) + "\n")
+            lines.append(
+                "# " + draw(st.text(alphabet=string.printable.replace("\n", "").replace("\r", ""), max_size=20)) + "\n"
+            )
         elif kind == "blank":
             lines.append(draw(st.sampled_from(["\n", "   \n", "\t\n"])))
         else:
@@ -302,11 +352,11 @@ def test_rewrite_changes_one_value_and_nothing_else_sbatch_reads(text: str, ch: 
         assert len(new_lines) == len(old_lines) + 1
         at = next(i for i, (a, b) in enumerate(zip(old_lines + [""], new_lines)) if a != b)
         assert new_lines[at] == f"#SBATCH --{option}={value}\n"
-        assert new_lines[:at] + new_lines[at + 1:] == old_lines
+        assert new_lines[:at] + new_lines[at + 1 :] == old_lines
         assert at <= directives.parse(text).header_end  # above the first command, where sbatch reads it
     # whatever was after the first command is untouched, byte for byte
     hdr = script.header_end
-    assert "".join(old_lines[hdr:]) == "".join(new_lines[len(new_lines) - len(old_lines) + hdr:])
+    assert "".join(old_lines[hdr:]) == "".join(new_lines[len(new_lines) - len(old_lines) + hdr :])
 
 
 @FUZZ

@@ -84,7 +84,11 @@ def harpd(users) -> Iterator[Harpd]:
     with log.open("w") as fh:
         proc = subprocess.Popen(
             [sys.executable, "-m", "harpd.daemon.main", "--config", str(cfg), "--log-level", "info"],
-            stdout=fh, stderr=subprocess.STDOUT, text=True, env=env, cwd=str(d),
+            stdout=fh,
+            stderr=subprocess.STDOUT,
+            text=True,
+            env=env,
+            cwd=str(d),
             preexec_fn=lambda: os.umask(0o027),  # UMask=0027 of systemd/harpd.service
         )
     h = Harpd(d, proc, log)
@@ -153,10 +157,20 @@ def call_as(name: str | None, path: str, request: dict[str, Any]) -> dict[str, A
 
 def register(job_id: str, job_name: str, time_s: int = 600) -> dict[str, Any]:
     res = {"time_s": time_s, "partition": "short"}
-    return {"op": "register", "job_id": job_id,
-            "job": {"job_name": job_name, "partition": "short", "request": res,
-                    "argv": ["-J", job_name, "job.sh"], "sbatch_env": {}},
-            "original": res, "submitted": res, "decision": None}
+    return {
+        "op": "register",
+        "job_id": job_id,
+        "job": {
+            "job_name": job_name,
+            "partition": "short",
+            "request": res,
+            "argv": ["-J", job_name, "job.sh"],
+            "sbatch_env": {},
+        },
+        "original": res,
+        "submitted": res,
+        "decision": None,
+    }
 
 
 def test_clients_really_run_as_the_two_users(users) -> None:
@@ -174,7 +188,9 @@ def test_without_slurm_no_user_registers_a_job(harpd, users) -> None:
         assert ans["ok"] is False and f"cannot ask Slurm about job {job}" in ans["error"]
     for who, job in ((u1, "910001"), (u2, "910001"), (None, "910002")):
         assert call_as(who, harpd.socket, {"op": "status", "job_id": job}) == {
-            "ok": False, "error": f"harp knows no job {job}"}
+            "ok": False,
+            "error": f"harp knows no job {job}",
+        }
     log = harpd.log.read_text()
     assert f"registration of job 910001 by uid={users[u2].pw_uid} " in log  # refusals are logged with the peer
 
@@ -189,13 +205,21 @@ def test_identity_cannot_be_claimed_in_the_message(harpd, users) -> None:
     ans = call_as(u2, harpd.socket, claim)
     assert ans["ok"] is False and "job.user" in ans["error"]
     assert call_as(None, harpd.socket, {"op": "status", "job_id": "910021"}) == {
-        "ok": False, "error": "harp knows no job 910021"}
+        "ok": False,
+        "error": "harp knows no job 910021",
+    }
 
 
-@pytest.mark.parametrize("request_", [
-    {"op": "retrain"}, {"op": "reload"},
-    {"op": "import", "path": "/etc/shadow"}, {"op": "import", "path": "/etc/passwd"},
-], ids=lambda r: r["op"] + r.get("path", ""))
+@pytest.mark.parametrize(
+    "request_",
+    [
+        {"op": "retrain"},
+        {"op": "reload"},
+        {"op": "import", "path": "/etc/shadow"},
+        {"op": "import", "path": "/etc/passwd"},
+    ],
+    ids=lambda r: r["op"] + r.get("path", ""),
+)
 def test_no_admin_action_for_either_user(harpd, users, request_) -> None:
     for name in USERS:
         ans = call_as(name, harpd.socket, request_)
@@ -226,8 +250,10 @@ def test_the_store_and_the_socket_directory_are_out_of_reach(harpd, users) -> No
 
     for name in USERS:
         assert as_user(name, poke) == {
-            "read store": "denied", "list store dir": "denied",
-            "replace socket": "denied", "plant file beside socket": "denied",
+            "read store": "denied",
+            "list store dir": "denied",
+            "replace socket": "denied",
+            "plant file beside socket": "denied",
         }
     assert call_as(USERS[0], harpd.socket, {"op": "health"})["ok"] is True  # the socket itself is for everyone
 
@@ -273,14 +299,33 @@ def reported(harpd) -> Harpd:
     now = time.time()
 
     def rec(job_id: str, user: str, name: str, outcome: Outcome = Outcome.COMPLETED) -> JobRecord:
-        return JobRecord(job_id=job_id, user=user, account="acct", partition="short", signature=name,
-                         submit_time=now - 7200, start_time=now - 7000, end_time=now - 3600, outcome=outcome,
-                         req_time_s=7200.0, req_mem_mb=4096.0, req_cpus=2, alloc_cpus=2,
-                         used_time_s=3400.0, used_mem_mb=1000.0, used_cpu_s=3400.0)
+        return JobRecord(
+            job_id=job_id,
+            user=user,
+            account="acct",
+            partition="short",
+            signature=name,
+            submit_time=now - 7200,
+            start_time=now - 7000,
+            end_time=now - 3600,
+            outcome=outcome,
+            req_time_s=7200.0,
+            req_mem_mb=4096.0,
+            req_cpus=2,
+            alloc_cpus=2,
+            used_time_s=3400.0,
+            used_mem_mb=1000.0,
+            used_cpu_s=3400.0,
+        )
 
     with Store.open(harpd.store) as s:  # root, beside the running harpd (WAL: both may)
-        s.insert_jobs([rec("920001", USERS[0], "u1-secret-sig"), rec("920002", USERS[0], "u1-other"),
-                       rec("920003", USERS[1], "u2-sig", Outcome.OOM)])
+        s.insert_jobs(
+            [
+                rec("920001", USERS[0], "u1-secret-sig"),
+                rec("920002", USERS[0], "u1-other"),
+                rec("920003", USERS[1], "u2-sig", Outcome.OOM),
+            ]
+        )
     return harpd
 
 

@@ -210,8 +210,12 @@ def test_bad_job_id_runs_nothing(backend, bindir):
 def test_submit_script_on_stdin(backend, bindir, tmp_path):
     work = tmp_path / "work"
     work.mkdir()
-    jid = backend.submit(["--time=5", "--job-name=a b;c"], b"#!/bin/bash\necho hi\n", str(work),
-                         {"HOME": "/home/alice", "PATH": "/usr/bin"})
+    jid = backend.submit(
+        ["--time=5", "--job-name=a b;c"],
+        b"#!/bin/bash\necho hi\n",
+        str(work),
+        {"HOME": "/home/alice", "PATH": "/usr/bin"},
+    )
     assert jid == "4242"
     (call,) = calls(bindir)
     assert call["argv"] == ["--parsable", "--time=5", "--job-name=a b;c"]
@@ -284,16 +288,21 @@ def test_show_job(backend, bindir):
     assert calls(bindir)[0]["argv"] == ["show", "job", "--oneliner", "12"]
 
 
-REAL = ("JobId={id} JobName={name} UserId={user} GroupId=x(1) JobState=RUNNING Reason=None TimeLimit=00:05:00 "
-        "SubmitTime=2026-11-24T08:11:40 CPUs/Task=1 MinMemoryNode=100M WorkDir=/w Comment={comment} StdOut=/w/o")
+REAL = (
+    "JobId={id} JobName={name} UserId={user} GroupId=x(1) JobState=RUNNING Reason=None TimeLimit=00:05:00 "
+    "SubmitTime=2026-11-24T08:11:40 CPUs/Task=1 MinMemoryNode=100M WorkDir=/w Comment={comment} StdOut=/w/o"
+)
 
 
-@pytest.mark.parametrize("name,comment", [
-    ("a UserId=root(0)", "c"),                      # a name that reads as the owner
-    ("a", "x TimeLimit=UNLIMITED"),                 # a comment that reads as the limit
-    ("a", "x MinMemoryCPU=1G"),                     # the other memory key
-    ("a", "x ArrayJobId=99 ArrayTaskId=1"),         # another job's array id
-])
+@pytest.mark.parametrize(
+    "name,comment",
+    [
+        ("a UserId=root(0)", "c"),  # a name that reads as the owner
+        ("a", "x TimeLimit=UNLIMITED"),  # a comment that reads as the limit
+        ("a", "x MinMemoryCPU=1G"),  # the other memory key
+        ("a", "x ArrayJobId=99 ArrayTaskId=1"),  # another job's array id
+    ],
+)
 def test_show_job_refuses_a_record_whose_own_text_reads_as_slurms(backend, bindir, name, comment):
     (bindir / "scontrol.job").write_text(REAL.format(id=12, name=name, user="bob(1001)", comment=comment) + "\n")
     with pytest.raises(AmbiguousRecord, match=r"job 12 cannot be read safely.*harp leaves this job alone"):
@@ -303,7 +312,9 @@ def test_show_job_refuses_a_record_whose_own_text_reads_as_slurms(backend, bindi
 def test_show_job_refuses_a_record_that_a_line_break_cut_short(backend, bindir):
     # the name ends the line with a made-up record; the real one goes on in the next line
     fake = "JobId=12 JobName=a UserId=root(0) JobState=RUNNING TimeLimit=UNLIMITED"
-    (bindir / "scontrol.job").write_text(fake + "\n" + REAL.format(id=12, name="x", user="bob(1001)", comment="c") + "\n")
+    (bindir / "scontrol.job").write_text(
+        fake + "\n" + REAL.format(id=12, name="x", user="bob(1001)", comment="c") + "\n"
+    )
     with pytest.raises(AmbiguousRecord, match="line break"):
         backend.show_job("12")
     (bindir / "scontrol.job").write_text(REAL.format(id=12, name="a", user="bob(1001)", comment="c") + "\n")
@@ -353,7 +364,9 @@ def test_checkpoint_signal_argv_goes_to_the_batch_shell(backend, bindir):
     backend.signal("5", "usr1")
     backend.signal("6_1", "SIGUSR2")
     assert [(c["cmd"], c["argv"]) for c in calls(bindir)] == [
-        ("scancel", ["--signal=USR1", "--batch", "5"]), ("scancel", ["--signal=USR2", "--batch", "6_1"])]
+        ("scancel", ["--signal=USR1", "--batch", "5"]),
+        ("scancel", ["--signal=USR2", "--batch", "6_1"]),
+    ]
     with pytest.raises(SlurmError, match="not a signal name"):
         backend.signal("5", "USR1; rm")
 
@@ -381,8 +394,9 @@ def test_get_backend():
         get_backend(HarpSettings(slurm={"backend": "rest"}))
 
 
-@pytest.mark.parametrize("path", sorted((Path(__file__).resolve().parents[2] / "fixtures" / "scontrol").glob("*.txt")),
-                         ids=lambda p: p.name)
+@pytest.mark.parametrize(
+    "path", sorted((Path(__file__).resolve().parents[2] / "fixtures" / "scontrol").glob("*.txt")), ids=lambda p: p.name
+)
 def test_every_recorded_release_prints_records_job_record_takes(path):
     lines = [ln for ln in path.read_text().splitlines() if ln.startswith("JobId=")]
     assert lines

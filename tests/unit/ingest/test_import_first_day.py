@@ -18,8 +18,9 @@ N_JOBS = 30_000
 
 def _swf(n: int, header: bool = True) -> str:
     head = "; UnixStartTime: 1000000000\n" if header else ""
-    return head + "".join(f"{i} {i * 10} 5 {100 + i % 500} 4 -1 -1 4 1000 -1 1 {i % 7} 1 {i % 13} 1 -1 -1 -1\n"
-                          for i in range(1, n + 1))
+    return head + "".join(
+        f"{i} {i * 10} 5 {100 + i % 500} 4 -1 -1 4 1000 -1 1 {i % 7} 1 {i % 13} 1 -1 -1 -1\n" for i in range(1, n + 1)
+    )
 
 
 @pytest.fixture(autouse=True)
@@ -81,9 +82,12 @@ def _without_gaps(err: str) -> str:
     return "".join(ln for ln in err.splitlines(keepends=True) if " records imported, " not in ln)
 
 
-@pytest.mark.parametrize("argv, needle", [
-    (["--start", "last tuesday"], "not a date"),
-])
+@pytest.mark.parametrize(
+    "argv, needle",
+    [
+        (["--start", "last tuesday"], "not a date"),
+    ],
+)
 def test_bad_start_is_one_line(tmp_path, capsys, argv, needle):
     p = tmp_path / "t.swf"
     p.write_text(_swf(2, header=False))

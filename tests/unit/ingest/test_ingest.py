@@ -18,8 +18,9 @@ def settings(**ingest):
 
 def submit(store, job_id, decision=None, job=None, submitted_at=None, verified=True):
     """A registration as harpd stores it once slurmctld vouched for it (``verified``)."""
-    store.add_submission(job_id, 1000, "alice", job or {"signature": f"sig-{job_id}"}, {}, {}, decision,
-                         verified=verified)
+    store.add_submission(
+        job_id, 1000, "alice", job or {"signature": f"sig-{job_id}"}, {}, {}, decision, verified=verified
+    )
     if submitted_at is not None:
         store.db.conn.execute("UPDATE submissions SET submitted_at = ? WHERE job_id = ?", (submitted_at, job_id))
 
@@ -169,8 +170,11 @@ def test_requeued_runs_get_their_own_attempts(store, release):
     assert store.get_meta(WATCH_KEY) == {"5": 2}
     # sacct --duplicates now: run 1 rewritten as REQUEUED (22.05) or still TIMEOUT (25.11, 26.05),
     # run 2 running, then done
-    first = (rec("5", Outcome.PREEMPTED, state="REQUEUED", start_time=1000.0, attempt=1) if release == "22.05"
-             else rec("5", Outcome.TIMEOUT, start_time=1000.0, censored_time=True, attempt=1))
+    first = (
+        rec("5", Outcome.PREEMPTED, state="REQUEUED", start_time=1000.0, attempt=1)
+        if release == "22.05"
+        else rec("5", Outcome.TIMEOUT, start_time=1000.0, censored_time=True, attempt=1)
+    )
     be.records = [
         first,
         rec("5", Outcome.RUNNING, start_time=2000.0, end_time=None, attempt=2),

@@ -168,8 +168,10 @@ def test_no_steps_means_unknown_memory():
 
 
 def test_record_carries_request_and_allocation():
-    r = to_record(sjob("COMPLETED", step(), req_gpus=2, alloc_gpus=2, req_cpus=4, alloc_cpus=4, cpu_s=99.0,
-                       job_id="7_3", run=2), source="clusterA")
+    r = to_record(
+        sjob("COMPLETED", step(), req_gpus=2, alloc_gpus=2, req_cpus=4, alloc_cpus=4, cpu_s=99.0, job_id="7_3", run=2),
+        source="clusterA",
+    )
     assert (r.job_id, r.source, r.attempt) == ("7_3", "clusterA", 2)
     assert (r.req_cpus, r.alloc_cpus, r.req_gpus, r.alloc_gpus, r.used_cpu_s) == (4, 4, 2, 2, 99.0)
     assert (r.req_time_s, r.req_mem_mb) == (600.0, 100.0)
@@ -184,8 +186,14 @@ def test_a_requeued_run_is_as_long_as_it_ran_not_until_its_requeue():
     # what sacct --duplicates printed on 22.05 for a --time=1 job that timed out at
     # 08:31:01 and was requeued at 08:36:02 (harpd away): the row ends at the
     # requeue, its batch step where the run ended
-    row = sjob("REQUEUED", step(state="CANCELLED", elapsed_s=63.0), elapsed_s=364.0, limit_s=60.0,
-               start_time=1_795_595_398.0, end_time=1_795_595_762.0)
+    row = sjob(
+        "REQUEUED",
+        step(state="CANCELLED", elapsed_s=63.0),
+        elapsed_s=364.0,
+        limit_s=60.0,
+        start_time=1_795_595_398.0,
+        end_time=1_795_595_762.0,
+    )
     r = to_record(row)
     assert (r.outcome, r.censored_time) == (Outcome.TIMEOUT, True)
     assert r.used_time_s == 63.0 and r.end_time == 1_795_595_398.0 + 63.0

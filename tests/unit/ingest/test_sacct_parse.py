@@ -89,8 +89,16 @@ def test_2205_json_layout_detected(json_2205):
 def test_2205_json_jobs(json_2205):
     jobs = by_name(sacct_json.parse_json(json_2205))
     assert set(jobs) == {
-        "fx-completed", "fx-timeout", "fx-oom", "fx-failed", "fx-cancelled", "fx-array",
-        "fx-percpu", "fx-steps", "fx-stepoom", "fx-gpu",
+        "fx-completed",
+        "fx-timeout",
+        "fx-oom",
+        "fx-failed",
+        "fx-cancelled",
+        "fx-array",
+        "fx-percpu",
+        "fx-steps",
+        "fx-stepoom",
+        "fx-gpu",
     }
     done = jobs["fx-completed"][0]
     assert done.state == "COMPLETED" and done.exit_code == 0 and done.exit_signal == 0
@@ -191,9 +199,18 @@ def test_parsable2_matches_json(json_2205, psv_2205, psv_2205_epoch):
         for jid, pj in from_p.items():
             jj = from_json[jid]
             assert (pj.state, pj.limit_s, pj.req_mem_mb, pj.req_cpus, pj.req_gpus) == (
-                jj.state, jj.limit_s, jj.req_mem_mb, jj.req_cpus, jj.req_gpus)
+                jj.state,
+                jj.limit_s,
+                jj.req_mem_mb,
+                jj.req_cpus,
+                jj.req_gpus,
+            )
             assert (pj.submit_time, pj.start_time, pj.end_time, pj.elapsed_s) == (
-                jj.submit_time, jj.start_time, jj.end_time, jj.elapsed_s)
+                jj.submit_time,
+                jj.start_time,
+                jj.end_time,
+                jj.elapsed_s,
+            )
             assert [s.step_id for s in pj.steps] == [s.step_id for s in jj.steps]
             for ps, js in zip(pj.steps, jj.steps):
                 # -P prints KiB: within 1 KiB of the JSON's bytes
@@ -210,7 +227,9 @@ def test_parsable2_step_folding(psv_2205):
     assert [s.step_id for s in jobs["fx-steps"][0].steps] == ["batch", "0", "1"]
     stepoom = jobs["fx-stepoom"][0]
     assert [(s.step_id, s.state, s.exit_signal) for s in stepoom.steps] == [
-        ("batch", "COMPLETED", 0), ("0", "CANCELLED", 9)]
+        ("batch", "COMPLETED", 0),
+        ("0", "CANCELLED", 9),
+    ]
     assert stepoom.steps[1].max_rss_mb == pytest.approx(105628 / 1024)
 
 

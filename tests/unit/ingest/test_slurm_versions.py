@@ -29,8 +29,16 @@ SACCT_VERSIONS = _versions("sacct", "-jobs.json")
 SCONTROL_VERSIONS = _versions("scontrol", "-running.txt")
 SBATCH_VERSIONS = _versions("sbatch", "-errors.json")
 RECORD_JOBS = {
-    "fx-completed", "fx-timeout", "fx-oom", "fx-failed", "fx-cancelled", "fx-array",
-    "fx-percpu", "fx-steps", "fx-stepoom", "fx-gpu",
+    "fx-completed",
+    "fx-timeout",
+    "fx-oom",
+    "fx-failed",
+    "fx-cancelled",
+    "fx-array",
+    "fx-percpu",
+    "fx-steps",
+    "fx-stepoom",
+    "fx-gpu",
 }
 
 
@@ -43,9 +51,11 @@ def test_each_recorded_release_has_every_kind_of_fixture():
 
 def _sacct(version: str) -> tuple[list, list, list]:
     d = FIXTURES / "sacct"
-    return (sacct_json.parse_json((d / f"{version}-jobs.json").read_text()),
-            sacct_text.parse_parsable2((d / f"{version}-jobs.psv").read_text()),
-            sacct_text.parse_parsable2((d / f"{version}-jobs-epoch.psv").read_text()))
+    return (
+        sacct_json.parse_json((d / f"{version}-jobs.json").read_text()),
+        sacct_text.parse_parsable2((d / f"{version}-jobs.psv").read_text()),
+        sacct_text.parse_parsable2((d / f"{version}-jobs-epoch.psv").read_text()),
+    )
 
 
 @pytest.mark.parametrize("version", SACCT_VERSIONS)
@@ -96,9 +106,20 @@ def test_sacct_json_and_parsable2_agree(version):
         for jid, p in pp.items():
             j = jj[jid]
             assert (p.user, p.state, p.limit_s, p.req_mem_mb, p.req_cpus, p.alloc_cpus, p.req_gpus) == (
-                j.user, j.state, j.limit_s, j.req_mem_mb, j.req_cpus, j.alloc_cpus, j.req_gpus), jid
+                j.user,
+                j.state,
+                j.limit_s,
+                j.req_mem_mb,
+                j.req_cpus,
+                j.alloc_cpus,
+                j.req_gpus,
+            ), jid
             assert (p.submit_time, p.start_time, p.end_time, p.elapsed_s) == (
-                j.submit_time, j.start_time, j.end_time, j.elapsed_s), jid
+                j.submit_time,
+                j.start_time,
+                j.end_time,
+                j.elapsed_s,
+            ), jid
             assert [s.step_id for s in p.steps] == [s.step_id for s in j.steps], jid
             for ps, js in zip(p.steps, j.steps):
                 if js.max_rss_mb is not None:  # -P prints KiB

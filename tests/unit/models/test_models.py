@@ -119,7 +119,8 @@ def test_calibrator_theta_falls_after_costly_kill_and_recovers():
 def test_harp_model_fit_predict_and_theta():
     X, y = _data(5000)
     m = HarpModel(alpha=0.1, base=GbmQuantile(quantile=0.9, max_iter=30)).fit(
-        X, y, censored=np.zeros(len(y), bool), sample_weight=np.ones(len(y)))
+        X, y, censored=np.zeros(len(y), bool), sample_weight=np.ones(len(y))
+    )
     up = m.predict(X[-1000:])
     assert up.shape == (1000,) and np.all(np.isfinite(up))
     assert 0 < m.theta <= 0.9
@@ -153,8 +154,16 @@ def test_persistence_round_trip_and_refusals(tmp_path):
     assert env.name == "gbm" and env.resource == "time" and env.relative is True
     assert env.features == tuple(FEATURE_NAMES) and env.trained_on is None
     assert np.allclose(env.model.predict(X[:5]), m.predict(X[:5]))
-    meta = load_model(save_model(tmp_path / "m" / "b.pkl", m, name="gbm", resource="mem", relative=False,
-                                 meta={"n_train": 1234, "trained_at": 5.0}))
+    meta = load_model(
+        save_model(
+            tmp_path / "m" / "b.pkl",
+            m,
+            name="gbm",
+            resource="mem",
+            relative=False,
+            meta={"n_train": 1234, "trained_at": 5.0},
+        )
+    )
     assert meta.trained_on == 1234 and meta.trained_at == 5.0 and meta.relative is False
     (tmp_path / "junk.pkl").write_bytes(b"not a pickle")
     with pytest.raises(ModelFileError, match="retrain"):
@@ -177,7 +186,7 @@ def test_flat_trees_match_sklearn_one_row_at_a_time():
     y = np.nan_to_num(X[:, 0]) - np.nan_to_num(X[:, 3]) + rng.normal(size=3000)
     m = GbmQuantile(quantile=0.8, max_iter=40).fit(X, y)
     ref = m.model_.predict(X[:300][:, m.cols_])
-    one = np.array([m.predict(X[i:i + 1])[0] for i in range(300)])
+    one = np.array([m.predict(X[i : i + 1])[0] for i in range(300)])
     assert np.allclose(ref, one, rtol=0, atol=1e-9)
     import pickle
 

@@ -23,13 +23,36 @@ from harpd.store import Store
 T0 = 1_700_000_000.0
 
 
-def _runs(n: int, used_cores: float = 1.0, req_cpus: int = 4, sig: str = "sig-threads", elapsed: float = 600.0,
-          gap: float = 1000.0) -> list[JobRecord]:
+def _runs(
+    n: int,
+    used_cores: float = 1.0,
+    req_cpus: int = 4,
+    sig: str = "sig-threads",
+    elapsed: float = 600.0,
+    gap: float = 1000.0,
+) -> list[JobRecord]:
     """``n`` finished runs of one program, each ``elapsed`` s keeping ``used_cores`` busy of ``req_cpus``."""
-    return [JobRecord(job_id=str(i), source="slurm", user="alice", account="a", partition="cpu", signature=sig,
-                      submit_time=T0 + gap * i, start_time=T0 + gap * i, end_time=T0 + gap * i + elapsed,
-                      used_time_s=elapsed, used_cpu_s=used_cores * elapsed, req_time_s=3600.0, req_cpus=req_cpus,
-                      req_mem_mb=8192.0, used_mem_mb=7000.0, outcome=Outcome.COMPLETED) for i in range(n)]
+    return [
+        JobRecord(
+            job_id=str(i),
+            source="slurm",
+            user="alice",
+            account="a",
+            partition="cpu",
+            signature=sig,
+            submit_time=T0 + gap * i,
+            start_time=T0 + gap * i,
+            end_time=T0 + gap * i + elapsed,
+            used_time_s=elapsed,
+            used_cpu_s=used_cores * elapsed,
+            req_time_s=3600.0,
+            req_cpus=req_cpus,
+            req_mem_mb=8192.0,
+            used_mem_mb=7000.0,
+            outcome=Outcome.COMPLETED,
+        )
+        for i in range(n)
+    ]
 
 
 @pytest.fixture
@@ -49,8 +72,9 @@ def predictor(tmp_path):
 
 
 def _job(sig: str = "sig-threads", commands: tuple[str, ...] = (), **request) -> JobRequest:
-    return JobRequest(partition="cpu", signature=sig, commands=list(commands),
-                      request={"time_s": 3600, "cpus_per_task": 4, **request})
+    return JobRequest(
+        partition="cpu", signature=sig, commands=list(commands), request={"time_s": 3600, "cpus_per_task": 4, **request}
+    )
 
 
 # -- the rule -----------------------------------------------------------------------
@@ -70,15 +94,18 @@ def test_cores_are_rounded_up_never_above_the_request():
     assert cores_used(1200.0, 600.0) == 2.0 and cores_used(10.0, 0.0) is None and cores_used(None, 5.0) is None
 
 
-@pytest.mark.parametrize("ntasks,nodes,commands,word", [
-    (4, None, ["./a.out"], "--ntasks=4"),
-    (None, 2, ["./a.out"], "--nodes=2"),
-    (None, None, ["srun ./a.out"], "srun"),  # a step with no CPU count of its own
-    (None, None, ["srun -c $NT ./a.out"], "srun"),  # a count harp cannot read
-    (None, None, ["/usr/bin/mpirun ./a.out"], "mpirun"),
-    (None, None, ["bwa mem -t $SLURM_CPUS_PER_TASK ref.fa r.fq"], "SLURM_CPUS_PER_TASK"),
-    (None, None, ["export OMP_NUM_THREADS=4", "./solver"], "OMP_NUM_THREADS"),
-])
+@pytest.mark.parametrize(
+    "ntasks,nodes,commands,word",
+    [
+        (4, None, ["./a.out"], "--ntasks=4"),
+        (None, 2, ["./a.out"], "--nodes=2"),
+        (None, None, ["srun ./a.out"], "srun"),  # a step with no CPU count of its own
+        (None, None, ["srun -c $NT ./a.out"], "srun"),  # a count harp cannot read
+        (None, None, ["/usr/bin/mpirun ./a.out"], "mpirun"),
+        (None, None, ["bwa mem -t $SLURM_CPUS_PER_TASK ref.fa r.fq"], "SLURM_CPUS_PER_TASK"),
+        (None, None, ["export OMP_NUM_THREADS=4", "./solver"], "OMP_NUM_THREADS"),
+    ],
+)
 def test_jobs_harp_must_not_shrink_say_why(ntasks, nodes, commands, word):
     why, _ = cut_bounds(ntasks, nodes, commands)
     assert why is not None and word in why
@@ -91,16 +118,19 @@ def test_a_snakemake_job_keeps_its_cpus_its_hidden_job_step_asks_for_them():
     assert why is not None and "Snakemake" in why and "srun --cpus-per-task" in why
 
 
-@pytest.mark.parametrize("commands,floor", [
-    (["srun -c 2 ./a.out"], 2),
-    (["srun -n1 --cpus-per-task=2 python x.py"], 2),
-    (["srun --cpus-per-task 3 ./a", "srun -c2 ./b"], 3),  # the largest step bounds the cut
-    (["srun -n 2 -c 2 ./a.out"], 4),
-    (["mpirun -np 3 ./a.out"], 3),
-    (["cat x | srun -c 2 ./a.out && echo done"], 2),
-    (["srun -c 2 python3 -c 'print(20)'"], 2),  # the program's own -c is not the launcher's
-    (["srun --mpi=none -N1 -c 2 --label ./a.out -n 9"], 2),
-])
+@pytest.mark.parametrize(
+    "commands,floor",
+    [
+        (["srun -c 2 ./a.out"], 2),
+        (["srun -n1 --cpus-per-task=2 python x.py"], 2),
+        (["srun --cpus-per-task 3 ./a", "srun -c2 ./b"], 3),  # the largest step bounds the cut
+        (["srun -n 2 -c 2 ./a.out"], 4),
+        (["mpirun -np 3 ./a.out"], 3),
+        (["cat x | srun -c 2 ./a.out && echo done"], 2),
+        (["srun -c 2 python3 -c 'print(20)'"], 2),  # the program's own -c is not the launcher's
+        (["srun --mpi=none -N1 -c 2 --label ./a.out -n 9"], 2),
+    ],
+)
 def test_a_launcher_with_an_explicit_cpu_count_bounds_the_cut_from_below(commands, floor):
     assert cut_bounds(None, None, commands) == (None, floor)
 
@@ -176,8 +206,11 @@ def test_mem_per_cpu_cut_by_the_memory_rule_is_a_total_of_the_job(predictor):
 
 
 def test_mpi_jobs_and_short_histories_keep_their_cores(predictor):
-    for p, job in ((predictor(_runs(25)), _job(ntasks=4)), (predictor(_runs(25)), _job(commands=("srun ./a.out",))),
-                   (predictor(_runs(5, sig="sig-young")), _job(sig="sig-young"))):  # 4 pooled ratios: too few
+    for p, job in (
+        (predictor(_runs(25)), _job(ntasks=4)),
+        (predictor(_runs(25)), _job(commands=("srun ./a.out",))),
+        (predictor(_runs(5, sig="sig-young")), _job(sig="sig-young")),
+    ):  # 4 pooled ratios: too few
         d = p.decide(job, "alice", 1000)
         assert "cpus-per-task" not in {c.option for c in d.changes}, d.explain["cores"]
 
@@ -226,8 +259,10 @@ def _nextflow_trace(path, n: int = 40, pct: str = "95.0"):
     """``n`` tasks of one process asking 4 CPUs and keeping ``pct`` % of one busy, each finished before the next."""
     rows, t = [NF_HEAD], 1_700_000_000_000
     for i in range(n):
-        rows.append(f"{i + 1},WF:THREADS,WF:THREADS ({i}),COMPLETED,0,1,4,1000000000,3600000,600000,{pct},"
-                    f"500000000,{t},{t + 1000},{t + 601000}")
+        rows.append(
+            f"{i + 1},WF:THREADS,WF:THREADS ({i}),COMPLETED,0,1,4,1000000000,3600000,600000,{pct},"
+            f"500000000,{t},{t + 1000},{t + 601000}"
+        )
         t += 700_000
     path.write_text("\n".join(rows) + "\n")
     return path

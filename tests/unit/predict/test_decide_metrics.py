@@ -68,11 +68,22 @@ def test_absolute_without_request():
     theta=st.floats(0.1, 1.0),
 )
 def test_vectorised_matches_scalar(req, up, nh, limit, shrink, raise_f, theta):
-    g = Guard(min_history=5, floor=60.0, allow_shrink=shrink, max_raise_factor=raise_f, leave_alone_ratio=theta,
-              min_fraction=0.25)
+    g = Guard(
+        min_history=5,
+        floor=60.0,
+        allow_shrink=shrink,
+        max_raise_factor=raise_f,
+        leave_alone_ratio=theta,
+        min_fraction=0.25,
+    )
     v, _ = allocate(req, up, nh, limit, g)
-    arr = allocate_many(np.array([np.nan if req is None else req]), np.array([up]), np.array([nh]),
-                        None if limit is None else np.array([limit]), g)
+    arr = allocate_many(
+        np.array([np.nan if req is None else req]),
+        np.array([up]),
+        np.array([nh]),
+        None if limit is None else np.array([limit]),
+        g,
+    )
     if v is None:
         assert np.isnan(arr[0])
     else:
@@ -86,8 +97,15 @@ def test_gpu_count():
 
 def _ev(alloc, need, req, cens, w=None, **kw):
     n = len(need)
-    return evaluate("m", np.array(alloc, float), np.array(need, float), np.array(req, float),
-                    np.array(cens, bool), np.ones(n) if w is None else np.array(w, float), **kw)
+    return evaluate(
+        "m",
+        np.array(alloc, float),
+        np.array(need, float),
+        np.array(req, float),
+        np.array(cens, bool),
+        np.ones(n) if w is None else np.array(w, float),
+        **kw,
+    )
 
 
 def test_metrics_by_hand():

@@ -19,18 +19,34 @@ from harpd.store import Store
 
 def _run(i: int) -> JobRecord:
     end = time.time() - 3600 + 60 * i
-    return JobRecord(job_id=str(100 + i), source="slurm", user="alice", account="a", partition="short",
-                     signature="sig-prog", submit_time=end - 40, start_time=end - 30, end_time=end,
-                     used_time_s=30.0, req_time_s=600.0, req_cpus=1, alloc_cpus=1, req_mem_mb=200.0,
-                     used_mem_mb=20.0, outcome=Outcome.COMPLETED, state="COMPLETED")
+    return JobRecord(
+        job_id=str(100 + i),
+        source="slurm",
+        user="alice",
+        account="a",
+        partition="short",
+        signature="sig-prog",
+        submit_time=end - 40,
+        start_time=end - 30,
+        end_time=end,
+        used_time_s=30.0,
+        req_time_s=600.0,
+        req_cpus=1,
+        alloc_cpus=1,
+        req_mem_mb=200.0,
+        used_mem_mb=20.0,
+        outcome=Outcome.COMPLETED,
+        state="COMPLETED",
+    )
 
 
 JOB = JobRequest(partition="short", signature="sig-prog", request={"time_s": 600, "mem_mb": 200})
 
 
 def _state(live: ModelPredictor) -> list:
-    return [(dict(ld.history.pending), dict(ld.history.last_submit), dict(ld.history.burst))
-            for ld in live._loaded.values()]
+    return [
+        (dict(ld.history.pending), dict(ld.history.last_submit), dict(ld.history.burst)) for ld in live._loaded.values()
+    ]
 
 
 def test_dry_runs_leave_the_predictors_state_and_answer_alone(tmp_path):
@@ -74,7 +90,9 @@ def test_the_daemon_passes_dry_run_only_when_asked(tmp_path):
     assert p.parse_request(json.dumps({**ask, "dry_run": True})).dry_run is True
     assert p.parse_request(json.dumps(ask)).dry_run is False
     for predictor, dry in ((Plain(), False), (Stateful(), True), (Stateful(), False)):
-        answer = Handlers(store, predictor=predictor).handle(alice, p.parse_request(json.dumps({**ask, "dry_run": dry})))
+        answer = Handlers(store, predictor=predictor).handle(
+            alice, p.parse_request(json.dumps({**ask, "dry_run": dry}))
+        )
         assert isinstance(answer, p.PredictAnswer)
     assert seen == ["plain", True, "plain", False, "plain"]
     store.close()

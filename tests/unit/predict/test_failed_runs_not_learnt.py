@@ -17,19 +17,43 @@ from harpd.store import Store
 from tests.helpers.submissions import stored_submission
 
 T0 = 1_700_000_000.0
-NOT_COMPLETED = [Outcome.FAILED, Outcome.CANCELLED, Outcome.OOM, Outcome.TIMEOUT, Outcome.NODE_FAIL,
-                 Outcome.PREEMPTED]
+NOT_COMPLETED = [Outcome.FAILED, Outcome.CANCELLED, Outcome.OOM, Outcome.TIMEOUT, Outcome.NODE_FAIL, Outcome.PREEMPTED]
 
 
-def _run(i: int, rss: float, outcome: Outcome = Outcome.COMPLETED, req_mem: float = 2000.0,
-         used_s: float = 60.0, req_s: float = 1800.0, cpus: int = 1, cpu_s: float | None = None,
-         sig: str = "sig-prog", harp_sized: bool = False) -> JobRecord:
+def _run(
+    i: int,
+    rss: float,
+    outcome: Outcome = Outcome.COMPLETED,
+    req_mem: float = 2000.0,
+    used_s: float = 60.0,
+    req_s: float = 1800.0,
+    cpus: int = 1,
+    cpu_s: float | None = None,
+    sig: str = "sig-prog",
+    harp_sized: bool = False,
+) -> JobRecord:
     t = T0 + 100.0 * i
-    return JobRecord(job_id=str(i), source="slurm", user="alice", account="a", partition="cpu", signature=sig,
-                     submit_time=t, start_time=t, end_time=t + used_s, used_time_s=used_s, req_time_s=req_s,
-                     req_cpus=cpus, req_mem_mb=req_mem, used_mem_mb=rss, used_cpu_s=cpu_s, outcome=outcome,
-                     censored_time=outcome is Outcome.TIMEOUT, censored_mem=outcome is Outcome.OOM,
-                     harp_sized=harp_sized)
+    return JobRecord(
+        job_id=str(i),
+        source="slurm",
+        user="alice",
+        account="a",
+        partition="cpu",
+        signature=sig,
+        submit_time=t,
+        start_time=t,
+        end_time=t + used_s,
+        used_time_s=used_s,
+        req_time_s=req_s,
+        req_cpus=cpus,
+        req_mem_mb=req_mem,
+        used_mem_mb=rss,
+        used_cpu_s=cpu_s,
+        outcome=outcome,
+        censored_time=outcome is Outcome.TIMEOUT,
+        censored_mem=outcome is Outcome.OOM,
+        harp_sized=harp_sized,
+    )
 
 
 @pytest.fixture
@@ -41,8 +65,9 @@ def predictor(tmp_path):
         st = Store.open(s.store.path)
         st.insert_jobs(records)
         for job_id, (original, submitted) in (subs or {}).items():
-            st.add_submission(job_id, 1000, "alice", {"signature": "sig-prog"}, original, submitted,
-                              {"changes": [{"option": "x"}]})
+            st.add_submission(
+                job_id, 1000, "alice", {"signature": "sig-prog"}, original, submitted, {"changes": [{"option": "x"}]}
+            )
         opened.append(st)
         return ModelPredictor(s, store=st)
 
@@ -53,8 +78,13 @@ def predictor(tmp_path):
 
 def _mem_of(p: ModelPredictor, req_mem: int = 2000, cpus: int | None = None) -> int:
     """The memory (MiB) harp gives the program's next job, the request when it keeps it."""
-    d = p.decide(JobRequest(partition="cpu", signature="sig-prog",
-                            request={"time_s": 1800, "mem_mb": req_mem, "cpus_per_task": cpus}), "alice", 1000)
+    d = p.decide(
+        JobRequest(
+            partition="cpu", signature="sig-prog", request={"time_s": 1800, "mem_mb": req_mem, "cpus_per_task": cpus}
+        ),
+        "alice",
+        1000,
+    )
     ch = [c for c in d.changes if c.option == "mem"]
     if not ch:
         return req_mem
@@ -117,8 +147,10 @@ def test_failed_runs_cores_are_not_samples():
 
 
 def test_what_harp_cut_is_read_from_the_registered_submission():
-    sub = {"original": {"cpus_per_task": 4, "mem_per_cpu_mb": 100, "time_s": 600},
-           "submitted": {"cpus_per_task": 1, "mem_mb": 400, "time_s": 300}}
+    sub = {
+        "original": {"cpus_per_task": 4, "mem_per_cpu_mb": 100, "time_s": 600},
+        "submitted": {"cpus_per_task": 1, "mem_mb": 400, "time_s": 300},
+    }
     assert cut_resources(stored_submission(sub)) == {"cpus", "time"}  # 4 x 100 MiB per CPU kept as a 400 MiB total
     assert cut_resources(stored_submission(original={"mem_mb": 800}, submitted={"mem_mb": 500})) == {"mem"}
     assert cut_resources(None) == set() and cut_resources(stored_submission(original="x")) == set()
@@ -128,8 +160,9 @@ def test_what_harp_cut_is_read_from_the_registered_submission():
 
 
 def _cores_of(p: ModelPredictor) -> int:
-    d = p.decide(JobRequest(partition="cpu", signature="sig-prog", request={"time_s": 1800, "cpus_per_task": 2}),
-                 "alice", 1000)
+    d = p.decide(
+        JobRequest(partition="cpu", signature="sig-prog", request={"time_s": 1800, "cpus_per_task": 2}), "alice", 1000
+    )
     ch = [c for c in d.changes if c.option == "cpus-per-task"]
     return int(ch[0].value) if ch else 2
 
@@ -141,8 +174,9 @@ def test_a_run_that_failed_after_harp_cut_its_cpus_restores_them_for_good(predic
     failed = _run(25, 50.0, Outcome.FAILED, cpus=1, cpu_s=0.0, harp_sized=True)
     cut = {"25": ({"cpus_per_task": 2, "time_s": 1800}, {"cpus_per_task": 1, "time_s": 1800})}
     p = predictor(base + [failed] + [_run(26 + i, 100.0, cpus=2, cpu_s=21.0) for i in range(25)], cut)
-    d = p.decide(JobRequest(partition="cpu", signature="sig-prog", request={"time_s": 1800, "cpus_per_task": 2}),
-                 "alice", 1000)
+    d = p.decide(
+        JobRequest(partition="cpu", signature="sig-prog", request={"time_s": 1800, "cpus_per_task": 2}), "alice", 1000
+    )
     assert not [c for c in d.changes if c.option == "cpus-per-task"], d.explain
     assert "failed after harp lowered its CPUs" in d.explain["cores"]["reason"]
     # a failure harp did not cause (nothing cut) restores nothing
@@ -158,6 +192,7 @@ def test_a_run_that_failed_after_harp_cut_its_memory_gets_the_request_back(predi
     assert _mem_of(predictor(good + later)) < 2000
     p = predictor(good + [failed] + later, {"20": ({"mem_mb": 2000}, {"mem_mb": 583})})
     assert _mem_of(p) == 2000
-    d = p.decide(JobRequest(partition="cpu", signature="sig-prog", request={"time_s": 1800, "mem_mb": 2000}),
-                 "alice", 1)
+    d = p.decide(
+        JobRequest(partition="cpu", signature="sig-prog", request={"time_s": 1800, "mem_mb": 2000}), "alice", 1
+    )
     assert "failed after harp lowered its memory" in d.explain["mem"]["reason"]

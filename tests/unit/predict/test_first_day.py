@@ -18,18 +18,40 @@ from harpd.store import Store
 T0 = 1_700_000_000.0
 
 
-def _runs(n: int, used_s: float = 9.0, req_s: float = 1800.0, rss_mb: float | None = 300.0,
-          outcome: Outcome = Outcome.COMPLETED, user: str = "alice", sig: str = "sig-prog",
-          start_id: int = 0) -> list[JobRecord]:
+def _runs(
+    n: int,
+    used_s: float = 9.0,
+    req_s: float = 1800.0,
+    rss_mb: float | None = 300.0,
+    outcome: Outcome = Outcome.COMPLETED,
+    user: str = "alice",
+    sig: str = "sig-prog",
+    start_id: int = 0,
+) -> list[JobRecord]:
     """``n`` finished runs of one program that used ``used_s`` of a ``req_s`` request."""
     out = []
     for i in range(n):
         t = T0 + 100.0 * (start_id + i)
-        out.append(JobRecord(job_id=str(start_id + i), source="slurm", user=user, account="a", partition="cpu",
-                             signature=sig, submit_time=t, start_time=t, end_time=t + used_s,
-                             used_time_s=used_s, req_time_s=req_s, req_cpus=1, req_mem_mb=8192.0,
-                             used_mem_mb=rss_mb, outcome=outcome,
-                             censored_time=outcome is Outcome.TIMEOUT))
+        out.append(
+            JobRecord(
+                job_id=str(start_id + i),
+                source="slurm",
+                user=user,
+                account="a",
+                partition="cpu",
+                signature=sig,
+                submit_time=t,
+                start_time=t,
+                end_time=t + used_s,
+                used_time_s=used_s,
+                req_time_s=req_s,
+                req_cpus=1,
+                req_mem_mb=8192.0,
+                used_mem_mb=rss_mb,
+                outcome=outcome,
+                censored_time=outcome is Outcome.TIMEOUT,
+            )
+        )
     return out
 
 
@@ -85,8 +107,7 @@ def test_no_model_six_runs_of_9s_of_30min_are_right_sized_by_the_history_rule(st
 
 
 def test_history_rule_keeps_the_guard_rails(store_of):
-    s, st = store_of(_runs(4) + _runs(6, sig="other", start_id=100)
-                     + _runs(6, used_s=1790.0, sig="near", start_id=200))
+    s, st = store_of(_runs(4) + _runs(6, sig="other", start_id=100) + _runs(6, used_s=1790.0, sig="near", start_id=200))
     p = ModelPredictor(s, store=st)
     cold = p.decide(_job(), "alice", 1)  # 4 runs < min_history (5)
     assert cold.changes == [] and "cold start: 4 of 5" in cold.explain["time"]["reason"]
@@ -215,7 +236,6 @@ def test_early_trigger_through_the_scheduler_uses_the_models_size():
     listener(object())
     check()
     assert calls == [1]
-
 
 
 def test_history_imported_into_a_running_harpd_without_a_model_is_trained_on_soon():

@@ -32,11 +32,26 @@ class Accounting:
 
 def _run(i: int, outcome: Outcome, used_mb: float, req_mb: float = 200.0) -> JobRecord:
     end = time.time() - 3600 + 60 * i
-    return JobRecord(job_id=str(100 + i), source="slurm", user="alice", account="a", partition="short",
-                     signature="sig-prog", submit_time=end - 40, start_time=end - 30, end_time=end,
-                     used_time_s=30.0, req_time_s=600.0, req_cpus=1, alloc_cpus=1, req_mem_mb=req_mb,
-                     used_mem_mb=used_mb, outcome=outcome, state=outcome.value.upper(),
-                     censored_mem=outcome is Outcome.OOM)
+    return JobRecord(
+        job_id=str(100 + i),
+        source="slurm",
+        user="alice",
+        account="a",
+        partition="short",
+        signature="sig-prog",
+        submit_time=end - 40,
+        start_time=end - 30,
+        end_time=end,
+        used_time_s=30.0,
+        req_time_s=600.0,
+        req_cpus=1,
+        alloc_cpus=1,
+        req_mem_mb=req_mb,
+        used_mem_mb=used_mb,
+        outcome=outcome,
+        state=outcome.value.upper(),
+        censored_mem=outcome is Outcome.OOM,
+    )
 
 
 @pytest.fixture

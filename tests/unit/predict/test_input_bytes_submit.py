@@ -26,8 +26,10 @@ def test_the_poller_carries_it_into_the_record():
     recs = [JobRecord(job_id="7"), JobRecord(job_id="8")]
     from tests.helpers.submissions import stored_submission
 
-    subs = {"7": stored_submission(job={"input_bytes": 4096, "commands": []}, decision={}),
-            "8": stored_submission(job={}, decision={})}
+    subs = {
+        "7": stored_submission(job={"input_bytes": 4096, "commands": []}, decision={}),
+        "8": stored_submission(job={}, decision={}),
+    }
     Ingestor._apply_submissions(recs, subs, {})
     assert recs[0].input_bytes == 4096.0 and recs[1].input_bytes is None
 
@@ -37,8 +39,9 @@ def test_the_input_size_is_a_model_feature_at_training_and_at_submission():
 
     from harpd.features.history import COL, History, keys_of_record
 
-    rec = JobRecord(job_id="1", user="alice", signature="sig", req_mem_mb=4000.0, req_time_s=600.0, req_cpus=1,
-                    input_bytes=1e9)
+    rec = JobRecord(
+        job_id="1", user="alice", signature="sig", req_mem_mb=4000.0, req_time_s=600.0, req_cpus=1, input_bytes=1e9
+    )
     h = History()
     for res in ("time", "mem"):  # training reads it from the record (JobRecord.input_bytes)
         x = h.features(keys_of_record(rec, res, True), None)

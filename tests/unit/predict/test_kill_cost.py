@@ -38,15 +38,25 @@ def test_the_replay_gates_as_the_daemon_does():
 def test_the_queue_verdict_says_what_harp_did_in_words():
     from harpd.cli.replay_verdict import queue_lines
 
-    q = {"replicas": 5, "procs": 100, "notes": [],
-         "policies": [{"policy": "harp-soft", "kills": 0, "extensions": 12},
-                      {"policy": "harp-hard", "kills": 0, "extensions": 0}],
-         "vs_users": {"harp-soft": {"mean_wait_s": {"rel_diff": -0.054, "se": 0.005, "verdict": "lower"},
-                                    "mean_bounded_slowdown": {"rel_diff": 0.01, "se": 0.02,
-                                                              "verdict": "no clear difference"}},
-                      "harp-hard": {"mean_wait_s": {"rel_diff": 0.0, "se": 0.0, "verdict": "no clear difference"},
-                                    "mean_bounded_slowdown": {"rel_diff": 0.0, "se": 0.0,
-                                                              "verdict": "no clear difference"}}}}
+    q = {
+        "replicas": 5,
+        "procs": 100,
+        "notes": [],
+        "policies": [
+            {"policy": "harp-soft", "kills": 0, "extensions": 12},
+            {"policy": "harp-hard", "kills": 0, "extensions": 0},
+        ],
+        "vs_users": {
+            "harp-soft": {
+                "mean_wait_s": {"rel_diff": -0.054, "se": 0.005, "verdict": "lower"},
+                "mean_bounded_slowdown": {"rel_diff": 0.01, "se": 0.02, "verdict": "no clear difference"},
+            },
+            "harp-hard": {
+                "mean_wait_s": {"rel_diff": 0.0, "se": 0.0, "verdict": "no clear difference"},
+                "mean_bounded_slowdown": {"rel_diff": 0.0, "se": 0.0, "verdict": "no clear difference"},
+            },
+        },
+    }
     soft = queue_lines(q, "soft")[0]
     assert "under soft limits harp lowered the mean wait by 5.4%" in soft
     assert "left the mean bounded slowdown unchanged within its noise (+1.0%" in soft

@@ -65,8 +65,7 @@ def _synthetic(n=2400, seed=0):
 
 def test_run_on_predictable_users():
     p = prepare(_synthetic(), "time")
-    res = run(p, ReplayConfig(models=("request", "tsafrir", "alea", "gbm", "harp"), min_train=500,
-                              retrain_every=400))
+    res = run(p, ReplayConfig(models=("request", "tsafrir", "alea", "gbm", "harp"), min_train=500, retrain_every=400))
     rows = {m.model: m for m in res.metrics}
     assert set(rows) == {"request", "tsafrir", "alea", "gbm", "harp"}
     assert rows["request"].consumed_over_used == pytest.approx(1.0) and rows["request"].under_rate == 0
@@ -84,19 +83,23 @@ def test_cli_table_and_json(tmp_path, capsys):
     assert harp_main(["replay", str(f), "--quiet", "--retrain-every", "500"]) == 0
     out = capsys.readouterr().out
     assert "users' requests" in out and "harp" in out and "verdict:" in out
-    assert harp_main(["replay", str(f), "--quiet", "--format", "json", "--limit", "1200",
-                      "--models", "request,alea"]) == 0
+    assert (
+        harp_main(["replay", str(f), "--quiet", "--format", "json", "--limit", "1200", "--models", "request,alea"]) == 0
+    )
     d = json.loads(capsys.readouterr().out)
     assert d["jobs"] == 1200 and [m["model"] for m in d["models"]] == ["request", "alea"]
     for k in ("under_rate", "reserved_over_used", "over_reservation", "consumed_over_used", "score", "lost"):
         assert k in d["models"][1]
 
 
-@pytest.mark.parametrize("argv,msg", [
-    (["--limit", "0"], "--limit"),
-    (["--models", "bogus"], "unknown model"),
-    (["--resource", "mem"], "mem usage"),
-])
+@pytest.mark.parametrize(
+    "argv,msg",
+    [
+        (["--limit", "0"], "--limit"),
+        (["--models", "bogus"], "unknown model"),
+        (["--resource", "mem"], "mem usage"),
+    ],
+)
 def test_cli_errors_are_one_line(tmp_path, capsys, argv, msg):
     f = tmp_path / "syn.swf"
     _write_swf(f, _synthetic(50))

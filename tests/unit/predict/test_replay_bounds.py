@@ -55,7 +55,11 @@ def test_bounds_need_templates_and_requests():
     with pytest.raises(ValueError, match="keep_templates"):
         clairvoyant_quantile(prepare(recs, "time"), 0.9)
     assert set(allocations(prepare(recs, "time", keep_templates=True))) == {
-        "clairvoyant-q90", "clairvoyant-q95", "clairvoyant-local", "causal-max5"}
+        "clairvoyant-q90",
+        "clairvoyant-q95",
+        "clairvoyant-local",
+        "causal-max5",
+    }
 
 
 def test_replay_adds_bound_rows_against_the_users():

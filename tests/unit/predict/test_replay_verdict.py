@@ -45,10 +45,13 @@ def _replay(tmp_path, capsys, recs, *argv: str) -> str:
     return capsys.readouterr().out
 
 
-@pytest.mark.parametrize("switch,better,words", [
-    (1.0, "harp", "verdict: harp would have been"),  # steady habits: harp learns them
-    (0.85, "users", "verdict: the users' own requests would have been"),  # the habits change under harp
-])
+@pytest.mark.parametrize(
+    "switch,better,words",
+    [
+        (1.0, "harp", "verdict: harp would have been"),  # steady habits: harp learns them
+        (0.85, "users", "verdict: the users' own requests would have been"),  # the habits change under harp
+    ],
+)
 def test_the_verdict_comes_first_and_points_the_right_way(tmp_path, capsys, switch, better, words):
     recs = _trace(1200, 0, switch)
     d = json.loads(_replay(tmp_path, capsys, recs, "--format", "json"))

@@ -14,8 +14,7 @@ from harpd.store import Store
 from tests.helpers.submissions import stored_submission
 
 T0 = 1_700_000_000.0
-WRAP = ("python -m snakemake --snakefile /w/Snakefile --target-jobs 'work:sample=s1' "
-        "--allowed-rules work --cores all")
+WRAP = "python -m snakemake --snakefile /w/Snakefile --target-jobs 'work:sample=s1' --allowed-rules work --cores all"
 
 
 def _job(mem_mb: int = 2000, wrap: str = WRAP) -> JobRequest:
@@ -27,10 +26,25 @@ def _sig() -> str:
 
 
 def _runs(n: int, rss: float) -> list[JobRecord]:
-    return [JobRecord(job_id=f"h{i}", user="alice", account="a", partition="cpu", signature=_sig(),
-                      submit_time=T0 + 100 * i, start_time=T0 + 100 * i, end_time=T0 + 100 * i + 30,
-                      used_time_s=30.0, req_time_s=1800.0, req_cpus=1, req_mem_mb=2000.0, used_mem_mb=rss,
-                      outcome=Outcome.COMPLETED) for i in range(n)]
+    return [
+        JobRecord(
+            job_id=f"h{i}",
+            user="alice",
+            account="a",
+            partition="cpu",
+            signature=_sig(),
+            submit_time=T0 + 100 * i,
+            start_time=T0 + 100 * i,
+            end_time=T0 + 100 * i + 30,
+            used_time_s=30.0,
+            req_time_s=1800.0,
+            req_cpus=1,
+            req_mem_mb=2000.0,
+            used_mem_mb=rss,
+            outcome=Outcome.COMPLETED,
+        )
+        for i in range(n)
+    ]
 
 
 @pytest.fixture
@@ -48,8 +62,15 @@ def _mem(d) -> int:
 
 
 def _register(st: Store, job_id: str, given_mb: int, **done) -> None:
-    st.add_submission(job_id, 1000, "alice", _job().model_dump(), {"time_s": 1800, "mem_mb": 2000},
-                      {"time_s": 1800, "mem_mb": given_mb}, {"changes": [{"option": "mem"}]})
+    st.add_submission(
+        job_id,
+        1000,
+        "alice",
+        _job().model_dump(),
+        {"time_s": 1800, "mem_mb": 2000},
+        {"time_s": 1800, "mem_mb": given_mb},
+        {"changes": [{"option": "mem"}]},
+    )
     if done:
         st.mark_submission_done(job_id, done["outcome"])
 
@@ -86,8 +107,12 @@ def test_a_rerun_after_a_completed_attempt_is_sized_as_usual(setup):
 
 
 def test_the_floor_follows_the_escalation_rule_and_what_ended_the_attempt():
-    sub = {"job_id": "9", "state": "done", "original": {"mem_mb": 2000, "time_s": 1800, "cpus_per_task": 4},
-           "submitted": {"mem_mb": 500, "time_s": 600, "cpus_per_task": 1}}
+    sub = {
+        "job_id": "9",
+        "state": "done",
+        "original": {"mem_mb": 2000, "time_s": 1800, "cpus_per_task": 4},
+        "submitted": {"mem_mb": 500, "time_s": 600, "cpus_per_task": 1},
+    }
     oom = floor_after(stored_submission(sub, **{"outcome": "oom"}), 3)
     assert oom.mem_mb == 1000 and oom.time_s is None and oom.keep_cpus is None
     timeout = floor_after(stored_submission(sub, **{"outcome": "timeout"}), 3)

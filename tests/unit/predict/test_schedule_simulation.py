@@ -120,8 +120,7 @@ def test_no_requests_is_an_error():
 
 def _swf(path, header: str = "; MaxProcs: 4"):
     rows = [(i, i * 50, 40 + (i * 37) % 400, 1 + i % 3, 600) for i in range(60)]
-    lines = [header] + [f"{i} {t} 0 {r} {p} -1 -1 {p} {q} -1 1 {1 + i % 4} 1 -1 -1 1 -1 -1"
-                        for i, t, r, p, q in rows]
+    lines = [header] + [f"{i} {t} 0 {r} {p} -1 -1 {p} {q} -1 1 {1 + i % 4} 1 -1 -1 1 -1 -1" for i, t, r, p, q in rows]
     path.write_text("\n".join(lines) + "\n")
 
 
@@ -136,16 +135,23 @@ def test_cli_schedule_json_and_saved_figures(tmp_path, capsys, monkeypatch):
     db = _config(tmp_path, monkeypatch)
     f = tmp_path / "t.swf"
     _swf(f)
-    assert harp_main(["replay", str(f), "--quiet", "--models", "request,harp", "--schedule",
-                      "--format", "json"]) == 0
+    assert harp_main(["replay", str(f), "--quiet", "--models", "request,harp", "--schedule", "--format", "json"]) == 0
     d = json.loads(capsys.readouterr().out)
     q = d["queue"]
     assert q["procs"] == 4 and q["jobs"] == 60
     names = [p["policy"] for p in q["policies"]]
     assert names[0] == "users" and names[-1] == "exact" and "harp-hard" in names
     for p in q["policies"]:
-        for k in ("mean_wait_s", "p95_wait_s", "mean_bounded_slowdown", "utilization", "delayed_by_extension",
-                  "delayed_by_kill", "delayed_starts", "seconds"):
+        for k in (
+            "mean_wait_s",
+            "p95_wait_s",
+            "mean_bounded_slowdown",
+            "utilization",
+            "delayed_by_extension",
+            "delayed_by_kill",
+            "delayed_starts",
+            "seconds",
+        ):
             assert k in p, k
     saved = load(path_beside(db))
     assert saved is not None and [p["policy"] for p in saved["policies"]] == names
@@ -160,20 +166,25 @@ def test_cli_schedule_json_and_saved_figures(tmp_path, capsys, monkeypatch):
     assert "queue: FCFS + EASY backfilling on 8 processors" in out and "no harp rows" in out
 
 
-@pytest.mark.parametrize("argv,msg", [
-    (["--schedule"], "pass --procs N"),  # a sacct export: no machine size
-    (["--schedule", "--procs", "0"], "at least one processor"),
-    (["--procs", "4"], "add --schedule"),
-    (["--schedule", "--procs", "4", "--replicas", "0"], "--replicas 0: at least 1 copy"),
-    (["--schedule", "--procs", "4", "--shake", "-5"], "--shake -5: give the seconds"),
-    (["--schedule", "--procs", "4", "--shake", "nan"], "--shake nan: give the seconds"),
-])
+@pytest.mark.parametrize(
+    "argv,msg",
+    [
+        (["--schedule"], "pass --procs N"),  # a sacct export: no machine size
+        (["--schedule", "--procs", "0"], "at least one processor"),
+        (["--procs", "4"], "add --schedule"),
+        (["--schedule", "--procs", "4", "--replicas", "0"], "--replicas 0: at least 1 copy"),
+        (["--schedule", "--procs", "4", "--shake", "-5"], "--shake -5: give the seconds"),
+        (["--schedule", "--procs", "4", "--shake", "nan"], "--shake nan: give the seconds"),
+    ],
+)
 def test_cli_schedule_errors_are_one_line(tmp_path, capsys, monkeypatch, argv, msg):
     _config(tmp_path, monkeypatch)
     f = tmp_path / "cedar.psv"
-    f.write_text("JobID|User|Partition|ReqCPUS|Timelimit|Elapsed|State|Submit|Start|End\n"
-                 "1|u1|p|2|01:00:00|00:10:00|COMPLETED|2021-05-01T00:00:00|2021-05-01T00:00:00|"
-                 "2021-05-01T00:10:00\n")
+    f.write_text(
+        "JobID|User|Partition|ReqCPUS|Timelimit|Elapsed|State|Submit|Start|End\n"
+        "1|u1|p|2|01:00:00|00:10:00|COMPLETED|2021-05-01T00:00:00|2021-05-01T00:00:00|"
+        "2021-05-01T00:10:00\n"
+    )
     assert harp_main(["replay", str(f), "--quiet", *argv]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("harp: ") and msg in err[0]
@@ -205,17 +216,28 @@ def test_report_queue_panel_present_only_after_a_schedule(tmp_path, monkeypatch,
 
     def page() -> str:
         with Store.open(db) as s:
-            r = build.build(s, settings, by="user", window=build.window_of(settings, "all", None), user=None,
-                            source="test")
+            r = build.build(
+                s, settings, by="user", window=build.window_of(settings, "all", None), user=None, source="test"
+            )
         return build.render(r, "html")
 
     assert 'id="queue"' not in page()
-    q = schedule(prepare([rec(0, 0, 100, 1000, cpus=1), rec(1, 0, 10, 10, cpus=2), rec(2, 1, 50, 2000, cpus=1)],
-                         "time"), 2, hard=np.array([NAN, NAN, 30.0]), soft=np.array([60.0, NAN, 50.0]))
+    q = schedule(
+        prepare([rec(0, 0, 100, 1000, cpus=1), rec(1, 0, 10, 10, cpus=2), rec(2, 1, 50, 2000, cpus=1)], "time"),
+        2,
+        hard=np.array([NAN, NAN, 30.0]),
+        soft=np.array([60.0, NAN, 50.0]),
+    )
     save(path_beside(db), q)
     html = page()
     assert 'id="queue"' in html
-    for label in ("users' requests", "harp, hard limits", "harp, soft limits", "exact runtimes", "mean bounded slowdown"):
+    for label in (
+        "users' requests",
+        "harp, hard limits",
+        "harp, soft limits",
+        "exact runtimes",
+        "mean bounded slowdown",
+    ):
         assert label in html
     path_beside(db).write_text("{not json")  # a damaged file: no panel, no failure
     assert 'id="queue"' not in page()

@@ -27,8 +27,9 @@ def test_a_job_that_outgrows_its_start_limit_is_extended_never_killed():
     final, ext, _ = extend(np.array([300.0]), np.array([900.0]), np.array([1000.0]), np.array([False]))
     assert final.tolist() == [1000.0] and ext.tolist() == [2]
     # a job that fits its start limit is not extended; NaN: the request stands
-    final, ext, _ = extend(np.array([500.0, NAN]), np.array([350.0, 350.0]), np.array([1000.0, 1000.0]),
-                           np.array([False, False]))
+    final, ext, _ = extend(
+        np.array([500.0, NAN]), np.array([350.0, 350.0]), np.array([1000.0, 1000.0]), np.array([False, False])
+    )
     assert final.tolist() == [500.0, 1000.0] and ext.tolist() == [0, 0]
 
 
@@ -36,8 +37,7 @@ def test_a_job_past_its_own_request_is_the_users_kill_not_harps():
     # censored: killed at its own request 1000 in the trace; harp's 250 is extended to it
     final, ext, killed = extend(np.array([250.0]), np.array([1000.0]), np.array([1000.0]), np.array([True]))
     assert final.tolist() == [1000.0] and ext.tolist() == [2] and killed.tolist() == [False]
-    m = evaluate_soft("x", np.array([250.0]), np.array([1000.0]), np.array([1000.0]), np.array([True]),
-                      np.array([1.0]))
+    m = evaluate_soft("x", np.array([250.0]), np.array([1000.0]), np.array([1000.0]), np.array([True]), np.array([1.0]))
     assert m.harp_kills == 0 and m.over_reservation == 0.0
 
 
@@ -118,8 +118,10 @@ def test_hard_replay_is_unchanged_by_the_soft_inputs():
 
 def test_replay_soft_rows():
     p = prepare(_habits(900), "time", keep_templates=True)
-    soft = run(p, ReplayConfig(limits="soft", bounds=True, models=("request", "alea", "harp"), min_train=300,
-                               retrain_every=300))
+    soft = run(
+        p,
+        ReplayConfig(limits="soft", bounds=True, models=("request", "alea", "harp"), min_train=300, retrain_every=300),
+    )
     assert soft.limits == "soft" and "harp_soft" in soft.notes
     rows = {m.model: m for m in soft.metrics}
     assert {"request", "alea", "harp", "bound:causal-max5-start", "bound:clairvoyant-q50"} <= set(rows)
@@ -157,8 +159,10 @@ def test_soft_needs_templates():
 def test_cli_soft_table_and_json(tmp_path, capsys):
     f = tmp_path / "syn.swf"
     _write_swf(f, _habits(1200))
-    assert harp_main(["replay", str(f), "--quiet", "--limits", "soft", "--models", "request,alea",
-                      "--format", "json"]) == 0
+    assert (
+        harp_main(["replay", str(f), "--quiet", "--limits", "soft", "--models", "request,alea", "--format", "json"])
+        == 0
+    )
     d = json.loads(capsys.readouterr().out)
     assert d["limits"] == "soft" and d["soft_policy"]["extension_budget"] == pytest.approx(0.10)
     alea = d["models"][1]
@@ -192,9 +196,24 @@ def _live(soft: bool, **predict):
 
     env = ModelEnvelope(model=_Half(), name="half", relative=True, resource="time")
     p = ModelPredictor(HarpSettings(predict=predict), models={"time": env}, soft_limits=soft)
-    recs = [JobRecord(job_id=str(i), source="t", user="ann", account="a", partition="cpu", signature="sig",
-                      submit_time=1000.0 * i, start_time=1000.0 * i, end_time=1000.0 * i + 590, used_time_s=590.0,
-                      req_time_s=7200.0, req_cpus=4, outcome=Outcome.COMPLETED) for i in range(8)]
+    recs = [
+        JobRecord(
+            job_id=str(i),
+            source="t",
+            user="ann",
+            account="a",
+            partition="cpu",
+            signature="sig",
+            submit_time=1000.0 * i,
+            start_time=1000.0 * i,
+            end_time=1000.0 * i + 590,
+            used_time_s=590.0,
+            req_time_s=7200.0,
+            req_cpus=4,
+            outcome=Outcome.COMPLETED,
+        )
+        for i in range(8)
+    ]
     p._add(recs)
     return p
 

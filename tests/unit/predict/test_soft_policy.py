@@ -30,8 +30,11 @@ def _brute_running(p):
     count = np.zeros(p.n, np.int64)
     longest = np.zeros(p.n)
     for i in range(p.n):
-        sib = [j for j in range(p.n) if j != i and p.template[j] == p.template[i]
-               and (p.start[j], j) < (p.start[i], i) and p.end[j] > p.start[i]]
+        sib = [
+            j
+            for j in range(p.n)
+            if j != i and p.template[j] == p.template[i] and (p.start[j], j) < (p.start[i], i) and p.end[j] > p.start[i]
+        ]
         count[i] = len(sib)
         longest[i] = max((p.start[i] - p.start[j] for j in sib), default=0.0)
     return count, longest
@@ -39,8 +42,10 @@ def _brute_running(p):
 
 def test_running_at_matches_a_brute_force_count():
     rng = np.random.default_rng(3)
-    recs = [_rec(i, float(rng.integers(0, 5000)), float(rng.integers(1, 3000)), 4000.0, user=f"u{rng.integers(0, 3)}")
-            for i in range(150)]
+    recs = [
+        _rec(i, float(rng.integers(0, 5000)), float(rng.integers(1, 3000)), 4000.0, user=f"u{rng.integers(0, 3)}")
+        for i in range(150)
+    ]
     p = prepare(recs, "time", keep_templates=True)
     count, longest = running_at(p)
     want_c, want_l = _brute_running(p)
@@ -116,8 +121,12 @@ def test_the_burst_tilt_spends_fewer_extensions_on_bursts():
 
 def test_soft_starts_use_history_at_the_start_and_running_siblings():
     # two runs of a template, 1000 s each; then a third starts while a fourth sibling has run 5000 s
-    recs = [_rec(0, 0, 1000, 20000), _rec(1, 2000, 1000, 20000),
-            _rec(2, 5000, 9000, 20000), _rec(3, 10000, 1000, 20000)]
+    recs = [
+        _rec(0, 0, 1000, 20000),
+        _rec(1, 2000, 1000, 20000),
+        _rec(2, 5000, 9000, 20000),
+        _rec(3, 10000, 1000, 20000),
+    ]
     p = prepare(recs, "time", keep_templates=True)
     pol = SoftPolicy(min_recent=2, burst_tilt=0.0, stake_tilt=0.0, gamma=0.0)
     lim, use = soft_starts(p, np.full(p.n, np.log(0.5)), Guard(), pol)
@@ -134,7 +143,9 @@ def test_soft_state_keeps_its_scale_in_the_store_and_forgets_a_stale_listing(tmp
         st.extended()
         st.save()
         again = SoftState(SoftPolicy(gamma=0.1), store)
-        assert again.scale == pytest.approx(0.1 * (1 - 0.095)) and store.get_meta(SCALE_KEY) == pytest.approx(again.scale)
+        assert again.scale == pytest.approx(0.1 * (1 - 0.095)) and store.get_meta(SCALE_KEY) == pytest.approx(
+            again.scale
+        )
         st.set_running({"t": (3, 100.0)}, now=1000.0)
         assert st.running("t", now=1010.0) == (3, pytest.approx(110.0))  # it has run on since the listing
         assert st.running("other", now=1010.0) == (0, 0.0)
@@ -156,8 +167,12 @@ def test_the_last_extension_goes_to_the_request_in_the_metric_and_the_queue():
     from harpd.predict.schedule_simulation import escalation_hook
     from harpd.predict.soft import extend
 
-    start, need, req, cens = (np.array([100.0, 100.0, 100.0]), np.array([350.0, 150.0, 1000.0]),
-                              np.array([1000.0] * 3), np.array([False, False, True]))
+    start, need, req, cens = (
+        np.array([100.0, 100.0, 100.0]),
+        np.array([350.0, 150.0, 1000.0]),
+        np.array([1000.0] * 3),
+        np.array([False, False, True]),
+    )
     final, ext, killed = extend(start, need, req, cens, max_extensions=2)
     # 100 → 200 → 1000 (the second, last, to the request); 100 → 200 fits; censored: to its request
     assert final.tolist() == [1000.0, 200.0, 1000.0] and ext.tolist() == [2, 1, 2] and not killed.any()

@@ -38,10 +38,13 @@ def _time(value: str):
     return parse_changes({"changes": [{"option": "time", "value": value}]})
 
 
-@pytest.mark.parametrize("value, resources, words", [
-    ("00:04:00", {"time_min_s": 300}, "--time-min"),
-    ("00:02:00", {"signal_s": 120}, "--signal"),
-])
+@pytest.mark.parametrize(
+    "value, resources, words",
+    [
+        ("00:04:00", {"time_min_s": 300}, "--time-min"),
+        ("00:02:00", {"signal_s": 120}, "--signal"),
+    ],
+)
 def test_client_refuses_a_limit_that_breaks_them(value, resources, words) -> None:
     with pytest.raises(BadDecision, match=words):
         check_time_options(_time(value), resources)

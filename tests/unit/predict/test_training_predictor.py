@@ -23,11 +23,25 @@ def _records(n=3000, seed=0):
         u = int(rng.integers(0, 20))
         used = 300.0 * (u + 1) * rng.uniform(0.8, 1.2)
         t += rng.exponential(60)
-        out.append(JobRecord(job_id=str(i), source="syn", user=f"u{u}", account="a", partition="cpu",
-                             signature=f"sig{u}", submit_time=t, start_time=t, end_time=t + used,
-                             used_time_s=used, req_time_s=1200.0 * (u + 1), req_cpus=4,
-                             req_mem_mb=4096.0, used_mem_mb=1024.0 * rng.uniform(0.9, 1.1),
-                             outcome=Outcome.COMPLETED))
+        out.append(
+            JobRecord(
+                job_id=str(i),
+                source="syn",
+                user=f"u{u}",
+                account="a",
+                partition="cpu",
+                signature=f"sig{u}",
+                submit_time=t,
+                start_time=t,
+                end_time=t + used,
+                used_time_s=used,
+                req_time_s=1200.0 * (u + 1),
+                req_cpus=4,
+                req_mem_mb=4096.0,
+                used_mem_mb=1024.0 * rng.uniform(0.9, 1.1),
+                outcome=Outcome.COMPLETED,
+            )
+        )
     return out
 
 

@@ -25,22 +25,44 @@ CWD = "/home/alice/wf"
 
 
 def _wrap(rule: str, sample: str) -> str:
-    return (f"python -m snakemake --snakefile Snakefile --target-jobs '{rule}:sample={sample}' "
-            f"--allowed-rules {rule} --cores all --attempt 1 --mode remote")
+    return (
+        f"python -m snakemake --snakefile Snakefile --target-jobs '{rule}:sample={sample}' "
+        f"--allowed-rules {rule} --cores all --attempt 1 --mode remote"
+    )
 
 
 def _runs(rule: str, n: int, used_s: float, rss_mb: float) -> list[JobRecord]:
     sig = job_signature([_wrap(rule, "s0")], "run-uuid", None, CWD)
-    return [JobRecord(job_id=f"{rule}{i}", source="slurm", user="alice", account="a", partition="cpu",
-                      signature=sig, submit_time=T0 + 100 * i, start_time=T0 + 100 * i,
-                      end_time=T0 + 100 * i + used_s, used_time_s=used_s, req_time_s=1800.0, req_cpus=2,
-                      req_mem_mb=2000.0, used_mem_mb=rss_mb, outcome=Outcome.COMPLETED)
-            for i in range(n)]
+    return [
+        JobRecord(
+            job_id=f"{rule}{i}",
+            source="slurm",
+            user="alice",
+            account="a",
+            partition="cpu",
+            signature=sig,
+            submit_time=T0 + 100 * i,
+            start_time=T0 + 100 * i,
+            end_time=T0 + 100 * i + used_s,
+            used_time_s=used_s,
+            req_time_s=1800.0,
+            req_cpus=2,
+            req_mem_mb=2000.0,
+            used_mem_mb=rss_mb,
+            outcome=Outcome.COMPLETED,
+        )
+        for i in range(n)
+    ]
 
 
 def _task(rule: str, sample: str = "s9") -> JobRequest:
-    return JobRequest(partition="cpu", job_name="new-run-uuid", cwd=CWD, commands=[_wrap(rule, sample)],
-                      request={"time_s": 1800, "mem_mb": 2000, "cpus_per_task": 2, "ntasks": 1})
+    return JobRequest(
+        partition="cpu",
+        job_name="new-run-uuid",
+        cwd=CWD,
+        commands=[_wrap(rule, sample)],
+        request={"time_s": 1800, "mem_mb": 2000, "cpus_per_task": 2, "ntasks": 1},
+    )
 
 
 class _Eager:
@@ -95,10 +117,27 @@ def test_with_a_trained_model_workflow_tasks_still_follow_their_own_runs(store) 
     assert _changes(seen)["time"] == "00:08:00" and "workflow task's own" in seen.changes[0].reason
     # an ordinary job still gets the model's answer
     plain = JobRequest(partition="cpu", signature="sig-prog", request={"time_s": 1800, "mem_mb": 2000})
-    st.insert_jobs([JobRecord(job_id=f"p{i}", source="slurm", user="alice", account="a", partition="cpu",
-                              signature="sig-prog", submit_time=T0 + 9000 + i, start_time=T0 + 9000 + i, end_time=T0 + 9009 + i,
-                              used_time_s=9.0, req_time_s=1800.0, req_mem_mb=2000.0, used_mem_mb=100.0,
-                              outcome=Outcome.COMPLETED) for i in range(6)])
+    st.insert_jobs(
+        [
+            JobRecord(
+                job_id=f"p{i}",
+                source="slurm",
+                user="alice",
+                account="a",
+                partition="cpu",
+                signature="sig-prog",
+                submit_time=T0 + 9000 + i,
+                start_time=T0 + 9000 + i,
+                end_time=T0 + 9009 + i,
+                used_time_s=9.0,
+                req_time_s=1800.0,
+                req_mem_mb=2000.0,
+                used_mem_mb=100.0,
+                outcome=Outcome.COMPLETED,
+            )
+            for i in range(6)
+        ]
+    )
     p.refresh()
     d = p.decide(plain, "alice", 1000)
     assert d.model == "eager" and "time" in _changes(d)
@@ -107,8 +146,9 @@ def test_with_a_trained_model_workflow_tasks_still_follow_their_own_runs(store) 
 def test_explain_names_the_program_and_an_arrays_tasks_share_it(store) -> None:
     settings, st = store
     p = ModelPredictor(settings, store=st)
-    plain = JobRequest(partition="cpu", commands=["srun ./sim --seed $SLURM_ARRAY_TASK_ID"], array_size=6,
-                       request={"time_s": 600})
+    plain = JobRequest(
+        partition="cpu", commands=["srun ./sim --seed $SLURM_ARRAY_TASK_ID"], array_size=6, request={"time_s": 600}
+    )
     ident = p.decide(plain, "alice", 1000).explain["identity"]
     assert ident["program"] == "sim" and ident["array_tasks"] == 6 and ident["signature"].startswith("sig:")
     one = p.decide(plain.model_copy(update={"array_size": None}), "alice", 1000).explain["identity"]

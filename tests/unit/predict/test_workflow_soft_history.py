@@ -22,8 +22,7 @@ from tests.unit.predict.test_workflow_rules import _changes, _runs, _task
 @pytest.mark.parametrize("n_runs", [1, 3, 4])
 @pytest.mark.parametrize("soft", [True, False])
 def test_time_is_cut_after_one_run_under_soft_limits_and_after_min_history_under_hard(tmp_path, soft, n_runs) -> None:
-    settings = HarpSettings(store={"path": str(tmp_path / "h.db")},
-                            predict={"min_history": 4, "hard_cut_gain": 1.0})
+    settings = HarpSettings(store={"path": str(tmp_path / "h.db")}, predict={"min_history": 4, "hard_cut_gain": 1.0})
     with Store.open(settings.store.path) as st:
         st.insert_jobs(_runs("work", n_runs, used_s=40.0, rss_mb=179.0))
         d = ModelPredictor(settings, store=st, soft_limits=soft).decide(_task("work"), "alice", 1000)

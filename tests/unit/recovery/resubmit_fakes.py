@@ -27,8 +27,12 @@ from harpd.store import Store
 
 FINISHED = {"COMPLETED", "FAILED", "TIMEOUT", "OUT_OF_MEMORY", "CANCELLED", "NODE_FAIL", "PREEMPTED"}
 _STATE_OF = {
-    Outcome.COMPLETED: "COMPLETED", Outcome.TIMEOUT: "TIMEOUT", Outcome.OOM: "OUT_OF_MEMORY",
-    Outcome.FAILED: "FAILED", Outcome.CANCELLED: "CANCELLED", Outcome.NODE_FAIL: "NODE_FAIL",
+    Outcome.COMPLETED: "COMPLETED",
+    Outcome.TIMEOUT: "TIMEOUT",
+    Outcome.OOM: "OUT_OF_MEMORY",
+    Outcome.FAILED: "FAILED",
+    Outcome.CANCELLED: "CANCELLED",
+    Outcome.NODE_FAIL: "NODE_FAIL",
     Outcome.PREEMPTED: "PREEMPTED",
 }
 
@@ -41,12 +45,28 @@ def _hms(seconds: int) -> str:
 class FakeSlurm:
     """SlurmBackend (plus recovery's extras) over a JSON file."""
 
-    def __init__(self, path: str | os.PathLike[str], *, slurm_user: str = "root", admin: dict[str, str] | None = None,
-                 release: str = "22.05"):
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        slurm_user: str = "root",
+        admin: dict[str, str] | None = None,
+        release: str = "22.05",
+    ):
         self.path = Path(path)
         if not self.path.exists():
-            self._save({"next_id": 1000, "jobs": {}, "calls": [], "fail": {}, "slurm_user": slurm_user,
-                        "admin": admin or {}, "users": {}, "release": release})
+            self._save(
+                {
+                    "next_id": 1000,
+                    "jobs": {},
+                    "calls": [],
+                    "fail": {},
+                    "slurm_user": slurm_user,
+                    "admin": admin or {},
+                    "users": {},
+                    "release": release,
+                }
+            )
 
     # ---------------------------------------------------------------- file
 
@@ -77,7 +97,9 @@ class FakeSlurm:
     def _job(self, st: dict[str, Any], job_id: str) -> dict[str, Any]:
         j = st["jobs"].get(str(job_id))
         if j is None or j.get("purged"):
-            raise SlurmError(f"scontrol show job {job_id} failed (exit 1): slurm_load_jobs error: Invalid job id specified")
+            raise SlurmError(
+                f"scontrol show job {job_id} failed (exit 1): slurm_load_jobs error: Invalid job id specified"
+            )
         return j
 
     # ----------------------------------------------------- test controls
@@ -95,21 +117,50 @@ class FakeSlurm:
         st["fail"][name] = {"message": message, "once": once, "after": after}
         self._save(st)
 
-    def add_job(self, *, user: str = "alice", uid: int = 1000, time_s: int = 60, mem_mb: int | None = 100,
-                mem_per_cpu_mb: int | None = None, partition: str = "short", name: str = "job.sh",
-                script: str = "#!/bin/bash\nsleep 90\n", workdir: str = "/tmp", comment: str | None = None,
-                account: str = "harp", env: dict[str, str] | None = None) -> str:
+    def add_job(
+        self,
+        *,
+        user: str = "alice",
+        uid: int = 1000,
+        time_s: int = 60,
+        mem_mb: int | None = 100,
+        mem_per_cpu_mb: int | None = None,
+        partition: str = "short",
+        name: str = "job.sh",
+        script: str = "#!/bin/bash\nsleep 90\n",
+        workdir: str = "/tmp",
+        comment: str | None = None,
+        account: str = "harp",
+        env: dict[str, str] | None = None,
+    ) -> str:
         """A job submitted by the user (not through recovery)."""
         st = self._load()
         jid = str(st["next_id"])
         st["next_id"] += 1
         st["users"][str(uid)] = user
         st["jobs"][jid] = {
-            "id": jid, "user": user, "uid": uid, "state": "PENDING", "held": False, "restarts": 0,
-            "time_s": time_s, "mem_mb": mem_mb, "mem_per_cpu_mb": mem_per_cpu_mb, "partition": partition,
-            "name": name, "script": script, "workdir": workdir, "comment": comment, "account": account,
-            "argv": None, "runs": [], "purged": False, "submitted_at": time.time(),
-            "env": dict(env) if env is not None else {"PATH": "/opt/sw/bin:/usr/bin", "DUR": "100", "HOME": "/home/" + user},
+            "id": jid,
+            "user": user,
+            "uid": uid,
+            "state": "PENDING",
+            "held": False,
+            "restarts": 0,
+            "time_s": time_s,
+            "mem_mb": mem_mb,
+            "mem_per_cpu_mb": mem_per_cpu_mb,
+            "partition": partition,
+            "name": name,
+            "script": script,
+            "workdir": workdir,
+            "comment": comment,
+            "account": account,
+            "argv": None,
+            "runs": [],
+            "purged": False,
+            "submitted_at": time.time(),
+            "env": dict(env)
+            if env is not None
+            else {"PATH": "/opt/sw/bin:/usr/bin", "DUR": "100", "HOME": "/home/" + user},
         }
         self._save(st)
         return jid
@@ -122,11 +173,18 @@ class FakeSlurm:
         now = time.time() - ago_s
         start = now - 10 - 100 * len(j["runs"])
         limit = j["time_s"]
-        j["runs"].append({
-            "state": _STATE_OF[outcome], "outcome": outcome.value, "start": start, "end": now,
-            "limit": limit, "mem": (j["mem_mb"] or (j["mem_per_cpu_mb"] or 0)),
-            "used_time": limit if outcome == Outcome.TIMEOUT else 5.0, "used_mem": used_mem_mb,
-        })
+        j["runs"].append(
+            {
+                "state": _STATE_OF[outcome],
+                "outcome": outcome.value,
+                "start": start,
+                "end": now,
+                "limit": limit,
+                "mem": (j["mem_mb"] or (j["mem_per_cpu_mb"] or 0)),
+                "used_time": limit if outcome == Outcome.TIMEOUT else 5.0,
+                "used_mem": used_mem_mb,
+            }
+        )
         j["state"] = _STATE_OF[outcome]
         self._save(st)
 
@@ -155,13 +213,26 @@ class FakeSlurm:
         mpc = opts.get("mem-per-cpu")
         owner = as_uid if as_uid is not None else os.geteuid()
         st["jobs"][jid] = {
-            "id": jid, "user": st["users"].get(str(owner), str(owner)), "uid": owner, "state": "PENDING", "held": False,
-            "restarts": 0, "time_s": int(opts["time"]) * 60 if "time" in opts else 60,
-            "mem_mb": int(mem.rstrip("M")) if mem else None, "mem_per_cpu_mb": int(mpc.rstrip("M")) if mpc else None,
-            "partition": opts.get("partition", "short"), "name": opts.get("job-name", "sbatch"),
-            "script": None if script is None else script.decode(), "workdir": opts.get("chdir", str(cwd)),
-            "comment": opts.get("comment"), "account": opts.get("account"), "argv": list(argv), "runs": [],
-            "purged": False, "submitted_at": time.time(), "env": dict(env or {}),
+            "id": jid,
+            "user": st["users"].get(str(owner), str(owner)),
+            "uid": owner,
+            "state": "PENDING",
+            "held": False,
+            "restarts": 0,
+            "time_s": int(opts["time"]) * 60 if "time" in opts else 60,
+            "mem_mb": int(mem.rstrip("M")) if mem else None,
+            "mem_per_cpu_mb": int(mpc.rstrip("M")) if mpc else None,
+            "partition": opts.get("partition", "short"),
+            "name": opts.get("job-name", "sbatch"),
+            "script": None if script is None else script.decode(),
+            "workdir": opts.get("chdir", str(cwd)),
+            "comment": opts.get("comment"),
+            "account": opts.get("account"),
+            "argv": list(argv),
+            "runs": [],
+            "purged": False,
+            "submitted_at": time.time(),
+            "env": dict(env or {}),
         }
         self._save(st)
         self._fail_after(st, "submit")
@@ -182,18 +253,45 @@ class FakeSlurm:
                 # 25.11 and 26.05 keep the state it ended in
                 rewritten = j["restarts"] >= i + 1 and st.get("release", "22.05") == "22.05"
                 state = "REQUEUED" if rewritten else r["state"]
-                out.append(JobRecord(
-                    job_id=jid, source="fake", user=j["user"], partition=j["partition"], job_name=j["name"],
-                    submit_time=j["submitted_at"], start_time=r["start"], end_time=r["end"], outcome=outcome,
-                    state=state, req_time_s=float(r["limit"]), req_mem_mb=float(r["mem"]) if r["mem"] else None,
-                    req_cpus=1, req_nodes=1, alloc_cpus=1, alloc_nodes=1, used_time_s=r["used_time"],
-                    used_mem_mb=r["used_mem"], censored_time=outcome == Outcome.TIMEOUT,
-                    censored_mem=outcome == Outcome.OOM, attempt=i + 1, account=j.get("account"),
-                ))
+                out.append(
+                    JobRecord(
+                        job_id=jid,
+                        source="fake",
+                        user=j["user"],
+                        partition=j["partition"],
+                        job_name=j["name"],
+                        submit_time=j["submitted_at"],
+                        start_time=r["start"],
+                        end_time=r["end"],
+                        outcome=outcome,
+                        state=state,
+                        req_time_s=float(r["limit"]),
+                        req_mem_mb=float(r["mem"]) if r["mem"] else None,
+                        req_cpus=1,
+                        req_nodes=1,
+                        alloc_cpus=1,
+                        alloc_nodes=1,
+                        used_time_s=r["used_time"],
+                        used_mem_mb=r["used_mem"],
+                        censored_time=outcome == Outcome.TIMEOUT,
+                        censored_mem=outcome == Outcome.OOM,
+                        attempt=i + 1,
+                        account=j.get("account"),
+                    )
+                )
             if j["state"] not in FINISHED:
-                out.append(JobRecord(job_id=jid, source="fake", user=j["user"], partition=j["partition"],
-                                     outcome=Outcome.RUNNING, state=j["state"], attempt=n + 1,
-                                     req_time_s=float(j["time_s"])))
+                out.append(
+                    JobRecord(
+                        job_id=jid,
+                        source="fake",
+                        user=j["user"],
+                        partition=j["partition"],
+                        outcome=Outcome.RUNNING,
+                        state=j["state"],
+                        attempt=n + 1,
+                        req_time_s=float(j["time_s"]),
+                    )
+                )
         return out
 
     def show_job(self, job_id: str) -> JobInfo:
@@ -203,13 +301,21 @@ class FakeSlurm:
         j = self._job(st, job_id)
         reason = "job_requeued_in_held_state" if j["held"] else "None"
         info = {
-            "JobId": j["id"], "JobName": j["name"], "UserId": f"{j['user']}({j['uid']})", "JobState": j["state"],
-            "Reason": reason, "Restarts": str(j["restarts"]), "TimeLimit": _hms(j["time_s"]),
-            "Partition": j["partition"], "WorkDir": j["workdir"], "Comment": j["comment"] or "(null)",
+            "JobId": j["id"],
+            "JobName": j["name"],
+            "UserId": f"{j['user']}({j['uid']})",
+            "JobState": j["state"],
+            "Reason": reason,
+            "Restarts": str(j["restarts"]),
+            "TimeLimit": _hms(j["time_s"]),
+            "Partition": j["partition"],
+            "WorkDir": j["workdir"],
+            "Comment": j["comment"] or "(null)",
             "Account": j.get("account") or "(null)",
             "SubmitTime": time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(j.get("submitted_at") or time.time())),
             "EndTime": time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(j["runs"][-1]["end"]))
-            if j["runs"] and j["state"] in FINISHED else "Unknown",
+            if j["runs"] and j["state"] in FINISHED
+            else "Unknown",
         }
         if j["mem_per_cpu_mb"]:
             info["MinMemoryCPU"] = f"{j['mem_per_cpu_mb']}M"
@@ -233,7 +339,9 @@ class FakeSlurm:
         j = self._job(st, job_id)
         if j["state"] not in FINISHED:
             self._save(st)
-            raise SlurmError(f"scontrol requeuehold {job_id} failed (exit 1): Job is pending execution for job {job_id}")
+            raise SlurmError(
+                f"scontrol requeuehold {job_id} failed (exit 1): Job is pending execution for job {job_id}"
+            )
         j["restarts"] += 1
         j["state"] = "PENDING"
         j["held"] = True
@@ -287,10 +395,22 @@ class FakeSlurm:
         st = self._load()
         self._call(st, name)
         self._save(st)
-        return [QueuedJob(job_id=jid, state=j["state"], user=j["user"], uid=j["uid"], time_limit_s=j["time_s"],
-                          time_used_s=0, partition=j["partition"], comment=j["comment"], mem_mb=j["mem_mb"],
-                          mem_per_cpu_mb=j["mem_per_cpu_mb"])
-                for jid, j in st["jobs"].items() if not j.get("purged")]
+        return [
+            QueuedJob(
+                job_id=jid,
+                state=j["state"],
+                user=j["user"],
+                uid=j["uid"],
+                time_limit_s=j["time_s"],
+                time_used_s=0,
+                partition=j["partition"],
+                comment=j["comment"],
+                mem_mb=j["mem_mb"],
+                mem_per_cpu_mb=j["mem_per_cpu_mb"],
+            )
+            for jid, j in st["jobs"].items()
+            if not j.get("purged")
+        ]
 
     def batch_script(self, job_id: str) -> bytes:
         st = self._load()
@@ -324,8 +444,11 @@ class FakeSlurm:
         st = self._load()
         self._call(st, "jobs_with_comment", comment, user)
         self._save(st)
-        return [jid for jid, j in st["jobs"].items()
-                if (j.get("comment") or "") == comment and (user is None or j["user"] == user)]
+        return [
+            jid
+            for jid, j in st["jobs"].items()
+            if (j.get("comment") or "") == comment and (user is None or j["user"] == user)
+        ]
 
     def slurm_user(self) -> str | None:
         return self._load()["slurm_user"]
@@ -334,21 +457,41 @@ class FakeSlurm:
         return self._load()["admin"].get(user)
 
 
-def submission(fake: FakeSlurm, store: Any, job_id: str, *, harp_lines=("#HARP retry",), changes=None,
-               original: dict | None = None, argv: list[str] | None = None, uid: int | None = None,
-               user: str | None = None, sbatch_env: dict | None = None) -> None:
+def submission(
+    fake: FakeSlurm,
+    store: Any,
+    job_id: str,
+    *,
+    harp_lines=("#HARP retry",),
+    changes=None,
+    original: dict | None = None,
+    argv: list[str] | None = None,
+    uid: int | None = None,
+    user: str | None = None,
+    sbatch_env: dict | None = None,
+) -> None:
     """Register ``job_id`` as harp-submit does."""
     j = fake.state["jobs"][job_id]
-    res = {"time_s": j["time_s"], "mem_mb": j["mem_mb"], "mem_per_cpu_mb": j["mem_per_cpu_mb"],
-           "partition": j["partition"]}
+    res = {
+        "time_s": j["time_s"],
+        "mem_mb": j["mem_mb"],
+        "mem_per_cpu_mb": j["mem_per_cpu_mb"],
+        "partition": j["partition"],
+    }
     job = {
-        "partition": j["partition"], "job_name": j["name"], "signature": "sig-" + j["name"], "cwd": j["workdir"],
-        "harp_lines": list(harp_lines), "commands": ["sleep 90"],
+        "partition": j["partition"],
+        "job_name": j["name"],
+        "signature": "sig-" + j["name"],
+        "cwd": j["workdir"],
+        "harp_lines": list(harp_lines),
+        "commands": ["sleep 90"],
         "argv": argv if argv is not None else [f"--time={j['time_s'] // 60}", "--mem=100M", "job.sh", "a b", "c"],
         "sbatch_env": sbatch_env or {},
     }
     decision = {"changes": list(changes or []), "limits": {}, "model": None, "explain": {}}
-    store.add_submission(job_id, j["uid"] if uid is None else uid, user or j["user"], job, original or res, res, decision)
+    store.add_submission(
+        job_id, j["uid"] if uid is None else uid, user or j["user"], job, original or res, res, decision
+    )
 
 
 # Fixtures shared by the recovery and hostile tests: import them by name

@@ -83,8 +83,16 @@ def test_a_harpd_that_can_only_resubmit_leaves_a_running_job_alone(tmp_path) -> 
             raise AssertionError("accounting asked although nothing will be done")
 
     with Store.open(tmp_path / "h.db") as st:
-        st.add_submission("7", 1000, "alice", {"signature": "s"}, {"time_s": 60}, {"time_s": 60},
-                          {"changes": [{"option": "time", "value": "1", "old": "2"}]}, verified=True)
+        st.add_submission(
+            "7",
+            1000,
+            "alice",
+            {"signature": "s"},
+            {"time_s": 60},
+            {"time_s": 60},
+            {"changes": [{"option": "time", "value": "1", "old": "2"}]},
+            verified=True,
+        )
         rec = Recovery(st, _Backend(), HarpSettings(recovery={"mode": "resubmit"}), watch=lambda *a: None)
         assert rec.run_ending("7", 1000) == ("left", "harpd recovers by resubmission here, once the job has ended")
         assert rec.run_ending("7", 1001)[0] == "left" and st.attempts("7") == []

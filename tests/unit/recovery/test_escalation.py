@@ -61,8 +61,15 @@ def test_max_attempts():
 
 @pytest.mark.parametrize(
     "outcome",
-    [Outcome.PREEMPTED, Outcome.NODE_FAIL, Outcome.CANCELLED, Outcome.FAILED,
-     Outcome.COMPLETED, Outcome.UNKNOWN, Outcome.RUNNING],
+    [
+        Outcome.PREEMPTED,
+        Outcome.NODE_FAIL,
+        Outcome.CANCELLED,
+        Outcome.FAILED,
+        Outcome.COMPLETED,
+        Outcome.UNKNOWN,
+        Outcome.RUNNING,
+    ],
 )
 def test_never_escalates_other_outcomes(outcome):
     s = next_allocation(outcome, 100, 3600, None, 1, 3)
@@ -99,8 +106,7 @@ def test_simulate_runs_out_of_attempts():
 
 def test_simulate_censored_need_is_strict():
     # a job killed at its request (3600) needs more: the request itself fails again
-    c = simulate(need=3600, first=3600, original_request=3600, cap=3600, outcome=T,
-                 need_is_lower_bound=True)
+    c = simulate(need=3600, first=3600, original_request=3600, cap=3600, outcome=T, need_is_lower_bound=True)
     assert not c.fitted and c.killed == 3600 and "cap" in c.stopped_reason
 
 
@@ -161,7 +167,8 @@ def test_chain_terminates_monotone_capped(outcome, first, original, cap, max_att
 @given(
     rows=st.lists(
         st.tuples(pos, pos, st.one_of(st.none(), pos), st.one_of(st.none(), pos), st.booleans()),
-        min_size=1, max_size=20,
+        min_size=1,
+        max_size=20,
     ),
     max_attempts=st.integers(1, 6),
     outcome=st.sampled_from([T, M]),
@@ -173,8 +180,9 @@ def test_simulate_many_matches_simulate(rows, max_attempts, outcome):
 
     rows = [(need, min(first, cap) if cap else first, orig, cap, lb) for need, first, orig, cap, lb in rows]
     arr = lambda k: np.array([np.nan if r[k] is None else r[k] for r in rows], float)  # noqa: E731
-    killed, fitted, last, attempts = simulate_many(arr(0), arr(1), arr(2), arr(3), outcome, max_attempts,
-                                                    np.array([r[4] for r in rows]))
+    killed, fitted, last, attempts = simulate_many(
+        arr(0), arr(1), arr(2), arr(3), outcome, max_attempts, np.array([r[4] for r in rows])
+    )
     for i, (need, first, orig, cap, lb) in enumerate(rows):
         c = simulate(need, first, orig, cap, outcome, max_attempts, need_is_lower_bound=lb)
         assert fitted[i] == c.fitted

@@ -37,12 +37,24 @@ def test_a_later_attempt_replaces_the_earlier_marker() -> None:
 
 def test_requeue_keeps_the_managers_comment() -> None:
     plan = Plan(limits=AttemptLimits(time_s=120), escalated="time", comment=marker("7", 2))
-    held = JobInfo(job_id="7", state="PENDING", reason="job_requeued_in_held_state", restarts=1,
-                   time_limit_s=60, comment="rule_slow_wildcards_s1")
+    held = JobInfo(
+        job_id="7",
+        state="PENDING",
+        reason="job_requeued_in_held_state",
+        restarts=1,
+        time_limit_s=60,
+        comment="rule_slow_wildcards_s1",
+    )
     changes = pending_changes(held, plan)
     assert changes["comment"] == "rule_slow_wildcards_s1; harp retry 2 of 7"
     assert changes["time_limit_s"] == 120
     # carried out again after a crash: the comment already holds the marker, nothing to change
-    done = JobInfo(job_id="7", state="PENDING", reason="job_requeued_in_held_state", restarts=1,
-                   time_limit_s=120, comment=changes["comment"])
+    done = JobInfo(
+        job_id="7",
+        state="PENDING",
+        reason="job_requeued_in_held_state",
+        restarts=1,
+        time_limit_s=120,
+        comment=changes["comment"],
+    )
     assert "comment" not in pending_changes(done, plan)

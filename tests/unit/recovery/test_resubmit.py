@@ -288,10 +288,16 @@ def test_limits_refused_leave_the_job_held_and_say_how_to_release_it(store, fake
 
 def test_resubmit_oom_doubles_memory_twice_with_the_same_script_and_arguments(store, fake):
     ing, _ = machine(store, fake, "resubmit")
-    own_env = {"SBATCH_ACCOUNT": "proj", "SBATCH_MEM_PER_CPU": "50", "PATH": "/opt/conda/envs/x/bin:/usr/bin",
-               "CONDA_PREFIX": "/opt/conda/envs/x", "BASH_FUNC_module%%": "() {  eval $(modulecmd bash $*)\n}"}
-    jid = fake.add_job(uid=ME, user="me", mem_mb=100, time_s=300, script="#!/bin/bash\necho \"$@\"\n", workdir="/tmp/w",
-                       env=own_env)
+    own_env = {
+        "SBATCH_ACCOUNT": "proj",
+        "SBATCH_MEM_PER_CPU": "50",
+        "PATH": "/opt/conda/envs/x/bin:/usr/bin",
+        "CONDA_PREFIX": "/opt/conda/envs/x",
+        "BASH_FUNC_module%%": "() {  eval $(modulecmd bash $*)\n}",
+    }
+    jid = fake.add_job(
+        uid=ME, user="me", mem_mb=100, time_s=300, script="#!/bin/bash\necho \"$@\"\n", workdir="/tmp/w", env=own_env
+    )
     argv = ["--mem=100M", "-t", "5", "--comment=mine", "-c", "1", "job.sh", "a b", "c"]
     submission(fake, store, jid, argv=argv, sbatch_env={"SBATCH_ACCOUNT": "proj", "SBATCH_MEM_PER_CPU": "50"})
     fake.end_run(jid, M)
@@ -302,8 +308,17 @@ def test_resubmit_oom_doubles_memory_twice_with_the_same_script_and_arguments(st
     (call,) = fake.calls("submit")
     new_argv, script, cwd, as_uid = call[1], call[2], call[3], call[4]
     assert new_argv == [
-        "--cpus-per-task=1", "--job-name=job.sh", "--partition=short", "--account=harp", "--chdir=/tmp/w",
-        f"--comment=harp retry 2 of {jid}", "--time=5", "--mem=200M", "/dev/stdin", "a b", "c",
+        "--cpus-per-task=1",
+        "--job-name=job.sh",
+        "--partition=short",
+        "--account=harp",
+        "--chdir=/tmp/w",
+        f"--comment=harp retry 2 of {jid}",
+        "--time=5",
+        "--mem=200M",
+        "/dev/stdin",
+        "a b",
+        "c",
     ]
     assert script == "#!/bin/bash\necho \"$@\"\n" and cwd == "/tmp/w" and as_uid is None
     env = fake.state["jobs"][j2]["env"]
@@ -322,7 +337,11 @@ def test_resubmit_oom_doubles_memory_twice_with_the_same_script_and_arguments(st
     fake.end_run(j3, Outcome.COMPLETED)
     ing.poll_once()
     a = rows(store, jid)
-    assert [(r.attempt, r.outcome, r.step) for r in a] == [(1, "oom", "done"), (2, "oom", "done"), (3, "completed", "done")]
+    assert [(r.attempt, r.outcome, r.step) for r in a] == [
+        (1, "oom", "done"),
+        (2, "oom", "done"),
+        (3, "completed", "done"),
+    ]
     recs = {r.job_id: r for r in store.iter_jobs()}
     assert recs[j2].attempt == 2 and recs[j2].censored_mem and recs[j2].req_mem_mb == 200
     assert recs[j3].attempt == 3 and recs[j3].outcome == Outcome.COMPLETED and recs[j3].signature == "sig-job.sh"
@@ -363,7 +382,9 @@ def test_resubmit_needs_the_registered_arguments(store, fake):
     sub = store.get_submission(jid)
     job = dict(sub.job)
     del job["argv"]  # registered by a harp-submit from before recovery
-    store.add_submission(jid, sub.uid, sub.user, job, sub.stored["original"], sub.stored["submitted"], sub.stored["decision"])
+    store.add_submission(
+        jid, sub.uid, sub.user, job, sub.stored["original"], sub.stored["submitted"], sub.stored["decision"]
+    )
     fake.end_run(jid, T)
     ing.poll_once()
     a = rows(store, jid)

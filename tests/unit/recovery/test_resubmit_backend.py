@@ -74,8 +74,13 @@ def test_batch_script_of_a_job_slurmctld_dropped_comes_from_accounting(backend):
 
 def test_job_env_as_accounting_keeps_it(backend):
     env = backend.job_env("13")
-    assert env == {"DUR": "100", "PATH": "/opt/conda/envs/x/bin:/usr/bin",
-                   "BASH_FUNC_module%%": '() {  eval $(modulecmd bash "$@")\n}', "EMPTY": "", "EQ": "a=b"}
+    assert env == {
+        "DUR": "100",
+        "PATH": "/opt/conda/envs/x/bin:/usr/bin",
+        "BASH_FUNC_module%%": '() {  eval $(modulecmd bash "$@")\n}',
+        "EMPTY": "",
+        "EQ": "a=b",
+    }
     with pytest.raises(SlurmError, match=r"keeps no environment for job 14.*job_env"):
         backend.job_env("14")  # NONE: the flag was off when the job ran
     with pytest.raises(SlurmError, match="neither slurmctld nor accounting knows the job"):

@@ -63,7 +63,10 @@ def harpd(tmp_path: Path, mode: str, crash: str | None = None) -> subprocess.Com
         env[CRASH_ENV] = crash
     return subprocess.run(
         [sys.executable, "-c", CHILD, str(tmp_path / "harp.db"), str(tmp_path / "slurm.json"), mode, str(HERE)],
-        env=env, capture_output=True, text=True, timeout=120,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
 
 

@@ -59,15 +59,18 @@ def test_first_limits_from_the_record_and_the_memory_option_used():
     assert first_limits(rec, stored_submission({"submitted": {}})).mem_mb == 400
     # no record values: what harp-submit registered
     bare = JobRecord(job_id="7")
-    lim = first_limits(bare, stored_submission({"submitted": {"time_s": 120, "mem_mb": 64, "partition": "short"}})).to_json()
+    lim = first_limits(
+        bare, stored_submission({"submitted": {"time_s": 120, "mem_mb": 64, "partition": "short"}})
+    ).to_json()
     assert (lim["time_s"], lim["mem_mb"], lim["partition"]) == (120, 64, "short")
 
 
 def nl(outcome, attempt, limits, original=None, **kw):
     args = dict(max_attempts=3, partition_max_time_s=None, node_mem_mb=None, cfg_max_time_s=None, cfg_max_mem_mb=None)
     args.update(kw)
-    n = next_limits(outcome, attempt, AttemptLimits.from_json(limits), None if original is None else Resources(**original),
-                     **args)
+    n = next_limits(
+        outcome, attempt, AttemptLimits.from_json(limits), None if original is None else Resources(**original), **args
+    )
     return dataclasses.replace(n, limits=n.limits and n.limits.to_json())  # the row recovery stores
 
 
@@ -106,7 +109,9 @@ def test_original_request_and_attempt_budget():
     assert n.limits is None and "no attempts left" in n.reason
 
 
-@pytest.mark.parametrize("outcome", [Outcome.PREEMPTED, Outcome.NODE_FAIL, Outcome.CANCELLED, Outcome.FAILED, Outcome.COMPLETED])
+@pytest.mark.parametrize(
+    "outcome", [Outcome.PREEMPTED, Outcome.NODE_FAIL, Outcome.CANCELLED, Outcome.FAILED, Outcome.COMPLETED]
+)
 def test_other_outcomes_stop(outcome):
     n = nl(outcome, 1, {"time_s": 60, "mem_mb": 100})
     assert n.limits is None and "not resubmitted" in n.reason
@@ -121,25 +126,63 @@ def test_formats():
 
 
 def test_argv_keeps_options_drops_one_time_ones_and_sets_limits():
-    argv = ["-J", "x", "-p", "gpu", "-t", "5", "--mem-per-cpu=50M", "-c2", "--dependency=afterok:1", "-H",
-            "--export=ALL,FOO=1", "--output=o-%j.txt", "job.sh", "a b", "--flag"]
-    out = resubmit_argv(argv, AttemptLimits(time_s=600, mem_mb=300, partition="short"),
-                        job_name="x", workdir="/w", comment="harp retry 2 of 9", account="acct")
+    argv = [
+        "-J",
+        "x",
+        "-p",
+        "gpu",
+        "-t",
+        "5",
+        "--mem-per-cpu=50M",
+        "-c2",
+        "--dependency=afterok:1",
+        "-H",
+        "--export=ALL,FOO=1",
+        "--output=o-%j.txt",
+        "job.sh",
+        "a b",
+        "--flag",
+    ]
+    out = resubmit_argv(
+        argv,
+        AttemptLimits(time_s=600, mem_mb=300, partition="short"),
+        job_name="x",
+        workdir="/w",
+        comment="harp retry 2 of 9",
+        account="acct",
+    )
     assert out == [
-        "--cpus-per-task=2", "--export=ALL,FOO=1", "--output=o-%j.txt",
-        "--job-name=x", "--partition=short", "--account=acct", "--chdir=/w", "--comment=harp retry 2 of 9",
-        "--time=10", "--mem=300M", "/dev/stdin", "a b", "--flag",
+        "--cpus-per-task=2",
+        "--export=ALL,FOO=1",
+        "--output=o-%j.txt",
+        "--job-name=x",
+        "--partition=short",
+        "--account=acct",
+        "--chdir=/w",
+        "--comment=harp retry 2 of 9",
+        "--time=10",
+        "--mem=300M",
+        "/dev/stdin",
+        "a b",
+        "--flag",
     ]
 
 
 def test_argv_per_cpu_memory_and_no_script_arguments():
-    out = resubmit_argv(["--mem-per-cpu=50M", "--", "job.sh"], AttemptLimits(time_s=60, mem_per_cpu_mb=100),
-                        job_name=None, workdir="/w", comment="c")
+    out = resubmit_argv(
+        ["--mem-per-cpu=50M", "--", "job.sh"],
+        AttemptLimits(time_s=60, mem_per_cpu_mb=100),
+        job_name=None,
+        workdir="/w",
+        comment="c",
+    )
     assert out == ["--chdir=/w", "--comment=c", "--time=1", "--mem-per-cpu=100M"]
 
 
 def test_argv_without_known_memory_keeps_the_users():
-    out = resubmit_argv(["--mem-per-gpu=4G", "job.sh"], AttemptLimits(time_s=120), job_name="j", workdir="/w", comment="c")
+    out = resubmit_argv(
+        ["--mem-per-gpu=4G", "job.sh"], AttemptLimits(time_s=120), job_name="j", workdir="/w", comment="c"
+    )
     assert "--mem-per-gpu=4G" in out and not any(a.startswith("--mem=") for a in out)
 
 
@@ -163,7 +206,10 @@ def test_request_factor_caps_recovery_at_or_above_the_users_request():
     assert stop.limits is None and "the user's own request (recovery.max_request_factor = 1) = 200M" in stop.reason
     # above 1: that many times the request, once, then stop
     two = nl(Outcome.OOM, 1, {"time_s": 300, "mem_mb": 200}, {"time_s": 300, "mem_mb": 200}, request_factor=1.5)
-    assert two.limits["mem_mb"] == 300 and "to the cap, 1.5 x the user's request (recovery.max_request_factor) = 300M" in two.reason
+    assert (
+        two.limits["mem_mb"] == 300
+        and "to the cap, 1.5 x the user's request (recovery.max_request_factor) = 300M" in two.reason
+    )
     # a partition cap below the request's still wins
     tiny = nl(Outcome.TIMEOUT, 1, {"time_s": 120}, {"time_s": 120}, request_factor=4.0, partition_max_time_s=180)
     assert tiny.limits["time_s"] == 180 and "MaxTime" in tiny.reason

@@ -64,7 +64,10 @@ def test_status_says_why_a_chain_stopped(chain, capsys):
     db, *_, tiny = chain
     assert harp(["status", tiny, "--direct", "--db", str(db)]) == 0
     out = capsys.readouterr().out
-    assert "stopped: ran out of time at the cap, partition tiny MaxTime = 3 min: cannot raise further; not resubmitted" in out
+    assert (
+        "stopped: ran out of time at the cap, partition tiny MaxTime = 3 min: cannot raise further; not resubmitted"
+        in out
+    )
 
 
 def test_status_json(chain, capsys):
@@ -115,14 +118,23 @@ def _attempt_lines(attempts):
 def test_status_words_agree_with_the_attempts_step():
     first = {"attempt": 1, "job_id": "35", "step": "done", "outcome": "timeout", "limits": {"time_s": 60}}
     # decided, waiting on Slurm: to be resubmitted, not "resubmitted"
-    waiting = {"attempt": 2, "job_id": None, "step": "decided", "outcome": None,
-               "limits": {"time_s": 120, "mode": "resubmit", "last_error": "sacct failed", "failures": 3}}
+    waiting = {
+        "attempt": 2,
+        "job_id": None,
+        "step": "decided",
+        "outcome": None,
+        "limits": {"time_s": 120, "mode": "resubmit", "last_error": "sacct failed", "failures": 3},
+    }
     (_, line) = _attempt_lines([first, waiting])
     assert "(not submitted yet)" in line and "to be resubmitted as a new job" in line
     assert "  resubmitted as a new job" not in line
     # given up before sbatch: never submitted, and no word of a resubmission
-    gave_up = {**waiting, "step": "done", "outcome": "not_submitted",
-               "limits": {**waiting["limits"], "stop": "gave up after 20 failed tries: no batch script"}}
+    gave_up = {
+        **waiting,
+        "step": "done",
+        "outcome": "not_submitted",
+        "limits": {**waiting["limits"], "stop": "gave up after 20 failed tries: no batch script"},
+    }
     (_, line) = _attempt_lines([first, gave_up])
     assert "(none: never submitted)" in line and "resubmitted" not in line and "not submitted yet" not in line
     # carried out: the new job and what happened
@@ -130,7 +142,13 @@ def test_status_words_agree_with_the_attempts_step():
     (_, line) = _attempt_lines([first, done])
     assert "job 36" in line and "resubmitted as a new job" in line and "not submitted" not in line
     # a requeue decided keeps the job id and says it is to come
-    rq = {"attempt": 2, "job_id": "35", "step": "decided", "outcome": None, "limits": {"time_s": 120, "mode": "requeue"}}
+    rq = {
+        "attempt": 2,
+        "job_id": "35",
+        "step": "decided",
+        "outcome": None,
+        "limits": {"time_s": 120, "mode": "requeue"},
+    }
     (_, line) = _attempt_lines([first, rq])
     assert "job 35" in line and "to be requeued in place" in line
 
@@ -139,12 +157,32 @@ def test_status_shows_where_each_attempts_output_is():
     from harpd.cli.status_cmd import render
 
     attempts = [
-        {"attempt": 1, "job_id": "20", "step": "done", "outcome": "timeout",
-         "limits": {"time_s": 60, "output": "/home/a/slurm-20.out"}},
-        {"attempt": 2, "job_id": "20", "step": "done", "outcome": "completed",
-         "limits": {"time_s": 120, "mode": "requeue", "output": "/home/a/slurm-20.out"}},
-        {"attempt": 3, "job_id": "31", "step": "done", "outcome": "completed",
-         "limits": {"time_s": 240, "mode": "resubmit", "output": "/home/a/out-31.txt", "error": "/home/a/err-31.txt"}},
+        {
+            "attempt": 1,
+            "job_id": "20",
+            "step": "done",
+            "outcome": "timeout",
+            "limits": {"time_s": 60, "output": "/home/a/slurm-20.out"},
+        },
+        {
+            "attempt": 2,
+            "job_id": "20",
+            "step": "done",
+            "outcome": "completed",
+            "limits": {"time_s": 120, "mode": "requeue", "output": "/home/a/slurm-20.out"},
+        },
+        {
+            "attempt": 3,
+            "job_id": "31",
+            "step": "done",
+            "outcome": "completed",
+            "limits": {
+                "time_s": 240,
+                "mode": "resubmit",
+                "output": "/home/a/out-31.txt",
+                "error": "/home/a/err-31.txt",
+            },
+        },
     ]
     text = render({"job_id": "20", "user": "alice", "attempts": attempts})
     assert text.count("output: /home/a/slurm-20.out (the job's runs one after another)") == 2

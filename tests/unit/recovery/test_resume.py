@@ -66,11 +66,14 @@ def _machine(store, fake):
 def test_a_signalled_timeout_is_requeued_with_the_same_limit(rstore, fake, signalled_this_run):
     ing = _machine(rstore, fake)
     jid = fake.add_job(time_s=60, mem_mb=100)
-    submission(fake, rstore, jid, harp_lines=["#HARP retry", "#HARP checkpoint cost=5s lead=20s"], original={"time_s": 600})
+    submission(
+        fake, rstore, jid, harp_lines=["#HARP retry", "#HARP checkpoint cost=5s lead=20s"], original={"time_s": 600}
+    )
     fake.end_run(jid, Outcome.TIMEOUT)
     start = int(fake.state["jobs"][jid]["runs"][-1]["start"])
-    rstore.add_limit_change(jid, CHECKPOINT_SIGNAL, start if signalled_this_run else start - 3600, 40,
-                            "SIGUSR1", "done")
+    rstore.add_limit_change(
+        jid, CHECKPOINT_SIGNAL, start if signalled_this_run else start - 3600, 40, "SIGUSR1", "done"
+    )
     ing.poll_once()
     a = rstore.attempts(jid)
     assert [(r.attempt, r.step) for r in a] == [(1, "done"), (2, "requeued")]

@@ -24,14 +24,37 @@ def db(tmp_path):
     store = Store.open(path)
     store.set_meta(LIVE_SOURCES_KEY, ["live"])
     # the first run ran out of time after 10 minutes on 4 cores; the attempt finished in 2 h 5 s
-    store.insert_jobs([
-        _rec("100", state="TIMEOUT", outcome=Outcome.TIMEOUT, exit_code=0, alloc_cpus=4, used_time_s=600.0,
-             used_cpu_s=1200.0, req_time_s=600.0, used_mem_mb=1536.0, req_mem_mb=4096.0, censored_time=True),
-        _rec("101", state="COMPLETED", outcome=Outcome.COMPLETED, exit_code=0, alloc_cpus=4, used_time_s=7205.0,
-             used_cpu_s=4 * 7205.0, req_time_s=86400.0 + 3600, used_mem_mb=1.5 * 1024 * 1024, req_mem_mb=None,
-             attempt=2),
-        _rec("555", user="someone", state="COMPLETED", outcome=Outcome.COMPLETED),
-    ])
+    store.insert_jobs(
+        [
+            _rec(
+                "100",
+                state="TIMEOUT",
+                outcome=Outcome.TIMEOUT,
+                exit_code=0,
+                alloc_cpus=4,
+                used_time_s=600.0,
+                used_cpu_s=1200.0,
+                req_time_s=600.0,
+                used_mem_mb=1536.0,
+                req_mem_mb=4096.0,
+                censored_time=True,
+            ),
+            _rec(
+                "101",
+                state="COMPLETED",
+                outcome=Outcome.COMPLETED,
+                exit_code=0,
+                alloc_cpus=4,
+                used_time_s=7205.0,
+                used_cpu_s=4 * 7205.0,
+                req_time_s=86400.0 + 3600,
+                used_mem_mb=1.5 * 1024 * 1024,
+                req_mem_mb=None,
+                attempt=2,
+            ),
+            _rec("555", user="someone", state="COMPLETED", outcome=Outcome.COMPLETED),
+        ]
+    )
     store.add_attempt("100", 1, "101", {"mode": "resubmit", "time_s": 1200}, "ran out of time", "done")
     store.close()
     return path
@@ -48,7 +71,7 @@ def _block(text: str, job_id: str) -> list[str]:
     lines = text.splitlines()
     start = next(i for i, x in enumerate(lines) if x.startswith(f"  run of job {job_id}"))
     block = [lines[start]]
-    for x in lines[start + 1:]:
+    for x in lines[start + 1 :]:
         if not x.startswith("    "):
             break
         block.append(x.strip())
@@ -109,8 +132,12 @@ def test_a_user_never_sees_another_users_run_under_an_attempts_id(tmp_path):
     path = tmp_path / "harp.db"
     store = Store.open(path)
     store.set_meta(LIVE_SOURCES_KEY, ["live"])
-    store.insert_jobs([_rec("100", state="TIMEOUT", outcome=Outcome.TIMEOUT, alloc_cpus=1, used_time_s=60.0),
-                       _rec("101", user="mallory", state="COMPLETED", outcome=Outcome.COMPLETED, alloc_cpus=1)])
+    store.insert_jobs(
+        [
+            _rec("100", state="TIMEOUT", outcome=Outcome.TIMEOUT, alloc_cpus=1, used_time_s=60.0),
+            _rec("101", user="mallory", state="COMPLETED", outcome=Outcome.COMPLETED, alloc_cpus=1),
+        ]
+    )
     store.add_attempt("100", 1, "101", {"mode": "resubmit"}, "ran out of time", "done")
     job = job_status(store, "100", admin=False, uid=1000, user="me")
     assert [r["job_id"] for r in job["runs"]] == ["100"]

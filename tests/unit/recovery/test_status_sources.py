@@ -20,9 +20,19 @@ TRACE = "KTH-SP2-1996-2.1-cln"
 
 def _imported(job_id: str, user: str = "tracer", source: str = TRACE) -> JobRecord:
     """A job of an old trace, as `harp import` stores it: another machine's job ids."""
-    return JobRecord(job_id=job_id, source=source, user=user, submit_time=8.3e8, start_time=8.3e8,
-                     end_time=8.3e8 + 50, used_time_s=50.0, req_time_s=3600.0, req_cpus=4,
-                     outcome=Outcome.COMPLETED, state="swf:1")
+    return JobRecord(
+        job_id=job_id,
+        source=source,
+        user=user,
+        submit_time=8.3e8,
+        start_time=8.3e8,
+        end_time=8.3e8 + 50,
+        used_time_s=50.0,
+        req_time_s=3600.0,
+        req_cpus=4,
+        outcome=Outcome.COMPLETED,
+        state="swf:1",
+    )
 
 
 @pytest.fixture
@@ -91,8 +101,12 @@ def test_a_job_only_in_imported_traces_says_so_and_names_each_trace(cluster):
 
 def test_without_a_poll_or_a_configured_cluster_every_record_shows_its_source_and_no_claim(tmp_path):
     store = Store.open(tmp_path / "h.db")
-    store.insert_jobs([_imported("5"), JobRecord(job_id="5", source="mycluster", user="me", end_time=1.7e9,
-                                                 outcome=Outcome.COMPLETED)])
+    store.insert_jobs(
+        [
+            _imported("5"),
+            JobRecord(job_id="5", source="mycluster", user="me", end_time=1.7e9, outcome=Outcome.COMPLETED),
+        ]
+    )
     job = job_status(store, "5", admin=True, uid=0, user="")
     assert job["source_kind"] == "unknown" and job["source"] == "mycluster" and job["other_records"]
     # the configured cluster name settles it

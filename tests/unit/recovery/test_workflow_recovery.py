@@ -20,8 +20,10 @@ T = Outcome.TIMEOUT
 
 
 def _wrap(rule: str, sample: str, attempt: int = 1) -> str:
-    return (f"python -m snakemake --snakefile Snakefile --target-jobs '{rule}:sample={sample}' "
-            f"--allowed-rules {rule} --cores all --attempt {attempt} --mode remote")
+    return (
+        f"python -m snakemake --snakefile Snakefile --target-jobs '{rule}:sample={sample}' "
+        f"--allowed-rules {rule} --cores all --attempt {attempt} --mode remote"
+    )
 
 
 def machine(store, fake, mode: str):
@@ -34,13 +36,22 @@ def machine(store, fake, mode: str):
 
 def task_job(store, fake, rule: str, sample: str, attempt: int = 1) -> str:
     """A Snakemake task submitted through harp-submit, harp-sized (so recovery covers it)."""
-    jid = fake.add_job(time_s=60, mem_mb=100, workdir="/home/alice/wf", name="run-uuid",
-                       comment=f"rule_{rule}_wildcards_{sample}")
-    submission(fake, store, jid, harp_lines=(), changes=[{"option": "time", "value": "1", "old": "20"}],
-               original={"time_s": 1200, "mem_mb": 100, "partition": "short"})
+    jid = fake.add_job(
+        time_s=60, mem_mb=100, workdir="/home/alice/wf", name="run-uuid", comment=f"rule_{rule}_wildcards_{sample}"
+    )
+    submission(
+        fake,
+        store,
+        jid,
+        harp_lines=(),
+        changes=[{"option": "time", "value": "1", "old": "20"}],
+        original={"time_s": 1200, "mem_mb": 100, "partition": "short"},
+    )
     sub = store.get_submission(jid)
     job = {**sub.job, "signature": None, "commands": [_wrap(rule, sample, attempt)]}
-    store.add_submission(jid, sub.uid, sub.user, job, sub.stored["original"], sub.stored["submitted"], sub.stored["decision"])
+    store.add_submission(
+        jid, sub.uid, sub.user, job, sub.stored["original"], sub.stored["submitted"], sub.stored["decision"]
+    )
     return jid
 
 
@@ -115,12 +126,26 @@ def test_a_nextflow_task_is_left_to_its_error_strategy(store, fake) -> None:
     """Nextflow reads the task's .exitcode before any requeue: harp never runs the task a second time."""
     ing = machine(store, fake, "requeue")
     jid = fake.add_job(time_s=60, mem_mb=100, workdir="/home/alice/nf/work/ab/cdef", name="nf-FASTQC_(s1)")
-    submission(fake, store, jid, harp_lines=(), changes=[{"option": "time", "value": "1", "old": "20"}],
-               original={"time_s": 1200, "mem_mb": 100, "partition": "short"})
+    submission(
+        fake,
+        store,
+        jid,
+        harp_lines=(),
+        changes=[{"option": "time", "value": "1", "old": "20"}],
+        original={"time_s": 1200, "mem_mb": 100, "partition": "short"},
+    )
     sub = store.get_submission(jid)
-    job = {**sub.job, "signature": None, "commands": ["bash .command.run"], "job_name": "nf-FASTQC_(s1)",
-           "script_name": ".command.run", "cwd": "/home/alice/nf/work/ab/cdef"}
-    store.add_submission(jid, sub.uid, sub.user, job, sub.stored["original"], sub.stored["submitted"], sub.stored["decision"])
+    job = {
+        **sub.job,
+        "signature": None,
+        "commands": ["bash .command.run"],
+        "job_name": "nf-FASTQC_(s1)",
+        "script_name": ".command.run",
+        "cwd": "/home/alice/nf/work/ab/cdef",
+    }
+    store.add_submission(
+        jid, sub.uid, sub.user, job, sub.stored["original"], sub.stored["submitted"], sub.stored["decision"]
+    )
     fake.end_run(jid, T)
     ing.poll_once()
     [first] = store.attempts(jid)

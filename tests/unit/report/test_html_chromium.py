@@ -36,8 +36,20 @@ def _need_chromium() -> None:
             pytest.fail(why)
         pytest.skip(why)
 
-CHARTS = ("dist-cpu_eff", "dist-mem_eff", "dist-time_eff", "timeline-core", "timeline-mem", "wasters-core",
-          "wasters-mem", "calib-time", "calib-mem", "coverage-time", "coverage-mem")
+
+CHARTS = (
+    "dist-cpu_eff",
+    "dist-mem_eff",
+    "dist-time_eff",
+    "timeline-core",
+    "timeline-mem",
+    "wasters-core",
+    "wasters-mem",
+    "calib-time",
+    "calib-mem",
+    "coverage-time",
+    "coverage-mem",
+)
 
 PROBE = """<script>
 const out = [];
@@ -53,9 +65,21 @@ document.body.appendChild(pre);
 
 
 def chromium(tmp: Path, *args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
-    argv = [CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-            "--disable-component-update", "--disable-sync", "--no-first-run", "--hide-scrollbars",
-            f"--user-data-dir={tmp / 'profile'}", "--enable-logging=stderr", "--v=0", *args]
+    argv = [
+        CHROMIUM,
+        "--headless",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-background-networking",
+        "--disable-component-update",
+        "--disable-sync",
+        "--no-first-run",
+        "--hide-scrollbars",
+        f"--user-data-dir={tmp / 'profile'}",
+        "--enable-logging=stderr",
+        "--v=0",
+        *args,
+    ]
     return subprocess.run(argv, capture_output=True, text=True, timeout=timeout)
 
 
@@ -72,8 +96,21 @@ def page(tmp_path_factory) -> Path:
     with Store.open(tmp / "harp.db") as store:
         bench.fill_store(store, records, subs, attempts)
     out = tmp / "report.html"
-    rc = main(["--config", "/dev/null", "report", "--db", str(tmp / "harp.db"), "--since", "all",
-               "--format", "html", "-o", str(out)])
+    rc = main(
+        [
+            "--config",
+            "/dev/null",
+            "report",
+            "--db",
+            str(tmp / "harp.db"),
+            "--since",
+            "all",
+            "--format",
+            "html",
+            "-o",
+            str(out),
+        ]
+    )
     assert rc == 0
     return out
 
@@ -87,9 +124,11 @@ def test_page_loads_without_any_console_message(page, tmp_path):
 
 def test_the_console_check_catches_errors(tmp_path):
     ctl = tmp_path / "control.html"
-    ctl.write_text('<!DOCTYPE html><html><head><meta http-equiv="Content-Security-Policy" '
-                   "content=\"default-src 'none'\"></head><body><img src=\"http://example.invalid/x.png\">"
-                   '<script>console.error("boom")</script></body></html>')
+    ctl.write_text(
+        '<!DOCTYPE html><html><head><meta http-equiv="Content-Security-Policy" '
+        "content=\"default-src 'none'\"></head><body><img src=\"http://example.invalid/x.png\">"
+        '<script>console.error("boom")</script></body></html>'
+    )
     found = console_lines(chromium(tmp_path, "--dump-dom", ctl.as_uri()).stderr)
     assert any("violates the following Content Security Policy" in x for x in found)
 

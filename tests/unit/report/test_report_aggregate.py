@@ -27,8 +27,19 @@ def test_hand_computed_sums_and_ratios():
         # 4 cores x 1 h = 4 core-h allocated, 2 used; limit 2 h -> 8 reserved; 4 GiB x 1 h = 4 GB-h, 1 used
         job("1"),
         # 1 core x 0.5 h, fully used; 2 GiB for 0.5 h, all used; a 1 GPU job
-        job("2", user="bob", req_cpus=1, alloc_cpus=1, used_time_s=1800, used_cpu_s=1800, req_time_s=3600,
-            req_mem_mb=2048, used_mem_mb=2048, req_gpus=1, alloc_gpus=1),
+        job(
+            "2",
+            user="bob",
+            req_cpus=1,
+            alloc_cpus=1,
+            used_time_s=1800,
+            used_cpu_s=1800,
+            req_time_s=3600,
+            req_mem_mb=2048,
+            used_mem_mb=2048,
+            req_gpus=1,
+            alloc_gpus=1,
+        ),
     ]
     r = report(recs)
     a, b = row(r, "alice"), row(r, "bob")
@@ -42,8 +53,10 @@ def test_hand_computed_sums_and_ratios():
 
 def test_group_efficiency_is_resource_weighted_not_a_mean_of_jobs():
     # a 100 h job at 10% and a 1 h job at 100%: the machine was mostly wasted
-    recs = [job("1", alloc_cpus=1, used_time_s=100 * 3600, used_cpu_s=10 * 3600, req_time_s=None),
-            job("2", alloc_cpus=1, used_time_s=3600, used_cpu_s=3600, req_time_s=None)]
+    recs = [
+        job("1", alloc_cpus=1, used_time_s=100 * 3600, used_cpu_s=10 * 3600, req_time_s=None),
+        job("2", alloc_cpus=1, used_time_s=3600, used_cpu_s=3600, req_time_s=None),
+    ]
     assert report(recs).total["cpu_eff"] == pytest.approx(11 / 101)
 
 
@@ -66,9 +79,15 @@ def test_groups_add_up_to_the_total(by):
 
 
 def test_failures_by_cause_and_cancelled_are_not_failures():
-    recs = [job("1", outcome=Outcome.TIMEOUT), job("2", outcome=Outcome.OOM), job("3", outcome=Outcome.OOM),
-            job("4", outcome=Outcome.FAILED), job("5", outcome=Outcome.NODE_FAIL),
-            job("6", outcome=Outcome.CANCELLED), job("7")]
+    recs = [
+        job("1", outcome=Outcome.TIMEOUT),
+        job("2", outcome=Outcome.OOM),
+        job("3", outcome=Outcome.OOM),
+        job("4", outcome=Outcome.FAILED),
+        job("5", outcome=Outcome.NODE_FAIL),
+        job("6", outcome=Outcome.CANCELLED),
+        job("7"),
+    ]
     r = report(recs)
     assert {k: v["jobs"] for k, v in r.failures.items()} == {"timeout": 1, "oom": 2, "other": 2}
     assert r.failures["oom"]["core_h"] == pytest.approx(8.0)
@@ -78,10 +97,24 @@ def test_failures_by_cause_and_cancelled_are_not_failures():
 
 def test_resubmissions_count_later_attempts_and_chains():
     recs = [job("1", outcome=Outcome.TIMEOUT), job("1", attempt=2), job("9", attempt=3, outcome=Outcome.OOM)]
-    chains = [AttemptRecord(chain_id=c, attempt=n, job_id=j, limits={}, reason="", step=step, outcome=out,
-                            created_at=0.0, updated_at=0.0)
-              for c, n, j, step, out in (("1", 1, "1", "done", "timeout"), ("1", 2, "1", "done", "completed"),
-                                         ("8", 2, "9", "submitted", None))]
+    chains = [
+        AttemptRecord(
+            chain_id=c,
+            attempt=n,
+            job_id=j,
+            limits={},
+            reason="",
+            step=step,
+            outcome=out,
+            created_at=0.0,
+            updated_at=0.0,
+        )
+        for c, n, j, step, out in (
+            ("1", 1, "1", "done", "timeout"),
+            ("1", 2, "1", "done", "completed"),
+            ("8", 2, "9", "submitted", None),
+        )
+    ]
     r = report(recs, chains=chains)
     rs = r.resubmissions
     assert (rs["runs"], rs["completed"], rs["core_h"]) == (2, 1, 8.0)
@@ -141,8 +174,10 @@ def test_timeline_bins_add_up_and_follow_the_data():
 
 
 def test_calibration_coverage_counts_run_outs_as_misses():
-    recs = [job(str(i)) for i in range(8)] + [job("t", outcome=Outcome.TIMEOUT, used_time_s=7300),
-                                              job("c", outcome=Outcome.CANCELLED)]
+    recs = [job(str(i)) for i in range(8)] + [
+        job("t", outcome=Outcome.TIMEOUT, used_time_s=7300),
+        job("c", outcome=Outcome.CANCELLED),
+    ]
     c = report(recs).calibration
     assert c["time"]["user"]["n"] == 9  # cancelled left out
     assert c["time"]["user"]["coverage"] == pytest.approx(8 / 9)
@@ -164,8 +199,12 @@ def test_to_dict_is_strict_json_with_every_metric():
 
 
 def test_normalise_turns_store_style_columns_into_typed_arrays():
-    raw = {"req_cpus": np.array([1, None], dtype=object), "attempt": np.array([1.0, np.nan]),
-           "harp_sized": np.array([1, 0]), "user": np.array(["a", None], dtype=object)}
+    raw = {
+        "req_cpus": np.array([1, None], dtype=object),
+        "attempt": np.array([1.0, np.nan]),
+        "harp_sized": np.array([1, 0]),
+        "user": np.array(["a", None], dtype=object),
+    }
     j = normalise(raw)
     assert j["req_cpus"].dtype == np.float64 and math.isnan(j["req_cpus"][1])
     assert j["attempt"].tolist() == [1, 1] and j["harp_sized"].tolist() == [True, False]

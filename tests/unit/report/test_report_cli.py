@@ -20,16 +20,33 @@ def site(tmp_path, monkeypatch):
     """A config naming the store and an admin group; a store with two users."""
     db = tmp_path / "harp.db"
     with Store.open(db) as s:
-        s.insert_jobs([job("1", user="alice"), job("2", user="bob", outcome=Outcome.OOM),
-                       job("3", user="bob", end_time=1_000_000_000.0)])  # 2001: outside the default window
+        s.insert_jobs(
+            [
+                job("1", user="alice"),
+                job("2", user="bob", outcome=Outcome.OOM),
+                job("3", user="bob", end_time=1_000_000_000.0),
+            ]
+        )  # 2001: outside the default window
     conf = tmp_path / "harpd.toml"
-    conf.write_text(f'[server]\nadmin_group = "hpcadm"\n[store]\npath = "{db}"\n[report]\ndefault_window_days = 36500\n')
+    conf.write_text(
+        f'[server]\nadmin_group = "hpcadm"\n[store]\npath = "{db}"\n[report]\ndefault_window_days = 36500\n'
+    )
     monkeypatch.delenv("HARP_CONFIG", raising=False)
     users = {0: "root", 1001: "alice", 1002: "bob", 1003: "carol"}
-    monkeypatch.setattr(access.pwd, "getpwuid", lambda uid: types.SimpleNamespace(pw_name=users[uid])
-                        if uid in users else (_ for _ in ()).throw(KeyError(uid)))
-    monkeypatch.setattr(access.grp, "getgrnam", lambda name: types.SimpleNamespace(gr_gid=4000, gr_mem=["carol"])
-                        if name == "hpcadm" else (_ for _ in ()).throw(KeyError(name)))
+    monkeypatch.setattr(
+        access.pwd,
+        "getpwuid",
+        lambda uid: types.SimpleNamespace(pw_name=users[uid]) if uid in users else (_ for _ in ()).throw(KeyError(uid)),
+    )
+    monkeypatch.setattr(
+        access.grp,
+        "getgrnam",
+        lambda name: (
+            types.SimpleNamespace(gr_gid=4000, gr_mem=["carol"])
+            if name == "hpcadm"
+            else (_ for _ in ()).throw(KeyError(name))
+        ),
+    )
     monkeypatch.setattr(access.os, "getgrouplist", lambda name, gid: [gid, 4000] if name == "carol" else [gid])
     monkeypatch.setattr(report_cmd.os, "getgroups", lambda: [])
     monkeypatch.setattr(report_cmd.os, "getgid", lambda: 100)
@@ -83,12 +100,15 @@ def test_unknown_uid_is_a_clear_error(site, monkeypatch, capsys):
     assert "uid 777 has no user name" in capsys.readouterr().err
 
 
-@pytest.mark.parametrize("args, message", [
-    (["--since", "last tuesday"], "--since: cannot read"),
-    (["--since", "1d", "--until", "2d"], "not before --until"),
-    (["--top", "-1"], "--top -1"),
-    (["--db", "/nonexistent/harp.db"], "cannot open the store /nonexistent/harp.db (no such file)"),
-])
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--since", "last tuesday"], "--since: cannot read"),
+        (["--since", "1d", "--until", "2d"], "not before --until"),
+        (["--top", "-1"], "--top -1"),
+        (["--db", "/nonexistent/harp.db"], "cannot open the store /nonexistent/harp.db (no such file)"),
+    ],
+)
 def test_bad_input_is_one_line(site, monkeypatch, capsys, args, message):
     as_uid(monkeypatch, 0)
     assert run(site, *args) == 2
@@ -162,8 +182,10 @@ def daemon(site):
 
     d = Path(tempfile.mkdtemp(prefix="hr-", dir="/tmp"))  # socket paths must stay short
     store = Store.open(site.db)
-    srv = Server(d / "harpd.sock", Handlers(store, HarpSettings.model_validate(
-        {"report": {"default_window_days": 36500, "max_concurrent": 1}})))
+    srv = Server(
+        d / "harpd.sock",
+        Handlers(store, HarpSettings.model_validate({"report": {"default_window_days": 36500, "max_concurrent": 1}})),
+    )
     srv.bind()
     t = threading.Thread(target=srv.serve_forever, daemon=True)
     t.start()
@@ -227,10 +249,13 @@ def test_no_store_and_no_harpd_is_one_line(site, monkeypatch, capsys):
     assert f"cannot open the store {site.tmp}/none.db (no such file)" in err and "harpd is not running" in err
 
 
-@pytest.mark.parametrize("args, message", [
-    (["--daemon", "--db", "/tmp/x.db"], "drop --db or --daemon"),
-    (["--timeout", "0"], "--timeout 0: must be a positive"),
-])
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--daemon", "--db", "/tmp/x.db"], "drop --db or --daemon"),
+        (["--timeout", "0"], "--timeout 0: must be a positive"),
+    ],
+)
 def test_bad_daemon_options(site, monkeypatch, capsys, args, message):
     as_uid(monkeypatch, 0)
     assert run(site, *args) == 2

@@ -26,8 +26,15 @@ def _utc(y: int, m: int = 1, d: int = 1) -> float:
 
 def test_year_bars_carry_the_calendar_year_of_their_jobs():
     """1996's jobs (an old trace) are labelled 1996, and 1997's 1997: calendar bins, not 365-day ones."""
-    recs = [job(str(i), end_time=_utc(1996, 1, 3) + i * 86400 * 7, start_time=_utc(1996, 1, 2) + i * 86400 * 7,
-                submit_time=_utc(1996, 1, 1) + i * 86400 * 7) for i in range(100)]  # Jan 1996 .. Dec 1997
+    recs = [
+        job(
+            str(i),
+            end_time=_utc(1996, 1, 3) + i * 86400 * 7,
+            start_time=_utc(1996, 1, 2) + i * 86400 * 7,
+            submit_time=_utc(1996, 1, 1) + i * 86400 * 7,
+        )
+        for i in range(100)
+    ]  # Jan 1996 .. Dec 1997
     r = build_report(from_records(recs, columns_for("user")), by="user", window=Window(None, None), now=NOW)
     tl = r.timeline
     labels = _time_labels(tl["starts"], tl["bin_s"])
@@ -37,17 +44,27 @@ def test_year_bars_carry_the_calendar_year_of_their_jobs():
     assert "1995" not in "".join(labels)
     assert sum(tl["jobs"]) == 100
     # a job on 31 December 1996 23:59 UTC is 1996's, one a minute later 1997's
-    recs = [job("a", end_time=_utc(1997) - 60, start_time=_utc(1997) - 120, submit_time=_utc(1997) - 180),
-            job("b", end_time=_utc(1997) + 60, start_time=_utc(1997), submit_time=_utc(1997) - 10)]
-    r = build_report(from_records(recs, columns_for("user")), by="user",
-                     window=Window(_utc(1985), _utc(2005)), now=NOW)
+    recs = [
+        job("a", end_time=_utc(1997) - 60, start_time=_utc(1997) - 120, submit_time=_utc(1997) - 180),
+        job("b", end_time=_utc(1997) + 60, start_time=_utc(1997), submit_time=_utc(1997) - 10),
+    ]
+    r = build_report(from_records(recs, columns_for("user")), by="user", window=Window(_utc(1985), _utc(2005)), now=NOW)
     starts, counts = r.timeline["starts"], r.timeline["jobs"]
     by_year = dict(zip(_time_labels(starts, r.timeline["bin_s"]), counts))
     assert by_year["1996"] == 1 and by_year["1997"] == 1 and by_year["1990"] == 0 and len(counts) == 20
 
 
-@pytest.mark.parametrize("value, shown, colour", [(-0.001, "0.00", ""), (-0.0049, "0.00", ""), (0.0, "0", ""),
-                                                  (-0.3, "-0.30", "bad"), (2.5, "2.5", "good"), (None, "-", "")])
+@pytest.mark.parametrize(
+    "value, shown, colour",
+    [
+        (-0.001, "0.00", ""),
+        (-0.0049, "0.00", ""),
+        (0.0, "0", ""),
+        (-0.3, "-0.30", "bad"),
+        (2.5, "2.5", "good"),
+        (None, "-", ""),
+    ],
+)
 def test_no_negative_zero_and_no_colour_for_it(value, shown, colour):
     assert compact(value) == shown
     assert _sign(value) == colour
@@ -77,10 +94,12 @@ def test_tables_sit_in_a_scrolling_box_and_headers_wrap():
 
 
 def test_by_signature_rows_name_the_program():
-    recs = ([job(str(i), signature="sig:1a2b3c4d5e6f7a8b", job_name="bwa-align") for i in range(3)]
-            + [job("9", signature="sig:1a2b3c4d5e6f7a8b", job_name="other-name")]
-            + [job("10", signature="sig:ffffeeee00001111", job_name=None)]
-            + [job("11", signature="sig:empty", job_name="setup.sh")])
+    recs = (
+        [job(str(i), signature="sig:1a2b3c4d5e6f7a8b", job_name="bwa-align") for i in range(3)]
+        + [job("9", signature="sig:1a2b3c4d5e6f7a8b", job_name="other-name")]
+        + [job("10", signature="sig:ffffeeee00001111", job_name=None)]
+        + [job("11", signature="sig:empty", job_name="setup.sh")]
+    )
     cols = columns_for("signature")
     assert "job_name" in cols
     r = build_report(from_records(recs, cols), by="signature", window=Window(None, None), now=NOW)
@@ -101,10 +120,18 @@ def test_program_labels_with_hostile_names():
 
 def _personal(personal: bool):
     recs = [job("1"), job("2", harp_sized=True)]
-    r = build_report(from_records(recs, columns_for("user")), by="user", window=Window(None, None), now=NOW,
-                     scoreboard={"tables": [{"title": "time", "rows": [{"name": "harp", "resource": "time",
-                                                                         "score": 2970.0}], "columns": ["score"]}],
-                                 "notes": []})
+    r = build_report(
+        from_records(recs, columns_for("user")),
+        by="user",
+        window=Window(None, None),
+        now=NOW,
+        scoreboard={
+            "tables": [
+                {"title": "time", "rows": [{"name": "harp", "resource": "time", "score": 2970.0}], "columns": ["score"]}
+            ],
+            "notes": [],
+        },
+    )
     r.personal = personal
     return r
 

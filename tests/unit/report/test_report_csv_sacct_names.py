@@ -12,12 +12,15 @@ from harpd.report.columns import columns_for, from_records
 from harpd.report.render_csv_json import render_csv
 from harpd.report.window import Window
 
-RECS = [job("1", user="alice", account="physics", partition="cpu"),
-        job("2", user="bob", account="chem", partition="gpu", outcome=Outcome.OOM)]
+RECS = [
+    job("1", user="alice", account="physics", partition="cpu"),
+    job("2", user="bob", account="chem", partition="gpu", outcome=Outcome.OOM),
+]
 
 
-@pytest.mark.parametrize("by, header", [("user", "User"), ("account", "Account"), ("partition", "Partition"),
-                                        ("signature", "signature")])
+@pytest.mark.parametrize(
+    "by, header", [("user", "User"), ("account", "Account"), ("partition", "Partition"), ("signature", "signature")]
+)
 def test_headers_are_sacct_field_names_and_there_is_no_total_row(by, header):
     cols = list(dict.fromkeys(columns_for(by) + ["source"]))
     r = build_report(from_records(RECS, cols), by=by, window=Window(None, None), now=NOW)

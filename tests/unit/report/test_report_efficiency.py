@@ -13,8 +13,15 @@ from harpd.report.efficiency import cpu_efficiency, job_efficiencies, memory_eff
 
 def test_reportseff_worked_example():
     # 4 cores for 2 h wall of a 4 h limit, 6 core-hours of CPU, 3 GiB peak of 4 GiB asked
-    rec = job("1", req_time_s=4 * 3600, used_time_s=2 * 3600, alloc_cpus=4, used_cpu_s=6 * 3600,
-              req_mem_mb=4096, used_mem_mb=3072)
+    rec = job(
+        "1",
+        req_time_s=4 * 3600,
+        used_time_s=2 * 3600,
+        alloc_cpus=4,
+        used_cpu_s=6 * 3600,
+        req_mem_mb=4096,
+        used_mem_mb=3072,
+    )
     e = job_efficiencies(rec)
     assert e["time_eff"] == 0.5
     assert e["cpu_eff"] == 0.75
@@ -37,8 +44,11 @@ def test_values_above_one_are_kept():
     assert cpu_efficiency(np.array([250.0]), np.array([100.0]), np.array([2.0]))[0] == 1.25
 
 
-@given(st.lists(st.tuples(st.floats(0, 1e6), st.one_of(st.none(), st.just(0.0), st.floats(1e-3, 1e6))),
-                min_size=1, max_size=30))
+@given(
+    st.lists(
+        st.tuples(st.floats(0, 1e6), st.one_of(st.none(), st.just(0.0), st.floats(1e-3, 1e6))), min_size=1, max_size=30
+    )
+)
 def test_vector_matches_scalar_definition(pairs):
     used = np.array([p[0] for p in pairs])
     limit = np.array([np.nan if p[1] is None else p[1] for p in pairs])

@@ -24,9 +24,16 @@ def synthetic_report():
     recs, _s, _a = bench_module().synthetic(4000, seed=7)
     cols = list(dict.fromkeys(columns_for("signature") + ["user"]))
     r = build_report(from_records(recs, cols), by="signature", window=Window(None, None), now=NOW)
-    r.scoreboard = {"tables": [from_models_table([
-        {"name": "harp", "resource": "time", "n_train": 10, "score": {"pinball": 0.2}, "champion": True},
-    ])], "notes": []}
+    r.scoreboard = {
+        "tables": [
+            from_models_table(
+                [
+                    {"name": "harp", "resource": "time", "n_train": 10, "score": {"pinball": 0.2}, "champion": True},
+                ]
+            )
+        ],
+        "notes": [],
+    }
     return r
 
 
@@ -45,7 +52,7 @@ def test_table_sections_and_top(synthetic_report):
     lines = text.splitlines()
     assert max(len(x) for x in lines) <= WIDTH
     rules = [i for i, x in enumerate(lines) if x and set(x) <= {"-", " "}]  # tabulate's rule, then TOTAL's
-    shown = lines[rules[0] + 1: rules[1]]
+    shown = lines[rules[0] + 1 : rules[1]]
     assert len(shown) == 6 and shown[-1].startswith("... ")  # 5 rows + the "more" line
     for heading in ("Failures by cause", "Resubmissions:", "harp-sized jobs:", "Model scoreboard"):
         assert heading in text
@@ -68,8 +75,20 @@ def test_json_is_strict_and_complete(synthetic_report):
     text = render_json(synthetic_report)
     assert "NaN" not in text and "Infinity" not in text
     d = json.loads(text)
-    for key in ("window", "total", "groups", "outcomes", "failures", "resubmissions", "harp", "distributions",
-                "timeline", "calibration", "scoreboard", "metrics"):
+    for key in (
+        "window",
+        "total",
+        "groups",
+        "outcomes",
+        "failures",
+        "resubmissions",
+        "harp",
+        "distributions",
+        "timeline",
+        "calibration",
+        "scoreboard",
+        "metrics",
+    ):
         assert key in d
     assert d["by"] == "signature" and d["window"]["text"] == "at any time"
 
@@ -83,15 +102,27 @@ def test_html_is_self_contained(synthetic_report):
         assert bad not in low, bad
     # the only URL is the SVG namespace
     assert set(re.findall(r"https?://[^\"' )]+", page)) == {"http://www.w3.org/2000/svg"}
-    for cls in ("dist-cpu_eff", "dist-mem_eff", "dist-time_eff", "timeline-core", "timeline-mem", "wasters-core",
-                "wasters-mem", "calib-time", "calib-mem", "coverage-time", "coverage-mem"):
+    for cls in (
+        "dist-cpu_eff",
+        "dist-mem_eff",
+        "dist-time_eff",
+        "timeline-core",
+        "timeline-mem",
+        "wasters-core",
+        "wasters-mem",
+        "calib-time",
+        "calib-mem",
+        "coverage-time",
+        "coverage-mem",
+    ):
         assert f"chart {cls}" in page or re.search(rf'class="chart [^"]*{cls}', page), cls
 
 
 def test_html_escapes_what_users_control():
     evil = '<script>alert(1)</script>"&'
-    r = build_report(from_records([job("1", user=evil)], columns_for("user")), by="user",
-                     window=Window(None, None), now=NOW)
+    r = build_report(
+        from_records([job("1", user=evil)], columns_for("user")), by="user", window=Window(None, None), now=NOW
+    )
     page = render_html(r)
     assert "<script>" not in page and "&lt;script&gt;" in page
 

@@ -82,6 +82,10 @@ def test_timeline_skips_the_empty_years_between_sources():
 
 
 def test_a_full_export_shows_no_missing_field_notes():
-    r = build_report(from_records([job("1"), job("2", outcome=Outcome.TIMEOUT)], columns_for("user")),
-                     by="user", window=Window(None, None), now=NOW)
+    r = build_report(
+        from_records([job("1"), job("2", outcome=Outcome.TIMEOUT)], columns_for("user")),
+        by="user",
+        window=Window(None, None),
+        now=NOW,
+    )
     assert 'class="missing' not in render_html(r)

@@ -14,7 +14,10 @@ def test_models_table_keeps_the_latest_model_per_name_and_resource():
         {"name": "tsafrir", "resource": "mem", "n_train": 20, "score": {"pinball": 0.9, "cov": 0.9}, "champion": True},
     ]
     t = from_models_table(models)
-    assert [(r["name"], r["resource"], r["n_train"]) for r in t["rows"]] == [("tsafrir", "mem", 20), ("gbm", "time", 20)]
+    assert [(r["name"], r["resource"], r["n_train"]) for r in t["rows"]] == [
+        ("tsafrir", "mem", 20),
+        ("gbm", "time", 20),
+    ]
     assert t["columns"] == ["n_train", "pinball", "cov"]  # numeric score keys, most common first
     assert t["rows"][1]["pinball"] == 0.3 and "note" not in t["rows"][1]
     assert from_models_table([])["note"] == "no models trained yet"
@@ -23,9 +26,11 @@ def test_models_table_keeps_the_latest_model_per_name_and_resource():
 def test_live_rows_are_harpd_metrics_on_first_runs_per_model():
     metrics = pytest.importorskip("harpd.predict.metric")
     recs = [job(str(i), harp_sized=True, req_time_s=3600 + 60 * i, used_time_s=1800 + 30 * i) for i in range(8)]
-    recs += [job("t", harp_sized=True, req_time_s=600, used_time_s=660, outcome=Outcome.TIMEOUT),
-             job("t", harp_sized=True, attempt=2, req_time_s=1200, used_time_s=900),  # escalation, not the model
-             job("u")]  # not harp-sized
+    recs += [
+        job("t", harp_sized=True, req_time_s=600, used_time_s=660, outcome=Outcome.TIMEOUT),
+        job("t", harp_sized=True, attempt=2, req_time_s=1200, used_time_s=900),  # escalation, not the model
+        job("u"),
+    ]  # not harp-sized
     jobs = from_records(recs, columns_for("user"))
     n = len(recs)
     models = np.array(["harp"] * 4 + ["gbm"] * 4 + ["harp", "harp", None], dtype=object)
@@ -38,10 +43,27 @@ def test_live_rows_are_harpd_metrics_on_first_runs_per_model():
     # same numbers as calling the predictors' metric directly
     sel = np.array([True] * 4 + [False] * 4 + [True, False, False])
     j = {k: v[sel] for k, v in jobs.items()}
-    base = metrics.evaluate("request", orig["time_s"][sel], j["used_time_s"], orig["time_s"][sel],
-                            j["outcome"] == "timeout", j["alloc_cpus"], resource="time", alpha=0.05)
-    want = metrics.evaluate("harp", j["req_time_s"], j["used_time_s"], orig["time_s"][sel],
-                            j["outcome"] == "timeout", j["alloc_cpus"], resource="time", alpha=0.05, baseline=base)
+    base = metrics.evaluate(
+        "request",
+        orig["time_s"][sel],
+        j["used_time_s"],
+        orig["time_s"][sel],
+        j["outcome"] == "timeout",
+        j["alloc_cpus"],
+        resource="time",
+        alpha=0.05,
+    )
+    want = metrics.evaluate(
+        "harp",
+        j["req_time_s"],
+        j["used_time_s"],
+        orig["time_s"][sel],
+        j["outcome"] == "timeout",
+        j["alloc_cpus"],
+        resource="time",
+        alpha=0.05,
+        baseline=base,
+    )
     assert rows[("harp", "time")]["score"] == pytest.approx(want.score)
     assert rows[("harp", "time")]["over_vs_request"] == pytest.approx(want.over_vs_request)
 

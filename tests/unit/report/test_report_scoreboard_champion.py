@@ -17,16 +17,27 @@ from harpd.report.window import Window
 
 def metrics(model, score, under):
     """A full score dict, as harpd.predict.training stores it."""
-    return ModelMetrics(model=model, jobs=900, changed=0.8, under_rate=under, under_jobs=9, lost=0,
-                        reserved_over_used=1.6, over_reservation=1e6, over_vs_request=0.4, consumed_over_used=1.2,
-                        consumed_vs_request=0.7, killed=1e4, score=score).to_dict()
+    return ModelMetrics(
+        model=model,
+        jobs=900,
+        changed=0.8,
+        under_rate=under,
+        under_jobs=9,
+        lost=0,
+        reserved_over_used=1.6,
+        over_reservation=1e6,
+        over_vs_request=0.4,
+        consumed_over_used=1.2,
+        consumed_vs_request=0.7,
+        killed=1e4,
+        score=score,
+    ).to_dict()
 
 
 MODELS = [
     {"name": "harp", "resource": "time", "n_train": 900, "score": metrics("harp", 0.81, 0.04), "champion": True},
     {"name": "gbm", "resource": "time", "n_train": 900, "score": metrics("gbm", 0.64, 0.11), "champion": False},
-    {"name": "request", "resource": "time", "n_train": 900, "score": metrics("request", 2.5, 0.01),
-     "champion": False},
+    {"name": "request", "resource": "time", "n_train": 900, "score": metrics("request", 2.5, 0.01), "champion": False},
 ]
 
 
@@ -42,7 +53,7 @@ def test_table_headers_are_whole_and_numbers_are_shown():
     r.scoreboard = {"tables": [from_models_table(MODELS)], "notes": []}
     text = render_table(r)
     assert max(len(x) for x in text.splitlines()) <= WIDTH
-    board = text[text.index("Model scoreboard"):]
+    board = text[text.index("Model scoreboard") :]
     head = " ".join(board.splitlines()[2:4])  # the header, wrapped over two lines
     for word in ("model", "res", "trained on", "score", "under rate", "over/req", "used/req"):
         assert word in head
@@ -58,7 +69,6 @@ def test_live_table_has_the_under_rate():
     jobs = from_records(recs, columns_for("user"))
     n = len(recs)
     orig = {"time_s": np.full(n, 7200.0), "mem_mb": np.full(n, 8192.0), "cpus": np.full(n, 4.0)}
-    t = live_table(jobs, np.array(["harp"] * n, dtype=object), orig, alpha_time=0.05, alpha_mem=0.05,
-                   max_attempts=3)
+    t = live_table(jobs, np.array(["harp"] * n, dtype=object), orig, alpha_time=0.05, alpha_mem=0.05, max_attempts=3)
     assert "under_rate" in t["columns"] and "score" in t["columns"]
     assert all(r["under_rate"] == 0.0 for r in t["rows"] if r["resource"] == "time")

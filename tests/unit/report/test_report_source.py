@@ -61,12 +61,14 @@ def test_originals_mark_what_harp_changed_and_unknown_submissions():
 
 
 def test_load_filters_window_unfinished_and_user(store):
-    store.insert_jobs([
-        job("1", end_time=NOW - 2 * DAY),
-        job("2", end_time=NOW - 20 * DAY),
-        job("3", end_time=NOW - 2 * DAY, user="bob"),
-        job("4", end_time=None, outcome=Outcome.RUNNING),
-    ])
+    store.insert_jobs(
+        [
+            job("1", end_time=NOW - 2 * DAY),
+            job("2", end_time=NOW - 20 * DAY),
+            job("3", end_time=NOW - 2 * DAY, user="bob"),
+            job("4", end_time=None, outcome=Outcome.RUNNING),
+        ]
+    )
     got = load(store, "user", Window(NOW - 7 * DAY, NOW), None)
     assert sorted(got.jobs["job_id"].tolist()) == ["1", "3"]
     mine = load(store, "user", ALL, Filters(users=("alice",)))
@@ -75,20 +77,24 @@ def test_load_filters_window_unfinished_and_user(store):
 
 
 def test_load_joins_submissions_and_finds_recoveries(store):
-    store.insert_jobs([
-        # requeued in place: same id, attempt 2 completed
-        job("10", harp_sized=True, outcome=Outcome.TIMEOUT),
-        job("10", harp_sized=True, attempt=2),
-        # resubmitted as a new job of chain 20: recovered via the attempts table
-        job("20", harp_sized=True, outcome=Outcome.OOM, req_mem_mb=1000, used_mem_mb=1020),
-        job("21", harp_sized=True, attempt=2, req_mem_mb=2000),
-        # ran out and nothing came after it
-        job("30", harp_sized=True, outcome=Outcome.TIMEOUT),
-        job("40"),
-    ])
-    for jid, orig, sub in (("10", resources(14400, 4096, 4), resources(7200, 4096, 4)),
-                           ("20", resources(7200, 8000, 4), resources(7200, 1000, 4)),
-                           ("30", resources(14400, 4096, 4), resources(7200, 4096, 4))):
+    store.insert_jobs(
+        [
+            # requeued in place: same id, attempt 2 completed
+            job("10", harp_sized=True, outcome=Outcome.TIMEOUT),
+            job("10", harp_sized=True, attempt=2),
+            # resubmitted as a new job of chain 20: recovered via the attempts table
+            job("20", harp_sized=True, outcome=Outcome.OOM, req_mem_mb=1000, used_mem_mb=1020),
+            job("21", harp_sized=True, attempt=2, req_mem_mb=2000),
+            # ran out and nothing came after it
+            job("30", harp_sized=True, outcome=Outcome.TIMEOUT),
+            job("40"),
+        ]
+    )
+    for jid, orig, sub in (
+        ("10", resources(14400, 4096, 4), resources(7200, 4096, 4)),
+        ("20", resources(7200, 8000, 4), resources(7200, 1000, 4)),
+        ("30", resources(14400, 4096, 4), resources(7200, 4096, 4)),
+    ):
         store.add_submission(jid, 1000, "alice", {}, orig, sub, {"model": "harp", "changes": []}, chain_id=jid)
     store.add_attempt("20", 1, "20", {}, "first", "done")
     store.update_attempt("20", 1, outcome="oom")

@@ -10,12 +10,14 @@ from harpd.report.window import Window
 
 @pytest.fixture
 def two_sources(store):
-    store.insert_jobs([
-        job("1", source="slurm", user="alice", used_cpu_s=3600.0),
-        job("2", source="slurm", user="alice", used_cpu_s=3600.0),
-        job("1", source="ctc-sp2", user="alice", req_cpus=64, alloc_cpus=64),
-        job("7", source="ctc-sp2", user="bob"),
-    ])
+    store.insert_jobs(
+        [
+            job("1", source="slurm", user="alice", used_cpu_s=3600.0),
+            job("2", source="slurm", user="alice", used_cpu_s=3600.0),
+            job("1", source="ctc-sp2", user="alice", req_cpus=64, alloc_cpus=64),
+            job("7", source="ctc-sp2", user="bob"),
+        ]
+    )
     return store
 
 

@@ -9,8 +9,15 @@ NOW = 1_780_000_000.0
 
 @pytest.mark.parametrize(
     "text, back_s",
-    [("7d", 7 * 86400), ("12h", 12 * 3600), ("30m", 1800), ("2w", 14 * 86400), ("90s", 90), ("1.5d", 1.5 * 86400),
-     (" 3D ", 3 * 86400)],
+    [
+        ("7d", 7 * 86400),
+        ("12h", 12 * 3600),
+        ("30m", 1800),
+        ("2w", 14 * 86400),
+        ("90s", 90),
+        ("1.5d", 1.5 * 86400),
+        (" 3D ", 3 * 86400),
+    ],
 )
 def test_relative_spans_count_back_from_now(text, back_s):
     assert parse_when(text, NOW) == pytest.approx(NOW - back_s)

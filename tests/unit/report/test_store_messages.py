@@ -41,8 +41,14 @@ def _both(db) -> tuple[str, str]:
 
 def test_a_missing_store(tmp_path):
     status, report = _both(tmp_path / "none.db")
-    assert status == report == (f"harp: cannot open the store {tmp_path / 'none.db'} (no such file); "
-                                "run `harp import` or start harpd first, or pass --db PATH")
+    assert (
+        status
+        == report
+        == (
+            f"harp: cannot open the store {tmp_path / 'none.db'} (no such file); "
+            "run `harp import` or start harpd first, or pass --db PATH"
+        )
+    )
 
 
 def test_a_directory(tmp_path):
@@ -78,8 +84,24 @@ def test_a_store_this_user_cannot_open_without_harpd(tmp_path):
     env = {**os.environ, "HARP_CONFIG": str(cfg), "PYTHONPATH": os.pathsep.join(sys.path)}
     out = {}
     for cmd in (["status", "5"], ["report"]):
-        proc = subprocess.run(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", sys.executable, "-c", code,
-                               *cmd, "--timeout", "2"], capture_output=True, text=True, env=env, cwd="/")
+        proc = subprocess.run(
+            [
+                "setpriv",
+                "--reuid=65534",
+                "--regid=65534",
+                "--clear-groups",
+                sys.executable,
+                "-c",
+                code,
+                *cmd,
+                "--timeout",
+                "2",
+            ],
+            capture_output=True,
+            text=True,
+            env=env,
+            cwd="/",
+        )
         out[cmd[0]] = (proc.returncode, proc.stderr.strip())
     shutil.rmtree(here, ignore_errors=True)
     assert out["status"][0] == out["report"][0] == 2, out
@@ -94,9 +116,18 @@ def test_dash_values_reach_their_option_as_getopt_reads_them():
     assert attach_dash_values(["report", "-S"], ("-S",)) == ["report", "-S"]
 
 
-@pytest.mark.parametrize("text, back_s", [("-5d", 5 * 86400), ("5d", 5 * 86400), ("-12h", 12 * 3600),
-                                          ("-5days", 5 * 86400), ("2weeks", 14 * 86400), ("-30m", 1800),
-                                          ("now-5days", 5 * 86400)])
+@pytest.mark.parametrize(
+    "text, back_s",
+    [
+        ("-5d", 5 * 86400),
+        ("5d", 5 * 86400),
+        ("-12h", 12 * 3600),
+        ("-5days", 5 * 86400),
+        ("2weeks", 14 * 86400),
+        ("-30m", 1800),
+        ("now-5days", 5 * 86400),
+    ],
+)
 def test_spans_back_with_or_without_a_minus(text, back_s):
     now = 1.8e9
     assert parse_when(text, now) == pytest.approx(now - back_s)

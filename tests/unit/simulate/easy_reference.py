@@ -19,8 +19,12 @@ def reference_easy(submit, width, runtime, limit, procs, mode="hard", hook=None)
     queue: list[int] = []
     running: dict[int, float] = {}  # job -> start of its current run
     out = {
-        "start": [None] * n, "first_start": [None] * n, "end": [None] * n,
-        "kills": [0] * n, "exts": [0] * n, "promised": [None] * n,
+        "start": [None] * n,
+        "first_start": [None] * n,
+        "end": [None] * n,
+        "kills": [0] * n,
+        "exts": [0] * n,
+        "promised": [None] * n,
     }
     free = procs
 

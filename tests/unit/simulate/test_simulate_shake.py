@@ -33,23 +33,39 @@ def test_every_policy_sees_the_same_copies_and_copy_zero_is_the_trace():
     for sa, sb in zip(runs["a"], runs["b"]):  # common random numbers: identical policies, identical figures
         assert sa.mean_wait_s == sb.mean_wait_s and sa.mean_bounded_slowdown == sb.mean_bounded_slowdown
     assert len({s.mean_wait_s for s in runs["a"]}) > 1  # the copies do differ
-    assert paired(runs["a"], runs["b"])["mean_wait_s"] == {"rel_diff": 0.0, "se": 0.0,
-                                                           "verdict": "no clear difference"}
+    assert paired(runs["a"], runs["b"])["mean_wait_s"] == {"rel_diff": 0.0, "se": 0.0, "verdict": "no clear difference"}
     with pytest.raises(ValueError, match="replicas 0"):
         simulate_shaken(w, [a], 16, replicas=0)
 
 
 def _s(wait, bsld, name="x"):
-    return Summary(policy=name, procs=1, jobs=10, rejected=0, mean_wait_s=wait, p95_wait_s=wait,
-                   mean_bounded_slowdown=bsld, utilization=0.5, useful_utilization=0.5, makespan_s=1.0, kills=3,
-                   extensions=0, abandoned=0, delayed_by_extension=0, delayed_by_kill=0, delayed_starts=0)
+    return Summary(
+        policy=name,
+        procs=1,
+        jobs=10,
+        rejected=0,
+        mean_wait_s=wait,
+        p95_wait_s=wait,
+        mean_bounded_slowdown=bsld,
+        utilization=0.5,
+        useful_utilization=0.5,
+        makespan_s=1.0,
+        kills=3,
+        extensions=0,
+        abandoned=0,
+        delayed_by_extension=0,
+        delayed_by_kill=0,
+        delayed_starts=0,
+    )
 
 
 def test_paired_verdicts_and_mean_rows():
     base = [_s(100, 10), _s(200, 20), _s(150, 15), _s(120, 12)]
     lower = [_s(90, 10.1), _s(181, 19.8), _s(134, 15.2), _s(109, 11.9)]
     got = paired(base, lower)
-    assert got["mean_wait_s"]["verdict"] == "lower" and got["mean_wait_s"]["rel_diff"] == pytest.approx(-0.0975, abs=2e-3)
+    assert got["mean_wait_s"]["verdict"] == "lower" and got["mean_wait_s"]["rel_diff"] == pytest.approx(
+        -0.0975, abs=2e-3
+    )
     assert got["mean_bounded_slowdown"]["verdict"] == "no clear difference"
     assert paired(base, [_s(130, 13), _s(260, 26), _s(200, 20), _s(160, 16)])["mean_wait_s"]["verdict"] == "higher"
     assert paired(base[:1], lower[:1])["mean_wait_s"]["verdict"] == "one copy"
@@ -68,8 +84,11 @@ def test_a_policy_that_cannot_differ_is_not_simulated_twice(monkeypatch):
     calls = []
     real = shake.simulate
     monkeypatch.setattr(shake, "simulate", lambda w, p, n, progress=None: calls.append(p.name) or real(w, p, n))
-    pols = [LimitPolicy(lim, "hard", None, "users"), LimitPolicy(lim.copy(), "hard", None, "harp-hard"),
-            LimitPolicy(lim, "hard", lambda j, l, e: None, "hooked")]
+    pols = [
+        LimitPolicy(lim, "hard", None, "users"),
+        LimitPolicy(lim.copy(), "hard", None, "harp-hard"),
+        LimitPolicy(lim, "hard", lambda j, l, e: None, "hooked"),
+    ]
     out = shake.simulate_shaken(work, pols, 2, replicas=2)
     assert calls == ["users", "hooked", "users", "hooked"]
     assert [s.policy for s in out["harp-hard"]] == ["harp-hard"] * 2

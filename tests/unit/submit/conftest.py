@@ -36,8 +36,15 @@ class Runner:
             "HOME": str(home),
         }
 
-    def __call__(self, *args: str, stdin: bytes | None = None, env: dict[str, str] | None = None,
-                 cwd: Path | None = None, timeout: float = 300, no_dac_override: bool = False) -> subprocess.CompletedProcess[bytes]:
+    def __call__(
+        self,
+        *args: str,
+        stdin: bytes | None = None,
+        env: dict[str, str] | None = None,
+        cwd: Path | None = None,
+        timeout: float = 300,
+        no_dac_override: bool = False,
+    ) -> subprocess.CompletedProcess[bytes]:
         e = dict(self.env)
         if env:
             for k, v in env.items():
@@ -49,8 +56,14 @@ class Runner:
         if no_dac_override:
             # root without CAP_DAC_OVERRIDE: file permissions apply to it too
             argv = ["setpriv", "--bounding-set=-dac_override,-dac_read_search", *argv]
-        return subprocess.run(argv, input=stdin if stdin is not None else b"", capture_output=True,
-                              env=e, cwd=str(cwd or self.home), timeout=timeout)
+        return subprocess.run(
+            argv,
+            input=stdin if stdin is not None else b"",
+            capture_output=True,
+            env=e,
+            cwd=str(cwd or self.home),
+            timeout=timeout,
+        )
 
     def calls(self) -> list[dict[str, Any]]:
         """What the fake sbatch saw, one dict per run."""

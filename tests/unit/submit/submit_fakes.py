@@ -29,21 +29,27 @@ FIXTURES = Path(__file__).resolve().parent / "fixtures"
 Behaviour = Callable[[dict[str, Any]], "bytes | None"]
 
 
-def decision(*changes: dict[str, Any], partition: str = "debug", max_time_s: int | None = 86400,
-             max_mem_mb: int | None = 8000, max_cpus: int | None = 2, model: str = "fake",
-             explain: dict[str, Any] | None = None) -> dict[str, Any]:
+def decision(
+    *changes: dict[str, Any],
+    partition: str = "debug",
+    max_time_s: int | None = 86400,
+    max_mem_mb: int | None = 8000,
+    max_cpus: int | None = 2,
+    model: str = "fake",
+    explain: dict[str, Any] | None = None,
+) -> dict[str, Any]:
     """A Decision as harpd would send it."""
     return {
         "changes": list(changes),
-        "limits": {"partition": partition, "max_time_s": max_time_s, "max_mem_mb": max_mem_mb,
-                   "max_cpus": max_cpus},
+        "limits": {"partition": partition, "max_time_s": max_time_s, "max_mem_mb": max_mem_mb, "max_cpus": max_cpus},
         "model": model,
         "explain": explain if explain is not None else {"n_similar": 37},
     }
 
 
-def change(option: str, value: str, reason: str = "95th percentile of 37 similar runs",
-           old: str | None = None) -> dict[str, Any]:
+def change(
+    option: str, value: str, reason: str = "95th percentile of 37 similar runs", old: str | None = None
+) -> dict[str, Any]:
     return {"option": option, "value": value, "old": old, "reason": reason}
 
 
@@ -119,8 +125,9 @@ class FakeHarpd:
             if len(got) >= n:
                 return got
             if time.monotonic() > deadline:
-                raise AssertionError(f"{n} {op} request(s) to the fake harpd: not within {timeout:g} s "
-                                     f"(arrived: {got!r})")
+                raise AssertionError(
+                    f"{n} {op} request(s) to the fake harpd: not within {timeout:g} s (arrived: {got!r})"
+                )
             time.sleep(0.01)
 
     def _serve(self) -> None:
@@ -209,7 +216,8 @@ if log:
 reject = os.environ.get("FAKE_SBATCH_REJECT")
 if reject and (reject in " ".join(argv) or reject in stdin.decode("utf-8", "replace") or reject in (script or "")):
     sys.stderr.write(os.environ.get("FAKE_SBATCH_REJECT_MSG",
-                                    "sbatch: error: Batch job submission failed: Requested node configuration is not available\n"))
+                                    "sbatch: error: Batch job submission failed: "
+                                    "Requested node configuration is not available\n"))
     sys.exit(1)
 jid = os.environ.get("FAKE_SBATCH_JOBID", "4242")
 out = os.environ.get("FAKE_SBATCH_OUT")

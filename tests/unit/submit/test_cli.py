@@ -102,7 +102,8 @@ def test_script_directives_are_rewritten_and_sent_on_stdin(run, harpd) -> None:
     # the script's name is kept as the job name (stdin jobs would be called "sbatch")
     assert call["argv"] == ["--open-mode=append", "-H", "--job-name=job.sh"]
     assert call["stdin"] == (
-        "#!/bin/bash\n#SBATCH --time=01:30:00\n#SBATCH -c 2 # two cores\n#SBATCH --mem=2G\nmodule load foo\nsrun ./a.out\n"
+        "#!/bin/bash\n#SBATCH --time=01:30:00\n#SBATCH -c 2 # two cores\n#SBATCH --mem=2G\n"
+        "module load foo\nsrun ./a.out\n"
     )
     assert harp_lines(proc.stderr) == [
         "harp: --time 2-00:00:00 -> 01:30:00 (#SBATCH line; 95th percentile of 37 similar runs)",
@@ -124,7 +125,16 @@ def test_script_arguments_go_with_dev_stdin(run, harpd) -> None:
     run.write("job.sh", JOB)
     run("-H", "job.sh", "in.dat", "--harp-off", "-t", "3")
     [call] = run.calls()
-    assert call["argv"] == ["--open-mode=append", "-H", "--job-name=job.sh", "/dev/stdin", "in.dat", "--harp-off", "-t", "3"]
+    assert call["argv"] == [
+        "--open-mode=append",
+        "-H",
+        "--job-name=job.sh",
+        "/dev/stdin",
+        "in.dat",
+        "--harp-off",
+        "-t",
+        "3",
+    ]
     assert "#SBATCH --time=45\n" in call["stdin"]
 
 
@@ -227,7 +237,8 @@ def test_a_changed_request_sbatch_refuses_falls_back_to_the_users_own(run, harpd
     assert b"Requested node configuration" not in proc.stderr.split(b"harp: sbatch refused")[0]
     assert harp_lines(proc.stderr)[-1] == (
         "harp: sbatch refused the changed request (Batch job submission failed: Requested node configuration "
-        "is not available); submitting your job as you wrote it")
+        "is not available); submitting your job as you wrote it"
+    )
     [reg] = harpd.wait_for("register")
     assert reg["submitted"] == reg["original"] and reg["decision"] is None
 
@@ -236,7 +247,10 @@ def test_a_changed_request_sbatch_refuses_falls_back_to_the_users_own(run, harpd
     "args, message",
     [
         (["-H", "job.sh"], "sbatch: error: Batch job submission failed: Socket timed out on send/recv operation\n"),
-        (["--wait", "job.sh"], "sbatch: error: Batch job submission failed: Requested node configuration is not available\n"),
+        (
+            ["--wait", "job.sh"],
+            "sbatch: error: Batch job submission failed: Requested node configuration is not available\n",
+        ),
     ],
 )
 def test_no_fallback_when_a_job_may_exist(run, harpd, args, message) -> None:
@@ -264,7 +278,9 @@ def test_sbatch_output_and_exit_code_pass_through_byte_for_byte(run, harpd) -> N
     harpd.decision = decision(change("time", "45"))
     run.write("job.sh", JOB)
     odd = "Submitted batch job 77 on cluster blue\n\x1b[0mextra \xe9\n"
-    proc = run("-H", "job.sh", env={"FAKE_SBATCH_OUT": odd, "FAKE_SBATCH_RC": "3", "FAKE_SBATCH_ERR": "sbatch: warning: x\n"})
+    proc = run(
+        "-H", "job.sh", env={"FAKE_SBATCH_OUT": odd, "FAKE_SBATCH_RC": "3", "FAKE_SBATCH_ERR": "sbatch: warning: x\n"}
+    )
     assert proc.stdout == odd.encode() and proc.returncode == 3
     assert proc.stderr.decode().splitlines()[-1] == "sbatch: warning: x"
     assert harpd.wait_for("register")[0]["job_id"] == "77"
@@ -317,11 +333,18 @@ def test_registration_happens_while_sbatch_waits(run, harpd) -> None:
     """
     run.write("job.sh", JOB)
     go = run.home / "sbatch-may-end"
-    run.write("slow-sbatch", "#!/bin/sh\necho 'Submitted batch job 99'\n"
-              f"i=0; while [ ! -e {go} ] && [ $i -lt 1200 ]; do sleep 0.1; i=$((i+1)); done\nexit 4\n", mode=0o755)
+    run.write(
+        "slow-sbatch",
+        "#!/bin/sh\necho 'Submitted batch job 99'\n"
+        f"i=0; while [ ! -e {go} ] && [ $i -lt 1200 ]; do sleep 0.1; i=$((i+1)); done\nexit 4\n",
+        mode=0o755,
+    )
     result: list = []
-    runner = threading.Thread(target=lambda: result.append(
-        run("--wait", "job.sh", env={"HARP_SBATCH": str(run.home / "slow-sbatch")}, timeout=180)))
+    runner = threading.Thread(
+        target=lambda: result.append(
+            run("--wait", "job.sh", env={"HARP_SBATCH": str(run.home / "slow-sbatch")}, timeout=180)
+        )
+    )
     runner.start()
     try:
         [reg] = harpd.wait_for("register", timeout=120)
@@ -363,7 +386,8 @@ def test_dry_run_prints_and_submits_nothing(run, harpd) -> None:
     # in words: the change and its reason, what was kept and why, the partition's caps
     assert "harp: decision (model fake):" in lines
     assert "harp:   --time 2-00:00:00 -> 45: 95th percentile of 37 similar runs" in lines or any(
-        x.startswith("harp:   --time ") and x.endswith("-> 45: 95th percentile of 37 similar runs") for x in lines)
+        x.startswith("harp:   --time ") and x.endswith("-> 45: 95th percentile of 37 similar runs") for x in lines
+    )
     assert "harp:   partition debug allows at most: time 1-00:00:00, memory 8000 MB per node, 2 cores per node" in lines
     assert not any(x.startswith("harp: decision: {") for x in lines)
     assert harpd.ops("register") == []
@@ -379,14 +403,22 @@ def test_dry_run_json_behind_harp_json(run, harpd) -> None:
     proc = run("--harp-dry-run", "--harp-json", "-H", "job.sh")
     assert proc.returncode == 0 and run.calls() == []
     got = [x for x in harp_lines(proc.stderr) if x.startswith("harp: decision: ")]
-    assert len(got) == 1 and json.loads(got[0][len("harp: decision: "):])["changes"][0]["value"] == "45"
+    assert len(got) == 1 and json.loads(got[0][len("harp: decision: ") :])["changes"][0]["value"] == "45"
 
 
 def test_dry_run_says_why_each_resource_was_kept(run, harpd) -> None:
-    harpd.decision = decision(explain={"time": {"reason": "cold start: 3 of 5 runs"},
-                                       "mem": {"reason": "rounded bound reaches the request: kept"},
-                                       "cores": "not a dict"},
-                              partition="", max_time_s=None, max_mem_mb=None, max_cpus=None, model=None)
+    harpd.decision = decision(
+        explain={
+            "time": {"reason": "cold start: 3 of 5 runs"},
+            "mem": {"reason": "rounded bound reaches the request: kept"},
+            "cores": "not a dict",
+        },
+        partition="",
+        max_time_s=None,
+        max_mem_mb=None,
+        max_cpus=None,
+        model=None,
+    )
     run.write("job.sh", JOB)
     lines = harp_lines(run("--harp-dry-run", "job.sh").stderr)
     assert "harp: decision (no model):" in lines
@@ -468,7 +500,9 @@ def test_directory_as_script_goes_to_sbatch_untouched(run, harpd) -> None:
     assert_no_traceback(proc)
 
 
-@pytest.mark.skipif(os.geteuid() == 0 and shutil.which("setpriv") is None, reason="root needs setpriv to feel permissions")
+@pytest.mark.skipif(
+    os.geteuid() == 0 and shutil.which("setpriv") is None, reason="root needs setpriv to feel permissions"
+)
 def test_unreadable_script_goes_to_sbatch_untouched(run, harpd) -> None:
     path = run.write("secret.sh", JOB, mode=0o000)
     proc = run("-H", "secret.sh", no_dac_override=os.geteuid() == 0)
@@ -540,13 +574,21 @@ def test_invalid_command_lines_go_to_sbatch_untouched(run, harpd, args, env) -> 
 
 def test_an_internal_error_submits_unchanged(run, harpd) -> None:
     run.write("job.sh", JOB)
-    code = ("import sys, harp_submit.cli as c\n"
-            "def boom(*a, **k): raise RuntimeError('synthetic')\n"
-            "c.validate = boom\nsys.exit(c.main())")
+    code = (
+        "import sys, harp_submit.cli as c\n"
+        "def boom(*a, **k): raise RuntimeError('synthetic')\n"
+        "c.validate = boom\nsys.exit(c.main())"
+    )
     import subprocess
 
-    proc = subprocess.run([sys.executable, "-c", code, "-H", "job.sh"], env=run.env, cwd=run.home,
-                          capture_output=True, stdin=subprocess.DEVNULL, timeout=300)
+    proc = subprocess.run(
+        [sys.executable, "-c", code, "-H", "job.sh"],
+        env=run.env,
+        cwd=run.home,
+        capture_output=True,
+        stdin=subprocess.DEVNULL,
+        timeout=300,
+    )
     assert proc.returncode == 0 and proc.stdout == b"Submitted batch job 4242\n"
     assert run.calls()[0]["argv"] == ["-H", "job.sh"]
     [line] = harp_lines(proc.stderr)
@@ -599,8 +641,9 @@ def test_a_job_harp_left_alone_keeps_its_comment_exactly(run, harpd) -> None:
 
 
 def test_registration_is_retried_while_slurm_does_not_know_the_job(run, harpd) -> None:
-    answers = [b'{"ok": false, "error": "Slurm does not know job 4242 yet; register a job after sbatch has '
-               b'printed its id"}\n'] * 2 + [b'{"ok": true}\n']
+    answers = [
+        b'{"ok": false, "error": "Slurm does not know job 4242 yet; register a job after sbatch has printed its id"}\n'
+    ] * 2 + [b'{"ok": true}\n']
     release = threading.Event()  # the last try is held until the user's run is over
     answered = threading.Event()
 
@@ -652,7 +695,8 @@ def test_registration_backs_off_within_its_budget(monkeypatch) -> None:
         raise client.HarpdUnavailable("no answer within 2 s")
 
     monkeypatch.setattr(registration.client, "ask", ask)
-    ok = registration.send(route.Route("/nonexistent"), {"op": "register"}, 2.0, 60.0, sleep=sleep,
-                           clock=lambda: now[0])
+    ok = registration.send(
+        route.Route("/nonexistent"), {"op": "register"}, 2.0, 60.0, sleep=sleep, clock=lambda: now[0]
+    )
     assert ok is False and now[0] <= 60.0
     assert slept[:5] == [0.5, 1.0, 2.0, 4.0, 8.0] and max(slept) == registration.MAX_PAUSE_S

@@ -179,7 +179,10 @@ def test_oversized_answer_is_refused(short_dir) -> None:
 
 
 json_values = st.recursive(
-    st.none() | st.booleans() | st.integers(min_value=-(2**63), max_value=2**63) | st.text()
+    st.none()
+    | st.booleans()
+    | st.integers(min_value=-(2**63), max_value=2**63)
+    | st.text()
     | st.floats(allow_nan=False, allow_infinity=False),
     lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=5), inner, max_size=4),
     max_leaves=20,
@@ -214,12 +217,29 @@ def test_the_shipped_config_is_read_without_tomllib() -> None:
     assert ("server", "socket") in expected and config_file.simple_values(text, KEYS) == expected
 
 
-toml_lines = st.sampled_from([
-    "[server]", "[store]", "[server.extra]", "[ server ]", "[[jobs]]", "# comment", "",
-    'socket = "/run/a.sock"', "socket = '/run/b.sock'", 'socket = "/c.sock" # note', 'socket = "a\\\\b"',
-    'socket = """/m.sock"""', "socket = 5", 'path = "/var/lib/x.db"', 'server.socket = "/dotted.sock"',
-    'server = { socket = "/inline.sock" }', '"socket" = "/quoted.sock"', "mode = 0o666", "a.b = 1",
-])
+toml_lines = st.sampled_from(
+    [
+        "[server]",
+        "[store]",
+        "[server.extra]",
+        "[ server ]",
+        "[[jobs]]",
+        "# comment",
+        "",
+        'socket = "/run/a.sock"',
+        "socket = '/run/b.sock'",
+        'socket = "/c.sock" # note',
+        'socket = "a\\\\b"',
+        'socket = """/m.sock"""',
+        "socket = 5",
+        'path = "/var/lib/x.db"',
+        'server.socket = "/dotted.sock"',
+        'server = { socket = "/inline.sock" }',
+        '"socket" = "/quoted.sock"',
+        "mode = 0o666",
+        "a.b = 1",
+    ]
+)
 
 
 @given(st.lists(toml_lines, max_size=8))

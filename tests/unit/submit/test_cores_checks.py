@@ -23,14 +23,20 @@ def test_a_lowered_cpus_per_task_of_a_single_task_job_is_valid() -> None:
     assert [(c.option, c.amount) for c in changes] == [("cpus-per-task", 1)]
 
 
-@pytest.mark.parametrize("res, changes, words", [
-    ({**RES, "ntasks": 4}, (change("cpus-per-task", "1"),), "single-task jobs only"),
-    ({**RES, "nodes": 2}, (change("cpus-per-task", "1"),), "single-task jobs only"),
-    ({**RES, "cpus_per_task": 2}, (change("cpus-per-task", "3"),), "never raises"),
-    ({**RES, "mem_mb": None, "mem_per_cpu_mb": 1024}, (change("cpus-per-task", "1"),), "shrink the memory"),
-    ({**RES, "mem_mb": None, "mem_per_cpu_mb": 1024},
-     (change("cpus-per-task", "1"), change("mem-per-cpu", "900M")), "shrink the memory"),
-])
+@pytest.mark.parametrize(
+    "res, changes, words",
+    [
+        ({**RES, "ntasks": 4}, (change("cpus-per-task", "1"),), "single-task jobs only"),
+        ({**RES, "nodes": 2}, (change("cpus-per-task", "1"),), "single-task jobs only"),
+        ({**RES, "cpus_per_task": 2}, (change("cpus-per-task", "3"),), "never raises"),
+        ({**RES, "mem_mb": None, "mem_per_cpu_mb": 1024}, (change("cpus-per-task", "1"),), "shrink the memory"),
+        (
+            {**RES, "mem_mb": None, "mem_per_cpu_mb": 1024},
+            (change("cpus-per-task", "1"), change("mem-per-cpu", "900M")),
+            "shrink the memory",
+        ),
+    ],
+)
 def test_unsafe_core_changes_are_refused(res, changes, words: str) -> None:
     with pytest.raises(BadDecision) as info:
         validate(ok(*changes), res)

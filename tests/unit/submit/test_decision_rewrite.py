@@ -64,10 +64,13 @@ def test_limits_follow_a_partition_change() -> None:
 # --- rewrite ------------------------------------------------------------------------------
 
 
-def request(argv: list[str], env: dict[str, str] | None = None, text: str | None = None, wrap: str | None = None) -> Request:
+def request(
+    argv: list[str], env: dict[str, str] | None = None, text: str | None = None, wrap: str | None = None
+) -> Request:
     script = directives.parse(text) if text is not None else None
-    return Request(SBATCH_TABLE.parse(argv), env or {}, script, script_path="job.sh" if text else None,
-                   script_text=text, wrap=wrap)
+    return Request(
+        SBATCH_TABLE.parse(argv), env or {}, script, script_path="job.sh" if text else None, script_text=text, wrap=wrap
+    )
 
 
 def changes(*cs):

@@ -29,8 +29,13 @@ def test_reads_directives_like_sbatch() -> None:
         "echo start\n"
         "#SBATCH --time=99\n"  # after the first command: ignored
     )
-    assert opts(text) == [("time", "10"), ("cpus-per-task", "4"), ("mem", "2G"), ("job-name", "old-prefix"),
-                          ("partition", "debug")]
+    assert opts(text) == [
+        ("time", "10"),
+        ("cpus-per-task", "4"),
+        ("mem", "2G"),
+        ("job-name", "old-prefix"),
+        ("partition", "debug"),
+    ]
     s = d.parse(text)
     assert s.header_end == 9 and s.directive_lines == [1, 2, 6, 7]
 
@@ -99,10 +104,33 @@ def test_any_bytes_survive_decoding_parsing_and_rendering(data: bytes) -> None:
 
 # --- generated scripts for the edit properties ------------------------------------------
 
-TIME_FORMS = ["--time=10", "--time 10", "-t 10", "-t10", "--time='10'", '--time="1:00:00"', "-Ht5",
-              "-t 2-0", "--time=UNLIMITED"]
-OTHER_FORMS = ["-c 4", "-c4", "--mem=1G", "--mem-per-cpu 500M", "-J name", '--comment="a b"', "--output=x.%j",
-               "-p debug", "--parti=a", "-N 1", "--gres=gpu:1", "-H", "--exclusive", "--nice=5"]
+TIME_FORMS = [
+    "--time=10",
+    "--time 10",
+    "-t 10",
+    "-t10",
+    "--time='10'",
+    '--time="1:00:00"',
+    "-Ht5",
+    "-t 2-0",
+    "--time=UNLIMITED",
+]
+OTHER_FORMS = [
+    "-c 4",
+    "-c4",
+    "--mem=1G",
+    "--mem-per-cpu 500M",
+    "-J name",
+    '--comment="a b"',
+    "--output=x.%j",
+    "-p debug",
+    "--parti=a",
+    "-N 1",
+    "--gres=gpu:1",
+    "-H",
+    "--exclusive",
+    "--nice=5",
+]
 MEM_FORMS = ["--mem=1G", "--mem 2G", "--mem-per-cpu=500M", "--mem-per-cpu 1G", "--mem-per-gpu=4G"]
 
 ws = st.sampled_from([" ", "  ", "\t", " \t "])
@@ -121,8 +149,9 @@ def directive_line(draw, forms: list[str]) -> str:
 @st.composite
 def script(draw, forms: list[str] = TIME_FORMS) -> str:
     eol = draw(st.sampled_from(["\n", "\r\n"]))
-    header = draw(st.lists(st.one_of(directive_line(forms), st.sampled_from(["", "# comment", "  # indented"])),
-                           max_size=6))
+    header = draw(
+        st.lists(st.one_of(directive_line(forms), st.sampled_from(["", "# comment", "  # indented"])), max_size=6)
+    )
     body = draw(st.lists(st.sampled_from(["echo hi", "#SBATCH --time=99", "srun ./a.out -t 5", ""]), max_size=3))
     lines = [draw(st.sampled_from(["#!/bin/bash", "#!/usr/bin/env python3"]))] + header + ["echo start"] + body
     text = eol.join(lines)
@@ -162,7 +191,8 @@ def test_replacing_a_value_touches_only_that_option(text: str, new: str) -> None
     # ... and every line without the target is byte-identical
     assert len(after.lines) == len(old_lines)
     assert [a for n, a in enumerate(after.lines) if n not in touched] == [
-        a for n, a in enumerate(old_lines) if n not in touched]
+        a for n, a in enumerate(old_lines) if n not in touched
+    ]
 
 
 @settings(max_examples=300)

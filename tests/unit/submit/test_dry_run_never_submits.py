@@ -61,8 +61,12 @@ def test_dry_run_with_the_daemon_down_submits_nothing(run) -> None:
 
 @pytest.mark.parametrize(
     "content",
-    [b"#SBATCH -t 5\necho no shebang\n", b"", b"#!/bin/bash\n#SBATCH --mem=12X\necho hi\n",
-     b"#!/bin/bash\n#SBATCH --bogus\necho hi\n"],
+    [
+        b"#SBATCH -t 5\necho no shebang\n",
+        b"",
+        b"#!/bin/bash\n#SBATCH --mem=12X\necho hi\n",
+        b"#!/bin/bash\n#SBATCH --bogus\necho hi\n",
+    ],
 )
 def test_dry_run_with_a_bad_script_submits_nothing(run, harpd, content) -> None:
     run.write("bad.sh", content)
@@ -92,19 +96,33 @@ def test_dry_run_when_harp_steps_aside_submits_nothing_and_says_why(run, harpd, 
 def test_dry_run_after_an_early_internal_error_submits_nothing(run, harpd) -> None:
     run.write("job.sh", JOB)
     code = "import sys, harp_submit.cli as c\nc.CLI_TABLE = None\nsys.exit(c.main())"
-    proc = subprocess.run([sys.executable, "-c", code, "--harp-dry-run", "-H", "job.sh"], env=run.env,
-                          cwd=run.home, capture_output=True, stdin=subprocess.DEVNULL, timeout=300)
+    proc = subprocess.run(
+        [sys.executable, "-c", code, "--harp-dry-run", "-H", "job.sh"],
+        env=run.env,
+        cwd=run.home,
+        capture_output=True,
+        stdin=subprocess.DEVNULL,
+        timeout=300,
+    )
     assert_nothing_submitted(run, proc)
     assert any("internal error" in x for x in harp_lines(proc.stderr))
 
 
 def test_dry_run_after_a_late_internal_error_submits_nothing(run, harpd) -> None:
     run.write("job.sh", JOB)
-    code = ("import sys, harp_submit.cli as c\n"
-            "def boom(*a, **k): raise RuntimeError('synthetic')\n"
-            "c.validate = boom\nsys.exit(c.main())")
-    proc = subprocess.run([sys.executable, "-c", code, "--harp-dry-run", "job.sh"], env=run.env,
-                          cwd=run.home, capture_output=True, stdin=subprocess.DEVNULL, timeout=300)
+    code = (
+        "import sys, harp_submit.cli as c\n"
+        "def boom(*a, **k): raise RuntimeError('synthetic')\n"
+        "c.validate = boom\nsys.exit(c.main())"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", code, "--harp-dry-run", "job.sh"],
+        env=run.env,
+        cwd=run.home,
+        capture_output=True,
+        stdin=subprocess.DEVNULL,
+        timeout=300,
+    )
     assert_nothing_submitted(run, proc)
 
 

@@ -35,13 +35,25 @@ def home():
         shutil.rmtree(d, ignore_errors=True)
 
 
-def message(home: Path, options: dict, *, script: str | None = SCRIPT, command: str = "sbatch",
-            cmdline: list[str] | None = None, offset: int = 0) -> dict:
+def message(
+    home: Path,
+    options: dict,
+    *,
+    script: str | None = SCRIPT,
+    command: str = "sbatch",
+    cmdline: list[str] | None = None,
+    offset: int = 0,
+) -> dict:
     if script is not None:
         (home / "job.sh").write_text(script)
         options = {**options, "argv": options.get("argv", [str(home / "job.sh")])}
-    return {"v": 1, "command": command, "offset": offset, "options": options,
-            "cmdline": cmdline if cmdline is not None else ["sbatch", str(home / "job.sh")]}
+    return {
+        "v": 1,
+        "command": command,
+        "offset": offset,
+        "options": options,
+        "cmdline": cmdline if cmdline is not None else ["sbatch", str(home / "job.sh")],
+    }
 
 
 def run_helper(home: Path, msg: dict | str, env: dict[str, str]) -> tuple[int, list[tuple[str, ...]]]:
@@ -49,8 +61,14 @@ def run_helper(home: Path, msg: dict | str, env: dict[str, str]) -> tuple[int, l
     req = home / "req.json"
     req.write_text(msg if isinstance(msg, str) else json.dumps(msg))
     e = {"PATH": os.environ.get("PATH", ""), "PYTHONPATH": str(REPO), "HARP_CONFIG": "/nonexistent/harpd.toml", **env}
-    proc = subprocess.run([sys.executable, "-m", "harp_submit.filter", "--request", str(req)], capture_output=True,
-                          text=True, env=e, cwd=home, timeout=300)
+    proc = subprocess.run(
+        [sys.executable, "-m", "harp_submit.filter", "--request", str(req)],
+        capture_output=True,
+        text=True,
+        env=e,
+        cwd=home,
+        timeout=300,
+    )
     assert proc.stderr == ""  # the plugin reads stdout only; nothing may leak to the terminal
     lines = proc.stdout.splitlines()
     assert lines[0] == hf.PROTOCOL
@@ -63,13 +81,18 @@ def kinds(lines, kind: str) -> list[tuple[str, ...]]:
 
 def test_decision_becomes_option_settings(home) -> None:
     with FakeHarpd(home / "h.sock", decision(change("time", "00:07:00"), change("mem", "200M"), **LIMITS)) as fake:
-        msg = message(home, {"time": "00:50:00", "mem": "300", "cpus-per-task": "2"},
-                      cmdline=["sbatch", "-c", "2", str(home / "job.sh"), "arg"])
+        msg = message(
+            home,
+            {"time": "00:50:00", "mem": "300", "cpus-per-task": "2"},
+            cmdline=["sbatch", "-c", "2", str(home / "job.sh"), "arg"],
+        )
         rc, lines = run_helper(home, msg, {"HARP_SOCKET": fake.path})
         assert rc == 0
         assert kinds(lines, "set") == [("time", "00:07:00"), ("mem", "200M")]
-        assert kinds(lines, "say") == [("--time 00:50:00 -> 00:07:00 (95th percentile of 37 similar runs)",),
-                                       ("--mem 300M -> 200M (95th percentile of 37 similar runs)",)]
+        assert kinds(lines, "say") == [
+            ("--time 00:50:00 -> 00:07:00 (95th percentile of 37 similar runs)",),
+            ("--mem 300M -> 200M (95th percentile of 37 similar runs)",),
+        ]
         assert kinds(lines, "mark") == [("cli_filter time=00:50:00>00:07:00 mem=300M>200M",)]
         assert lines[-1] == ("ok",)
         [pred] = fake.ops("predict")
@@ -87,8 +110,16 @@ def test_decision_becomes_option_settings(home) -> None:
 
 
 def test_sbatch_spellings_are_read_as_sbatch_means_them() -> None:
-    argv = hf.options_argv({"mem": "300", "mem-per-gpu": "2G", "gres": "gres:gpu:a100:1,gres:shard:2",
-                            "time": "1-00:00:00", "wrap": "ignored here", "parsable": "set"})
+    argv = hf.options_argv(
+        {
+            "mem": "300",
+            "mem-per-gpu": "2G",
+            "gres": "gres:gpu:a100:1,gres:shard:2",
+            "time": "1-00:00:00",
+            "wrap": "ignored here",
+            "parsable": "set",
+        }
+    )
     assert argv == ["--time=1-00:00:00", "--mem=300M", "--mem-per-gpu=2G", "--gres=gpu:a100:1,shard:2"]
 
 
@@ -103,8 +134,12 @@ def test_no_change_registers_without_settings(home) -> None:
 
 def test_wrap_jobs_send_the_command(home) -> None:
     with FakeHarpd(home / "h.sock", decision(change("time", "00:02:00"), **LIMITS)) as fake:
-        msg = message(home, {"time": "00:10:00", "wrap": "python3 train.py --epochs 3", "argv": []}, script=None,
-                      cmdline=["sbatch", "-t", "10", "--wrap", "python3 train.py --epochs 3"])
+        msg = message(
+            home,
+            {"time": "00:10:00", "wrap": "python3 train.py --epochs 3", "argv": []},
+            script=None,
+            cmdline=["sbatch", "-t", "10", "--wrap", "python3 train.py --epochs 3"],
+        )
         rc, lines = run_helper(home, msg, {"HARP_SOCKET": fake.path})
         assert kinds(lines, "set") == [("time", "00:02:00")]
         job = fake.ops("predict")[0]["job"]
@@ -139,8 +174,10 @@ def test_opt_outs_and_unknowables_are_silent_and_never_ask(home, env, script, ex
         (decision(change("time", "00:07:00"), change("mem", "90000M"), **LIMITS), "beyond partition short"),
         (decision(change("account", "other"), **LIMITS), "cannot change option 'account'"),
         (decision(change("time", "00:07:00; rm -rf /"), **LIMITS), "unusable value"),
-        (decision(change("time", "00:07:00"), change("mem-per-cpu", "100M"), **LIMITS),
-         "turns --mem into --mem-per-cpu, which only harp-submit can do"),
+        (
+            decision(change("time", "00:07:00"), change("mem-per-cpu", "100M"), **LIMITS),
+            "turns --mem into --mem-per-cpu, which only harp-submit can do",
+        ),
     ],
     ids=["over the limit", "not changeable", "unsafe value", "memory option switch"],
 )
@@ -149,15 +186,21 @@ def test_bad_decisions_are_refused_as_a_whole(home, answer, expect) -> None:
         rc, lines = run_helper(home, message(home, {"time": "00:50:00", "mem": "300"}), {"HARP_SOCKET": fake.path})
     assert kinds(lines, "set") == []
     [(say,)] = kinds(lines, "say")
-    assert say.startswith("ignoring harpd's decision: ") and expect in say and say.endswith("submitting your job unchanged")
+    assert (
+        say.startswith("ignoring harpd's decision: ")
+        and expect in say
+        and say.endswith("submitting your job unchanged")
+    )
     assert json.loads(kinds(lines, "register")[0][0])["decision"] is None  # registered as unchanged
     assert lines[-1] == ("ok",)
 
 
 def test_harpd_down_is_one_line_and_no_registration(home) -> None:
     rc, lines = run_helper(home, message(home, {"time": "00:50:00"}), {"HARP_SOCKET": str(home / "none.sock")})
-    assert lines == [("say", f"harpd is not running (no socket at {home / 'none.sock'}); submitting your job unchanged"),
-                     ("ok",)]
+    assert lines == [
+        ("say", f"harpd is not running (no socket at {home / 'none.sock'}); submitting your job unchanged"),
+        ("ok",),
+    ]
 
 
 def test_values_sbatch_would_refuse_leave_the_job_to_sbatch(home) -> None:
@@ -192,11 +235,17 @@ def test_unreadable_script_fails_open(home) -> None:
 def test_register_mode_sends_the_job_id_and_deletes_the_file(home) -> None:
     with FakeHarpd(home / "h.sock", decision(**LIMITS)) as fake:
         payload = home / "reg.json"
-        payload.write_text(json.dumps({"op": "register", "job": {"job_name": "x"}, "original": {}, "submitted": {},
-                                       "decision": None}))
+        payload.write_text(
+            json.dumps({"op": "register", "job": {"job_name": "x"}, "original": {}, "submitted": {}, "decision": None})
+        )
         e = {"PATH": os.environ.get("PATH", ""), "PYTHONPATH": str(REPO), "HARP_SOCKET": fake.path}
-        proc = subprocess.run([sys.executable, "-m", "harp_submit.filter", "--register", str(payload), "--job-id", "42"],
-                              capture_output=True, text=True, env=e, timeout=300)
+        proc = subprocess.run(
+            [sys.executable, "-m", "harp_submit.filter", "--register", str(payload), "--job-id", "42"],
+            capture_output=True,
+            text=True,
+            env=e,
+            timeout=300,
+        )
         assert proc.returncode == 0 and proc.stdout == "" and proc.stderr == ""
         assert not payload.exists()
         [reg] = fake.wait_for("register")
@@ -222,8 +271,10 @@ def test_output_lines_cannot_be_split_by_user_text() -> None:
 
 
 def test_filter_imports_only_fast_standard_library_modules() -> None:
-    code = ("import sys; before = set(sys.modules); sys.path.insert(0, sys.argv[1]);"
-            "import harp_submit.filter; print(' '.join(sorted(set(sys.modules) - before)))")
+    code = (
+        "import sys; before = set(sys.modules); sys.path.insert(0, sys.argv[1]);"
+        "import harp_submit.filter; print(' '.join(sorted(set(sys.modules) - before)))"
+    )
     out = subprocess.run([sys.executable, "-S", "-c", code, str(REPO)], capture_output=True, text=True, check=True)
     loaded = {m.split(".")[0] for m in out.stdout.split()}
     assert loaded - {"harp_submit"} <= set(sys.stdlib_module_names)

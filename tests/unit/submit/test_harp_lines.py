@@ -9,8 +9,10 @@ from harp_submit import harp_lines
 
 
 def test_found_at_column_zero_anywhere_in_the_script() -> None:
-    text = ("#HARP first\n#!/bin/sh\necho x\n#HARP dnn model=llama-7b gpus=a100 # note\r\n"
-            " #HARP indented\n#HARPOON no\n#HARP")
+    text = (
+        "#HARP first\n#!/bin/sh\necho x\n#HARP dnn model=llama-7b gpus=a100 # note\r\n"
+        " #HARP indented\n#HARPOON no\n#HARP"
+    )
     assert harp_lines.find(text) == ["#HARP first", "#HARP dnn model=llama-7b gpus=a100 # note", "#HARP"]
 
 
@@ -26,8 +28,11 @@ def test_off_in_any_case_but_only_as_the_first_word() -> None:
     assert not harp_lines.is_off([])
 
 
-@given(st.lists(st.sampled_from(["#HARP off", "#HARP dnn a=b", "#HARPX", " #HARP x", "echo", "#SBATCH -t 5", ""]),
-                max_size=12))
+@given(
+    st.lists(
+        st.sampled_from(["#HARP off", "#HARP dnn a=b", "#HARPX", " #HARP x", "echo", "#SBATCH -t 5", ""]), max_size=12
+    )
+)
 def test_find_returns_exactly_the_harp_lines(lines: list[str]) -> None:
     text = "\n".join(lines)
     expected = [line for line in lines if line == "#HARP" or line.startswith(("#HARP ", "#HARP\t"))]

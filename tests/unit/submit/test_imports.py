@@ -12,9 +12,28 @@ REPO = Path(__file__).resolve().parents[3]
 
 # each costs milliseconds of start-up on every submission (enum, re, typing ...); ctypes and
 # hashlib only where TCP is used (libmunge, the credential's hash): never on the Unix-socket path
-SLOW = {"re", "enum", "typing", "json", "socket", "subprocess", "dataclasses", "tomllib", "argparse", "signal",
-        "selectors", "threading", "inspect", "pathlib", "shlex", "tempfile", "logging", "ctypes", "hashlib",
-        "shutil"}
+SLOW = {
+    "re",
+    "enum",
+    "typing",
+    "json",
+    "socket",
+    "subprocess",
+    "dataclasses",
+    "tomllib",
+    "argparse",
+    "signal",
+    "selectors",
+    "threading",
+    "inspect",
+    "pathlib",
+    "shlex",
+    "tempfile",
+    "logging",
+    "ctypes",
+    "hashlib",
+    "shutil",
+}
 
 
 def test_cli_imports_only_fast_standard_library_modules() -> None:

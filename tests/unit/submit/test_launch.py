@@ -19,23 +19,61 @@ REPO = Path(__file__).resolve().parents[3]
 JOB = "#!/bin/bash\n#SBATCH --time=10\ntrue\n"
 
 
-@pytest.mark.parametrize("args", [[], ["-H", "job.sh"], ["--time=5", "-J", "x", "job.sh", "a", "b"],
-                                  ["--wrap=true"], ["-p", "short", "--", "job.sh"], ["-N2", "--mem", "4G"]])
+@pytest.mark.parametrize(
+    "args",
+    [
+        [],
+        ["-H", "job.sh"],
+        ["--time=5", "-J", "x", "job.sh", "a", "b"],
+        ["--wrap=true"],
+        ["-p", "short", "--", "job.sh"],
+        ["-N2", "--mem", "4G"],
+    ],
+)
 def test_plain_argv_goes_straight_to_sbatch(args) -> None:
     assert plain(args)
 
 
-@pytest.mark.parametrize("args", [
-    ["--harp-off", "job.sh"], ["--harp-dry-run", "job.sh"], ["--harp-dryrun"], ["--ha"], ["--har=1"],
-    ["--help"], ["--he"], ["--usage"], ["--us"], ["--version"], ["--vers"], ["-h"], ["-V"], ["-HV"],
-    ["-Jhello", "job.sh"], ["job.sh", "-h"], ["--hold", "job.sh"], ["-?"],
-])
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["--harp-off", "job.sh"],
+        ["--harp-dry-run", "job.sh"],
+        ["--harp-dryrun"],
+        ["--ha"],
+        ["--har=1"],
+        ["--help"],
+        ["--he"],
+        ["--usage"],
+        ["--us"],
+        ["--version"],
+        ["--vers"],
+        ["-h"],
+        ["-V"],
+        ["-HV"],
+        ["-Jhello", "job.sh"],
+        ["job.sh", "-h"],
+        ["--hold", "job.sh"],
+        ["-?"],
+    ],
+)
 def test_anything_harp_must_read_takes_the_full_way(args) -> None:
     assert not plain(args)
 
 
-@pytest.mark.parametrize("value, off", [("1", True), ("yes", True), (" TRUE ", True), ("on", True),
-                                        ("0", False), ("", False), ("no", False), ("2", False)])
+@pytest.mark.parametrize(
+    "value, off",
+    [
+        ("1", True),
+        ("yes", True),
+        (" TRUE ", True),
+        ("on", True),
+        ("0", False),
+        ("", False),
+        ("no", False),
+        ("2", False),
+    ],
+)
 def test_disable_values(value, off) -> None:
     assert disabled({"HARP_DISABLE": value}) is off
     assert disabled({}) is False
@@ -53,8 +91,13 @@ def _imported(stderr: bytes) -> set[str]:
 def test_disabled_submission_loads_only_the_sbatch_runner(run, harpd) -> None:
     run.write("job.sh", JOB)
     e = {**run.env, "HARP_DISABLE": "1"}
-    proc = subprocess.run([sys.executable, "-X", "importtime", "-c", _RUN, "-H", "job.sh"], env=e,
-                          cwd=str(run.home), capture_output=True, timeout=300)
+    proc = subprocess.run(
+        [sys.executable, "-X", "importtime", "-c", _RUN, "-H", "job.sh"],
+        env=e,
+        cwd=str(run.home),
+        capture_output=True,
+        timeout=300,
+    )
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert run.calls()[0]["argv"] == ["-H", "job.sh"] and harpd.requests == []
     loaded = {m for m in _imported(proc.stderr) if m.startswith("harp_submit")}
@@ -66,8 +109,13 @@ def test_disabled_with_a_harp_option_still_reads_it(run, harpd) -> None:
     """--harp-dry-run with HARP_DISABLE: a dry run (nothing submitted), harp's option never reaches sbatch."""
     run.write("job.sh", JOB)
     e = {**run.env, "HARP_DISABLE": "1"}
-    proc = subprocess.run([sys.executable, "-X", "importtime", "-c", _RUN, "--harp-dry-run", "-H", "job.sh"],
-                          env=e, cwd=str(run.home), capture_output=True, timeout=300)
+    proc = subprocess.run(
+        [sys.executable, "-X", "importtime", "-c", _RUN, "--harp-dry-run", "-H", "job.sh"],
+        env=e,
+        cwd=str(run.home),
+        capture_output=True,
+        timeout=300,
+    )
     assert proc.returncode == 0 and run.calls() == [] and harpd.requests == []
     assert "harp_submit.cli" in _imported(proc.stderr)
     assert b"dry run, nothing submitted" in proc.stderr
@@ -98,9 +146,12 @@ def test_the_installed_script_is_a_plain_script() -> None:
     text = (REPO / "bin" / "harp-submit").read_text()
     assert text.startswith("#!python\n") and "import re" not in text
     assert 'script-files = ["bin/harp-submit"]' in (REPO / "pyproject.toml").read_text()
-    out = subprocess.run([sys.executable, "-S", "-X", "importtime", str(REPO / "bin" / "harp-submit"), "--harp-off",
-                          "--version"], env={"PYTHONPATH": str(REPO), "HARP_SBATCH": "/bin/true", "PATH": "/usr/bin:/bin"},
-                         capture_output=True, timeout=300)
+    out = subprocess.run(
+        [sys.executable, "-S", "-X", "importtime", str(REPO / "bin" / "harp-submit"), "--harp-off", "--version"],
+        env={"PYTHONPATH": str(REPO), "HARP_SBATCH": "/bin/true", "PATH": "/usr/bin:/bin"},
+        capture_output=True,
+        timeout=300,
+    )
     assert out.returncode == 0 and b"harp-submit " in out.stdout
     loaded = _imported(out.stderr)
     assert "harp_submit.cli" in loaded and "re" not in loaded

@@ -113,11 +113,14 @@ def test_no_munged_is_a_socket_error_not_a_traceback() -> None:
     assert exc.value.code == m.SOCKET and "/nonexistent/munge.sock" in exc.value.message
 
 
-@pytest.mark.parametrize("answer", [
-    _message(3, b"\x00\x00" + (4).to_bytes(4, "big") + b"abc\0", version=5),  # a future format
-    _message(3, b"\x00\x00", magic=0x12345678),  # not munged at all
-    b"",  # closed without a word
-])
+@pytest.mark.parametrize(
+    "answer",
+    [
+        _message(3, b"\x00\x00" + (4).to_bytes(4, "big") + b"abc\0", version=5),  # a future format
+        _message(3, b"\x00\x00", magic=0x12345678),  # not munged at all
+        b"",  # closed without a word
+    ],
+)
 def test_a_munged_speaking_another_format_is_left_to_libmunge(munged, monkeypatch, answer: bytes) -> None:
     f = munged(lambda kind, body: answer)
     calls: list[bool] = []
@@ -139,11 +142,18 @@ def test_a_munged_speaking_another_format_is_left_to_libmunge(munged, monkeypatc
 def test_the_tcp_path_loads_no_ctypes(munged) -> None:
     cred = b"MUNGE:c:"
     f = munged(lambda kind, body: _message(3, b"\x00\x00" + (len(cred) + 1).to_bytes(4, "big") + cred + b"\0"))
-    code = ("import sys; from harp_submit.munge import Munge; print(Munge(sys.argv[1]).encode(b'x').decode()); "
-            "print('ctypes' in sys.modules)")
+    code = (
+        "import sys; from harp_submit.munge import Munge; print(Munge(sys.argv[1]).encode(b'x').decode()); "
+        "print('ctypes' in sys.modules)"
+    )
     import subprocess
 
-    out = subprocess.run([sys.executable, "-c", code, f.path], capture_output=True, text=True, timeout=300,
-                         env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[3])})
+    out = subprocess.run(
+        [sys.executable, "-c", code, f.path],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[3])},
+    )
     assert out.returncode == 0, out.stderr
     assert out.stdout.split() == ["MUNGE:c:", "False"]

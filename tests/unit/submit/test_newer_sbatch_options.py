@@ -36,8 +36,14 @@ def test_newer_options_with_a_value_take_the_next_word(spec) -> None:
 
 def test_options_whose_argument_changed_accept_every_releases_form() -> None:
     # --requeue takes an optional value since 25.11; --get-user-env lost its value in 25.05
-    for argv in (["--requeue", "job.sh"], ["--requeue=expedite", "job.sh"], ["--get-user-env", "job.sh"],
-                 ["--get-user-env=10L", "job.sh"], ["--resv-ports", "job.sh"], ["--oom-kill-step=1", "job.sh"]):
+    for argv in (
+        ["--requeue", "job.sh"],
+        ["--requeue=expedite", "job.sh"],
+        ["--get-user-env", "job.sh"],
+        ["--get-user-env=10L", "job.sh"],
+        ["--resv-ports", "job.sh"],
+        ["--oom-kill-step=1", "job.sh"],
+    ):
         assert so.SBATCH_TABLE.parse(argv).end == 1, argv
 
 
@@ -47,7 +53,9 @@ def test_tres_per_task_job_is_advised(run, harpd) -> None:
     proc = run("--tres-per-task=cpu:2", "job.sh")
     assert proc.returncode == 0 and len(harpd.ops("predict")) == 1
     [call] = run.calls()
-    assert call["argv"][:2] == ["--open-mode=append", "--tres-per-task=cpu:2"] and "#SBATCH --time=45\n" in call["stdin"]
+    assert (
+        call["argv"][:2] == ["--open-mode=append", "--tres-per-task=cpu:2"] and "#SBATCH --time=45\n" in call["stdin"]
+    )
     assert any("--time" in x and "45" in x for x in proc.stderr.decode().splitlines())
 
 

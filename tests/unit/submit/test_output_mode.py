@@ -32,15 +32,18 @@ def test_a_retry_line_alone_appends(run, harpd) -> None:
     assert _argv(run, "-H", script=JOB.replace("srun", "#HARP retry\nsrun"))[0] == APPEND
 
 
-@pytest.mark.parametrize("opts, script, env", [
-    (["-o", "fixed.log"], JOB, None),  # a fixed path: appending would mix in an earlier job's output
-    (["-e", "fixed.err"], JOB, None),
-    (["--open-mode=truncate"], JOB, None),  # the user's own choice
-    ([], JOB.replace("srun", "#SBATCH --open-mode=truncate\nsrun"), None),
-    ([], JOB, {"SBATCH_OPEN_MODE": "truncate"}),
-    ([], JOB.replace("srun", "#HARP retry off\nsrun"), None),  # opted out of recovery
-    (["--array=1-3"], JOB, None),  # arrays are never recovered
-])
+@pytest.mark.parametrize(
+    "opts, script, env",
+    [
+        (["-o", "fixed.log"], JOB, None),  # a fixed path: appending would mix in an earlier job's output
+        (["-e", "fixed.err"], JOB, None),
+        (["--open-mode=truncate"], JOB, None),  # the user's own choice
+        ([], JOB.replace("srun", "#SBATCH --open-mode=truncate\nsrun"), None),
+        ([], JOB, {"SBATCH_OPEN_MODE": "truncate"}),
+        ([], JOB.replace("srun", "#HARP retry off\nsrun"), None),  # opted out of recovery
+        (["--array=1-3"], JOB, None),  # arrays are never recovered
+    ],
+)
 def test_left_alone(run, harpd, opts, script, env) -> None:
     harpd.decision = decision(change("time", "45"))
     assert APPEND not in _argv(run, "-H", *opts, script=script, env=env)

@@ -10,15 +10,29 @@ from harp_submit import directives, harp_lines
 from harp_submit.request import Request, array_size
 from harp_submit.sbatch_options import SBATCH_TABLE
 
-SCRIPT = ("#!/bin/bash\n#SBATCH --time=10\n#SBATCH --mem=1G -c 2 -p debug\n#SBATCH -J from-script\n"
-          "module load x\n./run --n 5\n")
+SCRIPT = (
+    "#!/bin/bash\n#SBATCH --time=10\n#SBATCH --mem=1G -c 2 -p debug\n#SBATCH -J from-script\n"
+    "module load x\n./run --n 5\n"
+)
 
 
-def req(argv: list[str], env: dict[str, str] | None = None, text: str | None = SCRIPT, path: str | None = "job.sh",
-        wrap: str | None = None) -> Request:
+def req(
+    argv: list[str],
+    env: dict[str, str] | None = None,
+    text: str | None = SCRIPT,
+    path: str | None = "job.sh",
+    wrap: str | None = None,
+) -> Request:
     script = directives.parse(text) if text is not None else None
-    return Request(SBATCH_TABLE.parse(argv), env or {}, script, script_path=path, script_text=text, wrap=wrap,
-                   harp_lines=harp_lines.find(text or ""))
+    return Request(
+        SBATCH_TABLE.parse(argv),
+        env or {},
+        script,
+        script_path=path,
+        script_text=text,
+        wrap=wrap,
+        harp_lines=harp_lines.find(text or ""),
+    )
 
 
 def test_command_line_beats_environment_beats_script() -> None:
@@ -47,9 +61,19 @@ def test_memory_variables_yield_to_a_different_memory_option() -> None:
 def test_resources_in_protocol_units() -> None:
     r = req(["-N", "2-4", "-n", "8", "--gres=gpu:a100:2", "-G", "2"])
     assert r.resources() == {
-        "time_s": 600, "mem_mb": 1024, "mem_per_cpu_mb": None, "mem_per_gpu_mb": None, "cpus_per_task": 2,
-        "ntasks": 8, "nodes": 2, "gres": "gpu:a100:2", "gpus": "2", "partition": "debug",
-        "time_min_s": None, "signal_s": None, "deadline": None,
+        "time_s": 600,
+        "mem_mb": 1024,
+        "mem_per_cpu_mb": None,
+        "mem_per_gpu_mb": None,
+        "cpus_per_task": 2,
+        "ntasks": 8,
+        "nodes": 2,
+        "gres": "gpu:a100:2",
+        "gpus": "2",
+        "partition": "debug",
+        "time_min_s": None,
+        "signal_s": None,
+        "deadline": None,
     }
     assert req(["-t", "UNLIMITED"]).resources()["time_s"] is None
     assert req(["--mem=0"]).resources()["mem_mb"] == 0
@@ -89,8 +113,10 @@ def test_valid_request_has_no_invalid_value() -> None:
 
 
 def test_job_request() -> None:
-    text = ("#!/bin/bash\n#SBATCH -A proj --array=0-9%2\n#HARP dnn model=llama-7b\n\n"
-            "# setup\nmodule load x\n  srun ./a.out\n")
+    text = (
+        "#!/bin/bash\n#SBATCH -A proj --array=0-9%2\n#HARP dnn model=llama-7b\n\n"
+        "# setup\nmodule load x\n  srun ./a.out\n"
+    )
     job = req([], {}, text, path="sub/train.sh").job_request()
     assert job["account"] == "proj" and job["array_size"] == 10
     assert job["job_name"] == "train.sh" and job["script_name"] == "train.sh"
@@ -120,7 +146,20 @@ def test_undecodable_bytes_become_replacement_characters() -> None:
     assert req([], text=text).job_request()["commands"] == ["echo caf\ufffd"]
 
 
-@pytest.mark.parametrize("spec, n", [("0-15", 16), ("0-15%4", 16), ("1,3,5-7", 5), ("0-15:4", 4), ("7", 1),
-                                     ("x", None), ("5-1", None), ("", None), (None, None), ("0-9:0", None)])
+@pytest.mark.parametrize(
+    "spec, n",
+    [
+        ("0-15", 16),
+        ("0-15%4", 16),
+        ("1,3,5-7", 5),
+        ("0-15:4", 4),
+        ("7", 1),
+        ("x", None),
+        ("5-1", None),
+        ("", None),
+        (None, None),
+        ("0-9:0", None),
+    ],
+)
 def test_array_size(spec, n) -> None:
     assert array_size(spec) == n

@@ -24,13 +24,22 @@ def parse(*tokens: str) -> list[tuple[str, str | None]]:
 
 def test_long_forms_with_equals_or_space() -> None:
     assert parse("--time=10", "--mem", "4G", "--partition=debug") == [
-        ("time", "10"), ("mem", "4G"), ("partition", "debug")]
+        ("time", "10"),
+        ("mem", "4G"),
+        ("partition", "debug"),
+    ]
 
 
 def test_short_forms_attached_separate_and_clustered() -> None:
     assert parse("-t10", "-c", "4", "-Hn2", "-Qvp", "gpu") == [
-        ("time", "10"), ("cpus-per-task", "4"), ("hold", None), ("ntasks", "2"),
-        ("quiet", None), ("verbose", None), ("partition", "gpu")]
+        ("time", "10"),
+        ("cpus-per-task", "4"),
+        ("hold", None),
+        ("ntasks", "2"),
+        ("quiet", None),
+        ("verbose", None),
+        ("partition", "gpu"),
+    ]
 
 
 def test_unambiguous_abbreviations_resolve_and_ambiguous_ones_fail() -> None:
@@ -68,7 +77,10 @@ def test_errors(argv: list[str]) -> None:
 def test_harp_options_only_in_the_cli_table() -> None:
     p = CLI_TABLE.parse(["--harp-dry-run", "--harp-verb", "-J", "--harp-off", "x.sh", "--harp-off"])
     assert [(o.name, o.value) for o in p.options] == [
-        ("harp-dry-run", None), ("harp-verbose", None), ("job-name", "--harp-off")]
+        ("harp-dry-run", None),
+        ("harp-verbose", None),
+        ("job-name", "--harp-off"),
+    ]
     assert p.end == 4
 
 
@@ -152,8 +164,13 @@ def glibc_getopt():
     optind = ctypes.c_int.in_dll(libc, "optind")
     ctypes.c_int.in_dll(libc, "opterr").value = 0
     optarg = ctypes.c_char_p.in_dll(libc, "optarg")
-    libc.getopt_long.argtypes = [ctypes.c_int, ctypes.POINTER(ctypes.c_char_p), ctypes.c_char_p,
-                                 ctypes.POINTER(_COpt), ctypes.POINTER(ctypes.c_int)]
+    libc.getopt_long.argtypes = [
+        ctypes.c_int,
+        ctypes.POINTER(ctypes.c_char_p),
+        ctypes.c_char_p,
+        ctypes.POINTER(_COpt),
+        ctypes.POINTER(ctypes.c_int),
+    ]
 
     def run(tokens: list[str]):
         argv = (ctypes.c_char_p * (len(tokens) + 2))(b"sbatch", *[t.encode() for t in tokens], None)
@@ -172,10 +189,52 @@ def glibc_getopt():
     return run
 
 
-PIECES = ["-t", "10", "--time", "--time=5", "--ti", "--tim", "--mem", "--mem=1G", "--mem-p=2", "--mem-per-c",
-          "-c4", "-Hc", "4", "-H", "-k", "-koff", "--no-kill", "--no-kill=off", "--nice", "--nice=5", "--excl=user",
-          "job.sh", "-", "--", "-Q", "-vV", "--clu", "--cluster=a", "--tasks", "--ntasks-per-n", "--part", "--p",
-          "-p", "debug", "--wra=x", "--h", "--hold", "--hi", "-:", "--wait=1", "--=", "--mem=", "-Hk", "--gpus-per"]
+PIECES = [
+    "-t",
+    "10",
+    "--time",
+    "--time=5",
+    "--ti",
+    "--tim",
+    "--mem",
+    "--mem=1G",
+    "--mem-p=2",
+    "--mem-per-c",
+    "-c4",
+    "-Hc",
+    "4",
+    "-H",
+    "-k",
+    "-koff",
+    "--no-kill",
+    "--no-kill=off",
+    "--nice",
+    "--nice=5",
+    "--excl=user",
+    "job.sh",
+    "-",
+    "--",
+    "-Q",
+    "-vV",
+    "--clu",
+    "--cluster=a",
+    "--tasks",
+    "--ntasks-per-n",
+    "--part",
+    "--p",
+    "-p",
+    "debug",
+    "--wra=x",
+    "--h",
+    "--hold",
+    "--hi",
+    "-:",
+    "--wait=1",
+    "--=",
+    "--mem=",
+    "-Hk",
+    "--gpus-per",
+]
 
 
 @settings(max_examples=2000)

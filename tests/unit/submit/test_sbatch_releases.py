@@ -18,35 +18,60 @@ RELEASES = ("22.05", "23.02", "23.11", "24.05", "24.11", "25.05", "25.11", "26.0
 JOB = "#!/bin/bash\n#SBATCH --time=2-00:00:00\nsrun ./a.out\n"
 
 #: The long options 26.05's sbatch has and 22.05's has not.
-NEW_IN_26_05 = ("--container-id=abc", "--container-type=oci", "--extra-node-info=2:4:1", "--oom-kill-step=1",
-                "--resv-ports=2", "--spread-segments", "--tres-bind=gres/gpu:per_task:1", "--tres-per-task=gres/gpu=1")
+NEW_IN_26_05 = (
+    "--container-id=abc",
+    "--container-type=oci",
+    "--extra-node-info=2:4:1",
+    "--oom-kill-step=1",
+    "--resv-ports=2",
+    "--spread-segments",
+    "--tres-bind=gres/gpu:per_task:1",
+    "--tres-per-task=gres/gpu=1",
+)
 
 
-@pytest.mark.parametrize(("value", "cpus"), [
-    ("cpu=4", 4), ("cpu:4", 4), ("CPU=2", 2), ("gres/gpu=1,cpu=8", 8), ("cpu=8,license/ansys=1", 8),
-    ("cpu=1k", 1024), ("gres/gpu=1", None), ("license/cpu=1", None), ("cpu=0", None), ("cpu=x", None),
-    ("cpu", None), ("", None), (None, None),
-])
+@pytest.mark.parametrize(
+    ("value", "cpus"),
+    [
+        ("cpu=4", 4),
+        ("cpu:4", 4),
+        ("CPU=2", 2),
+        ("gres/gpu=1,cpu=8", 8),
+        ("cpu=8,license/ansys=1", 8),
+        ("cpu=1k", 1024),
+        ("gres/gpu=1", None),
+        ("license/cpu=1", None),
+        ("cpu=0", None),
+        ("cpu=x", None),
+        ("cpu", None),
+        ("", None),
+        (None, None),
+    ],
+)
 def test_tres_per_task_cpu_count(value, cpus) -> None:
     assert so.tres_per_task_cpus(value) == cpus
 
 
 def _request(argv: list[str], env: dict[str, str] | None = None, text: str = JOB) -> Request:
-    return Request(so.SBATCH_TABLE.parse(argv), env or {}, directives.parse(text), script_path="job.sh",
-                   script_text=text)
+    return Request(
+        so.SBATCH_TABLE.parse(argv), env or {}, directives.parse(text), script_path="job.sh", script_text=text
+    )
 
 
-@pytest.mark.parametrize(("argv", "env", "text", "cpus"), [
-    (["--tres-per-task=cpu=4", "job.sh"], {}, JOB, 4),
-    (["--tres-per-task", "cpu:6", "job.sh"], {}, JOB, 6),
-    (["job.sh"], {}, "#!/bin/bash\n#SBATCH --tres-per-task=cpu=3\nsrun x\n", 3),
-    (["job.sh"], {"SBATCH_TRES_PER_TASK": "cpu=5"}, JOB, 5),
-    # sbatch: an option given outside the environment beats the other's variable
-    (["-c", "2", "job.sh"], {"SBATCH_TRES_PER_TASK": "cpu=5"}, JOB, 2),
-    (["--tres-per-task=cpu=7", "job.sh"], {"SBATCH_CPUS_PER_TASK": "2"}, JOB, 7),
-    (["--tres-per-task=gres/gpu=1", "-c", "2", "job.sh"], {}, JOB, 2),
-    (["job.sh"], {}, JOB, None),
-])
+@pytest.mark.parametrize(
+    ("argv", "env", "text", "cpus"),
+    [
+        (["--tres-per-task=cpu=4", "job.sh"], {}, JOB, 4),
+        (["--tres-per-task", "cpu:6", "job.sh"], {}, JOB, 6),
+        (["job.sh"], {}, "#!/bin/bash\n#SBATCH --tres-per-task=cpu=3\nsrun x\n", 3),
+        (["job.sh"], {"SBATCH_TRES_PER_TASK": "cpu=5"}, JOB, 5),
+        # sbatch: an option given outside the environment beats the other's variable
+        (["-c", "2", "job.sh"], {"SBATCH_TRES_PER_TASK": "cpu=5"}, JOB, 2),
+        (["--tres-per-task=cpu=7", "job.sh"], {"SBATCH_CPUS_PER_TASK": "2"}, JOB, 7),
+        (["--tres-per-task=gres/gpu=1", "-c", "2", "job.sh"], {}, JOB, 2),
+        (["job.sh"], {}, JOB, None),
+    ],
+)
 def test_tres_per_task_cpus_are_the_cores_request(argv, env, text, cpus) -> None:
     assert _request(argv, env, text).resources()["cpus_per_task"] == cpus
 
@@ -132,15 +157,22 @@ def test_release_table_is_the_built_sbatchs_own(tmp_path, release) -> None:
     from test_sbatch_options import DUMP, OPTSTRING
 
     conf = tmp_path / "slurm.conf"
-    conf.write_text("ClusterName=probe\nSlurmctldHost=localhost\nNodeName=localhost CPUs=1 State=UNKNOWN\n"
-                    f"PartitionName=p Nodes=localhost Default=YES\nPlugStackConfig={tmp_path}/plugstack.conf\n")
+    conf.write_text(
+        "ClusterName=probe\nSlurmctldHost=localhost\nNodeName=localhost CPUs=1 State=UNKNOWN\n"
+        f"PartitionName=p Nodes=localhost Default=YES\nPlugStackConfig={tmp_path}/plugstack.conf\n"
+    )
     (tmp_path / "plugstack.conf").write_text("")
     lib = CACHE / release / "lib" / "slurm" / "libslurmfull.so"
     # a built Slurm's plugins (auth_munge.so) take slurm_conf from libslurmfull: load it globally
     dump = DUMP.replace("ctypes.CDLL(sys.argv[1])", "ctypes.CDLL(sys.argv[1], mode=ctypes.RTLD_GLOBAL)")
     assert dump != DUMP
-    out = subprocess.run([sys.executable, "-c", dump, str(lib)], env={**os.environ, "SLURM_CONF": str(conf)},
-                         capture_output=True, text=True, timeout=300)
+    out = subprocess.run(
+        [sys.executable, "-c", dump, str(lib)],
+        env={**os.environ, "SLURM_CONF": str(conf)},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert out.returncode == 0, out.stderr
     lines = out.stdout.splitlines()
     assert lines[0] == OPTSTRING  # no short option added since 22.05

@@ -25,11 +25,14 @@ def test_a_request_carries_its_maker_and_a_fresh_nonce() -> None:
     assert body == BODY and sealed.open_request(munged, cred, body) == (1001, 1002, nonce)
 
 
-@pytest.mark.parametrize("change, needle", [
-    (lambda cred, body: (cred, body.replace(b"health", b"retrain")), "changed after the credential was made"),
-    (lambda cred, body: (b"nonsense", body), "no MUNGE credential"),
-    (lambda cred, body: (b"MUNGE:forged:", body), "malformed credential"),
-])
+@pytest.mark.parametrize(
+    "change, needle",
+    [
+        (lambda cred, body: (cred, body.replace(b"health", b"retrain")), "changed after the credential was made"),
+        (lambda cred, body: (b"nonsense", body), "no MUNGE credential"),
+        (lambda cred, body: (b"MUNGE:forged:", body), "malformed credential"),
+    ],
+)
 def test_a_tampered_or_forged_request_is_refused(change, needle: str) -> None:
     munged = FakeMunge()
     data, _ = sealed.seal_request(munged, BODY)

@@ -55,8 +55,15 @@ def test_negative_time_is_not_understood() -> None:
 
 @pytest.mark.parametrize(
     "seconds, text",
-    [(0, "00:00:00"), (59, "00:00:59"), (3600, "01:00:00"), (5400, "01:30:00"), (86400, "1-00:00:00"),
-     (90061, "1-01:01:01"), (None, "UNLIMITED")],
+    [
+        (0, "00:00:00"),
+        (59, "00:00:59"),
+        (3600, "01:00:00"),
+        (5400, "01:30:00"),
+        (86400, "1-00:00:00"),
+        (90061, "1-01:01:01"),
+        (None, "UNLIMITED"),
+    ],
 )
 def test_format_time_is_slurms_rendering(seconds: int | None, text: str) -> None:
     assert units.format_time(seconds) == text
@@ -69,9 +76,24 @@ def test_format_then_parse_time_round_trips_to_the_minute(seconds: int) -> None:
 
 @pytest.mark.parametrize(
     "text, mb",
-    [("100", 100), ("100M", 100), ("100m", 100), ("100MB", 100), ("4G", 4096), ("4g", 4096), ("4GB", 4096),
-     ("1T", 1048576), ("1t", 1048576), ("1024K", 1), ("1500k", 2), ("1K", 1), ("0", 0), ("+5", 5), (" 5G", 5120),
-     ("010", 10)],
+    [
+        ("100", 100),
+        ("100M", 100),
+        ("100m", 100),
+        ("100MB", 100),
+        ("4G", 4096),
+        ("4g", 4096),
+        ("4GB", 4096),
+        ("1T", 1048576),
+        ("1t", 1048576),
+        ("1024K", 1),
+        ("1500k", 2),
+        ("1K", 1),
+        ("0", 0),
+        ("+5", 5),
+        (" 5G", 5120),
+        ("010", 10),
+    ],
 )
 def test_parse_mem_units(text: str, mb: int) -> None:
     assert units.parse_mem(text) == mb
@@ -83,8 +105,10 @@ def test_parse_mem_rejects_what_sbatch_rejects(text: str) -> None:
         units.parse_mem(text)
 
 
-@pytest.mark.parametrize("mb, text", [(0, "0M"), (100, "100M"), (1024, "1G"), (1536, "1536M"), (4096, "4G"),
-                                      (1048576, "1T"), (1049600, "1025G")])
+@pytest.mark.parametrize(
+    "mb, text",
+    [(0, "0M"), (100, "100M"), (1024, "1G"), (1536, "1536M"), (4096, "4G"), (1048576, "1T"), (1049600, "1025G")],
+)
 def test_format_mem(mb: int, text: str) -> None:
     assert units.format_mem(mb) == text
 
@@ -105,8 +129,9 @@ def test_parse_int_rejects(text: str) -> None:
         units.parse_int(text)
 
 
-@pytest.mark.parametrize("text, pair", [("2", (2, 2)), ("1-4", (1, 4)), ("0-2", (1, 2)), ("0", (0, 0)),
-                                        ("2-", (2, 0)), ("1k", (1024, 1024))])
+@pytest.mark.parametrize(
+    "text, pair", [("2", (2, 2)), ("1-4", (1, 4)), ("0-2", (1, 2)), ("0", (0, 0)), ("2-", (2, 0)), ("1k", (1024, 1024))]
+)
 def test_parse_nodes(text: str, pair: tuple[int, int]) -> None:
     assert units.parse_nodes(text) == pair
 

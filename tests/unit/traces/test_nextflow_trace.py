@@ -11,14 +11,51 @@ from harpd.records import Outcome
 from harpd.traces import TraceFormatError, detect_format, read_trace
 from harpd.traces.nextflow import parse_duration, parse_size
 
-HEAD = ["task_id", "hash", "process", "tag", "name", "status", "exit", "attempt", "cpus", "memory", "time",
-        "realtime", "%cpu", "peak_rss", "rss", "rchar", "submit", "start", "complete"]
+HEAD = [
+    "task_id",
+    "hash",
+    "process",
+    "tag",
+    "name",
+    "status",
+    "exit",
+    "attempt",
+    "cpus",
+    "memory",
+    "time",
+    "realtime",
+    "%cpu",
+    "peak_rss",
+    "rss",
+    "rchar",
+    "submit",
+    "start",
+    "complete",
+]
 
 
 def _human_row(i: int, status: str = "COMPLETED", exit_code: str = "0") -> list[str]:
-    return [str(i), f"ab/{i:06x}", "NFCORE_X:ALIGN", f"s{i}", f"NFCORE_X:ALIGN (s{i})", status, exit_code, "1",
-            "4", "6 GB", "4h", f"{i}m 30s", "380.5%", f"{1 + i / 10:.1f} GB", "900 MB", f"{i * 100} MB",
-            f"2023-04-07 19:0{i}:00.000", f"2023-04-07 19:0{i}:05.000", f"2023-04-07 19:{10 + i}:00.000"]
+    return [
+        str(i),
+        f"ab/{i:06x}",
+        "NFCORE_X:ALIGN",
+        f"s{i}",
+        f"NFCORE_X:ALIGN (s{i})",
+        status,
+        exit_code,
+        "1",
+        "4",
+        "6 GB",
+        "4h",
+        f"{i}m 30s",
+        "380.5%",
+        f"{1 + i / 10:.1f} GB",
+        "900 MB",
+        f"{i * 100} MB",
+        f"2023-04-07 19:0{i}:00.000",
+        f"2023-04-07 19:0{i}:05.000",
+        f"2023-04-07 19:{10 + i}:00.000",
+    ]
 
 
 def _write(path, rows: list[list[str]], sep: str = "\t", head: list[str] = HEAD, gz: bool = False):
@@ -39,15 +76,36 @@ def test_human_units_tab_separated(tmp_path):
     assert r.signature == "NFCORE_X:ALIGN" and r.job_name == "NFCORE_X:ALIGN (s2)"
     assert r.req_mem_mb == 6 * 1024 and r.req_time_s == 4 * 3600 and r.req_cpus == 4
     assert r.used_time_s == 150 and r.used_mem_mb == pytest.approx(1.2 * 1024)
-    assert r.input_bytes == 200 * 1024 ** 2
+    assert r.input_bytes == 200 * 1024**2
     assert r.used_cpu_s == pytest.approx(3.805 * 150)
     assert r.end_time - r.start_time == pytest.approx((12 * 60) - (2 * 60 + 5))
     assert r.outcome is Outcome.COMPLETED and r.source == "trace"
 
 
 def test_raw_units_comma_separated_gzip(tmp_path):
-    raw = [["7", "cd/1", "P", "t", "P (t)", "COMPLETED", "0", "2", "1", "1073741824", "14400000", "2500", "99.0",
-            "52428800", "40000000", "3147403395", "1674490103249", "1674490105000", "1674490108000"]]
+    raw = [
+        [
+            "7",
+            "cd/1",
+            "P",
+            "t",
+            "P (t)",
+            "COMPLETED",
+            "0",
+            "2",
+            "1",
+            "1073741824",
+            "14400000",
+            "2500",
+            "99.0",
+            "52428800",
+            "40000000",
+            "3147403395",
+            "1674490103249",
+            "1674490105000",
+            "1674490108000",
+        ]
+    ]
     p = _write(tmp_path / "wf.trace.csv.gz", raw, sep=",", gz=True)
     (r,) = list(read_trace(p))
     assert r.req_mem_mb == 1024 and r.used_mem_mb == 50 and r.used_time_s == 2.5
@@ -63,14 +121,16 @@ def test_oom_exit_and_unfinished_rows(tmp_path):
     assert recs[1].censored_mem and reader.skipped == 1 and "RUNNING" in reader.errors[0]
 
 
-@pytest.mark.parametrize("text,seconds", [("1h 2m 3s", 3723), ("45.5s", 45.5), ("300ms", 0.3), ("1d 1h", 90000),
-                                          ("12345", 12.345)])
+@pytest.mark.parametrize(
+    "text,seconds", [("1h 2m 3s", 3723), ("45.5s", 45.5), ("300ms", 0.3), ("1d 1h", 90000), ("12345", 12.345)]
+)
 def test_durations(text, seconds):
     assert parse_duration(text) == pytest.approx(seconds)
 
 
-@pytest.mark.parametrize("text,size", [("1.5 GB", 1.5 * 1024 ** 3), ("512 KB", 512 * 1024), ("123", 123),
-                                       ("-", None), ("2 TB", 2 * 1024 ** 4)])
+@pytest.mark.parametrize(
+    "text,size", [("1.5 GB", 1.5 * 1024**3), ("512 KB", 512 * 1024), ("123", 123), ("-", None), ("2 TB", 2 * 1024**4)]
+)
 def test_sizes(text, size):
     assert parse_size(text) == size
 
@@ -101,8 +161,9 @@ def test_unparseable_duration(tmp_path):
 
 
 def test_truncated_gzip_keeps_rows_then_one_line(tmp_path):
-    data = gzip.compress(("\n".join("\t".join(r) for r in [HEAD, *(_human_row(i % 9 + 1) for i in range(4000))])
-                          + "\n").encode())
+    data = gzip.compress(
+        ("\n".join("\t".join(r) for r in [HEAD, *(_human_row(i % 9 + 1) for i in range(4000))]) + "\n").encode()
+    )
     p = tmp_path / "cut.trace.txt.gz"
     p.write_bytes(data[: len(data) // 2])
     got = []
@@ -120,8 +181,7 @@ def test_import_cli_stores_input_size(tmp_path, capsys):
 
     with Store.open(db) as s:
         recs = list(s.iter_jobs())
-    assert len(recs) == 3 and sorted(r.input_bytes for r in recs) == [100 * 1024 ** 2, 200 * 1024 ** 2,
-                                                                      300 * 1024 ** 2]
+    assert len(recs) == 3 and sorted(r.input_bytes for r in recs) == [100 * 1024**2, 200 * 1024**2, 300 * 1024**2]
 
 
 def test_import_cli_bad_trace_is_one_line(tmp_path, capsys):

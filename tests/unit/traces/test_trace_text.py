@@ -19,8 +19,10 @@ def _swf_lines(n: int, header: bool = True) -> list[str]:
     rnd = random.Random(7)
     head = ["; UnixStartTime: 1000000000"] if header else []
     # job submit wait run procs cpu mem reqp reqt reqmem status user group exe queue part prev think
-    return head + [f"{i} {i * 10} 5 {rnd.randint(10, 900)} 4 -1 -1 4 1000 -1 1 {i % 7} 1 {i % 13} 1 -1 -1 -1"
-                   for i in range(1, n + 1)]
+    return head + [
+        f"{i} {i * 10} 5 {rnd.randint(10, 900)} 4 -1 -1 4 1000 -1 1 {i % 7} 1 {i % 13} 1 -1 -1 -1"
+        for i in range(1, n + 1)
+    ]
 
 
 def _gz(lines: list[str]) -> bytes:
@@ -100,8 +102,10 @@ def test_progress_moves_forward_in_small_steps_to_the_end(tmp_path, gz):
 
 def test_sacct_export_progress_moves_forward(tmp_path):
     head = "JobID|Partition|ReqCPUS|ReqMem|Timelimit|Elapsed|State|Submit|Start|End\n"
-    rows = "".join(f"{1000 + i}|p|1|100M|01:00:00|00:10:00|COMPLETED|2021-05-01T00:00:00|"
-                   f"2021-05-01T00:01:00|2021-05-01T00:11:00\n" for i in range(30000))
+    rows = "".join(
+        f"{1000 + i}|p|1|100M|01:00:00|00:10:00|COMPLETED|2021-05-01T00:00:00|2021-05-01T00:01:00|2021-05-01T00:11:00\n"
+        for i in range(30000)
+    )
     p = tmp_path / "x.psv.gz"
     p.write_bytes(gzip.compress((head + rows).encode()))
     fr = _fractions(p)

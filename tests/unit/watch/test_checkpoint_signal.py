@@ -13,8 +13,7 @@ LINE = ["#HARP checkpoint cost=10s signal=USR2 lead=30s"]
 
 
 def rows(store, jid):
-    return [(r.old_time_s, r.new_time_s, r.step) for r in store.limit_changes(jid)
-            if r.kind == CHECKPOINT_SIGNAL]
+    return [(r.old_time_s, r.new_time_s, r.step) for r in store.limit_changes(jid) if r.kind == CHECKPOINT_SIGNAL]
 
 
 def test_hard_limits_signal_once_lead_before_harps_limit(store, slurm):

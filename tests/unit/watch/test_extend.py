@@ -17,6 +17,7 @@ def crash_at(monkeypatch, point):
     def hook(name):
         if name == point:
             raise Crash(name)
+
     monkeypatch.setattr(ex, "crash_point", hook)
 
 
@@ -85,12 +86,15 @@ def test_partition_max_time_caps_the_extension(store, slurm):
     assert e.tick(slurm.queue()) == 0 and slurm.jobs["8"]["limit"] == 180
 
 
-@pytest.mark.parametrize("kw", [
-    {"harp_time": None},  # harp did not change the time
-    {"decision": False},  # no decision at all
-    {"original_s": None},  # the user asked for no time
-    {"original_s": 60},  # harp's limit is already the request
-])
+@pytest.mark.parametrize(
+    "kw",
+    [
+        {"harp_time": None},  # harp did not change the time
+        {"decision": False},  # no decision at all
+        {"original_s": None},  # the user asked for no time
+        {"original_s": 60},  # harp's limit is already the request
+    ],
+)
 def test_jobs_harp_did_not_shorten_are_left_alone(store, slurm, kw):
     register(store, "9", **kw)
     slurm.add("9", limit_s=60, used_s=50)

@@ -4,12 +4,16 @@ from __future__ import annotations
 
 from harpd.slurm.scontrol import parse_kv_line, queued_job
 
-RUNNING = ("JobId=224 JobName=sleep.sh UserId=harptest1(1001) GroupId=harptest1(1001) MCS_label=N/A "
-           "Priority=1 JobState=RUNNING Reason=None Dependency=(null) RunTime=00:00:42 TimeLimit=00:01:00 "
-           "SubmitTime=2026-11-23T21:40:00 StartTime=2026-11-23T21:40:01 Partition=debug "
-           "Comment=harp retry 2 of 220; harp extended 1 min -> 2 min MinMemoryNode=100M")
-ARRAY = ("JobId=300 ArrayJobId=300 ArrayTaskId=2-9 JobName=a.sh UserId=alice(1000) JobState=PENDING "
-         "Reason=Resources RunTime=00:00:00 TimeLimit=01:00:00 StartTime=Unknown Partition=debug")
+RUNNING = (
+    "JobId=224 JobName=sleep.sh UserId=harptest1(1001) GroupId=harptest1(1001) MCS_label=N/A "
+    "Priority=1 JobState=RUNNING Reason=None Dependency=(null) RunTime=00:00:42 TimeLimit=00:01:00 "
+    "SubmitTime=2026-11-23T21:40:00 StartTime=2026-11-23T21:40:01 Partition=debug "
+    "Comment=harp retry 2 of 220; harp extended 1 min -> 2 min MinMemoryNode=100M"
+)
+ARRAY = (
+    "JobId=300 ArrayJobId=300 ArrayTaskId=2-9 JobName=a.sh UserId=alice(1000) JobState=PENDING "
+    "Reason=Resources RunTime=00:00:00 TimeLimit=01:00:00 StartTime=Unknown Partition=debug"
+)
 
 
 def test_running_job():
@@ -24,7 +28,7 @@ def test_pending_array_tasks_act_through_the_array_id():
     j = queued_job(parse_kv_line(ARRAY))
     assert (j.job_id, j.array_job_id, j.array_task, j.pending) == ("300", "300", None, True)
     assert j.start_time is None and j.time_limit_s == 3600
-    line = "JobId=301" + ARRAY[len("JobId=300"):].replace("ArrayTaskId=2-9", "ArrayTaskId=1")
+    line = "JobId=301" + ARRAY[len("JobId=300") :].replace("ArrayTaskId=2-9", "ArrayTaskId=1")
     task = queued_job(parse_kv_line(line))
     assert task.job_id == "300_1" and task.array_task == "1"
 

@@ -26,7 +26,8 @@ def test_pending_sibling_gets_the_new_bound_once(store, slurm):
     assert r.tick(slurm.queue()) == 1
     assert slurm.jobs["20"]["limit"] == 1200 and slurm.calls == [("20", {"TimeLimit": "20"})]
     assert [(c.kind, c.old_time_s, c.new_time_s, c.step) for c in store.limit_changes("20")] == [
-        ("resize", 3600, 1200, "done")]
+        ("resize", 3600, 1200, "done")
+    ]
     r.on_outcome(outcome())
     assert r.tick(slurm.queue()) == 0  # same bound: no change
 
@@ -91,8 +92,12 @@ def test_pending_memory_follows_the_siblings_within_the_request_and_once(store, 
     # harp gave 2000 of the 8000 MB asked at submission; the siblings now say 600 MB
     register(store, "30", original_s=7200, harp_time=None, original_mem_mb=8000, harp_mem="2000M")
     slurm.add("30", state="PENDING", limit_s=7200, mem_mb=2000)
-    r = Resizer(store, slurm, settings(resize_min_ratio=0.1, resize_min_s=300),
-                lambda sub: Fresh(time_s=None, mem_option="mem", mem_mb=600))
+    r = Resizer(
+        store,
+        slurm,
+        settings(resize_min_ratio=0.1, resize_min_s=300),
+        lambda sub: Fresh(time_s=None, mem_option="mem", mem_mb=600),
+    )
     r.on_outcome(outcome())
     assert r.tick(slurm.queue()) == 1
     assert slurm.jobs["30"]["mem"] == 600 and slurm.calls == [("30", {"MinMemoryNode": "600"})]
@@ -110,8 +115,12 @@ def test_pending_memory_never_above_the_request_and_small_steps_are_skipped(stor
     register(store, "33", original_s=7200, harp_time=None)  # harp did not size its memory
     slurm.add("33", state="PENDING", limit_s=7200, mem_mb=1000)
     want = {"31": 99999, "32": 1040, "33": 200}
-    r = Resizer(store, slurm, settings(resize_min_ratio=0.1, resize_min_s=300),
-                lambda sub: Fresh(mem_option="mem", mem_mb=want[sub.job_id]))
+    r = Resizer(
+        store,
+        slurm,
+        settings(resize_min_ratio=0.1, resize_min_s=300),
+        lambda sub: Fresh(mem_option="mem", mem_mb=want[sub.job_id]),
+    )
     r.on_outcome(outcome())
     r.tick(slurm.queue())
     assert slurm.jobs["31"]["mem"] == 3000  # capped by the user's own request
@@ -120,12 +129,17 @@ def test_pending_memory_never_above_the_request_and_small_steps_are_skipped(stor
 
 
 def test_a_memory_resize_refused_by_slurm_is_recorded_and_the_per_cpu_form_is_used(store, slurm):
-    register(store, "34", original_s=7200, harp_time=None, original_mem_mb=4000, harp_mem="1000M",
-             mem_option="mem-per-cpu")
+    register(
+        store, "34", original_s=7200, harp_time=None, original_mem_mb=4000, harp_mem="1000M", mem_option="mem-per-cpu"
+    )
     slurm.add("34", state="PENDING", limit_s=7200, mem_per_cpu_mb=1000)
     slurm.fail = "scontrol update JobId=34 failed (exit 1): Access/permission denied"
-    r = Resizer(store, slurm, settings(resize_min_ratio=0.1, resize_min_s=300),
-                lambda sub: Fresh(mem_option="mem-per-cpu", mem_mb=300))
+    r = Resizer(
+        store,
+        slurm,
+        settings(resize_min_ratio=0.1, resize_min_s=300),
+        lambda sub: Fresh(mem_option="mem-per-cpu", mem_mb=300),
+    )
     r.on_outcome(outcome())
     assert r.tick(slurm.queue()) == 0
     assert slurm.calls == [("34", {"MinMemoryCPU": "300"})]
@@ -142,8 +156,9 @@ def test_a_workflow_task_left_as_asked_at_submission_is_sized_from_its_finished_
     slurm.add("41", state="PENDING", limit_s=7200, mem_mb=8000)  # not a workflow task: harp did not size it
     register(store, "42", original_s=7200, harp_time=None, original_mem_mb=8000, signature=task, decision=False)
     slurm.add("42", state="PENDING", limit_s=7200, mem_mb=8000)  # no decision (#HARP off): never touched
-    r = Resizer(store, slurm, settings(resize_min_ratio=0.1, resize_min_s=300),
-                lambda sub: Fresh(mem_option="mem", mem_mb=3000))
+    r = Resizer(
+        store, slurm, settings(resize_min_ratio=0.1, resize_min_s=300), lambda sub: Fresh(mem_option="mem", mem_mb=3000)
+    )
     r.on_outcome(outcome(task))
     r.on_outcome(outcome(program))
     assert r.tick(slurm.queue()) == 1

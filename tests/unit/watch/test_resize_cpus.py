@@ -11,17 +11,29 @@ TASK = "wf:0123456789abcdef"
 
 
 def _register(store, jid: str, *, cpus: int, harp_cpus: int | None, signature: str = TASK, ntasks: int = 1) -> None:
-    changes = [] if harp_cpus is None else [{"option": "cpus-per-task", "value": str(harp_cpus), "old": str(cpus),
-                                             "reason": "cores"}]
+    changes = (
+        []
+        if harp_cpus is None
+        else [{"option": "cpus-per-task", "value": str(harp_cpus), "old": str(cpus), "reason": "cores"}]
+    )
     original = {"time_s": 3600, "cpus_per_task": cpus, "ntasks": ntasks}
     job = {"signature": signature, "job_name": "job.sh", "partition": "debug", "request": original, "harp_lines": []}
-    store.add_submission(jid, 1000, "alice", job, original, {**original, "cpus_per_task": harp_cpus or cpus},
-                         {"changes": changes, "limits": {}, "model": "m", "explain": {}}, verified=True)
+    store.add_submission(
+        jid,
+        1000,
+        "alice",
+        job,
+        original,
+        {**original, "cpus_per_task": harp_cpus or cpus},
+        {"changes": changes, "limits": {}, "model": "m", "explain": {}},
+        verified=True,
+    )
 
 
 def _resizer(store, slurm, cpus):
-    return Resizer(store, slurm, settings(resize_min_ratio=0.1, resize_min_s=300),
-                   lambda sub: Fresh(cpus=cpus.get(sub.job_id)))
+    return Resizer(
+        store, slurm, settings(resize_min_ratio=0.1, resize_min_s=300), lambda sub: Fresh(cpus=cpus.get(sub.job_id))
+    )
 
 
 def _outcome(signature=TASK):
@@ -73,11 +85,25 @@ def test_a_registration_that_carries_commands_not_a_signature_is_matched_by_its_
 
     commands = ["bash hidden_step.sh"]
     original = {"time_s": 3600, "cpus_per_task": 2}
-    job = {"signature": None, "commands": commands, "job_name": "hidden.sh", "script_name": "hidden.sh",
-           "cwd": "/home/alice", "request": original}
+    job = {
+        "signature": None,
+        "commands": commands,
+        "job_name": "hidden.sh",
+        "script_name": "hidden.sh",
+        "cwd": "/home/alice",
+        "request": original,
+    }
     changes = [{"option": "cpus-per-task", "value": "1", "old": "2", "reason": "cores"}]
-    store.add_submission("70", 1000, "alice", job, original, {**original, "cpus_per_task": 1},
-                         {"changes": changes, "limits": {}, "model": "m", "explain": {}}, verified=True)
+    store.add_submission(
+        "70",
+        1000,
+        "alice",
+        job,
+        original,
+        {**original, "cpus_per_task": 1},
+        {"changes": changes, "limits": {}, "model": "m", "explain": {}},
+        verified=True,
+    )
     slurm.add("70", state="PENDING", limit_s=3600, cpus=1)
     r = _resizer(store, slurm, {"70": None})  # the script's CPUs were restored: its request again
     r.on_outcome(_outcome(job_signature(commands, "hidden.sh", "hidden.sh", "/home/alice")))

@@ -24,8 +24,15 @@ def test_off_when_unprivileged_or_soft_limits_off(store, slurm):
     hard = make(settings=settings(), store=store, backend=slurm, privilege=Privilege(True, "root", False))
     assert hard is not None and hard.checkpoint is not None
     assert hard.extender is None and hard.resizer is None and hard.trials is None and hard.feedback is None
-    assert make(settings=settings(checkpoint_signal=False), store=store, backend=slurm,
-                privilege=Privilege(True, "root", False)) is None
+    assert (
+        make(
+            settings=settings(checkpoint_signal=False),
+            store=store,
+            backend=slurm,
+            privilege=Privilege(True, "root", False),
+        )
+        is None
+    )
     assert make(settings=settings(), store=store, backend=None, privilege=Privilege(True, "root", True)) is None
 
 

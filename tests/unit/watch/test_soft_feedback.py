@@ -88,9 +88,26 @@ def _predictor_with_history():
 
     env = ModelEnvelope(model=Half(), name="half", relative=True, resource="time")
     p = ModelPredictor(HarpSettings(), models={"time": env}, soft_limits=True)
-    p._add([JobRecord(job_id=str(i), source="t", user="ann", account="a", partition="cpu", signature="sig",
-                      submit_time=1000.0 * i, start_time=1000.0 * i, end_time=1000.0 * i + 590, used_time_s=590.0,
-                      req_time_s=7200.0, req_cpus=4, outcome=Outcome.COMPLETED) for i in range(8)])
+    p._add(
+        [
+            JobRecord(
+                job_id=str(i),
+                source="t",
+                user="ann",
+                account="a",
+                partition="cpu",
+                signature="sig",
+                submit_time=1000.0 * i,
+                start_time=1000.0 * i,
+                end_time=1000.0 * i + 590,
+                used_time_s=590.0,
+                req_time_s=7200.0,
+                req_cpus=4,
+                outcome=Outcome.COMPLETED,
+            )
+            for i in range(8)
+        ]
+    )
     return p
 
 

@@ -29,17 +29,22 @@ def test_health_and_status_carry_the_mode_and_the_extensions(store):
 def test_status_without_a_mode_or_changes_says_nothing_new(store):
     register(store, "41")
     h = Handlers(store, HarpSettings(), admin_gid=None)
-    job = h.handle(Peer(pid=1, uid=0, gid=0, user="root", groups=frozenset()), p.StatusRequest(op="status", job_id="41")).job
+    job = h.handle(
+        Peer(pid=1, uid=0, gid=0, user="root", groups=frozenset()), p.StatusRequest(op="status", job_id="41")
+    ).job
     assert "limits_mode" not in job and job["limit_changes"] == []
     assert "extensions" not in render(job) and "time limits" not in render(job)
 
 
 def test_status_shows_a_pending_memory_resize_in_mb(store):
     register(store, "42", original_mem_mb=4000, harp_mem="2000M")
-    store.add_limit_change("42", "resize-mem", 1800, 1800, "re-decided while pending", "done",
-                           old_mem_mb=2000, new_mem_mb=880)
+    store.add_limit_change(
+        "42", "resize-mem", 1800, 1800, "re-decided while pending", "done", old_mem_mb=2000, new_mem_mb=880
+    )
     h = Handlers(store, HarpSettings(), admin_gid=None, limits_mode=MODE)
-    job = h.handle(Peer(pid=1, uid=0, gid=0, user="root", groups=frozenset()), p.StatusRequest(op="status", job_id="42")).job
+    job = h.handle(
+        Peer(pid=1, uid=0, gid=0, user="root", groups=frozenset()), p.StatusRequest(op="status", job_id="42")
+    ).job
     text = render(job)
     assert "re-sized --mem 2000 MB -> 880 MB" in text and "30 min -> 30 min" not in text
 
@@ -60,7 +65,9 @@ def test_status_shows_a_checkpoint_signal_as_such_not_as_a_limit(store):
     register(store, "43", harp_lines=["#HARP checkpoint cost=1m"])
     store.add_limit_change("43", "checkpoint-signal", 1_700_000_000, 95, "SIGUSR1 25 s before its end", "done")
     h = Handlers(store, HarpSettings(), admin_gid=None, limits_mode=MODE)
-    job = h.handle(Peer(pid=1, uid=0, gid=0, user="root", groups=frozenset()), p.StatusRequest(op="status", job_id="43")).job
+    job = h.handle(
+        Peer(pid=1, uid=0, gid=0, user="root", groups=frozenset()), p.StatusRequest(op="status", job_id="43")
+    ).job
     text = render(job)
     assert "asked to checkpoint after 0:01:35 of its run" in text
     assert "why: SIGUSR1 25 s before its end" in text and "extensions:    0" in text

@@ -86,16 +86,26 @@ def report(store: Store, job: str, uid: int, study: str, values: list[float], po
 
 
 def q(job: str, state: str, uid: int = 1000, array: str | None = None) -> QueuedJob:
-    return QueuedJob(job_id=job, state=state, user="alice", uid=uid, array_job_id=array,
-                     array_task=job.split("_")[1] if "_" in job else None)
+    return QueuedJob(
+        job_id=job,
+        state=state,
+        user="alice",
+        uid=uid,
+        array_job_id=array,
+        array_task=job.split("_")[1] if "_" in job else None,
+    )
 
 
 def test_watch_step_nices_the_slower_studys_pending_tasks_once(store):
     report(store, "10_0", 1000, "array-10", [1.0, 0.4])  # fast
     report(store, "20_0", 1000, "array-20", [1.0, 0.95])  # slow
-    jobs = [q("10_0", "RUNNING", array="10"), q("10", "PENDING", array="10"),
-            q("20_0", "RUNNING", array="20"), q("20", "PENDING", array="20"),
-            q("30", "PENDING", uid=1001, array="20")]  # listed under the array but another owner's: never touched
+    jobs = [
+        q("10_0", "RUNNING", array="10"),
+        q("10", "PENDING", array="10"),
+        q("20_0", "RUNNING", array="20"),
+        q("20", "PENDING", array="20"),
+        q("30", "PENDING", uid=1001, array="20"),
+    ]  # listed under the array but another owner's: never touched
     slurm = Queue(jobs)
     step = TrialStep(store, slurm, HarpSettings())
     step.tick(jobs)
