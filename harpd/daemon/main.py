@@ -17,8 +17,8 @@ Start order is chosen so that every admin mistake shows up at start, as one
 4. the socket operations, with the live predictor's retrain and reload and
    the trace importer as admin actions, and its soft-policy state for health;
 5. the adopter (on the poller's scheduler: registers jobs that carry a
-   decision's token but whose registration message was lost) and the sacct poller, which stores each job's outcome and then hands
-   it to its listeners: recovery (resubmits what ran out), the watcher (re-sizes
+   decision's token but whose registration message was lost) and the sacct
+   poller, which stores each job's outcome and then hands it to its listeners: recovery (resubmits what ran out), the watcher (re-sizes
    pending siblings) and the retrain trigger (counts outcomes; it trains at
    once, in the background, when the store has history but no model);
 6. the watcher (``harpd.watch``), only when harpd may change other users'
