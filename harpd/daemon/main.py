@@ -18,9 +18,10 @@ Start order is chosen so that every admin mistake shows up at start, as one
    the trace importer as admin actions, and its soft-policy state for health;
 5. the adopter (on the poller's scheduler: registers jobs that carry a
    decision's token but whose registration message was lost) and the sacct
-   poller, which stores each job's outcome and then hands it to its listeners: recovery (resubmits what ran out), the watcher (re-sizes
-   pending siblings) and the retrain trigger (counts outcomes; it trains at
-   once, in the background, when the store has history but no model);
+   poller, which stores each job's outcome and then hands it to its listeners:
+   recovery (resubmits what ran out), the watcher (re-sizes pending siblings)
+   and the retrain trigger (counts outcomes; it trains at once, in the
+   background, when the store has history but no model);
 6. the watcher (``harpd.watch``), only when harpd may change other users'
    jobs (``privilege.detect``, decided once at start, shown in ``health``):
    it extends running jobs before harp's limit, re-sizes pending ones and feeds
