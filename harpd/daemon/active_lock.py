@@ -36,7 +36,7 @@ def lock_path(store: Path) -> Path:
 
 
 def hold(
-    store: Path, *, standby: bool = False, poll_s: float = 1.0, on_wait: Callable[[str], None] | None = None
+    store: Path, *, standby: bool = False, poll_s: float = 1.0, on_wait: Callable[[str], object] | None = None
 ) -> int:
     """The open, locked file descriptor (keep it open); StoreInUse, or wait when ``standby``."""
     path = lock_path(store)

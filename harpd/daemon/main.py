@@ -234,6 +234,7 @@ def start_services(
             train_in_background(retrain)
         return services
     # jobs whose registration message was lost are found by their decision token
+    assert backend is not None  # the poller polls through it
     services.append(Adopter(store, backend).attach(ingest, settings.ingest.poll_interval_s))
     if recovery is not None:
         services.append(recovery.attach(ingest))

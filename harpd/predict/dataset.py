@@ -170,18 +170,18 @@ def prepare(
     n = len(rows)
 
     submit = np.array([row.submit for row in rows], float)
-    end = np.array([max(row.end, row.submit) for row in rows], float)
-    start = np.clip(np.array([row.began for row in rows], float), submit, end)
+    end_at = np.array([max(row.end, row.submit) for row in rows], float)
+    start = np.clip(np.array([row.began for row in rows], float), submit, end_at)
     need = np.array([row.used for row in rows], float)
     request = np.array([row.request if (row.request and not absolute) else np.nan for row in rows], float)
-    cens = np.array([row.ran_out for row in rows], bool)
+    censored = np.array([row.ran_out for row in rows], bool)
     weight = np.array([row.cores if resource == "time" else 1.0 for row in rows], float)
     relative = not absolute
     ref = np.where(np.isfinite(request), request, 1.0)
     # relative targets live in [-15, 3]; absolute ones (no requests) are log MiB/seconds
     y = np.log(np.maximum(need, 1.0) / ref)
     y = np.clip(y, Y_MIN, Y_MAX) if not absolute else np.clip(y, 0.0, 40.0)
-    y = np.where(cens & np.isfinite(request), np.maximum(y, 0.0), y)
+    y = np.where(censored & np.isfinite(request), np.maximum(y, 0.0), y)
 
     hist = History()
     X = np.empty((n, N_FEATURES), dtype=np.float32)  # rows filled in place: no list of lists
@@ -195,25 +195,25 @@ def prepare(
     # traces carry no partition limits: the largest use seen so far in the
     # partition stands in for "node memory" / MaxTime where there is no request
     part_max: dict[str, float] = {}
-    limit = np.full(n, np.nan)
+    limit_at = np.full(n, np.nan)
     for i in range(n):
         t = submit[i]
         while heap and heap[0][0] <= t:
             _, j = pop(heap)
             kj = keys_from_fields(rows[j].keys, relative)  # recomputed: cheaper than holding a million
-            hist.add(kj, need[j], own[j], bool(cens[j]), end[j])
+            hist.add(kj, need[j], own[j], bool(censored[j]), end_at[j])
             hist.finished(kj)
             finish.append(j)
             if need[j] > part_max.get(parts[j], 0.0):
                 part_max[parts[j]] = float(need[j])
         if absolute:
-            limit[i] = part_max.get(parts[i], np.nan)
+            limit_at[i] = part_max.get(parts[i], np.nan)
         known_at[i] = len(finish)
         k = keys_from_fields(rows[i].keys, relative)
         n_hist[i] = hist.count(k, "s")
         X[i] = hist.features(k, t)
         hist.submitted(k, t)
-        push(heap, (end[i], i))
+        push(heap, (end_at[i], i))
     while heap:
         finish.append(pop(heap)[1])
     lp = X[:, COL["log_pending"]]
@@ -224,7 +224,7 @@ def prepare(
         submit=submit,
         need=need,
         request=request,
-        censored=cens,
+        censored=censored,
         weight=weight,
         n_hist=n_hist,
         X=X,
@@ -233,12 +233,12 @@ def prepare(
         known_at=known_at,
         finish_seq=np.array(finish, np.int64),
         skipped=skipped,
-        limit=limit if absolute else None,
+        limit=limit_at if absolute else None,
         template=np.array([keys_from_fields(row.keys, relative).req for row in rows], dtype=object)
         if keep_templates
         else None,
         start=start,
-        end=end,
+        end=end_at,
     )
 
 

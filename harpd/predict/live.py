@@ -106,9 +106,9 @@ class ModelPredictor:
 
     def __init__(
         self,
-        settings,
-        store=None,
-        limits=None,
+        settings: HarpSettings,
+        store: Store | None = None,
+        limits: LimitsLookup | None = None,
         models: dict[str, ModelEnvelope] | None = None,
         soft_limits: bool = False,
     ) -> None:
@@ -292,7 +292,7 @@ class ModelPredictor:
                 out += [(r.signature, res) for res in restored_by(r.outcome, cut_resources(self._submission(r)))]
         return out
 
-    def _submission(self, r) -> Submission | None:
+    def _submission(self, r: JobRecord) -> Submission | None:
         try:
             assert self.store is not None  # _cuts_that_failed asks only with a store
             return self.store.get_submission(r.job_id) or self.store.get_submission(submitted_id(r.job_id))
@@ -384,7 +384,7 @@ class ModelPredictor:
         )
 
     @staticmethod
-    def _soft_bound(x, log_bound: float, policy: SoftPolicy) -> tuple[float, str]:
+    def _soft_bound(x: list[float], log_bound: float, policy: SoftPolicy) -> tuple[float, str]:
         """The soft policy's bound (log need/request) from a job's history features.
 
         The template's (same user and request) most recent runs decide when
@@ -533,17 +533,17 @@ class ModelPredictor:
 
     def _decide_resource(
         self,
-        job,
+        job: JobRequest,
         user: str,
         res: str,
         champion: _Champion,
-        limits,
+        limits: Limits,
         now: float,
         sig: str | None,
         given: int | None = None,
         retry: Floor | None = None,
         dry_run: bool = False,
-    ):
+    ) -> tuple[dict[str, Any] | None, dict[str, Any]]:
 
         rq = job.request
         # a workflow task is sized from its own rule's runs only, model or not (the
@@ -591,9 +591,10 @@ class ModelPredictor:
             reason = f"memory of this workflow task type: {rule}"
         elif champion.model is None or task:
             margin = SoftPolicy.from_settings(self.settings.predict).recent_margin if soft else MARGIN
-            log_bound, rule = self._history_bound(x, margin, stopped)
-            if log_bound is None:
+            history_bound, rule = self._history_bound(x, margin, stopped)
+            if history_bound is None:
                 return None, {"model": None, "rule": HISTORY_RULE, "n_history": n_hist, "reason": rule}
+            log_bound = history_bound
             why_rule = "this workflow task's own runs" if task else f"this program's own runs ({NO_MODEL})"
             ex.update(rule=HISTORY_RULE, source=why_rule)
             reason = (
@@ -610,7 +611,7 @@ class ModelPredictor:
                 policy = SoftPolicy.from_settings(self.settings.predict, self.settings.watch)
                 log_bound, rule = self._soft_bound(x, log_bound, policy)
                 ex.update(policy.explain(), soft_rule=rule)
-                if self.soft_state is not None:
+                if self.soft_state is not None and req:
                     log_bound = self._soft_live(log_bound, keys.req, cores, req, policy, self.soft_state, now, ex)
             # n_hist counts this program's own finished runs; with none the model still predicts,
             # from the runs of others like it (same user, request, cores): say so, not "0 similar runs"

@@ -58,7 +58,7 @@ import time
 from collections.abc import Callable
 from dataclasses import asdict
 from datetime import datetime
-from typing import Any
+from typing import Any, Literal
 
 from harp_submit.units import fmt_mem, fmt_time
 from harpd.config import HarpSettings
@@ -223,7 +223,7 @@ class Recovery:
                     log.warning("recovery of job %s: %s", chain, exc)
             return n
 
-    def run_ending(self, job_id: str, uid: int) -> tuple[str, str]:
+    def run_ending(self, job_id: str, uid: int) -> tuple[Literal["requeued", "left"], str]:
         """The job's own end hook (``harpd.recovery.ending``): recover it now, while Slurm shows it running.
 
         Returns (``requeued`` or ``left``, why).  Only the job's owner (or

@@ -249,7 +249,7 @@ class StoreBase:
                 "move it aside or set store.path"
             )
         with self.transaction():
-            db["meta"].create({"key": str, "value": str}, pk="key", if_not_exists=True)
+            db.table("meta").create({"key": str, "value": str}, pk="key", if_not_exists=True)
             current = self.get_meta("schema_version", 0)
             if not isinstance(current, int) or current < 0:
                 raise StoreError(f"{self.path}: not a harp database (schema_version {current!r})")
@@ -262,10 +262,10 @@ class StoreBase:
                 migrations.MIGRATIONS[version](db)
                 self.set_meta("schema_version", version + 1)
             # fields added to JobRecord since the table was created
-            have = set(db["jobs"].columns_dict)
+            have = set(db.table("jobs").columns_dict)
             for name in JOB_COLUMNS:
                 if name not in have:
-                    db["jobs"].add_column(name, _JOB_TYPES[name])
+                    db.table("jobs").add_column(name, _JOB_TYPES[name])
 
     # ----------------------------------------------------------- transactions
 

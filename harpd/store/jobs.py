@@ -68,7 +68,7 @@ class JobsTable(StoreBase):
 
         for rec in records:
             if not isinstance(rec, JobRecord):
-                rec = JobRecord.from_dict(rec)  # type: ignore[arg-type]
+                rec = JobRecord.from_dict(rec)
             batch.append(getter(rec))
             if len(batch) >= batch_size:
                 flush()
@@ -109,7 +109,7 @@ class JobsTable(StoreBase):
     @staticmethod
     def _row_to_record(row: Sequence[Any]) -> JobRecord:
         rec = JobRecord(*row)
-        rec.outcome = _OUTCOMES.get(rec.outcome, Outcome.UNKNOWN)  # type: ignore[arg-type]
+        rec.outcome = _OUTCOMES.get(rec.outcome, Outcome.UNKNOWN)
         rec.censored_time = bool(rec.censored_time)
         rec.censored_mem = bool(rec.censored_mem)
         rec.harp_sized = bool(rec.harp_sized)

@@ -15,15 +15,15 @@ from harpd.store.columns import _JOB_TYPES, _PK
 
 
 def _m001_initial(db: sqlite_utils.Database) -> None:
-    db["jobs"].create(
+    db.table("jobs").create(
         dict(_JOB_TYPES),
         pk=_PK,
         not_null=["job_id", "source", "attempt", "outcome", "censored_time", "censored_mem", "harp_sized"],
         if_not_exists=True,
     )
-    db["jobs"].create_index(["submit_time"], if_not_exists=True)
-    db["jobs"].create_index(["end_time"], if_not_exists=True)
-    db["submissions"].create(
+    db.table("jobs").create_index(["submit_time"], if_not_exists=True)
+    db.table("jobs").create_index(["end_time"], if_not_exists=True)
+    db.table("submissions").create(
         {
             "job_id": str,
             "uid": int,
@@ -42,9 +42,9 @@ def _m001_initial(db: sqlite_utils.Database) -> None:
         not_null=["uid", "state", "submitted_at"],
         if_not_exists=True,
     )
-    db["submissions"].create_index(["state"], if_not_exists=True)
-    db["submissions"].create_index(["chain_id"], if_not_exists=True)
-    db["attempts"].create(
+    db.table("submissions").create_index(["state"], if_not_exists=True)
+    db.table("submissions").create_index(["chain_id"], if_not_exists=True)
+    db.table("attempts").create(
         {
             "chain_id": str,
             "attempt": int,
@@ -60,8 +60,8 @@ def _m001_initial(db: sqlite_utils.Database) -> None:
         not_null=["chain_id", "attempt", "step", "created_at"],
         if_not_exists=True,
     )
-    db["attempts"].create_index(["job_id"], if_not_exists=True)
-    db["models"].create(
+    db.table("attempts").create_index(["job_id"], if_not_exists=True)
+    db.table("models").create(
         {
             "id": int,
             "name": str,
@@ -76,14 +76,14 @@ def _m001_initial(db: sqlite_utils.Database) -> None:
         not_null=["name", "resource", "trained_at", "champion"],
         if_not_exists=True,
     )
-    db["models"].create_index(["resource", "champion"], if_not_exists=True)
+    db.table("models").create_index(["resource", "champion"], if_not_exists=True)
 
 
 def _m002_limit_changes(db: sqlite_utils.Database) -> None:
     # harpd's own changes to a live job's time limit: "extend" (running, before
     # its limit) and "resize" (pending, re-decided).  The unique (job, kind,
     # old limit) key is the exactly-once rule: one change per crossing.
-    db["limit_changes"].create(
+    db.table("limit_changes").create(
         {
             "job_id": str,
             "kind": str,
@@ -100,7 +100,7 @@ def _m002_limit_changes(db: sqlite_utils.Database) -> None:
         not_null=["job_id", "kind", "old_time_s", "step", "created_at"],
         if_not_exists=True,
     )
-    db["limit_changes"].create_index(["step"], if_not_exists=True)
+    db.table("limit_changes").create_index(["step"], if_not_exists=True)
 
 
 def _m003_decisions(db: sqlite_utils.Database) -> None:
@@ -108,7 +108,7 @@ def _m003_decisions(db: sqlite_utils.Database) -> None:
     # registration (and leaves in the job's comment): the request and limits
     # harpd extends up to and checks against Slurm come from here, never from
     # the registering client.  ``job_id`` is set once, when a job claims it.
-    db["decisions"].create(
+    db.table("decisions").create(
         {
             "token": str,
             "uid": int,
@@ -124,25 +124,25 @@ def _m003_decisions(db: sqlite_utils.Database) -> None:
         not_null=["token", "uid", "decided_at"],
         if_not_exists=True,
     )
-    db["decisions"].create_index(["job_id"], if_not_exists=True)
-    db["decisions"].create_index(["decided_at"], if_not_exists=True)
+    db.table("decisions").create_index(["job_id"], if_not_exists=True)
+    db.table("decisions").create_index(["decided_at"], if_not_exists=True)
     # a registration's decision token, and whether slurmctld vouched for it
     # (owner, limits, submit time): only verified rows are harp's to change or learn from
-    db["submissions"].add_column("token", str)
-    db["submissions"].add_column("verified", int)
+    db.table("submissions").add_column("token", str)
+    db.table("submissions").add_column("verified", int)
 
 
 def _m004_cpu_changes(db: sqlite_utils.Database) -> None:
     # a pending job's CPUs re-sized at start (kind "resize-cpus"): CPUs per task before and after
-    db["limit_changes"].add_column("old_cpus", int)
-    db["limit_changes"].add_column("new_cpus", int)
+    db.table("limit_changes").add_column("old_cpus", int)
+    db.table("limit_changes").add_column("new_cpus", int)
 
 
 def _m005_trials(db: sqlite_utils.Database) -> None:
     # convergence-aware trials (harpd.dnn.trials): what running trials report
     # (``harp progress``; uid is Slurm's owner of the job, checked at the report),
     # each owner's study policy, and what harpd last did to a trial (nice, stop)
-    db["trial_reports"].create(
+    db.table("trial_reports").create(
         {
             "id": int,
             "job_id": str,
@@ -157,15 +157,15 @@ def _m005_trials(db: sqlite_utils.Database) -> None:
         not_null=["job_id", "uid", "study", "metric", "value", "elapsed_s", "reported_at"],
         if_not_exists=True,
     )
-    db["trial_reports"].create_index(["job_id"], if_not_exists=True)
-    db["trial_reports"].create_index(["uid", "study"], if_not_exists=True)
-    db["trial_studies"].create(
+    db.table("trial_reports").create_index(["job_id"], if_not_exists=True)
+    db.table("trial_reports").create_index(["uid", "study"], if_not_exists=True)
+    db.table("trial_studies").create(
         {"uid": int, "study": str, "policy": str, "updated_at": float},
         pk=("uid", "study"),
         not_null=["uid", "study", "updated_at"],
         if_not_exists=True,
     )
-    db["trial_actions"].create(
+    db.table("trial_actions").create(
         {"job_id": str, "uid": int, "study": str, "nice": int, "stopped": int, "reason": str, "at": float},
         pk="job_id",
         not_null=["job_id", "uid", "study", "at"],

@@ -33,6 +33,7 @@ class ModelsTable(StoreBase):
                 " VALUES (?, ?, ?, ?, ?, ?, ?)",
                 (name, resource, time.time(), int(n_train), _dumps(score), 1 if champion else 0, str(path)),
             )
+            assert cur.lastrowid is not None  # an INSERT always sets it
             return int(cur.lastrowid)
 
     @staticmethod
