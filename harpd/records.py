@@ -310,3 +310,25 @@ class TrialAction:
     stopped: int | None
     reason: str | None
     at: float
+
+
+@dataclass(frozen=True, slots=True)
+class ModelRow:
+    """A trained model (``models`` row): which estimator, for what, how well, where its file is.
+
+    ``score`` is the training's metrics as stored (decoded JSON); ``champion``:
+    the one the live predictor loads for ``resource``.
+    """
+
+    id: int
+    name: str
+    resource: str
+    trained_at: float
+    n_train: int | None
+    score: Mapping[str, Any]
+    champion: bool
+    path: str  # always written by save_model
+
+    def to_dict(self) -> dict[str, Any]:
+        """The row in column order (JSON and reports)."""
+        return _columns(self)

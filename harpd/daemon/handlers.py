@@ -289,12 +289,8 @@ class Handlers:
         if store == "ok":
             try:
                 for m in self.store.models():
-                    if m["champion"]:
-                        models[m["resource"]] = {
-                            "name": m["name"],
-                            "trained_at": m["trained_at"],
-                            "n_train": m["n_train"],
-                        }
+                    if m.champion:
+                        models[m.resource] = {"name": m.name, "trained_at": m.trained_at, "n_train": m.n_train}
             except StoreError as exc:
                 store = str(exc)
         name = getattr(self.predictor, "name", None) or type(self.predictor).__name__

@@ -49,7 +49,7 @@ from harpd.predict.soft_state import SoftState
 from harpd.predict.task_memory import TaskMemory
 from harpd.predict.time_options import fit_time, kept_under_soft_limits
 from harpd.protocol import Change, Decision, JobRequest, Limits, Resources
-from harpd.records import JobRecord, Submission
+from harpd.records import JobRecord, ModelRow, Submission
 from harpd.slurm.job_ids import submitted_id
 from harpd.slurm.partitions import limits_from_backend
 
@@ -81,7 +81,7 @@ class _Champion:
     where ``relative``).
     """
 
-    def __init__(self, env: ModelEnvelope, row: dict[str, Any]) -> None:
+    def __init__(self, env: ModelEnvelope, row: ModelRow | None) -> None:
 
         self.model = env.model
         self.name = env.name
@@ -139,7 +139,7 @@ class ModelPredictor:
         self._last_training: dict[str, Any] | None = None
         if models is not None:  # tests and benchmarks: envelopes given directly
             for res, env in models.items():
-                self._loaded[res] = _Champion(env, {"name": env.name})
+                self._loaded[res] = _Champion(env, None)
         elif store is not None:
             self.reload()
 
@@ -155,14 +155,14 @@ class ModelPredictor:
             if row is None:
                 continue
             try:
-                env = load_model(row["path"])
+                env = load_model(row.path)
             except ModelFileError as exc:
                 log.warning("%s model not loaded: %s", res, exc)
                 continue
             loaded[res] = _Champion(env, row)
         for res in ("time", "mem"):
             if res not in loaded:  # no model yet: keep the history for the history rule
-                loaded[res] = _Champion(_history_rule(res), {})
+                loaded[res] = _Champion(_history_rule(res), None)
         with self._lock:
             self._loaded = loaded
             self._cores = CoresHistory()
@@ -172,14 +172,18 @@ class ModelPredictor:
             self._learnt = {}
         self.refresh(limit=HISTORY_JOBS)
         return {
-            res: {"name": champion.name, "path": champion.row.get("path")}
+            res: {"name": champion.name, "path": champion.row.path if champion.row else None}
             for res, champion in loaded.items()
             if champion.model is not None
         }
 
     def trained_on(self) -> int | None:
         """The most jobs a loaded champion learnt from; None without any (the retrain trigger asks)."""
-        ns = [int(champion.row.get("n_train") or 0) for champion in self._loaded.values() if champion.model is not None]
+        ns = [
+            int((champion.row.n_train if champion.row else 0) or 0)
+            for champion in self._loaded.values()
+            if champion.model is not None
+        ]
         return max(ns) if ns else None
 
     @classmethod
@@ -192,11 +196,11 @@ class ModelPredictor:
     def has_model(self) -> bool:
         return any(champion.model is not None for champion in self._loaded.values())
 
-    def _pick(self, resource: str, want: str) -> dict[str, Any] | None:
+    def _pick(self, resource: str, want: str) -> ModelRow | None:
         assert self.store is not None  # reload() picks models only from a store
         if want == "auto":
             return self.store.champion(resource)
-        rows = [m for m in self.store.models() if m["resource"] == resource and m["name"] == want]
+        rows = [m for m in self.store.models() if m.resource == resource and m.name == want]
         return rows[-1] if rows else None
 
     def refresh(self, limit: int | None = None) -> int:

@@ -17,6 +17,7 @@ from typing import Any
 
 import numpy as np
 
+from harpd.records import ModelRow
 from harpd.report.columns import Jobs
 
 MAX_COLUMNS = 6
@@ -51,23 +52,22 @@ def _numeric(v: Any) -> bool:
     return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(float(v))
 
 
-def from_models_table(models: list[dict[str, Any]]) -> dict[str, Any]:
+def from_models_table(models: list[ModelRow]) -> dict[str, Any]:
     """Latest saved model per (name, resource) with its stored score dict."""
-    latest: dict[tuple[str, str], dict[str, Any]] = {}
+    latest: dict[tuple[str, str], ModelRow] = {}
     for m in models:  # oldest first: later rows replace earlier ones
-        latest[(str(m.get("name")), str(m.get("resource")))] = m
+        latest[(m.name, m.resource)] = m
     rows = []
     counts: dict[str, int] = {}
     for (name, resource), m in sorted(latest.items(), key=lambda kv: (kv[0][1], kv[0][0])):
-        score = m.get("score") if isinstance(m.get("score"), dict) else {}
         row: dict[str, Any] = {
             "name": name,
             "resource": resource,
-            "champion": bool(m.get("champion")),
-            "n_train": m.get("n_train"),
-            "trained_at": m.get("trained_at"),
+            "champion": m.champion,
+            "n_train": m.n_train,
+            "trained_at": m.trained_at,
         }
-        for k, v in score.items():
+        for k, v in m.score.items():
             if _numeric(v):
                 row[k] = float(v)
                 counts[k] = counts.get(k, 0) + 1

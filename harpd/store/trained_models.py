@@ -5,6 +5,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
+from harpd.records import ModelRow
 from harpd.store.base import StoreBase, _dumps, _loads
 
 
@@ -37,16 +38,25 @@ class ModelsTable(StoreBase):
             return int(cur.lastrowid)
 
     @staticmethod
-    def _model(row: dict[str, Any]) -> dict[str, Any]:
-        row["score"] = _loads(row["score"])
-        row["champion"] = bool(row["champion"])
-        return row
+    def _model(row: dict[str, Any]) -> ModelRow:
+        score = _loads(row["score"])
+        return ModelRow(
+            id=int(row["id"]),
+            name=str(row["name"]),
+            resource=str(row["resource"]),
+            trained_at=float(row["trained_at"]),
+            n_train=row["n_train"],
+            score=score if isinstance(score, dict) else {},
+            champion=bool(row["champion"]),
+            path=str(row["path"] or ""),
+        )
 
-    def models(self) -> list[dict[str, Any]]:
+    def models(self) -> list[ModelRow]:
         """Every model ever saved, oldest first."""
         return [self._model(r) for r in self._query("SELECT * FROM models ORDER BY trained_at, id")]
 
-    def champion(self, resource: str) -> dict[str, Any] | None:
+    def champion(self, resource: str) -> ModelRow | None:
+        """The resource's champion (the newest, were there ever two), or None before any training."""
         rows = self._query(
             "SELECT * FROM models WHERE resource = ? AND champion = 1 ORDER BY trained_at DESC, id DESC LIMIT 1",
             [resource],

@@ -400,11 +400,13 @@ def test_models_and_single_champion(store):
     c = store.save_model("gbm2", "time", 120, {"coverage": 0.96}, "/m/c.pkl", champion=True)
     store.save_model("gbm", "mem", 100, {}, "/m/d.pkl", champion=True)
     assert len({a, b, c}) == 3
-    assert store.champion("time")["name"] == "gbm2" and store.champion("time")["score"] == {"coverage": 0.96}
-    assert store.champion("mem")["name"] == "gbm"
+    champ = store.champion("time")
+    assert champ is not None and champ.name == "gbm2" and champ.score == {"coverage": 0.96} and champ.id == c
+    assert champ.path == "/m/c.pkl" and champ.n_train == 120
+    assert store.champion("mem").name == "gbm"
     assert store.champion("cpus") is None
-    champs = [m for m in store.models() if m["champion"]]
-    assert sorted(m["resource"] for m in champs) == ["mem", "time"]
+    champs = [m for m in store.models() if m.champion]
+    assert sorted(m.resource for m in champs) == ["mem", "time"]
 
 
 def test_transaction_rolls_back_everything(store):

@@ -62,10 +62,10 @@ def test_train_saves_every_candidate_and_one_champion(trained):
     assert r.skipped is None and r.n_jobs == 3000
     names = {m["name"] for m in r.models}
     assert {"request", "tsafrir", "alea", "gbm", "harp"} <= names
-    rows = [m for m in st.models() if m["resource"] == "time"]
-    assert sum(m["champion"] for m in rows) == 1
+    rows = [m for m in st.models() if m.resource == "time"]
+    assert sum(m.champion for m in rows) == 1
     champ = st.champion("time")
-    assert champ["name"] == r.champion and champ["score"]["under_rate"] <= 0.05
+    assert champ.name == r.champion and champ.score["under_rate"] <= 0.05
     # on learnable habits a model beats the users' own 4x requests
     assert r.champion != "request"
 

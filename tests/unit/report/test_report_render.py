@@ -8,7 +8,7 @@ import re
 import pytest
 from report_helpers import NOW, bench_module, job
 
-from harpd.records import Outcome
+from harpd.records import ModelRow, Outcome
 from harpd.report.aggregate import METRIC_NAMES, build_report
 from harpd.report.columns import columns_for, from_records
 from harpd.report.render_csv_json import render_csv, render_json
@@ -28,7 +28,7 @@ def synthetic_report():
         "tables": [
             from_models_table(
                 [
-                    {"name": "harp", "resource": "time", "n_train": 10, "score": {"pinball": 0.2}, "champion": True},
+                    ModelRow(1, "harp", "time", 1.0, 10, {"pinball": 0.2}, True, "/m/1"),
                 ]
             )
         ],

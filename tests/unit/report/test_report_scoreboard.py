@@ -2,16 +2,16 @@ import numpy as np
 import pytest
 from report_helpers import job
 
-from harpd.records import Outcome
+from harpd.records import ModelRow, Outcome
 from harpd.report.columns import columns_for, from_records
 from harpd.report.scoreboard import build, from_models_table, live_table
 
 
 def test_models_table_keeps_the_latest_model_per_name_and_resource():
     models = [
-        {"name": "gbm", "resource": "time", "n_train": 10, "score": {"pinball": 0.5, "note": "x"}, "champion": False},
-        {"name": "gbm", "resource": "time", "n_train": 20, "score": {"pinball": 0.3}, "champion": True},
-        {"name": "tsafrir", "resource": "mem", "n_train": 20, "score": {"pinball": 0.9, "cov": 0.9}, "champion": True},
+        ModelRow(1, "gbm", "time", 1.0, 10, {"pinball": 0.5, "note": "x"}, False, "/m/1"),
+        ModelRow(2, "gbm", "time", 2.0, 20, {"pinball": 0.3}, True, "/m/2"),
+        ModelRow(3, "tsafrir", "mem", 3.0, 20, {"pinball": 0.9, "cov": 0.9}, True, "/m/3"),
     ]
     t = from_models_table(models)
     assert [(r["name"], r["resource"], r["n_train"]) for r in t["rows"]] == [

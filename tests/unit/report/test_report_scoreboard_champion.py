@@ -6,6 +6,7 @@ import numpy as np
 from report_helpers import NOW, job
 
 from harpd.predict.metric import ModelMetrics
+from harpd.records import ModelRow
 from harpd.report.aggregate import build_report
 from harpd.report.columns import columns_for, from_records
 from harpd.report.render_html import render as render_html
@@ -35,9 +36,9 @@ def metrics(model, score, under):
 
 
 MODELS = [
-    {"name": "harp", "resource": "time", "n_train": 900, "score": metrics("harp", 0.81, 0.04), "champion": True},
-    {"name": "gbm", "resource": "time", "n_train": 900, "score": metrics("gbm", 0.64, 0.11), "champion": False},
-    {"name": "request", "resource": "time", "n_train": 900, "score": metrics("request", 2.5, 0.01), "champion": False},
+    ModelRow(1, "harp", "time", 1.0, 900, metrics("harp", 0.81, 0.04), True, "/m/harp"),
+    ModelRow(2, "gbm", "time", 1.0, 900, metrics("gbm", 0.64, 0.11), False, "/m/gbm"),
+    ModelRow(3, "request", "time", 1.0, 900, metrics("request", 2.5, 0.01), False, "/m/request"),
 ]
 
 
