@@ -105,7 +105,7 @@ def test_outcomes_ingested_within_two_poll_intervals(slurm_cluster, tmp_path):
         assert announced.outcome is rec.outcome
         assert rec.signature == f"sig-{kind}" and rec.source == "harptest"
         sub = store.get_submission(jid)
-        assert sub["state"] == "done" and sub["outcome"] == expected[kind][0].value
+        assert sub.state == "done" and sub.outcome == expected[kind][0].value
         # latency from the end Slurm recorded (whole seconds) to harp knowing it
         latency = seen_at - _end_epoch(c, jid)
         assert latency <= 2 * POLL_S + 1.5, f"{kind} job {jid} ingested {latency:.1f} s after its end"

@@ -342,8 +342,8 @@ def test_a_lost_registration_is_found_by_its_decision_token(trust) -> None:
         interval=0.5,
         log=lambda: t.harpd.log.read_text()[-3000:],
     )
-    assert sub["uid"] == 0 and sub["verified"] == 1 and sub["token"] == token
-    assert sub["original"]["time_s"] == 3000 and "time" in [c["option"] for c in sub["decision"]["changes"]]
+    assert sub.uid == 0 and sub.verified and sub.token == token
+    assert sub.original.time_s == 3000 and sub.decision is not None and "time" in sub.decision.changed
     line = next(ln for ln in t.harpd.log.read_text().splitlines() if f"adopt: registered job {jid}" in ln)
     assert "its registration message never came" in line
     status = client.call(t.harpd.socket, {"op": "status", "job_id": jid}, 10.0)
