@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import _json
 import _socket
+import math
 import os
 import time
 
@@ -346,7 +347,7 @@ def _encode(obj: Any, out: list[str], depth: int) -> None:
     elif isinstance(obj, int):
         out.append(int.__repr__(obj))
     elif isinstance(obj, float):
-        if obj != obj or obj in (float("inf"), float("-inf")):
+        if not math.isfinite(obj):
             raise ValueError("NaN and infinity are not JSON")
         out.append(float.__repr__(obj))
     elif isinstance(obj, dict):

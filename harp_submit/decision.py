@@ -10,6 +10,8 @@ request nobody chose.
 
 from __future__ import annotations
 
+import math
+
 from . import units
 from .directives import is_safe_value
 from .request import MEMORY_OPTIONS
@@ -59,7 +61,7 @@ def _int_or_none(d: dict[str, Any], key: str) -> int | None:
     v = d.get(key)
     if v is None:
         return None
-    if isinstance(v, bool) or not isinstance(v, (int, float)) or v != v or v < 0:
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or math.isnan(v) or v < 0:
         raise BadDecision(f"limits.{key} is not a number")
     return int(v)
 
