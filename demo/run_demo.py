@@ -357,17 +357,17 @@ def show_models(demo: Demo, champions: dict[str, str]) -> None:
     finally:
         store.close()
     for res, name in sorted(champions.items()):
-        champ = next((m for m in reversed(rows) if m["resource"] == res and m["champion"]), None)
+        champ = next((m for m in reversed(rows) if m.resource == res and m.champion), None)
         if champ is None:
             continue
         # the candidates of the same training (the store keeps every model ever trained)
-        same = {m["name"]: m["score"] for m in rows if m["resource"] == res and m["n_train"] == champ["n_train"]}
+        same = {m.name: m.score for m in rows if m.resource == res and m.n_train == champ.n_train}
         scores = ", ".join(f"{n} {sc['score']:.3f}" for n, sc in same.items() if isinstance(sc, dict) and "score" in sc)
         say(
-            f"  {res:5s}: champion {name}, trained on {champ['n_train']:,} jobs"
+            f"  {res:5s}: champion {name}, trained on {champ.n_train:,} jobs"
             f"  (harp score on the newest 20%, lower is better: {scores})"
         )
-        sc = champ.get("score") or {}
+        sc = champ.score
         if sc.get("under_rate") is not None and sc.get("over_vs_request") is not None:
             say(
                 f"         there it under-predicted {sc['under_rate']:.1%} of the jobs; its over-reservation "
