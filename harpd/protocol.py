@@ -274,6 +274,14 @@ class EndingAnswer(_Answer):
     why: Annotated[str, Field(max_length=400)] = ""
 
 
+class IngestHealth(_Model):
+    """The sacct poller as ``health`` shows it: ``polls`` only grows, so a caller can wait for harpd to look again."""
+
+    polls: int  # polls completed since harpd started (outcomes stored and announced)
+    failures: int  # failed polls in a row (0: the last one worked)
+    last_error: str | None = None  # why the last poll failed, until one works
+
+
 class HealthAnswer(_Answer):
     version: str
     store: str
@@ -282,6 +290,7 @@ class HealthAnswer(_Answer):
     uptime_s: float | None = None
     limits: dict[str, Any] | None = None  # soft or hard time limits and why (harpd.watch.privilege)
     accounting: dict[str, Any] | None = None  # what Slurm keeps for recovery (harpd.recovery.site_accounting)
+    ingest: IngestHealth | None = None  # the sacct poller; None: no Slurm, nothing polled
 
 
 class AdminAnswer(_Answer):

@@ -58,4 +58,10 @@ def render(h: dict[str, Any]) -> str:
     if acc:
         out.append(f"  accounting:  AccountingStoreFlags={acc.get('flags') or '(none)'}")
         out.append(f"  recovery:    {acc.get('recovery')}")
+    ingest = h.get("ingest") or {}
+    if ingest:
+        failing = (
+            f"; {ingest.get('failures')} failed in a row: {ingest.get('last_error')}" if ingest.get("failures") else ""
+        )
+        out.append(f"  sacct polls: {ingest.get('polls')}{failing}")
     return "\n".join(out) + "\n"

@@ -30,6 +30,7 @@ from harpd import protocol as p
 from harpd.config import HarpSettings
 from harpd.daemon.registration import Refused, Registrar
 from harpd.daemon.trial_progress import ProgressRefused, record_progress
+from harpd.ingest.poller import Ingestor
 from harpd.predict.soft_state import SoftState
 from harpd.protocol import Decision, JobRequest, Limits
 from harpd.recovery.machine import Recovery
@@ -164,6 +165,8 @@ class Handlers:
         self.registrar = Registrar(store, slurm)
         # recovery's state machine (harpd.recovery.machine), set once the services run; None: off
         self.recovery: Recovery | None = None
+        # the sacct poller (harpd.ingest.poller), set once the services run; health counts its polls; None: no Slurm
+        self.ingestor: Ingestor | None = None
         self.slurm = slurm  # progress reports are checked against slurmctld's owner of the job
         self.retrain_action = retrain
         self.reload_action = reload
@@ -305,7 +308,12 @@ class Handlers:
             uptime_s=round(time.monotonic() - self.started, 3),
             limits=limits,
             accounting=self.accounting,
+            ingest=None if self.ingestor is None else self._ingest_health(self.ingestor),
         )
+
+    @staticmethod
+    def _ingest_health(ingestor: Ingestor) -> p.IngestHealth:
+        return p.IngestHealth(polls=ingestor.polls, failures=ingestor.failures, last_error=ingestor.last_error)
 
     def op_report(self, peer: Peer, req: p.ReportRequest) -> BaseModel:
         """``harp report`` for callers who cannot read the store themselves.

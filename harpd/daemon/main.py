@@ -172,6 +172,8 @@ def build_handlers(settings: HarpSettings, store: Store) -> tuple[Handlers, list
     )
     # the jobs' end hook (op ending) asks recovery directly
     handlers.recovery = next((s for s in services if isinstance(s, Recovery)), None)
+    # health counts the poller's polls
+    handlers.ingestor = next((s.ingestor for s in services if isinstance(s, poller.IngestService)), None)
     return handlers, services
 
 

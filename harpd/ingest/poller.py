@@ -133,6 +133,9 @@ class Ingestor:
         self.failures = 0
         self.last_error: str | None = None
         self.last_poll: PollResult | None = None
+        # polls completed (sacct read, outcomes stored and announced to every listener): ``health``
+        # shows it, so a test or an admin can wait until harpd has looked again instead of sleeping
+        self.polls = 0
         self._not_before = 0.0  # time.monotonic() before which tick() skips
         self._lock = threading.Lock()
 
@@ -159,6 +162,7 @@ class Ingestor:
             self._announce_leftovers()
             res = self._poll()
             self.last_poll = res
+            self.polls += 1
             return res.new
 
     def tick(self) -> None:

@@ -140,19 +140,18 @@ class Daemon:
                 self.proc = subprocess.Popen(
                     self._argv(), stdout=fh, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL
                 )
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                pytest.fail(
-                    f"harpd {self.name} exited {self.proc.returncode} at start:\n{self.log_tail()}", pytrace=False
-                )
+        proc = self.proc
+
+        def answering() -> bool:
+            if proc.poll() is not None:
+                pytest.fail(f"harpd {self.name} exited {proc.returncode} at start:\n{self.log_tail()}", pytrace=False)
             try:
                 client.call(self.socket, {"op": "health"}, 2.0)
-                break
+                return True
             except client.HarpdUnavailable:
-                time.sleep(0.2)
-        else:
-            pytest.fail(f"harpd {self.name} not answering after 60 s:\n{self.log_tail()}", pytrace=False)
+                return False
+
+        wait_for(f"harpd {self.name} answering", answering, 60, interval=0.2, log=self.log_tail)
         if self._monitor is None:
             self._monitor = threading.Thread(target=self._watch, name=f"monitor-{self.name}", daemon=True)
             self._monitor.start()
@@ -192,16 +191,39 @@ class Daemon:
         except OSError:
             return "(no log)"
 
+    def _ask(self, request: dict[str, Any], what: str) -> dict[str, Any]:
+        """harpd's answer to ``request``, waiting out a restart after its crash."""
+
+        def answer() -> dict[str, Any] | None:
+            try:
+                return client.call(self.socket, request, 10.0)
+            except client.HarpdUnavailable:  # restarting after its crash
+                return None
+
+        return wait_for(f"harpd {self.name}: {what}", answer, 60, interval=1.0, log=self.log_tail)
+
     def status(self, job_id: str) -> dict[str, Any]:
         """harpd's own status op (the test runs as root: an admin for every harpd)."""
-        last: Exception | None = None
-        for _ in range(20):
-            try:
-                return client.call(self.socket, {"op": "status", "job_id": job_id}, 10.0)["job"]
-            except client.HarpdUnavailable as exc:  # restarting after its crash
-                last = exc
-                time.sleep(1)
-        raise AssertionError(f"harpd {self.name}: no status for {job_id}: {last}\n{self.log_tail()}")
+        return self._ask({"op": "status", "job_id": job_id}, f"status of {job_id}")["job"]
+
+    def polls(self) -> int:
+        """How many sacct polls harpd has completed since it started (health's ``ingest.polls``)."""
+        return int(self._ask({"op": "health"}, "health")["ingest"]["polls"])
+
+    def wait_polled(self, n: int = 2) -> None:
+        """Until harpd has completed ``n`` more polls (outcomes stored, recovery told) than now.
+
+        The positive signal before asserting that nothing more happened: harpd
+        has looked at Slurm again since, and acted on what it saw.  A harpd
+        restarted meanwhile counts from 0 again: then ``n`` polls of the new one.
+        """
+        start = self.polls()
+
+        def polled() -> bool:
+            now = self.polls()
+            return now >= (start + n if now >= start else n)
+
+        wait_for(f"harpd {self.name} to poll {n} more time(s)", polled, 120, interval=0.5, log=self.log_tail)
 
 
 @dataclass
@@ -268,14 +290,9 @@ class Run:
     def wait_closed(self, key: str, daemon: str, timeout: float = 600) -> dict[str, Any]:
         """Until harpd has the job's outcome (its submission closed), plus two polls."""
         d, jid = self.daemons[daemon], self.jobs[key]
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            job = d.status(jid)
-            if job.get("state") == "done":
-                time.sleep(2 * POLL_S + 1)
-                return d.status(jid)
-            time.sleep(POLL_S)
-        raise AssertionError(f"job {jid} ({key}) not closed after {timeout} s:\n{d.log_tail()}")
+        wait_for(f"job {jid} ({key}) closed", lambda: d.status(jid).get("state") == "done", timeout, POLL_S, d.log_tail)
+        d.wait_polled(2)  # recovery has had two polls to act on the outcome
+        return d.status(jid)
 
     def sacct(self, job_id: str, fields: str, *, duplicates: bool = False) -> list[dict[str, str]]:
         return [
@@ -418,7 +435,7 @@ def test_cap_is_used_once_then_the_chain_stops_with_its_reason(run):
     assert a1["limits"]["time_s"] == 120 and a2["limits"]["time_s"] == 180
     assert "to the cap, partition tiny MaxTime = 3 min" in a2["reason"]
     assert "at the cap, partition tiny MaxTime = 3 min: cannot raise further; not resubmitted" in a2["limits"]["stop"]
-    time.sleep(3 * POLL_S)  # nothing more happens
+    run.daemons["root"].wait_polled(2)  # nothing more happens: harpd has looked twice since
     assert len(run.daemons["root"].status(jid)["attempts"]) == 2
     runs = run.sacct(jid, "JobID,State,Timelimit", duplicates=True)
     assert [(r["State"].split()[0], r["Timelimit"]) for r in runs] == [
@@ -426,7 +443,7 @@ def test_cap_is_used_once_then_the_chain_stops_with_its_reason(run):
         ("TIMEOUT", "00:03:00"),
     ]
     # two TIMEOUT runs in sacct on 25.11/26.05, and still only two attempts: the first is not recovered twice
-    time.sleep(2 * POLL_S)
+    run.daemons["root"].wait_polled(2)  # harpd has seen both runs in sacct since
     assert len(run.daemons["root"].status(jid)["attempts"]) == 2
 
 

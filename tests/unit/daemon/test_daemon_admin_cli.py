@@ -180,6 +180,16 @@ def test_health_says_what_recovery_can_do_on_this_cluster(serve, short_dir, stor
     assert rc == 0 and json.loads(out)["accounting"]["job_env"] is False
 
 
+def test_health_shows_the_pollers_count_and_why_it_fails():
+    from harpd.cli.health_cmd import render
+
+    quiet = render({"version": "1", "ingest": {"polls": 7, "failures": 0, "last_error": None}})
+    assert "  sacct polls: 7\n" in quiet
+    failing = render({"version": "1", "ingest": {"polls": 7, "failures": 2, "last_error": "slurmdbd down"}})
+    assert "sacct polls: 7; 2 failed in a row: slurmdbd down" in failing
+    assert "sacct polls" not in render({"version": "1", "ingest": None})  # no Slurm: nothing polled
+
+
 def test_health_without_harpd_one_line(tmp_path, capsys):
     cfg = tmp_path / "harpd.toml"
     cfg.write_text(f'[server]\nsocket = "{tmp_path}/none.sock"\n[store]\npath = "{tmp_path}/harp.db"\n')

@@ -8,7 +8,9 @@ import pytest
 
 from harpd import protocol as p
 from harpd.access import resolve_group
+from harpd.config import HarpSettings
 from harpd.daemon.handlers import Handlers, NoChangePredictor, Peer, Predictor
+from harpd.ingest.poller import Ingestor
 from harpd.records import JobRecord, Outcome
 from harpd.slurm.scontrol import job_info
 from tests.helpers.fake_slurm import FakeSlurm
@@ -261,6 +263,16 @@ def test_health(store):
     store.save_model("gbm", "time", 10, {}, "/x", champion=True)
     ans = Handlers(store).handle(ALICE, req({"op": "health"}))
     assert ans.store == "ok" and ans.models["time"]["name"] == "gbm" and ans.predictor == "none"
+    assert ans.ingest is None  # no poller wired: nothing polled
+
+
+def test_health_counts_the_pollers_polls(store):
+    h = Handlers(store)
+    h.ingestor = Ingestor(store, FakeSlurm(), HarpSettings())
+    assert h.handle(ALICE, req({"op": "health"})).ingest == p.IngestHealth(polls=0, failures=0)
+    h.ingestor.poll_once()
+    h.ingestor.poll_once()
+    assert h.handle(ALICE, req({"op": "health"})).ingest.polls == 2
 
 
 def test_store_failure_is_an_error_answer(store):

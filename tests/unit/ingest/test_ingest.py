@@ -98,6 +98,29 @@ def test_cursor_only_moves_with_a_committed_write(store, monkeypatch):
     assert ing.poll_once() == 1 and store.get_meta(CURSOR_KEY) == now
 
 
+def test_polls_counts_completed_polls_only(store, monkeypatch):
+    """``polls`` (health's sign that harpd looked again) counts a poll once it has stored and announced."""
+    be = FakeSlurm([rec("1")])
+    submit(store, "1")
+    ing = Ingestor(store, be, settings())
+    heard: list[int] = []
+    ing.on_outcome.append(lambda r: heard.append(ing.polls))
+    assert ing.polls == 0
+    ing.poll_once()
+    assert ing.polls == 1 and heard == [0]  # the listener ran before the poll counted as done
+
+    def broken(*a, **k):
+        raise StoreError("harp.db: disk full; free space and retry")
+
+    monkeypatch.setattr(store, "pending_submissions", broken)
+    ing.tick()
+    assert ing.polls == 1 and ing.failures == 1  # a failed poll has not looked
+    monkeypatch.undo()
+    ing._not_before = 0.0
+    ing.tick()
+    assert ing.polls == 2 and ing.failures == 0
+
+
 def test_sacct_failure_writes_nothing_and_backs_off(store, monkeypatch):
     be = FakeSlurm([rec("1")])
     submit(store, "1")
