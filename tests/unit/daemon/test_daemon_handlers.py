@@ -307,7 +307,7 @@ def test_daemon_user_is_admin(store):
 
 def test_slurm_owner_not_filled_in_yet_is_refused(store):
     slurm = FakeSlurm()
-    slurm.jobs["100"] = job_info({"JobId": "100", "UserId": "(null)", "TimeLimit": "01:00:00"})
+    slurm.put(job_info({"JobId": "100", "UserId": "(null)", "TimeLimit": "01:00:00"}))
     ans = register(Handlers(store, slurm=slurm), BOB)
     assert isinstance(ans, p.ErrorAnswer) and "has not filled in the owner" in ans.error
     assert store.get_submission("100") is None
@@ -325,14 +325,16 @@ def _two_partition_slurm() -> FakeSlurm:
             "gpu": PartitionInfo(name="gpu", max_time_s=3600, max_mem_mb_per_node=None, max_cpus_per_node=8, nodes=1),
         }
     )
-    slurm.jobs["12"] = job_info(
-        {
-            "JobId": "12",
-            "UserId": "alice(1000)",
-            "GroupId": "alice(1000)",
-            "TimeLimit": "01:00:00",
-            "SubmitTime": "2026-11-23T21:40:01",
-        }
+    slurm.put(
+        job_info(
+            {
+                "JobId": "12",
+                "UserId": "alice(1000)",
+                "GroupId": "alice(1000)",
+                "TimeLimit": "01:00:00",
+                "SubmitTime": "2026-11-23T21:40:01",
+            }
+        )
     )
     return slurm
 

@@ -1,8 +1,14 @@
 """A fake Slurm for the recovery tests, kept in a JSON file.
 
-The file makes it survive a SIGKILLed harpd: the crash tests run recovery in
-a child process, kill it between two steps, and start another one on the same
-"cluster", exactly as a restarted harpd finds the real one.  It behaves like
+The file makes it survive a SIGKILLed harpd: the crash tests
+(test_resubmit_crash.py) run recovery in a child process, kill it between two
+steps, and start another one on the same "cluster", exactly as a restarted
+harpd finds the real one.  That is why it is not the in-memory
+tests/helpers/fake_slurm.FakeSlurm: its state is shared by the test and two
+processes, so every call reads and writes the file, and a job's runs, script,
+environment and sbatch arguments (what a resubmission replays) are part of
+that state.  tests/unit/test_fake_slurm.py checks it against the
+``SlurmBackend`` Protocol like the in-memory fake.  It behaves like
 Slurm 22.05 where recovery depends on it: ``requeuehold`` only on finished
 jobs (``Restarts`` + 1, held, ``Reason=job_requeued_in_held_state``), limits in
 ``scontrol show job`` spelling, jobs purged after MinJobAge (``purge``), and

@@ -21,15 +21,15 @@ def test_hard_limits_signal_once_lead_before_harps_limit(store, slurm):
     slurm.add("7", limit_s=120, used_s=80, start=1000.0)
     step = CheckpointSignal(store, slurm, soft_limits=False)
     assert step.tick(slurm.queue()) == 0 and slurm.signals == []  # 40 s left: above the 30 s lead
-    slurm.jobs["7"]["used"] = 95
+    slurm.jobs["7"].time_used_s = 95
     assert step.tick(slurm.queue()) == 1
     assert slurm.signals == [("7", "USR2")]
-    slurm.jobs["7"]["used"] = 110
+    slurm.jobs["7"].time_used_s = 110
     assert step.tick(slurm.queue()) == 0 and len(slurm.signals) == 1  # once per run
     assert rows(store, "7") == [(1000, 95, "done")]
     assert last_signal(store, "7").new_time_s == 95
     # requeued: a new run (new start) is signalled again, at the same limit
-    slurm.jobs["7"].update(used=100, start=2000.0)
+    slurm.jobs["7"].time_used_s, slurm.jobs["7"].start_time = 100, 2000.0
     assert step.tick(slurm.queue()) == 1 and slurm.signals[-1] == ("7", "USR2")
     assert last_signal(store, "7").old_time_s == 2000
 
@@ -40,9 +40,12 @@ def test_soft_limits_signal_before_the_users_own_limit_not_harps(store, slurm):
     step = CheckpointSignal(store, slurm, soft_limits=True)
     assert step.tick(slurm.queue()) == 0  # harp's limit is extended: no signal yet
     store.add_limit_change("8", "extend", 120, 600, "harp extended it", "done")  # the extender's step
-    slurm.jobs["8"].update(limit=600, used=470)  # 130 s left of the request: above the default 2 min lead
+    slurm.jobs["8"].time_limit_s, slurm.jobs["8"].time_used_s = (
+        600,
+        470,
+    )  # 130 s left of the request: above the default 2 min lead
     assert step.tick(slurm.queue()) == 0
-    slurm.jobs["8"]["used"] = 490
+    slurm.jobs["8"].time_used_s = 490
     assert step.tick(slurm.queue()) == 1 and slurm.signals == [("8", "USR1")]
 
 
@@ -74,4 +77,4 @@ def test_the_hard_limits_watcher_signals_through_its_tick(store, slurm):
     slurm.add("13", limit_s=60, used_s=40)
     w = make(settings=settings(), store=store, backend=slurm, privilege=Privilege(True, "root", False))
     w.tick()
-    assert slurm.signals == [("13", "USR2")] and slurm.calls == []  # signalled, never extended
+    assert slurm.signals == [("13", "USR2")] and slurm.updates == []  # signalled, never extended

@@ -24,7 +24,7 @@ def test_pending_sibling_gets_the_new_bound_once(store, slurm):
     assert r.tick(slurm.queue()) == 0  # no outcome yet: nothing to re-decide
     r.on_outcome(outcome())
     assert r.tick(slurm.queue()) == 1
-    assert slurm.jobs["20"]["limit"] == 1200 and slurm.calls == [("20", {"TimeLimit": "20"})]
+    assert slurm.jobs["20"].time_limit_s == 1200 and slurm.updates == [("20", {"TimeLimit": "20"})]
     assert [(c.kind, c.old_time_s, c.new_time_s, c.step) for c in store.limit_changes("20")] == [
         ("resize", 3600, 1200, "done")
     ]
@@ -44,7 +44,7 @@ def test_small_differences_other_signatures_running_and_foreign_jobs_are_left_al
     slurm.add("25", state="PENDING", limit_s=7200)  # not harp's
     r = resizer(store, slurm, [3400])  # 200 s less: under 300 s
     r.on_outcome(outcome())
-    assert r.tick(slurm.queue()) == 0 and slurm.calls == []
+    assert r.tick(slurm.queue()) == 0 and slurm.updates == []
 
 
 def test_never_above_the_request_nor_below_the_floor(store, slurm):
@@ -53,13 +53,13 @@ def test_never_above_the_request_nor_below_the_floor(store, slurm):
     r = resizer(store, slurm, [99999])
     r.on_outcome(outcome())
     r.tick(slurm.queue())
-    assert slurm.jobs["26"]["limit"] == 5400
+    assert slurm.jobs["26"].time_limit_s == 5400
     register(store, "27", original_s=5400, harp_time="30")
     slurm.add("27", state="PENDING", limit_s=1800)
     r = resizer(store, slurm, [1])
     r.on_outcome(outcome())
     r.tick(slurm.queue())
-    assert slurm.jobs["27"]["limit"] == 60  # predict.floor_time_s
+    assert slurm.jobs["27"].time_limit_s == 60  # predict.floor_time_s
 
 
 def test_array_pending_tasks_are_updated_through_the_array_id(store, slurm):
@@ -69,13 +69,13 @@ def test_array_pending_tasks_are_updated_through_the_array_id(store, slurm):
     r = resizer(store, slurm, [900])
     r.on_outcome(outcome())
     r.tick(slurm.queue())
-    assert slurm.calls == [("30", {"TimeLimit": "15"})]
+    assert slurm.updates == [("30", {"TimeLimit": "15"})]
 
 
 def test_refused_update_is_recorded_and_a_started_job_is_not_resized_after_a_crash(store, slurm):
     register(store, "31", original_s=7200, harp_time="60")
     slurm.add("31", state="PENDING", limit_s=3600)
-    slurm.fail = "scontrol update failed (exit 1): Access/permission denied"
+    slurm.update_error = "scontrol update failed (exit 1): Access/permission denied"
     r = resizer(store, slurm, [900])
     r.on_outcome(outcome())
     r.tick(slurm.queue())
@@ -85,7 +85,7 @@ def test_refused_update_is_recorded_and_a_started_job_is_not_resized_after_a_cra
     store.add_limit_change("32", "resize", 3600, 900, "test", "decided")
     slurm.add("32", state="RUNNING", limit_s=3600)
     r.tick(slurm.queue())
-    assert store.limit_changes("32")[0].step == "ended" and all(c[0] != "32" for c in slurm.calls)
+    assert store.limit_changes("32")[0].step == "ended" and all(c[0] != "32" for c in slurm.updates)
 
 
 def test_pending_memory_follows_the_siblings_within_the_request_and_once(store, slurm):
@@ -100,7 +100,7 @@ def test_pending_memory_follows_the_siblings_within_the_request_and_once(store, 
     )
     r.on_outcome(outcome())
     assert r.tick(slurm.queue()) == 1
-    assert slurm.jobs["30"]["mem"] == 600 and slurm.calls == [("30", {"MinMemoryNode": "600"})]
+    assert slurm.jobs["30"].mem_mb == 600 and slurm.updates == [("30", {"MinMemoryNode": "600"})]
     (row,) = store.limit_changes("30")
     assert (row.kind, row.old_mem_mb, row.new_mem_mb, row.step) == ("resize-mem", 2000, 600, "done")
     r.on_outcome(outcome())
@@ -123,9 +123,9 @@ def test_pending_memory_never_above_the_request_and_small_steps_are_skipped(stor
     )
     r.on_outcome(outcome())
     r.tick(slurm.queue())
-    assert slurm.jobs["31"]["mem"] == 3000  # capped by the user's own request
-    assert slurm.jobs["32"]["mem"] == 1000  # 40 MB: not worth a change
-    assert slurm.jobs["33"]["mem"] == 1000 and store.limit_changes("33") == []
+    assert slurm.jobs["31"].mem_mb == 3000  # capped by the user's own request
+    assert slurm.jobs["32"].mem_mb == 1000  # 40 MB: not worth a change
+    assert slurm.jobs["33"].mem_mb == 1000 and store.limit_changes("33") == []
 
 
 def test_a_memory_resize_refused_by_slurm_is_recorded_and_the_per_cpu_form_is_used(store, slurm):
@@ -133,7 +133,7 @@ def test_a_memory_resize_refused_by_slurm_is_recorded_and_the_per_cpu_form_is_us
         store, "34", original_s=7200, harp_time=None, original_mem_mb=4000, harp_mem="1000M", mem_option="mem-per-cpu"
     )
     slurm.add("34", state="PENDING", limit_s=7200, mem_per_cpu_mb=1000)
-    slurm.fail = "scontrol update JobId=34 failed (exit 1): Access/permission denied"
+    slurm.update_error = "scontrol update JobId=34 failed (exit 1): Access/permission denied"
     r = Resizer(
         store,
         slurm,
@@ -142,7 +142,7 @@ def test_a_memory_resize_refused_by_slurm_is_recorded_and_the_per_cpu_form_is_us
     )
     r.on_outcome(outcome())
     assert r.tick(slurm.queue()) == 0
-    assert slurm.calls == [("34", {"MinMemoryCPU": "300"})]
+    assert slurm.updates == [("34", {"MinMemoryCPU": "300"})]
     (row,) = store.limit_changes("34")
     assert row.kind == "resize-mem-per-cpu" and row.step == "refused" and "permission" in row.reason
 
@@ -162,8 +162,8 @@ def test_a_workflow_task_left_as_asked_at_submission_is_sized_from_its_finished_
     r.on_outcome(outcome(task))
     r.on_outcome(outcome(program))
     assert r.tick(slurm.queue()) == 1
-    assert slurm.jobs["40"]["mem"] == 3000 and slurm.calls == [("40", {"MinMemoryNode": "3000"})]
-    assert slurm.jobs["41"]["mem"] == slurm.jobs["42"]["mem"] == 8000
+    assert slurm.jobs["40"].mem_mb == 3000 and slurm.updates == [("40", {"MinMemoryNode": "3000"})]
+    assert slurm.jobs["41"].mem_mb == slurm.jobs["42"].mem_mb == 8000
     assert store.limit_changes("41") == store.limit_changes("42") == []
 
 
@@ -176,6 +176,6 @@ def test_a_pending_job_is_re_sized_only_while_slurm_shows_harps_owner_and_limit(
     r = resizer(store, slurm, want)
     r.on_outcome(outcome())
     r.tick(slurm.queue())
-    assert slurm.calls == [] and slurm.jobs["60"]["limit"] == 3600 and slurm.jobs["61"]["limit"] == 5400
+    assert slurm.updates == [] and slurm.jobs["60"].time_limit_s == 3600 and slurm.jobs["61"].time_limit_s == 5400
     assert "job 60: not re-sized: Slurm reports owner uid 1000" in caplog.text
     assert "job 61: not re-sized: its time limit is 5400 s, not the 3600 s harp last set" in caplog.text

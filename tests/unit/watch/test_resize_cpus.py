@@ -53,9 +53,9 @@ def test_a_pending_task_gets_the_cpus_its_finished_siblings_say_once_within_its_
     r.on_outcome(_outcome())
     r.on_outcome(_outcome("sig-plain"))
     assert r.tick(slurm.queue()) == 2
-    assert slurm.jobs["50"]["cpus"] == 3 and slurm.jobs["51"]["cpus"] == 4
-    assert ("50", {"CPUsPerTask": "3", "MinCPUsNode": "3", "NumCPUs": "3"}) in slurm.calls
-    assert slurm.jobs["52"]["cpus"] == 4 and slurm.jobs["53"]["cpus"] == 8
+    assert slurm.jobs["50"].cpus_per_task == 3 and slurm.jobs["51"].cpus_per_task == 4
+    assert ("50", {"CPUsPerTask": "3", "MinCPUsNode": "3", "NumCPUs": "3"}) in slurm.updates
+    assert slurm.jobs["52"].cpus_per_task == 4 and slurm.jobs["53"].cpus_per_task == 8
     (row,) = store.limit_changes("50")
     assert (row.kind, row.old_cpus, row.new_cpus, row.step) == ("resize-cpus", 8, 3, "done")
     r.on_outcome(_outcome())
@@ -65,7 +65,7 @@ def test_a_pending_task_gets_the_cpus_its_finished_siblings_say_once_within_its_
 def test_never_above_the_request_and_a_refusal_is_recorded(store, slurm):
     _register(store, "60", cpus=4, harp_cpus=None)
     slurm.add("60", state="PENDING", limit_s=3600, cpus=4)
-    slurm.fail = "scontrol update JobId=60 failed (exit 1): Access/permission denied"
+    slurm.update_error = "scontrol update JobId=60 failed (exit 1): Access/permission denied"
     r = _resizer(store, slurm, {"60": 2})
     r.on_outcome(_outcome())
     assert r.tick(slurm.queue()) == 0
@@ -76,7 +76,7 @@ def test_never_above_the_request_and_a_refusal_is_recorded(store, slurm):
     r = _resizer(store, slurm, {"61": 16})
     r.on_outcome(_outcome())
     r.tick(slurm.queue())
-    assert slurm.jobs["61"]["cpus"] == 4 and store.limit_changes("61") == []
+    assert slurm.jobs["61"].cpus_per_task == 4 and store.limit_changes("61") == []
 
 
 def test_a_registration_that_carries_commands_not_a_signature_is_matched_by_its_outcome(store, slurm):
@@ -107,4 +107,4 @@ def test_a_registration_that_carries_commands_not_a_signature_is_matched_by_its_
     slurm.add("70", state="PENDING", limit_s=3600, cpus=1)
     r = _resizer(store, slurm, {"70": None})  # the script's CPUs were restored: its request again
     r.on_outcome(_outcome(job_signature(commands, "hidden.sh", "hidden.sh", "/home/alice")))
-    assert r.tick(slurm.queue()) == 1 and slurm.jobs["70"]["cpus"] == 2
+    assert r.tick(slurm.queue()) == 1 and slurm.jobs["70"].cpus_per_task == 2

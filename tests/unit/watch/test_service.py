@@ -15,7 +15,7 @@ def test_one_listing_per_tick_whatever_the_number_of_jobs(store, slurm):
         slurm.add(str(50 + i), limit_s=60, used_s=30)
     w = make(settings=settings(), store=store, backend=slurm, privilege=Privilege(True, "root", True))
     w.tick()
-    assert slurm.listings == 1 and len(slurm.calls) == 5
+    assert slurm.listings == 1 and len(slurm.updates) == 5
 
 
 def test_off_when_unprivileged_or_soft_limits_off(store, slurm):
@@ -46,4 +46,4 @@ def test_a_failed_listing_changes_nothing(store, slurm):
     slurm.queue = down
     w = make(settings=settings(), store=store, backend=slurm, privilege=Privilege(True, "root", True))
     w.tick()  # never raises
-    assert slurm.calls == [] and store.limit_changes() == []
+    assert slurm.updates == [] and store.limit_changes() == []

@@ -40,7 +40,7 @@ def test_running_siblings_are_counted_per_template(store, slurm):
     n, longest = state.running("alice/600")
     assert n == 2 and longest == pytest.approx(250, abs=5)
     assert state.running("alice/900")[0] == 1
-    slurm.jobs["2"]["state"] = "COMPLETED"
+    slurm.jobs["2"].state = "COMPLETED"
     fb.tick(slurm.queue())
     assert state.running("alice/600")[0] == 1
 
@@ -53,7 +53,7 @@ def test_first_extension_steps_the_budget_up_once_and_is_saved(store, slurm):
     assert e.tick(slurm.queue()) == 1
     up = state.scale
     assert up == pytest.approx(0.1 * (1 - 0.095))
-    slurm.jobs["7"]["used"] = 100
+    slurm.jobs["7"].time_used_s = 100
     assert e.tick(slurm.queue()) == 1  # a second extension of the same job
     assert state.scale == pytest.approx(up)  # counts once: the budget is a share of jobs
     fb.tick(slurm.queue())

@@ -1,4 +1,4 @@
-"""An in-memory Slurm for the watcher tests: running/pending jobs with limits, time used and comments."""
+"""The watcher tests' Slurm: the one fake (tests/helpers/fake_slurm.py) with the watcher's defaults."""
 
 from __future__ import annotations
 
@@ -8,23 +8,29 @@ import pytest
 
 from harp_submit.units import parse_mem
 from harpd.config import HarpSettings
-from harpd.slurm.base import PartitionInfo, QueuedJob, SlurmError
-from harpd.slurm.scontrol import update_fields
+from harpd.slurm.base import PartitionInfo
 from harpd.store import Store
+from tests.helpers.fake_slurm import FakeJob, FakeSlurm
+
+WATCH_PARTITIONS = {
+    "debug": PartitionInfo("debug", 3600, 8000, 8, 1, default=True),
+    "tiny": PartitionInfo("tiny", 180, 8000, 8, 1),
+}
 
 
-class FakeQueue:
+class FakeQueue(FakeSlurm):
+    """``FakeSlurm`` on partitions debug and tiny, whose ``add`` defaults to alice's running job with 60 s.
+
+    Only a shorthand for the watcher's many jobs: what Slurm does lives in FakeSlurm.
+    """
+
     def __init__(self) -> None:
-        self.jobs: dict[str, dict[str, Any]] = {}
-        self.calls: list[tuple[str, dict[str, str]]] = []
-        self.fail: str | None = None  # the next update_job raises this
-        self.fail_after = False  # ... after it took effect
-        self.listings = 0
-        self.signals: list[tuple[str, str]] = []
+        super().__init__(partitions=WATCH_PARTITIONS)
 
-    def add(
+    def add(  # type: ignore[override]  # the watcher's shorthand names
         self,
-        jid: str,
+        job_id: str,
+        uid: int = 1000,
         *,
         state: str = "RUNNING",
         limit_s: int = 60,
@@ -36,77 +42,21 @@ class FakeQueue:
         mem_per_cpu_mb: int | None = None,
         cpus: int | None = None,
         start: float = 1_700_000_000.0,
-    ) -> None:
-        self.jobs[jid] = dict(
+    ) -> FakeJob:
+        return super().add(
+            job_id,
+            uid,
             state=state,
-            limit=limit_s,
-            used=used_s,
+            time_s=limit_s,
+            time_used_s=used_s,
             comment=comment,
             partition=partition,
-            array=array_job_id,
-            mem=mem_mb,
-            mem_cpu=mem_per_cpu_mb,
-            cpus=cpus,
-            start=start,
+            array_job_id=array_job_id,
+            mem_mb=mem_mb,
+            mem_per_cpu_mb=mem_per_cpu_mb,
+            cpus_per_task=cpus,
+            start_time=start,
         )
-
-    def queue(self) -> list[QueuedJob]:
-        self.listings += 1
-        return [
-            QueuedJob(
-                job_id=j,
-                state=v["state"],
-                user="alice",
-                uid=1000,
-                time_limit_s=v["limit"],
-                time_used_s=v["used"],
-                partition=v["partition"],
-                comment=v["comment"],
-                array_job_id=v["array"],
-                mem_mb=v["mem"],
-                mem_per_cpu_mb=v["mem_cpu"],
-                cpus_per_task=v["cpus"],
-                num_tasks=1,
-                start_time=v["start"] if v["state"] == "RUNNING" else None,
-            )
-            for j, v in self.jobs.items()
-            if v["state"] in ("RUNNING", "PENDING")
-        ]
-
-    def update_job(self, job_id: str, **changes: Any) -> None:
-        fields = update_fields(changes)
-        self.calls.append((job_id, fields))
-        if self.fail and not self.fail_after:
-            msg, self.fail = self.fail, None
-            raise SlurmError(msg)
-        j = self.jobs.get(job_id)
-        if j is None or j["state"] not in ("RUNNING", "PENDING"):
-            raise SlurmError(f"scontrol update JobId={job_id} failed (exit 1): Job has already finished")
-        if "TimeLimit" in fields:
-            j["limit"] = int(fields["TimeLimit"]) * 60
-        if "Comment" in fields:
-            j["comment"] = fields["Comment"]
-        if "MinMemoryNode" in fields:
-            j["mem"] = int(fields["MinMemoryNode"])
-        if "MinMemoryCPU" in fields:
-            j["mem_cpu"] = int(fields["MinMemoryCPU"])
-        if "CPUsPerTask" in fields:
-            j["cpus"] = int(fields["CPUsPerTask"])
-        if self.fail:
-            msg, self.fail, self.fail_after = self.fail, None, False
-            raise SlurmError(msg)
-
-    def signal(self, job_id: str, signal: str) -> None:
-        j = self.jobs.get(job_id)
-        if j is None or j["state"] != "RUNNING":
-            raise SlurmError(f"scancel --signal={signal} --batch {job_id} failed (exit 1): Job has already finished")
-        self.signals.append((job_id, signal))
-
-    def partitions(self) -> dict[str, PartitionInfo]:
-        return {
-            "debug": PartitionInfo("debug", 3600, 8000, 8, 1, default=True),
-            "tiny": PartitionInfo("tiny", 180, 8000, 8, 1),
-        }
 
 
 def register(
