@@ -313,6 +313,59 @@ class TrialAction:
 
 
 @dataclass(frozen=True, slots=True)
+class TrialStatus:
+    """One trial as ``harp status`` shows it (``store.trial_status``): study, owner, reports, harpd's last action.
+
+    ``study`` and ``uid`` come from its last report, or from harpd's action
+    when it never reported (a pending array task acted on through its array).
+    """
+
+    study: str
+    uid: int
+    reports: int  # how many reports it sent
+    last_report: TrialReport | None
+    action: TrialAction | None
+
+
+@dataclass(frozen=True, slots=True)
+class IssuedDecision:
+    """What harpd decided for one ``predict`` call, under the token harp-submit echoes (``decisions`` row).
+
+    A registration with the token is checked against this record, never
+    against what the registering client says: ``job`` is the request harpd
+    decided for (its ``request`` the user's own limits), ``decided`` the limits
+    harpd chose, ``decision`` the decision JSON as written (None: stored as
+    null).  ``job_id`` is set once, when a job claims the token.
+    """
+
+    token: str
+    uid: int
+    user: str | None
+    decided_at: float
+    job: Mapping[str, Any]
+    decided: Mapping[str, Any]
+    decision: Mapping[str, Any] | None
+    job_id: str | None = None
+    used_at: float | None = None
+
+    @classmethod
+    def from_row(cls, row: Mapping[str, Any]) -> IssuedDecision:
+        """A ``decisions`` row whose JSON columns are decoded."""
+        decision = row.get("decision")
+        return cls(
+            token=row["token"],
+            uid=int(row["uid"]),
+            user=row.get("user"),
+            decided_at=float(row["decided_at"]),
+            job=_mapping(row.get("job")),
+            decided=_mapping(row.get("decided")),
+            decision=decision if isinstance(decision, Mapping) else None,
+            job_id=row.get("job_id"),
+            used_at=row.get("used_at"),
+        )
+
+
+@dataclass(frozen=True, slots=True)
 class ModelRow:
     """A trained model (``models`` row): which estimator, for what, how well, where its file is.
 

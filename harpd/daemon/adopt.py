@@ -77,10 +77,10 @@ class Adopter:
 
     def _adopt(self, job_id: str, token: str) -> int:
         row = self.store.get_decision(token)
-        if row is None or row["job_id"] is not None:
+        if row is None or row.job_id is not None:
             return 0  # registered meanwhile by its own message
         try:
-            v = self.registrar.register(job_id, int(row["uid"]), token)
+            v = self.registrar.register(job_id, row.uid, token)
         except Refused as exc:
             log.warning("adopt: job %s carries a decision token but is not registered: %s", job_id, exc)
             return 0

@@ -190,18 +190,16 @@ class Registrar:
         row = self.store.get_decision(token)
         if row is None:
             raise Refused(f"job {job_id}: harpd made no decision with that token; not registered")
-        if int(row["uid"]) != owner:
-            log.warning("job %s (uid %d): decision token of uid %d refused", job_id, owner, row["uid"])
+        if row.uid != owner:
+            log.warning("job %s (uid %d): decision token of uid %d refused", job_id, owner, row.uid)
             raise Refused(f"job {job_id}: the decision token was not issued to the job's owner; not registered")
-        if row["job_id"] is not None and str(row["job_id"]) != str(job_id):
-            raise Refused(
-                f"job {job_id}: that decision was already used by job {row['job_id']}; a decision binds one job"
-            )
-        if info.submit_time is None or info.submit_time < math.floor(float(row["decided_at"])):
+        if row.job_id is not None and str(row.job_id) != str(job_id):
+            raise Refused(f"job {job_id}: that decision was already used by job {row.job_id}; a decision binds one job")
+        if info.submit_time is None or info.submit_time < math.floor(row.decided_at):
             raise Refused(f"job {job_id} was submitted before harpd's decision; not registered")
-        original = dict((row["job"] or {}).get("request") or {})
-        decided = dict(row["decided"] or {})
-        decision: dict[str, Any] | None = row["decision"]
+        original = dict(row.job.get("request") or {})
+        decided = dict(row.decided)
+        decision = None if row.decision is None else dict(row.decision)
         if _mismatch(decided, info) is None:
             submitted = decided
         elif _mismatch(original, info) is None:
@@ -212,7 +210,7 @@ class Registrar:
                 "job %s of uid %d: limits are not harp's decision (%s); registration refused", job_id, owner, why
             )
             raise Refused(f"job {job_id} has a {why}: neither harp's decision nor your request; not registered")
-        recorded = dict(row["job"] or {})
+        recorded = dict(row.job)
         for key in ("argv", "sbatch_env"):  # how sbatch ran it: what recovery resubmits with, the owner's own
             if job and job.get(key) is not None:
                 recorded[key] = job[key]
@@ -234,7 +232,7 @@ class Registrar:
             v.token, v.job_id, v.uid, v.user, v.job, v.original, v.submitted, v.decision
         ):
             row = self.store.get_decision(v.token)
-            if row is None or str(row["job_id"]) != str(v.job_id):
+            if row is None or str(row.job_id) != str(v.job_id):
                 raise Refused(f"job {job_id}: that decision was already used by another job; a decision binds one job")
             # the same job again (a retry, or harpd found it first): refresh what the message adds
             self.store.add_submission(

@@ -61,6 +61,6 @@ def record_progress(
             "progress is taken from running trials only"
         )
     status = store.trial_status(job_id)
-    if status is not None and status["reports"] >= MAX_REPORTS_PER_TRIAL:
+    if status is not None and status.reports >= MAX_REPORTS_PER_TRIAL:
         raise ProgressRefused(f"job {job_id} has reported {MAX_REPORTS_PER_TRIAL} times; report less often")
     return name, store.add_trial_report(job_id, uid, name, metric, value, policy)

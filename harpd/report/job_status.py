@@ -15,6 +15,7 @@ cluster is configured) every record is shown with its source and no claim.
 
 from __future__ import annotations
 
+from dataclasses import asdict
 from typing import Any
 
 from harpd import access
@@ -60,7 +61,7 @@ def job_status(
     imported = {s: r for s, r in recs.items() if kinds[s] == IMPORTED}
     changes = store.limit_changes(job_id)  # harpd changed a live job's limit: running, maybe not stored yet
     trial = store.trial_status(job_id)  # a trial's progress and what harpd did to it (harpd.watch.trials)
-    if trial is not None and not admin and trial["uid"] != uid:
+    if trial is not None and not admin and trial.uid != uid:
         trial = None  # reports are taken from Slurm's owner only: anyone else sees none
     is_live = sub is not None or chain is not None or bool(own) or bool(changes) or trial is not None or not live
     shown = own if (own or (live and is_live)) else (recs if not live else imported)
@@ -98,7 +99,7 @@ def job_status(
         store, job_id, chain, job["attempts"], record, source, admin=admin, owner=job_owner(record, sub)
     )
     if trial is not None:
-        job["trial"] = trial
+        job["trial"] = asdict(trial)  # its report and action as their rows' columns
     if len(shown) > 1:  # no live record to prefer: every trace's job, each with its source
         job["other_records"] = [r.to_dict() for r in list(shown.values())[1:]]
     if sub is not None:
@@ -114,7 +115,7 @@ def job_status(
         job.update({k: sub.stored.get(k) for k in ("original", "submitted", "decision")})
         job["registered_job_id"] = sub.job_id
     else:
-        job["user"] = record.user if record else (access.user_of(trial["uid"]) if trial else None)
+        job["user"] = record.user if record else (access.user_of(trial.uid) if trial else None)
         job["outcome"] = record.outcome.value if record else None
     return job
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
+from harpd.records import IssuedDecision
 from harpd.store.base import StoreBase, _dumps, _loads
 
 
@@ -37,16 +38,13 @@ class DecisionsTable(StoreBase):
                 ),
             )
 
-    @staticmethod
-    def _decision_row(row: dict[str, Any]) -> dict[str, Any]:
-        for k in ("job", "decided", "decision"):
-            row[k] = _loads(row[k])
-        return row
-
-    def get_decision(self, token: str) -> dict[str, Any] | None:
+    def get_decision(self, token: str) -> IssuedDecision | None:
         """The recorded decision of ``token`` (claimed or not); None when harpd never made it."""
         rows = self._query("SELECT * FROM decisions WHERE token = ?", [str(token)])
-        return self._decision_row(rows[0]) if rows else None
+        if not rows:
+            return None
+        row = rows[0]
+        return IssuedDecision.from_row({**row, **{k: _loads(row[k]) for k in ("job", "decided", "decision")}})
 
     def unclaimed_tokens(self, since: float) -> set[str]:
         """Tokens of decisions made at or after ``since`` that no job has claimed yet.

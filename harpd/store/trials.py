@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from harpd.records import TrialAction, TrialReport, TrialStudy
+from harpd.records import TrialAction, TrialReport, TrialStatus, TrialStudy
 from harpd.store.base import StoreBase, _dumps, _loads
 
 
@@ -67,7 +67,7 @@ class TrialsTable(StoreBase):
         """job id -> harpd's last action on that trial."""
         return {r["job_id"]: TrialAction(**r) for r in self._query("SELECT * FROM trial_actions")}
 
-    def trial_status(self, job_id: str) -> dict[str, Any] | None:
+    def trial_status(self, job_id: str) -> TrialStatus | None:
         """One trial's study, owner, last report and harpd's last action; None if it never reported nor was acted on."""
         jid = str(job_id)
         last = self._query(
@@ -80,13 +80,13 @@ class TrialsTable(StoreBase):
             return None
         n = self._read("SELECT COUNT(*) FROM trial_reports WHERE job_id = ?", (jid,)).fetchone()[0]
         first = (last or acts)[0]
-        return {
-            "study": first["study"],
-            "uid": first["uid"],
-            "reports": int(n),
-            "last_report": last[0] if last else None,
-            "action": acts[0] if acts else None,
-        }
+        return TrialStatus(
+            study=first["study"],
+            uid=int(first["uid"]),
+            reports=int(n),
+            last_report=TrialReport(**last[0]) if last else None,
+            action=TrialAction(**acts[0]) if acts else None,
+        )
 
     def drop_trial_reports(self, before: float) -> int:
         """Forget reports older than ``before`` (epoch seconds); how many went."""

@@ -272,7 +272,7 @@ def test_a_forged_original_on_a_plain_sbatch_job_is_refused_and_never_extended(t
     sub, changes = t.store_rows(jid)
     assert sub is None and changes == []
     with Store.open(t.harpd.store) as store:
-        assert store.get_decision(asked["token"])["job_id"] is None  # the token bound nothing
+        assert store.get_decision(asked["token"]).job_id is None  # the token bound nothing
     log = t.harpd.log.read_text()
     assert f"registration of job {jid} by uid={ensure_user(B).pw_uid} from 127.0.0.1:" in log
 

@@ -164,7 +164,7 @@ def test_real_harpd_serves_and_stops_cleanly(short_dir):
 
         with Store.open(short_dir / "lib" / "harp.db") as store:
             row = store.get_decision(pred["token"])
-        assert row["uid"] == os.geteuid() and row["job"]["request"]["time_s"] == 600 and row["job_id"] is None
+        assert row.uid == os.geteuid() and row.job["request"]["time_s"] == 600 and row.job_id is None
         proc.send_signal(signal.SIGINT)
         assert proc.wait(30) == 0
     finally:

@@ -84,10 +84,10 @@ def test_predict_records_the_decision_under_a_fresh_token(world):
     t1, t2 = predict(h, ALICE), predict(h, ALICE)
     assert t1 != t2 and len(t1) >= 22
     row = store.get_decision(t1)
-    assert row["uid"] == 1000 and row["user"] == "alice" and row["job_id"] is None
-    assert row["job"]["request"]["time_s"] == 3600
-    assert row["decided"]["time_s"] == 600 and row["decided"]["mem_mb"] == 1024
-    assert abs(row["decided_at"] - time.time()) < 60
+    assert row.uid == 1000 and row.user == "alice" and row.job_id is None
+    assert row.job["request"]["time_s"] == 3600
+    assert row.decided["time_s"] == 600 and row.decided["mem_mb"] == 1024
+    assert abs(row.decided_at - time.time()) < 60
 
 
 def test_registration_stores_harpds_record_not_the_message(world):
@@ -101,7 +101,7 @@ def test_registration_stores_harpds_record_not_the_message(world):
     assert sub.original.time_s == 3600 and sub.submitted.time_s == 600
     assert [c["option"] for c in sub.stored["decision"]["changes"]] == ["time", "mem"]
     assert sub.job["argv"] == ["x.sh"]  # how sbatch ran it is the owner's to tell (recovery resubmits it)
-    assert store.get_decision(token)["job_id"] == "20"
+    assert store.get_decision(token).job_id == "20"
 
 
 def test_forged_original_on_a_plain_sbatch_job_is_refused(world):
@@ -110,7 +110,7 @@ def test_forged_original_on_a_plain_sbatch_job_is_refused(world):
     slurm.add("9", 1001, time_s=120, mem_mb=1024)  # but the job went in with plain sbatch --time=2
     ans = register(h, BOB, "9", token, original_time_s=3600)
     assert isinstance(ans, p.ErrorAnswer) and "neither harp's decision nor your request" in ans.error
-    assert store.get_submission("9") is None and store.get_decision(token)["job_id"] is None
+    assert store.get_submission("9") is None and store.get_decision(token).job_id is None
 
 
 def test_a_token_from_another_user_is_refused(world):
@@ -165,7 +165,7 @@ def test_a_job_id_slurm_does_not_know_yet_is_refused(world):
         ans = register(h, BOB, jid, token)
         assert isinstance(ans, p.ErrorAnswer) and ans.error.startswith(f"Slurm does not know job {jid} yet")
         assert store.get_submission(jid) is None
-    assert store.get_decision(token)["job_id"] is None
+    assert store.get_decision(token).job_id is None
 
 
 def test_the_job_as_the_user_wrote_it_is_registered_without_harps_decision(world):
@@ -236,7 +236,7 @@ def test_adopter_refuses_a_copied_token(world):
     # bob copies alice's token into his own job's comment
     slurm.add("31", 1001, time_s=600, mem_mb=1024, comment=client_registration.with_token(None, token))
     assert Adopter(store, slurm).tick() == 0
-    assert store.get_submission("31") is None and store.get_decision(token)["job_id"] is None
+    assert store.get_submission("31") is None and store.get_decision(token).job_id is None
 
 
 def test_adopter_asks_slurm_nothing_without_waiting_decisions(store):
@@ -252,7 +252,7 @@ def test_adopter_lists_nothing_for_decisions_that_changed_nothing(store):
     assert isinstance(ans, p.PredictAnswer) and ans.token and not ans.decision.changes
     slurm = FakeSlurm()
     assert Adopter(store, slurm).tick() == 0
-    assert slurm.listings == 0 and store.get_decision(ans.token)["job_id"] is None
+    assert slurm.listings == 0 and store.get_decision(ans.token).job_id is None
 
 
 def test_adopter_forgets_old_unclaimed_decisions(world):

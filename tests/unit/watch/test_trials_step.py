@@ -113,7 +113,7 @@ def test_watch_step_nices_the_slower_studys_pending_tasks_once(store):
     step.tick(jobs)
     assert slurm.done == [("20", "nice 1000")]  # recorded, not repeated
     st = store.trial_status("20_3")  # a pending task of the array: the array's action
-    assert st["action"]["nice"] == 1000 and "rank 2 of 2" in st["action"]["reason"]
+    assert st.action.nice == 1000 and "rank 2 of 2" in st.action.reason
 
 
 def test_watch_step_stops_what_successive_halving_drops_in_opted_in_studies(store):
