@@ -89,8 +89,10 @@ def resumed_time(
     None: not a resume (no attempts left, or nothing known of the run): the
     caller escalates as usual.  The limit stays ``current_s`` (whole minutes)
     but never above what is left of the user's request after the checkpoint
-    (``original_s - signalled_at_s``; a request already used up keeps the
-    current limit), nor above ``cap_s``.
+    (``original_s - signalled_at_s``) when harp's limit was below that
+    request; a run that used up the user's own request (their ``--time``
+    ran out, the request says nothing of the work left) keeps the current
+    limit, and so does a request already used up.  Never above ``cap_s``.
     """
     if attempt >= max_attempts or not current_s or current_s <= 0 or signalled_at_s < 0:
         return None
@@ -98,7 +100,7 @@ def resumed_time(
     charged = int(max(0.0, used - signalled_at_s))
     value = float(current_s)
     why = "the limit that ran out, not doubled"
-    if original_s and original_s > 0:
+    if original_s and original_s > current_s:  # harp's shortened limit ran out, not the user's own request
         left = original_s - signalled_at_s
         if 0 < left < value:
             value, why = left, f"what is left of the requested {fmt_time(original_s)}"

@@ -23,6 +23,8 @@ def test_never_above_what_is_left_of_the_request_nor_the_cap():
     assert capped is not None and capped.time_s == 300
     used_up = resumed_time(120, 120, 100, 90, None, attempt=1, max_attempts=3)
     assert used_up is not None and used_up.time_s == 120  # the request was too small: the same limit again
+    own = resumed_time(120, 121, 80, 120, None, attempt=1, max_attempts=3)  # the user's own --time ran out
+    assert own is not None and own.time_s == 120 and own.charged_s == 41 and "not doubled" in own.reason
 
 
 def test_no_attempts_left_is_not_a_resume():
