@@ -231,7 +231,7 @@ _SIGNAL_NUMBER_MAX = 2**31 - 1
 
 
 def _ascii_digits(text: str) -> bool:
-    """Digits as strtol reads them: str.isdigit also takes "²" and fullwidth digits, which sbatch refuses."""
+    """Digits as C reads them: str.isdigit also takes "²" and fullwidth digits, which Slurm refuses."""
     return text.isascii() and text.isdigit()
 
 
@@ -418,10 +418,6 @@ def parse_nodes(s: str) -> tuple[int, int]:
 _ACCT_UNKNOWN = frozenset({"", "Unknown", "None", "N/A", "(null)", "INVALID"})
 _SIZE_MB = {"K": 1.0 / 1024, "M": 1.0, "G": 1024.0, "T": 1024.0**2, "P": 1024.0**3, "E": 1024.0**4}
 _PER = "nc"
-
-
-def _ascii_digits(s: str) -> bool:
-    return s.isascii() and s.isdigit()
 
 
 def parse_duration_s(text: str | None) -> float | None:
