@@ -162,7 +162,18 @@ class Request:
             "time_min_s": parsed("time-min", units.parse_time),
             "signal_s": parsed("signal", units.parse_signal_lead),
             "deadline": True if self.value("deadline") else None,
+            "requeue": self._requeue(),
         }
+
+    def _requeue(self) -> bool | None:
+        """``--requeue`` (True) or ``--no-requeue`` (False), whichever sbatch applies last; None: neither.
+
+        With ``--signal`` it declares a job that checkpoints on the signal and
+        may be requeued to resume (``harpd.dnn.checkpoint.resumable``).
+        ``--requeue=expedite`` (25.11) still requeues.
+        """
+        o = self.effective("requeue", "no-requeue")
+        return None if o is None else o.name == "requeue"
 
     def _cpus_per_task(self, given: int | None) -> int | None:
         """``--cpus-per-task``, or the CPU count of ``--tres-per-task=cpu=N`` (23.02+).

@@ -226,6 +226,13 @@ def parse_time(s: str) -> int | None:
 SIGNAL_LEAD_DEFAULT_S = 60  # sbatch's sig_time when --signal has no "@N"
 # the names Slurm's sig_name2num knows (any case, "SIG" optional); numbers: any positive one
 _SIGNAL_NAMES = frozenset("HUP INT QUIT ABRT KILL ALRM TERM USR1 USR2 URG CONT STOP TSTP TTIN TTOU".split())
+# sbatch casts strtol's long to int: a larger number would wrap, so harp leaves it to sbatch untouched
+_SIGNAL_NUMBER_MAX = 2**31 - 1
+
+
+def _ascii_digits(text: str) -> bool:
+    """Digits as C reads them: str.isdigit also takes "²" and fullwidth digits, which Slurm refuses."""
+    return text.isascii() and text.isdigit()
 
 
 def parse_signal_lead(s: str) -> int:
@@ -241,11 +248,11 @@ def parse_signal_lead(s: str) -> int:
         text = rest
     sig, at, lead = text.partition("@")
     name = sig.upper().removeprefix("SIG")
-    if not (sig.isdigit() and int(sig) > 0) and name not in _SIGNAL_NAMES:
+    if not (_ascii_digits(sig) and 0 < int(sig) <= _SIGNAL_NUMBER_MAX) and name not in _SIGNAL_NAMES:
         raise ValueError(f"invalid signal in --signal {s!r}")
     if not at:
         return SIGNAL_LEAD_DEFAULT_S
-    if not lead.isdigit() or int(lead) > 0xFFFF:
+    if not _ascii_digits(lead) or int(lead) > 0xFFFF:
         raise ValueError(f"invalid signal time in --signal {s!r}")
     return int(lead)
 
@@ -411,10 +418,6 @@ def parse_nodes(s: str) -> tuple[int, int]:
 _ACCT_UNKNOWN = frozenset({"", "Unknown", "None", "N/A", "(null)", "INVALID"})
 _SIZE_MB = {"K": 1.0 / 1024, "M": 1.0, "G": 1024.0, "T": 1024.0**2, "P": 1024.0**3, "E": 1024.0**4}
 _PER = "nc"
-
-
-def _ascii_digits(s: str) -> bool:
-    return s.isascii() and s.isdigit()
 
 
 def parse_duration_s(text: str | None) -> float | None:

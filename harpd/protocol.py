@@ -64,6 +64,7 @@ class Resources(_Model):
     time_min_s: Annotated[int, Field(ge=0, le=10 * 365 * 86400)] | None = None  # --time-min
     signal_s: Annotated[int, Field(ge=0, le=65535)] | None = None  # --signal=[B:]SIG@N: N
     deadline: bool | None = None  # --deadline given
+    requeue: bool | None = None  # --requeue (True) or --no-requeue (False), the one sbatch applies
 
 
 class JobRequest(_Model):

@@ -132,6 +132,7 @@ class Resources:
     time_min_s: int | None = None
     signal_s: int | None = None
     deadline: bool | None = None
+    requeue: bool | None = None
 
     @classmethod
     def from_json(cls, d: Any) -> Resources:

@@ -31,6 +31,7 @@ from dataclasses import dataclass
 from harpd.dnn.errors import DnnError
 from harpd.dnn.goals import parse_duration
 from harpd.dnn.harp_line import harp_line_words
+from harpd.recovery.resume import signal_declared
 
 AGE_BINS_H = (0.0, 1.0, 4.0, 12.0, 24.0, 72.0, math.inf)
 INTERRUPTIONS = ("node_fail", "preempted", "timeout")
@@ -146,7 +147,7 @@ def resumable(harp_lines: Iterable[str], signal_s: int | None, requeue: bool | N
     """Why the job counts as resumable (None: it does not): a checkpoint line, or --signal with --requeue."""
     if checkpoint_tokens(list(harp_lines)) is not None:
         return "#HARP checkpoint line"
-    if signal_s and requeue:
+    if signal_declared(signal_s, requeue):
         return f"--signal (@{signal_s}s) with --requeue"
     return None
 

@@ -113,7 +113,10 @@ class DnnRoutingPredictor:
             base = Decision.model_validate(base)
         req = getattr(job, "request", None)
         ckpt = explain_checkpoint(
-            list(job.harp_lines or []), getattr(req, "time_s", None), getattr(req, "signal_s", None)
+            list(job.harp_lines or []),
+            getattr(req, "time_s", None),
+            getattr(req, "signal_s", None),
+            getattr(req, "requeue", None),
         )
         if ckpt is not None:
             base = base.model_copy(update={"explain": {**base.explain, "checkpoint": ckpt}})

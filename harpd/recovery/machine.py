@@ -86,7 +86,7 @@ from harpd.recovery.mode import REQUEUE, RESUBMIT, resolve_mode
 from harpd.recovery.policy import eligible, first_limits, next_limits
 from harpd.recovery.requeue import requeue
 from harpd.recovery.resubmit import resubmit
-from harpd.recovery.resume import last_signal, resumed_time
+from harpd.recovery.resume import last_signal, resumed_time, signal_declared, slurm_signal_at
 from harpd.slurm.base import PartitionInfo, SlurmError
 from harpd.slurm.partitions import cached_partitions, partition_of
 from harpd.store import Store
@@ -562,6 +562,8 @@ class Recovery:
         failed_job = str(row.job_id)
         plan = Plan(limits=nxt.limits, escalated=nxt.resource, comment=marker(chain, number + 1))
         job_id: str | None = None
+        requeue_on: bool | None = None
+        slurm_limit: int | None = None
         mode = self.mode()
         if mode == REQUEUE:
             try:
@@ -576,12 +578,14 @@ class Recovery:
             else:
                 plan = plan.but(restarts_before=info.restarts, while_running=True if self._while_running else None)
                 job_id = failed_job
+                requeue_on = info.requeue
+                slurm_limit = info.time_limit_s
         if task is not None and mode == RESUBMIT:
             self._stop(chain, number, NO_RESUBMIT)
             return None
         reason = nxt.reason
         if mode == REQUEUE and outcome == Outcome.TIMEOUT:
-            resumed = self._resumed(failed_job, limits, sub, part, number)
+            resumed = self._resumed(failed_job, limits, sub, part, number, requeue_on, slurm_limit)
             if resumed is not None:  # it checkpointed: the same limit again, charged only the lost time
                 plan = plan.but(limits=limits.but(time_s=resumed.time_s), charged_s=resumed.charged_s)
                 reason = resumed.reason
@@ -592,21 +596,46 @@ class Recovery:
         return self._rows(chain)[number + 1]
 
     def _resumed(
-        self, job_id: str, limits: AttemptLimits, sub: Submission | None, part: PartitionInfo | None, number: int
+        self,
+        job_id: str,
+        limits: AttemptLimits,
+        sub: Submission | None,
+        part: PartitionInfo | None,
+        number: int,
+        requeue_on: bool | None = None,
+        slurm_limit: int | None = None,
     ) -> Any:
-        """The resume of a run harpd asked to checkpoint before it ran out (harpd.recovery.resume), or None."""
-        signal = last_signal(self.store, job_id)
-        if signal is None or not limits.time_s:
+        """The resume of a run signalled to checkpoint before it ran out (harpd.recovery.resume), or None.
+
+        Signalled by harpd (a ``CHECKPOINT_SIGNAL`` row of that run), or by
+        Slurm: the job's own ``--signal`` with ``--requeue``, which slurmctld
+        confirms will requeue (``requeue_on``: ``Requeue=1``), sent
+        ``signal_s`` before ``slurm_limit`` (the limit that ran out).
+        """
+        if not limits.time_s:
             return None
         rec = self.store.get_job(job_id)
-        if rec is not None and rec.start_time and int(signal.old_time_s) < int(rec.start_time) - 5:
-            return None  # signalled in an earlier run, not in the one that ran out
+        used = None if rec is None else rec.used_time_s
+        signal = last_signal(self.store, job_id)
+        if (
+            signal is not None
+            and rec is not None
+            and rec.start_time
+            and int(signal.old_time_s) < int(rec.start_time) - 5
+        ):
+            signal = None  # signalled in an earlier run, not in the one that ran out
+        at: float | None = None if signal is None else float(signal.new_time_s)
+        original = _original(sub)
+        if at is None and requeue_on is True and signal_declared(original.signal_s, original.requeue):
+            at = slurm_signal_at(slurm_limit or limits.time_s, original.signal_s, used)
+        if at is None:
+            return None
         caps = [c for c in (getattr(part, "max_time_s", None), self.cfg.max_time_s) if c]
         return resumed_time(
             float(limits.time_s),
-            None if rec is None else rec.used_time_s,
-            float(signal.new_time_s),
-            _original(sub).time_s,
+            used,
+            at,
+            original.time_s,
             min(caps) if caps else None,
             number,
             self.cfg.max_attempts,

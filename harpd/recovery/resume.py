@@ -12,6 +12,14 @@ attempt keeps the limit that ran out (at most what is left of the user's own
 request) instead of doubling it, and its cost is the time since the signal.
 A job never signalled (not resumable, or it ended before its signal) is
 escalated as any other (``escalation.next_allocation``).
+
+A job submitted with its own ``--signal=[{R|B}:]SIG@N`` and ``--requeue``
+declares the same (``signal_declared``): Slurm itself sends SIG ``N`` seconds
+before the job's actual limit (harp's shortened one under hard limits), so
+harpd sends none and records none; recovery takes the signal time as
+``limit - N`` (``slurm_signal_at``) once slurmctld vouches that it will
+requeue the job (``Requeue=1``; 22.05's ``scontrol show job`` does not print
+the signal, so its time comes from the request harp-submit passed through).
 """
 
 from __future__ import annotations
@@ -23,7 +31,7 @@ from typing import Any
 from harp_submit.units import fmt_time
 from harpd.records import LimitChange
 
-__all__ = ["CHECKPOINT_SIGNAL", "Resumed", "last_signal", "resumed_time"]
+__all__ = ["CHECKPOINT_SIGNAL", "Resumed", "last_signal", "resumed_time", "signal_declared", "slurm_signal_at"]
 
 #: ``limit_changes.kind`` of a checkpoint signal: old_time_s = the run's start (epoch s), new_time_s = run time at it
 CHECKPOINT_SIGNAL = "checkpoint-signal"
@@ -44,6 +52,29 @@ def last_signal(store: Any, job_id: str) -> LimitChange | None:
     return max(rows, key=lambda r: int(r.old_time_s)) if rows else None
 
 
+def signal_declared(signal_s: int | None, requeue: bool | None) -> bool:
+    """Whether the user's own options declare a resumable job: ``--signal`` with a lead and ``--requeue``.
+
+    ``--signal=SIG@0`` warns at the very end (no time to checkpoint) and
+    ``--no-requeue`` (False) or no requeue option (None) does not ask to be
+    requeued: neither declares anything.
+    """
+    return bool(signal_s and signal_s > 0 and requeue is True)
+
+
+def slurm_signal_at(limit_s: float | None, lead_s: int | None, used_s: float | None) -> float | None:
+    """The run time at which Slurm sent the job's own ``--signal`` (``lead_s`` before ``limit_s``).
+
+    None when unknown (no limit, no lead) or not reached: a run that ended
+    before ``limit_s - lead_s`` was never signalled, so nothing of it is in a
+    checkpoint.  A lead at or above the limit signals at the start (0).
+    """
+    if not limit_s or limit_s <= 0 or not lead_s or lead_s <= 0 or used_s is None or used_s <= 0:
+        return None
+    at = max(0.0, float(limit_s) - float(lead_s))
+    return at if used_s >= at else None
+
+
 def resumed_time(
     current_s: float,
     used_s: float | None,
@@ -58,8 +89,10 @@ def resumed_time(
     None: not a resume (no attempts left, or nothing known of the run): the
     caller escalates as usual.  The limit stays ``current_s`` (whole minutes)
     but never above what is left of the user's request after the checkpoint
-    (``original_s - signalled_at_s``; a request already used up keeps the
-    current limit), nor above ``cap_s``.
+    (``original_s - signalled_at_s``) when harp's limit was below that
+    request; a run that used up the user's own request (their ``--time``
+    ran out, the request says nothing of the work left) keeps the current
+    limit, and so does a request already used up.  Never above ``cap_s``.
     """
     if attempt >= max_attempts or not current_s or current_s <= 0 or signalled_at_s < 0:
         return None
@@ -67,7 +100,7 @@ def resumed_time(
     charged = int(max(0.0, used - signalled_at_s))
     value = float(current_s)
     why = "the limit that ran out, not doubled"
-    if original_s and original_s > 0:
+    if original_s and original_s > current_s:  # harp's shortened limit ran out, not the user's own request
         left = original_s - signalled_at_s
         if 0 < left < value:
             value, why = left, f"what is left of the requested {fmt_time(original_s)}"

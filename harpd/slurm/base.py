@@ -113,6 +113,7 @@ class JobInfo:
     std_err: str | None = None  # the error file (StdErr): the output file unless the job split them
     submit_time: float | None = None  # epoch seconds slurmctld accepted it (SubmitTime; whole seconds)
     cpus_per_task: int | None = None  # CPUs/Task
+    requeue: bool | None = None  # Requeue=1: slurmctld will requeue it (--requeue, or the site's JobRequeue=1)
 
     @property
     def held(self) -> bool:

@@ -156,6 +156,7 @@ def job_info(kv: Mapping[str, str]) -> JobInfo:
         std_err=_value(kv, "StdErr"),
         submit_time=_epoch(_value(kv, "SubmitTime")),
         cpus_per_task=_count(_value(kv, "CPUs/Task")),
+        requeue={"1": True, "0": False}.get(_value(kv, "Requeue") or ""),
     )
 
 

@@ -8,6 +8,11 @@ limit up to it (signalling before harp's shortened limit would make the job
 checkpoint for nothing).  Only jobs whose Slurm owner is the registered uid
 and whose limit is the one harp last set are signalled (``LeftAlone``).
 
+A job whose own options declare it resumable (``--signal`` with
+``--requeue``, ``harpd.recovery.resume.signal_declared``) is signalled by
+Slurm itself, before its actual limit: harpd sends it nothing (a second
+signal would make it checkpoint twice); recovery knows when Slurm signalled.
+
 Once per run: each signal is a ``limit_changes`` row of kind
 ``CHECKPOINT_SIGNAL`` keyed by the run's start time (a requeued run starts
 again and is signalled again), committed ``decided`` before ``scancel
@@ -26,7 +31,7 @@ from harp_submit.units import fmt_time
 from harpd.dnn.checkpoint import SignalPlan, signal_plan
 from harpd.dnn.errors import DnnError
 from harpd.records import LimitChange, Submission
-from harpd.recovery.resume import CHECKPOINT_SIGNAL
+from harpd.recovery.resume import CHECKPOINT_SIGNAL, signal_declared
 from harpd.slurm.base import QueuedJob, SlurmError
 from harpd.store import Store
 from harpd.watch.changes import DECIDED, DONE, ENDED, REFUSED, set_step
@@ -81,8 +86,8 @@ class CheckpointSignal:
 
     def _consider(self, job: QueuedJob) -> int:
         sub = submission_of(self.store, job)
-        if sub is None:
-            return 0
+        if sub is None or signal_declared(sub.original.signal_s, sub.original.requeue):
+            return 0  # Slurm sends the job's own --signal
         plan = self._plan(job, sub)
         if plan is None:
             return 0

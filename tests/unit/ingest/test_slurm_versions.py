@@ -148,6 +148,7 @@ def test_scontrol_running_job(version):
     assert (info.user, info.uid) == ("harptest1", 1001)
     assert info.time_limit_s == 300 and info.mem_mb == 200 and info.mem_per_cpu_mb is None
     assert info.comment == "fx comment" and info.account == "harp" and info.restarts == 0
+    assert info.requeue is True  # the cluster's JobRequeue=1 (no --no-requeue); what recovery's resume relies on
     assert queued.partition == "short" and queued.start_time is not None
     assert queued.time_used_s is not None and 0 <= queued.time_used_s < 300
     assert queued.job_id == info.job_id and queued.array_job_id is None
@@ -205,3 +206,9 @@ def test_sacct_memory_kill_is_signal_9_with_maxrss_over_the_request(version):
         assert (oom.state, oom.exit_code, oom.exit_signal) == ("FAILED", 0, 9)
         batch = next(s for s in oom.steps if s.step_id == "batch")
         assert batch.max_rss_mb > oom.req_mem_mb
+
+
+def test_scontrol_requeue_flag_unknown_is_none():
+    """Requeue=0 (--no-requeue) is False; absent or garbled is unknown (None), never taken as 1."""
+    for text, want in (("Requeue=0", False), ("Requeue=1", True), ("Requeue=yes", None), ("", None)):
+        assert scontrol.job_info(scontrol.parse_kv_line(f"JobId=5 {text}".strip())).requeue is want, text

@@ -313,6 +313,7 @@ class FakeSlurm:
             "JobState": j["state"],
             "Reason": reason,
             "Restarts": str(j["restarts"]),
+            "Requeue": j.get("requeue", "1"),  # the site's JobRequeue=1 unless the job said --no-requeue
             "TimeLimit": _hms(j["time_s"]),
             "Partition": j["partition"],
             "WorkDir": j["workdir"],

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from harpd.recovery.attempts import Plan
-from harpd.recovery.resume import CHECKPOINT_SIGNAL, last_signal, resumed_time
+from harpd.recovery.resume import CHECKPOINT_SIGNAL, last_signal, resumed_time, signal_declared, slurm_signal_at
 from harpd.store import Store
 
 
@@ -23,6 +23,8 @@ def test_never_above_what_is_left_of_the_request_nor_the_cap():
     assert capped is not None and capped.time_s == 300
     used_up = resumed_time(120, 120, 100, 90, None, attempt=1, max_attempts=3)
     assert used_up is not None and used_up.time_s == 120  # the request was too small: the same limit again
+    own = resumed_time(120, 121, 80, 120, None, attempt=1, max_attempts=3)  # the user's own --time ran out
+    assert own is not None and own.time_s == 120 and own.charged_s == 41 and "not doubled" in own.reason
 
 
 def test_no_attempts_left_is_not_a_resume():
@@ -83,4 +85,47 @@ def test_a_signalled_timeout_is_requeued_with_the_same_limit(rstore, fake, signa
         assert "resumes from its checkpoint" in a[1].reason and "not doubled" in a[1].reason
         assert fake.state["jobs"][jid]["time_s"] == 60
     else:  # the signal was an earlier run's: escalated as any timeout
+        assert a[1].limits["time_s"] == 120 and "charged_s" not in a[1].limits
+
+
+# ------------------------------------------------------------------ the job's own --signal with --requeue
+
+
+def test_signal_declared_needs_a_lead_and_requeue():
+    assert signal_declared(40, True)
+    assert not signal_declared(40, None) and not signal_declared(40, False)  # no --requeue, or --no-requeue
+    assert not signal_declared(0, True) and not signal_declared(None, True)  # @0: no time to checkpoint
+
+
+def test_slurm_signal_at_is_the_lead_before_the_limit_once_reached():
+    assert slurm_signal_at(120, 40, 121) == 80
+    assert slurm_signal_at(120, 40, 79) is None  # ended before Slurm's signal: nothing checkpointed
+    assert slurm_signal_at(60, 600, 60) == 0  # a lead over the limit signals at the start
+    for bad in ((None, 40, 120), (120, None, 120), (120, 0, 120), (120, 40, None), (0, 40, 10), (120, -5, 120)):
+        assert slurm_signal_at(*bad) is None, bad
+
+
+@pytest.mark.parametrize(
+    "requeue_opt, slurm_requeue, resumes",
+    [(True, "1", True), (None, "1", False), (False, "1", False), (True, "0", False)],
+)
+def test_a_timeout_after_the_jobs_own_signal_resumes_when_slurm_will_requeue_it(
+    rstore, fake, requeue_opt, slurm_requeue, resumes
+):
+    """--signal=B:USR1@40 --requeue: Slurm signalled 40 s before the 60 s limit; charged those 40 s, not doubled."""
+    ing = _machine(rstore, fake)
+    jid = fake.add_job(time_s=60, mem_mb=100)
+    st = fake.state
+    st["jobs"][jid]["requeue"] = slurm_requeue
+    fake._save(st)
+    submission(fake, rstore, jid, original={"time_s": 600, "signal_s": 40, "requeue": requeue_opt})
+    fake.end_run(jid, Outcome.TIMEOUT)
+    ing.poll_once()
+    a = rstore.attempts(jid)
+    assert [(r.attempt, r.step) for r in a] == [(1, "done"), (2, "requeued")]
+    assert not any(r.kind == CHECKPOINT_SIGNAL for r in rstore.limit_changes(jid))  # harpd sent and recorded none
+    if resumes:
+        assert a[1].limits["time_s"] == 60 and a[1].limits["charged_s"] == 40
+        assert "resumes from its checkpoint" in a[1].reason
+    else:  # not declared, or Slurm would not requeue it: escalated as any timeout
         assert a[1].limits["time_s"] == 120 and "charged_s" not in a[1].limits

@@ -74,6 +74,7 @@ def test_resources_in_protocol_units() -> None:
         "time_min_s": None,
         "signal_s": None,
         "deadline": None,
+        "requeue": None,
     }
     assert req(["-t", "UNLIMITED"]).resources()["time_s"] is None
     assert req(["--mem=0"]).resources()["mem_mb"] == 0
@@ -89,6 +90,46 @@ def test_options_that_bound_the_time_limit() -> None:
     assert req(["--signal=99@5"]).resources()["signal_s"] == 5  # sbatch 22.05 takes any positive number
     for bad in ("B:USR1@x", "@5", "USR1@70000", "FOO@5", "B:@5", "X:USR1@5", "0@5"):  # each refused by sbatch 22.05
         assert req([f"--signal={bad}"]).invalid() is not None, bad
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        "",
+        "FOO@-3",
+        "USR1@-3",
+        "USR1@+3",
+        "USR1@",
+        "B:",
+        "USR1@" + "9" * 40,
+        "9" * 40 + "@5",
+        "USR1@\uff13",
+        "\u00b2@5",
+        "USR1@4 0",
+        "USR1@0x10",
+        "-1@5",
+        "B:B:USR1@5",
+    ],
+)
+def test_hostile_signal_values_are_invalid_never_a_crash(bad: str) -> None:
+    """Each is left to sbatch (which refuses it or reads it otherwise): harp derives no lead from it."""
+    r = req([f"--signal={bad}", "--requeue"])
+    assert r.invalid() is not None
+    assert r.resources()["signal_s"] is None and r.resources()["requeue"] is True
+
+
+def test_requeue_as_sbatch_applies_it() -> None:
+    """--requeue / --no-requeue: the command line over $SBATCH_(NO_)REQUEUE over #SBATCH, the last one in each."""
+    sig = "#!/bin/sh\n#SBATCH --signal=B:USR1@40\n"
+    assert req([], text=sig + "#SBATCH --requeue\n").resources()["requeue"] is True
+    assert req([], text=sig).resources()["requeue"] is None
+    assert req(["--no-requeue"], text=sig + "#SBATCH --requeue\n").resources()["requeue"] is False
+    assert req(["--requeue"], text=sig + "#SBATCH --no-requeue\n").resources()["requeue"] is True
+    assert req([], text=sig + "#SBATCH --requeue\n#SBATCH --no-requeue\n").resources()["requeue"] is False
+    assert req([], {"SBATCH_NO_REQUEUE": "1"}, text=sig + "#SBATCH --requeue\n").resources()["requeue"] is False
+    assert req(["--requeue"], {"SBATCH_NO_REQUEUE": "1"}).resources()["requeue"] is True
+    got = req([], text=sig + "#SBATCH --requeue\n").resources()
+    assert (got["signal_s"], got["requeue"]) == (40, True)
 
 
 @pytest.mark.parametrize(

@@ -78,3 +78,15 @@ def test_the_hard_limits_watcher_signals_through_its_tick(store, slurm):
     w = make(settings=settings(), store=store, backend=slurm, privilege=Privilege(True, "root", False))
     w.tick()
     assert slurm.signals == [("13", "USR2")] and slurm.updates == []  # signalled, never extended
+
+
+def test_a_job_with_its_own_signal_and_requeue_is_signalled_by_slurm_not_harpd(store, slurm):
+    """--signal=B:USR1@40 --requeue (even beside a checkpoint line): Slurm sends it; a second would be one too many."""
+    register(store, "12", original_s=600, harp_time="2", harp_lines=LINE, options={"signal_s": 40, "requeue": True})
+    # --signal without --requeue declares nothing: the checkpoint line's signal is harpd's to send
+    register(store, "13", original_s=600, harp_time="2", harp_lines=LINE, options={"signal_s": 40})
+    for jid in ("12", "13"):
+        slurm.add(jid, limit_s=120, used_s=100, start=1000.0)
+    step = CheckpointSignal(store, slurm, soft_limits=False)
+    assert step.tick(slurm.queue()) == 1 and slurm.signals == [("13", "USR2")]
+    assert rows(store, "12") == []

@@ -74,13 +74,14 @@ def register(
     mem_option: str = "mem",
     verified: bool = True,
     harp_lines: list[str] | None = None,
+    options: dict[str, Any] | None = None,
 ) -> None:
     """What harp-submit registers for a job harp shortened to ``harp_time`` (minutes) (and ``harp_mem``)."""
     changes = [] if harp_time is None else [{"option": "time", "value": harp_time, "old": "10", "reason": "model"}]
     if harp_mem is not None:
         changes.append({"option": mem_option, "value": harp_mem, "old": f"{original_mem_mb}M", "reason": "model"})
     key = "mem_mb" if mem_option == "mem" else "mem_per_cpu_mb"
-    original = {"time_s": original_s, **({key: original_mem_mb} if original_mem_mb else {})}
+    original = {"time_s": original_s, **({key: original_mem_mb} if original_mem_mb else {}), **(options or {})}
     job = {
         "signature": signature,
         "job_name": "job.sh",
