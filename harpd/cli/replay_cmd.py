@@ -244,8 +244,8 @@ def _cores_only(args: argparse.Namespace) -> int:
     from harpd.traces import TraceFormatError
 
     try:
-        alpha = load_settings(getattr(args, "config", None)).predict.alpha_cpus
-        rep = replay_cores.report(args.trace, alpha)
+        settings = load_settings(getattr(args, "config", None))
+        rep = replay_cores.report(args.trace, settings.predict.alpha_cpus, settings)
     except (ConfigError, ReplayError, TraceFormatError) as exc:
         _fail(str(exc))
     except OSError as exc:
