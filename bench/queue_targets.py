@@ -74,8 +74,8 @@ def reference(name: str, path: Path, procs: int | None) -> None:
     """The literature's rows without harp: users, exact, exact x 2 (Mu'alem & Feitelson), in-process."""
     import numpy as np
 
+    from harpd.evaluate.schedule_simulation import policies, workload_of
     from harpd.predict.dataset import prepare, read_trace
-    from harpd.predict.schedule_simulation import policies, workload_of
     from harpd.simulate import LimitPolicy, simulate
     from harpd.traces.swf import machine_size
 

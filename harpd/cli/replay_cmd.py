@@ -244,8 +244,8 @@ def _cores_only(args: argparse.Namespace) -> int:
     from harpd.traces import TraceFormatError
 
     try:
-        alpha = load_settings(getattr(args, "config", None)).predict.alpha_cpus
-        rep = replay_cores.report(args.trace, alpha)
+        settings = load_settings(getattr(args, "config", None))
+        rep = replay_cores.report(args.trace, settings.predict.alpha_cpus, settings)
     except (ConfigError, ReplayError, TraceFormatError) as exc:
         _fail(str(exc))
     except OSError as exc:
@@ -272,7 +272,7 @@ def _workflow_only(args: argparse.Namespace) -> int:
     return 0
 
 
-# -- --schedule: the schedule simulation (harpd.predict.schedule_simulation) ---------------
+# -- --schedule: the schedule simulation (harpd.evaluate.schedule_simulation) ---------------
 
 
 def _machine_size(args: argparse.Namespace) -> int | None:
@@ -309,8 +309,8 @@ def _machine_size(args: argparse.Namespace) -> int | None:
 
 def _schedule(args, prep, cfg, res, procs: int, say) -> dict:
     """Replay the missing limit mode if needed, simulate every policy, save the figures for `harp report`."""
+    from harpd.evaluate.schedule_simulation import MODEL, QueueError, schedule
     from harpd.predict.replay import run as replay_run
-    from harpd.predict.schedule_simulation import MODEL, QueueError, schedule
     from harpd.progress import Bar
 
     notes: list[str] = []

@@ -11,12 +11,15 @@ from __future__ import annotations
 from typing import Any
 
 
-def report(trace: str, alpha: float) -> dict[str, Any]:
-    """The cores figures of ``trace`` as a dict; a trace without CPU time gives a one-line ReplayError."""
+def report(trace: str, alpha: float, settings: Any = None) -> dict[str, Any]:
+    """The cores figures of ``trace`` as a dict; a trace without CPU time gives a one-line ReplayError.
+
+    ``settings``: the site's (its ``predict.cores_tolerance`` and rails), as harpd runs them.
+    """
     from harpd.evaluate.cores_replay import replay_cores
     from harpd.predict.dataset import ReplayError, read_trace
 
-    res = replay_cores(read_trace(trace), alpha)
+    res = replay_cores(read_trace(trace), alpha, settings)
     if not res.all.jobs:
         raise ReplayError(
             f"{trace}: no job with CPU time (TotalCPU, %cpu) and a CPU request: nothing to replay for cores"

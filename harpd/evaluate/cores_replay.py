@@ -1,8 +1,9 @@
 """Cores replayed: core-hours reserved and used, users' requests against harp's cores rule.
 
 A chronological walk over finished jobs (sacct with TotalCPU, Nextflow
-traces): each job, at its submission, gets the cores ``harpd.predict.cores``
-would give from the runs of its signature that had finished by then; the
+traces): each job gets the cores ``harpd.predict.cores`` would give from
+the runs of its signature that had finished by then, at its submission and
+again while it waits, as harpd's resizer re-decides pending jobs; the
 job's elapsed time is taken as it ran (harp's cores are at least what the
 job used, except for the slowed ones, which the figures count).
 
@@ -22,8 +23,12 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
+from harpd.features.workflow import is_workflow_signature
 from harpd.predict.cores import SLACK, cores_used, whole_cores
 from harpd.records import JobRecord
+
+#: when a job's cores are decided: at its start (re-sized while pending, as harpd does) or at its submission
+DECIDE_AT = ("start", "submit")
 
 
 @dataclass
@@ -37,6 +42,8 @@ class CoreFigures:
     best_core_h: float = 0.0  # clairvoyant: each job its own used cores, whole, never above its request
     changed: int = 0
     slowed: int = 0
+    #: per slowed job, how much longer harp's cores made it (its cores used over those given, less one)
+    slowdowns: list[float] = field(default_factory=list)
 
     def add(self, req: int, given: int, used: float, elapsed_s: float) -> None:
         self.jobs += 1
@@ -47,12 +54,18 @@ class CoreFigures:
         self.changed += given < req
         # slowed by harp: it used more cores than harp gave, and more than that is within its own request
         # (a job that outgrew its request was slowed by the user's request, not by harp's cut)
-        self.slowed += min(used, req) - SLACK > given
+        if min(used, req) - SLACK > given:
+            self.slowed += 1
+            self.slowdowns.append(min(used, req) / given - 1.0)
 
     @property
     def share(self) -> float:
         """harp's core-hours reserved over the users'."""
         return self.harp_core_h / self.users_core_h if self.users_core_h else 1.0
+
+    def slowed_over(self, tolerance: float) -> int:
+        """Jobs harp slowed by more than ``tolerance`` of their runtime."""
+        return sum(s > tolerance for s in self.slowdowns)
 
     @property
     def slowed_share(self) -> float:
@@ -74,39 +87,82 @@ def _usable(rec: JobRecord) -> bool:
     )
 
 
-def replay_cores(records: Iterable[JobRecord], alpha: float, settings=None) -> CoresReplay:
-    """Walk ``records`` in submission order; a run joins its signature's history once it has ended.
+def _workflow_task(rec: JobRecord) -> bool:
+    """A workflow manager's task: harpd re-decides its CPUs while it is pending even if it kept them.
+
+    As harp-submit registers them (``features.workflow``), or a Nextflow
+    trace's task (its state ``nextflow:...``).
+    """
+    return is_workflow_signature(rec.signature) or (rec.state or "").startswith("nextflow:")
+
+
+def replay_cores(records: Iterable[JobRecord], alpha: float, settings=None, at: str = "start") -> CoresReplay:
+    """Walk ``records`` in time order; a run joins its signature's history once it has ended.
 
     The cores given are harpd's own decision (one decision path): a
     history-only live predictor is handed each run that has ended (``learn``,
     as the ingest poller does) and asked ``decide`` for each job at its
     submission, with ``predict.alpha_cpus`` = ``alpha``: the same rule, the
     same rails (``allow_shrink``, a resource restored after a failed cut).
+
+    With ``at="start"`` (the default: what harpd does) a pending job is then
+    re-decided as ``harpd.watch.resize`` re-decides it: on each outcome of
+    its signature while it waits, if harp lowered its CPUs or it is a
+    workflow task (``managed.cpus_to_resize``), and changed once, at the
+    first outcome whose answer differs (one ``resize-cpus`` change per job
+    and time limit); ``at="submit"`` keeps the answer at submission.
     """
     from harpd.config import HarpSettings
     from harpd.predict.live import ModelPredictor
     from harpd.protocol import JobRequest, Resources
 
+    if at not in DECIDE_AT:
+        raise ValueError(f"unknown decision time {at!r}; use one of {', '.join(DECIDE_AT)}")
     base = settings if settings is not None else HarpSettings()
     settings = base.model_copy(update={"predict": base.predict.model_copy(update={"alpha_cpus": alpha})})
     harpd = ModelPredictor.history_only(settings, resources=("mem",))  # a job with no memory asked: cores only
     jobs = sorted((r for r in records if _usable(r)), key=lambda r: (r.submit_time, r.job_id))
-    ends = sorted(range(len(jobs)), key=lambda i: jobs[i].end_time)  # type: ignore[arg-type,return-value]
+
+    def given_at(rec: JobRecord, when: float) -> int:
+        req = int(rec.req_cpus or 1)
+        job = JobRequest(signature=rec.signature, job_name=rec.job_name, request=Resources(cpus_per_task=req, ntasks=1))
+        d = harpd.decide(job, rec.user or "replay", 0, now=when)
+        return next((int(c.value) for c in d.changes if c.option == "cpus-per-task"), req)
+
+    END, SUBMIT, START = 0, 1, 2  # at one instant: what ended is learnt before anything is decided
+    events: list[tuple[float, int, int]] = []
+    for i, rec in enumerate(jobs):
+        events += [(float(rec.end_time), END, i), (float(rec.submit_time), SUBMIT, i)]  # type: ignore[arg-type]
+        if rec.start_time is not None:
+            events.append((float(rec.start_time), START, i))
+    events.sort()
+    given: dict[int, int] = {}
+    pending: dict[str | None, set[int]] = {}  # per signature, its jobs the resizer may still change
+    for when, kind, i in events:
+        rec = jobs[i]
+        if kind == END:
+            harpd.learn([rec])
+            waiting = pending.get(rec.signature, set())
+            waiting.discard(i)  # an ended job waits no more (a trace's start may be missing)
+            for j in sorted(waiting):
+                fresh = given_at(jobs[j], when)
+                if fresh != given[j]:
+                    given[j] = fresh
+                    waiting.discard(j)  # re-sized once at this time limit: never again
+        elif kind == SUBMIT:
+            req = int(rec.req_cpus or 1)
+            given[i] = given_at(rec, when)
+            starts_later = rec.start_time is not None and rec.start_time > when
+            if at == "start" and starts_later and req > 1 and (given[i] < req or _workflow_task(rec)):
+                pending.setdefault(rec.signature, set()).add(i)
+        else:
+            pending.get(rec.signature, set()).discard(i)
     out = CoresReplay()
-    e = 0
-    for rec in jobs:
-        done = []
-        while e < len(ends) and jobs[ends[e]].end_time <= rec.submit_time:  # type: ignore[operator]
-            done.append(jobs[ends[e]])
-            e += 1
-        harpd.learn(done)
+    for i, rec in enumerate(jobs):
         req = int(rec.req_cpus or 1)
         used = cores_used(rec.used_cpu_s, rec.used_time_s) or 0.0
         elapsed = float(rec.used_time_s or 0.0)
-        job = JobRequest(signature=rec.signature, job_name=rec.job_name, request=Resources(cpus_per_task=req, ntasks=1))
-        d = harpd.decide(job, rec.user or "replay", 0, now=rec.submit_time)
-        given = next((int(c.value) for c in d.changes if c.option == "cpus-per-task"), req)
-        out.all.add(req, given, used, elapsed)
+        out.all.add(req, given[i], used, elapsed)
         if req > 1:
-            out.multi.add(req, given, used, elapsed)
+            out.multi.add(req, given[i], used, elapsed)
     return out

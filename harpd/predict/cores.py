@@ -6,7 +6,14 @@ a job the one-sided upper quantile of its signature's recent runs' cores,
 rounded up to whole cores, never above the request: the
 ``ceil((n + 1)(1 - alpha))``-th smallest of ``n`` exchangeable runs, so at
 most ``alpha`` of jobs would have used more than harp gives (the conformal
-guarantee time and memory have).
+guarantee time and memory have).  Fewer cores than a run keeps busy slow it,
+they do not kill it, so the guarantee is on how much: the cores given are
+the fewest whole cores on which that quantile's run takes at most
+``tolerance`` (``predict.cores_tolerance``) longer.  It is 0 by default, so
+that at most ``alpha`` of jobs are slowed at all; a site that prefers freed
+cores may raise it: with 0.05, a program whose runs keep 5.0-5.14 of 6 cores
+busy gets 5, about a third of its runs take up to 3 % longer, and a sixth
+of its reservation is freed (docs/metrics.md, "Cores", has both figures).
 
 A signature with fewer runs than that order needs (19 at alpha = 0.05) is
 bounded from its own runs and everyone's: the most its runs used, times the
@@ -109,11 +116,17 @@ def quantile_bound(runs: list[float] | deque[float], alpha: float) -> float | No
     return sorted(runs)[k - 1]
 
 
-def cores_to_give(requested: int, bound: float | None) -> int | None:
-    """The cores to give for a request and a bound; None to keep the request."""
+def cores_to_give(requested: int, bound: float | None, tolerance: float = 0.0) -> int | None:
+    """The cores to give for a request and a bound; None to keep the request.
+
+    The fewest whole cores on which a run that keeps ``bound`` cores busy
+    takes at most ``tolerance`` longer (``k >= bound / (1 + tolerance)``): a
+    CPU-bound program with ``u`` threads' work on ``k < u`` cores runs about
+    ``u / k`` times as long.
+    """
     if bound is None or requested <= 1:
         return None
-    cores = whole_cores(bound)
+    cores = whole_cores(bound / (1.0 + tolerance))
     return cores if cores < requested else None
 
 
@@ -334,11 +347,17 @@ class CoresHistory:
     def bound(self, signature: str | None, alpha: float) -> float | None:
         return self.bound_and_source(signature, alpha)[0]
 
-    def decide(self, signature: str | None, requested: int, alpha: float) -> tuple[int | None, dict[str, Any]]:
-        """(cores to give or None, the explanation) for a single-task request of ``requested`` cores."""
+    def decide(
+        self, signature: str | None, requested: int, alpha: float, tolerance: float = 0.0
+    ) -> tuple[int | None, dict[str, Any]]:
+        """(cores to give or None, the explanation) for a single-task request of ``requested`` cores.
+
+        ``tolerance``: how much longer the cores given may make a run that
+        keeps the bound busy (``cores_to_give``).
+        """
         n = self.count(signature)
         bound, source = self.bound_and_source(signature, alpha)
-        ex: dict[str, Any] = {"n_history": n, "alpha": alpha}
+        ex: dict[str, Any] = {"n_history": n, "alpha": alpha, "tolerance": tolerance}
         if bound is None:
             ex["reason"] = (
                 f"{n} runs with CPU time recorded, {runs_needed(alpha)} needed "
@@ -347,15 +366,16 @@ class CoresHistory:
             return None, ex
         ex["bound_cores"] = round(bound, 3)
         ex["bound_from"] = source
-        cores = cores_to_give(requested, bound)
+        cores = cores_to_give(requested, bound, tolerance)
+        slower = f", at most {tolerance:.0%} slower on {cores}" if tolerance > 0 else ""
         if cores is None:
             ex["reason"] = f"its runs use up to {bound:.2f} cores of {requested}: request kept"
         elif source == "own":
-            ex["reason"] = f"{1 - alpha:.0%} of its last {n} runs used at most {bound:.2f} cores"
+            ex["reason"] = f"{1 - alpha:.0%} of its last {n} runs used at most {bound:.2f} cores{slower}"
         else:
             ex["reason"] = (
                 f"its {n} runs used at most {max(self._runs[signature or '']):.2f} cores; with the "
                 f"margin {1 - alpha:.0%} of young programs' runs kept over their earlier runs: "
-                f"{bound:.2f}"
+                f"{bound:.2f}{slower}"
             )
         return cores, ex

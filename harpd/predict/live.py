@@ -203,11 +203,17 @@ class ModelPredictor:
         rows = [m for m in self.store.models() if m.resource == resource and m.name == want]
         return rows[-1] if rows else None
 
-    def refresh(self, limit: int | None = None) -> int:
-        """Add outcomes that finished since the last refresh to the live history."""
+    def refresh(self, limit: int | None = None, wait: bool = False) -> int:
+        """Add outcomes that finished since the last refresh to the live history.
+
+        A refresh already running (the background one ``decide`` starts every
+        ``REFRESH_S``) makes this one return at once, since that one reads the
+        same store; ``wait=True`` waits for it and then reads what it may have
+        missed, for a caller that must decide with everything stored so far.
+        """
         if self.store is None or not self._loaded:
             return 0
-        if not self._refresh_lock.acquire(blocking=False):
+        if not self._refresh_lock.acquire(blocking=wait):
             return 0
         try:
             since = self._watermark
@@ -472,7 +478,7 @@ class ModelPredictor:
         with self._lock:
             if self._restored.has(sig, "cpus"):
                 return None, {"reason": Restored.reason("CPUs")}
-            given, ex = self._cores.decide(sig, requested, alpha)
+            given, ex = self._cores.decide(sig, requested, alpha, self.settings.predict.cores_tolerance)
         if given is not None and given < floor:
             ex["step_cpus"] = floor
             ex["reason"] += f"; its steps ask for {floor} CPUs"

@@ -451,7 +451,7 @@ def _scoreboard(r: Report) -> str:
     return "".join(out) or "<p>No models.</p>"
 
 
-#: the queue panel's row labels (``harpd.predict.schedule_simulation.POLICIES``)
+#: the queue panel's row labels (``harpd.evaluate.schedule_simulation.POLICIES``)
 QUEUE_LABELS = {
     "users": "users' requests",
     "harp-hard": "harp, hard limits",

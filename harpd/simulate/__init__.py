@@ -12,7 +12,7 @@ or a running job's extension), and reads the ``Schedule`` and its
 Modules: ``workload`` (inputs), ``easy`` (the scheduler), ``schedule``
 (per-job outcome and the figures' definitions), ``progress`` (a stderr
 progress bar for long runs), ``saved`` (the figures left beside the store
-for ``harp report``).  ``harpd.predict.schedule_simulation`` turns a replay into these
+for ``harp report``).  ``harpd.evaluate.schedule_simulation`` turns a replay into these
 inputs.
 """
 

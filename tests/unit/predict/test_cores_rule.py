@@ -94,6 +94,13 @@ def test_cores_are_rounded_up_never_above_the_request():
     assert cores_used(1200.0, 600.0) == 2.0 and cores_used(10.0, 0.0) is None and cores_used(None, 5.0) is None
 
 
+def test_a_tolerance_gives_the_fewest_cores_that_slow_the_bound_run_at_most_that_much():
+    # runs that keep 5.0-5.14 of 6 cores busy: no tolerance keeps 6; 5 % lets 5.14 run on 5 (2.8 % longer)
+    assert cores_to_give(6, 5.14) is None and cores_to_give(6, 5.14, 0.05) == 5
+    assert cores_to_give(6, 5.5, 0.05) is None  # 10 % longer on 5 cores: kept
+    assert cores_to_give(6, 2.05, 0.05) == 2 and cores_to_give(6, 2.2, 0.05) == 3
+
+
 @pytest.mark.parametrize(
     "ntasks,nodes,commands,word",
     [
@@ -228,6 +235,15 @@ def test_cores_the_runs_used_are_given(predictor):
     assert by["cpus-per-task"].value == "3"
 
 
+def test_the_site_tolerance_reaches_the_live_decision_and_its_reason(predictor):
+    runs = _runs(25, used_cores=5.1, req_cpus=6)
+    job = _job(cpus_per_task=6)
+    assert "cpus-per-task" not in {c.option for c in predictor(runs).decide(job, "alice", 1000).changes}
+    d = predictor(runs, cores_tolerance=0.05).decide(job, "alice", 1000)
+    by = {c.option: c for c in d.changes}
+    assert by["cpus-per-task"].value == "5" and "at most 5% slower on 5" in by["cpus-per-task"].reason
+
+
 def test_allow_shrink_off_keeps_the_cores(predictor):
     d = predictor(_runs(25), allow_shrink=False).decide(_job(), "alice", 1000)
     assert "cpus-per-task" not in {c.option for c in d.changes}
@@ -248,6 +264,46 @@ def test_replay_counts_core_hours_and_slowed_jobs():
     assert m.used_core_h == pytest.approx((30 * 1 + 3) * 600 / 3600)
     # the first 19 finished runs are needed before any job is given fewer cores
     assert m.changed == 31 - 19
+
+
+def _waiting(n_before: int, n_pending: int, state: str = "nextflow:COMPLETED") -> list[JobRecord]:
+    """``n_before`` runs all submitted at T0 (one after the other ends), then ``n_pending`` submitted at T0 too
+    that start only after every earlier run has ended: a workflow's samples submitted together."""
+    runs = _runs(n_before + n_pending)
+    for i, r in enumerate(runs):
+        r.state = state
+        r.submit_time = T0
+        r.start_time = T0 + 1000.0 * i
+        r.end_time = r.start_time + 600.0
+    return runs
+
+
+def test_replay_re_sizes_a_waiting_task_at_its_start_as_harpds_resizer_does():
+    runs = _waiting(19, 5)  # 19 finished before the last 5 start: enough for the quantile
+    at_submit = replay_cores(runs, 0.05, at="submit").multi
+    at_start = replay_cores(runs, 0.05).multi
+    assert at_submit.changed == 0  # all submitted together, before any run ended
+    assert at_start.changed == 5 and at_start.harp_core_h == pytest.approx((19 * 4 + 5 * 1) * 600 / 3600)
+    with pytest.raises(ValueError, match="unknown decision time"):
+        replay_cores(runs, 0.05, at="end")
+
+
+def test_replay_re_sizes_a_waiting_job_once_and_only_a_workflow_task_it_kept():
+    runs = _waiting(19, 1)
+    late = runs[-1]
+    late.start_time = T0 + 1000.0 * 40  # waits while 20 more finish, after the 19th
+    late.end_time = late.start_time + 600.0
+    more = _runs(20, used_cores=3.0)  # these use 3 cores: the bound rises after the first re-size
+    for k, r in enumerate(more):
+        r.job_id, r.state = f"more{k}", "nextflow:COMPLETED"
+        r.submit_time = r.start_time = T0 + 1000.0 * (19 + k) + 1.0
+        r.end_time = r.start_time + 600.0
+    late.used_cpu_s = 3.0 * 600.0  # it keeps 3 cores busy: slowed on 1, not on the 3 a later answer gives
+    without = replay_cores(runs[:-1] + more, 0.05).multi.slowed
+    # re-sized to 1 core at the 19th outcome and never again (one resize-cpus per job and time limit)
+    assert replay_cores(runs + more, 0.05).multi.slowed == without + 1
+    plain = _waiting(19, 1, state="COMPLETED")  # not a workflow task, and harp kept its cores at submission
+    assert replay_cores(plain, 0.05).multi.changed == 0
 
 
 # -- harp replay --resource cpus -----------------------------------------------------------

@@ -54,7 +54,7 @@ def test_dry_runs_leave_the_predictors_state_and_answer_alone(tmp_path):
     store = Store.open(settings.store.path)
     store.insert_jobs([_run(i) for i in range(6)])
     live = ModelPredictor(settings, store=store)
-    live.refresh()
+    live.refresh(wait=True)
     before = _state(live)
     first = live.decide(JOB, "alice", 1000, dry_run=True)
     for _ in range(5):

@@ -92,7 +92,7 @@ def test_runs_learnt_from_the_poller_are_not_counted_twice_by_a_refresh(site):
     ing.poll_once()
     job = JobRequest(partition="short", signature="sig-prog", request={"time_s": 600, "mem_mb": 200})
     assert live.decide(job, "alice", 1000).explain["mem"]["n_history"] == 3
-    live.refresh()
+    live.refresh(wait=True)
     live.learn(slurm.runs)  # handed over again (a repeated poll): learnt once
     assert live.decide(job, "alice", 1000).explain["mem"]["n_history"] == 3
     # a cold start is counted with what was just ingested, not one refresh late

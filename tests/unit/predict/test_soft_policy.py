@@ -164,7 +164,7 @@ def test_settings_reach_the_policy():
 
 
 def test_the_last_extension_goes_to_the_request_in_the_metric_and_the_queue():
-    from harpd.predict.schedule_simulation import escalation_hook
+    from harpd.evaluate.schedule_simulation import escalation_hook
     from harpd.predict.soft import extend
 
     start, need, req, cens = (

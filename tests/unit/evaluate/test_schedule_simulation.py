@@ -1,4 +1,4 @@
-"""The schedule simulation's adapter (harpd.predict.schedule_simulation) on a hand-made trace, and
+"""The schedule simulation's adapter (harpd.evaluate.schedule_simulation) on a hand-made trace, and
 `harp replay --schedule`.
 
 The trace, on a machine of P=2 processors (submit, processors, runtime, request):
@@ -28,12 +28,12 @@ import math
 
 import numpy as np
 import pytest
-from replay_helpers import rec
 
 from harpd.cli.main import main as harp_main
+from harpd.evaluate.schedule_simulation import QueueError, gap_closed, policies, schedule
 from harpd.predict.dataset import prepare
-from harpd.predict.schedule_simulation import QueueError, gap_closed, policies, schedule
 from harpd.report.queue_figures import load, path_beside
+from tests.unit.predict.replay_helpers import rec
 
 NAN = math.nan
 
