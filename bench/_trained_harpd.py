@@ -43,8 +43,8 @@ def trained_store(
     from threadpoolctl import threadpool_limits
 
     from harpd.config import HarpSettings
-    from harpd.predict.training import train
     from harpd.store import Store
+    from harpd.training.champions import train
 
     sock, db, cfg = d / "harpd.sock", d / "harp.db", d / "harpd.toml"
     cfg.write_text(

@@ -1,7 +1,7 @@
 """Latency of a live prediction: in-process (target p99 < 5 ms) and over harpd's socket with 50 clients.
 
 Setup: a temporary store holding real history (the KTH and CTC traces), the
-models trained on it by ``harpd.predict.training``, and ``[predict] predictor =
+models trained on it by ``harpd.training.champions``, and ``[predict] predictor =
 "harp"`` so the GBM + conformal model answers (not a no-change champion).
 The requests are the traces' most recent jobs, sent as their users.
 

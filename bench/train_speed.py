@@ -95,8 +95,8 @@ def main() -> int:
     from threadpoolctl import threadpool_limits
 
     from harpd.config import HarpSettings
-    from harpd.predict.training import train
     from harpd.store import Store
+    from harpd.training.champions import train
 
     with tempfile.TemporaryDirectory() as d:
         db = str(Path(d) / "harp.db")

@@ -57,7 +57,6 @@ from harpd.dnn.predictor import DnnRoutingPredictor
 from harpd.ingest import poller
 from harpd.ingest.importer import import_file
 from harpd.predict.live import ModelPredictor, make_predictor
-from harpd.predict.retrain_timer import attach_retrain, train_in_background
 from harpd.predict.soft_state import SoftState
 from harpd.recovery.machine import Recovery
 from harpd.recovery.machine import make as make_recovery
@@ -66,6 +65,8 @@ from harpd.slurm import SlurmBackend, get_backend
 from harpd.slurm.billing import cached_billing
 from harpd.slurm.partitions import cached_partitions, limits_from_partitions
 from harpd.store import Store, StoreError
+from harpd.training.schedule import attach_retrain, train_in_background
+from harpd.training.trainer import Trainer
 from harpd.watch.privilege import Privilege
 from harpd.watch.privilege import detect as detect_privilege
 from harpd.watch.service import make as make_watch
@@ -141,6 +142,7 @@ def build_handlers(settings: HarpSettings, store: Store) -> tuple[Handlers, list
     limits = None if partitions is None else limits_from_partitions(partitions)
     privilege = detect_privilege(settings, backend)
     live = _make_live(settings, store, backend, limits, privilege)
+    trainer = Trainer(live, store, settings)  # trains, then has the live predictor load the champions
     predictor = DnnRoutingPredictor(
         live, settings, partitions, None if backend is None else cached_billing(backend), store=store
     )
@@ -150,7 +152,7 @@ def build_handlers(settings: HarpSettings, store: Store) -> tuple[Handlers, list
         predictor,
         slurm=backend,
         partition_limits=limits,
-        retrain=live.retrain,
+        retrain=trainer.retrain,
         reload=live.reload,
         importer=import_file,
         limits_mode=privilege.as_health(),
@@ -162,7 +164,7 @@ def build_handlers(settings: HarpSettings, store: Store) -> tuple[Handlers, list
         settings,
         store,
         backend,
-        live.retrain,
+        trainer.retrain,
         privilege=privilege,
         predictor=predictor,
         partitions=partitions,

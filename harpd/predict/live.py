@@ -134,9 +134,6 @@ class ModelPredictor:
         # runs ``learn`` added ahead of ``refresh`` (source, job id, attempt): refresh skips them
         self._learnt: dict[tuple[str, str, int], float] = {}
         self._last_refresh = 0.0
-        self._train_lock = threading.Lock()  # one training at a time (start, schedule, admin)
-        self._trainings = 0  # trainings finished, so a waiting caller can join the one it waited for
-        self._last_training: dict[str, Any] | None = None
         if models is not None:  # tests and benchmarks: envelopes given directly
             for res, env in models.items():
                 self._loaded[res] = _Champion(env, None)
@@ -320,25 +317,6 @@ class ModelPredictor:
             self.refresh()
         except Exception:  # a failed refresh leaves the old history: predictions go on
             log.exception("history refresh failed")
-
-    def retrain(self) -> dict[str, Any]:
-        """Train on the store, then load the new champions (admin ``retrain``, start, schedule).
-
-        One training at a time: a caller that finds one running waits for it
-        and takes its result (it read the same store) instead of training
-        twice in a row on a busy daemon host.
-        """
-        from harpd.predict.training import retrain_all
-
-        seen = self._trainings
-        with self._train_lock:
-            if self._trainings != seen and self._last_training is not None:
-                return {**self._last_training, "joined": "a training already running"}
-            out = retrain_all(self.store, self.settings)
-            out["loaded"] = self.reload()
-            self._last_training = out
-            self._trainings += 1
-            return out
 
     # -- the request path ------------------------------------------------------------
     def decide(

@@ -22,7 +22,7 @@ from harpd.report.columns import Jobs
 
 MAX_COLUMNS = 6
 LIVE_COLUMNS = ("jobs", "ran_out", "under_rate", "over_vs_request", "consumed_vs_request", "lost", "score")
-# what picks the champion (harpd.predict.training.pick_champion: the lowest
+# what picks the champion (harpd.training.champions.pick_champion: the lowest
 # score among models within their miss budget, the under-prediction rate),
 # then what an admin asks next: how much less than the users' requests
 CHAMPION_KEYS = ("score", "under_rate")

@@ -474,9 +474,9 @@ def _seed_and_train(store_path: Path, script: str, settings) -> None:
     from harp_submit.request import Request
     from harp_submit.sbatch_options import SBATCH_TABLE
     from harpd.features.signature import signature_of
-    from harpd.predict.training import retrain_all
     from harpd.records import JobRecord, Outcome
     from harpd.store import Store
+    from harpd.training.champions import retrain_all
 
     req = Request(
         SBATCH_TABLE.parse([]),

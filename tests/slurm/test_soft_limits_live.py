@@ -268,6 +268,7 @@ def train(d: SoftDaemon) -> None:
     from harpd.predict.live import make_predictor
     from harpd.records import JobRecord, Outcome
     from harpd.store import Store
+    from harpd.training.trainer import Trainer
 
     rng = random.Random(16)
     now = time.time()
@@ -299,7 +300,8 @@ def train(d: SoftDaemon) -> None:
         )
     with Store.open(d.db) as store:
         store.insert_jobs(recs)
-        out = make_predictor(settings=HarpSettings(store={"path": str(d.db)}), store=store).retrain()
+        settings = HarpSettings(store={"path": str(d.db)})
+        out = Trainer(make_predictor(settings=settings, store=store), store, settings).retrain()
     assert out["time"]["champion"], out["time"]
     assert out["mem"]["champion"] not in (None, "request"), out["mem"]
 

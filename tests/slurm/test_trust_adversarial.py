@@ -80,8 +80,8 @@ def _seed_and_train(store_path: Path, script: str) -> None:
     from harp_submit.sbatch_options import SBATCH_TABLE
     from harpd.config import HarpSettings
     from harpd.features.signature import signature_of
-    from harpd.predict.training import retrain_all
     from harpd.records import JobRecord, Outcome
+    from harpd.training.champions import retrain_all
 
     req = Request(
         SBATCH_TABLE.parse([]),

@@ -60,7 +60,7 @@ def test_harpd_trains_at_start_in_the_background_and_health_shows_it(tmp_path, m
     )
     store = Store.open(s.store.path)
     store.insert_jobs(_history())
-    import harpd.predict.training as training
+    import harpd.training.champions as training
 
     real = training.retrain_all
     go = threading.Event()

@@ -8,12 +8,12 @@ import threading
 import pytest
 
 from harpd.config import HarpSettings, RetrainSettings
-from harpd.predict import retrain_timer
 from harpd.predict.live import ModelPredictor
-from harpd.predict.retrain_timer import RetrainSchedule, attach_retrain
 from harpd.protocol import JobRequest
 from harpd.records import JobRecord, Outcome
 from harpd.store import Store
+from harpd.training import schedule as retrain_timer
+from harpd.training.schedule import RetrainSchedule, attach_retrain
 
 T0 = 1_700_000_000.0
 
@@ -132,8 +132,10 @@ def test_history_rule_keeps_the_request_after_a_run_hit_its_limit(store_of):
 
 
 def test_concurrent_retrains_never_overlap(store_of, monkeypatch):
+    from harpd.training.trainer import Trainer
+
     s, st = store_of(_runs(6))
-    p = ModelPredictor(s, store=st)
+    p = Trainer(ModelPredictor(s, store=st), st, s)
     running, most, calls = [0], [0], [0]
     release = threading.Event()
     lock = threading.Lock()
@@ -148,7 +150,7 @@ def test_concurrent_retrains_never_overlap(store_of, monkeypatch):
             running[0] -= 1
         return {"time": {"skipped": "fake"}}
 
-    import harpd.predict.training as training
+    import harpd.training.champions as training
 
     monkeypatch.setattr(training, "retrain_all", fake_retrain_all)
     outs: list[dict] = []

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from harpd.config import RetrainSettings
-from harpd.predict.retrain_timer import attach_retrain
+from harpd.training.schedule import attach_retrain
 
 
 class FakeScheduler:

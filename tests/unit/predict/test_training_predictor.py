@@ -8,11 +8,11 @@ import pytest
 from harpd.config import HarpSettings
 from harpd.predict.live import ModelPredictor, make_predictor
 from harpd.predict.metric import ModelMetrics
-from harpd.predict.retrain_timer import RetrainSchedule, should_retrain
-from harpd.predict.training import pick_champion, train
 from harpd.protocol import JobRequest
 from harpd.records import JobRecord, Outcome
 from harpd.store import Store
+from harpd.training.champions import pick_champion, train
+from harpd.training.schedule import RetrainSchedule, should_retrain
 
 
 def _records(n=3000, seed=0):

@@ -17,7 +17,7 @@ from harpd.report.window import Window
 
 
 def metrics(model, score, under):
-    """A full score dict, as harpd.predict.training stores it."""
+    """A full score dict, as harpd.training.champions stores it."""
     return ModelMetrics(
         model=model,
         jobs=900,
