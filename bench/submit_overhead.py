@@ -24,7 +24,38 @@ checkout (``pip wheel``, not editable) installed into a fresh virtual
 environment, whose ``bin/harp-submit`` is timed.  ``--command`` times any
 other launcher instead.  ``--load N`` keeps N busy processes (``yes >
 /dev/null``) running for the whole measurement, the loaded machine the target
-also holds on.
+also holds on.  The cluster is the one ``scripts/localslurm`` started for
+``HARP_SLURM_DIR`` (default /tmp/harp-localslurm; ``SLURM_CONF`` wins), and
+its munged (slurm.conf's AuthInfo socket), so each cluster of its own
+(``HARP_SLURM_PORT_OFFSET``) is measured on its own.
+
+Where the time goes (CPU time per run, medians of 25-30 runs on the shared
+2-core machine under a test suite and two ``yes``; about half that idle):
+
+  interpreter start   15-19 ms  ``python -c pass`` of the venv; ``site`` is 2-4 ms of it
+                                (Debian's sitecustomize tries apport's hook).  ``-S``/``-I``
+                                in the shebang would save that, but pip writes the
+                                installed script's first line as ``#!<python>`` and drops
+                                any flags after ``#!python``, so nothing is gained there.
+  imports, disabled    ~1 ms    launch, off, sbatch_run (HARP_DISABLE=1: nothing else)
+  imports, full path   ~6 ms    cli and the 15 modules it needs, ~0.3 ms each; decision,
+                                rewrite and registration only once harpd has answered
+  harpd.toml           ~0.3 ms  read once (the registration reuses the route)
+  TCP: MUNGE          ~0.5 ms   two round trips to munged's socket in munged's own
+                                message format (harp_submit/munge.py), no munge process,
+                                no ctypes; harpd makes the other two
+  TCP: resolving       ~0       getaddrinfo gets the host as ASCII bytes: given a str it
+                                loaded the ``idna`` codec, and with it re, stringprep and
+                                enum: 14 ms of CPU (25 ms wall) under that load, the
+                                largest part of the TCP path until fixed
+  sbatch              posix_spawn (vfork), never an extra exec; its own time is not counted
+  registration        a fork once sbatch printed the job id (~1 ms); the child waits
+                      for harp-submit to exit before it connects (bounded at 1 s), so
+                      its work no longer competes with sbatch and harp-submit
+
+What remains above the interpreter is mostly the module imports; the
+interpreter itself is the floor (the ``python`` row), which on a loaded
+2-core machine alone can exceed 30 ms of wall time.
 
     python bench/submit_overhead.py [--n 40] [--load 2] [--path unix,tcp,disabled,down,python]
                                     [--daemon fake|real] [--nice -10] [--command '...']
