@@ -3,7 +3,10 @@
 Each harp-submit run is paired with a plain ``sbatch`` run of the same
 script, the two back to back (which goes first alternates), so both see the
 same load; the overhead is the median of the pairs' differences, and the
-ratio the median of their quotients.  Jobs are held (``-H``) and cancelled
+ratio the median of their quotients.  The same is printed for CPU time
+(user + system, sbatch's own included, the detached registration child's
+not), which moves far less with the machine's load than wall time: the
+steadier figure for comparing two runs.  Jobs are held (``-H``) and cancelled
 at the end.  Three paths are timed, interleaved round by round:
 
   unix      harpd answering over its Unix socket (the harpd host itself):
@@ -24,7 +27,38 @@ checkout (``pip wheel``, not editable) installed into a fresh virtual
 environment, whose ``bin/harp-submit`` is timed.  ``--command`` times any
 other launcher instead.  ``--load N`` keeps N busy processes (``yes >
 /dev/null``) running for the whole measurement, the loaded machine the target
-also holds on.
+also holds on.  The cluster is the one ``scripts/localslurm`` started for
+``HARP_SLURM_DIR`` (default /tmp/harp-localslurm; ``SLURM_CONF`` wins), and
+its munged (slurm.conf's AuthInfo socket), so each cluster of its own
+(``HARP_SLURM_PORT_OFFSET``) is measured on its own.
+
+Where the time goes (CPU time per run, medians of 25-30 runs on the shared
+2-core machine under a test suite and two ``yes``; about half that idle):
+
+  interpreter start   15-19 ms  ``python -c pass`` of the venv; ``site`` is 2-4 ms of it
+                                (Debian's sitecustomize tries apport's hook).  ``-S``/``-I``
+                                in the shebang would save that, but pip writes the
+                                installed script's first line as ``#!<python>`` and drops
+                                any flags after ``#!python``, so nothing is gained there.
+  imports, disabled    ~1 ms    launch, off, sbatch_run (HARP_DISABLE=1: nothing else)
+  imports, full path   ~6 ms    cli and the 15 modules it needs, ~0.3 ms each; decision,
+                                rewrite and registration only once harpd has answered
+  harpd.toml           ~0.3 ms  read once (the registration reuses the route)
+  TCP: MUNGE          ~0.5 ms   two round trips to munged's socket in munged's own
+                                message format (harp_submit/munge.py), no munge process,
+                                no ctypes; harpd makes the other two
+  TCP: resolving       ~0       getaddrinfo gets the host as ASCII bytes: given a str it
+                                loaded the ``idna`` codec, and with it re, stringprep and
+                                enum: 14 ms of CPU (25 ms wall) under that load, the
+                                largest part of the TCP path until fixed
+  sbatch              posix_spawn (vfork), never an extra exec; its own time is not counted
+  registration        a fork once sbatch printed the job id (~1 ms); the child waits
+                      for harp-submit to exit before it connects (bounded at 1 s), so
+                      its work no longer competes with sbatch and harp-submit
+
+What remains above the interpreter is mostly the module imports; the
+interpreter itself is the floor (the ``python`` row), which on a loaded
+2-core machine alone can exceed 30 ms of wall time.
 
     python bench/submit_overhead.py [--n 40] [--load 2] [--path unix,tcp,disabled,down,python]
                                     [--daemon fake|real] [--nice -10] [--command '...']
@@ -34,6 +68,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import resource
 import shlex
 import shutil
 import signal
@@ -215,16 +250,21 @@ def stop_daemon(handle: object) -> None:
             part.stop()
 
 
-def timed(argv: list[str], env: dict[str, str], cwd: Path, quiet: bool = False) -> tuple[float, str]:
-    """Seconds ``argv`` took and the job id it printed; ``quiet``: harp must not have failed open either."""
+def timed(argv: list[str], env: dict[str, str], cwd: Path, quiet: bool = False) -> tuple[float, float, str]:
+    """Seconds ``argv`` took, the CPU seconds it used (its waited-for children's included: sbatch
+    under harp-submit, not the detached registration child), and the job id it printed;
+    ``quiet``: harp must not have failed open either."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     t = time.perf_counter()
     proc = subprocess.run(argv, env=env, cwd=str(cwd), capture_output=True, text=True, stdin=subprocess.DEVNULL)
     dt = time.perf_counter() - t
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime
     if proc.returncode != 0:
         raise SystemExit(f"{argv[0]} failed ({proc.returncode}): {proc.stderr.strip()}")
     if quiet and proc.stderr.strip():  # a fail-open run would time the wrong path
         raise SystemExit(f"{argv[0]} did not get the daemon's answer: {proc.stderr.strip()}")
-    return dt, proc.stdout.strip().split(";")[0]
+    return dt, cpu, proc.stdout.strip().split(";")[0]
 
 
 PATHS = ("unix", "tcp", "disabled", "down", "python")
@@ -325,6 +365,7 @@ def main() -> int:
     }
     registers = {"unix", "tcp"}  # paths whose run registers a job in the background
     pairs: dict[str, list[tuple[float, float]]] = {p: [] for p in paths}
+    cpu_pairs: dict[str, list[tuple[float, float]]] = {p: [] for p in paths}
     ids: list[str] = []
     harp_runs = 0
     load = start_load(args.load, applied)
@@ -337,13 +378,16 @@ def main() -> int:
                 quiet = path in registers
                 order = ("sbatch", "harp") if (i + paths.index(path)) % 2 == 0 else ("harp", "sbatch")
                 t: dict[str, float] = {}
+                c: dict[str, float] = {}
                 for who in order:
                     if who == "sbatch":
-                        t[who], jid = timed([sbatch, "-H", "--parsable", "job.sh"], env, work)
+                        t[who], c[who], jid = timed([sbatch, "-H", "--parsable", "job.sh"], env, work)
                     elif path == "python":
-                        t[who], jid = timed(python, env, work)
+                        t[who], c[who], jid = timed(python, env, work)
                     else:
-                        t[who], jid = timed([*harp, "-H", "--parsable", "job.sh"], envs[path], work, quiet=quiet)
+                        t[who], c[who], jid = timed(
+                            [*harp, "-H", "--parsable", "job.sh"], envs[path], work, quiet=quiet
+                        )
                         if quiet:
                             harp_runs += 1
                             settle(daemon, harp_runs)
@@ -351,6 +395,7 @@ def main() -> int:
                         ids.append(jid)
                 if i >= 2:
                     pairs[path].append((t["sbatch"], t["harp"]))
+                    cpu_pairs[path].append((c["sbatch"], c["harp"]))
     finally:
         for p in load:
             p.kill()
@@ -374,6 +419,15 @@ def main() -> int:
             f"{path:<9} sbatch median {statistics.median(sb) * 1000:6.1f} ms  harp-submit median "
             f"{statistics.median(hs) * 1000:6.1f} ms  (p10 {_pct(hs, 10):.1f}, p90 {_pct(hs, 90):.1f})  "
             f"paired overhead median {diff:6.1f} ms  ratio {ratio:.2f}x"
+        )
+    # CPU time moves far less with the machine's load than wall time: the steadier way to compare two runs
+    for path in paths:
+        sb = [a for a, _ in cpu_pairs[path]]
+        hs = [b for _, b in cpu_pairs[path]]
+        diff = statistics.median(b - a for a, b in cpu_pairs[path]) * 1000
+        print(
+            f"{path:<9} CPU: sbatch median {statistics.median(sb) * 1000:6.1f} ms  harp-submit median "
+            f"{statistics.median(hs) * 1000:6.1f} ms  paired CPU overhead median {diff:6.1f} ms"
         )
     for path in [p for p in paths if p != "python"]:
         diff = statistics.median(b - a for a, b in pairs[path]) * 1000

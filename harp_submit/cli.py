@@ -19,7 +19,9 @@ With ``--harp-dry-run`` every one of these paths ends by printing what would
 have been submitted, and why harp stepped aside; sbatch is never run.
 
 Start-up time matters (this runs on every submission), so the module avoids
-subprocess/signal/json/socket/re (each drags in ``enum`` and more).
+subprocess/signal/json/socket/re (each drags in ``enum`` and more), and what
+only a decision needs (checking, rewriting, registering it) is imported once
+harpd has answered: with harpd down it would cost every submission for nothing.
 """
 
 from __future__ import annotations
@@ -28,10 +30,8 @@ import os
 import stat
 import sys
 
-from . import __version__, client, harp_options, output_mode, registration, route, step_aside
-from .decision import BadDecision, check_beside, validate
+from . import __version__, client, harp_options, output_mode, route, step_aside
 from .request import Request
-from .rewrite import RewriteError, Rewritten, apply, build
 from .sbatch_options import CLI_TABLE, SBATCH_TABLE, ParsedArgs
 from .sbatch_run import (
     SpawnError,
@@ -44,6 +44,10 @@ from .sbatch_run import (
     write,
 )
 from .step_aside import MAX_SCRIPT, UNCHANGED, StepAside, resolve_script
+
+TYPE_CHECKING = False  # typing costs milliseconds to import; checkers still see these
+if TYPE_CHECKING:
+    from .rewrite import Rewritten
 
 DRY_UNCHANGED = "a real run would submit your job unchanged"
 #: script names that are harp-submit's own standard input (and so, once fed, sbatch's)
@@ -73,7 +77,8 @@ def main(argv: list[str] | None = None) -> int:
     code, skipping the interpreter's clean-up, which costs more than harp's
     whole round trip to harpd; with an explicit ``argv`` it returns the code.
     """
-    run = Submit(list(sys.argv[1:] if argv is None else argv), os.environ)
+    # a plain dict: os.environ decodes every variable on each pass, and harp makes several
+    run = Submit(list(sys.argv[1:] if argv is None else argv), dict(os.environ))
     code = _run(run)
     if argv is None:
         for stream in (sys.stdout, sys.stderr):
@@ -114,6 +119,7 @@ class Submit:
         self.submitted = False
         self.exit_code: int | None = None
         self.token: str | None = None  # harpd's record of its decision (predict's answer)
+        self.where: route.Route | None = None  # how harpd was reached, for the registration
         self.dry_run = False
         self.verbose = False
         self.explain = False
@@ -249,10 +255,17 @@ class Submit:
 
     def decide_and_submit(self, request: Request, argv: list[str]) -> int:
         job = request.job_request()
+        chosen = route.choose(self.environ)
+        self.where = chosen[0]
         try:
-            answer = step_aside.ask_harpd(job, self.environ, self.warn, dry_run=self.dry_run)
+            answer = step_aside.ask_harpd(job, self.environ, self.warn, dry_run=self.dry_run, chosen=chosen)
         except client.HarpdUnavailable as exc:
             return self.submit(request, argv, None, None, job, exc.reachable)
+        # only now what a decision needs: harpd down, they would cost start-up for nothing
+        from . import registration
+        from .decision import BadDecision, check_beside, validate
+        from .rewrite import RewriteError, apply
+
         self.token = registration.token_of(answer)
         try:
             decision, changes = validate(answer, request.resources())
@@ -323,6 +336,8 @@ class Submit:
                 final = _stdin_argv(rewritten.argv, request)
                 assert rewritten.script_text is not None
                 stdin = rewritten.script_text.encode("utf-8", "surrogateescape")
+            from .rewrite import build
+
             after = build(rewritten.argv, rewritten.environ, request, rewritten.script_text)
         keep_output = register and output_mode.keeps_output(request, rewritten is not None)
         if keep_output:
@@ -331,6 +346,8 @@ class Submit:
             return self.show_dry_run(final, environ, stdin, request, decision)
         payload = original_payload = None
         if register:
+            from . import registration
+
             payload = registration.message(
                 job, final, environ or self.environ, request.resources(), after.resources(), decision, token
             )
@@ -427,8 +444,10 @@ class Submit:
         mark_process()
         on_line = None
         if register is not None:
+            from . import registration
+
             timeout = registration.timeout_s(self.environ)
-            where = route.choose(self.environ)[0]
+            where = self.where if self.where is not None else route.choose(self.environ)[0]
 
             def on_line(line: bytes) -> None:
                 job_id = parse_job_id(line)
@@ -497,6 +516,8 @@ def sbatch_rejects(data: bytes) -> bool:
 
 def _with_token(argv: list[str], request: Request, token: str) -> list[str]:
     """``argv`` with the decision's token appended to the job's effective ``--comment``."""
+    from . import registration
+
     cli = SBATCH_TABLE.parse(argv)
     return registration.comment_argv(argv, cli.end, cli.dashdash, request.value("comment"), token)
 

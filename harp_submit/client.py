@@ -142,9 +142,11 @@ def call_tcp(
     except MungeError as exc:
         raise HarpdUnavailable(f"cannot make a MUNGE credential for harpd at {where}: {exc.message}") from None
     try:
-        family, kind, proto, _, addr = _socket.getaddrinfo(server[0], server[1], 0, _socket.SOCK_STREAM)[0]
-    except OSError as exc:
-        raise HarpdUnavailable(f"cannot resolve harpd's host {server[0]}: {exc.strerror or exc}") from None
+        family, kind, proto, _, addr = _socket.getaddrinfo(_host(server[0]), server[1], 0, _socket.SOCK_STREAM)[0]
+    except (OSError, UnicodeError) as exc:
+        raise HarpdUnavailable(
+            f"cannot resolve harpd's host {server[0]}: {getattr(exc, 'strerror', None) or exc}"
+        ) from None
     lines = _exchange(
         _socket.socket(family, kind, proto),
         addr,
@@ -222,6 +224,20 @@ def ask(
     if len(failures) == 1:
         raise failures[0]
     raise HarpdUnavailable("; ".join(f.reason for f in failures), any(f.reachable for f in failures))
+
+
+def _host(name: str) -> bytes | str:
+    """``name`` as getaddrinfo should get it: ASCII bytes, the same bytes the ``idna`` codec makes of it.
+
+    Given a str, getaddrinfo encodes it with the ``idna`` codec, which
+    imports ``re`` and ``stringprep``: more start-up time than all of
+    harp-submit's own modules, paid on every submission over TCP.  A
+    name outside ASCII (rare) still goes through ``idna``.
+    """
+    try:
+        return name.encode("ascii")
+    except UnicodeEncodeError:
+        return name
 
 
 def _body(message: dict[str, Any]) -> bytes:

@@ -31,6 +31,8 @@ TIMEOUT_S = 0.5  # a registration made in line (no fork) must never keep the use
 BUDGET_S = 60.0  # the detached child's whole budget: tries until harpd answers or this runs out
 FIRST_PAUSE_S = 0.5  # pause after the first failed try, doubled after each one (at most MAX_PAUSE_S)
 MAX_PAUSE_S = 10.0
+#: how long the child waits for its parent (harp-submit, harp-filter) to exit before registering
+PARENT_WAIT_S = 1.0
 #: how the decision's token sits in the job's comment (harpd.daemon.registration.token_in_comment reads it)
 TOKEN_WORD = "harp decision"
 #: test-only: the child sends nothing, as when its message is lost (harpd must find the job by its token)
@@ -135,28 +137,47 @@ def register_in_background(
     """Tell harpd about the new job from a detached child, so the user never waits for it.
 
     The child lets go of the terminal and of sbatch's pipes at once (a shell
-    or ``$(...)`` waiting for end-of-file must not wait for it), tries for up
-    to ``BUDGET_S`` (``send``), and exits; a failure is harpd's to log, never
-    the user's problem.  Without fork, registration is tried once in line,
-    within ``TIMEOUT_S``.
+    or ``$(...)`` waiting for end-of-file must not wait for it), waits for its
+    parent to exit (at most ``PARENT_WAIT_S``: ``sbatch --wait`` keeps the
+    parent for the job's whole run), tries for up to ``BUDGET_S`` (``send``),
+    and exits; a failure is harpd's to log, never the user's problem.
+    Waiting first keeps the child's work (a connection, on TCP four MUNGE
+    round trips) off the user's time: on a busy node it would otherwise
+    compete with sbatch and harp-submit for the CPU until both have ended.
+    Without fork, registration is tried once in line, within ``TIMEOUT_S``.
     """
     if environ.get(SKIP_ENV) == "1":
         return
+    try:
+        parent_alive = os.pipe()  # the write end closes when the parent exits (never inherited by sbatch)
+    except OSError:
+        parent_alive = None
     try:
         pid = os.fork()
     except OSError:
         pid = 0
         inline = True
+        for fd in parent_alive or ():
+            os.close(fd)
+        parent_alive = None
     else:
         inline = False
         if pid:
+            if parent_alive is not None:
+                os.close(parent_alive[0])  # the write end stays open until this process ends
             return
+    if parent_alive is not None:
+        os.close(parent_alive[1])
     try:
         if not inline:
             devnull = os.open(os.devnull, os.O_RDWR)
             for fd in (0, 1, 2):
                 os.dup2(devnull, fd)
-            os.closerange(3, 256)
+            keep = parent_alive[0] if parent_alive is not None else 256
+            os.closerange(3, keep)
+            os.closerange(keep + 1, 256)
+            if parent_alive is not None:
+                _wait_for_parent(parent_alive[0], PARENT_WAIT_S)
             # not niced: on a busy node a niced child may not run before its budget ends
         if inline:
             client.ask(where, message, min(TIMEOUT_S, timeout))
@@ -167,3 +188,13 @@ def register_in_background(
     finally:
         if not inline:
             os._exit(0)
+
+
+def _wait_for_parent(fd: int, limit: float) -> None:
+    """Return once the other end of the pipe ``fd`` is closed (its holder ended), or after ``limit`` seconds."""
+    import select  # in the child only
+
+    try:
+        select.select([fd], [], [], limit)
+    finally:
+        os.close(fd)

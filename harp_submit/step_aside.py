@@ -79,18 +79,24 @@ def script_directives(text: str) -> tuple[directives.Script, list[str]]:
 
 
 def ask_harpd(
-    job: dict[str, Any], environ: Mapping[str, str], say: Callable[[str], None], dry_run: bool = False
+    job: dict[str, Any],
+    environ: Mapping[str, str],
+    say: Callable[[str], None],
+    dry_run: bool = False,
+    chosen: tuple[route.Route, list[str]] | None = None,
 ) -> dict[str, Any]:
     """harpd's answer to ``predict`` for ``job``, within HARP_TIMEOUT (``dry_run``: harpd counts no submission).
 
     A bad HARP_TIMEOUT is said and the default used.  When harpd gives no
     usable answer, its reason is said with ``UNCHANGED`` and
     ``client.HarpdUnavailable`` raised again for the caller to step aside.
+    ``chosen``: ``route.choose(environ)``'s answer when the caller needs the
+    route again (registration), so the config file is read once.
     """
     timeout, problem = client.timeout_s(environ)
     if problem:
         say(problem)
-    where, problems = route.choose(environ)
+    where, problems = chosen if chosen is not None else route.choose(environ)
     for problem in problems:
         say(problem)
     try:

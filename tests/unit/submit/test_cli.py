@@ -575,9 +575,9 @@ def test_invalid_command_lines_go_to_sbatch_untouched(run, harpd, args, env) -> 
 def test_an_internal_error_submits_unchanged(run, harpd) -> None:
     run.write("job.sh", JOB)
     code = (
-        "import sys, harp_submit.cli as c\n"
+        "import sys, harp_submit.cli as c, harp_submit.decision as d\n"
         "def boom(*a, **k): raise RuntimeError('synthetic')\n"
-        "c.validate = boom\nsys.exit(c.main())"
+        "d.validate = boom\nsys.exit(c.main())"
     )
     import subprocess
 

@@ -69,3 +69,24 @@ def test_each_client_module_imports_only_fast_standard_library_modules(module: s
     others = {m.split(".")[0] for m in loaded if m.split(".")[0] != "harp_submit"}
     assert others <= set(sys.stdlib_module_names), others - set(sys.stdlib_module_names)
     assert not (others & SLOW), others & SLOW
+
+
+def test_asking_harpd_over_tcp_imports_nothing_slow() -> None:
+    """Resolving harpd's host: getaddrinfo given a str loads the ``idna`` codec, and with it ``re``
+    (milliseconds on every submission over TCP), so harp hands it the name's ASCII bytes."""
+    code = (
+        "import sys; sys.path.insert(0, sys.argv[1]); from harp_submit import client\n"
+        "class Munge:\n"
+        "    def encode(self, payload, ttl=0): return b'MUNGE:stand-in'\n"
+        "before = set(sys.modules)\n"
+        "for host in ('localhost', '127.0.0.1', 'a..b'):\n"
+        "    try: client.call_tcp((host, 1), {'op': 'health'}, 2.0, Munge())\n"
+        "    except client.HarpdUnavailable as exc: print(exc.reason)\n"
+        "print('NEW', ' '.join(sorted(set(sys.modules) - before)))"
+    )
+    out = subprocess.run([sys.executable, "-S", "-c", code, str(REPO)], capture_output=True, text=True, check=True)
+    lines = out.stdout.splitlines()
+    assert len(lines) == 4, out.stdout + out.stderr  # each host: one line, never an exception
+    assert "cannot resolve harpd's host a..b" in lines[2]
+    loaded = {m.split(".")[0] for m in lines[3].split()[1:]} | set(lines[3].split()[1:])
+    assert not (loaded & (SLOW | {"encodings.idna", "stringprep", "unicodedata"})), loaded
