@@ -3,14 +3,11 @@ its input size (part 2) reaches --harp-explain."""
 
 from __future__ import annotations
 
-import time
-
 import pytest
 
-from harpd.records import JobRecord, Outcome
-from harpd.store import Store
 from tests.helpers.harpd_process import running_harpd
 from tests.helpers.processes import run_harp_submit, short_tmpdir
+from tests.helpers.seed_history import script_signature, seed_runs
 from tests.helpers.slurm_jobs import scontrol_fields, wait_finished
 
 pytestmark = pytest.mark.slurm
@@ -18,53 +15,28 @@ pytestmark = pytest.mark.slurm
 SCRIPT = "#!/bin/bash\n#SBATCH -p short -t 5 -c 4 {extra}\nwc -c input.bin\npython3 -c 'print(20)'\n"
 
 
-def _signature(script: str) -> str | None:
-    """The signature harpd computes for this script, as the poller would store it."""
-    from harp_submit import directives
-    from harp_submit.request import Request
-    from harp_submit.sbatch_options import SBATCH_TABLE
-    from harpd.features.workflow import job_signature
-
-    req = Request(SBATCH_TABLE.parse([]), {}, directives.parse(script), script_path="cores.sh", script_text=script)
-    return job_signature(req.commands(), req.job_name(), "cores.sh", None)
-
-
 def _seed(store_path, signature: str | None) -> None:
     """25 earlier runs that held 4 CPUs and kept one busy (TotalCPU = Elapsed), using 380 of 400 MiB."""
-    now = time.time()
-    with Store.open(store_path) as st:
-        st.insert_jobs(
-            [
-                JobRecord(
-                    job_id=f"seed{i}",
-                    source="seed",
-                    user="root",
-                    account="harp",
-                    partition="short",
-                    job_name="cores.sh",
-                    signature=signature,
-                    submit_time=now - 7200 + i * 60,
-                    start_time=now - 7200 + i * 60,
-                    end_time=now - 7140 + i * 60,
-                    used_time_s=60.0,
-                    used_cpu_s=60.0,
-                    req_time_s=300.0,
-                    req_cpus=4,
-                    alloc_cpus=4,
-                    req_mem_mb=400.0,
-                    used_mem_mb=380.0,
-                    outcome=Outcome.COMPLETED,
-                )
-                for i in range(25)
-            ]
-        )
+    seed_runs(
+        store_path,
+        signature,
+        25,
+        used_time_s=60.0,
+        job_name="cores.sh",
+        used_cpu_s=60.0,
+        req_time_s=300.0,
+        req_cpus=4,
+        alloc_cpus=4,
+        req_mem_mb=400.0,
+        used_mem_mb=380.0,
+    )
 
 
 @pytest.fixture
 def harpd_with_history(slurm_cluster):
     with short_tmpdir("hcl-") as d:
         (d / "lib").mkdir()
-        _seed(d / "lib" / "harp.db", _signature(SCRIPT.format(extra="--mem-per-cpu=100M")))
+        _seed(d / "lib" / "harp.db", script_signature(SCRIPT.format(extra="--mem-per-cpu=100M"), "cores.sh"))
         with running_harpd(
             d, slurm_conf=slurm_cluster.conf, extra_toml="[watch]\nsoft_limits = false\n", timeout_s=90
         ) as sock:

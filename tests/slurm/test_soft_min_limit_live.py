@@ -12,15 +12,12 @@ the watcher's looks and completes on its first run, never extended.
 
 from __future__ import annotations
 
-import time
-
 import pytest
 
 from harp_submit import client
-from harpd.records import JobRecord, Outcome
-from harpd.store import Store
 from tests.helpers.harpd_process import running_harpd
 from tests.helpers.processes import run_harp_submit, short_tmpdir
+from tests.helpers.seed_history import script_signature, seed_runs
 from tests.helpers.slurm_jobs import scontrol_fields, wait_finished
 
 pytestmark = pytest.mark.slurm
@@ -31,52 +28,24 @@ SCRIPT = "#!/bin/bash\n#SBATCH -p short -t 30 --mem=100M\nsleep 50\necho done\n"
 WATCH = f"[watch]\nsoft_limits = true\ninterval_s = {INTERVAL_S}\nmargin_s = {LEAD_S}\n"
 
 
-def _signature(script: str) -> str | None:
-    """The signature harpd computes for this script, as the poller would store it."""
-    from harp_submit import directives
-    from harp_submit.request import Request
-    from harp_submit.sbatch_options import SBATCH_TABLE
-    from harpd.features.workflow import job_signature
-
-    req = Request(SBATCH_TABLE.parse([]), {}, directives.parse(script), script_path="short.sh", script_text=script)
-    return job_signature(req.commands(), req.job_name(), "short.sh", None)
-
-
-def _seed(store_path, signature: str | None) -> None:
-    """25 earlier runs of the program: 50 s of a 30-minute request each, 80 of 100 MB."""
-    now = time.time()
-    with Store.open(store_path) as st:
-        st.insert_jobs(
-            [
-                JobRecord(
-                    job_id=f"seed{i}",
-                    source="seed",
-                    user="root",
-                    account="harp",
-                    partition="short",
-                    job_name="short.sh",
-                    signature=signature,
-                    submit_time=now - 7200 + i * 120,
-                    start_time=now - 7200 + i * 120,
-                    end_time=now - 7150 + i * 120,
-                    used_time_s=50.0,
-                    used_cpu_s=50.0,
-                    req_time_s=1800.0,
-                    req_cpus=1,
-                    alloc_cpus=1,
-                    req_mem_mb=100.0,
-                    used_mem_mb=80.0,
-                    outcome=Outcome.COMPLETED,
-                )
-                for i in range(25)
-            ]
-        )
-
-
 def test_the_smallest_soft_limit_leaves_the_watcher_its_lead_and_interval(slurm_cluster) -> None:
     with short_tmpdir("hsm-") as d:
         (d / "lib").mkdir()
-        _seed(d / "lib" / "harp.db", _signature(SCRIPT))
+        # 25 earlier runs of the program: 50 s of a 30-minute request each, 80 of 100 MB
+        seed_runs(
+            d / "lib" / "harp.db",
+            script_signature(SCRIPT, "short.sh"),
+            25,
+            used_time_s=50.0,
+            gap_s=120.0,
+            job_name="short.sh",
+            used_cpu_s=50.0,
+            req_time_s=1800.0,
+            req_cpus=1,
+            alloc_cpus=1,
+            req_mem_mb=100.0,
+            used_mem_mb=80.0,
+        )
         with running_harpd(d, slurm_conf=slurm_cluster.conf, extra_toml=WATCH, timeout_s=90) as sock:
             health = client.call(sock, {"op": "health"}, 30.0)
             assert health["limits"]["mode"] == "soft", health  # root: the watcher extends, Slurm never kills
