@@ -24,7 +24,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from harpd.features.workflow import is_workflow_signature
-from harpd.predict.cores import SLACK, cores_used, whole_cores
+from harpd.predict.cores import SLACK, cores_used, resized_while_pending, whole_cores
 from harpd.records import JobRecord
 
 #: when a job's cores are decided: at its start (re-sized while pending, as harpd does) or at its submission
@@ -41,7 +41,6 @@ class CoreFigures:
     used_core_h: float = 0.0
     best_core_h: float = 0.0  # clairvoyant: each job its own used cores, whole, never above its request
     changed: int = 0
-    slowed: int = 0
     #: per slowed job, how much longer harp's cores made it (its cores used over those given, less one)
     slowdowns: list[float] = field(default_factory=list)
 
@@ -55,13 +54,17 @@ class CoreFigures:
         # slowed by harp: it used more cores than harp gave, and more than that is within its own request
         # (a job that outgrew its request was slowed by the user's request, not by harp's cut)
         if min(used, req) - SLACK > given:
-            self.slowed += 1
             self.slowdowns.append(min(used, req) / given - 1.0)
 
     @property
     def share(self) -> float:
         """harp's core-hours reserved over the users'."""
         return self.harp_core_h / self.users_core_h if self.users_core_h else 1.0
+
+    @property
+    def slowed(self) -> int:
+        """Jobs harp slowed: they used more cores than it gave, within their own request."""
+        return len(self.slowdowns)
 
     def slowed_over(self, tolerance: float) -> int:
         """Jobs harp slowed by more than ``tolerance`` of their runtime."""
@@ -153,7 +156,7 @@ def replay_cores(records: Iterable[JobRecord], alpha: float, settings=None, at: 
             req = int(rec.req_cpus or 1)
             given[i] = given_at(rec, when)
             starts_later = rec.start_time is not None and rec.start_time > when
-            if at == "start" and starts_later and req > 1 and (given[i] < req or _workflow_task(rec)):
+            if at == "start" and starts_later and resized_while_pending(req, 1, given[i] < req, _workflow_task(rec)):
                 pending.setdefault(rec.signature, set()).add(i)
         else:
             pending.get(rec.signature, set()).discard(i)

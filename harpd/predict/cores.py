@@ -94,6 +94,19 @@ def whole_cores(cores: float) -> int:
     return max(1, math.ceil(cores - SLACK))
 
 
+def resized_while_pending(requested: int, ntasks: int, lowered: bool, workflow: bool) -> bool:
+    """Whether harpd re-decides a pending job's CPUs per task on its siblings' outcomes (kind ``resize-cpus``).
+
+    Single-task jobs that asked for more than one CPU (what harp ever
+    lowers): those whose CPUs harp lowered at submission, and workflow tasks
+    it left as asked because none of their type had finished yet.  The
+    resizer (``harpd.watch.managed.cpus_to_resize``) and the cores replay
+    (``harpd.evaluate.cores_replay``) both ask this, so the replay re-sizes
+    what harpd re-sizes.
+    """
+    return requested > 1 and ntasks == 1 and (lowered or workflow)
+
+
 def order_index(n: int, alpha: float) -> int | None:
     """1-based order statistic of ``n`` runs that bounds a new run with probability 1 - alpha; None if > n."""
     k = math.ceil((n + 1) * (1.0 - alpha))

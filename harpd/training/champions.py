@@ -10,8 +10,8 @@ candidate is refitted on all the data and saved.
 
 Retraining runs at start when the store has history but no model, on a
 schedule, after N new outcomes, and soon after new outcomes while the models
-are missing or young (``harpd.training.schedule``); the daemon calls
-``retrain_all`` when one is due.
+are missing or young (``harpd.training.schedule``); ``harpd.training.trainer``
+calls ``retrain_all`` when one is due.
 """
 
 from __future__ import annotations

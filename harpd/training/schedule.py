@@ -1,9 +1,9 @@
 """When to retrain: at start without a model, on a timer, after enough new outcomes,
 and soon after the first outcomes while the models are missing or young.
 
-Kept apart from ``training`` so the daemon can wire the trigger at start
+Kept apart from ``champions`` so the daemon can wire the trigger at start
 without loading scikit-learn (``harpd --check-config`` stays fast); the fit
-itself is the ``retrain`` callable the daemon passes in.
+itself is the ``retrain`` callable the daemon passes in (``Trainer.retrain``).
 """
 
 from __future__ import annotations

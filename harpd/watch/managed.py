@@ -13,6 +13,7 @@ from __future__ import annotations
 import logging
 
 from harpd.features.workflow import is_workflow_signature, registered_signature
+from harpd.predict.cores import resized_while_pending
 from harpd.records import Submission
 from harpd.slurm.base import QueuedJob, whole_minutes
 from harpd.slurm.job_ids import submitted_id
@@ -92,7 +93,7 @@ def cold_task_mem(sub: Submission) -> str | None:
 
 
 def cpus_to_resize(sub: Submission) -> bool:
-    """Whether a pending job's CPUs per task are harp's to re-decide at start.
+    """Whether a pending job's CPUs per task are harp's to re-decide at start (``cores.resized_while_pending``).
 
     Those harp lowered at submission, and those of a workflow task harp left
     as asked because none of its type had finished yet (as ``cold_task_mem``);
@@ -103,11 +104,10 @@ def cpus_to_resize(sub: Submission) -> bool:
         ntasks = int(sub.original.ntasks or 1)
     except (TypeError, ValueError):
         return False
-    if requested <= 1 or ntasks != 1 or sub.decision is None:
+    if sub.decision is None:
         return False
-    if "cpus-per-task" in _changed(sub):
-        return True
-    return is_workflow_signature(registered_signature(sub.job))
+    workflow = is_workflow_signature(registered_signature(sub.job))
+    return resized_while_pending(requested, ntasks, "cpus-per-task" in _changed(sub), workflow)
 
 
 def harp_time_s(store: Store, job: QueuedJob, sub: Submission) -> int | None:

@@ -12,7 +12,7 @@ from harpd.predict.live import ModelPredictor
 from harpd.protocol import JobRequest
 from harpd.records import JobRecord, Outcome
 from harpd.store import Store
-from harpd.training import schedule as retrain_timer
+from harpd.training import schedule
 from harpd.training.schedule import RetrainSchedule, attach_retrain
 
 T0 = 1_700_000_000.0
@@ -211,12 +211,12 @@ def test_early_trigger_fires_once_after_the_first_outcomes_and_not_again_within_
     sch.trained(now=1300.0)
     sch.note_outcomes(1, now=1301.0)
     # not again within the gap, which doubles after each early training in a row
-    assert retrain_timer.first_gap_s(rs, sch.early_streak) == 600.0
+    assert schedule.first_gap_s(rs, sch.early_streak) == 600.0
     assert not sch.due(now=1301.0 + 599.0, young=True)
     assert sch.due(now=1301.0 + 600.0, young=True)
     sch.trained(now=1901.0)
-    assert retrain_timer.first_gap_s(rs, sch.early_streak) == 1200.0
-    assert retrain_timer.first_gap_s(rs, 40) == rs.interval_s  # the back-off stops at the interval
+    assert schedule.first_gap_s(rs, sch.early_streak) == 1200.0
+    assert schedule.first_gap_s(rs, 40) == rs.interval_s  # the back-off stops at the interval
 
 
 def test_early_trigger_through_the_scheduler_uses_the_models_size():
