@@ -147,6 +147,8 @@ def test_every_key_has_a_comment_above_it():
         ("[server]\nsokcet = \"/tmp/x.sock\"\n", "server.sokcet"),
         ("[nosuch]\nx = 1\n", "nosuch"),
         ("[recovery]\nmax_attempts = 0\n", "recovery.max_attempts"),
+        ("[predict]\ncores_tolerance = -0.1\n", "predict.cores_tolerance"),
+        ("[predict]\ncores_tolerance = 1.0\n", "predict.cores_tolerance"),
         ("[dnn]\n[[dnn.gpu_types]]\nname = \"a100\"\n", "dnn.gpu_types.0"),
     ],
 )
