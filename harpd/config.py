@@ -115,6 +115,8 @@ class PredictSettings(_Section):
     min_history: int = Field(5, ge=1)
     floor_time_s: int = Field(60, ge=60)
     floor_mem_mb: int = Field(100, ge=1)
+    # a workflow manager that runs inside each of its jobs (Snakemake) holds its own memory there
+    manager_floor_mem_mb: int = Field(300, ge=1)
     allow_shrink: bool = True
     max_raise_factor: float = Field(1.0, ge=1.0)
     predictor: str = "auto"  # "auto": the champion; else a registered name

@@ -46,6 +46,16 @@ class TaskIdentity:
     task: str  # the rule or process
     instance: str | None = None  # the wildcards or tag: what it runs on, not what it runs
 
+    @property
+    def manager_inside(self) -> bool:
+        """Whether the manager itself runs inside the job, beside the task's program, and needs memory there.
+
+        Each Snakemake job runs ``python -m snakemake`` (which then starts the
+        rule's program in a job step); a Nextflow job runs ``.command.run``,
+        a shell script, and the manager stays on the login node.
+        """
+        return self.manager == "snakemake"
+
     def signature(self) -> str:
         """``wf:`` + 16 hex digits of manager, workflow and task (never the instance)."""
         text = "\x1f".join((self.manager, self.workflow, self.task))

@@ -22,6 +22,7 @@ a handful of runs instead of a day later.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import math
 import threading
@@ -348,7 +349,19 @@ class ModelPredictor:
         given = int(cores_change["value"]) if cores_change else None
         for res, champion in self._loaded.items():
             try:
-                ch, ex = self._decide_resource(job, user, res, champion, limits, now, sig, given, retry, dry_run)
+                ch, ex = self._decide_resource(
+                    job,
+                    user,
+                    res,
+                    champion,
+                    limits,
+                    now,
+                    sig,
+                    given,
+                    retry,
+                    dry_run,
+                    task is not None and task.manager_inside,
+                )
             except Exception as exc:  # one resource failing must not lose the other
                 log.exception("predicting %s failed", res)
                 ch, ex = None, {"reason": f"prediction failed: {exc}"}
@@ -531,7 +544,15 @@ class ModelPredictor:
         given: int | None = None,
         retry: Floor | None = None,
         dry_run: bool = False,
+        manager_inside: bool = False,
     ) -> tuple[dict[str, Any] | None, dict[str, Any]]:
+        """One resource's change (or None) and its explanation.
+
+        ``manager_inside``: a workflow manager runs inside this job (Snakemake),
+        so its memory is never cut below ``predict.manager_floor_mem_mb``: the
+        manager's own process killed for memory fails the job where the
+        end-of-job hook cannot see it, and the manager reports a failure.
+        """
 
         rq = job.request
         # a workflow task is sized from its own rule's runs only, model or not (the
@@ -551,6 +572,10 @@ class ModelPredictor:
         if restored:
             return None, {"reason": Restored.reason("memory" if res == "mem" else res), "n_history": n_hist}
         guard = Guard.from_settings(self.settings.predict, res, self.settings.recovery.max_attempts)
+        if res == "mem" and manager_inside:
+            guard = dataclasses.replace(
+                guard, floor=max(guard.floor, float(self.settings.predict.manager_floor_mem_mb))
+            )
         soft = self.soft_limits and res == "time" and champion.relative and bool(req)
         if self.soft_limits and res == "time" and (kept := kept_under_soft_limits(rq)) is not None:
             return None, {"reason": kept}  # harpd extends such a job too late to keep its meaning
@@ -638,7 +663,7 @@ class ModelPredictor:
         if value is None:
             return None, ex
         if why != BOUND:
-            reason += "; " + _rail_words(why, res, guard, req, limit)
+            reason += "; " + _rail_words(why, res, guard, req, limit, manager_inside)
         if soft and req:
             reason += f" (extended automatically up to {format_time(int(req))} while it runs)"
         if res == "time":
@@ -678,7 +703,9 @@ class ModelPredictor:
         return {"option": "mem", "value": format_mem(int(math.ceil(value / nodes))), "old": None, "reason": reason}, ex
 
 
-def _rail_words(by: str, res: str, guard: Guard, req: float | None, limit: float | None) -> str:
+def _rail_words(
+    by: str, res: str, guard: Guard, req: float | None, limit: float | None, manager_inside: bool = False
+) -> str:
     """Which guard rail moved the bound, in the words of the decision's reason.
 
     A value the rule's own words ("1.1 x the most of its last runs") do not
@@ -699,6 +726,8 @@ def _rail_words(by: str, res: str, guard: Guard, req: float | None, limit: float
         )
     if by == FLOOR:
         key = "predict.floor_time_s" if res == "time" else "predict.floor_mem_mb"
+        if res == "mem" and manager_inside:
+            key = "predict.manager_floor_mem_mb: the workflow manager itself runs in this job"
         return f"raised to the floor of {amount(guard.floor)} ({key})"
     return f"lowered to the partition limit of {amount(limit)}"
 

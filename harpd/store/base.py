@@ -270,16 +270,42 @@ class StoreBase:
     # ----------------------------------------------------------- transactions
 
     @contextlib.contextmanager
-    def transaction(self) -> Iterator[sqlite_utils.Database]:
+    def transaction(self, durable: bool = True) -> Iterator[sqlite_utils.Database]:
         """All writes inside commit together or not at all; nests (savepoints).
 
         The outermost level takes the write lock at once (BEGIN IMMEDIATE), so
         a read-then-write block never fails on a lock upgrade.  SQLite errors
         that mean disk full / read-only / corrupt come out as StoreError.
+
+        ``durable=False`` (outermost level only): this commit skips its fsync
+        (``synchronous=NORMAL`` for it).  It still survives a killed harpd; only
+        a power cut or kernel crash before the next durable commit (which
+        fsyncs the whole WAL, this one included) or checkpoint can lose it.
+        For writes on a request's path whose loss at a power cut costs nothing
+        the crash itself does not (a ``predict`` decision: the job's
+        registration, a durable commit, follows within the submission).
         """
         h = self._holder()
         db = h.db
         depth = h.depth
+        relaxed = not durable and depth == 0
+        if relaxed:
+            try:
+                db.conn.execute("PRAGMA synchronous=NORMAL")
+            except sqlite3.Error as exc:
+                self._write_error = _explain(exc, self.path)
+                raise StoreError(self._write_error) from None
+        try:
+            with self._transaction(h, db, depth) as got:
+                yield got
+        finally:
+            if relaxed:
+                with contextlib.suppress(sqlite3.Error):
+                    db.conn.execute("PRAGMA synchronous=FULL")
+
+    @contextlib.contextmanager
+    def _transaction(self, h: Any, db: sqlite_utils.Database, depth: int) -> Iterator[sqlite_utils.Database]:
+        """``transaction``'s body: BEGIN (or a savepoint), yield, COMMIT or roll back."""
         if depth == 0 and self._identity is not None:
             # a connection opened before the file or its folder became read-only
             # still writes through its open descriptors, while a new one cannot:

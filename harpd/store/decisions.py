@@ -22,8 +22,14 @@ class DecisionsTable(StoreBase):
         decision: dict[str, Any],
         decided_at: float | None = None,
     ) -> None:
-        """Record what harpd decided for one ``predict`` call, under a fresh ``token``."""
-        with self.transaction() as db:
+        """Record what harpd decided for one ``predict`` call, under a fresh ``token``.
+
+        Not fsynced on its own (``durable=False``): it is on every submission's
+        path, and the registration that claims it, a durable commit, follows
+        within the same submission; a power cut between the two loses the
+        registration as well, with or without this row.
+        """
+        with self.transaction(durable=False) as db:
             db.conn.execute(
                 """INSERT INTO decisions (token, uid, user, decided_at, job, decided, decision)
                    VALUES (?, ?, ?, ?, ?, ?, ?)""",

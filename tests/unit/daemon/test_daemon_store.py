@@ -430,6 +430,25 @@ def test_nested_transaction_failure_keeps_outer(store):
     assert store.get_meta("outer") == 1 and store.get_meta("inner") is None
 
 
+def test_a_decision_commit_skips_its_fsync_and_every_other_commit_keeps_it(store):
+    """A predict's decision is committed with synchronous=NORMAL; the connection is FULL again after it."""
+    seen = []
+    with store.transaction(durable=False) as db:
+        seen.append(db.conn.execute("PRAGMA synchronous").fetchone()[0])
+        with store.transaction() as inner:  # a nested level follows the outermost
+            seen.append(inner.conn.execute("PRAGMA synchronous").fetchone()[0])
+    with store.transaction() as db:
+        seen.append(db.conn.execute("PRAGMA synchronous").fetchone()[0])
+    assert seen == [1, 1, 2]  # NORMAL, NORMAL, FULL
+    with pytest.raises(RuntimeError):
+        with store.transaction(durable=False):
+            raise RuntimeError("boom")
+    assert store.db.conn.execute("PRAGMA synchronous").fetchone()[0] == 2  # restored after a failure too
+    store.add_decision("t1", 1000, "u", {"request": {}}, {}, {"changes": []})
+    assert store.get_decision("t1") is not None
+    assert store.db.conn.execute("PRAGMA synchronous").fetchone()[0] == 2
+
+
 def test_threads_read_while_another_writes(tmp_path):
     s = Store.open(tmp_path / "h.db")
     s.insert_jobs([rec(i) for i in range(1000)])

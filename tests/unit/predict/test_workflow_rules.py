@@ -78,7 +78,7 @@ class _Eager:
 def store(tmp_path):
     settings = HarpSettings(store={"path": str(tmp_path / "h.db")}, predict={"hard_cut_gain": 1.0})
     st = Store.open(settings.store.path)
-    st.insert_jobs(_runs("work", 6, used_s=40.0, rss_mb=179.0))
+    st.insert_jobs(_runs("work", 6, used_s=40.0, rss_mb=579.0))
     yield settings, st
     st.close()
 
@@ -93,9 +93,24 @@ def test_a_rule_with_runs_of_its_own_is_right_sized_in_time_and_memory(store) ->
     ch = _changes(d)
     assert set(ch) == {"time", "mem"}, d.explain
     # memory by the task rule (harpd.predict.task_memory): six identical runs, no walk-back floor
-    assert 179 <= int(ch["mem"].rstrip("M")) <= 200, ch["mem"]
+    assert 579 <= int(ch["mem"].rstrip("M")) <= 640, ch["mem"]
     assert ch["time"] == "00:08:00"  # 1.1 x 40 s, held at the walk-back floor (a quarter of 30 min)
     assert d.explain["identity"]["task"] == "work" and d.explain["identity"]["instance"] == "sample=s9"
+
+
+def test_a_snakemake_job_keeps_memory_for_the_manager_inside_it(store) -> None:
+    """Snakemake runs itself in each job: its memory is never cut below the manager's floor."""
+    settings, st = store
+    st.insert_jobs(_runs("tiny", 6, used_s=40.0, rss_mb=120.0))
+    d = ModelPredictor(settings, store=st).decide(_task("tiny"), "alice", 1000)
+    mem = _changes(d)["mem"]
+    assert mem == "300M", d.explain["mem"]
+    assert "predict.manager_floor_mem_mb" in d.explain["mem"]["reason"] or any(
+        "predict.manager_floor_mem_mb" in c.reason for c in d.changes
+    )
+    lower = settings.model_copy(update={"predict": settings.predict.model_copy(update={"manager_floor_mem_mb": 100})})
+    d = ModelPredictor(lower, store=st).decide(_task("tiny"), "alice", 1000)
+    assert 120 <= int(_changes(d)["mem"].rstrip("M")) <= 140, d.explain["mem"]  # without it: the rule's own runs
 
 
 def test_a_rule_never_seen_is_not_sized_from_other_rules(store) -> None:
