@@ -28,6 +28,8 @@ With ``--reference-only`` it prints instead the rows the literature reports
 harp, in a fraction of the time.
 
     python bench/queue_targets.py [--traces DIR] [--only KTH,CTC] [--json OUT] [--reference-only]
+
+``QUEUE_REPLICAS=N`` sets the copies, ``QUEUE_CONFIG=harpd.toml`` the settings replayed.
 """
 # bench: slow
 # bench: timeout=3600
@@ -110,6 +112,8 @@ def schedule(path: Path, procs: int | None, env: dict[str, str]) -> dict | None:
     ]
     if os.environ.get("QUEUE_REPLICAS"):
         argv += ["--replicas", os.environ["QUEUE_REPLICAS"]]
+    if os.environ.get("QUEUE_CONFIG"):  # a harpd.toml of settings to try (``--config``)
+        argv += ["--config", os.environ["QUEUE_CONFIG"]]
     if procs:
         argv += ["--procs", str(procs)]
     t0 = time.perf_counter()
