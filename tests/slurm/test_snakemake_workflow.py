@@ -289,6 +289,8 @@ def test_snakemake_through_harp_right_sizes_each_rule_from_its_own_runs(workflow
             # right-sized per rule: below the request, above what the rule's own runs used
             assert used_s / 60 < _minutes(j3["limit"]) < minutes, (rule, j3, used_s)
             assert used_mb < _mb(j3["reqmem"]) < mem, (rule, j3, used_mb)
+            # Snakemake's own process runs in the job: never below the manager's floor (300 MiB by default)
+            assert _mb(j3["reqmem"]) >= 300, (rule, j3)
         rows.append((rule, minutes, mem, used_s, used_mb, j3["limit"], j3["reqmem"]))
     hungry, quick = third["hungry_s1"], third["quick_s1"]
     assert _mb(hungry["reqmem"]) > _mb(quick["reqmem"])  # each rule from its own runs, not one pool
