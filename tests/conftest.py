@@ -109,6 +109,14 @@ class SlurmCluster:
         """
         return "REQUEUED" if self.version == "22.05" else own
 
+    def tres_per_node(self, gres: str) -> str:
+        """The ``TresPerNode=`` field of ``scontrol show job`` for a job of ``--gres=gres``.
+
+        22.05 prints ``TresPerNode=gres:gpu:a100:2``; 25.11 and 26.05 name the TRES as
+        sacct does, ``TresPerNode=gres/gpu:a100:2``.
+        """
+        return f"TresPerNode=gres{':' if self.version == '22.05' else '/'}{gres}"
+
     def run(
         self,
         argv: list[str],
