@@ -109,6 +109,20 @@ class SlurmCluster:
         """
         return "REQUEUED" if self.version == "22.05" else own
 
+    @property
+    def default_conf(self) -> Path:
+        """The slurm.conf a client of this release reads when SLURM_CONF is unset (srun in Snakemake's jobs).
+
+        Debian's 22.05 reads /etc/slurm/slurm.conf; a release built by scripts/build-slurm reads its
+        --sysconfdir, PREFIX/etc/slurm.conf, and never /etc/slurm.
+        """
+        if self.version == "22.05":
+            return Path("/etc/slurm/slurm.conf")
+        srun = shutil.which("srun", path=self.env.get("PATH"))
+        if srun is None:
+            raise RuntimeError(f"no srun of Slurm {self.version} on PATH")
+        return Path(srun).parents[1] / "etc" / "slurm.conf"
+
     def tres_per_node(self, gres: str) -> str:
         """The ``TresPerNode=`` field of ``scontrol show job`` for a job of ``--gres=gres``.
 

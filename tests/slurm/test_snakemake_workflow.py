@@ -90,9 +90,9 @@ def _snakemake() -> str:
 
 
 def require_system_conf(cluster) -> None:
-    """Skip (fail in CI) unless /etc/slurm/slurm.conf is ``cluster``'s: Snakemake's job step runs srun
-    inside the job, which reads the system's Slurm config, not the test's SLURM_CONF."""
-    sys_conf = Path("/etc/slurm/slurm.conf")
+    """Skip (fail in CI) unless the release's default slurm.conf is ``cluster``'s: Snakemake's job step
+    runs srun inside the job, which reads that (/etc/slurm/slurm.conf on 22.05), not the test's SLURM_CONF."""
+    sys_conf = cluster.default_conf
     if not (sys_conf.is_symlink() and os.readlink(sys_conf) == str(cluster.conf)):
         msg = (
             f"{sys_conf} is not this cluster's ({cluster.conf}): srun in the jobs would not reach it "
