@@ -123,6 +123,15 @@ class SlurmCluster:
             raise RuntimeError(f"no srun of Slurm {self.version} on PATH")
         return Path(srun).parents[1] / "etc" / "slurm.conf"
 
+    def starved_step_end(self) -> str:
+        """How a job ends whose ``srun`` asks more CPUs than the job holds (a step harp cannot see, cut).
+
+        22.05's srun fails at once ("More processors requested than permitted"): FAILED.  25.11 and
+        26.05's srun says "Job step may never run" and waits for CPUs the job never gets, until the
+        job's time limit: TIMEOUT.
+        """
+        return "FAILED" if self.version == "22.05" else "TIMEOUT"
+
     def tres_per_node(self, gres: str) -> str:
         """The ``TresPerNode=`` field of ``scontrol show job`` for a job of ``--gres=gres``.
 
