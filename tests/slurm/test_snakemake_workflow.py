@@ -16,8 +16,9 @@ harpd polling the cluster.  The workflow runs three times:
 
 The Slurm job-step plugin runs ``srun`` inside each job with every
 ``SLURM_*`` variable removed, ``SLURM_CONF`` included: ``scripts/localslurm``
-links /etc/slurm/slurm.conf to the cluster on a machine with none, and this
-test needs that link to be its cluster's.
+links the release's default slurm.conf (/etc/slurm/slurm.conf on 22.05,
+PREFIX/etc/slurm.conf on a built release) to the cluster where there is none,
+and this test needs that link to be its cluster's.
 
 With ``HARP_WORKFLOW_FIGURES=1`` the workflow also runs once with plain
 sbatch first, and the figures docs/workflows.md quotes are printed
