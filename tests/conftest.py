@@ -123,6 +123,20 @@ class SlurmCluster:
             raise RuntimeError(f"no srun of Slurm {self.version} on PATH")
         return Path(srun).parents[1] / "etc" / "slurm.conf"
 
+    @property
+    def user_path(self) -> str:
+        """An ordinary user's PATH on the node: the release's Slurm commands, then /usr/bin:/bin.
+
+        A built release's commands are not in /usr/bin; there Debian's 22.05 sbatch would talk to
+        the newer slurmctld and be refused ("Insane message length").
+        """
+        if self.version == "22.05":
+            return "/usr/bin:/bin"
+        sbatch = shutil.which("sbatch", path=self.env.get("PATH"))
+        if sbatch is None:
+            raise RuntimeError(f"no sbatch of Slurm {self.version} on PATH")
+        return f"{Path(sbatch).parent}:/usr/bin:/bin"
+
     def starved_step_end(self) -> str:
         """How a job ends whose ``srun`` asks more CPUs than the job holds (a step harp cannot see, cut).
 
