@@ -52,6 +52,9 @@ RELEASE_FILES = {
     "test_scontrol_forgery.py": "scontrol show job of the release, with a job's own text in it",
     "test_plugins.py": "the Lua cli_filter and job_submit plugins on the release's Lua API",
     "test_cores_live.py": "CPUs allocated and used as sacct reports them",
+    "test_dnn.py": "GRES of partitions and nodes as scontrol shows them; TresPerNode (22.05 gres:gpu, later gres/gpu)",
+    "test_resize_cpus_live.py": "a step asking more CPUs than the job holds (22.05 fails, later waits until TIMEOUT); "
+    "scontrol update of a pending job's CPUs",
 }
 
 
@@ -108,6 +111,51 @@ class SlurmCluster:
         its own end state (``own``: TIMEOUT, OUT_OF_MEMORY, ...).
         """
         return "REQUEUED" if self.version == "22.05" else own
+
+    @property
+    def default_conf(self) -> Path:
+        """The slurm.conf a client of this release reads when SLURM_CONF is unset (srun in Snakemake's jobs).
+
+        Debian's 22.05 reads /etc/slurm/slurm.conf; a release built by scripts/build-slurm reads its
+        --sysconfdir, PREFIX/etc/slurm.conf, and never /etc/slurm.
+        """
+        if self.version == "22.05":
+            return Path("/etc/slurm/slurm.conf")
+        srun = shutil.which("srun", path=self.env.get("PATH"))
+        if srun is None:
+            raise RuntimeError(f"no srun of Slurm {self.version} on PATH")
+        return Path(srun).parents[1] / "etc" / "slurm.conf"
+
+    @property
+    def user_path(self) -> str:
+        """An ordinary user's PATH on the node: the release's Slurm commands, then /usr/bin:/bin.
+
+        A built release's commands are not in /usr/bin; there Debian's 22.05 sbatch would talk to
+        the newer slurmctld and be refused ("Insane message length").
+        """
+        if self.version == "22.05":
+            return "/usr/bin:/bin"
+        sbatch = shutil.which("sbatch", path=self.env.get("PATH"))
+        if sbatch is None:
+            raise RuntimeError(f"no sbatch of Slurm {self.version} on PATH")
+        return f"{Path(sbatch).parent}:/usr/bin:/bin"
+
+    def starved_step_end(self) -> str:
+        """How a job ends whose ``srun`` asks more CPUs than the job holds (a step harp cannot see, cut).
+
+        22.05's srun fails at once ("More processors requested than permitted"): FAILED.  25.11 and
+        26.05's srun says "Job step may never run" and waits for CPUs the job never gets, until the
+        job's time limit: TIMEOUT.
+        """
+        return "FAILED" if self.version == "22.05" else "TIMEOUT"
+
+    def tres_per_node(self, gres: str) -> str:
+        """The ``TresPerNode=`` field of ``scontrol show job`` for a job of ``--gres=gres``.
+
+        22.05 prints ``TresPerNode=gres:gpu:a100:2``; 25.11 and 26.05 name the TRES as
+        sacct does, ``TresPerNode=gres/gpu:a100:2``.
+        """
+        return f"TresPerNode=gres{':' if self.version == '22.05' else '/'}{gres}"
 
     def run(
         self,
