@@ -109,6 +109,51 @@ class SlurmCluster:
         """
         return "REQUEUED" if self.version == "22.05" else own
 
+    @property
+    def default_conf(self) -> Path:
+        """The slurm.conf a client of this release reads when SLURM_CONF is unset (srun in Snakemake's jobs).
+
+        Debian's 22.05 reads /etc/slurm/slurm.conf; a release built by scripts/build-slurm reads its
+        --sysconfdir, PREFIX/etc/slurm.conf, and never /etc/slurm.
+        """
+        if self.version == "22.05":
+            return Path("/etc/slurm/slurm.conf")
+        srun = shutil.which("srun", path=self.env.get("PATH"))
+        if srun is None:
+            raise RuntimeError(f"no srun of Slurm {self.version} on PATH")
+        return Path(srun).parents[1] / "etc" / "slurm.conf"
+
+    @property
+    def user_path(self) -> str:
+        """An ordinary user's PATH on the node: the release's Slurm commands, then /usr/bin:/bin.
+
+        A built release's commands are not in /usr/bin; there Debian's 22.05 sbatch would talk to
+        the newer slurmctld and be refused ("Insane message length").
+        """
+        if self.version == "22.05":
+            return "/usr/bin:/bin"
+        sbatch = shutil.which("sbatch", path=self.env.get("PATH"))
+        if sbatch is None:
+            raise RuntimeError(f"no sbatch of Slurm {self.version} on PATH")
+        return f"{Path(sbatch).parent}:/usr/bin:/bin"
+
+    def starved_step_end(self) -> str:
+        """How a job ends whose ``srun`` asks more CPUs than the job holds (a step harp cannot see, cut).
+
+        22.05's srun fails at once ("More processors requested than permitted"): FAILED.  25.11 and
+        26.05's srun says "Job step may never run" and waits for CPUs the job never gets, until the
+        job's time limit: TIMEOUT.
+        """
+        return "FAILED" if self.version == "22.05" else "TIMEOUT"
+
+    def tres_per_node(self, gres: str) -> str:
+        """The ``TresPerNode=`` field of ``scontrol show job`` for a job of ``--gres=gres``.
+
+        22.05 prints ``TresPerNode=gres:gpu:a100:2``; 25.11 and 26.05 name the TRES as
+        sacct does, ``TresPerNode=gres/gpu:a100:2``.
+        """
+        return f"TresPerNode=gres{':' if self.version == '22.05' else '/'}{gres}"
+
     def run(
         self,
         argv: list[str],

@@ -3,7 +3,8 @@
 harp cannot see every way a smaller allocation breaks a program: a job step
 hidden in a program the script calls may ask for more CPUs than harp left
 (``srun: error: Unable to create step ... More processors requested than
-permitted``), a program may fail with its own out-of-memory error instead of
+permitted`` on 22.05; 25.11 and 26.05's srun waits for the CPUs instead, "Job
+step may never run", until the job times out), a program may fail with its own out-of-memory error instead of
 being killed for memory.  Such runs end FAILED, which recovery does not
 retry, and a rule sized from its history would cut the next run the same way.
 

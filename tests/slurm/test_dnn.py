@@ -112,7 +112,7 @@ def _check_ran_on_two_a100(cluster, job_id: str, workdir: Path) -> None:
     assert "gres/gpu=2" in row["AllocTRES"].split(",")
     # accounting tracks untyped gres/gpu here; the controller still holds the type
     job = cluster.scontrol("show", "job", "-o", job_id)
-    assert "TresPerNode=gres:gpu:a100:2" in job.split()
+    assert cluster.tres_per_node("gpu:a100:2") in job.split()
     out = (workdir / f"slurm-{job_id}.out").read_text().strip()
     assert out == "partition=gpu tasks_per_node=2 gpus=0,1"
 
@@ -202,6 +202,6 @@ def test_when_nothing_fits_the_job_is_submitted_unchanged_with_one_line(slurm_cl
         lines = [ln for ln in proc.stderr.splitlines() if ln.startswith("harp:")]
         assert len(lines) == 1 and "DNN job left unchanged" in lines[0], proc.stderr
         job = slurm_cluster.scontrol("show", "job", "-o", job_id)
-        assert "Partition=short" in job and "TresPerNode=gres:gpu:1" in job
+        assert "Partition=short" in job and slurm_cluster.tres_per_node("gpu:1") in job.split()
     finally:
         slurm_cluster.run(["scancel", job_id], check=False)

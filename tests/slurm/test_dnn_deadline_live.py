@@ -90,7 +90,7 @@ def test_deadline_job_gets_the_cheapest_count_that_meets_it(slurm_cluster, job_d
     assert "billed GPU-hours" in plan_lines[0]
     assert slurm_cluster.wait_job(job_id, timeout=120) == "COMPLETED"
     job = slurm_cluster.scontrol("show", "job", "-o", job_id)
-    assert "TresPerNode=gres:gpu:a100:3" in job.split() and "Partition=gpu" in job.split()
+    assert slurm_cluster.tres_per_node("gpu:a100:3") in job.split() and "Partition=gpu" in job.split()
     out = (job_dir / f"slurm-{job_id}.out").read_text().strip()
     assert out == "partition=gpu gpus=0,1,2"
 
@@ -105,7 +105,7 @@ def test_infeasible_deadline_leaves_the_job_as_submitted(slurm_cluster, job_dir)
         lines = [ln for ln in proc.stderr.splitlines() if ln.startswith("harp:")]
         assert len(lines) == 1 and "DNN job left unchanged: deadline 1.00h cannot be met" in lines[0], proc.stderr
         job = slurm_cluster.scontrol("show", "job", "-o", job_id)
-        assert "Partition=short" in job and "TresPerNode=gres:gpu:1" in job
+        assert "Partition=short" in job and slurm_cluster.tres_per_node("gpu:1") in job.split()
     finally:
         slurm_cluster.run(["scancel", job_id], check=False)
 
@@ -176,4 +176,4 @@ def test_search_stage_array_gets_its_stage_plan(slurm_cluster, job_dir, tmp_path
     assert job_id.isdigit(), proc.stdout
     assert slurm_cluster.wait_job(job_id, timeout=180) == "COMPLETED"
     job = slurm_cluster.scontrol("show", "job", "-o", job_id)
-    assert f"TresPerNode=gres:gpu:a100:{stage2['gpus_per_node']}" in job.split(), job
+    assert slurm_cluster.tres_per_node(f"gpu:a100:{stage2['gpus_per_node']}") in job.split(), job

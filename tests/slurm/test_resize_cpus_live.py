@@ -4,7 +4,8 @@ A script whose job step harp cannot see (``bash hidden_step.sh`` running
 ``srun -c 2``) asks 2 CPUs; its history says it keeps a third of a core
 busy, so harp lowers it to 1.  Two runs are submitted: A starts at once, B
 waits (``--begin``), both cut to 1.  A fails ("More processors requested
-than permitted"), which restores the script's CPUs for good; the next
+than permitted"; on 25.11 and 26.05 its step waits for CPUs until A times
+out), which restores the script's CPUs for good; the next
 outcome of the script makes harpd's watcher re-decide the pending B, which
 gets its 2 CPUs back (``CPUsPerTask``, ``NumCPUs``) before it starts, and
 completes.
@@ -20,7 +21,7 @@ from tests.helpers.processes import run_harp_submit, short_tmpdir
 from tests.helpers.slurm_jobs import scontrol_fields, wait_finished
 from tests.helpers.wait import wait_for
 from tests.slurm.test_snakemake_workflow import _wait_outcomes
-from tests.slurm.test_workflow_cpus import SCRIPT, _script_signature, _seed, _submit
+from tests.slurm.test_workflow_cpus import SCRIPT, STARVED_WAIT_S, _script_signature, _seed, _submit
 
 pytestmark = pytest.mark.slurm
 
@@ -40,11 +41,11 @@ def test_a_pending_job_gets_back_the_cpus_its_failed_sibling_restored(slurm_clus
             try:
                 a, err = _submit(c, sock, "hidden2.sh")
                 jobs.append(a)
-                b, _ = _submit(c, sock, "hidden2.sh", "--begin=now+600")
+                b, _ = _submit(c, sock, "hidden2.sh", "--begin=now+1200")  # waits past A, which may run its 5 minutes
                 jobs.append(b)
                 cpus = [scontrol_fields(c, j)["CPUs/Task"] for j in (a, b)]
                 assert cpus == ["1", "1"], err  # both cut
-                assert wait_finished(c, a) == "FAILED"
+                assert wait_finished(c, a, timeout=STARVED_WAIT_S) == c.starved_step_end()
                 _wait_outcomes(sock, [a])
 
                 def restored() -> bool:

@@ -16,8 +16,9 @@ harpd polling the cluster.  The workflow runs three times:
 
 The Slurm job-step plugin runs ``srun`` inside each job with every
 ``SLURM_*`` variable removed, ``SLURM_CONF`` included: ``scripts/localslurm``
-links /etc/slurm/slurm.conf to the cluster on a machine with none, and this
-test needs that link to be its cluster's.
+links the release's default slurm.conf (/etc/slurm/slurm.conf on 22.05,
+PREFIX/etc/slurm.conf on a built release) to the cluster where there is none,
+and this test needs that link to be its cluster's.
 
 With ``HARP_WORKFLOW_FIGURES=1`` the workflow also runs once with plain
 sbatch first, and the figures docs/workflows.md quotes are printed
@@ -90,9 +91,9 @@ def _snakemake() -> str:
 
 
 def require_system_conf(cluster) -> None:
-    """Skip (fail in CI) unless /etc/slurm/slurm.conf is ``cluster``'s: Snakemake's job step runs srun
-    inside the job, which reads the system's Slurm config, not the test's SLURM_CONF."""
-    sys_conf = Path("/etc/slurm/slurm.conf")
+    """Skip (fail in CI) unless the release's default slurm.conf is ``cluster``'s: Snakemake's job step
+    runs srun inside the job, which reads that (/etc/slurm/slurm.conf on 22.05), not the test's SLURM_CONF."""
+    sys_conf = cluster.default_conf
     if not (sys_conf.is_symlink() and os.readlink(sys_conf) == str(cluster.conf)):
         msg = (
             f"{sys_conf} is not this cluster's ({cluster.conf}): srun in the jobs would not reach it "

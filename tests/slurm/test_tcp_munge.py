@@ -99,14 +99,17 @@ def tcp_harpd(slurm_cluster, work, munge_socket):
 
 
 def tcp_env(cluster, h: Harpd, munge_socket: str) -> dict[str, str]:
-    """harp-submit's environment on a node without harpd: only HARP_SERVERS leads to it."""
+    """harp-submit's environment on a node without harpd: only HARP_SERVERS leads to it.
+
+    PATH is a user's of the node (the release's Slurm commands first), for root and ``as_user`` alike.
+    """
     env = client_env(str(cluster.conf), "/nonexistent/harpd.sock")
-    env.update({"HARP_SERVERS": h.listen or "", "HARP_MUNGE_SOCKET": munge_socket})
+    env.update({"HARP_SERVERS": h.listen or "", "HARP_MUNGE_SOCKET": munge_socket, "PATH": cluster.user_path})
     return env
 
 
 def as_user(user: str, env: dict[str, str], argv: list[str], cwd: Path) -> subprocess.CompletedProcess[str]:
-    """``argv`` (python -c ...) as ``user``, with a clean environment plus ``env``'s HARP/SLURM settings."""
+    """``argv`` (python -c ...) as ``user``, with a clean environment plus ``env``'s HARP/SLURM settings and PATH."""
     py, pythonpath = user_python(user)
     home = pwd.getpwnam(user).pw_dir
     keep = {k: v for k, v in env.items() if k.startswith(("HARP_", "SLURM_"))}
@@ -119,7 +122,7 @@ def as_user(user: str, env: dict[str, str], argv: list[str], cwd: Path) -> subpr
         "-i",
         f"HOME={home}",
         f"USER={user}",
-        "PATH=/usr/bin:/bin",
+        f"PATH={env.get('PATH', '/usr/bin:/bin')}",
         f"PYTHONPATH={pythonpath}",
         *[f"{k}={v}" for k, v in keep.items()],
         py,
