@@ -52,6 +52,9 @@ RELEASE_FILES = {
     "test_scontrol_forgery.py": "scontrol show job of the release, with a job's own text in it",
     "test_plugins.py": "the Lua cli_filter and job_submit plugins on the release's Lua API",
     "test_cores_live.py": "CPUs allocated and used as sacct reports them",
+    "test_dnn.py": "GRES of partitions and nodes as scontrol shows them; TresPerNode (22.05 gres:gpu, later gres/gpu)",
+    "test_resize_cpus_live.py": "a step asking more CPUs than the job holds (22.05 fails, later waits until TIMEOUT); "
+    "scontrol update of a pending job's CPUs",
 }
 
 
