@@ -51,8 +51,10 @@ class TaskIdentity:
         """Whether the manager itself runs inside the job, beside the task's program, and needs memory there.
 
         Each Snakemake job runs ``python -m snakemake`` (which then starts the
-        rule's program in a job step); a Nextflow job runs ``.command.run``,
-        a shell script, and the manager stays on the login node.
+        rule's program in a job step, so such a job always has a step of its
+        own: ``harpd.recovery.ending`` waits for accounting to show it); a
+        Nextflow job runs ``.command.run``, a shell script, and the manager
+        stays on the login node.
         """
         return self.manager == "snakemake"
 

@@ -38,9 +38,17 @@ def _last_run(runs: list[SacctJob], job_id: str) -> SacctJob | None:
     return max(mine, key=lambda r: r.run) if mine else None
 
 
-def _settled(job: SacctJob) -> bool:
-    """Every step but the batch and extern ones has a final state in accounting."""
-    return all(s.state not in (None, "RUNNING", "PENDING") for s in job.steps if s.step_id not in _WHOLE_JOB_STEPS)
+def _settled(job: SacctJob, expect_step: bool = False) -> bool:
+    """Every step but the batch and extern ones has a final state in accounting.
+
+    ``expect_step``: the job is known to run a step of its own (Snakemake's
+    job step), so accounting that shows none has not recorded it yet (slurmdbd
+    lags behind slurmctld on a busy host): not settled, whatever else it shows.
+    """
+    own = [s for s in job.steps if s.step_id not in _WHOLE_JOB_STEPS]
+    if expect_step and not own:
+        return False
+    return all(s.state not in (None, "RUNNING", "PENDING") for s in own)
 
 
 def ran_out_of_memory(
@@ -48,6 +56,7 @@ def ran_out_of_memory(
     job_id: str,
     *,
     wait_s: float = EVIDENCE_WAIT_S,
+    expect_step: bool = False,
     clock: Callable[[], float] = time.monotonic,
     sleep: Callable[[float], None] = time.sleep,
 ) -> JobRecord | None:
@@ -55,7 +64,8 @@ def ran_out_of_memory(
 
     A run whose steps all ended without that evidence is answered at once;
     a run with a step accounting still shows running is looked at again
-    for up to ``wait_s`` (slurmdbd records a step's end a moment after it).
+    for up to ``wait_s`` (slurmdbd records a step's end a moment after it),
+    as is one with no step recorded yet when ``expect_step`` (``_settled``).
     """
     deadline = clock() + wait_s
     while True:
@@ -68,6 +78,6 @@ def ran_out_of_memory(
             rec.outcome = Outcome.OOM
             rec.censored_mem = True
             return rec
-        if (job is not None and _settled(job)) or clock() >= deadline:
+        if (job is not None and _settled(job, expect_step)) or clock() >= deadline:
             return None
         sleep(1.0)

@@ -244,7 +244,9 @@ class Recovery:
         if self.mode() != REQUEUE:
             # a resubmission is a new job: never while this one still runs; after its end, from the poll
             return "left", "harpd recovers by resubmission here, once the job has ended"
-        rec = ran_out_of_memory(self.backend, job_id)
+        # a manager inside its job (Snakemake) runs the rule in a job step: wait for accounting to show it
+        task = task_of(sub)
+        rec = ran_out_of_memory(self.backend, job_id, expect_step=task is not None and task.manager_inside)
         if rec is None:
             return "left", "no step of it was killed for memory (Slurm's accounting)"
         with self._lock:

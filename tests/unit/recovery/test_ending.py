@@ -59,6 +59,29 @@ def test_no_evidence_within_the_wait_leaves_the_job_alone() -> None:
     assert _ask(backend) is None and 5 <= backend.calls <= 7
 
 
+def test_a_job_step_accounting_has_not_recorded_yet_is_waited_for_when_the_job_runs_one() -> None:
+    """Snakemake's job always runs a step: accounting that shows none yet (slurmdbd lagging) is not the answer."""
+    t = [0.0]
+
+    def ask(backend, expect_step):
+        t[0] = 0.0
+        return ran_out_of_memory(
+            backend,
+            "7",
+            wait_s=5,
+            expect_step=expect_step,
+            clock=lambda: t[0],
+            sleep=lambda s: t.__setitem__(0, t[0] + s),
+        )
+
+    backend = _Accounting([_job(BATCH)], [_job(BATCH)], [_job(BATCH, KILLED)])
+    assert ask(backend, True) is not None and backend.calls == 3
+    backend = _Accounting([_job(BATCH)], [_job(BATCH, KILLED)])
+    assert ask(backend, False) is None and backend.calls == 1  # a job with no step of its own: answered at once
+    backend = _Accounting([_job(BATCH)])
+    assert ask(backend, True) is None and 5 <= backend.calls <= 7  # never recorded: left alone after the wait
+
+
 def test_the_hook_asks_only_for_the_batch_task_and_never_fails(tmp_path, capsys) -> None:
     assert task_epilog.is_batch_task({"SLURM_JOB_ID": "7"})
     assert task_epilog.is_batch_task({"SLURM_JOB_ID": "7", "SLURM_STEP_ID": "4294967294"})
