@@ -572,10 +572,10 @@ class ModelPredictor:
         if restored:
             return None, {"reason": Restored.reason("memory" if res == "mem" else res), "n_history": n_hist}
         guard = Guard.from_settings(self.settings.predict, res, self.settings.recovery.max_attempts)
-        if res == "mem" and manager_inside:
-            guard = dataclasses.replace(
-                guard, floor=max(guard.floor, float(self.settings.predict.manager_floor_mem_mb))
-            )
+        floor_key = None  # the setting that set the floor, when not the resource's own
+        if res == "mem" and manager_inside and self.settings.predict.manager_floor_mem_mb > guard.floor:
+            guard = dataclasses.replace(guard, floor=float(self.settings.predict.manager_floor_mem_mb))
+            floor_key = "predict.manager_floor_mem_mb: the workflow manager itself runs in this job"
         soft = self.soft_limits and res == "time" and champion.relative and bool(req)
         if self.soft_limits and res == "time" and (kept := kept_under_soft_limits(rq)) is not None:
             return None, {"reason": kept}  # harpd extends such a job too late to keep its meaning
@@ -663,7 +663,7 @@ class ModelPredictor:
         if value is None:
             return None, ex
         if why != BOUND:
-            reason += "; " + _rail_words(why, res, guard, req, limit, manager_inside)
+            reason += "; " + _rail_words(why, res, guard, req, limit, floor_key)
         if soft and req:
             reason += f" (extended automatically up to {format_time(int(req))} while it runs)"
         if res == "time":
@@ -704,7 +704,7 @@ class ModelPredictor:
 
 
 def _rail_words(
-    by: str, res: str, guard: Guard, req: float | None, limit: float | None, manager_inside: bool = False
+    by: str, res: str, guard: Guard, req: float | None, limit: float | None, floor_key: str | None = None
 ) -> str:
     """Which guard rail moved the bound, in the words of the decision's reason.
 
@@ -725,9 +725,7 @@ def _rail_words(
             "harp never cuts deeper than recovery can double back to the request within its attempts"
         )
     if by == FLOOR:
-        key = "predict.floor_time_s" if res == "time" else "predict.floor_mem_mb"
-        if res == "mem" and manager_inside:
-            key = "predict.manager_floor_mem_mb: the workflow manager itself runs in this job"
+        key = floor_key or ("predict.floor_time_s" if res == "time" else "predict.floor_mem_mb")
         return f"raised to the floor of {amount(guard.floor)} ({key})"
     return f"lowered to the partition limit of {amount(limit)}"
 

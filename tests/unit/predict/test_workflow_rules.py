@@ -111,6 +111,11 @@ def test_a_snakemake_job_keeps_memory_for_the_manager_inside_it(store) -> None:
     lower = settings.model_copy(update={"predict": settings.predict.model_copy(update={"manager_floor_mem_mb": 100})})
     d = ModelPredictor(lower, store=st).decide(_task("tiny"), "alice", 1000)
     assert 120 <= int(_changes(d)["mem"].rstrip("M")) <= 140, d.explain["mem"]  # without it: the rule's own runs
+    higher = settings.model_copy(update={"predict": settings.predict.model_copy(update={"floor_mem_mb": 500})})
+    d = ModelPredictor(higher, store=st).decide(_task("tiny"), "alice", 1000)
+    reasons = " ".join(c.reason for c in d.changes if c.option == "mem")
+    assert _changes(d)["mem"] == "500M" and "predict.floor_mem_mb" in reasons, reasons  # the floor that set it
+    assert "manager_floor" not in reasons, reasons
 
 
 def test_a_rule_never_seen_is_not_sized_from_other_rules(store) -> None:
