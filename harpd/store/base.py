@@ -304,7 +304,7 @@ class StoreBase:
                     db.conn.execute("PRAGMA synchronous=FULL")
 
     @contextlib.contextmanager
-    def _transaction(self, h: Any, db: sqlite_utils.Database, depth: int) -> Iterator[sqlite_utils.Database]:
+    def _transaction(self, h: _ThreadConn, db: sqlite_utils.Database, depth: int) -> Iterator[sqlite_utils.Database]:
         """``transaction``'s body: BEGIN (or a savepoint), yield, COMMIT or roll back."""
         if depth == 0 and self._identity is not None:
             # a connection opened before the file or its folder became read-only
