@@ -6,6 +6,8 @@ Start order is chosen so that every admin mistake shows up at start, as one
 
 ``build_handlers`` wires the parts, in this order:
 
+0. the store's WAL checkpoints move to a thread of their own
+   (``harpd.store.checkpoints``), off the requests' commits;
 1. the Slurm backend; without one (no Slurm on this host) harpd still
    predicts, but registers no job (nothing can be verified), decisions carry no partition
    limits, and nothing is polled or recovered;
@@ -51,6 +53,7 @@ from harpd.daemon.active_lock import StoreInUse
 from harpd.daemon.active_lock import hold as hold_store
 from harpd.daemon.adopt import Adopter
 from harpd.daemon.handlers import Handlers
+from harpd.daemon.heap import Settling, settle
 from harpd.daemon.server import Server, ServerError
 from harpd.daemon.tcp_door import doors_for
 from harpd.dnn.predictor import DnnRoutingPredictor
@@ -65,6 +68,7 @@ from harpd.slurm import SlurmBackend, get_backend
 from harpd.slurm.billing import cached_billing
 from harpd.slurm.partitions import cached_partitions, limits_from_partitions
 from harpd.store import Store, StoreError
+from harpd.store.checkpoints import Checkpointer
 from harpd.training.schedule import attach_retrain, train_in_background
 from harpd.training.trainer import Trainer
 from harpd.watch.privilege import Privilege
@@ -129,6 +133,10 @@ def check_settings(settings: HarpSettings) -> None:
         raise ConfigError(f"invalid setting store.path: {str(settings.store.path)!r} must be an absolute path")
 
 
+#: how long a running thread keeps the GIL while another waits (Python's default is 5 ms)
+GIL_SWITCH_S = 0.001
+
+
 class Service(Protocol):
     """A part that runs beside the socket (the poller, the adopter, recovery, the watcher): stopped at exit."""
 
@@ -137,12 +145,14 @@ class Service(Protocol):
 
 def build_handlers(settings: HarpSettings, store: Store) -> tuple[Handlers, list[Service]]:
     """The socket operations wired to every part (see the module docstring), plus services to stop later."""
+    checkpoints = Checkpointer.start(store)
     backend = slurm_backend(settings)
     partitions = None if backend is None else cached_partitions(backend)
     limits = None if partitions is None else limits_from_partitions(partitions)
     privilege = detect_privilege(settings, backend)
     live = _make_live(settings, store, backend, limits, privilege)
-    trainer = Trainer(live, store, settings)  # trains, then has the live predictor load the champions
+    reloads = Settling(live)  # every reload is followed by a settled heap (``heap``)
+    trainer = Trainer(reloads, store, settings)  # trains, then has the live predictor load the champions
     predictor = DnnRoutingPredictor(
         live, settings, partitions, None if backend is None else cached_billing(backend), store=store
     )
@@ -153,14 +163,14 @@ def build_handlers(settings: HarpSettings, store: Store) -> tuple[Handlers, list
         slurm=backend,
         partition_limits=limits,
         retrain=trainer.retrain,
-        reload=live.reload,
+        reload=reloads.reload,
         importer=import_file,
         limits_mode=privilege.as_health(),
         accounting=None if backend is None else read_site_accounting(backend).as_health(),
         soft_state=live.soft_state,
     )
     log.info("predictor: %s", predictor.name)
-    services = start_services(
+    services = [checkpoints] + start_services(
         settings,
         store,
         backend,
@@ -304,6 +314,10 @@ def main(argv: list[str] | None = None) -> int:
         return 0
 
     setup_logging(args.log_level or settings.server.log_level)
+    # a request's thread back from a read or a write waits for the GIL until the
+    # thread holding it (a decision, a history refresh) is asked to let go: at
+    # Python's default of 5 ms that wait alone was a request's whole budget
+    sys.setswitchinterval(GIL_SWITCH_S)
     try:  # first: its errors name the store's directory and file problems best
         store = Store.open(settings.store.path, busy_timeout_s=settings.store.busy_timeout_s)
     except StoreError as exc:
@@ -350,6 +364,7 @@ def main(argv: list[str] | None = None) -> int:
         _stop(services, store, server)
         return 1
     server.handlers = handlers
+    settle()  # the models and history loaded: out of the collector's later scans (``heap``)
 
     def on_stop(signum: int, frame: object) -> None:
         log.info("%s: shutting down", signal.Signals(signum).name)

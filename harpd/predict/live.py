@@ -335,7 +335,7 @@ class ModelPredictor:
                 if got is not None:
                     limits = got if isinstance(got, Limits) else Limits.model_validate(got)
             except Exception as exc:  # limits are a cap, not a prerequisite
-                log.warning("partition limits unavailable for %s: %s", partition, exc)
+                log.debug("partition limits unavailable for %s: %s", partition, exc)  # logged by the cache, once
         if not self._loaded:
             return Decision(changes=[], limits=limits, model=None, explain={"reason": f"{NO_MODEL}: request kept"})
         self._maybe_refresh()

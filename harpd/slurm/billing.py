@@ -10,12 +10,11 @@ have no weight of their own; the caller falls back on the site's config then.
 
 from __future__ import annotations
 
-import threading
-import time
 from collections.abc import Callable
 from typing import Any
 
 from harpd.slurm.scontrol import parse_kv_line
+from harpd.slurm.ttl_cache import ttl_cached
 
 
 def parse_billing_weights(text: str | None) -> dict[str, float]:
@@ -66,15 +65,6 @@ def billing_weights(backend: Any) -> dict[str, dict[str, float]]:
 
 
 def cached_billing(backend: Any, ttl_s: float = 300.0) -> Callable[[], dict[str, dict[str, float]]]:
-    """``billing_weights(backend)``, fetched again once it is ``ttl_s`` old (weights change rarely)."""
-    lock = threading.Lock()
-    cache: dict[str, Any] = {"at": -1e18, "weights": {}}
-
-    def weights() -> dict[str, dict[str, float]]:
-        with lock:
-            if time.monotonic() - cache["at"] > ttl_s:
-                cache["weights"] = billing_weights(backend)
-                cache["at"] = time.monotonic()
-            return cache["weights"]
-
-    return weights
+    """``billing_weights(backend)``, fetched again once it is ``ttl_s`` old (weights change rarely);
+    a failure is retried after 10 s, with the last good answer served meanwhile (``ttl_cache``)."""
+    return ttl_cached(lambda: billing_weights(backend), "billing weights (scontrol show partition)", ttl_s)

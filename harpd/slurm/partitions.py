@@ -3,35 +3,25 @@
 scontrol takes tens of milliseconds to seconds on a busy controller, too slow
 to run for every sbatch, so one cache of ``partitions()`` serves every reader
 in the daemon (the limits sent with each decision, the DNN planner, the live
-predictor) and scontrol runs at most once per ``ttl_s``.
+predictor) and scontrol runs at most once per ``ttl_s`` (and, while it
+fails, once per retry interval: ``ttl_cache``).
 """
 
 from __future__ import annotations
 
-import threading
-import time
 from collections.abc import Callable
-from typing import Any
 
 from harpd.protocol import Limits
 from harpd.slurm.base import PartitionInfo, SlurmBackend
+from harpd.slurm.ttl_cache import ttl_cached
 
 __all__ = ["cached_partitions", "limits_of", "limits_from_partitions", "limits_from_backend"]
 
 
 def cached_partitions(backend: SlurmBackend, ttl_s: float = 60.0) -> Callable[[], dict[str, PartitionInfo]]:
-    """``backend.partitions()``, fetched again once it is ``ttl_s`` old."""
-    lock = threading.Lock()
-    cache: dict[str, Any] = {"at": -1e18, "parts": {}}
-
-    def partitions() -> dict[str, PartitionInfo]:
-        with lock:
-            if time.monotonic() - cache["at"] > ttl_s:
-                cache["parts"] = backend.partitions()
-                cache["at"] = time.monotonic()
-            return cache["parts"]
-
-    return partitions
+    """``backend.partitions()``, fetched again once it is ``ttl_s`` old; a failure is retried
+    after 10 s, with the last good answer served meanwhile (``ttl_cache``)."""
+    return ttl_cached(backend.partitions, "partition limits (scontrol show partition)", ttl_s)
 
 
 def partition_of(parts: dict[str, PartitionInfo], name: str | None) -> PartitionInfo | None:

@@ -107,6 +107,7 @@ class StoreBase:
         self._closed = False
         self._identity: tuple[int, int] | None = None  # (st_dev, st_ino) of the file once open
         self._write_error: str | None = None  # why the last write failed, until one succeeds (health)
+        self._autocheckpoint = True  # False: commits leave the WAL to ``checkpoints.Checkpointer``
 
     # ---------------------------------------------------------------- opening
 
@@ -173,6 +174,8 @@ class StoreBase:
             conn.execute("PRAGMA synchronous=FULL")
             conn.execute(f"PRAGMA busy_timeout={int(self.busy_timeout_s * 1000)}")
             conn.execute("PRAGMA foreign_keys=OFF")
+            if not self._autocheckpoint:
+                conn.execute("PRAGMA wal_autocheckpoint=0")
         except BaseException:
             conn.close()
             raise
@@ -224,6 +227,30 @@ class StoreBase:
         """Connections currently open (one per live thread that used the store)."""
         with self._conns_lock:
             return len(self._conns)
+
+    def defer_checkpoints(self) -> None:
+        """Commits stop copying the WAL into the database; ``checkpoint()`` must then be called.
+
+        SQLite checkpoints on the commit that takes the WAL past 1000 pages:
+        it copies the WAL into the file and fsyncs it, 20 ms to half a
+        second, inside whichever request committed.  harpd calls this at
+        start, before other threads use the store, and checkpoints from a
+        thread of its own (``harpd.store.checkpoints``).
+        """
+        self._autocheckpoint = False
+        with self._conns_lock:
+            holders = list(self._conns)
+        for h in holders:
+            with contextlib.suppress(sqlite3.Error):
+                h.db.conn.execute("PRAGMA wal_autocheckpoint=0")
+
+    def checkpoint(self) -> tuple[int, int]:
+        """Copy what it can of the WAL into the database without waiting for anyone (PASSIVE).
+
+        Returns (frames in the WAL, frames copied); StoreError when SQLite refuses.
+        """
+        row = self._read("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
+        return int(row[1]), int(row[2])
 
     def close(self) -> None:
         """Close every connection (of every thread); later calls raise StoreError."""
