@@ -29,7 +29,7 @@ class Gate:
         self.release = threading.Event()
         self.release.set()
 
-    def decide(self, job, user, uid):  # noqa: ANN001, ANN201
+    def decide(self, job, user, uid):
         with self.lock:
             self.running += 1
             self.most = max(self.most, self.running)
