@@ -17,3 +17,14 @@ def watcher_look(t: float, lead_s: float, look_s: float, limit_at: float) -> flo
     x = max(limit_at - lead_s, t)
     at = (math.floor(x / look_s) + 1.0) * look_s if look_s > 0 else x
     return min(at, limit_at)
+
+
+def watcher_looks(t, lead_s: float, look_s: float, limit_at):
+    """``watcher_look`` for arrays of jobs (numpy): the replay's metric counts the extensions the
+    same watcher makes.  ``tests/unit/simulate`` checks the two agree."""
+    import numpy as np
+
+    limit_at = np.asarray(limit_at, float)
+    x = np.maximum(limit_at - lead_s, np.asarray(t, float))
+    at = (np.floor(x / look_s) + 1.0) * look_s if look_s > 0 else x
+    return np.minimum(at, limit_at)

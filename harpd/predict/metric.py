@@ -194,6 +194,8 @@ def evaluate_soft(
     baseline: ModelMetrics | None = None,
     max_extensions: int | None = None,
     lead_s: float = 0.0,
+    look_s: float = 0.0,
+    started_at: np.ndarray | None = None,
 ) -> ModelMetrics:
     """The metric row of one model under soft limits (docs/metrics.md, "Soft limits").
 
@@ -214,7 +216,15 @@ def evaluate_soft(
     cens = np.asarray(censored, bool)
     w = np.asarray(weight, float)
     final, ext, harp_killed = extend(
-        start, need, req, cens, cap, MAX_EXTENSIONS if max_extensions is None else max_extensions, lead_s
+        start,
+        need,
+        req,
+        cens,
+        cap,
+        MAX_EXTENSIONS if max_extensions is None else max_extensions,
+        lead_s,
+        look_s,
+        started_at,
     )
     first = np.where(np.isfinite(start), start, req)
     managed = np.isfinite(start) & ~(np.abs(start - req) <= 1e-9)

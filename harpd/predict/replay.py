@@ -343,6 +343,8 @@ def _soft_metrics(prep: Prepared, cfg: ReplayConfig, alloc: dict[str, np.ndarray
             baseline=base,
             max_extensions=cfg.soft.max_extensions,
             lead_s=cfg.soft.lead_s,
+            look_s=cfg.soft.look_s,
+            started_at=prep.start[sel],
         )
 
     base = row("request", np.full(prep.n, np.nan), None)

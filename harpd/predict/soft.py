@@ -41,7 +41,7 @@ import numpy as np
 from harpd.predict.allocation import Guard, allocate_many
 from harpd.records import Outcome
 from harpd.recovery.escalation import simulate_many
-from harpd.watcher_timing import watcher_look
+from harpd.watcher_timing import watcher_look, watcher_looks
 
 if TYPE_CHECKING:
     from harpd.config import PredictSettings, WatchSettings
@@ -428,6 +428,8 @@ def extend(
     cap: np.ndarray | None = None,
     max_extensions: int = MAX_EXTENSIONS,
     lead_s: float = 0.0,
+    look_s: float = 0.0,
+    started_at: np.ndarray | None = None,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """What harpd's extensions make of each start limit: ``(final, extensions, harp_killed)``.
 
@@ -440,12 +442,22 @@ def extend(
     ``harp_killed`` marks jobs stopped below their request, which the rule
     never does (kept as a check, 0 by construction).  ``lead_s``: harpd's
     watcher extends a job once less than that is left of its limit, so a
-    limit holds a job only if it needs at most ``limit - lead_s``.
+    limit holds a job only if it needs at most ``limit - lead_s``.  With
+    ``look_s`` and the jobs' start times ``started_at``, it extends at its
+    first look within that lead (``watcher_looks``, as ``hold_budget`` and
+    the queue simulation count it): a job that ends before that look was
+    not extended.  Later extensions are taken at the same distance from
+    their limit as the first.
     """
     req = np.asarray(request, float)
     start = np.asarray(start, float)
     cut = np.isfinite(start) & (start < req)  # only harp's limits are watched (the request is the kill time)
-    need = np.asarray(need, float) + np.where(cut, max(float(lead_s), 0.0), 0.0)
+    lead = np.full(len(start), max(float(lead_s), 0.0))
+    if started_at is not None and look_s > 0 and lead_s > 0:
+        t0 = np.where(cut, np.asarray(started_at, float), 0.0)
+        first_limit = np.where(cut, start, 0.0)
+        lead = t0 + first_limit - watcher_looks(t0, lead_s, look_s, t0 + first_limit)
+    need = np.asarray(need, float) + np.where(cut, lead, 0.0)
     cens = np.asarray(censored, bool)
     first = np.where(np.isfinite(start), start, req)
     kill_at = req if cap is None else np.fmin(req, np.asarray(cap, float))

@@ -210,3 +210,30 @@ def test_the_metric_extends_a_job_within_the_lead_of_its_limit():
     # with a 120 s lead the 300 s limit holds only runs up to 180 s; the request is never watched
     final, ext, _ = extend(start, need, req, cens, max_extensions=8, lead_s=120.0)
     assert ext.tolist() == [0, 1, 0] and final.tolist() == [300.0, 600.0, 1000.0]
+
+
+def test_the_metric_extends_at_the_watchers_first_look_as_the_controller_counts() -> None:
+    """Looks every 30 s on one clock: a run that ends before the first look within the lead is not extended."""
+    from harpd.predict.soft import extend
+
+    start, req, cens = np.array([300.0, 300.0, 300.0]), np.array([1000.0] * 3), np.zeros(3, bool)
+    t0 = np.array([0.0, 10.0, 10.0])
+    # limits end at 300 (job 0) and 310 (jobs 1, 2): the first look within 120 s of either is at 210
+    need = np.array([205.0, 195.0, 205.0])
+    _, ext_lead, _ = extend(start, need, req, cens, max_extensions=8, lead_s=120.0)
+    assert ext_lead.tolist() == [1, 1, 1]  # without the looks: every run past limit - lead
+    _, ext, _ = extend(start, need, req, cens, max_extensions=8, lead_s=120.0, look_s=30.0, started_at=t0)
+    # jobs 0 and 1 end at 205, before that look: not extended; job 2 ends at 215, after it: extended
+    assert ext.tolist() == [0, 0, 1]
+
+
+@pytest.mark.parametrize("lead,look", [(120.0, 30.0), (120.0, 0.0), (0.0, 30.0), (50.0, 7.0)])
+def test_the_vector_watcher_agrees_with_the_scalar_one(lead: float, look: float) -> None:
+    from harpd.watcher_timing import watcher_look, watcher_looks
+
+    rng = np.random.default_rng(3)
+    t = rng.uniform(0, 1e5, 500)
+    limit_at = t + rng.uniform(0, 5000, 500)
+    got = watcher_looks(t, lead, look, limit_at)
+    want = [watcher_look(a, lead, look, b) for a, b in zip(t, limit_at, strict=True)]
+    assert np.allclose(got, want)
