@@ -77,11 +77,14 @@ class _ThreadConn:
     closed: connections never pile up over days of requests.
     """
 
-    __slots__ = ("db", "depth", "__weakref__")
+    __slots__ = ("db", "depth", "read_only", "__weakref__")
 
-    def __init__(self, db: sqlite_utils.Database) -> None:
+    def __init__(self, db: sqlite_utils.Database, read_only: bool = False) -> None:
         self.db = db
         self.depth = 0
+        # SQLite opens a file it may not write read-only, and the connection stays so
+        # after the admin fixes the modes: such a connection is replaced (``transaction``)
+        self.read_only = read_only
 
     def close(self) -> None:
         with contextlib.suppress(sqlite3.Error):
@@ -207,7 +210,7 @@ class StoreBase:
         h = getattr(self._local, "conn", None)
         if h is None or self._closed:
             try:
-                h = _ThreadConn(self._connect())
+                h = _ThreadConn(self._connect(), self._identity is not None and self._read_only() is not None)
             except sqlite3.Error as exc:  # a store corrupted under a running harpd: one line, as for a query
                 if _is_translatable(exc):
                     raise StoreError(_explain(exc, self.path)) from None
@@ -313,6 +316,13 @@ class StoreBase:
         registration, a durable commit, follows within the submission).
         """
         h = self._holder()
+        if h.read_only and h.depth == 0 and self._read_only() is None:
+            # opened while the store was read-only, which SQLite makes for good; the admin has
+            # fixed the modes since: this thread writes through a new connection (reads in
+            # progress elsewhere are unaffected; one on this thread could not write anyway)
+            h.close()
+            self._local.conn = None
+            h = self._holder()
         db = h.db
         depth = h.depth
         relaxed = not durable and depth == 0

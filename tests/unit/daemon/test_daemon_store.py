@@ -593,3 +593,49 @@ def test_connections_of_finished_threads_are_closed(tmp_path):
     assert len(os.listdir("/proc/self/fd")) <= fds_before + 3
     s.close()
     assert s.open_connections == 0
+
+
+@needs_root
+def test_a_thread_that_met_the_store_read_only_writes_again_once_it_is_fixed(short_dir):
+    """SQLite opens an unwritable file read-only for good: after the admin's fix, harpd writes without a restart."""
+    os.chmod(short_dir, 0o777)
+    p = short_dir / "h.db"
+    code = textwrap.dedent(
+        f"""
+        import os, threading
+        from harpd.store import Store, StoreError
+        os.setgroups([]); os.setgid(65534); os.setuid(65534)
+        s = Store.open({str(p)!r})
+        out = []
+
+        def worker():  # a request thread whose first use of the store falls in the read-only spell
+            try:
+                s.set_meta("k", 1)
+                out.append("WROTE-WHILE-RO")
+            except StoreError as e:
+                out.append("REFUSED " + str(e))
+            fixed.wait(60)
+            try:
+                s.set_meta("k", 2)
+                out.append("WROTE")
+            except StoreError as e:
+                out.append("STILL " + str(e))
+
+        fixed = threading.Event()
+        os.chmod({str(p)!r}, 0o444)
+        t = threading.Thread(target=worker)
+        t.start()
+        while not out:
+            t.join(0.05)
+        os.chmod({str(p)!r}, 0o644)
+        fixed.set()
+        t.join(60)
+        print("|".join(out), s.get_meta("k"))
+        s.close()
+        """
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    first, second = out.stdout.strip().split("|")
+    assert first.startswith("REFUSED") and "read-only" in first
+    assert second == "WROTE 2", out.stdout
