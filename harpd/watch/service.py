@@ -17,7 +17,7 @@ from typing import Any
 from harpd.config import HarpSettings
 from harpd.predict.soft_state import SoftState
 from harpd.slurm.base import PartitionInfo, SlurmError
-from harpd.store import Store
+from harpd.store import Store, StoreError
 from harpd.watch.checkpoint_signal import CheckpointSignal
 from harpd.watch.extend import Extender
 from harpd.watch.feedback import SoftFeedback
@@ -78,6 +78,8 @@ class Watch:
                 continue
             try:
                 part.on_outcome(rec)
+            except StoreError as exc:  # the admin's one line (health says it too), not a bug's traceback
+                log.error("watch: %s on job %s: %s", type(part).__name__, getattr(rec, "job_id", "?"), exc)
             except Exception:  # noqa: BLE001 - one listener must not stop the other
                 log.exception("watch: %s failed on job %s", type(part).__name__, getattr(rec, "job_id", "?"))
 
@@ -95,6 +97,8 @@ class Watch:
                     continue
                 try:
                     part.tick(jobs)
+                except StoreError as exc:  # the admin's one line (health says it too), not a bug's traceback
+                    log.error("watch: %s: %s", type(part).__name__, exc)
                 except Exception:  # noqa: BLE001 - a scheduler job must not die
                     log.exception("watch: %s failed", type(part).__name__)
 

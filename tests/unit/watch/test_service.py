@@ -47,3 +47,37 @@ def test_a_failed_listing_changes_nothing(store, slurm):
     w = make(settings=settings(), store=store, backend=slurm, privilege=Privilege(True, "root", True))
     w.tick()  # never raises
     assert slurm.updates == [] and store.limit_changes() == []
+
+
+def test_a_store_fault_is_one_error_line_not_a_traceback(store, slurm, caplog):
+    """A corrupted or unwritable store is the admin's to fix: one line each tick and outcome, as health says."""
+    import logging
+
+    from harpd.store import StoreError
+
+    register(store, "61")
+    slurm.add("61", limit_s=60, used_s=30)
+    w = make(settings=settings(), store=store, backend=slurm, privilege=Privilege(True, "root", True))
+
+    def broken(*_a, **_kw):
+        raise StoreError("/x/harp.db: not a harp database (file is not a database); move it aside")
+
+    w.extender.tick = broken
+    class Listener:  # the soft-limit feedback: it ticks too, and hears outcomes
+        on_outcome = staticmethod(broken)
+
+        @staticmethod
+        def tick(jobs: object) -> None:
+            return None
+
+    w.feedback = listener = Listener()
+    with caplog.at_level(logging.INFO, logger="harpd"):
+        w.tick()
+        w.on_outcome(type("Rec", (), {"job_id": "61"})())
+    errors = [r for r in caplog.records if r.levelno == logging.ERROR]
+    assert [r.getMessage() for r in errors] == [
+        "watch: Extender: /x/harp.db: not a harp database (file is not a database); move it aside",
+        f"watch: {type(listener).__name__} on job 61: /x/harp.db: not a harp database (file is not a database); "
+        "move it aside",
+    ]
+    assert all(r.exc_info is None for r in caplog.records)
