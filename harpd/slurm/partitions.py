@@ -21,7 +21,11 @@ __all__ = ["cached_partitions", "limits_of", "limits_from_partitions", "limits_f
 def cached_partitions(backend: SlurmBackend, ttl_s: float = 60.0) -> Callable[[], dict[str, PartitionInfo]]:
     """``backend.partitions()``, fetched again once it is ``ttl_s`` old; a failure is retried
     after 10 s, with the last good answer served meanwhile (``ttl_cache``)."""
-    return ttl_cached(lambda: backend.partitions(), "partition limits (scontrol show partition)", ttl_s)
+
+    def fetch() -> dict[str, PartitionInfo]:
+        return backend.partitions()  # looked up when first asked: a backend may never be
+
+    return ttl_cached(fetch, "partition limits (scontrol show partition)", ttl_s)
 
 
 def partition_of(parts: dict[str, PartitionInfo], name: str | None) -> PartitionInfo | None:

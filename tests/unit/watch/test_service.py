@@ -63,6 +63,7 @@ def test_a_store_fault_is_one_error_line_not_a_traceback(store, slurm, caplog):
         raise StoreError("/x/harp.db: not a harp database (file is not a database); move it aside")
 
     w.extender.tick = broken
+
     class Listener:  # the soft-limit feedback: it ticks too, and hears outcomes
         on_outcome = staticmethod(broken)
 
