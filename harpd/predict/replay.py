@@ -344,7 +344,7 @@ def _soft_metrics(prep: Prepared, cfg: ReplayConfig, alloc: dict[str, np.ndarray
             max_extensions=cfg.soft.max_extensions,
             lead_s=cfg.soft.lead_s,
             look_s=cfg.soft.look_s,
-            started_at=prep.start[sel],
+            started_at=None if prep.start is None else prep.start[sel],
         )
 
     base = row("request", np.full(prep.n, np.nan), None)
