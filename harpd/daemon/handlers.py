@@ -32,10 +32,11 @@ from harpd.daemon.registration import Refused, Registrar
 from harpd.daemon.trial_progress import ProgressRefused, record_progress
 from harpd.ingest.poller import Ingestor
 from harpd.predict.soft_state import SoftState
-from harpd.protocol import Decision, JobRequest, Limits
+from harpd.protocol import Decision, JobRequest
 from harpd.recovery.machine import Recovery
 from harpd.report import build
 from harpd.report.job_status import JobStatusError, job_status
+from harpd.slurm.partitions import LimitsLookup, limits_for
 from harpd.store import Store, StoreError
 
 log = logging.getLogger("harpd.handlers")
@@ -50,7 +51,6 @@ class Predictor(Protocol):
     # a predictor that keeps state per submission also takes ``dry_run=True``: decide, count nothing
 
 
-LimitsLookup = Callable[[str | None], "Limits | dict[str, Any] | None"]
 AdminAction = Callable[[], Any]
 ImportAction = Callable[[str, Store], Any]
 
@@ -69,19 +69,9 @@ class NoChangePredictor:
         self._limits = limits
 
     def decide(self, job: JobRequest, user: str, uid: int) -> Decision:
-        partition = job.partition or job.request.partition
-        limits = Limits(partition=partition)
-        if self._limits is not None:
-            try:
-                got = self._limits(partition)
-            except Exception as exc:  # the backend is optional here: no change either way
-                log.debug("partition limits unavailable for %s: %s", partition, exc)  # logged by the cache, once
-                got = None
-            if got is not None:
-                limits = got if isinstance(got, Limits) else Limits.model_validate(got)
         return Decision(
             changes=[],
-            limits=limits,
+            limits=limits_for(self._limits, job.partition or job.request.partition),
             model=None,
             explain={"reason": "no predictor installed: request kept as submitted"},
         )

@@ -27,7 +27,6 @@ import logging
 import math
 import threading
 import time as _time
-from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -52,7 +51,7 @@ from harpd.predict.time_options import fit_time, kept_under_soft_limits
 from harpd.protocol import Change, Decision, JobRequest, Limits, Resources
 from harpd.records import JobRecord, ModelRow, Submission
 from harpd.slurm.job_ids import submitted_id
-from harpd.slurm.partitions import limits_from_backend
+from harpd.slurm.partitions import LimitsLookup, limits_for, limits_from_backend
 
 if TYPE_CHECKING:
     from harpd.config import HarpSettings
@@ -67,7 +66,6 @@ REFRESH_S = 60.0  # how often new outcomes are pulled from the store
 HISTORY_RULE = "history"  # the name decisions carry where no model is trained (the history rule)
 NO_MODEL = "no trained model yet"
 # a partition's limits (the daemon's cached lookup; a dict is read as Limits)
-LimitsLookup = Callable[[str | None], Limits | dict[str, Any] | None]
 
 
 def _history_rule(resource: str) -> ModelEnvelope:
@@ -328,14 +326,7 @@ class ModelPredictor:
 
         now = _time.time() if now is None else float(now)
         partition = job.partition or job.request.partition
-        limits = Limits(partition=partition)
-        if self._limits is not None:
-            try:
-                got = self._limits(partition)
-                if got is not None:
-                    limits = got if isinstance(got, Limits) else Limits.model_validate(got)
-            except Exception as exc:  # limits are a cap, not a prerequisite
-                log.debug("partition limits unavailable for %s: %s", partition, exc)  # logged by the cache, once
+        limits = limits_for(self._limits, partition)
         if not self._loaded:
             return Decision(changes=[], limits=limits, model=None, explain={"reason": f"{NO_MODEL}: request kept"})
         self._maybe_refresh()

@@ -9,13 +9,27 @@ fails, once per retry interval: ``ttl_cache``).
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
+from typing import Any
 
 from harpd.protocol import Limits
 from harpd.slurm.base import PartitionInfo, SlurmBackend
 from harpd.slurm.ttl_cache import ttl_cached
 
-__all__ = ["cached_partitions", "limits_of", "limits_from_partitions", "limits_from_backend"]
+__all__ = [
+    "LimitsLookup",
+    "cached_partitions",
+    "limits_for",
+    "limits_of",
+    "limits_from_partitions",
+    "limits_from_backend",
+]
+
+log = logging.getLogger("harpd.slurm")
+
+#: partition name (None: the default) -> its limits, as ``limits_from_partitions`` gives them
+LimitsLookup = Callable[[str | None], "Limits | dict[str, Any] | None"]
 
 
 def cached_partitions(backend: SlurmBackend, ttl_s: float = 60.0) -> Callable[[], dict[str, PartitionInfo]]:
@@ -59,6 +73,22 @@ def limits_from_partitions(partitions: Callable[[], dict[str, PartitionInfo]]) -
         return None if info is None else limits_of(info)
 
     return lookup
+
+
+def limits_for(lookup: LimitsLookup | None, partition: str | None) -> Limits:
+    """The caps sent with a decision for ``partition``: ``lookup``'s, else the partition's name alone.
+
+    Limits are a cap, not a prerequisite: a lookup that fails (the cache has
+    logged why, once) or answers nothing leaves the decision without caps.
+    """
+    if lookup is not None:
+        try:
+            got = lookup(partition)
+            if got is not None:
+                return got if isinstance(got, Limits) else Limits.model_validate(got)
+        except Exception as exc:
+            log.debug("partition limits unavailable for %s: %s", partition, exc)
+    return Limits(partition=partition)
 
 
 def limits_from_backend(backend: SlurmBackend, ttl_s: float = 60.0) -> Callable[[str | None], Limits | None]:
