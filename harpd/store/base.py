@@ -316,13 +316,21 @@ class StoreBase:
         registration, a durable commit, follows within the submission).
         """
         h = self._holder()
-        if h.read_only and h.depth == 0 and self._read_only() is None:
-            # opened while the store was read-only, which SQLite makes for good; the admin has
-            # fixed the modes since: this thread writes through a new connection (reads in
-            # progress elsewhere are unaffected; one on this thread could not write anyway)
-            h.close()
-            self._local.conn = None
-            h = self._holder()
+        if h.depth == 0 and self._identity is not None:
+            # a connection opened before the file or its folder became read-only
+            # still writes through its open descriptors, while a new one cannot:
+            # which a request got would depend on its thread, so every write asks
+            read_only = self._read_only()
+            if read_only:
+                self._write_error = read_only
+                raise StoreError(read_only)
+            if h.read_only:
+                # opened while the store was read-only, which SQLite makes for good; the admin has
+                # fixed the modes since: this thread writes through a new connection (reads in
+                # progress elsewhere are unaffected; one on this thread could not write anyway)
+                h.close()
+                self._local.conn = None
+                h = self._holder()
         db = h.db
         depth = h.depth
         relaxed = not durable and depth == 0
@@ -343,14 +351,6 @@ class StoreBase:
     @contextlib.contextmanager
     def _transaction(self, h: _ThreadConn, db: sqlite_utils.Database, depth: int) -> Iterator[sqlite_utils.Database]:
         """``transaction``'s body: BEGIN (or a savepoint), yield, COMMIT or roll back."""
-        if depth == 0 and self._identity is not None:
-            # a connection opened before the file or its folder became read-only
-            # still writes through its open descriptors, while a new one cannot:
-            # which a request got would depend on its thread, so every write asks
-            read_only = self._read_only()
-            if read_only:
-                self._write_error = read_only
-                raise StoreError(read_only)
         try:
             if depth == 0:
                 db.conn.execute("BEGIN IMMEDIATE")
