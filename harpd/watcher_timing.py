@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
+
 
 def watcher_look(t: float, lead_s: float, look_s: float, limit_at: float) -> float:
     """When harpd's watcher extends a job whose limit runs out at ``limit_at``: its first look after
@@ -21,9 +23,7 @@ def watcher_look(t: float, lead_s: float, look_s: float, limit_at: float) -> flo
 
 def watcher_looks(t, lead_s: float, look_s: float, limit_at):
     """``watcher_look`` for arrays of jobs (numpy): the replay's metric counts the extensions the
-    same watcher makes.  ``tests/unit/simulate`` checks the two agree."""
-    import numpy as np
-
+    same watcher makes.  ``tests/unit/predict/test_soft_policy.py`` checks the two agree."""
     limit_at = np.asarray(limit_at, float)
     x = np.maximum(limit_at - lead_s, np.asarray(t, float))
     at = (np.floor(x / look_s) + 1.0) * look_s if look_s > 0 else x

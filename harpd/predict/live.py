@@ -65,7 +65,6 @@ HISTORY_JOBS = 200_000  # finished jobs replayed into the live history at load
 REFRESH_S = 60.0  # how often new outcomes are pulled from the store
 HISTORY_RULE = "history"  # the name decisions carry where no model is trained (the history rule)
 NO_MODEL = "no trained model yet"
-# a partition's limits (the daemon's cached lookup; a dict is read as Limits)
 
 
 def _history_rule(resource: str) -> ModelEnvelope:
