@@ -132,7 +132,9 @@ class PredictSettings(_Section):
     soft_burst_tilt: float = Field(0.2, ge=0.0, le=2.0)  # more caution per log(1 + siblings running)
     soft_stake_tilt: float = Field(0.0, ge=0.0, le=1.0)  # deeper cut per log of cores × request above the usual
     # (0: off, the default: at 85% utilization 0.15 cost KTH-SP2 8% of mean wait; docs/metrics.md, 'Queue')
-    soft_max_extensions: int = Field(2, ge=1, le=64)  # the last one goes straight to the user's request
+    # the last extension goes straight to the user's request; 1 (the default): the first does, so a job that
+    # outgrew harp's limit breaks the planner's promise once (docs/metrics.md, 'Queue', step 6)
+    soft_max_extensions: int = Field(1, ge=1, le=64)
     # one user's own budget: a user whose recent harp-cut jobs were extended more often than this
     # share (over at least 10 of their last 50) is no longer cut: their jobs keep their time request
     soft_user_extension_budget: float = Field(0.30, gt=0, le=1)

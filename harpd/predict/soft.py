@@ -2,9 +2,10 @@
 
 When harpd may change other users' jobs, harp's ``--time`` is no
 longer Slurm's kill time: the user's own request is.  harp's limit becomes
-the runtime the backfill planner sees, and harpd raises it before it runs out
-by the escalation rule (``harpd.recovery.escalation``: double, capped by the
-user's request and the partition).  Two things change in what harp can do:
+the runtime the backfill planner sees, and harpd raises it before it runs out,
+by default once, straight back to the user's request (within the partition;
+``SoftPolicy.max_extensions``; with more allowed, the earlier ones double by
+the escalation rule, ``harpd.recovery.escalation``).  Two things change in what harp can do:
 
 * a job is decided at submission and again when it *starts*, with whatever
   had finished by then: the template's most recent runs (same user, request
@@ -82,11 +83,12 @@ class SoftPolicy:
     aim: float = 0.95
     # the usual stake: a running mean over about this many recent starts
     stake_window: int = 5000
-    # extensions of one job: each doubles its limit, and the last goes straight
-    # to the user's own request (the kill time): a job that outgrew harp's limit
-    # that often is one harp cannot predict, and every further doubling would be
-    # one more broken promise to the backfill planner
-    max_extensions: int = 2
+    # extensions of one job: each but the last doubles its limit, and the last
+    # goes straight to the user's own request (the kill time).  One, the
+    # default: a job that outgrew harp's limit is one harp did not predict, and
+    # a doubling that falls short again breaks the backfill planner's promise a
+    # second time (measured: docs/metrics.md, 'Queue', step 6)
+    max_extensions: int = 1
     # one user's share of extended jobs past which harp stops cutting them (SoftState.user_over_budget)
     user_extension_budget: float = 0.30
     # harpd's watcher (``[watch]``): it extends a job once less than ``lead_s`` is
@@ -435,7 +437,7 @@ def extend(
 
     ``start`` is the limit at the start (NaN: the request); a job that
     outgrows its limit is raised by the escalation rule (double), capped by
-    its own request (the kill time) and ``cap``; its ``max_extensions``-th
+    its own request (the kill time) and ``cap``, except that its ``max_extensions``-th
     extension goes straight to that kill time (``SoftPolicy.max_extensions``,
     harpd's extender does the same).  A job that needs more than its request
     (censored) is killed at the request: the user's limit, not harp's.

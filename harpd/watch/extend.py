@@ -2,14 +2,16 @@
 
 A job harp shortened keeps the user's own request as its true kill time.
 When less than ``watch.margin_s`` is left of its current limit, harpd raises
-the limit by THE escalation rule (``recovery.escalation.next_allocation``:
-double, back to the user's request at most, never past the partition
-MaxTime); the job's ``predict.soft_max_extensions``-th extension goes
-straight to the user's request (a job that outgrew harp's limit that often
-is one harp cannot predict: each further doubling would be one more broken
-promise to the backfill planner) and appends a note to the job's comment, replacing an earlier extension's note
-(never the rest: the comment may carry recovery's marker, which a search
-after a crash reads, and a workflow manager's own text).
+the limit: the job's ``predict.soft_max_extensions``-th extension (the
+first, by default) goes straight to the user's request, never past the
+partition MaxTime (a job that outgrew harp's limit is one harp did not
+predict: a doubling that falls short again would be one more broken promise
+to the backfill planner); with more allowed, the earlier ones follow THE
+escalation rule (``recovery.escalation.next_allocation``: double, back to
+the user's request at most).  Each extension appends a note to the job's
+comment, replacing an earlier extension's note (never the rest: the comment
+may carry recovery's marker, which a search after a crash reads, and a
+workflow manager's own text).
 
 Exactly once, as recovery's attempts are.  Each extension is a row of the
 store's ``limit_changes`` table keyed (job, "extend", old limit), moved
@@ -139,7 +141,11 @@ class Extender:
             # the last extension: back to the user's own request (within the partition), no more broken promises
             last = original if cap is None else min(original, cap)
             new = min(whole_minutes(int(last)) * 60, max(current, original))
-            how = f"extension {made + 1} of at most {self.max_extensions}: back to the requested {fmt_time(last)}"
+            how = (
+                f"back to the requested {fmt_time(last)} (harp extends a job once)"
+                if self.max_extensions == 1
+                else f"extension {made + 1} of at most {self.max_extensions}: back to the requested {fmt_time(last)}"
+            )
         else:
             step = next_allocation(Outcome.TIMEOUT, current, original, cap, attempt=1, max_attempts=2)
             if step.value is None:

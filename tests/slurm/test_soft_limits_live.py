@@ -2,8 +2,8 @@
 
 Real harpd daemons with short watch settings (a listing every 2 s, extend
 with less than 12 s left: the one crossing of a 1-minute limit comes well
-before Slurm's own check, and a 100 s job under the extended 2 minutes
-finishes before a second crossing):
+before Slurm's own check; the extension, harp's only one by default, goes
+straight back to the user's 10 minutes):
 
 * (a) a root harpd (privileged: soft limits): a job the user asked 10 minutes
   for, that harp shortened to 1 minute, running 100 s, completes on its first
@@ -324,10 +324,10 @@ def test_a_shortened_job_is_extended_once_and_completes_on_its_first_run(soft):
     jid = soft.jobs["root"]
     runs = soft.wait_ended(jid)
     assert [r["State"].split()[0] for r in runs] == ["COMPLETED"], runs  # one run: no requeue, same id
-    assert runs[0]["Timelimit"] == "00:02:00"
-    assert runs[0]["Comment"] == "harp extended 1 min -> 2 min"
+    assert runs[0]["Timelimit"] == "00:10:00"  # one extension, straight back to the user's request
+    assert runs[0]["Comment"] == "harp extended 1 min -> 10 min"
     job = soft.daemons["root"].status(jid)
-    assert _extensions(job) == [(60, 120, "done")]
+    assert _extensions(job) == [(60, 600, "done")]
     assert job["attempts"] == []  # recovery had nothing to do
     assert job["limits_mode"]["mode"] == "soft"
     # the extension taught the soft policy's budget controller: every start limit gets more room now
@@ -370,7 +370,7 @@ def test_a_plain_users_job_is_extended_by_a_privileged_harpd_only(soft):
     priv, unpriv = soft.jobs["plain_priv"], soft.jobs["plain_unpriv"]
     runs = soft.wait_ended(priv)
     assert [r["State"].split()[0] for r in runs] == ["COMPLETED"] and runs[0]["User"] == USER, runs
-    assert _extensions(soft.daemons["root"].status(priv)) == [(60, 120, "done")]
+    assert _extensions(soft.daemons["root"].status(priv)) == [(60, 600, "done")]
 
     runs = soft.wait_ended(unpriv)
     first = runs[0]
