@@ -141,10 +141,11 @@ class Extender:
             # the last extension: back to the user's own request (within the partition), no more broken promises
             last = original if cap is None else min(original, cap)
             new = min(whole_minutes(int(last)) * 60, max(current, original))
+            how = f"back to the requested {fmt_time(last)}"
             how = (
-                f"back to the requested {fmt_time(last)} (harp extends a job once)"
+                f"{how} (harp extends a job once)"
                 if self.max_extensions == 1
-                else f"extension {made + 1} of at most {self.max_extensions}: back to the requested {fmt_time(last)}"
+                else f"extension {made + 1} of at most {self.max_extensions}: {how}"
             )
         else:
             step = next_allocation(Outcome.TIMEOUT, current, original, cap, attempt=1, max_attempts=2)

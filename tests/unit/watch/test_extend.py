@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from watch_fakes import register, settings, slurm, store  # noqa: F401 (fixtures)
+from watch_fakes import register, settings, slurm, store, with_predict  # noqa: F401 (fixtures)
 
 from harpd.watch import extend as ex
 from harpd.watch.extend import Extender
@@ -22,10 +22,7 @@ def crash_at(monkeypatch, point):
 
 
 def extender(store, slurm, **predict):
-    s = settings()
-    if predict:
-        s = s.model_copy(update={"predict": s.predict.model_copy(update=predict)})
-    return Extender(store, slurm, s)
+    return Extender(store, slurm, with_predict(settings(), **predict))
 
 
 def doubling(store, slurm):
@@ -181,7 +178,7 @@ def test_a_refusal_is_recorded_and_not_retried(store, slurm):
     register(store, "16")
     slurm.add("16", limit_s=60, used_s=30)
     slurm.update_error = "scontrol update failed (exit 1): Access/permission denied"
-    e = doubling(store, slurm)
+    e = extender(store, slurm)
     assert e.tick(slurm.queue()) == 0
     (row,) = store.limit_changes("16")
     assert row.step == "refused" and "permission denied" in row.reason
@@ -218,7 +215,7 @@ def test_a_timeout_after_the_update_took_effect_is_not_repeated(store, slurm):
 def test_a_job_whose_owner_is_not_the_registered_one_is_left_alone(store, slurm, caplog):
     register(store, "50", original_s=600, uid=1001, user="bob")  # the queue says alice (1000) owns it
     slurm.add("50", limit_s=60, used_s=30)
-    doubling(store, slurm).tick(slurm.queue())
+    extender(store, slurm).tick(slurm.queue())
     assert slurm.jobs["50"].time_limit_s == 60 and slurm.updates == [] and store.limit_changes("50") == []
     assert "owner uid 1000, not the registered uid 1001" in caplog.text
 
@@ -226,7 +223,7 @@ def test_a_job_whose_owner_is_not_the_registered_one_is_left_alone(store, slurm,
 def test_a_limit_someone_else_changed_is_theirs(store, slurm, caplog):
     register(store, "51", original_s=3600)  # harp decided 1 minute
     slurm.add("51", limit_s=120, used_s=100)  # but the job has 2: not the limit harp set
-    doubling(store, slurm).tick(slurm.queue())
+    extender(store, slurm).tick(slurm.queue())
     assert slurm.jobs["51"].time_limit_s == 120 and slurm.updates == []
     assert "not the 60 s harp last set" in caplog.text
 
@@ -234,7 +231,7 @@ def test_a_limit_someone_else_changed_is_theirs(store, slurm, caplog):
 def test_an_unverified_registration_is_never_extended(store, slurm, caplog):
     register(store, "52", original_s=3600, verified=False)
     slurm.add("52", limit_s=60, used_s=30)
-    e = doubling(store, slurm)
+    e = extender(store, slurm)
     e.tick(slurm.queue())
     e.tick(slurm.queue())
     assert slurm.jobs["52"].time_limit_s == 60 and slurm.updates == []

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from watch_fakes import register, settings, slurm, store  # noqa: F401 (fixtures)
+from watch_fakes import register, settings, slurm, store, with_predict  # noqa: F401 (fixtures)
 
 from harpd.predict.soft import SoftPolicy
 from harpd.predict.soft_state import SoftState
@@ -49,9 +49,8 @@ def test_first_extension_steps_the_budget_up_once_and_is_saved(store, slurm):
     fb, state = _feedback(store)
     register(store, "7", original_s=600)
     slurm.add("7", limit_s=60, used_s=20)
-    s = settings()
-    two = s.model_copy(update={"predict": s.predict.model_copy(update={"soft_max_extensions": 2})})
-    e = Extender(store, slurm, two, on_extended=fb.on_extended)  # two extensions allowed: 1 -> 2 -> 10 min
+    two = with_predict(settings(), soft_max_extensions=2)  # two extensions allowed: 1 -> 2 -> 10 min
+    e = Extender(store, slurm, two, on_extended=fb.on_extended)
     assert e.tick(slurm.queue()) == 1
     up = state.scale
     assert up == pytest.approx(0.1 * (1 - 0.095))

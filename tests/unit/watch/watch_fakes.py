@@ -109,6 +109,11 @@ def settings(**watch: Any) -> HarpSettings:
     return HarpSettings(watch={"interval_s": 5, "margin_s": 45, **watch})
 
 
+def with_predict(s: HarpSettings, **predict: Any) -> HarpSettings:
+    """``s`` with these ``[predict]`` settings changed (e.g. ``soft_max_extensions=2``)."""
+    return s.model_copy(update={"predict": s.predict.model_copy(update=predict)}) if predict else s
+
+
 @pytest.fixture
 def store(tmp_path):
     s = Store.open(tmp_path / "harp.db")
