@@ -19,6 +19,8 @@ A site adds its own model by exposing a class with this interface under the
 
 from __future__ import annotations
 
+from array import array
+from collections.abc import Sequence
 from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
@@ -68,3 +70,22 @@ def check_xy(X: np.ndarray, y: np.ndarray | None = None) -> tuple[np.ndarray, np
         if not np.all(np.isfinite(y)):
             raise ValueError("y contains NaN or infinite values")
     return X, y
+
+
+def float32_row(x: Sequence[float]) -> list[float]:
+    """One feature row rounded to float32 as ``check_xy`` rounds it, as Python floats (no numpy)."""
+    return array("f", x).tolist()
+
+
+def predict_row(model: Any, row: Sequence[float], group: str | None) -> float:
+    """One job's prediction: the model's own one-row path when it has one, else ``predict`` on a 1-row matrix.
+
+    ``row`` comes from ``float32_row``.  A model from the ``harp.predictors``
+    entry points needs only ``predict``; harp's own models also answer one
+    row in plain Python (``predict_row``), which the live path prefers.
+    """
+    one = getattr(model, "predict_row", None)
+    if one is not None:
+        return float(one(row, group))
+    groups = None if group is None else np.array([group], dtype=object)
+    return float(model.predict(np.asarray([row], dtype=np.float32), groups=groups)[0])

@@ -26,11 +26,12 @@ from __future__ import annotations
 
 import math
 from collections import deque
+from collections.abc import Sequence
 
 import numpy as np
 
 from harpd.features.history import COL
-from harpd.models.base import BasePredictor, check_xy
+from harpd.models.base import BasePredictor, check_xy, predict_row
 from harpd.models.cost import DISRUPTION, extra_consumption, extra_consumption_many
 from harpd.models.gbm import GbmQuantile
 
@@ -443,6 +444,34 @@ class HarpModel(BasePredictor):
             v = np.where(n >= 10, q, mx)
             out = np.fmax(out, np.where(np.isfinite(v), v, -np.inf))
         return out
+
+    def _floor_row(self, row: Sequence[float]) -> float:
+        """``floor_of`` for one float32-rounded row, in plain Python (see ``predict_row``)."""
+        if self.history_floor == "none":
+            return -math.inf
+        out = -math.inf
+        for g in ("r", "s"):
+            n = row[COL[f"{g}_n"]]
+            n = 0.0 if math.isnan(n) else math.expm1(n)
+            v = row[COL[f"{g}_q90" if self.history_floor == "q90" else f"{g}_max"]] if n >= 10 else row[COL[f"{g}_max"]]
+            if math.isfinite(v) and v > out:
+                out = v
+        return out
+
+    def predict_row(self, row: Sequence[float], group: str | None) -> float:
+        """``predict`` for one job, in plain Python: the live path's answer to one sbatch.
+
+        ``row``: the job's features rounded to float32, as ``check_xy``
+        rounds them (``harpd.models.base.float32_row``).  The same number as
+        ``predict([row], groups=[group])[0]``, at a fraction of the cost
+        once the CPU has gone cold between requests (tests/unit/models).
+        """
+        if self.cal_ is None:
+            raise RuntimeError("harp.predict called before fit")
+        base = predict_row(self.base, row, None)
+        up = base + self.cal_.offset(group, base)
+        floor = self._floor_row(row)
+        return up if math.isnan(up) or up >= floor else floor
 
     def predict_base(self, X):
         return self.base.predict(X)

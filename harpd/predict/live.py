@@ -29,14 +29,13 @@ import threading
 import time as _time
 from typing import TYPE_CHECKING, Any
 
-import numpy as np
-
 from harp_submit.units import format_mem, format_time
 from harpd.features.history import COL, KEEP, History, JobKeys, conformal_group, keys_of, keys_of_record
 from harpd.features.resources import gpu_count
 from harpd.features.signature import normalise_commands
 from harpd.features.usage import RecentStops, usage_of
 from harpd.features.workflow import TaskIdentity, identify, is_workflow_signature, job_signature
+from harpd.models.base import float32_row, predict_row
 from harpd.models.envelope import ModelEnvelope
 from harpd.predict.allocation import BOUND, FLOOR, REQUEST_FLOOR, Guard, allocate
 from harpd.predict.bounds import MARGIN
@@ -402,10 +401,10 @@ class ModelPredictor:
     ) -> float:
         """The bound with what the replay's walk adds (``soft.soft_starts``): running siblings, tilts, budget scale."""
         n_flight, longest = state.running(template, now)
-        log_bound = float(running_bound(log_bound, longest, req, policy))
-        stake = float(stake_of(cores, req))
+        log_bound = running_bound(log_bound, longest, req, policy)
+        stake = stake_of(cores, req)
         usual = state.usual_stake(stake)
-        log_bound += state.scale + float(tilt(policy, n_flight, stake, usual))
+        log_bound += state.scale + tilt(policy, n_flight, stake, usual)
         ex.update(state.explain(), siblings_running=n_flight, sibling_longest_s=round(longest))
         return log_bound
 
@@ -606,9 +605,8 @@ class ModelPredictor:
                 else f"{res} from this program's own {n_hist} runs ({rule}; {NO_MODEL})"
             )
         else:
-            X = np.asarray([x], dtype=np.float32)
             group = conformal_group(job.partition or rq.partition, x[COL["log_pending"]])
-            log_bound = float(champion.model.predict(X, groups=np.array([group], dtype=object))[0])
+            log_bound = predict_row(champion.model, float32_row(x), group)
             theta = getattr(champion.model, "theta", None)
             if soft:
                 policy = SoftPolicy.from_settings(self.settings.predict, self.settings.watch)

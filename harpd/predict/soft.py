@@ -33,6 +33,7 @@ ignores how harp's own limits would have changed the schedule.
 from __future__ import annotations
 
 import math
+import sys
 from collections import deque
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -43,6 +44,8 @@ from harpd.predict.allocation import Guard, allocate_many
 from harpd.records import Outcome
 from harpd.recovery.escalation import simulate_many
 from harpd.watcher_timing import watcher_look, watcher_looks
+
+_FLOAT_MAX = sys.float_info.max
 
 if TYPE_CHECKING:
     from harpd.config import PredictSettings, WatchSettings
@@ -186,14 +189,25 @@ class StakeMean:
 
 
 def stake_of(cores, request):
-    """log(cores × request): what a job's reservation puts at stake (vectorised)."""
-    return np.log(np.maximum(np.asarray(cores, float) * np.asarray(request, float), 1.0))
+    """log(cores × request): what a job's reservation puts at stake.
+
+    Arrays (the replay's walk) or one job's numbers (harpd's request path,
+    in plain Python: see ``running_bound``); the same values either way.
+    """
+    if isinstance(cores, np.ndarray) or isinstance(request, np.ndarray):
+        return np.log(np.maximum(np.asarray(cores, float) * np.asarray(request, float), 1.0))
+    return math.log(max(float(cores) * float(request), 1.0))
 
 
-def tilt(policy: SoftPolicy, in_flight, stake, usual_stake):
-    """The per-job change of the log-bound: a burst adds caution, a large stake cuts deeper."""
-    dz = np.nan_to_num(np.asarray(stake, float) - np.asarray(usual_stake, float))
-    return policy.burst_tilt * np.log1p(np.maximum(np.asarray(in_flight, float), 0.0)) - policy.stake_tilt * dz
+def tilt(policy: SoftPolicy, in_flight: float, stake: float, usual_stake: float) -> float:
+    """One job's change of the log-bound: a burst adds caution, a large stake cuts deeper.
+
+    An unknown stake difference (NaN) tilts nothing; an infinite one is
+    clipped to the largest float, as ``numpy.nan_to_num`` does.
+    """
+    dz = float(stake) - float(usual_stake)
+    dz = 0.0 if math.isnan(dz) else min(max(dz, -_FLOAT_MAX), _FLOAT_MAX)
+    return policy.burst_tilt * math.log1p(max(float(in_flight), 0.0)) - policy.stake_tilt * dz
 
 
 def running_bound(up_log, elapsed, request, policy: SoftPolicy):
@@ -204,7 +218,19 @@ def running_bound(up_log, elapsed, request, policy: SoftPolicy):
     the template's runs are at least that long: a lower bound nobody has to
     wait for, which matters most for arrays and bursts whose first runs
     have not finished yet.
+
+    Arrays (the replay) or one job's floats (harpd, per sbatch): for one job
+    a handful of numpy calls costs more than the whole decision once the
+    CPU has gone cold between requests, so that case is plain Python, with
+    the same values (tests/unit/predict/test_soft_policy.py).
     """
+    if not any(isinstance(v, np.ndarray) for v in (up_log, elapsed, request)):
+        one = float(up_log)
+        try:
+            least = math.log(float(elapsed) * policy.recent_margin / float(request))
+        except (ValueError, ZeroDivisionError):  # none running (0), or no request: no lower bound
+            return one
+        return least if math.isfinite(least) and (math.isnan(one) or least > one) else one
     up = np.asarray(up_log, float)
     with np.errstate(divide="ignore", invalid="ignore"):
         low = np.log(np.asarray(elapsed, float) * policy.recent_margin / np.asarray(request, float))

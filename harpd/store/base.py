@@ -77,11 +77,14 @@ class _ThreadConn:
     closed: connections never pile up over days of requests.
     """
 
-    __slots__ = ("db", "depth", "read_only", "__weakref__")
+    __slots__ = ("db", "depth", "read_only", "relaxed", "__weakref__")
 
     def __init__(self, db: sqlite_utils.Database, read_only: bool = False) -> None:
         self.db = db
         self.depth = 0
+        # the connection's synchronous mode: FULL (False, as opened) or NORMAL, left as the last
+        # outermost transaction set it, since only commits read it and each commit sets its own
+        self.relaxed = False
         # SQLite opens a file it may not write read-only, and the connection stays so
         # after the admin fixes the modes: such a connection is replaced (``transaction``)
         self.read_only = read_only
@@ -333,20 +336,18 @@ class StoreBase:
                 h = self._holder()
         db = h.db
         depth = h.depth
-        relaxed = not durable and depth == 0
-        if relaxed:
+        relaxed = not durable
+        if depth == 0 and relaxed != h.relaxed:
+            # set per outermost transaction, and only when it changes: a run of decisions on one
+            # thread then costs no PRAGMA each (two of a decision's five statements before)
             try:
-                db.conn.execute("PRAGMA synchronous=NORMAL")
+                db.conn.execute("PRAGMA synchronous=NORMAL" if relaxed else "PRAGMA synchronous=FULL")
             except sqlite3.Error as exc:
                 self._write_error = _explain(exc, self.path)
                 raise StoreError(self._write_error) from None
-        try:
-            with self._transaction(h, db, depth) as got:
-                yield got
-        finally:
-            if relaxed:
-                with contextlib.suppress(sqlite3.Error):
-                    db.conn.execute("PRAGMA synchronous=FULL")
+            h.relaxed = relaxed
+        with self._transaction(h, db, depth) as got:
+            yield got
 
     @contextlib.contextmanager
     def _transaction(self, h: _ThreadConn, db: sqlite_utils.Database, depth: int) -> Iterator[sqlite_utils.Database]:

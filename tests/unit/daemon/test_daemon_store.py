@@ -431,22 +431,50 @@ def test_nested_transaction_failure_keeps_outer(store):
 
 
 def test_a_decision_commit_skips_its_fsync_and_every_other_commit_keeps_it(store):
-    """A predict's decision is committed with synchronous=NORMAL; the connection is FULL again after it."""
+    """A predict's decision commits with synchronous=NORMAL, every other commit with FULL, whatever came before."""
+
+    def mode(db):
+        return db.conn.execute("PRAGMA synchronous").fetchone()[0]
+
     seen = []
     with store.transaction(durable=False) as db:
-        seen.append(db.conn.execute("PRAGMA synchronous").fetchone()[0])
+        seen.append(mode(db))
         with store.transaction() as inner:  # a nested level follows the outermost
-            seen.append(inner.conn.execute("PRAGMA synchronous").fetchone()[0])
+            seen.append(mode(inner))
+    with store.transaction(durable=False) as db:  # the next decision
+        seen.append(mode(db))
     with store.transaction() as db:
-        seen.append(db.conn.execute("PRAGMA synchronous").fetchone()[0])
-    assert seen == [1, 1, 2]  # NORMAL, NORMAL, FULL
+        seen.append(mode(db))
+    with store.transaction() as db:
+        seen.append(mode(db))
+    assert seen == [1, 1, 1, 2, 2]  # NORMAL x3, then FULL
     with pytest.raises(RuntimeError):
         with store.transaction(durable=False):
             raise RuntimeError("boom")
-    assert store.db.conn.execute("PRAGMA synchronous").fetchone()[0] == 2  # restored after a failure too
+    with store.transaction() as db:  # after a failed decision too
+        assert mode(db) == 2
     store.add_decision("t1", 1000, "u", {"request": {}}, {}, {"changes": []})
     assert store.get_decision("t1") is not None
-    assert store.db.conn.execute("PRAGMA synchronous").fetchone()[0] == 2
+    with store.transaction() as db:
+        assert mode(db) == 2
+
+
+def test_a_run_of_decisions_sets_the_sync_mode_once(store):
+    """Each decision after the first is three statements (BEGIN, INSERT, COMMIT): no PRAGMA each time."""
+    store.add_decision("t0", 1000, "u", {"request": {}}, {}, {"changes": []})
+    statements: list[str] = []
+    store.db.conn.set_trace_callback(statements.append)
+    try:
+        for k in range(1, 4):
+            store.add_decision(f"t{k}", 1000, "u", {"request": {}}, {}, {"changes": []})
+        store.set_meta("k", 1)  # a durable commit puts FULL back first
+    finally:
+        store.db.conn.set_trace_callback(None)
+    words = [st.split()[0].upper() for st in statements]
+    assert words[:9] == ["BEGIN", "INSERT", "COMMIT"] * 3
+    assert "PRAGMA synchronous=FULL" in statements[9:] and statements.index("PRAGMA synchronous=FULL") < words.index(
+        "COMMIT", 9
+    )
 
 
 def test_threads_read_while_another_writes(tmp_path):

@@ -9,9 +9,10 @@ import pytest
 
 from harpd.features.history import COL, FEATURE_NAMES, N_FEATURES
 from harpd.models import registry
+from harpd.models.base import float32_row, predict_row
 from harpd.models.baselines import Alea, Tsafrir, UserRequest
 from harpd.models.conformal import Calibrator, HarpModel, OnlineConformal
-from harpd.models.gbm import GbmQuantile
+from harpd.models.gbm import FlatTrees, GbmQuantile, _compiled_walk
 from harpd.models.persistence import ModelFileError, load_model, save_model
 
 
@@ -192,3 +193,49 @@ def test_flat_trees_match_sklearn_one_row_at_a_time():
 
     m2 = pickle.loads(pickle.dumps(m))  # the flat copy is not pickled, and rebuilt
     assert "fast_" not in m2.__dict__ and np.isclose(m2.predict(X[:1])[0], ref[0])
+
+
+def test_one_row_in_plain_python_is_sklearns_prediction_to_the_bit():
+    """The live path's walk (the trees written as Python) adds the leaves in scikit-learn's order."""
+    rng = np.random.default_rng(6)
+    X = rng.normal(size=(3000, N_FEATURES)).astype(np.float32)
+    X[rng.random(X.shape) < 0.15] = np.nan  # missing values take the learned side, left or right
+    y = np.nan_to_num(X[:, 0]) - np.nan_to_num(X[:, 3]) + rng.normal(size=3000)
+    m = GbmQuantile(quantile=0.8, max_iter=40).fit(X, y)
+    ref = m.model_.predict(X[:400][:, m.cols_])
+    rows = [float32_row(x) for x in X[:400].astype(float)]
+    got = [m.predict_row(r) for r in rows]
+    assert got == ref.tolist()  # exactly: the same comparisons, the same additions in the same order
+    sides = m.fast_.missing_left[~m.fast_.leaf]
+    assert sides.any() and not sides.all()  # both sides of a missing value were exercised
+
+
+def test_a_tree_that_cannot_be_written_as_python_is_walked_by_numpy():
+    rng = np.random.default_rng(7)
+    X = rng.normal(size=(500, N_FEATURES)).astype(np.float32)
+    m = GbmQuantile(quantile=0.8, max_iter=5).fit(X, X[::, 0].astype(float))
+    want = m.predict(X[:3])
+    m.fast_ = FlatTrees(m.model_)
+    m.fast_.value[0] = np.inf  # the numpy walk holds the same arrays
+    assert _compiled_walk(m.fast_) is None
+    m.fast_._walk = None
+    m.fast_.value[0] = m.model_._predictors[0][0].nodes["value"][0]
+    assert [m.predict_row(float32_row(x)) for x in X[:3].astype(float)] == pytest.approx(want, abs=1e-12)
+
+
+def test_harp_model_one_row_equals_its_matrix_prediction():
+    """``predict_row`` (the live path) and ``predict`` (the replay) give one job the same bound."""
+    X, y = _data(4000)
+    rng = np.random.default_rng(8)
+    hist = [COL[c] for c in ("r_n", "s_n", "r_max", "s_max", "r_q90", "s_q90")]
+    X[:, hist] = np.where(rng.random((len(X), len(hist))) < 0.3, np.nan, rng.uniform(-3, 3, (len(X), len(hist))))
+    X[:, [COL["r_n"], COL["s_n"]]] = np.abs(X[:, [COL["r_n"], COL["s_n"]]])  # log1p of run counts, some >= 10 runs
+    m = HarpModel(alpha=0.1, base=GbmQuantile(quantile=0.9, max_iter=30)).fit(
+        X, y, censored=np.zeros(len(y), bool), sample_weight=np.ones(len(y))
+    )
+    groups = np.array([f"p{i % 3}|x" for i in range(400)], dtype=object)
+    want = m.predict(X[-400:], groups=groups)
+    got = [predict_row(m, float32_row(x), g) for x, g in zip(X[-400:].astype(float), groups, strict=True)]
+    assert got == pytest.approx(want.tolist(), rel=0, abs=1e-12)
+    assert any(f > -np.inf for f in m.floor_of(X[-400:]))  # the history floor took part
+    assert np.sum(want == m.floor_of(X[-400:])) > 0  # and decided some bounds

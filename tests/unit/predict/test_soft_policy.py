@@ -62,6 +62,36 @@ def test_a_running_sibling_is_a_lower_bound():
     assert np.exp(got) * 4000 == pytest.approx([100.0, 100.0, 1100.0])
 
 
+def test_one_jobs_numbers_give_what_the_arrays_give():
+    """harpd passes one job's floats (plain Python), the replay arrays (numpy): the same values."""
+    pol = SoftPolicy(recent_margin=1.1)
+    inf, nan = math.inf, math.nan
+    cases = [
+        (math.log(0.1), 1000.0, 4000.0),
+        (math.log(0.1), 50.0, 4000.0),
+        (math.log(0.1), 0.0, 4000.0),  # none running
+        (math.log(0.1), nan, 4000.0),
+        (math.log(0.1), inf, 4000.0),
+        (math.log(0.1), 100.0, 0.0),  # no request
+        (math.log(0.1), -5.0, 4000.0),
+        (nan, 1000.0, 4000.0),  # no model bound: a running sibling still gives one
+        (-inf, 1000.0, 4000.0),
+        (inf, 1000.0, 4000.0),
+    ]
+    up, elapsed, req = (np.array(c, float) for c in zip(*cases, strict=True))
+    arrays = running_bound(up, elapsed, req, pol)
+    for (u, e, r), want in zip(cases, arrays, strict=True):
+        got = running_bound(u, e, r, pol)
+        assert isinstance(got, float)
+        assert got == pytest.approx(want, nan_ok=True)
+    cores = np.array([4.0, 1.0, 0.0, nan, 2.0])
+    reqs = np.array([3600.0, 0.5, 100.0, 100.0, inf])
+    for c, r, want in zip(cores, reqs, stake_of(cores, reqs), strict=True):
+        assert stake_of(float(c), float(r)) == pytest.approx(want, nan_ok=True)
+    assert tilt(SoftPolicy(stake_tilt=0.1), 0, nan, 5.0) == 0.0  # an unknown stake tilts nothing
+    assert math.isfinite(tilt(SoftPolicy(stake_tilt=0.1), 0, inf, 5.0))  # clipped, as nan_to_num clips
+
+
 def test_tilts_point_the_right_way():
     pol = SoftPolicy(burst_tilt=0.2, stake_tilt=0.1)
     assert tilt(pol, 0, 5.0, 5.0) == pytest.approx(0.0)
