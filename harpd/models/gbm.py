@@ -101,12 +101,15 @@ class GbmQuantile(BasePredictor):
                 raise RuntimeError("GbmQuantile.predict called before fit")
             return np.full(X.shape[0], self.const_)
         Xc = X[:, self.cols_]
-        if X.shape[0] <= 4:  # the live path: one job at a time
-            fast = getattr(self, "fast_", None)
-            if fast is None:
-                fast = self.fast_ = FlatTrees(self.model_)
-            return np.array([fast.predict_one(row) for row in Xc])
+        if X.shape[0] <= 4:  # a job or a few: scikit-learn's per-call cost is not worth it
+            return np.array([self._trees().predict_row(row) for row in Xc.tolist()])
         return self.model_.predict(Xc)
+
+    def _trees(self) -> FlatTrees:
+        fast = getattr(self, "fast_", None)
+        if fast is None:
+            fast = self.fast_ = FlatTrees(self.model_)
+        return fast
 
     def predict_row(self, row: Sequence[float], group: str | None = None) -> float:
         """One job's base prediction in plain Python (``row``: float32-rounded, as ``check_xy`` makes it;
@@ -122,24 +125,33 @@ class GbmQuantile(BasePredictor):
             if self.const_ is None:
                 raise RuntimeError("GbmQuantile.predict called before fit")
             return float(self.const_)
-        fast = getattr(self, "fast_", None)
-        if fast is None:
-            fast = self.fast_ = FlatTrees(self.model_)
-        return fast.predict_row([row[c] for c in self.cols_])
+        return self._trees().predict_row([row[c] for c in self.cols_])
 
     def __getstate__(self):
         d = dict(self.__dict__)
-        d.pop("fast_", None)  # rebuilt on first use
+        d.pop("fast_", None)  # rebuilt when loaded
         return d
+
+    def __setstate__(self, state):
+        """Load, and write the trees as Python now (tens of ms): harpd loads a model before it
+        answers with it, so no sbatch waits for that; a model it cannot walk so is left to ``predict``."""
+        self.__dict__.update(state)
+        if getattr(self, "model_", None) is not None:
+            try:
+                self.fast_ = FlatTrees(self.model_)
+            except Exception:  # the first prediction tries again and says what is wrong
+                self.__dict__.pop("fast_", None)
 
 
 class FlatTrees:
-    """All trees of a fitted HistGradientBoostingRegressor as flat arrays.
+    """All trees of a fitted HistGradientBoostingRegressor, for one row at a time.
 
     scikit-learn predicts one row in about a millisecond (per-tree calls and
-    an OpenMP region each); harp predicts one job per sbatch.  Walking all
-    trees at once with numpy indexing costs tens of microseconds and gives
-    the same numbers (tests/unit/models checks it against ``predict``).
+    an OpenMP region each); harp predicts one job per sbatch.  The trees
+    written as one Python function (``predict_row``) cost tens of
+    microseconds and give scikit-learn's numbers to the bit; where they
+    cannot be written so, the flat arrays are walked with numpy
+    (``predict_one``; tests/unit/models checks both against ``predict``).
     """
 
     def __init__(self, model) -> None:
