@@ -214,9 +214,9 @@ def test_one_row_in_plain_python_is_sklearns_prediction_to_the_bit():
 def test_a_tree_that_cannot_be_written_as_python_is_walked_by_numpy():
     rng = np.random.default_rng(7)
     X = rng.normal(size=(500, N_FEATURES)).astype(np.float32)
-    m = GbmQuantile(quantile=0.8, max_iter=5).fit(X, X[::, 0].astype(float))
+    m = GbmQuantile(quantile=0.8, max_iter=5).fit(X, X[:, 0].astype(float))
     want = m.predict(X[:3])
-    m.fast_ = FlatTrees(m.model_)
+    m.fast_ = FlatTrees(m.model_, m.cols_)
     m.fast_.value[0] = np.inf  # the numpy walk holds the same arrays
     assert _compiled_walk(m.fast_) is None
     m.fast_._walk = None
