@@ -40,6 +40,10 @@ class Guard:
     max_raise_factor: float = 1.0
     leave_alone_ratio: float = 0.9
     margin: float = 1.0  # multiply the bound (e.g. 1.05 for slack on top of it)
+    # added to the bound (the resource's unit) before the other rails: under soft limits the
+    # watcher's lead, since harpd extends a job once less than that is left of its limit, so a
+    # limit holds a job that needs its bound only with the lead on top (``soft.soft_guard``)
+    headroom: float = 0.0
     # time: never cut below request / 2^(attempts−1), so escalation walks back
     # to the user's request within the attempts and no job that fits its
     # request is ever lost (0 disables).  Memory has none: its last attempt
@@ -85,13 +89,15 @@ def allocate(
     req = 0.0 if request is None else request  # a float for the checker; has_req guards every use
     has_req = req > 0
     ratio = math.exp(upper_log) * guard.margin
+    if guard.headroom:
+        ratio += guard.headroom / req if has_req else guard.headroom
     value = ratio * req if has_req else ratio
     if has_req:
         if ratio >= keep_at and ratio <= 1.0:
-            return None, f"bound is {ratio:.0%} of the request: kept"
+            return None, f"{_bound_words(guard)} is {ratio:.0%} of the request: kept"
         if ratio > 1.0:
             if guard.max_raise_factor <= 1.0:
-                return None, "bound is above the request; raising is off"
+                return None, f"{_bound_words(guard)} is above the request; raising is off"
             value = min(value, req * guard.max_raise_factor)
         elif not guard.allow_shrink:
             return None, "shrinking is off"
@@ -109,6 +115,11 @@ def allocate(
     return float(value), by
 
 
+def _bound_words(guard: Guard) -> str:
+    """What was compared with the request: the bound, or the bound and the watcher's lead."""
+    return f"bound with the watcher's {guard.headroom:g} s lead" if guard.headroom else "bound"
+
+
 def allocate_many(
     request: np.ndarray, upper_log: np.ndarray, n_history: np.ndarray, limit: np.ndarray | None, guard: Guard
 ) -> np.ndarray:
@@ -119,6 +130,8 @@ def allocate_many(
     ok = (np.asarray(n_history) >= guard.min_history) & np.isfinite(up)
     with np.errstate(over="ignore", invalid="ignore"):
         ratio = np.exp(up) * guard.margin
+        if guard.headroom:
+            ratio = ratio + guard.headroom / np.where(has_req, request, 1.0)
         value = np.where(has_req, ratio * np.where(has_req, request, 1.0), ratio)
     keep_close = has_req & (ratio >= guard.leave_alone_ratio) & (ratio <= 1.0)
     above = has_req & (ratio > 1.0)

@@ -653,6 +653,8 @@ class ModelPredictor:
         if why != BOUND:
             reason += "; " + _rail_words(why, res, guard, req, limit, floor_key)
         if soft and req:
+            if why == BOUND and guard.headroom:
+                reason += f", plus {guard.headroom:g} s: harpd extends a job that long before its limit"
             reason += f" (extended automatically up to {format_time(int(req))} while it runs)"
         if res == "time":
             value, moved = fit_time(value, rq, self.settings.predict.floor_time_s)

@@ -138,6 +138,7 @@ class SoftPolicy:
             "stake_tilt": self.stake_tilt,
             "max_extensions": self.max_extensions,
             "min_limit_s": self.min_limit_s,
+            "watcher_lead_s": self.lead_s,
         }
 
 
@@ -247,9 +248,15 @@ def soft_guard(guard: Guard, policy: SoftPolicy | None = None) -> Guard:
     into a kill; under soft limits such a miss is one extension, which the
     budget controller counts like any other, so the model speaks for new
     programs too.  With ``policy``, the floor is at least the smallest limit
-    harpd's watcher can honour (``SoftPolicy.min_limit_s``).
+    harpd's watcher can honour (``SoftPolicy.min_limit_s``), and the watcher's
+    lead is added to the bound (``Guard.headroom``): harpd extends a job once
+    less than the lead is left of its limit, so a limit of just the bound
+    would have a job that needs 100 s of a 180 s limit extended at 60 s, and
+    the budget controller would widen every job's cut to pay for extensions
+    that only the lead made.
     """
     floor = guard.floor if policy is None else max(guard.floor, policy.min_limit_s)
+    headroom = guard.headroom if policy is None else max(guard.headroom, policy.lead_s, 0.0)
     return Guard(
         min_history=0,
         floor=floor,
@@ -258,6 +265,7 @@ def soft_guard(guard: Guard, policy: SoftPolicy | None = None) -> Guard:
         leave_alone_ratio=guard.leave_alone_ratio,
         margin=guard.margin,
         min_fraction=0.0,
+        headroom=headroom,
     )
 
 

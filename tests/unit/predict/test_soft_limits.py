@@ -228,8 +228,11 @@ def _decide(p):
 def test_live_soft_mode_cuts_to_recent_runs_and_says_it_extends():
     d = _decide(_live(True))
     (c,) = [c for c in d.changes if c.option == "time"]
-    assert c.old == "02:00:00" and c.value == "00:11:00"  # 1.1 × 590 s, rounded up to the minute
+    # 1.1 × 590 s and the watcher's 120 s lead, rounded up to the minute
+    assert c.old == "02:00:00" and c.value == "00:13:00"
+    assert "plus 120 s: harpd extends a job that long before its limit" in c.reason
     assert c.reason.endswith("(extended automatically up to 02:00:00 while it runs)")
+    assert d.explain["time"]["watcher_lead_s"] == 120.0
     ex = d.explain["time"]
     assert ex["limits"] == "soft" and ex["extension_budget"] == pytest.approx(0.10)
     assert ex["quantile"] == pytest.approx(0.9) and "last runs" in ex["soft_rule"]

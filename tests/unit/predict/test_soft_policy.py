@@ -162,8 +162,9 @@ def test_soft_starts_use_history_at_the_start_and_running_siblings():
     lim, use = soft_starts(p, np.full(p.n, np.log(0.5)), Guard(), pol)
     i = int(np.argmax(p.start == 10000))
     assert use[i]
-    # the rule alone says 1.1 × 1000; the sibling started at 5000 has run 5000 s: 1.1 × 5000 wins
-    assert lim[i] == pytest.approx(5500.0)
+    # the rule alone says 1.1 × 1000; the sibling started at 5000 has run 5000 s: 1.1 × 5000 wins,
+    # with the watcher's 120 s lead on top
+    assert lim[i] == pytest.approx(5500.0 + pol.lead_s)
 
 
 def test_soft_state_keeps_its_scale_in_the_store_and_forgets_a_stale_listing(tmp_path):
@@ -228,6 +229,48 @@ def test_the_smallest_soft_limit_leaves_room_for_the_watchers_lead_and_interval(
 
     v, _ = allocate(3600.0, math.log(30.0 / 3600.0), 10, None, soft_guard(g, pol))
     assert v == 180.0  # a 30 s bound becomes 3 min, not 1
+
+
+def test_a_soft_limit_holds_the_bound_with_the_watchers_lead_on_top():
+    """harpd extends a job once less than the lead is left: the limit is the bound plus the lead.
+
+    Without it a job that needs 600 s of a 660 s limit would be extended at 540 s
+    (the watcher's look within 120 s of the limit), an extension that only the
+    lead made; with it the job ends inside its limit and is never watched out.
+    """
+    from harpd.predict.allocation import allocate, allocate_many
+    from harpd.predict.soft import extend, soft_guard
+
+    pol = SoftPolicy(lead_s=120.0, look_s=30.0)
+    g = soft_guard(Guard(floor=60.0), pol)
+    assert g.headroom == 120.0 and soft_guard(Guard(floor=60.0)).headroom == 0.0
+    req = 3600.0
+    v, why = allocate(req, math.log(600.0 / req), 10, None, g)
+    assert v == pytest.approx(720.0) and why == "bound"
+    # the lead makes a bound near the request one to leave alone: 3200 + 120 s is 92 % of an hour
+    assert allocate(req, math.log(3200.0 / req), 10, None, g) == (
+        None,
+        "bound with the watcher's 120 s lead is 92% of the request: kept",
+    )
+    assert allocate(600.0, math.log(500.0 / 600.0), 10, None, g) == (
+        None,
+        "bound with the watcher's 120 s lead is above the request; raising is off",
+    )
+    assert allocate(req, math.log(3200.0 / req), 10, None, soft_guard(Guard(floor=60.0), None))[0] == pytest.approx(
+        3200.0
+    )
+    # the vectorised twin agrees, the floor and the request's rails included
+    bounds = np.log(np.array([30.0, 600.0, 3000.0, 3200.0, 3590.0]) / req)
+    many = allocate_many(np.full(5, req), bounds, np.full(5, 10), None, g)
+    one = [allocate(req, float(b), 10, None, g)[0] for b in bounds]
+    assert [None if math.isnan(x) else x for x in many] == pytest.approx(one)
+    assert one[0] == 180.0  # 30 + 120 s is under the smallest limit the watcher can honour
+    # a job that needs exactly its bound is not extended by the watcher (it would be without the lead)
+    need = np.array([600.0])
+    _, ext, _ = extend(np.array([v]), need, np.array([req]), np.zeros(1, bool), lead_s=120.0, look_s=30.0)
+    assert ext.tolist() == [0]
+    _, ext, _ = extend(np.array([660.0]), need, np.array([req]), np.zeros(1, bool), lead_s=120.0, look_s=30.0)
+    assert ext.tolist() == [1]
 
 
 def test_the_metric_extends_a_job_within_the_lead_of_its_limit():

@@ -122,25 +122,26 @@ def _time_of(p):
 def test_the_live_predictor_reads_siblings_in_flight_and_the_budget_scale():
     p = _predictor_with_history()
     assert p.soft_state is not None
-    assert _time_of(p)[0] == "00:11:00"  # 1.1 × 590 s: nothing running, scale 1
+    assert _time_of(p)[0] == "00:13:00"  # 1.1 × 590 s and the watcher's 120 s lead: nothing running, scale 1
     job = JobRequest(partition="cpu", signature="sig", request={"time_s": 7200, "ntasks": 4})
     tmpl = p.template_of(job, "ann")
     p.soft_state.set_running({tmpl: (1, 1800.0)})  # a sibling has run 30 min already
     value, ex = _time_of(p)
-    # 1.1 × 1800 s = 33 min, times the burst tilt e^(0.2·ln 2) = 1.149 for one sibling in flight: 37.9 min
-    assert value == "00:38:00"
+    # 1.1 × 1800 s = 33 min, times the burst tilt e^(0.2·ln 2) = 1.149 for one sibling in flight: 37.9 min,
+    # and the watcher's 2 min lead
+    assert value == "00:40:00"
     assert ex["siblings_running"] == 1 and ex["budget_scale"] == pytest.approx(1.0)
     p.soft_state.set_running({})
     for _ in range(40):
         p.soft_state.extended()  # many extensions lately: more room for every job
     assert _time_of(p)[1]["budget_scale"] > 1.5
-    assert _time_of(p)[0] > "00:11:00"
+    assert _time_of(p)[0] > "00:13:00"
 
 
 def test_a_user_over_their_extension_budget_keeps_their_time_request(store):
     p = _predictor_with_history()
     p.soft_state.store = store  # the live state reads the user's record from harpd's store
-    assert _time_of(p)[0] == "00:11:00"  # ann is cut while her jobs stay within harp's limits
+    assert _time_of(p)[0] == "00:13:00"  # ann is cut while her jobs stay within harp's limits
     cut = {"changes": [{"option": "time", "value": "11", "old": "120", "reason": "m"}], "limits": {}, "explain": {}}
     for i in range(10):
         store.add_submission(str(500 + i), 1000, "ann", {}, {"time_s": 7200}, {"time_s": 660}, cut, verified=True)
