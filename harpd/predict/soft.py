@@ -35,7 +35,7 @@ from __future__ import annotations
 import math
 import sys
 from collections import deque
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -257,16 +257,7 @@ def soft_guard(guard: Guard, policy: SoftPolicy | None = None) -> Guard:
     """
     floor = guard.floor if policy is None else max(guard.floor, policy.min_limit_s)
     headroom = guard.headroom if policy is None else max(guard.headroom, policy.lead_s, 0.0)
-    return Guard(
-        min_history=0,
-        floor=floor,
-        allow_shrink=guard.allow_shrink,
-        max_raise_factor=guard.max_raise_factor,
-        leave_alone_ratio=guard.leave_alone_ratio,
-        margin=guard.margin,
-        min_fraction=0.0,
-        headroom=headroom,
-    )
+    return replace(guard, min_history=0, floor=floor, min_fraction=0.0, headroom=headroom)
 
 
 def recent_at(prep, at: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:

@@ -265,7 +265,7 @@ def test_a_soft_limit_holds_the_bound_with_the_watchers_lead_on_top():
     one = [allocate(req, float(b), 10, None, g)[0] for b in bounds]
     assert [None if math.isnan(x) else x for x in many] == pytest.approx(one)
     assert one[0] == 180.0  # 30 + 120 s is under the smallest limit the watcher can honour
-    # a job that needs exactly its bound is not extended by the watcher (it would be without the lead)
+    # a job that needs exactly its bound is not extended by the watcher; one whose limit is only 60 s above its need is
     need = np.array([600.0])
     _, ext, _ = extend(np.array([v]), need, np.array([req]), np.zeros(1, bool), lead_s=120.0, look_s=30.0)
     assert ext.tolist() == [0]
