@@ -37,6 +37,9 @@ Watch = Callable[[str, int], None]
 #: seconds after a run's end before it is requeued: past slurmd's revocation
 #: second, with room for the clocks of harpd's and slurmctld's hosts to differ
 SETTLE_S = 3.0
+#: seconds a job requeued while it ran may stay COMPLETING (its processes being killed)
+#: before harpd gives up for this round and carries the attempt out on its next one
+COMPLETING_WAIT_S = 60.0
 
 
 def _permanent(exc: SlurmError) -> bool:
@@ -123,6 +126,7 @@ def requeue(
         held_now = not info.finished  # requeued from the job's end hook: the run ends now
         held_at = clock()
         info = backend.show_job(jid)
+    info = _past_completing(backend, info, clock, sleep)
     if info.held:
         try:
             backend.update_job(jid, **pending_changes(info, plan))
@@ -150,6 +154,28 @@ def requeue(
         backend.release(jid)
         crash_point("released")
     _commit(store, watch, chain, number, jid)
+
+
+def _past_completing(
+    backend: SlurmBackend, info: JobInfo, clock: Callable[[], float], sleep: Callable[[float], None]
+) -> JobInfo:
+    """The job once slurmctld has it held, not COMPLETING.
+
+    A job held while it ran is COMPLETING until slurmd has killed its
+    processes; only then is it PENDING and held, the state the limits are
+    updated and the job released in.  Taken for done while COMPLETING, the
+    requeue was committed unreleased and the job stayed held for good.
+    """
+    deadline = clock() + COMPLETING_WAIT_S
+    while (info.state or "").upper().startswith("COMPLETING"):
+        if clock() >= deadline:
+            raise SlurmError(
+                f"job {info.job_id} is still COMPLETING {COMPLETING_WAIT_S:.0f} s after its requeue: "
+                "harpd releases it with the new limits once slurmd has ended its run"
+            )
+        sleep(0.5)
+        info = backend.show_job(info.job_id)
+    return info
 
 
 def _commit(store: Store, watch: Watch | None, chain: str, number: int, jid: str) -> None:

@@ -13,7 +13,7 @@ import time
 from collections.abc import Mapping
 
 from harp_submit.units import parse_duration_s, parse_size_mb
-from harpd.slurm.base import JobChanges, JobInfo, QueuedJob, SlurmError, whole_minutes
+from harpd.slurm.base import FINISHED_STATES, JobChanges, JobInfo, QueuedJob, SlurmError, whole_minutes
 
 __all__ = ["AmbiguousRecord", "job_record", "parse_kv_line", "job_info", "queued_job", "update_fields"]
 
@@ -137,6 +137,10 @@ def job_info(kv: Mapping[str, str]) -> JobInfo:
     user, uid = _owner(_value(kv, "UserId"))
     state = _value(kv, "JobState")
     restarts = _value(kv, "Restarts") or "0"
+    # scontrol's EndTime of a job that still runs is its start plus its limit, a time in
+    # the future, not an end: read as one, a job requeued from its own end hook looked
+    # as if it had "ended 0.0 s ago" and waited until it really ended FAILED
+    ended = bool(state) and state.split()[0] in FINISHED_STATES
     return JobInfo(
         job_id=_value(kv, "JobId") or "",
         name=_value(kv, "JobName"),
@@ -151,7 +155,7 @@ def job_info(kv: Mapping[str, str]) -> JobInfo:
         comment=_value(kv, "Comment"),
         workdir=_value(kv, "WorkDir"),
         account=_value(kv, "Account"),
-        end_time=_epoch(_value(kv, "EndTime")),
+        end_time=_epoch(_value(kv, "EndTime")) if ended else None,
         std_out=_value(kv, "StdOut"),
         std_err=_value(kv, "StdErr"),
         submit_time=_epoch(_value(kv, "SubmitTime")),

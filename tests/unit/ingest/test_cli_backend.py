@@ -288,6 +288,15 @@ def test_show_job(backend, bindir):
     assert calls(bindir)[0]["argv"] == ["show", "job", "--oneliner", "12"]
 
 
+@pytest.mark.parametrize("state", ["RUNNING", "COMPLETING", "PENDING"])
+def test_a_job_that_has_not_ended_has_no_end_time(backend, bindir, state):
+    """scontrol's EndTime of a job that runs (or will) is its start plus its limit: a plan, not an end."""
+    line = (bindir / "scontrol.job").read_text().replace("JobState=COMPLETED", f"JobState={state}")
+    (bindir / "scontrol.job").write_text(line)
+    job = backend.show_job("12")
+    assert job.state == state and not job.finished and job.end_time is None
+
+
 REAL = (
     "JobId={id} JobName={name} UserId={user} GroupId=x(1) JobState=RUNNING Reason=None TimeLimit=00:05:00 "
     "SubmitTime=2026-11-24T08:11:40 CPUs/Task=1 MinMemoryNode=100M WorkDir=/w Comment={comment} StdOut=/w/o"

@@ -194,6 +194,15 @@ class FakeSlurm:
         j["state"] = _STATE_OF[outcome]
         self._save(st)
 
+    def start_run(self, job_id: str, completing_shows: int = 2) -> None:
+        """The job runs now.  Held while it runs (``requeue_hold``), it shows COMPLETING
+        ``completing_shows`` times before it is PENDING and held, as slurmctld does while
+        slurmd kills its processes."""
+        st = self._load()
+        j = st["jobs"][str(job_id)]
+        j.update(state="RUNNING", held=False, started_at=time.time(), completing_shows=completing_shows)
+        self._save(st)
+
     def purge(self, job_id: str) -> None:
         """slurmctld forgets the job (MinJobAge); accounting keeps it."""
         st = self._load()
@@ -306,11 +315,23 @@ class FakeSlurm:
         self._save(st)
         j = self._job(st, job_id)
         reason = "job_requeued_in_held_state" if j["held"] else "None"
+        state = j["state"]
+        if state == "COMPLETING":
+            j["completing_shows"] -= 1
+            if j["completing_shows"] <= 0:
+                j["state"] = "PENDING"
+        self._save(st)
+        if state == "RUNNING":  # scontrol's EndTime of a running job: its start plus its limit, in the future
+            end = time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(j["started_at"] + j["time_s"]))
+        elif j["runs"] and state in FINISHED:
+            end = time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(j["runs"][-1]["end"]))
+        else:
+            end = "Unknown"
         info = {
             "JobId": j["id"],
             "JobName": j["name"],
             "UserId": f"{j['user']}({j['uid']})",
-            "JobState": j["state"],
+            "JobState": state,
             "Reason": reason,
             "Restarts": str(j["restarts"]),
             "Requeue": j.get("requeue", "1"),  # the site's JobRequeue=1 unless the job said --no-requeue
@@ -320,9 +341,7 @@ class FakeSlurm:
             "Comment": j["comment"] or "(null)",
             "Account": j.get("account") or "(null)",
             "SubmitTime": time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(j.get("submitted_at") or time.time())),
-            "EndTime": time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(j["runs"][-1]["end"]))
-            if j["runs"] and j["state"] in FINISHED
-            else "Unknown",
+            "EndTime": end,
         }
         if j["mem_per_cpu_mb"]:
             info["MinMemoryCPU"] = f"{j['mem_per_cpu_mb']}M"
@@ -344,13 +363,13 @@ class FakeSlurm:
         st = self._load()
         self._call(st, "requeue_hold", str(job_id))
         j = self._job(st, job_id)
-        if j["state"] not in FINISHED:
+        if j["state"] not in FINISHED and j["state"] != "RUNNING":
             self._save(st)
             raise SlurmError(
                 f"scontrol requeuehold {job_id} failed (exit 1): Job is pending execution for job {job_id}"
             )
         j["restarts"] += 1
-        j["state"] = "PENDING"
+        j["state"] = "COMPLETING" if j["state"] == "RUNNING" else "PENDING"  # a running job's processes die first
         j["held"] = True
         self._save(st)
 

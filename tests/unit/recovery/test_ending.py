@@ -119,3 +119,40 @@ def test_a_harpd_that_can_only_resubmit_leaves_a_running_job_alone(tmp_path) -> 
         rec = Recovery(st, _Backend(), HarpSettings(recovery={"mode": "resubmit"}), watch=lambda *a: None)
         assert rec.run_ending("7", 1000) == ("left", "harpd recovers by resubmission here, once the job has ended")
         assert rec.run_ending("7", 1001)[0] == "left" and st.attempts("7") == []
+
+
+def test_a_running_job_a_step_of_which_was_killed_for_memory_is_requeued_and_released(tmp_path) -> None:
+    """As slurmctld shows it: a running job's EndTime is its projected end (not an end), and a job held
+    while it runs is COMPLETING before it is PENDING and held.  Read as an end, the requeue waited
+    for the job to really end (FAILED, seen by the workflow manager); taken for held while still
+    COMPLETING, the requeue was committed unreleased and the job stayed held for good."""
+    import itertools
+    import time
+
+    from resubmit_fakes import FakeSlurm, submission
+
+    from harpd.config import HarpSettings
+    from harpd.recovery.machine import Recovery
+    from harpd.store import Store
+
+    class _Running(FakeSlurm):
+        def sacct_raw(self, job_ids, since, until, all_users):
+            (jid,) = job_ids
+            return [SacctJob(job_id=jid, user="alice", state="RUNNING", req_mem_mb=100.0, steps=[BATCH, KILLED])]
+
+    fake = _Running(tmp_path / "slurm.json")
+    ticks = itertools.count(time.time(), 1.0)  # the real time, moving on faster: no real wait for SETTLE_S
+    with Store.open(tmp_path / "h.db") as st:
+        jid = fake.add_job(time_s=600, mem_mb=100)
+        submission(fake, st, jid, user="alice", uid=1000)
+        fake.start_run(jid)
+        rec = Recovery(
+            st, fake, HarpSettings(recovery={"mode": "requeue"}), watch=lambda *a: None, clock=lambda: next(ticks)
+        )
+        action, why = rec.run_ending(jid, 1000)
+        assert action == "requeued", why
+        job = fake.state["jobs"][jid]
+        assert job["restarts"] == 1 and job["state"] == "PENDING" and not job["held"], job
+        assert job["mem_mb"] > 100 and len(fake.calls("release")) == 1
+        (attempt2,) = [a for a in st.attempts(jid) if a.attempt == 2]
+        assert attempt2.step == "requeued" and attempt2.limits.get("while_running"), attempt2
