@@ -38,7 +38,7 @@ Watch = Callable[[str, int], None]
 #: second, with room for the clocks of harpd's and slurmctld's hosts to differ
 SETTLE_S = 3.0
 #: seconds a job requeued while it ran may stay COMPLETING (its processes being killed)
-#: before harpd gives up for this round and carries the attempt out on its next one
+#: before harpd leaves it for this round (NotYet) and carries the attempt out on a later tick
 COMPLETING_WAIT_S = 60.0
 
 
@@ -169,7 +169,8 @@ def _past_completing(
     deadline = clock() + COMPLETING_WAIT_S
     while (info.state or "").upper().startswith("COMPLETING"):
         if clock() >= deadline:
-            raise SlurmError(
+            # nobody's fault (a slow node kills its processes): not a failed try, the next tick goes on
+            raise NotYet(
                 f"job {info.job_id} is still COMPLETING {COMPLETING_WAIT_S:.0f} s after its requeue: "
                 "harpd releases it with the new limits once slurmd has ended its run"
             )

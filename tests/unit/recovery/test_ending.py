@@ -156,3 +156,46 @@ def test_a_running_job_a_step_of_which_was_killed_for_memory_is_requeued_and_rel
         assert job["mem_mb"] > 100 and len(fake.calls("release")) == 1
         (attempt2,) = [a for a in st.attempts(jid) if a.attempt == 2]
         assert attempt2.step == "requeued" and attempt2.limits.get("while_running"), attempt2
+
+
+def test_a_job_slurmd_is_slow_to_kill_stays_decided_and_is_released_on_a_later_tick(tmp_path, monkeypatch) -> None:
+    """COMPLETING longer than harpd waits is nobody's fault: no failed try; a later tick releases it."""
+    import itertools
+    import time
+
+    from resubmit_fakes import FakeSlurm, submission
+
+    from harpd.config import HarpSettings
+    from harpd.recovery import requeue
+    from harpd.recovery.machine import Recovery
+    from harpd.store import Store
+
+    class _Running(FakeSlurm):
+        def sacct_raw(self, job_ids, since, until, all_users):
+            (jid,) = job_ids
+            return [SacctJob(job_id=jid, user="alice", state="RUNNING", req_mem_mb=100.0, steps=[BATCH, KILLED])]
+
+    monkeypatch.setattr(requeue, "COMPLETING_WAIT_S", 2.0)
+    fake = _Running(tmp_path / "slurm.json")
+    ticks = itertools.count(time.time(), 1.0)
+    with Store.open(tmp_path / "h.db") as st:
+        jid = fake.add_job(time_s=600, mem_mb=100)
+        submission(fake, st, jid, user="alice", uid=1000)
+        fake.start_run(jid, completing_shows=10**6)
+        rec = Recovery(
+            st, fake, HarpSettings(recovery={"mode": "requeue"}), watch=lambda *a: None, clock=lambda: next(ticks)
+        )
+        assert rec.run_ending(jid, 1000)[0] == "left"
+        (attempt2,) = [a for a in st.attempts(jid) if a.attempt == 2]
+        assert attempt2.step == "decided" and not attempt2.limits.get("failures"), attempt2
+        assert fake.state["jobs"][jid]["held"] and fake.calls("release") == []
+
+        state = fake._load()
+        state["jobs"][jid]["completing_shows"] = 1  # slurmd has killed the run at last
+        fake._save(state)
+        rec.resume()
+        job = fake.state["jobs"][jid]
+        assert job["restarts"] == 1 and not job["held"] and job["mem_mb"] > 100, job
+        assert len(fake.calls("requeue_hold")) == 1 and len(fake.calls("release")) == 1
+        (attempt2,) = [a for a in st.attempts(jid) if a.attempt == 2]
+        assert attempt2.step == "requeued"
