@@ -55,6 +55,8 @@ RELEASE_FILES = {
     "test_dnn.py": "GRES of partitions and nodes as scontrol shows them; TresPerNode (22.05 gres:gpu, later gres/gpu)",
     "test_resize_cpus_live.py": "a step asking more CPUs than the job holds (22.05 fails, later waits until TIMEOUT); "
     "scontrol update of a pending job's CPUs",
+    "test_workflow_oom.py": "requeuehold of a running job from its TaskEpilog (COMPLETING, then held); "
+    "what sacct keeps of the run it ended",
 }
 
 #: The release files CI runs on 26.05 on every run (``-m release_ci``; scripts/test with CI=true): those that

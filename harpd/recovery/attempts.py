@@ -152,6 +152,7 @@ class Plan:
     mode: str | None = None  # requeue or resubmit
     restarts_before: int | None = None  # requeue: the job's Restarts when decided
     while_running: bool | None = None  # requeue: decided at the job's end hook, before Slurm ended it
+    held_running: bool | None = None  # requeue: held while Slurm still ran it (the manager saw no final state)
     note: str | None = None  # why the mode changed
     failures: int | None = None  # failed tries of the side effect so far
     last_error: str | None = None

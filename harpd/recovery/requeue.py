@@ -125,6 +125,9 @@ def requeue(
         crash_point("held")
         held_now = not info.finished  # requeued from the job's end hook: the run ends now
         held_at = clock()
+        if held_now:  # what harp status shows: the manager saw no final state of this run
+            plan = plan.but(held_running=True)
+            store.update_attempt(chain, number, limits=plan.to_json())
         info = backend.show_job(jid)
     info = _past_completing(backend, info, clock, sleep)
     if info.held:

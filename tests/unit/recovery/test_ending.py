@@ -156,6 +156,7 @@ def test_a_running_job_a_step_of_which_was_killed_for_memory_is_requeued_and_rel
         assert job["mem_mb"] > 100 and len(fake.calls("release")) == 1
         (attempt2,) = [a for a in st.attempts(jid) if a.attempt == 2]
         assert attempt2.step == "requeued" and attempt2.limits.get("while_running"), attempt2
+        assert attempt2.limits.get("held_running"), attempt2  # held before Slurm ended it: no final state seen
 
 
 def test_a_job_slurmd_is_slow_to_kill_stays_decided_and_is_released_on_a_later_tick(tmp_path, monkeypatch) -> None:
@@ -188,6 +189,7 @@ def test_a_job_slurmd_is_slow_to_kill_stays_decided_and_is_released_on_a_later_t
         assert rec.run_ending(jid, 1000)[0] == "left"
         (attempt2,) = [a for a in st.attempts(jid) if a.attempt == 2]
         assert attempt2.step == "decided" and not attempt2.limits.get("failures"), attempt2
+        assert attempt2.limits.get("held_running"), attempt2
         assert fake.state["jobs"][jid]["held"] and fake.calls("release") == []
 
         state = fake._load()
@@ -198,4 +200,4 @@ def test_a_job_slurmd_is_slow_to_kill_stays_decided_and_is_released_on_a_later_t
         assert job["restarts"] == 1 and not job["held"] and job["mem_mb"] > 100, job
         assert len(fake.calls("requeue_hold")) == 1 and len(fake.calls("release")) == 1
         (attempt2,) = [a for a in st.attempts(jid) if a.attempt == 2]
-        assert attempt2.step == "requeued"
+        assert attempt2.step == "requeued" and attempt2.limits.get("held_running")  # held while it ran, released later
