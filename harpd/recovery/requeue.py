@@ -37,9 +37,10 @@ Watch = Callable[[str, int], None]
 #: seconds after a run's end before it is requeued: past slurmd's revocation
 #: second, with room for the clocks of harpd's and slurmctld's hosts to differ
 SETTLE_S = 3.0
-#: seconds a job requeued while it ran may stay COMPLETING (its processes being killed)
-#: before harpd leaves it for this round (NotYet) and carries the attempt out on a later tick
-COMPLETING_WAIT_S = 60.0
+#: seconds a job requeued while it ran may stay COMPLETING (its processes being killed; half a
+#: second on a healthy node) before harpd leaves it for this round (NotYet) and carries the
+#: attempt out on a later tick: recovery's lock is held meanwhile, so not for long
+COMPLETING_WAIT_S = 15.0
 
 
 def _permanent(exc: SlurmError) -> bool:
