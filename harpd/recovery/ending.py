@@ -38,6 +38,18 @@ def _last_run(runs: list[SacctJob], job_id: str) -> SacctJob | None:
     return max(mine, key=lambda r: r.run) if mine else None
 
 
+def _start_recorded(job: SacctJob) -> bool:
+    """Accounting shows the run running, with its memory request: what a step's kill is measured against.
+
+    The hook runs while the job runs, so a run accounting shows in another
+    state, or without its request, is one slurmdbd has not recorded the start
+    of yet (seen on 22.05: the job PENDING with ReqMem ``16?`` beside its step
+    already CANCELLED by the memory kill).  Judged then, the kill had no limit
+    to be measured against and the job was left to end FAILED.
+    """
+    return job.state == "RUNNING" and job.req_mem_mb is not None
+
+
 def _settled(job: SacctJob, expect_step: bool = False) -> bool:
     """Every step but the batch and extern ones has a final state in accounting.
 
@@ -65,7 +77,8 @@ def ran_out_of_memory(
     A run whose steps all ended without that evidence is answered at once;
     a run with a step accounting still shows running is looked at again
     for up to ``wait_s`` (slurmdbd records a step's end a moment after it),
-    as is one with no step recorded yet when ``expect_step`` (``_settled``).
+    as is one with no step recorded yet when ``expect_step`` (``_settled``)
+    and one whose start accounting has not recorded yet (``_start_recorded``).
     """
     deadline = clock() + wait_s
     while True:
@@ -73,11 +86,14 @@ def ran_out_of_memory(
             job = _last_run(backend.sacct_raw([job_id], None, None, True), job_id)  # type: ignore[attr-defined]
         except SlurmError:
             job = None
-        if job is not None and killed_for_memory(job):
-            rec = to_record(job)
-            rec.outcome = Outcome.OOM
-            rec.censored_mem = True
-            return rec
-        if (job is not None and _settled(job, expect_step)) or clock() >= deadline:
+        if job is not None and _start_recorded(job):
+            if killed_for_memory(job):
+                rec = to_record(job)
+                rec.outcome = Outcome.OOM
+                rec.censored_mem = True
+                return rec
+            if _settled(job, expect_step):
+                return None
+        if clock() >= deadline:
             return None
         sleep(1.0)

@@ -201,3 +201,16 @@ def test_a_job_slurmd_is_slow_to_kill_stays_decided_and_is_released_on_a_later_t
         assert len(fake.calls("requeue_hold")) == 1 and len(fake.calls("release")) == 1
         (attempt2,) = [a for a in st.attempts(jid) if a.attempt == 2]
         assert attempt2.step == "requeued" and attempt2.limits.get("held_running")  # held while it ran, released later
+
+
+def test_a_run_whose_start_accounting_has_not_recorded_is_waited_for() -> None:
+    """slurmdbd may hold the step's kill before the job's start (22.05: the job PENDING, ReqMem unreadable):
+    the kill is judged against the request once accounting shows the run running with it, never before."""
+    lagging = SacctJob(job_id="7", user="alice", state="PENDING", req_mem_mb=None, steps=[BATCH, KILLED])
+    backend = _Accounting([lagging], [lagging], [_job(BATCH, KILLED)])
+    rec = _ask(backend)
+    assert rec is not None and rec.outcome == Outcome.OOM and backend.calls == 3
+    # a request accounting shows, but the run not yet running: still not judged (a user's scancel -9 looks alike)
+    early = SacctJob(job_id="7", user="alice", state="PENDING", req_mem_mb=16.0, steps=[BATCH, KILLED])
+    backend = _Accounting([early])
+    assert _ask(backend) is None and 5 <= backend.calls <= 7
