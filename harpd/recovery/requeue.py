@@ -171,7 +171,7 @@ def _past_completing(
     requeue was committed unreleased and the job stayed held for good.
     """
     deadline = clock() + COMPLETING_WAIT_S
-    while (info.state or "").upper().startswith("COMPLETING"):
+    while info.completing:
         if clock() >= deadline:
             # nobody's fault (a slow node kills its processes): not a failed try, the next tick goes on
             raise NotYet(

@@ -123,6 +123,11 @@ class JobInfo:
         return state.startswith("REQUEUE_HOLD") or (state.startswith("PENDING") and "held" in reason)
 
     @property
+    def completing(self) -> bool:
+        """COMPLETING: slurmd is still ending the run (a job held while it ran is PENDING only after)."""
+        return (self.state or "").upper().startswith("COMPLETING")
+
+    @property
     def finished(self) -> bool:
         """The job's run has ended (a state in ``FINISHED_STATES``)."""
         return (self.state or "") in FINISHED_STATES

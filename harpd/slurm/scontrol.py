@@ -135,18 +135,15 @@ def _owner(text: str | None) -> tuple[str | None, int | None]:
 def job_info(kv: Mapping[str, str]) -> JobInfo:
     """A parsed ``scontrol show job -o`` line as a ``JobInfo``."""
     user, uid = _owner(_value(kv, "UserId"))
-    state = _value(kv, "JobState")
+    text = _value(kv, "JobState")
+    state = text.split()[0] if text else None
     restarts = _value(kv, "Restarts") or "0"
-    # scontrol's EndTime of a job that still runs is its start plus its limit, a time in
-    # the future, not an end: read as one, a job requeued from its own end hook looked
-    # as if it had "ended 0.0 s ago" and waited until it really ended FAILED
-    ended = bool(state) and state.split()[0] in FINISHED_STATES
     return JobInfo(
         job_id=_value(kv, "JobId") or "",
         name=_value(kv, "JobName"),
         user=user,
         uid=uid,
-        state=state.split()[0] if state else None,
+        state=state,
         reason=_value(kv, "Reason"),
         restarts=int(restarts) if restarts.isdigit() else 0,
         time_limit_s=_whole(parse_duration_s(_value(kv, "TimeLimit"))),  # UNLIMITED: None
@@ -155,7 +152,10 @@ def job_info(kv: Mapping[str, str]) -> JobInfo:
         comment=_value(kv, "Comment"),
         workdir=_value(kv, "WorkDir"),
         account=_value(kv, "Account"),
-        end_time=_epoch(_value(kv, "EndTime")) if ended else None,
+        # scontrol's EndTime of a job that still runs is its start plus its limit, a time in
+        # the future, not an end: read as one, a job requeued from its own end hook looked
+        # as if it had "ended 0.0 s ago" and waited until it really ended FAILED
+        end_time=_epoch(_value(kv, "EndTime")) if state in FINISHED_STATES else None,
         std_out=_value(kv, "StdOut"),
         std_err=_value(kv, "StdErr"),
         submit_time=_epoch(_value(kv, "SubmitTime")),

@@ -320,7 +320,7 @@ class FakeSlurm:
             j["completing_shows"] -= 1
             if j["completing_shows"] <= 0:
                 j["state"] = "PENDING"
-        self._save(st)
+            self._save(st)
         if state == "RUNNING":  # scontrol's EndTime of a running job: its start plus its limit, in the future
             end = time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(j["started_at"] + j["time_s"]))
         elif j["runs"] and state in FINISHED:

@@ -2,11 +2,21 @@
 
 from __future__ import annotations
 
+import itertools
+import time
+from contextlib import contextmanager
+
+from resubmit_fakes import FakeSlurm, submission
+
 from harp_submit import task_epilog
+from harpd.config import HarpSettings
 from harpd.records import Outcome
+from harpd.recovery import requeue
 from harpd.recovery.ending import ran_out_of_memory
+from harpd.recovery.machine import Recovery
 from harpd.slurm.base import SlurmError
 from harpd.slurm.sacct_records import SacctJob, SacctStep
+from harpd.store import Store
 
 
 class _Accounting:
@@ -97,9 +107,6 @@ def test_the_hook_asks_only_for_the_batch_task_and_never_fails(tmp_path, capsys)
 
 def test_a_harpd_that_can_only_resubmit_leaves_a_running_job_alone(tmp_path) -> None:
     """A resubmission is a new job: never made while the old one still runs (the poll makes it after)."""
-    from harpd.config import HarpSettings
-    from harpd.recovery.machine import Recovery
-    from harpd.store import Store
 
     class _Backend:
         def sacct_raw(self, *a):  # pragma: no cover - must not be asked
@@ -121,34 +128,38 @@ def test_a_harpd_that_can_only_resubmit_leaves_a_running_job_alone(tmp_path) -> 
         assert rec.run_ending("7", 1001)[0] == "left" and st.attempts("7") == []
 
 
+class _KilledWhileRunning(FakeSlurm):
+    """A fake Slurm whose accounting shows each job running, its step killed above its 100 MB."""
+
+    def sacct_raw(self, job_ids, since, until, all_users):
+        (jid,) = job_ids
+        return [SacctJob(job_id=jid, user="alice", state="RUNNING", req_mem_mb=100.0, steps=[BATCH, KILLED])]
+
+
+@contextmanager
+def _running_job(tmp_path, completing_shows: int = 2):
+    """(fake Slurm, store, job id, Recovery) for alice's running job, registered through harp-submit.
+
+    Recovery's clock is the real time moving on a second per reading: no real wait for SETTLE_S.
+    """
+    fake = _KilledWhileRunning(tmp_path / "slurm.json")
+    ticks = itertools.count(time.time(), 1.0)
+    with Store.open(tmp_path / "h.db") as st:
+        jid = fake.add_job(time_s=600, mem_mb=100)
+        submission(fake, st, jid, user="alice", uid=1000)
+        fake.start_run(jid, completing_shows=completing_shows)
+        rec = Recovery(
+            st, fake, HarpSettings(recovery={"mode": "requeue"}), watch=lambda *a: None, clock=lambda: next(ticks)
+        )
+        yield fake, st, jid, rec
+
+
 def test_a_running_job_a_step_of_which_was_killed_for_memory_is_requeued_and_released(tmp_path) -> None:
     """As slurmctld shows it: a running job's EndTime is its projected end (not an end), and a job held
     while it runs is COMPLETING before it is PENDING and held.  Read as an end, the requeue waited
     for the job to really end (FAILED, seen by the workflow manager); taken for held while still
     COMPLETING, the requeue was committed unreleased and the job stayed held for good."""
-    import itertools
-    import time
-
-    from resubmit_fakes import FakeSlurm, submission
-
-    from harpd.config import HarpSettings
-    from harpd.recovery.machine import Recovery
-    from harpd.store import Store
-
-    class _Running(FakeSlurm):
-        def sacct_raw(self, job_ids, since, until, all_users):
-            (jid,) = job_ids
-            return [SacctJob(job_id=jid, user="alice", state="RUNNING", req_mem_mb=100.0, steps=[BATCH, KILLED])]
-
-    fake = _Running(tmp_path / "slurm.json")
-    ticks = itertools.count(time.time(), 1.0)  # the real time, moving on faster: no real wait for SETTLE_S
-    with Store.open(tmp_path / "h.db") as st:
-        jid = fake.add_job(time_s=600, mem_mb=100)
-        submission(fake, st, jid, user="alice", uid=1000)
-        fake.start_run(jid)
-        rec = Recovery(
-            st, fake, HarpSettings(recovery={"mode": "requeue"}), watch=lambda *a: None, clock=lambda: next(ticks)
-        )
+    with _running_job(tmp_path) as (fake, st, jid, rec):
         action, why = rec.run_ending(jid, 1000)
         assert action == "requeued", why
         job = fake.state["jobs"][jid]
@@ -161,31 +172,8 @@ def test_a_running_job_a_step_of_which_was_killed_for_memory_is_requeued_and_rel
 
 def test_a_job_slurmd_is_slow_to_kill_stays_decided_and_is_released_on_a_later_tick(tmp_path, monkeypatch) -> None:
     """COMPLETING longer than harpd waits is nobody's fault: no failed try; a later tick releases it."""
-    import itertools
-    import time
-
-    from resubmit_fakes import FakeSlurm, submission
-
-    from harpd.config import HarpSettings
-    from harpd.recovery import requeue
-    from harpd.recovery.machine import Recovery
-    from harpd.store import Store
-
-    class _Running(FakeSlurm):
-        def sacct_raw(self, job_ids, since, until, all_users):
-            (jid,) = job_ids
-            return [SacctJob(job_id=jid, user="alice", state="RUNNING", req_mem_mb=100.0, steps=[BATCH, KILLED])]
-
     monkeypatch.setattr(requeue, "COMPLETING_WAIT_S", 2.0)
-    fake = _Running(tmp_path / "slurm.json")
-    ticks = itertools.count(time.time(), 1.0)
-    with Store.open(tmp_path / "h.db") as st:
-        jid = fake.add_job(time_s=600, mem_mb=100)
-        submission(fake, st, jid, user="alice", uid=1000)
-        fake.start_run(jid, completing_shows=10**6)
-        rec = Recovery(
-            st, fake, HarpSettings(recovery={"mode": "requeue"}), watch=lambda *a: None, clock=lambda: next(ticks)
-        )
+    with _running_job(tmp_path, completing_shows=10**6) as (fake, st, jid, rec):
         assert rec.run_ending(jid, 1000)[0] == "left"
         (attempt2,) = [a for a in st.attempts(jid) if a.attempt == 2]
         assert attempt2.step == "decided" and not attempt2.limits.get("failures"), attempt2
