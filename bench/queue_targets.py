@@ -218,6 +218,12 @@ def main() -> int:
                     f"  harp-soft over-reservation (final limits) vs the users': {h['over_vs_request']:.3f}, "
                     f"{h.get('extended_share') or 0:.1%} of jobs extended"
                 )
+                if h.get("kept_over_vs_request") is not None:
+                    print(
+                        f"    of it in the {h['kept_share']:.1%} of jobs harp kept at their request: "
+                        f"{h['kept_over_vs_request']:.3f}, of which {h['kept_early_over_vs_request']:.3f} "
+                        "in runs that used under a tenth of it"
+                    )
             for line in (rep.get("verdict") or {}).get("queue") or []:
                 print(f"  {line}")
     for pol, vals in gaps.items():

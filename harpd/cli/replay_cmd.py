@@ -523,6 +523,7 @@ def _soft_lines(rep: ReplayReport) -> list[list[str]]:
             "harp kills",
             f"over-res {rep.unit}",
             "over-res vs users",
+            "of it in jobs kept",
             "planned wrongly",
             "planned wrongly vs users",
             "consumed vs users",
@@ -541,6 +542,7 @@ def _soft_lines(rep: ReplayReport) -> list[list[str]]:
                 str(m.harp_kills),
                 _figure(m.over_reservation / scale, ",.0f"),
                 _figure(m.over_vs_request, ".3f"),
+                _figure(m.kept_over_vs_request, ".3f"),
                 _figure(m.planned_wrongly, ".3f"),
                 _figure(m.planned_wrongly_vs_request, ".3f"),
                 _figure(m.consumed_vs_request, ".3f"),
@@ -607,7 +609,8 @@ def render_table(rep: ReplayReport) -> str:
     if soft:
         out.append(
             "extended: share of jobs extended at least once; over-res: of the final limit "
-            "after extensions; planned wrongly: Σ cores × |limit at start − used| / Σ cores × used; "
+            "after extensions; of it in jobs kept: the part in jobs harp kept at their request; "
+            "planned wrongly: Σ cores × |limit at start − used| / Σ cores × used; "
             "score: lower is better (docs/metrics.md, 'Soft limits')"
         )
     else:

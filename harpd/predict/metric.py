@@ -54,6 +54,14 @@ class ModelMetrics:
     harp_kills: int | None = None  # jobs killed below their own request (0 under soft limits)
     planned_wrongly: float | None = None  # Σw·|limit at start − used| / Σw·used
     planned_wrongly_vs_request: float | None = None  # the same against the users' requests
+    # where the soft over-reservation is left: jobs harp kept at their request and never extended
+    kept_share: float | None = None  # share of jobs
+    kept_over: float | None = None  # Σw·(request − used) over them
+    kept_over_vs_request: float | None = None  # the same / the users' own over-reservation
+    # of those, the runs that used under a tenth of their request (they ended early: no bound
+    # short of the request covers their template's long runs)
+    kept_early_over: float | None = None
+    kept_early_over_vs_request: float | None = None
     # for the plain verdict of `harp replay` (what harp saves and costs, in resource units × weight)
     used_total: float = 0.0  # Σw·used: the work itself, the same for every model
     killed_jobs: int = 0  # jobs with at least one attempt killed below what they needed
@@ -181,6 +189,10 @@ def evaluate(
     return m
 
 
+#: a run that used under this share of its request ended early (``ModelMetrics.kept_early_over``)
+EARLY_SHARE = 0.1
+
+
 def evaluate_soft(
     model: str,
     start: np.ndarray,
@@ -207,6 +219,9 @@ def evaluate_soft(
     trusted: Σw·|S − U|.  The score replaces the miss penalty of the hard
     score by one on extensions beyond the budget (same pinball shape).
     Only for traces with requests (the request is the kill time).
+    ``kept_*`` say where the over-reservation harp leaves is: in the jobs it
+    kept at their request and never extended, and, of those, in the runs
+    that ended early (docs/metrics.md, "Queue", step 9).
     """
     from harpd.predict.soft import MAX_EXTENSIONS, extend
 
@@ -241,6 +256,8 @@ def evaluate_soft(
     share = float(extended.mean()) if n else 0.0
     b = min(max(extension_budget, 1e-6), 1.0)
     plan = float(np.sum(w * np.abs(first - used)))
+    kept = ~managed & ~extended
+    early = kept & (used < EARLY_SHARE * req)
     m = ModelMetrics(
         model=model,
         jobs=n,
@@ -265,9 +282,16 @@ def evaluate_soft(
         planned_wrongly=plan / sum_used if sum_used else math.nan,
         used_total=sum_used,
         killed_jobs=int(harp_killed.sum()),
+        kept_share=float(kept.mean()) if n else 0.0,
+        kept_over=float(np.sum(w[kept] * (final[kept] - used[kept]))),
+        kept_early_over=float(np.sum(w[early] * (final[early] - used[early]))),
     )
     if baseline is not None:
         m.over_vs_request = over / baseline.over_reservation if baseline.over_reservation else None
+        if baseline.over_reservation:
+            assert m.kept_over is not None and m.kept_early_over is not None  # set above
+            m.kept_over_vs_request = m.kept_over / baseline.over_reservation
+            m.kept_early_over_vs_request = m.kept_early_over / baseline.over_reservation
         m.over_jobs_vs_request = over_jobs / baseline.over_reservation_jobs if baseline.over_reservation_jobs else None
         base_consumed = baseline.consumed_over_used * sum_used
         m.consumed_vs_request = sum_used / base_consumed if base_consumed else None

@@ -69,6 +69,31 @@ def test_soft_metric_by_hand():
     assert m.harp_kills == 0 and m.killed == 0.0 and m.consumed_vs_request == pytest.approx(1.0)
     # under_rate: fitting jobs that outgrew their start limit (job 0 of 3)
     assert m.under_rate == pytest.approx(1 / 3)
+    # kept at the request and never extended: job 3 alone (job 2 started at R's half and was extended)
+    assert m.kept_share == pytest.approx(0.25)
+    assert m.kept_over == pytest.approx(4 * 600) and m.kept_over_vs_request == pytest.approx(2400 / over_users)
+    assert m.kept_early_over == 0.0  # it used a quarter of its request, not under a tenth
+
+
+def test_the_over_reservation_left_is_traced_to_the_jobs_kept_and_those_that_ended_early():
+    # R 1000 each; job 0 ended early (50 s) and kept its request, job 1 used 500 and kept it, job 2 was
+    # cut to 100 and extended to R, job 3 was set to R itself (managed in name only: kept too)
+    req = np.full(4, 1000.0)
+    need = np.array([50.0, 500.0, 400.0, 30.0])
+    start = np.array([NAN, NAN, 100.0, 1000.0])
+    w = np.array([3.0, 1.0, 1.0, 2.0])
+    cens = np.zeros(4, bool)
+    base = evaluate_soft("request", np.full(4, NAN), need, req, cens, w)
+    m = evaluate_soft("harp", start, need, req, cens, w, baseline=base, max_extensions=1)
+    users = 3 * 950 + 1 * 500 + 1 * 600 + 2 * 970
+    assert m.kept_share == pytest.approx(0.75)
+    assert m.kept_over == pytest.approx(3 * 950 + 500 + 2 * 970)
+    assert m.kept_early_over == pytest.approx(3 * 950 + 2 * 970)
+    assert m.kept_early_over_vs_request == pytest.approx((3 * 950 + 2 * 970) / users)
+    # the extended job's over-reservation is all it adds: harp's row is the users' here
+    assert m.over_vs_request == pytest.approx(1.0)
+    # the users' own row has no baseline to be compared with
+    assert base.kept_over_vs_request is None
 
 
 def test_recent_runs_are_those_finished_before_the_start():
