@@ -191,20 +191,39 @@ def _run(
     return start, wall
 
 
+#: the plugin's comment of each of this workflow's jobs (``rule_<rule>_wildcards_<sample>``)
+OWN_COMMENTS = frozenset(f"rule_{r}_wildcards_{s}" for r in (*RULES, FRESH[0]) for s in SAMPLES)
+
+
+def _ours(comment: str, submit: str, since: float) -> bool:
+    """A job of this workflow's run started at ``since``: its own rule's comment, submitted since then.
+
+    ``sacct -S`` also lists older jobs that were still pending in the
+    window (another workflow's cancelled retry, say), so the submit time
+    and the rule name both decide, not the window alone.
+    """
+    if comment.split("; ")[0] not in OWN_COMMENTS:
+        return False
+    try:
+        submitted = time.mktime(time.strptime(submit, "%Y-%m-%dT%H:%M:%S"))
+    except ValueError:
+        return False
+    return submitted >= since - 1
+
+
 def _jobs(c, since: float) -> dict[str, dict[str, str | float]]:
     """The jobs submitted since ``since`` by rule_sample: limit, request, state, comment, MaxRSS (MB), elapsed (s)."""
     start = time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(since - 1))
-    out = c.run(
-        ["sacct", "-P", "-n", "-S", start, "--units=M", "-o", "JobID,Comment,Timelimit,ReqMem,State,ElapsedRaw,MaxRSS"]
-    ).stdout
+    fields = "JobID,Comment,Timelimit,ReqMem,State,ElapsedRaw,MaxRSS,Submit"
+    out = c.run(["sacct", "-P", "-n", "-S", start, "--units=M", "-o", fields]).stdout
     jobs: dict[str, dict] = {}
     rss: dict[str, float] = {}
     for line in out.splitlines():
-        jid, comment, limit, reqmem, state, elapsed, maxrss = line.split("|")
+        jid, comment, limit, reqmem, state, elapsed, maxrss, submit = line.split("|")
         base = jid.split(".")[0]
         if maxrss:
             rss[base] = max(rss.get(base, 0.0), float(maxrss.rstrip("M") or 0))
-        if "." not in jid and comment.startswith("rule_"):
+        if "." not in jid and _ours(comment, submit, since):
             jobs[base] = {
                 "comment": comment,
                 "limit": limit,
@@ -314,5 +333,6 @@ def test_snakemake_through_harp_right_sizes_each_rule_from_its_own_runs(workflow
 
 def _ids(c, since: float) -> list[str]:
     start = time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(since - 1))
-    out = c.run(["sacct", "-P", "-n", "-X", "-S", start, "-o", "JobID,Comment"]).stdout
-    return [line.split("|")[0] for line in out.splitlines() if "|rule_" in line]
+    out = c.run(["sacct", "-P", "-n", "-X", "-S", start, "-o", "JobID,Comment,Submit"]).stdout
+    rows = [line.split("|") for line in out.splitlines()]
+    return [jid for jid, comment, submit in rows if _ours(comment, submit, since)]
