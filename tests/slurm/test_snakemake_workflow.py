@@ -191,18 +191,20 @@ def _run(
     return start, wall
 
 
-#: the plugin's comment of each of this workflow's jobs (``rule_<rule>_wildcards_<sample>``)
+#: the plugin's comment of each of this workflow's jobs (``rule_<rule>_wildcards_<sample>``); the
+#: other workflow tests import ``_jobs`` and ``_ids`` and pick theirs by submit time and "rule_" alone
 OWN_COMMENTS = frozenset(f"rule_{r}_wildcards_{s}" for r in (*RULES, FRESH[0]) for s in SAMPLES)
 
 
-def _ours(comment: str, submit: str, since: float) -> bool:
-    """A job of this workflow's run started at ``since``: its own rule's comment, submitted since then.
+def _ours(comment: str, submit: str, since: float, own: frozenset[str] | None) -> bool:
+    """A job of the workflow run started at ``since``: a rule's comment (one of ``own``), submitted since then.
 
     ``sacct -S`` also lists older jobs that were still pending in the
     window (another workflow's cancelled retry, say), so the submit time
     and the rule name both decide, not the window alone.
     """
-    if comment.split("; ")[0] not in OWN_COMMENTS:
+    plugin_comment = comment.split("; ")[0]
+    if not plugin_comment.startswith("rule_") or (own is not None and plugin_comment not in own):
         return False
     try:
         submitted = time.mktime(time.strptime(submit, "%Y-%m-%dT%H:%M:%S"))
@@ -211,8 +213,11 @@ def _ours(comment: str, submit: str, since: float) -> bool:
     return submitted >= since - 1
 
 
-def _jobs(c, since: float) -> dict[str, dict[str, str | float]]:
-    """The jobs submitted since ``since`` by rule_sample: limit, request, state, comment, MaxRSS (MB), elapsed (s)."""
+def _jobs(c, since: float, own: frozenset[str] | None = None) -> dict[str, dict[str, str | float]]:
+    """The jobs submitted since ``since`` by rule_sample: limit, request, state, comment, MaxRSS (MB), elapsed (s).
+
+    ``own``: the plugin comments of the workflow's rules (every rule's when None).
+    """
     start = time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(since - 1))
     fields = "JobID,Comment,Timelimit,ReqMem,State,ElapsedRaw,MaxRSS,Submit"
     out = c.run(["sacct", "-P", "-n", "-S", start, "--units=M", "-o", fields]).stdout
@@ -223,7 +228,7 @@ def _jobs(c, since: float) -> dict[str, dict[str, str | float]]:
         base = jid.split(".")[0]
         if maxrss:
             rss[base] = max(rss.get(base, 0.0), float(maxrss.rstrip("M") or 0))
-        if "." not in jid and _ours(comment, submit, since):
+        if "." not in jid and _ours(comment, submit, since, own):
             jobs[base] = {
                 "comment": comment,
                 "limit": limit,
@@ -284,7 +289,7 @@ def test_snakemake_through_harp_right_sizes_each_rule_from_its_own_runs(workflow
             client.call(workflow["socket"], {"op": "reload"}, 60.0)
         start, wall = _run(workflow, harp=True, fresh=(n == 2))
         walls.append(wall)
-        jobs = _jobs(c, start)
+        jobs = _jobs(c, start, OWN_COMMENTS)
         runs.append(jobs)
         expected = {f"{r}_{s}" for r in RULES for s in SAMPLES} | ({f"fresh_{s}" for s in SAMPLES} if n == 2 else set())
         assert set(jobs) == expected, jobs
@@ -295,7 +300,7 @@ def test_snakemake_through_harp_right_sizes_each_rule_from_its_own_runs(workflow
             own, *notes = j["comment"].split("; ")
             assert own == f"rule_{rule}_wildcards_{sample}" and all(x.startswith("harp ") for x in notes), j
         if n < 2:
-            ids = [jid for jid in _ids(c, start)]
+            ids = _ids(c, start, OWN_COMMENTS)
             _wait_outcomes(workflow["socket"], ids)
 
     first, third = runs[0], runs[2]
@@ -331,8 +336,8 @@ def test_snakemake_through_harp_right_sizes_each_rule_from_its_own_runs(workflow
     print("wall time: harp run 1 {:.0f} s, run 2 {:.0f} s, run 3 {:.0f} s".format(*walls))
 
 
-def _ids(c, since: float) -> list[str]:
+def _ids(c, since: float, own: frozenset[str] | None = None) -> list[str]:
     start = time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(since - 1))
     out = c.run(["sacct", "-P", "-n", "-X", "-S", start, "-o", "JobID,Comment,Submit"]).stdout
     rows = [line.split("|") for line in out.splitlines()]
-    return [jid for jid, comment, submit in rows if _ours(comment, submit, since)]
+    return [jid for jid, comment, submit in rows if _ours(comment, submit, since, own)]
