@@ -245,7 +245,8 @@ def evaluate_soft(
     managed = np.isfinite(start) & ~(np.abs(start - req) <= 1e-9)
     used = np.where(cens, req, need)
     sum_used = float(np.sum(w * used))
-    over = float(np.sum(w * (final - used)))
+    over_each = w * (final - used)
+    over = float(np.sum(over_each))
     over_jobs = float(np.sum(final - used))
     n, n_man = len(first), int(managed.sum())
     extended = ext > 0
@@ -257,7 +258,8 @@ def evaluate_soft(
     b = min(max(extension_budget, 1e-6), 1.0)
     plan = float(np.sum(w * np.abs(first - used)))
     kept = ~managed & ~extended
-    early = kept & (used < EARLY_SHARE * req)
+    kept_over = float(np.sum(over_each[kept]))
+    kept_early_over = float(np.sum(over_each[kept & (used < EARLY_SHARE * req)]))
     m = ModelMetrics(
         model=model,
         jobs=n,
@@ -283,15 +285,14 @@ def evaluate_soft(
         used_total=sum_used,
         killed_jobs=int(harp_killed.sum()),
         kept_share=float(kept.mean()) if n else 0.0,
-        kept_over=float(np.sum(w[kept] * (final[kept] - used[kept]))),
-        kept_early_over=float(np.sum(w[early] * (final[early] - used[early]))),
+        kept_over=kept_over,
+        kept_early_over=kept_early_over,
     )
     if baseline is not None:
         m.over_vs_request = over / baseline.over_reservation if baseline.over_reservation else None
         if baseline.over_reservation:
-            assert m.kept_over is not None and m.kept_early_over is not None  # set above
-            m.kept_over_vs_request = m.kept_over / baseline.over_reservation
-            m.kept_early_over_vs_request = m.kept_early_over / baseline.over_reservation
+            m.kept_over_vs_request = kept_over / baseline.over_reservation
+            m.kept_early_over_vs_request = kept_early_over / baseline.over_reservation
         m.over_jobs_vs_request = over_jobs / baseline.over_reservation_jobs if baseline.over_reservation_jobs else None
         base_consumed = baseline.consumed_over_used * sum_used
         m.consumed_vs_request = sum_used / base_consumed if base_consumed else None
