@@ -22,6 +22,9 @@ from harp_submit.decision import CHANGEABLE
 
 PROTOCOL_VERSION = 1
 MAX_REQUEST_BYTES = 1 << 20  # default for server.max_request_bytes
+#: the most ``#HARP`` lines a job may have, and their length: what harpd reads of a script is bounded
+MAX_HARP_LINES = 64
+MAX_HARP_LINE_CHARS = 1024
 
 # Slurm job ids as sbatch --parsable prints them (cluster suffix stripped):
 # "123", array task "123_4", het component "123+1".
@@ -78,7 +81,10 @@ class JobRequest(_Model):
     cwd: _Str | None = None
     array_size: _Count | None = None
     request: Resources = Field(default_factory=Resources)
-    harp_lines: Annotated[list[_Str], Field(max_length=1000)] = Field(default_factory=list)
+    # bounded so that one request's work is bounded (#44: 900 long #HARP lines took 2 s to decide)
+    harp_lines: Annotated[
+        list[Annotated[str, Field(max_length=MAX_HARP_LINE_CHARS)]], Field(max_length=MAX_HARP_LINES)
+    ] = Field(default_factory=list)
     # the script's first command lines (harp-submit sends up to 20, 4 KiB in
     # all; the --wrap command for wrap jobs): harpd derives ``signature`` from them
     commands: Annotated[list[_Str], Field(max_length=100)] = Field(default_factory=list)

@@ -346,6 +346,9 @@ def main(argv: list[str] | None = None) -> int:
             max_unauthenticated_per_peer=settings.server.max_unauthenticated_per_peer,
             unix_reserved_clients=settings.server.unix_reserved_clients,
             refusal_log_interval_s=settings.server.refusal_log_interval_s,
+            max_clients_per_user=settings.server.max_clients_per_user,
+            max_waiting_per_user=settings.server.max_waiting_per_user,
+            root_reserved_clients=settings.server.root_reserved_clients,
         )
     except ServerError as exc:
         print(f"harpd: {exc}", file=sys.stderr)
