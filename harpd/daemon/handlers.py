@@ -40,6 +40,7 @@ from harpd.report import build
 from harpd.report.job_status import JobStatusError, job_status
 from harpd.slurm.partitions import LimitsLookup, limits_for
 from harpd.store import QuotaExceeded, Store, StoreError
+from harpd.watch.service import Watch
 
 log = logging.getLogger("harpd.handlers")
 
@@ -171,6 +172,8 @@ class Handlers:
         self.recovery: Recovery | None = None
         # the sacct poller (harpd.ingest.poller), set once the services run; health counts its polls; None: no Slurm
         self.ingestor: Ingestor | None = None
+        # the watcher (harpd.watch.service), set once the services run; health shows its last tick; None: off
+        self.watch: Watch | None = None
         self.slurm = slurm  # progress reports are checked against slurmctld's owner of the job
         self.retrain_action = retrain
         self.reload_action = reload
@@ -335,6 +338,16 @@ class Handlers:
             limits=limits,
             accounting=self.accounting,
             ingest=None if self.ingestor is None else self._ingest_health(self.ingestor),
+            watch=None if self.watch is None else self._watch_health(self.watch),
+        )
+
+    @staticmethod
+    def _watch_health(watch: Watch) -> p.WatchHealth:
+        return p.WatchHealth(
+            last_tick_s=None if watch.last_tick_s is None else round(watch.last_tick_s, 3),
+            jobs=watch.last_tick_jobs,
+            lead_s=watch.lead_s,
+            at=watch.last_tick_at,
         )
 
     @staticmethod

@@ -111,6 +111,14 @@ class DnnSpec:
 # ---------------------------------------------------------------- line parsing
 
 
+def _is_dnn_line(raw: str) -> bool:
+    """``#HARP dnn ...`` (any case), cheaply: only those lines are split, shlex costing microseconds a character."""
+    text = raw.strip()
+    if text[:5].upper() == "#HARP":
+        text = text[5:].lstrip()
+    return text[:3].lower() == "dnn" and (len(text) == 3 or not text[3].isalnum())
+
+
 def dnn_tokens(harp_lines: list[str]) -> dict[str, str] | None:
     """KEY=VALUE pairs of every ``#HARP dnn`` line merged; None when there is none.
 
@@ -120,6 +128,8 @@ def dnn_tokens(harp_lines: list[str]) -> dict[str, str] | None:
     found = False
     out: dict[str, str] = {}
     for raw in harp_lines:
+        if not _is_dnn_line(raw):
+            continue  # another #HARP line (retry, off, checkpoint): not split here
         try:
             words = harp_line_words(raw)
         except ValueError as exc:
@@ -152,7 +162,10 @@ def parse_count(key: str, value: str, *, lo: int = 1, hi: int = 10**15) -> int:
     m = _NUMBER.match(value.strip().replace("_", ""))
     if not m:
         raise DnnError(f"#HARP dnn: {key}={value} is not a number (e.g. {key}=4096, params=7e9 or 6.7B)")
-    n = round(float(m.group(1)) * _SUFFIX[m.group(2).lower()])
+    x = float(m.group(1)) * _SUFFIX[m.group(2).lower()]
+    if not lo <= x <= hi:  # a float first: 1e999 (or 500 digits) is infinite, which round() cannot take
+        raise DnnError(f"#HARP dnn: {key}={value[:40]} is out of range ({lo} to {hi:g})")
+    n = round(x)
     if not lo <= n <= hi:
         raise DnnError(f"#HARP dnn: {key}={value} is out of range ({lo} to {hi:g})")
     return n

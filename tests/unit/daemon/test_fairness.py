@@ -107,8 +107,8 @@ def test_argv_and_environment_are_not_stored_with_a_question(store) -> None:
 @pytest.mark.parametrize(
     "lines,what",
     [
-        (["#HARP dnn params=1e9"] * (p.MAX_HARP_LINES + 1), "at most 64"),
-        (["#HARP " + "x" * p.MAX_HARP_LINE_CHARS], "at most 1024"),
+        (["#HARP dnn params=1e9"] * (p.MAX_HARP_LINES + 1), f"at most {p.MAX_HARP_LINES}"),
+        (["#HARP " + "x" * p.MAX_HARP_LINE_CHARS], f"at most {p.MAX_HARP_LINE_CHARS}"),
     ],
 )
 def test_a_request_with_too_many_or_too_long_harp_lines_is_refused_in_one_line(lines, what) -> None:
@@ -118,3 +118,25 @@ def test_a_request_with_too_many_or_too_long_harp_lines_is_refused_in_one_line(l
         p.parse_request(json.dumps({"op": "predict", "job": {"harp_lines": lines}}))
     assert "\n" not in str(err.value) and "harp_lines" in str(err.value), str(err.value)
     assert what in str(err.value) or "too long" in str(err.value) or "characters" in str(err.value), str(err.value)
+
+
+@pytest.mark.parametrize("value", ["9" * 490, "1e999", "1e400B"])
+def test_a_number_too_large_for_a_float_is_a_one_line_error(value) -> None:
+    """#44's bench found it: params=999...9 (490 digits) overflowed round() inside the decision."""
+    from harpd.dnn.errors import DnnError
+    from harpd.dnn.spec import parse_count
+
+    with pytest.raises(DnnError, match=r"#HARP dnn: params=.* is out of range"):
+        parse_count("params", value, hi=10**14)
+
+
+def test_commands_are_bounded_as_harp_submit_sends_them() -> None:
+    from harp_submit.request import COMMAND_LINES, COMMANDS_MAX_CHARS
+
+    import json
+
+    many = json.dumps({"op": "predict", "job": {"commands": ["python a.py"] * 100}})
+    assert len(p.parse_request(many).job.commands) == COMMAND_LINES
+    long = json.dumps({"op": "predict", "job": {"commands": ["x" * 4000, "y" * 4000, "z"]}})
+    got = p.parse_request(long).job.commands
+    assert sum(map(len, got)) == COMMANDS_MAX_CHARS and got[0] == "x" * 4000 and got[1] == "y" * 96
