@@ -536,29 +536,34 @@ class CliBackend:
         for kv in records:
             if kv is not None:
                 seen[kv.get("JobId") or ""] = seen.get(kv.get("JobId") or "", 0) + 1
-        # a line that is not one whole record of a listed job, once, was made up by the text of the
-        # job printed right before it: that job is left out; a job whose id a made-up line took
-        # (listed twice) is read again alone, at most _REREAD_MAX of them per listing
+        # A line that does not start a record continues the one before it (a line break in that
+        # job's text): that job is left out.  A record whose id is listed twice, or is no job squeue
+        # lists, may have been made up by the text of the job printed before it: that job and the
+        # id's own job are read again alone (at most _REREAD_MAX per listing), the made-up record never.
         suspects: set[str] = set()
-        for i, kv in enumerate(records):
+        again: set[str] = set()
+        for i, (ln, kv) in enumerate(zip(lines, records)):
+            prev = records[i - 1] if i else None
+            prev_id = (prev or {}).get("JobId") or ""
+            if not ln.startswith("JobId="):
+                if prev is not None:
+                    suspects.add(prev_id)
+                continue
             jid = (kv or {}).get("JobId") or ""
-            if kv is None or jid not in ids or seen.get(jid) != 1:
-                prev = records[i - 1] if i else None
-                if prev is not None and seen.get(prev.get("JobId") or "") == 1:
-                    suspects.add(prev.get("JobId") or "")
+            if kv is not None and (jid not in ids or seen.get(jid) != 1):
+                again.update(x for x in (prev_id, jid if jid in ids else "") if x)
         good = {(kv.get("JobId") or ""): kv for kv in records if kv is not None}
-        good = {jid: kv for jid, kv in good.items() if jid in ids and seen[jid] == 1 and jid not in suspects}
-        reread = sorted((ids - set(good) - suspects), key=lambda j: (len(j), j))
+        good = {j: kv for j, kv in good.items() if j in ids and seen[j] == 1 and j not in suspects | again}
+        reread = sorted(again - suspects, key=lambda j: (len(j), j))
         for n, jid in enumerate(reread):
             try:
                 if n >= _REREAD_MAX:
                     raise SlurmError(f"more than {_REREAD_MAX} records to read alone in one listing")
                 good[jid] = self._job_record(jid)
             except SlurmError as exc:
-                suspects.add(jid)
                 self._leave_out(jid, str(exc))
-        for jid in sorted(suspects - set(good)):
-            self._leave_out(jid, "its text holds a line break that makes up a record in scontrol's listing")
+        for jid in sorted(ids - set(good) - set(self._left_out)):
+            self._leave_out(jid, "its record is missing or breaks scontrol's listing (a line break in its text)")
         self._left_out = {j: w for j, w in self._left_out.items() if j in ids}
         return [queued_job(good[jid]) for jid in sorted(good, key=lambda j: (len(j), j))]
 

@@ -33,7 +33,16 @@ from typing import Any
 
 from harpd.slurm.base import FINISHED_STATES, JobInfo, QueuedJob, SlurmError
 
-__all__ = ["SqueueParseError", "parse_squeue_json", "job_infos", "queued_jobs", "find", "expand_path"]
+__all__ = [
+    "SqueueParseError",
+    "parse_squeue_json",
+    "job_info",
+    "job_infos",
+    "queued_job",
+    "queued_jobs",
+    "find",
+    "expand_path",
+]
 
 
 class SqueueParseError(SlurmError):
