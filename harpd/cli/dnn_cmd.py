@@ -25,6 +25,7 @@ _ROWS = (
     ("gradients", "gradients"),
     ("optimizer_states", "optimizer states"),
     ("gathered_layer", "gathered layer (ZeRO-3)"),
+    ("weight_copies_16bit", "16-bit weight copies (autocast)"),
     ("activations", "activations"),
     ("activations_per_layer", "  per layer"),
     ("activations_output_layer", "  output layer + loss"),
@@ -144,7 +145,9 @@ def _describe(spec: Any) -> str:
     opt = spec.optimizer + ("" if spec.optimizer != "sgd" else (" +momentum" if spec.momentum else " no momentum"))
     off = [n for n, on in (("optimizer", spec.offload_optimizer), ("param", spec.offload_param)) if on]
     return (
-        f"{spec.params / 1e9:.3g}B parameters ({src}), {opt} {spec.precision}, "
+        f"{spec.params / 1e9:.3g}B parameters ({src}), {opt} {spec.precision}"
+        + ("" if spec.precision == "fp32" else f" mixed={spec.mixed}")
+        + ", "
         f"micro_batch={spec.micro_batch} seq_len={spec.seq_len}, layers={spec.layers} hidden={spec.hidden} "
         f"heads={spec.heads} vocab={spec.vocab}, recompute={spec.recompute} attention={spec.attention}"
         + (f", offload={','.join(off)}" if off else "")
@@ -218,6 +221,7 @@ _STATE_ROWS = (
     ("gradients", "gradients"),
     ("optimizer_states", "optimizer states"),
     ("gathered_layer", "gathered layer (ZeRO-3)"),
+    ("weight_copies_16bit", "16-bit weight copies (autocast)"),
 )
 NEED_SHAPE = "activations need layers= hidden= heads= seq_len= (or config=path/to/config.json)"
 
@@ -229,27 +233,17 @@ def _states_only(args: argparse.Namespace, spec: Any, n: int) -> int:
     way; refusing it for want of layers= would hide the part that needs nothing else.
     """
     from harpd.dnn.gpu_choice import stages_for
-    from harpd.dnn.zero import model_states
+    from harpd.dnn.zero import states_of
 
     rows: dict[int, dict[str, float]] = {}
     for stage in stages_for(spec):
-        st = model_states(
-            spec.params,
-            stage,
-            n,
-            optimizer=spec.optimizer,
-            precision=spec.precision,
-            momentum=spec.momentum,
-            offload_optimizer=spec.offload_optimizer,
-            offload_param=spec.offload_param,
-            largest_layer=spec.largest_layer,
-            accounting=spec.accounting,
-        )
+        st = states_of(spec, n, stage)
         rows[stage] = {
             "parameters": st.params,
             "gradients": st.grads,
             "optimizer_states": st.optimizer,
             "gathered_layer": st.gathered,
+            "weight_copies_16bit": st.cast_copies,
             "model_states": st.gpu,
             "host_per_rank": st.host_per_rank,
         }
@@ -267,7 +261,9 @@ def _states_only(args: argparse.Namespace, spec: Any, n: int) -> int:
         return 0
     opt = spec.optimizer + ("" if spec.optimizer != "sgd" else (" +momentum" if spec.momentum else " no momentum"))
     print(
-        f"harp dnn estimate: {spec.params / 1e9:.3g}B parameters, {opt} {spec.precision}, "
+        f"harp dnn estimate: {spec.params / 1e9:.3g}B parameters, {opt} {spec.precision}"
+        + ("" if spec.precision == "fp32" else f" mixed={spec.mixed}")
+        + ", "
         f"accounting={spec.accounting}: model states only"
     )
     print(f"{n} GPU(s), data parallel; GiB per GPU")

@@ -39,6 +39,26 @@ class ModelShape:
     vocab: int
     max_positions: int | None
     largest_layer: int
+    # the block as the activation terms see it (harpd.dnn.activation_terms.Layout)
+    kv_heads: int = 0  # 0: heads
+    ffn: int = 0  # MLP inner width; 0: 4*hidden
+    mlp: str = "gelu"
+    norm: str = "layernorm"
+    qkv_linears: int = 1
+    mlp_in_linears: int = 1
+    dropout: bool = True
+    softmax_fp32: bool = False
+
+
+# HF ACT2FN names whose activation is one fused op (saves its input only) vs a Python
+# formula of several ops (transformers activations.py: NewGELUActivation, FastGELUActivation,
+# QuickGELUActivation), counted as gelu_new.
+_FUSED_ACTS = frozenset({"gelu", "gelu_pytorch_tanh", "relu", "silu", "swish", "gelu_python_tanh"})
+
+
+def _prob(cfg: dict[str, Any], key: str, default: float) -> float:
+    v = cfg.get(key, default)
+    return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else default
 
 
 def _int(cfg: dict[str, Any], key: str, model_type: str, default: int | None = None) -> int:
@@ -87,7 +107,23 @@ def _gpt2(cfg: dict[str, Any], mt: str) -> ModelShape:
         params += h * _num_labels(cfg)  # score head, no bias
     # GPT2LMHeadModel's lm_head is tied to wte: counted once.
     largest = max(vocab * h, positions * h, h * 3 * h + 3 * h, h * inner + inner)
-    return ModelShape("gpt2", mt, params, n_layer, h, heads, vocab, positions, largest)
+    act = str(cfg.get("activation_function", "gelu_new"))
+    drop = max(_prob(cfg, "attn_pdrop", 0.1), _prob(cfg, "resid_pdrop", 0.1)) > 0
+    return ModelShape(
+        "gpt2",
+        mt,
+        params,
+        n_layer,
+        h,
+        heads,
+        vocab,
+        positions,
+        largest,
+        kv_heads=heads,
+        ffn=inner,
+        mlp="gelu" if act in _FUSED_ACTS else "gelu_new",
+        dropout=drop,
+    )
 
 
 def _llama(cfg: dict[str, Any], mt: str) -> ModelShape:
@@ -127,7 +163,27 @@ def _llama(cfg: dict[str, Any], mt: str) -> ModelShape:
         head = h * _num_labels(cfg)
     params = embed + n_layer * per_layer + h + head
     largest = max(embed, q, o, h * inter + (inter if mlp_bias else 0))
-    return ModelShape("llama", mt, params, n_layer, h, heads, vocab, positions, largest)
+    # Mixtral routes each token through num_experts_per_tok experts: their inner tensors are kept
+    active = _int(cfg, "num_experts_per_tok", mt, default=2) if mt == "mixtral" else 1
+    return ModelShape(
+        "llama",
+        mt,
+        params,
+        n_layer,
+        h,
+        heads,
+        vocab,
+        positions,
+        largest,
+        kv_heads=kv,
+        ffn=inter * active,
+        mlp="swiglu",
+        norm="rmsnorm",
+        qkv_linears=3,
+        mlp_in_linears=2,
+        dropout=_prob(cfg, "attention_dropout", 0.0) > 0,
+        softmax_fp32=True,
+    )
 
 
 def _bert(cfg: dict[str, Any], mt: str) -> ModelShape:
@@ -159,7 +215,24 @@ def _bert(cfg: dict[str, Any], mt: str) -> ModelShape:
         heads_params = pooler
     params = embeddings + n_layer * per_layer + heads_params
     largest = max(vocab * h, positions * h, h * inter + inter, inter * h + h)
-    return ModelShape("bert", mt, params, n_layer, h, heads, vocab, positions, largest)
+    act = str(cfg.get("hidden_act", "gelu"))
+    drop = max(_prob(cfg, "hidden_dropout_prob", 0.1), _prob(cfg, "attention_probs_dropout_prob", 0.1)) > 0
+    return ModelShape(
+        "bert",
+        mt,
+        params,
+        n_layer,
+        h,
+        heads,
+        vocab,
+        positions,
+        largest,
+        kv_heads=heads,
+        ffn=inter,
+        mlp="gelu" if act in _FUSED_ACTS else "gelu_new",
+        qkv_linears=3,
+        dropout=drop,
+    )
 
 
 def shape_from_config(cfg: dict[str, Any]) -> ModelShape:

@@ -38,6 +38,7 @@ KEYS: dict[str, str] = {
     "optimizer": "adamw | adam | sgd",
     "momentum": "sgd only: yes (default) | no",
     "precision": "bf16 | fp16 (mixed precision) | fp32",
+    "mixed": "autocast (default: fp32 weights + torch.autocast) | weights (16-bit weights + fp32 master copy)",
     "zero": "ZeRO stage 0 | 1 | 2 | 3 | auto",
     "offload": "none | optimizer | param | all (ZeRO-Offload to host memory)",
     "micro_batch": "sequences per GPU per step (default 1)",
@@ -45,6 +46,10 @@ KEYS: dict[str, str] = {
     "layers": "transformer layers",
     "hidden": "hidden size",
     "heads": "attention heads",
+    "kv_heads": "key/value heads (grouped-query attention; default: heads)",
+    "ffn": "MLP inner width (default 4 x hidden)",
+    "mlp": "gelu | gelu_new (HF's Python tanh GELU) | swiglu (a LLaMA-style block)",
+    "dropout": "yes | no: dropout active in the blocks (default: from the config, else yes)",
     "vocab": "vocabulary size",
     "largest_layer": "parameters of the largest single layer (ZeRO-3 gathers it)",
     "recompute": "activation recomputation: none | selective | full",
@@ -95,6 +100,16 @@ class DnnSpec:
     gpu_type: str | None = None
     launcher: str = "srun"
     accounting: str = "harp"
+    mixed: str = "autocast"  # autocast | weights: where the 16-bit copies live (harpd.dnn.zero)
+    # the block as the activation terms see it (harpd.dnn.activation_terms.Layout)
+    kv_heads: int = 0  # 0: heads
+    ffn: int = 0  # 0: 4 x hidden
+    mlp: str = "gelu"
+    norm: str = "layernorm"
+    qkv_linears: int = 1
+    mlp_in_linears: int = 1
+    dropout: bool = True
+    softmax_fp32: bool = False
     model: str | None = None  # model_type when read from a config
     config_path: str | None = None
     notes: list[str] = field(default_factory=list)
@@ -304,6 +319,13 @@ _RECOMPUTE = {
 _ATTENTION = {"eager": "eager", "flash": "flash", "sdpa": "flash", "flash_attention_2": "flash"}
 _LAUNCHERS = {"srun": "srun", "torchrun": "torchrun", "accelerate": "accelerate", "deepspeed": "deepspeed"}
 _ACCOUNTING = {"harp": "harp", "paper": "paper"}
+_MIXED = {
+    "autocast": "autocast",
+    "amp": "autocast",
+    "weights": "weights",
+    "master": "weights",
+}
+_MLPS = {"gelu": "gelu", "gelu_new": "gelu_new", "swiglu": "swiglu"}
 
 
 def _offload(value: str) -> tuple[bool, bool]:
@@ -395,7 +417,36 @@ def build_spec(
     if shape:
         spec.model = shape.model_type
         spec.config_path = tokens["config"]
-    return _apply_options(spec, tokens)
+        _block_from_shape(spec, shape)
+    return _apply_options(_apply_block(spec, tokens), tokens)
+
+
+def _block_from_shape(spec: DnnSpec, shape: Any) -> None:
+    spec.kv_heads, spec.ffn, spec.mlp, spec.norm = shape.kv_heads, shape.ffn, shape.mlp, shape.norm
+    spec.qkv_linears, spec.mlp_in_linears = shape.qkv_linears, shape.mlp_in_linears
+    spec.dropout, spec.softmax_fp32 = shape.dropout, shape.softmax_fp32
+
+
+def _apply_block(spec: DnnSpec, tokens: dict[str, str]) -> DnnSpec:
+    """kv_heads= ffn= mlp= dropout=: the block of a model described by hand (or a config overridden)."""
+    if "mlp" in tokens:
+        spec.mlp = _choice("mlp", tokens["mlp"], _MLPS)
+        llama = spec.mlp == "swiglu"  # SwiGLU: LLaMA's block (RMSNorm, q/k/v and gate/up linears, no dropout)
+        spec.norm = "rmsnorm" if llama else "layernorm"
+        spec.qkv_linears, spec.mlp_in_linears = (3, 2) if llama else (1, 1)
+        spec.softmax_fp32 = llama
+        if "dropout" not in tokens:
+            spec.dropout = not llama
+    if "dropout" in tokens:
+        spec.dropout = _flag("dropout", tokens["dropout"])
+    if "kv_heads" in tokens:
+        spec.kv_heads = parse_count("kv_heads", tokens["kv_heads"], hi=100_000)
+    if "ffn" in tokens:
+        spec.ffn = parse_count("ffn", tokens["ffn"], hi=10**7)
+    kv = spec.kv_heads or spec.heads
+    if kv > spec.heads or spec.heads % kv:
+        raise DnnError(f"#HARP dnn: kv_heads={kv} must divide heads={spec.heads} (grouped-query attention)")
+    return spec
 
 
 def _states_only_spec(tokens: dict[str, str], params: int, hidden: int | None, vocab: int | None) -> DnnSpec:
@@ -429,6 +480,10 @@ def _apply_options(spec: DnnSpec, tokens: dict[str, str]) -> DnnSpec:
         spec.momentum = _flag("momentum", tokens["momentum"])
     if "precision" in tokens:
         spec.precision = _choice("precision", tokens["precision"], _PRECISIONS)
+    if "mixed" in tokens:
+        spec.mixed = _choice("mixed", tokens["mixed"], _MIXED)
+        if spec.precision == "fp32":
+            raise DnnError("#HARP dnn: mixed= applies to precision=bf16 or fp16, not fp32; drop one of them")
     if "zero" in tokens:
         z = tokens["zero"].strip().lower()
         if z == "auto":
