@@ -140,14 +140,19 @@ def _gib(b: float) -> str:
     return f"{b / (1 << 30):9.2f}"
 
 
+def _mixed_words(spec: Any) -> str:
+    """The precision layout as the description prints it (nothing in fp32, where there is none)."""
+    if spec.precision == "fp32":
+        return ""
+    return f" mixed={spec.mixed or 'autocast at zero=0, weights at 1-3'}"
+
+
 def _describe(spec: Any) -> str:
     src = f"config {spec.config_path} ({spec.model})" if spec.config_path else "given"
     opt = spec.optimizer + ("" if spec.optimizer != "sgd" else (" +momentum" if spec.momentum else " no momentum"))
     off = [n for n, on in (("optimizer", spec.offload_optimizer), ("param", spec.offload_param)) if on]
     return (
-        f"{spec.params / 1e9:.3g}B parameters ({src}), {opt} {spec.precision}"
-        + ("" if spec.precision == "fp32" else f" mixed={spec.mixed}")
-        + ", "
+        f"{spec.params / 1e9:.3g}B parameters ({src}), {opt} {spec.precision}" + _mixed_words(spec) + ", "
         f"micro_batch={spec.micro_batch} seq_len={spec.seq_len}, layers={spec.layers} hidden={spec.hidden} "
         f"heads={spec.heads} vocab={spec.vocab}, recompute={spec.recompute} attention={spec.attention}"
         + (f", offload={','.join(off)}" if off else "")
@@ -261,9 +266,7 @@ def _states_only(args: argparse.Namespace, spec: Any, n: int) -> int:
         return 0
     opt = spec.optimizer + ("" if spec.optimizer != "sgd" else (" +momentum" if spec.momentum else " no momentum"))
     print(
-        f"harp dnn estimate: {spec.params / 1e9:.3g}B parameters, {opt} {spec.precision}"
-        + ("" if spec.precision == "fp32" else f" mixed={spec.mixed}")
-        + ", "
+        f"harp dnn estimate: {spec.params / 1e9:.3g}B parameters, {opt} {spec.precision}" + _mixed_words(spec) + ", "
         f"accounting={spec.accounting}: model states only"
     )
     print(f"{n} GPU(s), data parallel; GiB per GPU")

@@ -38,7 +38,8 @@ KEYS: dict[str, str] = {
     "optimizer": "adamw | adam | sgd",
     "momentum": "sgd only: yes (default) | no",
     "precision": "bf16 | fp16 (mixed precision) | fp32",
-    "mixed": "autocast (default: fp32 weights + torch.autocast) | weights (16-bit weights + fp32 master copy)",
+    "mixed": "autocast (fp32 weights + torch.autocast; default at zero=0) | weights (16-bit weights + fp32 master "
+    "copy: DeepSpeed/Megatron; default at zero=1-3)",
     "zero": "ZeRO stage 0 | 1 | 2 | 3 | auto",
     "offload": "none | optimizer | param | all (ZeRO-Offload to host memory)",
     "micro_batch": "sequences per GPU per step (default 1)",
@@ -100,7 +101,7 @@ class DnnSpec:
     gpu_type: str | None = None
     launcher: str = "srun"
     accounting: str = "harp"
-    mixed: str = "autocast"  # autocast | weights: where the 16-bit copies live (harpd.dnn.zero)
+    mixed: str | None = None  # autocast | weights; None: by stage (harpd.dnn.zero.mixed_layout)
     # the block as the activation terms see it (harpd.dnn.activation_terms.Layout)
     kv_heads: int = 0  # 0: heads
     ffn: int = 0  # 0: 4 x hidden

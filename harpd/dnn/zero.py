@@ -268,8 +268,8 @@ def activation_bytes(layout: Layout, *, layers: int, micro_batch: int, recompute
     )
 
 
-def layout_of(spec) -> Layout:
-    """The activation ``Layout`` of a DnnSpec."""
+def layout_of(spec, stage: int) -> Layout:
+    """The activation ``Layout`` of a DnnSpec at ZeRO ``stage``."""
     return Layout(
         hidden=spec.hidden,
         heads=spec.heads,
@@ -285,7 +285,7 @@ def layout_of(spec) -> Layout:
         softmax_fp32=spec.softmax_fp32,
         attention=spec.attention,
         precision=spec.precision,
-        mixed=spec.mixed,
+        mixed=mixed_layout(spec, stage),
     )
 
 
@@ -334,6 +334,19 @@ class Estimate:
         }
 
 
+def mixed_layout(spec, stage: int) -> str:
+    """The precision layout of ``spec`` at ``stage``: the one written, else by stage.
+
+    Without ``mixed=``: ``autocast`` at stage 0 (what most users run: HF Trainer
+    ``bf16=True``, Lightning ``bf16-mixed``), ``weights`` at stages 1-3, which are
+    DeepSpeed's ZeRO: its engine casts the model to 16 bits when ``bf16``/``fp16``
+    is enabled and keeps the fp32 master copy in the optimizer.
+    """
+    if spec.mixed:
+        return str(spec.mixed)
+    return "autocast" if stage == 0 else "weights"
+
+
 def states_of(spec, n_gpus: int, stage: int) -> ModelStates:
     """``model_states`` for a DnnSpec (its optimizer, precision layout, offload, recomputation)."""
     return model_states(
@@ -347,7 +360,7 @@ def states_of(spec, n_gpus: int, stage: int) -> ModelStates:
         offload_param=spec.offload_param,
         largest_layer=spec.largest_layer,
         accounting=spec.accounting,
-        mixed=spec.mixed,
+        mixed=mixed_layout(spec, stage),
         recompute=spec.recompute,
     )
 
@@ -378,7 +391,7 @@ def estimate(
         )
     else:
         acts = activation_bytes(
-            layout_of(spec), layers=spec.layers, micro_batch=spec.micro_batch, recompute=spec.recompute
+            layout_of(spec, stage), layers=spec.layers, micro_batch=spec.micro_batch, recompute=spec.recompute
         )
     context = cuda_context_gb * GIB
     dist = 0.0 if n_gpus == 1 else distributed_overhead_gb * GIB
