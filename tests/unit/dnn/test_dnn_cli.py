@@ -93,6 +93,7 @@ def test_config_relative_to_cwd_option(capsys):
     [
         (["dnn", "estimate"], "needs KEY=VALUE words"),
         (["dnn", "estimate", "params=7e9", "nonsense=1"], "unknown key 'nonsense'"),
+        (["dnn", "estimate", "params=7e9", "mixed=fp8"], "mixed=fp8 is not one of autocast | weights"),
         (["dnn", "estimate", "config=/nonexistent/config.json"], "no such file"),
         (
             ["dnn", "estimate", "params=7e9", "layers=2", "hidden=8", "heads=2", "seq_len=8", "--gpus-per-node", "0"],
