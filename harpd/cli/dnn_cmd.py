@@ -25,7 +25,7 @@ _ROWS = (
     ("gradients", "gradients"),
     ("optimizer_states", "optimizer states"),
     ("gathered_layer", "gathered layer (ZeRO-3)"),
-    ("weight_copies_16bit", "16-bit weight copies (autocast)"),
+    ("weight_copies_16bit", "16-bit weight copies"),
     ("activations", "activations"),
     ("activations_per_layer", "  per layer"),
     ("activations_output_layer", "  output layer + loss"),
@@ -141,10 +141,14 @@ def _gib(b: float) -> str:
 
 
 def _mixed_words(spec: Any) -> str:
-    """The precision layout as the description prints it (nothing in fp32, where there is none)."""
-    if spec.precision == "fp32":
+    """The precision layout as the description prints it: none in fp32 or the paper's arithmetic."""
+    from harpd.dnn.gpu_choice import stages_for
+    from harpd.dnn.zero import mixed_layout
+
+    if spec.precision == "fp32" or spec.accounting == "paper":
         return ""
-    return f" mixed={spec.mixed or 'autocast at zero=0, weights at 1-3'}"
+    layouts = {mixed_layout(spec, stage) for stage in stages_for(spec)}
+    return f" mixed={layouts.pop()}" if len(layouts) == 1 else " mixed=autocast at zero=0, weights at 1-3"
 
 
 def _describe(spec: Any) -> str:
@@ -214,6 +218,8 @@ def _estimate(args: argparse.Namespace) -> int:
             continue
         if key == "activations_recompute_working" and spec.recompute != "full":
             continue
+        if key == "weight_copies_16bit" and not any(e.states.cast_copies for e in results.values()):
+            continue
         lbl = label + (f" (x{spec.layers})" if key == "activations_per_layer" else "")
         print(f"{lbl:26}" + "".join(f" {_gib(e.breakdown()[key])}" for e in results.values()))
     for note in spec.notes:
@@ -226,7 +232,7 @@ _STATE_ROWS = (
     ("gradients", "gradients"),
     ("optimizer_states", "optimizer states"),
     ("gathered_layer", "gathered layer (ZeRO-3)"),
-    ("weight_copies_16bit", "16-bit weight copies (autocast)"),
+    ("weight_copies_16bit", "16-bit weight copies"),
 )
 NEED_SHAPE = "activations need layers= hidden= heads= seq_len= (or config=path/to/config.json)"
 
@@ -272,7 +278,7 @@ def _states_only(args: argparse.Namespace, spec: Any, n: int) -> int:
     print(f"{n} GPU(s), data parallel; GiB per GPU")
     print(f"{'':26}" + "".join(f"{'zero=' + str(s):>10}" for s in rows))
     for key, label in _STATE_ROWS:
-        if key == "gathered_layer" and not any(r[key] for r in rows.values()):
+        if key in ("gathered_layer", "weight_copies_16bit") and not any(r[key] for r in rows.values()):
             continue
         print(f"{label:26}" + "".join(f" {_gib(r[key])}" for r in rows.values()))
     print(f"{'model states (GiB)':26}" + "".join(f" {_gib(r['model_states'])}" for r in rows.values()))

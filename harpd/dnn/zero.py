@@ -42,7 +42,7 @@ exist): model states + cast copies + every stored activation + the loss's
 peak.  The gradients are counted on top of the activations although backward
 frees activations as gradients appear: PyTorch's caching allocator keeps the
 freed blocks reserved and the gradients rarely fit them (measured on an H200,
-README in docs/dnn.md: reserved exceeds allocated by up to 19 GiB), and what
+tests/fixtures/gpu_memory: reserved exceeds allocated by up to 19 GiB), and what
 decides an out-of-memory is the reserved memory.
 
 The ``deepspeed_zero*`` functions replicate DeepSpeed's estimators line for

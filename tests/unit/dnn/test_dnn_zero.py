@@ -14,11 +14,11 @@ from harpd.dnn.errors import DnnError
 from harpd.dnn.spec import DnnSpec
 from harpd.dnn.zero import (
     GIB,
-    korthikanti_activation_bytes,
     deepspeed_zero2_estimate,
     deepspeed_zero3_estimate,
     estimate,
     host_bytes_per_node,
+    korthikanti_activation_bytes,
     model_states,
     optimizer_state_bytes,
 )
