@@ -19,6 +19,7 @@ from harpd.dnn.activation_terms import (
     attention_logsumexp,
     attention_output,
     attention_scores,
+    cached_loss_block,
     checkpoint_input,
     final_norm_and_head_input,
     layer_bytes,
@@ -124,6 +125,7 @@ def test_output_terms():
     # ForCausalLMLoss: logits.float(); log_softmax result + nll grad + log_softmax grad, all fp32
     assert loss_logits(GPT2) == 12 * V
     assert loss_logits(_w(GPT2, precision="fp32")) == 12 * V
+    assert cached_loss_block(GPT2) == 4 * V  # one more fp32 logits-sized block cached at step 2
 
 
 # ---------------------------------------------------------------- the terms together
