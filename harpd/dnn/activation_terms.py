@@ -38,32 +38,56 @@ NORM_KINDS = ("layernorm", "rmsnorm")
 
 
 @dataclass(frozen=True)
-class Layout:
-    """What decides the bytes of the stored tensors of one transformer block."""
+class Block:
+    """How a transformer block is built, as far as what it stores depends on it.
 
-    hidden: int
-    heads: int
-    kv_heads: int
-    ffn: int  # MLP inner width (GPT-2 4h, LLaMA intermediate_size)
-    vocab: int
-    seq_len: int
+    The defaults are a GPT-style block with one fused GELU; ``LLAMA_BLOCK`` is
+    LLaMA's (Mistral, Qwen2, Mixtral).  0 for ``kv_heads``/``ffn``: heads, 4·hidden.
+    """
+
+    kv_heads: int = 0
+    ffn: int = 0  # MLP inner width (GPT-2 4h, LLaMA intermediate_size)
     mlp: str = "gelu"  # gelu (one fused op) | gelu_new (HF's tanh formula in Python) | swiglu
     norm: str = "layernorm"  # layernorm | rmsnorm (HF's LlamaRMSNorm in Python)
     qkv_linears: int = 1  # linears reading the first norm's output (GPT-2 c_attn: 1; LLaMA/BERT q,k,v: 3)
     mlp_in_linears: int = 1  # linears reading the second norm's output (GPT-2 c_fc: 1; SwiGLU gate+up: 2)
     dropout: bool = True  # attention-probability and residual dropout active (GPT-2/BERT 0.1; LLaMA 0)
     softmax_fp32: bool = False  # the model asks softmax for fp32 (LLaMA eager: dtype=torch.float32)
-    attention: str = "eager"  # eager | flash (SDPA / FlashAttention)
-    precision: str = "bf16"  # bf16 | fp16 | fp32
-    mixed: str = "autocast"  # autocast | weights (ignored in fp32)
 
     def __post_init__(self) -> None:
         if self.mlp not in MLP_KINDS:
             raise DnnError(f"mlp must be one of {' | '.join(MLP_KINDS)}, not {self.mlp}")
         if self.norm not in NORM_KINDS:
             raise DnnError(f"norm must be one of {' | '.join(NORM_KINDS)}, not {self.norm}")
+
+
+LLAMA_BLOCK = Block(mlp="swiglu", norm="rmsnorm", qkv_linears=3, mlp_in_linears=2, dropout=False, softmax_fp32=True)
+
+
+@dataclass(frozen=True)
+class Layout:
+    """What decides the bytes of the stored tensors: the shape, the block, attention and precision."""
+
+    hidden: int
+    heads: int
+    vocab: int
+    seq_len: int
+    block: Block = Block()
+    attention: str = "eager"  # eager | flash (SDPA / FlashAttention)
+    precision: str = "bf16"  # bf16 | fp16 | fp32
+    mixed: str = "autocast"  # autocast | weights (ignored in fp32)
+
+    def __post_init__(self) -> None:
         if self.mixed not in MIXED_LAYOUTS:
             raise DnnError(f"mixed must be one of {' | '.join(MIXED_LAYOUTS)}, not {self.mixed}")
+
+    @property
+    def kv_heads(self) -> int:
+        return self.block.kv_heads or self.heads
+
+    @property
+    def ffn(self) -> int:
+        return self.block.ffn or 4 * self.hidden
 
     @property
     def fp32(self) -> bool:
@@ -108,8 +132,11 @@ def norm_saved(x: Layout) -> float:
     ``hidden * rsqrt(...)`` save that fp32 input, and ``weight * hidden.to(input_dtype)``
     saves the normalised tensor in the stream's dtype: (4 + ``resid``)·h.
     """
-    per_norm = x.resid if x.norm == "layernorm" else 4 + x.resid
-    return 2.0 * per_norm * x.hidden
+    return 2.0 * _per_norm(x)
+
+
+def _per_norm(x: Layout) -> float:
+    return float((x.resid if x.block.norm == "layernorm" else 4 + x.resid) * x.hidden)
 
 
 def linear_inputs(x: Layout) -> float:
@@ -120,7 +147,7 @@ def linear_inputs(x: Layout) -> float:
     casts for c_attn and c_fc (2 copies), LLaMA for q, k, v, gate and up (5).
     Without autocast the linears share the norm's output tensor (one per norm).
     """
-    readers = (x.qkv_linears + x.mlp_in_linears) if x.autocast else 2
+    readers = (x.block.qkv_linears + x.block.mlp_in_linears) if x.autocast else 2
     return float(readers * x.act * x.hidden)
 
 
@@ -153,7 +180,7 @@ def attention_logsumexp(x: Layout) -> float:
 def residual_dropout_masks(x: Layout) -> float:
     """``native_dropout`` keeps a 1-byte bool mask; GPT-2/BERT drop after attention and after
     the MLP (``resid_pdrop``/``hidden_dropout_prob`` 0.1).  p = 0 returns the input: no mask."""
-    return 2.0 * x.hidden if x.dropout else 0.0
+    return 2.0 * x.hidden if x.block.dropout else 0.0
 
 
 def mlp_saved(x: Layout) -> float:
@@ -168,9 +195,9 @@ def mlp_saved(x: Layout) -> float:
     - ``swiglu`` (LLaMA ``down(act(gate(x)) * up(x))``): silu saves gate's output, the
       product saves silu's output and up's output, down saves the product: 4·``act``.
     """
-    if x.mlp == "gelu":
+    if x.block.mlp == "gelu":
         per_unit = 2.0 * x.act
-    elif x.mlp == "gelu_new":
+    elif x.block.mlp == "gelu_new":
         per_unit = 3.0 * x.up + 2.0 * x.act
     else:
         per_unit = 4.0 * x.act
@@ -189,9 +216,9 @@ def attention_scores(x: Layout) -> float:
     """
     if x.attention == "flash":
         return 0.0
-    softmax = 4.0 if (x.up == 4 or x.softmax_fp32) else float(x.act)
-    probs = float(x.act) if (softmax != x.act or x.dropout) else 0.0
-    mask = 1.0 if x.dropout else 0.0
+    softmax = 4.0 if (x.up == 4 or x.block.softmax_fp32) else float(x.act)
+    probs = float(x.act) if (softmax != x.act or x.block.dropout) else 0.0
+    mask = 1.0 if x.block.dropout else 0.0
     return softmax + probs + mask
 
 
@@ -233,8 +260,7 @@ def checkpoint_input(x: Layout) -> float:
 def final_norm_and_head_input(x: Layout) -> float:
     """The final norm keeps its input (as ``norm_saved``, one norm) and the LM head its
     16-bit input (``act``·h); GPT-2 also keeps the embedding dropout's 1-byte mask."""
-    per_norm = x.resid if x.norm == "layernorm" else 4 + x.resid
-    return per_norm * x.hidden + x.act * x.hidden + (x.hidden if x.dropout else 0.0)
+    return _per_norm(x) + x.act * x.hidden + (x.hidden if x.block.dropout else 0.0)
 
 
 def loss_logits(x: Layout) -> float:

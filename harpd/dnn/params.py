@@ -15,9 +15,10 @@ such module at a time, so it sets the stage-3 working set on the GPU.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from typing import Any
 
+from harpd.dnn.activation_terms import LLAMA_BLOCK, Block
 from harpd.dnn.errors import DnnError
 
 GPT2_TYPES = frozenset({"gpt2"})
@@ -39,15 +40,7 @@ class ModelShape:
     vocab: int
     max_positions: int | None
     largest_layer: int
-    # the block as the activation terms see it (harpd.dnn.activation_terms.Layout)
-    kv_heads: int = 0  # 0: heads
-    ffn: int = 0  # MLP inner width; 0: 4*hidden
-    mlp: str = "gelu"
-    norm: str = "layernorm"
-    qkv_linears: int = 1
-    mlp_in_linears: int = 1
-    dropout: bool = True
-    softmax_fp32: bool = False
+    block: Block = field(default_factory=Block)  # what the activation terms need (harpd.dnn.activation_terms)
 
 
 # HF ACT2FN names whose activation is one fused op (saves its input only) vs a Python
@@ -109,21 +102,9 @@ def _gpt2(cfg: dict[str, Any], mt: str) -> ModelShape:
     largest = max(vocab * h, positions * h, h * 3 * h + 3 * h, h * inner + inner)
     act = str(cfg.get("activation_function", "gelu_new"))
     drop = max(_prob(cfg, "attn_pdrop", 0.1), _prob(cfg, "resid_pdrop", 0.1)) > 0
-    return ModelShape(
-        "gpt2",
-        mt,
-        params,
-        n_layer,
-        h,
-        heads,
-        vocab,
-        positions,
-        largest,
-        kv_heads=heads,
-        ffn=inner,
-        mlp="gelu" if act in _FUSED_ACTS else "gelu_new",
-        dropout=drop,
-    )
+    mlp = "gelu" if act in _FUSED_ACTS else "gelu_new"
+    block = Block(kv_heads=heads, ffn=inner, mlp=mlp, dropout=drop)
+    return ModelShape("gpt2", mt, params, n_layer, h, heads, vocab, positions, largest, block)
 
 
 def _llama(cfg: dict[str, Any], mt: str) -> ModelShape:
@@ -165,25 +146,9 @@ def _llama(cfg: dict[str, Any], mt: str) -> ModelShape:
     largest = max(embed, q, o, h * inter + (inter if mlp_bias else 0))
     # Mixtral routes each token through num_experts_per_tok experts: their inner tensors are kept
     active = _int(cfg, "num_experts_per_tok", mt, default=2) if mt == "mixtral" else 1
-    return ModelShape(
-        "llama",
-        mt,
-        params,
-        n_layer,
-        h,
-        heads,
-        vocab,
-        positions,
-        largest,
-        kv_heads=kv,
-        ffn=inter * active,
-        mlp="swiglu",
-        norm="rmsnorm",
-        qkv_linears=3,
-        mlp_in_linears=2,
-        dropout=_prob(cfg, "attention_dropout", 0.0) > 0,
-        softmax_fp32=True,
-    )
+    drop = _prob(cfg, "attention_dropout", 0.0) > 0
+    block = replace(LLAMA_BLOCK, kv_heads=kv, ffn=inter * active, dropout=drop)
+    return ModelShape("llama", mt, params, n_layer, h, heads, vocab, positions, largest, block)
 
 
 def _bert(cfg: dict[str, Any], mt: str) -> ModelShape:
@@ -217,22 +182,9 @@ def _bert(cfg: dict[str, Any], mt: str) -> ModelShape:
     largest = max(vocab * h, positions * h, h * inter + inter, inter * h + h)
     act = str(cfg.get("hidden_act", "gelu"))
     drop = max(_prob(cfg, "hidden_dropout_prob", 0.1), _prob(cfg, "attention_probs_dropout_prob", 0.1)) > 0
-    return ModelShape(
-        "bert",
-        mt,
-        params,
-        n_layer,
-        h,
-        heads,
-        vocab,
-        positions,
-        largest,
-        kv_heads=heads,
-        ffn=inter,
-        mlp="gelu" if act in _FUSED_ACTS else "gelu_new",
-        qkv_linears=3,
-        dropout=drop,
-    )
+    mlp = "gelu" if act in _FUSED_ACTS else "gelu_new"
+    block = Block(kv_heads=heads, ffn=inter, mlp=mlp, qkv_linears=3, dropout=drop)
+    return ModelShape("bert", mt, params, n_layer, h, heads, vocab, positions, largest, block)
 
 
 def shape_from_config(cfg: dict[str, Any]) -> ModelShape:

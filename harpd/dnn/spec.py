@@ -22,9 +22,10 @@ import pwd
 import re
 import shlex
 import stat
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
+from harpd.dnn.activation_terms import LLAMA_BLOCK, Block
 from harpd.dnn.errors import DnnError
 from harpd.dnn.harp_line import harp_line_words
 
@@ -102,15 +103,7 @@ class DnnSpec:
     launcher: str = "srun"
     accounting: str = "harp"
     mixed: str | None = None  # autocast | weights; None: by stage (harpd.dnn.zero.mixed_layout)
-    # the block as the activation terms see it (harpd.dnn.activation_terms.Layout)
-    kv_heads: int = 0  # 0: heads
-    ffn: int = 0  # 0: 4 x hidden
-    mlp: str = "gelu"
-    norm: str = "layernorm"
-    qkv_linears: int = 1
-    mlp_in_linears: int = 1
-    dropout: bool = True
-    softmax_fp32: bool = False
+    block: Block = field(default_factory=Block)  # what the activation terms need (harpd.dnn.activation_terms)
     model: str | None = None  # model_type when read from a config
     config_path: str | None = None
     notes: list[str] = field(default_factory=list)
@@ -418,35 +411,28 @@ def build_spec(
     if shape:
         spec.model = shape.model_type
         spec.config_path = tokens["config"]
-        _block_from_shape(spec, shape)
+        spec.block = shape.block
     return _apply_options(_apply_block(spec, tokens), tokens)
-
-
-def _block_from_shape(spec: DnnSpec, shape: Any) -> None:
-    spec.kv_heads, spec.ffn, spec.mlp, spec.norm = shape.kv_heads, shape.ffn, shape.mlp, shape.norm
-    spec.qkv_linears, spec.mlp_in_linears = shape.qkv_linears, shape.mlp_in_linears
-    spec.dropout, spec.softmax_fp32 = shape.dropout, shape.softmax_fp32
 
 
 def _apply_block(spec: DnnSpec, tokens: dict[str, str]) -> DnnSpec:
     """kv_heads= ffn= mlp= dropout=: the block of a model described by hand (or a config overridden)."""
+    block = spec.block
     if "mlp" in tokens:
-        spec.mlp = _choice("mlp", tokens["mlp"], _MLPS)
-        llama = spec.mlp == "swiglu"  # SwiGLU: LLaMA's block (RMSNorm, q/k/v and gate/up linears, no dropout)
-        spec.norm = "rmsnorm" if llama else "layernorm"
-        spec.qkv_linears, spec.mlp_in_linears = (3, 2) if llama else (1, 1)
-        spec.softmax_fp32 = llama
-        if "dropout" not in tokens:
-            spec.dropout = not llama
+        mlp = _choice("mlp", tokens["mlp"], _MLPS)
+        # SwiGLU: LLaMA's block (RMSNorm, q/k/v and gate/up linears, no dropout); else a GPT-style one
+        base = LLAMA_BLOCK if mlp == "swiglu" else Block()
+        block = replace(base, kv_heads=block.kv_heads, ffn=block.ffn, mlp=mlp)
     if "dropout" in tokens:
-        spec.dropout = _flag("dropout", tokens["dropout"])
+        block = replace(block, dropout=_flag("dropout", tokens["dropout"]))
     if "kv_heads" in tokens:
-        spec.kv_heads = parse_count("kv_heads", tokens["kv_heads"], hi=100_000)
+        block = replace(block, kv_heads=parse_count("kv_heads", tokens["kv_heads"], hi=100_000))
     if "ffn" in tokens:
-        spec.ffn = parse_count("ffn", tokens["ffn"], hi=10**7)
-    kv = spec.kv_heads or spec.heads
+        block = replace(block, ffn=parse_count("ffn", tokens["ffn"], hi=10**7))
+    kv = block.kv_heads or spec.heads
     if kv > spec.heads or spec.heads % kv:
         raise DnnError(f"#HARP dnn: kv_heads={kv} must divide heads={spec.heads} (grouped-query attention)")
+    spec.block = block
     return spec
 
 

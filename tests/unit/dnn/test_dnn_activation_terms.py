@@ -14,6 +14,8 @@ import pytest
 from dnn_helpers import HF
 
 from harpd.dnn.activation_terms import (
+    LLAMA_BLOCK,
+    Block,
     Layout,
     attention_inputs,
     attention_logsumexp,
@@ -37,26 +39,21 @@ from harpd.dnn.spec import build_spec
 from harpd.dnn.zero import activation_bytes, estimate, layout_of, model_states
 
 H, A, F, V, S = 768, 12, 3072, 50257, 1024
-GPT2 = Layout(hidden=H, heads=A, kv_heads=A, ffn=F, vocab=V, seq_len=S, mlp="gelu_new")
+GPT2 = Layout(hidden=H, heads=A, vocab=V, seq_len=S, block=Block(mlp="gelu_new"))
 LLAMA = Layout(
     hidden=2048,
     heads=32,
-    kv_heads=4,
-    ffn=5632,
     vocab=32000,
     seq_len=2048,
-    mlp="swiglu",
-    norm="rmsnorm",
-    qkv_linears=3,
-    mlp_in_linears=2,
-    dropout=False,
-    softmax_fp32=True,
+    block=dataclasses.replace(LLAMA_BLOCK, kv_heads=4, ffn=5632),
     attention="flash",
 )
 
 
 def _w(x: Layout, **kw) -> Layout:
-    return dataclasses.replace(x, **kw)
+    """The layout with some fields changed; block fields (mlp=, dropout=, ...) go to its block."""
+    block_keys = {k: kw.pop(k) for k in list(kw) if k in {f.name for f in dataclasses.fields(Block)}}
+    return dataclasses.replace(x, block=dataclasses.replace(x.block, **block_keys), **kw)
 
 
 # ---------------------------------------------------------------- one term each
@@ -162,7 +159,9 @@ def test_bad_layout_values_are_refused():
     with pytest.raises(DnnError, match="mixed must be"):
         _w(GPT2, mixed="fp8")
     with pytest.raises(DnnError, match="mlp must be"):
-        _w(GPT2, mlp="relu2")
+        Block(mlp="relu2")
+    with pytest.raises(DnnError, match="norm must be"):
+        Block(norm="batchnorm")
 
 
 # ---------------------------------------------------------------- model states by layout
@@ -190,18 +189,12 @@ def test_weights_states_add_fp32_gradients_at_every_stage():
 
 
 def test_config_blocks():
-    gpt2 = shape_from_config(json.loads((HF / "gpt2.json").read_text()))
-    assert (gpt2.mlp, gpt2.norm, gpt2.qkv_linears, gpt2.dropout, gpt2.ffn) == ("gelu_new", "layernorm", 1, True, 3072)
-    mistral = shape_from_config(json.loads((HF / "mistral-7b-v0.1.json").read_text()))
-    assert (mistral.mlp, mistral.norm, mistral.kv_heads, mistral.qkv_linears, mistral.mlp_in_linears) == (
-        "swiglu",
-        "rmsnorm",
-        8,
-        3,
-        2,
-    )
-    assert mistral.softmax_fp32 and not mistral.dropout
-    bert = shape_from_config(json.loads((HF / "bert-base-uncased.json").read_text()))
+    gpt2 = shape_from_config(json.loads((HF / "gpt2.json").read_text())).block
+    assert gpt2 == Block(kv_heads=12, ffn=3072, mlp="gelu_new", dropout=True)
+    mistral = shape_from_config(json.loads((HF / "mistral-7b-v0.1.json").read_text())).block
+    assert mistral == dataclasses.replace(LLAMA_BLOCK, kv_heads=8, ffn=14336)
+    assert mistral.softmax_fp32 and not mistral.dropout and mistral.mlp_in_linears == 2
+    bert = shape_from_config(json.loads((HF / "bert-base-uncased.json").read_text())).block
     assert (bert.mlp, bert.qkv_linears, bert.dropout) == ("gelu", 3, True)
 
 

@@ -230,12 +230,12 @@ def test_bad_layout_and_block_values_are_one_line(extra, message):
 
 
 def test_swiglu_describes_a_llama_block_by_hand():
-    spec = spec_from_lines([f"#HARP dnn {SHAPE} mlp=swiglu kv_heads=4 ffn=5632"])
-    assert (spec.mlp, spec.norm, spec.qkv_linears, spec.mlp_in_linears) == ("swiglu", "rmsnorm", 3, 2)
-    assert (spec.kv_heads, spec.ffn, spec.dropout, spec.softmax_fp32) == (4, 5632, False, True)
-    assert spec_from_lines([f"#HARP dnn {SHAPE} mlp=swiglu dropout=yes"]).dropout
+    b = spec_from_lines([f"#HARP dnn {SHAPE} mlp=swiglu kv_heads=4 ffn=5632"]).block
+    assert (b.mlp, b.norm, b.qkv_linears, b.mlp_in_linears) == ("swiglu", "rmsnorm", 3, 2)
+    assert (b.kv_heads, b.ffn, b.dropout, b.softmax_fp32) == (4, 5632, False, True)
+    assert spec_from_lines([f"#HARP dnn {SHAPE} mlp=swiglu dropout=yes"]).block.dropout
 
 
 def test_config_block_can_be_overridden():
-    spec = build_spec({"config": str(HF / "gpt2.json"), "seq_len": "1024", "dropout": "no", "mlp": "gelu"})
-    assert (spec.mlp, spec.dropout, spec.norm) == ("gelu", False, "layernorm")
+    b = build_spec({"config": str(HF / "gpt2.json"), "seq_len": "1024", "dropout": "no", "mlp": "gelu"}).block
+    assert (b.mlp, b.dropout, b.norm, b.ffn, b.kv_heads) == ("gelu", False, "layernorm", 3072, 12)
