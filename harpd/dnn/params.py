@@ -102,8 +102,8 @@ def _gpt2(cfg: dict[str, Any], mt: str) -> ModelShape:
     largest = max(vocab * h, positions * h, h * 3 * h + 3 * h, h * inner + inner)
     act = str(cfg.get("activation_function", "gelu_new"))
     drop = max(_prob(cfg, "attn_pdrop", 0.1), _prob(cfg, "resid_pdrop", 0.1)) > 0
-    mlp = "gelu" if act in _FUSED_ACTS else "gelu_new"
-    block = Block(kv_heads=heads, ffn=inner, mlp=mlp, dropout=drop)
+    kind = "gelu" if act in _FUSED_ACTS else "gelu_new"
+    block = Block(kv_heads=heads, ffn=inner, mlp=kind, dropout=drop)
     return ModelShape("gpt2", mt, params, n_layer, h, heads, vocab, positions, largest, block)
 
 
@@ -182,8 +182,8 @@ def _bert(cfg: dict[str, Any], mt: str) -> ModelShape:
     largest = max(vocab * h, positions * h, h * inter + inter, inter * h + h)
     act = str(cfg.get("hidden_act", "gelu"))
     drop = max(_prob(cfg, "hidden_dropout_prob", 0.1), _prob(cfg, "attention_probs_dropout_prob", 0.1)) > 0
-    mlp = "gelu" if act in _FUSED_ACTS else "gelu_new"
-    block = Block(kv_heads=heads, ffn=inter, mlp=mlp, qkv_linears=3, dropout=drop)
+    kind = "gelu" if act in _FUSED_ACTS else "gelu_new"
+    block = Block(kv_heads=heads, ffn=inter, mlp=kind, qkv_linears=3, dropout=drop)
     return ModelShape("bert", mt, params, n_layer, h, heads, vocab, positions, largest, block)
 
 
