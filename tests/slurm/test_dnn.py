@@ -1,7 +1,7 @@
 """A DNN job is rewritten to the chosen GPUs and runs there, on the real local Slurm.
 
 The local cluster has one node with four fake ``a100`` GPUs in partition
-``gpu`` (scripts/localslurm).  The site config here gives that type 6.4 GiB per
+``gpu`` (scripts/localslurm).  The site config here gives that type 6.2 GiB per
 GPU so GPT-2 medium needs two of them (ZeRO-2), and lists a second, cheaper
 ``h100`` type in a partition that does not exist: the plan must take Slurm's
 word (``scontrol show partition/node``) over the config and not pick it.
@@ -45,7 +45,7 @@ def settings() -> HarpSettings:
     return HarpSettings(
         dnn=DnnSettings(
             gpu_types=[
-                GpuType(name="a100", memory_gb=6.4, gpus_per_node=4, billing_weight=1.0, partition="gpu"),
+                GpuType(name="a100", memory_gb=6.2, gpus_per_node=4, billing_weight=1.0, partition="gpu"),
                 GpuType(name="h100", memory_gb=80, gpus_per_node=4, billing_weight=1.0, partition="gpu-h100"),
             ]
         )
@@ -172,7 +172,7 @@ GPU_TOML = """
 safety_margin = 0.10
 [[dnn.gpu_types]]
 name = "a100"
-memory_gb = 6.4
+memory_gb = 6.2
 gpus_per_node = 4
 billing_weight = 1.0
 partition = "gpu"
