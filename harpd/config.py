@@ -191,7 +191,8 @@ class GpuType(_Section):
 
 class DnnSettings(_Section):
     safety_margin: float = Field(0.10, ge=0, lt=1)
-    cuda_context_gb: float = Field(0.5, ge=0)
+    # outside PyTorch's allocator: context + lazily loaded kernels (0.22-0.23 GiB measured, H200, torch 2.11)
+    cuda_context_gb: float = Field(0.3, ge=0)
     # NCCL/torch.distributed buffers and gradient buckets, added when a job uses >1 GPU
     distributed_overhead_gb: float = Field(1.0, ge=0)
     # most nodes harp spreads one DNN job over (Slurm's partition limits apply too)
