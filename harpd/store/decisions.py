@@ -35,7 +35,7 @@ class DecisionsTable(StoreBase):
         can never make root's store grow without bound (#44: 44 MB in 1.5 s).
         """
         texts = (_dumps(job), _dumps(decided), _dumps(decision))
-        size = sum(len(t) for t in texts)
+        size = sum(len(t or "") for t in texts)
         with self.transaction(durable=False) as db:
             if quota is not None:
                 count, stored = db.conn.execute(

@@ -46,7 +46,7 @@ from tests.helpers.wait import wait_for  # noqa: E402
 pytestmark = pytest.mark.slurm
 
 A, B = "harptest1", "harptest2"
-QUOTA = 1 << 20  # B's unclaimed decisions, in bytes (store.max_pending_decision_bytes_per_user)
+QUOTA = 256 << 10  # B's unclaimed decisions, in bytes (store.max_pending_decision_bytes_per_user): ~12 big ones
 LEAD_S = 30.0
 CHAIN_S = 8 * 60  # a 1-minute job on a busy 2-core host: start, limit, kill, accounting, resubmission
 C_SCRIPT = "#!/bin/bash\n#SBATCH --time=1\n#SBATCH --no-requeue\n#SBATCH -o /dev/null\n#HARP retry\nsleep 300\n"

@@ -197,7 +197,7 @@ def test_one_users_connections_never_make_harpd_busy_for_root(serve, store):
         os.setgroups([])
         os.setgid(65534)
         os.setuid(65534)
-        held = [_send_status(srv.path) for _ in range(2)]
+        held = [_send_status(srv.path) for _ in range(2)]  # kept open (and referenced) until the child is killed
         idle = []
         for _ in range(8):
             s = socket.socket(socket.AF_UNIX)
@@ -205,6 +205,7 @@ def test_one_users_connections_never_make_harpd_busy_for_root(serve, store):
             idle.append(s)
         third = call(srv.path, {"op": "status", "job_id": "1"})
         os.write(w, json.dumps(third).encode())
+        assert len(held) == 2 and len(idle) == 8
         os.close(w)
         time.sleep(30)  # holds its connections until the parent kills it
         os._exit(0)

@@ -131,9 +131,9 @@ def test_a_number_too_large_for_a_float_is_a_one_line_error(value) -> None:
 
 
 def test_commands_are_bounded_as_harp_submit_sends_them() -> None:
-    from harp_submit.request import COMMAND_LINES, COMMANDS_MAX_CHARS
-
     import json
+
+    from harp_submit.request import COMMAND_LINES, COMMANDS_MAX_CHARS
 
     many = json.dumps({"op": "predict", "job": {"commands": ["python a.py"] * 100}})
     assert len(p.parse_request(many).job.commands) == COMMAND_LINES

@@ -7,13 +7,12 @@ cluster; tests/slurm/test_recovery.py runs the same calls for real.
 
 from __future__ import annotations
 
-import stat
-
-import pytest
-
 import copy
 import json
+import stat
 from pathlib import Path
+
+import pytest
 
 from harpd.config import SlurmSettings
 from harpd.slurm.base import SlurmError
@@ -79,7 +78,12 @@ def _sacct_json() -> str:
     doc = json.loads((FIXTURES / "sacct" / "22.05-jobs.json").read_text())
     template = doc["jobs"][0]
     jobs = []
-    for jid, comment in [(40, "harp retry 2 of 3"), (41, "harp retry 2 of 33"), (42, None), (43, "harp retry 2 of 3; user note")]:
+    for jid, comment in [
+        (40, "harp retry 2 of 3"),
+        (41, "harp retry 2 of 33"),
+        (42, None),
+        (43, "harp retry 2 of 3; user note"),
+    ]:
         j = copy.deepcopy(template)
         j.update(job_id=jid, user="alice")
         j["comment"] = {"administrator": None, "job": comment, "system": None}
