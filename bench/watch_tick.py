@@ -16,6 +16,8 @@ The figure: the slowest of ``--ticks`` ticks as a share of the lead
 through the text fallback (a Slurm without JSON) is printed for comparison.
 
     python bench/watch_tick.py [--jobs 5000] [--registered 1000] [--ticks 5]
+    python bench/watch_tick.py --real 213    the same on the local cluster (SLURM_CONF): 213 held jobs
+                                             submitted, one with a line break in its comment, then cancelled
 """
 # bench: timeout=900
 
@@ -25,6 +27,8 @@ import argparse
 import copy
 import json
 import logging
+import os
+import subprocess
 import sys
 import tempfile
 import time
@@ -119,13 +123,51 @@ def ticks(watch: Watch, n: int) -> list[float]:
     return out
 
 
+def real(n: int, n_ticks: int) -> int:
+    """``n`` held jobs on the local cluster (one with a newline comment): the real squeue, the real tick."""
+    if not os.environ.get("SLURM_CONF"):
+        print("watch_tick --real: set SLURM_CONF to the local cluster's (bash scripts/localslurm env)", file=sys.stderr)
+        print(f"FIGURE watch_tick_real_share_of_lead: nan % (target < {TARGET_SHARE * 100:g}) FAIL")
+        return 1
+    ids = []
+    try:
+        for i in range(n):
+            comment = [f"--comment={EVIL}"] if i == 0 else []
+            out = subprocess.run(
+                ["sbatch", "--parsable", "-H", "-o", "/dev/null", *comment, "--wrap", "true"],
+                capture_output=True,
+                text=True,
+                check=True,
+            )
+            ids.append(out.stdout.strip().split(";")[0])
+        with tempfile.TemporaryDirectory(prefix="harp-watch-tick-") as tmp:
+            settings = HarpSettings()
+            store = Store.open(Path(tmp) / "harp.db")
+            watch = Watch(store, CliBackend(settings), settings, predictor=None, partitions=lambda: {})
+            took = ticks(watch, n_ticks)
+            listed = watch.last_tick_jobs
+            store.close()
+    finally:
+        for i in range(0, len(ids), 200):
+            subprocess.run(["scancel", *ids[i : i + 200]], capture_output=True)
+    share = max(took) / watch.lead_s
+    print(f"{n} held jobs on the cluster, one with a newline comment; the tick listed {listed} jobs")
+    print(f"tick with squeue --json: worst {max(took):.2f} s of {len(took)}")
+    verdict = "PASS" if share < TARGET_SHARE else "FAIL"
+    print(f"FIGURE watch_tick_real_share_of_lead: {share * 100:.2f} % (target < {TARGET_SHARE * 100:g}) {verdict}")
+    return 0
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--jobs", type=int, default=5000)
     ap.add_argument("--registered", type=int, default=1000)
     ap.add_argument("--ticks", type=int, default=5)
+    ap.add_argument("--real", type=int, default=0, metavar="N", help="N jobs on the local cluster instead")
     a = ap.parse_args()
     logging.basicConfig(level=logging.ERROR)
+    if a.real:
+        return real(a.real, a.ticks)
     with tempfile.TemporaryDirectory(prefix="harp-watch-tick-") as tmp:
         d = Path(tmp)
         bindir = d / "bin"
