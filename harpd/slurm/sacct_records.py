@@ -58,7 +58,14 @@ class SacctParseError(ValueError):
 
 @dataclass(slots=True)
 class SacctStep:
-    """One job step as accounting saw it.  ``max_rss_mb`` is the largest task's."""
+    """One job step as accounting saw it.  ``max_rss_mb`` is the largest task's.
+
+    ``max_gpumem_mb``: the largest task's GPU memory peak (``gres/gpumem`` of
+    TRESUsageInMax), only where the site's Slurm gathers GPU usage (NVML
+    autodetect and ``AccountingStorageTRES=gres/gpumem``); None elsewhere.
+    NVML's figure is the memory in use on the task's GPUs (CUDA context and
+    allocator cache included), summed over the GPUs the task sees.
+    """
 
     step_id: str  # "batch", "extern", "0", ...
     state: str | None = None
@@ -70,6 +77,7 @@ class SacctStep:
     nnodes: int | None = None
     elapsed_s: float | None = None
     cpu_s: float | None = None
+    max_gpumem_mb: float | None = None
 
 
 @dataclass(slots=True)

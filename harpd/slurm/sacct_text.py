@@ -14,6 +14,9 @@ tests/fixtures/sacct/):
   --mem-per-cpu=150M``); releases before 21.08 suffix it ``n`` (per node) or
   ``c`` (per CPU), which is converted to the whole job here.
 * A step's MaxRSS is the largest single task's RSS (``45824K``).
+* ``TRESUsageInMax`` holds the largest task's usage of every tracked TRES;
+  its ``gres/gpumem`` (``14486M``), where the site gathers GPU usage, is the
+  step's GPU memory peak.  No user writes it, so the live backend asks for it.
 
 Timestamps: ``-P`` prints local time without a zone (or epoch seconds when
 run with ``SLURM_TIME_FORMAT=%s``, which the live backend does).  Exported
@@ -74,6 +77,7 @@ PARSABLE2_COLUMNS = (
     "NTasks",
     "TotalCPU",
     "NNodes",
+    "TRESUsageInMax",
     "Comment",
 )
 
@@ -129,6 +133,13 @@ def _gpus(tres: dict[str, str]) -> int | None:
             if n is not None:
                 total = (total or 0) + n
     return total
+
+
+def _gpumem_mb(usage: str) -> float | None:
+    """MiB of ``gres/gpumem`` in a TRESUsageInMax string (sacct prints a bare number as bytes)."""
+    if "gres/gpumem=" not in usage:
+        return None
+    return parse_size_mb(parse_tres(usage).get("gres/gpumem"), bare_unit="")
 
 
 def _exit_pair(text: str | None) -> tuple[int | None, int | None]:
@@ -214,6 +225,7 @@ def _row_parsers(header: list[str]) -> tuple[Any, Any]:
         ix("NNodes"),
         ix("Comment"),
     )
+    i_usage_max = ix("TRESUsageInMax")
     ts = timestamp
 
     def job(f: list[str]) -> SacctJob:
@@ -294,6 +306,7 @@ def _row_parsers(header: list[str]) -> tuple[Any, Any]:
             nnodes=_int(f[i_nnodes]),
             elapsed_s=float(el) if el.isdigit() else parse_duration_s(f[i_el]),
             cpu_s=parse_duration_s(f[i_totcpu]),
+            max_gpumem_mb=_gpumem_mb(f[i_usage_max]),
         )
 
     return job, step
