@@ -121,7 +121,9 @@ def test_what_teaches_nothing(site, store):
 def test_decision_json_that_is_not_a_dnn_plan():
     assert DnnDecided.from_decision(None) is None
     assert DnnDecided.from_decision({"explain": "x"}) is None
-    assert DnnDecided.from_decision({"explain": {"dnn": {"signature": "s", "chosen": {"n_gpus": "2", "zero": 0}}}}) is None
+    assert (
+        DnnDecided.from_decision({"explain": {"dnn": {"signature": "s", "chosen": {"n_gpus": "2", "zero": 0}}}}) is None
+    )
     d = DnnDecided.from_decision({"explain": {"dnn": {"signature": "s", "chosen": {"n_gpus": 2, "zero": 1}}}})
     assert d is not None and (d.n_gpus, d.zero, d.capacity_gib) == (2, 1, None)
 
