@@ -111,3 +111,20 @@ def test_json_gpumem_item_and_bad_values():
     (job,) = sacct_json.parse_json(doc)
     assert to_record(job).used_gpumem_mb == 2048.0
     assert job.steps[1].max_gpumem_mb is None
+
+
+def test_a_store_of_the_previous_schema_gets_the_column(tmp_path):
+    """A store written before #47 (no used_gpumem_mb) opens, gains the column and keeps its jobs."""
+    from harpd.records import JobRecord
+    from harpd.store import SCHEMA_VERSION, Store
+
+    p = tmp_path / "h.db"
+    with Store.open(p) as s:
+        s.insert_jobs([JobRecord(job_id="1", outcome=Outcome.COMPLETED, used_mem_mb=10.0)])
+        s.db.execute("ALTER TABLE jobs DROP COLUMN used_gpumem_mb")
+        s.set_meta("schema_version", SCHEMA_VERSION - 1)
+    with Store.open(p) as s:
+        assert s.get_meta("schema_version") == SCHEMA_VERSION and "used_gpumem_mb" in s.db["jobs"].columns_dict
+        assert s.get_job("1").used_mem_mb == 10.0 and s.get_job("1").used_gpumem_mb is None
+        s.insert_jobs([JobRecord(job_id="2", outcome=Outcome.COMPLETED, used_gpumem_mb=14486.0)])
+        assert s.get_job("2").used_gpumem_mb == 14486.0
