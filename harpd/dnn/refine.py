@@ -11,8 +11,9 @@ Where observations come from (the caller looks them up by ``spec_signature``):
   tracks the TRES (``AccountingStorageTRES=gres/gpu,gres/gpumem``), on recent
   Slurm releases; the local 22.05 test cluster, with fake GPUs, has none.  It is
   the memory the driver reports in use (CUDA context and allocator cache
-  included) and one site found it summed over a step's GPUs, so the caller
-  divides by the step's GPU count (``gpumem_bytes`` parses the value).
+  included), summed over the GPUs a task sees; sacct's readers parse it and
+  ``harpd.slurm.classify`` makes it per GPU (``JobRecord.used_gpumem_mb``),
+  ``harpd.dnn.observed`` joins it with the run's decision.
 - a site prolog/epilog that records ``nvidia-smi --query-gpu=memory.used``
   maxima, or the job's own ``torch.cuda.max_memory_reserved()`` log, per GPU.
 """
@@ -24,8 +25,7 @@ import json
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from harp_submit.units import parse_size_mb
-from harpd.slurm.sacct_records import parse_tres
+from harpd.slurm.sacct_records import gpumem_mb
 
 _MIB = float(1 << 20)
 
@@ -75,7 +75,7 @@ def gpumem_bytes(tres_usage: str | None) -> float | None:
 
     A bare number is bytes, as sacct prints it without a unit.
     """
-    mb = parse_size_mb(parse_tres(tres_usage).get("gres/gpumem"), bare_unit="")
+    mb = gpumem_mb(tres_usage)
     return None if mb is None else mb * _MIB
 
 

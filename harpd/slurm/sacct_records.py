@@ -13,11 +13,14 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from harp_submit.units import parse_size_mb
+
 __all__ = [
     "BASE_STATES",
     "SacctJob",
     "SacctStep",
     "SacctParseError",
+    "gpumem_mb",
     "normalize_state",
     "parse_tres",
 ]
@@ -122,6 +125,13 @@ def parse_tres(text: str | None) -> dict[str, str]:
         if sep:
             out[k] = v
     return out
+
+
+def gpumem_mb(usage: str | None) -> float | None:
+    """MiB of ``gres/gpumem`` in a TRES usage string (``...,gres/gpumem=28972M,...``; a bare number is bytes)."""
+    if not usage or "gres/gpumem=" not in usage:
+        return None
+    return parse_size_mb(parse_tres(usage).get("gres/gpumem"), bare_unit="")
 
 
 def normalize_state(state: Any) -> str | None:

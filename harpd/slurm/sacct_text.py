@@ -36,7 +36,14 @@ from typing import Any, TypeVar
 from harp_submit.units import parse_duration_s, parse_size_mb, parse_size_mb_per
 from harpd import access
 from harpd.slurm.job_ids import job_of_step
-from harpd.slurm.sacct_records import SacctJob, SacctParseError, SacctStep, normalize_state, parse_tres
+from harpd.slurm.sacct_records import (
+    SacctJob,
+    SacctParseError,
+    SacctStep,
+    gpumem_mb,
+    normalize_state,
+    parse_tres,
+)
 
 __all__ = [
     "PARSABLE2_COLUMNS",
@@ -133,13 +140,6 @@ def _gpus(tres: dict[str, str]) -> int | None:
             if n is not None:
                 total = (total or 0) + n
     return total
-
-
-def _gpumem_mb(usage: str) -> float | None:
-    """MiB of ``gres/gpumem`` in a TRESUsageInMax string (sacct prints a bare number as bytes)."""
-    if "gres/gpumem=" not in usage:
-        return None
-    return parse_size_mb(parse_tres(usage).get("gres/gpumem"), bare_unit="")
 
 
 def _exit_pair(text: str | None) -> tuple[int | None, int | None]:
@@ -306,7 +306,7 @@ def _row_parsers(header: list[str]) -> tuple[Any, Any]:
             nnodes=_int(f[i_nnodes]),
             elapsed_s=float(el) if el.isdigit() else parse_duration_s(f[i_el]),
             cpu_s=parse_duration_s(f[i_totcpu]),
-            max_gpumem_mb=_gpumem_mb(f[i_usage_max]),
+            max_gpumem_mb=gpumem_mb(f[i_usage_max]),
         )
 
     return job, step
