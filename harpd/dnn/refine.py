@@ -1,9 +1,12 @@
-"""Recorded peaks of GPU memory override the formula, once the same setup has run.
+"""Recorded peaks of GPU memory raise the formula's need, once the same setup has run.
 
 The formula is an estimate; a peak recorded for the same DNN description on the
-same number of GPUs and ZeRO stage is a measurement, so it wins: the need becomes
-max(observed peaks) x (1 + margin).  A run killed for lack of GPU memory shows
-only a lower bound of what it needed, so it can raise the need but never lower it.
+same number of GPUs and ZeRO stage is a measurement of one run, so the need
+becomes the larger of the two: max(formula, max(observed peaks) x (1 + margin))
+(#47).  A peak below the formula does not lower the need: a run's peak
+depends on its data (the longest sequence it met, the step it ended on), and
+the next run may meet more.  A run killed for lack of GPU memory shows only a
+lower bound of what it needed, so it too can raise the need, never lower it.
 
 Where observations come from (the caller looks them up by ``spec_signature``):
 - ``sacct -o TRESUsageInMax`` with ``gres/gpumem=...``: recorded only where Slurm
@@ -89,8 +92,12 @@ def refined_need(
     if not done and not killed:
         return formula_need, "formula"
     if done:
-        need = max(done) * (1.0 + margin)
-        source = f"observed peak of {len(done)} run(s)"
+        observed = max(done) * (1.0 + margin)
+        need = max(formula_need, observed)
+        if observed >= formula_need:
+            source = f"observed peak of {len(done)} run(s)"
+        else:
+            source = f"formula, above the observed peak of {len(done)} run(s)"
     else:
         need = formula_need
         source = "formula"

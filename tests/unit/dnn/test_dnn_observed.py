@@ -63,19 +63,28 @@ def _config(p):
     return c["gpu_type"], c["n_gpus"], c["zero"]
 
 
-def test_a_completed_peak_replaces_the_formula_for_its_configuration(site, store):
+def test_the_next_job_gets_the_larger_of_the_formula_and_the_peak(site, store):
     first = _plan(site, store)
-    assert first.explain["dnn"]["chosen"]["need_source"] == "formula"
-    est = first.explain["dnn"]["chosen"]["need_gib"]
-    _ran(store, "11", first, peak_gib=est / 2)
+    chosen = first.explain["dnn"]["chosen"]
+    assert chosen["need_source"] == "formula"
+    est, cap = chosen["need_gib"], chosen["capacity_gib"]
+    high = (est + cap / 1.1) / 2  # above the estimate, still fitting with the margin
+    assert est < high * 1.1 < cap
+    _ran(store, "11", first, peak_gib=high)
     (obs,) = observations_from_store(store, UID, first.explain["dnn"]["signature"])
-    assert obs.peak_bytes == pytest.approx(est / 2 * 2**30) and not obs.oom
-    again = _plan(site, store)
-    chosen = again.explain["dnn"]["chosen"]
-    assert _config(again) == _config(first)
-    assert chosen["need_source"] == "observed peak of 1 run(s)"
-    # the larger of nothing and the peak plus the site's margin (10%)
-    assert chosen["need_gib"] == pytest.approx(est / 2 * 1.1, abs=0.01)
+    assert obs.peak_bytes == pytest.approx(high * 2**30) and not obs.oom
+    again = _plan(site, store).explain["dnn"]["chosen"]
+    assert (again["gpu_type"], again["n_gpus"], again["zero"]) == _config(first)
+    assert again["need_source"] == "observed peak of 1 run(s)"
+    assert again["need_gib"] == pytest.approx(high * 1.1, abs=0.01)  # the site's margin is 10%
+
+
+def test_a_peak_below_the_formula_does_not_lower_the_need(site, store):
+    first = _plan(site, store)
+    est = first.explain["dnn"]["chosen"]["need_gib"]
+    _ran(store, "12", first, peak_gib=est / 2)
+    again = _plan(site, store).explain["dnn"]["chosen"]
+    assert again["need_gib"] == est and again["need_source"] == "formula, above the observed peak of 1 run(s)"
 
 
 def test_a_peak_above_the_gpu_moves_the_next_job_to_a_larger_configuration(site, store):

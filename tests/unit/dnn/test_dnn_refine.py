@@ -19,9 +19,12 @@ def test_formula_rules_until_there_are_observations():
 
 def test_max_observed_times_margin():
     obs = [PeakObservation(30 * GIB, 4, 2), PeakObservation(34 * GIB, 4, 2), PeakObservation(60 * GIB, 8, 2)]
-    need, source = refined_need(50 * GIB, obs, n_gpus=4, stage=2, margin=0.1)
+    need, source = refined_need(30 * GIB, obs, n_gpus=4, stage=2, margin=0.1)
     assert need == pytest.approx(34 * GIB * 1.1)
     assert source == "observed peak of 2 run(s)"
+    # the larger of the formula and the observed peak plus margin (#47): a lower peak never lowers the need
+    need, source = refined_need(50 * GIB, obs, n_gpus=4, stage=2, margin=0.1)
+    assert need == 50 * GIB and source == "formula, above the observed peak of 2 run(s)"
 
 
 def test_out_of_memory_runs_only_raise_the_need():
