@@ -15,9 +15,14 @@ Which runs count:
 * a COMPLETED run whose Slurm record has the configuration harp chose (its
   allocated GPUs equal the chosen count): its peak is a measurement;
 * a run that ran out of GPU memory (``ran_out_of_gpu_memory``): counted as
-  needing more than the whole GPU, so that configuration no longer fits and
-  the planner takes the next larger one (more GPUs, a higher ZeRO stage,
-  recomputation where the line allows it);
+  needing more than the whole GPU, so that configuration no longer fits, and
+  the formula as under-counting the setup by at least that much, so every
+  other configuration's need is scaled likewise (``refine.refined_need``): the
+  planner takes the next configuration that fits then (more GPUs with a ZeRO
+  stage that shards, a higher stage where the line says zero=auto, a larger
+  GPU type), never the same one nor one that holds as much per GPU; when none
+  fits, the job is left as submitted with the plan's one-line reason, which
+  names what could help (zero=auto, recompute=full, a smaller micro_batch);
 * nothing else: a failed or killed run is never learnt as usage.
 
 How harp learns a CUDA out-of-memory, which Slurm never sees (the process
@@ -58,6 +63,7 @@ class DnnDecided:
     zero: int
     gpu_type: str | None
     need_gib: float | None  # the estimate per GPU, margin included
+    formula_gib: float | None  # the formula's part of it (need_gib may already be raised by observed peaks)
     capacity_gib: float | None  # the GPU type's memory as configured
     need_source: str | None = None
 
@@ -78,6 +84,7 @@ class DnnDecided:
             zero=zero,
             gpu_type=chosen.get("gpu_type") if isinstance(chosen.get("gpu_type"), str) else None,
             need_gib=_float(chosen.get("need_gib")),
+            formula_gib=_float(chosen.get("formula_need_gib")),
             capacity_gib=_float(chosen.get("capacity_gib")),
             need_source=chosen.get("need_source") if isinstance(chosen.get("need_source"), str) else None,
         )
@@ -98,12 +105,17 @@ def observation(record: JobRecord, decided: DnnDecided) -> PeakObservation | Non
     """The run's peak as the planner weighs it, or None when it teaches nothing (see the module doc)."""
     if record.alloc_gpus is not None and record.alloc_gpus != decided.n_gpus:
         return None  # it ran in another configuration than the one harp planned
+    planned = None if decided.formula_gib is None else decided.formula_gib * GIB
     if ran_out_of_gpu_memory(record, decided.capacity_gib):
         assert decided.capacity_gib is not None
-        return PeakObservation(decided.capacity_gib * GIB, decided.n_gpus, decided.zero, decided.gpu_type, oom=True)
+        return PeakObservation(
+            decided.capacity_gib * GIB, decided.n_gpus, decided.zero, decided.gpu_type, oom=True, planned_bytes=planned
+        )
     if record.outcome != Outcome.COMPLETED or record.used_gpumem_mb is None:
         return None
-    return PeakObservation(record.used_gpumem_mb * MIB, decided.n_gpus, decided.zero, decided.gpu_type)
+    return PeakObservation(
+        record.used_gpumem_mb * MIB, decided.n_gpus, decided.zero, decided.gpu_type, planned_bytes=planned
+    )
 
 
 def observations_from_store(

@@ -63,6 +63,7 @@ class PeakObservation:
     zero: int
     gpu_type: str | None = None
     oom: bool = False  # killed for GPU memory: peak_bytes is only a lower bound
+    planned_bytes: float | None = None  # the formula's need (margin included) for the configuration it ran in
 
 
 def spec_signature(spec) -> str:
@@ -85,12 +86,19 @@ def gpumem_bytes(tres_usage: str | None) -> float | None:
 def refined_need(
     formula_need: float, observations: Iterable[PeakObservation], *, n_gpus: int, stage: int, margin: float
 ) -> tuple[float, str]:
-    """(bytes per GPU that must fit, where the figure comes from) for one configuration."""
+    """(bytes per GPU that must fit, where the figure comes from) for one configuration.
+
+    A run out of GPU memory in another configuration (with its ``planned_bytes``)
+    says the formula under-counts this setup by at least peak x (1 + margin) /
+    planned: every configuration's formula need is scaled by that much.  Without
+    it, a data-parallel job killed on one GPU at ZeRO 0 would be planned on two
+    GPUs at ZeRO 0, which hold the same per GPU, and die again.
+    """
+    observations = list(observations)
     same = [o for o in observations if o.n_gpus == n_gpus and o.zero == stage]
     done = [o.peak_bytes for o in same if not o.oom]
     killed = [o.peak_bytes for o in same if o.oom]
-    if not done and not killed:
-        return formula_need, "formula"
+    need, source = formula_need, "formula"
     if done:
         observed = max(done) * (1.0 + margin)
         need = max(formula_need, observed)
@@ -98,11 +106,18 @@ def refined_need(
             source = f"observed peak of {len(done)} run(s)"
         else:
             source = f"formula, above the observed peak of {len(done)} run(s)"
-    else:
-        need = formula_need
-        source = "formula"
     if killed:
         # The OOM run needed more than it got: never plan below the formula or that peak.
         need = max(need, formula_need, max(killed) * (1.0 + margin))
         source += f", {len(killed)} run(s) out of GPU memory"
+    elsewhere = [
+        o.peak_bytes * (1.0 + margin) / o.planned_bytes
+        for o in observations
+        if o.oom and o.planned_bytes and o.planned_bytes > 0 and not (o.n_gpus == n_gpus and o.zero == stage)
+    ]
+    if elsewhere and formula_need * max(elsewhere) > need:
+        need = formula_need * max(elsewhere)
+        source = (
+            f"formula x {max(elsewhere):.2f} after {len(elsewhere)} run(s) out of GPU memory in another configuration"
+        )
     return need, source

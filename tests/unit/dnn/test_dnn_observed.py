@@ -97,17 +97,32 @@ def test_a_peak_above_the_gpu_moves_the_next_job_to_a_larger_configuration(site,
 
 
 def test_out_of_gpu_memory_never_gets_the_same_configuration(site, store):
-    first = _plan(site, store)
-    cap = first.explain["dnn"]["chosen"]["capacity_gib"]
-    _ran(store, "31", first, outcome=Outcome.FAILED, peak_gib=cap * GPU_OOM_FRACTION)
-    (obs,) = observations_from_store(store, UID, first.explain["dnn"]["signature"])
-    assert obs.oom and obs.peak_bytes == pytest.approx(cap * 2**30)
-    again = _plan(site, store)
-    assert _config(again) != _config(first)
-    # and what was ruled out stays ruled out: a second OOM of the new choice moves on again
-    _ran(store, "32", again, outcome=Outcome.FAILED, peak_gib=cap)
-    third = _plan(site, store)
-    assert _config(third) not in (_config(first), _config(again))
+    auto = LINE + " zero=auto"
+    seen = []
+    for n in range(3):
+        p = _plan(site, store, line=auto)
+        seen.append(_config(p))
+        cap = p.explain["dnn"]["chosen"]["capacity_gib"]
+        _ran(store, f"3{n}", p, outcome=Outcome.FAILED, peak_gib=cap * GPU_OOM_FRACTION)
+        obs = observations_from_store(store, UID, p.explain["dnn"]["signature"])
+        assert obs[0].oom and obs[0].peak_bytes == pytest.approx(cap * 2**30)
+    # each run out of GPU memory moved the next job on: never the same configuration, never fewer GPUs
+    assert len(set(seen)) == 3
+    assert [c[1] for c in seen] == sorted(c[1] for c in seen) and seen[1][1] > seen[0][1]
+    assert (
+        "out of GPU memory in another configuration"
+        in _plan(site, store, line=auto).explain["dnn"]["chosen"]["need_source"]
+    )
+
+
+def test_out_of_gpu_memory_with_nothing_larger_leaves_the_job_with_the_reason(site, store):
+    """At ZeRO 0 more GPUs hold as much each: the OOM rules them out too, and the plan says what could help."""
+    first = _plan(site, store)  # the line's default stage, 0
+    assert first.explain["dnn"]["chosen"]["zero"] == 0
+    _ran(store, "35", first, outcome=Outcome.FAILED, peak_gib=first.explain["dnn"]["chosen"]["capacity_gib"])
+    again = plan_dnn_job([LINE], {}, None, site, observed=lambda sig: observations_from_store(store, UID, sig))
+    assert again.changes == [] and again.error.startswith("no configured GPU fits")
+    assert "zero=auto" in again.error
 
 
 def test_what_teaches_nothing(site, store):
