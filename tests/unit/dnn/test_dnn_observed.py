@@ -175,3 +175,35 @@ def test_status_shows_estimate_against_observed(site):
     oom = JobRecord(job_id="6", outcome=Outcome.FAILED, used_gpumem_mb=chosen["capacity_gib"] * 1024)
     assert "out of GPU memory" in gpu_memory_lines(gpu_memory_view(decision, oom).to_dict())[0]
     assert gpu_memory_view({"changes": []}, rec) is None and gpu_memory_lines(None) == []
+
+
+class _NoHistory:
+    """The history predictor the router wraps, deciding nothing (the GPU plan is what is tested)."""
+
+    name = "none"
+
+    def decide(self, job, user, uid, now=None, *, dry_run=False):
+        from harpd.protocol import Decision
+
+        return Decision(changes=[], model=None, explain={})
+
+    def template_of(self, job, user):
+        return None
+
+
+def test_the_daemon_predictor_reads_the_users_own_peaks(site, store):
+    """harpd's DnnRoutingPredictor looks the peaks up in its store, for the submitting uid only."""
+    from harpd.config import HarpSettings
+    from harpd.dnn.predictor import DnnRoutingPredictor
+    from harpd.protocol import JobRequest
+
+    auto = LINE + " zero=auto"
+    first = _plan(site, store, line=auto)
+    cap = first.explain["dnn"]["chosen"]["capacity_gib"]
+    _ran(store, "51", first, outcome=Outcome.FAILED, peak_gib=cap)
+    router = DnnRoutingPredictor(_NoHistory(), HarpSettings(dnn=site), store=store)
+    job = JobRequest(harp_lines=[auto])
+    mine = router.decide(job, "u", UID).explain["dnn"]["chosen"]
+    theirs = router.decide(job, "v", 2000).explain["dnn"]["chosen"]
+    assert (theirs["gpu_type"], theirs["n_gpus"], theirs["zero"]) == _config(first)
+    assert (mine["gpu_type"], mine["n_gpus"], mine["zero"]) != _config(first)
