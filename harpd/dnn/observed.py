@@ -41,7 +41,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import Any
 
 from harpd.dnn.refine import PeakObservation
@@ -152,16 +152,7 @@ class GpuMemoryView:
     out_of_gpu_memory: bool
 
     def to_dict(self) -> dict[str, Any]:
-        return {
-            "gpu_type": self.gpu_type,
-            "n_gpus": self.n_gpus,
-            "zero": self.zero,
-            "estimate_gib": self.estimate_gib,
-            "estimate_source": self.estimate_source,
-            "capacity_gib": self.capacity_gib,
-            "observed_gib": self.observed_gib,
-            "out_of_gpu_memory": self.out_of_gpu_memory,
-        }
+        return asdict(self)
 
 
 def gpu_memory_view(decision: Any, record: JobRecord | None) -> GpuMemoryView | None:
