@@ -5,7 +5,6 @@ from __future__ import annotations
 import shutil
 
 import pytest
-
 from dnn_helpers import HF, partitions_from_recording, site_settings
 
 from harpd.config import GpuType, HarpSettings
