@@ -16,6 +16,7 @@ import pwd
 import re
 import shutil
 import subprocess
+import threading
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -30,7 +31,7 @@ from harpd.slurm.sacct_json import parse_json
 from harpd.slurm.sacct_records import SacctJob, SacctParseError
 from harpd.slurm.sacct_text import LIVE_PARSABLE2_COLUMNS, owners_of_parsable, parse_parsable2
 from harpd.slurm.scontrol import AmbiguousRecord, job_info, job_record, parse_kv_line, queued_job, update_fields
-from harpd.slurm.squeue_json import SqueueParseError, find, parse_squeue_json
+from harpd.slurm.squeue_json import SqueueParseError, asked_by, find, parse_squeue_json
 from harpd.slurm.squeue_json import job_info as json_job_info
 from harpd.slurm.squeue_json import queued_jobs as json_queued_jobs
 
@@ -43,6 +44,12 @@ _IDS_PER_CALL = 500
 #: a Slurm without JSON: records read again alone per listing, at most (each is two commands)
 _REREAD_MAX = 32
 #: what a squeue without JSON says (an old release, or no serializer/data_parser plugin)
+#: 22.05's squeue answers --json with every job whatever --jobs says: one such listing serves the
+#: single-job reads (a registration each) that come within this many seconds of it
+_LISTING_MAX_AGE_S = 1.0
+#: the commands (and scontrol verbs) that change jobs: each makes that shared listing stale
+_ACTIONS = ("sbatch", "scancel")
+_SCONTROL_ACTIONS = ("requeuehold", "update", "release", "hold", "requeue")
 _NO_JSON_RE = re.compile(r"unrecognized option|invalid option|unknown option|serializer|data_parser|plugin")
 
 
@@ -139,6 +146,9 @@ class CliBackend:
         self._json_ok: bool | None = None  # None: not tried; False: fall back to -P
         self._squeue_json_ok: bool | None = None  # None: not tried; False: this squeue has no --json
         self._left_out: dict[str, str] = {}  # job id -> why its text record was left out (logged once)
+        self._filters_ignored: bool | None = None  # squeue --json ignores --jobs (22.05)
+        self._listing: tuple[float, list[dict[str, Any]]] | None = None  # (when, jobs): 22.05's shared listing
+        self._listing_lock = threading.Lock()
 
     # ------------------------------------------------------------ plumbing
 
@@ -170,6 +180,8 @@ class CliBackend:
         as_uid: int | None = None,
     ) -> str:
         argv = [self._which(name), *args]
+        if name in _ACTIONS or (name == "scontrol" and args and args[0] in _SCONTROL_ACTIONS):
+            self._listing = None  # what harpd reads of a job after changing it is Slurm's answer since
         kw: dict[str, Any] = {}
         if as_uid is not None and as_uid != os.geteuid():
             if os.geteuid() != 0:
@@ -372,13 +384,39 @@ class CliBackend:
         test for) when slurmctld does not hold the job.
         """
         jid = self._check_job_id(job_id)
-        jobs = self._squeue_jobs(jid)
-        if jobs is None:
-            return job_info(self._job_record(jid))
-        found = find(jobs, jid)
+        if self._filters_ignored:
+            found = self._from_listing(jid)
+        else:
+            jobs = self._squeue_jobs(jid)
+            if jobs is None:
+                return job_info(self._job_record(jid))
+            found = find(jobs, jid)
+            if found is not None and any(jid not in asked_by(j) for j in jobs):
+                self._filters_ignored = True  # 22.05: every job for one asked; share such listings from now on
+                with self._listing_lock:
+                    self._listing = (time.monotonic(), jobs)
         if found is None:
             raise SlurmError(f"squeue --json --jobs {jid} failed: Invalid job id specified")
         return json_job_info(found)
+
+    def _from_listing(self, jid: str) -> dict[str, Any] | None:
+        """One job from a listing of every job, shared by the reads of the next second (22.05).
+
+        22.05's ``squeue --json`` lists every job whatever ``--jobs`` asks, so
+        a hundred registrations at once would list the whole queue a hundred
+        times: they share one listing instead, taken again when it is over a
+        second old, when it lacks the job (submitted since), and after any
+        change harpd made (``_run``).
+        """
+        with self._listing_lock:
+            cached = self._listing
+            if cached is not None and time.monotonic() - cached[0] < _LISTING_MAX_AGE_S:
+                found = find(cached[1], jid)
+                if found is not None:
+                    return found
+            jobs = self._squeue_jobs() or []
+            self._listing = (time.monotonic(), jobs)
+            return find(jobs, jid)
 
     def _squeue_jobs(self, job_id: str | None = None) -> list[dict[str, Any]] | None:
         """Every job slurmctld holds (finished ones too), from ``squeue --json``; None when this squeue has none.

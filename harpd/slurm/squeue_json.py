@@ -41,6 +41,7 @@ __all__ = [
     "queued_job",
     "queued_jobs",
     "find",
+    "asked_by",
     "expand_path",
 ]
 
@@ -265,6 +266,12 @@ def job_infos(jobs: Iterable[Mapping[str, Any]]) -> list[JobInfo]:
 def queued_jobs(jobs: Iterable[Mapping[str, Any]], now: float | None = None) -> list[QueuedJob]:
     at = time.time() if now is None else now
     return [queued_job(j, at) for j in jobs]
+
+
+def asked_by(job: Mapping[str, Any]) -> set[str]:
+    """Every id Slurm answers with this job for: its own, its array's, ``ARRAY_TASK``."""
+    raw, array = _number(job.get("job_id")), _number(job.get("array_job_id"))
+    return {x for x in (_job_id(job), "" if raw is None else str(raw), str(array) if array else "") if x}
 
 
 def find(jobs: Iterable[Mapping[str, Any]], job_id: str) -> Mapping[str, Any] | None:

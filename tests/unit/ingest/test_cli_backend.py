@@ -496,3 +496,18 @@ def test_a_controller_down_at_the_first_listing_is_not_taken_for_a_squeue_withou
     (bindir / "squeue").write_text(FAKE.format(python=sys.executable, name="squeue"))
     assert {j.job_id for j in backend.held_jobs()} >= {"1", "3"}
     assert backend._squeue_json_ok is True
+
+
+def test_22_05_answers_every_job_for_one_so_reads_share_one_listing_until_harpd_acts(backend, bindir):
+    """22.05's squeue --json ignores --jobs: a burst of registrations lists the queue once, not once each (#44)."""
+    assert backend.show_job("3").uid == 1001
+    assert backend._filters_ignored is True
+    for jid in ("1", "3", "7", "4_2"):
+        backend.show_job(jid)
+    squeues = [c for c in calls(bindir) if c["cmd"] == "squeue"]
+    assert len(squeues) == 1  # the first answer serves the reads of the next second
+    backend.release("7")  # harpd changed a job: the next read asks Slurm again
+    backend.show_job("7")
+    assert len([c for c in calls(bindir) if c["cmd"] == "squeue"]) == 2
+    with pytest.raises(SlurmError, match="Invalid job id specified"):
+        backend.show_job("999")  # not in a fresh listing either: unknown
