@@ -145,10 +145,18 @@ class Harpd:
         return out
 
     def problems(self) -> list[str]:
-        """Error answers, errors and tracebacks harpd logged."""
+        """Error answers, errors and tracebacks harpd logged.
+
+        Not ``status``'s "harp knows no job" answers: ``registered`` asks
+        about every job while registrations (detached children of each
+        harp-submit) are still on their way, and that answer is the truth
+        then; a registration that never lands fails ``registered`` itself.
+        """
         out = []
         for line in self.log.read_text(errors="replace").splitlines():
             m = _LOG_LINE.search(line)
+            if m and m.group(1) == "status" and "harp knows no job" in line:
+                continue
             if (m and m.group(2) == "error") or " ERROR " in line or "Traceback" in line or " CRITICAL " in line:
                 out.append(line.strip())
         return out
