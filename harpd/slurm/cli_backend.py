@@ -10,6 +10,7 @@ that names the command and quotes the first line of its stderr.
 
 from __future__ import annotations
 
+import errno
 import logging
 import os
 import pwd
@@ -24,8 +25,18 @@ from typing import Any, Unpack
 from harp_submit.units import parse_duration_s as duration_s
 from harpd.config import HarpSettings, SlurmSettings
 from harpd.records import JobRecord
-from harpd.slurm.base import Accounting, JobChanges, JobInfo, PartitionInfo, QueuedJob, SlurmError
+from harpd.slurm.base import (
+    Accounting,
+    JobChanges,
+    JobInfo,
+    NotRecordedYet,
+    PartitionInfo,
+    QueuedJob,
+    SlurmError,
+    SlurmUnavailable,
+)
 from harpd.slurm.classify import to_records
+from harpd.slurm.cli_errors import failure, unavailable
 from harpd.slurm.sacct_json import parse_json
 from harpd.slurm.sacct_records import SacctJob, SacctParseError
 from harpd.slurm.sacct_text import PARSABLE2_COLUMNS, owners_of_parsable, parse_parsable2
@@ -50,11 +61,13 @@ def _first_line(text: str) -> str:
 def _after_banner(out: str, banner: str, jid: str, what: str) -> str:
     """sacct's ``--batch-script``/``--env-vars`` text: a banner line, a line of dashes, then the text.
 
-    Nothing at all: accounting does not know the job.
+    Nothing at all: accounting has no record of the job, which under load
+    is often "not yet" (slurmdbd lags slurmctld), so NotRecordedYet, not an
+    answer that the job is gone.
     """
     lines = out.split("\n")
     if not out.strip():
-        raise SlurmError(f"no {what} of job {jid}: neither slurmctld nor accounting knows the job")
+        raise NotRecordedYet(f"no {what} of job {jid}: accounting has no record of the job (yet)")
     if len(lines) < 3 or not lines[0].startswith(banner) or set(lines[1]) != {"-"}:
         raise SlurmError(f"no {what} of job {jid} in slurmctld or accounting: {_first_line(out) or 'empty'}")
     return "\n".join(lines[2:])
@@ -186,16 +199,22 @@ class CliBackend:
                 **kw,
             )
         except subprocess.TimeoutExpired:
-            raise SlurmError(
+            raise SlurmUnavailable(
                 f"{what} gave no answer within {self.timeout_s:g} s (slurm.command_timeout_s); "
                 "is slurmctld/slurmdbd up?"
             ) from None
         except OSError as exc:
-            raise SlurmError(f"{what}: cannot run {argv[0]} ({exc.strerror})") from None
+            # no process to spare on a loaded host is a wait, a missing or broken binary is not
+            kind = SlurmUnavailable if exc.errno in (errno.EAGAIN, errno.ENOMEM) else SlurmError
+            raise kind(f"{what}: cannot run {argv[0]} ({exc.strerror})") from None
         out = proc.stdout.decode("utf-8", "replace")
+        stderr = proc.stderr.decode("utf-8", "replace")
         if proc.returncode != 0:
-            err = _first_line(proc.stderr.decode("utf-8", "replace")) or _first_line(out) or "no message"
-            raise SlurmError(f"{what} failed (exit {proc.returncode}): {err}")
+            err = _first_line(stderr) or _first_line(out) or "no message"
+            raise failure(f"{what} failed (exit {proc.returncode}): {err}", stderr or out)
+        if not out.strip() and unavailable(stderr):
+            # exit 0 and nothing said (scontrol write batch_script of a stopped slurmctld): no answer, not "none"
+            raise SlurmUnavailable(f"{what} got no answer: {_first_line(stderr)}")
         return out
 
     @staticmethod
@@ -533,11 +552,18 @@ class CliBackend:
         if not text.strip():
             try:
                 out = self._run("sacct", ["--batch-script", "--jobs", jid])
+            except SlurmUnavailable:
+                raise
             except SlurmError:
                 if first is None:
                     raise
                 raise first from None
-            text = _after_banner(out, "Batch Script for", jid, "batch script")
+            try:
+                text = _after_banner(out, "Batch Script for", jid, "batch script")
+            except NotRecordedYet:
+                if isinstance(first, SlurmUnavailable):
+                    raise first from None  # slurmctld did not answer: it may hold the script
+                raise
             if text.endswith("\n\n"):
                 text = text[:-1]  # sacct adds a line break after the script
         if not text.strip() or text.strip() == "NONE":
