@@ -788,8 +788,8 @@ class Recovery:
             window_s = float(self.cfg.slurm_wait_h) * 3600
             if now - missing_since >= window_s:
                 reason = (
-                    f"Slurm has no record of the job any more: {exc}, for {fmt_time(int(window_s))} "
-                    "(recovery.slurm_wait_h); not run again"
+                    f"Slurm no longer knows the job: {exc}, for {self.cfg.slurm_wait_h:g} h "
+                    "(recovery.slurm_wait_h), and harp resubmits only from Slurm's own copies: not run again"
                 )
                 with self.store.transaction():
                     self.store.update_attempt(

@@ -134,9 +134,7 @@ class FakeSlurm:
     def calls(self, name: str | None = None) -> list[list[Any]]:
         return [c for c in self._load()["calls"] if name is None or c[0] == name]
 
-    def fail_next(
-        self, name: str, message: str, once: bool = True, after: bool = False, kind: str = "refused"
-    ) -> None:
+    def fail_next(self, name: str, message: str, once: bool = True, after: bool = False, kind: str = "refused") -> None:
         """The next ``name`` call raises ``KINDS[kind]``(message); ``after``: once it took effect.
 
         ``kind``: ``refused`` (a plain SlurmError), ``unknown``, ``unavailable``
