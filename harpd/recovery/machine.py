@@ -697,17 +697,12 @@ class Recovery:
         chain, number = row.chain, row.number
         if not self._waits.due(chain):
             return
-        plan = row.plan
         try:
-            plan = self._carry_out(row)
+            self._carry_out(row)
         except Stop as stop:
-            reason = str(stop)
-            with self.store.transaction():
-                self.store.update_attempt(
-                    chain, number, limits=plan.but(stop=reason).to_json(), step=DONE, outcome=NOT_SUBMITTED
-                )
-            self._waits.forget(chain)
-            log.warning("job %s: attempt %d not carried out: %s", chain, number, reason)
+            now = self._rows(chain)[number]  # as the side effect left it (a fallback to resubmit, a hold)
+            self._end(now, now.plan, str(stop))
+            log.warning("job %s: attempt %d not carried out: %s", chain, number, stop)
         except (SlurmError, OSError) as exc:
             if waiting_on_slurm(exc):
                 self._wait(self._rows(chain)[number], exc)
@@ -717,8 +712,8 @@ class Recovery:
         else:
             self._answered(chain, number)
 
-    def _carry_out(self, row: Attempt) -> Plan:
-        """The side effect of a decided attempt (requeue, else resubmit); the plan it was carried out with."""
+    def _carry_out(self, row: Attempt) -> None:
+        """The side effect of a decided attempt: requeue, else (or when requeue falls back) resubmit."""
         chain, number = row.chain, row.number
         plan = row.plan
         if plan.mode == REQUEUE:
@@ -732,17 +727,24 @@ class Recovery:
                     self.clock,
                     before_hold=lambda: self._still_ours(chain),
                 )
-                return plan
+                return
             except NotYet as wait:
                 log.info("job %s attempt %d: %s", chain, number, wait)
-                return plan
+                return
             except Fallback as fb:
                 plan = plan.but(mode=RESUBMIT, note=str(fb), restarts_before=None)
                 self.store.update_attempt(chain, number, limits=plan.to_json(), job_id=None)
                 log.warning("job %s attempt %d: %s; resubmitting instead", chain, number, fb)
                 row = self._rows(chain)[number]
         resubmit(self.store, self.backend, row, plan, self._rows(chain).get(number - 1), self.clock)
-        return plan
+
+    def _end(self, row: Attempt, plan: Plan, reason: str) -> None:
+        """The decided attempt is not carried out, for good: its chain ends here, ``reason`` saying why."""
+        with self.store.transaction():
+            self.store.update_attempt(
+                row.chain, row.number, limits=plan.but(stop=reason).to_json(), step=DONE, outcome=NOT_SUBMITTED
+            )
+        self._waits.forget(row.chain)
 
     def _failed(self, row: Attempt, exc: BaseException) -> None:
         """Slurm refused the side effect (or it could not run): tried again, up to ``MAX_FAILURES`` times."""
@@ -750,14 +752,7 @@ class Recovery:
         failures = int(plan.failures or 0) + 1
         if failures >= MAX_FAILURES:
             reason = f"gave up after {failures} failed tries: {exc}"
-            with self.store.transaction():
-                self.store.update_attempt(
-                    chain,
-                    number,
-                    limits=plan.but(failures=failures, stop=reason).to_json(),
-                    step=DONE,
-                    outcome=NOT_SUBMITTED,
-                )
+            self._end(row, plan.but(failures=failures), reason)
             log.error("job %s: attempt %d %s", chain, number, reason)
         else:
             self.store.update_attempt(chain, number, limits=plan.but(failures=failures, last_error=str(exc)).to_json())
@@ -791,15 +786,7 @@ class Recovery:
                     f"Slurm no longer knows the job: {exc}, for {self.cfg.slurm_wait_h:g} h "
                     "(recovery.slurm_wait_h), and harp resubmits only from Slurm's own copies: not run again"
                 )
-                with self.store.transaction():
-                    self.store.update_attempt(
-                        chain,
-                        number,
-                        limits=plan.but(stop=reason, waiting=None).to_json(),
-                        step=DONE,
-                        outcome=NOT_SUBMITTED,
-                    )
-                self._waits.forget(chain)
+                self._end(row, plan.but(waiting=None), reason)
                 log.error("job %s: attempt %d given up: %s", chain, number, reason)
                 return
         if changed or plan.waiting is None or missing_since != plan.missing_since:
