@@ -11,15 +11,18 @@ A real refusal still counts towards ``MAX_FAILURES`` (test_resubmit.py).
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import time
 
 from resubmit_fakes import fake, store, submission  # noqa: F401 (fixtures)
 
+from harpd import protocol as p
 from harpd.cli.health_cmd import render as render_health
 from harpd.cli.status_cmd import render as render_status
 from harpd.config import HarpSettings
+from harpd.daemon.handlers import Handlers, Peer
 from harpd.ingest.poller import Ingestor
 from harpd.records import Outcome
 from harpd.recovery import machine as rs
@@ -59,6 +62,14 @@ def lines(caplog, text):
     return [r for r in caplog.records if text in r.getMessage()]
 
 
+def _health(store, rec):
+    """What harpd's ``health`` operation says of recovery's waits."""
+    h = Handlers(store)
+    h.recovery = rec
+    peer = Peer(pid=10, uid=1000, gid=1000, user="alice", groups=frozenset({1000}))
+    return h.handle(peer, p.parse_request(json.dumps({"op": "health", "v": 1}))).recovery
+
+
 def oom_job(fake, store):
     jid = fake.add_job(uid=ME, user="me", time_s=600, mem_mb=100)
     submission(fake, store, jid)
@@ -83,6 +94,8 @@ def test_accounting_without_a_record_for_an_hour_is_waited_for_then_resubmitted_
     assert len(fake.calls("job_env")) == tries + 1 and fake.calls("submit") == []
     [w] = rec.waiting_on_slurm()
     assert w.kind == "accounting has no record yet" and w.tries == tries + 1
+    health = _health(store, rec)
+    assert health.waiting_on_slurm == 1 and "accounting has no record" in health.last_error
     assert len(lines(caplog, "waits on Slurm")) == 1  # one line when the wait began, none per try
     assert lines(caplog, "not carried out yet") == []
 
@@ -92,7 +105,7 @@ def test_accounting_without_a_record_for_an_hour_is_waited_for_then_resubmitted_
     a = attempt(store, jid, 2)
     assert a.step == "submitted" and len(fake.calls("submit")) == 1
     assert "waiting" not in a.limits and a.limits["waited_s"] >= tries * MAX_PAUSE_S
-    assert rec.waiting_on_slurm() == []
+    assert rec.waiting_on_slurm() == [] and _health(store, rec).waiting_on_slurm == 0
     assert len(lines(caplog, "Slurm answered again")) == 1
     clock.after(MAX_PAUSE_S)
     rec.resume()
