@@ -144,6 +144,9 @@ def run(slurm_cluster):
             os.kill(pid, signal.SIGCONT)
         for d in daemons.values():
             d.stop()
+        for name, d in daemons.items():  # what each harpd said about Slurm and its attempts (pytest -s shows it)
+            said = [ln for ln in d.log_tail(400).splitlines() if "harpd.recovery: job" in ln or "Slurm" in ln]
+            print(f"\n--- harpd {name} (Slurm stopped {STOP_S:g} s):\n" + "\n".join(said[:30]))
         live = c.run(["squeue", "-h", "-o", "%i %k"], check=False).stdout
         ours = [ln.split()[0] for ln in live.splitlines() if ln.split() and ln.split()[0] in r.jobs.values()]
         ours += [ln.split()[0] for ln in live.splitlines() if any(f"of {j}" in ln for j in r.jobs.values())]
