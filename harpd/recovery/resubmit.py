@@ -28,7 +28,7 @@ from harpd.recovery.attempts import SUBMITTED, Attempt, AttemptLimits, Plan, Sto
 from harpd.recovery.crash import crash_point
 from harpd.recovery.environment import submit_env, user_name
 from harpd.recovery.sbatch_argv import ArgvError, resubmit_argv
-from harpd.slurm.base import SlurmError
+from harpd.slurm.base import SlurmError, waiting_on_slurm
 from harpd.store import Store
 
 log = logging.getLogger("harpd.recovery")
@@ -112,8 +112,10 @@ def _submit(store: Store, backend: Any, prev_id: str, sub: Submission, plan: Pla
         raise
     try:
         info = backend.show_job(prev_id)
-    except SlurmError:
-        info = None
+    except SlurmError as exc:
+        if waiting_on_slurm(exc):
+            raise  # slurmctld may still hold the job's own name and directory: ask again, do not guess
+        info = None  # it left slurmctld: the registration's name and directory
     rec = store.get_job(prev_id)
     job_name = (info.name if info else None) or (rec.job_name if rec else None) or job.get("job_name")
     workdir = (info.workdir if info else None) or job.get("cwd")
