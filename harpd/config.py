@@ -40,6 +40,10 @@ class ServerSettings(_Section):
     max_unauthenticated_per_peer: int = Field(16, gt=0)  # ... from one address (waiting or being checked)
     unix_reserved_clients: int = Field(16, ge=0)  # of max_clients, slots TCP callers never take
     refusal_log_interval_s: float = Field(10.0, gt=0)  # refusals past the first are summed up per interval
+    # the Unix socket, per uid (harpd.daemon.server): one user never makes harpd busy for the others
+    max_clients_per_user: int = Field(8, gt=0)  # one uid's requests served at once (root's and harpd's: no cap)
+    max_waiting_per_user: int = Field(16, gt=0)  # one uid's connections whose request has not arrived whole
+    root_reserved_clients: int = Field(4, ge=0)  # of max_clients, slots only root and harpd's own user take
     log_level: Literal["debug", "info", "warning", "error"] = "info"
     # TCP addresses ("HOST:PORT") served beside the socket, every request sealed with MUNGE; [] = socket only
     listen: list[str] = Field(default_factory=list)
@@ -90,6 +94,9 @@ class StoreSettings(_Section):
     path: Path = Path("/var/lib/harp/harp.db")
     models_dir: Path | None = None  # default: <store dir>/models
     busy_timeout_s: float = Field(30.0, gt=0)  # wait this long for another writer's lock
+    # what one user can make harpd store (harpd.store.decisions): decisions not yet bound to a job
+    max_pending_decisions_per_user: int = Field(2000, gt=0)
+    max_pending_decision_bytes_per_user: int = Field(16 << 20, gt=0)
 
 
 class SlurmSettings(_Section):
@@ -187,7 +194,8 @@ class GpuType(_Section):
 
 class DnnSettings(_Section):
     safety_margin: float = Field(0.10, ge=0, lt=1)
-    cuda_context_gb: float = Field(0.5, ge=0)
+    # outside PyTorch's allocator: context + lazily loaded kernels (0.22-0.23 GiB measured, H200, torch 2.11)
+    cuda_context_gb: float = Field(0.3, ge=0)
     # NCCL/torch.distributed buffers and gradient buckets, added when a job uses >1 GPU
     distributed_overhead_gb: float = Field(1.0, ge=0)
     # most nodes harp spreads one DNN job over (Slurm's partition limits apply too)

@@ -16,12 +16,16 @@ from __future__ import annotations
 import json
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, field_validator
 
 from harp_submit.decision import CHANGEABLE
+from harp_submit.request import COMMAND_LINES, COMMANDS_MAX_CHARS
 
 PROTOCOL_VERSION = 1
 MAX_REQUEST_BYTES = 1 << 20  # default for server.max_request_bytes
+#: the most ``#HARP`` lines a job may have, and their length: what harpd reads of a script is bounded
+MAX_HARP_LINES = 32
+MAX_HARP_LINE_CHARS = 512
 
 # Slurm job ids as sbatch --parsable prints them (cluster suffix stripped):
 # "123", array task "123_4", het component "123+1".
@@ -78,10 +82,32 @@ class JobRequest(_Model):
     cwd: _Str | None = None
     array_size: _Count | None = None
     request: Resources = Field(default_factory=Resources)
-    harp_lines: Annotated[list[_Str], Field(max_length=1000)] = Field(default_factory=list)
+    # bounded so that one request's work is bounded (#44: 900 long #HARP lines took 2 s to decide)
+    harp_lines: Annotated[
+        list[Annotated[str, Field(max_length=MAX_HARP_LINE_CHARS)]], Field(max_length=MAX_HARP_LINES)
+    ] = Field(default_factory=list)
     # the script's first command lines (harp-submit sends up to 20, 4 KiB in
     # all; the --wrap command for wrap jobs): harpd derives ``signature`` from them
     commands: Annotated[list[_Str], Field(max_length=100)] = Field(default_factory=list)
+
+    @field_validator("commands")
+    @classmethod
+    def _as_harp_submit_sends(cls, lines: list[str]) -> list[str]:
+        """At most COMMAND_LINES lines, COMMANDS_MAX_CHARS in all, as harp-submit sends them.
+
+        Whoever sends the request: every reader of the commands (signature,
+        workflow task) then parses a bounded text, so one request's decision
+        is bounded (#44: 400 KiB of commands took a second of the one turn).
+        """
+        out: list[str] = []
+        left = COMMANDS_MAX_CHARS
+        for line in lines[:COMMAND_LINES]:
+            if left <= 0:
+                break
+            out.append(line[:left])
+            left -= len(out[-1])
+        return out
+
     # total bytes of the regular files the job names (harp_submit.input_size); None: unknown
     input_bytes: Annotated[int, Field(ge=0, le=1 << 62)] | None = None
     # register only: sbatch's arguments as harp-submit ran it and the SBATCH_*
@@ -291,6 +317,15 @@ class RecoveryHealth(_Model):
     last_error: str | None = None  # what Slurm said (or did not) to that one
 
 
+class WatchHealth(_Model):
+    """The watcher's last tick: how long one listing and its actions took, against the lead it must keep."""
+
+    last_tick_s: float | None = None
+    jobs: int = 0
+    lead_s: float
+    at: float | None = None
+
+
 class HealthAnswer(_Answer):
     version: str
     store: str
@@ -301,6 +336,7 @@ class HealthAnswer(_Answer):
     accounting: dict[str, Any] | None = None  # what Slurm keeps for recovery (harpd.recovery.site_accounting)
     ingest: IngestHealth | None = None  # the sacct poller; None: no Slurm, nothing polled
     recovery: RecoveryHealth | None = None  # recovery's waits on Slurm; None: recovery off
+    watch: WatchHealth | None = None  # the watcher; None: not running (hard limits, unprivileged, off)
 
 
 class AdminAnswer(_Answer):

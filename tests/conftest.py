@@ -49,7 +49,9 @@ RELEASE_FILES = {
     "test_recovery.py": "requeuehold, scontrol update and release of a finished job; resubmission",
     "test_recovery_durable.py": "a requeue long after the run: what sacct keeps of the first run",
     "test_soft_limits_live.py": "scontrol update of TimeLimit and memory on running and pending jobs",
-    "test_scontrol_forgery.py": "scontrol show job of the release, with a job's own text in it",
+    "test_scontrol_forgery.py": "squeue --json of the release (22.05's layout, 23.02+'s), with a job's own text in it",
+    "test_trust_by_construction.py": "#44's attacks: squeue and sacct JSON of the release, requeuehold of a "
+    "--no-requeue job refused",
     "test_plugins.py": "the Lua cli_filter and job_submit plugins on the release's Lua API",
     "test_cores_live.py": "CPUs allocated and used as sacct reports them",
     "test_dnn.py": "GRES of partitions and nodes as scontrol shows them; TresPerNode (22.05 gres:gpu, later gres/gpu)",

@@ -25,6 +25,7 @@ _ROWS = (
     ("gradients", "gradients"),
     ("optimizer_states", "optimizer states"),
     ("gathered_layer", "gathered layer (ZeRO-3)"),
+    ("weight_copies_16bit", "16-bit weight copies"),
     ("activations", "activations"),
     ("activations_per_layer", "  per layer"),
     ("activations_output_layer", "  output layer + loss"),
@@ -139,12 +140,23 @@ def _gib(b: float) -> str:
     return f"{b / (1 << 30):9.2f}"
 
 
+def _mixed_words(spec: Any) -> str:
+    """The precision layout as the description prints it: none in fp32 or the paper's arithmetic."""
+    from harpd.dnn.gpu_choice import stages_for
+    from harpd.dnn.zero import mixed_layout
+
+    if spec.precision == "fp32" or spec.accounting == "paper":
+        return ""
+    layouts = {mixed_layout(spec, stage) for stage in stages_for(spec)}
+    return f" mixed={layouts.pop()}" if len(layouts) == 1 else " mixed=autocast at zero=0, weights at 1-3"
+
+
 def _describe(spec: Any) -> str:
     src = f"config {spec.config_path} ({spec.model})" if spec.config_path else "given"
     opt = spec.optimizer + ("" if spec.optimizer != "sgd" else (" +momentum" if spec.momentum else " no momentum"))
     off = [n for n, on in (("optimizer", spec.offload_optimizer), ("param", spec.offload_param)) if on]
     return (
-        f"{spec.params / 1e9:.3g}B parameters ({src}), {opt} {spec.precision}, "
+        f"{spec.params / 1e9:.3g}B parameters ({src}), {opt} {spec.precision}" + _mixed_words(spec) + ", "
         f"micro_batch={spec.micro_batch} seq_len={spec.seq_len}, layers={spec.layers} hidden={spec.hidden} "
         f"heads={spec.heads} vocab={spec.vocab}, recompute={spec.recompute} attention={spec.attention}"
         + (f", offload={','.join(off)}" if off else "")
@@ -206,6 +218,8 @@ def _estimate(args: argparse.Namespace) -> int:
             continue
         if key == "activations_recompute_working" and spec.recompute != "full":
             continue
+        if key == "weight_copies_16bit" and not any(e.states.cast_copies for e in results.values()):
+            continue
         lbl = label + (f" (x{spec.layers})" if key == "activations_per_layer" else "")
         print(f"{lbl:26}" + "".join(f" {_gib(e.breakdown()[key])}" for e in results.values()))
     for note in spec.notes:
@@ -218,6 +232,7 @@ _STATE_ROWS = (
     ("gradients", "gradients"),
     ("optimizer_states", "optimizer states"),
     ("gathered_layer", "gathered layer (ZeRO-3)"),
+    ("weight_copies_16bit", "16-bit weight copies"),
 )
 NEED_SHAPE = "activations need layers= hidden= heads= seq_len= (or config=path/to/config.json)"
 
@@ -229,27 +244,17 @@ def _states_only(args: argparse.Namespace, spec: Any, n: int) -> int:
     way; refusing it for want of layers= would hide the part that needs nothing else.
     """
     from harpd.dnn.gpu_choice import stages_for
-    from harpd.dnn.zero import model_states
+    from harpd.dnn.zero import states_of
 
     rows: dict[int, dict[str, float]] = {}
     for stage in stages_for(spec):
-        st = model_states(
-            spec.params,
-            stage,
-            n,
-            optimizer=spec.optimizer,
-            precision=spec.precision,
-            momentum=spec.momentum,
-            offload_optimizer=spec.offload_optimizer,
-            offload_param=spec.offload_param,
-            largest_layer=spec.largest_layer,
-            accounting=spec.accounting,
-        )
+        st = states_of(spec, n, stage)
         rows[stage] = {
             "parameters": st.params,
             "gradients": st.grads,
             "optimizer_states": st.optimizer,
             "gathered_layer": st.gathered,
+            "weight_copies_16bit": st.cast_copies,
             "model_states": st.gpu,
             "host_per_rank": st.host_per_rank,
         }
@@ -267,13 +272,13 @@ def _states_only(args: argparse.Namespace, spec: Any, n: int) -> int:
         return 0
     opt = spec.optimizer + ("" if spec.optimizer != "sgd" else (" +momentum" if spec.momentum else " no momentum"))
     print(
-        f"harp dnn estimate: {spec.params / 1e9:.3g}B parameters, {opt} {spec.precision}, "
+        f"harp dnn estimate: {spec.params / 1e9:.3g}B parameters, {opt} {spec.precision}" + _mixed_words(spec) + ", "
         f"accounting={spec.accounting}: model states only"
     )
     print(f"{n} GPU(s), data parallel; GiB per GPU")
     print(f"{'':26}" + "".join(f"{'zero=' + str(s):>10}" for s in rows))
     for key, label in _STATE_ROWS:
-        if key == "gathered_layer" and not any(r[key] for r in rows.values()):
+        if key in ("gathered_layer", "weight_copies_16bit") and not any(r[key] for r in rows.values()):
             continue
         print(f"{label:26}" + "".join(f" {_gib(r[key])}" for r in rows.values()))
     print(f"{'model states (GiB)':26}" + "".join(f" {_gib(r['model_states'])}" for r in rows.values()))

@@ -75,4 +75,15 @@ def render(h: dict[str, Any]) -> str:
             line += f", the longest for {fmt_time(max(0, int(time.time() - float(rec['waiting_since']))))}"
             line += f": {rec.get('last_error')}"
         out.append(line)
+    watch = h.get("watch") or {}
+    if watch:
+        tick = watch.get("last_tick_s")
+        lead = float(watch.get("lead_s") or 0)
+        if tick is None:
+            out.append(f"  watcher:     no tick yet (lead {lead:g} s)")
+        else:
+            slow = "  SLOW: over half the lead, extensions may come late" if float(tick) > lead / 2 else ""
+            out.append(
+                f"  watcher:     last tick {float(tick):.2f} s for {watch.get('jobs')} jobs, lead {lead:g} s{slow}"
+            )
     return "\n".join(out) + "\n"

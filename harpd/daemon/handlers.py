@@ -28,6 +28,8 @@ from harp_submit import __version__
 from harpd import access
 from harpd import protocol as p
 from harpd.config import HarpSettings
+from harpd.daemon.fair_turns import FairTurns
+from harpd.daemon.refusals import RefusalLog
 from harpd.daemon.registration import Refused, Registrar
 from harpd.daemon.trial_progress import ProgressRefused, record_progress
 from harpd.ingest.poller import Ingestor
@@ -37,7 +39,8 @@ from harpd.recovery.machine import Recovery
 from harpd.report import build
 from harpd.report.job_status import JobStatusError, job_status
 from harpd.slurm.partitions import LimitsLookup, limits_for
-from harpd.store import Store, StoreError
+from harpd.store import QuotaExceeded, Store, StoreError
+from harpd.watch.service import Watch
 
 log = logging.getLogger("harpd.handlers")
 
@@ -152,19 +155,33 @@ class Handlers:
             admin_gid = access.resolve_group(getattr(settings.server, "admin_group", None))
         self.admin_gid = admin_gid
         # registrations are checked against slurmctld through this backend (None: no Slurm, none accepted)
-        self.registrar = Registrar(store, slurm)
+        st = getattr(settings, "store", None)
+        quota = (
+            None
+            if st is None
+            else (int(st.max_pending_decisions_per_user), int(st.max_pending_decision_bytes_per_user))
+        )
+        self.registrar = Registrar(store, slurm, quota)
+        # refusals of a request's content (a user's quota), logged and summed up with the doors' (the server's loop
+        # flushes this one log)
+        server = getattr(settings, "server", None)
+        self.refusals = RefusalLog(
+            logging.getLogger("harpd.server"), float(getattr(server, "refusal_log_interval_s", 10.0))
+        )
         # recovery's state machine (harpd.recovery.machine), set once the services run; None: off
         self.recovery: Recovery | None = None
         # the sacct poller (harpd.ingest.poller), set once the services run; health counts its polls; None: no Slurm
         self.ingestor: Ingestor | None = None
+        # the watcher (harpd.watch.service), set once the services run; health shows its last tick; None: off
+        self.watch: Watch | None = None
         self.slurm = slurm  # progress reports are checked against slurmctld's owner of the job
         self.retrain_action = retrain
         self.reload_action = reload
         self.importer = importer
         self.started = time.monotonic()
         self._admin_lock = threading.Lock()  # one retrain/reload/import at a time
-        # one predict at a time: see op_predict
-        self._deciding = threading.Lock()
+        # one predict at a time, in turns by uid: see op_predict
+        self._deciding = FairTurns()
         # a report over a big store takes seconds of CPU: a few at once, never a queue of them
         self.max_reports = int(getattr(getattr(settings, "report", None), "max_concurrent", 2))
         self._reports = threading.BoundedSemaphore(self.max_reports)
@@ -207,9 +224,11 @@ class Handlers:
         50 clients flat out, against ~0.2 s in turn).  In turn, each answer
         goes out as soon as its own work is done.  Reading the request and
         sending the answer stay outside the turn, and so does ``register``,
-        which waits on slurmctld.
+        which waits on slurmctld.  The turns go round the users waiting
+        (``FairTurns``), so one user's queue of requests never holds up
+        another's.
         """
-        with self._deciding:
+        with self._deciding.turn(peer.uid):
             return self._predict(peer, req)
 
     def _predict(self, peer: Peer, req: p.PredictRequest) -> BaseModel:
@@ -231,6 +250,10 @@ class Handlers:
             return p.error("predictor returned an invalid decision; request kept as submitted")
         try:
             token = self.registrar.record_decision(peer.uid, peer.user, req.job.model_dump(), decision)
+        except QuotaExceeded as exc:
+            # one user past what harpd keeps for them: their answer says so, nobody else is slowed or logged for
+            self.refusals.refused("quota", f"uid {peer.uid}", str(exc))
+            return p.error(f"harpd keeps no more decisions for you now: {exc}; the job goes in unchanged")
         except StoreError as exc:
             # a change harpd cannot record is one it could never verify nor extend: keep the request
             log.error("predict for uid %d: decision not recorded (%s); request kept", peer.uid, exc)
@@ -316,6 +339,7 @@ class Handlers:
             accounting=self.accounting,
             ingest=None if self.ingestor is None else self._ingest_health(self.ingestor),
             recovery=None if self.recovery is None else self._recovery_health(self.recovery),
+            watch=None if self.watch is None else self._watch_health(self.watch),
         )
 
     @staticmethod
@@ -326,6 +350,15 @@ class Handlers:
             waiting_on_slurm=len(waits),
             waiting_since=None if oldest is None else oldest.since,
             last_error=None if oldest is None else oldest.error,
+        )
+
+    @staticmethod
+    def _watch_health(watch: Watch) -> p.WatchHealth:
+        return p.WatchHealth(
+            last_tick_s=None if watch.last_tick_s is None else round(watch.last_tick_s, 3),
+            jobs=watch.last_tick_jobs,
+            lead_s=watch.lead_s,
+            at=watch.last_tick_at,
         )
 
     @staticmethod

@@ -73,6 +73,7 @@ from harpd.training.schedule import attach_retrain, train_in_background
 from harpd.training.trainer import Trainer
 from harpd.watch.privilege import Privilege
 from harpd.watch.privilege import detect as detect_privilege
+from harpd.watch.service import Watch
 from harpd.watch.service import make as make_watch
 
 log = logging.getLogger("harpd")
@@ -186,6 +187,7 @@ def build_handlers(settings: HarpSettings, store: Store) -> tuple[Handlers, list
     handlers.recovery = next((s for s in services if isinstance(s, Recovery)), None)
     # health counts the poller's polls
     handlers.ingestor = next((s.ingestor for s in services if isinstance(s, poller.IngestService)), None)
+    handlers.watch = next((s for s in services if isinstance(s, Watch)), None)
     return handlers, services
 
 
@@ -346,6 +348,9 @@ def main(argv: list[str] | None = None) -> int:
             max_unauthenticated_per_peer=settings.server.max_unauthenticated_per_peer,
             unix_reserved_clients=settings.server.unix_reserved_clients,
             refusal_log_interval_s=settings.server.refusal_log_interval_s,
+            max_clients_per_user=settings.server.max_clients_per_user,
+            max_waiting_per_user=settings.server.max_waiting_per_user,
+            root_reserved_clients=settings.server.root_reserved_clients,
         )
     except ServerError as exc:
         print(f"harpd: {exc}", file=sys.stderr)

@@ -39,9 +39,10 @@ class Pending:
     conn: socket.socket
     door: object
     addr: object
-    host: str  # the peer's address without its port: the per-peer limits count by it
+    host: str  # the peer's address without its port (TCP), "uid N" (Unix): the per-peer limits count by it
     deadline: float
     buf: bytearray = field(default_factory=bytearray)
+    uid: int | None = None  # the kernel's word on a Unix-socket caller; None over TCP (its credential says)
 
 
 class PreAuth:

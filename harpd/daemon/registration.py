@@ -37,7 +37,7 @@ from harpd import access
 from harpd.protocol import TOKEN_PATTERN, Decision, Resources
 from harpd.slurm.base import JobInfo, SlurmBackend, SlurmError, waiting_on_slurm, whole_minutes
 from harpd.slurm.job_ids import submitted_id
-from harpd.store import Store
+from harpd.store import OwnerChanged, Store
 
 log = logging.getLogger("harpd.registration")
 
@@ -141,16 +141,19 @@ class Verified:
 class Registrar:
     """Checks registrations with slurmctld and records the verified ones."""
 
-    def __init__(self, store: Store, backend: SlurmBackend | None) -> None:
+    def __init__(self, store: Store, backend: SlurmBackend | None, quota: tuple[int, int] | None = None) -> None:
         self.store = store
         self.backend = backend
+        self.quota = quota  # (decisions, bytes) a uid may have stored unclaimed; None: no bound
 
     def record_decision(self, uid: int, user: str, job: dict[str, Any], decision: Decision) -> str:
         """Store what harpd decided for this predict call; returns the token harp-submit echoes."""
         token = new_token()
         request = Resources.model_validate(job.get("request") or {})
         decided = decided_resources(request, decision)
-        self.store.add_decision(token, uid, user, job, decided.model_dump(), decision.model_dump())
+        # how sbatch ran the job comes with its registration, not with the question: not stored twice
+        kept = {k: v for k, v in job.items() if k not in ("argv", "sbatch_env")}
+        self.store.add_decision(token, uid, user, kept, decided.model_dump(), decision.model_dump(), quota=self.quota)
         return token
 
     def show(self, job_id: str) -> JobInfo:
@@ -235,6 +238,14 @@ class Registrar:
     ) -> Verified:
         """Verify and store; Refused (nothing stored) when Slurm does not vouch for it."""
         v = self.verify(job_id, caller_uid, token, job, claims_changes)
+        try:
+            self._store(v)
+        except OwnerChanged as exc:
+            log.warning("registration refused: %s", exc)
+            raise Refused(f"job {job_id} is registered to another user; not registered") from None
+        return v
+
+    def _store(self, v: Verified) -> None:
         if v.token is None:
             self.store.add_submission(v.job_id, v.uid, v.user, v.job, v.original, v.submitted, None, verified=True)
         elif not self.store.register_decided(
@@ -242,9 +253,10 @@ class Registrar:
         ):
             row = self.store.get_decision(v.token)
             if row is None or str(row.job_id) != str(v.job_id):
-                raise Refused(f"job {job_id}: that decision was already used by another job; a decision binds one job")
+                raise Refused(
+                    f"job {v.job_id}: that decision was already used by another job; a decision binds one job"
+                )
             # the same job again (a retry, or harpd found it first): refresh what the message adds
             self.store.add_submission(
                 v.job_id, v.uid, v.user, v.job, v.original, v.submitted, v.decision, token=v.token, verified=True
             )
-        return v

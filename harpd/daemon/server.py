@@ -68,11 +68,23 @@ class Server:
         max_unauthenticated_per_peer: int = 16,
         unix_reserved_clients: int | None = None,
         refusal_log_interval_s: float = 10.0,
+        max_clients_per_user: int = 8,
+        max_waiting_per_user: int = 16,
+        root_reserved_clients: int = 4,
     ) -> None:
         """``doors``: further ways in beside the Unix socket at ``path`` (TCP).
 
         ``unix_reserved_clients``: slots TCP callers never take (None: a
         quarter of ``max_clients``); at least one slot is always left to TCP.
+
+        On the Unix socket the kernel names the caller's uid at once, and a
+        connection waits in the accept loop, holding no worker, until its
+        request is whole, as over TCP: at most ``max_waiting_per_user`` of one
+        uid's wait (a newer one pushes out its oldest), at most
+        ``max_clients_per_user`` of its requests are served at once, and the
+        last ``root_reserved_clients`` slots are root's and harpd's own user's,
+        so one user holding hundreds of idle or slow connections never makes
+        harpd busy for the others or for the admin's ``health``.
         """
         self.unix = UnixDoor(path, mode)
         self.path = self.unix.path
@@ -85,7 +97,13 @@ class Server:
         reserved = max_clients // 4 if unix_reserved_clients is None else unix_reserved_clients
         self.max_tcp_clients = max(1, max_clients - reserved)
         self.preauth = PreAuth(auth_timeout_s, max_unauthenticated, max_unauthenticated_per_peer, max_request_bytes)
-        self.refusals = RefusalLog(log, refusal_log_interval_s)
+        # the Unix socket's waiting room: the same rules, counted per uid, with the request's own deadline
+        self.unix_waiting = PreAuth(request_timeout_s, max_unauthenticated, max_waiting_per_user, max_request_bytes)
+        self.max_clients_per_user = max_clients_per_user
+        self.root_reserved_clients = min(root_reserved_clients, max(0, max_clients - 1))
+        self._by_uid: dict[int, int] = {}  # Unix requests being served, per uid
+        # one log of refusals for the doors and the handlers (a user's quota), flushed by the accept loop
+        self.refusals = getattr(handlers, "refusals", None) or RefusalLog(log, refusal_log_interval_s)
         self._active_tcp = 0
         self._socks: dict[socket.socket, Door] = {}
         self._wake_r, self._wake_w = os.pipe()
@@ -98,7 +116,7 @@ class Server:
         self._peers: dict[tuple[int, int], tuple[float, Peer]] = {}
         self._sel: selectors.BaseSelector | None = None
         self._rejected: dict[socket.socket, float] = {}  # busy-answered sockets → drain deadline
-        self._work: queue.SimpleQueue[tuple[socket.socket, Door, object, Pending | None] | None] = queue.SimpleQueue()
+        self._work: queue.SimpleQueue[tuple[socket.socket, Door, object, Pending] | None] = queue.SimpleQueue()
         self._idle_workers = 0
         self.served = 0  # requests answered (for tests and the stop log line)
 
@@ -134,9 +152,9 @@ class Server:
                 timeout = 1.0
                 if self._rejected:
                     timeout = max(0.0, min(timeout, min(self._rejected.values()) - time.monotonic()))
-                waiting = self.preauth.next_deadline()
-                if waiting is not None:
-                    timeout = max(0.0, min(timeout, waiting - time.monotonic()))
+                for waiting in (self.preauth.next_deadline(), self.unix_waiting.next_deadline()):
+                    if waiting is not None:
+                        timeout = max(0.0, min(timeout, waiting - time.monotonic()))
                 for key, _ in sel.select(timeout=timeout):
                     if key.data == "wake":
                         try:
@@ -147,6 +165,8 @@ class Server:
                         self._accept(key.fileobj)  # type: ignore[arg-type]
                     elif key.data == "preauth":
                         self._read_preauth(key.fileobj)  # type: ignore[arg-type]
+                    elif key.data == "unix":
+                        self._read_preauth(key.fileobj, self.unix_waiting)  # type: ignore[arg-type]
                     else:
                         self._drain_rejected(key.fileobj)  # type: ignore[arg-type]
                 self._expire_rejected()
@@ -155,7 +175,7 @@ class Server:
         finally:
             for conn in list(self._rejected):
                 self._forget_rejected(conn)
-            for entry in self.preauth.everyone():
+            for entry in [*self.preauth.everyone(), *self.unix_waiting.everyone()]:
                 self._unwatch(entry.conn)
                 entry.conn.close()
             self.refusals.flush()
@@ -180,65 +200,98 @@ class Server:
         if not door.known_on_connect:
             self._wait_for_request(conn, door, addr)
             return
-        self._start(conn, door, addr, None)
+        try:
+            _, uid, _ = peer_ids(conn)
+        except OSError:
+            conn.close()
+            return
+        self._wait_for_request(conn, door, addr, uid)
 
-    def _start(self, conn: socket.socket, door: Door, addr: object, pending: Pending | None) -> None:
-        """Give the connection a worker slot, or answer "busy" (TCP takes only its share of the slots)."""
-        tcp = pending is not None
+    def _room(self, pending: Pending) -> PreAuth:
+        return self.preauth if pending.uid is None else self.unix_waiting
+
+    def _busy(self, uid: int | None, tcp: bool) -> str | None:
+        """Why a whole request gets no worker now (None: it does); called under the lock."""
+        if self._active >= self.max_clients:
+            return f"{self.max_clients} clients already connected"
+        if tcp and self._active_tcp >= self.max_tcp_clients:
+            return f"{self.max_tcp_clients} clients already connected over TCP"
+        if uid is None or uid in (0, os.geteuid()):
+            return None  # root and harpd's own user: every slot, the reserved ones too
+        if self._by_uid.get(uid, 0) >= self.max_clients_per_user:
+            return f"you already have {self.max_clients_per_user} requests in progress"
+        if self._active >= self.max_clients - self.root_reserved_clients:
+            return f"{self.max_clients - self.root_reserved_clients} clients already connected"
+        return None
+
+    def _start(self, conn: socket.socket, door: Door, addr: object, pending: Pending) -> None:
+        """Give a whole request a worker slot, or answer "busy" (TCP takes only its share, a user only theirs)."""
+        tcp = pending.uid is None
         with self._lock:
-            busy = self._active >= self.max_clients or (tcp and self._active_tcp >= self.max_tcp_clients)
-            if not busy:
+            why = self._busy(pending.uid, tcp)
+            if why is None:
                 self._active += 1
                 self._active_tcp += tcp
-        if busy:
-            if pending is not None:
-                self.preauth.checked(pending.host)
-            limit = self.max_tcp_clients if tcp else self.max_clients
-            self.refusals.refused(
-                "busy", peer_address(addr), f"{limit} clients already connected{' over TCP' if tcp else ''}"
-            )
-            self._reject(conn, f"harpd busy: {limit} clients already connected; retry")
+                if pending.uid is not None:
+                    self._by_uid[pending.uid] = self._by_uid.get(pending.uid, 0) + 1
+        if why is not None:
+            self._room(pending).checked(pending.host)
+            who = peer_address(addr) or f"uid {pending.uid}"
+            self.refusals.refused("busy", who, why)
+            self._reject(conn, f"harpd busy: {why}; retry")
             return
         try:
             self._dispatch(conn, door, addr, pending)
         except RuntimeError as exc:  # cannot start a thread: answer here, cheaply
-            if pending is not None:
-                self.preauth.checked(pending.host)
-            self._done(tcp)
+            self._room(pending).checked(pending.host)
+            self._done(tcp, pending.uid)
             self._reject(conn, f"harpd overloaded ({exc}); retry")
 
     # ------------------------------------------------- TCP before its credential
 
-    def _wait_for_request(self, conn: socket.socket, door: Door, addr: object) -> None:
-        """Hold a new TCP connection in the accept loop until its request is whole (no worker, no slot)."""
-        host = addr[0] if isinstance(addr, tuple) and addr else str(addr)
-        entry, pushed_out = self.preauth.arrive(conn, door, addr, str(host))
+    def _wait_for_request(self, conn: socket.socket, door: Door, addr: object, uid: int | None = None) -> None:
+        """Hold a new connection in the accept loop until its request is whole (no worker, no slot).
+
+        TCP connections are counted per peer address; Unix ones per uid (the
+        kernel's SO_PEERCRED), so one user's idle connections crowd out only
+        that user's own.
+        """
+        if uid is None:
+            room, host = self.preauth, str(addr[0] if isinstance(addr, tuple) and addr else addr)
+        else:
+            room, host = self.unix_waiting, f"uid {uid}"
+        entry, pushed_out = room.arrive(conn, door, addr, host)
+        if entry is not None:
+            entry.uid = uid
         for old in pushed_out:
             self._unwatch(old.conn)
             self._refuse_waiting(
                 old,
-                "unauthenticated limit",
-                "pushed out by newer connections from the same peer or too many unauthenticated connections",
+                "unauthenticated limit" if uid is None else "waiting limit",
+                "pushed out by newer connections from the same peer or too many unauthenticated connections"
+                if uid is None
+                else "pushed out by newer connections of the same user or too many waiting connections",
             )
         if entry is None:
             self.refusals.refused(
-                "unauthenticated limit",
-                peer_address(addr),
-                f"{self.preauth.max_per_peer} connections from this peer already being checked",
+                "unauthenticated limit" if uid is None else "waiting limit",
+                peer_address(addr) or host,
+                f"{room.max_per_peer} connections from this {'peer' if uid is None else 'user'} already being checked",
             )
-            self._reject(conn, "harpd: too many connections from your host; retry")
+            self._reject(conn, f"harpd: too many connections from your {'host' if uid is None else 'user'}; retry")
             return
         try:
             conn.setblocking(False)
             assert self._sel is not None
-            self._sel.register(conn, selectors.EVENT_READ, "preauth")
+            self._sel.register(conn, selectors.EVENT_READ, "preauth" if uid is None else "unix")
         except (OSError, ValueError, AssertionError):
-            self.preauth.drop(conn)
+            room.drop(conn)
             conn.close()
 
-    def _read_preauth(self, conn: socket.socket) -> None:
+    def _read_preauth(self, conn: socket.socket, room: PreAuth | None = None) -> None:
+        room = room or self.preauth
         try:
-            how, entry = self.preauth.read(conn)
+            how, entry = room.read(conn)
         except KeyError:
             self._unwatch(conn)
             return
@@ -255,17 +308,24 @@ class Server:
             self._start(conn, entry.door, entry.addr, entry)  # type: ignore[arg-type]
 
     def _expire_preauth(self) -> None:
-        for entry in self.preauth.expired(time.monotonic()):
+        now = time.monotonic()
+        for entry in self.preauth.expired(now):
             self._unwatch(entry.conn)
             self._refuse_waiting(
                 entry, "no request in time", f"no credential and request within {self.preauth.timeout_s:g}s"
             )
+        for entry in self.unix_waiting.expired(now):
+            self._unwatch(entry.conn)
+            self._refuse_waiting(
+                entry, "no request in time", f"request not complete within {self.unix_waiting.timeout_s:g}s"
+            )
 
     def _refuse_waiting(self, entry: Pending, kind: str, why: str) -> None:
         """Answer a waiting connection in one non-blocking send and close it."""
-        self.refusals.refused(kind, peer_address(entry.addr), why)
+        self.refusals.refused(kind, peer_address(entry.addr) or entry.host, why)
+        send = "the request" if entry.uid is not None else "the MUNGE credential line and the request"
         try:
-            entry.conn.send(p.encode(p.error(f"harpd: {why}; send the MUNGE credential line and the request at once")))
+            entry.conn.send(p.encode(p.error(f"harpd: {why}; send {send} at once")))
         except OSError:
             pass
         entry.conn.close()
@@ -279,7 +339,7 @@ class Server:
 
     # ------------------------------------------------------------- workers
 
-    def _dispatch(self, conn: socket.socket, door: Door, addr: object, pending: Pending | None) -> None:
+    def _dispatch(self, conn: socket.socket, door: Door, addr: object, pending: Pending) -> None:
         """Hand the connection to an idle worker thread, or start one.
 
         Workers outlive their connection and wait for the next: starting a
@@ -359,10 +419,16 @@ class Server:
                 pass
         conn.close()
 
-    def _done(self, tcp: bool = False) -> None:
+    def _done(self, tcp: bool = False, uid: int | None = None) -> None:
         with self._lock:
             self._active -= 1
             self._active_tcp -= tcp
+            if uid is not None:
+                left = self._by_uid.get(uid, 0) - 1
+                if left > 0:
+                    self._by_uid[uid] = left
+                else:
+                    self._by_uid.pop(uid, None)
             if self._active == 0:
                 self._idle.notify_all()
 
@@ -379,18 +445,16 @@ class Server:
         self._peers[(uid, gid)] = (now, peer)
         return peer
 
-    def _serve_conn(self, conn: socket.socket, door: Door, addr: object, pending: Pending | None) -> None:
+    def _serve_conn(self, conn: socket.socket, door: Door, addr: object, pending: Pending) -> None:
         start = time.monotonic()
         op = "?"
         peer: Peer | None = None
         seal: Callable[[bytes], bytes] = as_is
-        unchecked = pending is not None  # the pre-auth bookkeeping still counts it against its peer
+        unchecked = True  # the waiting room's bookkeeping still counts it against its peer
+        room = self._room(pending)
         try:
-            if pending is not None:
-                conn.setblocking(True)
-                lines, problem = self._whole(pending.buf, door.lines)
-            else:
-                lines, problem = self._read_request(conn, start + self.request_timeout_s, door.lines)
+            conn.setblocking(True)
+            lines, problem = self._whole(pending.buf, door.lines)
             if problem is None and not any(lines):
                 log.debug("%s: a connection closed without a request", door)
                 return
@@ -406,9 +470,8 @@ class Server:
                     self._send(conn, p.encode(p.error(str(exc))))
                     return
                 finally:
-                    if pending is not None:
-                        unchecked = False
-                        self.preauth.checked(pending.host)
+                    unchecked = False
+                    room.checked(pending.host)
                 try:
                     req = p.parse_request(lines[-1])
                     op = req.op
@@ -442,12 +505,12 @@ class Server:
         except Exception:
             log.exception("connection from %s failed", peer.describe() if peer else "unknown peer")
         finally:
-            if unchecked and pending is not None:
-                self.preauth.checked(pending.host)
+            if unchecked:
+                room.checked(pending.host)
             try:
                 conn.close()
             finally:
-                self._done(pending is not None)
+                self._done(pending.uid is None, pending.uid)
 
     def _whole(self, buf: bytearray, lines: int) -> tuple[list[bytes], str | None]:
         """The request's lines from what the accept loop read, or a problem to answer."""
@@ -456,32 +519,6 @@ class Server:
         if sum(map(len, got)) + lines - 1 > limit:
             return [], f"request over {limit} bytes; harpd accepts at most {limit}"
         return got, None
-
-    def _read_request(self, conn: socket.socket, deadline: float, lines: int = 1) -> tuple[list[bytes], str | None]:
-        """The request's ``lines`` lines (fewer at EOF; [b""] for a probe), or a problem to answer."""
-        limit = self.max_request_bytes
-        buf = bytearray()
-        while True:
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                return [], f"request not complete within {self.request_timeout_s:g}s; send one JSON line"
-            conn.settimeout(remaining)
-            try:
-                chunk = conn.recv(65536)
-            except TimeoutError:
-                return [], f"request not complete within {self.request_timeout_s:g}s; send one JSON line"
-            except OSError as exc:
-                return [], f"cannot read request ({exc.strerror or exc})"
-            if not chunk:  # EOF: a client that shut down its write side without a newline
-                return bytes(buf).split(b"\n")[:lines], None  # [b""]: a probe (e.g. a second harpd checking for us)
-            buf += chunk
-            if b"\n" in chunk and buf.count(b"\n") >= lines:
-                got = bytes(buf).split(b"\n")[:lines]
-                if sum(map(len, got)) + lines - 1 > limit:
-                    return [], f"request over {limit} bytes; harpd accepts at most {limit}"
-                return got, None
-            if len(buf) > limit:
-                return [], f"request over {limit} bytes; harpd accepts at most {limit}"
 
     def _send(self, conn: socket.socket, data: bytes) -> None:
         conn.settimeout(self.request_timeout_s)

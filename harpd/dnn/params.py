@@ -15,9 +15,10 @@ such module at a time, so it sets the stage-3 working set on the GPU.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from typing import Any
 
+from harpd.dnn.activation_terms import LLAMA_BLOCK, Block
 from harpd.dnn.errors import DnnError
 
 GPT2_TYPES = frozenset({"gpt2"})
@@ -39,6 +40,18 @@ class ModelShape:
     vocab: int
     max_positions: int | None
     largest_layer: int
+    block: Block = field(default_factory=Block)  # what the activation terms need (harpd.dnn.activation_terms)
+
+
+# HF ACT2FN names whose activation is one fused op (saves its input only) vs a Python
+# formula of several ops (transformers activations.py: NewGELUActivation, FastGELUActivation,
+# QuickGELUActivation), counted as gelu_new.
+_FUSED_ACTS = frozenset({"gelu", "gelu_pytorch_tanh", "relu", "silu", "swish", "gelu_python_tanh"})
+
+
+def _prob(cfg: dict[str, Any], key: str, default: float) -> float:
+    v = cfg.get(key, default)
+    return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else default
 
 
 def _int(cfg: dict[str, Any], key: str, model_type: str, default: int | None = None) -> int:
@@ -87,7 +100,11 @@ def _gpt2(cfg: dict[str, Any], mt: str) -> ModelShape:
         params += h * _num_labels(cfg)  # score head, no bias
     # GPT2LMHeadModel's lm_head is tied to wte: counted once.
     largest = max(vocab * h, positions * h, h * 3 * h + 3 * h, h * inner + inner)
-    return ModelShape("gpt2", mt, params, n_layer, h, heads, vocab, positions, largest)
+    act = str(cfg.get("activation_function", "gelu_new"))
+    drop = max(_prob(cfg, "attn_pdrop", 0.1), _prob(cfg, "resid_pdrop", 0.1)) > 0
+    kind = "gelu" if act in _FUSED_ACTS else "gelu_new"
+    block = Block(kv_heads=heads, ffn=inner, mlp=kind, dropout=drop)
+    return ModelShape("gpt2", mt, params, n_layer, h, heads, vocab, positions, largest, block)
 
 
 def _llama(cfg: dict[str, Any], mt: str) -> ModelShape:
@@ -127,7 +144,11 @@ def _llama(cfg: dict[str, Any], mt: str) -> ModelShape:
         head = h * _num_labels(cfg)
     params = embed + n_layer * per_layer + h + head
     largest = max(embed, q, o, h * inter + (inter if mlp_bias else 0))
-    return ModelShape("llama", mt, params, n_layer, h, heads, vocab, positions, largest)
+    # Mixtral routes each token through num_experts_per_tok experts: their inner tensors are kept
+    active = _int(cfg, "num_experts_per_tok", mt, default=2) if mt == "mixtral" else 1
+    drop = _prob(cfg, "attention_dropout", 0.0) > 0
+    block = replace(LLAMA_BLOCK, kv_heads=kv, ffn=inter * active, dropout=drop)
+    return ModelShape("llama", mt, params, n_layer, h, heads, vocab, positions, largest, block)
 
 
 def _bert(cfg: dict[str, Any], mt: str) -> ModelShape:
@@ -159,7 +180,11 @@ def _bert(cfg: dict[str, Any], mt: str) -> ModelShape:
         heads_params = pooler
     params = embeddings + n_layer * per_layer + heads_params
     largest = max(vocab * h, positions * h, h * inter + inter, inter * h + h)
-    return ModelShape("bert", mt, params, n_layer, h, heads, vocab, positions, largest)
+    act = str(cfg.get("hidden_act", "gelu"))
+    drop = max(_prob(cfg, "hidden_dropout_prob", 0.1), _prob(cfg, "attention_probs_dropout_prob", 0.1)) > 0
+    kind = "gelu" if act in _FUSED_ACTS else "gelu_new"
+    block = Block(kv_heads=heads, ffn=inter, mlp=kind, qkv_linears=3, dropout=drop)
+    return ModelShape("bert", mt, params, n_layer, h, heads, vocab, positions, largest, block)
 
 
 def shape_from_config(cfg: dict[str, Any]) -> ModelShape:

@@ -25,7 +25,7 @@ from harpd.dnn.gpu_choice import Candidate, choose_config
 from harpd.dnn.refine import PeakObservation, spec_signature
 from harpd.dnn.site_check import check_gpu_types, parse_gres
 from harpd.dnn.spec import DnnSpec, dnn_tokens, spec_from_lines
-from harpd.dnn.zero import GIB, ceil_gib, estimate
+from harpd.dnn.zero import GIB, ceil_gib, estimate, mixed_layout
 
 COST_MODEL = (
     "billed GPU-hours = GPUs x billing_weight x elapsed; elapsed is taken to depend on the "
@@ -290,12 +290,18 @@ def plan_dnn_job(
         {
             "chosen": best.summary(),
             "zero": best.stage,
+            "mixed": mixed_layout(spec, best.stage),
             "breakdown_gib": _round_gib(best.estimate.breakdown()),
             "alternatives": [c.summary() for c in choice.fitting[1:6]],
         }
     )
     if spec.zero is None:
         warnings.append(f"zero=auto chose ZeRO stage {best.stage}: run the job with that stage")
+    if spec.mixed is None and spec.precision != "fp32" and spec.accounting == "harp":
+        warnings.append(
+            f"sized for mixed={mixed_layout(spec, best.stage)} (fp32 weights under autocast at ZeRO 0, DeepSpeed's "
+            "16-bit weights at 1-3); add mixed= to the #HARP dnn line if the job keeps its weights otherwise"
+        )
     explain["notes"] += warnings
     out = {"dnn": explain}
     if goals_result is not None and goals_result.explain.get("summary"):

@@ -42,6 +42,8 @@ _SIGNATURE_FIELDS = (
     "optimizer",
     "momentum",
     "precision",
+    "mixed",
+    "block",
     "offload_optimizer",
     "offload_param",
     "recompute",

@@ -22,9 +22,10 @@ import pwd
 import re
 import shlex
 import stat
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
+from harpd.dnn.activation_terms import LLAMA_BLOCK, Block
 from harpd.dnn.errors import DnnError
 from harpd.dnn.harp_line import harp_line_words
 
@@ -38,6 +39,8 @@ KEYS: dict[str, str] = {
     "optimizer": "adamw | adam | sgd",
     "momentum": "sgd only: yes (default) | no",
     "precision": "bf16 | fp16 (mixed precision) | fp32",
+    "mixed": "autocast (fp32 weights + torch.autocast; default at zero=0) | weights (16-bit weights + fp32 master "
+    "copy: DeepSpeed/Megatron; default at zero=1-3)",
     "zero": "ZeRO stage 0 | 1 | 2 | 3 | auto",
     "offload": "none | optimizer | param | all (ZeRO-Offload to host memory)",
     "micro_batch": "sequences per GPU per step (default 1)",
@@ -45,6 +48,10 @@ KEYS: dict[str, str] = {
     "layers": "transformer layers",
     "hidden": "hidden size",
     "heads": "attention heads",
+    "kv_heads": "key/value heads (grouped-query attention; default: heads)",
+    "ffn": "MLP inner width (default 4 x hidden)",
+    "mlp": "gelu | gelu_new (HF's Python tanh GELU) | swiglu (a LLaMA-style block)",
+    "dropout": "yes | no: dropout active in the blocks (default: from the config, else yes)",
     "vocab": "vocabulary size",
     "largest_layer": "parameters of the largest single layer (ZeRO-3 gathers it)",
     "recompute": "activation recomputation: none | selective | full",
@@ -95,6 +102,8 @@ class DnnSpec:
     gpu_type: str | None = None
     launcher: str = "srun"
     accounting: str = "harp"
+    mixed: str | None = None  # autocast | weights; None: by stage (harpd.dnn.zero.mixed_layout)
+    block: Block = field(default_factory=Block)  # what the activation terms need (harpd.dnn.activation_terms)
     model: str | None = None  # model_type when read from a config
     config_path: str | None = None
     notes: list[str] = field(default_factory=list)
@@ -111,6 +120,14 @@ class DnnSpec:
 # ---------------------------------------------------------------- line parsing
 
 
+def _is_dnn_line(raw: str) -> bool:
+    """``#HARP dnn ...`` (any case), cheaply: only those lines are split, shlex costing microseconds a character."""
+    text = raw.strip()
+    if text[:5].upper() == "#HARP":
+        text = text[5:].lstrip()
+    return text[:3].lower() == "dnn" and (len(text) == 3 or not text[3].isalnum())
+
+
 def dnn_tokens(harp_lines: list[str]) -> dict[str, str] | None:
     """KEY=VALUE pairs of every ``#HARP dnn`` line merged; None when there is none.
 
@@ -120,6 +137,8 @@ def dnn_tokens(harp_lines: list[str]) -> dict[str, str] | None:
     found = False
     out: dict[str, str] = {}
     for raw in harp_lines:
+        if not _is_dnn_line(raw):
+            continue  # another #HARP line (retry, off, checkpoint): not split here
         try:
             words = harp_line_words(raw)
         except ValueError as exc:
@@ -152,7 +171,10 @@ def parse_count(key: str, value: str, *, lo: int = 1, hi: int = 10**15) -> int:
     m = _NUMBER.match(value.strip().replace("_", ""))
     if not m:
         raise DnnError(f"#HARP dnn: {key}={value} is not a number (e.g. {key}=4096, params=7e9 or 6.7B)")
-    n = round(float(m.group(1)) * _SUFFIX[m.group(2).lower()])
+    x = float(m.group(1)) * _SUFFIX[m.group(2).lower()]
+    if not lo <= x <= hi:  # a float first: 1e999 (or 500 digits) is infinite, which round() cannot take
+        raise DnnError(f"#HARP dnn: {key}={value[:40]} is out of range ({lo} to {hi:g})")
+    n = round(x)
     if not lo <= n <= hi:
         raise DnnError(f"#HARP dnn: {key}={value} is out of range ({lo} to {hi:g})")
     return n
@@ -304,6 +326,13 @@ _RECOMPUTE = {
 _ATTENTION = {"eager": "eager", "flash": "flash", "sdpa": "flash", "flash_attention_2": "flash"}
 _LAUNCHERS = {"srun": "srun", "torchrun": "torchrun", "accelerate": "accelerate", "deepspeed": "deepspeed"}
 _ACCOUNTING = {"harp": "harp", "paper": "paper"}
+_MIXED = {
+    "autocast": "autocast",
+    "amp": "autocast",
+    "weights": "weights",
+    "master": "weights",
+}
+_MLPS = {"gelu": "gelu", "gelu_new": "gelu_new", "swiglu": "swiglu"}
 
 
 def _offload(value: str) -> tuple[bool, bool]:
@@ -395,7 +424,29 @@ def build_spec(
     if shape:
         spec.model = shape.model_type
         spec.config_path = tokens["config"]
-    return _apply_options(spec, tokens)
+        spec.block = shape.block
+    return _apply_options(_apply_block(spec, tokens), tokens)
+
+
+def _apply_block(spec: DnnSpec, tokens: dict[str, str]) -> DnnSpec:
+    """kv_heads= ffn= mlp= dropout=: the block of a model described by hand (or a config overridden)."""
+    block = spec.block
+    if "mlp" in tokens:
+        mlp = _choice("mlp", tokens["mlp"], _MLPS)
+        # SwiGLU: LLaMA's block (RMSNorm, q/k/v and gate/up linears, no dropout); else a GPT-style one
+        base = LLAMA_BLOCK if mlp == "swiglu" else Block()
+        block = replace(base, kv_heads=block.kv_heads, ffn=block.ffn, mlp=mlp)
+    if "dropout" in tokens:
+        block = replace(block, dropout=_flag("dropout", tokens["dropout"]))
+    if "kv_heads" in tokens:
+        block = replace(block, kv_heads=parse_count("kv_heads", tokens["kv_heads"], hi=100_000))
+    if "ffn" in tokens:
+        block = replace(block, ffn=parse_count("ffn", tokens["ffn"], hi=10**7))
+    kv = block.kv_heads or spec.heads
+    if kv > spec.heads or spec.heads % kv:
+        raise DnnError(f"#HARP dnn: kv_heads={kv} must divide heads={spec.heads} (grouped-query attention)")
+    spec.block = block
+    return spec
 
 
 def _states_only_spec(tokens: dict[str, str], params: int, hidden: int | None, vocab: int | None) -> DnnSpec:
@@ -429,6 +480,10 @@ def _apply_options(spec: DnnSpec, tokens: dict[str, str]) -> DnnSpec:
         spec.momentum = _flag("momentum", tokens["momentum"])
     if "precision" in tokens:
         spec.precision = _choice("precision", tokens["precision"], _PRECISIONS)
+    if "mixed" in tokens:
+        spec.mixed = _choice("mixed", tokens["mixed"], _MIXED)
+        if spec.precision == "fp32":
+            raise DnnError("#HARP dnn: mixed= applies to precision=bf16 or fp16, not fp32; drop one of them")
     if "zero" in tokens:
         z = tokens["zero"].strip().lower()
         if z == "auto":

@@ -21,14 +21,29 @@ partition).  Model states alone are far from a job's peak (DeepSpeed issue #4527
 0.49 GB estimated, 14.7-21 GiB measured), which is why activations, the CUDA
 context and the distributed buffers are added on top.
 
-Activations per transformer layer (Korthikanti et al. 2022), bytes in 16-bit
-with sequence s, micro-batch b, hidden h, heads a, tensor parallel t:
-no recomputation s·b·h·(34 + 5·a·s/h) (FlashAttention/SDPA drops the 5·a·s/h
-term), selective 34·s·b·h/t, full 2·s·b·h.  Full recomputation still rebuilds
-one layer at a time, so that layer's activations are added once.  The output
-layer and loss: Korthikanti's 4·s·b·h + 4·s·b·V (fp32 logits), plus the 16-bit
-logits a Hugging Face model returns and the fp32 copy its loss makes (6·s·b·V).
-fp32 training doubles activation bytes.
+The precision layout (``mixed``) decides the model states under mixed
+precision.  ``mixed=weights`` is the layout above (16-bit weights and gradients,
+an fp32 master copy in K: DeepSpeed, Megatron, FSDP MixedPrecision); harp adds
+the fp32 gradients the master copy steps from at every stage (DeepSpeed's
+BF16_Optimizer ``fp32_groups_gradients``, Megatron's ``main_grad``).
+``mixed=autocast`` (torch.autocast over fp32 weights: HF Trainer ``bf16=True``,
+Lightning ``bf16-mixed``) keeps fp32 weights (P = 4) and gradients (G = 4), the
+optimizer's own state with no master copy (Adam K = 8), and the 16-bit copies
+autocast makes of each weight (``cached_cast`` in ``autocast_mode.cpp``), which
+the matmuls save for backward (2Ψ; with full recomputation autograd keeps none
+and the cache ends with the autocast region, before the gradients exist).
+
+Activations are the tensors torch and transformers keep for backward, term by
+term (``harpd.dnn.activation_terms``); ``accounting="paper"`` keeps Korthikanti
+et al. 2022's 16-bit count (s·b·h·(34 + 5·a·s/h) per layer) for comparison.
+
+The whole GPU at the peak of a step after the first (the optimizer's states
+exist): model states + cast copies + every stored activation + the loss's
+peak.  The gradients are counted on top of the activations although backward
+frees activations as gradients appear: PyTorch's caching allocator keeps the
+freed blocks reserved and the gradients rarely fit them (measured on an H200,
+tests/fixtures/gpu_memory: reserved exceeds allocated by up to 19 GiB), and what
+decides an out-of-memory is the reserved memory.
 
 The ``deepspeed_zero*`` functions replicate DeepSpeed's estimators line for
 line (integer truncation included) so the tests can hold harp to DeepSpeed's
@@ -38,8 +53,9 @@ published outputs.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
+from harpd.dnn.activation_terms import Layout, checkpoint_input, layer_bytes, output_bytes
 from harpd.dnn.errors import DnnError
 
 GIB = 1 << 30
@@ -84,10 +100,11 @@ class ModelStates:
     optimizer: float  # optimizer states incl. fp32 master (and fp32 grad partition in harp accounting)
     gathered: float  # ZeRO-3: params+grads of the largest layer, gathered whole
     host_per_rank: float  # bytes this rank keeps in host memory (offload)
+    cast_copies: float = 0.0  # mixed=autocast: the 16-bit weight copies autograd keeps during the step
 
     @property
     def gpu(self) -> float:
-        return self.params + self.grads + self.optimizer + self.gathered
+        return self.params + self.grads + self.optimizer + self.gathered + self.cast_copies
 
 
 def model_states(
@@ -102,8 +119,16 @@ def model_states(
     offload_param: bool = False,
     largest_layer: int = 0,
     accounting: str = "harp",
+    mixed: str = "weights",
+    recompute: str = "none",
 ) -> ModelStates:
-    """Per-GPU model-state bytes for ZeRO ``stage`` over ``n_dp`` data-parallel ranks."""
+    """Per-GPU model-state bytes for ZeRO ``stage`` over ``n_dp`` data-parallel ranks.
+
+    ``mixed`` (ignored in fp32 and by ``accounting="paper"``): ``weights`` is the
+    ZeRO/DeepSpeed layout of the module doc, ``autocast`` fp32 weights and
+    gradients with 16-bit copies made during the step.  ``recompute`` says
+    whether autograd keeps those copies (not with full recomputation).
+    """
     if stage not in (0, 1, 2, 3):
         raise DnnError(f"ZeRO stage must be 0-3, not {stage}")
     if n_dp < 1:
@@ -112,15 +137,24 @@ def model_states(
         raise DnnError("parameter offload needs ZeRO stage 3")
     if offload_optimizer and stage == 0:
         raise DnnError("optimizer offload needs ZeRO stage 1, 2 or 3")
+    if mixed not in ("autocast", "weights"):
+        raise DnnError(f"mixed must be autocast or weights, not {mixed}")
     psi = float(params)
-    p = param_bytes(precision)
-    g = p
-    k = optimizer_state_bytes(optimizer, precision, momentum)
     harp = accounting == "harp"
     if accounting not in ("harp", "paper"):
         raise DnnError(f"accounting must be harp or paper, not {accounting}")
-    if harp and precision != "fp32" and stage >= 1:
-        k += 4  # fp32 gradient partition the ZeRO optimizer steps from
+    autocast = harp and precision != "fp32" and mixed == "autocast"
+    if autocast:
+        # fp32 weights are the optimizer's own: no master copy, no separate fp32 gradients
+        p = g = 4
+        k = optimizer_state_bytes(optimizer, "fp32", momentum)
+    else:
+        p = param_bytes(precision)
+        g = p
+        k = optimizer_state_bytes(optimizer, precision, momentum)
+    if harp and precision != "fp32" and not autocast:
+        k += 4  # fp32 gradients the master copy steps from (ZeRO 1-3: the rank's partition)
+    cast = 2.0 * psi if autocast and recompute != "full" else 0.0
     n = n_dp
     if stage == 0:
         par, gra, opt = p * psi, g * psi, k * psi
@@ -142,7 +176,7 @@ def model_states(
     if offload_param:
         host += par
         par = 0.0
-    return ModelStates(params=par, grads=gra, optimizer=opt, gathered=gathered, host_per_rank=host)
+    return ModelStates(params=par, grads=gra, optimizer=opt, gathered=gathered, host_per_rank=host, cast_copies=cast)
 
 
 def host_bytes_per_node(states: ModelStates, params: int, stage: int, ranks_per_node: int) -> float:
@@ -172,7 +206,7 @@ class Activations:
         return self.per_layer * self.layers + self.recompute_working + self.output
 
 
-def activation_bytes(
+def korthikanti_activation_bytes(
     *,
     layers: int,
     hidden: int,
@@ -185,7 +219,12 @@ def activation_bytes(
     precision: str = "bf16",
     tp: int = 1,
 ) -> Activations:
-    """Activation memory of one GPU (Korthikanti et al. 2022; see the module doc)."""
+    """Korthikanti et al. 2022's count (``accounting="paper"``), kept to compare with.
+
+    Per layer in 16 bits: s·b·h·(34 + 5·a·s/h) without recomputation (flash drops
+    5·a·s/h), 34·s·b·h/t selective, 2·s·b·h full plus one layer rebuilt; output
+    layer 4·s·b·h + 4·s·b·V and 6·s·b·V for the logits' copies; fp32 doubles it.
+    """
     s, b, h, a, t = float(seq_len), float(micro_batch), float(hidden), float(heads), float(tp)
     sbh = s * b * h
     attn_scores = 0.0 if attention == "flash" else 5.0 * a * s / (h * t)
@@ -202,6 +241,44 @@ def activation_bytes(
     scale = 2.0 if precision == "fp32" else 1.0
     return Activations(
         per_layer=per_layer * scale, layers=layers, recompute_working=working * scale, output=output * scale
+    )
+
+
+def activation_bytes(layout: Layout, *, layers: int, micro_batch: int, recompute: str = "none") -> Activations:
+    """Activation memory of one GPU, from the terms of ``harpd.dnn.activation_terms``.
+
+    ``none``: every block's terms.  ``selective`` (Megatron: the attention core is
+    recomputed): every block as with a flash kernel (no s×s scores).  ``full``: each
+    block keeps its input only (``checkpoint_input``) and one block is rebuilt,
+    with all its terms, during backward.  The output layer and the loss's peak
+    (``output_terms``) are added once.
+    """
+    tokens = float(layout.seq_len) * micro_batch
+    whole = layer_bytes(layout, micro_batch)
+    if recompute == "none":
+        per_layer, working = whole, 0.0
+    elif recompute == "selective":
+        per_layer, working = layer_bytes(replace(layout, attention="flash"), micro_batch), 0.0
+    elif recompute == "full":
+        per_layer, working = checkpoint_input(layout) * tokens, whole
+    else:
+        raise DnnError(f"recompute must be none, selective or full, not {recompute}")
+    return Activations(
+        per_layer=per_layer, layers=layers, recompute_working=working, output=output_bytes(layout, micro_batch)
+    )
+
+
+def layout_of(spec, stage: int) -> Layout:
+    """The activation ``Layout`` of a DnnSpec at ZeRO ``stage``."""
+    return Layout(
+        hidden=spec.hidden,
+        heads=spec.heads,
+        vocab=spec.vocab,
+        seq_len=spec.seq_len,
+        block=spec.block,
+        attention=spec.attention,
+        precision=spec.precision,
+        mixed=mixed_layout(spec, stage),
     )
 
 
@@ -237,6 +314,7 @@ class Estimate:
             "gradients": self.states.grads,
             "optimizer_states": self.states.optimizer,
             "gathered_layer": self.states.gathered,
+            "weight_copies_16bit": self.states.cast_copies,
             "activations": self.activations.total,
             "activations_per_layer": self.activations.per_layer,
             "activations_output_layer": self.activations.output,
@@ -247,6 +325,37 @@ class Estimate:
             "need_with_margin": self.need,
             "host_per_node": self.host_per_node,
         }
+
+
+def mixed_layout(spec, stage: int) -> str:
+    """The precision layout of ``spec`` at ``stage``: the one written, else by stage.
+
+    Without ``mixed=``: ``autocast`` at stage 0 (what most users run: HF Trainer
+    ``bf16=True``, Lightning ``bf16-mixed``), ``weights`` at stages 1-3, which are
+    DeepSpeed's ZeRO: its engine casts the model to 16 bits when ``bf16``/``fp16``
+    is enabled and keeps the fp32 master copy in the optimizer.
+    """
+    if spec.mixed:
+        return str(spec.mixed)
+    return "autocast" if stage == 0 else "weights"
+
+
+def states_of(spec, n_gpus: int, stage: int) -> ModelStates:
+    """``model_states`` for a DnnSpec (its optimizer, precision layout, offload, recomputation)."""
+    return model_states(
+        spec.params,
+        stage,
+        n_gpus,
+        optimizer=spec.optimizer,
+        precision=spec.precision,
+        momentum=spec.momentum,
+        offload_optimizer=spec.offload_optimizer,
+        offload_param=spec.offload_param,
+        largest_layer=spec.largest_layer,
+        accounting=spec.accounting,
+        mixed=mixed_layout(spec, stage),
+        recompute=spec.recompute,
+    )
 
 
 def estimate(
@@ -260,29 +369,23 @@ def estimate(
     gpus_per_node: int | None = None,
 ) -> Estimate:
     """Per-GPU memory of ``spec`` (a DnnSpec) on ``n_gpus`` data-parallel GPUs at ZeRO ``stage``."""
-    states = model_states(
-        spec.params,
-        stage,
-        n_gpus,
-        optimizer=spec.optimizer,
-        precision=spec.precision,
-        momentum=spec.momentum,
-        offload_optimizer=spec.offload_optimizer,
-        offload_param=spec.offload_param,
-        largest_layer=spec.largest_layer,
-        accounting=spec.accounting,
-    )
-    acts = activation_bytes(
-        layers=spec.layers,
-        hidden=spec.hidden,
-        heads=spec.heads,
-        seq_len=spec.seq_len,
-        micro_batch=spec.micro_batch,
-        vocab=spec.vocab,
-        recompute=spec.recompute,
-        attention=spec.attention,
-        precision=spec.precision,
-    )
+    states = states_of(spec, n_gpus, stage)
+    if spec.accounting == "paper":
+        acts = korthikanti_activation_bytes(
+            layers=spec.layers,
+            hidden=spec.hidden,
+            heads=spec.heads,
+            seq_len=spec.seq_len,
+            micro_batch=spec.micro_batch,
+            vocab=spec.vocab,
+            recompute=spec.recompute,
+            attention=spec.attention,
+            precision=spec.precision,
+        )
+    else:
+        acts = activation_bytes(
+            layout_of(spec, stage), layers=spec.layers, micro_batch=spec.micro_batch, recompute=spec.recompute
+        )
     context = cuda_context_gb * GIB
     dist = 0.0 if n_gpus == 1 else distributed_overhead_gb * GIB
     host = 0.0

@@ -21,6 +21,7 @@ from collections.abc import Callable
 
 from harpd.recovery.attempts import REQUEUED, Attempt, Fallback, NotYet, Plan, Stop, with_marker
 from harpd.recovery.crash import crash_point
+from harpd.recovery.vouch import why_not_vouched, why_not_vouched_in_accounting
 from harpd.slurm.base import JobChanges, JobInfo, SlurmBackend, SlurmError
 from harpd.slurm.scontrol import update_fields
 from harpd.store import Store
@@ -99,10 +100,22 @@ def requeue(
     chain, number = attempt.chain, attempt.number
     jid = str(attempt.job_id)
     before = int(plan.restarts_before or 0)
+    sub = store.get_submission(chain)
+    if sub is None:
+        raise Stop(f"job {chain}'s registration is gone from the store")
     info = _show(backend, jid)
+    if info is not None:
+        # asked again at every attempt and every try: the job must still be the chain owner's
+        why = why_not_vouched(info, int(sub.uid))
+        if why is not None:
+            raise Stop(f"{why}; harp leaves job {jid} alone")
     if info is None:
-        # purged from slurmctld: accounting tells whether it ran again
+        # purged from slurmctld: accounting tells whether it ran again, and whose it is
         runs = [r for r in backend.sacct_jobs([jid], None, None, True) if r.job_id == jid]
+        for r in runs[:1]:
+            why = why_not_vouched_in_accounting(jid, r.user, None, sub.user or "")
+            if why is not None:
+                raise Stop(f"{why}; harp leaves job {jid} alone")
         if len(runs) > before + 1:
             _commit(store, watch, chain, number, jid)
             return

@@ -28,8 +28,9 @@ from harpd.recovery.attempts import SUBMITTED, Attempt, AttemptLimits, Plan, Sto
 from harpd.recovery.crash import crash_point
 from harpd.recovery.environment import submit_env, user_name
 from harpd.recovery.sbatch_argv import ArgvError, resubmit_argv
-from harpd.slurm.base import SlurmError, waiting_on_slurm
-from harpd.store import Store
+from harpd.recovery.vouch import why_not_vouched, why_not_vouched_in_accounting
+from harpd.slurm.base import NotRecordedYet, SlurmError, waiting_on_slurm
+from harpd.store import OwnerChanged, Store
 
 log = logging.getLogger("harpd.recovery")
 
@@ -61,8 +62,13 @@ def resubmit(
             raise Stop(f"harpd runs as uid {me} and cannot submit for {user} (uid {uid})")
         as_uid = uid
     comment = str(plan.comment)
-    since = float(attempt.created_at or clock()) - SEARCH_SLACK_S
-    found = backend.jobs_with_comment(comment, user, since)
+    decided_at = float(attempt.created_at or clock())
+    since = decided_at - SEARCH_SLACK_S
+    found = [
+        j
+        for j in backend.jobs_with_comment(comment, user, since)
+        if _adoptable(backend, chain, number, j, uid, user, decided_at)
+    ]
     if found:
         found = sorted(found, key=lambda j: (len(j), j))
         if len(found) > 1:
@@ -81,6 +87,27 @@ def resubmit(
         new_id = _submit(store, backend, prev_id, sub, plan, as_uid)
         crash_point("submitted")
     prev_limits = previous.plan.limits if previous else AttemptLimits()
+    try:
+        _record(store, chain, number, new_id, uid, user, sub, plan, attempt, prev_limits)
+    except OwnerChanged as exc:
+        raise Stop(f"{exc}: not adopted as attempt {number}") from None
+    log.info("job %s: attempt %d submitted as job %s", chain, number, new_id)
+    crash_point("committed")
+
+
+def _record(
+    store: Store,
+    chain: str,
+    number: int,
+    new_id: str,
+    uid: int,
+    user: str,
+    sub: Submission,
+    plan: Plan,
+    attempt: Attempt,
+    prev_limits: AttemptLimits,
+) -> None:
+    """The attempt submitted as ``new_id``, and ``new_id`` registered as the chain's (one transaction)."""
     with store.transaction():
         store.update_attempt(chain, number, step=SUBMITTED, job_id=new_id)
         store.add_submission(
@@ -93,8 +120,28 @@ def resubmit(
             _decision(attempt, plan, prev_limits),
             chain_id=chain,
         )
-    log.info("job %s: attempt %d submitted as job %s", chain, number, new_id)
-    crash_point("committed")
+
+
+def _adoptable(backend: Any, chain: str, number: int, job_id: str, uid: int, user: str, decided_at: float) -> bool:
+    """Whether a job found carrying the attempt's marker is the resubmission harpd made (else logged, ignored).
+
+    Slurm must vouch that it is the chain owner's and was submitted after the
+    attempt was decided: a marker is text anyone can write into a comment.
+    """
+    try:
+        why = why_not_vouched(backend.show_job(job_id), uid, submitted_after=decided_at)
+    except SlurmError as exc:
+        if "invalid job id" not in str(exc).lower():
+            raise
+        runs = [r for r in backend.sacct_jobs([job_id], None, None, True) if r.job_id == job_id]
+        if not runs:  # it was listed with the marker: accounting lags, ask again rather than submit a second one
+            raise NotRecordedYet(f"job {job_id} carries the marker but accounting has no record of it yet") from None
+        else:
+            why = why_not_vouched_in_accounting(job_id, runs[0].user, runs[0].submit_time, user, decided_at)
+    if why is not None:
+        log.warning("job %s attempt %d: job %s carries its marker but is not adopted: %s", chain, number, job_id, why)
+        return False
+    return True
 
 
 def _submit(store: Store, backend: Any, prev_id: str, sub: Submission, plan: Plan, as_uid: int | None) -> str:
@@ -103,6 +150,7 @@ def _submit(store: Store, backend: Any, prev_id: str, sub: Submission, plan: Pla
     argv = job.get("argv")
     if not isinstance(argv, list):
         raise Stop("its registration lacks sbatch's arguments (harp-submit older than recovery): not resubmitted")
+    _vouch_previous(backend, prev_id, int(sub.uid), sub.user or "")
     try:
         script = backend.batch_script(prev_id)
     except SlurmError as exc:
@@ -130,6 +178,26 @@ def _submit(store: Store, backend: Any, prev_id: str, sub: Submission, plan: Pla
         raise Stop(str(exc)) from None
     env = submit_env(_original_env(backend, prev_id), sets_mem=bool(plan.limits.mem))
     return backend.submit(new_argv, script, workdir, env, as_uid=as_uid)
+
+
+def _vouch_previous(backend: Any, job_id: str, uid: int, user: str) -> None:
+    """Stop unless Slurm says the run whose script and environment are resubmitted is the chain owner's.
+
+    Asked at every attempt, right before the owner's script and environment
+    are read: they are resubmitted as ``uid``, so another user's job must
+    never be their source.
+    """
+    try:
+        why = why_not_vouched(backend.show_job(job_id), uid)
+    except SlurmError as exc:
+        if "invalid job id" not in str(exc).lower():
+            raise
+        runs = [r for r in backend.sacct_jobs([job_id], None, None, True) if r.job_id == job_id]
+        if not runs:  # accounting may lag: tried again, never taken for "not the owner's"
+            raise NotRecordedYet(f"neither slurmctld nor accounting knows job {job_id} yet") from None
+        why = why_not_vouched_in_accounting(job_id, runs[0].user, None, user)
+    if why is not None:
+        raise Stop(f"{why}: its script and environment are not resubmitted")
 
 
 def _original_env(backend: Any, job_id: str) -> dict[str, str]:

@@ -39,8 +39,11 @@ from harpd.slurm.classify import to_records
 from harpd.slurm.cli_errors import failure, unavailable
 from harpd.slurm.sacct_json import parse_json
 from harpd.slurm.sacct_records import SacctJob, SacctParseError
-from harpd.slurm.sacct_text import PARSABLE2_COLUMNS, owners_of_parsable, parse_parsable2
+from harpd.slurm.sacct_text import LIVE_PARSABLE2_COLUMNS, owners_of_parsable, parse_parsable2
 from harpd.slurm.scontrol import AmbiguousRecord, job_info, job_record, parse_kv_line, queued_job, update_fields
+from harpd.slurm.squeue_json import SqueueParseError, find, parse_squeue_json
+from harpd.slurm.squeue_json import job_info as json_job_info
+from harpd.slurm.squeue_json import queued_jobs as json_queued_jobs
 
 log = logging.getLogger("harpd.slurm")
 
@@ -48,6 +51,8 @@ __all__ = ["CliBackend"]
 
 _JOB_ID_RE = re.compile(r"^\d+(?:_\d+)?$")
 _IDS_PER_CALL = 500
+#: a Slurm without JSON: records read again alone per listing, at most (each is two commands)
+_REREAD_MAX = 32
 
 
 def _first_line(text: str) -> str:
@@ -143,6 +148,8 @@ class CliBackend:
         self.bin_dir = Path(s.bin_dir) if s.bin_dir else None
         self._paths: dict[str, str] = {}
         self._json_ok: bool | None = None  # None: not tried; False: fall back to -P
+        self._squeue_json_ok: bool | None = None  # None: not tried; False: this squeue has no --json
+        self._left_out: dict[str, str] = {}  # job id -> why its text record was left out (logged once)
 
     # ------------------------------------------------------------ plumbing
 
@@ -311,7 +318,8 @@ class CliBackend:
     def _sacct_p(self, sel: list[str]) -> list[SacctJob]:
         env = dict(os.environ)
         env["SLURM_TIME_FORMAT"] = "%s"  # epoch seconds: no time zone guessing
-        out = self._run("sacct", ["--parsable2", "--format", ",".join(PARSABLE2_COLUMNS), *sel], env=env)
+        # no column a user writes (LIVE_PARSABLE2_COLUMNS): -P's rows are split by lines and '|'
+        out = self._run("sacct", ["--parsable2", "--format", ",".join(LIVE_PARSABLE2_COLUMNS), *sel], env=env)
         return parse_parsable2(out, where="sacct --parsable2")
 
     def sacct_raw(
@@ -350,6 +358,12 @@ class CliBackend:
                 except SlurmError:
                     raise SlurmError(str(json_exc)) from None
                 self._json_ok = False
+                log.warning(
+                    "sacct has no JSON here (%s): harpd reads accounting from sacct -P without job names "
+                    "and comments (users' text cannot be read safely there); upgrade Slurm or install its "
+                    "JSON plugin",
+                    json_exc,
+                )
                 return jobs
         try:
             return self._sacct_p(sel)
@@ -369,7 +383,57 @@ class CliBackend:
     # ------------------------------------------------------------- scontrol
 
     def show_job(self, job_id: str) -> JobInfo:
-        return job_info(self._job_record(job_id))
+        """The controller's view of one job, from ``squeue --json`` (a text record only without JSON).
+
+        SlurmError "Invalid job id specified" (scontrol's words, which callers
+        test for) when slurmctld does not hold the job.
+        """
+        jid = self._check_job_id(job_id)
+        jobs = self._squeue_jobs(jid)
+        if jobs is None:
+            return job_info(self._job_record(jid))
+        found = find(jobs, jid)
+        if found is None:
+            raise SlurmError(f"squeue --json --jobs {jid} failed: Invalid job id specified")
+        return json_job_info(found)
+
+    def _squeue_jobs(self, job_id: str | None = None) -> list[dict[str, Any]] | None:
+        """Every job slurmctld holds (finished ones too), from ``squeue --json``; None when this squeue has none.
+
+        The one way harpd reads jobs whose text (name, comment, paths) users
+        wrote (``harpd.slurm.squeue_json``).  ``--jobs`` narrows the answer
+        where the release honours it (23.02+); 22.05 answers with every job,
+        and ``find`` picks the one asked for either way.
+        """
+        if self._squeue_json_ok is False:
+            return None
+        args = ["--json", "--states=all"] + ([] if job_id is None else ["--jobs", job_id])
+        try:
+            out = self._run("squeue", args)
+        except SlurmError as exc:
+            text = str(exc).lower()
+            if self._squeue_json_ok is None and ("unrecognized option" in text or "json" in text):
+                return self._no_squeue_json(str(exc))
+            if job_id is not None and "invalid job id" in text:
+                return []  # 23.02+: asked for one job slurmctld does not hold
+            raise
+        try:
+            jobs = parse_squeue_json(out)
+        except SqueueParseError as exc:
+            if self._squeue_json_ok:
+                raise
+            return self._no_squeue_json(str(exc))
+        self._squeue_json_ok = True
+        return jobs
+
+    def _no_squeue_json(self, why: str) -> None:
+        self._squeue_json_ok = False
+        log.warning(
+            "squeue has no JSON here (%s): harpd reads jobs from scontrol's text, leaving out any record "
+            "whose text reads as Slurm's; upgrade Slurm or install its JSON plugin",
+            why,
+        )
+        return None
 
     def _record_ids(self, job_id: str | None = None) -> list[str]:
         """slurmctld's records (job ids, one per record), from squeue: no user text in the answer."""
@@ -377,7 +441,7 @@ class CliBackend:
         return [ln.strip() for ln in self._run("squeue", args).splitlines() if ln.strip()]
 
     def _job_record(self, job_id: str) -> dict[str, str]:
-        """The job's own record, read only when its text cannot pass for Slurm's.
+        """The job's own text record (a Slurm without JSON), read only when its text cannot pass for Slurm's.
 
         scontrol prints a record's text unquoted, newlines too, so a job name
         can end its line early and make up the rest of it: the answer is
@@ -467,42 +531,66 @@ class CliBackend:
         self._run("scontrol", args)
 
     def held_jobs(self) -> list[QueuedJob]:
-        """Every job slurmctld holds, finished ones too (for MinJobAge), from one ``scontrol show job``.
+        """Every job slurmctld holds, finished ones too (for MinJobAge), in one ``squeue --json`` call.
 
-        Taken whole when every line is one record of a job squeue lists, each
-        once (``job_record``).  A job's text can hold a line break and a
-        made-up record after it, so otherwise each job is read on its own
-        (``show_job``'s checks), and a job whose record cannot be read safely
-        is left out and logged.
+        Without JSON: one ``scontrol show job`` listing, of which only the
+        records that read as exactly one whole record of a job squeue lists,
+        once, are taken; a job whose text makes up or breaks a record is left
+        out (logged once) while every other job is still read in that one
+        call, so one user's text never makes the listing cost more.
         """
+        jobs = self._squeue_jobs()
+        if jobs is not None:
+            return json_queued_jobs(jobs)
         out = self._run("scontrol", ["show", "job", "--oneliner"])
         ids = set(self._record_ids())
         lines = [ln for ln in out.splitlines() if ln.strip()]
-        kvs: dict[str, dict[str, str]] = {}
-        clean = True
+        records: list[dict[str, str] | None] = []
         for ln in lines:
             try:
-                kv = job_record(ln)
+                records.append(job_record(ln))
             except AmbiguousRecord:
-                clean = False
+                records.append(None)
+        seen: dict[str, int] = {}
+        for kv in records:
+            if kv is not None:
+                seen[kv.get("JobId") or ""] = seen.get(kv.get("JobId") or "", 0) + 1
+        # A line that does not start a record continues the one before it (a line break in that
+        # job's text): that job is left out.  A record whose id is listed twice, or is no job squeue
+        # lists, may have been made up by the text of the job printed before it: that job and the
+        # id's own job are read again alone (at most _REREAD_MAX per listing), the made-up record never.
+        suspects: set[str] = set()
+        again: set[str] = set()
+        for i, (ln, kv) in enumerate(zip(lines, records)):
+            prev = records[i - 1] if i else None
+            prev_id = (prev or {}).get("JobId") or ""
+            if not ln.startswith("JobId="):
+                if prev is not None:
+                    suspects.add(prev_id)
                 continue
-            jid = kv.get("JobId") or ""
-            clean = clean and jid in ids and jid not in kvs
-            kvs[jid] = kv
-        if clean:
-            return [queued_job(kv) for kv in kvs.values()]
-        log.warning(
-            "a job's text in scontrol's listing reads as Slurm's fields or holds a line break: "
-            "reading the %d job(s) one by one",
-            len(ids),
-        )
-        jobs = []
-        for jid in sorted(ids & set(kvs)):
+            jid = (kv or {}).get("JobId") or ""
+            if kv is not None and (jid not in ids or seen.get(jid) != 1):
+                again.update(x for x in (prev_id, jid if jid in ids else "") if x)
+        good = {(kv.get("JobId") or ""): kv for kv in records if kv is not None}
+        good = {j: kv for j, kv in good.items() if j in ids and seen[j] == 1 and j not in suspects | again}
+        reread = sorted(again - suspects, key=lambda j: (len(j), j))
+        for n, jid in enumerate(reread):
             try:
-                jobs.append(queued_job(self._job_record(jid)))
+                if n >= _REREAD_MAX:
+                    raise SlurmError(f"more than {_REREAD_MAX} records to read alone in one listing")
+                good[jid] = self._job_record(jid)
             except SlurmError as exc:
-                log.warning("left out of the queue listing: %s", exc)
-        return jobs
+                self._leave_out(jid, str(exc))
+        for jid in sorted(ids - set(good) - set(self._left_out)):
+            self._leave_out(jid, "its record is missing or breaks scontrol's listing (a line break in its text)")
+        self._left_out = {j: w for j, w in self._left_out.items() if j in ids}
+        return [queued_job(good[jid]) for jid in sorted(good, key=lambda j: (len(j), j))]
+
+    def _leave_out(self, job_id: str, why: str) -> None:
+        """Log once per job and reason that a job is left out of the listing (the watcher asks every few seconds)."""
+        if self._left_out.get(job_id) != why:
+            self._left_out[job_id] = why
+            log.warning("job %s left out of the queue listing: %s", job_id, why)
 
     def queue(self) -> list[QueuedJob]:
         return [j for j in self.held_jobs() if j.running or j.pending]
@@ -599,34 +687,63 @@ class CliBackend:
         return Accounting(script="job_script" in words, env="job_env" in words, flags=",".join(sorted(words)))
 
     def jobs_with_comment(self, comment: str, user: str | None, since: float | None) -> list[str]:
-        """Ids of the jobs (of ``user``; None: everyone's) whose comment starts
-        with ``comment`` followed by nothing or ``;``: slurmctld's jobs (any
-        state) and accounting's since ``since``.  How recovery finds a
-        resubmission it made before a crash."""
+        """Ids of the jobs (of ``user``; None: everyone's) whose comment is ``comment``, alone or
+        followed by ``;``: slurmctld's jobs (any state) and accounting's since ``since``.  How
+        recovery finds a resubmission it made before a crash (and checks it, ``resubmit``).
+
+        Comments are users' text: they are read from Slurm's JSON, each inside its
+        own job's field; without JSON, job ids are listed from output that holds
+        no user text and each job's comment is read alone, whole.
+        """
         if not comment or any(c in comment for c in "|\n\r\x00"):
             raise SlurmError(f"invalid comment to search for: {comment!r}")
 
-        def hit(c: str) -> bool:
-            c = c.strip()
+        def hit(c: str | None) -> bool:
+            c = (c or "").strip()
             return c == comment or c.startswith(comment + ";")
 
         found: list[str] = []
-        args = ["--noheader", "--states=all", "--format=%i|%k"]
-        if user:
-            args += ["--user", user]
-        for ln in self._run("squeue", args).splitlines():
-            jid, _, c = ln.partition("|")
-            if hit(c) and jid.strip() not in found:
-                found.append(jid.strip())
-        sel = ["--noheader", "--parsable2", "--allocations", "--duplicates", "--format=JobID,Comment"]
-        sel += ["--user", user] if user else ["--allusers"]
+        jobs = self._squeue_jobs()
+        if jobs is not None:
+            for info in map(json_job_info, jobs):
+                if (user is None or info.user == user) and hit(info.comment) and info.job_id not in found:
+                    found.append(info.job_id)
+        else:
+            args = ["-h", "-t", "all", "-o", "%A"] + (["--user", user] if user else [])
+            for jid in [ln.strip() for ln in self._run("squeue", args).splitlines() if ln.strip()]:
+                if hit(self._one_text("squeue", ["-h", "-t", "all", "-o", "%k", "-j", jid])) and jid not in found:
+                    found.append(jid)
+        sel = ["--allocations", "--duplicates"] + (["--user", user] if user else ["--allusers"])
         if since is not None:
             sel += ["--starttime", self._sacct_time(since), "--endtime", "now"]
-        for ln in self._run("sacct", sel).splitlines():
-            jid, _, c = ln.partition("|")
-            if hit(c) and jid.strip() not in found:
-                found.append(jid.strip())
+        try:
+            runs = self._sacct_json(sel)
+        except (SlurmError, SacctParseError):
+            runs = None
+        if runs is not None:
+            for r in runs:
+                if (user is None or r.user == user) and hit(r.comment) and r.job_id not in found:
+                    found.append(r.job_id)
+            return found
+        ids = self._run("sacct", ["--noheader", "--parsable2", "--format=JobIDRaw", *sel])
+        for jid in dict.fromkeys(ln.strip() for ln in ids.splitlines() if ln.strip()):
+            if not _JOB_ID_RE.match(jid) or jid in found:
+                continue
+            text = self._one_text(
+                "sacct", ["--noheader", "--parsable2", "--allocations", "--format=Comment", "-j", jid]
+            )
+            if hit(text):
+                found.append(jid)
         return found
+
+    def _one_text(self, name: str, args: list[str]) -> str:
+        """One job's one text field, as the command printed it: the whole answer, line breaks and all.
+
+        Asked of a single job, the answer is that job's text and nothing else,
+        so it is taken whole (less the line break that ends it), never split.
+        """
+        out = self._run(name, args)
+        return out[:-1] if out.endswith("\n") else out
 
     def _config(self) -> dict[str, str]:
         """``scontrol show config`` as key -> value (``SlurmUser = slurm(64030)``)."""

@@ -37,6 +37,7 @@ from harpd.slurm.sacct_records import SacctJob, SacctParseError, SacctStep, norm
 
 __all__ = [
     "PARSABLE2_COLUMNS",
+    "LIVE_PARSABLE2_COLUMNS",
     "Parsable2Stats",
     "iter_parsable2",
     "parse_parsable2",
@@ -75,6 +76,11 @@ PARSABLE2_COLUMNS = (
     "NNodes",
     "Comment",
 )
+
+#: What the live backend asks ``sacct -P`` for when sacct has no JSON: no column a user writes
+#: (JobName, Comment), since a line break in one would end its row and make up the next;
+#: such runs are stored without name or comment (harpd.slurm.cli_backend says so once)
+LIVE_PARSABLE2_COLUMNS = tuple(c for c in PARSABLE2_COLUMNS if c not in ("JobName", "Comment"))
 
 
 _EPOCH = datetime(1970, 1, 1)

@@ -21,7 +21,7 @@ import sqlite3
 
 from harpd.records import Outcome
 from harpd.store.attempts import AttemptsTable
-from harpd.store.base import StoreError
+from harpd.store.base import OwnerChanged, QuotaExceeded, StoreError
 from harpd.store.columns import JOB_COLUMNS, LIVE_SOURCES_KEY
 from harpd.store.decisions import DecisionsTable
 from harpd.store.jobs import JobsTable
@@ -35,7 +35,16 @@ from harpd.store.trials import TrialsTable
 # costs microseconds per row, which is most of a million-row import.
 sqlite3.register_adapter(Outcome, lambda o: o._value_)
 
-__all__ = ["Store", "StoreError", "JOB_COLUMNS", "SCHEMA_VERSION", "MIGRATIONS", "LIVE_SOURCES_KEY"]
+__all__ = [
+    "Store",
+    "StoreError",
+    "OwnerChanged",
+    "QuotaExceeded",
+    "JOB_COLUMNS",
+    "SCHEMA_VERSION",
+    "MIGRATIONS",
+    "LIVE_SOURCES_KEY",
+]
 
 
 class Store(JobsTable, SubmissionsTable, DecisionsTable, AttemptsTable, LimitChangesTable, TrialsTable, ModelsTable):

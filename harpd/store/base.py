@@ -36,6 +36,14 @@ class StoreError(Exception):
     """A store problem, phrased as the one line the admin should read."""
 
 
+class OwnerChanged(StoreError):
+    """A registration would give a stored job another owner: refused, the stored one stays."""
+
+
+class QuotaExceeded(StoreError):
+    """A user's stored decisions are at their quota: nothing more is stored for them until some are used."""
+
+
 def _explain(exc: BaseException, path: Path) -> str:
     msg = str(exc)
     low = msg.lower()

@@ -6,7 +6,7 @@ import time
 from typing import Any
 
 from harpd.records import IssuedDecision
-from harpd.store.base import StoreBase, _dumps, _loads
+from harpd.store.base import QuotaExceeded, StoreBase, _dumps, _loads
 
 
 class DecisionsTable(StoreBase):
@@ -21,6 +21,7 @@ class DecisionsTable(StoreBase):
         decided: dict[str, Any],
         decision: dict[str, Any],
         decided_at: float | None = None,
+        quota: tuple[int, int] | None = None,
     ) -> None:
         """Record what harpd decided for one ``predict`` call, under a fresh ``token``.
 
@@ -28,8 +29,26 @@ class DecisionsTable(StoreBase):
         path, and the registration that claims it, a durable commit, follows
         within the same submission; a power cut between the two loses the
         registration as well, with or without this row.
+
+        ``quota``: (decisions, bytes) one uid may have stored that no job has
+        claimed yet; past it QuotaExceeded and nothing is stored, so one user
+        can never make root's store grow without bound (#44: 44 MB in 1.5 s).
         """
+        texts = (_dumps(job), _dumps(decided), _dumps(decision))
+        size = sum(len(t or "") for t in texts)
         with self.transaction(durable=False) as db:
+            if quota is not None:
+                count, stored = db.conn.execute(
+                    "SELECT count(*), coalesce(sum(length(job) + length(decided) + length(decision)), 0) "
+                    "FROM decisions WHERE uid = ? AND job_id IS NULL",
+                    (int(uid),),
+                ).fetchone()
+                if count + 1 > quota[0] or stored + size > quota[1]:
+                    raise QuotaExceeded(
+                        f"uid {uid} has {count} decisions ({stored // 1024} KiB) that no job has used yet, "
+                        f"the most harpd keeps per user ({quota[0]} decisions, {quota[1] // 1024} KiB: "
+                        "store.max_pending_decisions_per_user); they expire after a day"
+                    )
             db.conn.execute(
                 """INSERT INTO decisions (token, uid, user, decided_at, job, decided, decision)
                    VALUES (?, ?, ?, ?, ?, ?, ?)""",
@@ -38,9 +57,7 @@ class DecisionsTable(StoreBase):
                     int(uid),
                     user,
                     time.time() if decided_at is None else float(decided_at),
-                    _dumps(job),
-                    _dumps(decided),
-                    _dumps(decision),
+                    *texts,
                 ),
             )
 

@@ -173,11 +173,17 @@ def _m005_trials(db: sqlite_utils.Database) -> None:
     )
 
 
+def _m006_decisions_by_user(db: sqlite_utils.Database) -> None:
+    """A user's unclaimed decisions, counted on every predict against the per-user quota (#44)."""
+    db.execute("CREATE INDEX IF NOT EXISTS idx_decisions_unclaimed_uid ON decisions (uid) WHERE job_id IS NULL")
+
+
 MIGRATIONS: list[Callable[[sqlite_utils.Database], None]] = [
     _m001_initial,
     _m002_limit_changes,
     _m003_decisions,
     _m004_cpu_changes,
     _m005_trials,
+    _m006_decisions_by_user,
 ]
 SCHEMA_VERSION = len(MIGRATIONS)

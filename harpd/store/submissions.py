@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from harpd.records import Outcome, Submission
-from harpd.store.base import StoreBase, _dumps, _loads
+from harpd.store.base import OwnerChanged, StoreBase, _dumps, _loads
 from harpd.store.columns import _q
 
 
@@ -36,6 +36,11 @@ class SubmissionsTable(StoreBase):
         registration checks); ``token``: the decision it was bound to.
         """
         with self.transaction() as db:
+            row = db.conn.execute("SELECT uid FROM submissions WHERE job_id = ?", (str(job_id),)).fetchone()
+            if row is not None and row[0] is not None and int(row[0]) != int(uid):
+                # a job's owner never changes: a registration of another uid for it is someone
+                # claiming the job (#44: a takeover through a resubmission search), never an update
+                raise OwnerChanged(f"job {job_id} is registered to uid {row[0]}; uid {uid} cannot register it")
             db.conn.execute(
                 """INSERT INTO submissions
                    (job_id, uid, user, submitted_at, job, original, submitted, decision, state, chain_id,

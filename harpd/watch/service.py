@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Callable
 from datetime import datetime
 from typing import Any
@@ -72,6 +73,34 @@ class Watch:
         self.trials = TrialStep(store, backend, settings) if settings.watch.trials else None
         self._lock = threading.Lock()
 
+    # the last tick, for ``harp health``: its seconds against the lead, how many jobs it listed, when
+    last_tick_s: float | None = None
+    last_tick_jobs: int = 0
+    last_tick_at: float | None = None
+    _slow_said = False
+
+    @property
+    def lead_s(self) -> float:
+        """How long before a job's limit the watcher must have looked (``watch.margin_s``)."""
+        return float(self.settings.watch.margin_s)
+
+    def _timed(self, started: float, jobs: int) -> None:
+        """Record the tick's duration; log once when it outlasts half the lead (and once when it is back)."""
+        took = time.monotonic() - started
+        self.last_tick_s, self.last_tick_jobs, self.last_tick_at = took, jobs, time.time()
+        slow = took > self.lead_s / 2
+        if slow and not self._slow_said:
+            log.warning(
+                "watch: a tick took %.1f s for %d jobs, over half the %g s lead (watch.margin_s): extensions may "
+                "come too late; is slurmctld slow?",
+                took,
+                jobs,
+                self.lead_s,
+            )
+        elif not slow and self._slow_said:
+            log.info("watch: a tick takes %.1f s again, within half the lead", took)
+        self._slow_said = slow
+
     def on_outcome(self, rec: Any) -> None:
         for part in (self.feedback, self.resizer):
             if part is None:
@@ -86,21 +115,29 @@ class Watch:
     def tick(self) -> None:
         """Scheduled: never raises."""
         with self._lock:
+            started = time.monotonic()
             try:
                 jobs = self.backend.queue()
             except SlurmError as exc:
                 log.warning("watch: cannot list the queue (%s); next try in %g s", exc, self.settings.watch.interval_s)
                 return
-            # feedback first: the re-sizer then decides with this listing's siblings in flight
-            for part in (self.feedback, self.extender, self.resizer, self.trials, self.checkpoint):
-                if part is None:
-                    continue
-                try:
-                    part.tick(jobs)
-                except StoreError as exc:  # the admin's one line (health says it too), not a bug's traceback
-                    log.error("watch: %s: %s", type(part).__name__, exc)
-                except Exception:  # noqa: BLE001 - a scheduler job must not die
-                    log.exception("watch: %s failed", type(part).__name__)
+            try:
+                self._act(jobs)
+            finally:
+                self._timed(started, len(jobs))
+
+    def _act(self, jobs: list[Any]) -> None:
+        """Each part acts on this one listing; one part's failure never stops the others."""
+        # feedback first: the re-sizer then decides with this listing's siblings in flight
+        for part in (self.feedback, self.extender, self.resizer, self.trials, self.checkpoint):
+            if part is None:
+                continue
+            try:
+                part.tick(jobs)
+            except StoreError as exc:  # the admin's one line (health says it too), not a bug's traceback
+                log.error("watch: %s: %s", type(part).__name__, exc)
+            except Exception:  # noqa: BLE001 - a scheduler job must not die
+                log.exception("watch: %s failed", type(part).__name__)
 
     def attach(self, ingest_service: Any) -> Watch:
         """Run on the poller's scheduler and hear its outcomes."""

@@ -122,22 +122,107 @@ def test_client_that_connects_and_leaves(serve):
     assert srv.call(HEALTH)["ok"] is True
 
 
-def test_max_clients_answers_busy_instead_of_queueing(serve):
-    srv = serve(max_clients=2, request_timeout_s=10)
+class _Holding(Handlers):
+    """``status`` requests wait until ``release`` is set: requests in progress that hold a worker each."""
+
+    def __init__(self, store):
+        super().__init__(store)
+        self.release = threading.Event()
+        self.inside = 0
+        self._lock = threading.Lock()
+
+    def handle(self, peer, req):
+        if req.op == "status":
+            with self._lock:
+                self.inside += 1
+            self.release.wait(60)
+            with self._lock:
+                self.inside -= 1
+        return super().handle(peer, req)
+
+
+def _send_status(path):
+    s = socket.socket(socket.AF_UNIX)
+    s.connect(path)
+    s.sendall(b'{"op": "status", "job_id": "1"}\n')
+    return s
+
+
+def test_max_clients_answers_busy_instead_of_queueing(serve, store):
+    h = _Holding(store)
+    srv = serve(handlers=h, max_clients=2, request_timeout_s=10)
     hold = []
     try:
-        for _ in range(2):
-            s = socket.socket(socket.AF_UNIX)
-            s.connect(srv.path)
-            hold.append(s)
-        wait_for("two connections held", lambda: srv.server.active >= 2, interval=0.01)
+        hold = [_send_status(srv.path) for _ in range(2)]
+        wait_for("two requests in progress", lambda: h.inside >= 2, interval=0.01)
         ans = srv.call(HEALTH)
         assert ans["ok"] is False and "busy" in ans["error"]
     finally:
+        h.release.set()
         for s in hold:
             s.close()
-    wait_for("the held connections to end", lambda: srv.server.active == 0, interval=0.01)
+    wait_for("the held requests to end", lambda: srv.server.active == 0, interval=0.01)
     assert srv.call(HEALTH)["ok"] is True
+
+
+def test_idle_connections_hold_no_worker(serve):
+    """A Unix connection waits in the accept loop until its request is whole (#44: 200 idle ones made harpd busy)."""
+    srv = serve(max_clients=2, request_timeout_s=10)
+    idle = []
+    try:
+        for _ in range(12):
+            s = socket.socket(socket.AF_UNIX)
+            s.connect(srv.path)
+            s.sendall(b'{"v":1,')  # and then nothing
+            idle.append(s)
+        for _ in range(3):
+            assert srv.call(HEALTH)["ok"] is True
+        wait_for("no worker held", lambda: srv.server.active == 0, interval=0.01)
+    finally:
+        for s in idle:
+            s.close()
+
+
+@needs_root
+def test_one_users_connections_never_make_harpd_busy_for_root(serve, store):
+    """A user gets at most max_clients_per_user requests served and max_waiting_per_user waiting at once;
+    root's (and the admin's) requests are answered all the while."""
+    h = _Holding(store)
+    srv = serve(handlers=h, max_clients=6, max_clients_per_user=2, max_waiting_per_user=3, root_reserved_clients=2)
+
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        os.close(r)
+        os.setgroups([])
+        os.setgid(65534)
+        os.setuid(65534)
+        held = [_send_status(srv.path) for _ in range(2)]  # kept open (and referenced) until the child is killed
+        idle = []
+        for _ in range(8):
+            s = socket.socket(socket.AF_UNIX)
+            s.connect(srv.path)
+            idle.append(s)
+        third = call(srv.path, {"op": "status", "job_id": "1"})
+        os.write(w, json.dumps(third).encode())
+        assert len(held) == 2 and len(idle) == 8
+        os.close(w)
+        time.sleep(30)  # holds its connections until the parent kills it
+        os._exit(0)
+    os.close(w)
+    try:
+        third = json.loads(os.read(r, 65536) or b"{}")
+        assert third.get("ok") is False and "you already have 2 requests in progress" in third["error"]
+        wait_for("the user's two requests in progress", lambda: h.inside >= 2, interval=0.01)
+        for _ in range(3):  # root is answered while the user holds its cap and a pile of idle connections
+            assert srv.call(HEALTH)["ok"] is True
+        wait_for("only the user's two requests held", lambda: srv.server.active == 2, interval=0.01)
+        assert len(srv.server.unix_waiting) <= 3
+    finally:
+        os.kill(pid, 9)
+        os.waitpid(pid, 0)
+        os.close(r)
+        h.release.set()
 
 
 def test_many_concurrent_clients_all_answered(serve):

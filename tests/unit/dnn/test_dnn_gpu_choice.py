@@ -30,7 +30,10 @@ def choose(s, settings=None, **kw):
 
 
 def need(s, n, stage):
-    return estimate(s, n, stage, margin=0.10, cuda_context_gb=0.5, distributed_overhead_gb=1.0).need
+    d = site_settings()
+    return estimate(
+        s, n, stage, margin=0.10, cuda_context_gb=d.cuda_context_gb, distributed_overhead_gb=d.distributed_overhead_gb
+    ).need
 
 
 LLAMA = "config=llama-2-7b.json seq_len=4096 micro_batch=1 attention=flash"

@@ -168,3 +168,12 @@ def test_dnn_package_stays_off_numpy_and_sklearn():
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
+
+
+def test_the_precision_layout_it_was_sized_for_is_said():
+    auto = plan([LLAMA])
+    assert auto.explain["dnn"]["mixed"] == "weights"  # zero=3: DeepSpeed's 16-bit weights
+    assert any("sized for mixed=weights" in n for n in auto.explain["dnn"]["notes"])
+    fixed = plan([LLAMA + " mixed=autocast"])
+    assert fixed.explain["dnn"]["mixed"] == "autocast"
+    assert not any("sized for mixed=" in n for n in fixed.explain["dnn"]["notes"])

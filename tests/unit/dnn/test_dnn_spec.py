@@ -193,3 +193,49 @@ def test_bad_config_content_surfaces_as_dnn_error(tmp_path):
     (tmp_path / "config.json").write_text(json.dumps({"model_type": "gpt2", "n_layer": 12}))
     with pytest.raises(DnnError, match="'n_embd' is missing"):
         build_spec({"config": "config.json", "seq_len": "128"}, cwd=str(tmp_path))
+
+
+# ---------------------------------------------------------------- precision layout and block keys
+
+SHAPE = "params=1e9 layers=16 hidden=2048 heads=16 seq_len=2048"
+
+
+@pytest.mark.parametrize("value, layout", [("autocast", "autocast"), ("AMP", "autocast"), ("weights", "weights")])
+def test_mixed_key(value, layout):
+    assert spec_from_lines([f"#HARP dnn {SHAPE} mixed={value}"]).mixed == layout
+
+
+def test_mixed_unset_is_left_to_the_stage():
+    assert spec_from_lines([f"#HARP dnn {SHAPE}"]).mixed is None
+
+
+@pytest.mark.parametrize(
+    "extra, message",
+    [
+        ("mixed=fp8", "mixed=fp8 is not one of autocast | weights"),
+        ("mixed=", "is not KEY=VALUE"),
+        ("precision=fp32 mixed=weights", "mixed= applies to precision=bf16 or fp16"),
+        ("mlp=relu2", "mlp=relu2 is not one of gelu | gelu_new | swiglu"),
+        ("kv_heads=3", "kv_heads=3 must divide heads=16"),
+        ("kv_heads=32", "kv_heads=32 must divide heads=16"),
+        ("kv_heads=four", "kv_heads=four is not a number"),
+        ("ffn=0", "ffn=0 is out of range"),
+        ("dropout=maybe", "dropout=maybe should be yes or no"),
+    ],
+)
+def test_bad_layout_and_block_values_are_one_line(extra, message):
+    with pytest.raises(DnnError) as exc:
+        spec_from_lines([f"#HARP dnn {SHAPE} {extra}"])
+    assert message in str(exc.value) and "\n" not in str(exc.value)
+
+
+def test_swiglu_describes_a_llama_block_by_hand():
+    b = spec_from_lines([f"#HARP dnn {SHAPE} mlp=swiglu kv_heads=4 ffn=5632"]).block
+    assert (b.mlp, b.norm, b.qkv_linears, b.mlp_in_linears) == ("swiglu", "rmsnorm", 3, 2)
+    assert (b.kv_heads, b.ffn, b.dropout, b.softmax_fp32) == (4, 5632, False, True)
+    assert spec_from_lines([f"#HARP dnn {SHAPE} mlp=swiglu dropout=yes"]).block.dropout
+
+
+def test_config_block_can_be_overridden():
+    b = build_spec({"config": str(HF / "gpt2.json"), "seq_len": "1024", "dropout": "no", "mlp": "gelu"}).block
+    assert (b.mlp, b.dropout, b.norm, b.ffn, b.kv_heads) == ("gelu", False, "layernorm", 3072, 12)

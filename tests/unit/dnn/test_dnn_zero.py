@@ -14,11 +14,11 @@ from harpd.dnn.errors import DnnError
 from harpd.dnn.spec import DnnSpec
 from harpd.dnn.zero import (
     GIB,
-    activation_bytes,
     deepspeed_zero2_estimate,
     deepspeed_zero3_estimate,
     estimate,
     host_bytes_per_node,
+    korthikanti_activation_bytes,
     model_states,
     optimizer_state_bytes,
 )
@@ -46,8 +46,10 @@ def test_other_optimizers_and_fp32_hold_less_state():
     psi = 1_000_000
     fp32 = model_states(psi, 0, 1, optimizer="adamw", precision="fp32")
     assert (fp32.params, fp32.grads, fp32.optimizer) == (4 * psi, 4 * psi, 8 * psi)
-    sgd = model_states(psi, 0, 1, optimizer="sgd", precision="bf16")
+    sgd = model_states(psi, 0, 1, optimizer="sgd", precision="bf16", accounting="paper")
     assert sgd.gpu == (2 + 2 + 8) * psi
+    # harp: + the fp32 gradients the master copy steps from (DeepSpeed BF16_Optimizer, Megatron main_grad)
+    assert model_states(psi, 0, 1, optimizer="sgd", precision="bf16").gpu == (2 + 2 + 8 + 4) * psi
 
 
 # ---------------------------------------------------------------- DeepSpeed, published outputs
@@ -173,25 +175,26 @@ def test_impossible_setups_are_refused(kw, message):
 
 
 def test_korthikanti_per_layer_terms():
+    """accounting=paper keeps Korthikanti et al.'s count."""
     s, b, h, a = 2048, 4, 4096, 32
     kw = dict(layers=32, hidden=h, heads=a, seq_len=s, micro_batch=b, vocab=0)
-    none = activation_bytes(**kw)
+    none = korthikanti_activation_bytes(**kw)
     assert none.per_layer == s * b * h * (34 + 5 * a * s / h)
-    flash = activation_bytes(**kw, attention="flash")
-    sel = activation_bytes(**kw, recompute="selective")
+    flash = korthikanti_activation_bytes(**kw, attention="flash")
+    sel = korthikanti_activation_bytes(**kw, recompute="selective")
     assert flash.per_layer == sel.per_layer == 34 * s * b * h
-    full = activation_bytes(**kw, recompute="full")
+    full = korthikanti_activation_bytes(**kw, recompute="full")
     assert full.per_layer == 2 * s * b * h
     assert full.recompute_working == none.per_layer  # one layer rebuilt at a time
     assert full.total < sel.total < none.total
-    fp32 = activation_bytes(**kw, precision="fp32")
+    fp32 = korthikanti_activation_bytes(**kw, precision="fp32")
     assert fp32.total == 2 * none.total
 
 
 def test_output_layer_grows_with_the_vocabulary():
     kw = dict(layers=12, hidden=768, heads=12, seq_len=1024, micro_batch=2)
-    small = activation_bytes(**kw, vocab=1000)
-    big = activation_bytes(**kw, vocab=51000)
+    small = korthikanti_activation_bytes(**kw, vocab=1000)
+    big = korthikanti_activation_bytes(**kw, vocab=51000)
     assert big.output - small.output == 50000 * 1024 * 2 * 10  # 4 (fp32 logits) + 6 (HF copies)
 
 

@@ -51,6 +51,13 @@ FAKE = textwrap.dedent(
             sys.stdout.write(answer("sacct.psv"))
     elif name == "sbatch":
         sys.stdout.write(answer("sbatch.out") or "4242;harptest\\n")
+    elif name == "squeue" and "--json" in sys.argv:
+        if os.path.exists(os.path.join(here, "no_squeue_json")):
+            sys.stderr.write("squeue: unrecognized option '--json'\\n")
+            sys.exit(1)
+        sys.stdout.write(answer("squeue.json") or '{{"jobs": [], "errors": []}}')
+    elif name == "squeue" and "%k" in sys.argv:  # one job's comment, whole
+        sys.stdout.write(answer("squeue.comment." + sys.argv[sys.argv.index("-j") + 1]) or "\\n")
     elif name == "squeue":  # slurmctld's records, one job id a line (squeue -o %A holds no user text)
         ids = (answer("squeue.ids") or "").split()
         if "-j" in sys.argv:
@@ -101,6 +108,7 @@ def make_bin(d: Path, python: str = sys.executable) -> Path:
         "TRES=cpu=1,mem=100M,node=1,billing=1 Command=/home/alice/run me.sh WorkDir=/home/alice\n"
     )
     (d / "squeue.ids").write_text("12\n")
+    (d / "squeue.json").write_text((FIXTURES.parent / "squeue" / "22.05-jobs.json").read_text())
     return d
 
 
@@ -162,8 +170,9 @@ def test_no_json_falls_back_to_parsable2_and_remembers(backend, bindir):
     assert [("--json" in c["argv"]) for c in seen] == [True, False, False]
     p_call = seen[1]
     assert "--parsable2" in p_call["argv"] and p_call["tf"] == "%s"  # epoch timestamps
-    fmt = p_call["argv"][p_call["argv"].index("--format") + 1]
-    assert fmt.startswith("JobID,JobIDRaw,") and fmt.endswith(",Comment")
+    fmt = p_call["argv"][p_call["argv"].index("--format") + 1].split(",")
+    assert fmt[:2] == ["JobID", "JobIDRaw"] and "State" in fmt
+    assert "JobName" not in fmt and "Comment" not in fmt  # users' text is never split by lines and '|'
 
 
 def test_unparseable_json_falls_back(backend, bindir):
@@ -279,18 +288,20 @@ def test_partitions(backend):
 
 
 def test_show_job(backend, bindir):
+    (bindir / "no_squeue_json").touch()  # a Slurm without JSON: scontrol's text
     job = backend.show_job("12")
     assert job.name == "my job" and (job.user, job.uid) == ("alice", 1000)
     assert job.state == "COMPLETED" and job.finished and not job.held and job.reason is None
     assert job.time_limit_s == 120 and job.mem_mb is None
     assert job.workdir == "/home/alice"  # after Command's value with a space in it
     assert job.end_time == time.mktime((2026, 11, 24, 8, 13, 3, 0, 0, -1))  # local time, as scontrol prints it
-    assert calls(bindir)[0]["argv"] == ["show", "job", "--oneliner", "12"]
+    assert [c["argv"] for c in calls(bindir) if c["cmd"] == "scontrol"][0] == ["show", "job", "--oneliner", "12"]
 
 
 @pytest.mark.parametrize("state", ["RUNNING", "COMPLETING", "PENDING"])
 def test_a_job_that_has_not_ended_has_no_end_time(backend, bindir, state):
     """scontrol's EndTime of a job that runs (or will) is its start plus its limit: a plan, not an end."""
+    (bindir / "no_squeue_json").touch()  # a Slurm without JSON: scontrol's text
     line = (bindir / "scontrol.job").read_text().replace("JobState=COMPLETED", f"JobState={state}")
     (bindir / "scontrol.job").write_text(line)
     job = backend.show_job("12")
@@ -313,12 +324,14 @@ REAL = (
     ],
 )
 def test_show_job_refuses_a_record_whose_own_text_reads_as_slurms(backend, bindir, name, comment):
+    (bindir / "no_squeue_json").touch()  # a Slurm without JSON: scontrol's text
     (bindir / "scontrol.job").write_text(REAL.format(id=12, name=name, user="bob(1001)", comment=comment) + "\n")
     with pytest.raises(AmbiguousRecord, match=r"job 12 cannot be read safely.*harp leaves this job alone"):
         backend.show_job("12")
 
 
 def test_show_job_refuses_a_record_that_a_line_break_cut_short(backend, bindir):
+    (bindir / "no_squeue_json").touch()  # a Slurm without JSON: scontrol's text
     # the name ends the line with a made-up record; the real one goes on in the next line
     fake = "JobId=12 JobName=a UserId=root(0) JobState=RUNNING TimeLimit=UNLIMITED"
     (bindir / "scontrol.job").write_text(
@@ -330,7 +343,8 @@ def test_show_job_refuses_a_record_that_a_line_break_cut_short(backend, bindir):
     assert backend.show_job("12").uid == 1001  # the same job, written plainly, is read
 
 
-def test_held_jobs_reads_each_job_alone_when_a_line_break_makes_up_a_record(backend, bindir):
+def test_held_jobs_without_json_leaves_out_a_record_a_line_break_made_up(backend, bindir):
+    (bindir / "no_squeue_json").touch()  # a Slurm without JSON: scontrol's text
     bob = REAL.format(id=12, name="a", user="bob(1001)", comment="x")
     alice = REAL.format(id=13, name="b", user="alice(1000)", comment="y")
     forged = REAL.format(id=13, name="b", user="alice(1000)", comment="y").replace("00:05:00", "UNLIMITED")
@@ -346,6 +360,7 @@ def test_held_jobs_reads_each_job_alone_when_a_line_break_makes_up_a_record(back
 
 
 def test_show_job_unknown(backend, bindir):
+    (bindir / "no_squeue_json").touch()  # a Slurm without JSON: scontrol's text
     (bindir / "scontrol.job").unlink()
     with pytest.raises(SlurmError, match="Invalid job id specified"):
         backend.show_job("999")
@@ -412,3 +427,59 @@ def test_every_recorded_release_prints_records_job_record_takes(path):
     for ln in lines:
         kv = job_record(ln)
         assert kv["UserId"] and kv["TimeLimit"]
+
+
+# ---------------------------------------------------------------- squeue --json (recorded on 22.05)
+# tests/fixtures/squeue/22.05-jobs.json: job 1 (root, held) and job 3 (uid 1001, running) have comments
+# and names with line breaks, '|', ';', '=', '\r' and whole made-up "JobId=... UserId=root(0)" runs
+
+
+def test_show_job_reads_users_text_as_data_from_json(backend, bindir):
+    job = backend.show_job("3")
+    assert (job.uid, job.user, job.state, job.time_limit_s, job.mem_mb) == (1001, "harptest1", "RUNNING", 300, 100)
+    assert job.comment == "x\nJobId=2 UserId=root(0) TimeLimit=UNLIMITED|harp retry 2 of 1"
+    assert job.name == "evil|name;=\rJobId=1"
+    assert job.end_time is None  # running: its end_time is a plan
+    assert [c["argv"][:2] for c in calls(bindir)] == [["--json", "--states=all"]]
+    assert not [c for c in calls(bindir) if c["cmd"] == "scontrol"]
+
+
+def test_show_job_from_json_expands_output_patterns_and_counts_cpus_per_task(backend):
+    job = backend.show_job("7")  # sbatch -H -o '/tmp/o_%j_%x.out' -e /tmp/e_%j.err -c 2 -J nm
+    assert job.std_out == "/tmp/o_7_nm.out" and job.std_err == "/tmp/e_7.err"
+    assert job.cpus_per_task == 2 and job.held
+
+
+def test_show_job_from_json_array_tasks_and_unknown_ids(backend):
+    assert backend.show_job("4_2").job_id == "6"  # a task by its array name, answered with its own id
+    assert backend.show_job("5").state == "COMPLETED"
+    with pytest.raises(SlurmError, match="Invalid job id specified"):
+        backend.show_job("999")
+
+
+def test_held_jobs_from_json_is_one_call_and_every_job(backend, bindir):
+    jobs = {j.job_id: j for j in backend.held_jobs()}
+    assert set(jobs) == {"1", "2", "3", "4_1", "4_2", "4_3", "7", "8"}
+    assert jobs["3"].comment.startswith("x\nJobId=2") and jobs["3"].uid == 1001 and jobs["3"].running
+    assert jobs["8"].array_job_id == "8" and jobs["8"].array_task is None and jobs["8"].pending
+    assert [j.job_id for j in backend.queue()] == ["1", "3", "7", "8"]
+    assert len([c for c in calls(bindir) if c["cmd"] == "squeue"]) == 2  # one per listing
+    assert not [c for c in calls(bindir) if c["cmd"] == "scontrol"]
+
+
+def test_a_comment_that_makes_up_another_jobs_marker_is_not_found_in_json(backend, bindir):
+    """#44's takeover: a comment 'x\\nV|harp retry 2 of C' made job V look as if it carried C's marker."""
+    (bindir / "sacct.json").write_text(json.dumps({"jobs": []}))
+    assert backend.jobs_with_comment("harp retry 2 of 1", None, None) == []
+    assert backend.jobs_with_comment("harp decision abc", None, None) == []  # not at the start
+    assert backend.jobs_with_comment("plain", "harptest2", None) == ["5", "6", "4"]
+
+
+def test_without_json_a_comment_is_read_alone_and_whole(backend, bindir):
+    (bindir / "no_squeue_json").touch()
+    (bindir / "no_json").touch()
+    (bindir / "squeue.ids").write_text("12\n13\n")
+    (bindir / "squeue.comment.12").write_text("x\n13|harp retry 2 of 1\n")  # bob's, with a made-up line
+    (bindir / "squeue.comment.13").write_text("harp retry 2 of 1; harp decision t\n")
+    (bindir / "sacct.psv").write_text("")
+    assert backend.jobs_with_comment("harp retry 2 of 1", None, None) == ["13"]

@@ -7,7 +7,10 @@ cluster; tests/slurm/test_recovery.py runs the same calls for real.
 
 from __future__ import annotations
 
+import copy
+import json
 import stat
+from pathlib import Path
 
 import pytest
 
@@ -38,19 +41,60 @@ case "$*" in
       *" 13"*) printf 'Environment used for 13 (must be batch to display)\n--------------------------------------------------------------------------------\nDUR=100\nPATH=/opt/conda/envs/x/bin:/usr/bin\nBASH_FUNC_module%%%%=() {  eval $(modulecmd bash "$@")\n}\nEMPTY=\nEQ=a=b\n' ;;
       *" 14"*) printf 'Environment used for 14 (must be batch to display)\n--------------------------------------------------------------------------------\nNONE\n' ;;
     esac ;;
-  *JobID,Comment*) printf '40|harp retry 2 of 3\n41|harp retry 2 of 33\n42|\n43|harp retry 2 of 3; user note\n' ;;
+  *--json*) cat "$(dirname "$0")/sacct.json" ;;
 esac
 """
 SQUEUE = r"""#!/bin/sh
-printf '5|harp retry 2 of 3\n6|(null)\n40|harp retry 2 of 3\n'
+cat "$(dirname "$0")/squeue.json"
 """
 SACCTMGR = r"""#!/bin/sh
 printf 'Operator|\n'
 """
 
 
+FIXTURES = Path(__file__).resolve().parents[2] / "fixtures"
+
+
+def _squeue_json() -> str:
+    """slurmctld's jobs (22.05's squeue --json, recorded), with the comments of this test's story."""
+    doc = json.loads((FIXTURES / "squeue" / "22.05-jobs.json").read_text())
+    template = doc["jobs"][2]
+    jobs = []
+    for jid, uid, user, comment in [
+        (5, 1000, "alice", "harp retry 2 of 3"),
+        (6, 1000, "alice", ""),
+        (40, 1000, "alice", "harp retry 2 of 3"),
+        (50, 1001, "bob", "harp retry 2 of 3"),  # another user's job: not alice's resubmission
+        (51, 1000, "alice", "x\nharp retry 2 of 3"),  # the marker after a line break is not its comment
+    ]:
+        j = copy.deepcopy(template)
+        j.update(job_id=jid, user_id=uid, user_name=user, comment=comment)
+        jobs.append(j)
+    return json.dumps({**doc, "jobs": jobs})
+
+
+def _sacct_json() -> str:
+    """Accounting's runs (22.05's sacct --json, recorded), with this test's comments."""
+    doc = json.loads((FIXTURES / "sacct" / "22.05-jobs.json").read_text())
+    template = doc["jobs"][0]
+    jobs = []
+    for jid, comment in [
+        (40, "harp retry 2 of 3"),
+        (41, "harp retry 2 of 33"),
+        (42, None),
+        (43, "harp retry 2 of 3; user note"),
+    ]:
+        j = copy.deepcopy(template)
+        j.update(job_id=jid, user="alice")
+        j["comment"] = {"administrator": None, "job": comment, "system": None}
+        jobs.append(j)
+    return json.dumps({**doc, "jobs": jobs})
+
+
 @pytest.fixture
 def backend(tmp_path):
+    (tmp_path / "squeue.json").write_text(_squeue_json())
+    (tmp_path / "sacct.json").write_text(_sacct_json())
     for name, text in {"scontrol": SCONTROL, "sacct": SACCT, "squeue": SQUEUE, "sacctmgr": SACCTMGR}.items():
         p = tmp_path / name
         p.write_text(text)

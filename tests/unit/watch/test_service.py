@@ -82,3 +82,32 @@ def test_a_store_fault_is_one_error_line_not_a_traceback(store, slurm, caplog):
         "move it aside",
     ]
     assert all(r.exc_info is None for r in caplog.records)
+
+
+def test_a_tick_is_timed_and_a_slow_one_logged_once(store, slurm, caplog, monkeypatch):
+    """#44: health shows the last tick against the lead; a tick over half the lead is logged once, not per tick."""
+    from harpd.cli.health_cmd import render
+    from harpd.daemon.handlers import Handlers
+
+    slurm.add("70", limit_s=600, used_s=30)
+    w = make(settings=settings(margin_s=100.0), store=store, backend=slurm, privilege=Privilege(True, "root", True))
+    w.tick()
+    assert w.last_tick_jobs == 1 and w.last_tick_s is not None and w.last_tick_s < 50
+    clock = [1000.0]
+    monkeypatch.setattr("harpd.watch.service.time.monotonic", lambda: clock[0])
+    with caplog.at_level("INFO", logger="harpd.watch"):
+        for took in (60.0, 70.0, 1.0):  # two slow ticks, then a quick one
+            started = clock[0]
+            clock[0] += took
+            w._timed(started, 5000)
+    slow = [r for r in caplog.records if "over half the 100 s lead" in r.getMessage()]
+    back = [r for r in caplog.records if "within half the lead" in r.getMessage()]
+    assert len(slow) == 1 and len(back) == 1 and w.last_tick_s == 1.0
+    h = Handlers(store)
+    h.watch = w
+    shown = h._watch_health(w)
+    assert (shown.last_tick_s, shown.jobs, shown.lead_s) == (1.0, 5000, 100.0)
+    text = render({"version": "x", "watch": shown.model_dump()})
+    assert "watcher:     last tick 1.00 s for 5000 jobs, lead 100 s" in text and "SLOW" not in text
+    slow_text = render({"version": "x", "watch": {**shown.model_dump(), "last_tick_s": 60.0}})
+    assert "SLOW: over half the lead" in slow_text
