@@ -29,6 +29,7 @@ from harpd.slurm.base import (
     Accounting,
     JobChanges,
     JobInfo,
+    JobUnknown,
     NotRecordedYet,
     PartitionInfo,
     QueuedJob,
@@ -385,7 +386,7 @@ class CliBackend:
     def show_job(self, job_id: str) -> JobInfo:
         """The controller's view of one job, from ``squeue --json`` (a text record only without JSON).
 
-        SlurmError "Invalid job id specified" (scontrol's words, which callers
+        JobUnknown "Invalid job id specified" (scontrol's words, which callers
         test for) when slurmctld does not hold the job.
         """
         jid = self._check_job_id(job_id)
@@ -394,7 +395,7 @@ class CliBackend:
             return job_info(self._job_record(jid))
         found = find(jobs, jid)
         if found is None:
-            raise SlurmError(f"squeue --json --jobs {jid} failed: Invalid job id specified")
+            raise JobUnknown(f"squeue --json --jobs {jid} failed: Invalid job id specified")
         return json_job_info(found)
 
     def _squeue_jobs(self, job_id: str | None = None) -> list[dict[str, Any]] | None:

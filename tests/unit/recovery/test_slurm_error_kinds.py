@@ -34,6 +34,14 @@ case "$*" in
   *) echo "slurm_load_jobs error: Invalid job id specified" >&2; exit 1 ;;
 esac
 """
+# squeue --json --states=all --jobs N (23.02+ answers "Invalid job id" for a job it does not hold)
+SQUEUE = r"""#!/bin/sh
+case "$*" in
+  *"--jobs 1") echo "slurm_load_jobs error: Socket timed out on send/recv operation" >&2; exit 1 ;;
+  *"--jobs 4") sleep 30 ;;
+  *) echo "slurm_load_jobs error: Invalid job id specified" >&2; exit 1 ;;
+esac
+"""
 SACCT = r"""#!/bin/sh
 case "$*" in
   *" 2") printf 'Batch Script for 2\n%s\n#!/bin/bash\necho two\n\n' "$(printf '%080d' 0 | tr 0 -)" ;;
@@ -46,7 +54,7 @@ esac
 
 @pytest.fixture
 def backend(tmp_path):
-    for name, text in {"scontrol": SCONTROL, "sacct": SACCT}.items():
+    for name, text in {"scontrol": SCONTROL, "squeue": SQUEUE, "sacct": SACCT}.items():
         p = tmp_path / name
         p.write_text(text)
         p.chmod(p.stat().st_mode | stat.S_IXUSR)
