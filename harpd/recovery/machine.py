@@ -808,9 +808,8 @@ class Recovery:
         self.store.update_attempt(chain, number, limits=plan.to_json())
 
     def waiting_on_slurm(self) -> list[Wait]:
-        """The attempts waiting on Slurm now (``harp health`` counts them)."""
-        with self._lock:
-            return self._waits.all()
+        """The attempts waiting on Slurm now (``harp health`` counts them); never waits for a tick to end."""
+        return self._waits.all()
 
 
 def make(

@@ -16,7 +16,9 @@ a line every two seconds for an hour of outage.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -46,13 +48,19 @@ class Wait:
 
 
 class Waits:
-    """Waits by key (a chain id); not thread-safe on its own (recovery holds its lock)."""
+    """Waits by key (a chain id).
+
+    Changed under recovery's lock; ``all`` is read without it (``harp
+    health`` must answer while a tick waits 30 s on a stopped Slurm), so the
+    table itself is guarded by a lock of its own.
+    """
 
     def __init__(self, clock: Callable[[], float], first_pause_s: float, log: logging.Logger) -> None:
         self.clock = clock
         self.first_pause_s = max(0.5, float(first_pause_s))
         self.log = log
         self._waits: dict[str, Wait] = {}
+        self._guard = threading.Lock()
 
     def due(self, key: str) -> bool:
         """May ``key`` ask Slurm now (no wait, or its pause is over)?"""
@@ -75,7 +83,8 @@ class Waits:
         changed = w is None or w.kind != kind
         if w is None:
             w = Wait(kind, now if since is None else float(since), str(exc), self.first_pause_s, now)
-            self._waits[key] = w
+            with self._guard:
+                self._waits[key] = w
             self.log.warning("%s waits on Slurm (%s): %s; asked again with back-off", what, kind, exc)
         else:
             w.tries += 1
@@ -91,7 +100,8 @@ class Waits:
 
     def answered(self, key: str, what: str) -> None:
         """Slurm answered for ``key``: its wait (if any) ends, said once."""
-        w = self._waits.pop(key, None)
+        with self._guard:
+            w = self._waits.pop(key, None)
         if w is not None:
             self.log.info(
                 "%s: Slurm answered again after %.0f s (%d tries); carrying on", what, self.clock() - w.since, w.tries
@@ -99,7 +109,10 @@ class Waits:
 
     def forget(self, key: str) -> None:
         """The wait ended otherwise (the chain stopped): nothing more to say."""
-        self._waits.pop(key, None)
+        with self._guard:
+            self._waits.pop(key, None)
 
     def all(self) -> list[Wait]:
-        return list(self._waits.values())
+        """A snapshot of the waits (copies: safe to read while the machine goes on)."""
+        with self._guard:
+            return [dataclasses.replace(w) for w in self._waits.values()]
