@@ -413,6 +413,8 @@ class CliBackend:
             out = self._run("squeue", args)
         except SlurmError as exc:
             text = str(exc).lower()
+            if isinstance(exc, SlurmUnavailable):
+                raise  # a stopped slurmctld says nothing about what squeue supports
             if self._squeue_json_ok is None and ("unrecognized option" in text or "json" in text):
                 return self._no_squeue_json(str(exc))
             if job_id is not None and "invalid job id" in text:

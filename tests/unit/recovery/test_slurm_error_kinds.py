@@ -64,6 +64,7 @@ def backend(tmp_path):
 def test_a_stopped_slurmctld_is_no_answer_not_an_unknown_job(backend):
     with pytest.raises(SlurmUnavailable, match="Socket timed out"):
         backend.show_job("1")
+    assert backend._squeue_json_ok is not False  # a stopped slurmctld does not turn squeue's JSON off
     with pytest.raises(SlurmUnavailable, match="Unexpected message"):
         backend.requeue_hold("1")
     # exit 0 and nothing on stdout, the reason on stderr: not "slurmctld has no script"
