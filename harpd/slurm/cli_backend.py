@@ -349,6 +349,8 @@ class CliBackend:
                 jobs = self._sacct_json(sel)
                 self._json_ok = True
                 return jobs
+            except SlurmUnavailable:
+                raise  # slurmdbd did not answer: says nothing about sacct's JSON (#50)
             except (SlurmError, SacctParseError) as json_exc:
                 # JSON unsupported here (old sacct, no data_parser plugin) or
                 # slurmdbd down: -P tells which
@@ -356,8 +358,8 @@ class CliBackend:
                     jobs = self._sacct_p(sel)
                 except SacctParseError as exc:
                     raise SlurmError(str(exc)) from None
-                except SlurmError:
-                    raise SlurmError(str(json_exc)) from None
+                except SlurmError as exc:
+                    raise type(exc)(str(json_exc)) from None  # the kind -P's failure tells (no answer, refusal)
                 self._json_ok = False
                 log.warning(
                     "sacct has no JSON here (%s): harpd reads accounting from sacct -P without job names "

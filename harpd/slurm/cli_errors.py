@@ -15,6 +15,8 @@ Measured on the test cluster (22.05) with slurmctld or slurmdbd SIGSTOPped::
     scontrol requeuehold  Unexpected message received for job 1
     sacct                 sacct: error: slurm_persist_conn_open: No response to persist_init
                           (then "Problem talking to the database: Resource temporarily unavailable")
+    squeue --json         exit 0; {"errors": [{"description": "Failed while looking for jobs",
+                          "error": "Unspecified error", "source": "slurm_load_jobs"}], "jobs": []}
 """
 
 from __future__ import annotations
@@ -42,6 +44,7 @@ _UNAVAILABLE = (
     "slurm backup controller in standby mode",
     "communication connection failure",
     "slurmdbd is not responding",
+    "failed while looking for jobs",  # squeue --json of a stopped slurmctld (exit 0, the reason lost)
 )
 #: Slurm answered: it has no such job (or purged it)
 _UNKNOWN_JOB = ("invalid job id", "job does not exist", "no such job")
@@ -61,8 +64,8 @@ def unknown_job(text: str) -> bool:
 
 def failure(message: str, stderr: str) -> SlurmError:
     """The error for a command that failed with ``stderr``: its kind from Slurm's words, ``message`` its line."""
+    if unknown_job(stderr):  # first: "no such job" is an answer, whatever else the text says
+        return JobUnknown(message)
     if unavailable(stderr):
         return SlurmUnavailable(message)
-    if unknown_job(stderr):
-        return JobUnknown(message)
     return SlurmError(message)

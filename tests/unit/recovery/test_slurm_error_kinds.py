@@ -39,6 +39,8 @@ SQUEUE = r"""#!/bin/sh
 case "$*" in
   *"--jobs 1") echo "slurm_load_jobs error: Socket timed out on send/recv operation" >&2; exit 1 ;;
   *"--jobs 4") sleep 30 ;;
+  *"--jobs 6") printf '{"meta": {}, "errors": [{"description": "Failed while looking for jobs", %s], "jobs": []}\n' \
+                '"error_number": -1, "error": "Unspecified error", "source": "slurm_load_jobs"}' ;;
   *) echo "slurm_load_jobs error: Invalid job id specified" >&2; exit 1 ;;
 esac
 """
@@ -70,6 +72,19 @@ def test_a_stopped_slurmctld_is_no_answer_not_an_unknown_job(backend):
     # exit 0 and nothing on stdout, the reason on stderr: not "slurmctld has no script"
     with pytest.raises(SlurmUnavailable, match="Socket timed out"):
         backend.batch_script("1")
+
+
+def test_squeue_json_of_a_stopped_slurmctld_is_no_answer(backend):
+    # 22.05: exit 0, the failure only in the document's errors, its reason lost ("Unspecified error")
+    with pytest.raises(SlurmUnavailable, match="Failed while looking for jobs"):
+        backend.show_job("6")
+    assert backend._squeue_json_ok is not False
+
+
+def test_sacct_of_a_stopped_slurmdbd_is_no_answer_and_keeps_its_json(backend):
+    with pytest.raises(SlurmUnavailable, match="persist_init"):
+        backend.sacct_jobs(["5"], None, None, True)
+    assert backend._json_ok is not False  # not switched to the text reader for good by an outage
 
 
 def test_a_job_slurmctld_does_not_know_is_unknown(backend):
