@@ -129,19 +129,25 @@ def other_user(sock_path: str, uid: int, seconds: float, report: int) -> None:
     os.setgroups([])
     os.setgid(uid)
     os.setuid(uid)
+    times, problems = probe(sock_path, SMALL, seconds)
+    os.write(report, json.dumps({"ms": times, "problems": problems[:5], "n_problems": len(problems)}).encode())
+
+
+def probe(sock_path: str, message: dict, seconds: float) -> tuple[list[float], list[str]]:
+    """``message`` every 0.2 s for ``seconds``: each answer's time (ms, at the client) and what was not ok."""
     times, problems = [], []
     end = time.monotonic() + seconds
     while time.monotonic() < end:
         t0 = time.perf_counter()
         try:
-            ans = client.call(sock_path, SMALL, 10)
+            ans = client.call(sock_path, message, 10)
             if not ans.get("ok"):
                 problems.append(str(ans.get("error"))[:200])
         except client.HarpdUnavailable as exc:
             problems.append(exc.reason[:200])
         times.append((time.perf_counter() - t0) * 1e3)
         time.sleep(0.2)
-    os.write(report, json.dumps({"ms": times, "problems": problems[:5], "n_problems": len(problems)}).encode())
+    return times, problems
 
 
 def read_report(pid: int, fd: int) -> dict:
@@ -188,18 +194,7 @@ def main() -> int:
             fpid, ffd = as_user(FLOODER_UID, flood, harpd.socket, a.idle, a.loops, a.seconds)
             time.sleep(1.0)  # the idle connections are open and the loops running
             opid, ofd = as_user(a.other_uid, other_user, harpd.socket, a.other_uid, a.seconds - 2)
-            root_ms, root_problems = [], []
-            end = time.monotonic() + a.seconds - 2
-            while time.monotonic() < end:
-                t0 = time.perf_counter()
-                try:
-                    ans = client.call(harpd.socket, {"op": "health"}, 10)
-                    if not ans.get("ok"):
-                        root_problems.append(str(ans.get("error"))[:200])
-                except client.HarpdUnavailable as exc:
-                    root_problems.append(exc.reason[:200])
-                root_ms.append((time.perf_counter() - t0) * 1e3)
-                time.sleep(0.2)
+            root_ms, root_problems = probe(harpd.socket, {"op": "health"}, a.seconds - 2)
             other = read_report(opid, ofd)
             flooder = read_report(fpid, ffd)
             grown = (store_bytes(harpd.store) - before) / (1 << 20)

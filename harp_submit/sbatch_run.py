@@ -40,7 +40,8 @@ def write(fd: int, data: str | bytes) -> None:
 
 
 def find_sbatch(environ: dict | os._Environ[str]) -> str | None:
-    """The real sbatch: HARP_SBATCH, else the first ``sbatch`` on PATH that is not harp-submit."""
+    """The real sbatch: HARP_SBATCH, else the first ``sbatch`` on PATH that is neither harp-submit
+    nor a wrapper script that runs it (``wraps_harp``)."""
     explicit = environ.get("HARP_SBATCH")
     if explicit:
         return explicit
@@ -48,8 +49,25 @@ def find_sbatch(environ: dict | os._Environ[str]) -> str | None:
     for d in (environ.get("PATH") or os.defpath).split(":"):
         cand = os.path.join(d or ".", "sbatch")
         if os.access(cand, os.X_OK) and not os.path.isdir(cand) and os.path.realpath(cand) != me:
-            return cand
+            if not wraps_harp(cand):
+                return cand
     return None
+
+
+def wraps_harp(path: str) -> bool:
+    """A script (``#!``) whose first 64 KiB name harp-submit: a user's ``sbatch`` that execs harp.
+
+    Run as sbatch, it would start harp-submit again, which would find it
+    again, until the process limit (#51: "Resource temporarily unavailable",
+    nothing submitted).  Slurm's sbatch is a compiled program; a site's own
+    wrapper of it that does not run harp is still used.
+    """
+    try:
+        with open(path, "rb") as fh:
+            head = fh.read(1 << 16)
+    except OSError:
+        return False
+    return head.startswith(b"#!") and (b"harp-submit" in head or b"harp_submit" in head)
 
 
 #: the name harp-submit gives its own process (``/proc/self/comm``) before it runs sbatch;

@@ -39,10 +39,23 @@ def is_batch_task(environ: Mapping[str, str]) -> bool:
     return step in _BATCH_STEP_IDS
 
 
+def job_name(environ: Mapping[str, str]) -> str:
+    """The job as accounting names it: ``ARRAY_TASK`` for an array's task, else ``SLURM_JOB_ID``.
+
+    An array task's own SLURM_JOB_ID can be its array's id (the last task
+    keeps it), which accounting answers with every task of the array: asked
+    by that id, harpd found none named so and waited out its 20 s (#51).
+    """
+    array, task = environ.get("SLURM_ARRAY_JOB_ID"), environ.get("SLURM_ARRAY_TASK_ID")
+    if array and task and array.isdigit() and task.isdigit():
+        return f"{array}_{task}"
+    return environ["SLURM_JOB_ID"]
+
+
 def main(argv: list[str] | None = None, environ: Mapping[str, str] = os.environ) -> int:
     if not is_batch_task(environ) or environ.get("HARP_TASK_EPILOG", "1") == "0":
         return 0
-    job_id = environ["SLURM_JOB_ID"]
+    job_id = job_name(environ)
     try:
         where, _ = route.choose(environ)
         answer = client.ask(where, {"op": "ending", "job_id": job_id}, TIMEOUT_S)

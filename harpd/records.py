@@ -71,6 +71,7 @@ class JobRecord:
     used_mem_mb: float | None = None  # peak RSS over steps (per job)
     used_cpu_s: float | None = None  # total CPU time
     input_bytes: float | None = None  # bytes the job read (Nextflow's rchar): workflow tasks' input size
+    used_gpumem_mb: float | None = None  # peak GPU memory per GPU (gres/gpumem, where Slurm gathers it)
     array_size: int | None = None
     censored_time: bool = False
     censored_mem: bool = False

@@ -238,6 +238,7 @@ def render(job: dict[str, Any]) -> str:
     if outcome:
         out.append(f"  last outcome:  {outcome}" + (f" (Slurm {rec['state']})" if rec.get("state") else ""))
     out += _limit_changes(job)
+    out += gpu_memory_lines(job.get("gpu_memory"))
     for run_ in job.get("runs") or []:
         out += seff_lines(run_)
     out += _trial(job)
@@ -292,6 +293,27 @@ def render(job: dict[str, Any]) -> str:
     if stop:
         out.append(f"  stopped: {stop}")
     return "\n".join(out + _other_records(job)) + "\n"
+
+
+def gpu_memory_lines(gm: dict[str, Any] | None) -> list[str]:
+    """A DNN job's GPU memory per GPU: harp's estimate against the peak Slurm recorded (gres/gpumem)."""
+    if not gm:
+        return []
+    where = f"{gm.get('n_gpus')} x {gm.get('gpu_type') or 'GPU'}, zero={gm.get('zero')}"
+    est = gm.get("estimate_gib")
+    line = f"  GPU memory:    {where}: estimate {'---' if est is None else f'{est:.2f} GiB'} per GPU"
+    if gm.get("estimate_source") and gm["estimate_source"] != "formula":
+        line += f" ({gm['estimate_source']})"
+    seen = gm.get("observed_gib")
+    if seen is None:
+        line += ", observed peak --- (Slurm recorded no gres/gpumem)"
+    else:
+        line += f", observed peak {seen:.2f} GiB"
+        if gm.get("capacity_gib"):
+            line += f" of {gm['capacity_gib']:.0f} GiB"
+        if gm.get("out_of_gpu_memory"):
+            line += " (out of GPU memory: the next run of this setup gets a larger configuration)"
+    return [line]
 
 
 def _seff_time(seconds: float | None) -> str:

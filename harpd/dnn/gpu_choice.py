@@ -66,6 +66,7 @@ class Candidate:
             "n_gpus": self.n_gpus,
             "zero": self.stage,
             "need_gib": round(self.need / GIB, 2),
+            "formula_need_gib": round(self.estimate.need / GIB, 2),
             "capacity_gib": round(self.capacity / GIB, 2),
             "fits": self.fits,
             "cost_gpu_weight": round(self.cost, 3),

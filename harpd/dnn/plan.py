@@ -191,6 +191,7 @@ def plan_dnn_job(
     *,
     partitions: Mapping[str, Any] | None = None,
     observations: Iterable[PeakObservation] = (),
+    observed: Callable[[str], Iterable[PeakObservation]] | None = None,
     uid: int | None = None,
     billing: Mapping[str, Mapping[str, float]] | None = None,
     history: Callable[[dict[str, str]], tuple[RunTime, ...]] | None = None,
@@ -201,6 +202,7 @@ def plan_dnn_job(
     ``settings``: HarpSettings (or its ``dnn`` section).  ``partitions``: the
     Slurm backend's ``partitions()`` when available, to keep to what exists.
     ``observations``: recorded peaks for this job's ``spec_signature``.
+    ``observed``: looks them up by that signature (``harpd.dnn.observed``), added to ``observations``.
     ``uid``: the submitter, so a config file is only read if they may read it.
     ``billing``: TRESBillingWeights per partition (``harpd.slurm.billing``), for goal plans.
     ``history``: the job's earlier runs by its tokens (``harpd.dnn.history``), when the line gives no runs=.
@@ -215,6 +217,8 @@ def plan_dnn_job(
         return DnnPlan()
     dnn = _dnn_settings(settings)
     req = _request_dict(request)
+    if observed is not None:
+        observations = [*observations, *observed(spec_signature(spec))]
     warnings: list[str] = []
     site_nodes = site_gpn = None
     if partitions is not None:

@@ -19,6 +19,7 @@ from typing import Any, Protocol
 
 from harpd.dnn.checkpoint import explain_checkpoint
 from harpd.dnn.history import runs_from_store
+from harpd.dnn.observed import observations_from_store
 from harpd.dnn.plan import plan_dnn_job
 from harpd.slurm.partitions import limits_of
 
@@ -66,7 +67,7 @@ class DnnRoutingPredictor:
         self.settings = settings
         self._partitions_fn = partitions
         self._billing_fn = billing
-        self._store = store  # the job's earlier runs for deadline/batch plans (harpd.dnn.history)
+        self._store = store  # the job's earlier runs: deadline/batch plans (dnn.history), GPU peaks (dnn.observed)
         self.name = inner.name
 
     def template_of(self, job: Any, user: str) -> str | None:
@@ -105,6 +106,20 @@ class DnnRoutingPredictor:
 
         return runs
 
+    def _observed(self, uid: int) -> Callable[[str], tuple] | None:
+        if self._store is None:
+            return None
+        store = self._store
+
+        def peaks(signature: str) -> tuple:
+            try:
+                return observations_from_store(store, uid, signature)
+            except Exception as exc:  # observed peaks refine the plan; their absence must not stop a decision
+                log.warning("observed GPU memory peaks unavailable: %s", exc)
+                return ()
+
+        return peaks
+
     def decide(self, job: Any, user: str, uid: int, **kw: Any) -> Any:
         from harpd.protocol import Change, Decision
 
@@ -132,6 +147,7 @@ class DnnRoutingPredictor:
             uid=uid,
             billing=self._billing(),
             history=self._history(uid),
+            observed=self._observed(uid),
             array_size=getattr(job, "array_size", None),
         )
         explain = dict(base.explain)

@@ -1,9 +1,12 @@
-"""Recorded peaks of GPU memory override the formula, once the same setup has run.
+"""Recorded peaks of GPU memory raise the formula's need, once the same setup has run.
 
 The formula is an estimate; a peak recorded for the same DNN description on the
-same number of GPUs and ZeRO stage is a measurement, so it wins: the need becomes
-max(observed peaks) x (1 + margin).  A run killed for lack of GPU memory shows
-only a lower bound of what it needed, so it can raise the need but never lower it.
+same number of GPUs and ZeRO stage is a measurement of one run, so the need
+becomes the larger of the two: max(formula, max(observed peaks) x (1 + margin))
+(#47).  A peak below the formula does not lower the need: a run's peak
+depends on its data (the longest sequence it met, the step it ended on), and
+the next run may meet more.  A run killed for lack of GPU memory shows only a
+lower bound of what it needed, so it too can raise the need, never lower it.
 
 Where observations come from (the caller looks them up by ``spec_signature``):
 - ``sacct -o TRESUsageInMax`` with ``gres/gpumem=...``: recorded only where Slurm
@@ -11,8 +14,9 @@ Where observations come from (the caller looks them up by ``spec_signature``):
   tracks the TRES (``AccountingStorageTRES=gres/gpu,gres/gpumem``), on recent
   Slurm releases; the local 22.05 test cluster, with fake GPUs, has none.  It is
   the memory the driver reports in use (CUDA context and allocator cache
-  included) and one site found it summed over a step's GPUs, so the caller
-  divides by the step's GPU count (``gpumem_bytes`` parses the value).
+  included), summed over the GPUs a task sees; sacct's readers parse it and
+  ``harpd.slurm.classify`` makes it per GPU (``JobRecord.used_gpumem_mb``),
+  ``harpd.dnn.observed`` joins it with the run's decision.
 - a site prolog/epilog that records ``nvidia-smi --query-gpu=memory.used``
   maxima, or the job's own ``torch.cuda.max_memory_reserved()`` log, per GPU.
 """
@@ -24,8 +28,7 @@ import json
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from harp_submit.units import parse_size_mb
-from harpd.slurm.sacct_records import parse_tres
+from harpd.slurm.sacct_records import gpumem_mb
 
 _MIB = float(1 << 20)
 
@@ -60,6 +63,7 @@ class PeakObservation:
     zero: int
     gpu_type: str | None = None
     oom: bool = False  # killed for GPU memory: peak_bytes is only a lower bound
+    planned_bytes: float | None = None  # the formula's need (margin included) for the configuration it ran in
 
 
 def spec_signature(spec) -> str:
@@ -75,27 +79,45 @@ def gpumem_bytes(tres_usage: str | None) -> float | None:
 
     A bare number is bytes, as sacct prints it without a unit.
     """
-    mb = parse_size_mb(parse_tres(tres_usage).get("gres/gpumem"), bare_unit="")
+    mb = gpumem_mb(tres_usage)
     return None if mb is None else mb * _MIB
 
 
 def refined_need(
     formula_need: float, observations: Iterable[PeakObservation], *, n_gpus: int, stage: int, margin: float
 ) -> tuple[float, str]:
-    """(bytes per GPU that must fit, where the figure comes from) for one configuration."""
+    """(bytes per GPU that must fit, where the figure comes from) for one configuration.
+
+    A run out of GPU memory in another configuration (with its ``planned_bytes``)
+    says the formula under-counts this setup by at least peak x (1 + margin) /
+    planned: every configuration's formula need is scaled by that much.  Without
+    it, a data-parallel job killed on one GPU at ZeRO 0 would be planned on two
+    GPUs at ZeRO 0, which hold the same per GPU, and die again.
+    """
+    observations = list(observations)
     same = [o for o in observations if o.n_gpus == n_gpus and o.zero == stage]
     done = [o.peak_bytes for o in same if not o.oom]
     killed = [o.peak_bytes for o in same if o.oom]
-    if not done and not killed:
-        return formula_need, "formula"
+    need, source = formula_need, "formula"
     if done:
-        need = max(done) * (1.0 + margin)
-        source = f"observed peak of {len(done)} run(s)"
-    else:
-        need = formula_need
-        source = "formula"
+        observed = max(done) * (1.0 + margin)
+        need = max(formula_need, observed)
+        if observed >= formula_need:
+            source = f"observed peak of {len(done)} run(s)"
+        else:
+            source = f"formula, above the observed peak of {len(done)} run(s)"
     if killed:
         # The OOM run needed more than it got: never plan below the formula or that peak.
         need = max(need, formula_need, max(killed) * (1.0 + margin))
         source += f", {len(killed)} run(s) out of GPU memory"
+    elsewhere = [
+        o.peak_bytes * (1.0 + margin) / o.planned_bytes
+        for o in observations
+        if o.oom and o.planned_bytes and o.planned_bytes > 0 and not (o.n_gpus == n_gpus and o.zero == stage)
+    ]
+    if elsewhere and formula_need * max(elsewhere) > need:
+        need = formula_need * max(elsewhere)
+        source = (
+            f"formula x {max(elsewhere):.2f} after {len(elsewhere)} run(s) out of GPU memory in another configuration"
+        )
     return need, source

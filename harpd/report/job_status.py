@@ -19,6 +19,7 @@ from dataclasses import asdict
 from typing import Any
 
 from harpd import access
+from harpd.dnn.observed import gpu_memory_view
 from harpd.records import JobRecord, Submission
 from harpd.report.efficiency import job_efficiencies
 from harpd.store import LIVE_SOURCES_KEY, Store
@@ -114,6 +115,10 @@ def job_status(
         # the registration's resources and decision as stored, whichever harp wrote them
         job.update({k: sub.stored.get(k) for k in ("original", "submitted", "decision")})
         job["registered_job_id"] = sub.job_id
+        # a DNN job's GPU memory: harp's estimate per GPU against the peak Slurm recorded (gres/gpumem)
+        view = gpu_memory_view(sub.stored.get("decision"), record)
+        if view is not None:
+            job["gpu_memory"] = view.to_dict()
     else:
         job["user"] = record.user if record else (access.user_of(trial.uid) if trial else None)
         job["outcome"] = record.outcome.value if record else None

@@ -24,6 +24,14 @@ over tasks when sacct gives it).  The limit Slurm enforces is per node, so
 ``used_mem_mb / nodes`` is exactly the ``--mem`` that would have been enough on
 every node; on unbalanced multi-node jobs it over-states the total, never the
 need.
+
+GPU memory (``used_gpumem_mb``) is per GPU, since a GPU's memory is the limit:
+the largest step's ``gres/gpumem`` peak (its largest task's, summed over the
+GPUs that task sees) divided by the GPUs each of its tasks had (the job's GPUs
+per node over the step's tasks per node, at least 1).  A data-parallel job
+spreads memory evenly over its GPUs, so this is each GPU's peak; where one
+task holds several GPUs unevenly it is their mean, and where the job's GPU
+count is unknown the division is by 1, which over-states, never under-states.
 """
 
 from __future__ import annotations
@@ -34,7 +42,7 @@ from collections.abc import Iterable, Iterator
 from harpd.records import JobRecord, Outcome
 from harpd.slurm.sacct_records import SacctJob, SacctStep
 
-__all__ = ["classify", "killed_for_memory", "to_record", "to_records", "OOM_RSS_FRACTION", "OOM_SIGNAL"]
+__all__ = ["classify", "gpu_peak_mb", "killed_for_memory", "to_record", "to_records", "OOM_RSS_FRACTION", "OOM_SIGNAL"]
 
 OOM_RSS_FRACTION = 0.95
 OOM_SIGNAL = 125  # what cgroup OOM kills leave in ExitCode ("0:125")
@@ -90,6 +98,19 @@ def node_peak_mb(job: SacctJob) -> float | None:
     if not job.steps:
         return None
     peaks = [p for p in (step_node_peak_mb(s) for s in job.steps) if p is not None]
+    return max(peaks) if peaks else None
+
+
+def gpu_peak_mb(job: SacctJob) -> float | None:
+    """Peak GPU memory per GPU over the job's steps (MiB), or None where Slurm gathered none."""
+    gpus = job.alloc_gpus or job.req_gpus
+    gpus_per_node = max(1, (gpus or 1) // _nodes(job))
+    peaks = []
+    for s in job.steps:
+        if s.max_gpumem_mb is None:
+            continue
+        tasks_per_node = max(1, math.ceil((s.ntasks or 1) / max(1, s.nnodes or 1)))
+        peaks.append(s.max_gpumem_mb / max(1, gpus_per_node // tasks_per_node))
     return max(peaks) if peaks else None
 
 
@@ -201,6 +222,7 @@ def to_record(job: SacctJob, source: str | None = None) -> JobRecord:
         used_time_s=used_time,
         used_mem_mb=used_mem,
         used_cpu_s=job.cpu_s,
+        used_gpumem_mb=gpu_peak_mb(job),
         censored_time=c_time,
         censored_mem=c_mem,
         attempt=job.run,

@@ -54,6 +54,8 @@ _JOB_ID_RE = re.compile(r"^\d+(?:_\d+)?$")
 _IDS_PER_CALL = 500
 #: a Slurm without JSON: records read again alone per listing, at most (each is two commands)
 _REREAD_MAX = 32
+#: what a squeue without JSON says (an old release, or no serializer/data_parser plugin)
+_NO_JSON_RE = re.compile(r"unrecognized option|invalid option|unknown option|serializer|data_parser|plugin")
 
 
 def _first_line(text: str) -> str:
@@ -416,8 +418,9 @@ class CliBackend:
         except SlurmError as exc:
             text = str(exc).lower()
             if isinstance(exc, SlurmUnavailable):
-                raise  # a stopped slurmctld says nothing about what squeue supports
-            if self._squeue_json_ok is None and ("unrecognized option" in text or "json" in text):
+                raise  # a stopped slurmctld says nothing about what squeue supports (#50)
+            # an old squeue, or one without its JSON plugin; a controller that does not answer is not that
+            if self._squeue_json_ok is None and _NO_JSON_RE.search(text.split("failed", 1)[-1]):
                 return self._no_squeue_json(str(exc))
             if job_id is not None and "invalid job id" in text:
                 return []  # 23.02+: asked for one job slurmctld does not hold

@@ -21,7 +21,9 @@ tests/fixtures/sacct/):
   return code is lost there; harp records it as unknown.
 * Job-level CPU totals in the JSON are zero; the sum over steps is the truth.
 * A step's MaxRSS is the largest single task's RSS (``tres.requested.max``
-  ``mem``, in bytes).
+  ``mem``, in bytes).  Its GPU memory peak, where Slurm gathers it, is the
+  ``gres``/``gpumem`` item of the same list, in bytes as well (TRESUsageInMax
+  in the text output).
 * Timestamps are epoch seconds.
 """
 
@@ -167,6 +169,7 @@ def _json_step(step: dict[str, Any]) -> SacctStep:
     tot = _tres_list(req.get("total"))
     max_b = mx.get("mem")
     tot_b = tot.get("mem")
+    gpumem_b = mx.get("gres/gpumem")
     return SacctStep(
         step_id=_step_name(step),
         state=state,
@@ -178,6 +181,7 @@ def _json_step(step: dict[str, Any]) -> SacctStep:
         nnodes=_inum(_path(step, "nodes", "count")),
         elapsed_s=_num(_path(step, "time", "elapsed")),
         cpu_s=_cpu_seconds(_path(step, "time", "total")),
+        max_gpumem_mb=None if gpumem_b is None else gpumem_b / (1024 * 1024),
     )
 
 

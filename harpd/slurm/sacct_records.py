@@ -13,11 +13,14 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from harp_submit.units import parse_size_mb
+
 __all__ = [
     "BASE_STATES",
     "SacctJob",
     "SacctStep",
     "SacctParseError",
+    "gpumem_mb",
     "normalize_state",
     "parse_tres",
 ]
@@ -58,7 +61,14 @@ class SacctParseError(ValueError):
 
 @dataclass(slots=True)
 class SacctStep:
-    """One job step as accounting saw it.  ``max_rss_mb`` is the largest task's."""
+    """One job step as accounting saw it.  ``max_rss_mb`` is the largest task's.
+
+    ``max_gpumem_mb``: the largest task's GPU memory peak (``gres/gpumem`` of
+    TRESUsageInMax), only where the site's Slurm gathers GPU usage (NVML
+    autodetect and ``AccountingStorageTRES=gres/gpumem``); None elsewhere.
+    NVML's figure is the memory in use on the task's GPUs (CUDA context and
+    allocator cache included), summed over the GPUs the task sees.
+    """
 
     step_id: str  # "batch", "extern", "0", ...
     state: str | None = None
@@ -70,6 +80,7 @@ class SacctStep:
     nnodes: int | None = None
     elapsed_s: float | None = None
     cpu_s: float | None = None
+    max_gpumem_mb: float | None = None
 
 
 @dataclass(slots=True)
@@ -114,6 +125,13 @@ def parse_tres(text: str | None) -> dict[str, str]:
         if sep:
             out[k] = v
     return out
+
+
+def gpumem_mb(usage: str | None) -> float | None:
+    """MiB of ``gres/gpumem`` in a TRES usage string (``...,gres/gpumem=28972M,...``; a bare number is bytes)."""
+    if not usage or "gres/gpumem=" not in usage:
+        return None
+    return parse_size_mb(parse_tres(usage).get("gres/gpumem"), bare_unit="")
 
 
 def normalize_state(state: Any) -> str | None:

@@ -14,6 +14,9 @@ tests/fixtures/sacct/):
   --mem-per-cpu=150M``); releases before 21.08 suffix it ``n`` (per node) or
   ``c`` (per CPU), which is converted to the whole job here.
 * A step's MaxRSS is the largest single task's RSS (``45824K``).
+* ``TRESUsageInMax`` holds the largest task's usage of every tracked TRES;
+  its ``gres/gpumem`` (``14486M``), where the site gathers GPU usage, is the
+  step's GPU memory peak.  No user writes it, so the live backend asks for it.
 
 Timestamps: ``-P`` prints local time without a zone (or epoch seconds when
 run with ``SLURM_TIME_FORMAT=%s``, which the live backend does).  Exported
@@ -33,7 +36,14 @@ from typing import Any, TypeVar
 from harp_submit.units import parse_duration_s, parse_size_mb, parse_size_mb_per
 from harpd import access
 from harpd.slurm.job_ids import job_of_step
-from harpd.slurm.sacct_records import SacctJob, SacctParseError, SacctStep, normalize_state, parse_tres
+from harpd.slurm.sacct_records import (
+    SacctJob,
+    SacctParseError,
+    SacctStep,
+    gpumem_mb,
+    normalize_state,
+    parse_tres,
+)
 
 __all__ = [
     "PARSABLE2_COLUMNS",
@@ -74,6 +84,7 @@ PARSABLE2_COLUMNS = (
     "NTasks",
     "TotalCPU",
     "NNodes",
+    "TRESUsageInMax",
     "Comment",
 )
 
@@ -214,6 +225,7 @@ def _row_parsers(header: list[str]) -> tuple[Any, Any]:
         ix("NNodes"),
         ix("Comment"),
     )
+    i_usage_max = ix("TRESUsageInMax")
     ts = timestamp
 
     def job(f: list[str]) -> SacctJob:
@@ -294,6 +306,7 @@ def _row_parsers(header: list[str]) -> tuple[Any, Any]:
             nnodes=_int(f[i_nnodes]),
             elapsed_s=float(el) if el.isdigit() else parse_duration_s(f[i_el]),
             cpu_s=parse_duration_s(f[i_totcpu]),
+            max_gpumem_mb=gpumem_mb(f[i_usage_max]),
         )
 
     return job, step

@@ -178,6 +178,16 @@ def _m006_decisions_by_user(db: sqlite_utils.Database) -> None:
     db.execute("CREATE INDEX IF NOT EXISTS idx_decisions_unclaimed_uid ON decisions (uid) WHERE job_id IS NULL")
 
 
+def _m007_gpu_memory(db: sqlite_utils.Database) -> None:
+    """Each run's GPU memory peak per GPU (sacct's gres/gpumem), for the DNN planner's observed peaks (#47).
+
+    A store created at this version already has the column (``_m001`` creates
+    ``jobs`` from ``JobRecord``'s fields), an older one gets it here.
+    """
+    if "used_gpumem_mb" not in db.table("jobs").columns_dict:
+        db.table("jobs").add_column("used_gpumem_mb", float)
+
+
 MIGRATIONS: list[Callable[[sqlite_utils.Database], None]] = [
     _m001_initial,
     _m002_limit_changes,
@@ -185,5 +195,6 @@ MIGRATIONS: list[Callable[[sqlite_utils.Database], None]] = [
     _m004_cpu_changes,
     _m005_trials,
     _m006_decisions_by_user,
+    _m007_gpu_memory,
 ]
 SCHEMA_VERSION = len(MIGRATIONS)

@@ -70,7 +70,7 @@ class Site:
     def as_user(self, user: str, *argv: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
         py, pythonpath = user_python(user)
         env = [
-            "PATH=/usr/bin:/bin",
+            f"PATH={self.cluster.user_path}",  # the release's own sbatch, not Debian's 22.05 one
             f"PYTHONPATH={pythonpath}",
             f"SLURM_CONF={self.cluster.conf}",
             f"HARP_SOCKET={self.harpd.socket}",

@@ -19,9 +19,12 @@ def test_formula_rules_until_there_are_observations():
 
 def test_max_observed_times_margin():
     obs = [PeakObservation(30 * GIB, 4, 2), PeakObservation(34 * GIB, 4, 2), PeakObservation(60 * GIB, 8, 2)]
-    need, source = refined_need(50 * GIB, obs, n_gpus=4, stage=2, margin=0.1)
+    need, source = refined_need(30 * GIB, obs, n_gpus=4, stage=2, margin=0.1)
     assert need == pytest.approx(34 * GIB * 1.1)
     assert source == "observed peak of 2 run(s)"
+    # the larger of the formula and the observed peak plus margin (#47): a lower peak never lowers the need
+    need, source = refined_need(50 * GIB, obs, n_gpus=4, stage=2, margin=0.1)
+    assert need == 50 * GIB and source == "formula, above the observed peak of 2 run(s)"
 
 
 def test_out_of_memory_runs_only_raise_the_need():
@@ -48,3 +51,19 @@ def test_signature_is_stable_and_ignores_placement():
     assert spec_signature(a) == spec_signature(b)  # stage and GPU count are part of each observation
     assert spec_signature(a) != spec_signature(c)
     assert spec_signature(a).startswith("dnn:") and len(spec_signature(a)) == 20
+
+
+def test_out_of_memory_elsewhere_scales_the_formula():
+    """A run killed at 40 GiB planned at 30 GiB (formula, margin in) under-counts by >= 40 x 1.1 / 30 everywhere."""
+    oom = [PeakObservation(40 * GIB, n_gpus=1, zero=0, oom=True, planned_bytes=30 * GIB)]
+    need, source = refined_need(20 * GIB, oom, n_gpus=2, stage=1, margin=0.1)
+    assert need == pytest.approx(20 * GIB * 40 * 1.1 / 30)
+    assert "1 run(s) out of GPU memory in another configuration" in source
+    # the same configuration: the kill itself, which is the same figure there
+    need, _ = refined_need(30 * GIB, oom, n_gpus=1, stage=0, margin=0.1)
+    assert need == pytest.approx(40 * GIB * 1.1)
+    # without what it was planned at, nothing carries over; completed runs never carry over
+    bare = [PeakObservation(40 * GIB, n_gpus=1, zero=0, oom=True)]
+    assert refined_need(20 * GIB, bare, n_gpus=2, stage=1, margin=0.1) == (20 * GIB, "formula")
+    done = [PeakObservation(40 * GIB, n_gpus=1, zero=0, planned_bytes=30 * GIB)]
+    assert refined_need(20 * GIB, done, n_gpus=2, stage=1, margin=0.1) == (20 * GIB, "formula")

@@ -483,3 +483,16 @@ def test_without_json_a_comment_is_read_alone_and_whole(backend, bindir):
     (bindir / "squeue.comment.13").write_text("harp retry 2 of 1; harp decision t\n")
     (bindir / "sacct.psv").write_text("")
     assert backend.jobs_with_comment("harp retry 2 of 1", None, None) == ["13"]
+
+
+def test_a_controller_down_at_the_first_listing_is_not_taken_for_a_squeue_without_json(backend, bindir):
+    """Only squeue's own "no such option" switches to the text reader; an unreachable slurmctld is an error."""
+    (bindir / "squeue").write_text(
+        "#!/bin/sh\necho 'squeue: error: Unable to contact slurm controller (connect failure)' >&2\nexit 1\n"
+    )
+    with pytest.raises(SlurmError, match="Unable to contact slurm controller"):
+        backend.held_jobs()
+    assert backend._squeue_json_ok is None  # JSON is tried again next time
+    (bindir / "squeue").write_text(FAKE.format(python=sys.executable, name="squeue"))
+    assert {j.job_id for j in backend.held_jobs()} >= {"1", "3"}
+    assert backend._squeue_json_ok is True

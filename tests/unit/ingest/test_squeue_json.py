@@ -93,3 +93,20 @@ def test_any_text_in_a_name_or_comment_is_read_back_exactly(release, name, comme
     assert q[str(victim)].uid == q[str(victim + 10)].uid  # the owner is the JSON field, whatever the text says
     info = job_info(find(jobs, str(victim + 10)))
     assert (info.name or "") == name and (info.comment or "") == comment
+
+
+@settings(max_examples=100, deadline=None)
+@given(release=st.sampled_from(["22.05", "26.05"]), name=_TEXT, comment=_TEXT)
+def test_sacct_json_reads_any_name_and_comment_back_exactly(release, name, comment) -> None:
+    """The other reader of users' text, accounting's (``harpd.slurm.sacct_json``), on both recorded layouts."""
+    from harpd.slurm.sacct_json import parse_json
+
+    sacct = Path(__file__).resolve().parents[2] / "fixtures" / "sacct" / f"{release}-jobs.json"
+    doc = json.loads(sacct.read_text())
+    first = doc["jobs"][0]
+    first["name"] = name
+    first["comment"] = {**(first.get("comment") or {}), "job": comment}
+    runs = parse_json(json.dumps(doc))
+    mine = [r for r in runs if str(r.job_id) == str(first["job_id"])]
+    assert (mine[0].job_name or "") == name and (mine[0].comment or "") == comment
+    assert len(runs) == len(parse_json(sacct.read_text()))  # no run made up, none lost

@@ -105,6 +105,14 @@ def test_the_hook_asks_only_for_the_batch_task_and_never_fails(tmp_path, capsys)
     assert task_epilog.main([], {**env, "HARP_TASK_EPILOG": "0"}) == 0
 
 
+def test_an_array_task_is_named_as_accounting_names_it() -> None:
+    """The last task of array 47 runs as job 47: asked as '47', accounting answers with the whole array (#51)."""
+    env = {"SLURM_JOB_ID": "47", "SLURM_ARRAY_JOB_ID": "47", "SLURM_ARRAY_TASK_ID": "9"}
+    assert task_epilog.job_name(env) == "47_9"
+    assert task_epilog.job_name({"SLURM_JOB_ID": "56"}) == "56"
+    assert task_epilog.job_name({**env, "SLURM_ARRAY_TASK_ID": "x"}) == "47"  # not Slurm's: the job id
+
+
 def test_a_harpd_that_can_only_resubmit_leaves_a_running_job_alone(tmp_path) -> None:
     """A resubmission is a new job: never made while the old one still runs (the poll makes it after)."""
 

@@ -158,3 +158,23 @@ def test_the_installed_script_is_a_plain_script() -> None:
 
 
 _RUN = "import sys; from harp_submit.launch import main; sys.exit(main())"
+
+
+def test_a_users_sbatch_wrapper_that_runs_harp_is_stepped_over(tmp_path, monkeypatch) -> None:
+    """#51: ``~/bin/sbatch`` that execs harp-submit, first on PATH: harp-submit must reach Slurm's sbatch,
+    not start itself again until the process limit."""
+    from harp_submit.sbatch_run import find_sbatch, wraps_harp
+
+    mine, site, real = tmp_path / "home-bin", tmp_path / "site-bin", tmp_path / "slurm-bin"
+    for d in (mine, site, real):
+        d.mkdir()
+    (mine / "sbatch").write_text('#!/bin/sh\nexec harp-submit "$@"\n')
+    (site / "sbatch").write_text('#!/bin/sh\nexec /opt/slurm/bin/sbatch --account=lab "$@"\n')  # the site's own
+    (real / "sbatch").write_bytes(b"\x7fELF" + b"\0" * 64)
+    for d in (mine, site, real):
+        (d / "sbatch").chmod(0o755)
+    assert wraps_harp(str(mine / "sbatch")) and not wraps_harp(str(site / "sbatch"))
+    assert not wraps_harp(str(real / "sbatch")) and not wraps_harp(str(tmp_path / "missing"))
+    assert find_sbatch({"PATH": f"{mine}:{site}:{real}"}) == str(site / "sbatch")
+    assert find_sbatch({"PATH": f"{mine}:{real}"}) == str(real / "sbatch")
+    assert find_sbatch({"PATH": str(mine)}) is None  # said in one line by the caller: set HARP_SBATCH
