@@ -155,6 +155,9 @@ class RecoverySettings(_Section):
     # cap at this many times the user's own request (1.0: never past it); None: partition/node caps only
     max_request_factor: float | None = Field(None, ge=1.0)
     mode: Literal["auto", "requeue", "resubmit"] = "auto"
+    # hours an attempt waits for a Slurm that does not answer or whose accounting has no record of
+    # the job yet, before "no record" counts as the job being gone (harpd.recovery.waiting)
+    slurm_wait_h: float = Field(24.0, gt=0, le=24 * 366)
 
 
 class WatchSettings(_Section):

@@ -309,6 +309,14 @@ class IngestHealth(_Model):
     last_error: str | None = None  # why the last poll failed, until one works
 
 
+class RecoveryHealth(_Model):
+    """Recovery as ``health`` shows it: the attempts held up because Slurm does not answer (or has no record yet)."""
+
+    waiting_on_slurm: int  # attempts waiting on Slurm now (harpd.recovery.waiting)
+    waiting_since: float | None = None  # epoch seconds the longest of those waits began
+    last_error: str | None = None  # what Slurm said (or did not) to that one
+
+
 class WatchHealth(_Model):
     """The watcher's last tick: how long one listing and its actions took, against the lead it must keep."""
 
@@ -327,6 +335,7 @@ class HealthAnswer(_Answer):
     limits: dict[str, Any] | None = None  # soft or hard time limits and why (harpd.watch.privilege)
     accounting: dict[str, Any] | None = None  # what Slurm keeps for recovery (harpd.recovery.site_accounting)
     ingest: IngestHealth | None = None  # the sacct poller; None: no Slurm, nothing polled
+    recovery: RecoveryHealth | None = None  # recovery's waits on Slurm; None: recovery off
     watch: WatchHealth | None = None  # the watcher; None: not running (hard limits, unprivileged, off)
 
 

@@ -1,8 +1,9 @@
 """``harp health``: is harpd up, and what may it do on this cluster.
 
 The answer of harpd's ``health`` operation in words: version, store, models,
-the time-limits mode (soft or hard, and why) and what the site's accounting
-keeps for recovery (``AccountingStoreFlags``: script and environment), the
+the time-limits mode (soft or hard, and why), what the site's accounting
+keeps for recovery (``AccountingStoreFlags``: script and environment) and
+how many recovery attempts wait on a Slurm that does not answer, the
 things the README tells admins to check.  Any user may ask.
 
 Exit 0 when harpd answered; 1 when it is not reachable.
@@ -12,8 +13,10 @@ from __future__ import annotations
 
 import argparse
 import json
+import time
 from typing import Any
 
+from harp_submit.units import fmt_time
 from harpd.cli.ask import NotDone, Unreachable, ask
 from harpd.cli.main import CliError
 
@@ -64,6 +67,14 @@ def render(h: dict[str, Any]) -> str:
             f"; {ingest.get('failures')} failed in a row: {ingest.get('last_error')}" if ingest.get("failures") else ""
         )
         out.append(f"  sacct polls: {ingest.get('polls')}{failing}")
+    rec = h.get("recovery") or {}
+    if rec:
+        n = int(rec.get("waiting_on_slurm") or 0)
+        line = f"  Slurm waits: {n} recovery attempt(s) waiting on Slurm"
+        if n and rec.get("waiting_since"):
+            line += f", the longest for {fmt_time(max(0, int(time.time() - float(rec['waiting_since']))))}"
+            line += f": {rec.get('last_error')}"
+        out.append(line)
     watch = h.get("watch") or {}
     if watch:
         tick = watch.get("last_tick_s")

@@ -274,6 +274,18 @@ def render(job: dict[str, Any]) -> str:
             out.append(f"      output: {lim['output']}" + (" (the job's runs one after another)" if shared else ""))
         if lim.get("error"):
             out.append(f"      errors: {lim['error']}")
+        if lim.get("waiting") and a.get("step") == "decided":
+            import time
+
+            from harp_submit.units import fmt_time
+
+            since = lim.get("waiting_since")
+            ago = f" for {fmt_time(max(0, int(time.time() - float(since))))}" if since else ""
+            out.append(f"      waiting on Slurm{ago}: {lim['waiting']} (harpd asks again; a slow Slurm delays it only)")
+        if lim.get("waited_s"):
+            from harp_submit.units import fmt_time
+
+            out.append(f"      waited {fmt_time(int(lim['waited_s']))} for Slurm to answer before it was carried out")
         if lim.get("last_error") and a.get("step") == "decided":
             out.append(f"      waiting: {lim['last_error']} ({lim.get('failures', 1)} failed tries)")
         if lim.get("stop"):

@@ -23,8 +23,8 @@ from collections.abc import Callable
 from datetime import datetime
 from typing import Any
 
-from harpd.daemon.registration import Refused, Registrar, token_in_comment
-from harpd.slurm.base import SlurmBackend, SlurmError
+from harpd.daemon.registration import NotAnswered, Refused, Registrar, token_in_comment
+from harpd.slurm.base import SlurmBackend, SlurmError, SlurmUnavailable, waiting_on_slurm
 from harpd.slurm.job_ids import submitted_id
 from harpd.store import Store, StoreError
 
@@ -44,17 +44,34 @@ class Adopter:
         self.backend = backend
         self.registrar = Registrar(store, backend)
         self.clock = clock
+        self._waiting_since: float | None = None  # when Slurm stopped answering (None: it answers)
 
     def tick(self) -> int:
-        """One pass; returns how many jobs were registered.  Never raises (a scheduler job)."""
+        """One pass; returns how many jobs were registered.  Never raises (a scheduler job).
+
+        A Slurm that does not answer is said once when the wait begins and
+        once when it ends, not on every poll: the tokens stay, so the jobs are
+        registered once it answers.
+        """
         try:
-            return self._tick()
-        except (SlurmError, StoreError) as exc:
+            made = self._tick()
+        except SlurmError as exc:
+            if not waiting_on_slurm(exc):
+                log.warning("adopt: %s; next poll tries again", exc)
+            elif self._waiting_since is None:
+                self._waiting_since = self.clock()
+                log.warning("adopt: Slurm does not answer (%s); decided jobs are registered once it does", exc)
+            return 0
+        except StoreError as exc:
             log.warning("adopt: %s; next poll tries again", exc)
             return 0
         except Exception:  # noqa: BLE001 - a scheduler job must not die
             log.exception("adopt: failed")
             return 0
+        if self._waiting_since is not None:
+            log.info("adopt: Slurm answers again after %.0f s", self.clock() - self._waiting_since)
+            self._waiting_since = None
+        return made
 
     def _tick(self) -> int:
         now = self.clock()
@@ -81,6 +98,8 @@ class Adopter:
             return 0  # registered meanwhile by its own message
         try:
             v = self.registrar.register(job_id, row.uid, token)
+        except NotAnswered as exc:
+            raise SlurmUnavailable(str(exc)) from None  # the token stays: registered once Slurm answers
         except Refused as exc:
             log.warning("adopt: job %s carries a decision token but is not registered: %s", job_id, exc)
             return 0

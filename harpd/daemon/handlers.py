@@ -338,7 +338,18 @@ class Handlers:
             limits=limits,
             accounting=self.accounting,
             ingest=None if self.ingestor is None else self._ingest_health(self.ingestor),
+            recovery=None if self.recovery is None else self._recovery_health(self.recovery),
             watch=None if self.watch is None else self._watch_health(self.watch),
+        )
+
+    @staticmethod
+    def _recovery_health(recovery: Recovery) -> p.RecoveryHealth:
+        waits = sorted(recovery.waiting_on_slurm(), key=lambda w: w.since)
+        oldest = waits[0] if waits else None
+        return p.RecoveryHealth(
+            waiting_on_slurm=len(waits),
+            waiting_since=None if oldest is None else oldest.since,
+            last_error=None if oldest is None else oldest.error,
         )
 
     @staticmethod

@@ -35,13 +35,13 @@ from harp_submit.registration import TOKEN_WORD
 from harp_submit.units import parse_mem, parse_time
 from harpd import access
 from harpd.protocol import TOKEN_PATTERN, Decision, Resources
-from harpd.slurm.base import JobInfo, SlurmBackend, SlurmError, whole_minutes
+from harpd.slurm.base import JobInfo, SlurmBackend, SlurmError, waiting_on_slurm, whole_minutes
 from harpd.slurm.job_ids import submitted_id
 from harpd.store import OwnerChanged, Store
 
 log = logging.getLogger("harpd.registration")
 
-__all__ = ["Refused", "Registrar", "decided_resources", "new_token", "TOKEN_WORD", "token_in_comment"]
+__all__ = ["Refused", "NotAnswered", "Registrar", "decided_resources", "new_token", "TOKEN_WORD", "token_in_comment"]
 
 _TOKEN_RE = re.compile(TOKEN_PATTERN)  # the wire contract's spelling of a token, the one definition
 
@@ -51,6 +51,14 @@ _UNKNOWN_JOB = ("invalid job id", "job does not exist", "no such job")
 
 class Refused(Exception):
     """A registration harpd will not store; the message is the one-line answer."""
+
+
+class NotAnswered(Refused):
+    """slurmctld did not answer the check (slow, stopped): nothing is known yet, so the caller asks again.
+
+    Its message ends in "try again", which harp-submit's registration retries
+    on; the adopter waits for Slurm and looks again (never forgets the token).
+    """
 
 
 def new_token() -> str:
@@ -159,7 +167,8 @@ class Registrar:
                 raise Refused(
                     f"Slurm does not know job {job_id} yet; register a job after sbatch has printed its id"
                 ) from None
-            raise Refused(f"cannot ask Slurm about job {job_id} ({exc}); try again") from None
+            kind = NotAnswered if waiting_on_slurm(exc) else Refused
+            raise kind(f"cannot ask Slurm about job {job_id} ({exc}); try again") from None
 
     def verify(
         self,

@@ -156,6 +156,10 @@ class Plan:
     note: str | None = None  # why the mode changed
     failures: int | None = None  # failed tries of the side effect so far
     last_error: str | None = None
+    waiting: str | None = None  # Slurm did not answer (or had no record yet): the last such error
+    waiting_since: float | None = None  # epoch seconds the wait began
+    missing_since: float | None = None  # epoch seconds accounting first had no record of the job
+    waited_s: int | None = None  # how long the side effect waited on Slurm before it was carried out
     stop: str | None = None  # why the chain ends here
     output: str | None = None  # where this run wrote its output (scontrol's StdOut), for harp status
     error: str | None = None  # its error file, when apart from the output

@@ -87,7 +87,8 @@ from harpd.recovery.policy import eligible, first_limits, next_limits
 from harpd.recovery.requeue import requeue
 from harpd.recovery.resubmit import resubmit
 from harpd.recovery.resume import last_signal, resumed_time, signal_declared, slurm_signal_at
-from harpd.slurm.base import PartitionInfo, SlurmError
+from harpd.recovery.waiting import Wait, Waits
+from harpd.slurm.base import NotRecordedYet, PartitionInfo, SlurmError, waiting_on_slurm
 from harpd.slurm.partitions import cached_partitions, partition_of
 from harpd.store import Store
 
@@ -95,7 +96,8 @@ log = logging.getLogger("harpd.recovery")
 
 __all__ = ["Recovery", "make", "MAX_FAILURES"]
 
-#: a decided attempt whose side effect keeps failing is given up after this many tries
+#: a decided attempt whose side effect Slurm keeps refusing is given up after this many refusals
+#: (a Slurm that does not answer, or has no record of the job yet, is waited for instead: ``_wait``)
 MAX_FAILURES = 20
 
 #: store meta key: runs that ran out before Slurm named their owner {job id: first seen}
@@ -149,6 +151,8 @@ class Recovery:
         self._while_running = False  # deciding from the job's end hook (``run_ending``), under the lock
         # the daemon's one cache of scontrol's partitions (refreshed once a minute)
         self._partitions = partitions or cached_partitions(backend)
+        # attempts waiting on a Slurm that does not answer (harpd.recovery.waiting), by chain
+        self._waits = Waits(clock, float(self.settings.ingest.poll_interval_s), log)
 
     # ------------------------------------------------------------ wiring
 
@@ -194,7 +198,14 @@ class Recovery:
             log.error("recovery: not attached to the poller; outcome of job %s left for the next tick", rec.job_id)
             return
         with self._lock:
-            self._handle(rec)
+            try:
+                self._handle(rec)
+            except SlurmError as exc:
+                if not waiting_on_slurm(exc):
+                    raise
+                # the chain is open: the tick carries it on once Slurm answers
+                chain = self.store.chain_of(rec.job_id) or rec.job_id
+                self._waits.failed(chain, exc, f"job {chain}")
 
     def tick(self) -> None:
         """Scheduled: finish what a crash or a Slurm error left half done; never raises."""
@@ -217,8 +228,20 @@ class Recovery:
             n = self._retry_owners()
             for chain in sorted(self._open):
                 n += 1
+                if not self._waits.due(chain):
+                    continue  # waiting on Slurm: its back-off is not over
+                wait = self._waits.get(chain)
+                tries = 0 if wait is None else wait.tries
                 try:
                     self._resume_chain(chain)
+                    wait = self._waits.get(chain)
+                    if wait is not None and (wait.tries == tries or chain not in self._open):
+                        self._waits.answered(chain, f"job {chain}")  # Slurm answered this time
+                except SlurmError as exc:
+                    if waiting_on_slurm(exc):  # said once, asked again with back-off
+                        self._waits.failed(chain, exc, f"job {chain}")
+                    else:
+                        log.warning("recovery of job %s: %s", chain, exc)
                 except Exception as exc:  # noqa: BLE001 - one chain must not block the others
                     log.warning("recovery of job %s: %s", chain, exc)
             return n
@@ -415,9 +438,11 @@ class Recovery:
         """``rec`` with its owner from Slurm; None (and remembered) while Slurm does not know it yet.
 
         The waiting list is in the store, so a restarted harpd still asks:
-        the poller announced this outcome once and will not again.
+        the poller announced this outcome once and will not again.  Given up
+        after ``OWNER_WAIT_S`` of answers without an owner; a Slurm that does
+        not answer at all only delays the question.
         """
-        user = self._owner_from_slurm(rec.job_id)
+        user, answered = self._owner_from_slurm(rec.job_id)
         awaiting = self._awaiting()
         if user is not None:
             if rec.job_id in awaiting:
@@ -425,8 +450,9 @@ class Recovery:
                 self.store.set_meta(AWAITING_OWNER_KEY, awaiting)
             rec.user = user
             return rec
+        new = rec.job_id not in awaiting
         first = awaiting.setdefault(rec.job_id, self.clock())
-        if self.clock() - first > OWNER_WAIT_S:
+        if answered and self.clock() - first > OWNER_WAIT_S:
             awaiting.pop(rec.job_id)
             self.store.set_meta(AWAITING_OWNER_KEY, awaiting)
             log.warning(
@@ -435,22 +461,26 @@ class Recovery:
                 OWNER_WAIT_S,
             )
             return None
-        self.store.set_meta(AWAITING_OWNER_KEY, awaiting)
-        log.info("job %s ran out; its owner is not in Slurm's record yet: recovery waits for it", rec.job_id)
+        if new:
+            self.store.set_meta(AWAITING_OWNER_KEY, awaiting)
+            log.info("job %s ran out; its owner is not in Slurm's record yet: recovery waits for it", rec.job_id)
         return None
 
-    def _owner_from_slurm(self, job_id: str) -> str | None:
-        """The job's owner as accounting (then slurmctld) reports it; None while neither does."""
+    def _owner_from_slurm(self, job_id: str) -> tuple[str | None, bool]:
+        """(the job's owner as accounting, then slurmctld, reports it, or None; whether Slurm answered at all)."""
+        answered = False
         try:
             for r in self.backend.sacct_jobs([job_id], None, None, True):
                 if r.job_id == job_id and r.user:
-                    return str(r.user)
+                    return str(r.user), True
+            answered = True
         except SlurmError as exc:
-            log.info("owner of job %s: sacct failed (%s)", job_id, exc)
+            answered = not waiting_on_slurm(exc)
+            log.debug("owner of job %s: sacct failed (%s)", job_id, exc)
         try:
-            return self.backend.show_job(job_id).user
-        except SlurmError:
-            return None
+            return self.backend.show_job(job_id).user, True
+        except SlurmError as exc:
+            return None, answered or not waiting_on_slurm(exc)
 
     def _retry_owners(self) -> int:
         """Runs whose owner was unknown at their outcome: look again (every tick)."""
@@ -658,63 +688,128 @@ class Recovery:
             raise Stop(LEFT_TO_MANAGER.format(job=retry))
 
     def _advance(self, row: Attempt) -> None:
-        """Carry out a decided attempt, finding out first what a crash already did."""
+        """Carry out a decided attempt, finding out first what a crash already did.
+
+        A Slurm that does not answer, or whose accounting has no record of
+        the job yet, is waited for (``_wait``), backing off; only a refusal
+        counts towards ``MAX_FAILURES``.
+        """
+        chain, number = row.chain, row.number
+        if not self._waits.due(chain):
+            return
+        try:
+            self._carry_out(row)
+        except Stop as stop:
+            now = self._rows(chain)[number]  # as the side effect left it (a fallback to resubmit, a hold)
+            self._end(now, now.plan, str(stop))
+            log.warning("job %s: attempt %d not carried out: %s", chain, number, stop)
+        except (SlurmError, OSError) as exc:
+            if waiting_on_slurm(exc):
+                self._wait(self._rows(chain)[number], exc)
+                return
+            self._waits.answered(chain, f"job {chain}: attempt {number}")
+            self._failed(self._rows(chain)[number], exc)
+        else:
+            self._answered(chain, number)
+
+    def _carry_out(self, row: Attempt) -> None:
+        """The side effect of a decided attempt: requeue, else (or when requeue falls back) resubmit."""
         chain, number = row.chain, row.number
         plan = row.plan
-        try:
-            if plan.mode == REQUEUE:
-                try:
-                    requeue(
-                        self.store,
-                        self.backend,
-                        self._watch,
-                        row,
-                        plan,
-                        self.clock,
-                        before_hold=lambda: self._still_ours(chain),
-                    )
-                    return
-                except NotYet as wait:
-                    log.info("job %s attempt %d: %s", chain, number, wait)
-                    return
-                except Fallback as fb:
-                    plan = plan.but(mode=RESUBMIT, note=str(fb), restarts_before=None)
-                    self.store.update_attempt(chain, number, limits=plan.to_json(), job_id=None)
-                    log.warning("job %s attempt %d: %s; resubmitting instead", chain, number, fb)
-                    row = self._rows(chain)[number]
-            resubmit(self.store, self.backend, row, plan, self._rows(chain).get(number - 1), self.clock)
-        except Stop as stop:
-            reason = str(stop)
-            with self.store.transaction():
-                self.store.update_attempt(
-                    chain, number, limits=plan.but(stop=reason).to_json(), step=DONE, outcome=NOT_SUBMITTED
+        if plan.mode == REQUEUE:
+            try:
+                requeue(
+                    self.store,
+                    self.backend,
+                    self._watch,
+                    row,
+                    plan,
+                    self.clock,
+                    before_hold=lambda: self._still_ours(chain),
                 )
-            log.warning("job %s: attempt %d not carried out: %s", chain, number, reason)
-        except (SlurmError, OSError) as exc:
-            failures = int(plan.failures or 0) + 1
-            if failures >= MAX_FAILURES:
-                reason = f"gave up after {failures} failed tries: {exc}"
-                with self.store.transaction():
-                    self.store.update_attempt(
-                        chain,
-                        number,
-                        limits=plan.but(failures=failures, stop=reason).to_json(),
-                        step=DONE,
-                        outcome=NOT_SUBMITTED,
-                    )
-                log.error("job %s: attempt %d %s", chain, number, reason)
-            else:
-                self.store.update_attempt(
-                    chain, number, limits=plan.but(failures=failures, last_error=str(exc)).to_json()
+                return
+            except NotYet as wait:
+                log.info("job %s attempt %d: %s", chain, number, wait)
+                return
+            except Fallback as fb:
+                plan = plan.but(mode=RESUBMIT, note=str(fb), restarts_before=None)
+                self.store.update_attempt(chain, number, limits=plan.to_json(), job_id=None)
+                log.warning("job %s attempt %d: %s; resubmitting instead", chain, number, fb)
+                row = self._rows(chain)[number]
+        resubmit(self.store, self.backend, row, plan, self._rows(chain).get(number - 1), self.clock)
+
+    def _end(self, row: Attempt, plan: Plan, reason: str) -> None:
+        """The decided attempt is not carried out, for good: its chain ends here, ``reason`` saying why."""
+        with self.store.transaction():
+            self.store.update_attempt(
+                row.chain, row.number, limits=plan.but(stop=reason).to_json(), step=DONE, outcome=NOT_SUBMITTED
+            )
+        self._waits.forget(row.chain)
+
+    def _failed(self, row: Attempt, exc: BaseException) -> None:
+        """Slurm refused the side effect (or it could not run): tried again, up to ``MAX_FAILURES`` times."""
+        chain, number, plan = row.chain, row.number, row.plan
+        failures = int(plan.failures or 0) + 1
+        if failures >= MAX_FAILURES:
+            reason = f"gave up after {failures} failed tries: {exc}"
+            self._end(row, plan.but(failures=failures), reason)
+            log.error("job %s: attempt %d %s", chain, number, reason)
+        else:
+            self.store.update_attempt(chain, number, limits=plan.but(failures=failures, last_error=str(exc)).to_json())
+            log.warning(
+                "job %s: attempt %d not carried out yet (try %d of %d): %s",
+                chain,
+                number,
+                failures,
+                MAX_FAILURES,
+                exc,
+            )
+
+    def _wait(self, row: Attempt, exc: SlurmError) -> None:
+        """Slurm did not answer, or has no record of the job yet: ask again later, for ``slurm_wait_h``.
+
+        The row keeps since when (a restarted harpd goes on counting); it is
+        written when the wait's state changes, not on every try.  Only
+        accounting's "no record" for the whole ``slurm_wait_h`` ends the chain:
+        a Slurm that answers nothing says nothing about the job.
+        """
+        chain, number, plan = row.chain, row.number, row.plan
+        now = self.clock()
+        what = f"job {chain}: attempt {number}"
+        w, changed = self._waits.failed(chain, exc, what, since=plan.waiting_since)
+        missing_since = plan.missing_since
+        if isinstance(exc, NotRecordedYet):
+            missing_since = missing_since if missing_since is not None else now
+            window_s = float(self.cfg.slurm_wait_h) * 3600
+            if now - missing_since >= window_s:
+                reason = (
+                    f"Slurm no longer knows the job: {exc}, for {self.cfg.slurm_wait_h:g} h "
+                    "(recovery.slurm_wait_h), and harp resubmits only from Slurm's own copies: not run again"
                 )
-                log.warning(
-                    "job %s: attempt %d not carried out yet (try %d of %d): %s",
-                    chain,
-                    number,
-                    failures,
-                    MAX_FAILURES,
-                    exc,
-                )
+                self._end(row, plan.but(waiting=None), reason)
+                log.error("job %s: attempt %d given up: %s", chain, number, reason)
+                return
+        if changed or plan.waiting is None or missing_since != plan.missing_since:
+            since = plan.waiting_since if plan.waiting_since is not None else w.since
+            self.store.update_attempt(
+                chain,
+                number,
+                limits=plan.but(waiting=str(exc), waiting_since=since, missing_since=missing_since).to_json(),
+            )
+
+    def _answered(self, chain: str, number: int) -> None:
+        """The side effect went through: a wait on Slurm before it ends, its length kept for ``harp status``."""
+        self._waits.answered(chain, f"job {chain}: attempt {number}")
+        row = self._rows(chain).get(number)
+        if row is None or row.plan.waiting_since is None:
+            return
+        waited = max(0, int(self.clock() - float(row.plan.waiting_since)))
+        plan = row.plan.but(waiting=None, waiting_since=None, missing_since=None, waited_s=waited)
+        self.store.update_attempt(chain, number, limits=plan.to_json())
+
+    def waiting_on_slurm(self) -> list[Wait]:
+        """The attempts waiting on Slurm now (``harp health`` counts them); never waits for a tick to end."""
+        return self._waits.all()
 
 
 def make(

@@ -29,7 +29,7 @@ from harpd.recovery.crash import crash_point
 from harpd.recovery.environment import submit_env, user_name
 from harpd.recovery.sbatch_argv import ArgvError, resubmit_argv
 from harpd.recovery.vouch import why_not_vouched, why_not_vouched_in_accounting
-from harpd.slurm.base import SlurmError
+from harpd.slurm.base import NotRecordedYet, SlurmError, waiting_on_slurm
 from harpd.store import OwnerChanged, Store
 
 log = logging.getLogger("harpd.recovery")
@@ -134,8 +134,8 @@ def _adoptable(backend: Any, chain: str, number: int, job_id: str, uid: int, use
         if "invalid job id" not in str(exc).lower():
             raise
         runs = [r for r in backend.sacct_jobs([job_id], None, None, True) if r.job_id == job_id]
-        if not runs:
-            why = f"neither slurmctld nor accounting knows job {job_id}"
+        if not runs:  # it was listed with the marker: accounting lags, ask again rather than submit a second one
+            raise NotRecordedYet(f"job {job_id} carries the marker but accounting has no record of it yet") from None
         else:
             why = why_not_vouched_in_accounting(job_id, runs[0].user, runs[0].submit_time, user, decided_at)
     if why is not None:
@@ -160,8 +160,10 @@ def _submit(store: Store, backend: Any, prev_id: str, sub: Submission, plan: Pla
         raise
     try:
         info = backend.show_job(prev_id)
-    except SlurmError:
-        info = None
+    except SlurmError as exc:
+        if waiting_on_slurm(exc):
+            raise  # slurmctld may still hold the job's own name and directory: ask again, do not guess
+        info = None  # it left slurmctld: the registration's name and directory
     rec = store.get_job(prev_id)
     job_name = (info.name if info else None) or (rec.job_name if rec else None) or job.get("job_name")
     workdir = (info.workdir if info else None) or job.get("cwd")
@@ -192,7 +194,7 @@ def _vouch_previous(backend: Any, job_id: str, uid: int, user: str) -> None:
             raise
         runs = [r for r in backend.sacct_jobs([job_id], None, None, True) if r.job_id == job_id]
         if not runs:  # accounting may lag: tried again, never taken for "not the owner's"
-            raise SlurmError(f"neither slurmctld nor accounting knows job {job_id} yet") from None
+            raise NotRecordedYet(f"neither slurmctld nor accounting knows job {job_id} yet") from None
         why = why_not_vouched_in_accounting(job_id, runs[0].user, None, user)
     if why is not None:
         raise Stop(f"{why}: its script and environment are not resubmitted")

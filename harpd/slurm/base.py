@@ -21,6 +21,10 @@ from harpd.records import JobRecord
 __all__ = [
     "SlurmBackend",
     "SlurmError",
+    "JobUnknown",
+    "SlurmUnavailable",
+    "NotRecordedYet",
+    "waiting_on_slurm",
     "PartitionInfo",
     "JobInfo",
     "QueuedJob",
@@ -37,7 +41,41 @@ FINISHED_STATES = frozenset(
 
 
 class SlurmError(Exception):
-    """A Slurm command failed; the message is one line an admin can act on."""
+    """A Slurm command failed; the message is one line an admin can act on.
+
+    The subclasses say what the failure means for the job asked about, so
+    that a caller can tell "Slurm said no" from "Slurm said nothing": a slow
+    or stopped slurmctld/slurmdbd must delay harp, never make it forget a job.
+    A plain ``SlurmError`` is a refusal or a fault that asking again will not
+    change by itself (a bad option, no permission, a missing command).
+    """
+
+
+class JobUnknown(SlurmError):
+    """Slurm answered, and has no such job (``Invalid job id specified``): slurmctld, or what was asked."""
+
+
+class SlurmUnavailable(SlurmError):
+    """Slurm did not answer in time or could not be reached: nothing is known about the job.
+
+    A command timeout (``slurm.command_timeout_s``), a refused or timed-out
+    connection to slurmctld or slurmdbd, a controller too busy to take the
+    call.  Asking again later is the only right answer.
+    """
+
+
+class NotRecordedYet(SlurmError):
+    """Accounting answered but has no record of the job (yet): slurmdbd lags slurmctld under load.
+
+    Not proof that the job is gone: slurmctld sends its records to slurmdbd
+    through a queue that a busy or restarted slurmdbd drains minutes later.
+    Only a long enough absence (``recovery.slurm_wait_h``) is.
+    """
+
+
+def waiting_on_slurm(exc: BaseException) -> bool:
+    """True for a failure that says nothing about the job, only that Slurm has not answered (yet)."""
+    return isinstance(exc, (SlurmUnavailable, NotRecordedYet))
 
 
 @dataclass(frozen=True, slots=True)
@@ -206,7 +244,12 @@ def whole_minutes(seconds: int) -> int:
 
 @runtime_checkable
 class SlurmBackend(Protocol):
-    """Slurm as harp uses it.  Every method raises ``SlurmError`` on failure."""
+    """Slurm as harp uses it.  Every method raises ``SlurmError`` on failure.
+
+    Where the failure's meaning is known it is a subclass: ``JobUnknown``
+    (slurmctld answered: no such job), ``SlurmUnavailable`` (no answer in
+    time), ``NotRecordedYet`` (accounting has no record of the job yet).
+    """
 
     def submit(
         self,
@@ -240,7 +283,7 @@ class SlurmBackend(Protocol):
         ...
 
     def show_job(self, job_id: str) -> JobInfo:
-        """The controller's view of the job (``scontrol show job``); SlurmError when it does not know it."""
+        """The controller's view of the job (``scontrol show job``); JobUnknown when it does not know it."""
         ...
 
     def partitions(self) -> dict[str, PartitionInfo]:

@@ -10,6 +10,7 @@ that names the command and quotes the first line of its stderr.
 
 from __future__ import annotations
 
+import errno
 import logging
 import os
 import pwd
@@ -25,8 +26,19 @@ from typing import Any, Unpack
 from harp_submit.units import parse_duration_s as duration_s
 from harpd.config import HarpSettings, SlurmSettings
 from harpd.records import JobRecord
-from harpd.slurm.base import Accounting, JobChanges, JobInfo, PartitionInfo, QueuedJob, SlurmError
+from harpd.slurm.base import (
+    Accounting,
+    JobChanges,
+    JobInfo,
+    JobUnknown,
+    NotRecordedYet,
+    PartitionInfo,
+    QueuedJob,
+    SlurmError,
+    SlurmUnavailable,
+)
 from harpd.slurm.classify import to_records
+from harpd.slurm.cli_errors import failure, unavailable
 from harpd.slurm.sacct_json import parse_json
 from harpd.slurm.sacct_records import SacctJob, SacctParseError
 from harpd.slurm.sacct_text import LIVE_PARSABLE2_COLUMNS, owners_of_parsable, parse_parsable2
@@ -64,11 +76,13 @@ def _first_line(text: str) -> str:
 def _after_banner(out: str, banner: str, jid: str, what: str) -> str:
     """sacct's ``--batch-script``/``--env-vars`` text: a banner line, a line of dashes, then the text.
 
-    Nothing at all: accounting does not know the job.
+    Nothing at all: accounting has no record of the job, which under load
+    is often "not yet" (slurmdbd lags slurmctld), so NotRecordedYet, not an
+    answer that the job is gone.
     """
     lines = out.split("\n")
     if not out.strip():
-        raise SlurmError(f"no {what} of job {jid}: neither slurmctld nor accounting knows the job")
+        raise NotRecordedYet(f"no {what} of job {jid}: accounting has no record of the job (yet)")
     if len(lines) < 3 or not lines[0].startswith(banner) or set(lines[1]) != {"-"}:
         raise SlurmError(f"no {what} of job {jid} in slurmctld or accounting: {_first_line(out) or 'empty'}")
     return "\n".join(lines[2:])
@@ -207,16 +221,22 @@ class CliBackend:
                 **kw,
             )
         except subprocess.TimeoutExpired:
-            raise SlurmError(
+            raise SlurmUnavailable(
                 f"{what} gave no answer within {self.timeout_s:g} s (slurm.command_timeout_s); "
                 "is slurmctld/slurmdbd up?"
             ) from None
         except OSError as exc:
-            raise SlurmError(f"{what}: cannot run {argv[0]} ({exc.strerror})") from None
+            # no process to spare on a loaded host is a wait, a missing or broken binary is not
+            kind = SlurmUnavailable if exc.errno in (errno.EAGAIN, errno.ENOMEM) else SlurmError
+            raise kind(f"{what}: cannot run {argv[0]} ({exc.strerror})") from None
         out = proc.stdout.decode("utf-8", "replace")
+        stderr = proc.stderr.decode("utf-8", "replace")
         if proc.returncode != 0:
-            err = _first_line(proc.stderr.decode("utf-8", "replace")) or _first_line(out) or "no message"
-            raise SlurmError(f"{what} failed (exit {proc.returncode}): {err}")
+            err = _first_line(stderr) or _first_line(out) or "no message"
+            raise failure(f"{what} failed (exit {proc.returncode}): {err}", stderr or out)
+        if not out.strip() and unavailable(stderr):
+            # exit 0 and nothing said (scontrol write batch_script of a stopped slurmctld): no answer, not "none"
+            raise SlurmUnavailable(f"{what} got no answer: {_first_line(stderr)}")
         return out
 
     @staticmethod
@@ -343,6 +363,8 @@ class CliBackend:
                 jobs = self._sacct_json(sel)
                 self._json_ok = True
                 return jobs
+            except SlurmUnavailable:
+                raise  # slurmdbd did not answer: says nothing about sacct's JSON (#50)
             except (SlurmError, SacctParseError) as json_exc:
                 # JSON unsupported here (old sacct, no data_parser plugin) or
                 # slurmdbd down: -P tells which
@@ -350,8 +372,8 @@ class CliBackend:
                     jobs = self._sacct_p(sel)
                 except SacctParseError as exc:
                     raise SlurmError(str(exc)) from None
-                except SlurmError:
-                    raise SlurmError(str(json_exc)) from None
+                except SlurmError as exc:
+                    raise type(exc)(str(json_exc)) from None  # the kind -P's failure tells (no answer, refusal)
                 self._json_ok = False
                 log.warning(
                     "sacct has no JSON here (%s): harpd reads accounting from sacct -P without job names "
@@ -380,7 +402,7 @@ class CliBackend:
     def show_job(self, job_id: str) -> JobInfo:
         """The controller's view of one job, from ``squeue --json`` (a text record only without JSON).
 
-        SlurmError "Invalid job id specified" (scontrol's words, which callers
+        JobUnknown "Invalid job id specified" (scontrol's words, which callers
         test for) when slurmctld does not hold the job.
         """
         jid = self._check_job_id(job_id)
@@ -396,7 +418,7 @@ class CliBackend:
                 with self._listing_lock:
                     self._listing = (time.monotonic(), jobs)
         if found is None:
-            raise SlurmError(f"squeue --json --jobs {jid} failed: Invalid job id specified")
+            raise JobUnknown(f"squeue --json --jobs {jid} failed: Invalid job id specified")
         return json_job_info(found)
 
     def _from_listing(self, jid: str) -> dict[str, Any] | None:
@@ -433,6 +455,8 @@ class CliBackend:
             out = self._run("squeue", args)
         except SlurmError as exc:
             text = str(exc).lower()
+            if isinstance(exc, SlurmUnavailable):
+                raise  # a stopped slurmctld says nothing about what squeue supports (#50)
             # an old squeue, or one without its JSON plugin; a controller that does not answer is not that
             if self._squeue_json_ok is None and _NO_JSON_RE.search(text.split("failed", 1)[-1]):
                 return self._no_squeue_json(str(exc))
@@ -662,11 +686,18 @@ class CliBackend:
         if not text.strip():
             try:
                 out = self._run("sacct", ["--batch-script", "--jobs", jid])
+            except SlurmUnavailable:
+                raise
             except SlurmError:
                 if first is None:
                     raise
                 raise first from None
-            text = _after_banner(out, "Batch Script for", jid, "batch script")
+            try:
+                text = _after_banner(out, "Batch Script for", jid, "batch script")
+            except NotRecordedYet:
+                if isinstance(first, SlurmUnavailable):
+                    raise first from None  # slurmctld did not answer: it may hold the script
+                raise
             if text.endswith("\n\n"):
                 text = text[:-1]  # sacct adds a line break after the script
         if not text.strip() or text.strip() == "NONE":

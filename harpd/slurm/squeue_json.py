@@ -32,6 +32,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from harpd.slurm.base import FINISHED_STATES, JobInfo, QueuedJob, SlurmError
+from harpd.slurm.cli_errors import failure
 
 __all__ = [
     "SqueueParseError",
@@ -62,7 +63,10 @@ def parse_squeue_json(text: str, where: str = "squeue --json") -> list[dict[str,
     errors = doc.get("errors") if isinstance(doc, dict) else None
     if errors and not jobs:
         first = errors[0] if isinstance(errors[0], dict) else {"error": str(errors[0])}
-        raise SlurmError(f"{where} failed: {first.get('description') or first.get('error') or first}")
+        # a stopped slurmctld: exit 0, {"description": "Failed while looking for jobs", "error": "Unspecified
+        # error"} (22.05): no answer, not a refusal (harpd.slurm.cli_errors, #50)
+        words = json.dumps(errors)
+        raise failure(f"{where} failed: {first.get('description') or first.get('error') or first}", words)
     return [j for j in jobs if isinstance(j, dict)]
 
 

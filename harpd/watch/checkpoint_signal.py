@@ -32,7 +32,7 @@ from harpd.dnn.checkpoint import SignalPlan, signal_plan
 from harpd.dnn.errors import DnnError
 from harpd.records import LimitChange, Submission
 from harpd.recovery.resume import CHECKPOINT_SIGNAL, signal_declared
-from harpd.slurm.base import QueuedJob, SlurmError
+from harpd.slurm.base import QueuedJob, SlurmError, waiting_on_slurm
 from harpd.store import Store
 from harpd.watch.changes import DECIDED, DONE, ENDED, REFUSED, set_step
 from harpd.watch.managed import LeftAlone, harp_set_time, original_time_s, submission_of
@@ -118,6 +118,9 @@ class CheckpointSignal:
         try:
             self.backend.signal(job.job_id, name)
         except SlurmError as exc:
+            if waiting_on_slurm(exc):  # no answer is not a refusal: the next tick tries again
+                log.info("job %s: checkpoint signal not sent yet (%s)", job.job_id, exc)
+                return 0
             set_step(self.store, row, REFUSED, f"Slurm refused: {exc}")
             log.warning("job %s: checkpoint signal not sent (%s)", job.job_id, exc)
             return 0

@@ -48,7 +48,7 @@ from harpd.records import LimitChange, Outcome
 from harpd.recovery.attempts import EXTENDED_NOTE, without_notes
 from harpd.recovery.crash import crash_point
 from harpd.recovery.escalation import next_allocation
-from harpd.slurm.base import PartitionInfo, QueuedJob, SlurmError, whole_minutes
+from harpd.slurm.base import PartitionInfo, QueuedJob, SlurmError, waiting_on_slurm, whole_minutes
 from harpd.slurm.partitions import partition_of
 from harpd.store import Store
 from harpd.watch.changes import DECIDED, DONE, ENDED, REFUSED, decided, row_of, set_step, still_to_do
@@ -177,7 +177,7 @@ class Extender:
             msg = str(exc).lower()
             if any(s in msg for s in _GONE):
                 set_step(self.store, row, ENDED, f"Slurm: {exc}")
-            elif any(s in msg for s in _TRANSIENT):
+            elif waiting_on_slurm(exc) or any(s in msg for s in _TRANSIENT):
                 log.warning("job %s: extension not made yet (%s); trying again next tick", jid, exc)
             else:
                 set_step(self.store, row, REFUSED, f"Slurm refused: {exc}")

@@ -45,7 +45,7 @@ from harpd.features.workflow import registered_signature
 from harpd.predict.retry_floor import redeciding
 from harpd.protocol import Decision, JobRequest
 from harpd.records import JobRecord, LimitChange, Submission
-from harpd.slurm.base import QueuedJob, SlurmError, whole_minutes
+from harpd.slurm.base import QueuedJob, SlurmError, waiting_on_slurm, whole_minutes
 from harpd.store import Store
 from harpd.watch.changes import DECIDED, DONE, REFUSED, decided, row_of, set_step, still_to_do
 from harpd.watch.managed import (
@@ -259,6 +259,9 @@ class Resizer:
         try:
             self.backend.update_job(jid, **change)
         except SlurmError as exc:
+            if waiting_on_slurm(exc):  # no answer is not a refusal: the next tick tries again
+                log.info("job %s: re-size %s not made yet (%s)", jid, shown, exc)
+                return 0
             set_step(self.store, row, REFUSED, f"Slurm refused: {exc}")
             log.warning("job %s: re-size %s refused by Slurm (%s)", jid, shown, exc)
             return 0
@@ -273,6 +276,9 @@ class Resizer:
         try:
             self.backend.update_job(jid, cpus_per_task=new)
         except SlurmError as exc:
+            if waiting_on_slurm(exc):  # no answer is not a refusal: the next tick tries again
+                log.info("job %s: re-size --cpus-per-task %d -> %d not made yet (%s)", jid, old, new, exc)
+                return 0
             set_step(self.store, row, REFUSED, f"Slurm refused: {exc}")
             log.warning("job %s: re-size --cpus-per-task %d -> %d refused by Slurm (%s)", jid, old, new, exc)
             return 0

@@ -4,13 +4,14 @@ Holds jobs as slurmctld would report them (``FakeJob``: owner, state, limits,
 time used, partition, comment) and answers ``show_job``/``held_jobs``/``queue``
 the way the CLI backend does, including its errors: an id it does not know is
 scontrol's "Invalid job id specified", a job that is no longer running or
-pending cannot be updated or signalled, and ``down`` makes every controller
-call fail as an unreachable controller.  A test moves a job on by setting its
+pending cannot be updated or signalled (``JobUnknown`` and ``SlurmError``
+as the CLI backend classifies them), and ``down`` makes every controller
+call fail as an unreachable controller (``SlurmUnavailable``).  A test moves a job on by setting its
 fields (``jobs["7"].time_used_s = 95``, ``jobs["7"].state = "TIMEOUT"``).
 ``update_error`` makes the next ``update_job`` fail, before it took effect or,
 with ``update_error_after``, after (a timed-out scontrol whose change happened).
 Accounting is ``records`` (JobRecords, as ``sacct_jobs`` returns them);
-``sacct_error`` makes sacct fail as a slurmdbd that is down.  What harpd asked
+``sacct_error`` makes sacct fail as a slurmdbd that is down (``SlurmUnavailable``).  What harpd asked
 of it is kept (``updates`` in scontrol's spelling, ``actions``, ``signals``,
 ``sacct_calls``, ``submitted``), so a test can check what harpd did, not only
 what it said.
@@ -27,7 +28,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from harpd.records import JobRecord
-from harpd.slurm.base import JobInfo, PartitionInfo, QueuedJob, SlurmError
+from harpd.slurm.base import JobInfo, JobUnknown, PartitionInfo, QueuedJob, SlurmError, SlurmUnavailable
 from harpd.slurm.scontrol import update_fields
 
 __all__ = ["FakeSlurm", "FakeJob", "DEFAULT_PARTITIONS"]
@@ -204,7 +205,7 @@ class FakeSlurm:
         or of those ended since ``since``."""
         self.sacct_calls.append((None if job_ids is None else list(job_ids), since, until, all_users))
         if self.sacct_error:
-            raise SlurmError(self.sacct_error)
+            raise SlurmUnavailable(self.sacct_error)
         out = []
         for r in self.records:
             if job_ids is not None:
@@ -217,7 +218,7 @@ class FakeSlurm:
     def show_job(self, job_id: str) -> JobInfo:
         self._controller("scontrol show job", "slurm_load_jobs error: ")
         if job_id not in self.jobs:
-            raise SlurmError(f"scontrol show job {job_id}: slurm_load_jobs error: Invalid job id specified")
+            raise JobUnknown(f"scontrol show job {job_id}: slurm_load_jobs error: Invalid job id specified")
         return self.jobs[job_id].info()
 
     def partitions(self) -> dict[str, PartitionInfo]:
@@ -286,10 +287,10 @@ class FakeSlurm:
 
     def _controller(self, command: str, prefix: str = "") -> None:
         if self.down:
-            raise SlurmError(f"{command}: {prefix}{_UNREACHABLE}")
+            raise SlurmUnavailable(f"{command}: {prefix}{_UNREACHABLE}")
 
     def _known(self, command: str, job_id: str) -> FakeJob:
         self._controller(f"scontrol {command}")
         if job_id not in self.jobs:
-            raise SlurmError(f"scontrol {command} {job_id}: Invalid job id specified")
+            raise JobUnknown(f"scontrol {command} {job_id}: Invalid job id specified")
         return self.jobs[job_id]

@@ -27,9 +27,26 @@ from typing import Any
 import pytest
 
 from harpd.records import JobRecord, Outcome
-from harpd.slurm.base import Accounting, JobInfo, PartitionInfo, QueuedJob, SlurmError
+from harpd.slurm.base import (
+    Accounting,
+    JobInfo,
+    JobUnknown,
+    NotRecordedYet,
+    PartitionInfo,
+    QueuedJob,
+    SlurmError,
+    SlurmUnavailable,
+)
 from harpd.slurm.scontrol import job_info, update_fields
 from harpd.store import Store
+
+#: ``fail_next``'s kinds: the CLI backend's classes of a failure
+KINDS: dict[str, type[SlurmError]] = {
+    "refused": SlurmError,
+    "unknown": JobUnknown,
+    "unavailable": SlurmUnavailable,
+    "not_recorded": NotRecordedYet,
+}
 
 FINISHED = {"COMPLETED", "FAILED", "TIMEOUT", "OUT_OF_MEMORY", "CANCELLED", "NODE_FAIL", "PREEMPTED"}
 _STATE_OF = {
@@ -90,7 +107,7 @@ class FakeSlurm:
         if fail and not fail.get("after"):
             st["fail"][name] = None if fail.get("once") else fail
             self._save(st)
-            raise SlurmError(fail["message"])
+            raise KINDS[fail.get("kind", "refused")](fail["message"])
 
     def _fail_after(self, st: dict[str, Any], name: str) -> None:
         """A failure reported after the command took effect (sbatch timed out after slurmctld accepted)."""
@@ -98,12 +115,12 @@ class FakeSlurm:
         if fail and fail.get("after"):
             st["fail"][name] = None if fail.get("once") else fail
             self._save(st)
-            raise SlurmError(fail["message"])
+            raise KINDS[fail.get("kind", "refused")](fail["message"])
 
     def _job(self, st: dict[str, Any], job_id: str) -> dict[str, Any]:
         j = st["jobs"].get(str(job_id))
         if j is None or j.get("purged"):
-            raise SlurmError(
+            raise JobUnknown(
                 f"scontrol show job {job_id} failed (exit 1): slurm_load_jobs error: Invalid job id specified"
             )
         return j
@@ -117,10 +134,20 @@ class FakeSlurm:
     def calls(self, name: str | None = None) -> list[list[Any]]:
         return [c for c in self._load()["calls"] if name is None or c[0] == name]
 
-    def fail_next(self, name: str, message: str, once: bool = True, after: bool = False) -> None:
-        """The next ``name`` call raises SlurmError(message); ``after``: once it took effect."""
+    def fail_next(self, name: str, message: str, once: bool = True, after: bool = False, kind: str = "refused") -> None:
+        """The next ``name`` call raises ``KINDS[kind]``(message); ``after``: once it took effect.
+
+        ``kind``: ``refused`` (a plain SlurmError), ``unknown``, ``unavailable``
+        (no answer in time), ``not_recorded`` (accounting has no record yet).
+        """
         st = self._load()
-        st["fail"][name] = {"message": message, "once": once, "after": after}
+        st["fail"][name] = {"message": message, "once": once, "after": after, "kind": kind}
+        self._save(st)
+
+    def heal(self, name: str) -> None:
+        """``name`` answers again (a standing ``fail_next(..., once=False)`` ends)."""
+        st = self._load()
+        st["fail"][name] = None
         self._save(st)
 
     def add_job(

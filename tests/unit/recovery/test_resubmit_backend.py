@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from harpd.config import SlurmSettings
-from harpd.slurm.base import SlurmError
+from harpd.slurm.base import NotRecordedYet, SlurmError
 from harpd.slurm.cli_backend import CliBackend
 
 SCONTROL = r"""#!/bin/sh
@@ -127,8 +127,8 @@ def test_job_env_as_accounting_keeps_it(backend):
     }
     with pytest.raises(SlurmError, match=r"keeps no environment for job 14.*job_env"):
         backend.job_env("14")  # NONE: the flag was off when the job ran
-    with pytest.raises(SlurmError, match="neither slurmctld nor accounting knows the job"):
-        backend.job_env("16")  # sacct prints nothing for a job it does not know
+    with pytest.raises(NotRecordedYet, match="accounting has no record of the job"):
+        backend.job_env("16")  # sacct prints nothing for a job it does not know (yet): not "gone"
 
 
 def test_accounting_flags_from_scontrol_show_config(backend):
