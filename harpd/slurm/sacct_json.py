@@ -316,9 +316,10 @@ def parse_json(text: str | bytes | dict[str, Any], where: str = "sacct --json") 
         raise SacctParseError(f"{where}: no 'jobs' list in the JSON document")
     errors = [e for e in doc.get("errors") or [] if e]
     if errors and not doc["jobs"]:
-        first = errors[0]
-        msg = first.get("description") or first.get("error") if isinstance(first, dict) else str(first)
-        raise SacctParseError(f"{where}: sacct reported an error: {msg}")
+        msgs = [str((e.get("description") or e.get("error")) if isinstance(e, dict) else e) for e in errors]
+        if all("nothing found" in m.lower() for m in msgs):
+            return []  # no run matches (a job accounting has not recorded yet): an answer, not a failure
+        raise SacctParseError(f"{where}: sacct reported an error: {msgs[0]}")
     out: list[SacctJob] = []
     runs: dict[str, int] = {}
     for i, j in enumerate(doc["jobs"]):

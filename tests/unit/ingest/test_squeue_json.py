@@ -110,3 +110,15 @@ def test_sacct_json_reads_any_name_and_comment_back_exactly(release, name, comme
     mine = [r for r in runs if str(r.job_id) == str(first["job_id"])]
     assert (mine[0].job_name or "") == name and (mine[0].comment or "") == comment
     assert len(runs) == len(parse_json(sacct.read_text()))  # no run made up, none lost
+
+
+def test_sacct_json_nothing_found_is_no_run_not_a_failure() -> None:
+    """26.05 answers a job accounting has not recorded with an error entry "Nothing found" and no jobs: that is
+    an empty answer; read as a failure, it switched harpd to the text reader for good (seen in #50's tests)."""
+    from harpd.slurm.sacct_json import parse_json
+    from harpd.slurm.sacct_records import SacctParseError
+
+    doc = {"jobs": [], "errors": [{"description": "Nothing found", "error_number": 9003}]}
+    assert parse_json(json.dumps(doc)) == []
+    with pytest.raises(SacctParseError, match="sacct reported an error: Unable to connect"):
+        parse_json(json.dumps({"jobs": [], "errors": [{"description": "Unable to connect to database"}]}))
