@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import logging
 import math
+import os
 import re
 import secrets
 from dataclasses import dataclass
@@ -153,7 +154,8 @@ class Registrar:
         decided = decided_resources(request, decision)
         # how sbatch ran the job comes with its registration, not with the question: not stored twice
         kept = {k: v for k, v in job.items() if k not in ("argv", "sbatch_env")}
-        self.store.add_decision(token, uid, user, kept, decided.model_dump(), decision.model_dump(), quota=self.quota)
+        quota = None if uid in (0, os.geteuid()) else self.quota  # root and harpd's own user: the admin's
+        self.store.add_decision(token, uid, user, kept, decided.model_dump(), decision.model_dump(), quota=quota)
         return token
 
     def show(self, job_id: str) -> JobInfo:

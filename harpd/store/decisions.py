@@ -2,11 +2,25 @@
 
 from __future__ import annotations
 
+import threading
 import time
 from typing import Any
 
 from harpd.records import IssuedDecision
 from harpd.store.base import QuotaExceeded, StoreBase, _dumps, _loads
+
+#: guards each store's per-uid bounds of unclaimed decisions (``_within_quota``)
+_TALLY_LOCK = threading.Lock()
+#: a user found at the quota is refused without counting again for this long
+QUOTA_RECHECK_S = 5.0
+
+
+def refused_why(uid: int, count: int, stored: int, quota: tuple[int, int]) -> str:
+    return (
+        f"uid {uid} has {count} decisions ({stored // 1024} KiB) that no job has used yet, "
+        f"the most harpd keeps per user ({quota[0]} decisions, {quota[1] // 1024} KiB: "
+        "store.max_pending_decisions_per_user); they expire after a day"
+    )
 
 
 class DecisionsTable(StoreBase):
@@ -38,17 +52,7 @@ class DecisionsTable(StoreBase):
         size = sum(len(t or "") for t in texts)
         with self.transaction(durable=False) as db:
             if quota is not None:
-                count, stored = db.conn.execute(
-                    "SELECT count(*), coalesce(sum(length(job) + length(decided) + length(decision)), 0) "
-                    "FROM decisions WHERE uid = ? AND job_id IS NULL",
-                    (int(uid),),
-                ).fetchone()
-                if count + 1 > quota[0] or stored + size > quota[1]:
-                    raise QuotaExceeded(
-                        f"uid {uid} has {count} decisions ({stored // 1024} KiB) that no job has used yet, "
-                        f"the most harpd keeps per user ({quota[0]} decisions, {quota[1] // 1024} KiB: "
-                        "store.max_pending_decisions_per_user); they expire after a day"
-                    )
+                self._within_quota(db, int(uid), size, quota)
             db.conn.execute(
                 """INSERT INTO decisions (token, uid, user, decided_at, job, decided, decision)
                    VALUES (?, ?, ?, ?, ?, ?, ?)""",
@@ -60,6 +64,37 @@ class DecisionsTable(StoreBase):
                     *texts,
                 ),
             )
+
+    def _within_quota(self, db: Any, uid: int, size: int, quota: tuple[int, int]) -> None:
+        """QuotaExceeded when one more decision of ``size`` bytes would put ``uid`` past ``quota``.
+
+        Counting a user's unclaimed decisions reads all of them (megabytes at
+        the quota), too slow for every predict: harpd keeps, per uid, an upper
+        bound of what they hold (the last exact count plus what was stored
+        since; claims and expiry only lower the truth) and counts exactly
+        only when that bound would pass the quota, so a user far from it
+        never pays for the count, and one at it pays once per refusal.
+        """
+        with _TALLY_LOCK:
+            tally = self.__dict__.setdefault("_pending_tally", {})
+            refused = self.__dict__.setdefault("_refused_until", {})
+            if refused.get(uid, 0.0) > time.monotonic():
+                # at the quota a moment ago: refused again without reading megabytes again
+                raise QuotaExceeded(refused_why(uid, *tally[uid], quota))
+            bound = tally.get(uid)
+            if bound is None or bound[0] + 1 > quota[0] or bound[1] + size > quota[1]:
+                count, stored = db.conn.execute(
+                    "SELECT count(*), coalesce(sum(length(job) + length(decided) + length(decision)), 0) "
+                    "FROM decisions WHERE uid = ? AND job_id IS NULL",
+                    (uid,),
+                ).fetchone()
+                bound = (int(count), int(stored))
+                if count + 1 > quota[0] or stored + size > quota[1]:
+                    tally[uid] = bound
+                    refused[uid] = time.monotonic() + QUOTA_RECHECK_S
+                    raise QuotaExceeded(refused_why(uid, *bound, quota))
+            refused.pop(uid, None)
+            tally[uid] = (bound[0] + 1, bound[1] + size)
 
     def get_decision(self, token: str) -> IssuedDecision | None:
         """The recorded decision of ``token`` (claimed or not); None when harpd never made it."""

@@ -66,7 +66,9 @@ def _decide(store: Store, uid: int, n: int, quota: tuple[int, int]) -> None:
     store.add_decision(f"t{uid}-{n}", uid, f"u{uid}", {"x": "y" * 100}, {}, {"changes": []}, quota=quota)
 
 
-def test_a_users_unclaimed_decisions_are_bounded_by_count_and_bytes(store) -> None:
+def test_a_users_unclaimed_decisions_are_bounded_by_count_and_bytes(store, monkeypatch) -> None:
+    import harpd.store.decisions as decisions
+
     for n in range(3):
         _decide(store, 1000, n, (3, 1 << 20))
     with pytest.raises(QuotaExceeded, match=r"uid 1000 has 3 decisions .* store.max_pending_decisions_per_user"):
@@ -74,7 +76,11 @@ def test_a_users_unclaimed_decisions_are_bounded_by_count_and_bytes(store) -> No
     _decide(store, 1001, 0, (3, 1 << 20))  # another user is not affected
     with store.transaction() as db:  # one claimed by its job
         db.conn.execute("UPDATE decisions SET job_id = '7' WHERE token = 't1000-0'")
-    _decide(store, 1000, 4, (3, 1 << 20))  # claimed ones do not count
+    with pytest.raises(QuotaExceeded):  # refused again at once, without counting, for QUOTA_RECHECK_S
+        _decide(store, 1000, 4, (3, 1 << 20))
+    later = decisions.time.monotonic() + decisions.QUOTA_RECHECK_S + 1
+    monkeypatch.setattr(decisions.time, "monotonic", lambda: later)
+    _decide(store, 1000, 4, (3, 1 << 20))  # counted again: claimed ones do not count
     with pytest.raises(QuotaExceeded, match="KiB"):
         _decide(store, 1002, 0, (100, 100))  # the bytes bound: one decision of ~130 bytes
     assert store.get_decision("t1002-0") is None and store.get_decision("t1000-3") is None
