@@ -16,6 +16,7 @@ from datetime import datetime
 from typing import Any
 
 from harpd.config import HarpSettings
+from harpd.metrics import record as metrics
 from harpd.predict.soft_state import SoftState
 from harpd.slurm.base import PartitionInfo, SlurmError
 from harpd.store import Store, StoreError
@@ -112,6 +113,7 @@ class Watch:
             except Exception:  # noqa: BLE001 - one listener must not stop the other
                 log.exception("watch: %s failed on job %s", type(part).__name__, getattr(rec, "job_id", "?"))
 
+    @metrics.watch_tick
     def tick(self) -> None:
         """Scheduled: never raises."""
         with self._lock:
@@ -142,6 +144,7 @@ class Watch:
     def attach(self, ingest_service: Any) -> Watch:
         """Run on the poller's scheduler and hear its outcomes."""
         ingest_service.ingestor.on_outcome.append(self.on_outcome)
+        metrics.watch_timing(self.settings.watch.margin_s, self.settings.watch.interval_s)
         ingest_service.scheduler.add_job(
             self.tick,
             "interval",
