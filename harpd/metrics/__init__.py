@@ -9,3 +9,6 @@ when Prometheus scrapes; ``endpoint`` serves ``/metrics`` to the peers the
 config allows.  The package sits low in the layers (pyproject.toml) so that
 the daemon, the watcher, recovery and the poller can all record into it.
 """
+
+# the scrape-time gauges join the registry whenever the package is imported: every name always exists
+from harpd.metrics import state as _state  # noqa: F401

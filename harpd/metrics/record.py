@@ -60,6 +60,10 @@ _EXPLAIN_KEY = {"time": "time", "mem": "mem", "cpus": "cores"}
 _KEPT_WORDS = (
     ("no trained model", "no_model"),
     ("cold start", "cold_start"),
+    ("no usage recorded", "cold_start"),
+    ("no run of this task type yet", "cold_start"),
+    ("hit its limit", "restored"),
+    ("did not complete", "restored"),
     ("reaches the request", "near_request"),
     ("of the request: kept", "near_request"),
     ("same as the request", "near_request"),

@@ -36,10 +36,10 @@ DECISION_REASONS = (
     "model",  # changed: a trained model's bound
     "rule",  # changed: the program's own runs, a workflow task's type, the DNN planner
     "no_model",  # kept: no trained model and no history rule applied
-    "cold_start",  # kept: too few runs of this program
+    "cold_start",  # kept: too few runs of this program (or none with its usage recorded)
     "near_request",  # kept: the bound (rounded) reaches the request
     "no_request",  # kept: nothing asked to size
-    "restored",  # kept: a run failed after harp lowered it before
+    "restored",  # kept: a recent run hit its limit or failed (after harp lowered it)
     "user_budget",  # kept: this user's jobs were extended too often
     "options",  # kept: --deadline, --time-min, --signal ... (time_options)
     "policy",  # kept: a setting says so (allow_shrink, hard_cut_gain, one CPU)
