@@ -29,8 +29,9 @@ __all__ = ["Sources", "install", "polled", "STATE_NAMES"]
 
 #: the models harpd trains (harpd.training): one series each
 MODEL_RESOURCES = ("time", "mem", "cpus")
-#: a scrape reads the models table at most this often (a scraper every second must not query it every second)
-MODELS_CACHE_S = 30.0
+#: a scrape reads the models table at most this often (they change at a retrain; a scraper polling every
+#: second must not query the store every second)
+MODELS_CACHE_S = 300.0
 
 POLL_LAG = "harp_poller_lag_seconds"
 STORE_SIZE = "harp_store_size_bytes"
