@@ -52,7 +52,7 @@ RECOVERY_OUTCOMES = ("requeued", "resubmitted", "gave_up", "left_to_manager")
 #: refusals at harpd's doors (``RefusalLog``) and of its operations (``Handlers``)
 REFUSAL_REASONS = (
     "busy",  # every worker slot taken
-    "quota",  # too many unauthenticated connections (one peer or all)
+    "quota",  # too many connections waiting (one peer, one user or all), or a user past the decisions kept
     "no_credential",  # no MUNGE credential and request in time
     "bad_credential",  # munged refused the credential
     "too_large",  # request over server.max_request_bytes

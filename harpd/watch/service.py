@@ -89,6 +89,7 @@ class Watch:
         """Record the tick's duration; log once when it outlasts half the lead (and once when it is back)."""
         took = time.monotonic() - started
         self.last_tick_s, self.last_tick_jobs, self.last_tick_at = took, jobs, time.time()
+        metrics.watch_tick(took)
         slow = took > self.lead_s / 2
         if slow and not self._slow_said:
             log.warning(
@@ -113,7 +114,6 @@ class Watch:
             except Exception:  # noqa: BLE001 - one listener must not stop the other
                 log.exception("watch: %s failed on job %s", type(part).__name__, getattr(rec, "job_id", "?"))
 
-    @metrics.watch_tick
     def tick(self) -> None:
         """Scheduled: never raises."""
         with self._lock:
