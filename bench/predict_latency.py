@@ -46,8 +46,10 @@ from bench._trained_harpd import TRACES  # noqa: E402
 TARGET_MS = 5.0
 #: the p99 with a scraper polling /metrics may be at most this much above the p99 without one
 SCRAPE_RATIO = 1.10
-#: alternating rounds (without, with) of the open-loop load when --scrape-every is given
-SCRAPE_ROUNDS = 3
+#: alternating pairs of rounds (without, with a scraper) of the open-loop load when --scrape-every is given,
+#: each of SCRAPE_ROUND_REQUESTS: short rounds, so a burst of the machine's other load falls on both alike
+SCRAPE_ROUNDS = 10
+SCRAPE_ROUND_REQUESTS = 1000
 _requests = trained.requests
 
 
@@ -134,13 +136,14 @@ def _scraped_rounds(
 ) -> tuple[list[float], list[float], int, int]:
     """(latencies without, latencies with a scraper, scrapes, bytes of the last) over SCRAPE_ROUNDS pairs of rounds.
 
-    Alternating the two keeps a drift of the machine's load (other processes,
-    the store's cache) out of the comparison.
+    Alternating short rounds of the two keeps a drift of the machine's load
+    (other processes, the store's cache) out of the comparison.
     """
     ctx = mp.get_context("fork")
     without: list[float] = []
     scraped: list[float] = []
     scrapes = size = 0
+    msgs = msgs[:SCRAPE_ROUND_REQUESTS]
     for _ in range(SCRAPE_ROUNDS):
         lat, _wall, _err = _load(sock, msgs, clients, rate)
         without += lat
@@ -301,7 +304,8 @@ def _report_scraped(without: list[float], scraped: list[float], scrapes: int, si
     p_without, p_with = float(np.percentile(without, 99)), float(np.percentile(scraped, 99))
     ratio = p_with / p_without
     print(
-        f"socket, {args.clients} clients at {args.rate:g} req/s, {SCRAPE_ROUNDS} alternating rounds each: "
+        f"socket, {args.clients} clients at {args.rate:g} req/s, {SCRAPE_ROUNDS} alternating rounds of "
+        f"{SCRAPE_ROUND_REQUESTS} each: "
         f"p99 {p_without:.2f} ms without a scraper ({len(without)} answers), "
         f"{p_with:.2f} ms with /metrics scraped every {args.scrape_every:g} s ({len(scraped)} answers, "
         f"{scrapes} scrapes of {size} bytes)"
