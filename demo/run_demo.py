@@ -592,13 +592,11 @@ def metrics(demo: Demo) -> None:
         record("metrics", "partial", f"{url} did not answer")
         return
     lines = [ln for ln in text.splitlines() if ln.startswith("harp_")]
-    moved = [
-        ln
-        for ln in lines
-        if ln.startswith(("harp_recoveries_total", "harp_decisions_total")) and not ln.endswith(" 0.0")
-    ]
+    # the line of what the demo just did: its recovery, else a request harp changed, else any counter
+    wanted = ('harp_recoveries_total{outcome="requeued"}', 'harp_decisions_total{outcome="changed"', "harp_")
+    shown = next((ln for w in wanted for ln in lines if ln.startswith(w) and not ln.endswith(" 0.0")), "(none)")
     say(f"harpd serves its metrics at {url} ({len(lines)} harp_* samples; dashboard: etc/grafana-harp.json), e.g.:")
-    say("  " + (moved or lines or ["(none)"])[0])
+    say("  " + shown)
     record("metrics", "ok")
 
 
