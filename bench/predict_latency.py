@@ -14,9 +14,13 @@ The requests are the traces' most recent jobs, sent as their users.
    200 requests/s with Poisson arrivals (the target's load: a busy
    cluster's burst of workflow submissions), with harpd's CPU per answer
    there (from /proc) beside the in-process cost of a decision taken every
-   5 ms, so a reader sees what the tail is made of.
+   5 ms, so a reader sees what the tail is made of;
+3. with ``--scrape-every S`` (issue #49): harpd serves ``/metrics`` too, and
+   the open-loop load runs in alternating rounds without and with a scraper
+   process polling it every S seconds, as Prometheus would: the p99 with the
+   scraper must stay within 10% of the p99 without it.
 
-    python bench/predict_latency.py [--requests 5000] [--clients 50] [--traces DIR]
+    python bench/predict_latency.py [--requests 5000] [--clients 50] [--traces DIR] [--scrape-every 1]
 """
 # bench: timeout=1200
 
@@ -40,6 +44,12 @@ from bench._traces import traces_folder  # noqa: E402
 from bench._trained_harpd import TRACES  # noqa: E402
 
 TARGET_MS = 5.0
+#: the p99 with a scraper polling /metrics may be at most this much above the p99 without one
+SCRAPE_RATIO = 1.10
+#: alternating pairs of rounds (without, with a scraper) of the open-loop load when --scrape-every is given,
+#: each of SCRAPE_ROUND_REQUESTS: short rounds, so a burst of the machine's other load falls on both alike
+SCRAPE_ROUNDS = 10
+SCRAPE_ROUND_REQUESTS = 1000
 _requests = trained.requests
 
 
@@ -97,6 +107,62 @@ def _load(sock: str, msgs: list[dict], clients: int, rate: float | None) -> tupl
     return lat, time.perf_counter() - t0, errors
 
 
+def _scraper(url: str, every_s: float, stop: Any, out: Any) -> None:
+    """A Prometheus stand-in: GET ``url`` every ``every_s`` seconds until ``stop`` is set; sends (scrapes, bytes)."""
+    import urllib.request
+
+    n = size = 0
+    nxt = time.monotonic()
+    while not stop.is_set():
+        with urllib.request.urlopen(url, timeout=10) as answer:
+            size = len(answer.read())
+        n += 1
+        nxt += every_s
+        stop.wait(max(0.0, nxt - time.monotonic()))
+    out.send((n, size))
+    out.close()
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _scraped_rounds(
+    sock: str, msgs: list[dict], clients: int, rate: float, url: str, every_s: float
+) -> tuple[list[float], list[float], int, int]:
+    """(latencies without, latencies with a scraper, scrapes, bytes of the last) over SCRAPE_ROUNDS pairs of rounds.
+
+    Alternating short rounds of the two keeps a drift of the machine's load
+    (other processes, the store's cache) out of the comparison.
+    """
+    ctx = mp.get_context("fork")
+    without: list[float] = []
+    scraped: list[float] = []
+    scrapes = size = 0
+    msgs = msgs[:SCRAPE_ROUND_REQUESTS]
+    for _ in range(SCRAPE_ROUNDS):
+        lat, _wall, _err = _load(sock, msgs, clients, rate)
+        without += lat
+        stop = ctx.Event()
+        recv, send = ctx.Pipe(duplex=False)
+        pr = ctx.Process(target=_scraper, args=(url, every_s, stop, send))
+        pr.start()
+        send.close()
+        try:
+            lat, _wall, _err = _load(sock, msgs, clients, rate)
+        finally:
+            stop.set()
+            n, size = recv.recv()
+            pr.join()
+        scraped += lat
+        scrapes += n
+    return without, scraped, scrapes, size
+
+
 def _cpu_s(pid: int) -> float:
     """User + system CPU seconds of process ``pid`` so far (all its threads), from /proc."""
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
@@ -111,6 +177,13 @@ def main() -> int:
         "--rate", type=float, default=200.0, help="offered load of the 50 clients together, requests/s (open loop)"
     )
     ap.add_argument("--traces", help="folder of the traces (default: $HARP_TRACES, else ../shared/traces)")
+    ap.add_argument(
+        "--scrape-every",
+        type=float,
+        default=0.0,
+        metavar="S",
+        help="serve /metrics and compare the p99 at --rate without and with a scraper polling it every S s (0: off)",
+    )
     args = ap.parse_args()
     folder = traces_folder("predict_latency", TRACES, args.traces)
 
@@ -129,7 +202,9 @@ def main() -> int:
     ok_all = True
     with tempfile.TemporaryDirectory() as d:
         d = Path(d)
-        cfg, sock, mine = trained.trained_store(d, recs)
+        port = _free_port() if args.scrape_every > 0 else None
+        metrics_toml = "" if port is None else f'[metrics]\nenabled = true\nlisten = "127.0.0.1:{port}"\n'
+        cfg, sock, mine = trained.trained_store(d, recs, extra_toml=metrics_toml)
         db = d / "harp.db"
         settings = HarpSettings(store={"path": str(db)}, predict={"predictor": "harp"})
 
@@ -183,6 +258,12 @@ def main() -> int:
             opn, _opn_wall, e2 = _load(str(sock), msgs, args.clients, args.rate)
             cpu_ms = (_cpu_s(proc.pid) - cpu0) / max(1, len(opn)) * 1e3
             errors = e0 + e3 + e1 + e2
+            url = None if port is None else f"http://127.0.0.1:{port}/metrics"
+            rounds = (
+                None
+                if url is None
+                else _scraped_rounds(str(sock), msgs, args.clients, args.rate, url, args.scrape_every)
+            )
         finally:
             trained.stop(proc)
         if not sat or not opn:
@@ -210,7 +291,28 @@ def main() -> int:
             f"(one interpreter busy {cpu_ms * args.rate / 10:.0f}% of the time)"
         )
         print(f"FIGURE predict_socket_p99_ms: {sp99:.2f} ms (target < {TARGET_MS:g}) {'PASS' if ok else 'FAIL'}")
+        if rounds is not None:
+            ok_all &= _report_scraped(*rounds, args)
     return 0 if ok_all else 1
+
+
+def _report_scraped(without: list[float], scraped: list[float], scrapes: int, size: int, args: Any) -> bool:
+    """Print the p99 without and with the scraper and the figure comparing them; whether it is within target."""
+    if not without or not scraped:
+        print("FIGURE predict_p99_scraped_ratio: nan (target <= 1.10) FAIL")
+        return False
+    p_without, p_with = float(np.percentile(without, 99)), float(np.percentile(scraped, 99))
+    ratio = p_with / p_without
+    print(
+        f"socket, {args.clients} clients at {args.rate:g} req/s, {SCRAPE_ROUNDS} alternating rounds of "
+        f"{SCRAPE_ROUND_REQUESTS} each: "
+        f"p99 {p_without:.2f} ms without a scraper ({len(without)} answers), "
+        f"{p_with:.2f} ms with /metrics scraped every {args.scrape_every:g} s ({len(scraped)} answers, "
+        f"{scrapes} scrapes of {size} bytes)"
+    )
+    ok = ratio <= SCRAPE_RATIO
+    print(f"FIGURE predict_p99_scraped_ratio: {ratio:.3f} (target <= {SCRAPE_RATIO:.2f}) {'PASS' if ok else 'FAIL'}")
+    return ok
 
 
 if __name__ == "__main__":

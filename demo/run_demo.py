@@ -83,6 +83,15 @@ def show(cmd: list[str], **kw) -> subprocess.CompletedProcess[str]:
     return proc
 
 
+def _free_port() -> int:
+    """A TCP port free on loopback now, for the demo's /metrics (the demo may run beside another harpd)."""
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
 def _q(a: str) -> str:
     return a if re.fullmatch(r"[\w@%+=:,./-]+", a) else "'" + a.replace("'", "'\\''") + "'"
 
@@ -98,6 +107,7 @@ class Demo:
         self.store = root / "harp.db"
         self.work = root / "jobs"
         self.daemon: subprocess.Popen | None = None
+        self.metrics_port = _free_port()
         self.env = {k: v for k, v in os.environ.items() if not k.startswith(("HARP_", "SBATCH_"))}
         self.env.update({"HARP_CONFIG": str(self.config), "HARP_SOCKET": str(self.sock)})
 
@@ -109,6 +119,8 @@ class Demo:
             f'[store]\npath = "{self.store}"\n'
             "[ingest]\npoll_interval_s = 3\n"
             '[recovery]\nenabled = true\nmode = "auto"\n'
+            "# Prometheus metrics (docs/deployment.md), on loopback\n"
+            f'[metrics]\nenabled = true\nlisten = "127.0.0.1:{self.metrics_port}"\n'
         )
 
     def start_harpd(self) -> None:
@@ -566,6 +578,28 @@ runs. The report below covers the demo's jobs (ended in the last 2 hours).
     record("report", "ok" if ok else "partial", "" if ok else "harp report failed (see above)")
 
 
+def metrics(demo: Demo) -> None:
+    """Where harpd's Prometheus metrics are, and one line of them (issue #49)."""
+    import urllib.request
+
+    step("What a Prometheus scraping harpd sees")
+    url = f"http://127.0.0.1:{demo.metrics_port}/metrics"
+    try:
+        with urllib.request.urlopen(url, timeout=10) as answer:
+            text = answer.read().decode()
+    except OSError as exc:
+        say(f"harpd's metrics at {url} did not answer: {exc}")
+        record("metrics", "partial", f"{url} did not answer")
+        return
+    lines = [ln for ln in text.splitlines() if ln.startswith("harp_")]
+    # the line of what the demo just did: its recovery, else a request harp changed, else any counter
+    wanted = ('harp_recoveries_total{outcome="requeued"}', 'harp_decisions_total{outcome="changed"', "harp_")
+    shown = next((ln for w in wanted for ln in lines if ln.startswith(w) and not ln.endswith(" 0.0")), "(none)")
+    say(f"harpd serves its metrics at {url} ({len(lines)} harp_* samples; dashboard: etc/grafana-harp.json), e.g.:")
+    say("  " + shown)
+    record("metrics", "ok")
+
+
 def main() -> int:
     if not os.environ.get("SLURM_CONF"):
         print("demo: SLURM_CONF is not set; run it as: bash scripts/demo", file=sys.stderr)
@@ -595,6 +629,7 @@ trains models and recovers jobs that ran out.
         rewritten(demo, scripts)
         recovery(demo, scripts)
         report(demo)
+        metrics(demo)
     except DemoFailed as exc:
         failed = str(exc)
         record("demo", "FAILED", failed)
@@ -625,6 +660,7 @@ trains models and recovers jobs that ran out.
             "    harpd with twice the memory, same job id, without the user doing anything.",
         ),
         ("report", "harp report compares what was allocated with what was used, and what harp saved."),
+        ("metrics", "harpd counted the same decisions and recoveries on /metrics, for Prometheus and Grafana."),
     ]
     say("\nWhat you looked at:")
     for name, text in lessons:

@@ -219,6 +219,40 @@ class ReportSettings(_Section):
     max_concurrent: int = Field(2, ge=1, le=64)
 
 
+class MetricsSettings(_Section):
+    """The Prometheus endpoint (harpd.metrics): off unless enabled, on loopback unless ``listen`` says otherwise."""
+
+    enabled: bool = False
+    listen: str = "127.0.0.1:9817"  # HOST:PORT of /metrics (port 0: any free port, named in the log)
+    # addresses or networks ("10.0.0.5", "10.1.0.0/16") that may scrape besides loopback; [] = loopback only
+    allow: list[str] = Field(default_factory=list)
+
+    @field_validator("listen")
+    @classmethod
+    def _address(cls, entry: str) -> str:
+        from harp_submit.route import parse_address
+
+        try:
+            parse_address(entry, any_port=True)
+        except ValueError as exc:
+            raise ValueError(f'{exc}; write it as "HOST:PORT", e.g. "127.0.0.1:9817"') from None
+        return entry
+
+    @field_validator("allow")
+    @classmethod
+    def _networks(cls, entries: list[str]) -> list[str]:
+        import ipaddress
+
+        for entry in entries:
+            try:
+                ipaddress.ip_network(str(entry).strip(), strict=False)
+            except ValueError:
+                raise ValueError(
+                    f'{entry!r} is not an IP address or network; write e.g. "10.0.0.5" or "10.1.0.0/16"'
+                ) from None
+        return entries
+
+
 class HarpSettings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="HARP_", env_nested_delimiter="__", extra="forbid")
 
@@ -234,6 +268,7 @@ class HarpSettings(BaseSettings):
     retrain: RetrainSettings = Field(default_factory=RetrainSettings)
     dnn: DnnSettings = Field(default_factory=DnnSettings)
     report: ReportSettings = Field(default_factory=ReportSettings)
+    metrics: MetricsSettings = Field(default_factory=MetricsSettings)
 
     @classmethod
     def settings_customise_sources(

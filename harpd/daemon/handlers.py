@@ -33,6 +33,7 @@ from harpd.daemon.refusals import RefusalLog
 from harpd.daemon.registration import Refused, Registrar
 from harpd.daemon.trial_progress import ProgressRefused, record_progress
 from harpd.ingest.poller import Ingestor
+from harpd.metrics import record as metrics
 from harpd.predict.soft_state import SoftState
 from harpd.protocol import Decision, JobRequest
 from harpd.recovery.machine import Recovery
@@ -196,6 +197,7 @@ class Handlers:
         op = getattr(req, "op", None)
         if op in p.ADMIN_OPS and not self.is_admin(peer):
             log.warning("refused %s from uid %d (%s): not an admin", op, peer.uid, peer.user)
+            metrics.refused("not admin")
             group = f" or group {self.settings.server.admin_group}" if self._admin_group_name() else ""
             return p.error(f"{op} is an admin operation: run it as root{group}")
         method = getattr(self, "op_" + str(op), None)
@@ -228,7 +230,7 @@ class Handlers:
         (``FairTurns``), so one user's queue of requests never holds up
         another's.
         """
-        with self._deciding.turn(peer.uid):
+        with metrics.predict_timer(), self._deciding.turn(peer.uid):
             return self._predict(peer, req)
 
     def _predict(self, peer: Peer, req: p.PredictRequest) -> BaseModel:
@@ -238,6 +240,7 @@ class Handlers:
             got = self.predictor.decide(req.job, peer.user, peer.uid, **extra)
         except Exception as exc:
             log.exception("predictor failed for uid %d", peer.uid)
+            metrics.decision_refused("predictor failed")
             return p.error(f"predict failed: {type(exc).__name__}: {exc}")
         try:
             decision = (
@@ -247,6 +250,7 @@ class Handlers:
             )
         except ValidationError as exc:
             log.error("predictor returned an invalid decision: %s", exc)
+            metrics.decision_refused("invalid decision")
             return p.error("predictor returned an invalid decision; request kept as submitted")
         try:
             token = self.registrar.record_decision(peer.uid, peer.user, req.job.model_dump(), decision)
@@ -257,6 +261,7 @@ class Handlers:
         except StoreError as exc:
             # a change harpd cannot record is one it could never verify nor extend: keep the request
             log.error("predict for uid %d: decision not recorded (%s); request kept", peer.uid, exc)
+            metrics.decision_refused("store unavailable")
             kept = decision.model_copy(
                 update={
                     "changes": [],
@@ -264,6 +269,8 @@ class Handlers:
                 }
             )
             return p.PredictAnswer(decision=kept)
+        if not req.dry_run:
+            metrics.decision(req.job, decision)
         return p.PredictAnswer(decision=decision, token=token)
 
     def op_register(self, peer: Peer, req: p.RegisterRequest) -> BaseModel:
@@ -272,6 +279,7 @@ class Handlers:
             v = self.registrar.register(req.job_id, peer.uid, req.token, req.job.model_dump(), claims)
         except Refused as exc:
             log.warning("registration of job %s by %s refused: %s", req.job_id, peer.describe(), exc)
+            metrics.request_refused(str(exc))
             return p.error(str(exc))
         log.info(
             "registered job %s for %s (uid %d)%s",
@@ -417,6 +425,7 @@ class Handlers:
             )
         except ProgressRefused as exc:
             log.info("progress for job %s from %s refused: %s", req.job_id, peer.describe(), exc)
+            metrics.request_refused(str(exc))
             return p.error(str(exc))
         return p.ProgressAnswer(study=study, elapsed_s=round(elapsed, 3))
 

@@ -59,6 +59,8 @@ from harpd.daemon.tcp_door import doors_for
 from harpd.dnn.predictor import DnnRoutingPredictor
 from harpd.ingest import poller
 from harpd.ingest.importer import import_file
+from harpd.metrics import endpoint as metrics_endpoint
+from harpd.metrics import state as metrics_state
 from harpd.predict.live import ModelPredictor, make_predictor
 from harpd.predict.soft_state import SoftState
 from harpd.recovery.machine import Recovery
@@ -281,6 +283,19 @@ def start_services(
     return services
 
 
+def start_metrics(settings: HarpSettings, store: Store, *, polling: bool) -> list[Service]:
+    """The ``/metrics`` endpoint (harpd.metrics) when ``metrics.enabled``, with the store it reads gauges of.
+
+    OSError when its address cannot be bound: like the socket, a mistake the admin sees at start.
+    """
+    if not settings.metrics.enabled:
+        return []
+    metrics_state.install(
+        metrics_state.Sources(store_path=str(settings.store.path), champion=store.champion, polling=polling)
+    )
+    return [metrics_endpoint.start(settings.metrics.listen, settings.metrics.allow)]
+
+
 def _first_training_due(store: Store, trained_on: Callable[[], int | None] | None) -> bool:
     """No model loaded but finished jobs in the store (``harp import``): train at start."""
     if trained_on is None or trained_on() is not None:
@@ -366,6 +381,16 @@ def main(argv: list[str] | None = None) -> int:
         handlers, services = build_handlers(settings, store)
     except Exception:
         log.exception("cannot start")
+        _stop(services, store, server)
+        return 1
+    try:
+        services.extend(start_metrics(settings, store, polling=handlers.ingestor is not None))
+    except OSError as exc:
+        print(
+            f"harpd: cannot serve metrics on {settings.metrics.listen} ({exc.strerror or exc}); "
+            "change metrics.listen or free the port",
+            file=sys.stderr,
+        )
         _stop(services, store, server)
         return 1
     server.handlers = handlers

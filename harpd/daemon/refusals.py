@@ -18,6 +18,8 @@ import time
 from collections import Counter
 from collections.abc import Callable
 
+from harpd.metrics import record as metrics
+
 __all__ = ["RefusalLog"]
 
 TOP_PEERS = 5
@@ -43,6 +45,7 @@ class RefusalLog:
     def refused(self, kind: str, peer: str | None, detail: str) -> None:
         """One refusal of ``kind`` (a few words) from ``peer`` (address or None), ``detail`` its answer."""
         who = peer or "a local peer"
+        metrics.refused(kind)
         now = self.clock()
         with self._lock:
             self.total += 1

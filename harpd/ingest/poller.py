@@ -45,6 +45,7 @@ from datetime import datetime
 from typing import Any
 
 from harpd.config import HarpSettings
+from harpd.metrics import record as metrics
 from harpd.records import JobRecord, Outcome, Submission
 from harpd.slurm.base import SlurmBackend
 from harpd.slurm.job_ids import submitted_id
@@ -177,7 +178,9 @@ class Ingestor:
             self._not_before = time.monotonic() + delay
             self.last_error = str(exc)
             log.warning("ingest failed (%d in a row): %s; next try in %.0f s", self.failures, exc, delay)
+            metrics.poll(ok=False)
             return
+        metrics.poll(ok=True)
         if self.failures:
             log.info("ingest recovered after %d failed polls", self.failures)
         self.failures = 0

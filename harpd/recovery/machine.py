@@ -62,6 +62,7 @@ from typing import Any, Literal
 
 from harp_submit.units import fmt_mem, fmt_time
 from harpd.config import HarpSettings
+from harpd.metrics import record as metrics
 from harpd.protocol import Resources
 from harpd.records import JobRecord, Outcome, Submission
 from harpd.recovery.attempts import (
@@ -569,10 +570,12 @@ class Recovery:
         task = task_of(sub)
         if task is not None and task.manager == "nextflow":
             self._stop(chain, number, LEFT_TO_NEXTFLOW)
+            metrics.recovery("left_to_manager")
             return None
         retry = manager_retry(self.store, sub, task) if sub is not None and task is not None else None
         if retry is not None:
             self._stop(chain, number, LEFT_TO_MANAGER.format(job=retry))
+            metrics.recovery("left_to_manager")
             return None
         part = self._partition(limits.partition)
         nxt = next_limits(
@@ -590,6 +593,7 @@ class Recovery:
         )
         if nxt.limits is None:
             self._stop(chain, number, nxt.reason)
+            metrics.recovery("gave_up")
             return None
         failed_job = str(row.job_id)
         plan = Plan(limits=nxt.limits, escalated=nxt.resource, comment=marker(chain, number + 1))
@@ -614,6 +618,7 @@ class Recovery:
                 slurm_limit = info.time_limit_s
         if task is not None and mode == RESUBMIT:
             self._stop(chain, number, NO_RESUBMIT)
+            metrics.recovery("left_to_manager")
             return None
         reason = nxt.reason
         if mode == REQUEUE and outcome == Outcome.TIMEOUT:
@@ -745,6 +750,7 @@ class Recovery:
                 row.chain, row.number, limits=plan.but(stop=reason).to_json(), step=DONE, outcome=NOT_SUBMITTED
             )
         self._waits.forget(row.chain)
+        metrics.recovery("gave_up")
 
     def _failed(self, row: Attempt, exc: BaseException) -> None:
         """Slurm refused the side effect (or it could not run): tried again, up to ``MAX_FAILURES`` times."""

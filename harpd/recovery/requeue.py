@@ -19,6 +19,7 @@ import logging
 import time
 from collections.abc import Callable
 
+from harpd.metrics import record as metrics
 from harpd.recovery.attempts import REQUEUED, Attempt, Fallback, NotYet, Plan, Stop, with_marker
 from harpd.recovery.crash import crash_point
 from harpd.recovery.vouch import why_not_vouched, why_not_vouched_in_accounting
@@ -203,4 +204,5 @@ def _commit(store: Store, watch: Watch | None, chain: str, number: int, jid: str
         store.update_attempt(chain, number, step=REQUEUED, job_id=jid)
         watch(jid, number)
     log.info("job %s: attempt %d requeued as job %s", chain, number, jid)
+    metrics.recovery("requeued")
     crash_point("committed")

@@ -23,6 +23,7 @@ from collections.abc import Callable
 from typing import Any
 
 from harp_submit.units import fmt_mem, fmt_time
+from harpd.metrics import record as metrics
 from harpd.records import Submission
 from harpd.recovery.attempts import SUBMITTED, Attempt, AttemptLimits, Plan, Stop
 from harpd.recovery.crash import crash_point
@@ -92,6 +93,7 @@ def resubmit(
     except OwnerChanged as exc:
         raise Stop(f"{exc}: not adopted as attempt {number}") from None
     log.info("job %s: attempt %d submitted as job %s", chain, number, new_id)
+    metrics.recovery("resubmitted")
     crash_point("committed")
 
 

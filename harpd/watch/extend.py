@@ -43,6 +43,7 @@ from typing import Any
 
 from harp_submit.units import fmt_time
 from harpd.config import HarpSettings
+from harpd.metrics import record as metrics
 from harpd.predict.soft import SoftPolicy
 from harpd.records import LimitChange, Outcome
 from harpd.recovery.attempts import EXTENDED_NOTE, without_notes
@@ -177,10 +178,12 @@ class Extender:
             msg = str(exc).lower()
             if any(s in msg for s in _GONE):
                 set_step(self.store, row, ENDED, f"Slurm: {exc}")
+                metrics.extension("refused", "job_ended")
             elif waiting_on_slurm(exc) or any(s in msg for s in _TRANSIENT):
                 log.warning("job %s: extension not made yet (%s); trying again next tick", jid, exc)
             else:
                 set_step(self.store, row, REFUSED, f"Slurm refused: {exc}")
+                metrics.extension("refused", "slurm_refused")
                 log.warning(
                     "job %s: extension %s -> %s refused by Slurm (%s); it runs into its limit and recovery takes over",
                     jid,
@@ -191,6 +194,7 @@ class Extender:
             return 0
         crash_point("extend-updated")
         set_step(self.store, row, DONE)
+        metrics.extension("made")
         log.info("job %s: extended %s -> %s", jid, fmt_time(old), fmt_time(new))
         if self._on_extended is not None:
             try:

@@ -16,6 +16,7 @@ from datetime import datetime
 from typing import Any
 
 from harpd.config import HarpSettings
+from harpd.metrics import record as metrics
 from harpd.predict.soft_state import SoftState
 from harpd.slurm.base import PartitionInfo, SlurmError
 from harpd.store import Store, StoreError
@@ -88,6 +89,7 @@ class Watch:
         """Record the tick's duration; log once when it outlasts half the lead (and once when it is back)."""
         took = time.monotonic() - started
         self.last_tick_s, self.last_tick_jobs, self.last_tick_at = took, jobs, time.time()
+        metrics.watch_tick(took)
         slow = took > self.lead_s / 2
         if slow and not self._slow_said:
             log.warning(
@@ -142,6 +144,7 @@ class Watch:
     def attach(self, ingest_service: Any) -> Watch:
         """Run on the poller's scheduler and hear its outcomes."""
         ingest_service.ingestor.on_outcome.append(self.on_outcome)
+        metrics.watch_timing(self.settings.watch.margin_s, self.settings.watch.interval_s)
         ingest_service.scheduler.add_job(
             self.tick,
             "interval",

@@ -150,6 +150,9 @@ def test_every_key_has_a_comment_above_it():
         ("[predict]\ncores_tolerance = -0.1\n", "predict.cores_tolerance"),
         ("[predict]\ncores_tolerance = 1.0\n", "predict.cores_tolerance"),
         ("[dnn]\n[[dnn.gpu_types]]\nname = \"a100\"\n", "dnn.gpu_types.0"),
+        ("[metrics]\nlisten = \"9817\"\n", "metrics.listen"),
+        ("[metrics]\nallow = [\"10.0.0.0/33\"]\n", "metrics.allow"),
+        ("[metrics]\nallow = [\"prometheus-host\"]\n", "metrics.allow"),
     ],
 )
 def test_bad_value_error_names_the_key(tmp_path, text, key):
