@@ -80,7 +80,8 @@ class DecisionsTable(StoreBase):
             refused = self.__dict__.setdefault("_refused_until", {})
             if refused.get(uid, 0.0) > time.monotonic():
                 # at the quota a moment ago: refused again without reading megabytes again
-                raise QuotaExceeded(refused_why(uid, *tally[uid], quota))
+                count, stored = tally[uid]
+                raise QuotaExceeded(refused_why(uid, count, stored, quota))
             bound = tally.get(uid)
             if bound is None or bound[0] + 1 > quota[0] or bound[1] + size > quota[1]:
                 count, stored = db.conn.execute(
