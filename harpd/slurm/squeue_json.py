@@ -194,6 +194,27 @@ def expand_path(pattern: str | None, job: Mapping[str, Any]) -> str | None:
     return "".join(out)
 
 
+def output_path(job: Mapping[str, Any], key: str) -> str | None:
+    """Where the job writes (``standard_output``/``standard_error``) as scontrol prints StdOut/StdErr.
+
+    The JSON has the path as sbatch was given it: empty for sbatch's default
+    (``slurm-%j.out``, ``slurm-%A_%a.out`` for an array), and relative to the
+    job's working directory unless absolute; scontrol shows it expanded and
+    absolute.  Standard error without a path of its own is standard output's
+    (None here; the caller falls back).
+    """
+    raw = _text(job.get(key))
+    if raw is None:
+        if key != "standard_output":
+            return None
+        raw = "slurm-%A_%a.out" if _number(job.get("array_job_id")) else "slurm-%j.out"
+    path = expand_path(raw, job)
+    cwd = _text(job.get("current_working_directory"))
+    if path and not path.startswith("/") and cwd:
+        path = cwd.rstrip("/") + "/" + path
+    return path
+
+
 def _requeue(job: Mapping[str, Any]) -> bool | None:
     v = job.get("requeue")
     return v if isinstance(v, bool) else None
@@ -212,8 +233,8 @@ def job_info(job: Mapping[str, Any]) -> JobInfo:
     """One job of the document as ``JobInfo`` (what ``show_job`` returns)."""
     state = _state(job)
     mem, mem_per_cpu = _memory(job)
-    stdout = expand_path(_text(job.get("standard_output")), job)
-    stderr = expand_path(_text(job.get("standard_error")), job) or stdout
+    stdout = output_path(job, "standard_output")
+    stderr = output_path(job, "standard_error") or stdout
     raw = _number(job.get("job_id"))
     return JobInfo(
         job_id="" if raw is None else str(raw),  # as scontrol prints JobId: an array task's own id

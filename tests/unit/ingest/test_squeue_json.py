@@ -122,3 +122,28 @@ def test_sacct_json_nothing_found_is_no_run_not_a_failure() -> None:
     assert parse_json(json.dumps(doc)) == []
     with pytest.raises(SacctParseError, match="sacct reported an error: Unable to connect"):
         parse_json(json.dumps({"jobs": [], "errors": [{"description": "Unable to connect to database"}]}))
+
+
+def test_output_paths_as_scontrol_prints_them() -> None:
+    """sbatch's default and relative paths come back absolute, as StdOut (harp status says where a run wrote)."""
+    from harpd.slurm.squeue_json import output_path
+
+    plain = {
+        "job_id": 892,
+        "array_job_id": 0,
+        "standard_output": "",
+        "standard_error": "",
+        "current_working_directory": "/tmp",
+    }
+    assert output_path(plain, "standard_output") == "/tmp/slurm-892.out"
+    assert output_path(plain, "standard_error") is None  # the same file as stdout: the caller says so
+    array = {
+        "job_id": 12,
+        "array_job_id": 10,
+        "array_task_id": 2,
+        "standard_output": "slurm-%A_%a.out",
+        "current_working_directory": "/w/",
+    }
+    assert output_path(array, "standard_output") == "/w/slurm-10_2.out"
+    assert output_path({**plain, "standard_output": "/abs/%j.log"}, "standard_output") == "/abs/892.log"
+    assert job_info(plain).std_out == job_info(plain).std_err == "/tmp/slurm-892.out"
