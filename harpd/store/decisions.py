@@ -13,6 +13,10 @@ from harpd.store.base import QuotaExceeded, StoreBase, _dumps, _loads
 _TALLY_LOCK = threading.Lock()
 #: a user found at the quota is refused without counting again for this long
 QUOTA_RECHECK_S = 5.0
+#: what a decision costs the store besides its JSON: half a 4 KiB page on average (the unused end of its
+#: last page), and its row's and index entries' headers. The quota is of the store's bytes, so a user at it
+#: has grown the file by at most the quota (bench/unix_flood.py)
+ROW_OVERHEAD = 2048 + 256
 
 
 def refused_why(uid: int, count: int, stored: int, quota: tuple[int, int]) -> str:
@@ -49,7 +53,7 @@ class DecisionsTable(StoreBase):
         can never make root's store grow without bound (#44: 44 MB in 1.5 s).
         """
         texts = (_dumps(job), _dumps(decided), _dumps(decision))
-        size = sum(len(t or "") for t in texts)
+        size = sum(len(t or "") for t in texts) + ROW_OVERHEAD
         with self.transaction(durable=False) as db:
             if quota is not None:
                 self._within_quota(db, int(uid), size, quota)
@@ -85,9 +89,9 @@ class DecisionsTable(StoreBase):
             bound = tally.get(uid)
             if bound is None or bound[0] + 1 > quota[0] or bound[1] + size > quota[1]:
                 count, stored = db.conn.execute(
-                    "SELECT count(*), coalesce(sum(length(job) + length(decided) + length(decision)), 0) "
+                    "SELECT count(*), coalesce(sum(length(job) + length(decided) + length(decision) + ?), 0) "
                     "FROM decisions WHERE uid = ? AND job_id IS NULL",
-                    (uid,),
+                    (ROW_OVERHEAD, uid),
                 ).fetchone()
                 bound = (int(count), int(stored))
                 if count + 1 > quota[0] or stored + size > quota[1]:
