@@ -30,7 +30,7 @@ from harpd.recovery.crash import crash_point
 from harpd.recovery.environment import submit_env, user_name
 from harpd.recovery.sbatch_argv import ArgvError, resubmit_argv
 from harpd.recovery.vouch import why_not_vouched, why_not_vouched_in_accounting
-from harpd.slurm.base import NotRecordedYet, SlurmError, waiting_on_slurm
+from harpd.slurm.base import JobInfo, NotRecordedYet, SlurmError
 from harpd.store import OwnerChanged, Store
 
 log = logging.getLogger("harpd.recovery")
@@ -130,20 +130,36 @@ def _adoptable(backend: Any, chain: str, number: int, job_id: str, uid: int, use
     Slurm must vouch that it is the chain owner's and was submitted after the
     attempt was decided: a marker is text anyone can write into a comment.
     """
-    try:
-        why = why_not_vouched(backend.show_job(job_id), uid, submitted_after=decided_at)
-    except SlurmError as exc:
-        if "invalid job id" not in str(exc).lower():
-            raise
-        runs = [r for r in backend.sacct_jobs([job_id], None, None, True) if r.job_id == job_id]
-        if not runs:  # it was listed with the marker: accounting lags, ask again rather than submit a second one
-            raise NotRecordedYet(f"job {job_id} carries the marker but accounting has no record of it yet") from None
-        else:
-            why = why_not_vouched_in_accounting(job_id, runs[0].user, runs[0].submit_time, user, decided_at)
+    # it was listed with the marker: accounting lags, ask again rather than submit a second one
+    missing = f"job {job_id} carries the marker but accounting has no record of it yet"
+    why, _ = _why_not_the_chains(backend, job_id, uid, user, decided_at, missing)
     if why is not None:
         log.warning("job %s attempt %d: job %s carries its marker but is not adopted: %s", chain, number, job_id, why)
         return False
     return True
+
+
+def _why_not_the_chains(
+    backend: Any, job_id: str, uid: int, user: str, submitted_after: float | None, missing: str
+) -> tuple[str | None, JobInfo | None]:
+    """(why Slurm does not vouch that ``job_id`` is the chain owner's, or None; slurmctld's record of it).
+
+    slurmctld answers while it holds the job, accounting after (the owner by
+    name, ``vouch.why_not_vouched_in_accounting``); a job neither knows yet
+    is NotRecordedYet with ``missing``: accounting may lag, and that is
+    asked again, never taken for "not the owner's".
+    """
+    try:
+        info = backend.show_job(job_id)
+    except SlurmError as exc:
+        if "invalid job id" not in str(exc).lower():
+            raise
+        runs = [r for r in backend.sacct_jobs([job_id], None, None, True) if r.job_id == job_id]
+        if not runs:
+            raise NotRecordedYet(missing) from None
+        submitted = runs[0].submit_time if submitted_after is not None else None
+        return why_not_vouched_in_accounting(job_id, runs[0].user, submitted, user, submitted_after), None
+    return why_not_vouched(info, uid, submitted_after=submitted_after), info
 
 
 def _submit(store: Store, backend: Any, prev_id: str, sub: Submission, plan: Plan, as_uid: int | None) -> str:
@@ -152,7 +168,14 @@ def _submit(store: Store, backend: Any, prev_id: str, sub: Submission, plan: Pla
     argv = job.get("argv")
     if not isinstance(argv, list):
         raise Stop("its registration lacks sbatch's arguments (harp-submit older than recovery): not resubmitted")
-    _vouch_previous(backend, prev_id, int(sub.uid), sub.user or "")
+    # asked at every attempt, right before the owner's script and environment are read: they are
+    # resubmitted as the chain's uid, so another user's job must never be their source
+    missing = f"neither slurmctld nor accounting knows job {prev_id} yet"
+    why, info = _why_not_the_chains(backend, prev_id, int(sub.uid), sub.user or "", None, missing)
+    if why is not None:
+        raise Stop(f"{why}: its script and environment are not resubmitted")
+    # info None: the job left slurmctld, so the registration's name and directory (a slurmctld that did not
+    # answer was raised above: asked again, never guessed past)
     try:
         script = backend.batch_script(prev_id)
     except SlurmError as exc:
@@ -160,12 +183,6 @@ def _submit(store: Store, backend: Any, prev_id: str, sub: Submission, plan: Pla
         if "job_script" in lacks:
             raise Stop(f"{exc}; not resubmitted") from None
         raise
-    try:
-        info = backend.show_job(prev_id)
-    except SlurmError as exc:
-        if waiting_on_slurm(exc):
-            raise  # slurmctld may still hold the job's own name and directory: ask again, do not guess
-        info = None  # it left slurmctld: the registration's name and directory
     rec = store.get_job(prev_id)
     job_name = (info.name if info else None) or (rec.job_name if rec else None) or job.get("job_name")
     workdir = (info.workdir if info else None) or job.get("cwd")
@@ -180,26 +197,6 @@ def _submit(store: Store, backend: Any, prev_id: str, sub: Submission, plan: Pla
         raise Stop(str(exc)) from None
     env = submit_env(_original_env(backend, prev_id), sets_mem=bool(plan.limits.mem))
     return backend.submit(new_argv, script, workdir, env, as_uid=as_uid)
-
-
-def _vouch_previous(backend: Any, job_id: str, uid: int, user: str) -> None:
-    """Stop unless Slurm says the run whose script and environment are resubmitted is the chain owner's.
-
-    Asked at every attempt, right before the owner's script and environment
-    are read: they are resubmitted as ``uid``, so another user's job must
-    never be their source.
-    """
-    try:
-        why = why_not_vouched(backend.show_job(job_id), uid)
-    except SlurmError as exc:
-        if "invalid job id" not in str(exc).lower():
-            raise
-        runs = [r for r in backend.sacct_jobs([job_id], None, None, True) if r.job_id == job_id]
-        if not runs:  # accounting may lag: tried again, never taken for "not the owner's"
-            raise NotRecordedYet(f"neither slurmctld nor accounting knows job {job_id} yet") from None
-        why = why_not_vouched_in_accounting(job_id, runs[0].user, None, user)
-    if why is not None:
-        raise Stop(f"{why}: its script and environment are not resubmitted")
 
 
 def _original_env(backend: Any, job_id: str) -> dict[str, str]:
