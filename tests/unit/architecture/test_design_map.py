@@ -73,6 +73,9 @@ def test_the_check_catches_a_missing_and_a_stale_module(tmp_path: Path):
     (tmp_path / "harp_submit").mkdir()
     for name in ("harpd/watch/extend.py", "harpd/watch/resize.py", "harp_submit/cli.py", "harpd/watch/__init__.py"):
         (tmp_path / name).write_text("")
-    text = "### Module map\n\n```\nharp_submit/\n  cli.py   the flow\nharpd/watch/  extend.py, gone.py\nplugins/ x.py\n```\n"
+    text = (
+        "### Module map\n\n```\nharp_submit/\n  cli.py   the flow\n"
+        "harpd/watch/  extend.py, gone.py\nplugins/ x.py\n```\n"
+    )
     found = problems(map_sections(text), tree_modules(tmp_path))
     assert found == ["harpd/watch/resize.py: missing from the map", "harpd/watch/gone.py: in the map, not in the tree"]
