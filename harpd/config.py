@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic_core import ErrorDetails
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 DEFAULT_CONFIG_PATH = Path("/etc/harp/harpd.toml")
@@ -273,7 +274,7 @@ class HarpSettings(BaseSettings):
     @classmethod
     def settings_customise_sources(
         cls, settings_cls, init_settings, env_settings, dotenv_settings, file_secret_settings
-    ):  # type: ignore[override]
+    ):
         # environment beats the file (passed as init kwargs) beats defaults
         return (env_settings, init_settings)
 
@@ -320,7 +321,7 @@ def _known_keys(loc: tuple[Any, ...]) -> list[str]:
     return list(model.model_fields)
 
 
-def _in_words(e: dict[str, Any]) -> str:
+def _in_words(e: ErrorDetails) -> str:
     """One pydantic error as "must be ..., got ..."."""
     import difflib
 

@@ -198,7 +198,7 @@ def with_queue(v: Verdict, queue: dict[str, Any], limits: str) -> Verdict:
             "than the users' own requests (the table below)"
         )
     else:
-        better = v.better
+        better = v.better or "same"
         head = v.text[0].rstrip(".")
     return dataclasses.replace(v, better=better, queue=tuple(words), text=(head + ".", *words, *rest))
 
@@ -206,7 +206,7 @@ def with_queue(v: Verdict, queue: dict[str, Any], limits: str) -> Verdict:
 def _effect(c: dict[str, Any] | None, what: str) -> str:
     """One figure of a paired comparison in words: 'lowered the mean wait by 5.4% (±0.5%)'."""
     d = None if c is None else _num(c.get("rel_diff"))
-    if d is None:
+    if c is None or d is None:
         return f"{what}: not measured"
     se = _num(c.get("se"))
     pm = "" if se is None else f" (±{se:.1%})"

@@ -28,7 +28,7 @@ def get_backend(settings: HarpSettings | SlurmSettings) -> SlurmBackend:
         return CliBackend(s)
     if name == "pyslurm":
         try:
-            import pyslurm  # type: ignore[import-not-found]  # noqa: F401
+            import pyslurm  # noqa: F401
         except ImportError:
             raise SlurmError(
                 "slurm.backend = 'pyslurm' but pyslurm is not importable; install the pyslurm "
