@@ -8,9 +8,12 @@ Slurm of the recovery tests: the run's sacct record is FAILED with its
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 from resubmit_fakes import fake, store  # noqa: F401 (fixtures)
 
+from harpd.cli.status_cmd import render
 from harpd.config import HarpSettings
 from harpd.dnn.oom_escalation import GPUS_ENV, ZERO_ENV, OomPlanner
 from harpd.dnn.plan import plan_dnn_job
@@ -101,6 +104,9 @@ def test_out_of_gpu_memory_is_resubmitted_larger_each_time_then_stops(store, fak
     assert sub.chain_id == jid and sub.stored["decision"]["explain"]["dnn"]["chosen"]["n_gpus"] == to["n_gpus"]
     assert sub.stored["submitted"]["gres"] == opts["gres"]
     assert {c["option"] for c in sub.stored["decision"]["changes"]} >= {"gres", "nodes", "ntasks-per-node"}
+    text = render({"job_id": jid, "user": "alice", "attempts": [dataclasses.asdict(r) for r in store.attempts(jid)]})
+    assert f"GPUs: --gres={opts['gres']} --nodes={to['nodes']}" in text
+    assert f"environment: {GPUS_ENV}={to['n_gpus']} {ZERO_ENV}={to['zero']}" in text
 
     # the larger configuration runs out too: its own registration makes it an observation, one step larger again
     fake.end_run(new, Outcome.FAILED, gpus=to["n_gpus"], gpumem_mb=to["capacity_gib"] * 1024 * 0.95)
