@@ -607,7 +607,8 @@ class Recovery:
             metrics.recovery("gave_up")
             return None
         failed_job = str(row.job_id)
-        plan = Plan(limits=nxt.limits, escalated=nxt.resource, comment=marker(chain, number + 1))
+        # a run in a larger GPU configuration (gpu_escalation) keeps it when its time or memory is raised
+        plan = Plan(limits=nxt.limits, escalated=nxt.resource, comment=marker(chain, number + 1), gpu=row.plan.gpu)
         job_id: str | None = None
         requeue_on: bool | None = None
         slurm_limit: int | None = None

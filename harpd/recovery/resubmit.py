@@ -266,7 +266,8 @@ def _decision(attempt: Attempt, plan: Plan, prev: AttemptLimits) -> dict[str, An
             }
         )
     explain: dict[str, Any] = {"chain": attempt.chain, "attempt": attempt.number}
-    if plan.escalated == GPU and plan.gpu:
-        changes += gpu_changes(plan.gpu, attempt.reason)
+    if plan.gpu:  # a larger GPU configuration, made now or at an earlier attempt and kept
+        if plan.escalated == GPU:
+            changes += gpu_changes(plan.gpu, attempt.reason)
         explain["dnn"] = plan.gpu.get("dnn")  # so this run's own peak or out-of-memory is learnt in turn
     return {"changes": changes, "limits": {"partition": lim.partition}, "model": "recovery", "explain": explain}

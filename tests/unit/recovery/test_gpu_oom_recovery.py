@@ -176,3 +176,24 @@ def test_requeue_mode_resubmits_a_larger_configuration(store, fake):
     assert rows[1].step == "submitted" and rows[1].limits["mode"] == "resubmit"
     assert "new job with its own environment" in rows[1].limits["note"]
     assert fake.calls("requeue_hold") == [] and len(fake.calls("submit")) == 1
+
+
+def test_a_larger_configuration_that_then_times_out_keeps_its_gpus(store, fake):
+    """Raising the time of the attempt that got more GPUs must not fall back to the first run's GPUs."""
+    settings = _settings()
+    ing, _ = _machine(store, fake, settings)
+    jid, chosen = _submit(fake, store, settings, LINE + " zero=auto")
+    _oom(fake, jid, chosen)
+    ing.poll_once()
+    second = store.attempts(jid)[1]
+    fake.end_run(str(second.job_id), Outcome.TIMEOUT)
+    ing.poll_once()
+    rows = store.attempts(jid)
+    assert [(r.attempt, r.step) for r in rows] == [(1, "done"), (2, "done"), (3, "submitted")]
+    assert rows[2].limits["escalated"] == "time" and rows[2].limits["time_s"] == 1200
+    first_call, third_call = fake.calls("submit")
+    assert _opts(third_call[1])["gres"] == _opts(first_call[1])["gres"] != "gpu:a100:1"
+    assert _opts(third_call[1])["time"] == "20"
+    # its registration still names the configuration it runs in, so an out-of-memory there is learnt
+    dnn = store.get_submission(str(rows[2].job_id)).stored["decision"]["explain"]["dnn"]
+    assert dnn["chosen"]["n_gpus"] == second.limits["gpu"]["to"]["n_gpus"]
