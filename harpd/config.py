@@ -140,7 +140,7 @@ class PredictSettings(_Section):
     soft_stake_tilt: float = Field(0.0, ge=0.0, le=1.0)  # deeper cut per log of cores × request above the usual
     # (0: off, the default: at 85% utilization 0.15 cost KTH-SP2 8% of mean wait; docs/metrics.md, 'Queue')
     # the last extension goes straight to the user's request; 1 (the default): the first does, so a job that
-    # outgrew harp's limit breaks the planner's promise once (docs/metrics.md, 'Queue': one extension, straight to the request)
+    # outgrew harp's limit breaks the planner's promise once (docs/metrics.md, 'Queue': one extension)
     soft_max_extensions: int = Field(1, ge=1, le=64)
     # one user's own budget: a user whose recent harp-cut jobs were extended more often than this
     # share (over at least 10 of their last 50) is no longer cut: their jobs keep their time request

@@ -18,6 +18,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from harpd.config import DnnSettings, HarpSettings
 from harpd.dnn.errors import DnnError
 from harpd.dnn.goal_plan import GoalResult, plan_goals
 from harpd.dnn.goals import RunTime, goals_from_tokens
@@ -41,8 +42,9 @@ class DnnPlan:
     error: str | None = None
 
 
-def _dnn_settings(settings: Any) -> Any:
-    return getattr(settings, "dnn", settings)
+def _dnn_settings(settings: HarpSettings | DnnSettings) -> DnnSettings:
+    """The ``[dnn]`` section, given the whole settings or the section itself."""
+    return settings.dnn if isinstance(settings, HarpSettings) else settings
 
 
 def _request_dict(request: Any) -> dict[str, Any]:
@@ -187,7 +189,7 @@ def plan_dnn_job(
     harp_lines: list[str],
     request: Mapping[str, Any] | Any,
     cwd: str | None,
-    settings: Any,
+    settings: HarpSettings | DnnSettings,
     *,
     partitions: Mapping[str, Any] | None = None,
     observations: Iterable[PeakObservation] = (),
