@@ -33,7 +33,7 @@ from harp_submit.units import format_mem, format_time
 from harpd.features.history import COL, KEEP, History, JobKeys, conformal_group, keys_of, keys_of_record
 from harpd.features.resources import gpu_count
 from harpd.features.signature import normalise_commands
-from harpd.features.usage import RecentStops, usage_of
+from harpd.features.usage import RecentRuns, usage_of
 from harpd.features.workflow import TaskIdentity, identify, is_workflow_signature, job_signature
 from harpd.models.base import float32_row, predict_row
 from harpd.models.envelope import ModelEnvelope
@@ -86,7 +86,20 @@ class _Champion:
         self.resource = env.resource
         self.row = row
         self.history = History()
-        self.stops = RecentStops(KEEP)  # the history rule's own: runs that stopped early, per signature group
+        self.recent = RecentRuns(KEEP)  # the history rule's own evidence, per signature group (no cancelled runs)
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class _RecentEvidence:
+    """What the history rule reads of a group's last runs, copied under the predictor's lock."""
+
+    ran_out: bool
+    stopped: bool
+    most: float | None
+
+    @classmethod
+    def of(cls, recent: RecentRuns, key: str) -> _RecentEvidence:
+        return cls(recent.ran_out(key), recent.stopped(key), recent.most(key))
 
 
 class ModelPredictor:
@@ -283,7 +296,7 @@ class ModelPredictor:
                     k = keys_of_record(r, champion.resource, champion.relative)
                     h.add(k, u.used, u.request, u.ran_out, r.end_time)  # the features, as training has them
                     h.finished(k)
-                    champion.stops.add(k.sig, u)
+                    champion.recent.add(k.sig, r, u)
         return len(records)
 
     def _cuts_that_failed(self, records: list[JobRecord]) -> list[tuple[str, str]]:
@@ -333,6 +346,10 @@ class ModelPredictor:
         models_used: list[str] = []
         sig = _signature(job)  # once per request: every resource and the cores rule group by it
         task = identify(job.commands, job.job_name, job.script_name, job.cwd)
+        if task is not None and job.input_bytes is not None and not task.inputs_seen:
+            # a Snakemake job's command names the Snakefile, not the rule's inputs: no input size
+            explain["input_bytes_ignored"] = f"{job.input_bytes} bytes of the files its command names, not its inputs"
+            job = job.model_copy(update={"input_bytes": None})
         retry = self._retry_floor(uid, task, now, explain)
         cores_change, explain["cores"] = self._cores_change(job, sig, task, retry)
         given = int(cores_change["value"]) if cores_change else None
@@ -409,24 +426,23 @@ class ModelPredictor:
         return log_bound
 
     @staticmethod
-    def _history_bound(x: list[float], margin: float, stopped: bool = False) -> tuple[float | None, str]:
+    def _history_bound(recent: _RecentEvidence, lref: float, margin: float) -> tuple[float | None, str]:
         """The history rule's bound (log need/request) from the signature's own runs, or None and why.
 
-        ``margin`` × the most its last five finished runs used (History's
-        ``s_max5``); none while one of its recent runs is censored: killed at
-        or filling its limit (``s_cens``), it needed more than it had;
-        ``stopped`` (failed, cancelled: ``RecentStops``), it ended before its
-        program finished.  By how much either needed more, nobody knows.
+        ``margin`` × the most its last five runs used; none while one of its
+        last runs ran out (killed at or filling its limit: it needed more than
+        it had) or stopped early (failed: it ended before its program
+        finished).  By how much either needed more, nobody knows.  Runs the
+        manager or the user cancelled are not among them (``RecentRuns``).
         """
 
-        smax, cens = x[COL["s_max5"]], x[COL["s_cens"]]
-        if not math.isnan(cens) and cens > 0:
+        if recent.ran_out:
             return None, "a recent run of this program hit its limit: request kept"
-        if stopped:
+        if recent.stopped:
             return None, "a recent run of this program did not complete (its usage is only a lower bound): request kept"
-        if math.isnan(smax):
+        if recent.most is None:
             return None, "no usage recorded for this program's runs: request kept"
-        return float(smax) + math.log(margin), f"{margin:g} x the most of its last runs"
+        return math.log(recent.most) - lref + math.log(margin), f"{margin:g} x the most of its last runs"
 
     def _retry_floor(self, uid: int, task: TaskIdentity | None, now: float, explain: dict[str, Any]) -> Floor | None:
         """The floor of a workflow manager's retry (``harpd.predict.retry_floor``); a store fault gives none."""
@@ -557,7 +573,7 @@ class ModelPredictor:
             if not dry_run:
                 champion.history.submitted(keys, now)
             restored = self._restored.has(sig, res)
-            stopped = champion.stops.any(keys.sig)
+            recent = _RecentEvidence.of(champion.recent, keys.sig)
         if restored:
             return None, {"reason": Restored.reason("memory" if res == "mem" else res), "n_history": n_hist}
         guard = Guard.from_settings(self.settings.predict, res, self.settings.recovery.max_attempts)
@@ -593,7 +609,7 @@ class ModelPredictor:
             reason = f"memory of this workflow task type: {rule}"
         elif champion.model is None or task:
             margin = SoftPolicy.from_settings(self.settings.predict).recent_margin if soft else MARGIN
-            history_bound, rule = self._history_bound(x, margin, stopped)
+            history_bound, rule = self._history_bound(recent, math.log(keys.ref), margin)
             if history_bound is None:
                 return None, {"model": None, "rule": HISTORY_RULE, "n_history": n_hist, "reason": rule}
             log_bound = history_bound
