@@ -113,7 +113,7 @@ class TaskMemory:
         if want is not None and floor is not None and worst is not None and want < floor:
             if floor >= request_mb:
                 return None, f"a recent run of this task type ran out at {worst:.0f} MiB: request kept"
-            return floor, f"{why}; raised to {floor:.0f} MiB, the escalation of a recent run that ran out at {worst:.0f}"
+            return floor, f"{why}; raised to {floor:.0f} MiB, above a recent run that ran out at {worst:.0f}"
         return want, why
 
     def _size(self, sig: str | None, input_bytes: float | None, request_mb: float) -> tuple[float | None, str]:
