@@ -39,7 +39,7 @@ from harpd.models.base import float32_row, predict_row
 from harpd.models.envelope import ModelEnvelope
 from harpd.predict.allocation import BOUND, FLOOR, REQUEST_FLOOR, Guard, allocate
 from harpd.predict.bounds import MARGIN
-from harpd.predict.cores import CoresHistory, cut_bounds, run_cores
+from harpd.predict.cores import CoresHistory, cut_bounds, run_cores, slowdown
 from harpd.predict.kill_cost import why_kept, worth_cutting
 from harpd.predict.restore import Restored, cut_resources, restored_by, restoring_outcome
 from harpd.predict.retry_floor import Floor, RetryFloors
@@ -351,7 +351,12 @@ class ModelPredictor:
             explain["input_bytes_ignored"] = f"{job.input_bytes} bytes of the files its command names, not its inputs"
             job = job.model_copy(update={"input_bytes": None})
         retry = self._retry_floor(uid, task, now, explain)
-        cores_change, explain["cores"] = self._cores_change(job, sig, task, retry)
+        tolerance = self.settings.predict.cores_tolerance
+        cores_change, explain["cores"] = self._cores_change(job, sig, task, retry, tolerance)
+        slow = float(explain["cores"].get("slowdown", 1.0)) if cores_change else 1.0
+        if slow > 1.0 and "time" not in self._loaded:  # no time decided: nothing would make room for it
+            cores_change, explain["cores"] = self._cores_change(job, sig, task, retry, 0.0)
+            slow = 1.0
         given = int(cores_change["value"]) if cores_change else None
         for res, champion in self._loaded.items():
             try:
@@ -367,10 +372,17 @@ class ModelPredictor:
                     retry,
                     dry_run,
                     task is not None and task.manager_inside,
+                    slow if res == "time" else 1.0,
                 )
             except Exception as exc:  # one resource failing must not lose the other
                 log.exception("predicting %s failed", res)
                 ch, ex = None, {"reason": f"prediction failed: {exc}"}
+            if res == "time" and slow > 1.0 and ch is None:
+                ch, room = self._slowed_request_time(job.request, slow, limits)
+                if ch is None:  # no time limit can hold the slowdown: the cores slow nothing
+                    cores_change, explain["cores"] = self._cores_change(job, sig, task, retry, 0.0)
+                    explain["cores"]["tolerance_dropped"] = room
+                    slow, given = 1.0, (int(cores_change["value"]) if cores_change else None)
             explain[res] = ex
             if ch is not None:
                 changes.append(Change(**ch))
@@ -444,6 +456,32 @@ class ModelPredictor:
             return None, "no usage recorded for this program's runs: request kept"
         return math.log(recent.most) - lref + math.log(margin), f"{margin:g} x the most of its last runs"
 
+    def _slowed_request_time(self, rq: Resources, slow: float, limits: Limits) -> tuple[dict[str, Any] | None, str]:
+        """The time change of a job whose time harp keeps and whose cores it cuts by ``slow``, or None and why not.
+
+        The owner's rule (#27): a task slowed within ``predict.cores_tolerance``
+        never meets its limit because of harp's cut, hard limits included, so
+        its time request grows by the slowdown (5 cores x 1.05 T still reserve
+        less than the 6 x T asked).  None where that cannot be: no time asked,
+        a time harp must keep as asked (``--time-min``, ``--deadline`` under
+        soft limits), or past the partition's limit.
+        """
+        if not rq.time_s:
+            return None, "no time limit asked: nothing to make room for a slower run"
+        if self.soft_limits and (kept := kept_under_soft_limits(rq)) is not None:
+            return None, kept
+        secs = int(math.ceil(rq.time_s * slow / 60.0) * 60)
+        cap = limits.max_time_s or self.settings.recovery.max_time_s
+        if cap and secs > cap:
+            return None, f"its time request plus the slowdown passes the limit of {format_time(int(cap))}"
+        return {
+            "option": "time",
+            "value": format_time(secs),
+            "old": format_time(int(rq.time_s)),
+            "reason": f"time request plus {slow - 1.0:.1%}: the fewer cores harp gives may make it that much "
+            "longer (predict.cores_tolerance)",
+        }, ""
+
     def _retry_floor(self, uid: int, task: TaskIdentity | None, now: float, explain: dict[str, Any]) -> Floor | None:
         """The floor of a workflow manager's retry (``harpd.predict.retry_floor``); a store fault gives none."""
         try:
@@ -456,9 +494,14 @@ class ModelPredictor:
         return floor
 
     def _cores_change(
-        self, job: JobRequest, sig: str | None, task: TaskIdentity | None, retry: Floor | None
+        self, job: JobRequest, sig: str | None, task: TaskIdentity | None, retry: Floor | None, tolerance: float
     ) -> tuple[dict[str, Any] | None, dict[str, Any]]:
-        """The ``cpus-per-task`` change of a single-task job (``harpd.predict.cores``), or None and why not."""
+        """The ``cpus-per-task`` change of a single-task job (``harpd.predict.cores``), or None and why not.
+
+        ``tolerance``: how much longer the cores given may make the bound's run
+        (``predict.cores_tolerance``, 0 where its time limit has no room); the
+        explanation's ``slowdown`` is by how much, which the time limit adds.
+        """
         rq = job.request
         requested = rq.cpus_per_task or 1
         if requested <= 1:
@@ -474,11 +517,14 @@ class ModelPredictor:
         with self._lock:
             if self._restored.has(sig, "cpus"):
                 return None, {"reason": Restored.reason("CPUs")}
-            given, ex = self._cores.decide(sig, requested, alpha, self.settings.predict.cores_tolerance)
+            given, ex = self._cores.decide(sig, requested, alpha, tolerance)
         if given is not None and given < floor:
             ex["step_cpus"] = floor
             ex["reason"] += f"; its steps ask for {floor} CPUs"
             given = floor if floor < requested else None
+            ex.pop("slowdown", None)
+            if given is not None and slowdown(ex.get("bound_cores"), given) > 1.0:
+                ex["slowdown"] = slowdown(ex.get("bound_cores"), given)
         if given is None:
             return None, ex
         ex["unseen_steps"] = (
@@ -550,8 +596,14 @@ class ModelPredictor:
         retry: Floor | None = None,
         dry_run: bool = False,
         manager_inside: bool = False,
+        slow: float = 1.0,
     ) -> tuple[dict[str, Any] | None, dict[str, Any]]:
         """One resource's change (or None) and its explanation.
+
+        ``slow``: how much longer the cores harp gives may make the job
+        (``predict.cores_tolerance``): its time limit is that much longer, and
+        where that reaches the request the time is kept (and the caller
+        gives cores that slow nothing).
 
         ``manager_inside``: a workflow manager runs inside this job (Snakemake),
         so its memory is never cut below ``predict.manager_floor_mem_mb``: the
@@ -656,6 +708,9 @@ class ModelPredictor:
         least = None if retry is None else (retry.time_s if res == "time" else retry.mem_mb)
         if value is not None and retry is not None and least is not None and value < least:
             value, why = least, f"{why}; at least {retry.reason}"
+        if value is not None and res == "time" and slow > 1.0:
+            value *= slow
+            reason += f", plus {slow - 1.0:.1%} for the fewer cores harp gives"
         ex = {
             "model": None if champion.model is None else champion.name,
             "n_history": n_hist,
