@@ -17,11 +17,11 @@ its request is never lost; that is why this rule may accept failures priced
 by their cost instead of keeping a walk-back floor.
 
 A run that ran out of memory at X says the type now needs more than X, at
-once: no task of the type gets less than the escalation of the largest such
-X (``harpd.recovery.escalation``: what the failed task's own retry gets,
-``min(2X, request)``), at most ``RAISE`` x X, until a later run of the type
-completes in less than X (X was that run's own excess, not the type's) or
-``RAN_OUT_RUNS`` more runs are learnt.  The model follows grown runs by its
+once: where the model would give a task of the type no more than the largest
+such X, it gets the escalation of X (``harpd.recovery.escalation``: what the
+failed task's own retry gets, ``min(2X, request)``), at most ``RAISE`` x X,
+until a later run of the type completes in less than X (X was that run's
+own excess, not the type's) or ``RAN_OUT_RUNS`` more runs are learnt.  The model follows grown runs by its
 recency weights (``workflow_harp.HALF_LIFE``); the floor covers the runs in
 between, which would otherwise fail at the old size one by one.
 
@@ -40,10 +40,11 @@ from harpd.predict.workflow_prior import ALPHA, TypePrior
 from harpd.records import JobRecord, Outcome
 from harpd.recovery.escalation import next_allocation
 
-#: after a run ran out at X, its type gets at least the escalation of X, at most RAISE x X (the
-#: escalation doubles: a whole type at 2X costs more than the failures it saves where X was a run's own
-#: excess), until a later run completes in less than X or RAN_OUT_RUNS more runs are learnt (the history
-#: rule keeps a request as long for a run that hit its limit: ``harpd.features.history.KEEP``)
+#: after a run ran out at X, a task its type's model sizes at X or less gets the escalation of X, at most
+#: RAISE x X (the escalation doubles: where memory follows the input, 2X of a large input's failure given
+#: to the small ones cost more than the failures it saved: nf-core chipseq's BWA_MEM, Sizey seed 2), until
+#: a later run completes in less than X or RAN_OUT_RUNS more runs are learnt (the history rule keeps a
+#: request as long for a run that hit its limit: ``harpd.features.history.KEEP``)
 RAISE = 1.5
 RAN_OUT_RUNS = KEEP
 OWN = "this workflow task's own {n} runs (usage against input size, cost-chosen margin)"
@@ -110,7 +111,7 @@ class TaskMemory:
             return None, "no memory request to size"
         want, why = self._size(sig, input_bytes, float(request_mb))
         floor, worst = self.ran_out_floor(sig, float(request_mb))
-        if want is not None and floor is not None and worst is not None and want < floor:
+        if want is not None and floor is not None and worst is not None and want <= worst:
             if floor >= request_mb:
                 return None, f"a recent run of this task type ran out at {worst:.0f} MiB: request kept"
             return floor, f"{why}; raised to {floor:.0f} MiB, above a recent run that ran out at {worst:.0f}"
