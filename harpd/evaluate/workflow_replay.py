@@ -181,30 +181,18 @@ class LiveHarp:
             input_bytes=int(input_bytes) if input_bytes and input_bytes > 0 else None,
         )
 
-    def ran_out(self, kind: str, task: Task, alloc: float) -> JobRecord:
-        """An attempt of ``task`` harp gave ``alloc`` bytes and that ran out of them, as the store holds it."""
-        self._n += 1
-        mb = alloc / MIB
-        return JobRecord(
-            job_id=str(self._n),
-            source="replay",
-            user=self.USER,
-            job_name=kind,
-            signature=WORKFLOW_PREFIX + kind,
-            submit_time=task.submit,
-            start_time=task.start,
-            end_time=task.end,
-            outcome=Outcome.OOM,
-            req_mem_mb=mb,
-            used_mem_mb=mb,
-            used_time_s=task.runtime_s,
-            censored_mem=True,
-            input_bytes=task.input_bytes,
-        )
+    def record(self, kind: str, task: Task, ran_out_at: float | None = None) -> JobRecord:
+        """A finished task as the store holds it (MiB, seconds); a non-sample as a failed run.
 
-    def record(self, kind: str, task: Task) -> JobRecord:
-        """A finished task as the store holds it (MiB, seconds); a non-sample as a failed run."""
+        ``ran_out_at``: an attempt of it harp gave that many bytes and that ran out of them (OUT_OF_MEMORY).
+        """
         self._n += 1
+        if ran_out_at is not None:
+            outcome, req, used = Outcome.OOM, ran_out_at / MIB, ran_out_at / MIB
+        else:
+            outcome = Outcome.COMPLETED if task.sample else Outcome.FAILED
+            req = task.request / MIB if task.request == task.request and task.request > 0 else None
+            used = task.usage / MIB
         return JobRecord(
             job_id=str(self._n),
             source="replay",
@@ -214,10 +202,11 @@ class LiveHarp:
             submit_time=task.submit,
             start_time=task.start,
             end_time=task.end,
-            outcome=Outcome.COMPLETED if task.sample else Outcome.FAILED,
-            req_mem_mb=task.request / MIB if task.request == task.request and task.request > 0 else None,
-            used_mem_mb=task.usage / MIB,
+            outcome=outcome,
+            req_mem_mb=req,
+            used_mem_mb=used,
             used_time_s=task.runtime_s,
+            censored_mem=ran_out_at is not None,
             input_bytes=task.input_bytes,
         )
 
@@ -248,7 +237,7 @@ class _LiveType:
 
     def learn(self, task: Task, ran_out: list[float] | None = None) -> None:
         """The task's outcome, after those of its attempts that ran out (``ran_out``: their allocations)."""
-        failed = [self.live.ran_out(self.kind, task, a) for a in ran_out or ()]
+        failed = [self.live.record(self.kind, task, a) for a in ran_out or ()]
         self.live.predictor.learn([*failed, self.live.record(self.kind, task)])
 
 

@@ -15,6 +15,7 @@ from harpd.predict.workflow_harp import HALF_LIFE, WINDOW, HarpTaskModel, recenc
 from harpd.protocol import JobRequest
 from harpd.records import JobRecord, Outcome
 from harpd.store import Store
+from tests.unit.predict.test_cores_rule import predictor  # noqa: F401  (the fixture: a predictor over a store)
 
 T0 = 1_700_000_000.0
 SIG = "wf:0123456789abcdef"
@@ -165,22 +166,6 @@ def test_recent_runs_skip_cancellations_and_keep_failures_and_timeouts():
     assert recent.stopped("g")
 
 
-@pytest.fixture
-def predictor(tmp_path):
-    opened: list[Store] = []
-
-    def make(records: list[JobRecord]) -> ModelPredictor:
-        s = HarpSettings(store={"path": str(tmp_path / f"h{len(opened)}.db")}, predict={"hard_cut_gain": 1.0})
-        st = Store.open(s.store.path)
-        st.insert_jobs(records)
-        opened.append(st)
-        return ModelPredictor(s, store=st)
-
-    yield make
-    for st in opened:
-        st.close()
-
-
 def _time_of(p: ModelPredictor) -> str | None:
     job = JobRequest(partition="cpu", signature="sig-prog", request={"time_s": 1800, "mem_mb": 2000})
     d = p.decide(job, "alice", 1000)
@@ -189,12 +174,14 @@ def _time_of(p: ModelPredictor) -> str | None:
 
 def test_cancelled_runs_do_not_undo_a_cut_nor_lower_it_while_a_timeout_still_keeps_the_request(predictor):
     good = [_run(i, 500.0, signature="sig-prog", used_time_s=300.0) for i in range(6)]
-    cut = _time_of(predictor(good))
+    cut = _time_of(predictor(good, hard_cut_gain=1.0))
     assert cut is not None  # the program's own runs cut its 30 minutes
     cancelled = [_run(10 + i, 50.0, Outcome.CANCELLED, signature="sig-prog", used_time_s=5.0) for i in range(8)]
-    assert _time_of(predictor(good + cancelled)) == cut  # neither kept at the request nor cut to 5 s
+    # neither kept at the request nor cut to 5 s
+    assert _time_of(predictor(good + cancelled, hard_cut_gain=1.0)) == cut
     timeout = [_run(30, 500.0, Outcome.TIMEOUT, signature="sig-prog", used_time_s=1800.0)]
-    assert _time_of(predictor(good + cancelled + timeout)) is None  # a run that hit its limit keeps the request
+    # a run that hit its limit keeps the request
+    assert _time_of(predictor(good + cancelled + timeout, hard_cut_gain=1.0)) is None
 
 
 # -- the input harp sees for a workflow task ---------------------------------------------------------------
