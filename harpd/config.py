@@ -118,8 +118,9 @@ class PredictSettings(_Section):
     alpha_time: float = Field(0.05, gt=0, lt=1)
     alpha_mem: float = Field(0.05, gt=0, lt=1)
     alpha_cpus: float = Field(0.05, gt=0, lt=1)
-    #: how much longer the cores harp gives may make the (1 - alpha_cpus) run (harpd.predict.cores)
-    cores_tolerance: float = Field(0.0, ge=0, lt=1)
+    #: how much longer the cores harp gives may make the (1 - alpha_cpus) run (harpd.predict.cores); a task
+    #: counts as slowed only beyond it, and its time limit includes it
+    cores_tolerance: float = Field(0.05, ge=0, lt=1)
     min_history: int = Field(5, ge=1)
     floor_time_s: int = Field(60, ge=60)
     floor_mem_mb: int = Field(100, ge=1)
