@@ -126,7 +126,7 @@ def runs_needed(alpha: float) -> int:
     return n
 
 
-def quantile_bound(runs: list[float] | deque[float], alpha: float) -> float | None:
+def quantile_bound(runs: list[float] | deque[float] | tuple[()], alpha: float) -> float | None:
     """The conformal upper bound of the next run's cores from ``runs``, or None with too few runs."""
     k = order_index(len(runs), alpha)
     if k is None:
@@ -146,6 +146,13 @@ def cores_to_give(requested: int, bound: float | None, tolerance: float = 0.0) -
         return None
     cores = whole_cores(bound / (1.0 + tolerance))
     return cores if cores < requested else None
+
+
+def time_share(rec: JobRecord) -> float | None:
+    """The share of its time request a run took (1 or more: it ran to its limit); None without both."""
+    if not rec.used_time_s or not rec.req_time_s or rec.req_time_s <= 0:
+        return None
+    return float(rec.used_time_s) / float(rec.req_time_s)
 
 
 def slowdown(bound: float | None, cores: int | None) -> float:
@@ -333,11 +340,15 @@ class CoresHistory:
     def __init__(self, window: int = WINDOW) -> None:
         self.window = window
         self._runs: dict[str, deque[float]] = {}
+        # per signature, the share of its time request each recent run took (whether a slower run still fits)
+        self._time_shares: dict[str, deque[float]] = {}
         # (runs its signature had before it, its cores over their most): the pooled ratios
         self._ratios: deque[tuple[int, float]] = deque(maxlen=POOL_WINDOW)
         self._factor: dict[float, float | None] = {}  # alpha -> pooled factor, until the next run
 
-    def add(self, signature: str | None, used: float | None) -> None:
+    def add(self, signature: str | None, used: float | None, time_share: float | None = None) -> None:
+        if signature is not None and time_share is not None and time_share > 0:
+            self._time_shares.setdefault(signature, deque(maxlen=self.window)).append(time_share)
         if signature is None or used is None:
             return
         runs = self._runs.get(signature)
@@ -347,6 +358,19 @@ class CoresHistory:
             self._ratios.append((len(runs), used / max(runs)))
             self._factor.clear()
         runs.append(used)
+
+    def time_share_bound(self, signature: str | None, alpha: float, margin: float) -> float | None:
+        """A bound of the share of its time request the next run takes; None with no run.
+
+        The conformal bound once there are runs enough for ``alpha``; before,
+        the most of them times ``margin`` (the history rule's, for a young
+        program: its next run may well take longer than any so far).
+        """
+        shares = self._time_shares.get(signature or "", ())
+        if not shares:
+            return None
+        bound = quantile_bound(shares, alpha)
+        return bound if bound is not None else max(shares) * margin
 
     def count(self, signature: str | None) -> int:
         return len(self._runs.get(signature or "", ()))

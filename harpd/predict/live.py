@@ -39,7 +39,7 @@ from harpd.models.base import float32_row, predict_row
 from harpd.models.envelope import ModelEnvelope
 from harpd.predict.allocation import BOUND, FLOOR, REQUEST_FLOOR, Guard, allocate
 from harpd.predict.bounds import MARGIN
-from harpd.predict.cores import CoresHistory, cut_bounds, run_cores, slowdown
+from harpd.predict.cores import CoresHistory, cut_bounds, run_cores, slowdown, time_share
 from harpd.predict.kill_cost import why_kept, worth_cutting
 from harpd.predict.restore import Restored, cut_resources, restored_by, restoring_outcome
 from harpd.predict.retry_floor import Floor, RetryFloors
@@ -283,7 +283,7 @@ class ModelPredictor:
         cut = self._cuts_that_failed(records)  # store reads, outside the lock
         with self._lock:
             for r in records:
-                self._cores.add(r.signature, run_cores(r))
+                self._cores.add(r.signature, run_cores(r), time_share(r))
                 if is_workflow_signature(r.signature):
                     self._tasks.learn(r)
             self._restored.add_all(cut)
@@ -378,11 +378,19 @@ class ModelPredictor:
                 log.exception("predicting %s failed", res)
                 ch, ex = None, {"reason": f"prediction failed: {exc}"}
             if res == "time" and slow > 1.0 and ch is None:
-                ch, room = self._slowed_request_time(job.request, slow, limits)
-                if ch is None:  # no time limit can hold the slowdown: the cores slow nothing
+                ratio = ex.get("bound_ratio") if job.request.time_s else None  # no time asked: the default's
+                if ratio is None and job.request.time_s:  # no time decided (cold start): the share of the request its runs took
+                    with self._lock:
+                        ratio = self._cores.time_share_bound(sig, self.settings.predict.alpha_time, MARGIN)
+                held = _request_holds(ratio, slow)
+                if held is None:  # harp never raises a time request: the cores may slow nothing then
                     cores_change, explain["cores"] = self._cores_change(job, sig, task, retry, 0.0)
-                    explain["cores"]["tolerance_dropped"] = room
+                    explain["cores"]["tolerance_dropped"] = (
+                        "the time request may not hold a run made slower by fewer cores, and harp never raises it"
+                    )
                     slow, given = 1.0, (int(cores_change["value"]) if cores_change else None)
+                else:
+                    ex["slowdown_held"] = held
             explain[res] = ex
             if ch is not None:
                 changes.append(Change(**ch))
@@ -455,32 +463,6 @@ class ModelPredictor:
         if recent.most is None:
             return None, "no usage recorded for this program's runs: request kept"
         return math.log(recent.most) - lref + math.log(margin), f"{margin:g} x the most of its last runs"
-
-    def _slowed_request_time(self, rq: Resources, slow: float, limits: Limits) -> tuple[dict[str, Any] | None, str]:
-        """The time change of a job whose time harp keeps and whose cores it cuts by ``slow``, or None and why not.
-
-        The owner's rule (#27): a task slowed within ``predict.cores_tolerance``
-        never meets its limit because of harp's cut, hard limits included, so
-        its time request grows by the slowdown (5 cores x 1.05 T still reserve
-        less than the 6 x T asked).  None where that cannot be: no time asked,
-        a time harp must keep as asked (``--time-min``, ``--deadline`` under
-        soft limits), or past the partition's limit.
-        """
-        if not rq.time_s:
-            return None, "no time limit asked: nothing to make room for a slower run"
-        if self.soft_limits and (kept := kept_under_soft_limits(rq)) is not None:
-            return None, kept
-        secs = int(math.ceil(rq.time_s * slow / 60.0) * 60)
-        cap = limits.max_time_s or self.settings.recovery.max_time_s
-        if cap and secs > cap:
-            return None, f"its time request plus the slowdown passes the limit of {format_time(int(cap))}"
-        return {
-            "option": "time",
-            "value": format_time(secs),
-            "old": format_time(int(rq.time_s)),
-            "reason": f"time request plus {slow - 1.0:.1%}: the fewer cores harp gives may make it that much "
-            "longer (predict.cores_tolerance)",
-        }, ""
 
     def _retry_floor(self, uid: int, task: TaskIdentity | None, now: float, explain: dict[str, Any]) -> Floor | None:
         """The floor of a workflow manager's retry (``harpd.predict.retry_floor``); a store fault gives none."""
@@ -843,3 +825,21 @@ def make_predictor(
     if limits is None and backend is not None:
         limits = limits_from_backend(backend)
     return ModelPredictor(settings, store=store, limits=limits, soft_limits=soft_limits)
+
+
+def _request_holds(bound_ratio: Any, slow: float) -> str | None:
+    """Why the time request kept holds a run ``slow`` times longer, or None when it may not.
+
+    The owner's rule (#27): a task slowed within ``predict.cores_tolerance``
+    never meets its limit because of harp's cut, hard limits included.  Where
+    harp keeps the time asked, that holds when the time bound (need over
+    request) stretched by the slowdown stays within the request; harp never
+    raises a request instead (a time over a QOS's or partition's limit can
+    leave a job pending that sbatch would have run), so elsewhere the cores are
+    cut with no tolerance.
+    """
+    if not isinstance(bound_ratio, (int, float)) or not math.isfinite(bound_ratio) or bound_ratio <= 0:
+        return None
+    if bound_ratio * slow > 1.0:
+        return None
+    return f"the time request holds a run {slow - 1.0:.1%} slower (its bound is {bound_ratio:.0%} of it)"
