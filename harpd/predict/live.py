@@ -378,8 +378,11 @@ class ModelPredictor:
                 log.exception("predicting %s failed", res)
                 ch, ex = None, {"reason": f"prediction failed: {exc}"}
             if res == "time" and slow > 1.0 and ch is None:
-                ratio = ex.get("bound_ratio") if job.request.time_s else None  # no time asked: the default's
-                if ratio is None and job.request.time_s:  # no time decided (cold start): the share of the request its runs took
+                # no time asked: the partition's default holds it, which harp does not know
+                ratio = ex.get("bound_ratio") if job.request.time_s else None
+                if (
+                    ratio is None and job.request.time_s
+                ):  # no time decided (cold start): the share of the request its runs took
                     with self._lock:
                         ratio = self._cores.time_share_bound(sig, self.settings.predict.alpha_time, MARGIN)
                 held = _request_holds(ratio, slow)
