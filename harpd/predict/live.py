@@ -332,7 +332,7 @@ class ModelPredictor:
         explain: dict[str, Any] = {}
         models_used: list[str] = []
         sig = _signature(job)  # once per request: every resource and the cores rule group by it
-        task = identify(job.commands, job.job_name, job.script_name, job.cwd)
+        task = identify(job.commands, job.job_name, job.script_name, job.cwd, job.function)
         retry = self._retry_floor(uid, task, now, explain)
         cores_change, explain["cores"] = self._cores_change(job, sig, task, retry)
         given = int(cores_change["value"]) if cores_change else None
@@ -739,7 +739,7 @@ def _total_mem(rq: Resources) -> dict[str, Any]:
 
 def _signature(job: JobRequest) -> str | None:
     """A job request's signature: the one harp-submit sent, else (workflow task, else commands) as the poller does."""
-    return job.signature or job_signature(job.commands, job.job_name, job.script_name, job.cwd)
+    return job.signature or job_signature(job.commands, job.job_name, job.script_name, job.cwd, job.function)
 
 
 def identity_of(job: JobRequest, sig: str | None, task: TaskIdentity | None) -> dict[str, Any]:
