@@ -657,7 +657,7 @@ class ModelPredictor:
                 reason += f", plus {guard.headroom:g} s: harpd extends a job that long before its limit"
             reason += f" (extended automatically up to {format_time(int(req))} while it runs)"
         if res == "time":
-            value, moved = fit_time(value, rq, self.settings.predict.floor_time_s)
+            value, moved = fit_time(value, rq, self.settings.predict.floor_time_s, job.commands)
             if moved:
                 reason += f" ({moved})"
                 ex["time_options"] = moved

@@ -86,6 +86,10 @@ def ran_out_of_memory(
             job = _last_run(backend.sacct_raw([job_id], None, None, True), job_id)  # type: ignore[attr-defined]
         except SlurmError:
             job = None
+        if job is not None and job.state not in (None, "RUNNING", "PENDING") and not killed_for_memory(job):
+            # requeued (submitit's checkpoint: ``scontrol requeue``) or cancelled while the hook runs: nothing
+            # to recover, and an answer at once lets the hook end before slurmstepd kills it (#51: status=9)
+            return None
         if job is not None and _start_recorded(job):
             if killed_for_memory(job):
                 rec = to_record(job)
