@@ -15,8 +15,9 @@ change what they mean:
   function has run min(0.8·T, T − 10 min) of its own timeout T (the job's
   ``--time``), and before that takes it for a preemption and requeues the
   function from its start, again and again under a cut limit (#51).  A
-  submitit job's cut therefore leaves that long plus N plus a minute of
-  start-up, or keeps its time;  Under soft limits harpd extends a job only
+  submitit job's cut therefore leaves that long plus N plus two minutes
+  (Slurm sends the signal up to a minute early, its event resolution, and the
+  client's clock starts after the job's), or keeps its time;  Under soft limits harpd extends a job only
   shortly before its limit, after slurmctld has already sent the signal from
   the shortened end time, so a job asking for a signal keeps its time;
 * ``--deadline``: slurmctld ends a job that cannot finish by its deadline.
@@ -37,16 +38,19 @@ from harpd.features.workflow import SUBMITIT_MODULE
 
 __all__ = ["fit_time", "kept_under_soft_limits", "client_timeout_s"]
 
-#: what a job's client process takes to start before it starts its own clock (submitit's ``_start_time``)
-CLIENT_START_S = 60
+#: slack after a client's threshold: Slurm sends ``--signal`` up to 60 s early (its event resolution),
+#: and the client's clock (submitit's ``_start_time``) starts after its process did
+SIGNAL_SLACK_S = 120
 
 
 def client_timeout_s(commands: Sequence[str] | None, time_s: float | None) -> float | None:
     """Seconds of run a job's client needs before it takes ``--signal``'s signal for a timeout; None: no such
-    client.  submitit (``has_timed_out``): min(0.8·T, T − 600) of its timeout T, the job's ``--time``."""
+    client.  submitit (``has_timed_out``): min(0.8·T, T − 600) of its timeout T, the job's ``--time``; up to
+    10 minutes that is nothing (None): any signal is a timeout to it."""
     if not time_s or not any(SUBMITIT_MODULE in str(c) for c in commands or ()):
         return None
-    return max(0.0, min(0.8 * float(time_s), float(time_s) - 600.0))
+    guaranteed = min(0.8 * float(time_s), float(time_s) - 600.0)
+    return guaranteed if guaranteed > 0 else None
 
 
 def kept_under_soft_limits(rq: Any) -> str | None:
@@ -76,8 +80,8 @@ def fit_time(value: float, rq: Any, floor_s: int, commands: Sequence[str] | None
             why.append(f"+{rq.signal_s}s for --signal's warning")
             value = room
         client = client_timeout_s(commands, rq.time_s)
-        if client is not None and value < client + rq.signal_s + CLIENT_START_S:
-            value = min(client + rq.signal_s + CLIENT_START_S, float(rq.time_s))
+        if client is not None and value < client + rq.signal_s + SIGNAL_SLACK_S:
+            value = min(client + rq.signal_s + SIGNAL_SLACK_S, float(rq.time_s))
             why.append(f"at least {value:.0f}s: submitit takes an earlier signal for a preemption")
     if rq.time_min_s and value < rq.time_min_s:
         why.append(f"raised to --time-min {rq.time_min_s}s")

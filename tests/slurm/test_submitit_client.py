@@ -11,7 +11,15 @@ changing it), a real harpd as root with soft limits polls the cluster (#51):
   it and ``job.result()`` returns;
 * a checkpointed function requeued twice (submitit's USR2 handler runs
   ``scontrol requeue $SLURM_JOB_ID``) completes once: harp stores every run,
-  learns the completed one and never runs the function again.
+  learns the completed one and never runs the function again;
+* under hard limits (a second harpd), a cut submitit job gets its USR2 only
+  after submitit counts a timeout (min(0.8·T, T − 10 min) of its own
+  timeout T, Slurm's signal up to a minute early): never the preemption it
+  would requeue from scratch forever.  Read from the limit Slurm applied,
+  not waited for (the signal would come after 12 minutes).
+
+``sbatch`` is a user's wrapper script that execs harp-submit, with no
+``HARP_SBATCH``: harp-submit finds the real sbatch past it (#51).
 
 One module, one harpd, the jobs of each test in flight together: lean for CI.
 """
@@ -60,6 +68,11 @@ def big(mb: int) -> int:
     return _hold(mb)
 
 
+def quick() -> str:
+    time.sleep(1)
+    return "done"
+
+
 class Counted(submitit.helpers.Checkpointable):
     """Counts its runs in ``runs``; returns once ``go`` exists (the test makes it after two requeues)."""
 
@@ -91,21 +104,26 @@ def lab(slurm_cluster):
         harpd_dir.mkdir()
         toml = "[predict]\nmin_history = 2\n"
         with running_harpd(harpd_dir, slurm_conf=slurm_cluster.conf, extra_toml=toml, poll_interval_s=2) as sock:
-            real = shutil.which("sbatch", path=slurm_cluster.env.get("PATH", "")) or "/usr/bin/sbatch"
             env = {
                 "SLURM_CONF": str(slurm_cluster.conf),
                 # the functions pickle by reference to this module, as pytest imported it
                 "PYTHONPATH": f"{REPO}:{Path(__file__).parent}",
                 "HARP_SOCKET": sock,
                 "HARP_CONFIG": "/nonexistent/harpd.toml",
-                "HARP_SBATCH": real,
                 "HARP_TIMEOUT": "10",
                 "PATH": f"{bin_dir}:{Path(sys.executable).parent}:{slurm_cluster.env.get('PATH', '/usr/bin:/bin')}",
             }
-            saved = {k: os.environ.get(k) for k in env}
+            saved = {k: os.environ.get(k) for k in [*env, "HARP_SBATCH"]}
+            os.environ.pop("HARP_SBATCH", None)
             os.environ.update(env)  # submitit runs sbatch, sacct, scancel from this process's environment
             try:
-                yield {"dir": d, "socket": sock, "cluster": slurm_cluster, "db": harpd_dir / "lib" / "harp.db"}
+                yield {
+                    "dir": d,
+                    "socket": sock,
+                    "cluster": slurm_cluster,
+                    "db": harpd_dir / "lib" / "harp.db",
+                    "toml": toml,
+                }
             finally:
                 for k, v in saved.items():
                     if v is None:
@@ -117,16 +135,18 @@ def lab(slurm_cluster):
 def _executor(lab, folder: str, **params):
     ex = submitit.AutoExecutor(folder=lab["dir"] / folder)
     ex.update_parameters(
-        timeout_min=10, mem_gb=REQUEST_GB, cpus_per_task=1, slurm_partition="short", **params
+        **{"timeout_min": 10, "mem_gb": REQUEST_GB, "cpus_per_task": 1, "slurm_partition": "short", **params}
     )
     return ex
 
 
 def _sacct(lab, job_id: str) -> list[dict[str, str]]:
     """Every run of ``job_id`` (sacct --duplicates): state and ReqMem (MB)."""
-    out = lab["cluster"].run(
-        ["sacct", "-P", "-n", "-X", "--duplicates", "--units=M", "-j", job_id, "-o", "JobID,State,ReqMem"]
-    ).stdout
+    out = (
+        lab["cluster"]
+        .run(["sacct", "-P", "-n", "-X", "--duplicates", "--units=M", "-j", job_id, "-o", "JobID,State,ReqMem"])
+        .stdout
+    )
     return [dict(zip(("id", "state", "reqmem"), line.split("|"))) for line in out.splitlines() if line]
 
 
@@ -215,3 +235,40 @@ def test_a_checkpointed_function_that_requeues_itself_twice_completes_once_and_i
     wait_for("two more polls of harpd", lambda: time.monotonic() - t0 > 6, 30, interval=1)
     assert runs() == 3
     assert [r["state"] for r in _sacct(lab, job.job_id)][-1] == "COMPLETED"
+
+
+def test_a_cut_signal_job_gets_its_signal_after_submitit_counts_a_timeout(lab) -> None:
+    hard_dir = lab["dir"] / "hard"
+    hard_dir.mkdir()
+    toml = lab["toml"] + "[watch]\nsoft_limits = false\n"
+    with running_harpd(hard_dir, slurm_conf=lab["cluster"].conf, extra_toml=toml, poll_interval_s=2) as sock:
+        saved = os.environ["HARP_SOCKET"]
+        os.environ["HARP_SOCKET"] = sock
+        try:
+            minutes = 20
+            ex = _executor(lab, "signal", timeout_min=minutes)  # submitit's --signal=USR2@90
+            first = [ex.submit(quick), ex.submit(quick)]
+            assert [j.result() for j in first] == ["done", "done"]
+            wait_for("harpd to learn both runs", lambda: _learnt(sock, [j.job_id for j in first]), 120)
+            client.call(sock, {"op": "reload"}, 60.0)
+            job = ex.submit(quick)
+            limit_s = _limit_s(lab, job.job_id)
+            job.cancel()
+        finally:
+            os.environ["HARP_SOCKET"] = saved
+    t = minutes * 60
+    assert limit_s < t, f"not cut ({limit_s} s): the test shows nothing"
+    # the signal (90 s before the end, up to 60 s earlier) after submitit's own threshold
+    assert limit_s - 90 - 60 >= min(0.8 * t, t - 600), limit_s
+
+
+def _learnt(sock: str, job_ids: list[str]) -> bool:
+    return all(client.call(sock, {"op": "status", "job_id": j}, 10.0)["job"].get("state") == "done" for j in job_ids)
+
+
+def _limit_s(lab, job_id: str) -> float:
+    out = lab["cluster"].run(["squeue", "-h", "-j", job_id, "-o", "%l"]).stdout.strip() or "0"
+    parts = [float(x) for x in out.replace("-", ":").split(":")]
+    while len(parts) < 3:
+        parts.insert(0, 0.0)
+    return parts[-3] * 3600 + parts[-2] * 60 + parts[-1]
