@@ -29,19 +29,11 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
-
-from harp_submit import client  # noqa: E402
+sys.path.insert(0, str(REPO / "bench"))
+from load_submit import Harpd, slurm_conf  # noqa: E402
 
 TARGET_S = 2.0
 RUN_SUBMIT = "import sys; from harp_submit.cli import main; sys.exit(main())"
-
-
-def slurm_conf() -> str | None:
-    if os.environ.get("SLURM_CONF"):
-        return os.environ["SLURM_CONF"]
-    d = Path(os.environ.get("HARP_SLURM_DIR", "/tmp/harp-localslurm"))
-    conf = d / "etc" / "slurm.conf"
-    return str(conf) if conf.exists() else None
 
 
 def _epoch(text: str) -> float:
@@ -77,39 +69,25 @@ def main() -> int:
     with tempfile.TemporaryDirectory(prefix="harp-bench-array-") as tmp:
         d = Path(tmp)
         os.chmod(d, 0o755)
-        sock = d / "harpd.sock"
-        (d / "harpd.toml").write_text(
-            f'[server]\nsocket = "{sock}"\n[store]\npath = "{d}/lib/harp.db"\n[ingest]\npoll_interval_s = 2\n'
-        )
         env = {k: v for k, v in os.environ.items() if not k.startswith(("HARP_", "SBATCH_"))}
         env["SLURM_CONF"] = conf
-        log = open(d / "harpd.log", "w")
-        harpd = subprocess.Popen(
-            [sys.executable, "-m", "harpd.daemon.main", "--config", str(d / "harpd.toml")],
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            env=env,
-            cwd=REPO,
-        )
+        harpd = Harpd(d, env, log_level="info")
+        # recovery on (the hook asks it), as a site runs harpd
+        harpd.config.write_text(harpd.config.read_text().replace("[recovery]\nenabled = false\n", ""))
         try:
-            deadline = time.monotonic() + 60
-            while True:
-                try:
-                    if client.call(str(sock), {"op": "health"}, 5.0).get("ok", True):
-                        break
-                except Exception:  # noqa: BLE001 - not up yet
-                    pass
-                if time.monotonic() > deadline or harpd.poll() is not None:
-                    print((d / "harpd.log").read_text()[-2000:], file=sys.stderr)
-                    print(f"FIGURE array_task_epilog_wait: nan s (target <= {TARGET_S:g}) FAIL")
-                    return 1
-                time.sleep(0.5)
+            harpd.start()
+        except RuntimeError as exc:
+            print(exc, file=sys.stderr)
+            print(f"FIGURE array_task_epilog_wait: nan s (target <= {TARGET_S:g}) FAIL")
+            return 1
+        sock = harpd.socket
+        try:
             script = d / "array.sh"
             script.write_text(
                 f"#!/bin/bash\n#SBATCH --array=0-{args.tasks - 1}\n#SBATCH -p short\n#SBATCH -t 5\n"
                 f"#SBATCH --mem=100M\n#SBATCH -o {d}/%A_%a.out\nsrun sleep 1\n"
             )
-            submit_env = {**env, "HARP_SOCKET": str(sock), "HARP_CONFIG": "/nonexistent", "PYTHONPATH": str(REPO)}
+            submit_env = {**env, "HARP_SOCKET": sock, "HARP_CONFIG": "/nonexistent", "PYTHONPATH": str(REPO)}
             sub = subprocess.run(
                 [sys.executable, "-c", RUN_SUBMIT, "--parsable", str(script)],
                 env=submit_env,
@@ -129,9 +107,7 @@ def main() -> int:
                 time.sleep(1)
                 gaps = _gaps(env, job_id)
         finally:
-            harpd.terminate()
-            harpd.wait(30)
-            log.close()
+            harpd.stop()
     if gaps is None:
         print(f"FIGURE array_task_epilog_wait: nan s (target <= {TARGET_S:g}) FAIL")
         return 1

@@ -40,13 +40,13 @@ from harpd.store import Store
 from tests.helpers.harpd_process import running_harpd
 from tests.helpers.processes import short_tmpdir
 from tests.helpers.wait import wait_for
+from tests.slurm.test_snakemake_workflow import sandbox
 
 submitit = pytest.importorskip("submitit", reason="submitit (the test extra) is not installed")
 
 pytestmark = pytest.mark.slurm
 
 REPO = Path(__file__).resolve().parents[2]
-RUN_SUBMIT = "import sys; from harp_submit.cli import main; sys.exit(main())"
 REQUEST_GB = 2  # what the user asks for every function: harp's floor is a quarter of it (512 MB)
 
 
@@ -95,13 +95,7 @@ def lab(slurm_cluster):
         pytest.skip("Slurm's srun is not installed")
     with short_tmpdir("hsi-") as d:
         d = Path(d)
-        bin_dir = d / "bin"
-        bin_dir.mkdir()
-        sbatch = bin_dir / "sbatch"
-        sbatch.write_text(f"#!/bin/sh\nexec {sys.executable} -c '{RUN_SUBMIT}' \"$@\"\n")
-        sbatch.chmod(0o755)
-        harpd_dir = d / "harpd"
-        harpd_dir.mkdir()
+        _, bin_dir, harpd_dir = sandbox(d, "")  # bin/sbatch: a wrapper script that execs harp-submit
         toml = "[predict]\nmin_history = 2\n"
         with running_harpd(harpd_dir, slurm_conf=slurm_cluster.conf, extra_toml=toml, poll_interval_s=2) as sock:
             env = {
@@ -200,8 +194,10 @@ def test_functions_in_one_folder_are_sized_apart_and_an_oom_is_recovered(lab) ->
     # each from its own runs: the small function cut further than the big one, both below the request
     assert small_mb < big_mb < REQUEST_GB * 1024, (small_mb, big_mb)
     assert big_mb > 500, big_mb
+    # the result is written before the job's end reaches accounting
+    wait_for("the recovered job to end", lambda: _sacct(lab, oom.job_id)[-1]["state"] == "COMPLETED", 60)
     runs = _sacct(lab, oom.job_id)
-    assert [r["state"] for r in runs][-1] == "COMPLETED" and len(runs) >= 2, runs
+    assert len(runs) >= 2, runs
     assert _mb(runs[-1]["reqmem"]) > _mb(runs[0]["reqmem"]), runs
 
 
