@@ -231,6 +231,9 @@ def test_a_checkpointed_function_that_requeues_itself_twice_completes_once_and_i
     wait_for("two more polls of harpd", lambda: time.monotonic() - t0 > 6, 30, interval=1)
     assert runs() == 3
     assert [r["state"] for r in _sacct(lab, job.job_id)][-1] == "COMPLETED"
+    # harp's TaskEpilog ends quietly under a requeue: no "slurmstepd: error: --task-epilog failed status=9"
+    err = job.stderr() or ""
+    assert "task-epilog failed" not in err, err[-2000:]
 
 
 def test_a_cut_signal_job_gets_its_signal_after_submitit_counts_a_timeout(lab) -> None:

@@ -248,3 +248,17 @@ def test_the_hook_killed_while_it_waits_ends_quietly(tmp_path) -> None:
     conn.close()
     srv.close()
     assert p.returncode == 0 and err == b""
+
+
+def test_a_run_its_job_requeued_under_the_hook_is_answered_at_once() -> None:
+    """22.05 shows the requeued run REQUEUED and the next one PENDING with no step: no 20 s wait (#51)."""
+    now = time.time()
+    requeued = SacctJob(job_id="7", user="alice", state="REQUEUED", req_mem_mb=400.0, steps=[FINE], end_time=now - 2)
+    nxt = SacctJob(job_id="7", user="alice", state="PENDING", req_mem_mb=400.0, run=2)
+    backend = _Accounting([requeued, nxt])
+    assert _ask(backend) is None and backend.calls == 1
+    # a run whose start accounting has not recorded yet shows its steps: still waited for
+    lagging = SacctJob(job_id="7", user="alice", state="PENDING", req_mem_mb=None, steps=[BATCH, KILLED], run=2)
+    backend = _Accounting([requeued, lagging])
+    _ask(backend)
+    assert backend.calls > 1
