@@ -73,6 +73,23 @@ class TaskIdentity:
         """
         return self.manager in ("snakemake", "nextflow")
 
+    @property
+    def inputs_seen(self) -> bool:
+        """Whether the files harp-submit stats at submission are this task's inputs.
+
+        A Nextflow task's work directory holds the files Nextflow staged for
+        it, its inputs.  A Snakemake job's command line (``--wrap``) names the
+        Snakefile, its config and the manager's options, never the rule's
+        input files (Snakemake reads them from the Snakefile inside the job):
+        the bytes of the files it names are the Snakefile's, the same for
+        every rule and every sample, so they are no input size of the task.
+        """
+        return self.manager == "nextflow"
+
+    def input_bytes(self, stated: float | None) -> float | None:
+        """The input size harp may use for this task: what harp-submit stated, or None where it is not the task's."""
+        return stated if self.inputs_seen else None
+
     def signature(self) -> str:
         """``wf:`` + 16 hex digits of manager, workflow and task (never the instance)."""
         text = "\x1f".join((self.manager, self.workflow, self.task))
@@ -218,6 +235,25 @@ def job_signature(
     if ident is not None:
         return ident.signature()
     return signature_of(commands) if commands else None
+
+
+def registered_input_bytes(job: Any) -> float | None:
+    """The input bytes harp-submit stated for a registered job (its ``job`` object), None where they are
+    not its inputs (a Snakemake task: ``TaskIdentity.inputs_seen``) or were not stated."""
+    if not isinstance(job, dict) or not isinstance(job.get("input_bytes"), (int, float)):
+        return None
+    commands = job.get("commands")
+    ident = None
+    if isinstance(commands, list):
+        name, script, cwd = (job.get(k) for k in ("job_name", "script_name", "cwd"))
+        ident = identify(
+            [str(c) for c in commands],
+            None if name is None else str(name),
+            None if script is None else str(script),
+            None if cwd is None else str(cwd),
+        )
+    stated = float(job["input_bytes"])
+    return stated if ident is None else ident.input_bytes(stated)
 
 
 def is_workflow_signature(signature: str | None) -> bool:

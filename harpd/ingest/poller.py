@@ -291,8 +291,10 @@ class Ingestor:
                 from harpd.features.workflow import registered_signature
 
                 r.signature = registered_signature(job)
-            if r.input_bytes is None and isinstance(job.get("input_bytes"), (int, float)):
-                r.input_bytes = float(job["input_bytes"])  # harp-submit's stat of the inputs
+            if r.input_bytes is None:
+                from harpd.features.workflow import registered_input_bytes
+
+                r.input_bytes = registered_input_bytes(job)  # harp-submit's stat of the inputs, where they are
             if r.array_size is None and job.get("array_size"):
                 r.array_size = int(job["array_size"])
             if r.job_name is None and job.get("job_name"):

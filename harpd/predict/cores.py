@@ -9,11 +9,16 @@ most ``alpha`` of jobs would have used more than harp gives (the conformal
 guarantee time and memory have).  Fewer cores than a run keeps busy slow it,
 they do not kill it, so the guarantee is on how much: the cores given are
 the fewest whole cores on which that quantile's run takes at most
-``tolerance`` (``predict.cores_tolerance``) longer.  It is 0 by default, so
-that at most ``alpha`` of jobs are slowed at all; a site that prefers freed
-cores may raise it: with 0.05, a program whose runs keep 5.0-5.14 of 6 cores
-busy gets 5, about a third of its runs take up to 3 % longer, and a sixth
-of its reservation is freed (docs/metrics.md, "Cores", has both figures).
+``tolerance`` (``predict.cores_tolerance``) longer: 0.05 by default (the owner's decision on #27), so a program whose
+runs keep 5.0-5.14 of 6 cores busy gets 5, about a third of its runs take up
+to 3 % longer, and a sixth of its reservation is freed.  A task counts as
+slowed only when harp's cores make it more than the tolerance longer (at
+most ``alpha`` of them), and the time harp gives it includes the slowdown
+the cut allows (``slowdown``; ``harpd.predict.live``), so a task slowed
+within the tolerance never meets its time limit because of harp's cut:
+where the time limit has no room for it (kept at the request), the cores
+are cut with no tolerance.  0 keeps every job's speed (docs/metrics.md,
+"Cores", has both figures).
 
 A signature with fewer runs than that order needs (19 at alpha = 0.05) is
 bounded from its own runs and everyone's: the most its runs used, times the
@@ -141,6 +146,13 @@ def cores_to_give(requested: int, bound: float | None, tolerance: float = 0.0) -
         return None
     cores = whole_cores(bound / (1.0 + tolerance))
     return cores if cores < requested else None
+
+
+def slowdown(bound: float | None, cores: int | None) -> float:
+    """How much longer (a factor >= 1) a run that keeps ``bound`` cores busy takes on ``cores``."""
+    if bound is None or cores is None or cores <= 0:
+        return 1.0
+    return max(1.0, bound / cores)
 
 
 def _int(text: str) -> int | None:
@@ -380,6 +392,9 @@ class CoresHistory:
         ex["bound_cores"] = round(bound, 3)
         ex["bound_from"] = source
         cores = cores_to_give(requested, bound, tolerance)
+        slow = slowdown(bound, cores)
+        if cores is not None and slow > 1.0:
+            ex["slowdown"] = round(slow, 4)
         slower = f", at most {tolerance:.0%} slower on {cores}" if tolerance > 0 else ""
         if cores is None:
             ex["reason"] = f"its runs use up to {bound:.2f} cores of {requested}: request kept"

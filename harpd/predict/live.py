@@ -33,13 +33,13 @@ from harp_submit.units import format_mem, format_time
 from harpd.features.history import COL, KEEP, History, JobKeys, conformal_group, keys_of, keys_of_record
 from harpd.features.resources import gpu_count
 from harpd.features.signature import normalise_commands
-from harpd.features.usage import RecentStops, usage_of
+from harpd.features.usage import RecentRuns, usage_of
 from harpd.features.workflow import TaskIdentity, identify, is_workflow_signature, job_signature
 from harpd.models.base import float32_row, predict_row
 from harpd.models.envelope import ModelEnvelope
 from harpd.predict.allocation import BOUND, FLOOR, REQUEST_FLOOR, Guard, allocate
 from harpd.predict.bounds import MARGIN
-from harpd.predict.cores import CoresHistory, cut_bounds, run_cores
+from harpd.predict.cores import CoresHistory, cut_bounds, run_cores, slowdown
 from harpd.predict.kill_cost import why_kept, worth_cutting
 from harpd.predict.restore import Restored, cut_resources, restored_by, restoring_outcome
 from harpd.predict.retry_floor import Floor, RetryFloors
@@ -86,7 +86,20 @@ class _Champion:
         self.resource = env.resource
         self.row = row
         self.history = History()
-        self.stops = RecentStops(KEEP)  # the history rule's own: runs that stopped early, per signature group
+        self.recent = RecentRuns(KEEP)  # the history rule's own evidence, per signature group (no cancelled runs)
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class _RecentEvidence:
+    """What the history rule reads of a group's last runs, copied under the predictor's lock."""
+
+    ran_out: bool
+    stopped: bool
+    most: float | None
+
+    @classmethod
+    def of(cls, recent: RecentRuns, key: str) -> _RecentEvidence:
+        return cls(recent.ran_out(key), recent.stopped(key), recent.most(key))
 
 
 class ModelPredictor:
@@ -283,7 +296,7 @@ class ModelPredictor:
                     k = keys_of_record(r, champion.resource, champion.relative)
                     h.add(k, u.used, u.request, u.ran_out, r.end_time)  # the features, as training has them
                     h.finished(k)
-                    champion.stops.add(k.sig, u)
+                    champion.recent.add(k.sig, r, u)
         return len(records)
 
     def _cuts_that_failed(self, records: list[JobRecord]) -> list[tuple[str, str]]:
@@ -333,8 +346,17 @@ class ModelPredictor:
         models_used: list[str] = []
         sig = _signature(job)  # once per request: every resource and the cores rule group by it
         task = identify(job.commands, job.job_name, job.script_name, job.cwd, job.function)
+        if task is not None and job.input_bytes is not None and not task.inputs_seen:
+            # a Snakemake job's command names the Snakefile, submitit's its folder: not the task's inputs
+            explain["input_bytes_ignored"] = f"{job.input_bytes} bytes of the files its command names, not its inputs"
+            job = job.model_copy(update={"input_bytes": None})
         retry = self._retry_floor(uid, task, now, explain)
-        cores_change, explain["cores"] = self._cores_change(job, sig, task, retry)
+        tolerance = self.settings.predict.cores_tolerance
+        cores_change, explain["cores"] = self._cores_change(job, sig, task, retry, tolerance)
+        slow = float(explain["cores"].get("slowdown", 1.0)) if cores_change else 1.0
+        if slow > 1.0 and "time" not in self._loaded:  # no time decided: nothing would make room for it
+            cores_change, explain["cores"] = self._cores_change(job, sig, task, retry, 0.0)
+            slow = 1.0
         given = int(cores_change["value"]) if cores_change else None
         for res, champion in self._loaded.items():
             try:
@@ -350,10 +372,17 @@ class ModelPredictor:
                     retry,
                     dry_run,
                     task is not None and task.manager_inside,
+                    slow if res == "time" else 1.0,
                 )
             except Exception as exc:  # one resource failing must not lose the other
                 log.exception("predicting %s failed", res)
                 ch, ex = None, {"reason": f"prediction failed: {exc}"}
+            if res == "time" and slow > 1.0 and ch is None:
+                ch, room = self._slowed_request_time(job.request, slow, limits)
+                if ch is None:  # no time limit can hold the slowdown: the cores slow nothing
+                    cores_change, explain["cores"] = self._cores_change(job, sig, task, retry, 0.0)
+                    explain["cores"]["tolerance_dropped"] = room
+                    slow, given = 1.0, (int(cores_change["value"]) if cores_change else None)
             explain[res] = ex
             if ch is not None:
                 changes.append(Change(**ch))
@@ -409,24 +438,49 @@ class ModelPredictor:
         return log_bound
 
     @staticmethod
-    def _history_bound(x: list[float], margin: float, stopped: bool = False) -> tuple[float | None, str]:
+    def _history_bound(recent: _RecentEvidence, lref: float, margin: float) -> tuple[float | None, str]:
         """The history rule's bound (log need/request) from the signature's own runs, or None and why.
 
-        ``margin`` × the most its last five finished runs used (History's
-        ``s_max5``); none while one of its recent runs is censored: killed at
-        or filling its limit (``s_cens``), it needed more than it had;
-        ``stopped`` (failed, cancelled: ``RecentStops``), it ended before its
-        program finished.  By how much either needed more, nobody knows.
+        ``margin`` × the most its last five runs used; none while one of its
+        last runs ran out (killed at or filling its limit: it needed more than
+        it had) or stopped early (failed: it ended before its program
+        finished).  By how much either needed more, nobody knows.  Runs the
+        manager or the user cancelled are not among them (``RecentRuns``).
         """
 
-        smax, cens = x[COL["s_max5"]], x[COL["s_cens"]]
-        if not math.isnan(cens) and cens > 0:
+        if recent.ran_out:
             return None, "a recent run of this program hit its limit: request kept"
-        if stopped:
+        if recent.stopped:
             return None, "a recent run of this program did not complete (its usage is only a lower bound): request kept"
-        if math.isnan(smax):
+        if recent.most is None:
             return None, "no usage recorded for this program's runs: request kept"
-        return float(smax) + math.log(margin), f"{margin:g} x the most of its last runs"
+        return math.log(recent.most) - lref + math.log(margin), f"{margin:g} x the most of its last runs"
+
+    def _slowed_request_time(self, rq: Resources, slow: float, limits: Limits) -> tuple[dict[str, Any] | None, str]:
+        """The time change of a job whose time harp keeps and whose cores it cuts by ``slow``, or None and why not.
+
+        The owner's rule (#27): a task slowed within ``predict.cores_tolerance``
+        never meets its limit because of harp's cut, hard limits included, so
+        its time request grows by the slowdown (5 cores x 1.05 T still reserve
+        less than the 6 x T asked).  None where that cannot be: no time asked,
+        a time harp must keep as asked (``--time-min``, ``--deadline`` under
+        soft limits), or past the partition's limit.
+        """
+        if not rq.time_s:
+            return None, "no time limit asked: nothing to make room for a slower run"
+        if self.soft_limits and (kept := kept_under_soft_limits(rq)) is not None:
+            return None, kept
+        secs = int(math.ceil(rq.time_s * slow / 60.0) * 60)
+        cap = limits.max_time_s or self.settings.recovery.max_time_s
+        if cap and secs > cap:
+            return None, f"its time request plus the slowdown passes the limit of {format_time(int(cap))}"
+        return {
+            "option": "time",
+            "value": format_time(secs),
+            "old": format_time(int(rq.time_s)),
+            "reason": f"time request plus {slow - 1.0:.1%}: the fewer cores harp gives may make it that much "
+            "longer (predict.cores_tolerance)",
+        }, ""
 
     def _retry_floor(self, uid: int, task: TaskIdentity | None, now: float, explain: dict[str, Any]) -> Floor | None:
         """The floor of a workflow manager's retry (``harpd.predict.retry_floor``); a store fault gives none."""
@@ -440,9 +494,14 @@ class ModelPredictor:
         return floor
 
     def _cores_change(
-        self, job: JobRequest, sig: str | None, task: TaskIdentity | None, retry: Floor | None
+        self, job: JobRequest, sig: str | None, task: TaskIdentity | None, retry: Floor | None, tolerance: float
     ) -> tuple[dict[str, Any] | None, dict[str, Any]]:
-        """The ``cpus-per-task`` change of a single-task job (``harpd.predict.cores``), or None and why not."""
+        """The ``cpus-per-task`` change of a single-task job (``harpd.predict.cores``), or None and why not.
+
+        ``tolerance``: how much longer the cores given may make the bound's run
+        (``predict.cores_tolerance``, 0 where its time limit has no room); the
+        explanation's ``slowdown`` is by how much, which the time limit adds.
+        """
         rq = job.request
         requested = rq.cpus_per_task or 1
         if requested <= 1:
@@ -458,11 +517,14 @@ class ModelPredictor:
         with self._lock:
             if self._restored.has(sig, "cpus"):
                 return None, {"reason": Restored.reason("CPUs")}
-            given, ex = self._cores.decide(sig, requested, alpha, self.settings.predict.cores_tolerance)
+            given, ex = self._cores.decide(sig, requested, alpha, tolerance)
         if given is not None and given < floor:
             ex["step_cpus"] = floor
             ex["reason"] += f"; its steps ask for {floor} CPUs"
             given = floor if floor < requested else None
+            ex.pop("slowdown", None)
+            if given is not None and slowdown(ex.get("bound_cores"), given) > 1.0:
+                ex["slowdown"] = slowdown(ex.get("bound_cores"), given)
         if given is None:
             return None, ex
         ex["unseen_steps"] = (
@@ -534,8 +596,14 @@ class ModelPredictor:
         retry: Floor | None = None,
         dry_run: bool = False,
         manager_inside: bool = False,
+        slow: float = 1.0,
     ) -> tuple[dict[str, Any] | None, dict[str, Any]]:
         """One resource's change (or None) and its explanation.
+
+        ``slow``: how much longer the cores harp gives may make the job
+        (``predict.cores_tolerance``): its time limit is that much longer, and
+        where that reaches the request the time is kept (and the caller
+        gives cores that slow nothing).
 
         ``manager_inside``: a workflow manager runs inside this job (Snakemake),
         so its memory is never cut below ``predict.manager_floor_mem_mb``: the
@@ -557,7 +625,7 @@ class ModelPredictor:
             if not dry_run:
                 champion.history.submitted(keys, now)
             restored = self._restored.has(sig, res)
-            stopped = champion.stops.any(keys.sig)
+            recent = _RecentEvidence.of(champion.recent, keys.sig)
         if restored:
             return None, {"reason": Restored.reason("memory" if res == "mem" else res), "n_history": n_hist}
         guard = Guard.from_settings(self.settings.predict, res, self.settings.recovery.max_attempts)
@@ -593,7 +661,7 @@ class ModelPredictor:
             reason = f"memory of this workflow task type: {rule}"
         elif champion.model is None or task:
             margin = SoftPolicy.from_settings(self.settings.predict).recent_margin if soft else MARGIN
-            history_bound, rule = self._history_bound(x, margin, stopped)
+            history_bound, rule = self._history_bound(recent, math.log(keys.ref), margin)
             if history_bound is None:
                 return None, {"model": None, "rule": HISTORY_RULE, "n_history": n_hist, "reason": rule}
             log_bound = history_bound
@@ -640,6 +708,9 @@ class ModelPredictor:
         least = None if retry is None else (retry.time_s if res == "time" else retry.mem_mb)
         if value is not None and retry is not None and least is not None and value < least:
             value, why = least, f"{why}; at least {retry.reason}"
+        if value is not None and res == "time" and slow > 1.0:
+            value *= slow
+            reason += f", plus {slow - 1.0:.1%} for the fewer cores harp gives"
         ex = {
             "model": None if champion.model is None else champion.name,
             "n_history": n_hist,

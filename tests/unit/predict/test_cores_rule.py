@@ -238,10 +238,52 @@ def test_cores_the_runs_used_are_given(predictor):
 def test_the_site_tolerance_reaches_the_live_decision_and_its_reason(predictor):
     runs = _runs(25, used_cores=5.1, req_cpus=6)
     job = _job(cpus_per_task=6)
-    assert "cpus-per-task" not in {c.option for c in predictor(runs).decide(job, "alice", 1000).changes}
-    d = predictor(runs, cores_tolerance=0.05).decide(job, "alice", 1000)
+    strict = predictor(runs, cores_tolerance=0).decide(job, "alice", 1000)
+    assert "cpus-per-task" not in {c.option for c in strict.changes}
+    d = predictor(runs).decide(job, "alice", 1000)  # the default: 0.05 (#27)
     by = {c.option: c for c in d.changes}
     assert by["cpus-per-task"].value == "5" and "at most 5% slower on 5" in by["cpus-per-task"].reason
+
+
+def test_a_job_slowed_within_the_tolerance_gets_the_slowdown_in_its_time_limit(predictor):
+    """Under hard limits harp keeps the time (hard_cut_gain 0): the request grows by the slowdown, 5.1 / 5."""
+    runs = _runs(25, used_cores=5.1, req_cpus=6)
+    d = predictor(runs).decide(_job(cpus_per_task=6), "alice", 1000)
+    by = {c.option: c for c in d.changes}
+    assert by["cpus-per-task"].value == "5"
+    assert by["time"].value == "01:02:00" and by["time"].old == "01:00:00"  # 3600 s x 1.02, whole minutes
+    assert d.explain["cores"]["slowdown"] == pytest.approx(1.02)
+
+
+def test_a_cut_time_limit_includes_the_slowdown(predictor):
+    runs = _runs(25, used_cores=5.1, req_cpus=6)
+    plain = predictor(runs, hard_cut_gain=1.0, cores_tolerance=0).decide(_job(cpus_per_task=6), "alice", 1000)
+    slowed = predictor(runs, hard_cut_gain=1.0).decide(_job(cpus_per_task=6), "alice", 1000)
+    t0 = {c.option: c for c in plain.changes}["time"].value
+    t1 = {c.option: c for c in slowed.changes}["time"].value
+    from harp_submit.units import parse_duration_s
+
+    assert parse_duration_s(t1) >= parse_duration_s(t0) * 1.02 > parse_duration_s(t0)
+
+
+def test_without_room_in_the_time_limit_the_cores_slow_nothing(predictor):
+    runs = _runs(25, used_cores=5.1, req_cpus=6)
+    no_time = JobRequest(partition="cpu", signature="sig-threads", request={"cpus_per_task": 6})
+    d = predictor(runs).decide(no_time, "alice", 1000)
+    assert {c.option for c in d.changes} == set()
+    assert "no time limit asked" in d.explain["cores"]["tolerance_dropped"]
+
+
+def test_past_the_time_cap_the_cores_slow_nothing(tmp_path):
+    s = HarpSettings(store={"path": str(tmp_path / "h.db")}, recovery={"max_time_s": 3600})
+    st = Store.open(s.store.path)
+    st.insert_jobs(_runs(25, used_cores=5.1, req_cpus=6))
+    try:
+        d = ModelPredictor(s, store=st).decide(_job(cpus_per_task=6), "alice", 1000)
+    finally:
+        st.close()
+    assert {c.option for c in d.changes} == set()  # 6 cores and the hour asked: 5 would need 61.2 minutes
+    assert "passes the limit" in d.explain["cores"]["tolerance_dropped"]
 
 
 def test_allow_shrink_off_keeps_the_cores(predictor):
@@ -346,3 +388,14 @@ def test_cli_cores_replay_without_cpu_time_is_one_line(tmp_path, capsys, cfg):
     assert harp(["replay", str(p), "--resource", "cpus"]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "no job with CPU time" in err and "Traceback" not in err
+
+
+def test_the_replay_counts_as_slowed_only_tasks_slowed_beyond_the_tolerance():
+    from harpd.evaluate.cores_replay import CoreFigures
+
+    f = CoreFigures(tolerance=0.05)
+    f.add(6, 5, 5.1, 600.0)  # 2 % longer on 5: within the tolerance, its time limit holds it
+    f.add(6, 5, 5.5, 600.0)  # 10 % longer: slowed
+    f.add(6, 6, 5.9, 600.0)  # given what it asked: never slowed by harp
+    assert (f.slowed, f.slowed_at_all, f.slowed_share) == (1, 2, pytest.approx(1 / 3))
+    assert CoreFigures().tolerance == 0.0

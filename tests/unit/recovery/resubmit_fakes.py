@@ -198,8 +198,20 @@ class FakeSlurm:
         self._save(st)
         return jid
 
-    def end_run(self, job_id: str, outcome: Outcome, used_mem_mb: float = 50.0, ago_s: float = 30.0) -> None:
-        """The job's current run ends with ``outcome``, ``ago_s`` seconds ago (as sacct reports it, later)."""
+    def end_run(
+        self,
+        job_id: str,
+        outcome: Outcome,
+        used_mem_mb: float = 50.0,
+        ago_s: float = 30.0,
+        *,
+        gpus: int | None = None,
+        gpumem_mb: float | None = None,
+    ) -> None:
+        """The job's current run ends with ``outcome``, ``ago_s`` seconds ago (as sacct reports it, later).
+
+        ``gpus``, ``gpumem_mb``: its allocated GPUs and gres/gpumem peak per GPU (a site that gathers them).
+        """
         st = self._load()
         j = st["jobs"][str(job_id)]
         assert j["state"] not in FINISHED and not j["held"], f"job {job_id} is {j['state']} (held={j['held']})"
@@ -216,6 +228,8 @@ class FakeSlurm:
                 "mem": (j["mem_mb"] or (j["mem_per_cpu_mb"] or 0)),
                 "used_time": limit if outcome == Outcome.TIMEOUT else 5.0,
                 "used_mem": used_mem_mb,
+                "gpus": gpus,
+                "gpumem": gpumem_mb,
             }
         )
         j["state"] = _STATE_OF[outcome]
@@ -330,6 +344,8 @@ class FakeSlurm:
                         censored_mem=outcome == Outcome.OOM,
                         attempt=i + 1,
                         account=j.get("account"),
+                        alloc_gpus=r.get("gpus"),
+                        used_gpumem_mb=r.get("gpumem"),
                     )
                 )
             if j["state"] not in FINISHED:
