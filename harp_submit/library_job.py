@@ -25,6 +25,8 @@ import os
 
 MAX_BYTES = 1 << 20
 MAX_OPS = 20000
+#: the longest ``module:qualname`` sent (``harpd.protocol.JobRequest.function``)
+MAX_NAME = 256
 _HEX = frozenset("0123456789abcdef")
 SUBMITIT_MODULE = "submitit.core._submit"
 #: modules whose globals wrap the function (partial) or rebuild it (cloudpickle): look past them
@@ -55,6 +57,14 @@ def submitit_function(script_path: str | None, commands: list[str]) -> str | Non
     """``module:qualname`` of the function a submitit job runs; None when not submitit's or unreadable."""
     if not script_path or not is_submitit(os.path.basename(script_path), commands):
         return None
+    name = _function_in_folder(script_path)
+    return name if name is not None and len(name) <= MAX_NAME else None  # what harpd's protocol takes
+
+
+def _function_in_folder(script_path: str) -> str | None:
+    """The function in the newest ``<uuid>.pkl`` beside the submission script: the one submitit wrote just
+    before this sbatch (it renames each pickle once its sbatch answered).  A folder of more than 10,000
+    entries is not listed (harp-submit's overhead); the job name stands for the function then."""
     folder = os.path.dirname(os.path.abspath(script_path))
     try:
         newest: tuple[float, str] | None = None

@@ -103,3 +103,16 @@ def test_without_a_function_the_job_name_stands_for_it():
     assert task is not None and (task.manager, task.workflow, task.task) == ("submitit", FOLDER, "my-experiment")
     assert not task.manager_retries  # submitit never submits a failed function again itself
     assert identify(["python -m submitit.core._submit"], "x", None, "/w") is None  # no folder: no identity
+
+
+def test_a_name_longer_than_harpd_takes_is_no_function(tmp_path):
+    script = tmp_path / (".submission_file_" + "a" * 32 + ".sh")
+    script.write_text("#!/bin/bash\n")
+    data = _pickled(json.dumps).replace(b"\x8c\x05dumps", b"\x8c\xc8" + b"d" * 200)
+    (tmp_path / ("c" * 32 + ".pkl")).write_bytes(data)
+    assert function_of_pickle(data) == "json:" + "d" * 200
+    assert submitit_function(str(script), [LINE]) == "json:" + "d" * 200
+    data = data.replace(b"\x8c\x04json", b"\x8c\x3c" + b"j" * 60)
+    (tmp_path / ("c" * 32 + ".pkl")).write_bytes(data)
+    assert function_of_pickle(data) == "j" * 60 + ":" + "d" * 200
+    assert submitit_function(str(script), [LINE]) is None  # 261 characters: more than harpd's protocol takes
