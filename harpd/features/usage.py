@@ -14,6 +14,8 @@ need.  Every other finished run is censored, its usage a lower bound:
   one that used all of its time was about to be killed; what it would have
   used with more is unknown, so it is censored too.  Reading it as a sample
   would let a rule size the next run at exactly the size that held this one;
+* a run a requeue ended (state REQUEUED, neither out of time nor memory) is no
+  run of its own: the job goes on under its id, and its later run is learnt;
 * FAILED, CANCELLED, NODE_FAIL, PREEMPTED (or an end not recorded): it stopped before its program
   finished, so it used at least what it used, and perhaps far less than the
   program needs (a step refused at start uses nothing).  Such a run must never
@@ -66,6 +68,10 @@ def usage_of(r: JobRecord, resource: str) -> Usage | None:
     is kept, censored: nothing says it completed.
     """
     if r.outcome == Outcome.RUNNING:
+        return None
+    if r.outcome == Outcome.PREEMPTED and r.state == "REQUEUED":
+        # a run its job's requeue ended (its own ``scontrol requeue``, submitit's checkpoint, a preemption's):
+        # the job runs again under its id and that run says what it needs; this one is neither (#51)
         return None
     if resource == "time":
         used, req, flag = r.used_time_s, r.req_time_s, r.censored_time

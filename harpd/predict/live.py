@@ -345,9 +345,9 @@ class ModelPredictor:
         explain: dict[str, Any] = {}
         models_used: list[str] = []
         sig = _signature(job)  # once per request: every resource and the cores rule group by it
-        task = identify(job.commands, job.job_name, job.script_name, job.cwd)
+        task = identify(job.commands, job.job_name, job.script_name, job.cwd, job.function)
         if task is not None and job.input_bytes is not None and not task.inputs_seen:
-            # a Snakemake job's command names the Snakefile, not the rule's inputs: no input size
+            # a Snakemake job's command names the Snakefile, submitit's its folder: not the task's inputs
             explain["input_bytes_ignored"] = f"{job.input_bytes} bytes of the files its command names, not its inputs"
             job = job.model_copy(update={"input_bytes": None})
         retry = self._retry_floor(uid, task, now, explain)
@@ -713,7 +713,7 @@ class ModelPredictor:
                 reason += f", plus {guard.headroom:g} s: harpd extends a job that long before its limit"
             reason += f" (extended automatically up to {format_time(int(req))} while it runs)"
         if res == "time":
-            value, moved = fit_time(value, rq, self.settings.predict.floor_time_s)
+            value, moved = fit_time(value, rq, self.settings.predict.floor_time_s, job.commands)
             if moved:
                 reason += f" ({moved})"
                 ex["time_options"] = moved
@@ -795,7 +795,7 @@ def _total_mem(rq: Resources) -> dict[str, Any]:
 
 def _signature(job: JobRequest) -> str | None:
     """A job request's signature: the one harp-submit sent, else (workflow task, else commands) as the poller does."""
-    return job.signature or job_signature(job.commands, job.job_name, job.script_name, job.cwd)
+    return job.signature or job_signature(job.commands, job.job_name, job.script_name, job.cwd, job.function)
 
 
 def identity_of(job: JobRequest, sig: str | None, task: TaskIdentity | None) -> dict[str, Any]:

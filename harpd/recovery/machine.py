@@ -199,6 +199,10 @@ class Recovery:
         """Ingest listener: a run's outcome was stored (at least once per run)."""
         if not self.cfg.enabled or not rec.outcome.finished:
             return
+        if rec.outcome == Outcome.PREEMPTED and rec.state == "REQUEUED":
+            # requeued, by itself (submitit's checkpoint) or a preemption: the job runs again under its
+            # id in the same attempt, and that run's end is the attempt's outcome (#51)
+            return
         if not self._attached.wait(60):
             log.error("recovery: not attached to the poller; outcome of job %s left for the next tick", rec.job_id)
             return
@@ -335,9 +339,9 @@ class Recovery:
         if not row.job_id:
             return
         rec = self.store.get_job(row.job_id)
-        if rec is None or not rec.outcome.finished:
-            return
-        if row.plan.mode == REQUEUE and rec.attempt < row.number:
+        if rec is None or not rec.outcome.finished or (rec.outcome == Outcome.PREEMPTED and rec.state == "REQUEUED"):
+            return  # not ended, or requeued by itself: it runs again in this attempt
+        if row.plan.mode == REQUEUE and rec.attempt - self.store.requeued_runs(rec.job_id, rec.attempt) < row.number:
             return  # the requeued run has not ended yet
         self._handle(rec)
 
@@ -348,9 +352,12 @@ class Recovery:
         if chain is None:
             return None
         rows = self._rows(chain)
-        mine = [a for a in rows.values() if a.job_id == rec.job_id]
+        mine = sorted((a for a in rows.values() if a.job_id == rec.job_id), key=lambda a: a.number)
         if len(mine) == 1:
             return chain, mine[0]
+        caused = self._caused_by(mine, rec)
+        if caused is not None:
+            return chain, caused
         exact = [a for a in mine if a.number == int(rec.attempt)]
         if exact:
             return chain, exact[0]
@@ -359,6 +366,22 @@ class Recovery:
             return chain, live[0]
         log.info("job %s run %d matches no attempt of chain %s; left alone", rec.job_id, rec.attempt, chain)
         return False
+
+    def _caused_by(self, mine: list[Attempt], rec: JobRecord) -> Attempt | None:
+        """The attempt whose run ``rec`` is, among a job id's attempts (requeued in place), counting only
+        the runs harp caused.
+
+        A job that requeues itself (submitit's checkpoint) runs more often than
+        harp requeued it, so its run numbers run ahead of the attempts' (#51:
+        the run of attempt 1 that ran out of memory after the job's own requeue
+        was taken for attempt 2, and a completed function was run again).  Its
+        own requeues end runs REQUEUED, neither out of time nor memory: those
+        are taken off the run's number.  None when no attempt has that number.
+        """
+        own = self.store.requeued_runs(rec.job_id, int(rec.attempt), rec.source)
+        number = int(rec.attempt) - own
+        exact = [a for a in mine if a.number == number]
+        return exact[0] if own and exact else None
 
     def _handle(self, rec: JobRecord, while_running: bool = False) -> None:
         self._while_running = while_running

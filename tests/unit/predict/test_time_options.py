@@ -52,3 +52,30 @@ def test_client_refuses_a_limit_that_breaks_them(value, resources, words) -> Non
 
 def test_client_accepts_a_limit_that_keeps_them() -> None:
     check_time_options(_time("00:05:00"), {"time_min_s": 300, "signal_s": 120})
+
+
+SUBMITIT = ["srun --unbuffered --output /l/%j_%t_log.out python -u -m submitit.core._submit /l"]
+
+
+@pytest.mark.parametrize("minutes", [5, 11, 20, 60, 600])
+def test_a_cut_submitit_job_gets_its_signal_only_once_submitit_counts_a_timeout(minutes) -> None:
+    """#51: a 7-minute cut of a 20-minute submitit job came at 5.5 min, which submitit took for a preemption."""
+    t, n = minutes * 60, 90
+    value, why = fit_time(300.0, Resources(time_s=t, signal_s=n), 60, SUBMITIT)
+    guaranteed = min(0.8 * t, t - 600)  # submitit's has_timed_out
+    # the signal comes after submitit's threshold (and its start-up), else the job keeps its whole time
+    assert value >= t or value - n >= guaranteed + 120
+    if minutes == 20:
+        assert value == 600 + 90 + 120 and "submitit" in why
+
+
+def test_other_signal_jobs_keep_the_plain_rule() -> None:
+    # up to 10 minutes submitit takes any signal for a timeout: the plain rule
+    assert fit_time(200.0, Resources(time_s=600, signal_s=90), 60, SUBMITIT) == (290.0, "+90s for --signal's warning")
+    assert fit_time(300.0, Resources(time_s=1800, signal_s=600), 60, ["python train.py"])[0] == 900.0
+    # a 2-hour submitit job: its USR2 counts as a timeout only after 96 minutes
+    assert fit_time(3000.0, Resources(time_s=7200, signal_s=90), 60, SUBMITIT)[0] == 5760 + 90 + 120
+    assert fit_time(6000.0, Resources(time_s=7200, signal_s=90), 60, SUBMITIT) == (
+        6090.0,
+        "+90s for --signal's warning",
+    )

@@ -235,6 +235,17 @@ class FakeSlurm:
         j["state"] = _STATE_OF[outcome]
         self._save(st)
 
+    def own_requeue(self, job_id: str, used_mem_mb: float = 50.0, ago_s: float = 30.0) -> None:
+        """The job requeues itself (``scontrol requeue $SLURM_JOB_ID``, submitit's checkpoint): its run ends
+        REQUEUED, neither out of time nor memory, and the job is pending again under its id."""
+        self.end_run(job_id, Outcome.PREEMPTED, used_mem_mb=used_mem_mb, ago_s=ago_s)
+        st = self._load()
+        j = st["jobs"][str(job_id)]
+        j["runs"][-1]["state"] = "REQUEUED"
+        j["restarts"] += 1
+        j["state"] = "PENDING"
+        self._save(st)
+
     def start_run(self, job_id: str, completing_shows: int = 2) -> None:
         """The job runs now.  Held while it runs (``requeue_hold``), it shows COMPLETING
         ``completing_shows`` times before it is PENDING and held, as slurmctld does while
