@@ -46,7 +46,7 @@ from harpd.predict.retry_floor import Floor, RetryFloors
 from harpd.predict.soft import SoftPolicy, running_bound, soft_guard, stake_of, tilt
 from harpd.predict.soft_state import SoftState
 from harpd.predict.task_memory import TaskMemory
-from harpd.predict.time_options import fit_time, kept_under_soft_limits
+from harpd.predict.time_options import SUBMITIT_KEPT, fit_time, kept_under_soft_limits
 from harpd.protocol import Change, Decision, JobRequest, Limits, Resources
 from harpd.records import JobRecord, ModelRow, Submission
 from harpd.slurm.job_ids import submitted_id
@@ -719,7 +719,10 @@ class ModelPredictor:
                 ex["time_options"] = moved
             secs = int(math.ceil(value / 60.0) * 60)  # sbatch rounds to minutes anyway
             if req and secs >= req:
-                return None, {**ex, "reason": "rounded bound reaches the request: kept"}
+                return None, {
+                    **ex,
+                    "reason": moved if moved == SUBMITIT_KEPT else "rounded bound reaches the request: kept",
+                }
             return {
                 "option": "time",
                 "value": format_time(secs),

@@ -11,13 +11,12 @@ change what they mean:
   the limit is at least the predicted need plus N (and never below N plus the
   time floor), so the signal comes when the job was predicted to be done, not
   in the middle of the work.  A client that judges the signal by its own
-  clock needs more: submitit counts a USR2 as its timeout only once its
+  clock keeps its time: submitit counts a USR2 as its timeout only once its
   function has run min(0.8·T, T − 10 min) of its own timeout T (the job's
-  ``--time``), and before that takes it for a preemption and requeues the
-  function from its start, again and again under a cut limit (#51).  A
-  submitit job's cut therefore leaves that long plus N plus two minutes
-  (Slurm sends the signal up to a minute early, its event resolution, and the
-  client's clock starts after the job's), or keeps its time;  Under soft limits harpd extends a job only
+  ``--time``, so a cut does not move it), takes an earlier one for a
+  preemption and requeues the function from its start, again and again under
+  a cut limit, and after it fails a function that cannot checkpoint as
+  FAILED, which harp cannot run again (#51).  Under soft limits harpd extends a job only
   shortly before its limit, after slurmctld has already sent the signal from
   the shortened end time, so a job asking for a signal keeps its time;
 * ``--deadline``: slurmctld ends a job that cannot finish by its deadline.
@@ -36,21 +35,18 @@ from typing import Any
 
 from harpd.features.workflow import SUBMITIT_MODULE
 
-__all__ = ["fit_time", "kept_under_soft_limits", "client_timeout_s"]
+__all__ = ["fit_time", "kept_under_soft_limits", "is_submitit", "SUBMITIT_KEPT"]
 
-#: slack after a client's threshold: Slurm sends ``--signal`` up to 60 s early (its event resolution),
-#: and the client's clock (submitit's ``_start_time``) starts after its process did
-SIGNAL_SLACK_S = 120
+#: why a submitit job asking for a signal keeps its time (``fit_time``)
+SUBMITIT_KEPT = (
+    "time kept: submitit takes an earlier --signal for a preemption, and a later one fails a function "
+    "that cannot checkpoint, which harp cannot run again"
+)
 
 
-def client_timeout_s(commands: Sequence[str] | None, time_s: float | None) -> float | None:
-    """Seconds of run a job's client needs before it takes ``--signal``'s signal for a timeout; None: no such
-    client.  submitit (``has_timed_out``): min(0.8·T, T − 600) of its timeout T, the job's ``--time``; up to
-    10 minutes that is nothing (None): any signal is a timeout to it."""
-    if not time_s or not any(SUBMITIT_MODULE in str(c) for c in commands or ()):
-        return None
-    guaranteed = min(0.8 * float(time_s), float(time_s) - 600.0)
-    return guaranteed if guaranteed > 0 else None
+def is_submitit(commands: Sequence[str] | None) -> bool:
+    """Whether the job runs submitit's worker (``python -m submitit.core._submit``)."""
+    return any(SUBMITIT_MODULE in str(c) for c in commands or ())
 
 
 def kept_under_soft_limits(rq: Any) -> str | None:
@@ -69,9 +65,8 @@ def fit_time(value: float, rq: Any, floor_s: int, commands: Sequence[str] | None
     """The limit (seconds) that keeps ``--signal`` and ``--time-min`` meaningful, and why it moved.
 
     ``value`` is the predicted need; the result is never below the user's
-    ``--time-min`` and leaves ``--signal``'s N seconds after the need, and
-    after the run a client of the job's ``commands`` needs to take the signal
-    for a timeout (``client_timeout_s``), never above the request for that.
+    ``--time-min`` and leaves ``--signal``'s N seconds after the need; a
+    submitit job (``commands``) asking for a signal keeps its requested time.
     """
     why: list[str] = []
     if rq.signal_s:
@@ -79,10 +74,12 @@ def fit_time(value: float, rq: Any, floor_s: int, commands: Sequence[str] | None
         if room > value:
             why.append(f"+{rq.signal_s}s for --signal's warning")
             value = room
-        client = client_timeout_s(commands, rq.time_s)
-        if client is not None and value < client + rq.signal_s + SIGNAL_SLACK_S:
-            value = min(client + rq.signal_s + SIGNAL_SLACK_S, float(rq.time_s))
-            why.append(f"at least {value:.0f}s: submitit takes an earlier signal for a preemption")
+        if rq.time_s and is_submitit(commands) and value < float(rq.time_s):
+            # a signal before submitit's own threshold is a preemption to it (the function requeued from its
+            # start, again and again); after it, a timeout that fails a function that cannot checkpoint, as
+            # FAILED, which harp cannot run again: no cut is safe for it
+            value = float(rq.time_s)
+            why.append(f"{SUBMITIT_KEPT}")
     if rq.time_min_s and value < rq.time_min_s:
         why.append(f"raised to --time-min {rq.time_min_s}s")
         value = float(rq.time_min_s)

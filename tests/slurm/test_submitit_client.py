@@ -12,11 +12,11 @@ changing it), a real harpd as root with soft limits polls the cluster (#51):
 * a checkpointed function requeued twice (submitit's USR2 handler runs
   ``scontrol requeue $SLURM_JOB_ID``) completes once: harp stores every run,
   learns the completed one and never runs the function again;
-* under hard limits (a second harpd), a cut submitit job gets its USR2 only
-  after submitit counts a timeout (min(0.8·T, T − 10 min) of its own
-  timeout T, Slurm's signal up to a minute early): never the preemption it
-  would requeue from scratch forever.  Read from the limit Slurm applied,
-  not waited for (the signal would come after 12 minutes).
+* under hard limits (a second harpd, cuts allowed), a submitit job asking
+  for a signal is sized but keeps its time: submitit takes a signal before
+  min(0.8·T, T − 10 min) of its own timeout T for a preemption (requeued from
+  scratch, forever) and one after it for a timeout that fails a function
+  that cannot checkpoint, which harp cannot run again.
 
 ``sbatch`` is a user's wrapper script that execs harp-submit, with no
 ``HARP_SBATCH``: harp-submit finds the real sbatch past it (#51).
@@ -236,10 +236,11 @@ def test_a_checkpointed_function_that_requeues_itself_twice_completes_once_and_i
     assert "task-epilog failed" not in err, err[-2000:]
 
 
-def test_a_cut_signal_job_gets_its_signal_after_submitit_counts_a_timeout(lab) -> None:
+def test_a_signal_job_keeps_its_time_under_hard_cuts(lab) -> None:
     hard_dir = lab["dir"] / "hard"
     hard_dir.mkdir()
-    toml = lab["toml"] + "[watch]\nsoft_limits = false\n"
+    # cuts allowed under hard limits: a job of another client would have its time cut here
+    toml = lab["toml"] + "hard_cut_gain = 1.0\n[watch]\nsoft_limits = false\n"
     with running_harpd(hard_dir, slurm_conf=lab["cluster"].conf, extra_toml=toml, poll_interval_s=2) as sock:
         saved = os.environ["HARP_SOCKET"]
         os.environ["HARP_SOCKET"] = sock
@@ -252,13 +253,16 @@ def test_a_cut_signal_job_gets_its_signal_after_submitit_counts_a_timeout(lab) -
             client.call(sock, {"op": "reload"}, 60.0)
             job = ex.submit(quick)
             limit_s = _limit_s(lab, job.job_id)
+            mem_mb = float(_sacct(lab, job.job_id)[0]["reqmem"].rstrip("M") or 0)
             job.cancel()
         finally:
             os.environ["HARP_SOCKET"] = saved
-    t = minutes * 60
-    assert limit_s < t, f"not cut ({limit_s} s): the test shows nothing"
-    # the signal (90 s before the end, up to 60 s earlier) after submitit's own threshold
-    assert limit_s - 90 - 60 >= min(0.8 * t, t - 600), limit_s
+    # harp sized the job (its memory from the two runs) but kept its time: a signal before submitit's own
+    # threshold is a preemption to it, and after it a timeout that fails a function harp cannot run again
+    assert mem_mb < REQUEST_GB * 1024, (
+        f"memory not cut ({mem_mb} MB): harp did not size the job, the test shows nothing"
+    )
+    assert limit_s == minutes * 60, limit_s
 
 
 def _learnt(sock: str, job_ids: list[str]) -> bool:
