@@ -253,7 +253,7 @@ def test_a_signal_job_keeps_its_time_under_hard_cuts(lab) -> None:
             client.call(sock, {"op": "reload"}, 60.0)
             job = ex.submit(quick)
             limit_s = _limit_s(lab, job.job_id)
-            mem_mb = float(_sacct(lab, job.job_id)[0]["reqmem"].rstrip("M") or 0)
+            mem_mb = _mem_mb(lab, job.job_id)
             job.cancel()
         finally:
             os.environ["HARP_SOCKET"] = saved
@@ -267,6 +267,13 @@ def test_a_signal_job_keeps_its_time_under_hard_cuts(lab) -> None:
 
 def _learnt(sock: str, job_ids: list[str]) -> bool:
     return all(client.call(sock, {"op": "status", "job_id": j}, 10.0)["job"].get("state") == "done" for j in job_ids)
+
+
+def _mem_mb(lab, job_id: str) -> float:
+    """The memory slurmctld holds for a queued job (squeue's %m: 512M, 2G), in MB."""
+    out = lab["cluster"].run(["squeue", "-h", "-j", job_id, "-o", "%m"]).stdout.strip()
+    units = {"K": 1 / 1024, "M": 1.0, "G": 1024.0, "T": 1024.0 * 1024}
+    return float(out[:-1]) * units[out[-1]] if out and out[-1] in units else float(out or 0)
 
 
 def _limit_s(lab, job_id: str) -> float:
