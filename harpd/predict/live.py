@@ -333,7 +333,7 @@ class ModelPredictor:
         models_used: list[str] = []
         sig = _signature(job)  # once per request: every resource and the cores rule group by it
         task = identify(job.commands, job.job_name, job.script_name, job.cwd)
-        retry = self._retry_floor(uid, task, now, explain)
+        retry = self._retry_floor(uid, task, now, explain, sig, job)
         cores_change, explain["cores"] = self._cores_change(job, sig, task, retry)
         given = int(cores_change["value"]) if cores_change else None
         for res, champion in self._loaded.items():
@@ -428,10 +428,20 @@ class ModelPredictor:
             return None, "no usage recorded for this program's runs: request kept"
         return float(smax) + math.log(margin), f"{margin:g} x the most of its last runs"
 
-    def _retry_floor(self, uid: int, task: TaskIdentity | None, now: float, explain: dict[str, Any]) -> Floor | None:
-        """The floor of a workflow manager's retry (``harpd.predict.retry_floor``); a store fault gives none."""
+    def _retry_floor(
+        self,
+        uid: int,
+        task: TaskIdentity | None,
+        now: float,
+        explain: dict[str, Any],
+        sig: str | None = None,
+        job: JobRequest | None = None,
+    ) -> Floor | None:
+        """The floor of a workflow manager's retry and of the task's failures (``harpd.predict.retry_floor``);
+        a store fault gives none."""
+        asked = (None, None) if job is None else (_asked_mem(job.request), job.request.time_s)
         try:
-            floor = self._retries.floor(uid, task, now)
+            floor = self._retries.floor(uid, task, now, sig if is_workflow_signature(sig) else None, asked)
         except Exception:  # the floor only raises sizes: without it the history rule still decides
             log.exception("reading a workflow task's earlier attempt failed")
             return None
@@ -569,7 +579,13 @@ class ModelPredictor:
         if self.soft_limits and res == "time" and (kept := kept_under_soft_limits(rq)) is not None:
             return None, {"reason": kept}  # harpd extends such a job too late to keep its meaning
         if soft:
-            guard = soft_guard(guard, SoftPolicy.from_settings(self.settings.predict, self.settings.watch))
+            policy = SoftPolicy.from_settings(self.settings.predict, self.settings.watch)
+            guard = soft_guard(guard, policy)
+            if guard.floor > float(self.settings.predict.floor_time_s):  # the soft policy's floor, not the setting
+                floor_key = (
+                    "the soft policy's least limit: the watcher's lead (watch.margin_s) and one interval "
+                    "(watch.interval_s), in whole minutes"
+                )
         mem_task = task and res == "mem"  # sized by task_memory, which needs no min_history
         if n_hist < guard.min_history and not mem_task:
             return None, {"reason": f"cold start: {n_hist} of {guard.min_history} runs", "n_history": n_hist}
@@ -638,8 +654,9 @@ class ModelPredictor:
         ):
             value, why = None, why_kept(self.settings.predict.hard_cut_gain)
         least = None if retry is None else (retry.time_s if res == "time" else retry.mem_mb)
+        at_least = None  # the retry's or a failure's floor, when it set the value (named as such, not as a rail)
         if value is not None and retry is not None and least is not None and value < least:
-            value, why = least, f"{why}; at least {retry.reason}"
+            value, at_least = least, f"at least {retry.reason}"
         ex = {
             "model": None if champion.model is None else champion.name,
             "n_history": n_hist,
@@ -650,7 +667,10 @@ class ModelPredictor:
         }
         if value is None:
             return None, ex
-        if why != BOUND:
+        if at_least is not None:
+            reason += f"; raised to {_amount(value, res)}: {at_least}"
+            ex["reason"] = f"{why}; {at_least}"
+        elif why != BOUND:
             reason += "; " + _rail_words(why, res, guard, req, limit, floor_key)
         if soft and req:
             if why == BOUND and guard.headroom:
@@ -718,6 +738,20 @@ def _rail_words(
         key = floor_key or ("predict.floor_time_s" if res == "time" else "predict.floor_mem_mb")
         return f"raised to the floor of {amount(guard.floor)} ({key})"
     return f"lowered to the partition limit of {amount(limit)}"
+
+
+def _amount(v: float, res: str) -> str:
+    """A decided amount in the words of a reason."""
+    return format_time(int(math.ceil(v))) if res == "time" else format_mem(int(math.ceil(v)))
+
+
+def _asked_mem(rq: Resources) -> float | None:
+    """A request's total memory (MiB): what a floor never passes."""
+    if rq.mem_mb:
+        return float(rq.mem_mb * (rq.nodes or 1))
+    if rq.mem_per_cpu_mb:
+        return float(rq.mem_per_cpu_mb * (rq.cpus_per_task or 1) * (rq.ntasks or 1))
+    return None
 
 
 def _run_key(r: JobRecord) -> tuple[str, str, int]:
