@@ -88,7 +88,9 @@ def test_an_oom_lifts_pending_siblings_at_once_never_above_the_request(store, sl
 def test_a_later_completion_below_the_failure_releases_its_floor(store, slurm):
     register(store, "81", original_s=600, harp_time="3", original_mem_mb=4000, harp_mem="2000M")
     slurm.add("81", state="PENDING", limit_s=180, mem_mb=2000)
-    store.insert_jobs([run("79", Outcome.OOM, 1000, end=1000.0), run("80", Outcome.COMPLETED, 2000, used_mb=500, end=2000.0)])
+    store.insert_jobs(
+        [run("79", Outcome.OOM, 1000, end=1000.0), run("80", Outcome.COMPLETED, 2000, used_mb=500, end=2000.0)]
+    )
     r = mem_resizer(store, slurm, 600)
     r.on_outcome(run("80", Outcome.COMPLETED, 2000, used_mb=500))
     assert r.tick(slurm.queue()) == 1
