@@ -239,7 +239,7 @@ class RetryFloors:
 
 
 def _higher(a: Floor | None, b: Floor | None) -> Floor | None:
-    """The floor that holds both ``a`` and ``b``: each resource's higher value, with the reason of the one that set it."""
+    """The floor that holds both ``a`` and ``b``: each resource's higher value, with the reason of its setter."""
     if a is None or b is None:
         return a or b
     mem = max((f for f in (a, b) if f.mem_mb is not None), key=lambda f: f.mem_mb or 0.0, default=None)

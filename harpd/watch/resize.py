@@ -43,7 +43,8 @@ from harp_submit.units import fmt_time, parse_duration_s, parse_mem
 from harpd.config import HarpSettings
 from harpd.features.workflow import registered_signature
 from harpd.limits.ledger import Ledger, read_ledger, sibling_runs
-from harpd.limits.rule import LIFT, RESIZE as RESIZE_HAND, Floor, Verdict, floor_of, judge
+from harpd.limits.rule import LIFT, Floor, Verdict, floor_of, judge
+from harpd.limits.rule import RESIZE as RESIZE_HAND
 from harpd.predict.retry_floor import redeciding
 from harpd.protocol import Decision, JobRequest
 from harpd.records import JobRecord, LimitChange, Submission
