@@ -242,11 +242,7 @@ class Resizer:
         """The memory (MB, of ``option``) the job should have now, within the floor and the user's request."""
         if fresh.mem_option != option or fresh.mem_mb is None:
             return None
-        original = sub.original.mem_mb if option == "mem" else sub.original.mem_per_cpu_mb
-        try:
-            original = int(original) if original else None
-        except (TypeError, ValueError):
-            original = None
+        original = _original_mb(sub, option)
         if original is None:
             return None  # the user gave no such memory: nothing to stay under
         return max(min(self.floor_mb, original), min(int(fresh.mem_mb), original))
@@ -258,7 +254,7 @@ class Resizer:
             return 0
         lifted, attempt, why = False, None, ""
         if option == "mem":  # the ledger keeps --mem (harpd.limits.ledger)
-            request = _int(sub.original.mem_mb)
+            request = _original_mb(sub, "mem")
             verdict, _floor, ledger = self._ledger_verdict(job, sub, "mem", int(current), new, request)
             attempt = ledger.attempt
             if verdict.refused:
@@ -356,9 +352,10 @@ def _fmt_mb(v: float) -> str:
     return f"{int(-(-v // 1))}M"
 
 
-def _int(v: object) -> int | None:
+def _original_mb(sub: Submission, option: str) -> int | None:
+    """The user's own memory of ``option`` (MB), None when none was given."""
+    original = sub.original.mem_mb if option == "mem" else sub.original.mem_per_cpu_mb
     try:
-        n = int(v)  # type: ignore[call-overload]
+        return int(original) if original else None
     except (TypeError, ValueError):
         return None
-    return n if n > 0 else None

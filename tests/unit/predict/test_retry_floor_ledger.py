@@ -10,6 +10,20 @@ from harpd.predict.live import ModelPredictor
 from harpd.records import JobRecord, Outcome
 
 
+def _run(job_id: str, outcome: Outcome, mem_mb: float, used_mb: float | None, end: float) -> JobRecord:
+    """A run of the rule (``_sig``) sacct reported."""
+    return JobRecord(
+        job_id=job_id,
+        user="alice",
+        signature=_sig(),
+        outcome=outcome,
+        req_mem_mb=mem_mb,
+        used_mem_mb=used_mb,
+        submit_time=end - 50,
+        end_time=end,
+    )
+
+
 def test_the_retry_of_a_task_recovery_doubled_and_the_resizer_shrank_is_above_every_size_it_ran_out_at(setup):
     """Job 53: 541M (out), 1082M (out), 2000M re-sized to 541M (out): the manager's retry gets more than 1082M."""
     s, st = setup
@@ -33,30 +47,13 @@ def test_a_siblings_recent_oom_lifts_another_task_of_the_rule_and_the_reason_nam
     first = _mem(p.decide(_job(wrap=other), "alice", 1000))
     assert first < 600
     now = time.time()
-    oom = JobRecord(
-        job_id="77",
-        user="alice",
-        signature=_sig(),
-        outcome=Outcome.OOM,
-        req_mem_mb=700.0,
-        submit_time=now - 60,
-        end_time=now - 10,
-    )
+    oom = _run("77", Outcome.OOM, 700.0, None, now - 10)
     st.insert_jobs([oom])
     d = p.decide(_job(), "alice", 1000)  # sample s1: another task of the same rule
     assert _mem(d) == 1400, d.explain
     (mem,) = [c for c in d.changes if c.option == "mem"]
     assert "job 77 ran out of mem at 700M" in mem.reason and "partition limit" not in mem.reason, mem.reason
     # a later run of the rule that completed using less releases it: the need went down again
-    done = JobRecord(
-        job_id="78",
-        user="alice",
-        signature=_sig(),
-        outcome=Outcome.COMPLETED,
-        req_mem_mb=2000.0,
-        used_mem_mb=300.0,
-        submit_time=now - 5,
-        end_time=now - 1,
-    )
+    done = _run("78", Outcome.COMPLETED, 2000.0, 300.0, now - 1)
     st.insert_jobs([done])
     assert _mem(p.decide(_job(wrap=WRAP.replace("s1", "s3")), "alice", 1000)) < 700
