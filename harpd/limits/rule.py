@@ -13,9 +13,12 @@ it), so one hand never undoes another:
   more than X, so no hand sets that resource at or below X again: the least
   it gets is what recovery's escalation would give after X
   (``next_allocation``: double towards the user's request, never above
-  it).  A later run of the task that *completed* using less than X says the
-  need went down again: that failure no longer counts (a floor must not
-  outlive the program change that made it);
+  it).  Later runs of the task that *completed* say more: one that used
+  less than X says the need went down again, and that failure no longer
+  counts (a floor must not outlive the program change that made it); if
+  they all used more, the floor is the most they used with the history
+  rule's margin instead (a program that grew to U needs about U, not
+  twice what failed, nor the escalated size when U is above it);
 * **an escalation is a floor** for its own attempt: recovery raised it
   because the run before ran out; nothing lowers it during that attempt;
 * **a newer decision of another hand wins**: a hand that lowers a limit
@@ -57,6 +60,10 @@ LIFT = "floor lift"  # the re-sizer raising a pending job to a failure's floor
 EXTEND = "extension"  # the watcher's extension of a running job (harpd.watch.extend)
 ESCALATE = "escalation"  # recovery's next attempt after a run ran out (harpd.recovery)
 RETRY_FLOOR = "retry floor"  # a workflow manager's retry sized above its last attempt (harpd.predict.retry_floor)
+
+#: a failure's floor once later runs completed using more: the most they used and this margin (the history
+#: rule's own, ``harpd.predict.bounds.MARGIN``), always above the failed size
+HEADROOM = 1.1
 
 #: which outcome runs out of which resource
 _OUTCOME_OF = {"mem": Outcome.OOM, "time": Outcome.TIMEOUT}
@@ -162,9 +169,12 @@ def floor_of(
         x = _finite(r.size)
         if r.completed or x is None:
             continue
-        if any(at > r.at and used is not None and used < x for at, used in done):
+        later = [used for at, used in done if at > r.at and used is not None]
+        if any(used < x for used in later):
             continue  # a later run completed using less: the need went down
         v = _next_after(resource, x, req)
+        if later:  # later runs completed using more than x: they say how much more (with the history's margin)
+            v = max(HEADROOM * max(later), math.nextafter(x, math.inf))
         if v <= x:
             continue  # at the request already: nothing above it to give
         if best is None or v > best[0]:

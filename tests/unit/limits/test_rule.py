@@ -40,7 +40,8 @@ def test_a_later_completion_using_less_releases_a_failure_but_an_earlier_one_doe
     oom = RanOut("1", "mem", 1000, 100.0)
     assert floor_of("mem", (), (oom, RanOut("2", "mem", 2000, 200.0, True, 400)), 1, None).value is None
     assert floor_of("mem", (), (oom, RanOut("2", "mem", 2000, 50.0, True, 400)), 1, None).value == 2000
-    assert floor_of("mem", (), (oom, RanOut("2", "mem", 2000, 200.0, True, 1500)), 1, None).value == 2000
+    later = floor_of("mem", (), (oom, RanOut("2", "mem", 2000, 200.0, True, 1500)), 1, None).value
+    assert math.isclose(later, 1650)  # it used more: 1.1 x what it used
     assert floor_of("time", (), (RanOut("3", "time", 300, 1.0),), 1, 3600).value == 600
 
 
@@ -59,3 +60,12 @@ def test_bad_values_are_ignored_never_a_traceback():
     v = judge(RESIZE, "mem", math.nan, 500, 0.0, (), Floor(None), 2000)
     assert v.refused and "no current mem" in v.why
     assert judge(RESIZE, "mem", 1000, math.nan, 0.0, (), Floor(None), None).value is None
+
+
+def test_later_completions_above_a_failure_bring_its_floor_down_to_what_they_used_never_to_the_failed_size():
+    oom = RanOut("1", "mem", 541, 100.0)
+    grown = RanOut("2", "mem", 2000, 200.0, True, 1330)
+    assert floor_of("mem", (), (oom,), 1, 2000).value == 1082
+    assert math.isclose(floor_of("mem", (), (oom, grown), 1, 2000).value, 1463)  # 1.1 x 1330, under the request
+    close = RanOut("3", "mem", 2000, 300.0, True, 545)
+    assert floor_of("mem", (), (oom, close), 1, 2000).value > 541  # never the size that failed
