@@ -218,9 +218,9 @@ class Resizer:
         verdict, _floor, ledger = self._ledger_verdict(job, sub, "time", current, new, original_time_s(sub))
         if verdict.refused:
             return self._refuse(job, "time", verdict) if new is not None and new < current else 0
-        lifted = bool(verdict.why) and verdict.value is not None
         if verdict.value is None:
             return 0
+        lifted = bool(verdict.why) and verdict.value > current  # raised to a failure's floor
         new = whole_minutes(int(-(-verdict.value // 1))) * 60
         if new == current:
             return 0
@@ -231,6 +231,7 @@ class Resizer:
             f"raised while pending: {fmt_time(current)} -> {fmt_time(new)}, {verdict.why}"
             if lifted
             else f"re-decided while pending after its siblings' outcomes: {fmt_time(current)} -> {fmt_time(new)}"
+            + (f" ({verdict.why})" if verdict.why else "")
         )
         if not self.store.add_limit_change(job.job_id, kind, current, new, reason, DECIDED, attempt=ledger.attempt):
             return 0  # this limit was re-sized before: never twice
@@ -261,7 +262,8 @@ class Resizer:
                 return self._refuse(job, "mem", verdict) if new is not None and new < current else 0
             if verdict.value is None:
                 return 0
-            lifted, why = bool(verdict.why), verdict.why
+            why = verdict.why
+            lifted = bool(why) and verdict.value > current  # raised to a failure's floor
             new = int(-(-verdict.value // 1))
         if new is None or new == current:
             return 0
@@ -273,6 +275,7 @@ class Resizer:
             f"raised while pending: --{option} {current} MB -> {new} MB, {why}"
             if lifted
             else f"re-decided while pending after its siblings' outcomes: --{option} {current} MB -> {new} MB"
+            + (f" ({why})" if why else "")
         )
         if not self.store.add_limit_change(
             job.job_id, kind, at, at, reason, DECIDED, old_mem_mb=int(current), new_mem_mb=int(new), attempt=attempt

@@ -108,3 +108,15 @@ def test_a_time_out_of_a_sibling_lifts_the_time_of_pending_ones(store, slurm):
     assert slurm.jobs["91"].time_limit_s == 600  # above the 5 min the sibling ran out at
     (row,) = store.limit_changes("91")
     assert row.kind == "lift" and "(job 90 ran out of time at 5 min)" in row.reason
+
+
+def test_a_lowering_held_at_a_failures_floor_is_a_resize_not_a_lift(store, slurm):
+    register(store, "95", original_s=600, harp_time="3", original_mem_mb=4000, harp_mem="3000M")
+    slurm.add("95", state="PENDING", limit_s=180, mem_mb=3000)
+    oom = run("94", Outcome.OOM, 700)
+    store.insert_jobs([oom])
+    r = mem_resizer(store, slurm, 300)
+    r.on_outcome(oom)
+    assert r.tick(slurm.queue()) == 1
+    (row,) = store.limit_changes("95")
+    assert (row.kind, row.new_mem_mb) == ("resize-mem", 1400) and "raised to the floor of 1400M" in row.reason
