@@ -9,9 +9,11 @@ later run may have less memory than a run of it that ran out (the re-sizer
 once shrank an escalated attempt back to the size that had just failed),
 and from the second grown workflow on at most one task per workflow runs
 out of memory (a failure of the rule lifts every later size of it above the
-failed one: ``harpd.limits.rule``).  Then one more with ``--retries 1``:
-no retry, the manager's or harp's, gets a size its task already ran out
-at, and no task runs twice at once (sacct's intervals per task).
+failed one: ``harpd.limits.rule``).  Then the rule grows again (1700 MB)
+and Snakemake retries its tasks itself (``--retries 1``, harp's end-of-job
+hook off, so the manager sees each failure): no retry gets a size its task
+already ran out at, and no task runs twice at once (sacct's intervals per
+task).
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ import time
 
 import pytest
 
-from tests.slurm.test_snakemake_workflow import _mb, _run
+from tests.slurm.test_snakemake_workflow import _run
 from tests.slurm.test_workflow_cpus import _workflow
 
 pytestmark = pytest.mark.slurm
@@ -104,17 +106,20 @@ def _no_overlap(runs: dict[str, list[dict]]) -> None:
 def test_a_growing_rule_never_runs_below_a_failed_size_and_follows_the_growth(growing) -> None:
     wf = growing
     c = wf["cluster"]
-    (wf["dir"] / "size.txt").write_text("1200")  # the fixture's history of the rule: 400 MB of 1600M asked
     failed: dict[str, float] = {}
     seen = []
-    for n, retries in enumerate((0, 0, 0, 1)):
-        start, _ = _run(wf, harp=True, retries=retries)  # asserts Snakemake exits 0
+    # three grown workflows without --retries, then the rule grows again and Snakemake retries (--retries 1)
+    # the tasks itself: harp's end-of-job hook off, so the manager sees each failure and submits the retry
+    plan = [(1200, 0, {}), (1200, 0, {}), (1200, 0, {}), (1700, 1, {"HARP_TASK_EPILOG": "0"})]
+    for n, (mb, retries, env) in enumerate(plan):
+        (wf["dir"] / "size.txt").write_text(str(mb))  # the fixture's history of the rule: 400 MB of 1600M asked
+        start, _ = _run(wf, harp=True, retries=retries, env_extra=env)  # asserts Snakemake exits 0
         runs = _task_runs(c, start)
         assert len(runs) == 3 and all(rs[-1]["state"] == "COMPLETED" for rs in runs.values()), runs
-        _no_overlap(runs)
-        out = _check_sizes(runs, failed)
-        seen.append((retries, out, {t: [(r["state"], r["mem"]) for r in rs] for t, rs in runs.items()}))
-        if n >= 1:
+        _no_overlap(runs)  # no task twice at once: harp's requeue and the manager's retry never both ran
+        out = _check_sizes(runs, failed)  # no run of a task below a size it (or an earlier run) ran out at
+        seen.append((mb, retries, out, {t: [(r["state"], r["mem"]) for r in rs] for t, rs in runs.items()}))
+        if n in (1, 2):
             assert out <= 1, seen  # the rule's failures lifted its later sizes
-        assert all(_mb(f"{r['mem']:.0f}M") <= 2000 for rs in runs.values() for r in rs), runs  # never above the ask
-    print("\n" + "\n".join(f"--retries {r}: {o} task(s) ran out; {t}" for r, o, t in seen))
+        assert all(r["mem"] <= 2000 for rs in runs.values() for r in rs), runs  # never above the ask
+    print("\n" + "\n".join(f"{mb} MB, --retries {r}: {o} task(s) ran out; {t}" for mb, r, o, t in seen))
