@@ -10,10 +10,10 @@ once shrank an escalated attempt back to the size that had just failed),
 and from the second grown workflow on at most one task per workflow runs
 out of memory (a failure of the rule lifts every later size of it above the
 failed one: ``harpd.limits.rule``).  Then the rule grows again (1700 MB)
-and Snakemake retries its tasks itself (``--retries 1``, harp's end-of-job
-hook off, so the manager sees each failure): no retry gets a size its task
-already ran out at, and no task runs twice at once (sacct's intervals per
-task).
+with ``--retries 1`` and harp's end-of-job hook off, so harp's recovery
+(from its poll of sacct) races Snakemake's own retry: no retry, harp's or
+the manager's, gets a size its task already ran out at, and no task runs
+twice at once (sacct's intervals per task).
 """
 
 from __future__ import annotations
@@ -108,8 +108,8 @@ def test_a_growing_rule_never_runs_below_a_failed_size_and_follows_the_growth(gr
     c = wf["cluster"]
     failed: dict[str, float] = {}
     seen = []
-    # three grown workflows without --retries, then the rule grows again and Snakemake retries (--retries 1)
-    # the tasks itself: harp's end-of-job hook off, so the manager sees each failure and submits the retry
+    # three grown workflows without --retries, then the rule grows again with --retries 1 and harp's end-of-job
+    # hook off: harp recovers from its poll of sacct, racing the manager's own retry of the task
     plan = [(1200, 0, {}), (1200, 0, {}), (1200, 0, {}), (1700, 1, {"HARP_TASK_EPILOG": "0"})]
     for n, (mb, retries, env) in enumerate(plan):
         (wf["dir"] / "size.txt").write_text(str(mb))  # the fixture's history of the rule: 400 MB of 1600M asked
