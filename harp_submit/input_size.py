@@ -8,7 +8,9 @@ the regular files the job names:
 * the words of the script's command lines (``harp_submit.request``'s first
   lines, the ``--wrap`` command) that name an existing regular file,
   relative to the job's working directory; ``--opt=FILE`` counts its value;
-  the first word of a line is the program, not an input, and is skipped;
+  the first word of a line is the program, not an input, and is skipped, and
+  so is a word naming an interpreter or launcher after it (``srun … /opt/bin/python3
+  -m pkg``: a 7 MB interpreter is no input of the job, #51);
 * for a Nextflow task (``sbatch .command.run`` in the task's work
   directory), only the files staged in that directory (the wrapper's lines
   are Nextflow's own): one listing of it, never a walk below it, the task's
@@ -29,6 +31,22 @@ import time
 MAX_STATS = 256
 BUDGET_S = 0.005
 NEXTFLOW_WRAPPER = ".command.run"
+#: programs a command line runs after a launcher: the program, never the job's input
+#: (``re`` is not imported: harp-submit's cli_filter path loads only fast modules)
+_PROGRAMS = frozenset(
+    "perl Rscript R julia ruby node java bash sh srun mpirun mpiexec env apptainer singularity torchrun numactl"
+    " taskset stdbuf time timeout nohup".split()
+)
+
+
+def _is_program(name: str) -> bool:
+    """``python``, ``python3.11``, ``pypy3`` or another interpreter or launcher."""
+    if name in _PROGRAMS:
+        return True
+    for prefix in ("python", "pypy"):
+        if name.startswith(prefix) and not name[len(prefix) :].strip("0123456789."):
+            return True
+    return False
 
 
 class _Over(Exception):
@@ -45,6 +63,8 @@ def _candidates(commands: list[str]) -> list[str]:
             if word.startswith("-"):
                 word = word.partition("=")[2]
             if not word or "$" in word or "*" in word or word in seen or "=" in word.split("/", 1)[0]:
+                continue
+            if _is_program(word.rsplit("/", 1)[-1]):
                 continue
             seen.add(word)
             out.append(word)

@@ -232,6 +232,15 @@ class Request:
                 break
         return out
 
+    def library_function(self) -> str | None:
+        """The function a submitit job runs (``harp_submit.library_job``), imported only for submitit's scripts:
+        the cli_filter path loads only fast modules."""
+        if not self.script_path or not os.path.basename(self.script_path).startswith(".submission_file_"):
+            return None
+        from . import library_job
+
+        return library_job.submitit_function(self.script_path, self.commands())
+
     def job_request(self) -> dict[str, Any]:
         """The protocol's ``JobRequest``."""
         return {
@@ -245,6 +254,7 @@ class Request:
             "request": self.resources(),
             "harp_lines": [_text(x) or "" for x in self.harp_lines],
             "commands": self.commands(),
+            "function": self.library_function(),
             "input_bytes": input_size.input_bytes(
                 self.commands(), self.cwd(), os.path.basename(self.script_path) if self.script_path else None
             ),

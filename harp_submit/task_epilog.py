@@ -52,9 +52,19 @@ def job_name(environ: Mapping[str, str]) -> str:
     return environ["SLURM_JOB_ID"]
 
 
+def _quiet_exit(signum: int, frame: object) -> None:
+    """Killed while waiting for harpd (the job is being requeued or cancelled): end with status 0 and no
+    message, never ``slurmstepd: error: --task-epilog failed`` in the user's .err file (#51)."""
+    os._exit(0)
+
+
 def main(argv: list[str] | None = None, environ: Mapping[str, str] = os.environ) -> int:
     if not is_batch_task(environ) or environ.get("HARP_TASK_EPILOG", "1") == "0":
         return 0
+    import signal
+
+    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2):
+        signal.signal(sig, _quiet_exit)
     job_id = job_name(environ)
     try:
         where, _ = route.choose(environ)

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic_core import ErrorDetails
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 DEFAULT_CONFIG_PATH = Path("/etc/harp/harpd.toml")
@@ -117,8 +118,9 @@ class PredictSettings(_Section):
     alpha_time: float = Field(0.05, gt=0, lt=1)
     alpha_mem: float = Field(0.05, gt=0, lt=1)
     alpha_cpus: float = Field(0.05, gt=0, lt=1)
-    #: how much longer the cores harp gives may make the (1 - alpha_cpus) run (harpd.predict.cores)
-    cores_tolerance: float = Field(0.0, ge=0, lt=1)
+    #: how much longer the cores harp gives may make the (1 - alpha_cpus) run (harpd.predict.cores); a task
+    #: counts as slowed only beyond it, and its time limit includes it
+    cores_tolerance: float = Field(0.05, ge=0, lt=1)
     min_history: int = Field(5, ge=1)
     floor_time_s: int = Field(60, ge=60)
     floor_mem_mb: int = Field(100, ge=1)
@@ -140,7 +142,7 @@ class PredictSettings(_Section):
     soft_stake_tilt: float = Field(0.0, ge=0.0, le=1.0)  # deeper cut per log of cores × request above the usual
     # (0: off, the default: at 85% utilization 0.15 cost KTH-SP2 8% of mean wait; docs/metrics.md, 'Queue')
     # the last extension goes straight to the user's request; 1 (the default): the first does, so a job that
-    # outgrew harp's limit breaks the planner's promise once (docs/metrics.md, 'Queue', step 6)
+    # outgrew harp's limit breaks the planner's promise once (docs/metrics.md, 'Queue': one extension)
     soft_max_extensions: int = Field(1, ge=1, le=64)
     # one user's own budget: a user whose recent harp-cut jobs were extended more often than this
     # share (over at least 10 of their last 50) is no longer cut: their jobs keep their time request
@@ -273,7 +275,7 @@ class HarpSettings(BaseSettings):
     @classmethod
     def settings_customise_sources(
         cls, settings_cls, init_settings, env_settings, dotenv_settings, file_secret_settings
-    ):  # type: ignore[override]
+    ):
         # environment beats the file (passed as init kwargs) beats defaults
         return (env_settings, init_settings)
 
@@ -320,7 +322,7 @@ def _known_keys(loc: tuple[Any, ...]) -> list[str]:
     return list(model.model_fields)
 
 
-def _in_words(e: dict[str, Any]) -> str:
+def _in_words(e: ErrorDetails) -> str:
     """One pydantic error as "must be ..., got ..."."""
     import difflib
 

@@ -108,6 +108,9 @@ class JobRequest(_Model):
             left -= len(out[-1])
         return out
 
+    # a Python job library's function (``module:qualname``), read by harp-submit from the
+    # library's pickle without loading it (harp_submit.library_job): the job's identity
+    function: Annotated[str, Field(max_length=256)] | None = None
     # total bytes of the regular files the job names (harp_submit.input_size); None: unknown
     input_bytes: Annotated[int, Field(ge=0, le=1 << 62)] | None = None
     # register only: sbatch's arguments as harp-submit ran it and the SBATCH_*

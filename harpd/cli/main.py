@@ -12,6 +12,7 @@ import argparse
 import importlib
 import os
 import sys
+from types import ModuleType
 from typing import Any
 
 from harp_submit import __version__
@@ -90,7 +91,7 @@ def open_store(db: Any) -> Any:
         raise CliError(str(exc)) from None
 
 
-def _build_parser(argv: list[str]) -> tuple[argparse.ArgumentParser, object | None]:
+def _build_parser(argv: list[str]) -> tuple[argparse.ArgumentParser, ModuleType | None]:
     parser = argparse.ArgumentParser(prog="harp", description="harp admin CLI")
     parser.add_argument("--version", action="version", version=f"harp {__version__}")
     parser.add_argument("--config", help=CONFIG_HELP)

@@ -204,11 +204,11 @@ def run(args: argparse.Namespace) -> int:
     total = time.perf_counter() - t0
     report = build_report(res, args.trace, alpha, total)
     if queue is not None:
-        from harpd.cli.replay_verdict import queue_lines
+        from harpd.cli.replay_verdict import with_queue
 
-        # the queue is the outcome, the over-reservation its proxy: its verdict is read first
-        words = queue_lines(queue, res.limits)
-        report = dataclasses.replace(report, queue=queue, verdict=report.verdict.with_queue(words))
+        # the queue is the outcome, the over-reservation its proxy: its verdict decides the headline
+        assert report.verdict is not None  # build_report always judges
+        report = dataclasses.replace(report, queue=queue, verdict=with_queue(report.verdict, queue, res.limits))
     if workflow is not None:
         report = dataclasses.replace(report, workflow=workflow)
     if args.format == "json":
@@ -416,12 +416,48 @@ def render_queue(q: dict) -> str:
         if parts:
             out.append(f"{name} vs the users' requests, copy by copy: " + ", ".join(parts))
     for name, g in q["gap_closed"].items():
-        out.append(
-            f"{name} closes {_figure(g['mean_wait_s'], '.0%')} of the users→exact gap in mean wait, "
-            f"{_figure(g['mean_bounded_slowdown'], '.0%')} in mean bounded slowdown"
-        )
+        parts = [gap_words(g.get(f), (q.get("gap") or {}).get(f), what) for f, what in _GAP_WORDS]
+        out.append(f"{name}: " + "; ".join(parts))
     out += [f"note: {n}" for n in q["notes"]]
     return "\n".join(out) + "\n"
+
+
+_GAP_WORDS = (("mean_wait_s", "mean wait"), ("mean_bounded_slowdown", "mean bounded slowdown"))
+
+
+def gap_words(share: float | None, gap: dict | None, what: str) -> str:
+    """How much of the users→exact gap a harp row closes, in words that hold outside 0-100%.
+
+    A share is shown only where the gap is larger than two standard errors of
+    itself (over the copies): a ratio over a gap within its noise can read
+    546% or −123% and means nothing.
+    """
+    g, se = (gap or {}).get("gap"), (gap or {}).get("se")
+    if share is None or g is None:
+        return f"{what}: exact runtimes do not beat the users' requests, no gap to close"
+    if se is not None and abs(g) <= 2 * se:
+        return f"{what}: the users→exact gap ({g:,.1f} ±{se:,.1f}) is within its noise, no share of it shown"
+    one = " (one copy: no error)" if se is None else ""
+    if share > 1:
+        return f"{what}: better than exact runtimes ({share:.0%} of the users→exact gap){one}"
+    if share < 0:
+        return f"{what}: worse than the users' requests ({share:.0%} of the users→exact gap){one}"
+    return f"{what}: closes {share:.0%} of the users→exact gap{one}"
+
+
+def skipped_words(skipped: dict[str, int]) -> str:
+    """The jobs a replay left out, in words: '10,744 jobs with no usage, 3 not finished'."""
+    return ", ".join(
+        f"{n:,} {'jobs ' if k == 0 else ''}{_SKIP_WHY.get(why, why)}" for k, (why, n) in enumerate(skipped.items())
+    )
+
+
+_SKIP_WHY = {
+    "no usage": "with no usage",
+    "not finished": "not finished",
+    "no submit time": "with no submit time",
+    "no request": "with no request",
+}
 
 
 def check_soft_targets(h: ModelMetrics, budget: float) -> dict[str, dict]:
@@ -592,7 +628,8 @@ def render_table(rep: ReplayReport) -> str:
     widths = [max(len(r[i]) for r in lines) for i in range(len(head))]
     out = [
         f"{rep.source}: {rep.jobs} jobs, resource {rep.resource}, {rep.retrains} retrains, "
-        f"{rep.seconds:.0f}s, {rep.limits} limits" + (f" (skipped: {rep.skipped})" if rep.skipped else "")
+        f"{rep.seconds:.0f}s, {rep.limits} limits"
+        + (f" (skipped: {skipped_words(rep.skipped)})" if rep.skipped else "")
     ]
     out += list(rep.verdict.text) if rep.verdict is not None else []
     out.append("")

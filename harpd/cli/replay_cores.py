@@ -24,7 +24,8 @@ def report(trace: str, alpha: float, settings: Any = None) -> dict[str, Any]:
         raise ReplayError(
             f"{trace}: no job with CPU time (TotalCPU, %cpu) and a CPU request: nothing to replay for cores"
         )
-    out: dict[str, Any] = {"trace": str(trace), "resource": "cpus", "alpha": alpha}
+    tolerance = res.multi.tolerance
+    out: dict[str, Any] = {"trace": str(trace), "resource": "cpus", "alpha": alpha, "cores_tolerance": tolerance}
     for name, f in (("multi_cpu", res.multi), ("all", res.all)):
         out[name] = {
             "jobs": f.jobs,
@@ -36,6 +37,7 @@ def report(trace: str, alpha: float, settings: Any = None) -> dict[str, Any]:
             "changed": f.changed,
             "slowed": f.slowed,
             "slowed_share": round(f.slowed_share, 4),
+            "slowed_within_tolerance": f.slowed_at_all - f.slowed,
         }
     return out
 
@@ -43,7 +45,8 @@ def report(trace: str, alpha: float, settings: Any = None) -> dict[str, Any]:
 def render(rep: dict[str, Any]) -> str:
     """The figures as a small table: one row per set of jobs."""
     lines = [
-        f"{rep['trace']}: cores for single-task jobs (alpha {rep['alpha']:g})",
+        f"{rep['trace']}: cores for single-task jobs (alpha {rep['alpha']:g}, "
+        f"cores_tolerance {rep['cores_tolerance']:g})",
         f"{'jobs':24} {'n':>7} {'users core-h':>13} {'harp core-h':>12} {'harp/users':>10} {'used core-h':>12}"
         f" {'clairvoyant':>12} {'slowed':>8}",
     ]
@@ -55,6 +58,7 @@ def render(rep: dict[str, Any]) -> str:
             f"{f['slowed_share']:>8.2%}"
         )
     lines.append(
-        "slowed: jobs that used more cores than harp gave; clairvoyant: each job its own cores used, in whole cores"
+        f"slowed: jobs that used more than {1 + rep['cores_tolerance']:g} x the cores harp gave (slowed within "
+        "that, their time limit holds it); clairvoyant: each job its own cores used, in whole cores"
     )
     return "\n".join(lines) + "\n"

@@ -10,7 +10,7 @@ keys and their order are what scripts and benches read).
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # annotations only: `harp --help` does not load numpy
@@ -45,6 +45,9 @@ class Verdict:
     consumed_extra: float = 0.0
     killed_jobs: int = 0
     killed: float = 0.0
+    harp_kills: int = 0  # of killed_jobs, those harp's cut killed (below the request)
+    harp_killed: float = 0.0
+    users_kills: int = 0  # jobs the users' own requests stop (as in the trace)
     lost: int = 0
     extended_jobs: int | None = None
     missed_share: float | None = None
@@ -56,10 +59,6 @@ class Verdict:
     @classmethod
     def none(cls, why: str) -> Verdict:
         return cls(better=None, text=(f"no verdict: {why}",), figures=False)
-
-    def with_queue(self, words: list[str]) -> Verdict:
-        """The queue's verdict put first: the queue is the outcome, the over-reservation its proxy."""
-        return replace(self, queue=tuple(words), text=tuple(words) + self.text)
 
     def to_dict(self) -> dict[str, Any]:
         if not self.figures:
@@ -76,6 +75,9 @@ class Verdict:
                 "consumed_extra": self.consumed_extra,
                 "killed_jobs": self.killed_jobs,
                 "killed": self.killed,
+                "harp_kills": self.harp_kills,
+                "harp_killed": self.harp_killed,
+                "users_kills": self.users_kills,
                 "lost": self.lost,
                 "extended_jobs": self.extended_jobs,
                 "missed_share": self.missed_share,

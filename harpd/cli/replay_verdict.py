@@ -62,6 +62,9 @@ def verdict(rep: ReplayReport) -> Verdict:
         consumed_extra=extra,
         killed_jobs=int(h.killed_jobs),
         killed=h.killed / scale,
+        harp_kills=int(h.harp_kills or 0),
+        harp_killed=h.harp_killed / scale,
+        users_kills=int(u.killed_jobs),
         lost=int(h.lost or 0),
         extended_jobs=(round((_num(h.extended_share) or 0.0) * h.jobs) if soft else None),
         missed_share=_num(h.under_rate),
@@ -118,14 +121,7 @@ def _lines(v: Verdict, rep: ReplayReport) -> list[str]:
             f"{v.killed_jobs:,} killed below their own request"
         )
     else:
-        k = v.killed_jobs
-        line = (
-            f"  killed:   {k:,} jobs ({k / jobs if jobs else 0:.1%}) killed below their need and run again, "
-            f"burning {_amount(v.killed, unit)}"
-        )
-        if v.lost:
-            line += f"; {v.lost:,} run out of attempts (resubmitted by hand)"
-        lines.append(line)
+        lines.append(_killed_line(v, jobs))
     co = v.consumed_vs_users
     if co is not None:
         more = "more" if v.consumed_extra >= 0 else "less"
@@ -138,10 +134,79 @@ def _lines(v: Verdict, rep: ReplayReport) -> list[str]:
     return lines
 
 
+def _killed_line(v: Verdict, jobs: int) -> str:
+    """Who killed what under hard limits: harp's cuts, run again larger, apart from the users' own kills.
+
+    A job harp left at its request is stopped where the trace stopped it (it
+    ran past what its user asked): that kill is the users', abandoned as in
+    the trace, not run again; only a kill below the request is harp's.
+    """
+    k, uk = v.harp_kills, v.users_kills
+    if k:
+        line = (
+            f"  killed:   harp killed {_jobs(k)} ({k / jobs if jobs else 0:.1%}) below their request; each "
+            f"ran again with more, burning {_amount(v.harp_killed, v.unit)}"
+        )
+        if v.lost:
+            line += f"; {v.lost:,} ran out of attempts (resubmitted by hand)"
+    else:
+        line = "  killed:   harp killed no job below its request"
+    if uk:
+        line += (
+            f"; the users' own requests stop {_jobs(uk)} ({uk / jobs if jobs else 0:.1%}) that ran past them "
+            "(as in the trace: not run again)"
+        )
+    return line
+
+
+def _jobs(n: int) -> str:
+    return f"{n:,} job{'' if n == 1 else 's'}"
+
+
+def with_queue(v: Verdict, queue: dict[str, Any], limits: str) -> Verdict:
+    """The verdict once the queue was simulated: the queue decides the headline, read first.
+
+    The queue is the outcome a site deploys harp for, the over-reservation
+    only its proxy: harp is called better only when the queue (mean wait and
+    bounded slowdown) is no worse and its limits score no worse either.
+    """
+    words = queue_lines(queue, limits)
+    cmp = (queue.get("vs_users") or {}).get(f"harp-{limits}") or {}
+    ways = {f: (cmp.get(f) or {}).get("verdict") for f in ("mean_wait_s", "mean_bounded_slowdown")}
+    names = {"mean_wait_s": "mean wait", "mean_bounded_slowdown": "mean bounded slowdown"}
+    raised = [names[f] for f, w in ways.items() if w == "higher"]
+    lowered = [names[f] for f, w in ways.items() if w == "lower"]
+    rest = list(v.text[1:]) if v.figures else list(v.text)
+    if not cmp or not v.figures:
+        return dataclasses.replace(v, queue=tuple(words), text=tuple(words) + v.text)
+    if raised:
+        better = "users"
+        head = (
+            "verdict: the users' own requests would have been better than harp on this trace: harp raised "
+            f"the queue's {' and '.join(raised)}"
+        )
+        if v.reserved_saved > 0:
+            head += ", whatever its limits free"
+    elif v.better == "harp":
+        better = "harp"
+        how = f"it lowered the queue's {' and '.join(lowered)}" if lowered else "the queue is no worse"
+        head = v.text[0].rstrip(".") + f": {how}"
+    elif lowered and v.better == "users":
+        better = "mixed"
+        head = (
+            f"verdict: mixed: harp lowered the queue's {' and '.join(lowered)}, but its limits score worse "
+            "than the users' own requests (the table below)"
+        )
+    else:
+        better = v.better or "same"
+        head = v.text[0].rstrip(".")
+    return dataclasses.replace(v, better=better, queue=tuple(words), text=(head + ".", *words, *rest))
+
+
 def _effect(c: dict[str, Any] | None, what: str) -> str:
     """One figure of a paired comparison in words: 'lowered the mean wait by 5.4% (±0.5%)'."""
     d = None if c is None else _num(c.get("rel_diff"))
-    if d is None:
+    if c is None or d is None:
         return f"{what}: not measured"
     se = _num(c.get("se"))
     pm = "" if se is None else f" (±{se:.1%})"
@@ -149,7 +214,15 @@ def _effect(c: dict[str, Any] | None, what: str) -> str:
         return f"lowered {what} by {-d:.1%}{pm}"
     if c.get("verdict") == "higher":
         return f"RAISED {what} by {d:.1%}{pm}"
-    return f"left {what} unchanged within its noise ({d:+.1%}{pm})"
+    if abs(d) < 1e-12 and not se:
+        return f"left {what} unchanged"
+    lean = ""
+    n, up, down = c.get("copies"), c.get("higher_copies"), c.get("lower_copies")
+    if isinstance(n, int) and n > 1 and isinstance(up, int) and isinstance(down, int) and max(up, down) * 2 > n:
+        lean = f"; {'higher' if up > down else 'lower'} in {max(up, down)} of {n} copies"
+    if c.get("verdict") == "one copy":
+        return f"changed {what} by {d:+.1%} (one copy of the trace: no error to judge it by)"
+    return f"did not clearly change {what} ({d:+.1%}{pm}, within two standard errors{lean})"
 
 
 def queue_lines(queue: dict[str, Any], limits: str) -> list[str]:
@@ -172,14 +245,26 @@ def queue_lines(queue: dict[str, Any], limits: str) -> list[str]:
         f"{queue.get('procs')} processors)."
     )
     lines = [head]
+    users = rows.get("users") or {}
+    own = int(h.get("harp_kills", max(0, (h.get("kills") or 0) - (users.get("kills") or 0))))
+    theirs = (h.get("kills") or 0) - own
+    by_users = (
+        f"{theirs:,} runs reached the users' own requests in the simulated queue (stopped as in the trace, "
+        "not run again)"
+    )
     if limits == "hard":
-        if (h.get("kills") or 0) == 0 and (h.get("extensions") or 0) == 0:
+        if own == 0:
             lines.append(
                 "  harp killed no job: under hard limits it cut only where a cut outweighs a kill's cost "
-                "(predict.hard_cut_gain)"
+                f"(predict.hard_cut_gain); {by_users}"
             )
         else:
-            lines.append(f"  {h.get('kills', 0):,} kills (each loses its partial run and queues the job again)")
+            lines.append(
+                f"  harp's cuts killed {own:,} runs (each loses its partial run and queues the job again); {by_users}"
+            )
     else:
-        lines.append(f"  {h.get('extensions', 0):,} extensions, {h.get('kills', 0):,} kills at the users' own requests")
+        lines.append(
+            f"  {h.get('extensions', 0):,} extensions (each one counted; the replay's 'extended' counts jobs, "
+            f"on the recorded timeline), {own:,} kills by harp; {by_users}"
+        )
     return lines

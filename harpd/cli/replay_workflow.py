@@ -99,6 +99,12 @@ def render(rep: dict) -> str:
             f"harp / best baseline ({NAMES[base]}): {ratio:.2f} of its wastage, "
             f"{rows['harp']['failures']} failures against {rows[base]['failures']}"
         )
+    if rep["protocol"] == "chronological":
+        out.append(
+            "this table sizes each task as harpd sizes a workflow task (from its process's siblings) and counts "
+            "every failed attempt; the table above sizes the same tasks as general jobs (by user and request) "
+            "and counts jobs killed at least once: the two harp rows are different rules, not one counted twice"
+        )
     if rep.get("predict_ms_p99") is not None:
         out.append(f"harp's prediction: {rep['predict_ms_p99']:.2f} ms at the 99th percentile")
     return "\n".join(out) + "\n"

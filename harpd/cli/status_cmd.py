@@ -274,6 +274,7 @@ def render(job: dict[str, Any]) -> str:
             out.append(f"      Slurm comment: {lim['comment']}")
         if lim.get("note"):
             out.append(f"      note: {lim['note']}")
+        out += _gpu_lines(lim.get("gpu"))
         if lim.get("output"):
             shared = lim.get("mode") == "requeue" or (a.get("attempt") == 1 and _requeued(attempts))
             out.append(f"      output: {lim['output']}" + (" (the job's runs one after another)" if shared else ""))
@@ -329,6 +330,15 @@ def ledger_lines(job: dict[str, Any]) -> list[str]:
             f"time {amount('time', r.get('time_s'))}  {r.get('outcome')} (Slurm {r.get('state') or '?'})"
         )
     return out
+
+
+def _gpu_lines(gpu: Any) -> list[str]:
+    """A larger GPU configuration after a GPU out-of-memory: the sbatch options and variables it ran with."""
+    if not isinstance(gpu, dict) or not gpu.get("options"):
+        return []
+    opts = " ".join(f"--{k}={v}" for k, v in gpu["options"].items())
+    env = " ".join(f"{k}={v}" for k, v in (gpu.get("env") or {}).items())
+    return [f"      GPUs: {opts}" + (f"; environment: {env}" if env else "")]
 
 
 def gpu_memory_lines(gm: dict[str, Any] | None) -> list[str]:

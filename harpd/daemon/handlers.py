@@ -130,7 +130,7 @@ class Handlers:
     def __init__(
         self,
         store: Store,
-        settings: Any = None,
+        settings: HarpSettings | None = None,
         predictor: Predictor | None = None,
         *,
         admin_gid: int | None = None,
@@ -152,23 +152,22 @@ class Handlers:
         self.soft_state = soft_state
         self.settings = settings
         self.predictor: Predictor = predictor or NoChangePredictor(partition_limits)
+        # defaults come from the validated model too (a test's Handlers without settings), never written twice
+        cfg = settings if settings is not None else HarpSettings()
+        self._cfg = cfg
         if admin_gid is None and settings is not None:
-            admin_gid = access.resolve_group(getattr(settings.server, "admin_group", None))
+            admin_gid = access.resolve_group(cfg.server.admin_group)
         self.admin_gid = admin_gid
         # registrations are checked against slurmctld through this backend (None: no Slurm, none accepted)
-        st = getattr(settings, "store", None)
         quota = (
             None
-            if st is None
-            else (int(st.max_pending_decisions_per_user), int(st.max_pending_decision_bytes_per_user))
+            if settings is None
+            else (int(cfg.store.max_pending_decisions_per_user), int(cfg.store.max_pending_decision_bytes_per_user))
         )
         self.registrar = Registrar(store, slurm, quota)
         # refusals of a request's content (a user's quota), logged and summed up with the doors' (the server's loop
         # flushes this one log)
-        server = getattr(settings, "server", None)
-        self.refusals = RefusalLog(
-            logging.getLogger("harpd.server"), float(getattr(server, "refusal_log_interval_s", 10.0))
-        )
+        self.refusals = RefusalLog(logging.getLogger("harpd.server"), float(cfg.server.refusal_log_interval_s))
         # recovery's state machine (harpd.recovery.machine), set once the services run; None: off
         self.recovery: Recovery | None = None
         # the sacct poller (harpd.ingest.poller), set once the services run; health counts its polls; None: no Slurm
@@ -184,7 +183,7 @@ class Handlers:
         # one predict at a time, in turns by uid: see op_predict
         self._deciding = FairTurns()
         # a report over a big store takes seconds of CPU: a few at once, never a queue of them
-        self.max_reports = int(getattr(getattr(settings, "report", None), "max_concurrent", 2))
+        self.max_reports = int(cfg.report.max_concurrent)
         self._reports = threading.BoundedSemaphore(self.max_reports)
 
     # ------------------------------------------------------------- dispatch
@@ -198,7 +197,8 @@ class Handlers:
         if op in p.ADMIN_OPS and not self.is_admin(peer):
             log.warning("refused %s from uid %d (%s): not an admin", op, peer.uid, peer.user)
             metrics.refused("not admin")
-            group = f" or group {self.settings.server.admin_group}" if self._admin_group_name() else ""
+            name = self._admin_group_name()
+            group = f" or group {name}" if name else ""
             return p.error(f"{op} is an admin operation: run it as root{group}")
         method = getattr(self, "op_" + str(op), None)
         if method is None:
@@ -213,7 +213,7 @@ class Handlers:
             return p.error(f"internal error in {op}: {type(exc).__name__}: {exc}")
 
     def _admin_group_name(self) -> str | None:
-        return getattr(getattr(self.settings, "server", None), "admin_group", None)
+        return self._cfg.server.admin_group if self.settings is not None else None
 
     # ------------------------------------------------------------------ ops
 
@@ -298,7 +298,7 @@ class Handlers:
                 admin=self.is_admin(peer),
                 uid=peer.uid,
                 user=peer.user,
-                cluster=getattr(getattr(self.settings, "slurm", None), "cluster", None),
+                cluster=self._cfg.slurm.cluster if self.settings is not None else None,
             )
         except JobStatusError as exc:
             return p.error(str(exc))

@@ -56,6 +56,7 @@ from harpd.daemon.handlers import Handlers
 from harpd.daemon.heap import Settling, settle
 from harpd.daemon.server import Server, ServerError
 from harpd.daemon.tcp_door import doors_for
+from harpd.dnn.oom_escalation import OomPlanner
 from harpd.dnn.predictor import DnnRoutingPredictor
 from harpd.ingest import poller
 from harpd.ingest.importer import import_file
@@ -235,7 +236,11 @@ def start_services(
     """
     train_now = _first_training_due(store, trained_on)
     recovery = make_recovery(
-        settings=settings, store=store, backend=backend, partitions=partitions
+        settings=settings,
+        store=store,
+        backend=backend,
+        partitions=partitions,
+        gpu_planner=OomPlanner(store, settings, partitions),  # a GPU out-of-memory's larger configuration
     )  # None: off, or no Slurm
     # recovery listens from the first poll on, which may announce outcomes a
     # killed predecessor left unannounced: each run's outcome reaches it once

@@ -273,7 +273,7 @@ def failure_trace(rng: random.Random, horizon_wall_s: float, hazard_at: Callable
     Age restarts at each interruption (the requeued job is a new allocation),
     which the simulator applies; here: the gaps, drawn from the age hazard.
     """
-    out = []
+    out: list[float] = []
     hmax = max(hazard_at(a) for a in (0, 1800, 3600, 4 * 3600, 12 * 3600, 24 * 3600, 72 * 3600)) / 3600.0
     t = 0.0
     age = 0.0

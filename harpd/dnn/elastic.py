@@ -20,6 +20,7 @@ layout), so a range of 1..10^7 plans as fast as 256..2048.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -105,7 +106,7 @@ def choose_batch(
         n = lay.n_gpus
         if n > hi:
             continue
-        b_max = max_micro_batch(lambda b, lay=lay: fits(lay, b), hi // n)
+        b_max = max_micro_batch(functools.partial(fits, lay), hi // n)
         if b_max == 0:
             continue
         for b in _micro_batches(b_max, n, lo, hi):

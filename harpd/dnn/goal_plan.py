@@ -218,15 +218,17 @@ def _batch(
     notes = [n for n in notes + list(spec.notes) if not n.startswith("micro_batch not given")]
     spec.notes[:] = []  # the batch plan chooses micro_batch: the default's note would mislead
     fits = memory_fits(spec, est, lambda lay: mem[lay.gpu_type])
+    assert goals.batch is not None, "the batch plan runs only for a job that asked batch="
     best, evaluated = choose_batch(model, lays, goals.batch, fits, tokens=goals.tokens, deadline_s=goals.deadline_s)
     lo, hi = goals.batch
     if best is None:
         if evaluated:
-            fastest = min((c for c in evaluated if c.time_s is not None), key=lambda c: c.time_s, default=None)
-            if fastest is not None and goals.deadline_s is not None:
+            timed = [(c.time_s, k, c) for k, c in enumerate(evaluated) if c.time_s is not None]
+            fastest_s, _k, fastest = min(timed, default=(None, 0, None))
+            if fastest is not None and fastest_s is not None and goals.deadline_s is not None:
                 return GoalResult(
                     error=f"deadline {hours(goals.deadline_s)} cannot be met with batch={lo}..{hi}: "
-                    f"the fastest choice is predicted to take {hours(fastest.time_s)}",
+                    f"the fastest choice is predicted to take {hours(fastest_s)}",
                     explain=base,
                     notes=notes,
                 )

@@ -18,6 +18,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from harpd.config import DnnSettings, HarpSettings
 from harpd.dnn.errors import DnnError
 from harpd.dnn.goal_plan import GoalResult, plan_goals
 from harpd.dnn.goals import RunTime, goals_from_tokens
@@ -41,8 +42,9 @@ class DnnPlan:
     error: str | None = None
 
 
-def _dnn_settings(settings: Any) -> Any:
-    return getattr(settings, "dnn", settings)
+def _dnn_settings(settings: HarpSettings | DnnSettings) -> DnnSettings:
+    """The ``[dnn]`` section, given the whole settings or the section itself."""
+    return settings.dnn if isinstance(settings, HarpSettings) else settings
 
 
 def _request_dict(request: Any) -> dict[str, Any]:
@@ -53,7 +55,7 @@ def _request_dict(request: Any) -> dict[str, Any]:
     return dict(request)
 
 
-def _gres_value(old: str | None, gpu_type: str, per_node: int) -> str:
+def gres_value(old: str | None, gpu_type: str, per_node: int) -> str:
     """The new --gres: our GPU entry first, any non-GPU GRES the user asked for kept."""
     new = f"gpu:{gpu_type}:{per_node}"
     if not old:
@@ -75,7 +77,7 @@ def _gres_value(old: str | None, gpu_type: str, per_node: int) -> str:
     return ",".join([new, *keep])
 
 
-def _has_gpu_gres(gres: str | None) -> bool:
+def has_gpu_gres(gres: str | None) -> bool:
     return any(name == "gpu" for name, _, _ in parse_gres(gres))
 
 
@@ -98,13 +100,13 @@ def _changes_for(
     )
     _change(changes, "partition", gt.partition, req.get("partition"), f"{gt.name} GPUs are in partition {gt.partition}")
     use_gpus = bool(req.get("gpus"))
-    use_gres = _has_gpu_gres(req.get("gres")) or not use_gpus
+    use_gres = has_gpu_gres(req.get("gres")) or not use_gpus
     cheapest = why or f"least billed GPU-hours ({c.n_gpus} GPU x weight {gt.billing_weight:g})"
     if use_gres:
         _change(
             changes,
             "gres",
-            _gres_value(req.get("gres"), gt.name, c.gpus_per_node),
+            gres_value(req.get("gres"), gt.name, c.gpus_per_node),
             req.get("gres"),
             f"{c.gpus_per_node} x {gt.name} per node: {fit}; {cheapest}",
         )
@@ -187,7 +189,7 @@ def plan_dnn_job(
     harp_lines: list[str],
     request: Mapping[str, Any] | Any,
     cwd: str | None,
-    settings: Any,
+    settings: HarpSettings | DnnSettings,
     *,
     partitions: Mapping[str, Any] | None = None,
     observations: Iterable[PeakObservation] = (),

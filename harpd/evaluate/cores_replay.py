@@ -10,7 +10,9 @@ job used, except for the slowed ones, which the figures count).
 Figures, for jobs that asked for more than one core (the only ones harp can
 shrink) and for all: core-hours reserved (cores x elapsed) by the users and
 by harp, core-hours used (CPU time), and the share of jobs harp would have
-slowed (they used more cores than harp gave them); beside them the
+slowed beyond ``predict.cores_tolerance`` (they used more than 1 +
+tolerance times the cores harp gave them: within it, harpd's time limit
+includes the slowdown, ``harpd.predict.live``); beside them the
 clairvoyant reference (each job its own cores used, in whole cores), the
 least any rule that slows no job can reserve.  A job counts as slowed only
 when harp's allocation slowed it beyond what its own request did (it used
@@ -43,6 +45,8 @@ class CoreFigures:
     changed: int = 0
     #: per slowed job, how much longer harp's cores made it (its cores used over those given, less one)
     slowdowns: list[float] = field(default_factory=list)
+    #: slowed within this share (``predict.cores_tolerance``) is not counted as slowed: the time limit holds it
+    tolerance: float = 0.0
 
     def add(self, req: int, given: int, used: float, elapsed_s: float) -> None:
         self.jobs += 1
@@ -63,7 +67,12 @@ class CoreFigures:
 
     @property
     def slowed(self) -> int:
-        """Jobs harp slowed: they used more cores than it gave, within their own request."""
+        """Jobs harp slowed beyond the tolerance: they used more than 1 + tolerance times the cores it gave."""
+        return self.slowed_over(self.tolerance)
+
+    @property
+    def slowed_at_all(self) -> int:
+        """Jobs harp slowed by any amount (within the tolerance included)."""
         return len(self.slowdowns)
 
     def slowed_over(self, tolerance: float) -> int:
@@ -123,12 +132,18 @@ def replay_cores(records: Iterable[JobRecord], alpha: float, settings=None, at: 
         raise ValueError(f"unknown decision time {at!r}; use one of {', '.join(DECIDE_AT)}")
     base = settings if settings is not None else HarpSettings()
     settings = base.model_copy(update={"predict": base.predict.model_copy(update={"alpha_cpus": alpha})})
-    harpd = ModelPredictor.history_only(settings, resources=("mem",))  # a job with no memory asked: cores only
+    # time too: a cut that may slow a job within the tolerance needs room in its time limit (harpd.predict.live)
+    harpd = ModelPredictor.history_only(settings, resources=("time", "mem"))
     jobs = sorted((r for r in records if _usable(r)), key=lambda r: (r.submit_time, r.job_id))
 
     def given_at(rec: JobRecord, when: float) -> int:
         req = int(rec.req_cpus or 1)
-        job = JobRequest(signature=rec.signature, job_name=rec.job_name, request=Resources(cpus_per_task=req, ntasks=1))
+        time_s = int(min(rec.req_time_s, 3650 * 86400)) if rec.req_time_s and rec.req_time_s >= 1 else None
+        job = JobRequest(
+            signature=rec.signature,
+            job_name=rec.job_name,
+            request=Resources(cpus_per_task=req, ntasks=1, time_s=time_s),
+        )
         d = harpd.decide(job, rec.user or "replay", 0, now=when)
         return next((int(c.value) for c in d.changes if c.option == "cpus-per-task"), req)
 
@@ -160,7 +175,8 @@ def replay_cores(records: Iterable[JobRecord], alpha: float, settings=None, at: 
                 pending.setdefault(rec.signature, set()).add(i)
         else:
             pending.get(rec.signature, set()).discard(i)
-    out = CoresReplay()
+    tolerance = float(settings.predict.cores_tolerance)
+    out = CoresReplay(CoreFigures(tolerance=tolerance), CoreFigures(tolerance=tolerance))
     for i, rec in enumerate(jobs):
         req = int(rec.req_cpus or 1)
         used = cores_used(rec.used_cpu_s, rec.used_time_s) or 0.0

@@ -181,9 +181,18 @@ class LiveHarp:
             input_bytes=int(input_bytes) if input_bytes and input_bytes > 0 else None,
         )
 
-    def record(self, kind: str, task: Task) -> JobRecord:
-        """A finished task as the store holds it (MiB, seconds); a non-sample as a failed run."""
+    def record(self, kind: str, task: Task, ran_out_at: float | None = None) -> JobRecord:
+        """A finished task as the store holds it (MiB, seconds); a non-sample as a failed run.
+
+        ``ran_out_at``: an attempt of it harp gave that many bytes and that ran out of them (OUT_OF_MEMORY).
+        """
         self._n += 1
+        if ran_out_at is not None:
+            outcome, req, used = Outcome.OOM, ran_out_at / MIB, ran_out_at / MIB
+        else:
+            outcome = Outcome.COMPLETED if task.sample else Outcome.FAILED
+            req = task.request / MIB if task.request == task.request and task.request > 0 else None
+            used = task.usage / MIB
         return JobRecord(
             job_id=str(self._n),
             source="replay",
@@ -193,10 +202,11 @@ class LiveHarp:
             submit_time=task.submit,
             start_time=task.start,
             end_time=task.end,
-            outcome=Outcome.COMPLETED if task.sample else Outcome.FAILED,
-            req_mem_mb=task.request / MIB if task.request == task.request and task.request > 0 else None,
-            used_mem_mb=task.usage / MIB,
+            outcome=outcome,
+            req_mem_mb=req,
+            used_mem_mb=used,
             used_time_s=task.runtime_s,
+            censored_mem=ran_out_at is not None,
             input_bytes=task.input_bytes,
         )
 
@@ -225,8 +235,10 @@ class _LiveType:
     def first(self, input_bytes: float, request: float, now: float | None = None) -> float | None:
         return self.live.first(self.kind, input_bytes, request, now)
 
-    def learn(self, task: Task) -> None:
-        self.live.predictor.learn([self.live.record(self.kind, task)])
+    def learn(self, task: Task, ran_out: list[float] | None = None) -> None:
+        """The task's outcome, after those of its attempts that ran out (``ran_out``: their allocations)."""
+        failed = [self.live.record(self.kind, task, a) for a in ran_out or ()]
+        self.live.predictor.learn([*failed, self.live.record(self.kind, task)])
 
 
 def _sizers(live: LiveHarp, kind: str) -> dict[str, object]:
@@ -280,23 +292,32 @@ def _size(
     decided: list[float | None],
     now: float | None = None,
     harp: object = _UNSET,
-) -> None:
-    """Every row's attempts for ``task``; ``harp``: harpd's first allocation when decided earlier."""
+) -> list[float]:
+    """Every row's attempts for ``task``; ``harp``: harpd's first allocation when decided earlier.
+
+    Returns harp's attempts that ran out (their allocations): harpd is handed
+    their outcomes as it is the task's (``_learn``).
+    """
+    ran_out: list[float] = []
     for name, sizer in sizers.items():
         if name == "harp":
             first = _harp_first(sizer, task, timings, now) if harp is _UNSET else harp
             decided.append(first)  # type: ignore[arg-type]
         else:
             first = sizer.first(task.input_bytes, task.request)  # type: ignore[attr-defined]
-        rows[name].add(_chain(name, sizer, task, first), task.usage, task.runtime_s)
+        chain = _chain(name, sizer, task, first)
+        rows[name].add(chain, task.usage, task.runtime_s)
+        if name == "harp":
+            ran_out = [a for a in chain if a < task.usage]
     req = task.request if task.request > 0 else task.peak
     rows["request"].add([max(req, task.peak)], task.peak, task.runtime_s)
+    return ran_out
 
 
-def _learn(sizers: dict[str, object], task: Task) -> None:
+def _learn(sizers: dict[str, object], task: Task, ran_out: list[float] | None = None) -> None:
     for name, sizer in sizers.items():
-        if name == "harp":  # harpd is handed every outcome and learns none that is a lower bound
-            sizer.learn(task)  # type: ignore[attr-defined]
+        if name == "harp":  # harpd is handed every outcome, its attempts' that ran out included
+            sizer.learn(task, ran_out)  # type: ignore[attr-defined]
         elif not task.sample:  # a failed or killed task's usage is a lower bound: no sizer learns it as a need
             continue
         else:
@@ -336,8 +357,7 @@ def run_sizey(tasks: list[Task], seed: int, settings=None) -> Result:
             else:
                 sizer.fit(*cols)  # type: ignore[attr-defined]
         for task in test:
-            _size(rows, sizers, task, timings, decided)
-            _learn(sizers, task)
+            _learn(sizers, task, _size(rows, sizers, task, timings, decided))
             n += 1
     if not n:
         raise WorkflowReplayError(
@@ -378,13 +398,14 @@ def run_chronological(tasks: list[Task], at: str = "start", settings=None) -> Re
     sizers: dict[str, dict[str, object]] = {}
     ended: dict[str, int] = {}  # per type, its tasks ended so far
     at_submit: dict[int, tuple[float | None, int]] = {}  # harp's decision at submission, and its siblings ended then
+    ran_out: dict[int, list[float]] = {}  # harp's attempts of a started task that ran out, learnt at its end
     for when, kind, i in events:
         task = order[i]
         own = sizers.get(task.process)
         if own is None:
             own = sizers[task.process] = _sizers(live, task.process)
         if kind == END:
-            _learn(own, task)
+            _learn(own, task, ran_out.pop(i, None))
             ended[task.process] = ended.get(task.process, 0) + 1
         elif kind == SUBMIT:
             at_submit[i] = (_harp_first(own["harp"], task, timings, when), ended.get(task.process, 0))
@@ -392,7 +413,7 @@ def run_chronological(tasks: list[Task], at: str = "start", settings=None) -> Re
             first, seen = at_submit.pop(i)
             if ended.get(task.process, 0) != seen:  # a sibling ended while it was pending: the resizer's answer
                 first = _harp_first(own["harp"], task, timings, when)
-            _size(rows, own, task, timings, decided, when, harp=first)
+            ran_out[i] = _size(rows, own, task, timings, decided, when, harp=first)
     return Result(
         "chronological", None, len(order), len(sizers), rows, timings, time.perf_counter() - t0, at, harp_first=decided
     )

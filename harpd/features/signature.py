@@ -13,6 +13,8 @@ import hashlib
 import re
 import shlex
 
+from harpd.features.launchers import LAUNCHERS, program_start
+
 # commands that only prepare the environment: they say nothing about the work
 _NOISE = {
     "cd",
@@ -73,35 +75,17 @@ _NOISE = {
     "tee",
     "scontrol",
 }
-# launchers and wrappers: the program that matters comes after them
-_LAUNCHERS = {
-    "srun",
-    "mpirun",
-    "mpiexec",
-    "time",
-    "nohup",
-    "stdbuf",
-    "numactl",
-    "taskset",
-    "apptainer",
-    "singularity",
-    "torchrun",
-    "accelerate",
-    "deepspeed",
-    "nice",
-    "ibrun",
-    "aprun",
-    "timeout",
-    "xargs",
-    "parallel",
-    "env",
-    "bash",
-    "sh",
-    "exec",
-}
 _INTERPRETERS = {"python", "python3", "python2", "perl", "Rscript", "R", "julia", "ruby", "node", "java"}
 _NUM = re.compile(r"\d+(\.\d+)?([eE][-+]?\d+)?")
 _ASSIGN = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*=")
+
+
+def _split(text: str) -> list[str]:
+    """Shell words of ``text``; whitespace-separated where quotes do not balance (a truncated command)."""
+    try:
+        return shlex.split(text, comments=True)
+    except ValueError:
+        return text.split()
 
 
 def _program(tokens: list[str]) -> str | None:
@@ -114,21 +98,12 @@ def _program(tokens: list[str]) -> str | None:
         if _ASSIGN.match(t):  # VAR=value prefix
             i += 1
             continue
-        if base in _LAUNCHERS:
-            i += 1
-            # skip the launcher's options (and an option's value when it is a number/short token)
-            while i < n and tokens[i].startswith("-"):
-                opt = tokens[i]
-                i += 1
-                if (
-                    "=" not in opt
-                    and i < n
-                    and not tokens[i].startswith("-")
-                    and (_NUM.fullmatch(tokens[i]) or len(opt) == 2)
-                ):
-                    i += 1
-            if base in ("apptainer", "singularity") and i < n:
-                i += 2  # "exec image.sif"
+        if base in ("bash", "sh") and "-c" in tokens[i + 1 : i + 3]:
+            # bash -c 'COMMAND': the program is inside the string
+            k = tokens.index("-c", i + 1)
+            return _program(_split(tokens[k + 1])) if k + 1 < n else None
+        if base in LAUNCHERS:
+            i = program_start(tokens, i)
             continue
         if base in _NOISE:
             return None
@@ -136,8 +111,13 @@ def _program(tokens: list[str]) -> str | None:
         if base.rstrip("#.") in _INTERPRETERS or base.startswith("python"):
             # the script or module decides what runs: python -m pkg / python x.py
             j = i + 1
-            while j < n and tokens[j].startswith("-") and tokens[j] != "-m":
-                j += 1
+            while j < n and tokens[j].startswith("-") and not tokens[j].startswith("-m"):
+                # -W/-X take a value (python -W ignore -X dev x.py); -c runs inline code, no script
+                if tokens[j] == "-c":
+                    return base.rstrip("#.") + " -c"
+                j += 2 if tokens[j] in ("-W", "-X", "-Q") else 1
+            if j < n and tokens[j].startswith("-m") and len(tokens[j]) > 2:  # python -mpkg
+                return f"{base.rstrip('#.')} -m {_NUM.sub('#', tokens[j][2:])}"
             if j < n and tokens[j] == "-m" and j + 1 < n:
                 return f"{base.rstrip('#.')} -m {_NUM.sub('#', tokens[j + 1])}"
             if j < n:
@@ -159,10 +139,7 @@ def normalise_commands(commands: list[str] | str) -> str:
             part = part.strip().rstrip("&").strip()
             if not part:
                 continue
-            try:
-                tokens = shlex.split(part, comments=True)
-            except ValueError:  # unbalanced quotes: fall back to whitespace
-                tokens = part.split()
+            tokens = _split(part)
             if not tokens:
                 continue
             prog = _program(tokens)

@@ -23,7 +23,7 @@ import sys
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import IO, Any
+from typing import Any, TextIO
 
 from harpd.records import JobRecord
 from harpd.traces import TraceFormatError, TraceReader, read_trace
@@ -84,7 +84,7 @@ def import_file(
     *,
     batch_size: int = 20_000,
     progress: bool | None = None,
-    stream: IO[str] | None = None,
+    stream: TextIO | None = None,
     start: float | None = None,
     reader: TraceReader | None = None,
 ) -> ImportSummary:

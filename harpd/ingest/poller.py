@@ -291,8 +291,10 @@ class Ingestor:
                 from harpd.features.workflow import registered_signature
 
                 r.signature = registered_signature(job)
-            if r.input_bytes is None and isinstance(job.get("input_bytes"), (int, float)):
-                r.input_bytes = float(job["input_bytes"])  # harp-submit's stat of the inputs
+            if r.input_bytes is None:
+                from harpd.features.workflow import registered_input_bytes
+
+                r.input_bytes = registered_input_bytes(job)  # harp-submit's stat of the inputs, where they are
             if r.array_size is None and job.get("array_size"):
                 r.array_size = int(job["array_size"])
             if r.job_name is None and job.get("job_name"):
@@ -450,7 +452,12 @@ class Ingestor:
     # ------------------------------------------------------------ closing
 
     def _close_submissions(self, records: list[JobRecord], pending: dict[str, Submission], now: float) -> int:
-        """Mark a submission done once every run of it seen is finished.
+        """Mark a submission done once every run of it seen is finished and its last run was not requeued.
+
+        A job that requeues itself (submitit's checkpoint: ``scontrol requeue
+        $SLURM_JOB_ID``) ends a run REQUEUED and runs again under its id: its
+        submission stays open so the later runs are stored and learnt (#51),
+        where closing it at the first run left only a "preempted" record.
 
         A submission sacct has never heard of after ``ingest.lookback_s``
         (sbatch failed after harp-submit registered it, or accounting lost
@@ -459,18 +466,24 @@ class Ingestor:
         if not pending:
             return 0
         latest: dict[str, dict[str, JobRecord]] = {}
+        # a run not finished yet (the pending run after a requeue, with no start time) keeps the job open
+        going_on: set[str] = set()
         for r in records:
             sub_id = r.job_id if r.job_id in pending else submitted_id(r.job_id)
             if sub_id not in pending:
                 continue
+            if not r.outcome.finished:
+                going_on.add(sub_id)
             cur = latest.setdefault(sub_id, {}).get(r.job_id)
-            if cur is None or (r.start_time or 0) >= (cur.start_time or 0):
+            if cur is None or (r.attempt, r.start_time or 0) >= (cur.attempt, cur.start_time or 0):
                 latest[sub_id][r.job_id] = r
         closed = 0
         for sub_id, runs in latest.items():
             outs = [r.outcome for r in runs.values()]
-            if not outs or not all(o.finished for o in outs):
+            if not outs or not all(o.finished for o in outs) or sub_id in going_on:
                 continue
+            if any(r.state == "REQUEUED" and now - (r.end_time or now) < self.cfg.lookback_s for r in runs.values()):
+                continue  # requeued (by itself, a preemption, harp): it runs again under its id
             outcome = next((o for o in _WORST_FIRST if o in outs), outs[0])
             if self.store.mark_submission_done(sub_id, outcome.value):
                 closed += 1
@@ -492,6 +505,8 @@ class Ingestor:
             return
         seen: dict[str, int] = {}
         for r in records:
+            if r.state == "REQUEUED":
+                continue  # requeued again (by itself, a preemption, harp): its next run is the one watched for
             if r.job_id in watch and r.attempt >= watch[r.job_id]:
                 seen[r.job_id] = max(seen.get(r.job_id, 0), int(r.attempt))
         if not seen:

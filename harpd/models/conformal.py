@@ -31,7 +31,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from harpd.features.history import COL
-from harpd.models.base import BasePredictor, check_xy, predict_row
+from harpd.models.base import BasePredictor, Predictor, check_xy, predict_row
 from harpd.models.cost import DISRUPTION, extra_consumption, extra_consumption_many
 from harpd.models.gbm import GbmQuantile
 
@@ -369,7 +369,7 @@ class HarpModel(BasePredictor):
     def __init__(
         self,
         alpha: float = 0.05,
-        base: BasePredictor | None = None,
+        base: Predictor | None = None,
         cal_fraction: float = 0.25,
         max_cal: int = 20000,
         relative: bool = True,
@@ -379,7 +379,7 @@ class HarpModel(BasePredictor):
         history_floor: str = "q90",
     ):
         self.alpha = alpha
-        self.base = base if base is not None else GbmQuantile()
+        self.base: Predictor = base if base is not None else GbmQuantile()
         self.cal_fraction = cal_fraction
         self.max_cal = max_cal
         self.relative = relative

@@ -36,7 +36,7 @@ def extra_consumption(
     outcome = Outcome.TIMEOUT if resource == "time" else Outcome.OOM
     cap = request if (censored and has_req) else None
     ch = simulate(need, first, request if has_req else None, cap, outcome, max_attempts, need_is_lower_bound=censored)
-    if censored and has_req and ch.allocations[-1] >= request:
+    if censored and request is not None and request > 0 and ch.allocations[-1] >= request:
         return ch.killed - request
     return ch.killed
 

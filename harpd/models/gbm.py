@@ -107,6 +107,7 @@ class GbmQuantile(BasePredictor):
     def _trees(self) -> FlatTrees:
         fast = getattr(self, "fast_", None)
         if fast is None:
+            assert self.cols_ is not None, "the model is fitted before its trees are walked"
             fast = self.fast_ = FlatTrees(self.model_, self.cols_)
         return fast
 
@@ -226,7 +227,7 @@ def _compiled_walk(trees: FlatTrees) -> Callable[[Sequence[float]], float] | Non
     if not all(math.isfinite(v) for v in value) or not math.isfinite(trees.baseline):
         return None
     lines = ["def walk(x):", f"    t = {float(trees.baseline)!r}"]
-    todo = [(int(r), 1) for r in reversed(trees.roots.tolist())]
+    todo: list[tuple[int, int] | str] = [(int(r), 1) for r in reversed(trees.roots.tolist())]
     while todo:  # depth first, the "if" side before the "else" side
         item = todo.pop()
         if isinstance(item, str):

@@ -9,11 +9,16 @@ most ``alpha`` of jobs would have used more than harp gives (the conformal
 guarantee time and memory have).  Fewer cores than a run keeps busy slow it,
 they do not kill it, so the guarantee is on how much: the cores given are
 the fewest whole cores on which that quantile's run takes at most
-``tolerance`` (``predict.cores_tolerance``) longer.  It is 0 by default, so
-that at most ``alpha`` of jobs are slowed at all; a site that prefers freed
-cores may raise it: with 0.05, a program whose runs keep 5.0-5.14 of 6 cores
-busy gets 5, about a third of its runs take up to 3 % longer, and a sixth
-of its reservation is freed (docs/metrics.md, "Cores", has both figures).
+``tolerance`` (``predict.cores_tolerance``) longer: 0.05 by default (the owner's decision on #27), so a program whose
+runs keep 5.0-5.14 of 6 cores busy gets 5, about a third of its runs take up
+to 3 % longer, and a sixth of its reservation is freed.  A task counts as
+slowed only when harp's cores make it more than the tolerance longer (at
+most ``alpha`` of them), and the time harp gives it includes the slowdown
+the cut allows (``slowdown``; ``harpd.predict.live``), so a task slowed
+within the tolerance never meets its time limit because of harp's cut:
+where the time limit has no room for it (kept at the request), the cores
+are cut with no tolerance.  0 keeps every job's speed (docs/metrics.md,
+"Cores", has both figures).
 
 A signature with fewer runs than that order needs (19 at alpha = 0.05) is
 bounded from its own runs and everyone's: the most its runs used, times the
@@ -121,7 +126,7 @@ def runs_needed(alpha: float) -> int:
     return n
 
 
-def quantile_bound(runs: list[float] | deque[float], alpha: float) -> float | None:
+def quantile_bound(runs: list[float] | deque[float] | tuple[()], alpha: float) -> float | None:
     """The conformal upper bound of the next run's cores from ``runs``, or None with too few runs."""
     k = order_index(len(runs), alpha)
     if k is None:
@@ -141,6 +146,20 @@ def cores_to_give(requested: int, bound: float | None, tolerance: float = 0.0) -
         return None
     cores = whole_cores(bound / (1.0 + tolerance))
     return cores if cores < requested else None
+
+
+def time_share(rec: JobRecord) -> float | None:
+    """The share of its time request a run took (1 or more: it ran to its limit); None without both."""
+    if not rec.used_time_s or not rec.req_time_s or rec.req_time_s <= 0:
+        return None
+    return float(rec.used_time_s) / float(rec.req_time_s)
+
+
+def slowdown(bound: float | None, cores: int | None) -> float:
+    """How much longer (a factor >= 1) a run that keeps ``bound`` cores busy takes on ``cores``."""
+    if bound is None or cores is None or cores <= 0:
+        return 1.0
+    return max(1.0, bound / cores)
 
 
 def _int(text: str) -> int | None:
@@ -321,11 +340,15 @@ class CoresHistory:
     def __init__(self, window: int = WINDOW) -> None:
         self.window = window
         self._runs: dict[str, deque[float]] = {}
+        # per signature, the share of its time request each recent run took (whether a slower run still fits)
+        self._time_shares: dict[str, deque[float]] = {}
         # (runs its signature had before it, its cores over their most): the pooled ratios
         self._ratios: deque[tuple[int, float]] = deque(maxlen=POOL_WINDOW)
         self._factor: dict[float, float | None] = {}  # alpha -> pooled factor, until the next run
 
-    def add(self, signature: str | None, used: float | None) -> None:
+    def add(self, signature: str | None, used: float | None, time_share: float | None = None) -> None:
+        if signature is not None and time_share is not None and time_share > 0:
+            self._time_shares.setdefault(signature, deque(maxlen=self.window)).append(time_share)
         if signature is None or used is None:
             return
         runs = self._runs.get(signature)
@@ -335,6 +358,19 @@ class CoresHistory:
             self._ratios.append((len(runs), used / max(runs)))
             self._factor.clear()
         runs.append(used)
+
+    def time_share_bound(self, signature: str | None, alpha: float, margin: float) -> float | None:
+        """A bound of the share of its time request the next run takes; None with no run.
+
+        The conformal bound once there are runs enough for ``alpha``; before,
+        the most of them times ``margin`` (the history rule's, for a young
+        program: its next run may well take longer than any so far).
+        """
+        shares = self._time_shares.get(signature or "", ())
+        if not shares:
+            return None
+        bound = quantile_bound(shares, alpha)
+        return bound if bound is not None else max(shares) * margin
 
     def count(self, signature: str | None) -> int:
         return len(self._runs.get(signature or "", ()))
@@ -380,6 +416,9 @@ class CoresHistory:
         ex["bound_cores"] = round(bound, 3)
         ex["bound_from"] = source
         cores = cores_to_give(requested, bound, tolerance)
+        slow = slowdown(bound, cores)
+        if cores is not None and slow > 1.0:
+            ex["slowdown"] = round(slow, 4)
         slower = f", at most {tolerance:.0%} slower on {cores}" if tolerance > 0 else ""
         if cores is None:
             ex["reason"] = f"its runs use up to {bound:.2f} cores of {requested}: request kept"

@@ -118,7 +118,7 @@ def prepare(
     of the same user's next job there (treated as a lower bound or left out,
     METACENTRUM's memory under-prediction rose from 4.4 % to 5.4-5.8 %).
     The live history rule, which sizes from a handful of runs, never takes
-    one as a sample (``harpd.features.usage.RecentStops``).
+    one as a sample (``harpd.features.usage.RecentRuns``).
     ``keep_templates`` also keeps each job's template key (same user, request
     and cores: the History's "r" group), for evaluations that group jobs.
     """

@@ -33,20 +33,20 @@ from harp_submit.units import format_mem, format_time
 from harpd.features.history import COL, KEEP, History, JobKeys, conformal_group, keys_of, keys_of_record
 from harpd.features.resources import gpu_count
 from harpd.features.signature import normalise_commands
-from harpd.features.usage import RecentStops, usage_of
+from harpd.features.usage import RecentRuns, usage_of
 from harpd.features.workflow import TaskIdentity, identify, is_workflow_signature, job_signature
 from harpd.models.base import float32_row, predict_row
 from harpd.models.envelope import ModelEnvelope
 from harpd.predict.allocation import BOUND, FLOOR, REQUEST_FLOOR, Guard, allocate
 from harpd.predict.bounds import MARGIN
-from harpd.predict.cores import CoresHistory, cut_bounds, run_cores
+from harpd.predict.cores import CoresHistory, cut_bounds, run_cores, slowdown, time_share
 from harpd.predict.kill_cost import why_kept, worth_cutting
 from harpd.predict.restore import Restored, cut_resources, restored_by, restoring_outcome
 from harpd.predict.retry_floor import Floor, RetryFloors
 from harpd.predict.soft import SoftPolicy, running_bound, soft_guard, stake_of, tilt
 from harpd.predict.soft_state import SoftState
 from harpd.predict.task_memory import TaskMemory
-from harpd.predict.time_options import fit_time, kept_under_soft_limits
+from harpd.predict.time_options import SUBMITIT_KEPT, fit_time, kept_under_soft_limits
 from harpd.protocol import Change, Decision, JobRequest, Limits, Resources
 from harpd.records import JobRecord, ModelRow, Submission
 from harpd.slurm.job_ids import submitted_id
@@ -86,7 +86,20 @@ class _Champion:
         self.resource = env.resource
         self.row = row
         self.history = History()
-        self.stops = RecentStops(KEEP)  # the history rule's own: runs that stopped early, per signature group
+        self.recent = RecentRuns(KEEP)  # the history rule's own evidence, per signature group (no cancelled runs)
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class _RecentEvidence:
+    """What the history rule reads of a group's last runs, copied under the predictor's lock."""
+
+    ran_out: bool
+    stopped: bool
+    most: float | None
+
+    @classmethod
+    def of(cls, recent: RecentRuns, key: str) -> _RecentEvidence:
+        return cls(recent.ran_out(key), recent.stopped(key), recent.most(key))
 
 
 class ModelPredictor:
@@ -270,7 +283,7 @@ class ModelPredictor:
         cut = self._cuts_that_failed(records)  # store reads, outside the lock
         with self._lock:
             for r in records:
-                self._cores.add(r.signature, run_cores(r))
+                self._cores.add(r.signature, run_cores(r), time_share(r))
                 if is_workflow_signature(r.signature):
                     self._tasks.learn(r)
             self._restored.add_all(cut)
@@ -283,7 +296,7 @@ class ModelPredictor:
                     k = keys_of_record(r, champion.resource, champion.relative)
                     h.add(k, u.used, u.request, u.ran_out, r.end_time)  # the features, as training has them
                     h.finished(k)
-                    champion.stops.add(k.sig, u)
+                    champion.recent.add(k.sig, r, u)
         return len(records)
 
     def _cuts_that_failed(self, records: list[JobRecord]) -> list[tuple[str, str]]:
@@ -332,9 +345,18 @@ class ModelPredictor:
         explain: dict[str, Any] = {}
         models_used: list[str] = []
         sig = _signature(job)  # once per request: every resource and the cores rule group by it
-        task = identify(job.commands, job.job_name, job.script_name, job.cwd)
+        task = identify(job.commands, job.job_name, job.script_name, job.cwd, job.function)
+        if task is not None and job.input_bytes is not None and not task.inputs_seen:
+            # a Snakemake job's command names the Snakefile, submitit's its folder: not the task's inputs
+            explain["input_bytes_ignored"] = f"{job.input_bytes} bytes of the files its command names, not its inputs"
+            job = job.model_copy(update={"input_bytes": None})
         retry = self._retry_floor(uid, task, now, explain, sig, job)
-        cores_change, explain["cores"] = self._cores_change(job, sig, task, retry)
+        tolerance = self.settings.predict.cores_tolerance
+        cores_change, explain["cores"] = self._cores_change(job, sig, task, retry, tolerance)
+        slow = float(explain["cores"].get("slowdown", 1.0)) if cores_change else 1.0
+        if slow > 1.0 and "time" not in self._loaded:  # no time decided: nothing would make room for it
+            cores_change, explain["cores"] = self._cores_change(job, sig, task, retry, 0.0)
+            slow = 1.0
         given = int(cores_change["value"]) if cores_change else None
         for res, champion in self._loaded.items():
             try:
@@ -350,10 +372,28 @@ class ModelPredictor:
                     retry,
                     dry_run,
                     task is not None and task.manager_inside,
+                    slow if res == "time" else 1.0,
                 )
             except Exception as exc:  # one resource failing must not lose the other
                 log.exception("predicting %s failed", res)
                 ch, ex = None, {"reason": f"prediction failed: {exc}"}
+            if res == "time" and slow > 1.0 and ch is None:
+                # no time asked: the partition's default holds it, which harp does not know
+                ratio = ex.get("bound_ratio") if job.request.time_s else None
+                if (
+                    ratio is None and job.request.time_s
+                ):  # no time decided (cold start): the share of the request its runs took
+                    with self._lock:
+                        ratio = self._cores.time_share_bound(sig, self.settings.predict.alpha_time, MARGIN)
+                held = _request_holds(ratio, slow)
+                if held is None:  # harp never raises a time request: the cores may slow nothing then
+                    cores_change, explain["cores"] = self._cores_change(job, sig, task, retry, 0.0)
+                    explain["cores"]["tolerance_dropped"] = (
+                        "the time request may not hold a run made slower by fewer cores, and harp never raises it"
+                    )
+                    slow, given = 1.0, (int(cores_change["value"]) if cores_change else None)
+                else:
+                    ex["slowdown_held"] = held
             explain[res] = ex
             if ch is not None:
                 changes.append(Change(**ch))
@@ -409,24 +449,23 @@ class ModelPredictor:
         return log_bound
 
     @staticmethod
-    def _history_bound(x: list[float], margin: float, stopped: bool = False) -> tuple[float | None, str]:
+    def _history_bound(recent: _RecentEvidence, lref: float, margin: float) -> tuple[float | None, str]:
         """The history rule's bound (log need/request) from the signature's own runs, or None and why.
 
-        ``margin`` × the most its last five finished runs used (History's
-        ``s_max5``); none while one of its recent runs is censored: killed at
-        or filling its limit (``s_cens``), it needed more than it had;
-        ``stopped`` (failed, cancelled: ``RecentStops``), it ended before its
-        program finished.  By how much either needed more, nobody knows.
+        ``margin`` × the most its last five runs used; none while one of its
+        last runs ran out (killed at or filling its limit: it needed more than
+        it had) or stopped early (failed: it ended before its program
+        finished).  By how much either needed more, nobody knows.  Runs the
+        manager or the user cancelled are not among them (``RecentRuns``).
         """
 
-        smax, cens = x[COL["s_max5"]], x[COL["s_cens"]]
-        if not math.isnan(cens) and cens > 0:
+        if recent.ran_out:
             return None, "a recent run of this program hit its limit: request kept"
-        if stopped:
+        if recent.stopped:
             return None, "a recent run of this program did not complete (its usage is only a lower bound): request kept"
-        if math.isnan(smax):
+        if recent.most is None:
             return None, "no usage recorded for this program's runs: request kept"
-        return float(smax) + math.log(margin), f"{margin:g} x the most of its last runs"
+        return math.log(recent.most) - lref + math.log(margin), f"{margin:g} x the most of its last runs"
 
     def _retry_floor(
         self,
@@ -450,9 +489,14 @@ class ModelPredictor:
         return floor
 
     def _cores_change(
-        self, job: JobRequest, sig: str | None, task: TaskIdentity | None, retry: Floor | None
+        self, job: JobRequest, sig: str | None, task: TaskIdentity | None, retry: Floor | None, tolerance: float
     ) -> tuple[dict[str, Any] | None, dict[str, Any]]:
-        """The ``cpus-per-task`` change of a single-task job (``harpd.predict.cores``), or None and why not."""
+        """The ``cpus-per-task`` change of a single-task job (``harpd.predict.cores``), or None and why not.
+
+        ``tolerance``: how much longer the cores given may make the bound's run
+        (``predict.cores_tolerance``, 0 where its time limit has no room); the
+        explanation's ``slowdown`` is by how much, which the time limit adds.
+        """
         rq = job.request
         requested = rq.cpus_per_task or 1
         if requested <= 1:
@@ -468,11 +512,14 @@ class ModelPredictor:
         with self._lock:
             if self._restored.has(sig, "cpus"):
                 return None, {"reason": Restored.reason("CPUs")}
-            given, ex = self._cores.decide(sig, requested, alpha, self.settings.predict.cores_tolerance)
+            given, ex = self._cores.decide(sig, requested, alpha, tolerance)
         if given is not None and given < floor:
             ex["step_cpus"] = floor
             ex["reason"] += f"; its steps ask for {floor} CPUs"
             given = floor if floor < requested else None
+            ex.pop("slowdown", None)
+            if given is not None and slowdown(ex.get("bound_cores"), given) > 1.0:
+                ex["slowdown"] = slowdown(ex.get("bound_cores"), given)
         if given is None:
             return None, ex
         ex["unseen_steps"] = (
@@ -544,8 +591,14 @@ class ModelPredictor:
         retry: Floor | None = None,
         dry_run: bool = False,
         manager_inside: bool = False,
+        slow: float = 1.0,
     ) -> tuple[dict[str, Any] | None, dict[str, Any]]:
         """One resource's change (or None) and its explanation.
+
+        ``slow``: how much longer the cores harp gives may make the job
+        (``predict.cores_tolerance``): its time limit is that much longer, and
+        where that reaches the request the time is kept (and the caller
+        gives cores that slow nothing).
 
         ``manager_inside``: a workflow manager runs inside this job (Snakemake),
         so its memory is never cut below ``predict.manager_floor_mem_mb``: the
@@ -567,7 +620,7 @@ class ModelPredictor:
             if not dry_run:
                 champion.history.submitted(keys, now)
             restored = self._restored.has(sig, res)
-            stopped = champion.stops.any(keys.sig)
+            recent = _RecentEvidence.of(champion.recent, keys.sig)
         if restored:
             return None, {"reason": Restored.reason("memory" if res == "mem" else res), "n_history": n_hist}
         guard = Guard.from_settings(self.settings.predict, res, self.settings.recovery.max_attempts)
@@ -609,7 +662,7 @@ class ModelPredictor:
             reason = f"memory of this workflow task type: {rule}"
         elif champion.model is None or task:
             margin = SoftPolicy.from_settings(self.settings.predict).recent_margin if soft else MARGIN
-            history_bound, rule = self._history_bound(x, margin, stopped)
+            history_bound, rule = self._history_bound(recent, math.log(keys.ref), margin)
             if history_bound is None:
                 return None, {"model": None, "rule": HISTORY_RULE, "n_history": n_hist, "reason": rule}
             log_bound = history_bound
@@ -657,6 +710,9 @@ class ModelPredictor:
         at_least = None  # the retry's or a failure's floor, when it set the value (named as such, not as a rail)
         if value is not None and retry is not None and least is not None and value < least:
             value, at_least = least, f"at least {retry.reason}"
+        if value is not None and res == "time" and slow > 1.0:
+            value *= slow
+            reason += f", plus {slow - 1.0:.1%} for the fewer cores harp gives"
         ex = {
             "model": None if champion.model is None else champion.name,
             "n_history": n_hist,
@@ -677,13 +733,16 @@ class ModelPredictor:
                 reason += f", plus {guard.headroom:g} s: harpd extends a job that long before its limit"
             reason += f" (extended automatically up to {format_time(int(req))} while it runs)"
         if res == "time":
-            value, moved = fit_time(value, rq, self.settings.predict.floor_time_s)
+            value, moved = fit_time(value, rq, self.settings.predict.floor_time_s, job.commands)
             if moved:
                 reason += f" ({moved})"
                 ex["time_options"] = moved
             secs = int(math.ceil(value / 60.0) * 60)  # sbatch rounds to minutes anyway
             if req and secs >= req:
-                return None, {**ex, "reason": "rounded bound reaches the request: kept"}
+                return None, {
+                    **ex,
+                    "reason": moved if moved == SUBMITIT_KEPT else "rounded bound reaches the request: kept",
+                }
             return {
                 "option": "time",
                 "value": format_time(secs),
@@ -773,7 +832,7 @@ def _total_mem(rq: Resources) -> dict[str, Any]:
 
 def _signature(job: JobRequest) -> str | None:
     """A job request's signature: the one harp-submit sent, else (workflow task, else commands) as the poller does."""
-    return job.signature or job_signature(job.commands, job.job_name, job.script_name, job.cwd)
+    return job.signature or job_signature(job.commands, job.job_name, job.script_name, job.cwd, job.function)
 
 
 def identity_of(job: JobRequest, sig: str | None, task: TaskIdentity | None) -> dict[str, Any]:
@@ -806,3 +865,21 @@ def make_predictor(
     if limits is None and backend is not None:
         limits = limits_from_backend(backend)
     return ModelPredictor(settings, store=store, limits=limits, soft_limits=soft_limits)
+
+
+def _request_holds(bound_ratio: Any, slow: float) -> str | None:
+    """Why the time request kept holds a run ``slow`` times longer, or None when it may not.
+
+    The owner's rule (#27): a task slowed within ``predict.cores_tolerance``
+    never meets its limit because of harp's cut, hard limits included.  Where
+    harp keeps the time asked, that holds when the time bound (need over
+    request) stretched by the slowdown stays within the request; harp never
+    raises a request instead (a time over a QOS's or partition's limit can
+    leave a job pending that sbatch would have run), so elsewhere the cores are
+    cut with no tolerance.
+    """
+    if not isinstance(bound_ratio, (int, float)) or not math.isfinite(bound_ratio) or bound_ratio <= 0:
+        return None
+    if bound_ratio * slow > 1.0:
+        return None
+    return f"the time request holds a run {slow - 1.0:.1%} slower (its bound is {bound_ratio:.0%} of it)"

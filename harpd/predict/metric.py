@@ -51,7 +51,7 @@ class ModelMetrics:
     extensions_per_job: float | None = None  # extensions / jobs harp managed (changed)
     extended_share: float | None = None  # share of jobs (all through harp) extended at least once
     extended_share_changed: float | None = None  # the same, of the jobs whose limit harp changed
-    harp_kills: int | None = None  # jobs killed below their own request (0 under soft limits)
+    harp_kills: int | None = None  # jobs killed below their own request: harp's kills, not the users'
     planned_wrongly: float | None = None  # Σw·|limit at start − used| / Σw·used
     planned_wrongly_vs_request: float | None = None  # the same against the users' requests
     # where the soft over-reservation is left: jobs harp kept at their request and never extended
@@ -65,6 +65,8 @@ class ModelMetrics:
     # for the plain verdict of `harp replay` (what harp saves and costs, in resource units × weight)
     used_total: float = 0.0  # Σw·used: the work itself, the same for every model
     killed_jobs: int = 0  # jobs with at least one attempt killed below what they needed
+    # of those, what harp's own cut killed (first limit below the request; the rest the users' requests kill)
+    harp_killed: float = 0.0  # Σw·allocations of the killed attempts of those jobs
 
     def to_dict(self) -> dict:
         return {k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in asdict(self).items()}
@@ -128,6 +130,7 @@ def evaluate(
     first, need, req, cens, w, has_req = first[sel], need[sel], req[sel], cens[sel], w[sel], has_req[sel]
     capv = None if cap is None else np.asarray(cap, float)[sel]
     n = len(first)
+    cut = ~has_req | (first < req - 1e-9)  # harp's first limit is below the user's request (or there is none)
     # a censored job used all of its request (at least): that is what it consumed
     used = np.where(cens & has_req, np.where(has_req, req, 0.0), need)
     fit = ~cens
@@ -180,6 +183,9 @@ def evaluate(
         over_reservation_jobs=over_jobs,
         used_total=sum_used,
         killed_jobs=int(np.sum(killed > 0)),
+        # a job harp left at (or above) its request is killed where the users' request kills it
+        harp_kills=int(np.sum((killed > 0) & cut)),
+        harp_killed=float(np.sum(w * killed * cut)),
     )
     if baseline is not None:
         m.over_vs_request = over / baseline.over_reservation if baseline.over_reservation else None

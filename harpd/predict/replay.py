@@ -210,8 +210,15 @@ def run(prep: Prepared, cfg: ReplayConfig | None = None, progress: Callable[[str
     if cfg.limits not in ("hard", "soft"):
         raise ReplayError(f"unknown limits {cfg.limits!r}: use hard or soft")
     soft = cfg.limits == "soft"
-    if soft and (prep.resource != "time" or not prep.has_requests or prep.template is None):
-        raise ReplayError("soft limits replay time on a trace with requests (prepare with keep_templates)")
+    if soft and prep.resource != "time":
+        raise ReplayError(f"soft limits are time limits: replay --resource time, or --limits hard for {prep.resource}")
+    if soft and not prep.has_requests:
+        raise ReplayError(
+            "soft limits need the users' requested times and this trace has none (an SWF trace's field 9 is -1 "
+            "throughout): replay it with --limits hard"
+        )
+    if soft and prep.template is None:
+        raise ReplayError("soft limits need each job's template: prepare the trace with keep_templates=True")
     t0 = time.perf_counter()
     n = prep.n
     every = cfg.retrain_every or max(500, n // 20)

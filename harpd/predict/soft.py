@@ -90,7 +90,7 @@ class SoftPolicy:
     # goes straight to the user's own request (the kill time).  One, the
     # default: a job that outgrew harp's limit is one harp did not predict, and
     # a doubling that falls short again breaks the backfill planner's promise a
-    # second time (measured: docs/metrics.md, 'Queue', step 6)
+    # second time (measured: docs/metrics.md, 'Queue' and its appendix, step 6)
     max_extensions: int = 1
     # one user's share of extended jobs past which harp stops cutting them (SoftState.user_over_budget)
     user_extension_budget: float = 0.30

@@ -10,7 +10,13 @@ change what they mean:
   current end time.  Under hard limits the cut leaves room for that warning:
   the limit is at least the predicted need plus N (and never below N plus the
   time floor), so the signal comes when the job was predicted to be done, not
-  in the middle of the work.  Under soft limits harpd extends a job only
+  in the middle of the work.  A client that judges the signal by its own
+  clock keeps its time: submitit counts a USR2 as its timeout only once its
+  function has run min(0.8·T, T − 10 min) of its own timeout T (the job's
+  ``--time``, so a cut does not move it), takes an earlier one for a
+  preemption and requeues the function from its start, again and again under
+  a cut limit, and after it fails a function that cannot checkpoint as
+  FAILED, which harp cannot run again (#51).  Under soft limits harpd extends a job only
   shortly before its limit, after slurmctld has already sent the signal from
   the shortened end time, so a job asking for a signal keeps its time;
 * ``--deadline``: slurmctld ends a job that cannot finish by its deadline.
@@ -24,9 +30,23 @@ which call it).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
-__all__ = ["fit_time", "kept_under_soft_limits"]
+from harpd.features.workflow import SUBMITIT_MODULE
+
+__all__ = ["fit_time", "kept_under_soft_limits", "is_submitit", "SUBMITIT_KEPT"]
+
+#: why a submitit job asking for a signal keeps its time (``fit_time``)
+SUBMITIT_KEPT = (
+    "time kept: submitit takes an earlier --signal for a preemption, and a later one fails a function "
+    "that cannot checkpoint, which harp cannot run again"
+)
+
+
+def is_submitit(commands: Sequence[str] | None) -> bool:
+    """Whether the job runs submitit's worker (``python -m submitit.core._submit``)."""
+    return any(SUBMITIT_MODULE in str(c) for c in commands or ())
 
 
 def kept_under_soft_limits(rq: Any) -> str | None:
@@ -41,11 +61,12 @@ def kept_under_soft_limits(rq: Any) -> str | None:
     return None
 
 
-def fit_time(value: float, rq: Any, floor_s: int) -> tuple[float, str | None]:
+def fit_time(value: float, rq: Any, floor_s: int, commands: Sequence[str] | None = None) -> tuple[float, str | None]:
     """The limit (seconds) that keeps ``--signal`` and ``--time-min`` meaningful, and why it moved.
 
     ``value`` is the predicted need; the result is never below the user's
-    ``--time-min`` and leaves ``--signal``'s N seconds after the need.
+    ``--time-min`` and leaves ``--signal``'s N seconds after the need; a
+    submitit job (``commands``) asking for a signal keeps its requested time.
     """
     why: list[str] = []
     if rq.signal_s:
@@ -53,6 +74,12 @@ def fit_time(value: float, rq: Any, floor_s: int) -> tuple[float, str | None]:
         if room > value:
             why.append(f"+{rq.signal_s}s for --signal's warning")
             value = room
+        if rq.time_s and is_submitit(commands) and value < float(rq.time_s):
+            # a signal before submitit's own threshold is a preemption to it (the function requeued from its
+            # start, again and again); after it, a timeout that fails a function that cannot checkpoint, as
+            # FAILED, which harp cannot run again: no cut is safe for it
+            value = float(rq.time_s)
+            why.append(f"{SUBMITIT_KEPT}")
     if rq.time_min_s and value < rq.time_min_s:
         why.append(f"raised to --time-min {rq.time_min_s}s")
         value = float(rq.time_min_s)

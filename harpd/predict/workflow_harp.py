@@ -14,6 +14,15 @@ Never above the user's request, as every allocation harp makes.  A type
 with no finished run gets a share of its request from the types seen before
 it (``workflow_prior``).
 
+Recency: programs change (a new version, larger inputs), so a type's runs
+count by how recent they are: a run's weight halves every ``HALF_LIFE``
+newer runs of its type, in the fit (weighted least squares, weighted median)
+and in the cost that chooses the multiplier, and only the last ``WINDOW``
+runs are kept.  After a step in usage the newest runs dominate the cost at
+once (the multiplier rises to cover them within a few runs) and the fit
+within ``HALF_LIFE`` runs; a type that does not change loses little, its
+old runs say what the new ones say.
+
 Everything is refitted when a run is learnt, so a prediction is a multiply.
 Units: bytes, seconds.
 """
@@ -27,6 +36,11 @@ from harpd.predict.workflow_prior import TypePrior
 MIN_RUNS = 3  # below this, the largest usage seen, doubled (at most the request)
 MARGINS = (0.0, 0.02, 0.05, 0.1, 0.2, 0.35, 0.5)  # above the chosen ratio, priced like the ratio itself
 MAX_ATTEMPTS = 3  # harpd's default ``recovery.max_attempts``: the last runs at the request
+#: recency: a run's weight halves every HALF_LIFE newer runs of its type, and only the last WINDOW count
+#: (chosen on the nf-core traces in their own order, where programs do not change: 8 and 16 cost 15-20 %
+#: more wastage there, 32 nothing measurable; docs/metrics.md, "Recency")
+HALF_LIFE = 32
+WINDOW = 4 * HALF_LIFE
 _ROUNDS = 12  # escalation steps simulated when choosing the multiplier (2**12: far past any miss)
 
 
@@ -56,8 +70,19 @@ def escalated_cost(
     return waste + np.maximum(cur - y, 0.0) * t
 
 
+def recency_weights(n: int, half_life: float = HALF_LIFE) -> np.ndarray:
+    """Weights of ``n`` runs, oldest first: the newest 1, halving every ``half_life`` runs back."""
+    return np.power(0.5, np.arange(n - 1, -1, -1, dtype=float) / half_life)
+
+
+def _weighted_median(y: np.ndarray, w: np.ndarray) -> float:
+    order = np.argsort(y, kind="stable")
+    cum = np.cumsum(w[order])
+    return float(y[order][int(np.searchsorted(cum, 0.5 * cum[-1]))])
+
+
 def _choose_multiplier(
-    ratio: np.ndarray, base: np.ndarray, y: np.ndarray, t: np.ndarray, req: np.ndarray
+    ratio: np.ndarray, base: np.ndarray, y: np.ndarray, t: np.ndarray, req: np.ndarray, w: np.ndarray | None = None
 ) -> tuple[float, float]:
     """The multiplier on ``base`` with the least leave-one-out cost, and that cost.
 
@@ -67,6 +92,7 @@ def _choose_multiplier(
     it would have failed under the others' maximum, as a new run above every
     earlier one will.  That is what makes a margin above the maximum worth
     its price when failures are dear (long runs) and not when they are cheap.
+    ``w``: each run's weight in the cost (recency).
     """
     n = len(ratio)
     order = np.argsort(ratio, kind="stable")
@@ -78,7 +104,8 @@ def _choose_multiplier(
     loo = np.where(ks[:, None] < rank[None, :], rs[ks][:, None], rs[np.minimum(ks + 1, n - 1)][:, None])
     grow = 1.0 + np.asarray(MARGINS)
     firsts = (loo[:, None, :] * grow[None, :, None]).reshape(-1, n) * base[None, :]
-    costs = escalated_cost(firsts, y[None, :], t[None, :], req[None, :]).sum(axis=1)
+    per_run = escalated_cost(firsts, y[None, :], t[None, :], req[None, :])
+    costs = (per_run if w is None else per_run * w[None, :]).sum(axis=1)
     i = int(np.argmin(costs))  # the first least, in (k, margin) order
     if not np.isfinite(costs[i]):
         return float(rs[-1]), float("inf")
@@ -121,6 +148,8 @@ class HarpTaskModel:
         self._refit()
 
     def _refit(self) -> None:
+        if len(self.y) > WINDOW:  # older runs weigh under 1/16 of the newest: left out
+            del self.x[:-WINDOW], self.y[:-WINDOW], self.t[:-WINDOW], self.req[:-WINDOW]
         n = len(self.y)
         if n < MIN_RUNS:
             self._fit = None
@@ -128,9 +157,10 @@ class HarpTaskModel:
         x, y = np.asarray(self.x), np.asarray(self.y)
         t = np.maximum(np.asarray(self.t), 1e-3)
         req = np.asarray(self.req)
-        fits = [(float(np.median(y)), 0.0)]
+        w = recency_weights(n)
+        fits = [(_weighted_median(y, w), 0.0)]
         if np.ptp(x) > 0:
-            b, a = np.polyfit(x, y, 1)
+            b, a = np.polyfit(x, y, 1, w=np.sqrt(w))
             if b > 0:
                 fits.append((float(a), float(b)))
         best: tuple[float, float, float, float] | None = None
@@ -138,7 +168,7 @@ class HarpTaskModel:
         for a, b in fits:
             base = np.maximum(a + b * x, floor)
             ratio = y / base
-            m, cost = _choose_multiplier(ratio, base, y, t, req)
+            m, cost = _choose_multiplier(ratio, base, y, t, req, w)
             if best is None or cost < best[3]:
                 best = (a, b, m, cost)
         assert best is not None

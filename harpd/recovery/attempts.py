@@ -147,7 +147,7 @@ class Plan:
     """
 
     limits: AttemptLimits
-    escalated: str | None = None  # "time" or "mem": what ran out
+    escalated: str | None = None  # "time", "mem" or "gpu": what ran out
     comment: str | None = None  # marker(chain, attempt)
     mode: str | None = None  # requeue or resubmit
     restarts_before: int | None = None  # requeue: the job's Restarts when decided
@@ -164,6 +164,7 @@ class Plan:
     output: str | None = None  # where this run wrote its output (scontrol's StdOut), for harp status
     error: str | None = None  # its error file, when apart from the output
     charged_s: int | None = None  # resumed from a checkpoint: what the failed run cost (the time since its signal)
+    gpu: dict[str, Any] | None = None  # a larger GPU configuration (gpu_escalation): options, env, from, to, dnn
 
     @classmethod
     def from_json(cls, row: Mapping[str, Any] | None) -> Plan:

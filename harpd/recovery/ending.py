@@ -38,6 +38,26 @@ def _last_run(runs: list[SacctJob], job_id: str) -> SacctJob | None:
     return max(mine, key=lambda r: r.run) if mine else None
 
 
+def _requeued_under_hook(runs: list[SacctJob], job_id: str, now: float) -> bool:
+    """The run whose hook asks was requeued just now (submitit's checkpoint: ``scontrol requeue``).
+
+    Accounting then shows that run REQUEUED, ended within the last two
+    minutes, and a next run pending with no step yet: where a run whose start
+    slurmdbd has not recorded shows its steps beside it (``_start_recorded``).
+    """
+    mine = sorted((r for r in runs if r.job_id == job_id), key=lambda r: r.run)
+    if len(mine) < 2:
+        return False
+    prev, last = mine[-2], mine[-1]
+    return (
+        prev.state == "REQUEUED"
+        and prev.end_time is not None
+        and now - prev.end_time < 120
+        and last.state == "PENDING"
+        and not last.steps
+    )
+
+
 def _start_recorded(job: SacctJob) -> bool:
     """Accounting shows the run running, with its memory request: what a step's kill is measured against.
 
@@ -83,9 +103,16 @@ def ran_out_of_memory(
     deadline = clock() + wait_s
     while True:
         try:
-            job = _last_run(backend.sacct_raw([job_id], None, None, True), job_id)  # type: ignore[attr-defined]
+            runs = backend.sacct_raw([job_id], None, None, True)  # type: ignore[attr-defined]
         except SlurmError:
-            job = None
+            runs = []
+        job = _last_run(runs, job_id)
+        if _requeued_under_hook(runs, job_id, time.time()):
+            return None  # nothing to recover; answered at once, the hook ends before slurmstepd kills it
+        if job is not None and job.state not in (None, "RUNNING", "PENDING") and not killed_for_memory(job):
+            # requeued (submitit's checkpoint: ``scontrol requeue``) or cancelled while the hook runs: nothing
+            # to recover, and an answer at once lets the hook end before slurmstepd kills it (#51: status=9)
+            return None
         if job is not None and _start_recorded(job):
             if killed_for_memory(job):
                 rec = to_record(job)

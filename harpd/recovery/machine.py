@@ -83,6 +83,7 @@ from harpd.recovery.attempts import (
 from harpd.recovery.crash import crash_point
 from harpd.recovery.ending import ran_out_of_memory
 from harpd.recovery.escalation import RESOURCE_OF
+from harpd.recovery.gpu_escalation import GPU, GpuPlanner, next_gpu_step
 from harpd.recovery.manager_retry import LEFT_TO_MANAGER, LEFT_TO_NEXTFLOW, NO_RESUBMIT, manager_retry, task_of
 from harpd.recovery.mode import REQUEUE, RESUBMIT, resolve_mode
 from harpd.recovery.policy import eligible, first_limits, next_limits
@@ -136,8 +137,11 @@ class Recovery:
         watch: Callable[[str, int], None] | None = None,
         clock: Callable[[], float] = time.time,
         partitions: Callable[[], dict[str, PartitionInfo]] | None = None,
+        gpu_planner: GpuPlanner | None = None,
     ) -> None:
         self.store = store
+        # the DNN planner (injected by the daemon: harpd.dnn sits above recovery): a GPU out-of-memory's next try
+        self._gpu = gpu_planner
         self.backend = backend
         self.settings = settings or HarpSettings()
         self.cfg = self.settings.recovery
@@ -195,6 +199,10 @@ class Recovery:
     def on_outcome(self, rec: JobRecord) -> None:
         """Ingest listener: a run's outcome was stored (at least once per run)."""
         if not self.cfg.enabled or not rec.outcome.finished:
+            return
+        if rec.outcome == Outcome.PREEMPTED and rec.state == "REQUEUED":
+            # requeued, by itself (submitit's checkpoint) or a preemption: the job runs again under its
+            # id in the same attempt, and that run's end is the attempt's outcome (#51)
             return
         if not self._attached.wait(60):
             log.error("recovery: not attached to the poller; outcome of job %s left for the next tick", rec.job_id)
@@ -304,7 +312,8 @@ class Recovery:
             return True
         if last.plan.stop:
             return False
-        return str(last.outcome or "") in {o.value for o in RESOURCE_OF}
+        # FAILED: undecided yet (a GPU out-of-memory is escalated, anything else stopped with its reason)
+        return str(last.outcome or "") in {o.value for o in RESOURCE_OF} | {Outcome.FAILED.value}
 
     def _mark_open(self, chain: str) -> None:
         if self._open is not None:
@@ -331,9 +340,9 @@ class Recovery:
         if not row.job_id:
             return
         rec = self.store.get_job(row.job_id)
-        if rec is None or not rec.outcome.finished:
-            return
-        if row.plan.mode == REQUEUE and rec.attempt < row.number:
+        if rec is None or not rec.outcome.finished or (rec.outcome == Outcome.PREEMPTED and rec.state == "REQUEUED"):
+            return  # not ended, or requeued by itself: it runs again in this attempt
+        if row.plan.mode == REQUEUE and rec.attempt - self.store.requeued_runs(rec.job_id, rec.attempt) < row.number:
             return  # the requeued run has not ended yet
         self._handle(rec)
 
@@ -344,9 +353,12 @@ class Recovery:
         if chain is None:
             return None
         rows = self._rows(chain)
-        mine = [a for a in rows.values() if a.job_id == rec.job_id]
+        mine = sorted((a for a in rows.values() if a.job_id == rec.job_id), key=lambda a: a.number)
         if len(mine) == 1:
             return chain, mine[0]
+        caused = self._caused_by(mine, rec)
+        if caused is not None:
+            return chain, caused
         exact = [a for a in mine if a.number == int(rec.attempt)]
         if exact:
             return chain, exact[0]
@@ -355,6 +367,22 @@ class Recovery:
             return chain, live[0]
         log.info("job %s run %d matches no attempt of chain %s; left alone", rec.job_id, rec.attempt, chain)
         return False
+
+    def _caused_by(self, mine: list[Attempt], rec: JobRecord) -> Attempt | None:
+        """The attempt whose run ``rec`` is, among a job id's attempts (requeued in place), counting only
+        the runs harp caused.
+
+        A job that requeues itself (submitit's checkpoint) runs more often than
+        harp requeued it, so its run numbers run ahead of the attempts' (#51:
+        the run of attempt 1 that ran out of memory after the job's own requeue
+        was taken for attempt 2, and a completed function was run again).  Its
+        own requeues end runs REQUEUED, neither out of time nor memory: those
+        are taken off the run's number.  None when no attempt has that number.
+        """
+        own = self.store.requeued_runs(rec.job_id, int(rec.attempt), rec.source)
+        number = int(rec.attempt) - own
+        exact = [a for a in mine if a.number == number]
+        return exact[0] if own and exact else None
 
     def _handle(self, rec: JobRecord, while_running: bool = False) -> None:
         self._while_running = while_running
@@ -384,9 +412,12 @@ class Recovery:
 
     def _start_chain(self, rec: JobRecord) -> None:
         """A first run that ran out: open a chain if the job may be recovered."""
-        if Outcome(rec.outcome) not in RESOURCE_OF:
+        gpu_candidate = self._gpu is not None and Outcome(rec.outcome) == Outcome.FAILED
+        if Outcome(rec.outcome) not in RESOURCE_OF and not gpu_candidate:
             return
         sub = self.store.get_submission(rec.job_id)
+        if gpu_candidate and not self._ran_out_of_gpu_memory(rec, sub):
+            return
         if sub is not None and sub.chain_id not in (None, rec.job_id):
             return  # a resubmission: its chain follows it through the attempts table
         if sub is not None and rec.user is None:
@@ -424,7 +455,7 @@ class Recovery:
         log.info(
             "job %s ran out of %s (limits %s): recovery starts",
             chain,
-            RESOURCE_OF[Outcome(rec.outcome)],
+            RESOURCE_OF.get(Outcome(rec.outcome), "GPU memory"),
             _brief(limits),
         )
         self._mark_open(chain)
@@ -564,6 +595,9 @@ class Recovery:
         if outcome == Outcome.COMPLETED:
             return None
         if outcome not in RESOURCE_OF:
+            gpu = self._decide_gpu(chain, row, number)
+            if gpu is not False:
+                return gpu
             self._stop(chain, number, f"ended {outcome.value}: not caused by its limits, so not resubmitted")
             return None
         limits = row.plan.limits
@@ -599,7 +633,8 @@ class Recovery:
             metrics.recovery("gave_up")
             return None
         failed_job = str(row.job_id)
-        plan = Plan(limits=nxt.limits, escalated=nxt.resource, comment=marker(chain, number + 1))
+        # a run in a larger GPU configuration (gpu_escalation) keeps it when its time or memory is raised
+        plan = Plan(limits=nxt.limits, escalated=nxt.resource, comment=marker(chain, number + 1), gpu=row.plan.gpu)
         job_id: str | None = None
         requeue_on: bool | None = None
         slurm_limit: int | None = None
@@ -632,6 +667,65 @@ class Recovery:
         plan = plan.but(mode=mode)
         if self.store.add_attempt(chain, number + 1, job_id, plan.to_json(), reason, DECIDED):
             log.info("job %s: attempt %d decided (%s): %s", chain, number + 1, mode, reason)
+        crash_point("decided")
+        return self._rows(chain)[number + 1]
+
+    def _ran_out_of_gpu_memory(self, rec: JobRecord, sub: Submission | None) -> bool:
+        """Whether a FAILED run ran out of GPU memory (the injected planner's test; False without one)."""
+        if self._gpu is None or sub is None or Outcome(rec.outcome) != Outcome.FAILED:
+            return False
+        try:
+            return self._gpu.ran_out(rec, sub)
+        except Exception as exc:  # noqa: BLE001 - a planner's fault must not stop the poller's listener
+            log.warning("job %s: GPU out-of-memory check failed: %s", rec.job_id, exc)
+            return False
+
+    def _decide_gpu(self, chain: str, row: Attempt, number: int) -> Attempt | Literal[False] | None:
+        """After a FAILED attempt: the next one in a larger GPU configuration (``gpu_escalation``).
+
+        False when the run did not run out of GPU memory (the caller stops the
+        chain as for any failure).  Always a resubmission, even where harpd
+        requeues: the new configuration's environment (``HARP_DNN_ZERO``) is
+        the new job's, and a requeued job keeps its own.
+        """
+        rec = self.store.get_job(str(row.job_id)) if row.job_id else None
+        run_sub = self.store.get_submission(str(row.job_id)) if row.job_id else None
+        if rec is None or run_sub is None or not self._ran_out_of_gpu_memory(rec, run_sub):
+            return False
+        assert self._gpu is not None
+        try:
+            proposal = self._gpu.propose(rec, run_sub)
+        except Exception as exc:  # noqa: BLE001 - one line in the chain, never a loop
+            log.warning("job %s: GPU planner failed: %s", rec.job_id, exc)
+            self._stop(chain, number, f"ran out of GPU memory; the GPU planner failed: {exc}")
+            return None
+        step = next_gpu_step(proposal, number, self.cfg.max_attempts)
+        if step is None:
+            return False
+        if step.stop or step.proposal is None or step.proposal.next is None:
+            self._stop(chain, number, step.reason)
+            metrics.recovery("gave_up")
+            return None
+        if task_of(self.store.get_submission(chain)) is not None:
+            self._stop(chain, number, NO_RESUBMIT)
+            metrics.recovery("left_to_manager")
+            return None
+        p = step.proposal
+        limits = row.plan.limits.but(partition=p.options.get("partition") or row.plan.limits.partition)
+        if p.next is not None and p.next.nodes:
+            limits = limits.but(nodes=p.next.nodes)
+        gpu = {
+            "options": {k: v for k, v in p.options.items() if k != "partition"},
+            "env": dict(p.env),
+            "from": p.failed.to_json(),
+            "to": p.next.to_json() if p.next is not None else None,
+            "dnn": dict(p.dnn),
+        }
+        plan = Plan(limits=limits, escalated=GPU, comment=marker(chain, number + 1), mode=RESUBMIT, gpu=gpu)
+        if self.mode() == REQUEUE:
+            plan = plan.but(note="a larger GPU configuration is a new job with its own environment: resubmitted")
+        if self.store.add_attempt(chain, number + 1, None, plan.to_json(), step.reason, DECIDED):
+            log.info("job %s: attempt %d decided (%s): %s", chain, number + 1, RESUBMIT, step.reason)
         crash_point("decided")
         return self._rows(chain)[number + 1]
 
@@ -827,6 +921,7 @@ def make(
     store: Store,
     backend: Any,
     partitions: Callable[[], dict[str, PartitionInfo]] | None = None,
+    gpu_planner: GpuPlanner | None = None,
 ) -> Recovery | None:
     """harpd's recovery (None when disabled or without Slurm); ``attach`` it to the poller."""
     if not settings.recovery.enabled:
@@ -835,4 +930,4 @@ def make(
     if backend is None:
         log.warning("recovery: off (no Slurm backend)")
         return None
-    return Recovery(store, backend, settings, partitions=partitions)
+    return Recovery(store, backend, settings, partitions=partitions, gpu_planner=gpu_planner)

@@ -39,17 +39,20 @@ NO_RESUBMIT = (
 
 
 def task_of(sub: Submission | None) -> TaskIdentity | None:
-    """The workflow task a registered submission is, or None."""
+    """The workflow task a registered submission is, or None (also for a job library's, whose manager never
+    submits a failed task again: ``TaskIdentity.manager_retries``)."""
     if sub is None:
         return None
     job = sub.job
     commands = job.get("commands")
-    return identify(
+    task = identify(
         [str(c) for c in commands] if isinstance(commands, list) else None,
         _text(job.get("job_name")),
         _text(job.get("script_name")),
         _text(job.get("cwd")),
+        _text(job.get("function")),
     )
+    return task if task is not None and task.manager_retries else None
 
 
 def manager_retry(store: Store, sub: Submission, task: TaskIdentity) -> str | None:

@@ -28,6 +28,7 @@ from harpd.records import Submission
 from harpd.recovery.attempts import SUBMITTED, Attempt, AttemptLimits, Plan, Stop
 from harpd.recovery.crash import crash_point
 from harpd.recovery.environment import submit_env, user_name
+from harpd.recovery.gpu_escalation import GPU, gpu_changes, gpu_resources
 from harpd.recovery.sbatch_argv import ArgvError, resubmit_argv
 from harpd.recovery.vouch import why_not_vouched, why_not_vouched_in_accounting
 from harpd.slurm.base import JobInfo, NotRecordedYet, SlurmError
@@ -118,7 +119,7 @@ def _record(
             user,
             sub.stored["job"] or {},
             sub.stored["original"] or {},
-            _submitted(sub, plan.limits),
+            _submitted(sub, plan.limits, plan.gpu),
             _decision(attempt, plan, prev_limits),
             chain_id=chain,
         )
@@ -191,11 +192,18 @@ def _submit(store: Store, backend: Any, prev_id: str, sub: Submission, plan: Pla
     account = (info.account if info else None) or (rec.account if rec else None)
     try:
         new_argv = resubmit_argv(
-            argv, plan.limits, job_name=job_name, workdir=workdir, comment=str(plan.comment), account=account
+            argv,
+            plan.limits,
+            job_name=job_name,
+            workdir=workdir,
+            comment=str(plan.comment),
+            account=account,
+            options=(plan.gpu or {}).get("options"),
         )
     except ArgvError as exc:
         raise Stop(str(exc)) from None
     env = submit_env(_original_env(backend, prev_id), sets_mem=bool(plan.limits.mem))
+    env.update((plan.gpu or {}).get("env") or {})  # the larger GPU configuration, for the job's program
     return backend.submit(new_argv, script, workdir, env, as_uid=as_uid)
 
 
@@ -224,7 +232,7 @@ def _accounting_lacks(backend: Any) -> list[str]:
         return []
 
 
-def _submitted(sub: Submission, limits: AttemptLimits) -> dict[str, Any]:
+def _submitted(sub: Submission, limits: AttemptLimits, plan_gpu: dict[str, Any] | None = None) -> dict[str, Any]:
     """The new job's registered ``submitted`` resources: the first job's (as stored), with the new limits."""
     out = dict(sub.stored["submitted"] or {})
     if limits.time_s:
@@ -235,6 +243,7 @@ def _submitted(sub: Submission, limits: AttemptLimits) -> dict[str, Any]:
         out.update(mem_mb=int(limits.mem_mb), mem_per_cpu_mb=None)
     if limits.partition:
         out["partition"] = limits.partition
+    out.update(gpu_resources(plan_gpu))
     return out
 
 
@@ -256,9 +265,9 @@ def _decision(attempt: Attempt, plan: Plan, prev: AttemptLimits) -> dict[str, An
                 "reason": attempt.reason,
             }
         )
-    return {
-        "changes": changes,
-        "limits": {"partition": lim.partition},
-        "model": "recovery",
-        "explain": {"chain": attempt.chain, "attempt": attempt.number},
-    }
+    explain: dict[str, Any] = {"chain": attempt.chain, "attempt": attempt.number}
+    if plan.gpu:  # a larger GPU configuration, made now or at an earlier attempt and kept
+        if plan.escalated == GPU:
+            changes += gpu_changes(plan.gpu, attempt.reason)
+        explain["dnn"] = plan.gpu.get("dnn")  # so this run's own peak or out-of-memory is learnt in turn
+    return {"changes": changes, "limits": {"partition": lim.partition}, "model": "recovery", "explain": explain}

@@ -15,12 +15,16 @@ are set explicitly here:
 * set from the failed job: ``--job-name``, ``--partition``, ``--account``,
   ``--chdir`` (absolute), ``--comment`` (the marker that makes a resubmission
   findable after a crash);
+* a larger GPU configuration after a GPU out-of-memory (``gpu_escalation``):
+  ``--gres`` or ``--gpus``, ``--nodes``, ``--ntasks-per-node``;
 * the limits: ``--time`` and, when recovery knows the memory, the memory
   option in the unit the job used (``--mem`` or ``--mem-per-cpu``); the other
   memory options go, since sbatch refuses two of them.
 """
 
 from __future__ import annotations
+
+from collections.abc import Mapping
 
 from harp_submit.sbatch_options import SBATCH_TABLE, GetoptError
 from harpd.recovery.attempts import AttemptLimits
@@ -64,8 +68,15 @@ def resubmit_argv(
     workdir: str,
     comment: str,
     account: str | None = None,
+    options: Mapping[str, str] | None = None,
 ) -> list[str]:
-    """sbatch's arguments for the resubmission (the script comes on stdin)."""
+    """sbatch's arguments for the resubmission (the script comes on stdin).
+
+    ``options``: more options to set (a larger GPU configuration's ``gres`` or
+    ``gpus``, ``nodes``, ``ntasks-per-node``); the user's own of those names go,
+    and the command line wins over the script's ``#SBATCH`` lines and ``SBATCH_*``.
+    """
+    options = dict(options or {})
     try:
         parsed = SBATCH_TABLE.parse(list(argv))
     except GetoptError as exc:
@@ -73,7 +84,7 @@ def resubmit_argv(
     sets_mem = bool(limits.mem)
     out: list[str] = []
     for o in parsed.options:
-        if o.name in _DROP or (sets_mem and o.name in _MEM):
+        if o.name in _DROP or (sets_mem and o.name in _MEM) or o.name in options:
             continue
         out.append(f"--{o.name}" if o.value is None else f"--{o.name}={o.value}")
     rest = list(argv[parsed.end :])
@@ -92,6 +103,7 @@ def resubmit_argv(
         out.append(f"--mem-per-cpu={int(limits.mem_per_cpu_mb)}M")
     elif limits.mem_mb:
         out.append(f"--mem={int(limits.mem_mb)}M")
+    out += [f"--{name}={value}" for name, value in options.items()]
     if script_args:
         # sbatch takes script arguments only after a script file name
         out += ["/dev/stdin", *script_args]

@@ -114,6 +114,8 @@ class Report:
     measured: dict[str, int] = field(default_factory=dict)
     # a user's own report (not an admin's): their jobs and what harp saved them, no model scoreboard
     personal: bool = False
+    # DNN jobs harp planned: estimate vs observed GPU memory per setup (harpd.report.gpu_memory)
+    gpu_memory: list[dict[str, Any]] = field(default_factory=list)
 
     def missing(self, *columns: str) -> list[str]:
         """The sacct fields of ``columns`` that no job of the report carries."""

@@ -18,6 +18,7 @@ from harpd.report import queue_figures as saved_queue
 from harpd.report import scoreboard
 from harpd.report.aggregate import Report, build_report
 from harpd.report.fmt import compact, when
+from harpd.report.gpu_memory import gpu_memory_rows
 from harpd.report.source import Filters, load, store_span
 from harpd.report.window import Window, parse_window
 from harpd.store import Store
@@ -137,6 +138,7 @@ def build(
     report.source = source
     # the queue panel: what `harp replay --schedule` left beside this store
     report.queue = saved_queue.load(saved_queue.path_beside(store.path)) or {}
+    report.gpu_memory = [r.to_dict() for r in gpu_memory_rows(store, window, filters)]
     return report
 
 

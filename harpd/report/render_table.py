@@ -21,6 +21,7 @@ from tabulate import tabulate
 
 from harpd.report.aggregate import Report
 from harpd.report.fmt import compact, count, metric, percent, when
+from harpd.report.gpu_memory import render_gpu_memory
 
 WIDTH = 100
 
@@ -243,6 +244,8 @@ def render(report: Report, top: int = 20) -> str:
     lines += _failures(report) + [""] + _resubmissions(report)
     if not report.personal:
         lines += [""] + _harp(report) + [""] + scoreboard_lines(report)
+    if report.gpu_memory:
+        lines += ["", *render_gpu_memory(report.gpu_memory)]
     if report.notes:
         lines.append("")
         for n in report.notes:

@@ -130,9 +130,11 @@ def live_table(
             sel = first & (models == name) & np.isfinite(used) & np.isfinite(alloc)
             if not sel.any():
                 continue
-            kw = dict(resource=resource, alpha=alpha, max_attempts=max_attempts)
-            base = evaluate("request", request[sel], used[sel], request[sel], cens[sel], weight[sel], **kw)
-            m = evaluate(name, alloc[sel], used[sel], request[sel], cens[sel], weight[sel], baseline=base, **kw)
+            args = (used[sel], request[sel], cens[sel], weight[sel])
+            base = evaluate("request", request[sel], *args, resource=resource, alpha=alpha, max_attempts=max_attempts)
+            m = evaluate(
+                name, alloc[sel], *args, resource=resource, alpha=alpha, max_attempts=max_attempts, baseline=base
+            )
             d = m.to_dict()
             # live, a job that needed more than harp gave was killed at harp's
             # limit: it is censored, which the metric's under_rate leaves out

@@ -185,7 +185,7 @@ def stacked_bars(
     every = max(1, math.ceil(n / 8))
     for i in range(n):
         x = left + i * bw
-        base = top + ph
+        base = float(top + ph)
         tip = "; ".join(f"{name} {compact(vals[i])}{unit}" for name, vals, _c in series)
         for _name, vals, color in series:
             h = ph * max(vals[i], 0.0) / ymax

@@ -127,10 +127,12 @@ def paired(base: Sequence[Summary], other: Sequence[Summary]) -> dict[str, dict[
             continue
         d = b[ok] / a[ok] - 1.0
         mean = float(np.mean(d))
+        # how many copies went each way: a mean within its noise may still lean one way, said in words
+        signs = {"copies": len(d), "higher_copies": int(np.sum(d > 0)), "lower_copies": int(np.sum(d < 0))}
         if len(d) < 2:
-            out[k] = {"rel_diff": mean, "se": None, "verdict": "one copy"}
+            out[k] = {"rel_diff": mean, "se": None, "verdict": "one copy", **signs}
             continue
         se = float(np.std(d, ddof=1) / math.sqrt(len(d)))
         verdict = "lower" if mean < -CLEAR * se else "higher" if mean > CLEAR * se else "no clear difference"
-        out[k] = {"rel_diff": mean, "se": se, "verdict": verdict}
+        out[k] = {"rel_diff": mean, "se": se, "verdict": verdict, **signs}
     return out

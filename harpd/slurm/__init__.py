@@ -7,12 +7,8 @@ modules that only need ``SlurmError`` or the typed records (``JobInfo``,
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
+from harpd.config import HarpSettings, SlurmSettings
 from harpd.slurm.base import JobChanges, JobInfo, PartitionInfo, SlurmBackend, SlurmError
-
-if TYPE_CHECKING:
-    from harpd.config import HarpSettings, SlurmSettings
 
 __all__ = ["get_backend", "SlurmBackend", "SlurmError", "PartitionInfo", "JobInfo", "JobChanges"]
 
@@ -24,7 +20,7 @@ def get_backend(settings: HarpSettings | SlurmSettings) -> SlurmBackend:
     reason instead of a traceback: PyPI's pyslurm tracks one Slurm release
     (25.11) and cannot be built against the 22.05 this project supports.
     """
-    s = getattr(settings, "slurm", settings)
+    s = settings.slurm if isinstance(settings, HarpSettings) else settings
     name = str(s.backend).strip().lower()
     if name == "cli":
         from harpd.slurm.cli_backend import CliBackend
@@ -32,7 +28,7 @@ def get_backend(settings: HarpSettings | SlurmSettings) -> SlurmBackend:
         return CliBackend(s)
     if name == "pyslurm":
         try:
-            import pyslurm  # type: ignore[import-not-found]  # noqa: F401
+            import pyslurm  # noqa: F401
         except ImportError:
             raise SlurmError(
                 "slurm.backend = 'pyslurm' but pyslurm is not importable; install the pyslurm "

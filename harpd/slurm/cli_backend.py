@@ -421,7 +421,7 @@ class CliBackend:
             raise JobUnknown(f"squeue --json --jobs {jid} failed: Invalid job id specified")
         return json_job_info(found)
 
-    def _from_listing(self, jid: str) -> dict[str, Any] | None:
+    def _from_listing(self, jid: str) -> Mapping[str, Any] | None:
         """One job from a listing of every job, shared by the reads of the next second (22.05).
 
         22.05's ``squeue --json`` lists every job whatever ``--jobs`` asks, so
@@ -459,7 +459,8 @@ class CliBackend:
                 raise  # a stopped slurmctld says nothing about what squeue supports (#50)
             # an old squeue, or one without its JSON plugin; a controller that does not answer is not that
             if self._squeue_json_ok is None and _NO_JSON_RE.search(text.split("failed", 1)[-1]):
-                return self._no_squeue_json(str(exc))
+                self._no_squeue_json(str(exc))
+                return None
             if job_id is not None and "invalid job id" in text:
                 return []  # 23.02+: asked for one job slurmctld does not hold
             raise
@@ -468,7 +469,8 @@ class CliBackend:
         except SqueueParseError as exc:
             if self._squeue_json_ok:
                 raise
-            return self._no_squeue_json(str(exc))
+            self._no_squeue_json(str(exc))
+            return None
         self._squeue_json_ok = True
         return jobs
 
@@ -523,8 +525,8 @@ class CliBackend:
                 if p:
                     by_part.setdefault(p, []).append(n)
         out: dict[str, PartitionInfo] = {}
-        for p in parts:
-            name = p.get("PartitionName")
+        for part in parts:
+            name = part.get("PartitionName")
             if not name:
                 continue
             members = by_part.get(name, [])
@@ -539,20 +541,20 @@ class CliBackend:
                 if c is not None:
                     cpus.append(c)
             max_mem = max(mems) if mems else None
-            part_mem = _limit_number(p.get("MaxMemPerNode"))
+            part_mem = _limit_number(part.get("MaxMemPerNode"))
             if part_mem is not None:
                 max_mem = part_mem if max_mem is None else min(max_mem, part_mem)
             max_cpus = max(cpus) if cpus else None
-            part_cpus = _limit_number(p.get("MaxCPUsPerNode"))
+            part_cpus = _limit_number(part.get("MaxCPUsPerNode"))
             if part_cpus is not None:
                 max_cpus = part_cpus if max_cpus is None else min(max_cpus, part_cpus)
             gres_list = [
                 g for g in (re.sub(r"\([^)]*\)", "", n.get("Gres") or "") for n in members) if g and g != "(null)"
             ]
             gres = max(gres_list, key=_gpus_in_gres) if gres_list else None
-            max_time = p.get("MaxTime")
+            max_time = part.get("MaxTime")
             max_time_s = duration_s(max_time) if max_time and max_time != "UNLIMITED" else None
-            total_nodes = _limit_number(p.get("TotalNodes"))
+            total_nodes = _limit_number(part.get("TotalNodes"))
             out[name] = PartitionInfo(
                 name=name,
                 max_time_s=None if max_time_s is None else int(max_time_s),
@@ -561,8 +563,8 @@ class CliBackend:
                 nodes=total_nodes if total_nodes is not None else len(members),
                 gres=gres,
                 gpus_per_node=_gpus_in_gres(gres),
-                default=(p.get("Default") == "YES"),
-                max_nodes=_limit_number(p.get("MaxNodes")),
+                default=(part.get("Default") == "YES"),
+                max_nodes=_limit_number(part.get("MaxNodes")),
                 node_names=tuple(n.get("NodeName", "") for n in members),
             )
         return out

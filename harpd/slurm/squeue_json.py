@@ -55,8 +55,10 @@ def parse_squeue_json(text: str, where: str = "squeue --json") -> list[dict[str,
     """The ``jobs`` list of squeue's JSON document; SqueueParseError for anything else."""
     try:
         doc = json.loads(text)
-    except ValueError as exc:
+    except json.JSONDecodeError as exc:
         raise SqueueParseError(f"{where} did not print JSON ({exc.msg} at line {exc.lineno}); Slurm too old?") from None
+    except ValueError as exc:  # not text at all (a lone surrogate)
+        raise SqueueParseError(f"{where} did not print JSON ({exc}); Slurm too old?") from None
     jobs = doc.get("jobs") if isinstance(doc, dict) else None
     if not isinstance(jobs, list):
         raise SqueueParseError(f"{where} printed JSON without a 'jobs' list")

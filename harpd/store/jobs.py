@@ -198,6 +198,17 @@ class JobsTable(StoreBase):
         rows = self._read(f"SELECT {cols} FROM jobs WHERE job_id = ? ORDER BY attempt", [str(job_id)]).fetchall()
         return [self._row_to_record(r) for r in rows]
 
+    def requeued_runs(self, job_id: str, before_attempt: int, source: str | None = None) -> int:
+        """How many runs of ``job_id`` numbered below ``before_attempt`` a requeue ended that was not harp's
+        recovery (state REQUEUED, outcome preempted: neither out of time nor memory), so recovery can tell
+        a job's own requeues from its attempts (#51)."""
+        sql = "SELECT count(*) FROM jobs WHERE job_id = ? AND attempt < ? AND state = 'REQUEUED' AND outcome = ?"
+        params: list[Any] = [str(job_id), int(before_attempt), Outcome.PREEMPTED.value]
+        if source is not None:
+            sql += " AND source = ?"
+            params.append(source)
+        return int(self._read(sql, params).fetchone()[0])
+
     def job_columns(
         self,
         columns: list[str],

@@ -21,7 +21,7 @@ import os
 import zlib
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import Any, BinaryIO, cast
 
 CHUNK = 16 * 1024  # compressed bytes per read: the progress granularity
 
@@ -102,8 +102,8 @@ class TraceText:
         self.size = os.fstat(self._raw.fileno()).st_size
         self.gzip = self._raw.read(2) == b"\x1f\x8b"
         self._raw.seek(0)
-        inner: io.RawIOBase | BinaryIO = _Gunzip(self._raw) if self.gzip else self._raw
-        stream = io.BufferedReader(inner, buffer_size=CHUNK)  # type: ignore[arg-type]
+        inner = cast(io.RawIOBase, _Gunzip(self._raw) if self.gzip else self._raw)  # both read into buffers
+        stream = io.BufferedReader(inner, buffer_size=CHUNK)
         self.text = io.TextIOWrapper(stream, encoding="utf-8", errors="replace", newline="")
         self.lines_read = 0
         self.error: TraceFormatError | None = None

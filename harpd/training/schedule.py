@@ -39,7 +39,7 @@ def first_gap_s(retrain_settings: RetrainSettings, streak: int) -> float:
     a hold-out too short) backs off towards ``interval_s`` instead of
     paying a full training every few minutes.
     """
-    base = float(getattr(retrain_settings, "first_after_s", 300.0))
+    base = float(retrain_settings.first_after_s)
     return min(base * 2.0 ** min(max(streak, 0), 30), float(retrain_settings.interval_s))
 
 
@@ -94,7 +94,7 @@ class RetrainSchedule:
 
 def is_young(trained_on: int | None, retrain_settings: RetrainSettings) -> bool:
     """No model yet, or the best one learnt from fewer than ``first_below_jobs`` jobs."""
-    return trained_on is None or trained_on < int(getattr(retrain_settings, "first_below_jobs", 5000))
+    return trained_on is None or trained_on < int(retrain_settings.first_below_jobs)
 
 
 def attach_retrain(

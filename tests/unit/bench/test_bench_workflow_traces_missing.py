@@ -1,5 +1,5 @@
-"""bench/workflow_memory.py and bench/cores_targets.py on a fresh clone: one line naming the workflow traces and
-the Sizey repository."""
+"""bench/workflow_memory.py, cores_targets.py and growth_trace.py on a fresh clone: one line naming the workflow
+traces and the Sizey repository."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ import pytest
 REPO = Path(__file__).resolve().parents[3]
 
 
-@pytest.mark.parametrize("bench", ["workflow_memory.py", "cores_targets.py"])
+@pytest.mark.parametrize("bench", ["workflow_memory.py", "cores_targets.py", "growth_trace.py"])
 def test_workflow_bench_without_traces_names_them_and_their_source(tmp_path: Path, bench: str) -> None:
     root = tmp_path / "fresh" / "clone"
     shutil.copytree(REPO / "bench", root / "bench", ignore=shutil.ignore_patterns("__pycache__"))

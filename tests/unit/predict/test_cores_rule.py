@@ -238,10 +238,48 @@ def test_cores_the_runs_used_are_given(predictor):
 def test_the_site_tolerance_reaches_the_live_decision_and_its_reason(predictor):
     runs = _runs(25, used_cores=5.1, req_cpus=6)
     job = _job(cpus_per_task=6)
-    assert "cpus-per-task" not in {c.option for c in predictor(runs).decide(job, "alice", 1000).changes}
-    d = predictor(runs, cores_tolerance=0.05).decide(job, "alice", 1000)
+    strict = predictor(runs, cores_tolerance=0).decide(job, "alice", 1000)
+    assert "cpus-per-task" not in {c.option for c in strict.changes}
+    d = predictor(runs).decide(job, "alice", 1000)  # the default: 0.05 (#27)
     by = {c.option: c for c in d.changes}
     assert by["cpus-per-task"].value == "5" and "at most 5% slower on 5" in by["cpus-per-task"].reason
+
+
+def test_a_job_slowed_within_the_tolerance_keeps_a_time_request_that_holds_the_slowdown(predictor):
+    """Under hard limits harp keeps the time (hard_cut_gain 0): 10-minute runs of a 1-hour request hold 5.1 / 5."""
+    runs = _runs(25, used_cores=5.1, req_cpus=6)
+    d = predictor(runs).decide(_job(cpus_per_task=6), "alice", 1000)
+    by = {c.option: c for c in d.changes}
+    assert by["cpus-per-task"].value == "5" and "time" not in by  # harp never raises a time request
+    assert d.explain["cores"]["slowdown"] == pytest.approx(1.02)
+    assert "the time request holds a run 2.0% slower" in d.explain["time"]["slowdown_held"]
+
+
+def test_a_time_request_that_may_not_hold_the_slowdown_keeps_the_cores(predictor):
+    # runs of 59.5 of the 60 minutes asked: 2% slower would not fit, and harp never raises the request
+    runs = _runs(25, used_cores=5.1, req_cpus=6, elapsed=3570.0)
+    d = predictor(runs).decide(_job(cpus_per_task=6), "alice", 1000)
+    assert {c.option for c in d.changes} == set()
+    assert "never raises it" in d.explain["cores"]["tolerance_dropped"]
+
+
+def test_a_cut_time_limit_includes_the_slowdown(predictor):
+    runs = _runs(25, used_cores=5.1, req_cpus=6)
+    plain = predictor(runs, hard_cut_gain=1.0, cores_tolerance=0).decide(_job(cpus_per_task=6), "alice", 1000)
+    slowed = predictor(runs, hard_cut_gain=1.0).decide(_job(cpus_per_task=6), "alice", 1000)
+    t0 = {c.option: c for c in plain.changes}["time"].value
+    t1 = {c.option: c for c in slowed.changes}["time"].value
+    from harp_submit.units import parse_duration_s
+
+    assert parse_duration_s(t1) >= parse_duration_s(t0) * 1.02 > parse_duration_s(t0)
+
+
+def test_without_room_in_the_time_limit_the_cores_slow_nothing(predictor):
+    runs = _runs(25, used_cores=5.1, req_cpus=6)
+    no_time = JobRequest(partition="cpu", signature="sig-threads", request={"cpus_per_task": 6})
+    d = predictor(runs).decide(no_time, "alice", 1000)
+    assert {c.option for c in d.changes} == set()
+    assert "may not hold a run made slower" in d.explain["cores"]["tolerance_dropped"]
 
 
 def test_allow_shrink_off_keeps_the_cores(predictor):
@@ -346,3 +384,28 @@ def test_cli_cores_replay_without_cpu_time_is_one_line(tmp_path, capsys, cfg):
     assert harp(["replay", str(p), "--resource", "cpus"]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "no job with CPU time" in err and "Traceback" not in err
+
+
+def test_the_replay_counts_as_slowed_only_tasks_slowed_beyond_the_tolerance():
+    from harpd.evaluate.cores_replay import CoreFigures
+
+    f = CoreFigures(tolerance=0.05)
+    f.add(6, 5, 5.1, 600.0)  # 2 % longer on 5: within the tolerance, its time limit holds it
+    f.add(6, 5, 5.5, 600.0)  # 10 % longer: slowed
+    f.add(6, 6, 5.9, 600.0)  # given what it asked: never slowed by harp
+    assert (f.slowed, f.slowed_at_all, f.slowed_share) == (1, 2, pytest.approx(1 / 3))
+    assert CoreFigures().tolerance == 0.0
+
+
+def test_the_share_of_its_time_request_a_program_takes_bounds_a_slower_run():
+    from harpd.predict.cores import CoresHistory
+
+    h = CoresHistory()
+    assert h.time_share_bound("s", 0.05, 1.1) is None  # no run: nothing says a slower run fits
+    for share in (0.2, 0.3, 0.25):
+        h.add("s", 5.0, share)
+    assert h.time_share_bound("s", 0.05, 1.1) == pytest.approx(0.33)  # young: the most times the margin
+    for _ in range(60):
+        h.add("s", 5.0, 0.1)
+    # conformal once 19 runs or more: the ceil(64 x 0.95) = 61st smallest of 63
+    assert h.time_share_bound("s", 0.05, 1.1) == pytest.approx(0.2)

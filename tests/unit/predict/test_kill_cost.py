@@ -59,6 +59,6 @@ def test_the_queue_verdict_says_what_harp_did_in_words():
     }
     soft = queue_lines(q, "soft")[0]
     assert "under soft limits harp lowered the mean wait by 5.4%" in soft
-    assert "left the mean bounded slowdown unchanged within its noise (+1.0%" in soft
+    assert "did not clearly change the mean bounded slowdown (+1.0% (±2.0%), within two standard errors" in soft
     hard = queue_lines(q, "hard")
     assert "under hard limits" in hard[0] and "killed no job" in hard[1]

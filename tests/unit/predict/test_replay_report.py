@@ -9,7 +9,7 @@ import math
 import pytest
 
 from harpd.cli.replay_report import ReplayReport, Verdict
-from harpd.cli.replay_verdict import verdict
+from harpd.cli.replay_verdict import verdict, with_queue
 from harpd.predict.metric import ModelMetrics
 
 VERDICT_KEYS = [
@@ -23,6 +23,9 @@ VERDICT_KEYS = [
     "consumed_extra",
     "killed_jobs",
     "killed",
+    "harp_kills",
+    "harp_killed",
+    "users_kills",
     "lost",
     "extended_jobs",
     "missed_share",
@@ -85,8 +88,9 @@ def test_the_verdict_reads_the_typed_rows_and_prints_the_same_json_keys():
     assert v.text[0].startswith("verdict: harp would have been")
     d = v.to_dict()
     assert list(d) == VERDICT_KEYS and isinstance(d["text"], list)
-    queued = v.with_queue(["queue verdict: first"]).to_dict()
-    assert list(queued) == VERDICT_KEYS + ["queue"] and queued["text"][0] == "queue verdict: first"
+    q = {"replicas": 1, "procs": 8, "notes": [], "policies": [], "vs_users": {}}
+    queued = with_queue(v, q, "hard").to_dict()
+    assert list(queued) == VERDICT_KEYS + ["queue"] and queued["text"][0].startswith("queue: no harp-hard row")
     out = json.loads(json.dumps(dataclasses.replace(rep, verdict=v).to_dict()))
     assert [m["model"] for m in out["models"]] == ["request", "harp"] and out["verdict"]["better"] == "harp"
 

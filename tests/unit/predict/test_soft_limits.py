@@ -138,7 +138,7 @@ def test_hard_replay_is_unchanged_by_the_soft_inputs():
     plain = run(prepare(_habits(600), "time"), ReplayConfig(**cfg))  # templates kept or not: same figures
     assert hard.limits == "hard"
     assert [m.to_dict() for m in hard.metrics] == [m.to_dict() for m in plain.metrics]
-    assert all(m.harp_kills is None and m.limits == "hard" for m in hard.metrics)
+    assert all(m.extended_share is None and m.limits == "hard" for m in hard.metrics)
 
 
 def test_replay_soft_rows():

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from harp_submit.decision import BadDecision, check_time_options, parse_changes
-from harpd.predict.time_options import fit_time, kept_under_soft_limits
+from harpd.predict.time_options import SUBMITIT_KEPT, fit_time, kept_under_soft_limits
 from harpd.protocol import Resources
 
 
@@ -52,3 +52,28 @@ def test_client_refuses_a_limit_that_breaks_them(value, resources, words) -> Non
 
 def test_client_accepts_a_limit_that_keeps_them() -> None:
     check_time_options(_time("00:05:00"), {"time_min_s": 300, "signal_s": 120})
+
+
+SUBMITIT = ["srun --unbuffered --output /l/%j_%t_log.out python -u -m submitit.core._submit /l"]
+
+
+@pytest.mark.parametrize("minutes", [5, 11, 20, 60, 600])
+def test_a_submitit_job_asking_for_a_signal_keeps_its_time(minutes) -> None:
+    """#51: a 7-minute cut of a 20-minute submitit job came at 5.5 min, which submitit took for a preemption;
+    a signal after submitit's threshold fails a function that cannot checkpoint, which harp cannot rerun."""
+    t = minutes * 60
+    value, why = fit_time(300.0, Resources(time_s=t, signal_s=90), 60, SUBMITIT)
+    assert value >= t  # kept (at 5 minutes the need plus the warning already reaches the request)
+    if 300 + 90 < t:
+        assert value == t and why is not None and why.endswith(SUBMITIT_KEPT)
+
+
+def test_other_signal_jobs_keep_the_plain_rule() -> None:
+    assert fit_time(300.0, Resources(time_s=1800, signal_s=600), 60, ["python train.py"])[0] == 900.0
+    assert fit_time(200.0, Resources(time_s=600, signal_s=90), 60, ["python -m mymod.submitit_like"]) == (
+        290.0,
+        "+90s for --signal's warning",
+    )
+    # a submitit job without a signal, or without a time asked: nothing to keep
+    assert fit_time(300.0, Resources(time_s=1200), 60, SUBMITIT) == (300.0, None)
+    assert fit_time(300.0, Resources(signal_s=90), 60, SUBMITIT)[0] == 390.0

@@ -198,8 +198,20 @@ class FakeSlurm:
         self._save(st)
         return jid
 
-    def end_run(self, job_id: str, outcome: Outcome, used_mem_mb: float = 50.0, ago_s: float = 30.0) -> None:
-        """The job's current run ends with ``outcome``, ``ago_s`` seconds ago (as sacct reports it, later)."""
+    def end_run(
+        self,
+        job_id: str,
+        outcome: Outcome,
+        used_mem_mb: float = 50.0,
+        ago_s: float = 30.0,
+        *,
+        gpus: int | None = None,
+        gpumem_mb: float | None = None,
+    ) -> None:
+        """The job's current run ends with ``outcome``, ``ago_s`` seconds ago (as sacct reports it, later).
+
+        ``gpus``, ``gpumem_mb``: its allocated GPUs and gres/gpumem peak per GPU (a site that gathers them).
+        """
         st = self._load()
         j = st["jobs"][str(job_id)]
         assert j["state"] not in FINISHED and not j["held"], f"job {job_id} is {j['state']} (held={j['held']})"
@@ -216,9 +228,22 @@ class FakeSlurm:
                 "mem": (j["mem_mb"] or (j["mem_per_cpu_mb"] or 0)),
                 "used_time": limit if outcome == Outcome.TIMEOUT else 5.0,
                 "used_mem": used_mem_mb,
+                "gpus": gpus,
+                "gpumem": gpumem_mb,
             }
         )
         j["state"] = _STATE_OF[outcome]
+        self._save(st)
+
+    def own_requeue(self, job_id: str, used_mem_mb: float = 50.0, ago_s: float = 30.0) -> None:
+        """The job requeues itself (``scontrol requeue $SLURM_JOB_ID``, submitit's checkpoint): its run ends
+        REQUEUED, neither out of time nor memory, and the job is pending again under its id."""
+        self.end_run(job_id, Outcome.PREEMPTED, used_mem_mb=used_mem_mb, ago_s=ago_s)
+        st = self._load()
+        j = st["jobs"][str(job_id)]
+        j["runs"][-1]["state"] = "REQUEUED"
+        j["restarts"] += 1
+        j["state"] = "PENDING"
         self._save(st)
 
     def start_run(self, job_id: str, completing_shows: int = 2) -> None:
@@ -319,6 +344,8 @@ class FakeSlurm:
                         censored_mem=outcome == Outcome.OOM,
                         attempt=i + 1,
                         account=j.get("account"),
+                        alloc_gpus=r.get("gpus"),
+                        used_gpumem_mb=r.get("gpumem"),
                     )
                 )
             if j["state"] not in FINISHED:

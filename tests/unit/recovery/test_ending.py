@@ -210,3 +210,55 @@ def test_a_run_whose_start_accounting_has_not_recorded_is_waited_for() -> None:
     early = SacctJob(job_id="7", user="alice", state="PENDING", req_mem_mb=16.0, steps=[BATCH, KILLED])
     backend = _Accounting([early])
     assert _ask(backend) is None and 5 <= backend.calls <= 7
+
+
+def test_a_run_requeued_or_cancelled_while_its_hook_runs_is_answered_at_once() -> None:
+    """submitit's checkpoint requeues its own job: the hook is answered before slurmstepd kills it (#51)."""
+    for state in ("REQUEUED", "CANCELLED"):
+        ended = SacctJob(job_id="7", user="alice", state=state, req_mem_mb=400.0, steps=[BATCH, STILL])
+        backend = _Accounting([ended])
+        assert _ask(backend) is None and backend.calls == 1, state
+
+
+def test_the_hook_killed_while_it_waits_ends_quietly(tmp_path) -> None:
+    """A SIGTERM while harpd is asked (the job is being requeued): exit status 0, nothing on stderr."""
+    import os
+    import subprocess
+    import sys
+
+    sock = tmp_path / "harpd.sock"
+    import socket
+
+    srv = socket.socket(socket.AF_UNIX)
+    srv.bind(str(sock))
+    srv.listen(1)  # accepts and never answers: the hook waits
+    env = {
+        **os.environ,
+        "SLURM_JOB_ID": "7",
+        "SLURM_STEP_ID": "batch",
+        "HARP_SOCKET": str(sock),
+        "PYTHONPATH": str(__import__("pathlib").Path(task_epilog.__file__).resolve().parents[1]),
+    }
+    p = subprocess.Popen(
+        [sys.executable, "-m", "harp_submit.task_epilog"], env=env, stderr=subprocess.PIPE, stdout=subprocess.PIPE
+    )
+    conn, _ = srv.accept()  # the hook is asking now
+    p.terminate()
+    _, err = p.communicate(timeout=60)
+    conn.close()
+    srv.close()
+    assert p.returncode == 0 and err == b""
+
+
+def test_a_run_its_job_requeued_under_the_hook_is_answered_at_once() -> None:
+    """22.05 shows the requeued run REQUEUED and the next one PENDING with no step: no 20 s wait (#51)."""
+    now = time.time()
+    requeued = SacctJob(job_id="7", user="alice", state="REQUEUED", req_mem_mb=400.0, steps=[FINE], end_time=now - 2)
+    nxt = SacctJob(job_id="7", user="alice", state="PENDING", req_mem_mb=400.0, run=2)
+    backend = _Accounting([requeued, nxt])
+    assert _ask(backend) is None and backend.calls == 1
+    # a run whose start accounting has not recorded yet shows its steps: still waited for
+    lagging = SacctJob(job_id="7", user="alice", state="PENDING", req_mem_mb=None, steps=[BATCH, KILLED], run=2)
+    backend = _Accounting([requeued, lagging])
+    _ask(backend)
+    assert backend.calls > 1

@@ -54,3 +54,13 @@ def test_the_request_sends_it(files, monkeypatch):
     monkeypatch.chdir(files)
     r = Request(SBATCH_TABLE.parse(["job.sh"]), {}, directives.parse(text), script_path="job.sh", script_text=text)
     assert r.job_request()["input_bytes"] == 1000
+
+
+def test_an_interpreter_after_a_launcher_is_no_input(files):
+    """submitit's ``srun … /path/python3 -u -m submitit.core._submit FOLDER``: the interpreter is the program (#51)."""
+    (files / "bin").mkdir()
+    (files / "bin" / "python3.11").write_bytes(b"p" * 7000)
+    py = f"{files}/bin/python3.11"
+    line = f"srun --unbuffered --output {files}/%j_%t_log.out {py} -u -m submitit.core._submit {files}"
+    assert input_bytes([line], str(files), ".submission_file_0123.sh") == 0
+    assert input_bytes([f"srun {files}/bin/python3.11 reads.fq"], str(files), "job.sh") == 1000
