@@ -271,6 +271,7 @@ class LimitChange:
     updated_at: float  # written with every insert and update
     old_cpus: int | None = None
     new_cpus: int | None = None
+    attempt: int | None = None  # the attempt of the job it sized (None: before the ledger kept it)
 
     def to_dict(self) -> dict[str, Any]:
         """The row as ``harp status`` shows it (column order)."""

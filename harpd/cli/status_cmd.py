@@ -235,9 +235,14 @@ def render(job: dict[str, Any]) -> str:
             )
     rec = job.get("record") or {}
     outcome = rec.get("outcome") or job.get("outcome")
+    ran = job.get("ran_with") or []
+    if ran:  # the last run Slurm has, with its own state: never another run's state beside this outcome
+        rec = {"outcome": ran[-1].get("outcome"), "state": ran[-1].get("state")}
+        outcome = rec["outcome"] or outcome
     if outcome:
         out.append(f"  last outcome:  {outcome}" + (f" (Slurm {rec['state']})" if rec.get("state") else ""))
     out += _limit_changes(job)
+    out += ledger_lines(job)
     out += gpu_memory_lines(job.get("gpu_memory"))
     for run_ in job.get("runs") or []:
         out += seff_lines(run_)
@@ -294,6 +299,37 @@ def render(job: dict[str, Any]) -> str:
     if stop:
         out.append(f"  stopped: {stop}")
     return "\n".join(out + _other_records(job)) + "\n"
+
+
+def ledger_lines(job: dict[str, Any]) -> list[str]:
+    """The job's limits ledger (who set each limit, when, why) and what each attempt ran with, from Slurm."""
+    import time
+
+    from harp_submit.units import fmt_time
+
+    def amount(resource: str, v: Any) -> str:
+        if v is None:
+            return "---"
+        return fmt_time(int(v)) if resource == "time" else f"{int(v)}M"
+
+    out: list[str] = []
+    entries = job.get("ledger") or []
+    if entries:
+        out.append("  limits ledger: (who set each limit, from what, why)")
+        for e in entries:
+            at = time.strftime("%H:%M:%S", time.localtime(float(e.get("at") or 0)))
+            was = "" if e.get("old") is None else f"{amount(e['resource'], e['old'])} -> "
+            line = f"    #{e.get('attempt')}  {at}  {e.get('hand'):<12} {e.get('resource'):<4} "
+            line += f"{was}{amount(e['resource'], e.get('value'))}"
+            if e.get("reason"):
+                line += f"  ({e['reason']})"
+            out.append(line)
+    for r in job.get("ran_with") or []:
+        out.append(
+            f"  ran with:      #{r.get('attempt')}  mem {amount('mem', r.get('mem_mb'))}  "
+            f"time {amount('time', r.get('time_s'))}  {r.get('outcome')} (Slurm {r.get('state') or '?'})"
+        )
+    return out
 
 
 def _gpu_lines(gpu: Any) -> list[str]:

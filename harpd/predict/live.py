@@ -350,7 +350,7 @@ class ModelPredictor:
             # a Snakemake job's command names the Snakefile, submitit's its folder: not the task's inputs
             explain["input_bytes_ignored"] = f"{job.input_bytes} bytes of the files its command names, not its inputs"
             job = job.model_copy(update={"input_bytes": None})
-        retry = self._retry_floor(uid, task, now, explain)
+        retry = self._retry_floor(uid, task, now, explain, sig, job)
         tolerance = self.settings.predict.cores_tolerance
         cores_change, explain["cores"] = self._cores_change(job, sig, task, retry, tolerance)
         slow = float(explain["cores"].get("slowdown", 1.0)) if cores_change else 1.0
@@ -467,10 +467,20 @@ class ModelPredictor:
             return None, "no usage recorded for this program's runs: request kept"
         return math.log(recent.most) - lref + math.log(margin), f"{margin:g} x the most of its last runs"
 
-    def _retry_floor(self, uid: int, task: TaskIdentity | None, now: float, explain: dict[str, Any]) -> Floor | None:
-        """The floor of a workflow manager's retry (``harpd.predict.retry_floor``); a store fault gives none."""
+    def _retry_floor(
+        self,
+        uid: int,
+        task: TaskIdentity | None,
+        now: float,
+        explain: dict[str, Any],
+        sig: str | None = None,
+        job: JobRequest | None = None,
+    ) -> Floor | None:
+        """The floor of a workflow manager's retry and of the task's failures (``harpd.predict.retry_floor``);
+        a store fault gives none."""
+        asked = (None, None) if job is None else (_asked_mem(job.request), job.request.time_s)
         try:
-            floor = self._retries.floor(uid, task, now)
+            floor = self._retries.floor(uid, task, now, sig if is_workflow_signature(sig) else None, asked)
         except Exception:  # the floor only raises sizes: without it the history rule still decides
             log.exception("reading a workflow task's earlier attempt failed")
             return None
@@ -622,7 +632,13 @@ class ModelPredictor:
         if self.soft_limits and res == "time" and (kept := kept_under_soft_limits(rq)) is not None:
             return None, {"reason": kept}  # harpd extends such a job too late to keep its meaning
         if soft:
-            guard = soft_guard(guard, SoftPolicy.from_settings(self.settings.predict, self.settings.watch))
+            policy = SoftPolicy.from_settings(self.settings.predict, self.settings.watch)
+            guard = soft_guard(guard, policy)
+            if guard.floor > float(self.settings.predict.floor_time_s):  # the soft policy's floor, not the setting
+                floor_key = (
+                    "the soft policy's least limit: the watcher's lead (watch.margin_s) and one interval "
+                    "(watch.interval_s), in whole minutes"
+                )
         mem_task = task and res == "mem"  # sized by task_memory, which needs no min_history
         if n_hist < guard.min_history and not mem_task:
             return None, {"reason": f"cold start: {n_hist} of {guard.min_history} runs", "n_history": n_hist}
@@ -691,8 +707,9 @@ class ModelPredictor:
         ):
             value, why = None, why_kept(self.settings.predict.hard_cut_gain)
         least = None if retry is None else (retry.time_s if res == "time" else retry.mem_mb)
+        at_least = None  # the retry's or a failure's floor, when it set the value (named as such, not as a rail)
         if value is not None and retry is not None and least is not None and value < least:
-            value, why = least, f"{why}; at least {retry.reason}"
+            value, at_least = least, f"at least {retry.reason}"
         if value is not None and res == "time" and slow > 1.0:
             value *= slow
             reason += f", plus {slow - 1.0:.1%} for the fewer cores harp gives"
@@ -706,7 +723,10 @@ class ModelPredictor:
         }
         if value is None:
             return None, ex
-        if why != BOUND:
+        if at_least is not None:
+            reason += f"; raised to {_amount(value, res)}: {at_least}"
+            ex["reason"] = f"{why}; {at_least}"
+        elif why != BOUND:
             reason += "; " + _rail_words(why, res, guard, req, limit, floor_key)
         if soft and req:
             if why == BOUND and guard.headroom:
@@ -777,6 +797,20 @@ def _rail_words(
         key = floor_key or ("predict.floor_time_s" if res == "time" else "predict.floor_mem_mb")
         return f"raised to the floor of {amount(guard.floor)} ({key})"
     return f"lowered to the partition limit of {amount(limit)}"
+
+
+def _amount(v: float, res: str) -> str:
+    """A decided amount in the words of a reason."""
+    return format_time(int(math.ceil(v))) if res == "time" else format_mem(int(math.ceil(v)))
+
+
+def _asked_mem(rq: Resources) -> float | None:
+    """A request's total memory (MiB): what a floor never passes."""
+    if rq.mem_mb:
+        return float(rq.mem_mb * (rq.nodes or 1))
+    if rq.mem_per_cpu_mb:
+        return float(rq.mem_per_cpu_mb * (rq.cpus_per_task or 1) * (rq.ntasks or 1))
+    return None
 
 
 def _run_key(r: JobRecord) -> tuple[str, str, int]:

@@ -21,6 +21,13 @@ harp-submit registered right after sbatch) and what is known of its end:
 Never above the request, as every size harp gives.  Only tasks harp decided
 on since it started are looked up (an in-memory note per task), so a task's
 first submission costs no store read.
+
+The sizes are read from the job's limits ledger (``harpd.limits``), not from
+the submission alone: an attempt the re-sizer shrank ran with less than it
+was submitted with, and its retry escalates from what it really had.  And
+the floor is above every size the task ran out at (each earlier attempt of
+it, each run of its rule: ``harpd.limits.rule.floor_of``), so a retry never
+gets a size that task already failed at.
 """
 
 from __future__ import annotations
@@ -34,6 +41,8 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from harpd.features.workflow import TaskIdentity
+from harpd.limits.ledger import Ledger, read_ledger, sibling_runs
+from harpd.limits.rule import RanOut, floor_of
 from harpd.predict.restore import cut_resources, total_mem
 from harpd.records import Outcome, Submission
 from harpd.recovery.escalation import next_allocation
@@ -59,8 +68,12 @@ class Floor:
     explain: dict[str, Any] = field(default_factory=dict)
 
 
-def floor_after(earlier: Submission, max_attempts: int) -> Floor | None:
-    """The floor a new submission of the task of ``earlier`` (a stored submission) gets; None for none."""
+def floor_after(earlier: Submission, max_attempts: int, ledger: Ledger | None = None) -> Floor | None:
+    """The floor a new submission of the task of ``earlier`` (a stored submission) gets; None for none.
+
+    ``ledger``: the earlier job's limits ledger: the sizes it last ran with
+    (a re-size after submission included); None: its submitted sizes.
+    """
     state, outcome = earlier.state, earlier.outcome
     known = state == "done" and outcome is not None
     try:
@@ -81,11 +94,16 @@ def floor_after(earlier: Submission, max_attempts: int) -> Floor | None:
         step = next_allocation(kind, current, original, None, 1, max_attempts)
         return original if step.stop or step.value is None else step.value
 
+    ran_mem = ran_time = None
+    if ledger is not None:
+        last_mem, last_time = ledger.last("mem"), ledger.last("time")
+        ran_mem = None if last_mem is None else last_mem.value * float(got.nodes or 1)
+        ran_time = None if last_time is None else last_time.value
     mem = time_s = None
     if ended in (None, Outcome.OOM, Outcome.UNKNOWN):
-        mem = escalated(Outcome.OOM, total_mem(got), total_mem(orig))
+        mem = escalated(Outcome.OOM, ran_mem or total_mem(got), total_mem(orig))
     if ended in (None, Outcome.TIMEOUT, Outcome.UNKNOWN):
-        t = got.time_s
+        t = ran_time or got.time_s
         o = orig.time_s
         time_s = escalated(Outcome.TIMEOUT, float(t) if t else None, float(o) if o else None)
     if ended == Outcome.FAILED:  # not the escalation's: what harp lowered goes back
@@ -141,10 +159,57 @@ class RetryFloors:
         self._seen: dict[tuple[int, TaskIdentity], tuple[float | None, float]] = {}
         self._lock = threading.Lock()
 
-    def floor(self, uid: int, task: TaskIdentity | None, now: float | None = None) -> Floor | None:
-        """The floor of this submission of ``task`` by ``uid`` (and note it for the next one)."""
+    def floor(
+        self,
+        uid: int,
+        task: TaskIdentity | None,
+        now: float | None = None,
+        signature: str | None = None,
+        request: tuple[float | None, float | None] = (None, None),
+    ) -> Floor | None:
+        """The floor of this submission of ``task`` by ``uid`` (and note it for the next one).
+
+        ``signature``: the task's rule (its siblings' and earlier runs' failures
+        count too); ``request``: its total memory (MiB) and time (s) asked, the
+        most a floor gives.
+        """
         if task is None or self.store is None:
             return None
+        retry, own = self._retry(uid, task, now)
+        failed = self._failures(signature, request, now, own)
+        return _higher(retry, failed)
+
+    def _failures(
+        self,
+        signature: str | None,
+        request: tuple[float | None, float | None],
+        now: float | None,
+        own: list[RanOut],
+    ) -> Floor | None:
+        """The floor every failure of the task (``own``: its last attempt's, from its ledger, which sacct's
+        runs may not hold yet) or of its rule sets (``harpd.limits.rule.floor_of``)."""
+        assert self.store is not None
+        runs: list[RanOut] = [*own, *sibling_runs(self.store, signature, now)]
+        mem = floor_of("mem", (), runs, 0, request[0], fmt=lambda v: f"{int(-(-v // 1))}M")
+        time_s = floor_of("time", (), runs, 0, request[1], fmt=lambda v: f"{int(v)} s")
+        if mem.value is None and time_s.value is None:
+            return None
+        reason = "; ".join(f"the floor of a failure of this task ({f.reason})" for f in (mem, time_s) if f.value)
+        return Floor(
+            mem.value,
+            time_s.value,
+            None,
+            reason,
+            {
+                "failure": reason,
+                **({"mem_mb": round(mem.value)} if mem.value else {}),
+                **({"time_s": round(time_s.value)} if time_s.value else {}),
+            },
+        )
+
+    def _retry(self, uid: int, task: TaskIdentity, now: float | None) -> tuple[Floor | None, list[RanOut]]:
+        """The floor of a manager's retry of ``task`` from its latest earlier attempt, and that attempt's failures."""
+        assert self.store is not None
         now = _time.time() if now is None else now
         key = (int(uid), task)
         again = _REDECIDING.get()
@@ -156,7 +221,7 @@ class RetryFloors:
                     self._seen = {k: v for k, v in self._seen.items() if now - v[1] < WINDOW_S}
         since = last if again is None else prev  # a re-decided job's own decision was the last one
         if since is None or now - since > WINDOW_S:
-            return None
+            return None, []
         own = None if again is None else self.store.get_submission(again)
         before = None if own is None else own.submitted_at
         earlier = None
@@ -167,4 +232,23 @@ class RetryFloors:
                 continue
             if task_of(sub) == task:
                 earlier = sub  # oldest first: the last match is the latest attempt
-        return None if earlier is None else floor_after(earlier, self.max_attempts)
+        if earlier is None:
+            return None, []
+        ledger = read_ledger(self.store, earlier.job_id, earlier)
+        return floor_after(earlier, self.max_attempts, ledger), list(ledger.runs)
+
+
+def _higher(a: Floor | None, b: Floor | None) -> Floor | None:
+    """The floor that holds both ``a`` and ``b``: each resource's higher value, with the reason of its setter."""
+    if a is None or b is None:
+        return a or b
+    mem = max((f for f in (a, b) if f.mem_mb is not None), key=lambda f: f.mem_mb or 0.0, default=None)
+    tim = max((f for f in (a, b) if f.time_s is not None), key=lambda f: f.time_s or 0.0, default=None)
+    reasons = [r for r in dict.fromkeys(f.reason for f in (mem, tim) if f is not None) if r]
+    return Floor(
+        None if mem is None else mem.mem_mb,
+        None if tim is None else tim.time_s,
+        a.keep_cpus or b.keep_cpus,
+        "; ".join(reasons) or a.reason,
+        {**b.explain, **a.explain},
+    )

@@ -19,13 +19,13 @@ from __future__ import annotations
 
 import dataclasses
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
-from harpd.records import AttemptRecord
+from harpd.records import AttemptRecord, LimitChange
 
 __all__ = [
     "AttemptLimits",
@@ -211,3 +211,30 @@ class Attempt:
             outcome=row.outcome,
             created_at=row.created_at,
         )
+
+
+#: ``limit_changes`` kinds that set a pending or running job's memory (``--mem``) and time (harpd.watch)
+_MEM_CHANGES = ("resize-mem", "lift-mem")
+_TIME_CHANGES = ("resize", "lift", "extend")
+
+
+def as_ran(changes: Iterable[LimitChange], since: float | None, limits: AttemptLimits) -> AttemptLimits:
+    """An attempt's limits as it really ran: its plan's, with the watcher's later changes of them applied.
+
+    ``changes``: the job's carried-out ``limit_changes`` (the limits ledger's
+    rows, oldest first); those from ``since`` (the attempt's creation) on
+    changed this attempt (a floor lift of a pending attempt, an extension of
+    a running one).  Recovery escalates from what the run had, so an
+    attempt the re-sizer raised never gets its failed size again.
+    """
+    mem, time_s = limits.mem_mb, limits.time_s
+    for c in changes:
+        if since is not None and float(c.created_at) < float(since):
+            continue
+        if c.kind in _MEM_CHANGES and c.new_mem_mb and limits.mem_mb is not None:
+            mem = int(c.new_mem_mb)
+        elif c.kind in _TIME_CHANGES and c.new_time_s and limits.time_s is not None:
+            time_s = int(c.new_time_s)
+    if mem == limits.mem_mb and time_s == limits.time_s:
+        return limits
+    return limits.but(mem_mb=mem, time_s=time_s)

@@ -77,6 +77,7 @@ from harpd.recovery.attempts import (
     NotYet,
     Plan,
     Stop,
+    as_ran,
     marker,
 )
 from harpd.recovery.crash import crash_point
@@ -600,6 +601,8 @@ class Recovery:
             self._stop(chain, number, f"ended {outcome.value}: not caused by its limits, so not resubmitted")
             return None
         limits = row.plan.limits
+        if row.job_id and number > 1:  # escalate from what the run really had (a floor lift, an extension)
+            limits = as_ran(self.store.limit_changes(str(row.job_id), step="done"), row.created_at, limits)
         sub = self.store.get_submission(chain)
         task = task_of(sub)
         if task is not None and task.manager == "nextflow":

@@ -20,6 +20,7 @@ from typing import Any
 
 from harpd import access
 from harpd.dnn.observed import gpu_memory_view
+from harpd.limits.ledger import read_ledger
 from harpd.records import JobRecord, Submission
 from harpd.report.efficiency import job_efficiencies
 from harpd.store import LIVE_SOURCES_KEY, Store
@@ -99,6 +100,8 @@ def job_status(
     job["runs"] = _runs(
         store, job_id, chain, job["attempts"], record, source, admin=admin, owner=job_owner(record, sub)
     )
+    if sub is not None or chain is not None or changes:
+        job.update(_ledger(store, job_id, sub, shown_source=source))
     if trial is not None:
         job["trial"] = asdict(trial)  # its report and action as their rows' columns
     if len(shown) > 1:  # no live record to prefer: every trace's job, each with its source
@@ -123,6 +126,24 @@ def job_status(
         job["user"] = record.user if record else (access.user_of(trial.uid) if trial else None)
         job["outcome"] = record.outcome.value if record else None
     return job
+
+
+def _ledger(store: Store, job_id: str, sub: Submission | None, *, shown_source: str | None) -> dict[str, Any]:
+    """The job's limits ledger (who set each limit of each attempt, when, why) and what each run of it
+    really had, from Slurm's records (``harpd.limits.ledger``)."""
+    ledger = read_ledger(store, job_id, sub if sub is not None and str(sub.job_id) == str(job_id) else None)
+    ran = [
+        {
+            "attempt": int(r.attempt or 1),
+            "mem_mb": r.req_mem_mb,
+            "time_s": r.req_time_s,
+            "outcome": r.outcome.value,
+            "state": r.state,
+        }
+        for r in store.runs_of_job(job_id)
+        if shown_source is None or r.source == shown_source
+    ]
+    return {"ledger": [asdict(e) for e in ledger.entries], "ran_with": ran}
 
 
 def job_owner(record: JobRecord | None, sub: Submission | None) -> str | None:

@@ -179,6 +179,25 @@ class JobsTable(StoreBase):
         row = self._read(sql, params).fetchone()
         return None if row is None else self._row_to_record(row)
 
+    def runs_of_signature(self, signature: str, since: float, limit: int = 500) -> list[JobRecord]:
+        """The finished runs of one signature that ended since ``since``, oldest first (the newest ``limit``).
+
+        What the limits ledger reads for a task's siblings' failures and completions.
+        """
+        cols = ", ".join(_q(c) for c in JOB_COLUMNS)
+        sql = (
+            f"SELECT {cols} FROM jobs WHERE signature = ? AND end_time >= ? AND outcome NOT IN (?, ?) "
+            "ORDER BY end_time DESC, job_id, attempt LIMIT ?"
+        )
+        rows = self._read(sql, [str(signature), float(since), *_UNFINISHED, int(limit)]).fetchall()
+        return [self._row_to_record(r) for r in reversed(rows)]
+
+    def runs_of_job(self, job_id: str) -> list[JobRecord]:
+        """Every stored run (attempt) of one job id, by attempt: what each really ran with, from sacct."""
+        cols = ", ".join(_q(c) for c in JOB_COLUMNS)
+        rows = self._read(f"SELECT {cols} FROM jobs WHERE job_id = ? ORDER BY attempt", [str(job_id)]).fetchall()
+        return [self._row_to_record(r) for r in rows]
+
     def requeued_runs(self, job_id: str, before_attempt: int, source: str | None = None) -> int:
         """How many runs of ``job_id`` numbered below ``before_attempt`` a requeue ended that was not harp's
         recovery (state REQUEUED, outcome preempted: neither out of time nor memory), so recovery can tell

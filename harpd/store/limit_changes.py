@@ -28,14 +28,15 @@ class LimitChangesTable(StoreBase):
         new_mem_mb: int | None = None,
         old_cpus: int | None = None,
         new_cpus: int | None = None,
+        attempt: int | None = None,
     ) -> bool:
         """Record a decided change of a live job's limit; False if this crossing already has one."""
         now = time.time()
         with self.transaction() as db:
             cur = db.conn.execute(
                 """INSERT INTO limit_changes (job_id, kind, old_time_s, new_time_s, old_mem_mb, new_mem_mb,
-                                              old_cpus, new_cpus, step, reason, created_at, updated_at)
-                   VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT(job_id, kind, old_time_s) DO NOTHING""",
+                                              old_cpus, new_cpus, step, reason, created_at, updated_at, attempt)
+                   VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT(job_id, kind, old_time_s) DO NOTHING""",
                 (
                     str(job_id),
                     str(kind),
@@ -49,6 +50,7 @@ class LimitChangesTable(StoreBase):
                     reason,
                     now,
                     now,
+                    None if attempt is None else int(attempt),
                 ),
             )
             return cur.rowcount > 0

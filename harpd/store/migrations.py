@@ -188,6 +188,20 @@ def _m007_gpu_memory(db: sqlite_utils.Database) -> None:
         db.table("jobs").add_column("used_gpumem_mb", float)
 
 
+def _m008_limits_ledger(db: sqlite_utils.Database) -> None:
+    """One ledger of each job's limits (#45): the attempt each change of a live job's limit was made in.
+
+    ``limit_changes`` rows, the submission, recovery's ``attempts`` and the
+    runs in ``jobs`` are the ledger (``harpd.limits.ledger``), one record of
+    each setting, not a second copy.  A change's attempt says which run it
+    sized (a requeued job keeps its id); the index finds a task's siblings'
+    runs by signature, which the floor of a failure reads on every re-size.
+    """
+    if "attempt" not in db.table("limit_changes").columns_dict:
+        db.table("limit_changes").add_column("attempt", int)
+    db.table("jobs").create_index(["signature", "end_time"], if_not_exists=True)
+
+
 MIGRATIONS: list[Callable[[sqlite_utils.Database], None]] = [
     _m001_initial,
     _m002_limit_changes,
@@ -196,5 +210,6 @@ MIGRATIONS: list[Callable[[sqlite_utils.Database], None]] = [
     _m005_trials,
     _m006_decisions_by_user,
     _m007_gpu_memory,
+    _m008_limits_ledger,
 ]
 SCHEMA_VERSION = len(MIGRATIONS)

@@ -43,6 +43,7 @@ from typing import Any
 
 from harp_submit.units import fmt_time
 from harpd.config import HarpSettings
+from harpd.limits.ledger import read_ledger
 from harpd.metrics import record as metrics
 from harpd.predict.soft import SoftPolicy
 from harpd.records import LimitChange, Outcome
@@ -159,7 +160,8 @@ class Extender:
         if new <= current:
             return 0
         reason = f"{fmt_time(job.time_left_s)} left of {fmt_time(current)}; {how}"
-        if self.store.add_limit_change(job.job_id, EXTEND, current, new, reason, DECIDED):
+        attempt = read_ledger(self.store, job.job_id, sub).attempt  # the run it extends, in the limits ledger
+        if self.store.add_limit_change(job.job_id, EXTEND, current, new, reason, DECIDED, attempt=attempt):
             log.info("job %s: extension decided, %s -> %s (%s)", job.job_id, fmt_time(current), fmt_time(new), reason)
         crash_point("extend-decided")
         row = row_of(self.store, job.job_id, EXTEND, current)

@@ -34,7 +34,7 @@ __all__ = [
 ]
 
 #: kinds of ``limit_changes`` rows that set a job's time limit
-TIME_KINDS = ("extend", "resize")
+TIME_KINDS = ("extend", "resize", "lift")
 
 
 def submission_of(store: Store, job: QueuedJob) -> Submission | None:

@@ -42,6 +42,9 @@ from typing import Any
 from harp_submit.units import fmt_time, parse_duration_s, parse_mem
 from harpd.config import HarpSettings
 from harpd.features.workflow import registered_signature
+from harpd.limits.ledger import Ledger, read_ledger, sibling_runs
+from harpd.limits.rule import LIFT, Floor, Verdict, floor_of, judge
+from harpd.limits.rule import RESIZE as RESIZE_HAND
 from harpd.predict.retry_floor import redeciding
 from harpd.protocol import Decision, JobRequest
 from harpd.records import JobRecord, LimitChange, Submission
@@ -63,9 +66,11 @@ log = logging.getLogger("harpd.watch")
 __all__ = ["Resizer", "RESIZE", "MEM_KINDS", "CPU_KIND", "Fresh", "decider"]
 
 RESIZE = "resize"
+#: the kinds of a pending job raised to the floor a failure set (``harpd.limits.rule``): time, memory
+LIFT_KIND, LIFT_MEM_KIND = "lift", "lift-mem"
 #: the kinds of memory re-sizes, by the memory option harp changed at submission
 MEM_KINDS = {"mem": "resize-mem", "mem-per-cpu": "resize-mem-per-cpu"}
-MEM_OPTION_OF = {kind: option for option, kind in MEM_KINDS.items()}
+MEM_OPTION_OF = {**{kind: option for option, kind in MEM_KINDS.items()}, LIFT_MEM_KIND: "mem"}
 #: the kind of a CPU re-size (``old_cpus``/``new_cpus`` of the row: CPUs per task)
 CPU_KIND = "resize-cpus"
 
@@ -128,6 +133,7 @@ class Resizer:
         self._dirty: set[str] = set()
         self._lock = threading.Lock()
         self._left_alone = LeftAlone()  # Slurm's owner and limit checked before each re-size
+        self._refused: dict[tuple[str, str], str] = {}  # (job, resource) -> the ledger's refusal last logged
 
     def on_outcome(self, rec: JobRecord) -> None:
         """Poller listener: this signature's pending jobs are worth another look."""
@@ -139,7 +145,7 @@ class Resizer:
         """Finish interrupted re-sizes, then re-decide the signatures that had outcomes; returns changes made."""
         by_id = {j.job_id: j for j in jobs}
         made = 0
-        for kind in (RESIZE, *MEM_KINDS.values(), CPU_KIND):
+        for kind in (RESIZE, LIFT_KIND, *MEM_KINDS.values(), LIFT_MEM_KIND, CPU_KIND):
             for row in decided(self.store, kind):
                 made += self._carry_out(row, by_id.get(row.job_id))
         with self._lock:
@@ -179,27 +185,65 @@ class Resizer:
         want = max(self.floor_s, min(int(want), original))
         return min(whole_minutes(want) * 60, max(original, self.floor_s))
 
+    def _ledger_verdict(
+        self, job: QueuedJob, sub: Submission, resource: str, current: int, new: int | None, request: int | None
+    ) -> tuple[Verdict, Floor, Ledger]:
+        """The ledger's judgement of re-sizing ``resource`` from ``current`` to ``new`` (``harpd.limits.rule``).
+
+        The re-sizer decides from the job's submission, so a raise by another
+        hand since (recovery's escalation, a floor lift) makes a lowering a
+        conflict; every failure of the job, of its siblings (same signature)
+        and of earlier runs is a floor it never goes below.
+        """
+        ledger = read_ledger(self.store, job.job_id, sub)
+        runs = [*ledger.runs, *sibling_runs(self.store, registered_signature(sub.job))]
+        fmt = fmt_time if resource == "time" else _fmt_mb
+        floor = floor_of(resource, ledger.entries, runs, ledger.attempt, request, fmt=fmt)
+        own = [e.at for e in ledger.entries if e.hand in (RESIZE_HAND, LIFT) and e.resource == resource]
+        since = max([float(sub.submitted_at or 0.0), *own])
+        verdict = judge(RESIZE_HAND, resource, current, new, since, ledger.entries, floor, request, fmt=fmt)
+        return verdict, floor, ledger
+
+    def _refuse(self, job: QueuedJob, resource: str, verdict: Verdict) -> int:
+        """Log a refusal of the ledger once per job and resource (a tick runs every few seconds)."""
+        key = (job.job_id, resource)
+        if self._refused.get(key) != verdict.why:
+            self._refused[key] = verdict.why
+            log.warning("job %s: not re-sized: %s", job.job_id, verdict.why)
+        return 0
+
     def _consider(self, job: QueuedJob, sub: Submission, fresh: Fresh) -> int:
         current = int(job.time_limit_s or 0)
         new = self.bound(job, sub, fresh)
-        if new is None or abs(new - current) < max(self.min_ratio * current, self.min_s):
+        verdict, _floor, ledger = self._ledger_verdict(job, sub, "time", current, new, original_time_s(sub))
+        if verdict.refused:
+            return self._refuse(job, "time", verdict) if new is not None and new < current else 0
+        if verdict.value is None:
             return 0
-        reason = f"re-decided while pending after its siblings' outcomes: {fmt_time(current)} -> {fmt_time(new)}"
-        if not self.store.add_limit_change(job.job_id, RESIZE, current, new, reason, DECIDED):
+        lifted = bool(verdict.why) and verdict.value > current  # raised to a failure's floor
+        new = whole_minutes(int(-(-verdict.value // 1))) * 60
+        if new == current:
+            return 0
+        if not lifted and abs(new - current) < max(self.min_ratio * current, self.min_s):
+            return 0
+        kind = LIFT_KIND if lifted else RESIZE
+        reason = (
+            f"raised while pending: {fmt_time(current)} -> {fmt_time(new)}, {verdict.why}"
+            if lifted
+            else f"re-decided while pending after its siblings' outcomes: {fmt_time(current)} -> {fmt_time(new)}"
+            + (f" ({verdict.why})" if verdict.why else "")
+        )
+        if not self.store.add_limit_change(job.job_id, kind, current, new, reason, DECIDED, attempt=ledger.attempt):
             return 0  # this limit was re-sized before: never twice
         log.info("job %s: %s", job.job_id, reason)
-        row = row_of(self.store, job.job_id, RESIZE, current)
+        row = row_of(self.store, job.job_id, kind, current)
         return self._carry_out(row, job)
 
     def mem_bound(self, sub: Submission, fresh: Fresh, option: str) -> int | None:
         """The memory (MB, of ``option``) the job should have now, within the floor and the user's request."""
         if fresh.mem_option != option or fresh.mem_mb is None:
             return None
-        original = sub.original.mem_mb if option == "mem" else sub.original.mem_per_cpu_mb
-        try:
-            original = int(original) if original else None
-        except (TypeError, ValueError):
-            original = None
+        original = _original_mb(sub, option)
         if original is None:
             return None  # the user gave no such memory: nothing to stay under
         return max(min(self.floor_mb, original), min(int(fresh.mem_mb), original))
@@ -207,13 +251,34 @@ class Resizer:
     def _consider_mem(self, job: QueuedJob, sub: Submission, fresh: Fresh, option: str) -> int:
         current = job.mem_mb if option == "mem" else job.mem_per_cpu_mb
         new = self.mem_bound(sub, fresh, option)
-        if current is None or new is None or abs(new - current) < max(self.min_ratio * current, MIN_MEM_STEP_MB):
+        if current is None:
             return 0
-        kind = MEM_KINDS[option]
+        lifted, attempt, why = False, None, ""
+        if option == "mem":  # the ledger keeps --mem (harpd.limits.ledger)
+            request = _original_mb(sub, "mem")
+            verdict, _floor, ledger = self._ledger_verdict(job, sub, "mem", int(current), new, request)
+            attempt = ledger.attempt
+            if verdict.refused:
+                return self._refuse(job, "mem", verdict) if new is not None and new < current else 0
+            if verdict.value is None:
+                return 0
+            why = verdict.why
+            lifted = bool(why) and verdict.value > current  # raised to a failure's floor
+            new = int(-(-verdict.value // 1))
+        if new is None or new == current:
+            return 0
+        if not lifted and abs(new - current) < max(self.min_ratio * current, MIN_MEM_STEP_MB):
+            return 0
+        kind = LIFT_MEM_KIND if lifted else MEM_KINDS[option]
         at = int(job.time_limit_s or 0)
-        reason = f"re-decided while pending after its siblings' outcomes: --{option} {current} MB -> {new} MB"
+        reason = (
+            f"raised while pending: --{option} {current} MB -> {new} MB, {why}"
+            if lifted
+            else f"re-decided while pending after its siblings' outcomes: --{option} {current} MB -> {new} MB"
+            + (f" ({why})" if why else "")
+        )
         if not self.store.add_limit_change(
-            job.job_id, kind, at, at, reason, DECIDED, old_mem_mb=int(current), new_mem_mb=int(new)
+            job.job_id, kind, at, at, reason, DECIDED, old_mem_mb=int(current), new_mem_mb=int(new), attempt=attempt
         ):
             return 0  # this job's memory was re-sized at this time limit before: never twice
         log.info("job %s: %s", job.job_id, reason)
@@ -284,3 +349,16 @@ class Resizer:
             return 0
         set_step(self.store, row, DONE)
         return 1
+
+
+def _fmt_mb(v: float) -> str:
+    return f"{int(-(-v // 1))}M"
+
+
+def _original_mb(sub: Submission, option: str) -> int | None:
+    """The user's own memory of ``option`` (MB), None when none was given."""
+    original = sub.original.mem_mb if option == "mem" else sub.original.mem_per_cpu_mb
+    try:
+        return int(original) if original else None
+    except (TypeError, ValueError):
+        return None

@@ -331,3 +331,23 @@ def test_a_job_too_short_for_a_memory_sample_is_taken_soon(store):
     assert ing.poll_once() == 0
     now[0] += 15
     assert ing.poll_once() == 1 and stored(store)[("70", 1)].used_mem_mb is None
+
+
+def test_a_run_stored_while_running_and_then_requeued_gets_its_real_end(store):
+    """#45 D: a run seen RUNNING, then held and requeued by harp (REQUEUED on 22.05, its step killed for
+    memory), is stored with that end, not left RUNNING for good."""
+    be = FakeSlurm([rec("6", Outcome.OOM, start_time=1000.0)])
+    submit(store, "6")
+    ing = Ingestor(store, be, settings())
+    ing.poll_once()
+    ing.watch("6")
+    be.records = [
+        rec("6", Outcome.PREEMPTED, state="REQUEUED", start_time=1000.0, attempt=1),
+        rec("6", Outcome.RUNNING, state="RUNNING", start_time=2000.0, end_time=None, attempt=2),
+    ]
+    ing.poll_once()
+    be.records[1] = rec("6", Outcome.OOM, state="REQUEUED", start_time=2000.0, attempt=2)
+    be.records.append(rec("6", Outcome.RUNNING, state="RUNNING", start_time=3000.0, end_time=None, attempt=3))
+    ing.poll_once()
+    got = stored(store)
+    assert got[("6", 1)].outcome is Outcome.OOM and got[("6", 2)].outcome is Outcome.OOM, got

@@ -213,13 +213,13 @@ class _Half:
         return np.full(len(X), np.log(0.5))
 
 
-def _live(soft: bool, **predict):
+def _live(soft: bool, model=None, used_s: float = 590.0, **predict):
     from harpd.config import HarpSettings
     from harpd.models.envelope import ModelEnvelope
     from harpd.predict.live import ModelPredictor
     from harpd.records import JobRecord, Outcome
 
-    env = ModelEnvelope(model=_Half(), name="half", relative=True, resource="time")
+    env = ModelEnvelope(model=model or _Half(), name="half", relative=True, resource="time")
     p = ModelPredictor(HarpSettings(predict=predict), models={"time": env}, soft_limits=soft)
     recs = [
         JobRecord(
@@ -231,8 +231,8 @@ def _live(soft: bool, **predict):
             signature="sig",
             submit_time=1000.0 * i,
             start_time=1000.0 * i,
-            end_time=1000.0 * i + 590,
-            used_time_s=590.0,
+            end_time=1000.0 * i + used_s,
+            used_time_s=used_s,
             req_time_s=7200.0,
             req_cpus=4,
             outcome=Outcome.COMPLETED,
@@ -273,3 +273,20 @@ def test_live_hard_mode_keeps_the_time_unless_a_cut_outweighs_its_kill_risk():
     (c,) = [c for c in d.changes if c.option == "time"]
     assert c.value == "01:00:00" and "extended automatically" not in c.reason
     assert "limits" not in d.explain["time"]
+
+
+class _Tiny:
+    """A stand-in model: every job needs a hundredth of its request."""
+
+    theta = None
+
+    def predict(self, X, groups=None):
+        return np.full(len(X), np.log(0.01))
+
+
+def test_a_soft_limit_raised_to_the_watchers_least_limit_names_the_soft_policy_not_floor_time_s():
+    """#45 E: 3 min is the soft policy's least limit (the watcher's lead and interval), not predict.floor_time_s."""
+    d = _decide(_live(True, model=_Tiny(), used_s=5.0, floor_time_s=60))
+    (c,) = [c for c in d.changes if c.option == "time"]
+    assert c.value == "00:03:00", c.reason
+    assert "predict.floor_time_s" not in c.reason and "the soft policy's least limit" in c.reason, c.reason
