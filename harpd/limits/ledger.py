@@ -115,21 +115,21 @@ def read_ledger(store: Store, job_id: str, sub: Submission | None) -> Ledger:
             raw.append((at, first_attempt, DECISION, "time", t, reasons.get("time") or "the request, kept"))
     changes: list[LimitChange] = [r for i in sorted(ids) for r in store.limit_changes(i, step=DONE)]
     for r in changes:
-        hand = hand_of(r.kind)
-        if hand is None:
+        who = hand_of(r.kind)
+        if who is None:
             continue
         n = int(r.attempt) if r.attempt else _attempt_at(sorted(starts), float(r.created_at))
         at = float(r.updated_at)
         why = str(r.reason or "")
         if r.kind in ("resize", "lift", "extend"):
-            raw.append((at, n, hand, "time", float(r.new_time_s), why))
+            raw.append((at, n, who, "time", float(r.new_time_s), why))
         elif r.kind in ("resize-mem", "lift-mem") and r.new_mem_mb:
-            raw.append((at, n, hand, "mem", float(r.new_mem_mb), why))
+            raw.append((at, n, who, "mem", float(r.new_mem_mb), why))
     raw.sort(key=lambda x: (x[0], x[1]))
     entries: list[Entry] = []
     last: dict[str, float] = {}
-    for at, n, hand, res, value, why in raw:
-        entries.append(Entry(n, hand, res, value, at, why, last.get(res)))
+    for at, n, who, res, value, why in raw:
+        entries.append(Entry(n, who, res, value, at, why, last.get(res)))
         last[res] = value
     runs = list(_own_failures(entries))
     runs += runs_of(store.runs_of_job(jid))
