@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from harpd.cli.replay_report import ReplayReport
+from harpd.predict.metric import ModelMetrics
 from harpd.records import JobRecord, Outcome
 
 
@@ -34,3 +36,49 @@ def write_swf(path, recs) -> None:
             f"{r.user[1:]} 1 -1 -1 1 -1 -1"
         )
     path.write_text("\n".join(lines) + "\n")
+
+
+def metric_row(model: str, over: float, score: float, **kw) -> ModelMetrics:
+    """A ``ModelMetrics`` row for the verdict tests: 100 jobs, ``over`` of over-reservation, ``score``."""
+    base = dict(
+        model=model,
+        jobs=100,
+        changed=0.5,
+        under_rate=0.01,
+        under_jobs=1,
+        lost=0,
+        reserved_over_used=1.5,
+        over_reservation=over,
+        over_vs_request=over / 7200.0,
+        consumed_over_used=1.1,
+        consumed_vs_request=0.9,
+        killed=3600.0,
+        score=score,
+        used_total=10 * 3600.0,
+        killed_jobs=2,
+    )
+    base.update(kw)
+    return ModelMetrics(**base)
+
+
+def replay_report(*rows: ModelMetrics, relative: bool = True, limits: str = "hard") -> ReplayReport:
+    """A ``ReplayReport`` of ``rows`` on a 100-job trace, as `harp replay` builds it."""
+    return ReplayReport(
+        trace="t.swf",
+        source="t",
+        resource="time",
+        relative=relative,
+        jobs=100,
+        skipped={},
+        retrains=1,
+        seconds=1.0,
+        alpha=0.05,
+        weight="cores",
+        unit="core-hours",
+        unit_scale=3600.0,
+        models=rows,
+        targets={},
+        notes=[],
+        limits=limits,
+        soft_policy=None,
+    )

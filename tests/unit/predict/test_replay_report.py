@@ -8,9 +8,10 @@ import math
 
 import pytest
 
-from harpd.cli.replay_report import ReplayReport, Verdict
+from harpd.cli.replay_report import Verdict
 from harpd.cli.replay_verdict import verdict, with_queue
-from harpd.predict.metric import ModelMetrics
+from tests.unit.predict.replay_helpers import metric_row as _row
+from tests.unit.predict.replay_helpers import replay_report as _report
 
 VERDICT_KEYS = [
     "model",
@@ -35,50 +36,6 @@ VERDICT_KEYS = [
     "margin",
     "text",
 ]
-
-
-def _row(model: str, over: float, score: float, **kw) -> ModelMetrics:
-    base = dict(
-        model=model,
-        jobs=100,
-        changed=0.5,
-        under_rate=0.01,
-        under_jobs=1,
-        lost=0,
-        reserved_over_used=1.5,
-        over_reservation=over,
-        over_vs_request=over / 7200.0,
-        consumed_over_used=1.1,
-        consumed_vs_request=0.9,
-        killed=3600.0,
-        score=score,
-        used_total=10 * 3600.0,
-        killed_jobs=2,
-    )
-    base.update(kw)
-    return ModelMetrics(**base)
-
-
-def _report(*rows: ModelMetrics, relative: bool = True) -> ReplayReport:
-    return ReplayReport(
-        trace="t.swf",
-        source="t",
-        resource="time",
-        relative=relative,
-        jobs=100,
-        skipped={},
-        retrains=1,
-        seconds=1.0,
-        alpha=0.05,
-        weight="cores",
-        unit="core-hours",
-        unit_scale=3600.0,
-        models=rows,
-        targets={},
-        notes=[],
-        limits="hard",
-        soft_policy=None,
-    )
 
 
 def test_the_verdict_reads_the_typed_rows_and_prints_the_same_json_keys():

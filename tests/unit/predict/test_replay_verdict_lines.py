@@ -24,51 +24,15 @@ from harpd.evaluate.schedule_simulation import gap_sizes, own_kills
 from harpd.predict.metric import ModelMetrics, evaluate
 from harpd.simulate import Summary
 from harpd.simulate.shake import paired
+from tests.unit.predict.replay_helpers import metric_row, replay_report
 
 
 def _row(model: str, over: float, score: float, **kw) -> ModelMetrics:
-    base = dict(
-        model=model,
-        jobs=100,
-        changed=0.5,
-        under_rate=0.01,
-        under_jobs=1,
-        lost=0,
-        reserved_over_used=1.5,
-        over_reservation=over,
-        over_vs_request=over / 7200.0,
-        consumed_over_used=1.1,
-        consumed_vs_request=0.9,
-        killed=3600.0,
-        score=score,
-        used_total=10 * 3600.0,
-        killed_jobs=10,
-        harp_kills=0,
-    )
-    base.update(kw)
-    return ModelMetrics(**base)
+    return metric_row(model, over, score, **{"killed_jobs": 10, "harp_kills": 0, **kw})
 
 
 def _report(*rows: ModelMetrics, limits: str = "hard") -> ReplayReport:
-    return ReplayReport(
-        trace="t.swf",
-        source="t",
-        resource="time",
-        relative=True,
-        jobs=100,
-        skipped={},
-        retrains=1,
-        seconds=1.0,
-        alpha=0.05,
-        weight="cores",
-        unit="core-hours",
-        unit_scale=3600.0,
-        models=rows,
-        targets={},
-        notes=[],
-        limits=limits,
-        soft_policy=None,
-    )
+    return replay_report(*rows, limits=limits)
 
 
 def _cmp(rel: float, se: float, way: str, copies: int = 5, up: int = 0, down: int = 0) -> dict:
