@@ -31,6 +31,10 @@ TIMEOUT_S = 0.5  # a registration made in line (no fork) must never keep the use
 BUDGET_S = 60.0  # the detached child's whole budget: tries until harpd answers or this runs out
 FIRST_PAUSE_S = 0.5  # pause after the first failed try, doubled after each one (at most MAX_PAUSE_S)
 MAX_PAUSE_S = 10.0
+#: one try of the detached child at least: no one waits for it, and a try given up while harpd still checks
+#: the job with slurmctld would hold a second of harpd's client slots once tried again (a burst of
+#: submissions on a loaded host then fills them, and the next submission's prediction is answered "busy")
+TRY_S = 20.0
 #: how long the child waits for its parent (harp-submit, harp-filter) to exit before registering
 PARENT_WAIT_S = 1.0
 #: how the decision's token sits in the job's comment (harpd.daemon.registration.token_in_comment reads it)
@@ -38,7 +42,7 @@ TOKEN_WORD = "harp decision"
 #: test-only: the child sends nothing, as when its message is lost (harpd must find the job by its token)
 SKIP_ENV = "HARP_TEST_SKIP_REGISTER"
 # harpd's refusals worth another try: the job not yet visible, Slurm not answering
-_RETRY_REFUSALS = ("does not know job", "try again", "store unavailable")
+_RETRY_REFUSALS = ("does not know job", "try again", "store unavailable", "harpd busy")
 
 
 def message(
@@ -92,8 +96,8 @@ def comment_argv(argv: list[str], options_end: int, dashdash: int | None, commen
 
 
 def timeout_s(environ: Mapping[str, str]) -> float:
-    """How long one try may take: HARP_TIMEOUT (default 2 s)."""
-    return client.timeout_s(environ)[0]
+    """How long one try of the detached child may take: HARP_TIMEOUT (default 2 s), at least ``TRY_S``."""
+    return max(client.timeout_s(environ)[0], TRY_S)
 
 
 def _worth_retrying(exc: client.HarpdUnavailable) -> bool:

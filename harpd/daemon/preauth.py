@@ -43,6 +43,7 @@ class Pending:
     deadline: float
     buf: bytearray = field(default_factory=bytearray)
     uid: int | None = None  # the kernel's word on a Unix-socket caller; None over TCP (its credential says)
+    register: bool = False  # a registration (``Server._start``): it takes a worker only from its share
 
 
 class PreAuth:

@@ -29,6 +29,7 @@ from __future__ import annotations
 import logging
 import os
 import queue
+import re
 import selectors
 import socket
 import threading
@@ -49,6 +50,8 @@ __all__ = ["Server", "ServerError", "peer_ids"]
 log = logging.getLogger("harpd.server")
 
 _PEER_CACHE_S = 60.0  # pwd/grp lookups can hit LDAP: reuse them for a minute
+#: a registration's op in its JSON line (harp-submit writes it plainly; in a string it would be escaped)
+_REGISTER = re.compile(rb'"op"\s*:\s*"register"')
 _MAX_REJECTED = 256  # busy-answered sockets kept open to read their request
 
 
@@ -102,6 +105,13 @@ class Server:
         self.max_clients_per_user = max_clients_per_user
         self.root_reserved_clients = min(root_reserved_clients, max(0, max_clients - 1))
         self._by_uid: dict[int, int] = {}  # Unix requests being served, per uid
+        # registrations wait on slurmctld (seconds on a loaded host) and come in bursts from detached children
+        # that retry: they take at most half of the slots, a user's at most half of theirs, so a burst of
+        # submissions never leaves the next one's prediction without a worker ("busy": the job unchanged)
+        self.max_registering = max(1, max_clients // 2)
+        self.max_registering_per_user = max(1, max_clients_per_user // 2)
+        self._registering = 0
+        self._reg_by_uid: dict[int, int] = {}
         # one log of refusals for the doors and the handlers (a user's quota), flushed by the accept loop
         self.refusals = getattr(handlers, "refusals", None) or RefusalLog(log, refusal_log_interval_s)
         self._active_tcp = 0
@@ -210,10 +220,19 @@ class Server:
     def _room(self, pending: Pending) -> PreAuth:
         return self.preauth if pending.uid is None else self.unix_waiting
 
-    def _busy(self, uid: int | None, tcp: bool) -> str | None:
+    def _busy(self, uid: int | None, tcp: bool, register: bool = False) -> str | None:
         """Why a whole request gets no worker now (None: it does); called under the lock."""
         if self._active >= self.max_clients:
             return f"{self.max_clients} clients already connected"
+        if register and self._registering >= self.max_registering:
+            return f"{self.max_registering} registrations in progress"
+        if (
+            register
+            and uid is not None
+            and uid not in (0, os.geteuid())
+            and self._reg_by_uid.get(uid, 0) >= self.max_registering_per_user
+        ):
+            return f"you already have {self.max_registering_per_user} registrations in progress"
         if tcp and self._active_tcp >= self.max_tcp_clients:
             return f"{self.max_tcp_clients} clients already connected over TCP"
         if uid is None or uid in (0, os.geteuid()):
@@ -227,13 +246,18 @@ class Server:
     def _start(self, conn: socket.socket, door: Door, addr: object, pending: Pending) -> None:
         """Give a whole request a worker slot, or answer "busy" (TCP takes only its share, a user only theirs)."""
         tcp = pending.uid is None
+        pending.register = _REGISTER.search(pending.buf) is not None
         with self._lock:
-            why = self._busy(pending.uid, tcp)
+            why = self._busy(pending.uid, tcp, pending.register)
             if why is None:
                 self._active += 1
                 self._active_tcp += tcp
                 if pending.uid is not None:
                     self._by_uid[pending.uid] = self._by_uid.get(pending.uid, 0) + 1
+                if pending.register:
+                    self._registering += 1
+                    if pending.uid is not None:
+                        self._reg_by_uid[pending.uid] = self._reg_by_uid.get(pending.uid, 0) + 1
         if why is not None:
             self._room(pending).checked(pending.host)
             who = peer_address(addr) or f"uid {pending.uid}"
@@ -244,7 +268,7 @@ class Server:
             self._dispatch(conn, door, addr, pending)
         except RuntimeError as exc:  # cannot start a thread: answer here, cheaply
             self._room(pending).checked(pending.host)
-            self._done(tcp, pending.uid)
+            self._done(tcp, pending.uid, pending.register)
             self._reject(conn, f"harpd overloaded ({exc}); retry")
 
     # ------------------------------------------------- TCP before its credential
@@ -419,10 +443,18 @@ class Server:
                 pass
         conn.close()
 
-    def _done(self, tcp: bool = False, uid: int | None = None) -> None:
+    def _done(self, tcp: bool = False, uid: int | None = None, register: bool = False) -> None:
         with self._lock:
             self._active -= 1
             self._active_tcp -= tcp
+            if register:
+                self._registering -= 1
+                if uid is not None:
+                    n = self._reg_by_uid.get(uid, 0) - 1
+                    if n > 0:
+                        self._reg_by_uid[uid] = n
+                    else:
+                        self._reg_by_uid.pop(uid, None)
             if uid is not None:
                 left = self._by_uid.get(uid, 0) - 1
                 if left > 0:
@@ -510,7 +542,7 @@ class Server:
             try:
                 conn.close()
             finally:
-                self._done(pending.uid is None, pending.uid)
+                self._done(pending.uid is None, pending.uid, pending.register)
 
     def _whole(self, buf: bytearray, lines: int) -> tuple[list[bytes], str | None]:
         """The request's lines from what the accept loop read, or a problem to answer."""

@@ -409,6 +409,7 @@ class CliBackend:
         if self._filters_ignored:
             found = self._from_listing(jid)
         else:
+            started = time.monotonic()
             jobs = self._squeue_jobs(jid)
             if jobs is None:
                 return job_info(self._job_record(jid))
@@ -416,7 +417,7 @@ class CliBackend:
             if found is not None and any(jid not in asked_by(j) for j in jobs):
                 self._filters_ignored = True  # 22.05: every job for one asked; share such listings from now on
                 with self._listing_lock:
-                    self._listing = (time.monotonic(), jobs)
+                    self._listing = (started, jobs)
         if found is None:
             raise JobUnknown(f"squeue --json --jobs {jid} failed: Invalid job id specified")
         return json_job_info(found)
@@ -428,16 +429,28 @@ class CliBackend:
         a hundred registrations at once would list the whole queue a hundred
         times: they share one listing instead, taken again when it is over a
         second old, when it lacks the job (submitted since), and after any
-        change harpd made (``_run``).
+        change harpd made (``_run``).  A listing begun after a read was asked
+        for answers that read whatever it holds: reads that queued behind one
+        listing share it instead of listing again one after another (a burst
+        of registrations on a loaded host would otherwise take a listing each).
         """
+        asked = time.monotonic()
         with self._listing_lock:
             cached = self._listing
-            if cached is not None and time.monotonic() - cached[0] < _LISTING_MAX_AGE_S:
+            if cached is not None and cached[0] >= asked:  # begun since this read was asked for: Slurm's word
+                return find(cached[1], jid)
+            if cached is not None and asked - cached[0] < _LISTING_MAX_AGE_S:
                 found = find(cached[1], jid)
                 if found is not None:
                     return found
+            started = time.monotonic()
             jobs = self._squeue_jobs() or []
-            self._listing = (time.monotonic(), jobs)
+            import logging as _l
+
+            _l.getLogger("harpd.dbg").debug(
+                "DBG listing %d jobs in %.3f (waited %.3f)", len(jobs), time.monotonic() - started, started - asked
+            )
+            self._listing = (started, jobs)
             return find(jobs, jid)
 
     def _squeue_jobs(self, job_id: str | None = None) -> list[dict[str, Any]] | None:

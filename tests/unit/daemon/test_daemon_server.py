@@ -408,3 +408,50 @@ def test_the_harp_submit_client_speaks_this_protocol(serve, store):
     ) == {"ok": True}
     with pytest.raises(client.HarpdUnavailable, match="knows no job 8"):
         client.call(srv.path, {"op": "status", "job_id": "8"}, 10.0)
+
+
+class _HoldingRegistrations(Handlers):
+    """``register`` requests wait until ``release`` is set, as they wait on a slow slurmctld."""
+
+    def __init__(self, store):
+        super().__init__(store)
+        self.release = threading.Event()
+        self.inside = 0
+        self._lock = threading.Lock()
+
+    def handle(self, peer, req):
+        if req.op == "register":
+            with self._lock:
+                self.inside += 1
+            self.release.wait(60)
+            with self._lock:
+                self.inside -= 1
+        return super().handle(peer, req)
+
+
+def _registration(job_id: str) -> dict:
+    return {"op": "register", "job_id": job_id, "job": {}, "original": {}, "submitted": {}}
+
+
+def test_registrations_take_at_most_half_the_workers(serve, store):
+    """A burst of registrations waiting on slurmctld leaves workers to predictions (else: busy, job unchanged)."""
+    h = _HoldingRegistrations(store)
+    srv = serve(handlers=h, max_clients=4, request_timeout_s=10)
+    held = []
+    try:
+        for n in range(2):
+            s = socket.socket(socket.AF_UNIX)
+            s.connect(srv.path)
+            s.sendall(json.dumps(_registration(str(100 + n))).encode() + b"\n")
+            held.append(s)
+        wait_for("two registrations in progress", lambda: h.inside == 2, interval=0.01)
+        third = srv.call(_registration("102"))
+        assert third["ok"] is False and "2 registrations in progress" in third["error"]
+        assert srv.call(HEALTH)["ok"] is True  # the other half: answered while the registrations wait
+        assert srv.call(HEALTH)["ok"] is True
+    finally:
+        h.release.set()
+        for s in held:
+            s.close()
+    wait_for("the registrations' workers back", lambda: srv.server.active == 0, interval=0.01)
+    assert srv.server._registering == 0
