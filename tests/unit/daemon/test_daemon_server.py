@@ -123,16 +123,17 @@ def test_client_that_connects_and_leaves(serve):
 
 
 class _Holding(Handlers):
-    """``status`` requests wait until ``release`` is set: requests in progress that hold a worker each."""
+    """``op`` requests (``status``) wait until ``release`` is set: requests in progress that hold a worker each."""
 
-    def __init__(self, store):
+    def __init__(self, store, op: str = "status"):
         super().__init__(store)
+        self.op = op
         self.release = threading.Event()
         self.inside = 0
         self._lock = threading.Lock()
 
     def handle(self, peer, req):
-        if req.op == "status":
+        if req.op == self.op:
             with self._lock:
                 self.inside += 1
             self.release.wait(60)
@@ -410,32 +411,13 @@ def test_the_harp_submit_client_speaks_this_protocol(serve, store):
         client.call(srv.path, {"op": "status", "job_id": "8"}, 10.0)
 
 
-class _HoldingRegistrations(Handlers):
-    """``register`` requests wait until ``release`` is set, as they wait on a slow slurmctld."""
-
-    def __init__(self, store):
-        super().__init__(store)
-        self.release = threading.Event()
-        self.inside = 0
-        self._lock = threading.Lock()
-
-    def handle(self, peer, req):
-        if req.op == "register":
-            with self._lock:
-                self.inside += 1
-            self.release.wait(60)
-            with self._lock:
-                self.inside -= 1
-        return super().handle(peer, req)
-
-
 def _registration(job_id: str) -> dict:
     return {"op": "register", "job_id": job_id, "job": {}, "original": {}, "submitted": {}}
 
 
 def test_registrations_take_at_most_half_the_workers(serve, store):
     """A burst of registrations waiting on slurmctld leaves workers to predictions (else: busy, job unchanged)."""
-    h = _HoldingRegistrations(store)
+    h = _Holding(store, "register")  # as registrations wait on a slow slurmctld
     srv = serve(handlers=h, max_clients=4, request_timeout_s=10)
     held = []
     try:
