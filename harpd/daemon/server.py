@@ -52,6 +52,17 @@ log = logging.getLogger("harpd.server")
 _PEER_CACHE_S = 60.0  # pwd/grp lookups can hit LDAP: reuse them for a minute
 #: a registration's op in its JSON line (harp-submit writes it plainly; in a string it would be escaped)
 _REGISTER = re.compile(rb'"op"\s*:\s*"register"')
+
+
+def _count(counts: dict[int, int], uid: int, step: int) -> None:
+    """Add ``step`` to a uid's count of requests being served; a count back at 0 leaves the dict."""
+    n = counts.get(uid, 0) + step
+    if n > 0:
+        counts[uid] = n
+    else:
+        counts.pop(uid, None)
+
+
 _MAX_REJECTED = 256  # busy-answered sockets kept open to read their request
 
 
@@ -253,11 +264,11 @@ class Server:
                 self._active += 1
                 self._active_tcp += tcp
                 if pending.uid is not None:
-                    self._by_uid[pending.uid] = self._by_uid.get(pending.uid, 0) + 1
+                    _count(self._by_uid, pending.uid, 1)
                 if pending.register:
                     self._registering += 1
                     if pending.uid is not None:
-                        self._reg_by_uid[pending.uid] = self._reg_by_uid.get(pending.uid, 0) + 1
+                        _count(self._reg_by_uid, pending.uid, 1)
         if why is not None:
             self._room(pending).checked(pending.host)
             who = peer_address(addr) or f"uid {pending.uid}"
@@ -450,17 +461,9 @@ class Server:
             if register:
                 self._registering -= 1
                 if uid is not None:
-                    n = self._reg_by_uid.get(uid, 0) - 1
-                    if n > 0:
-                        self._reg_by_uid[uid] = n
-                    else:
-                        self._reg_by_uid.pop(uid, None)
+                    _count(self._reg_by_uid, uid, -1)
             if uid is not None:
-                left = self._by_uid.get(uid, 0) - 1
-                if left > 0:
-                    self._by_uid[uid] = left
-                else:
-                    self._by_uid.pop(uid, None)
+                _count(self._by_uid, uid, -1)
             if self._active == 0:
                 self._idle.notify_all()
 

@@ -378,13 +378,12 @@ class ModelPredictor:
                 log.exception("predicting %s failed", res)
                 ch, ex = None, {"reason": f"prediction failed: {exc}"}
             if res == "time" and slow > 1.0 and ch is None:
-                # no time asked: the partition's default holds it, which harp does not know
-                ratio = ex.get("bound_ratio") if job.request.time_s else None
-                if (
-                    ratio is None and job.request.time_s
-                ):  # no time decided (cold start): the share of the request its runs took
-                    with self._lock:
-                        ratio = self._cores.time_share_bound(sig, self.settings.predict.alpha_time, MARGIN)
+                ratio = None  # no time asked: the partition's default holds the run, which harp does not know
+                if job.request.time_s:
+                    ratio = ex.get("bound_ratio")
+                    if ratio is None:  # no time decided (cold start): the share of the request its runs took
+                        with self._lock:
+                            ratio = self._cores.time_share_bound(sig, self.settings.predict.alpha_time, MARGIN)
                 held = _request_holds(ratio, slow)
                 if held is None:  # harp never raises a time request: the cores may slow nothing then
                     cores_change, explain["cores"] = self._cores_change(job, sig, task, retry, 0.0)
@@ -517,9 +516,11 @@ class ModelPredictor:
             ex["step_cpus"] = floor
             ex["reason"] += f"; its steps ask for {floor} CPUs"
             given = floor if floor < requested else None
-            ex.pop("slowdown", None)
-            if given is not None and slowdown(ex.get("bound_cores"), given) > 1.0:
-                ex["slowdown"] = slowdown(ex.get("bound_cores"), given)
+            slow = slowdown(ex.get("bound_cores"), given)  # on the step's cores now (1.0: none given)
+            if slow > 1.0:
+                ex["slowdown"] = slow
+            else:
+                ex.pop("slowdown", None)
         if given is None:
             return None, ex
         ex["unseen_steps"] = (

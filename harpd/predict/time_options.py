@@ -79,7 +79,7 @@ def fit_time(value: float, rq: Any, floor_s: int, commands: Sequence[str] | None
             # start, again and again); after it, a timeout that fails a function that cannot checkpoint, as
             # FAILED, which harp cannot run again: no cut is safe for it
             value = float(rq.time_s)
-            why.append(f"{SUBMITIT_KEPT}")
+            why[:] = [SUBMITIT_KEPT]  # the request itself: the warning's room above the need is moot
     if rq.time_min_s and value < rq.time_min_s:
         why.append(f"raised to --time-min {rq.time_min_s}s")
         value = float(rq.time_min_s)

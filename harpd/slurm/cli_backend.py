@@ -445,11 +445,6 @@ class CliBackend:
                     return found
             started = time.monotonic()
             jobs = self._squeue_jobs() or []
-            import logging as _l
-
-            _l.getLogger("harpd.dbg").debug(
-                "DBG listing %d jobs in %.3f (waited %.3f)", len(jobs), time.monotonic() - started, started - asked
-            )
             self._listing = (started, jobs)
             return find(jobs, jid)
 

@@ -66,6 +66,7 @@ def test_a_submitit_job_asking_for_a_signal_keeps_its_time(minutes) -> None:
     assert value >= t  # kept (at 5 minutes the need plus the warning already reaches the request)
     if 300 + 90 < t:
         assert value == t and why is not None and why.endswith(SUBMITIT_KEPT)
+        assert why == SUBMITIT_KEPT  # alone: the live decision names it as the reason the time is kept
 
 
 def test_other_signal_jobs_keep_the_plain_rule() -> None:
