@@ -79,7 +79,7 @@ def reference(name: str, path: Path, procs: int | None) -> None:
     import numpy as np
 
     from harpd.evaluate.schedule_simulation import policies, workload_of
-    from harpd.predict.dataset import prepare, read_trace
+    from harpd.replay.dataset import prepare, read_trace
     from harpd.simulate import LimitPolicy, simulate
     from harpd.traces.swf import machine_size
 

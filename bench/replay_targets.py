@@ -5,7 +5,7 @@ under-prediction rate, its over-reservation and consumption against the
 users' own requests; then the over-reservation on the median trace; for
 METACENTRUM (used memory only) the memory under-prediction rate and
 reserved/used.  Each over-reservation figure carries, after its verdict, what
-the reference rules of ``harpd/predict/bounds.py`` reach on the same trace
+the reference rules of ``harpd/replay/bounds.py`` reach on the same trace
 (clairvoyant per-template allocations, future included), so a failing
 figure says whether the trace could have allowed more.
 

@@ -2,7 +2,7 @@
 
 Runs the real command, ``harp replay CTC --models request,harp --schedule``,
 as a process: the trace is replayed with harp in the loop once with hard
-limits and once with soft limits (``harpd.predict.replay``), then the queue
+limits and once with soft limits (``harpd.replay.engine``), then the queue
 is simulated (``harpd.evaluate.schedule_simulation`` → ``harpd.simulate``) once per policy,
 single-threaded, one after the other:
 

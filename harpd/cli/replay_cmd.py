@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING
 from harpd.cli.replay_report import ReplayReport, finite_or_none
 
 if TYPE_CHECKING:
-    from harpd.predict.metric import ModelMetrics
+    from harpd.replay.metric import ModelMetrics
 
 NAME = "replay"
 HELP = (
@@ -67,7 +67,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "--bounds",
         action="store_true",
         help="add reference rows: what clairvoyant per-template rules (future included) and a simple "
-        "history rule reach on this trace (harpd/predict/bounds.py)",
+        "history rule reach on this trace (harpd/replay/bounds.py)",
     )
     # --no-progress as in `harp import`; --quiet, the older name, still works
     p.add_argument("--no-progress", "--quiet", dest="quiet", action="store_true", help="no progress on stderr")
@@ -132,10 +132,10 @@ def run(args: argparse.Namespace) -> int:
     from harpd.config import ConfigError, load_settings
     from harpd.models.registry import UnknownPredictor, available
     from harpd.predict.allocation import Guard
-    from harpd.predict.dataset import ReplayError, prepare, read_trace
-    from harpd.predict.replay import ReplayConfig
-    from harpd.predict.replay import run as replay_run
     from harpd.predict.soft import SoftPolicy
+    from harpd.replay.dataset import ReplayError, prepare, read_trace
+    from harpd.replay.engine import ReplayConfig
+    from harpd.replay.engine import run as replay_run
     from harpd.traces.swf import TraceFormatError
 
     if args.limit is not None and args.limit < 1:
@@ -240,7 +240,7 @@ def _cores_only(args: argparse.Namespace) -> int:
     """--resource cpus: the cores rule replayed (harpd.cli.replay_cores), errors as one line."""
     from harpd.cli import replay_cores
     from harpd.config import ConfigError, load_settings
-    from harpd.predict.dataset import ReplayError
+    from harpd.replay.dataset import ReplayError
     from harpd.traces import TraceFormatError
 
     try:
@@ -310,8 +310,8 @@ def _machine_size(args: argparse.Namespace) -> int | None:
 def _schedule(args, prep, cfg, res, procs: int, say) -> dict:
     """Replay the missing limit mode if needed, simulate every policy, save the figures for `harp report`."""
     from harpd.evaluate.schedule_simulation import MODEL, QueueError, schedule
-    from harpd.predict.replay import run as replay_run
     from harpd.progress import Bar
+    from harpd.replay.engine import run as replay_run
 
     notes: list[str] = []
     got = {res.limits: res}

@@ -17,7 +17,7 @@ def report(trace: str, alpha: float, settings: Any = None) -> dict[str, Any]:
     ``settings``: the site's (its ``predict.cores_tolerance`` and rails), as harpd runs them.
     """
     from harpd.evaluate.cores_replay import replay_cores
-    from harpd.predict.dataset import ReplayError, read_trace
+    from harpd.replay.dataset import ReplayError, read_trace
 
     res = replay_cores(read_trace(trace), alpha, settings)
     if not res.all.jobs:

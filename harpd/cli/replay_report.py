@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # annotations only: `harp --help` does not load numpy
-    from harpd.predict.metric import ModelMetrics
+    from harpd.replay.metric import ModelMetrics
 
 
 def finite_or_none(v: Any) -> Any:

@@ -1,6 +1,6 @@
 """What harp does to the queue: a replay's allocations through the EASY simulator.
 
-The adapter between ``harp replay`` (``harpd.predict.replay``: which limit
+The adapter between ``harp replay`` (``harpd.replay.engine``: which limit
 harp would have given each job) and the scheduler simulation
 (``harpd.simulate``: what the queue would then have looked like).  It builds
 one ``Workload`` from the replayed trace and one ``LimitPolicy`` per row of
@@ -36,10 +36,10 @@ from typing import Any
 
 import numpy as np
 
-from harpd.predict.dataset import Prepared
 from harpd.predict.soft import MAX_EXTENSIONS
 from harpd.records import Outcome
 from harpd.recovery.escalation import next_allocation
+from harpd.replay.dataset import Prepared
 from harpd.simulate import LimitHook, LimitPolicy, Summary, Workload
 from harpd.simulate.shake import mean_row, paired, simulate_shaken
 

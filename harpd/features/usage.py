@@ -1,7 +1,7 @@
 """What a finished run says about what its program needs: a sample, or only a lower bound.
 
 The one rule every learner reads outcomes through (the live history in
-``harpd.predict.live``, the replay's and training's ``harpd.predict.dataset``),
+``harpd.predict.live``, the replay's and training's ``harpd.replay.dataset``),
 so a run harp learns from live is learnt the same way in a replay.
 
 Only a run that COMPLETED below its limit is a sample of its program's
@@ -26,7 +26,7 @@ request (what the metric charges, training clips at the request and the
 history features count as censored, in the replay and live alike), from a
 run that merely stopped early (a lower bound at its usage only).  The
 trained models see such a run's usage as a trace recorded it (see
-``harpd.predict.dataset.prepare`` for why); the live history rule, which
+``harpd.replay.dataset.prepare`` for why); the live history rule, which
 sizes a program from its last few runs alone, keeps the request while one
 is among them (``RecentRuns``), so six refused runs never lower the next
 size.  A run the manager or the user cancelled (``says_nothing``) is no

@@ -62,7 +62,7 @@ ESCALATE = "escalation"  # recovery's next attempt after a run ran out (harpd.re
 RETRY_FLOOR = "retry floor"  # a workflow manager's retry sized above its last attempt (harpd.predict.retry_floor)
 
 #: a failure's floor once later runs completed using more: the most they used and this margin (the history
-#: rule's own, ``harpd.predict.bounds.MARGIN``), always above the failed size
+#: rule's own, ``harpd.replay.bounds.MARGIN``), always above the failed size
 HEADROOM = 1.1
 
 #: which outcome runs out of which resource

@@ -3,7 +3,7 @@
 harp's calibrated model (``harpd.models.conformal``) steers its leave-alone
 ratio on what a cut costs when it falls short: the attempts that
 ``harpd.recovery.escalation`` kills before one fits.  The replay's metric
-(``harpd.predict.metric``) charges exactly the same cost, so this lives
+(``harpd.replay.metric``) charges exactly the same cost, so this lives
 below both: the model is tuned on the figure it is later scored by.
 """
 

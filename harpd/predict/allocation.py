@@ -30,6 +30,10 @@ if TYPE_CHECKING:
 BOUND, REQUEST_FLOOR, FLOOR, LIMIT = "bound", "request floor", "floor", "limit"
 
 
+#: the history rule's margin over the most a program's last runs used (live and replay)
+MARGIN = 1.1
+
+
 @dataclass(frozen=True, slots=True)
 class Guard:
     """The guard-rail settings of one resource (from ``settings.predict``)."""

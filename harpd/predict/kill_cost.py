@@ -27,7 +27,7 @@ time and is not gated here).  A site whose `harp replay TRACE --schedule`
 shows a gain sets it.
 
 One rule for the daemon (``harpd.predict.live``) and the replay
-(``harpd.predict.replay``, ``harpd.evaluate.schedule_simulation``): ``worth_cutting`` and
+(``harpd.replay.engine``, ``harpd.evaluate.schedule_simulation``): ``worth_cutting`` and
 its vectorised twin ``gate_many``.
 """
 

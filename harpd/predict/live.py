@@ -37,8 +37,7 @@ from harpd.features.usage import RecentRuns, usage_of
 from harpd.features.workflow import TaskIdentity, identify, is_workflow_signature, job_signature
 from harpd.models.base import float32_row, predict_row
 from harpd.models.envelope import ModelEnvelope
-from harpd.predict.allocation import BOUND, FLOOR, REQUEST_FLOOR, Guard, allocate
-from harpd.predict.bounds import MARGIN
+from harpd.predict.allocation import BOUND, FLOOR, MARGIN, REQUEST_FLOOR, Guard, allocate
 from harpd.predict.cores import CoresHistory, cut_bounds, run_cores, slowdown, time_share
 from harpd.predict.kill_cost import why_kept, worth_cutting
 from harpd.predict.restore import Restored, cut_resources, restored_by, restoring_outcome

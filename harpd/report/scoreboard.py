@@ -1,11 +1,11 @@
 """The model scoreboard: how each predictor does on recent outcomes.
 
-Two tables.  "Live" runs ``harpd.predict.metric.evaluate`` (the predictors' own
+Two tables.  "Live" runs ``harpd.replay.metric.evaluate`` (the predictors' own
 metric, the one ``harp replay`` ranks models by) on the harp-sized jobs of
 the report window, per model that made the decision: harp's first
 allocation against what the job then used, with the user's original request
 as the baseline.  Models that served no job in the window have no live row;
-for them (and as a fallback when ``harpd.predict.metric`` is missing) the scores
+for them (and as a fallback when ``harpd.replay.metric`` is missing) the scores
 the store kept at training time are shown, labelled as such, because a
 training-time holdout score can flatter a model that has since drifted.
 """
@@ -96,10 +96,10 @@ def live_table(
     alpha_mem: float,
     max_attempts: int,
 ) -> dict[str, Any] | None:
-    """``harpd.predict.metric`` rows per (model, resource) on the window's harp-sized
+    """``harpd.replay.metric`` rows per (model, resource) on the window's harp-sized
     first runs; None when there is nothing to score or no metrics module."""
     try:
-        from harpd.predict.metric import evaluate
+        from harpd.replay.metric import evaluate
     except ImportError:
         return None
     if models is None or originals is None or "harp_sized" not in jobs:
@@ -145,7 +145,7 @@ def live_table(
     if not rows:
         return None
     return {
-        "title": "live: harp-sized jobs of this window (harpd.predict.metric; lower score is better)",
+        "title": "live: harp-sized jobs of this window (harpd.replay.metric; lower score is better)",
         "columns": list(LIVE_COLUMNS),
         "formats": {c: FORMATS.get(c, "number") for c in LIVE_COLUMNS},
         "rows": rows,

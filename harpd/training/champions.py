@@ -3,7 +3,7 @@
 Model selection must look like deployment: every candidate is trained on the
 jobs that had finished before the hold-out starts and then meets the
 hold-out's jobs in submission order, with the same guard rails and online
-calibration as the daemon (it is ``harpd.predict.replay`` run over the tail).  The
+calibration as the daemon (it is ``harpd.replay.engine`` run over the tail).  The
 champion is the candidate with the lowest harp score (docs/metrics.md); the
 others stay in the store as challengers with their scores.  Finally every
 candidate is refitted on all the data and saved.
@@ -27,11 +27,11 @@ from typing import Any
 from harpd.models import registry
 from harpd.models.persistence import save_model
 from harpd.predict.allocation import Guard
-from harpd.predict.dataset import Prepared, ReplayError, fit_rows, prepare
-from harpd.predict.metric import ModelMetrics
-from harpd.predict.replay import ReplayConfig
-from harpd.predict.replay import run as replay_run
 from harpd.records import JobRecord
+from harpd.replay.dataset import Prepared, ReplayError, fit_rows, prepare
+from harpd.replay.engine import ReplayConfig
+from harpd.replay.engine import run as replay_run
+from harpd.replay.metric import ModelMetrics
 
 log = logging.getLogger("harpd.training")
 

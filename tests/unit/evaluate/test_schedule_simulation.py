@@ -31,7 +31,7 @@ import pytest
 
 from harpd.cli.main import main as harp_main
 from harpd.evaluate.schedule_simulation import QueueError, gap_closed, policies, schedule
-from harpd.predict.dataset import prepare
+from harpd.replay.dataset import prepare
 from harpd.report.queue_figures import load, path_beside
 from tests.unit.predict.replay_helpers import rec
 

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from harpd.cli.replay_report import ReplayReport
-from harpd.predict.metric import ModelMetrics
 from harpd.records import JobRecord, Outcome
+from harpd.replay.metric import ModelMetrics
 
 
 def rec(

@@ -8,11 +8,11 @@ import pytest
 from harpd.config import HarpSettings
 from harpd.features.usage import usage_of
 from harpd.predict.cores import run_cores
-from harpd.predict.dataset import prepare
 from harpd.predict.live import ModelPredictor
 from harpd.predict.restore import cut_resources, restored_by
 from harpd.protocol import JobRequest
 from harpd.records import JobRecord, Outcome
+from harpd.replay.dataset import prepare
 from harpd.store import Store
 from tests.helpers.submissions import stored_submission
 

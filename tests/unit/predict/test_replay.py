@@ -11,8 +11,8 @@ from replay_helpers import write_swf as _write_swf
 
 from harpd.cli.main import main as harp_main
 from harpd.features.history import COL
-from harpd.predict.dataset import ReplayError, prepare
-from harpd.predict.replay import ReplayConfig, retrain_points, run
+from harpd.replay.dataset import ReplayError, prepare
+from harpd.replay.engine import ReplayConfig, retrain_points, run
 
 
 def test_features_only_from_finished_jobs():

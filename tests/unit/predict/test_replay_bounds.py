@@ -6,9 +6,9 @@ import numpy as np
 import pytest
 from replay_helpers import rec
 
-from harpd.predict.bounds import allocations, causal_max, clairvoyant_local, clairvoyant_quantile
-from harpd.predict.dataset import prepare
-from harpd.predict.replay import ReplayConfig, run
+from harpd.replay.bounds import allocations, causal_max, clairvoyant_local, clairvoyant_quantile
+from harpd.replay.dataset import prepare
+from harpd.replay.engine import ReplayConfig, run
 
 
 def _rec(*args, **kw):

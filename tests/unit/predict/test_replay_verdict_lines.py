@@ -21,7 +21,7 @@ from harpd.cli.replay_report import ReplayReport
 from harpd.cli.replay_verdict import queue_lines, verdict, with_queue
 from harpd.cli.replay_workflow import render
 from harpd.evaluate.schedule_simulation import gap_sizes, own_kills
-from harpd.predict.metric import ModelMetrics, evaluate
+from harpd.replay.metric import ModelMetrics, evaluate
 from harpd.simulate import Summary
 from harpd.simulate.shake import paired
 from tests.unit.predict.replay_helpers import metric_row, replay_report

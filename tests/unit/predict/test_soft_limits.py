@@ -11,10 +11,11 @@ from replay_helpers import write_swf as _write_swf
 
 from harpd.cli.main import main as harp_main
 from harpd.predict.allocation import Guard
-from harpd.predict.dataset import prepare
-from harpd.predict.metric import evaluate_soft
-from harpd.predict.replay import ReplayConfig, run
-from harpd.predict.soft import SoftPolicy, extend, hold_budget, recent_at, start_limits
+from harpd.predict.soft import SoftPolicy
+from harpd.replay.dataset import prepare
+from harpd.replay.engine import ReplayConfig, run
+from harpd.replay.metric import evaluate_soft
+from harpd.replay.soft_walk import extend, hold_budget, recent_at, start_limits
 
 NAN = np.nan
 

@@ -10,19 +10,10 @@ from replay_helpers import rec as _rec
 
 from harpd.config import HarpSettings
 from harpd.predict.allocation import Guard
-from harpd.predict.dataset import prepare
-from harpd.predict.soft import (
-    BudgetController,
-    SoftPolicy,
-    StakeMean,
-    hold_budget,
-    running_at,
-    running_bound,
-    soft_starts,
-    stake_of,
-    tilt,
-)
+from harpd.predict.soft import BudgetController, SoftPolicy, StakeMean, running_bound, stake_of, tilt
 from harpd.predict.soft_state import SCALE_KEY, SoftState
+from harpd.replay.dataset import prepare
+from harpd.replay.soft_walk import hold_budget, running_at, soft_starts
 from harpd.store import Store
 
 
@@ -196,7 +187,7 @@ def test_settings_reach_the_policy():
 
 def test_the_last_extension_goes_to_the_request_in_the_metric_and_the_queue():
     from harpd.evaluate.schedule_simulation import escalation_hook
-    from harpd.predict.soft import extend
+    from harpd.replay.soft_walk import extend
 
     start, need, req, cens = (
         np.array([100.0, 100.0, 100.0]),
@@ -239,7 +230,8 @@ def test_a_soft_limit_holds_the_bound_with_the_watchers_lead_on_top():
     lead made; with it the job ends inside its limit and is never watched out.
     """
     from harpd.predict.allocation import allocate, allocate_many
-    from harpd.predict.soft import extend, soft_guard
+    from harpd.predict.soft import soft_guard
+    from harpd.replay.soft_walk import extend
 
     pol = SoftPolicy(lead_s=120.0, look_s=30.0)
     g = soft_guard(Guard(floor=60.0), pol)
@@ -274,7 +266,7 @@ def test_a_soft_limit_holds_the_bound_with_the_watchers_lead_on_top():
 
 
 def test_the_metric_extends_a_job_within_the_lead_of_its_limit():
-    from harpd.predict.soft import extend
+    from harpd.replay.soft_walk import extend
 
     start, req, cens = np.array([300.0, 300.0, np.nan]), np.array([1000.0] * 3), np.zeros(3, bool)
     need = np.array([170.0, 200.0, 990.0])
@@ -287,7 +279,7 @@ def test_the_metric_extends_a_job_within_the_lead_of_its_limit():
 
 def test_the_metric_extends_at_the_watchers_first_look_as_the_controller_counts() -> None:
     """Looks every 30 s on one clock: a run that ends before the first look within the lead is not extended."""
-    from harpd.predict.soft import extend
+    from harpd.replay.soft_walk import extend
 
     start, req, cens = np.array([300.0, 300.0, 300.0]), np.array([1000.0] * 3), np.zeros(3, bool)
     t0 = np.array([0.0, 10.0, 10.0])

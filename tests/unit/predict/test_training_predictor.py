@@ -7,9 +7,9 @@ import pytest
 
 from harpd.config import HarpSettings
 from harpd.predict.live import ModelPredictor, make_predictor
-from harpd.predict.metric import ModelMetrics
 from harpd.protocol import JobRequest
 from harpd.records import JobRecord, Outcome
+from harpd.replay.metric import ModelMetrics
 from harpd.store import Store
 from harpd.training.champions import pick_champion, train
 from harpd.training.schedule import RetrainSchedule, should_retrain

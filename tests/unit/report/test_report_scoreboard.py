@@ -24,7 +24,7 @@ def test_models_table_keeps_the_latest_model_per_name_and_resource():
 
 
 def test_live_rows_are_harpd_metrics_on_first_runs_per_model():
-    metrics = pytest.importorskip("harpd.predict.metric")
+    metrics = pytest.importorskip("harpd.replay.metric")
     recs = [job(str(i), harp_sized=True, req_time_s=3600 + 60 * i, used_time_s=1800 + 30 * i) for i in range(8)]
     recs += [
         job("t", harp_sized=True, req_time_s=600, used_time_s=660, outcome=Outcome.TIMEOUT),

@@ -5,8 +5,8 @@ import re
 import numpy as np
 from report_helpers import NOW, job
 
-from harpd.predict.metric import ModelMetrics
 from harpd.records import ModelRow
+from harpd.replay.metric import ModelMetrics
 from harpd.report.aggregate import build_report
 from harpd.report.columns import columns_for, from_records
 from harpd.report.render_html import render as render_html

@@ -229,7 +229,8 @@ def evaluate_soft(
     kept at their request and never extended, and, of those, in the runs
     that ended early (docs/metrics.md, "Queue", step 9).
     """
-    from harpd.predict.soft import MAX_EXTENSIONS, extend
+    from harpd.predict.soft import MAX_EXTENSIONS
+    from harpd.replay.soft_walk import extend
 
     start = np.asarray(start, float)
     need = np.maximum(np.asarray(need, float), 0.0)

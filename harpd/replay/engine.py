@@ -9,7 +9,7 @@ rule (``harpd.recovery.escalation``) when the metrics are computed.
 
 Three passes keep 200k jobs inside a few minutes on one core:
 
-1. ``harpd.predict.dataset.prepare``: one chronological walk builds every
+1. ``harpd.replay.dataset.prepare``: one chronological walk builds every
    job's feature row from the ``History`` of finished jobs (the daemon's code
    path), and remembers which jobs finished between consecutive submissions;
 2. trained models are refitted at each retrain point and predict the jobs up
@@ -34,11 +34,12 @@ import numpy as np
 
 from harpd.models import construct
 from harpd.predict.allocation import Guard, allocate, allocate_many
-from harpd.predict.bounds import allocations, soft_allocations
-from harpd.predict.dataset import Prepared, ReplayError, fit_rows
 from harpd.predict.kill_cost import gate_many
-from harpd.predict.metric import ModelMetrics, evaluate, evaluate_soft
-from harpd.predict.soft import SoftPolicy, soft_guard, soft_starts
+from harpd.predict.soft import SoftPolicy, soft_guard
+from harpd.replay.bounds import allocations, soft_allocations
+from harpd.replay.dataset import Prepared, ReplayError, fit_rows
+from harpd.replay.metric import ModelMetrics, evaluate, evaluate_soft
+from harpd.replay.soft_walk import soft_starts
 
 
 @dataclass
@@ -55,7 +56,7 @@ class ReplayConfig:
     waste_budget: float = 0.04
     points: list[int] | None = None  # explicit retrain points (training.py's hold-out)
     evaluate_from: int = 0  # metrics over jobs from this submission index on
-    bounds: bool = False  # add the reference rows of harpd.predict.bounds (needs keep_templates)
+    bounds: bool = False  # add the reference rows of harpd.replay.bounds (needs keep_templates)
     # "hard": harp's limit is Slurm's kill time (today's daemon); "soft": harpd
     # extends a job before its limit, up to the user's request:
     # ``ReplayResult.alloc[name]`` is then the limit the scheduler sees when the

@@ -4,7 +4,7 @@ A replay figure alone cannot tell "harp is weak" from "the trace holds no
 more information": if users of a cluster already ask about right, or their
 runs of one script vary widely, no model can cut their requests much without
 killing jobs.  These rules bound that from both sides, on the replay's own
-arrays and metric (``harpd.predict.metric.evaluate``):
+arrays and metric (``harpd.replay.metric.evaluate``):
 
 * ``clairvoyant-q90`` / ``clairvoyant-q95``: each template (same user, same
   request, same cores: the History's "r" group) gets the 90th / 95th
@@ -34,11 +34,12 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from harpd.predict.allocation import MARGIN
+
 if TYPE_CHECKING:
-    from harpd.predict.dataset import Prepared
+    from harpd.replay.dataset import Prepared
 
 KEEP_AT = 0.9  # bound/request at or above which the request stands
-MARGIN = 1.1
 NEIGHBOURS = 5
 MIN_RUNS = 5  # template size below which the clairvoyant rules keep the request
 FLOOR_S = 60.0
@@ -112,7 +113,7 @@ def causal_max(prep: Prepared, k: int = NEIGHBOURS) -> np.ndarray:
 
 def causal_max_at_start(prep: Prepared, k: int = NEIGHBOURS) -> np.ndarray:
     """``causal_max`` decided at the job's start (the runs that had finished by then)."""
-    from harpd.predict.soft import recent_at
+    from harpd.replay.soft_walk import recent_at
 
     assert prep.start is not None  # asked only of a trace with start times
     count, mx = recent_at(prep, prep.start, k)
