@@ -112,22 +112,20 @@ class Adopter:
         )
         return 1
 
-    def attach(self, ingest_service: Any, interval_s: float) -> Adopter:
-        """Run on the poller's scheduler, every ``interval_s``."""
-        scheduler = ingest_service.scheduler
-        if scheduler is not None:
-            scheduler.add_job(
-                self.tick,
-                "interval",
-                seconds=float(interval_s),
-                id=JOB_ID,
-                name="harp adopt (register decided jobs whose message was lost)",
-                replace_existing=True,
-                max_instances=1,
-                coalesce=True,
-                next_run_time=datetime.now(),
-            )
+    def schedule(self, scheduler: Any, interval_s: float) -> Adopter:
+        """Run on the daemon's scheduler, every ``interval_s`` (the poll's interval)."""
+        scheduler.add_job(
+            self.tick,
+            "interval",
+            seconds=float(interval_s),
+            id=JOB_ID,
+            name="harp adopt (register decided jobs whose message was lost)",
+            replace_existing=True,
+            max_instances=1,
+            coalesce=True,
+            next_run_time=datetime.now(),
+        )
         return self
 
     def shutdown(self) -> None:
-        """Nothing to stop: the poller's scheduler runs the ticks."""
+        """Nothing to stop: the daemon's scheduler runs the ticks."""

@@ -142,6 +142,9 @@ class Handlers:
         limits_mode: dict[str, Any] | None = None,
         accounting: dict[str, Any] | None = None,
         soft_state: SoftState | None = None,
+        recovery: Recovery | None = None,
+        ingestor: Ingestor | None = None,
+        watch: Watch | None = None,
     ) -> None:
         self.store = store
         # soft or hard time limits and why (harpd.watch.privilege), shown by health
@@ -168,12 +171,12 @@ class Handlers:
         # refusals of a request's content (a user's quota), logged and summed up with the doors' (the server's loop
         # flushes this one log)
         self.refusals = RefusalLog(logging.getLogger("harpd.server"), float(cfg.server.refusal_log_interval_s))
-        # recovery's state machine (harpd.recovery.machine), set once the services run; None: off
-        self.recovery: Recovery | None = None
-        # the sacct poller (harpd.ingest.poller), set once the services run; health counts its polls; None: no Slurm
-        self.ingestor: Ingestor | None = None
-        # the watcher (harpd.watch.service), set once the services run; health shows its last tick; None: off
-        self.watch: Watch | None = None
+        # recovery's state machine (harpd.recovery.machine): the jobs' end hook asks it directly; None: off
+        self.recovery = recovery
+        # the sacct poller (harpd.ingest.poller): health counts its polls; None: no Slurm
+        self.ingestor = ingestor
+        # the watcher (harpd.watch.service): health shows its last tick; None: off
+        self.watch = watch
         self.slurm = slurm  # progress reports are checked against slurmctld's owner of the job
         self.retrain_action = retrain
         self.reload_action = reload

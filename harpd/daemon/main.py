@@ -16,20 +16,24 @@ Start order is chosen so that every admin mistake shows up at start, as one
    extender's;
 3. the live predictor (champion models and the live history), wrapped by the
    DNN router that plans GPUs for ``#HARP dnn`` jobs;
-4. the socket operations, with the live predictor's retrain and reload and
-   the trace importer as admin actions, and its soft-policy state for health;
-5. the adopter (on the poller's scheduler: registers jobs that carry a
-   decision's token but whose registration message was lost) and the sacct
-   poller, which stores each job's outcome and then hands it to its listeners:
-   recovery (resubmits what ran out), the watcher (re-sizes pending siblings)
-   and the retrain trigger (counts outcomes; it trains at once, in the
-   background, when the store has history but no model);
+4. the trainer, with the live predictor's reload after each training;
+5. the outcome services (``build_services``), each built with what it
+   needs and registering its periodic jobs on the daemon's one scheduler
+   (``harpd.daemon.scheduler``), started once they all exist and stopped first
+   at exit: the sacct poller, which stores each job's outcome, hands each
+   poll's new outcomes to the live history (``ModelPredictor.learn``: the
+   next decision has them; the predictor reads the store itself only when it
+   loads) and then tells its listeners: recovery (resubmits what ran out),
+   the watcher (re-sizes pending siblings) and the retrain trigger (counts
+   outcomes; it trains at once, in the background, when the store has
+   history but no model); the adopter (registers jobs that carry a
+   decision's token but whose registration message was lost);
 6. the watcher (``harpd.watch``), only when harpd may change other users'
    jobs (``privilege.detect``, decided once at start, shown in ``health``):
    it extends running jobs before harp's limit, re-sizes pending ones and feeds
-   the live predictor's soft-policy state.  The live history is not a listener: the predictor
-   reads the stored outcomes back itself (``ModelPredictor.refresh``, off the
-   request path).
+   the live predictor's soft-policy state;
+7. the socket operations, given the poller, recovery and the watcher they
+   report on or ask.
 
 SIGHUP reloads the models, as ``harp reload`` (the admin ``reload`` operation) does.
 """
@@ -37,6 +41,7 @@ SIGHUP reloads the models, as ``harp reload`` (the admin ``reload`` operation) d
 from __future__ import annotations
 
 import argparse
+import functools
 import logging
 import os
 import signal
@@ -44,6 +49,7 @@ import socket
 import sys
 import threading
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 from harp_submit import __version__
@@ -54,11 +60,12 @@ from harpd.daemon.active_lock import hold as hold_store
 from harpd.daemon.adopt import Adopter
 from harpd.daemon.handlers import Handlers
 from harpd.daemon.heap import Settling, settle
+from harpd.daemon.scheduler import Scheduler
 from harpd.daemon.server import Server, ServerError
 from harpd.daemon.tcp_door import doors_for
 from harpd.dnn.oom_escalation import OomPlanner
 from harpd.dnn.predictor import DnnRoutingPredictor
-from harpd.ingest import poller
+from harpd.ingest.poller import Ingestor, watch_job
 from harpd.ingest.importer import import_file
 from harpd.metrics import endpoint as metrics_endpoint
 from harpd.metrics import state as metrics_state
@@ -142,14 +149,28 @@ GIL_SWITCH_S = 0.001
 
 
 class Service(Protocol):
-    """A part that runs beside the socket (the poller, the adopter, recovery, the watcher): stopped at exit."""
+    """A part that runs beside the socket (the scheduler, the checkpoints, the metrics endpoint): stopped at exit."""
 
     def shutdown(self) -> None: ...
 
 
+@dataclass(frozen=True, slots=True)
+class OutcomeServices:
+    """What follows the jobs, built by ``build_services``; None where it is off."""
+
+    ingestor: Ingestor | None  # the sacct poller (None: no Slurm)
+    recovery: Recovery | None
+    watch: Watch | None
+
+
 def build_handlers(settings: HarpSettings, store: Store) -> tuple[Handlers, list[Service]]:
-    """The socket operations wired to every part (see the module docstring), plus services to stop later."""
+    """The socket operations wired to every part (see the module docstring), plus services to stop later.
+
+    Every part is built with what it needs; the daemon's one scheduler starts
+    once they all are, and is the first thing stopped.
+    """
     checkpoints = Checkpointer.start(store)
+    scheduler = Scheduler()
     backend = slurm_backend(settings)
     partitions = None if backend is None else cached_partitions(backend)
     limits = None if partitions is None else limits_from_partitions(partitions)
@@ -159,6 +180,19 @@ def build_handlers(settings: HarpSettings, store: Store) -> tuple[Handlers, list
     trainer = Trainer(reloads, store, settings)  # trains, then has the live predictor load the champions
     predictor = DnnRoutingPredictor(
         live, settings, partitions, None if backend is None else cached_billing(backend), store=store
+    )
+    outcomes = build_services(
+        settings,
+        store,
+        backend,
+        scheduler,
+        trainer.retrain,
+        privilege=privilege,
+        predictor=predictor,
+        partitions=partitions,
+        trained_on=live.trained_on,
+        learn=live.learn,
+        soft_state=live.soft_state,
     )
     handlers = Handlers(
         store,
@@ -172,26 +206,12 @@ def build_handlers(settings: HarpSettings, store: Store) -> tuple[Handlers, list
         limits_mode=privilege.as_health(),
         accounting=None if backend is None else read_site_accounting(backend).as_health(),
         soft_state=live.soft_state,
+        recovery=outcomes.recovery,  # the jobs' end hook (op ending) asks recovery directly
+        ingestor=outcomes.ingestor,  # health counts the poller's polls
+        watch=outcomes.watch,
     )
     log.info("predictor: %s", predictor.name)
-    services = [checkpoints] + start_services(
-        settings,
-        store,
-        backend,
-        trainer.retrain,
-        privilege=privilege,
-        predictor=predictor,
-        partitions=partitions,
-        trained_on=live.trained_on,
-        learn=live.learn,
-        soft_state=live.soft_state,
-    )
-    # the jobs' end hook (op ending) asks recovery directly
-    handlers.recovery = next((s for s in services if isinstance(s, Recovery)), None)
-    # health counts the poller's polls
-    handlers.ingestor = next((s.ingestor for s in services if isinstance(s, poller.IngestService)), None)
-    handlers.watch = next((s for s in services if isinstance(s, Watch)), None)
-    return handlers, services
+    return handlers, [scheduler.start(), checkpoints]
 
 
 def _make_live(
@@ -212,10 +232,11 @@ def slurm_backend(settings: HarpSettings) -> SlurmBackend | None:
         return None
 
 
-def start_services(
+def build_services(
     settings: HarpSettings,
     store: Store,
     backend: SlurmBackend | None,
+    scheduler: Scheduler,
     retrain: Callable[[], Any],
     *,
     privilege: Privilege | None = None,
@@ -224,43 +245,32 @@ def start_services(
     trained_on: Callable[[], int | None] | None = None,
     learn: Callable[[list[Any]], Any] | None = None,
     soft_state: SoftState | None = None,
-) -> list[Service]:
-    """The sacct poller and the listeners of its outcomes: recovery, the watcher, the retrain trigger.
+) -> OutcomeServices:
+    """The sacct poller and the listeners of its outcomes (recovery, the watcher, the retrain trigger),
+    each with its periodic jobs on ``scheduler`` (started by the caller once everything is built).
 
     ``trained_on``: the most jobs a loaded model learnt from (None: no model);
     with history in the store and no model, the first training starts at
     once, in the background (requests are answered meanwhile).  ``learn``:
-    the live predictor's, given each poll's new outcomes before they are
-    announced, so the next decision already has them.  ``soft_state``: the
+    the live predictor's, given each poll's new outcomes as they are
+    stored, so the next decision already has them.  ``soft_state``: the
     live predictor's soft-policy state, which the watcher feeds (None: none).
     """
     train_now = _first_training_due(store, trained_on)
+    if backend is None:  # no Slurm: nothing is polled, recovered or watched
+        log.warning("ingest disabled: no Slurm backend")
+        if train_now:
+            train_in_background(retrain)
+        return OutcomeServices(ingestor=None, recovery=None, watch=None)
     recovery = make_recovery(
         settings=settings,
         store=store,
         backend=backend,
+        watch=functools.partial(watch_job, store),  # a job requeued in place is polled for its next run
         partitions=partitions,
         gpu_planner=OomPlanner(store, settings, partitions),  # a GPU out-of-memory's larger configuration
-    )  # None: off, or no Slurm
-    # recovery listens from the first poll on, which may announce outcomes a
-    # killed predecessor left unannounced: each run's outcome reaches it once
-    ingest = poller.start(
-        settings=settings,
-        store=store,
-        backend=backend,
-        listeners=[] if recovery is None else [recovery.on_outcome],
-        learners=[] if learn is None else [learn],
-    )
-    services: list[Service] = [ingest]
-    if ingest.ingestor is None:  # no Slurm: nothing is polled
-        if train_now:
-            train_in_background(retrain)
-        return services
-    # jobs whose registration message was lost are found by their decision token
-    assert backend is not None  # the poller polls through it
-    services.append(Adopter(store, backend).attach(ingest, settings.ingest.poll_interval_s))
-    if recovery is not None:
-        services.append(recovery.attach(ingest))
+    )  # None: off
+    watch = None
     if privilege is not None:
         watch = make_watch(
             settings=settings,
@@ -270,22 +280,34 @@ def start_services(
             predictor=predictor,
             partitions=partitions,
             soft_state=soft_state,
-        )  # None: nothing to watch (unprivileged, off, no Slurm)
-        if watch is not None:
-            services.append(watch.attach(ingest))
+        )  # None: nothing to watch (unprivileged, off)
     # retrain every retrain.interval_s, after retrain.after_n_outcomes outcomes, and
     # retrain.first_after_s after new outcomes while the models are missing or young
-    ingest.ingestor.on_outcome.append(
-        attach_retrain(
-            ingest.scheduler,
-            retrain,
-            settings.retrain,
-            trained_on=trained_on,
-            train_now=train_now,
-            history_size=store.count_jobs,
-        )
+    count_outcome = attach_retrain(
+        scheduler,
+        retrain,
+        settings.retrain,
+        trained_on=trained_on,
+        train_now=train_now,
+        history_size=store.count_jobs,
     )
-    return services
+    # the listeners hear from the first poll on, which may announce outcomes a killed
+    # predecessor left unannounced: each run's outcome reaches recovery once
+    ingestor = Ingestor(
+        store,
+        backend,
+        settings,
+        listeners=[part.on_outcome for part in (recovery, watch) if part is not None] + [count_outcome],
+        learners=[] if learn is None else [learn],
+    )
+    ingestor.schedule(scheduler)
+    # jobs whose registration message was lost are found by their decision token
+    Adopter(store, backend).schedule(scheduler, settings.ingest.poll_interval_s)
+    if recovery is not None:
+        recovery.schedule(scheduler)
+    if watch is not None:
+        watch.schedule(scheduler)
+    return OutcomeServices(ingestor=ingestor, recovery=recovery, watch=watch)
 
 
 def start_metrics(settings: HarpSettings, store: Store, *, polling: bool) -> list[Service]:

@@ -53,7 +53,7 @@ from harpd.store import LIVE_SOURCES_KEY
 
 log = logging.getLogger("harpd.ingest")
 
-__all__ = ["Ingestor", "start", "IngestService"]
+__all__ = ["Ingestor", "watch_job"]
 
 CURSOR_KEY = "ingest.cursor"
 UNANNOUNCED_KEY = "ingest.unannounced"
@@ -120,17 +120,23 @@ class Ingestor:
         backend: SlurmBackend,
         settings: HarpSettings | None = None,
         *,
+        listeners: Iterable[Callable[[JobRecord], None]] = (),
+        learners: Iterable[Callable[[list[JobRecord]], Any]] = (),
         clock: Callable[[], float] = time.time,
     ) -> None:
+        """``listeners`` hear each stored outcome from the first poll on, which may
+        announce outcomes a killed predecessor left unannounced; ``learners``
+        (the live predictor's history) get each poll's new outcomes as they are stored.
+        """
         self.store = store
         self.backend = backend
         self.settings = settings or HarpSettings()
         self.cfg = self.settings.ingest
         self.clock = clock
-        self.on_outcome: list[Callable[[JobRecord], None]] = []
+        self.on_outcome: list[Callable[[JobRecord], None]] = list(listeners)
         # given each poll's new outcomes just before they are committed (the live
-        # predictor's history), so a decision never waits on a later refresh
-        self.learners: list[Callable[[list[JobRecord]], Any]] = []
+        # predictor's history), so the very next decision has them
+        self.learners: list[Callable[[list[JobRecord]], Any]] = list(learners)
         self.failures = 0
         self.last_error: str | None = None
         self.last_poll: PollResult | None = None
@@ -148,10 +154,7 @@ class Ingestor:
         For recovery's requeue-in-place: the job keeps its id and its
         submission is already closed, but its next run must be learnt too.
         """
-        with self.store.transaction():
-            watch = dict(self.store.get_meta(WATCH_KEY, {}) or {})
-            watch[str(job_id)] = max(int(min_attempt), int(watch.get(str(job_id), 0)))
-            self.store.set_meta(WATCH_KEY, watch)
+        watch_job(self.store, job_id, min_attempt)
 
     def poll_once(self) -> int:
         """One poll: returns how many outcomes were newly recorded.
@@ -190,7 +193,10 @@ class Ingestor:
             log.info("ingest: %d new outcome(s)", n)
 
     def schedule(self, scheduler: Any) -> Any:
-        """Add the polling job to an APScheduler scheduler (first poll at once)."""
+        """Add the polling job to the daemon's APScheduler scheduler (first poll at once)."""
+        log.info(
+            "ingest: polling sacct every %.0f s (learn_all_jobs=%s)", self.cfg.poll_interval_s, self.cfg.learn_all_jobs
+        )
         return scheduler.add_job(
             self.tick,
             "interval",
@@ -520,59 +526,13 @@ class Ingestor:
             self.store.set_meta(WATCH_KEY, cur)
 
 
-# ---------------------------------------------------------------------------
-# daemon wiring: harpd.daemon.main calls ``start``
+def watch_job(store: Any, job_id: str, min_attempt: int = 2) -> None:
+    """Have the poller poll ``job_id`` until a finished run numbered ``min_attempt`` or later is stored.
 
-
-class IngestService:
-    """The running poller: an APScheduler BackgroundScheduler with one job."""
-
-    def __init__(self, ingestor: Ingestor, scheduler: Any) -> None:
-        self.ingestor = ingestor
-        self.scheduler = scheduler
-
-    def shutdown(self) -> None:
-        try:
-            self.scheduler.shutdown(wait=True)
-        except Exception:  # noqa: BLE001 - already stopped
-            pass
-
-
-class _NoIngest:
-    ingestor = None
-
-    def shutdown(self) -> None:
-        return None
-
-
-def start(
-    *,
-    settings: HarpSettings,
-    store: Any,
-    backend: SlurmBackend | None,
-    listeners: Iterable[Callable[[JobRecord], None]] = (),
-    learners: Iterable[Callable[[list[JobRecord]], Any]] = (),
-) -> IngestService | _NoIngest:
-    """Start background polling for harpd; without a Slurm backend, nothing to poll.
-
-    ``listeners`` join ``on_outcome`` before the first poll, which may
-    announce outcomes a killed predecessor left unannounced; ``learners``
-    (the live predictor's history) get each poll's new outcomes as they are stored.
+    The list is kept in the store, so recovery is given this (over the
+    store) rather than the poller whose listener it is.
     """
-    if backend is None:
-        log.warning("ingest disabled: no Slurm backend")
-        return _NoIngest()
-    from apscheduler.schedulers.background import BackgroundScheduler
-
-    ingestor = Ingestor(store, backend, settings)
-    ingestor.on_outcome.extend(listeners)
-    ingestor.learners.extend(learners)
-    scheduler = BackgroundScheduler(daemon=True)
-    ingestor.schedule(scheduler)
-    scheduler.start()
-    log.info(
-        "ingest: polling sacct every %.0f s (learn_all_jobs=%s)",
-        settings.ingest.poll_interval_s,
-        settings.ingest.learn_all_jobs,
-    )
-    return IngestService(ingestor, scheduler)
+    with store.transaction():
+        watch = dict(store.get_meta(WATCH_KEY, {}) or {})
+        watch[str(job_id)] = max(int(min_attempt), int(watch.get(str(job_id), 0)))
+        store.set_meta(WATCH_KEY, watch)

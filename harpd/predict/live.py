@@ -60,7 +60,7 @@ log = logging.getLogger("harpd.decide")
 
 
 HISTORY_JOBS = 200_000  # finished jobs replayed into the live history at load
-REFRESH_S = 60.0  # how often new outcomes are pulled from the store
+LEARNT_KEEP_S = 86400.0  # how long a run handed over by ``learn`` is remembered, so a repeated poll learns it once
 HISTORY_RULE = "history"  # the name decisions carry where no model is trained (the history rule)
 NO_MODEL = "no trained model yet"
 
@@ -106,8 +106,9 @@ class ModelPredictor:
 
     Fast path (every sbatch): a few dict look-ups for the history features,
     one tree-ensemble prediction per resource, the guard rails.  Slow work
-    (loading models, replaying history from the store, pulling new outcomes)
-    happens at ``reload()`` and in a background refresh, never in a request.
+    (loading models, replaying history from the store) happens at
+    ``reload()``, never in a request.  After that, outcomes reach the live
+    history one way: the ingest poller hands each poll's new ones to ``learn``.
     Thread-safe: history updates are under a lock; models are read-only.
     """
 
@@ -133,16 +134,14 @@ class ModelPredictor:
         )
         self._limits = limits
         self._lock = threading.Lock()
-        self._refresh_lock = threading.Lock()
+        self._load_lock = threading.Lock()  # one history load at a time (``load_history``)
         self._loaded: dict[str, _Champion] = {}
         self._cores = CoresHistory()  # per signature, the cores its last runs used (harpd.predict.cores)
         self._restored = Restored()  # per signature, what a failed run after a cut gave back (harpd.predict.restore)
         self._tasks = TaskMemory()  # workflow task types' memory (harpd.predict.task_memory)
         self._retries = RetryFloors(store, settings.recovery.max_attempts)  # a manager's retry's floor
-        self._watermark: float | None = None
-        # runs ``learn`` added ahead of ``refresh`` (source, job id, attempt): refresh skips them
+        # runs ``learn`` added (source, job id, attempt) -> when: a load skips them, a repeat is not learnt again
         self._learnt: dict[tuple[str, str, int], float] = {}
-        self._last_refresh = 0.0
         if models is not None:  # tests and benchmarks: envelopes given directly
             for res, env in models.items():
                 self._loaded[res] = _Champion(env, None)
@@ -171,12 +170,7 @@ class ModelPredictor:
                 loaded[res] = _Champion(_history_rule(res), None)
         with self._lock:
             self._loaded = loaded
-            self._cores = CoresHistory()
-            self._restored = Restored()
-            self._tasks = TaskMemory()
-            self._watermark = None
-            self._learnt = {}
-        self.refresh(limit=HISTORY_JOBS)
+        self.load_history()
         return {
             res: {"name": champion.name, "path": champion.row.path if champion.row else None}
             for res, champion in loaded.items()
@@ -209,70 +203,64 @@ class ModelPredictor:
         rows = [m for m in self.store.models() if m.resource == resource and m.name == want]
         return rows[-1] if rows else None
 
-    def refresh(self, limit: int | None = None, wait: bool = False) -> int:
-        """Add outcomes that finished since the last refresh to the live history.
+    def load_history(self, limit: int = HISTORY_JOBS) -> int:
+        """The live history afresh from the store's ``limit`` most recent finished jobs (at load).
 
-        A refresh already running (the background one ``decide`` starts every
-        ``REFRESH_S``) makes this one return at once, since that one reads the
-        same store; ``wait=True`` waits for it and then reads what it may have
-        missed, for a caller that must decide with everything stored so far.
+        Only ``reload`` (and a predictor given its models, in tests and
+        benchmarks) reads the store: from then on ``learn`` is how outcomes
+        arrive.  Runs ``learn`` hands over while the store is read are skipped
+        by the read, so none is counted twice.
         """
         if self.store is None or not self._loaded:
             return 0
-        if not self._refresh_lock.acquire(blocking=wait):
-            return 0
-        try:
-            since = self._watermark
-            if since is None and limit:
-                # only the most recent ``limit`` finished jobs: older ones have aged out of every window
-                n = self.store.count_jobs(time_field="end_time")
-                it = self.store.iter_jobs(order="end_time", time_field="end_time")
-                for _ in range(max(n - limit, 0)):
-                    next(it, None)
-            else:
-                it = self.store.iter_jobs(since=since, order="end_time", time_field="end_time")
+        with self._load_lock:
+            with self._lock:
+                self._cores = CoresHistory()
+                self._restored = Restored()
+                self._tasks = TaskMemory()
+                self._learnt = {}
+                for champion in self._loaded.values():
+                    champion.history = History()
+                    champion.recent = RecentRuns(KEEP)
+            # only the most recent ``limit`` finished jobs: older ones have aged out of every window
+            n = self.store.count_jobs(time_field="end_time")
+            it = self.store.iter_jobs(order="end_time", time_field="end_time")
+            for _ in range(max(n - limit, 0)):
+                next(it, None)
             n_added = 0
-            last = since
-            batch: list = []
+            batch: list[JobRecord] = []
             for rec in it:
-                if since is not None and rec.end_time is not None and rec.end_time <= since:
-                    continue
                 if _run_key(rec) in self._learnt:
                     continue  # the poller handed it over already (``learn``)
                 batch.append(rec)
-                if rec.end_time is not None:
-                    last = rec.end_time if last is None else max(last, rec.end_time)
                 if len(batch) >= 5000:
                     n_added += self._add(batch)
                     batch = []
-            n_added += self._add(batch)
-            self._watermark = last
-            self._last_refresh = _time.monotonic()
-            with self._lock:  # what the watermark has passed, refresh never reads again
-                self._learnt = {k: end for k, end in self._learnt.items() if last is None or end > last}
-            return n_added
-        finally:
-            self._refresh_lock.release()
+            return n_added + self._add(batch)
 
     def learn(self, records: list[JobRecord]) -> int:
         """Outcomes the ingest poller has just stored: in the history before the next decision.
 
         The poller calls this as it stores new outcomes (just before its
-        commit, so no ``refresh`` can read a run before it is marked here),
-        so the very next request is decided with them; a refresh on request
-        would answer it first and learn afterwards.  Runs learnt here are
-        skipped by ``refresh``; a run handed over again (a poll whose commit
-        failed and is repeated) is learnt once.
+        commit, so no history load can read a run before it is marked here),
+        so the very next request is decided with them.  A run handed over
+        again (a poll whose commit failed and is repeated) is learnt once.
         """
         if not self._loaded:
             return 0
         fresh = []
+        now = _time.monotonic()
         with self._lock:
+            while self._learnt:  # oldest first: a repeated poll comes within ingest's longest back-off
+                oldest = next(iter(self._learnt))
+                if now - self._learnt[oldest] < LEARNT_KEEP_S:
+                    break
+                del self._learnt[oldest]
             for r in records:
                 key = _run_key(r)
                 if key in self._learnt:
                     continue
-                self._learnt[key] = float(r.end_time or 0.0)
+                self._learnt[key] = now
                 fresh.append(r)
         return self._add(fresh)
 
@@ -312,20 +300,9 @@ class ModelPredictor:
         try:
             assert self.store is not None  # _cuts_that_failed asks only with a store
             return self.store.get_submission(r.job_id) or self.store.get_submission(submitted_id(r.job_id))
-        except Exception:  # a store that cannot answer restores nothing: the next refresh tries again
+        except Exception:  # a store that cannot answer restores nothing for this run
             log.exception("reading the submission of job %s failed", r.job_id)
             return None
-
-    def _maybe_refresh(self) -> None:
-        if self.store is not None and _time.monotonic() - self._last_refresh > REFRESH_S:
-            self._last_refresh = _time.monotonic()
-            threading.Thread(target=self._safe_refresh, name="harp-refresh", daemon=True).start()
-
-    def _safe_refresh(self) -> None:
-        try:
-            self.refresh()
-        except Exception:  # a failed refresh leaves the old history: predictions go on
-            log.exception("history refresh failed")
 
     # -- the request path ------------------------------------------------------------
     def decide(
@@ -339,7 +316,6 @@ class ModelPredictor:
         limits = limits_for(self._limits, partition)
         if not self._loaded:
             return Decision(changes=[], limits=limits, model=None, explain={"reason": f"{NO_MODEL}: request kept"})
-        self._maybe_refresh()
         changes: list = []
         explain: dict[str, Any] = {}
         models_used: list[str] = []

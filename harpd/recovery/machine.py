@@ -134,7 +134,7 @@ class Recovery:
         backend: Any,
         settings: HarpSettings | None = None,
         *,
-        watch: Callable[[str, int], None] | None = None,
+        watch: Callable[[str, int], None],
         clock: Callable[[], float] = time.time,
         partitions: Callable[[], dict[str, PartitionInfo]] | None = None,
         gpu_planner: GpuPlanner | None = None,
@@ -146,10 +146,8 @@ class Recovery:
         self.settings = settings or HarpSettings()
         self.cfg = self.settings.recovery
         self.clock = clock
+        # the poller's watch list (``harpd.ingest.poller.watch_job``): a job requeued in place is polled again
         self._watch = watch
-        self._attached = threading.Event()
-        if watch is not None:
-            self._attached.set()
         self._lock = threading.RLock()
         self._mode: str | None = None
         self._mode_certain = False
@@ -162,29 +160,24 @@ class Recovery:
 
     # ------------------------------------------------------------ wiring
 
-    def attach(self, ingest_service: Any) -> Recovery:
-        """Bind to the running poller: its ``watch`` and a periodic ``tick``."""
-        ingestor = ingest_service.ingestor
-        self._watch = ingestor.watch
-        self._attached.set()
-        scheduler = ingest_service.scheduler
-        if scheduler is not None:
-            scheduler.add_job(
-                self.tick,
-                "interval",
-                seconds=float(self.settings.ingest.poll_interval_s),
-                id="harp-recovery",
-                name="harp recovery (finish interrupted attempts)",
-                replace_existing=True,
-                max_instances=1,
-                coalesce=True,
-                next_run_time=datetime.now(),
-            )
+    def schedule(self, scheduler: Any) -> Recovery:
+        """Run ``tick`` on the daemon's scheduler, every poll interval."""
+        scheduler.add_job(
+            self.tick,
+            "interval",
+            seconds=float(self.settings.ingest.poll_interval_s),
+            id="harp-recovery",
+            name="harp recovery (finish interrupted attempts)",
+            replace_existing=True,
+            max_instances=1,
+            coalesce=True,
+            next_run_time=datetime.now(),
+        )
         log.info("recovery: on (mode %s, at most %d attempts)", self.cfg.mode, self.cfg.max_attempts)
         return self
 
     def shutdown(self) -> None:
-        """Nothing to stop: the poller's scheduler runs the ticks."""
+        """Nothing to stop: the daemon's scheduler runs the ticks."""
 
     def mode(self) -> str:
         if self._mode is None or not self._mode_certain:
@@ -203,9 +196,6 @@ class Recovery:
         if rec.outcome == Outcome.PREEMPTED and rec.state == "REQUEUED":
             # requeued, by itself (submitit's checkpoint) or a preemption: the job runs again under its
             # id in the same attempt, and that run's end is the attempt's outcome (#51)
-            return
-        if not self._attached.wait(60):
-            log.error("recovery: not attached to the poller; outcome of job %s left for the next tick", rec.job_id)
             return
         with self._lock:
             try:
@@ -272,8 +262,6 @@ class Recovery:
             return "left", "not submitted through harp-submit"
         if uid != 0 and sub.uid is not None and int(sub.uid) != int(uid):
             return "left", "not the job's owner"
-        if not self._attached.wait(10):
-            return "left", "recovery is not attached to the poller yet"
         if self.mode() != REQUEUE:
             # a resubmission is a new job: never while this one still runs; after its end, from the poll
             return "left", "harpd recovers by resubmission here, once the job has ended"
@@ -920,14 +908,18 @@ def make(
     settings: HarpSettings,
     store: Store,
     backend: Any,
+    watch: Callable[[str, int], None],
     partitions: Callable[[], dict[str, PartitionInfo]] | None = None,
     gpu_planner: GpuPlanner | None = None,
 ) -> Recovery | None:
-    """harpd's recovery (None when disabled or without Slurm); ``attach`` it to the poller."""
+    """harpd's recovery (None when disabled or without Slurm), to be heard by the poller and scheduled.
+
+    ``watch``: the poller's watch list over the store (``harpd.ingest.poller.watch_job``).
+    """
     if not settings.recovery.enabled:
         log.info("recovery: off (recovery.enabled = false)")
         return None
     if backend is None:
         log.warning("recovery: off (no Slurm backend)")
         return None
-    return Recovery(store, backend, settings, partitions=partitions, gpu_planner=gpu_planner)
+    return Recovery(store, backend, settings, watch=watch, partitions=partitions, gpu_planner=gpu_planner)

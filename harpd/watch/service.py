@@ -1,6 +1,6 @@
 """One Slurm listing per interval, handed to the extender and the re-sizer.
 
-Runs on the ingest poller's scheduler (one thread pool, one place that
+Runs on the daemon's scheduler (one thread pool, one place that
 stops), every ``watch.interval_s``, only when harpd may change other users'
 jobs and soft limits are on: otherwise nothing here runs and harp's limit
 is the kill time (recovery resubmits what ran out).
@@ -141,11 +141,10 @@ class Watch:
             except Exception:  # noqa: BLE001 - a scheduler job must not die
                 log.exception("watch: %s failed", type(part).__name__)
 
-    def attach(self, ingest_service: Any) -> Watch:
-        """Run on the poller's scheduler and hear its outcomes."""
-        ingest_service.ingestor.on_outcome.append(self.on_outcome)
+    def schedule(self, scheduler: Any) -> Watch:
+        """Run ``tick`` on the daemon's scheduler (the daemon also has the poller tell it each outcome)."""
         metrics.watch_timing(self.settings.watch.margin_s, self.settings.watch.interval_s)
-        ingest_service.scheduler.add_job(
+        scheduler.add_job(
             self.tick,
             "interval",
             seconds=float(self.settings.watch.interval_s),
@@ -168,7 +167,7 @@ class Watch:
         return self
 
     def shutdown(self) -> None:
-        """Nothing to stop: the poller's scheduler runs the ticks."""
+        """Nothing to stop: the daemon's scheduler runs the ticks."""
 
 
 def make(

@@ -8,7 +8,8 @@ import threading
 from harpd import protocol as p
 from harpd.config import HarpSettings
 from harpd.daemon.handlers import Peer
-from harpd.daemon.main import build_handlers, start_services
+from harpd.daemon.main import build_handlers, build_services
+from harpd.daemon.scheduler import Scheduler
 from harpd.records import JobRecord, Outcome
 from harpd.store import Store
 from tests.helpers.wait import wait_for
@@ -130,13 +131,15 @@ def test_with_slurm_the_scheduler_trains_at_start_not_a_day_later(tmp_path):
     store = Store.open(s.store.path)
     store.insert_jobs(_history(50))
     trained = threading.Event()
-    services = start_services(s, store, _QuietSlurm(), trained.set, trained_on=lambda: None)
+    scheduler = Scheduler()
+    build_services(s, store, _QuietSlurm(), scheduler, trained.set, trained_on=lambda: None)
+    scheduler.start()
     try:
         assert trained.wait(120), "no training at start"
     finally:
-        for svc in services:
-            svc.shutdown()
+        scheduler.shutdown()
         store.close()
+    assert not scheduler.running
 
 
 def test_an_empty_store_or_a_model_means_no_training_at_start(tmp_path):

@@ -267,8 +267,7 @@ def test_health(store):
 
 
 def test_health_counts_the_pollers_polls(store):
-    h = Handlers(store)
-    h.ingestor = Ingestor(store, FakeSlurm(), HarpSettings())
+    h = Handlers(store, ingestor=Ingestor(store, FakeSlurm(), HarpSettings()))
     assert h.handle(ALICE, req({"op": "health"})).ingest == p.IngestHealth(polls=0, failures=0)
     h.ingestor.poll_once()
     h.ingestor.poll_once()

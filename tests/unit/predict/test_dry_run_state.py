@@ -53,8 +53,7 @@ def test_dry_runs_leave_the_predictors_state_and_answer_alone(tmp_path):
     settings = HarpSettings(store={"path": str(tmp_path / "harp.db")}, ingest={"learn_all_jobs": True})
     store = Store.open(settings.store.path)
     store.insert_jobs([_run(i) for i in range(6)])
-    live = ModelPredictor(settings, store=store)
-    live.refresh(wait=True)
+    live = ModelPredictor(settings, store=store)  # its history loaded from the store
     before = _state(live)
     first = live.decide(JOB, "alice", 1000, dry_run=True)
     for _ in range(5):

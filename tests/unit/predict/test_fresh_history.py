@@ -3,7 +3,8 @@
 A history refreshed on a request, in the background, after the answer, would
 let a dry run right after two OOM kills still cut the memory below what had
 failed.  So the ingest poller hands each poll's new outcomes to the predictor
-as it stores them.
+as it stores them, and that is the one way they reach it: the predictor reads
+the store only when it loads.
 """
 
 from __future__ import annotations
@@ -59,9 +60,8 @@ def site(tmp_path):
     settings = HarpSettings(store={"path": str(tmp_path / "harp.db")}, ingest={"learn_all_jobs": True})
     store = Store.open(settings.store.path)
     slurm = Accounting()
-    ing = Ingestor(store, slurm, settings)
     live = ModelPredictor(settings, store=store)
-    ing.learners.append(live.learn)
+    ing = Ingestor(store, slurm, settings, learners=[live.learn])
     yield settings, store, slurm, ing, live
     store.close()
 
@@ -86,16 +86,39 @@ def test_a_dry_run_right_after_an_oom_outcome_does_not_cut_below_what_failed(sit
     assert "hit its limit" in d.explain["mem"]["reason"]
 
 
-def test_runs_learnt_from_the_poller_are_not_counted_twice_by_a_refresh(site):
+def test_runs_handed_over_again_or_reloaded_are_counted_once(site):
     _, store, slurm, ing, live = site
     slurm.runs = [_run(i, Outcome.COMPLETED, 20.0) for i in range(3)]
     ing.poll_once()
     job = JobRequest(partition="short", signature="sig-prog", request={"time_s": 600, "mem_mb": 200})
     assert live.decide(job, "alice", 1000).explain["mem"]["n_history"] == 3
-    live.refresh(wait=True)
     live.learn(slurm.runs)  # handed over again (a repeated poll): learnt once
     assert live.decide(job, "alice", 1000).explain["mem"]["n_history"] == 3
-    # a cold start is counted with what was just ingested, not one refresh late
+    live.reload()  # the history afresh from the store: the stored runs once
+    assert live.decide(job, "alice", 1000).explain["mem"]["n_history"] == 3
+    # a cold start is counted with what was just ingested, not one load late
     slurm.runs += [_run(i, Outcome.COMPLETED, 20.0) for i in range(3, 5)]
     ing.poll_once()
     assert live.decide(job, "alice", 1000).explain["mem"]["n_history"] == 5
+
+
+def test_the_request_path_never_reads_the_stored_outcomes(site, monkeypatch):
+    """One way in: what reaches the store other than through the poller waits for the next load."""
+    _, store, slurm, ing, live = site
+    slurm.runs = [_run(i, Outcome.COMPLETED, 20.0) for i in range(3)]
+    ing.poll_once()
+    reads: list[str] = []
+    real = store.iter_jobs
+
+    def counted(*a, **kw):
+        reads.append("iter_jobs")
+        return real(*a, **kw)
+
+    monkeypatch.setattr(store, "iter_jobs", counted)
+    store.insert_jobs([_run(i, Outcome.COMPLETED, 20.0) for i in range(3, 6)])  # written by someone else
+    job = JobRequest(partition="short", signature="sig-prog", request={"time_s": 600, "mem_mb": 200})
+    for _ in range(3):
+        assert live.decide(job, "alice", 1000).explain["mem"]["n_history"] == 3
+    assert reads == []
+    live.reload()
+    assert reads and live.decide(job, "alice", 1000).explain["mem"]["n_history"] == 6

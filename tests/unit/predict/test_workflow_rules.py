@@ -130,7 +130,7 @@ def test_with_a_trained_model_workflow_tasks_still_follow_their_own_runs(store) 
     settings, st = store
     env = {res: ModelEnvelope(model=_Eager(), name="eager", relative=True, resource=res) for res in ("time", "mem")}
     p = ModelPredictor(settings, store=st, models=env)
-    p.refresh(wait=True)
+    p.load_history()
     unseen = p.decide(_task("slow"), "alice", 1000)
     assert unseen.changes == [], unseen.explain  # the model would have cut it to 1%
     seen = p.decide(_task("work"), "alice", 1000)
@@ -158,7 +158,7 @@ def test_with_a_trained_model_workflow_tasks_still_follow_their_own_runs(store) 
             for i in range(6)
         ]
     )
-    p.refresh(wait=True)
+    p.load_history()
     d = p.decide(plain, "alice", 1000)
     assert d.model == "eager" and "time" in _changes(d)
 

@@ -1,0 +1,43 @@
+"""The daemon's one scheduler: every periodic job of harpd runs on it.
+
+The poller, the adopter, recovery, the watcher and the retrain trigger each
+register their jobs on the scheduler the daemon gives them (one thread pool,
+one place that stops); the daemon starts it once every service is built, so
+no job runs before the parts it hands work to exist, and stops it first at
+exit, so no job writes to a store being closed.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+__all__ = ["Scheduler"]
+
+
+class Scheduler:
+    """An APScheduler ``BackgroundScheduler`` (daemon threads), started and stopped by harpd."""
+
+    def __init__(self) -> None:
+        from apscheduler.schedulers.background import BackgroundScheduler  # not imported by a CLI that never runs it
+
+        self.jobs: Any = BackgroundScheduler(daemon=True)
+
+    def add_job(self, func: Any, *args: Any, **kwargs: Any) -> Any:
+        """APScheduler's ``add_job``: how each service registers its periodic jobs."""
+        return self.jobs.add_job(func, *args, **kwargs)
+
+    def get_jobs(self) -> list[Any]:
+        return list(self.jobs.get_jobs())
+
+    def start(self) -> Scheduler:
+        self.jobs.start()
+        return self
+
+    @property
+    def running(self) -> bool:
+        return bool(self.jobs.running)
+
+    def shutdown(self) -> None:
+        """Stop the jobs and wait for the running ones (a poll's commit) to finish."""
+        if self.jobs.running:
+            self.jobs.shutdown(wait=True)
