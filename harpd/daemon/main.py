@@ -65,8 +65,8 @@ from harpd.daemon.server import Server, ServerError
 from harpd.daemon.tcp_door import doors_for
 from harpd.dnn.oom_escalation import OomPlanner
 from harpd.dnn.predictor import DnnRoutingPredictor
-from harpd.ingest.poller import Ingestor, watch_job
 from harpd.ingest.importer import import_file
+from harpd.ingest.poller import Ingestor, watch_job
 from harpd.metrics import endpoint as metrics_endpoint
 from harpd.metrics import state as metrics_state
 from harpd.predict.live import ModelPredictor, make_predictor
