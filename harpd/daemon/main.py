@@ -32,8 +32,9 @@ Start order is chosen so that every admin mistake shows up at start, as one
    jobs (``privilege.detect``, decided once at start, shown in ``health``):
    it extends running jobs before harp's limit, re-sizes pending ones and feeds
    the live predictor's soft-policy state;
-7. the socket operations, given the poller, recovery and the watcher they
-   report on or ask.
+7. the socket operations, with the live predictor's retrain and reload and
+   the trace importer as admin actions, its soft-policy state for health, and
+   the poller, recovery and the watcher they report on or ask.
 
 SIGHUP reloads the models, as ``harp reload`` (the admin ``reload`` operation) does.
 """
@@ -359,7 +360,7 @@ def main(argv: list[str] | None = None) -> int:
 
     setup_logging(args.log_level or settings.server.log_level)
     # a request's thread back from a read or a write waits for the GIL until the
-    # thread holding it (a decision, a history refresh) is asked to let go: at
+    # thread holding it (a decision, a history load) is asked to let go: at
     # Python's default of 5 ms that wait alone was a request's whole budget
     sys.setswitchinterval(GIL_SWITCH_S)
     try:  # first: its errors name the store's directory and file problems best

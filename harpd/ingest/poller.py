@@ -403,7 +403,7 @@ class Ingestor:
         for learn in list(self.learners):
             try:
                 learn(records)
-            except Exception:  # noqa: BLE001 - the history refresh still picks them up
+            except Exception:  # noqa: BLE001 - stored anyway: the predictor's next load reads them
                 log.exception("learner %r failed on %d new outcome(s)", learn, len(records))
 
     def _announce(self, records: Iterable[JobRecord]) -> None:

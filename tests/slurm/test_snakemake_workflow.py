@@ -285,7 +285,7 @@ def test_snakemake_through_harp_right_sizes_each_rule_from_its_own_runs(workflow
     runs = []
     for n in range(3):
         if n == 2:
-            # the live history is refreshed at most every minute; an admin's reload reads the store now
+            # an admin's reload between the runs: the live history read afresh from the store
             client.call(workflow["socket"], {"op": "reload"}, 60.0)
         start, wall = _run(workflow, harp=True, fresh=(n == 2))
         walls.append(wall)

@@ -2,8 +2,9 @@
 
 A small workflow trace is replayed (``run_chronological``), then handed to a
 live predictor the way harpd gets it: each finished task stored in SQLite,
-read back by the predictor's ``refresh`` (not ``learn``, the replay's
-hand-over), and every task asked ``decide`` at its submission.  The first
+read back from the store by the predictor's load (``load_history``, what
+harpd reads at start and reload; not ``learn``, the replay's hand-over), and
+every task asked ``decide`` at its submission.  The first
 allocations must be the same, task by task, and harp must have cut some.
 """
 
@@ -67,7 +68,7 @@ def _store_decisions(tmp_path, tasks: list[Task]) -> list[float | None]:
                 e += 1
             if batch:
                 store.insert_jobs(batch)
-                harpd.learn(batch)  # as harpd's poller hands over what it stores
+                harpd.load_history()
             d = harpd.decide(convert.job(task.process, task.input_bytes, task.request), "replay", 0, now=task.submit)
             mem = [c for c in d.changes if c.option == "mem"]
             out.append(float(parse_mem(mem[0].value)) * MIB if mem else None)
