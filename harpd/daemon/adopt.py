@@ -20,7 +20,6 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
-from datetime import datetime
 from typing import Any
 
 from harpd.daemon.registration import NotAnswered, Refused, Registrar, token_in_comment
@@ -113,17 +112,9 @@ class Adopter:
         return 1
 
     def schedule(self, scheduler: Any, interval_s: float) -> Adopter:
-        """Run on the daemon's scheduler, every ``interval_s`` (the poll's interval)."""
-        scheduler.add_job(
-            self.tick,
-            "interval",
-            seconds=float(interval_s),
-            id=JOB_ID,
-            name="harp adopt (register decided jobs whose message was lost)",
-            replace_existing=True,
-            max_instances=1,
-            coalesce=True,
-            next_run_time=datetime.now(),
+        """Run on the daemon's scheduler (``harpd.daemon.scheduler.Scheduler``), every ``interval_s``."""
+        scheduler.every(
+            self.tick, interval_s, id=JOB_ID, name="harp adopt (register decided jobs whose message was lost)"
         )
         return self
 

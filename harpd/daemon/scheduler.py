@@ -9,6 +9,8 @@ exit, so no job writes to a store being closed.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from datetime import datetime
 from typing import Any
 
 __all__ = ["Scheduler"]
@@ -22,8 +24,27 @@ class Scheduler:
 
         self.jobs: Any = BackgroundScheduler(daemon=True)
 
-    def add_job(self, func: Any, *args: Any, **kwargs: Any) -> Any:
-        """APScheduler's ``add_job``: how each service registers its periodic jobs."""
+    def every(self, func: Callable[[], Any], seconds: float, *, id: str, name: str) -> Any:
+        """Run ``func`` every ``seconds``, the first time at once: how a service registers its periodic job.
+
+        One run at a time, missed runs folded into one (a tick that outlasts
+        its interval is not queued up behind itself); the same ``id`` again
+        replaces the job instead of adding a second.
+        """
+        return self.jobs.add_job(
+            func,
+            "interval",
+            seconds=float(seconds),
+            id=id,
+            name=name,
+            replace_existing=True,
+            max_instances=1,
+            coalesce=True,
+            next_run_time=datetime.now(),
+        )
+
+    def add_job(self, func: Callable[[], Any], *args: Any, **kwargs: Any) -> Any:
+        """APScheduler's own ``add_job``, for a job of another shape (the retrain check)."""
         return self.jobs.add_job(func, *args, **kwargs)
 
     def get_jobs(self) -> list[Any]:

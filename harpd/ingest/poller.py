@@ -41,7 +41,6 @@ import threading
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from datetime import datetime
 from typing import Any
 
 from harpd.config import HarpSettings
@@ -197,17 +196,7 @@ class Ingestor:
         log.info(
             "ingest: polling sacct every %.0f s (learn_all_jobs=%s)", self.cfg.poll_interval_s, self.cfg.learn_all_jobs
         )
-        return scheduler.add_job(
-            self.tick,
-            "interval",
-            seconds=float(self.cfg.poll_interval_s),
-            id=JOB_ID,
-            name="harp ingest (sacct poll)",
-            replace_existing=True,
-            max_instances=1,
-            coalesce=True,
-            next_run_time=datetime.now(),
-        )
+        return scheduler.every(self.tick, self.cfg.poll_interval_s, id=JOB_ID, name="harp ingest (sacct poll)")
 
     # -------------------------------------------------------------- the poll
 

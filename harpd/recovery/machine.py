@@ -57,7 +57,6 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import asdict
-from datetime import datetime
 from typing import Any, Literal
 
 from harp_submit.units import fmt_mem, fmt_time
@@ -162,16 +161,11 @@ class Recovery:
 
     def schedule(self, scheduler: Any) -> Recovery:
         """Run ``tick`` on the daemon's scheduler, every poll interval."""
-        scheduler.add_job(
+        scheduler.every(
             self.tick,
-            "interval",
-            seconds=float(self.settings.ingest.poll_interval_s),
+            self.settings.ingest.poll_interval_s,
             id="harp-recovery",
             name="harp recovery (finish interrupted attempts)",
-            replace_existing=True,
-            max_instances=1,
-            coalesce=True,
-            next_run_time=datetime.now(),
         )
         log.info("recovery: on (mode %s, at most %d attempts)", self.cfg.mode, self.cfg.max_attempts)
         return self

@@ -12,7 +12,6 @@ import logging
 import threading
 import time
 from collections.abc import Callable
-from datetime import datetime
 from typing import Any
 
 from harpd.config import HarpSettings
@@ -144,16 +143,11 @@ class Watch:
     def schedule(self, scheduler: Any) -> Watch:
         """Run ``tick`` on the daemon's scheduler (the daemon also has the poller tell it each outcome)."""
         metrics.watch_timing(self.settings.watch.margin_s, self.settings.watch.interval_s)
-        scheduler.add_job(
+        scheduler.every(
             self.tick,
-            "interval",
-            seconds=float(self.settings.watch.interval_s),
+            self.settings.watch.interval_s,
             id=JOB_ID,
             name="harp watch (extend running, re-size pending jobs)",
-            replace_existing=True,
-            max_instances=1,
-            coalesce=True,
-            next_run_time=datetime.now(),
         )
         if self.extender is None:
             log.info("watch: on (every %g s, checkpoint signals only)", self.settings.watch.interval_s)

@@ -46,7 +46,7 @@ def _end_epoch(cluster, job_id: str) -> float:
 
 
 def test_outcomes_ingested_within_two_poll_intervals(slurm_cluster, tmp_path):
-    from apscheduler.schedulers.background import BackgroundScheduler
+    from harpd.daemon.scheduler import Scheduler
 
     c = slurm_cluster
     settings = HarpSettings(ingest={"poll_interval_s": POLL_S, "max_backoff_s": 30})
@@ -72,7 +72,7 @@ def test_outcomes_ingested_within_two_poll_intervals(slurm_cluster, tmp_path):
             heard.setdefault(rec.job_id, (time.time(), rec))
 
     ingestor.on_outcome.append(listen)
-    sched = BackgroundScheduler(daemon=True)
+    sched = Scheduler()
     ingestor.schedule(sched)
     sched.start()
     try:

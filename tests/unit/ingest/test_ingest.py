@@ -272,19 +272,20 @@ def test_changed_outcome_is_rewritten(store):
 
 
 def test_schedule_adds_one_interval_job(store):
-    from apscheduler.schedulers.background import BackgroundScheduler
+    from harpd.daemon.scheduler import Scheduler
 
-    sched = BackgroundScheduler()
-    sched.start(paused=True)
+    sched = Scheduler()  # the daemon's
+    sched.jobs.start(paused=True)  # nothing runs
     try:
         ing = Ingestor(store, FakeSlurm([]), settings())
         job = ing.schedule(sched)
         ing.schedule(sched)  # replace, not add
         jobs = sched.get_jobs()
         assert len(jobs) == 1 and jobs[0].id == job.id
-        assert job.trigger.interval.total_seconds() == 10 and job.max_instances == 1
+        assert job.trigger.interval.total_seconds() == 10 and job.max_instances == 1 and job.coalesce
     finally:
-        sched.shutdown(wait=False)
+        sched.shutdown()
+    assert not sched.running
 
 
 def test_listeners_given_at_construction_hear_the_outcomes_a_killed_predecessor_left(store):
