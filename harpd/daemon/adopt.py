@@ -117,6 +117,3 @@ class Adopter:
             self.tick, interval_s, id=JOB_ID, name="harp adopt (register decided jobs whose message was lost)"
         )
         return self
-
-    def shutdown(self) -> None:
-        """Nothing to stop: the daemon's scheduler runs the ticks."""

@@ -170,9 +170,6 @@ class Recovery:
         log.info("recovery: on (mode %s, at most %d attempts)", self.cfg.mode, self.cfg.max_attempts)
         return self
 
-    def shutdown(self) -> None:
-        """Nothing to stop: the daemon's scheduler runs the ticks."""
-
     def mode(self) -> str:
         if self._mode is None or not self._mode_certain:
             mode, why, certain = resolve_mode(self.cfg.mode, self.backend)

@@ -160,9 +160,6 @@ class Watch:
             )
         return self
 
-    def shutdown(self) -> None:
-        """Nothing to stop: the daemon's scheduler runs the ticks."""
-
 
 def make(
     *,
