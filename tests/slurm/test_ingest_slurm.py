@@ -87,7 +87,7 @@ def test_outcomes_ingested_within_two_poll_intervals(slurm_cluster, tmp_path):
             log=lambda: f"not ingested: {set(ids.values()) - set(heard)}; last error {ingestor.last_error}",
         )
     finally:
-        sched.shutdown(wait=True)
+        sched.shutdown()  # waits for a poll under way
     assert set(heard) == set(ids.values()), (
         f"not ingested: {set(ids.values()) - set(heard)}; last error {ingestor.last_error}"
     )
