@@ -310,3 +310,57 @@ def test_listeners_given_at_construction_hear_the_outcomes_a_killed_predecessor_
     )
     assert restarted.poll_once() == 0
     assert sorted(heard) == ["1", "2"] and learnt == []  # announced again; learnt only as they were stored
+
+
+def test_half_written_records_wait_for_slurmdbd(store):
+    """A run without partition or MaxRSS right after its end is looked at again, not stored."""
+    now = [10_000.0]
+    partial = rec("50", partition=None, end_time=now[0] - 2, used_mem_mb=None, job_name="allocation")
+    be = FakeSlurm([partial])
+    submit(store, "50")
+    ing = Ingestor(store, be, settings(), clock=lambda: now[0])
+    assert ing.poll_once() == 0
+    assert store.count_jobs() == 0 and store.get_submission("50").state == "pending"
+    be.records = [rec("50", end_time=now[0] - 2, used_mem_mb=None)]  # partition in, MaxRSS not yet
+    assert ing.poll_once() == 0
+    be.records = [rec("50", end_time=now[0] - 2, job_name="ing")]
+    assert ing.poll_once() == 1
+    assert stored(store)[("50", 1)].partition == "short" and store.get_submission("50").state == "done"
+
+
+def test_records_that_never_complete_are_taken_after_a_while(store):
+    now = [10_000.0]
+    be = FakeSlurm([rec("60", partition=None, used_mem_mb=None, end_time=now[0] - 5)])
+    ing = Ingestor(store, be, settings(learn_all_jobs=True), clock=lambda: now[0])
+    assert ing.poll_once() == 0
+    now[0] += 120  # no memory accounting on this site: taken as it is
+    assert ing.poll_once() == 1
+
+
+def test_a_job_too_short_for_a_memory_sample_is_taken_soon(store):
+    now = [10_000.0]
+    be = FakeSlurm([rec("70", used_mem_mb=None, end_time=now[0] - 1)])
+    ing = Ingestor(store, be, settings(learn_all_jobs=True), clock=lambda: now[0])
+    assert ing.poll_once() == 0
+    now[0] += 15
+    assert ing.poll_once() == 1 and stored(store)[("70", 1)].used_mem_mb is None
+
+
+def test_a_run_stored_while_running_and_then_requeued_gets_its_real_end(store):
+    """#45 D: a run seen RUNNING, then held and requeued by harp (REQUEUED on 22.05, its step killed for
+    memory), is stored with that end, not left RUNNING for good."""
+    be = FakeSlurm([rec("6", Outcome.OOM, start_time=1000.0)])
+    submit(store, "6")
+    ing = Ingestor(store, be, settings())
+    ing.poll_once()
+    ing.watch("6")
+    be.records = [
+        rec("6", Outcome.PREEMPTED, state="REQUEUED", start_time=1000.0, attempt=1),
+        rec("6", Outcome.RUNNING, state="RUNNING", start_time=2000.0, end_time=None, attempt=2),
+    ]
+    ing.poll_once()
+    be.records[1] = rec("6", Outcome.OOM, state="REQUEUED", start_time=2000.0, attempt=2)
+    be.records.append(rec("6", Outcome.RUNNING, state="RUNNING", start_time=3000.0, end_time=None, attempt=3))
+    ing.poll_once()
+    got = stored(store)
+    assert got[("6", 1)].outcome is Outcome.OOM and got[("6", 2)].outcome is Outcome.OOM, got
