@@ -78,7 +78,7 @@ def timeout_s(environ: Mapping[str, str] = os.environ) -> tuple[float, str | Non
 
 def call(
     path: str,
-    message: dict[str, Any],
+    message: Mapping[str, object],
     timeout: float,
     max_answer: int | None = None,
     deadline: float | None = None,
@@ -116,7 +116,7 @@ def call(
 
 def call_tcp(
     server: tuple[str, int],
-    message: dict[str, Any],
+    message: Mapping[str, object],
     timeout: float,
     munge: Any,
     harpd_uids: tuple[int, ...] = (0,),
@@ -176,7 +176,7 @@ def call_tcp(
 
 def ask(
     where: route.Route,
-    message: dict[str, Any],
+    message: Mapping[str, object],
     timeout: float,
     max_answer: int | None = None,
     *,
@@ -240,7 +240,7 @@ def _host(name: str) -> bytes | str:
         return name
 
 
-def _body(message: dict[str, Any]) -> bytes:
+def _body(message: Mapping[str, object]) -> bytes:
     return dumps({"v": PROTOCOL_VERSION, **message}).encode()
 
 

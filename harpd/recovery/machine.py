@@ -56,7 +56,6 @@ import logging
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import asdict
 from datetime import datetime
 from typing import Any, Literal
 
@@ -111,9 +110,7 @@ OWNER_WAIT_S = 1800
 
 def _original(sub: Submission | None) -> Resources:
     """The user's own request as harp-submit registered it (``Resources``, validated at registration)."""
-    if sub is None:
-        return Resources.model_construct()
-    return Resources.model_construct(**{k: v for k, v in asdict(sub.original).items() if v is not None})
+    return Resources() if sub is None else sub.original
 
 
 def _brief(limits: AttemptLimits) -> str:
