@@ -27,6 +27,7 @@ from harpd.dnn.refine import PeakObservation, spec_signature
 from harpd.dnn.site_check import check_gpu_types, parse_gres
 from harpd.dnn.spec import DnnSpec, dnn_tokens, spec_from_lines
 from harpd.dnn.zero import GIB, ceil_gib, estimate, mixed_layout
+from harpd.records import Change, Resources
 
 COST_MODEL = (
     "billed GPU-hours = GPUs x billing_weight x elapsed; elapsed is taken to depend on the "
@@ -37,7 +38,7 @@ COST_MODEL = (
 
 @dataclass
 class DnnPlan:
-    changes: list[dict[str, Any]] = field(default_factory=list)
+    changes: list[Change] = field(default_factory=list)  # the submission's change type (harpd.records)
     explain: dict[str, Any] = field(default_factory=dict)
     error: str | None = None
 
@@ -47,12 +48,9 @@ def _dnn_settings(settings: HarpSettings | DnnSettings) -> DnnSettings:
     return settings.dnn if isinstance(settings, HarpSettings) else settings
 
 
-def _request_dict(request: Any) -> dict[str, Any]:
-    if request is None:
-        return {}
-    if hasattr(request, "model_dump"):
-        return request.model_dump()
-    return dict(request)
+def _resources(request: Resources | Mapping[str, Any] | None) -> Resources:
+    """The request as ``Resources``: as it comes from the socket, or a mapping (the CLI, tests)."""
+    return request if isinstance(request, Resources) else Resources.from_json(request)
 
 
 def gres_value(old: str | None, gpu_type: str, per_node: int) -> str:
@@ -81,42 +79,42 @@ def has_gpu_gres(gres: str | None) -> bool:
     return any(name == "gpu" for name, _, _ in parse_gres(gres))
 
 
-def _change(changes: list[dict[str, Any]], option: str, value: str, old: Any, reason: str) -> None:
+def _change(changes: list[Change], option: str, value: str, old: Any, reason: str) -> None:
     old_s = None if old is None else str(old)
     if old_s == value:
         return
-    changes.append({"option": option, "value": value, "old": old_s, "reason": reason})
+    changes.append(Change(option=option, value=value, old=old_s, reason=reason))
 
 
 def _changes_for(
-    c: Candidate, spec: DnnSpec, req: dict[str, Any], margin: float, why: str | None = None
-) -> tuple[list[dict], list[str]]:
-    changes: list[dict[str, Any]] = []
+    c: Candidate, spec: DnnSpec, req: Resources, margin: float, why: str | None = None
+) -> tuple[list[Change], list[str]]:
+    changes: list[Change] = []
     warnings: list[str] = []
     gt = c.gpu_type
     fit = (
         f"{c.need / GIB:.1f} GiB/GPU needed ({c.need_source}, zero={c.stage}, "
         f"{margin:.0%} margin) of {c.capacity / GIB:.0f} GiB"
     )
-    _change(changes, "partition", gt.partition, req.get("partition"), f"{gt.name} GPUs are in partition {gt.partition}")
-    use_gpus = bool(req.get("gpus"))
-    use_gres = has_gpu_gres(req.get("gres")) or not use_gpus
+    _change(changes, "partition", gt.partition, req.partition, f"{gt.name} GPUs are in partition {gt.partition}")
+    use_gpus = bool(req.gpus)
+    use_gres = has_gpu_gres(req.gres) or not use_gpus
     cheapest = why or f"least billed GPU-hours ({c.n_gpus} GPU x weight {gt.billing_weight:g})"
     if use_gres:
         _change(
             changes,
             "gres",
-            gres_value(req.get("gres"), gt.name, c.gpus_per_node),
-            req.get("gres"),
+            gres_value(req.gres, gt.name, c.gpus_per_node),
+            req.gres,
             f"{c.gpus_per_node} x {gt.name} per node: {fit}; {cheapest}",
         )
     if use_gpus:
-        _change(changes, "gpus", f"{gt.name}:{c.n_gpus}", req.get("gpus"), f"{c.n_gpus} x {gt.name}: {fit}; {cheapest}")
+        _change(changes, "gpus", f"{gt.name}:{c.n_gpus}", req.gpus, f"{c.n_gpus} x {gt.name}: {fit}; {cheapest}")
     _change(
         changes,
         "nodes",
         str(c.nodes),
-        req.get("nodes"),
+        req.nodes,
         f"{c.n_gpus} GPUs as {c.nodes} node(s) x {c.gpus_per_node} {gt.name}",
     )
     per_node_tasks = 1 if spec.one_task_per_node else c.gpus_per_node
@@ -132,8 +130,8 @@ def _changes_for(
     host = c.estimate.host_per_node
     if host > 0:
         need_mb = ceil_gib(host) * 1024
-        old_mb = req.get("mem_mb")
-        if req.get("mem_per_cpu_mb"):
+        old_mb = req.mem_mb
+        if req.mem_per_cpu_mb:
             warnings.append(
                 f"ZeRO-Offload needs {ceil_gib(host)} GiB host memory per node; "
                 "--mem-per-cpu is set, so harp left host memory alone"
@@ -147,7 +145,7 @@ def _changes_for(
                 f"host memory for ZeRO-Offload: {host / GIB:.1f} GiB per node "
                 "(offloaded states or start-up fp32 copies, x1.5 buffer)",
             )
-    ntasks = req.get("ntasks")
+    ntasks = req.ntasks
     if ntasks and ntasks != c.nodes * per_node_tasks:
         warnings.append(
             f"--ntasks={ntasks} overrides --ntasks-per-node={per_node_tasks}; "
@@ -187,7 +185,7 @@ def _goal_candidate(res: GoalResult, spec: DnnSpec, dnn: Any, fitting: list[Cand
 
 def plan_dnn_job(
     harp_lines: list[str],
-    request: Mapping[str, Any] | Any,
+    request: Resources | Mapping[str, Any] | None,
     cwd: str | None,
     settings: HarpSettings | DnnSettings,
     *,
@@ -218,7 +216,7 @@ def plan_dnn_job(
     if spec is None:
         return DnnPlan()
     dnn = _dnn_settings(settings)
-    req = _request_dict(request)
+    req = _resources(request)
     if observed is not None:
         observations = [*observations, *observed(spec_signature(spec))]
     warnings: list[str] = []

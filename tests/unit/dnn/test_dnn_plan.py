@@ -21,7 +21,7 @@ def plan(lines, request=None, **kw):
 
 
 def by_option(p: DnnPlan) -> dict[str, dict]:
-    return {c["option"]: c for c in p.changes}
+    return {c.option: c.model_dump() for c in p.changes}
 
 
 def test_no_dnn_line_no_changes():
@@ -33,8 +33,8 @@ def test_changes_are_valid_decision_changes():
     p = plan([LLAMA], {"partition": "cpu", "gres": "gpu:1", "nodes": 1})
     assert p.error is None
     for ch in p.changes:
-        Change(**ch)  # the protocol's own model accepts every change
-        assert "\n" not in ch["reason"] and ch["reason"]
+        assert Change.model_validate(ch.model_dump()) == ch  # the protocol's own model, valid as it is
+        assert "\n" not in ch.reason and ch.reason
     c = by_option(p)
     chosen = p.explain["dnn"]["chosen"]
     assert c["partition"] == {
