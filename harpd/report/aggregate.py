@@ -4,7 +4,7 @@ Everything is a numpy pass over whole columns (group sums via ``bincount``),
 so a million stored jobs cost well under a second here; the store read is
 the expensive part.  The renderers get plain dicts and lists (``Report``) and
 never see arrays, so table, CSV, JSON and HTML cannot disagree on a number.
-It is one module (about 680 lines) because every section of a report shares
+It is one module because every section of a report shares
 the same group index and job masks, computed once at the top of ``aggregate``.
 
 Rows are per (source, group): imported history and the cluster's own jobs,
