@@ -427,7 +427,7 @@ def _attempt_words(a: dict[str, Any], lim: dict[str, Any]) -> tuple[str, str]:
     before its side effect never had a job of its own and says nothing of a
     resubmission that never was.
     """
-    mode, job_id, step = lim.get("mode"), a.get("job_id"), a.get("step")
+    mode, job_id, step = str(lim.get("mode") or ""), a.get("job_id"), a.get("step")
     if a.get("outcome") == "not_submitted" or (lim.get("stop") and step != "done"):
         return ("(none: never submitted)" if mode != "requeue" or not job_id else f"{job_id} (not requeued)"), ""
     if step == "decided":
