@@ -267,4 +267,20 @@ def queue_lines(queue: dict[str, Any], limits: str) -> list[str]:
             f"  {h.get('extensions', 0):,} extensions (each one counted; the replay's 'extended' counts jobs, "
             f"on the recorded timeline), {own:,} kills by harp; {by_users}"
         )
+        lines.append("  " + loop_line(queue.get("soft_loop")))
     return lines
+
+
+def loop_line(loop: str | None) -> str:
+    """Which harp-soft the queue figures are of: decided inside the simulated queue, or on the recorded timeline."""
+    if loop == "closed":
+        return (
+            "harp-soft decided in a closed loop: each job's limit at its submission in the simulated queue, "
+            "from the queue then (waiting jobs, their core-seconds, the machine's cores; harpd.predict.queue_policy)"
+        )
+    if loop == "open":
+        return (
+            "harp-soft decided in an open loop (--open-loop): the replay's limits on the recorded timeline, "
+            "blind to the simulated queue"
+        )
+    return "harp-soft: no record of how its limits were decided"
