@@ -32,8 +32,9 @@ import math
 from dataclasses import dataclass
 
 from harpd.predict.queue_view import QueueView
+from harpd.slurm.queue_load import QueueLoad
 
-__all__ = ["QueueCut", "queue_cut"]
+__all__ = ["QueueCut", "queue_cut", "view_of"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,3 +66,8 @@ def queue_cut(view: QueueView, request_s: float, limit_s: float) -> QueueCut:
         f"the waiting work fills the machine for {drain:,.0f} s against a request of {request_s:,.0f} s: "
         f"{share:.0%} of the cut given back",
     )
+
+
+def view_of(load: QueueLoad, now: float) -> QueueView:
+    """harpd's view at a decision from the cached squeue answer (``harpd.slurm.queue_load``)."""
+    return QueueView(load.pending_jobs, load.backlog_core_s, load.running_jobs, now, total_cores=load.total_cores)
