@@ -66,7 +66,9 @@ def main() -> int:
         metavar="KEY=VALUE",
         help="a [predict] setting for the replay (TOML value), e.g. soft_stake_tilt=0; repeatable",
     )
-    ap.add_argument("--open-loop", action="store_true", help="harp-soft on the recorded timeline (harp replay --open-loop)")
+    ap.add_argument(
+        "--open-loop", action="store_true", help="harp-soft on the recorded timeline (harp replay --open-loop)"
+    )
     args = ap.parse_args()
     names = [n for n in TIME_TRACES if n in args.only.split(",")]
     folder = traces_folder("queue_load", [TIME_TRACES[n] for n in names], args.traces)

@@ -30,7 +30,7 @@ __all__ = ["QueueLoad", "cached_queue_load", "queue_load", "total_cores"]
 
 @dataclass(frozen=True, slots=True)
 class QueueLoad:
-    """The queue at one squeue: jobs waiting, their limits' processor-seconds, jobs running, the cluster's processors."""
+    """The queue at one squeue: jobs waiting, their limits' processor-seconds, jobs running, the cores."""
 
     pending_jobs: int
     backlog_core_s: float

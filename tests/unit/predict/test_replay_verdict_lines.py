@@ -171,7 +171,9 @@ def test_the_soft_queue_verdict_says_which_loop_decided_harp_soft():
     assert "open loop (--open-loop)" in opened and "recorded timeline" in opened
     assert "no record" in queue_lines(q, "soft")[2]
     # under hard limits the soft loop is not the row judged: no line for it
-    assert not any("loop" in line for line in queue_lines(_queue("harp-hard", _cmp(0, 0, "x"), _cmp(0, 0, "x")), "hard"))
+    assert not any(
+        "loop" in line for line in queue_lines(_queue("harp-hard", _cmp(0, 0, "x"), _cmp(0, 0, "x")), "hard")
+    )
 
 
 def test_a_soft_replay_of_a_trace_with_no_requests_says_so_in_words(tmp_path: Path, capsys):
