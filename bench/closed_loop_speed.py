@@ -54,6 +54,10 @@ def main() -> int:
     q = json.loads(proc.stdout)["queue"]
     per = ", ".join(f"{p['policy']} {p['seconds']:.0f}s" for p in q["policies"])
     print(f"{args.trace.name}: {q['jobs']} jobs, {q['replicas']} copies, harp-soft {q.get('soft_loop')} loop; {per}")
+    for f, short in (("mean_wait_s", "wait"), ("mean_bounded_slowdown", "bsld")):  # what the run decided
+        c = (q.get("vs_users") or {}).get("harp-soft", {}).get(f) or {}
+        if c.get("rel_diff") is not None:
+            print(f"  harp-soft {short} vs the users' requests: {c['rel_diff']:+.4f} ±{c.get('se') or 0:.4f}")
     ok = wall <= TARGET_S
     print(f"FIGURE closed_loop_speed_hpc2n_s: {wall:.0f} s (target <= {TARGET_S:g}) {'PASS' if ok else 'FAIL'}")
     return 0 if ok else 1
