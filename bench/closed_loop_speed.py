@@ -17,15 +17,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import subprocess
 import sys
-import tempfile
-import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
+from bench._replay_run import replay_timed  # noqa: E402
 from bench._traces import trace_file  # noqa: E402
 
 TRACE = "HPC2N-2002-2.2-cln.swf.gz"
@@ -40,14 +37,7 @@ def main() -> int:
     args.trace = trace_file("closed_loop_speed", TRACE, args.trace, args.traces)
     argv = [sys.executable, "-m", "harpd.cli.main", "replay", str(args.trace), "--models", "request,harp"]
     argv += ["--limits", "soft", "--schedule", "--replicas", "5", "--format", "json", "--quiet"]
-    t0 = time.perf_counter()
-    with tempfile.TemporaryDirectory() as tmp:  # the figures saved for `harp report` land here
-        cfg = Path(tmp) / "harp.toml"
-        cfg.write_text(f'[store]\npath = "{Path(tmp) / "harp.db"}"\n')
-        proc = subprocess.run(
-            argv, cwd=str(REPO), stdout=subprocess.PIPE, text=True, env=dict(os.environ, HARP_CONFIG=str(cfg))
-        )
-    wall = time.perf_counter() - t0
+    proc, wall = replay_timed(argv)
     if proc.returncode != 0:
         print(f"FIGURE closed_loop_speed_hpc2n_s: nan s (target <= {TARGET_S:g}) FAIL (exit {proc.returncode})")
         return 1
