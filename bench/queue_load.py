@@ -11,11 +11,12 @@ running mean stays within two (final) standard errors of the N-copy mean,
 and the relative standard error of the users' mean wait at 5 and N copies.
 
 With ``--open-loop`` harp-soft keeps the replay's limits (decided on the
-recorded timeline); by default the replay decides each at its submission from
-the simulated queue (closed loop, ``harpd.predict.queue_policy``).
+recorded timeline); by default the replay asks for each at its submission in
+the simulated queue (closed loop), and ``--queue-rule`` decides it there
+through the queue rule (``harpd.predict.queue_policy``).
 
     python bench/queue_load.py [--traces DIR] [--only KTH] [--compress F] [--replicas N] [--predict KEY=VALUE]
-                               [--open-loop]
+                               [--open-loop | --queue-rule]
 """
 # bench: slow
 # bench: timeout=3600
@@ -69,6 +70,7 @@ def main() -> int:
     ap.add_argument(
         "--open-loop", action="store_true", help="harp-soft on the recorded timeline (harp replay --open-loop)"
     )
+    ap.add_argument("--queue-rule", action="store_true", help="harp-soft through the queue rule (--queue-rule)")
     args = ap.parse_args()
     names = [n for n in TIME_TRACES if n in args.only.split(",")]
     folder = traces_folder("queue_load", [TIME_TRACES[n] for n in names], args.traces)
@@ -102,6 +104,7 @@ def main() -> int:
                 "--replicas",
                 str(args.replicas),
                 *(["--open-loop"] if args.open_loop else []),
+                *(["--queue-rule"] if args.queue_rule else []),
             ]
             t0 = time.perf_counter()
             proc = subprocess.run(argv, cwd=str(REPO), capture_output=True, text=True, env=env)
@@ -112,7 +115,8 @@ def main() -> int:
             rows = {p["policy"]: p for p in q["policies"]}
             print(
                 f"{name}: inter-arrivals x {args.compress:g}, {q['replicas']} copies, {q['procs']} processors, "
-                f"harp-soft {q.get('soft_loop')} loop, {time.perf_counter() - t0:.0f}s"
+                f"harp-soft {q.get('soft_loop')} loop{' + queue rule' if q.get('queue_rule') else ''}, "
+                f"{time.perf_counter() - t0:.0f}s"
             )
             for p in q["policies"]:
                 print(

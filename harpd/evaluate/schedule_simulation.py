@@ -24,10 +24,13 @@ the comparison:
 
 harp-soft is decided in a closed loop by default: at each job's submission
 the simulator asks a decision (``Decide``: job index, ``QueueView`` -> limit
-seconds) with the simulated queue as harpd would see it then, and the
-default decision is the replay's soft limit through the queue rule
-(``harpd.predict.queue_policy``).  ``closed_loop=False`` keeps the replay's
-limits as they are (open loop, the fast first look of earlier figures).
+seconds) with the simulated queue as harpd would see it then.  The default
+decision is the replay's soft limit as it is (today's per-job decision, which
+reads no queue: the figures equal the open loop's); with ``queue_rule`` it
+goes through the queue rule (``harpd.predict.queue_policy``), which is off by
+default because it gave back most of harp's gain on the shared traces at
+high load (docs/metrics.md, 'Closed loop').  ``closed_loop=False`` skips the
+asking (open loop).
 
 Jobs come from ``Prepared``: submit time, ``need`` (the used time) as the
 runtime, ``weight`` (cores) as the width.  The figures' definitions are
@@ -118,13 +121,16 @@ def escalation_hook(
     return hook
 
 
-def queue_decision(limits: np.ndarray, cap: np.ndarray) -> Decide:
-    """Today's per-job soft limit, given back towards the request as the queue deepens (``queue_cut``)."""
+def queue_decision(limits: np.ndarray, cap: np.ndarray, queue_rule: bool = False) -> Decide:
+    """Today's per-job soft limit; with ``queue_rule``, given back towards the request as the queue deepens."""
 
-    def decide(j: int, view: QueueView) -> float:
+    def today(j: int, _view: QueueView) -> float:
+        return float(limits[j])
+
+    def with_rule(j: int, view: QueueView) -> float:
         return queue_cut(view, float(cap[j]), float(limits[j])).limit_s
 
-    return decide
+    return with_rule if queue_rule else today
 
 
 def submit_hook(decide: Decide, procs: int) -> SubmitHook:
@@ -254,11 +260,13 @@ def schedule(
     look_s: float = 0.0,
     compress: float = 1.0,
     closed_loop: bool = True,
+    queue_rule: bool = False,
 ) -> dict[str, Any]:
     """Simulate every policy; the JSON-able queue section of a replay report.
 
     ``closed_loop``: harp-soft decided at each submission from the simulated
-    queue (``queue_decision``); False: the replay's soft limits as they are.
+    queue (``queue_decision``, through the queue rule with ``queue_rule``);
+    False: the replay's soft limits as they are.
 
     With ``replicas`` > 1 each figure is the mean over that many copies of
     the trace, copy 0 as recorded and the others shaken by ±``shake_s`` on
@@ -281,7 +289,7 @@ def schedule(
     decide = None
     if soft is not None and closed_loop:
         req = _requests(prep)
-        decide = queue_decision(_first_limits(soft, req), _cap(prep, req))
+        decide = queue_decision(_first_limits(soft, req), _cap(prep, req), queue_rule)
     pols = policies(prep, hard, soft, max_attempts, max_extensions, lead_s, look_s, procs, decide)
     t0 = time.perf_counter()
     runs = simulate_shaken(work, pols, procs, replicas=replicas, amplitude_s=shake_s, seed=seed, progress=progress)
@@ -314,6 +322,7 @@ def schedule(
         "shake_s": float(shake_s),
         "compress": float(compress),
         "soft_loop": None if soft is None else ("closed" if closed_loop else "open"),
+        "queue_rule": bool(soft is not None and closed_loop and queue_rule),
         "policies": list(rows.values()),
         "gap_closed": gap,
         "gap": gap_sizes(runs.get("users") or [], runs.get("exact") or []),

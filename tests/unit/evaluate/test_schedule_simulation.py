@@ -92,11 +92,16 @@ def test_closed_loop_soft_gives_back_the_cut_the_queue_cannot_absorb(prep):
     # reservation, A's planned end): C no longer backfills at 1.  At 60 A is extended
     # (to 120); C fits before that (60 + 59.75 <= 120) and runs 60-110; A ends at 100,
     # B waits for C: 110-120.  Waits 0, 110, 59.
-    q = schedule(prep, 2, hard=None, soft=np.array([60.0, NAN, 50.0]))
-    assert q["soft_loop"] == "closed"
+    q = schedule(prep, 2, hard=None, soft=np.array([60.0, NAN, 50.0]), queue_rule=True)
+    assert q["soft_loop"] == "closed" and q["queue_rule"] is True
     soft = {p["policy"]: p for p in q["policies"]}["harp-soft"]
     w, b = _expected([0, 110, 59], [100, 10, 50])
     assert (soft["mean_wait_s"], soft["mean_bounded_slowdown"]) == (pytest.approx(w), pytest.approx(b))
+    # without the rule the closed loop asks for today's limits: the open loop's schedule (waits 0, 100, 0)
+    q = schedule(prep, 2, hard=None, soft=np.array([60.0, NAN, 50.0]))
+    assert (q["soft_loop"], q["queue_rule"]) == ("closed", False)
+    soft = {p["policy"]: p for p in q["policies"]}["harp-soft"]
+    assert soft["mean_wait_s"] == pytest.approx(100 / 3)
     # without a soft row there is no loop to tell
     assert schedule(prep, 2, hard=None, soft=None)["soft_loop"] is None
 
@@ -191,6 +196,8 @@ def test_cli_schedule_json_and_saved_figures(tmp_path, capsys, monkeypatch):
         (["--schedule", "--procs", "0"], "at least one processor"),
         (["--procs", "4"], "add --schedule"),
         (["--open-loop"], "--open-loop chooses how the simulated queue of --schedule"),
+        (["--queue-rule"], "--queue-rule decides harp-soft inside the simulated queue"),
+        (["--schedule", "--procs", "4", "--open-loop", "--queue-rule"], "without --open-loop"),
         (["--schedule", "--procs", "4", "--replicas", "0"], "--replicas 0: at least 1 copy"),
         (["--schedule", "--procs", "4", "--shake", "-5"], "--shake -5: give the seconds"),
         (["--schedule", "--procs", "4", "--shake", "nan"], "--shake nan: give the seconds"),
