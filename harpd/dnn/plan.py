@@ -21,7 +21,7 @@ from typing import Any
 from harpd.config import DnnSettings, HarpSettings
 from harpd.dnn.errors import DnnError
 from harpd.dnn.goal_plan import GoalResult, plan_goals
-from harpd.dnn.goals import RunTime, goals_from_tokens
+from harpd.dnn.goals import DnnGoals, RunTime, goals_from_tokens
 from harpd.dnn.gpu_choice import Candidate, choose_config
 from harpd.dnn.refine import PeakObservation, spec_signature
 from harpd.dnn.site_check import check_gpu_types, parse_gres
@@ -185,6 +185,28 @@ def _goal_candidate(res: GoalResult, spec: DnnSpec, dnn: Any, fitting: list[Cand
     return Candidate(gt, res.nodes, res.gpus_per_node, res.zero, est, est.need)
 
 
+def _goal_notes(goals: DnnGoals, result: GoalResult, array_size: int | None, from_history: int) -> list[str]:
+    """What a goal plan tells the user: an array that is not the search's stage, a curve from history."""
+    notes: list[str] = []
+    stages = result.explain.get("stages") or []
+    if goals.trials and array_size and goals.stage < len(stages) and stages[goals.stage]["trials"] != array_size:
+        notes.append(
+            f"the array has {array_size} task(s) but stage {goals.stage} of trials="
+            f"{goals.trials} eta={goals.eta} runs {stages[goals.stage]['trials']}: "
+            "the plan assumes the stage's count"
+        )
+    elif array_size and array_size > 1 and not goals.trials and goals.deadline_s is not None:
+        notes.append(
+            f"an array of {array_size} without trials=: each task is planned as one job "
+            "that must meet the deadline by itself"
+        )
+    if from_history:
+        notes.append(
+            f"scaling curve fitted to {from_history} completed earlier run(s) of this job from harpd's history"
+        )
+    return notes + result.notes
+
+
 def plan_dnn_job(
     harp_lines: list[str],
     request: Mapping[str, Any] | Any,
@@ -192,7 +214,6 @@ def plan_dnn_job(
     settings: HarpSettings | DnnSettings,
     *,
     partitions: Mapping[str, Any] | None = None,
-    observations: Iterable[PeakObservation] = (),
     observed: Callable[[str], Iterable[PeakObservation]] | None = None,
     uid: int | None = None,
     billing: Mapping[str, Mapping[str, float]] | None = None,
@@ -203,8 +224,7 @@ def plan_dnn_job(
 
     ``settings``: HarpSettings (or its ``dnn`` section).  ``partitions``: the
     Slurm backend's ``partitions()`` when available, to keep to what exists.
-    ``observations``: recorded peaks for this job's ``spec_signature``.
-    ``observed``: looks them up by that signature (``harpd.dnn.observed``), added to ``observations``.
+    ``observed``: the recorded peaks of a ``spec_signature`` (``harpd.dnn.observed``): this job's are taken.
     ``uid``: the submitter, so a config file is only read if they may read it.
     ``billing``: TRESBillingWeights per partition (``harpd.slurm.billing``), for goal plans.
     ``history``: the job's earlier runs by its tokens (``harpd.dnn.history``), when the line gives no runs=.
@@ -219,8 +239,7 @@ def plan_dnn_job(
         return DnnPlan()
     dnn = _dnn_settings(settings)
     req = _request_dict(request)
-    if observed is not None:
-        observations = [*observations, *observed(spec_signature(spec))]
+    observations = list(observed(spec_signature(spec))) if observed is not None else []
     warnings: list[str] = []
     site_nodes = site_gpn = None
     if partitions is not None:
@@ -267,23 +286,7 @@ def plan_dnn_job(
     best = choice.best
     if goals_result is not None:
         explain["goals"] = goals_result.explain
-        stages = goals_result.explain.get("stages") or []
-        if goals.trials and array_size and goals.stage < len(stages) and stages[goals.stage]["trials"] != array_size:
-            explain["notes"].append(
-                f"the array has {array_size} task(s) but stage {goals.stage} of trials="
-                f"{goals.trials} eta={goals.eta} runs {stages[goals.stage]['trials']}: "
-                "the plan assumes the stage's count"
-            )
-        elif array_size and array_size > 1 and not goals.trials and goals.deadline_s is not None:
-            explain["notes"].append(
-                f"an array of {array_size} without trials=: each task is planned as one job "
-                "that must meet the deadline by itself"
-            )
-        if from_history:
-            explain["notes"].append(
-                f"scaling curve fitted to {from_history} completed earlier run(s) of this job from harpd's history"
-            )
-        explain["notes"] += goals_result.notes
+        explain["notes"] += _goal_notes(goals, goals_result, array_size, from_history)
         if goals_result.error:
             explain["error"] = goals_result.error
             explain["notes"] += warnings

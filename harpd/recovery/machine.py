@@ -423,9 +423,10 @@ class Recovery:
         if sub is not None and rec.user is None:
             # slurmdbd fills in a run's owner a little after its end: unknown is
             # not a mismatch; wait for it (``_owner_known``) and compare then
-            rec = self._with_owner(rec)
-            if rec is None:
+            owned = self._with_owner(rec)
+            if owned is None:
                 return
+            rec = owned
         if sub is not None and rec.user != sub.user:
             # a registration by someone other than the job's owner (a job id claimed
             # before it existed, when Slurm could not vouch for the owner) never
