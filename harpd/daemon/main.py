@@ -71,7 +71,6 @@ from harpd.ingest.poller import Ingestor, watch_job
 from harpd.metrics import endpoint as metrics_endpoint
 from harpd.metrics import state as metrics_state
 from harpd.predict.live import ModelPredictor, make_predictor
-from harpd.predict.soft_state import SoftState
 from harpd.recovery.machine import Recovery
 from harpd.recovery.machine import make as make_recovery
 from harpd.recovery.site_accounting import read_site_accounting
@@ -191,9 +190,7 @@ def build_handlers(settings: HarpSettings, store: Store) -> tuple[Handlers, list
         privilege=privilege,
         predictor=predictor,
         partitions=partitions,
-        trained_on=live.trained_on,
-        learn=live.learn,
-        soft_state=live.soft_state,
+        live=live,
     )
     handlers = Handlers(
         store,
@@ -243,20 +240,19 @@ def build_services(
     privilege: Privilege | None = None,
     predictor: Any = None,
     partitions: Any = None,
-    trained_on: Callable[[], int | None] | None = None,
-    learn: Callable[[list[Any]], Any] | None = None,
-    soft_state: SoftState | None = None,
+    live: ModelPredictor | None = None,
 ) -> OutcomeServices:
     """The sacct poller and the listeners of its outcomes (recovery, the watcher, the retrain trigger),
     each with its periodic jobs on ``scheduler`` (started by the caller once everything is built).
 
-    ``trained_on``: the most jobs a loaded model learnt from (None: no model);
-    with history in the store and no model, the first training starts at
-    once, in the background (requests are answered meanwhile).  ``learn``:
-    the live predictor's, given each poll's new outcomes as they are
-    stored, so the next decision already has them.  ``soft_state``: the
-    live predictor's soft-policy state, which the watcher feeds (None: none).
+    ``live``: the live predictor (None: none).  With history in the store
+    and no model loaded (``trained_on``), the first training starts at once,
+    in the background (requests are answered meanwhile); its ``learn`` is
+    given each poll's new outcomes as they are stored, so the next decision
+    already has them; its soft-policy state is what the watcher feeds.
     """
+    trained_on = None if live is None else live.trained_on
+    soft_state = None if live is None else live.soft_state
     train_now = _first_training_due(store, trained_on)
     if backend is None:  # no Slurm: nothing is polled, recovered or watched
         log.warning("ingest disabled: no Slurm backend")
@@ -299,7 +295,7 @@ def build_services(
         backend,
         settings,
         listeners=[part.on_outcome for part in (recovery, watch) if part is not None] + [count_outcome],
-        learners=[] if learn is None else [learn],
+        learners=[] if live is None else [live.learn],
     )
     ingestor.schedule(scheduler)
     # jobs whose registration message was lost are found by their decision token

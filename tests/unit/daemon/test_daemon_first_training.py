@@ -10,6 +10,7 @@ from harpd.config import HarpSettings
 from harpd.daemon.handlers import Peer
 from harpd.daemon.main import build_handlers, build_services
 from harpd.daemon.scheduler import Scheduler
+from harpd.predict.live import ModelPredictor
 from harpd.records import JobRecord, Outcome
 from harpd.store import Store
 from tests.helpers.wait import wait_for
@@ -132,7 +133,9 @@ def test_with_slurm_the_scheduler_trains_at_start_not_a_day_later(tmp_path):
     store.insert_jobs(_history(50))
     trained = threading.Event()
     scheduler = Scheduler()
-    build_services(s, store, _QuietSlurm(), scheduler, trained.set, trained_on=lambda: None)
+    live = ModelPredictor(s, store=store)  # no model in the store: the history rule
+    assert live.trained_on() is None
+    build_services(s, store, _QuietSlurm(), scheduler, trained.set, live=live)
     scheduler.start()
     try:
         assert trained.wait(120), "no training at start"
