@@ -33,9 +33,10 @@ from typing import Any
 import numpy as np
 
 from harpd.models import construct
-from harpd.predict.allocation import Guard, allocate, allocate_many
-from harpd.predict.kill_cost import gate_many
-from harpd.predict.soft import SoftPolicy, soft_guard
+from harpd.models.base import float32_row, predict_row
+from harpd.predict.allocation import Guard, allocate_many
+from harpd.predict.decide import KernelInput, allocation, rule_of
+from harpd.predict.soft import SoftPolicy, recent_bound, soft_guard
 from harpd.replay.bounds import allocations, soft_allocations
 from harpd.replay.dataset import Prepared, ReplayError, fit_rows
 from harpd.replay.metric import ModelMetrics, evaluate, evaluate_soft
@@ -63,7 +64,7 @@ class ReplayConfig:
     # job STARTS (NaN = the user's request stands), raised by the escalation rule
     limits: str = "hard"
     soft: SoftPolicy = field(default_factory=SoftPolicy)  # the soft policy's knobs (limits="soft")
-    # hard limits: harp's time cuts pass ``kill_cost.gate_many`` with this gain (None: not gated)
+    # hard limits: harp's time cuts pass the kernel's kill-cost gate with this gain (None: not gated)
     hard_cut_gain: float | None = None
 
     def make_model(self, name: str, prep: Prepared) -> Any:
@@ -162,6 +163,10 @@ def _online_model(
     prev_known = int(prep.known_at[0]) if n else 0
     thetas: list[float] = []
     hfloor = cfg.make_model(name, prep).floor_of(prep.X)  # a function of the features alone
+    # each job through the daemon's own decision kernel (harpd.predict.decide): its gate, rounding, rails
+    rule = rule_of(prep.resource)
+    gain = cfg.hard_cut_gain if not soft else None
+    floor_s = int(cfg.guard.floor) if prep.resource == "time" else 60
     for i in range(n):
         if seg < len(pts) and i == bounds[seg]:
             idx = _train_rows(prep, i, cfg.train_window)
@@ -197,12 +202,73 @@ def _online_model(
         lim = None if prep.limit is None or not math.isfinite(prep.limit[i]) else float(prep.limit[i])
         if bounds_out is not None:
             bounds_out[i] = log_bound
-        v, _ = allocate(req[i] if has_req[i] else None, log_bound, int(prep.n_hist[i]), lim, guard, model.theta)
+        v = allocation(
+            rule,
+            KernelInput(
+                request=float(req[i]) if has_req[i] else None,
+                log_bound=log_bound,
+                n_history=int(prep.n_hist[i]),
+                limit=lim,
+                guard=guard,
+                theta=model.theta,
+                soft=soft,
+                hard_cut_gain=gain,
+                p_kill=cfg.alpha,
+                floor_time_s=floor_s,
+            ),
+        ).amount
         if v is not None:
             out[i] = v
         if i % 1000 == 0:
             thetas.append(model.theta)
     return out, base_pred, thetas
+
+
+def champion_walk(prep: Prepared, cfg: ReplayConfig, model: Any) -> np.ndarray:
+    """Each job decided by one fixed champion, as harpd runs one between retrains: the request path's numbers.
+
+    The bound is the champion's one-row prediction of the job's features at
+    submission (``predict_row`` on the float32 row, as ``ModelPredictor``
+    reads it), then the decision kernel (``harpd.predict.decide``) with the
+    replay's rails; under soft limits the bound is the soft policy's start
+    bound (``soft.recent_bound``).  No online feedback and no running
+    siblings, tilts or budget scale (the soft walk's timeline): what a
+    harpd with that champion and an idle watcher asks.  NaN: the request stands.
+    """
+    soft = cfg.limits == "soft"
+    rule = rule_of(prep.resource)
+    guard = soft_guard(cfg.guard, cfg.soft) if soft else cfg.guard
+    gain = None if soft else cfg.hard_cut_gain
+    floor_s = int(cfg.guard.floor) if prep.resource == "time" else 60
+    theta = getattr(model, "theta", None)
+    out = np.full(prep.n, np.nan)
+    for i in range(prep.n):
+        has_req = math.isfinite(prep.request[i])
+        if prep.has_requests and not has_req:
+            continue
+        row = float32_row(prep.X[i])
+        log_bound = predict_row(model, row, prep.groups[i])
+        if soft:
+            log_bound, _ = recent_bound(row, log_bound, cfg.soft)
+        lim = None if prep.limit is None or not math.isfinite(prep.limit[i]) else float(prep.limit[i])
+        v = allocation(
+            rule,
+            KernelInput(
+                request=float(prep.request[i]) if has_req else None,
+                log_bound=log_bound,
+                n_history=int(prep.n_hist[i]),
+                limit=lim,
+                guard=guard,
+                theta=theta,
+                soft=soft,
+                hard_cut_gain=gain,
+                p_kill=cfg.alpha,
+                floor_time_s=floor_s,
+            ),
+        ).amount
+        if v is not None:
+            out[i] = v
+    return out
 
 
 def run(prep: Prepared, cfg: ReplayConfig | None = None, progress: Callable[[str], None] | None = None) -> ReplayResult:
@@ -243,8 +309,6 @@ def run(prep: Prepared, cfg: ReplayConfig | None = None, progress: Callable[[str
             if soft:
                 assert ups is not None  # filled by _online_model when soft
                 a = _soft_start(prep, cfg, ups, notes)
-            elif cfg.hard_cut_gain is not None and prep.resource == "time" and prep.has_requests:
-                a = gate_many(req, a, cfg.alpha, cfg.hard_cut_gain)  # the daemon's own gate (kill_cost)
             alloc[name] = a
             if thetas:
                 notes["harp_theta"] = " ".join(f"{t:.2f}" for t in thetas[:: max(1, len(thetas) // 10)])

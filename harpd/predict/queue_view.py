@@ -1,0 +1,23 @@
+"""What harpd sees of the queue at the moment of a decision: one record both sides fill.
+
+The live daemon fills it from the scheduler's state, the replay from its
+simulated queue at each job's submission, so a policy that reads the queue
+(issue #48) decides the same way in both.  The decision kernel
+(``harpd.predict.decide``) takes it as an input; no rule reads it yet.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+__all__ = ["QueueView"]
+
+
+@dataclass(frozen=True, slots=True)
+class QueueView:
+    """The queue at one instant: what is waiting, how much work that is, what runs."""
+
+    pending_jobs: int
+    backlog_core_s: float  # the waiting jobs' requested core-seconds
+    running_jobs: int
+    now: float  # the clock of this view (epoch seconds; the replay's simulated clock)
