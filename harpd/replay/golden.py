@@ -95,7 +95,8 @@ def golden_time(
         d = harpd.decide(request_of(jobs[i]), jobs[i].user or "replay", 0, now=t)
         if i < start:
             continue
-        got = next((float(parse_time(c.value)) for c in d.changes if c.option == "time"), None)
+        secs = next((parse_time(c.value) for c in d.changes if c.option == "time"), None)
+        got = None if secs is None else float(secs)
         want = None if math.isnan(replay[i]) else float(replay[i])
         out.changed += want is not None
         if got != want:
