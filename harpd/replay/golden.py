@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from harp_submit.units import parse_time
+from harpd.features.usage import usage_of
 from harpd.models.envelope import ModelEnvelope
 from harpd.predict.live import ModelPredictor
 from harpd.protocol import JobRequest, Resources
@@ -44,16 +45,28 @@ class GoldenResult:
 
 
 def request_of(r: JobRecord) -> JobRequest:
-    """The submission a finished record was (what harp-submit would have sent for it)."""
+    """The submission a finished record was, as harp-submit would send it.
+
+    Its cores go as tasks of one CPU each: the history groups them alike, and
+    the cores rule (which the replay has no twin of) leaves a one-CPU task alone.
+    """
     time_s = int(math.ceil(r.req_time_s)) if r.req_time_s else None
     cpus = int(r.req_cpus or r.alloc_cpus or 1)
+    gpus = r.req_gpus if r.req_gpus is not None else r.alloc_gpus
     return JobRequest(
         partition=r.partition,
         account=r.account,
         signature=r.signature,
         job_name=r.job_name,
         array_size=r.array_size,
-        request=Resources(time_s=time_s, cpus_per_task=cpus, ntasks=1),
+        input_bytes=r.input_bytes,
+        request=Resources(
+            time_s=time_s,
+            cpus_per_task=1,
+            ntasks=cpus,
+            mem_mb=None if r.req_mem_mb is None else int(r.req_mem_mb),
+            gpus=str(gpus) if gpus else None,
+        ),
     )
 
 
@@ -68,7 +81,11 @@ def golden_time(
 ) -> GoldenResult:
     """Walk ``records`` (time, cores as asked) through both sides with one champion; compare every job after it."""
     jobs = sorted(
-        (r for r in records if r.req_time_s and r.submit_time is not None and r.end_time is not None),
+        (
+            r
+            for r in records
+            if r.req_time_s and r.submit_time is not None and r.end_time is not None and usage_of(r, "time")
+        ),
         key=lambda r: (r.submit_time, r.job_id),
     )
     prep = prepare(jobs, "time")
