@@ -35,7 +35,7 @@ import numpy as np
 from harpd.models import construct
 from harpd.models.base import float32_row, predict_row
 from harpd.predict.allocation import Guard, allocate_many
-from harpd.predict.decide import KernelInput, allocation, rule_of
+from harpd.predict.decide import KernelInput, ResourceRule, allocation, rule_of
 from harpd.predict.soft import SoftPolicy, recent_bound, soft_guard
 from harpd.replay.bounds import allocations, soft_allocations
 from harpd.replay.dataset import Prepared, ReplayError, fit_rows
@@ -133,6 +133,42 @@ def _batch_model(name: str, prep: Prepared, cfg: ReplayConfig, pts: list[int]) -
     return log_bound
 
 
+@dataclass(frozen=True, slots=True)
+class _Rails:
+    """What the replay hands the decision kernel (``harpd.predict.decide``) besides each job's own numbers."""
+
+    rule: ResourceRule
+    guard: Guard
+    soft: bool
+    gain: float | None  # the hard-limit kill-cost gate's gain (None: not gated)
+    p_kill: float
+    floor_s: int
+
+    @classmethod
+    def of(cls, prep: Prepared, cfg: ReplayConfig, guard: Guard) -> _Rails:
+        soft = cfg.limits == "soft"
+        floor_s = int(cfg.guard.floor) if prep.resource == "time" else 60
+        return cls(rule_of(prep.resource), guard, soft, None if soft else cfg.hard_cut_gain, cfg.alpha, floor_s)
+
+    def amount(self, prep: Prepared, i: int, log_bound: float, theta: float | None) -> float | None:
+        """Job ``i``'s allocation from its bound, as harpd would ask it (None: the request stands)."""
+        req = float(prep.request[i])
+        lim = None if prep.limit is None or not math.isfinite(prep.limit[i]) else float(prep.limit[i])
+        inp = KernelInput(
+            request=req if math.isfinite(req) else None,
+            log_bound=log_bound,
+            n_history=int(prep.n_hist[i]),
+            limit=lim,
+            guard=self.guard,
+            theta=theta,
+            soft=self.soft,
+            hard_cut_gain=self.gain,
+            p_kill=self.p_kill,
+            floor_time_s=self.floor_s,
+        )
+        return allocation(self.rule, inp).amount
+
+
 def _online_model(
     name: str,
     prep: Prepared,
@@ -163,10 +199,7 @@ def _online_model(
     prev_known = int(prep.known_at[0]) if n else 0
     thetas: list[float] = []
     hfloor = cfg.make_model(name, prep).floor_of(prep.X)  # a function of the features alone
-    # each job through the daemon's own decision kernel (harpd.predict.decide): its gate, rounding, rails
-    rule = rule_of(prep.resource)
-    gain = cfg.hard_cut_gain if not soft else None
-    floor_s = int(cfg.guard.floor) if prep.resource == "time" else 60
+    rails = _Rails.of(prep, cfg, guard)  # each job through harpd's decision kernel
     for i in range(n):
         if seg < len(pts) and i == bounds[seg]:
             idx = _train_rows(prep, i, cfg.train_window)
@@ -199,24 +232,9 @@ def _online_model(
         if model is None:
             continue
         log_bound = max(model.cal_.bound(groups[i], float(base_pred[i])), float(hfloor[i]))
-        lim = None if prep.limit is None or not math.isfinite(prep.limit[i]) else float(prep.limit[i])
         if bounds_out is not None:
             bounds_out[i] = log_bound
-        v = allocation(
-            rule,
-            KernelInput(
-                request=float(req[i]) if has_req[i] else None,
-                log_bound=log_bound,
-                n_history=int(prep.n_hist[i]),
-                limit=lim,
-                guard=guard,
-                theta=model.theta,
-                soft=soft,
-                hard_cut_gain=gain,
-                p_kill=cfg.alpha,
-                floor_time_s=floor_s,
-            ),
-        ).amount
+        v = rails.amount(prep, i, log_bound, model.theta)
         if v is not None:
             out[i] = v
         if i % 1000 == 0:
@@ -236,36 +254,17 @@ def champion_walk(prep: Prepared, cfg: ReplayConfig, model: Any) -> np.ndarray:
     harpd with that champion and an idle watcher asks.  NaN: the request stands.
     """
     soft = cfg.limits == "soft"
-    rule = rule_of(prep.resource)
-    guard = soft_guard(cfg.guard, cfg.soft) if soft else cfg.guard
-    gain = None if soft else cfg.hard_cut_gain
-    floor_s = int(cfg.guard.floor) if prep.resource == "time" else 60
+    rails = _Rails.of(prep, cfg, soft_guard(cfg.guard, cfg.soft) if soft else cfg.guard)
     theta = getattr(model, "theta", None)
     out = np.full(prep.n, np.nan)
     for i in range(prep.n):
-        has_req = math.isfinite(prep.request[i])
-        if prep.has_requests and not has_req:
+        if prep.has_requests and not math.isfinite(prep.request[i]):
             continue
         row = float32_row(prep.X[i])
         log_bound = predict_row(model, row, prep.groups[i])
         if soft:
             log_bound, _ = recent_bound(row, log_bound, cfg.soft)
-        lim = None if prep.limit is None or not math.isfinite(prep.limit[i]) else float(prep.limit[i])
-        v = allocation(
-            rule,
-            KernelInput(
-                request=float(prep.request[i]) if has_req else None,
-                log_bound=log_bound,
-                n_history=int(prep.n_hist[i]),
-                limit=lim,
-                guard=guard,
-                theta=theta,
-                soft=soft,
-                hard_cut_gain=gain,
-                p_kill=cfg.alpha,
-                floor_time_s=floor_s,
-            ),
-        ).amount
+        v = rails.amount(prep, i, log_bound, theta)
         if v is not None:
             out[i] = v
     return out
