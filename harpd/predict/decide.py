@@ -181,6 +181,8 @@ class ResourceRule(Protocol):
     words: str  # the resource in a sentence
     floor_setting: str
 
+    def limit_of(self, limits: Any, recovery: Any, nodes: int) -> float | None: ...
+    def least(self, retry: Any) -> float | None: ...
     def gate(self, inp: KernelInput, value: float) -> str | None: ...
     def stretch(self, value: float, slow: float) -> float: ...
     def settle(self, value: float, inp: KernelInput) -> Settled: ...
@@ -195,9 +197,14 @@ class TimeRule:
     floor_setting = "predict.floor_time_s"
 
     @staticmethod
-    def limit_of(max_time_s: float | None, recovery_max_s: float | None) -> float | None:
-        """The partition's time limit, else recovery's."""
-        return max_time_s or recovery_max_s
+    def limit_of(limits: Any, recovery: Any, nodes: int) -> float | None:
+        """The partition's time limit (``protocol.Limits``), else recovery's (``recovery.max_time_s``)."""
+        return limits.max_time_s or recovery.max_time_s
+
+    @staticmethod
+    def least(retry: Any) -> float | None:
+        """A retry floor's time (``retry_floor.Floor``)."""
+        return retry.time_s
 
     @staticmethod
     def gate(inp: KernelInput, value: float) -> str | None:
@@ -238,10 +245,15 @@ class MemRule:
     floor_setting = "predict.floor_mem_mb"
 
     @staticmethod
-    def limit_of(max_mem_mb: float | None, recovery_max_mb: float | None, nodes: int) -> float | None:
-        """The per-node limit (the partition's, else recovery's) over the job's nodes."""
-        per_node = max_mem_mb or recovery_max_mb
+    def limit_of(limits: Any, recovery: Any, nodes: int) -> float | None:
+        """The per-node limit (the partition's, else ``recovery.max_mem_mb``) over the job's nodes."""
+        per_node = limits.max_mem_mb or recovery.max_mem_mb
         return per_node * nodes if per_node else None
+
+    @staticmethod
+    def least(retry: Any) -> float | None:
+        """A retry floor's memory (``retry_floor.Floor``)."""
+        return retry.mem_mb
 
     @staticmethod
     def gate(inp: KernelInput, value: float) -> str | None:

@@ -39,7 +39,7 @@ from harpd.models.base import float32_row, predict_row
 from harpd.models.envelope import ModelEnvelope
 from harpd.predict.allocation import MARGIN, Guard
 from harpd.predict.cores import CoresHistory, cut_bounds, run_cores, slowdown, time_share
-from harpd.predict.decide import MEM, TIME, BoundSource, KernelInput, RetryLeast, rule_of, shape_of
+from harpd.predict.decide import BoundSource, KernelInput, RetryLeast, rule_of, shape_of
 from harpd.predict.decide import decide as decide_resource
 from harpd.predict.restore import Restored, cut_resources, restored_by, restoring_outcome
 from harpd.predict.retry_floor import Floor, RetryFloors
@@ -100,6 +100,22 @@ class _RecentEvidence:
     @classmethod
     def of(cls, recent: RecentRuns, key: str) -> _RecentEvidence:
         return cls(recent.ran_out(key), recent.stopped(key), recent.most(key))
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class _Seen:
+    """What one resource's decision read of the job and its history (gathered under the lock)."""
+
+    x: list[float]  # the job's history features
+    keys: JobKeys
+    n_hist: int
+    recent: _RecentEvidence
+    req: float | None
+    cores: int
+    task: bool  # a workflow task: sized from its own rule's runs
+    mem_task: bool  # a workflow task's memory: sized by task_memory
+    soft: bool  # its time under soft limits
+    sig: str | None  # the job's signature
 
 
 class ModelPredictor:
@@ -564,6 +580,57 @@ class ModelPredictor:
         _, _, req, keys = self._keys(job, user, "time", relative, _signature(job))
         return keys.req if req else None
 
+    def _bound(
+        self, job: JobRequest, res: str, champion: _Champion, seen: _Seen, now: float
+    ) -> tuple[float, float | None, str, dict[str, Any]] | dict[str, Any]:
+        """The bound (log need/request), θ, the reason's opening words and the rule's explanation; or why none.
+
+        A workflow task's memory from its type (``task_memory``); a program
+        without a model, or a workflow task, from its own runs (the history
+        rule); else the champion's prediction (under soft limits the soft
+        policy's start bound and what the watcher knows).
+        """
+        n_hist, req, task = seen.n_hist, seen.req, seen.task
+        ex: dict[str, Any] = {}
+        if seen.mem_task:
+            with self._lock:
+                mb, rule = self._tasks.size(seen.sig, job.input_bytes, req)
+            if mb is None or mb <= 0 or not req:
+                return {"model": None, "rule": "task memory", "n_history": n_hist, "reason": rule}
+            ex.update(rule="task memory", source=rule)
+            return math.log(mb / req), None, f"memory of this workflow task type: {rule}", ex
+        if champion.model is None or task:
+            margin = SoftPolicy.from_settings(self.settings.predict).recent_margin if seen.soft else MARGIN
+            history_bound, rule = self._history_bound(seen.recent, math.log(seen.keys.ref), margin)
+            if history_bound is None:
+                return {"model": None, "rule": HISTORY_RULE, "n_history": n_hist, "reason": rule}
+            why_rule = "this workflow task's own runs" if task else f"this program's own runs ({NO_MODEL})"
+            ex.update(rule=HISTORY_RULE, source=why_rule)
+            reason = (
+                f"{res} from this workflow task's own {n_hist} runs ({rule})"
+                if task
+                else f"{res} from this program's own {n_hist} runs ({rule}; {NO_MODEL})"
+            )
+            return history_bound, None, reason, ex
+        x = seen.x
+        group = conformal_group(job.partition or job.request.partition, x[COL["log_pending"]])
+        log_bound = predict_row(champion.model, float32_row(x), group)
+        if seen.soft:
+            policy = SoftPolicy.from_settings(self.settings.predict, self.settings.watch)
+            log_bound, rule = recent_bound(x, log_bound, policy)
+            ex.update(policy.explain(), soft_rule=rule)
+            if self.soft_state is not None and req:
+                state = self.soft_state
+                log_bound = self._soft_live(log_bound, seen.keys.req, seen.cores, req, policy, state, now, ex)
+        # n_hist counts this program's own finished runs; with none the model still predicts,
+        # from the runs of others like it (same user, request, cores): say so, not "0 similar runs"
+        reason = (
+            f"{champion.name}: {res} bound from {n_hist} runs of this program"
+            if n_hist
+            else f"{champion.name}: {res} bound from runs like it (no finished run of this program yet)"
+        )
+        return log_bound, getattr(champion.model, "theta", None), reason, ex
+
     def _decide_resource(
         self,
         job: JobRequest,
@@ -636,52 +703,14 @@ class ModelPredictor:
                 f"per-user budget of {budget:.0%}): your time request is kept",
                 "n_history": n_hist,
             }
-        ex: dict[str, Any] = {}
-        theta = None
-        if mem_task:
-            with self._lock:
-                mb, rule = self._tasks.size(sig, job.input_bytes, req)
-            if mb is None or mb <= 0 or not req:
-                return None, {"model": None, "rule": "task memory", "n_history": n_hist, "reason": rule}
-            log_bound = math.log(mb / req)
-            ex.update(rule="task memory", source=rule)
-            reason = f"memory of this workflow task type: {rule}"
-        elif champion.model is None or task:
-            margin = SoftPolicy.from_settings(self.settings.predict).recent_margin if soft else MARGIN
-            history_bound, rule = self._history_bound(recent, math.log(keys.ref), margin)
-            if history_bound is None:
-                return None, {"model": None, "rule": HISTORY_RULE, "n_history": n_hist, "reason": rule}
-            log_bound = history_bound
-            why_rule = "this workflow task's own runs" if task else f"this program's own runs ({NO_MODEL})"
-            ex.update(rule=HISTORY_RULE, source=why_rule)
-            reason = (
-                f"{res} from this workflow task's own {n_hist} runs ({rule})"
-                if task
-                else f"{res} from this program's own {n_hist} runs ({rule}; {NO_MODEL})"
-            )
-        else:
-            group = conformal_group(job.partition or rq.partition, x[COL["log_pending"]])
-            log_bound = predict_row(champion.model, float32_row(x), group)
-            theta = getattr(champion.model, "theta", None)
-            if soft:
-                policy = SoftPolicy.from_settings(self.settings.predict, self.settings.watch)
-                log_bound, rule = recent_bound(x, log_bound, policy)
-                ex.update(policy.explain(), soft_rule=rule)
-                if self.soft_state is not None and req:
-                    log_bound = self._soft_live(log_bound, keys.req, cores, req, policy, self.soft_state, now, ex)
-            # n_hist counts this program's own finished runs; with none the model still predicts,
-            # from the runs of others like it (same user, request, cores): say so, not "0 similar runs"
-            reason = (
-                f"{champion.name}: {res} bound from {n_hist} runs of this program"
-                if n_hist
-                else f"{champion.name}: {res} bound from runs like it (no finished run of this program yet)"
-            )
+        seen = _Seen(x, keys, n_hist, recent, req, cores, task, mem_task, soft, sig)
+        bound = self._bound(job, res, champion, seen, now)
+        if isinstance(bound, dict):
+            return None, bound
+        log_bound, theta, reason, ex = bound
         kind = rule_of(res)
-        if kind is TIME:
-            limit = TIME.limit_of(limits.max_time_s, self.settings.recovery.max_time_s)
-        else:
-            limit = MEM.limit_of(limits.max_mem_mb, self.settings.recovery.max_mem_mb, nodes)
-        least = None if retry is None else (retry.time_s if kind is TIME else retry.mem_mb)
+        limit = kind.limit_of(limits, self.settings.recovery, nodes)
+        least = None if retry is None else kind.least(retry)
         out = decide_resource(
             kind,
             KernelInput(
