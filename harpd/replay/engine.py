@@ -14,8 +14,12 @@ Three passes keep 200k jobs inside a few minutes on one core:
    path), and remembers which jobs finished between consecutive submissions;
 2. trained models are refitted at each retrain point and predict the jobs up
    to the next one in one batch (the model is fixed in between);
-3. the conformal model's online part (ACI, sliding residual windows) and the
-   guard rails walk the jobs again, feeding back each job as it finishes.
+3. the conformal model's online part (ACI, sliding residual windows) walks
+   the jobs again, feeding back each job as it finishes, and each job's
+   bound goes through harpd's own decision kernel (``harpd.predict.decide``:
+   the guard rails, the hard-limit kill-cost gate, whole minutes), so the
+   figures are those of the code harpd runs.  The baselines' rows (tsafrir,
+   alea, the plain quantile model) keep the vectorised rails (``allocate_many``).
 
 ``limits="soft"`` replays a privileged harpd that extends jobs
 instead of letting Slurm kill them: harp's limits are decided again at each
