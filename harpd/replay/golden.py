@@ -99,17 +99,22 @@ def golden_time(
         models={"time": ModelEnvelope(model=model, name="harp", resource="time", relative=True)},
         soft_limits=cfg.limits == "soft",
     )
-    by_end = sorted(range(prep.n), key=lambda j: (float(jobs[j].end_time or 0.0), j))
+    # an outcome is known at its end, never before its job's submission (a trace's clocks may disagree)
+    ends = (
+        prep.end if prep.end is not None else [max(float(r.end_time or 0.0), float(r.submit_time or 0.0)) for r in jobs]
+    )
+    by_end = sorted(range(prep.n), key=lambda j: (float(ends[j]), j))
     learnt = 0
     out = GoldenResult(jobs=prep.n - start, changed=0)
     for i in range(prep.n):
         t = float(prep.submit[i])
         fresh = []
-        while learnt < len(by_end) and float(jobs[by_end[learnt]].end_time or 0.0) <= t:
+        while learnt < len(by_end) and float(ends[by_end[learnt]]) <= t:
             fresh.append(jobs[by_end[learnt]])
             learnt += 1
         harpd.learn(fresh)
-        d = harpd.decide(request_of(jobs[i]), jobs[i].user or "replay", 0, now=t)
+        # a trace without users (Cedar's) groups by account, as the history does for an empty user
+        d = harpd.decide(request_of(jobs[i]), jobs[i].user or "", 0, now=t)
         if i < start:
             continue
         secs = next((parse_time(c.value) for c in d.changes if c.option == "time"), None)
