@@ -10,7 +10,13 @@ paired means settle as copies are added: the copies after which the
 running mean stays within two (final) standard errors of the N-copy mean,
 and the relative standard error of the users' mean wait at 5 and N copies.
 
+With ``--open-loop`` harp-soft keeps the replay's limits (decided on the
+recorded timeline); by default the replay asks for each at its submission in
+the simulated queue (closed loop), and ``--queue-rule`` decides it there
+through the queue rule (``harpd.predict.queue_policy``).
+
     python bench/queue_load.py [--traces DIR] [--only KTH] [--compress F] [--replicas N] [--predict KEY=VALUE]
+                               [--open-loop | --queue-rule]
 """
 # bench: slow
 # bench: timeout=3600
@@ -61,6 +67,10 @@ def main() -> int:
         metavar="KEY=VALUE",
         help="a [predict] setting for the replay (TOML value), e.g. soft_stake_tilt=0; repeatable",
     )
+    ap.add_argument(
+        "--open-loop", action="store_true", help="harp-soft on the recorded timeline (harp replay --open-loop)"
+    )
+    ap.add_argument("--queue-rule", action="store_true", help="harp-soft through the queue rule (--queue-rule)")
     args = ap.parse_args()
     names = [n for n in TIME_TRACES if n in args.only.split(",")]
     folder = traces_folder("queue_load", [TIME_TRACES[n] for n in names], args.traces)
@@ -93,6 +103,8 @@ def main() -> int:
                 str(args.compress),
                 "--replicas",
                 str(args.replicas),
+                *(["--open-loop"] if args.open_loop else []),
+                *(["--queue-rule"] if args.queue_rule else []),
             ]
             t0 = time.perf_counter()
             proc = subprocess.run(argv, cwd=str(REPO), capture_output=True, text=True, env=env)
@@ -103,6 +115,7 @@ def main() -> int:
             rows = {p["policy"]: p for p in q["policies"]}
             print(
                 f"{name}: inter-arrivals x {args.compress:g}, {q['replicas']} copies, {q['procs']} processors, "
+                f"harp-soft {q.get('soft_loop')} loop{' + queue rule' if q.get('queue_rule') else ''}, "
                 f"{time.perf_counter() - t0:.0f}s"
             )
             for p in q["policies"]:
@@ -133,6 +146,16 @@ def main() -> int:
                         f"FIGURE queue_load_{name}_{pol}_{short}_vs_users: {d.mean():+.4f} (target <= +2 SE) "
                         f"{'PASS' if ok else 'FAIL'} ±{se:.4f} over {len(d)} copies "
                         f"(5 copies: {d5.mean():+.4f} ±{se5:.4f}); settles after {settle(d)} copies"
+                    )
+            if "harp-soft" in rows and "exact" in rows:  # the second target: no worse than exact runtimes
+                x = rows["exact"]
+                for f, short in FIGS:
+                    d = np.array(rows["harp-soft"][f"{f}_copies"]) / np.array(x[f"{f}_copies"]) - 1.0
+                    se = d.std(ddof=1) / math.sqrt(len(d))
+                    ok = d.mean() <= 2 * se
+                    print(
+                        f"FIGURE queue_load_{name}_harp-soft_{short}_vs_exact: {d.mean():+.4f} (target <= +2 SE) "
+                        f"{'PASS' if ok else 'FAIL'} ±{se:.4f} over {len(d)} copies"
                     )
     return 0
 

@@ -136,6 +136,60 @@ def _pct(v: float | None) -> str:
     return "n/a" if v is None else f"{v:.0%}"
 
 
+def _print_policies(q: dict) -> None:
+    """One trace's queue table: each policy's waits, slowdown, utilisation, kills and extensions."""
+    print(
+        f"  {'policy':10} {'mean wait s':>16} {'p95 wait s':>12} {'mean bsld':>13} {'util':>6} "
+        f"{'kills':>6} {'ext':>6} {'sim s':>6}   (means over {q['replicas']} copies, ± standard error)"
+    )
+    for p in q["policies"]:
+        se_w, se_b = p.get("mean_wait_s_se") or 0.0, p.get("mean_bounded_slowdown_se") or 0.0
+        print(
+            f"  {p['policy']:10} {p['mean_wait_s']:10,.0f} ±{se_w:4,.0f} {p['p95_wait_s']:12,.0f} "
+            f"{p['mean_bounded_slowdown']:7.2f} ±{se_b:4.2f} {p['utilization']:6.3f} {p['kills']:6d} "
+            f"{p['extensions']:6d} {p['seconds']:6.1f}"
+        )
+
+
+def _check_targets(name: str, q: dict) -> int:
+    """The target's FIGURE lines for one trace (not above the users' within 2 standard errors, in either
+    mode); returns how many missed it."""
+    fails = 0
+    rows = {p["policy"]: p for p in q["policies"]}
+    vs = q.get("vs_users") or {}
+    for pol, short_pol in (("harp-soft", "soft"), ("harp-hard", "hard")):
+        if pol not in rows:
+            print(f"queue_targets: {name}: no {pol} row ({'; '.join(q['notes'])})")
+            continue
+        for f, short in FIGS:
+            c = vs[pol][f]
+            d = c["rel_diff"]
+            ok = d is not None and d <= 2 * (c["se"] or 0.0)
+            fails += not ok
+            se = "" if c["se"] is None else f" ±{c['se']:.4f}"
+            how = f"{verdict(ok)} paired relative difference over {q['replicas']} copies: {c['verdict']}"
+            print(f"FIGURE queue_{name}_{short_pol}_{short}_vs_users: {d:+.4f}{se} (target <= 2 SE) {how}")
+    return fails
+
+
+def _print_harp(rep: dict, overs: list[float]) -> None:
+    """harp-soft's over-reservation against the users' requests (added to ``overs``), when the replay gave it."""
+    h = {m["model"]: m for m in rep["models"]}.get("harp") or {}
+    if h.get("over_vs_request") is None:
+        return
+    overs.append(h["over_vs_request"])
+    print(
+        f"  harp-soft over-reservation (final limits) vs the users': {h['over_vs_request']:.3f}, "
+        f"{h.get('extended_share') or 0:.1%} of jobs extended"
+    )
+    if h.get("kept_over_vs_request") is not None:
+        print(
+            f"    of it in the {h['kept_share']:.1%} of jobs harp kept at their request: "
+            f"{h['kept_over_vs_request']:.3f}, of which {h['kept_early_over_vs_request']:.3f} "
+            "in runs that used under a tenth of it"
+        )
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--traces", type=Path, help="folder of the traces (default: $HARP_TRACES, else ../shared/traces)")
@@ -173,36 +227,9 @@ def main() -> int:
                 continue
             q = rep["queue"]
             out[name] = q
-            rows = {p["policy"]: p for p in q["policies"]}
             print(f"  {name}: {q['procs']} processors{' (peak cores held in the trace)' if procs else ' (MaxProcs)'}")
-            print(
-                f"  {'policy':10} {'mean wait s':>16} {'p95 wait s':>12} {'mean bsld':>13} {'util':>6} "
-                f"{'kills':>6} {'ext':>6} {'sim s':>6}   (means over {q['replicas']} copies, ± standard error)"
-            )
-            for p in q["policies"]:
-                se_w, se_b = p.get("mean_wait_s_se") or 0.0, p.get("mean_bounded_slowdown_se") or 0.0
-                print(
-                    f"  {p['policy']:10} {p['mean_wait_s']:10,.0f} ±{se_w:4,.0f} {p['p95_wait_s']:12,.0f} "
-                    f"{p['mean_bounded_slowdown']:7.2f} ±{se_b:4.2f} {p['utilization']:6.3f} {p['kills']:6d} "
-                    f"{p['extensions']:6d} {p['seconds']:6.1f}"
-                )
-            vs = q.get("vs_users") or {}
-            # the target: not above the users' within 2 standard errors, in either mode
-            for pol, short_pol in (("harp-soft", "soft"), ("harp-hard", "hard")):
-                if pol not in rows:
-                    print(f"queue_targets: {name}: no {pol} row ({'; '.join(q['notes'])})")
-                    continue
-                for f, short in FIGS:
-                    c = vs[pol][f]
-                    d = c["rel_diff"]
-                    ok = d is not None and d <= 2 * (c["se"] or 0.0)
-                    fails += not ok
-                    se = "" if c["se"] is None else f" ±{c['se']:.4f}"
-                    how = f"{verdict(ok)} paired relative difference over {q['replicas']} copies: {c['verdict']}"
-                    if short_pol == "soft":
-                        print(f"FIGURE queue_{name}_soft_{short}_vs_users: {d:+.4f}{se} (target <= 2 SE) {how}")
-                    else:
-                        print(f"FIGURE queue_{name}_hard_{short}_vs_users: {d:+.4f}{se} (target <= 2 SE) {how}")
+            _print_policies(q)
+            fails += _check_targets(name, q)
             for pol, g in q["gap_closed"].items():
                 for f, short in FIGS:
                     print(
@@ -213,19 +240,7 @@ def main() -> int:
                     gaps[pol].append(g["mean_bounded_slowdown"])
             for n in q["notes"]:
                 print(f"  note: {n}")
-            h = {m["model"]: m for m in rep["models"]}.get("harp") or {}
-            if h.get("over_vs_request") is not None:
-                overs.append(h["over_vs_request"])
-                print(
-                    f"  harp-soft over-reservation (final limits) vs the users': {h['over_vs_request']:.3f}, "
-                    f"{h.get('extended_share') or 0:.1%} of jobs extended"
-                )
-                if h.get("kept_over_vs_request") is not None:
-                    print(
-                        f"    of it in the {h['kept_share']:.1%} of jobs harp kept at their request: "
-                        f"{h['kept_over_vs_request']:.3f}, of which {h['kept_early_over_vs_request']:.3f} "
-                        "in runs that used under a tenth of it"
-                    )
+            _print_harp(rep, overs)
             for line in (rep.get("verdict") or {}).get("queue") or []:
                 print(f"  {line}")
     for pol, vals in gaps.items():

@@ -28,15 +28,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import subprocess
 import sys
-import tempfile
-import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
+from bench._replay_run import replay_timed  # noqa: E402
 from bench._traces import trace_file  # noqa: E402
 
 TRACE = "CTC-SP2-1996-3.1-cln.swf.gz"
@@ -68,14 +65,7 @@ def main() -> int:
         argv += ["--procs", str(args.procs)]
     if args.quiet or not sys.stderr.isatty():
         argv.append("--quiet")
-    t0 = time.perf_counter()
-    with tempfile.TemporaryDirectory() as tmp:  # the figures saved for `harp report` land here
-        cfg = Path(tmp) / "harp.toml"
-        cfg.write_text(f'[store]\npath = "{Path(tmp) / "harp.db"}"\n')
-        proc = subprocess.run(
-            argv, cwd=str(REPO), stdout=subprocess.PIPE, text=True, env=dict(os.environ, HARP_CONFIG=str(cfg))
-        )
-    wall = time.perf_counter() - t0
+    proc, wall = replay_timed(argv)
     if proc.returncode != 0:
         print(f"FIGURE schedule_speed_ctc_4_policies_s: nan s (target < {TARGET_S:g}) FAIL")
         return 1

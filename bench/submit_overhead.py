@@ -293,6 +293,17 @@ def start_load(n: int, niceness: int) -> list[subprocess.Popen]:
     ]
 
 
+def renice(nice: int) -> tuple[str, int]:
+    """This process at ``nice`` (inherited by sbatch and harp-submit alike) when permitted: (in words, applied)."""
+    if not nice:
+        return "unchanged", 0
+    try:
+        os.nice(nice)
+    except OSError:
+        return "unchanged (not permitted)", 0
+    return f"{nice:+d}", nice
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--n", type=int, default=40, help="pairs per path (default 40)")
@@ -318,15 +329,7 @@ def main() -> int:
     if args.n < 1 or args.load < 0:
         ap.error("--n must be at least 1 and --load at least 0")
 
-    niceness = "unchanged"
-    applied = 0
-    if args.nice:
-        try:
-            os.nice(args.nice)  # inherited by sbatch and harp-submit alike
-            niceness = f"{args.nice:+d}"
-            applied = args.nice
-        except OSError:
-            niceness = "unchanged (not permitted)"
+    niceness, applied = renice(args.nice)
     conf = slurm_conf()
     if conf is None:
         print("no Slurm cluster: start one with scripts/localslurm start (or set SLURM_CONF)", file=sys.stderr)

@@ -48,6 +48,7 @@ from .step_aside import MAX_SCRIPT, UNCHANGED, StepAside, resolve_script
 TYPE_CHECKING = False  # typing costs milliseconds to import; checkers still see these
 if TYPE_CHECKING:
     from .rewrite import Rewritten
+    from .wire import DecisionDict, JobRequestDict, RegisterMessage
 
 DRY_UNCHANGED = "a real run would submit your job unchanged"
 #: script names that are harp-submit's own standard input (and so, once fed, sbatch's)
@@ -289,7 +290,7 @@ class Submit:
             self.info(a.describe())
         return self.submit(request, argv, rewritten, decision, job, True)
 
-    def show_explain(self, decision: dict) -> None:
+    def show_explain(self, decision: DecisionDict) -> None:
         if self.json:
             write(2, f"harp: explain: {_compact(decision)}\n")
             return
@@ -313,8 +314,8 @@ class Submit:
         request: Request,
         argv: list[str],
         rewritten: Rewritten | None,
-        decision: dict | None,
-        job: dict,
+        decision: DecisionDict | None,
+        job: JobRequestDict,
         register: bool,
     ) -> int:
         """Run sbatch on the (possibly rewritten) submission, then register the job."""
@@ -344,7 +345,8 @@ class Submit:
             final = output_mode.with_append(final)  # shown by a dry run; said in docs/harp-submit.md
         if self.dry_run:
             return self.show_dry_run(final, environ, stdin, request, decision)
-        payload = original_payload = None
+        payload: RegisterMessage | None = None
+        original_payload: RegisterMessage | None = None
         if register:
             from . import registration
 
@@ -391,7 +393,12 @@ class Submit:
         return code
 
     def show_dry_run(
-        self, argv: list[str], environ: dict | None, stdin: bytes | None, request: Request | None, decision: dict | None
+        self,
+        argv: list[str],
+        environ: dict[str, str] | None,
+        stdin: bytes | None,
+        request: Request | None,
+        decision: DecisionDict | None,
     ) -> int:
         changed_env = ""
         if environ is not None:
@@ -418,11 +425,11 @@ class Submit:
     def run_sbatch(
         self,
         argv: list[str],
-        environ: dict | None,
+        environ: dict[str, str] | None,
         stdin: bytes | None,
-        register: dict | None,
+        register: RegisterMessage | None,
         keep_stdout: bool = False,
-        original: tuple[list[str], dict | None] | None = None,
+        original: tuple[list[str], RegisterMessage | None] | None = None,
     ) -> int:
         """Run sbatch (replacing this process when nothing is left to do afterwards).
 

@@ -78,7 +78,7 @@ def timeout_s(environ: Mapping[str, str] = os.environ) -> tuple[float, str | Non
 
 def call(
     path: str,
-    message: dict[str, Any],
+    message: Mapping[str, object],
     timeout: float,
     max_answer: int | None = None,
     deadline: float | None = None,
@@ -95,28 +95,22 @@ def call(
     """
     deadline = clock() + timeout if deadline is None else deadline
     sock = _socket.socket(_socket.AF_UNIX, _socket.SOCK_STREAM)
-    lines = _exchange(
-        sock,
+    to = _Endpoint(
         path,
         path,
-        _body(message) + b"\n",
-        deadline,
-        timeout,
-        None,
-        max_answer,
-        False,
-        clock=clock,
+        sealed=False,
         absent=f"harpd is not running (no socket at {path})",
         denied=f"no permission to use harpd's socket {path}",
         # the file is there but nobody listens: a harpd that was killed left it behind
         refused=f"harpd is not answering at {path} (connection refused; stale socket?)",
     )
+    lines = _exchange(sock, to, _body(message) + b"\n", deadline, timeout, None, max_answer, clock=clock)
     return _answer(lines[0], "harpd")
 
 
 def call_tcp(
     server: tuple[str, int],
-    message: dict[str, Any],
+    message: Mapping[str, object],
     timeout: float,
     munge: Any,
     harpd_uids: tuple[int, ...] = (0,),
@@ -147,19 +141,15 @@ def call_tcp(
         raise HarpdUnavailable(
             f"cannot resolve harpd's host {server[0]}: {getattr(exc, 'strerror', None) or exc}"
         ) from None
-    lines = _exchange(
-        _socket.socket(family, kind, proto),
+    to = _Endpoint(
         addr,
         where,
-        data,
-        deadline,
-        timeout,
-        connect_timeout,
-        max_answer,
-        True,
-        clock=clock,
+        sealed=True,
         absent=f"harpd is not running at {where} (connection refused)",
         denied=f"no permission to reach harpd at {where}",
+    )
+    lines = _exchange(
+        _socket.socket(family, kind, proto), to, data, deadline, timeout, connect_timeout, max_answer, clock=clock
     )
     if len(lines) < 2:  # unsealed: harpd refusing our credential, or not harpd at all; either way not final
         try:
@@ -176,7 +166,7 @@ def call_tcp(
 
 def ask(
     where: route.Route,
-    message: dict[str, Any],
+    message: Mapping[str, object],
     timeout: float,
     max_answer: int | None = None,
     *,
@@ -240,30 +230,40 @@ def _host(name: str) -> bytes | str:
         return name
 
 
-def _body(message: dict[str, Any]) -> bytes:
+def _body(message: Mapping[str, object]) -> bytes:
     return dumps({"v": PROTOCOL_VERSION, **message}).encode()
+
+
+class _Endpoint:
+    """A harpd to reach: its address, its name in messages, whether it seals its answers (TCP), and why
+    it could not be reached in words: ``absent`` (nothing there), ``denied`` (no permission), ``refused``
+    (default ``absent``: something there but nothing listening).  A plain class: harp-submit's start-up
+    imports no dataclasses."""
+
+    __slots__ = ("absent", "addr", "denied", "refused", "sealed", "where")
+
+    def __init__(
+        self, addr: Any, where: str, *, sealed: bool, absent: str, denied: str, refused: str | None = None
+    ) -> None:
+        self.addr, self.where, self.sealed = addr, where, sealed
+        self.absent, self.denied, self.refused = absent, denied, refused
 
 
 def _exchange(
     sock: Any,
-    addr: Any,
-    where: str,
+    to: _Endpoint,
     data: bytes,
     deadline: float,
     timeout: float,
     connect_timeout: float | None,
     max_answer: int | None,
-    sealed: bool,
     *,
     clock: Callable[[], float],
-    absent: str,
-    denied: str,
-    refused: str | None = None,
 ) -> list[bytes]:
-    """Connect ``sock`` (closed afterwards), send ``data``, read the answer's lines: one, or two when
-    it starts with a MUNGE credential (``sealed``).  ``absent``/``denied``: the reasons for nothing
-    there and no permission; ``refused`` (default ``absent``): something there but nothing listening;
-    ``connect_timeout`` bounds the connection alone."""
+    """Connect ``sock`` (closed afterwards) to ``to``, send ``data``, read the answer's lines: one, or two
+    when it starts with a MUNGE credential (``to.sealed``); ``connect_timeout`` bounds the connection alone."""
+    addr, where, sealed = to.addr, to.where, to.sealed
+    absent, denied, refused = to.absent, to.denied, to.refused
     limit = MAX_ANSWER if max_answer is None else max_answer
     buf = bytearray()
     try:

@@ -18,7 +18,10 @@ from .request import MEMORY_OPTIONS
 
 TYPE_CHECKING = False  # typing costs milliseconds to import; checkers still see these
 if TYPE_CHECKING:
+    from collections.abc import Mapping
     from typing import Any
+
+    from .wire import DecisionDict, ResourcesDict
 
 #: The options a decision may change (design.md, Decision.changes[].option).
 #: The one list: harpd's ``protocol.ChangeOption`` is built from it, so the
@@ -57,7 +60,7 @@ class Change:
         return f"Change({self.option!r}, {self.value!r})"
 
 
-def _int_or_none(d: dict[str, Any], key: str) -> int | None:
+def _int_or_none(d: Mapping[str, object], key: str) -> int | None:
     v = d.get(key)
     if v is None:
         return None
@@ -122,7 +125,7 @@ def _amount(option: str, value: str) -> Any:
     return value
 
 
-def check_limits(decision: dict[str, Any], changes: list[Change], resources: dict[str, Any]) -> None:
+def check_limits(decision: DecisionDict, changes: list[Change], resources: ResourcesDict) -> None:
     """Refuse changes beyond ``decision.limits``; ``resources`` is the user's request.
 
     Memory per CPU is checked as per-task memory (times the CPUs per task the
@@ -156,9 +159,9 @@ def check_limits(decision: dict[str, Any], changes: list[Change], resources: dic
             raise BadDecision(f"--cpus-per-task={c.value} is beyond {where}'s limit of {max_cpus} CPUs")
 
 
-def validate(answer: dict[str, Any], resources: dict[str, Any]) -> tuple[dict[str, Any], list[Change]]:
+def validate(answer: Mapping[str, Any], resources: ResourcesDict) -> tuple[DecisionDict, list[Change]]:
     """The decision of a ``predict`` answer and its checked changes; raises BadDecision."""
-    decision = answer.get("decision")
+    decision: DecisionDict | None = answer.get("decision")
     changes = parse_changes(decision)
     assert isinstance(decision, dict)  # parse_changes refused anything else
     check_limits(decision, changes, resources)
@@ -170,7 +173,7 @@ def validate(answer: dict[str, Any], resources: dict[str, Any]) -> tuple[dict[st
 FLOOR_S = 60  # Slurm's smallest limit: a signal's lead comes on top of at least this
 
 
-def check_time_options(changes: list[Change], resources: dict[str, Any]) -> None:
+def check_time_options(changes: list[Change], resources: ResourcesDict) -> None:
     """Refuse a time limit that breaks ``--time-min`` or ``--signal``; raises BadDecision.
 
     slurmctld refuses a ``--time`` below ``--time-min``; and a job that asks
@@ -188,7 +191,7 @@ def check_time_options(changes: list[Change], resources: dict[str, Any]) -> None
             raise BadDecision(f"--time={c.value} leaves no room for --signal's warning {lead}s before the end")
 
 
-def check_cores(changes: list[Change], resources: dict[str, Any]) -> None:
+def check_cores(changes: list[Change], resources: ResourcesDict) -> None:
     """Refuse a ``--cpus-per-task`` change harp-submit would not apply safely; raises BadDecision.
 
     harpd lowers the cores of single-task jobs only; the client checks again

@@ -10,6 +10,10 @@ from __future__ import annotations
 
 from .units import format_time
 
+TYPE_CHECKING = False  # typing costs milliseconds to import; checkers still see these
+if TYPE_CHECKING:
+    from .wire import DecisionDict
+
 #: the options each resource of harpd's explanation changes, and its name for people
 _RESOURCES = (
     ("time", "time limit", ("time", "time-min")),
@@ -25,7 +29,25 @@ def _text(value: object, limit: int = 300) -> str:
     return s[:limit]
 
 
-def decision_lines(decision: dict) -> list[str]:
+def _why(decision: DecisionDict, resource: str | None = None) -> str | None:
+    """harpd's reason for the whole request (``resource`` None) or for one resource it kept.
+
+    The typed fields (``reason``, ``kept``); from a harpd older than them, the
+    same words where it sent them, in ``explain`` (``reason``, ``<resource>.reason``).
+    """
+    typed = decision.get("reason") if resource is None else _mapping(decision.get("kept")).get(resource)
+    if isinstance(typed, str) and typed:
+        return typed
+    explain = _mapping(decision.get("explain"))
+    loose = explain.get("reason") if resource is None else _mapping(explain.get(resource)).get("reason")
+    return loose if isinstance(loose, str) and loose else None
+
+
+def _mapping(value: object) -> dict[str, object]:
+    return value if isinstance(value, dict) else {}
+
+
+def decision_lines(decision: DecisionDict) -> list[str]:
     """The decision, one line each (without the ``harp:`` prefix)."""
     model = decision.get("model")
     out = [f"decision ({'model ' + _text(model, 60) if isinstance(model, str) and model else 'no model'}):"]
@@ -40,27 +62,25 @@ def decision_lines(decision: dict) -> list[str]:
         if c.get("reason"):
             line += f": {_text(c['reason'])}"
         out.append(line)
-    explain = decision.get("explain")
-    explain = explain if isinstance(explain, dict) else {}
     for key, words, options in _RESOURCES:
         if changed & set(options):
             continue
-        ex = explain.get(key)
-        reason = ex.get("reason") if isinstance(ex, dict) else None
-        if isinstance(reason, str) and reason:
+        reason = _why(decision, key)
+        if reason:
             out.append(f"  {words} kept as written: {_text(reason)}")
     if len(out) == 1:
-        why = explain.get("reason")
+        why = _why(decision)
         out.append("  your request is kept as written" + (f": {_text(why)}" if isinstance(why, str) and why else ""))
     limits = decision.get("limits")
     if isinstance(limits, dict):
         caps = []
-        if isinstance(limits.get("max_time_s"), int) and limits["max_time_s"] > 0:
-            caps.append(f"time {format_time(limits['max_time_s'])}")
-        if isinstance(limits.get("max_mem_mb"), int) and limits["max_mem_mb"] > 0:
-            caps.append(f"memory {limits['max_mem_mb']} MB per node")
-        if isinstance(limits.get("max_cpus"), int) and limits["max_cpus"] > 0:
-            caps.append(f"{limits['max_cpus']} cores per node")
+        max_time, max_mem, max_cpus = limits.get("max_time_s"), limits.get("max_mem_mb"), limits.get("max_cpus")
+        if isinstance(max_time, int) and max_time > 0:
+            caps.append(f"time {format_time(max_time)}")
+        if isinstance(max_mem, int) and max_mem > 0:
+            caps.append(f"memory {max_mem} MB per node")
+        if isinstance(max_cpus, int) and max_cpus > 0:
+            caps.append(f"{max_cpus} cores per node")
         part = limits.get("partition")
         if caps or part:
             where = f"partition {_text(part, 60)}" if part else "the partition"

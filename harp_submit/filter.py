@@ -48,6 +48,12 @@ from .request import MEMORY_OPTIONS, VALIDATORS, Request
 from .sbatch_options import SBATCH_TABLE, GetoptError
 from .step_aside import MAX_SCRIPT, UNCHANGED, StepAside, resolve_script
 
+TYPE_CHECKING = False  # typing costs milliseconds to import; checkers still see these
+if TYPE_CHECKING:
+    from collections.abc import Mapping
+
+    from .wire import DecisionDict, RegisterMessage
+
 PROTOCOL = "harp-filter 1"
 MAX_REQUEST = 8 << 20  # options of a 4 MiB --wrap and its command line, with room
 
@@ -65,7 +71,7 @@ class Answer:
         self.sets: list[tuple[str, str]] = []
         self.says: list[str] = []
         self.mark: str | None = None
-        self.register: dict | None = None
+        self.register: RegisterMessage | None = None
 
     def render(self, complete: bool = True) -> str:
         out = [PROTOCOL]
@@ -88,7 +94,7 @@ def _line(text: str) -> str:
 # --- predict mode -------------------------------------------------------------------
 
 
-def options_argv(options: dict) -> list[str]:
+def options_argv(options: Mapping[str, object]) -> list[str]:
     """sbatch's merged options as a command line harp-submit's ``Request`` reads.
 
     sbatch reports values in its own spelling: memory as a bare number of MiB
@@ -108,7 +114,7 @@ def options_argv(options: dict) -> list[str]:
     return argv
 
 
-def read_script(path: str, chdir: str | None, environ: dict) -> tuple[str, str]:
+def read_script(path: str, chdir: str | None, environ: Mapping[str, str]) -> tuple[str, str]:
     """(resolved path, text) of the batch script sbatch read; StepAside when unreadable."""
     resolved = resolve_script(path, chdir, environ.get("PATH"))
     if resolved is None:
@@ -117,7 +123,7 @@ def read_script(path: str, chdir: str | None, environ: dict) -> tuple[str, str]:
     return resolved, data.decode("utf-8", "surrogateescape")
 
 
-def build_request(msg: dict, environ: dict) -> tuple[Request, list[str], dict]:
+def build_request(msg: Mapping[str, object], environ: Mapping[str, str]) -> tuple[Request, list[str], dict[str, str]]:
     """The Request for sbatch's merged options, the extra argv for recovery, and the options.
 
     Raises StepAside for the jobs harp-submit leaves alone too: opted out,
@@ -211,7 +217,7 @@ def mark_of(sets: list[tuple[str, str]], olds: dict[str, str | None]) -> str:
     return "cli_filter " + " ".join(parts)
 
 
-def predict(msg: dict, environ: dict) -> Answer:
+def predict(msg: Mapping[str, object], environ: Mapping[str, str]) -> Answer:
     """Ask harpd about the job and turn its checked decision into option settings."""
     answer = Answer()
     try:
@@ -226,7 +232,7 @@ def predict(msg: dict, environ: dict) -> Answer:
         reply = step_aside.ask_harpd(job, environ, answer.says.append)
     except client.HarpdUnavailable:
         return answer
-    decision: dict | None = None
+    decision: DecisionDict | None = None
     sets: list[tuple[str, str]] = []
     olds: dict[str, str | None] = {}
     try:
@@ -320,7 +326,7 @@ def _main(args: list[str]) -> int:
     return 2
 
 
-def register(path: str, job_id: str, environ: dict) -> int:
+def register(path: str, job_id: str, environ: Mapping[str, str]) -> int:
     """Tell harpd the job id of a submission the plugin changed (or consulted harpd about)."""
     try:
         payload = _read_json_file(path, MAX_REQUEST)

@@ -99,29 +99,15 @@ def function_of_pickle(data: bytes) -> str | None:
     after_name: str | None = None
     module: str | None = None
     by_value = False  # cloudpickle rebuilds the function: only its __qualname__ names it
-    memo: dict[int, str] = {}  # strings the pickle memoised, as a later GET pushes them again
-    memo_next = 0
-    last: str | None = None  # the string the previous opcode pushed, for a MEMOIZE/PUT after it
+    pushed = _Strings()
     try:
         for n, (op, arg, _pos) in enumerate(pickletools.genops(io.BytesIO(data))):
             if n > MAX_OPS:
                 return None
             name = op.name
-            text: str | None = None
-            if name in _STRINGS and isinstance(arg, (str, bytes)):
-                text = arg if isinstance(arg, str) else arg.decode("latin-1")
-            elif name in ("BINGET", "LONG_BINGET", "GET") and isinstance(arg, int):
-                text = memo.get(arg)
-            elif name == "MEMOIZE":
-                if last is not None:
-                    memo[memo_next] = last
-                memo_next += 1
+            if pushed.memoises(name, arg):
                 continue
-            elif name in ("BINPUT", "LONG_BINPUT", "PUT") and isinstance(arg, int):
-                if last is not None:
-                    memo[arg] = last
-                continue
-            last = text
+            text = pushed.text(name, arg)
             if text is not None:
                 if not seen_key:
                     seen_key = text == "function"
@@ -151,6 +137,38 @@ def function_of_pickle(data: bytes) -> str | None:
     except Exception:  # noqa: BLE001 - genops raises what a broken file makes it (ValueError, struct.error, …)
         return None
     return None
+
+
+class _Strings:
+    """The strings a pickle's opcodes push, with its memo: a later GET pushes a memoised string again."""
+
+    def __init__(self) -> None:
+        self.memo: dict[int, str] = {}
+        self.memo_next = 0
+        self.last: str | None = None  # the string the previous opcode pushed, for a MEMOIZE/PUT after it
+
+    def memoises(self, name: str, arg: object) -> bool:
+        """Whether the opcode only memoised what the previous one pushed (MEMOIZE, PUT): nothing pushed."""
+        if name == "MEMOIZE":
+            if self.last is not None:
+                self.memo[self.memo_next] = self.last
+            self.memo_next += 1
+            return True
+        if name in ("BINPUT", "LONG_BINPUT", "PUT") and isinstance(arg, int):
+            if self.last is not None:
+                self.memo[arg] = self.last
+            return True
+        return False
+
+    def text(self, name: str, arg: object) -> str | None:
+        """The string this opcode pushes (a literal, or a memoised one got again), else None."""
+        text: str | None = None
+        if name in _STRINGS and isinstance(arg, (str, bytes)):
+            text = arg if isinstance(arg, str) else arg.decode("latin-1")
+        elif name in ("BINGET", "LONG_BINGET", "GET") and isinstance(arg, int):
+            text = self.memo.get(arg)
+        self.last = text
+        return text
 
 
 def _clean(text: str) -> bool:

@@ -25,7 +25,8 @@ from . import client, route
 TYPE_CHECKING = False  # typing costs milliseconds to import; checkers still see these
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping
-    from typing import Any
+
+    from .wire import DecisionDict, JobRequestDict, RegisterMessage, ResourcesDict
 
 TIMEOUT_S = 0.5  # a registration made in line (no fork) must never keep the user waiting long
 BUDGET_S = 60.0  # the detached child's whole budget: tries until harpd answers or this runs out
@@ -46,14 +47,14 @@ _RETRY_REFUSALS = ("does not know job", "try again", "store unavailable", "harpd
 
 
 def message(
-    job: dict[str, Any],
+    job: JobRequestDict,
     argv: list[str] | None,
     environ: Mapping[str, str],
-    original: dict[str, Any],
-    submitted: dict[str, Any],
-    decision: dict[str, Any] | None,
+    original: ResourcesDict,
+    submitted: ResourcesDict,
+    decision: DecisionDict | None,
     token: str | None = None,
-) -> dict[str, Any]:
+) -> RegisterMessage:
     """The ``register`` message, less the job id (known only once sbatch has answered).
 
     ``argv`` and the ``SBATCH_*`` variables are sbatch's as it runs the job:
@@ -62,17 +63,24 @@ def message(
     """
     if argv is not None:
         job = {**job, "argv": list(argv), "sbatch_env": {k: v for k, v in environ.items() if k.startswith("SBATCH_")}}
-    msg = {"op": "register", "job": job, "original": original, "submitted": submitted, "decision": decision}
+    msg: RegisterMessage = {
+        "op": "register",
+        "job": job,
+        "original": original,
+        "submitted": submitted,
+        "decision": decision,
+    }
     if token is not None:
         msg["token"] = token
     return msg
 
 
-def token_of(answer: dict[str, Any]) -> str | None:
+def token_of(answer: Mapping[str, object]) -> str | None:
     """The decision token of harpd's ``predict`` answer (None: an older harpd, or none given)."""
     token = answer.get("token")
-    ok = isinstance(token, str) and 16 <= len(token) <= 64
-    return token if ok and all(c.isalnum() or c in "_-" for c in str(token)) else None
+    if not isinstance(token, str) or not 16 <= len(token) <= 64:
+        return None
+    return token if all(c.isalnum() or c in "_-" for c in token) else None
 
 
 def with_token(comment: str | None, token: str) -> str:
@@ -106,7 +114,7 @@ def _worth_retrying(exc: client.HarpdUnavailable) -> bool:
 
 def send(
     where: route.Route,
-    message: dict,
+    message: RegisterMessage,
     timeout: float,
     budget: float,
     sleep: Callable[[float], None] = time.sleep,
@@ -136,7 +144,7 @@ def send(
 
 
 def register_in_background(
-    where: route.Route, message: dict, timeout: float, environ: Mapping[str, str] = os.environ
+    where: route.Route, message: RegisterMessage, timeout: float, environ: Mapping[str, str] = os.environ
 ) -> None:
     """Tell harpd about the new job from a detached child, so the user never waits for it.
 

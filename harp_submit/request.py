@@ -20,6 +20,8 @@ if TYPE_CHECKING:
     from collections.abc import Callable, Mapping
     from typing import Any
 
+    from .wire import JobRequestDict, ResourcesDict
+
 SCRIPT, ENV, CLI = "script", "environment", "command line"  # in increasing precedence
 
 COMMAND_LINES = 20  # how many of the script's command lines harpd gets
@@ -131,7 +133,7 @@ class Request:
 
     # --- what harpd is told ---------------------------------------------------------
 
-    def resources(self) -> dict[str, Any]:
+    def resources(self) -> ResourcesDict:
         """The effective request as the protocol's ``Resources`` (None: not given).
 
         ``time_s`` is the limit sbatch will apply (whole minutes); an explicit
@@ -241,7 +243,7 @@ class Request:
 
         return library_job.submitit_function(self.script_path, self.commands())
 
-    def job_request(self) -> dict[str, Any]:
+    def job_request(self) -> JobRequestDict:
         """The protocol's ``JobRequest``."""
         return {
             "partition": _text(self.value("partition")),

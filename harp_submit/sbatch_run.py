@@ -20,7 +20,7 @@ import sys
 
 TYPE_CHECKING = False  # typing costs milliseconds to import; checkers still see these
 if TYPE_CHECKING:
-    from collections.abc import Callable
+    from collections.abc import Callable, Mapping
 
 
 class SpawnError(OSError):
@@ -39,7 +39,7 @@ def write(fd: int, data: str | bytes) -> None:
         pass
 
 
-def find_sbatch(environ: dict | os._Environ[str]) -> str | None:
+def find_sbatch(environ: Mapping[str, str]) -> str | None:
     """The real sbatch: HARP_SBATCH, else the first ``sbatch`` on PATH that is neither harp-submit
     nor a wrapper script that runs it (``wraps_harp``)."""
     explicit = environ.get("HARP_SBATCH")
@@ -148,7 +148,7 @@ def _signals() -> tuple:
 def spawn(
     path: str,
     argv: list[str],
-    env: dict | os._Environ[str],
+    env: Mapping[str, str],
     stdin: bytes | None,
     on_first_line: Callable[[bytes], None] | None,
     hold_stderr: bool = False,

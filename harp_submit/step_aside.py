@@ -20,6 +20,8 @@ if TYPE_CHECKING:
     from collections.abc import Callable, Mapping
     from typing import Any
 
+    from .wire import JobRequestDict
+
 UNCHANGED = "submitting your job unchanged"
 MAX_SCRIPT = 4 << 20  # bytes; slurmctld's default max_script_size is 4 MB
 
@@ -79,7 +81,7 @@ def script_directives(text: str) -> tuple[directives.Script, list[str]]:
 
 
 def ask_harpd(
-    job: dict[str, Any],
+    job: JobRequestDict,
     environ: Mapping[str, str],
     say: Callable[[str], None],
     dry_run: bool = False,

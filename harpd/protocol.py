@@ -16,10 +16,10 @@ from __future__ import annotations
 import json
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, field_validator, model_validator
 
-from harp_submit.decision import CHANGEABLE
 from harp_submit.request import COMMAND_LINES, COMMANDS_MAX_CHARS
+from harpd.records import Change, Resources
 
 PROTOCOL_VERSION = 1
 MAX_REQUEST_BYTES = 1 << 20  # default for server.max_request_bytes
@@ -35,10 +35,6 @@ _Str = Annotated[str, Field(max_length=4096)]
 _Count = Annotated[int, Field(ge=0, le=10_000_000)]
 _Arg = Annotated[str, Field(max_length=128 * 1024)]  # one argv word or value: Linux's MAX_ARG_STRLEN
 
-# the options a decision may change: harp-submit's list, the one that validates
-# what harpd sends, so the daemon can never emit a change the client refuses
-ChangeOption = Literal[CHANGEABLE]  # type: ignore[valid-type]
-
 
 class _Model(BaseModel):
     model_config = ConfigDict(extra="forbid", str_strip_whitespace=False)
@@ -49,26 +45,6 @@ class ProtocolError(Exception):
 
 
 # ---------------------------------------------------------------- payloads
-
-
-class Resources(_Model):
-    """A resource request; None = not given.  Seconds and MiB, as in JobRecord."""
-
-    time_s: Annotated[int, Field(ge=0, le=10 * 365 * 86400)] | None = None
-    mem_mb: Annotated[int, Field(ge=0)] | None = None
-    mem_per_cpu_mb: Annotated[int, Field(ge=0)] | None = None
-    mem_per_gpu_mb: Annotated[int, Field(ge=0)] | None = None
-    cpus_per_task: _Count | None = None
-    ntasks: _Count | None = None
-    nodes: _Count | None = None
-    gres: _Str | None = None
-    gpus: _Str | None = None
-    partition: _Str | None = None
-    # sbatch options that bound what harp may do to the time limit (harpd.predict.time_options)
-    time_min_s: Annotated[int, Field(ge=0, le=10 * 365 * 86400)] | None = None  # --time-min
-    signal_s: Annotated[int, Field(ge=0, le=65535)] | None = None  # --signal=[B:]SIG@N: N
-    deadline: bool | None = None  # --deadline given
-    requeue: bool | None = None  # --requeue (True) or --no-requeue (False), the one sbatch applies
 
 
 class JobRequest(_Model):
@@ -119,13 +95,6 @@ class JobRequest(_Model):
     sbatch_env: Annotated[dict[Annotated[str, Field(max_length=256)], _Arg], Field(max_length=256)] | None = None
 
 
-class Change(_Model):
-    option: ChangeOption
-    value: _Str
-    old: _Str | None = None
-    reason: _Str = ""
-
-
 class Limits(_Model):
     """The caps harp-submit checks a decision against (fails open if exceeded)."""
 
@@ -135,7 +104,42 @@ class Limits(_Model):
     max_cpus: int | None = None
 
 
+_Why = Annotated[str, Field(max_length=1000)]
+
+#: the resources ``Decision.kept`` names (``explain``'s per-resource keys of the same names)
+KEPT_RESOURCES = ("time", "mem", "cores")
+
+
+class Kept(_Model):
+    """Why harp decided each resource as it did (its ``explain`` entry's reason; None: no word).
+
+    ``harp-submit --harp-dry-run`` prints it for each resource no change
+    touches, as why it was kept; typed here so that the client reads named
+    fields, not ``explain``'s free-form keys.
+    """
+
+    time: _Why | None = None
+    mem: _Why | None = None
+    cores: _Why | None = None
+
+
+def _why(detail: Any) -> str | None:
+    """A non-empty ``reason`` string of an ``explain`` entry, bounded; else None."""
+    reason = detail.get("reason") if isinstance(detail, dict) else None
+    return reason[:1000] if isinstance(reason, str) and reason else None
+
+
 class Decision(_Model):
+    """harpd's answer to ``predict``: the changes, the caps they were checked against, and why.
+
+    ``reason`` and ``kept`` are what harp-submit shows of the why; ``explain``
+    stays the free-form detail (``--harp-explain`` prints it as it is).  A
+    decision built without them takes them from ``explain``'s ``reason`` and
+    ``time``/``mem``/``cores`` entries, the keys harp-submit read before they
+    were typed: an older harp-submit still finds them there, and a newer one
+    falls back to them when an older harpd sends no typed fields.
+    """
+
     changes: list[Change] = Field(default_factory=list)
     limits: Limits = Field(default_factory=Limits)
     model: _Str | None = None
@@ -143,6 +147,18 @@ class Decision(_Model):
     # one line for the user when harp deliberately leaves the job alone
     # (e.g. "no GPU configuration fits ..."); harp-submit prints it as `harp: ...`
     message: Annotated[str, Field(max_length=300)] | None = None
+    reason: _Why | None = None  # why the whole request is kept as written
+    kept: Kept = Field(default_factory=Kept)
+
+    @model_validator(mode="after")
+    def _typed_from_explain(self) -> Decision:
+        """Fill ``reason``/``kept`` from ``explain`` where the decider gave only the free-form detail."""
+        if self.reason is None:
+            self.reason = _why(self.explain)
+        for res in KEPT_RESOURCES:
+            if getattr(self.kept, res) is None and res in self.explain:
+                setattr(self.kept, res, _why(self.explain[res]))
+        return self
 
 
 # ---------------------------------------------------------------- requests

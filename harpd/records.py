@@ -13,7 +13,11 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field, fields
 from enum import Enum
-from typing import Any
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from harp_submit.decision import CHANGEABLE
 
 
 class Outcome(str, Enum):
@@ -113,50 +117,91 @@ def _columns(row: Any) -> dict[str, Any]:
     return {f.name: getattr(row, f.name) for f in fields(row)}
 
 
-@dataclass(frozen=True, slots=True)
-class Resources:
-    """A submission's resources (``submissions.original`` / ``.submitted``): the wire ``Resources`` as stored.
+_Str = Annotated[str, Field(max_length=4096)]
+_Count = Annotated[int, Field(ge=0, le=10_000_000)]
+_Seconds = Annotated[int, Field(ge=0, le=10 * 365 * 86400)]
 
-    Values are kept as stored (no coercion): readers convert, as they always did.
+# the options a decision may change: harp-submit's list, the one that validates
+# what harpd sends, so the daemon can never emit a change the client refuses
+ChangeOption = Literal[CHANGEABLE]  # type: ignore[valid-type]
+
+
+class Resources(BaseModel):
+    """A resource request; None = not given.  Seconds and MiB, as in JobRecord.
+
+    The one shape of a request's resources in harpd: the socket's (``protocol``
+    validates what harp-submit sends with it), the store's
+    (``submissions.original`` / ``.submitted``) and recovery's.  Frozen: a
+    record read from the store is never changed in place (``model_copy``).
+    harp-submit, which cannot import harpd, builds the same keys
+    (``harp_submit.wire.ResourcesDict``; a test holds the two lists equal).
     """
 
-    time_s: int | None = None
-    mem_mb: int | None = None
-    mem_per_cpu_mb: int | None = None
-    mem_per_gpu_mb: int | None = None
-    cpus_per_task: int | None = None
-    ntasks: int | None = None
-    nodes: int | None = None
-    gres: str | None = None
-    gpus: str | None = None
-    partition: str | None = None
-    time_min_s: int | None = None
-    signal_s: int | None = None
-    deadline: bool | None = None
-    requeue: bool | None = None
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    time_s: _Seconds | None = None
+    mem_mb: Annotated[int, Field(ge=0)] | None = None
+    mem_per_cpu_mb: Annotated[int, Field(ge=0)] | None = None
+    mem_per_gpu_mb: Annotated[int, Field(ge=0)] | None = None
+    cpus_per_task: _Count | None = None
+    ntasks: _Count | None = None
+    nodes: _Count | None = None
+    gres: _Str | None = None
+    gpus: _Str | None = None
+    partition: _Str | None = None
+    # sbatch options that bound what harp may do to the time limit (harpd.predict.time_options)
+    time_min_s: _Seconds | None = None  # --time-min
+    signal_s: Annotated[int, Field(ge=0, le=65535)] | None = None  # --signal=[B:]SIG@N: N
+    deadline: bool | None = None  # --deadline given
+    requeue: bool | None = None  # --requeue (True) or --no-requeue (False), the one sbatch applies
 
     @classmethod
     def from_json(cls, d: Any) -> Resources:
-        """The stored JSON object (None or a non-object: no resources known)."""
+        """A stored JSON object (None or a non-object: no resources known).
+
+        Validated as the socket validates it; a stored object this harpd would
+        refuse (written by another version) is kept as stored rather than
+        lost: readers convert, as they always did.
+        """
         m = _mapping(d)
-        return cls(**{f.name: m.get(f.name) for f in fields(cls)})
+        try:
+            return cls.model_validate(m)
+        except ValidationError:
+            return cls.model_construct(**{k: m.get(k) for k in cls.model_fields})
 
 
-@dataclass(frozen=True, slots=True)
-class DecisionChange:
-    """One option a decision changed (``--time``, ``--mem``, ...), as ``harp status`` shows it."""
+class Change(BaseModel):
+    """One sbatch option a decision changes (``--time``, ``--mem``, ...): ``old`` → ``value``, and why.
 
-    option: str | None
-    value: Any = None
-    old: Any = None
-    reason: Any = None
+    The one change of a submission: in harpd's answer (``protocol.Decision``),
+    in the stored decision ``harp status`` shows (``records.Decision``) and in
+    the GPU planner's plan (``harpd.dnn.plan``).  The changes harpd makes to a
+    job already in Slurm are another record (``LimitChange``: a ledger row with
+    its own steps), not this one.
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    option: ChangeOption
+    value: _Str
+    old: _Str | None = None
+    reason: _Str = ""
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> Change:
+        """A stored change; one this harpd would refuse (another version wrote it) is kept as stored."""
+        try:
+            return cls.model_validate(d)
+        except ValidationError:
+            loose: dict[str, Any] = {k: d.get(k) for k in cls.model_fields}
+            return cls.model_construct(**loose)
 
 
 @dataclass(frozen=True, slots=True)
 class Decision:
     """What harp decided for a registered job (``submissions.decision``): the options it changed."""
 
-    changes: tuple[DecisionChange, ...] = ()
+    changes: tuple[Change, ...] = ()
     model: str | None = None
 
     @classmethod
@@ -164,11 +209,7 @@ class Decision:
         """The stored JSON object; None when the job was registered without a decision."""
         if not isinstance(d, Mapping):
             return None
-        changes = tuple(
-            DecisionChange(c.get("option"), c.get("value"), c.get("old"), c.get("reason"))
-            for c in d.get("changes") or []
-            if isinstance(c, Mapping)
-        )
+        changes = tuple(Change.from_json(c) for c in d.get("changes") or [] if isinstance(c, Mapping))
         return cls(changes, d.get("model"))
 
     @property

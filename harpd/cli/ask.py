@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import os
+from collections.abc import Mapping
 from typing import Any
 
 from harpd.cli.main import CliError, settings_of
@@ -55,7 +56,7 @@ def route_of(args: argparse.Namespace) -> Any:
 
 
 def ask(
-    args: argparse.Namespace, message: dict[str, Any], timeout: float, *, max_answer: int | None = None
+    args: argparse.Namespace, message: Mapping[str, object], timeout: float, *, max_answer: int | None = None
 ) -> dict[str, Any]:
     """harpd's ``ok`` answer to ``message``."""
     from harp_submit import client

@@ -316,10 +316,10 @@ def _choose(args: argparse.Namespace) -> int:
         f"{chosen['gpus_per_node']}) in partition {chosen['partition']}, ZeRO stage {chosen['zero']}, "
         f"{chosen['need_gib']} of {chosen['capacity_gib']} GiB per GPU"
     )
-    opts = [f"--{ch['option']}={ch['value']}" for ch in plan.changes]
+    opts = [f"--{ch.option}={ch.value}" for ch in plan.changes]
     width = max((len(o) for o in opts), default=0)
     for opt, ch in zip(opts, plan.changes):
-        print(f"  {opt:<{width}}  {ch['reason']}")
+        print(f"  {opt:<{width}}  {ch.reason}")
     for note in plan.explain["dnn"].get("notes", []):
         print(f"note: {note}")
     return 0

@@ -23,7 +23,11 @@ def json_or_error(plan: Any, fmt: str) -> int | None:
     """What `harp dnn plan` and `harp dnn choose` share: the plan as JSON when asked for (exit 1 on a
     plan error), else its error as a CliError; None when the caller goes on to print the plan."""
     if fmt == "json":
-        json.dump({"changes": plan.changes, "explain": plan.explain, "error": plan.error}, sys.stdout, indent=2)
+        json.dump(
+            {"changes": [c.model_dump() for c in plan.changes], "explain": plan.explain, "error": plan.error},
+            sys.stdout,
+            indent=2,
+        )
         print()
         return 1 if plan.error else 0
     if plan.error:
@@ -110,10 +114,10 @@ def run(args: argparse.Namespace) -> int:
     print(f"harp dnn plan: {goals.get('summary') or 'no deadline, search or batch range: the cheapest fit'}")
     for row in _table(goals):
         print(row)
-    opts = [f"--{ch['option']}={ch['value']}" for ch in plan.changes]
+    opts = [f"--{ch.option}={ch.value}" for ch in plan.changes]
     width = max((len(o) for o in opts), default=0)
     for opt, ch in zip(opts, plan.changes):
-        print(f"  {opt:<{width}}  {ch['reason']}")
+        print(f"  {opt:<{width}}  {ch.reason}")
     for note in dnn.get("notes", []):
         if note != goals.get("summary"):
             print(f"note: {note}")

@@ -13,9 +13,12 @@ import importlib
 import os
 import sys
 from types import ModuleType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from harp_submit import __version__
+
+if TYPE_CHECKING:  # the config is imported when a command needs it: `harp --help` stays quick
+    from harpd.config import HarpSettings
 
 # subcommand name -> module (relative to harpd.cli)
 SUBCOMMANDS: dict[str, str] = {
@@ -40,7 +43,7 @@ class CliError(Exception):
     exit_code = 2
 
 
-def settings_of(args: argparse.Namespace) -> Any:
+def settings_of(args: argparse.Namespace) -> HarpSettings:
     """The config ``--config`` names (else HARP_CONFIG / the default); a bad one is a CliError."""
     from harpd.config import ConfigError, load_settings
 

@@ -110,6 +110,18 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "more, as the scheduling literature does (docs/metrics.md, 'Queue', high load)",
     )
     p.add_argument(
+        "--open-loop",
+        action="store_true",
+        help="--schedule: give harp-soft the replay's limits as they are, decided on the recorded timeline "
+        "(the default decides each at its submission from the simulated queue: a closed loop)",
+    )
+    p.add_argument(
+        "--queue-rule",
+        action="store_true",
+        help="--schedule: decide harp-soft in the closed loop through the queue rule (a cut given back as the "
+        "waiting work outlasts the job's request; harpd.predict.queue_policy; off by default, docs/metrics.md)",
+    )
+    p.add_argument(
         "--shake",
         type=float,
         metavar="SECONDS",
@@ -285,6 +297,10 @@ def _machine_size(args: argparse.Namespace) -> int | None:
         _fail(f"--compress {args.compress:g}: a factor above 0 and at most 1 (1: the trace's own arrivals)")
     if not (args.shake >= 0) or args.shake == float("inf"):
         _fail(f"--shake {args.shake:g}: give the seconds a submission may move, 0 or more")
+    if args.open_loop and not args.schedule:
+        _fail("--open-loop chooses how the simulated queue of --schedule decides harp-soft; add --schedule or drop it")
+    if args.queue_rule and (args.open_loop or not args.schedule):
+        _fail("--queue-rule decides harp-soft inside the simulated queue: use it with --schedule, without --open-loop")
     if not args.schedule:
         return None
     if args.resource != "time":
@@ -345,6 +361,8 @@ def _schedule(args, prep, cfg, res, procs: int, say) -> dict:
             replicas=args.replicas,
             shake_s=args.shake,
             compress=args.compress,
+            closed_loop=not args.open_loop,
+            queue_rule=args.queue_rule,
             max_extensions=cfg.soft.max_extensions,
             lead_s=cfg.soft.lead_s,
             look_s=cfg.soft.look_s,

@@ -267,4 +267,25 @@ def queue_lines(queue: dict[str, Any], limits: str) -> list[str]:
             f"  {h.get('extensions', 0):,} extensions (each one counted; the replay's 'extended' counts jobs, "
             f"on the recorded timeline), {own:,} kills by harp; {by_users}"
         )
+        lines.append("  " + loop_line(queue.get("soft_loop"), bool(queue.get("queue_rule"))))
     return lines
+
+
+def loop_line(loop: str | None, queue_rule: bool = False) -> str:
+    """Which harp-soft the queue figures are of: decided inside the simulated queue, or on the recorded timeline."""
+    if loop == "closed" and queue_rule:
+        return (
+            "harp-soft decided in a closed loop with the queue rule (--queue-rule): each job's limit at its "
+            "submission in the simulated queue, its cut given back as the waiting work outlasts its request"
+        )
+    if loop == "closed":
+        return (
+            "harp-soft decided in a closed loop: each job's limit asked for at its submission in the simulated "
+            "queue; today's decision reads no queue (--queue-rule makes it), so these are the open loop's figures"
+        )
+    if loop == "open":
+        return (
+            "harp-soft decided in an open loop (--open-loop): the replay's limits on the recorded timeline, "
+            "blind to the simulated queue"
+        )
+    return "harp-soft: no record of how its limits were decided"

@@ -18,10 +18,15 @@ import os
 import sys
 import tempfile
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from harpd import access
 from harpd.cli.main import CliError, no_store_no_daemon, open_store, settings_of, store_problem
 from harpd.protocol import REPORT_FORMATS, REPORT_GROUPINGS
+
+if TYPE_CHECKING:  # imported where a report is built: `harp report --help` stays quick
+    from harpd.config import HarpSettings
+    from harpd.report.window import Window
 
 NAME = "report"
 HELP = "accounting report: allocated vs used, efficiency, failures, what harp saved"
@@ -223,13 +228,13 @@ def _from_daemon(args: argparse.Namespace) -> str:
     return text
 
 
-def _from_store(args: argparse.Namespace, settings: object, window: object, db: Path) -> str:
+def _from_store(args: argparse.Namespace, settings: HarpSettings, window: Window, db: Path) -> str:
     """The report read straight from the store (root, admins, or a store of one's own)."""
     from harpd.report import build
     from harpd.store import StoreError
 
     uid = os.getuid()
-    admin_group = settings.server.admin_group  # type: ignore[attr-defined]
+    admin_group = settings.server.admin_group
     admin = is_admin(uid, admin_group)
     try:
         user = build.resolve_scope(admin, "" if admin else user_name(uid), args.only_user, admin_group)

@@ -207,40 +207,7 @@ def _source(kind: str | None, source: str | None) -> str:
 
 def render(job: dict[str, Any]) -> str:
     """The human view of a status answer."""
-    out: list[str] = []
-    jid = job.get("job_id")
-    who = job.get("user") or "?"
-    head = f"job {jid}: {who}"
-    if job.get("chain_id") and str(job["chain_id"]) != str(jid):
-        head += f", attempt of job {job['chain_id']}"
-    out.append(head)
-    if job.get("source") or job.get("source_kind"):
-        out.append(f"  source:        {_source(job.get('source_kind'), job.get('source'))}")
-    if job.get("also_imported"):
-        out.append(
-            f"  not shown:     job {jid} of imported trace(s) {', '.join(job['also_imported'])}, "
-            "a different job with the same id"
-        )
-    if job.get("registered"):
-        reg = job.get("registered_job_id")
-        if reg and str(reg) != str(jid):
-            out.append(f"  registered as job {reg}")
-        out.append(f"  asked for:     {_resources(job.get('original'))}")
-        out.append(f"  submitted:     {_resources(job.get('submitted'))}")
-        decision = job.get("decision") or {}
-        for c in decision.get("changes") or []:
-            out.append(
-                f"  harp changed:  --{c.get('option')} {c.get('old') or '(unset)'} -> {c.get('value')}"
-                + (f" ({c['reason']})" if c.get("reason") else "")
-            )
-    rec = job.get("record") or {}
-    outcome = rec.get("outcome") or job.get("outcome")
-    ran = job.get("ran_with") or []
-    if ran:  # the last run Slurm has, with its own state: never another run's state beside this outcome
-        rec = {"outcome": ran[-1].get("outcome"), "state": ran[-1].get("state")}
-        outcome = rec["outcome"] or outcome
-    if outcome:
-        out.append(f"  last outcome:  {outcome}" + (f" (Slurm {rec['state']})" if rec.get("state") else ""))
+    out = _identity_lines(job) + _registration_lines(job) + _outcome_lines(job)
     out += _limit_changes(job)
     out += ledger_lines(job)
     out += gpu_memory_lines(job.get("gpu_memory"))
@@ -259,46 +226,106 @@ def render(job: dict[str, Any]) -> str:
     stop = None
     for a in attempts:
         lim = a.get("limits") or {}
-        job_words, mode = _attempt_words(a, lim)
-        line = f"  #{a.get('attempt')}  job {job_words}"
-        line += f"  {a.get('step')}"
-        if a.get("outcome"):
-            line += f"  {a['outcome']}"
-        line += f"  [{_limits(lim)}]"
-        if mode:
-            line += f"  {mode}"
-        out.append(line)
-        if a.get("reason"):
-            out.append(f"      why: {a['reason']}")
-        if lim.get("comment"):
-            out.append(f"      Slurm comment: {lim['comment']}")
-        if lim.get("note"):
-            out.append(f"      note: {lim['note']}")
-        out += _gpu_lines(lim.get("gpu"))
-        if lim.get("output"):
-            shared = lim.get("mode") == "requeue" or (a.get("attempt") == 1 and _requeued(attempts))
-            out.append(f"      output: {lim['output']}" + (" (the job's runs one after another)" if shared else ""))
-        if lim.get("error"):
-            out.append(f"      errors: {lim['error']}")
-        if lim.get("waiting") and a.get("step") == "decided":
-            import time
-
-            from harp_submit.units import fmt_time
-
-            since = lim.get("waiting_since")
-            ago = f" for {fmt_time(max(0, int(time.time() - float(since))))}" if since else ""
-            out.append(f"      waiting on Slurm{ago}: {lim['waiting']} (harpd asks again; a slow Slurm delays it only)")
-        if lim.get("waited_s"):
-            from harp_submit.units import fmt_time
-
-            out.append(f"      waited {fmt_time(int(lim['waited_s']))} for Slurm to answer before it was carried out")
-        if lim.get("last_error") and a.get("step") == "decided":
-            out.append(f"      waiting: {lim['last_error']} ({lim.get('failures', 1)} failed tries)")
+        out += _attempt_lines(a, lim, attempts)
         if lim.get("stop"):
             stop = lim["stop"]
     if stop:
         out.append(f"  stopped: {stop}")
     return "\n".join(out + _other_records(job)) + "\n"
+
+
+def _identity_lines(job: dict[str, Any]) -> list[str]:
+    """Whose job it is, of which chain, from which source (and a same-id job of a trace left out)."""
+    jid = job.get("job_id")
+    who = job.get("user") or "?"
+    head = f"job {jid}: {who}"
+    if job.get("chain_id") and str(job["chain_id"]) != str(jid):
+        head += f", attempt of job {job['chain_id']}"
+    out = [head]
+    if job.get("source") or job.get("source_kind"):
+        out.append(f"  source:        {_source(job.get('source_kind'), job.get('source'))}")
+    if job.get("also_imported"):
+        out.append(
+            f"  not shown:     job {jid} of imported trace(s) {', '.join(job['also_imported'])}, "
+            "a different job with the same id"
+        )
+    return out
+
+
+def _registration_lines(job: dict[str, Any]) -> list[str]:
+    """What harp-submit registered: what the user asked, what was submitted, and harp's changes."""
+    if not job.get("registered"):
+        return []
+    out: list[str] = []
+    jid, reg = job.get("job_id"), job.get("registered_job_id")
+    if reg and str(reg) != str(jid):
+        out.append(f"  registered as job {reg}")
+    out.append(f"  asked for:     {_resources(job.get('original'))}")
+    out.append(f"  submitted:     {_resources(job.get('submitted'))}")
+    decision = job.get("decision") or {}
+    for c in decision.get("changes") or []:
+        out.append(
+            f"  harp changed:  --{c.get('option')} {c.get('old') or '(unset)'} -> {c.get('value')}"
+            + (f" ({c['reason']})" if c.get("reason") else "")
+        )
+    return out
+
+
+def _outcome_lines(job: dict[str, Any]) -> list[str]:
+    """The last outcome, with Slurm's state of that same run."""
+    rec = job.get("record") or {}
+    outcome = rec.get("outcome") or job.get("outcome")
+    ran = job.get("ran_with") or []
+    if ran:  # the last run Slurm has, with its own state: never another run's state beside this outcome
+        rec = {"outcome": ran[-1].get("outcome"), "state": ran[-1].get("state")}
+        outcome = rec["outcome"] or outcome
+    if not outcome:
+        return []
+    return [f"  last outcome:  {outcome}" + (f" (Slurm {rec['state']})" if rec.get("state") else "")]
+
+
+def _attempt_lines(a: dict[str, Any], lim: dict[str, Any], attempts: list[dict[str, Any]]) -> list[str]:
+    """One recovery attempt: its job, step, outcome and limits, then why, its files and its waits."""
+    job_words, mode = _attempt_words(a, lim)
+    line = f"  #{a.get('attempt')}  job {job_words}"
+    line += f"  {a.get('step')}"
+    if a.get("outcome"):
+        line += f"  {a['outcome']}"
+    line += f"  [{_limits(lim)}]"
+    if mode:
+        line += f"  {mode}"
+    out = [line]
+    if a.get("reason"):
+        out.append(f"      why: {a['reason']}")
+    if lim.get("comment"):
+        out.append(f"      Slurm comment: {lim['comment']}")
+    if lim.get("note"):
+        out.append(f"      note: {lim['note']}")
+    out += _gpu_lines(lim.get("gpu"))
+    if lim.get("output"):
+        shared = lim.get("mode") == "requeue" or (a.get("attempt") == 1 and _requeued(attempts))
+        out.append(f"      output: {lim['output']}" + (" (the job's runs one after another)" if shared else ""))
+    if lim.get("error"):
+        out.append(f"      errors: {lim['error']}")
+    return out + _attempt_wait_lines(a, lim)
+
+
+def _attempt_wait_lines(a: dict[str, Any], lim: dict[str, Any]) -> list[str]:
+    """An attempt's waits on Slurm: waiting now (decided, not yet carried out), or how long it waited."""
+    import time
+
+    from harp_submit.units import fmt_time
+
+    out: list[str] = []
+    if lim.get("waiting") and a.get("step") == "decided":
+        since = lim.get("waiting_since")
+        ago = f" for {fmt_time(max(0, int(time.time() - float(since))))}" if since else ""
+        out.append(f"      waiting on Slurm{ago}: {lim['waiting']} (harpd asks again; a slow Slurm delays it only)")
+    if lim.get("waited_s"):
+        out.append(f"      waited {fmt_time(int(lim['waited_s']))} for Slurm to answer before it was carried out")
+    if lim.get("last_error") and a.get("step") == "decided":
+        out.append(f"      waiting: {lim['last_error']} ({lim.get('failures', 1)} failed tries)")
+    return out
 
 
 def ledger_lines(job: dict[str, Any]) -> list[str]:
@@ -427,7 +454,7 @@ def _attempt_words(a: dict[str, Any], lim: dict[str, Any]) -> tuple[str, str]:
     before its side effect never had a job of its own and says nothing of a
     resubmission that never was.
     """
-    mode, job_id, step = lim.get("mode"), a.get("job_id"), a.get("step")
+    mode, job_id, step = str(lim.get("mode") or ""), a.get("job_id"), a.get("step")
     if a.get("outcome") == "not_submitted" or (lim.get("stop") and step != "done"):
         return ("(none: never submitted)" if mode != "requeue" or not job_id else f"{job_id} (not requeued)"), ""
     if step == "decided":

@@ -253,7 +253,7 @@ class Handlers:
             metrics.decision_refused("invalid decision")
             return p.error("predictor returned an invalid decision; request kept as submitted")
         try:
-            token = self.registrar.record_decision(peer.uid, peer.user, req.job.model_dump(), decision)
+            token = self.registrar.record_decision(peer.uid, peer.user, req.job, decision)
         except QuotaExceeded as exc:
             # one user past what harpd keeps for them: their answer says so, nobody else is slowed or logged for
             self.refusals.refused("quota", f"uid {peer.uid}", str(exc))
@@ -276,7 +276,7 @@ class Handlers:
     def op_register(self, peer: Peer, req: p.RegisterRequest) -> BaseModel:
         try:
             claims = req.decision is not None and bool(req.decision.changes)
-            v = self.registrar.register(req.job_id, peer.uid, req.token, req.job.model_dump(), claims)
+            v = self.registrar.register(req.job_id, peer.uid, req.token, req.job, claims)
         except Refused as exc:
             log.warning("registration of job %s by %s refused: %s", req.job_id, peer.describe(), exc)
             metrics.request_refused(str(exc))

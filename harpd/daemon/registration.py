@@ -35,7 +35,7 @@ from typing import Any
 from harp_submit.registration import TOKEN_WORD
 from harp_submit.units import parse_mem, parse_time
 from harpd import access
-from harpd.protocol import TOKEN_PATTERN, Decision, Resources
+from harpd.protocol import TOKEN_PATTERN, Decision, JobRequest, Resources
 from harpd.slurm.base import JobInfo, SlurmBackend, SlurmError, waiting_on_slurm, whole_minutes
 from harpd.slurm.job_ids import submitted_id
 from harpd.store import OwnerChanged, Store
@@ -82,7 +82,7 @@ def token_in_comment(comment: str | None) -> str | None:
 
 def decided_resources(request: Resources, decision: Decision) -> Resources:
     """The limits a job gets when ``decision``'s changes are applied to ``request``."""
-    got = request.model_dump()
+    got: dict[str, int | str | None] = {}
     for change in decision.changes:
         try:
             if change.option == "time":
@@ -97,7 +97,7 @@ def decided_resources(request: Resources, decision: Decision) -> Resources:
                 got["partition"] = change.value
         except ValueError:
             continue  # harp-submit refuses a decision it cannot read: the job then has the request
-    return Resources.model_validate(got)
+    return request.model_copy(update=got)
 
 
 def _mismatch(limits: dict[str, Any], job: JobInfo) -> str | None:
@@ -147,13 +147,12 @@ class Registrar:
         self.backend = backend
         self.quota = quota  # (decisions, bytes) a uid may have stored unclaimed; None: no bound
 
-    def record_decision(self, uid: int, user: str, job: dict[str, Any], decision: Decision) -> str:
+    def record_decision(self, uid: int, user: str, job: JobRequest, decision: Decision) -> str:
         """Store what harpd decided for this predict call; returns the token harp-submit echoes."""
         token = new_token()
-        request = Resources.model_validate(job.get("request") or {})
-        decided = decided_resources(request, decision)
+        decided = decided_resources(job.request, decision)
         # how sbatch ran the job comes with its registration, not with the question: not stored twice
-        kept = {k: v for k, v in job.items() if k not in ("argv", "sbatch_env")}
+        kept = job.model_dump(exclude={"argv", "sbatch_env"})
         quota = None if uid in (0, os.geteuid()) else self.quota  # root and harpd's own user: the admin's
         self.store.add_decision(token, uid, user, kept, decided.model_dump(), decision.model_dump(), quota=quota)
         return token
@@ -177,7 +176,7 @@ class Registrar:
         job_id: str,
         caller_uid: int,
         token: str | None,
-        job: dict[str, Any] | None = None,
+        job: JobRequest | None = None,
         claims_changes: bool = False,
     ) -> Verified:
         """The registration of ``job_id`` by ``caller_uid`` as harpd would store it; Refused otherwise.
@@ -200,7 +199,7 @@ class Registrar:
         user = info.user or access.user_of(owner) or str(owner)
         if token is None:
             shown = _as_slurm_shows(info)
-            return Verified(job_id, owner, user, dict(job or {}), shown, shown, None, None)
+            return Verified(job_id, owner, user, {} if job is None else job.model_dump(), shown, shown, None, None)
         row = self.store.get_decision(token)
         if row is None:
             raise Refused(f"job {job_id}: harpd made no decision with that token; not registered")
@@ -225,9 +224,8 @@ class Registrar:
             )
             raise Refused(f"job {job_id} has a {why}: neither harp's decision nor your request; not registered")
         recorded = dict(row.job)
-        for key in ("argv", "sbatch_env"):  # how sbatch ran it: what recovery resubmits with, the owner's own
-            if job and job.get(key) is not None:
-                recorded[key] = job[key]
+        if job is not None:  # how sbatch ran it: what recovery resubmits with, the owner's own
+            recorded.update((k, v) for k, v in (("argv", job.argv), ("sbatch_env", job.sbatch_env)) if v is not None)
         return Verified(job_id, owner, user, recorded, original, submitted, decision, token)
 
     def register(
@@ -235,7 +233,7 @@ class Registrar:
         job_id: str,
         caller_uid: int,
         token: str | None,
-        job: dict[str, Any] | None = None,
+        job: JobRequest | None = None,
         claims_changes: bool = False,
     ) -> Verified:
         """Verify and store; Refused (nothing stored) when Slurm does not vouch for it."""

@@ -98,7 +98,7 @@ class OomPlanner:
         if plan.error or not isinstance(chosen, Mapping):
             return GpuProposal(failed, None, plan.error or "the planner chose nothing")
         nxt = _config(chosen)
-        per_node = next((c["value"] for c in plan.changes if c["option"] == "ntasks-per-node"), None)
+        per_node = next((c.value for c in plan.changes if c.option == "ntasks-per-node"), None)
         options = {"partition": str(chosen["partition"]), "nodes": str(nxt.nodes or 1)}
         if job.request.gpus:
             options["gpus"] = f"{nxt.gpu_type}:{nxt.n_gpus}"

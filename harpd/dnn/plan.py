@@ -21,12 +21,13 @@ from typing import Any
 from harpd.config import DnnSettings, HarpSettings
 from harpd.dnn.errors import DnnError
 from harpd.dnn.goal_plan import GoalResult, plan_goals
-from harpd.dnn.goals import RunTime, goals_from_tokens
+from harpd.dnn.goals import DnnGoals, RunTime, goals_from_tokens
 from harpd.dnn.gpu_choice import Candidate, choose_config
 from harpd.dnn.refine import PeakObservation, spec_signature
 from harpd.dnn.site_check import check_gpu_types, parse_gres
 from harpd.dnn.spec import DnnSpec, dnn_tokens, spec_from_lines
 from harpd.dnn.zero import GIB, ceil_gib, estimate, mixed_layout
+from harpd.records import Change, Resources
 
 COST_MODEL = (
     "billed GPU-hours = GPUs x billing_weight x elapsed; elapsed is taken to depend on the "
@@ -37,7 +38,7 @@ COST_MODEL = (
 
 @dataclass
 class DnnPlan:
-    changes: list[dict[str, Any]] = field(default_factory=list)
+    changes: list[Change] = field(default_factory=list)  # the submission's change type (harpd.records)
     explain: dict[str, Any] = field(default_factory=dict)
     error: str | None = None
 
@@ -47,12 +48,9 @@ def _dnn_settings(settings: HarpSettings | DnnSettings) -> DnnSettings:
     return settings.dnn if isinstance(settings, HarpSettings) else settings
 
 
-def _request_dict(request: Any) -> dict[str, Any]:
-    if request is None:
-        return {}
-    if hasattr(request, "model_dump"):
-        return request.model_dump()
-    return dict(request)
+def _resources(request: Resources | Mapping[str, Any] | None) -> Resources:
+    """The request as ``Resources``: as it comes from the socket, or a mapping (the CLI, tests)."""
+    return request if isinstance(request, Resources) else Resources.from_json(request)
 
 
 def gres_value(old: str | None, gpu_type: str, per_node: int) -> str:
@@ -81,42 +79,42 @@ def has_gpu_gres(gres: str | None) -> bool:
     return any(name == "gpu" for name, _, _ in parse_gres(gres))
 
 
-def _change(changes: list[dict[str, Any]], option: str, value: str, old: Any, reason: str) -> None:
+def _change(changes: list[Change], option: str, value: str, old: Any, reason: str) -> None:
     old_s = None if old is None else str(old)
     if old_s == value:
         return
-    changes.append({"option": option, "value": value, "old": old_s, "reason": reason})
+    changes.append(Change(option=option, value=value, old=old_s, reason=reason))
 
 
 def _changes_for(
-    c: Candidate, spec: DnnSpec, req: dict[str, Any], margin: float, why: str | None = None
-) -> tuple[list[dict], list[str]]:
-    changes: list[dict[str, Any]] = []
+    c: Candidate, spec: DnnSpec, req: Resources, margin: float, why: str | None = None
+) -> tuple[list[Change], list[str]]:
+    changes: list[Change] = []
     warnings: list[str] = []
     gt = c.gpu_type
     fit = (
         f"{c.need / GIB:.1f} GiB/GPU needed ({c.need_source}, zero={c.stage}, "
         f"{margin:.0%} margin) of {c.capacity / GIB:.0f} GiB"
     )
-    _change(changes, "partition", gt.partition, req.get("partition"), f"{gt.name} GPUs are in partition {gt.partition}")
-    use_gpus = bool(req.get("gpus"))
-    use_gres = has_gpu_gres(req.get("gres")) or not use_gpus
+    _change(changes, "partition", gt.partition, req.partition, f"{gt.name} GPUs are in partition {gt.partition}")
+    use_gpus = bool(req.gpus)
+    use_gres = has_gpu_gres(req.gres) or not use_gpus
     cheapest = why or f"least billed GPU-hours ({c.n_gpus} GPU x weight {gt.billing_weight:g})"
     if use_gres:
         _change(
             changes,
             "gres",
-            gres_value(req.get("gres"), gt.name, c.gpus_per_node),
-            req.get("gres"),
+            gres_value(req.gres, gt.name, c.gpus_per_node),
+            req.gres,
             f"{c.gpus_per_node} x {gt.name} per node: {fit}; {cheapest}",
         )
     if use_gpus:
-        _change(changes, "gpus", f"{gt.name}:{c.n_gpus}", req.get("gpus"), f"{c.n_gpus} x {gt.name}: {fit}; {cheapest}")
+        _change(changes, "gpus", f"{gt.name}:{c.n_gpus}", req.gpus, f"{c.n_gpus} x {gt.name}: {fit}; {cheapest}")
     _change(
         changes,
         "nodes",
         str(c.nodes),
-        req.get("nodes"),
+        req.nodes,
         f"{c.n_gpus} GPUs as {c.nodes} node(s) x {c.gpus_per_node} {gt.name}",
     )
     per_node_tasks = 1 if spec.one_task_per_node else c.gpus_per_node
@@ -132,8 +130,8 @@ def _changes_for(
     host = c.estimate.host_per_node
     if host > 0:
         need_mb = ceil_gib(host) * 1024
-        old_mb = req.get("mem_mb")
-        if req.get("mem_per_cpu_mb"):
+        old_mb = req.mem_mb
+        if req.mem_per_cpu_mb:
             warnings.append(
                 f"ZeRO-Offload needs {ceil_gib(host)} GiB host memory per node; "
                 "--mem-per-cpu is set, so harp left host memory alone"
@@ -147,7 +145,7 @@ def _changes_for(
                 f"host memory for ZeRO-Offload: {host / GIB:.1f} GiB per node "
                 "(offloaded states or start-up fp32 copies, x1.5 buffer)",
             )
-    ntasks = req.get("ntasks")
+    ntasks = req.ntasks
     if ntasks and ntasks != c.nodes * per_node_tasks:
         warnings.append(
             f"--ntasks={ntasks} overrides --ntasks-per-node={per_node_tasks}; "
@@ -185,14 +183,35 @@ def _goal_candidate(res: GoalResult, spec: DnnSpec, dnn: Any, fitting: list[Cand
     return Candidate(gt, res.nodes, res.gpus_per_node, res.zero, est, est.need)
 
 
+def _goal_notes(goals: DnnGoals, result: GoalResult, array_size: int | None, from_history: int) -> list[str]:
+    """What a goal plan tells the user: an array that is not the search's stage, a curve from history."""
+    notes: list[str] = []
+    stages = result.explain.get("stages") or []
+    if goals.trials and array_size and goals.stage < len(stages) and stages[goals.stage]["trials"] != array_size:
+        notes.append(
+            f"the array has {array_size} task(s) but stage {goals.stage} of trials="
+            f"{goals.trials} eta={goals.eta} runs {stages[goals.stage]['trials']}: "
+            "the plan assumes the stage's count"
+        )
+    elif array_size and array_size > 1 and not goals.trials and goals.deadline_s is not None:
+        notes.append(
+            f"an array of {array_size} without trials=: each task is planned as one job "
+            "that must meet the deadline by itself"
+        )
+    if from_history:
+        notes.append(
+            f"scaling curve fitted to {from_history} completed earlier run(s) of this job from harpd's history"
+        )
+    return notes + result.notes
+
+
 def plan_dnn_job(
     harp_lines: list[str],
-    request: Mapping[str, Any] | Any,
+    request: Resources | Mapping[str, Any] | None,
     cwd: str | None,
     settings: HarpSettings | DnnSettings,
     *,
     partitions: Mapping[str, Any] | None = None,
-    observations: Iterable[PeakObservation] = (),
     observed: Callable[[str], Iterable[PeakObservation]] | None = None,
     uid: int | None = None,
     billing: Mapping[str, Mapping[str, float]] | None = None,
@@ -203,8 +222,7 @@ def plan_dnn_job(
 
     ``settings``: HarpSettings (or its ``dnn`` section).  ``partitions``: the
     Slurm backend's ``partitions()`` when available, to keep to what exists.
-    ``observations``: recorded peaks for this job's ``spec_signature``.
-    ``observed``: looks them up by that signature (``harpd.dnn.observed``), added to ``observations``.
+    ``observed``: the recorded peaks of a ``spec_signature`` (``harpd.dnn.observed``): this job's are taken.
     ``uid``: the submitter, so a config file is only read if they may read it.
     ``billing``: TRESBillingWeights per partition (``harpd.slurm.billing``), for goal plans.
     ``history``: the job's earlier runs by its tokens (``harpd.dnn.history``), when the line gives no runs=.
@@ -218,9 +236,8 @@ def plan_dnn_job(
     if spec is None:
         return DnnPlan()
     dnn = _dnn_settings(settings)
-    req = _request_dict(request)
-    if observed is not None:
-        observations = [*observations, *observed(spec_signature(spec))]
+    req = _resources(request)
+    observations = list(observed(spec_signature(spec))) if observed is not None else []
     warnings: list[str] = []
     site_nodes = site_gpn = None
     if partitions is not None:
@@ -267,23 +284,7 @@ def plan_dnn_job(
     best = choice.best
     if goals_result is not None:
         explain["goals"] = goals_result.explain
-        stages = goals_result.explain.get("stages") or []
-        if goals.trials and array_size and goals.stage < len(stages) and stages[goals.stage]["trials"] != array_size:
-            explain["notes"].append(
-                f"the array has {array_size} task(s) but stage {goals.stage} of trials="
-                f"{goals.trials} eta={goals.eta} runs {stages[goals.stage]['trials']}: "
-                "the plan assumes the stage's count"
-            )
-        elif array_size and array_size > 1 and not goals.trials and goals.deadline_s is not None:
-            explain["notes"].append(
-                f"an array of {array_size} without trials=: each task is planned as one job "
-                "that must meet the deadline by itself"
-            )
-        if from_history:
-            explain["notes"].append(
-                f"scaling curve fitted to {from_history} completed earlier run(s) of this job from harpd's history"
-            )
-        explain["notes"] += goals_result.notes
+        explain["notes"] += _goal_notes(goals, goals_result, array_size, from_history)
         if goals_result.error:
             explain["error"] = goals_result.error
             explain["notes"] += warnings

@@ -21,6 +21,7 @@ from harpd.dnn.checkpoint import explain_checkpoint
 from harpd.dnn.history import runs_from_store
 from harpd.dnn.observed import observations_from_store
 from harpd.dnn.plan import plan_dnn_job
+from harpd.protocol import Decision, JobRequest
 from harpd.slurm.partitions import limits_of
 
 log = logging.getLogger(__name__)
@@ -120,19 +121,12 @@ class DnnRoutingPredictor:
 
         return peaks
 
-    def decide(self, job: Any, user: str, uid: int, **kw: Any) -> Any:
-        from harpd.protocol import Change, Decision
-
+    def decide(self, job: JobRequest, user: str, uid: int, **kw: Any) -> Decision:
         base = self.inner.decide(job, user, uid, **kw)  # dry_run=True: the inner predictor counts nothing
         if not isinstance(base, Decision):
             base = Decision.model_validate(base)
-        req = getattr(job, "request", None)
-        ckpt = explain_checkpoint(
-            list(job.harp_lines or []),
-            getattr(req, "time_s", None),
-            getattr(req, "signal_s", None),
-            getattr(req, "requeue", None),
-        )
+        req = job.request
+        ckpt = explain_checkpoint(list(job.harp_lines or []), req.time_s, req.signal_s, req.requeue)
         if ckpt is not None:
             base = base.model_copy(update={"explain": {**base.explain, "checkpoint": ckpt}})
         if not has_dnn_line(job.harp_lines):
@@ -148,7 +142,7 @@ class DnnRoutingPredictor:
             billing=self._billing(),
             history=self._history(uid),
             observed=self._observed(uid),
-            array_size=getattr(job, "array_size", None),
+            array_size=job.array_size,
         )
         explain = dict(base.explain)
         explain.update(plan.explain)
@@ -164,7 +158,7 @@ class DnnRoutingPredictor:
         if not plan.changes:
             return base.model_copy(update={"explain": explain})
         changes = [c for c in base.changes if c.option not in _DNN_OPTIONS]
-        changes += [Change(**c) for c in plan.changes]
+        changes += plan.changes
         limits = base.limits
         new_part = next((c.value for c in changes if c.option == "partition"), None)
         if new_part and partitions and new_part in partitions:

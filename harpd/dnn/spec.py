@@ -470,8 +470,8 @@ def _states_only_spec(tokens: dict[str, str], params: int, hidden: int | None, v
     )
 
 
-def _apply_options(spec: DnnSpec, tokens: dict[str, str]) -> DnnSpec:
-    """The keys that are not the model's size (optimizer, precision, ZeRO, ...), checked."""
+def _apply_numerics(spec: DnnSpec, tokens: dict[str, str]) -> None:
+    """The optimizer and the precision keys (optimizer, momentum, precision, mixed), checked together."""
     if "optimizer" in tokens:
         spec.optimizer = _choice("optimizer", tokens["optimizer"], _OPTIMIZERS)
     if "momentum" in tokens:
@@ -484,6 +484,11 @@ def _apply_options(spec: DnnSpec, tokens: dict[str, str]) -> DnnSpec:
         spec.mixed = _choice("mixed", tokens["mixed"], _MIXED)
         if spec.precision == "fp32":
             raise DnnError("#HARP dnn: mixed= applies to precision=bf16 or fp16, not fp32; drop one of them")
+
+
+def _apply_options(spec: DnnSpec, tokens: dict[str, str]) -> DnnSpec:
+    """The keys that are not the model's size (optimizer, precision, ZeRO, ...), checked."""
+    _apply_numerics(spec, tokens)
     if "zero" in tokens:
         z = tokens["zero"].strip().lower()
         if z == "auto":

@@ -107,28 +107,34 @@ class ModelStates:
         return self.params + self.grads + self.optimizer + self.gathered + self.cast_copies
 
 
-def model_states(
-    params: int,
-    stage: int,
-    n_dp: int,
-    *,
-    optimizer: str = "adamw",
-    precision: str = "bf16",
-    momentum: bool = True,
-    offload_optimizer: bool = False,
-    offload_param: bool = False,
-    largest_layer: int = 0,
-    accounting: str = "harp",
-    mixed: str = "weights",
-    recompute: str = "none",
-) -> ModelStates:
-    """Per-GPU model-state bytes for ZeRO ``stage`` over ``n_dp`` data-parallel ranks.
+@dataclass(frozen=True, slots=True)
+class StateLayout:
+    """How a model's states are kept, beside its size and ZeRO stage: what ``model_states`` counts.
 
     ``mixed`` (ignored in fp32 and by ``accounting="paper"``): ``weights`` is the
     ZeRO/DeepSpeed layout of the module doc, ``autocast`` fp32 weights and
     gradients with 16-bit copies made during the step.  ``recompute`` says
     whether autograd keeps those copies (not with full recomputation).
+    ``largest_layer``: parameters of the largest layer (ZeRO-3 gathers it whole).
     """
+
+    optimizer: str = "adamw"
+    precision: str = "bf16"
+    momentum: bool = True
+    offload_optimizer: bool = False
+    offload_param: bool = False
+    largest_layer: int = 0
+    accounting: str = "harp"
+    mixed: str = "weights"
+    recompute: str = "none"
+
+
+def model_states(params: int, stage: int, n_dp: int, layout: StateLayout | None = None) -> ModelStates:
+    """Per-GPU model-state bytes for ZeRO ``stage`` over ``n_dp`` data-parallel ranks, kept as ``layout`` says."""
+    lay = layout or StateLayout()
+    optimizer, precision, momentum, accounting = lay.optimizer, lay.precision, lay.momentum, lay.accounting
+    offload_optimizer, offload_param, largest_layer = lay.offload_optimizer, lay.offload_param, lay.largest_layer
+    mixed, recompute = lay.mixed, lay.recompute
     if stage not in (0, 1, 2, 3):
         raise DnnError(f"ZeRO stage must be 0-3, not {stage}")
     if n_dp < 1:
@@ -346,15 +352,17 @@ def states_of(spec, n_gpus: int, stage: int) -> ModelStates:
         spec.params,
         stage,
         n_gpus,
-        optimizer=spec.optimizer,
-        precision=spec.precision,
-        momentum=spec.momentum,
-        offload_optimizer=spec.offload_optimizer,
-        offload_param=spec.offload_param,
-        largest_layer=spec.largest_layer,
-        accounting=spec.accounting,
-        mixed=mixed_layout(spec, stage),
-        recompute=spec.recompute,
+        StateLayout(
+            optimizer=spec.optimizer,
+            precision=spec.precision,
+            momentum=spec.momentum,
+            offload_optimizer=spec.offload_optimizer,
+            offload_param=spec.offload_param,
+            largest_layer=spec.largest_layer,
+            accounting=spec.accounting,
+            mixed=mixed_layout(spec, stage),
+            recompute=spec.recompute,
+        ),
     )
 
 

@@ -22,6 +22,16 @@ the comparison:
   start limit too (an approximation, stated in docs/metrics.md);
 * ``exact``: limits equal to the runtimes, the bound no predictor beats.
 
+harp-soft is decided in a closed loop by default: at each job's submission
+the simulator asks a decision (``Decide``: job index, ``QueueView`` -> limit
+seconds) with the simulated queue as harpd would see it then.  The default
+decision is the replay's soft limit as it is (today's per-job decision, which
+reads no queue: the figures equal the open loop's); with ``queue_rule`` it
+goes through the queue rule (``harpd.predict.queue_policy``), which is off by
+default because it gave back most of harp's gain on the shared traces at
+high load (docs/metrics.md, 'Closed loop').  ``closed_loop=False`` skips the
+asking (open loop).
+
 Jobs come from ``Prepared``: submit time, ``need`` (the used time) as the
 runtime, ``weight`` (cores) as the width.  The figures' definitions are
 ``harpd.simulate.schedule``'s.
@@ -36,11 +46,13 @@ from typing import Any
 
 import numpy as np
 
+from harpd.predict.queue_policy import queue_cut
+from harpd.predict.queue_view import QueueView
 from harpd.predict.soft import MAX_EXTENSIONS
 from harpd.records import Outcome
 from harpd.recovery.escalation import next_allocation
 from harpd.replay.dataset import Prepared
-from harpd.simulate import LimitHook, LimitPolicy, Summary, Workload
+from harpd.simulate import LimitHook, LimitPolicy, SubmitHook, Summary, Workload
 from harpd.simulate.shake import mean_row, paired, simulate_shaken
 
 #: the rows of a queue comparison, in display order
@@ -51,6 +63,8 @@ MODEL = "harp"
 GAP_FIGURES = ("mean_wait_s", "mean_bounded_slowdown")
 
 Progress = Callable[[str], "Callable[[int, int], None] | None"]
+#: a closed-loop decision: (job index, the queue at its submission) -> its limit in seconds
+Decide = Callable[[int, QueueView], float]
 
 
 class QueueError(ValueError):
@@ -107,6 +121,27 @@ def escalation_hook(
     return hook
 
 
+def queue_decision(limits: np.ndarray, cap: np.ndarray, queue_rule: bool = False) -> Decide:
+    """Today's per-job soft limit; with ``queue_rule``, given back towards the request as the queue deepens."""
+
+    def today(j: int, _view: QueueView) -> float:
+        return float(limits[j])
+
+    def with_rule(j: int, view: QueueView) -> float:
+        return queue_cut(view, float(cap[j]), float(limits[j])).limit_s
+
+    return with_rule if queue_rule else today
+
+
+def submit_hook(decide: Decide, procs: int) -> SubmitHook:
+    """The simulator's ``on_submit`` for ``decide``: its numbers made into harpd's ``QueueView``."""
+
+    def hook(j: int, pending: int, backlog: float, running: int, now: float) -> float:
+        return decide(j, QueueView(pending, backlog, running, now, total_cores=procs))
+
+    return hook
+
+
 def _first_limits(alloc: np.ndarray, req: np.ndarray) -> np.ndarray:
     a = np.asarray(alloc, float)
     return np.maximum(np.where(np.isfinite(a), a, req), 1.0)
@@ -120,11 +155,15 @@ def policies(
     max_extensions: int = MAX_EXTENSIONS,
     lead_s: float = 0.0,
     look_s: float = 0.0,
+    procs: int = 0,
+    decide: Decide | None = None,
 ) -> list[LimitPolicy]:
     """The comparison's rows: ``hard``/``soft`` are harp's allocations (None: row absent).
 
     ``lead_s``/``look_s``: harpd's watcher (``watch.margin_s``, ``watch.interval_s``),
     which extends a harp-soft job at its first look within the lead of its limit.
+    ``decide``: harp-soft in a closed loop on a machine of ``procs`` processors
+    (None: the soft allocations as they are, open loop).
     """
     req = _requests(prep)
     cap = _cap(prep, req)
@@ -143,6 +182,7 @@ def policies(
                 "harp-soft",
                 lead_s=lead_s,
                 look_s=look_s,
+                on_submit=None if decide is None else submit_hook(decide, procs),
             )
         )
     out.append(LimitPolicy(np.maximum(prep.need, 1.0), "hard", None, "exact"))
@@ -219,8 +259,14 @@ def schedule(
     lead_s: float = 0.0,
     look_s: float = 0.0,
     compress: float = 1.0,
+    closed_loop: bool = True,
+    queue_rule: bool = False,
 ) -> dict[str, Any]:
     """Simulate every policy; the JSON-able queue section of a replay report.
+
+    ``closed_loop``: harp-soft decided at each submission from the simulated
+    queue (``queue_decision``, through the queue rule with ``queue_rule``);
+    False: the replay's soft limits as they are.
 
     With ``replicas`` > 1 each figure is the mean over that many copies of
     the trace, copy 0 as recorded and the others shaken by ±``shake_s`` on
@@ -240,7 +286,11 @@ def schedule(
         first = float(work.submit.min()) if len(work) else 0.0
         work = Workload(first + (work.submit - first) * compress, work.procs, work.runtime)
         notes = [*(notes or []), f"inter-arrival times multiplied by {compress:g} (a more loaded machine)"]
-    pols = policies(prep, hard, soft, max_attempts, max_extensions, lead_s, look_s)
+    decide = None
+    if soft is not None and closed_loop:
+        req = _requests(prep)
+        decide = queue_decision(_first_limits(soft, req), _cap(prep, req), queue_rule)
+    pols = policies(prep, hard, soft, max_attempts, max_extensions, lead_s, look_s, procs, decide)
     t0 = time.perf_counter()
     runs = simulate_shaken(work, pols, procs, replicas=replicas, amplitude_s=shake_s, seed=seed, progress=progress)
     per_policy_s = round((time.perf_counter() - t0) / max(len(pols), 1), 2)
@@ -271,6 +321,8 @@ def schedule(
         "replicas": int(replicas),
         "shake_s": float(shake_s),
         "compress": float(compress),
+        "soft_loop": None if soft is None else ("closed" if closed_loop else "open"),
+        "queue_rule": bool(soft is not None and closed_loop and queue_rule),
         "policies": list(rows.values()),
         "gap_closed": gap,
         "gap": gap_sizes(runs.get("users") or [], runs.get("exact") or []),

@@ -12,9 +12,24 @@ then to a whole node (128 GB).  Units: bytes, seconds.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Protocol
+
 import numpy as np
 
 NODE_BYTES = 128e9  # Tovar's last resort in the paper's code: a whole 128 GB node
+
+
+class Baseline(Protocol):
+    """What the replay asks of a baseline: its history (``fit``, ``learn``), a first allocation, a retry."""
+
+    def fit(self, x: np.ndarray, y: np.ndarray, t: np.ndarray) -> None: ...
+
+    def learn(self, x: float, y: float, t: float) -> None: ...
+
+    def first(self, x: float, request: float) -> float | None: ...
+
+    def retry(self, alloc: float) -> float: ...
 
 
 class _History:
@@ -124,7 +139,7 @@ class Tovar(_History):
         return top if alloc < top else max(NODE_BYTES, 2.0 * alloc)
 
 
-BASELINES = {
+BASELINES: dict[str, Callable[[], Baseline]] = {
     "witt-percentile": WittPercentile,
     "witt-lr": WittRegression,
     "witt-lr-under": lambda: WittRegression(under_only=True),

@@ -43,7 +43,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from harpd.evaluate.sizey_metric import Wastage
-from harpd.evaluate.workflow_baselines import BASELINES, NODE_BYTES
+from harpd.evaluate.workflow_baselines import BASELINES, NODE_BYTES, Baseline
 from harpd.features.usage import usage_of
 from harpd.features.workflow import WORKFLOW_PREFIX
 from harpd.records import JobRecord, Outcome
@@ -187,6 +187,7 @@ class LiveHarp:
         ``ran_out_at``: an attempt of it harp gave that many bytes and that ran out of them (OUT_OF_MEMORY).
         """
         self._n += 1
+        req: float | None
         if ran_out_at is not None:
             outcome, req, used = Outcome.OOM, ran_out_at / MIB, ran_out_at / MIB
         else:
@@ -241,27 +242,36 @@ class _LiveType:
         self.live.predictor.learn([*failed, self.live.record(self.kind, task)])
 
 
-def _sizers(live: LiveHarp, kind: str) -> dict[str, object]:
-    made: dict[str, object] = {"harp": live.sizer(kind)}
-    made.update({name: make() for name, make in BASELINES.items()})
-    return made
+@dataclass(slots=True)
+class _Sizers:
+    """The predictors of one task type: harpd's (``harp``) and the baselines, by name in the rows' order."""
+
+    harp: _LiveType
+    baselines: dict[str, Baseline]
 
 
-def _chain(name: str, sizer, task: Task, first: float | None) -> list[float]:
-    """The attempts of one task under one predictor, the last one fitting."""
+def _sizers(live: LiveHarp, kind: str) -> _Sizers:
+    return _Sizers(live.sizer(kind), {name: make() for name, make in BASELINES.items()})
+
+
+def _harp_chain(sizer: _LiveType, task: Task, first: float | None) -> list[float]:
+    """harpd's attempts of one task (recovery's escalation), the last one fitting."""
     y = task.usage
+    req = task.request if task.request > 0 else None
     if first is None:  # nothing learnt yet: the task runs as the user asked (a node without a request)
         first = task.request if task.request > 0 else NODE_BYTES
-        if name != "harp":
-            return _retries(first, y, lambda a: 2.0 * a)
-    if name == "harp":
-        req = task.request if task.request > 0 else None
-        if first <= 0:
-            first = req or NODE_BYTES
-        ch = simulate(y, first, req, None, Outcome.OOM, max_attempts=sizer.live.max_attempts)  # type: ignore[attr-defined]
-        allocs = list(ch.allocations)
-        return allocs if ch.fitted else allocs[:-1] + _retries(allocs[-1], y, lambda a: 2.0 * a)
-    return _retries(first, y, sizer.retry)
+    if first <= 0:
+        first = req or NODE_BYTES
+    ch = simulate(y, first, req, None, Outcome.OOM, max_attempts=sizer.live.max_attempts)
+    allocs = list(ch.allocations)
+    return allocs if ch.fitted else allocs[:-1] + _retries(allocs[-1], y, lambda a: 2.0 * a)
+
+
+def _baseline_chain(sizer: Baseline, task: Task, first: float | None) -> list[float]:
+    """A baseline's attempts of one task under its own retry rule, the last one fitting."""
+    if first is None:  # nothing learnt yet: the task runs as the user asked (a node without a request)
+        return _retries(task.request if task.request > 0 else NODE_BYTES, task.usage, lambda a: 2.0 * a)
+    return _retries(first, task.usage, sizer.retry)
 
 
 def _retries(first: float, y: float, retry: Callable[[float], float]) -> list[float]:
@@ -273,10 +283,7 @@ def _retries(first: float, y: float, retry: Callable[[float], float]) -> list[fl
     return [max(a, 0.0) for a in allocs]
 
 
-_UNSET = object()
-
-
-def _harp_first(sizer, task: Task, timings: list[float], now: float | None) -> float | None:
+def _harp_first(sizer: _LiveType, task: Task, timings: list[float], now: float | None) -> float | None:
     """harpd's decision for ``task`` at ``now`` (the replay's clock), timed."""
     t0 = time.perf_counter()
     first = sizer.first(task.input_bytes, task.request, now)
@@ -284,44 +291,29 @@ def _harp_first(sizer, task: Task, timings: list[float], now: float | None) -> f
     return first
 
 
-def _size(
-    rows: dict[str, Wastage],
-    sizers: dict[str, object],
-    task: Task,
-    timings: list[float],
-    decided: list[float | None],
-    now: float | None = None,
-    harp: object = _UNSET,
-) -> list[float]:
-    """Every row's attempts for ``task``; ``harp``: harpd's first allocation when decided earlier.
+def _size(rows: dict[str, Wastage], sizers: _Sizers, task: Task, harp_first: float | None) -> list[float]:
+    """Every row's attempts for ``task``; ``harp_first``: harpd's first allocation, decided by the caller.
 
     Returns harp's attempts that ran out (their allocations): harpd is handed
     their outcomes as it is the task's (``_learn``).
     """
-    ran_out: list[float] = []
-    for name, sizer in sizers.items():
-        if name == "harp":
-            first = _harp_first(sizer, task, timings, now) if harp is _UNSET else harp
-            decided.append(first)  # type: ignore[arg-type]
-        else:
-            first = sizer.first(task.input_bytes, task.request)  # type: ignore[attr-defined]
-        chain = _chain(name, sizer, task, first)
-        rows[name].add(chain, task.usage, task.runtime_s)
-        if name == "harp":
-            ran_out = [a for a in chain if a < task.usage]
+    chain = _harp_chain(sizers.harp, task, harp_first)
+    rows["harp"].add(chain, task.usage, task.runtime_s)
+    ran_out = [a for a in chain if a < task.usage]
+    for name, sizer in sizers.baselines.items():
+        first = sizer.first(task.input_bytes, task.request)
+        rows[name].add(_baseline_chain(sizer, task, first), task.usage, task.runtime_s)
     req = task.request if task.request > 0 else task.peak
     rows["request"].add([max(req, task.peak)], task.peak, task.runtime_s)
     return ran_out
 
 
-def _learn(sizers: dict[str, object], task: Task, ran_out: list[float] | None = None) -> None:
-    for name, sizer in sizers.items():
-        if name == "harp":  # harpd is handed every outcome, its attempts' that ran out included
-            sizer.learn(task, ran_out)  # type: ignore[attr-defined]
-        elif not task.sample:  # a failed or killed task's usage is a lower bound: no sizer learns it as a need
-            continue
-        else:
-            sizer.learn(task.input_bytes, task.usage, task.runtime_s)  # type: ignore[attr-defined]
+def _learn(sizers: _Sizers, task: Task, ran_out: list[float] | None = None) -> None:
+    sizers.harp.learn(task, ran_out)  # harpd is handed every outcome, its attempts' that ran out included
+    if not task.sample:  # a failed or killed task's usage is a lower bound: no sizer learns it as a need
+        return
+    for sizer in sizers.baselines.values():
+        sizer.learn(task.input_bytes, task.usage, task.runtime_s)
 
 
 def _empty_rows() -> dict[str, Wastage]:
@@ -345,19 +337,19 @@ def sizey_split(tasks: list[Task], seed: int) -> Iterator[tuple[str, list[Task],
 
 def run_sizey(tasks: list[Task], seed: int, settings=None) -> Result:
     t0 = time.perf_counter()
-    rows, timings, decided = _empty_rows(), [], []
+    rows, timings, decided = _empty_rows(), list[float](), list[float | None]()
     n = types = 0
     for proc, train, test in sizey_split(tasks, seed):
         types += 1
         sizers = _sizers(LiveHarp(settings), proc)  # a fresh harpd per type: the paper's per-type protocol
         cols = [np.array([getattr(t, f) for t in train]) for f in ("input_bytes", "usage", "runtime_s")]
-        for name, sizer in sizers.items():
-            if name == "harp":
-                sizer.fit(train)  # type: ignore[attr-defined]
-            else:
-                sizer.fit(*cols)  # type: ignore[attr-defined]
+        sizers.harp.fit(train)
+        for sizer in sizers.baselines.values():
+            sizer.fit(*cols)
         for task in test:
-            _learn(sizers, task, _size(rows, sizers, task, timings, decided))
+            first = _harp_first(sizers.harp, task, timings, None)
+            decided.append(first)
+            _learn(sizers, task, _size(rows, sizers, task, first))
             n += 1
     if not n:
         raise WorkflowReplayError(
@@ -385,7 +377,7 @@ def run_chronological(tasks: list[Task], at: str = "start", settings=None) -> Re
     if at not in DECIDE_AT:
         raise WorkflowReplayError(f"unknown decision time {at!r}; use one of {', '.join(DECIDE_AT)}")
     t0 = time.perf_counter()
-    rows, timings, decided = _empty_rows(), [], []
+    rows, timings, decided = _empty_rows(), list[float](), list[float | None]()
     order = [t for t in tasks if t.usage > 0 and t.runtime_s > 0]
     if not order:
         raise WorkflowReplayError("no finished task with a memory usage and a runtime: nothing to replay")
@@ -395,7 +387,7 @@ def run_chronological(tasks: list[Task], at: str = "start", settings=None) -> Re
         events += [(t.end, END, i), (t.submit, SUBMIT, i), (max(decided_at(t, at), t.submit), DECIDE, i)]
     events.sort()
     live = LiveHarp(settings)
-    sizers: dict[str, dict[str, object]] = {}
+    sizers: dict[str, _Sizers] = {}
     ended: dict[str, int] = {}  # per type, its tasks ended so far
     at_submit: dict[int, tuple[float | None, int]] = {}  # harp's decision at submission, and its siblings ended then
     ran_out: dict[int, list[float]] = {}  # harp's attempts of a started task that ran out, learnt at its end
@@ -408,12 +400,13 @@ def run_chronological(tasks: list[Task], at: str = "start", settings=None) -> Re
             _learn(own, task, ran_out.pop(i, None))
             ended[task.process] = ended.get(task.process, 0) + 1
         elif kind == SUBMIT:
-            at_submit[i] = (_harp_first(own["harp"], task, timings, when), ended.get(task.process, 0))
+            at_submit[i] = (_harp_first(own.harp, task, timings, when), ended.get(task.process, 0))
         else:
             first, seen = at_submit.pop(i)
             if ended.get(task.process, 0) != seen:  # a sibling ended while it was pending: the resizer's answer
-                first = _harp_first(own["harp"], task, timings, when)
-            ran_out[i] = _size(rows, own, task, timings, decided, when, harp=first)
+                first = _harp_first(own.harp, task, timings, when)
+            decided.append(first)
+            ran_out[i] = _size(rows, own, task, first)
     return Result(
         "chronological", None, len(order), len(sizers), rows, timings, time.perf_counter() - t0, at, harp_first=decided
     )

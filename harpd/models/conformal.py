@@ -27,6 +27,7 @@ from __future__ import annotations
 import math
 from collections import deque
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -179,6 +180,28 @@ class OnlineConformal:
                 self._cache.pop(k, None)
 
 
+@dataclass(frozen=True, slots=True)
+class CalibratorTuning:
+    """The calibrator's knobs (the site's ``conformal`` settings override them; ``Calibrator`` says what each does).
+
+    ``window``, ``min_group``, ``gamma``, ``alpha_max``: the online conformal
+    offsets' (``OnlineConformal``); ``min_fraction``: the guard's lowest cut
+    (share of the request); ``soft``: a miss is an extension, not a killed run.
+    """
+
+    aim: float = 0.8
+    budget: float = 0.04
+    window: int = 3000
+    min_group: int = 300
+    gamma: float = 0.005
+    eta: float = 0.02
+    theta_max: float = 0.9
+    theta_min: float = 0.05
+    alpha_max: float = 0.15
+    min_fraction: float = 0.0
+    soft: bool = False
+
+
 class Calibrator:
     """Turns a quantile model's raw bound into an allocation harp can stand behind.
 
@@ -199,37 +222,28 @@ class Calibrator:
     def __init__(
         self,
         alpha: float = 0.05,
-        aim: float = 0.8,
-        budget: float = 0.04,
-        window: int = 3000,
-        min_group: int = 300,
-        gamma: float = 0.005,
-        eta: float = 0.02,
-        theta_max: float = 0.9,
-        theta_min: float = 0.05,
-        alpha_max: float = 0.15,
+        tuning: CalibratorTuning | None = None,
         relative: bool = True,
         resource: str = "time",
         max_attempts: int = 3,
-        min_fraction: float = 0.0,
-        soft: bool = False,
     ):
+        t = tuning or CalibratorTuning()
         self.alpha = alpha
         # soft limits: a miss is an extension, not a killed run, so
         # the level is the extension target itself and θ has no kills to steer on
-        self.soft = soft
-        self.aim = aim
-        self.budget = budget
-        self.gamma = gamma
-        self.eta = eta
-        self.theta_max = theta_max
-        self.theta_min = theta_min
+        self.soft = t.soft
+        self.aim = t.aim
+        self.budget = t.budget
+        self.gamma = t.gamma
+        self.eta = t.eta
+        self.theta_max = t.theta_max
+        self.theta_min = t.theta_min
         self.relative = relative
         self.resource = resource
         self.max_attempts = max_attempts
-        self.min_fraction = min_fraction  # the guard's lowest cut (share of the request)
-        self.conf = OnlineConformal(alpha * aim, window, min_group, gamma, alpha_max)
-        self.theta = theta_max
+        self.min_fraction = t.min_fraction  # the guard's lowest cut (share of the request)
+        self.conf = OnlineConformal(alpha * t.aim, t.window, t.min_group, t.gamma, t.alpha_max)
+        self.theta = t.theta_max
         self.size_ema: float | None = None
 
     # -- fit time ---------------------------------------------------------------
@@ -403,10 +417,10 @@ class HarpModel(BasePredictor):
         )
         self.cal_ = Calibrator(
             self.alpha,
+            CalibratorTuning(**self.calibrator),
             relative=self.relative,
             resource=self.resource,
             max_attempts=self.max_attempts,
-            **self.calibrator,
         )
         if n_cal:
             self.seeded_ = self.cal_.seed(

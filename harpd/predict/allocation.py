@@ -19,12 +19,13 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 import numpy as np
 
-if TYPE_CHECKING:
-    from harpd.config import PredictSettings
+from harpd.config import PredictSettings
+
+#: ``[predict]``'s defaults, written once in harpd.config: a Guard built without settings guards as harpd does
+PREDICT_DEFAULTS = PredictSettings()
 
 #: what ``allocate`` says set a value it returns: the bound itself, or the rail that moved it
 BOUND, REQUEST_FLOOR, FLOOR, LIMIT = "bound", "request floor", "floor", "limit"
@@ -38,11 +39,11 @@ MARGIN = 1.1
 class Guard:
     """The guard-rail settings of one resource (from ``settings.predict``)."""
 
-    min_history: int = 5
-    floor: float = 60.0
-    allow_shrink: bool = True
-    max_raise_factor: float = 1.0
-    leave_alone_ratio: float = 0.9
+    min_history: int = PREDICT_DEFAULTS.min_history
+    floor: float = float(PREDICT_DEFAULTS.floor_time_s)
+    allow_shrink: bool = PREDICT_DEFAULTS.allow_shrink
+    max_raise_factor: float = PREDICT_DEFAULTS.max_raise_factor
+    leave_alone_ratio: float = PREDICT_DEFAULTS.leave_alone_ratio
     margin: float = 1.0  # multiply the bound (e.g. 1.05 for slack on top of it)
     # added to the bound (the resource's unit) before the other rails: under soft limits the
     # watcher's lead, since harpd extends a job once less than that is left of its limit, so a
@@ -62,7 +63,7 @@ class Guard:
             floor=floor,
             allow_shrink=predict.allow_shrink,
             max_raise_factor=predict.max_raise_factor,
-            leave_alone_ratio=getattr(predict, "leave_alone_ratio", 0.9),
+            leave_alone_ratio=predict.leave_alone_ratio,
             min_fraction=(0.5 ** (max(int(max_attempts), 1) - 1) if max_attempts and resource == "time" else 0.0),
         )
 

@@ -21,3 +21,10 @@ class QueueView:
     backlog_core_s: float  # the waiting jobs' requested core-seconds
     running_jobs: int
     now: float  # the clock of this view (epoch seconds; the replay's simulated clock)
+    # the cluster's processors (cores) the waiting work shares; 0: unknown, and no rule reads the depth
+    total_cores: int = 0
+
+    @property
+    def drain_s(self) -> float | None:
+        """Seconds the whole machine would take to run the waiting work (None: cores unknown)."""
+        return self.backlog_core_s / self.total_cores if self.total_cores > 0 else None

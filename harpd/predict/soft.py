@@ -40,16 +40,21 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from harpd.config import WatchSettings
 from harpd.features.history import COL
-from harpd.predict.allocation import Guard
+from harpd.predict.allocation import PREDICT_DEFAULTS, Guard
 
 _FLOAT_MAX = sys.float_info.max
 
 if TYPE_CHECKING:
-    from harpd.config import PredictSettings, WatchSettings
+    from harpd.config import PredictSettings
 
 #: more extensions than this per job is not a chain but a loop (each doubles)
 MAX_EXTENSIONS = 64
+
+
+#: ``[watch]``'s defaults (harpd.config): the lead and interval a policy built without settings assumes
+_WATCH_DEFAULTS = WatchSettings()
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,17 +70,17 @@ class SoftPolicy:
     ``min_recent``: runs the template needs before that rule speaks.
     """
 
-    quantile: float = 0.9
-    extension_budget: float = 0.10
+    quantile: float = PREDICT_DEFAULTS.soft_quantile
+    extension_budget: float = PREDICT_DEFAULTS.soft_extension_budget
     recent_runs: int = 5
-    recent_margin: float = 1.1
+    recent_margin: float = PREDICT_DEFAULTS.soft_recent_margin
     min_recent: int = 3
     # log-bound added per log(1 + siblings of the template running at the start)
-    burst_tilt: float = 0.2
+    burst_tilt: float = PREDICT_DEFAULTS.soft_burst_tilt
     # log-bound taken off per unit of log(cores x request) above the usual (and added below it)
     # off by default: on a loaded machine the deeper cuts of wide, long jobs
     # extend them into the head's reservation (docs/metrics.md, 'Queue')
-    stake_tilt: float = 0.0
+    stake_tilt: float = PREDICT_DEFAULTS.soft_stake_tilt
     # the budget controller: log-scale step per finished job, and its range
     gamma: float = 0.02
     scale_range: tuple[float, float] = (0.5, 4.0)
@@ -89,13 +94,13 @@ class SoftPolicy:
     # default: a job that outgrew harp's limit is one harp did not predict, and
     # a doubling that falls short again breaks the backfill planner's promise a
     # second time (measured: docs/metrics.md, 'Queue' and its appendix, step 6)
-    max_extensions: int = 1
+    max_extensions: int = PREDICT_DEFAULTS.soft_max_extensions
     # one user's share of extended jobs past which harp stops cutting them (SoftState.user_over_budget)
-    user_extension_budget: float = 0.30
+    user_extension_budget: float = PREDICT_DEFAULTS.soft_user_extension_budget
     # harpd's watcher (``[watch]``): it extends a job once less than ``lead_s`` is
     # left of its limit (``margin_s``), looking every ``look_s`` (``interval_s``)
-    lead_s: float = 120.0
-    look_s: float = 30.0
+    lead_s: float = _WATCH_DEFAULTS.margin_s
+    look_s: float = _WATCH_DEFAULTS.interval_s
 
     @property
     def min_limit_s(self) -> float:
@@ -112,17 +117,17 @@ class SoftPolicy:
     @classmethod
     def from_settings(cls, predict: PredictSettings, watch: WatchSettings | None = None) -> SoftPolicy:
         """From ``[predict]``'s ``soft_*`` settings, and ``[watch]``'s lead and interval when given."""
-        d = cls()  # a slotted dataclass: the defaults live on an instance, not the class
+        watch = watch or _WATCH_DEFAULTS
         return cls(
-            lead_s=float(getattr(watch, "margin_s", d.lead_s)),
-            look_s=float(getattr(watch, "interval_s", d.look_s)),
-            quantile=getattr(predict, "soft_quantile", d.quantile),
-            extension_budget=getattr(predict, "soft_extension_budget", d.extension_budget),
-            recent_margin=getattr(predict, "soft_recent_margin", d.recent_margin),
-            burst_tilt=getattr(predict, "soft_burst_tilt", d.burst_tilt),
-            stake_tilt=getattr(predict, "soft_stake_tilt", d.stake_tilt),
-            max_extensions=getattr(predict, "soft_max_extensions", d.max_extensions),
-            user_extension_budget=getattr(predict, "soft_user_extension_budget", d.user_extension_budget),
+            lead_s=float(watch.margin_s),
+            look_s=float(watch.interval_s),
+            quantile=predict.soft_quantile,
+            extension_budget=predict.soft_extension_budget,
+            recent_margin=predict.soft_recent_margin,
+            burst_tilt=predict.soft_burst_tilt,
+            stake_tilt=predict.soft_stake_tilt,
+            max_extensions=predict.soft_max_extensions,
+            user_extension_budget=predict.soft_user_extension_budget,
         )
 
     def explain(self) -> dict:

@@ -29,8 +29,13 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from harpd.records import Outcome
+
+if TYPE_CHECKING:  # numpy is imported by the vectorised walk only: the daemon's escalation never loads it
+    import numpy as np
+    from numpy.typing import ArrayLike
 
 #: which resource ran out, for the outcomes that escalate
 RESOURCE_OF: dict[Outcome, str] = {Outcome.TIMEOUT: "time", Outcome.OOM: "mem"}
@@ -160,14 +165,14 @@ def _fmt(v: float) -> str:
 
 
 def simulate_many(
-    need,
-    first,
-    original_request,
-    cap,
+    need: ArrayLike,
+    first: ArrayLike,
+    original_request: ArrayLike,
+    cap: ArrayLike,
     outcome: Outcome = Outcome.TIMEOUT,
     max_attempts: int = 3,
-    need_is_lower_bound=False,
-):
+    need_is_lower_bound: ArrayLike = False,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """Vectorised ``simulate`` over numpy arrays (NaN = no request / no cap).
 
     The same rule as ``next_allocation``, step for step, for the replay's hot
@@ -176,7 +181,7 @@ def simulate_many(
     """
     import numpy as np
 
-    need = np.asarray(need, float)
+    needs = np.asarray(need, float)
     a = np.asarray(first, float).copy()
     n = a.shape[0]
     orig = np.broadcast_to(np.asarray(original_request, float), (n,))
@@ -190,7 +195,7 @@ def simulate_many(
     attempts = np.ones(n, np.int64)
     active = np.ones(n, bool)
     for attempt in range(1, max(max_attempts, 1) + 1):
-        fits = np.where(lb, a > need, a >= need) & active
+        fits = np.where(lb, a > needs, a >= needs) & active
         fitted |= fits
         active &= ~fits
         if not active.any():

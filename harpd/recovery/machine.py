@@ -56,7 +56,6 @@ import logging
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import asdict
 from datetime import datetime
 from typing import Any, Literal
 
@@ -111,9 +110,7 @@ OWNER_WAIT_S = 1800
 
 def _original(sub: Submission | None) -> Resources:
     """The user's own request as harp-submit registered it (``Resources``, validated at registration)."""
-    if sub is None:
-        return Resources.model_construct()
-    return Resources.model_construct(**{k: v for k, v in asdict(sub.original).items() if v is not None})
+    return Resources() if sub is None else sub.original
 
 
 def _brief(limits: AttemptLimits) -> str:
@@ -423,9 +420,10 @@ class Recovery:
         if sub is not None and rec.user is None:
             # slurmdbd fills in a run's owner a little after its end: unknown is
             # not a mismatch; wait for it (``_owner_known``) and compare then
-            rec = self._with_owner(rec)
-            if rec is None:
+            owned = self._with_owner(rec)
+            if owned is None:
                 return
+            rec = owned
         if sub is not None and rec.user != sub.user:
             # a registration by someone other than the job's owner (a job id claimed
             # before it existed, when Slurm could not vouch for the owner) never

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -77,10 +78,10 @@ def first_limits(rec: JobRecord, submission: Submission) -> AttemptLimits:
     nodes = int(_pos(rec.alloc_nodes) or _pos(rec.req_nodes) or _pos(sub.nodes) or 1)
     t = _pos(rec.req_time_s) or _pos(sub.time_s)
     mem: dict[str, int | None]
-    if _pos(sub.mem_per_gpu_mb):
-        mem = {"mem_per_gpu_mb": int(sub.mem_per_gpu_mb)}
-    elif _pos(sub.mem_per_cpu_mb):
-        mem = {"mem_per_cpu_mb": int(sub.mem_per_cpu_mb)}
+    if (per_gpu := _pos(sub.mem_per_gpu_mb)) is not None:
+        mem = {"mem_per_gpu_mb": int(per_gpu)}
+    elif (per_cpu := _pos(sub.mem_per_cpu_mb)) is not None:
+        mem = {"mem_per_cpu_mb": int(per_cpu)}
     else:
         per_node = _pos(rec.req_mem_mb)
         per_node = per_node / nodes if per_node is not None else _pos(sub.mem_mb)
@@ -218,7 +219,7 @@ def _request_cap(request: float | None, factor: float | None) -> tuple[float | N
     return request * factor, f"{factor:g} x the user's request (recovery.max_request_factor)"
 
 
-def _explain_stop(reason: str, cap: float | None, cap_name: str | None, fmt) -> str:
+def _explain_stop(reason: str, cap: float | None, cap_name: str | None, fmt: Callable[[float], str]) -> str:
     """escalation's stop reason, with the cap named ("the cap (180)" says little)."""
     if cap is not None and cap_name and "the cap" in reason:
         return reason.replace(f"the cap ({cap:g})", f"the cap, {cap_name} = {fmt(cap)}")

@@ -20,6 +20,7 @@ import time
 from collections.abc import Callable
 
 from harpd.metrics import record as metrics
+from harpd.records import Submission
 from harpd.recovery.attempts import REQUEUED, Attempt, Fallback, NotYet, Plan, Stop, with_marker
 from harpd.recovery.crash import crash_point
 from harpd.recovery.vouch import why_not_vouched, why_not_vouched_in_accounting
@@ -111,67 +112,111 @@ def requeue(
         if why is not None:
             raise Stop(f"{why}; harp leaves job {jid} alone")
     if info is None:
-        # purged from slurmctld: accounting tells whether it ran again, and whose it is
-        runs = [r for r in backend.sacct_jobs([jid], None, None, True) if r.job_id == jid]
-        for r in runs[:1]:
-            why = why_not_vouched_in_accounting(jid, r.user, None, sub.user or "")
-            if why is not None:
-                raise Stop(f"{why}; harp leaves job {jid} alone")
-        if len(runs) > before + 1:
-            _commit(store, watch, chain, number, jid)
-            return
-        raise Fallback(f"job {jid} left slurmctld (MinJobAge) before harp could requeue it")
-    held_now = False
+        _ran_again_after_purge(backend, jid, sub, before)
+        _commit(store, watch, chain, number, jid)
+        return
+    held_at: float | None = None  # when harp held the job while it ran (its end hook's requeue)
     if info.restarts <= before:
-        if not info.finished and not plan.while_running:
-            raise SlurmError(f"job {jid} is {info.state or 'in an unknown state'}, not finished: requeue later")
-        ago = None if info.end_time is None else clock() - info.end_time
-        if ago is not None and ago < SETTLE_S:
-            raise NotYet(f"job {jid} ended {max(ago, 0.0):.1f} s ago: requeued once {SETTLE_S:.0f} s have passed")
-        if before_hold is not None:
-            before_hold()
-        try:
-            backend.requeue_hold(jid)
-        except SlurmError as exc:
-            if backend.show_job(jid).restarts <= before:
-                if _permanent(exc):
-                    raise Fallback(f"scontrol requeuehold {jid} refused ({exc})") from None
-                raise
-        crash_point("held")
-        held_now = not info.finished  # requeued from the job's end hook: the run ends now
-        held_at = clock()
-        if held_now:  # what harp status shows: the manager saw no final state of this run
-            plan = plan.but(held_running=True)
-            store.update_attempt(chain, number, limits=plan.to_json())
+        plan, held_at = _hold(store, backend, attempt, plan, info, clock, before_hold)
         info = backend.show_job(jid)
     info = _past_completing(backend, info, clock, sleep)
     if info.held:
-        try:
-            backend.update_job(jid, **pending_changes(info, plan))
-        except SlurmError as exc:
-            if _permanent(exc):
-                raise Stop(
-                    f"Slurm refused the new limits ({exc}); job {jid} is left held: "
-                    f"`scontrol release {jid}` runs it unchanged, `scancel {jid}` drops it"
-                ) from None
-            raise
-        crash_point("updated")
-        left: JobChanges = pending_changes(backend.show_job(jid), plan)
-        left.pop("start_now", None)
-        left.pop("comment", None)
-        if left:
-            # named as scontrol shows them: what an admin compares and sets by hand
-            fields = update_fields(left)
-            raise Stop(
-                f"Slurm did not apply {', '.join(f'{k}={v}' for k, v in fields.items())} (not an operator?); "
-                f"job {jid} is left held: `scontrol release {jid}` runs it unchanged, `scancel {jid}` drops it"
-            )
-        if held_now:
-            # the run was killed by the requeue just now: past slurmd's revocation second first
-            sleep(max(0.0, SETTLE_S - (clock() - held_at)))
-        backend.release(jid)
-        crash_point("released")
+        _update_and_release(backend, jid, info, plan, held_at, clock, sleep)
     _commit(store, watch, chain, number, jid)
+
+
+def _ran_again_after_purge(backend: SlurmBackend, jid: str, sub: Submission, before: int) -> None:
+    """A job purged from slurmctld: returns when accounting shows it requeued (by a crashed harpd), else raises.
+
+    Accounting tells whose the job is (Stop when not the registration's
+    owner's) and whether it ran again; a job gone before its requeue can only
+    be resubmitted (Fallback).
+    """
+    runs = [r for r in backend.sacct_jobs([jid], None, None, True) if r.job_id == jid]
+    for r in runs[:1]:
+        why = why_not_vouched_in_accounting(jid, r.user, None, sub.user or "")
+        if why is not None:
+            raise Stop(f"{why}; harp leaves job {jid} alone")
+    if len(runs) <= before + 1:
+        raise Fallback(f"job {jid} left slurmctld (MinJobAge) before harp could requeue it")
+
+
+def _hold(
+    store: Store,
+    backend: SlurmBackend,
+    attempt: Attempt,
+    plan: Plan,
+    info: JobInfo,
+    clock: Callable[[], float],
+    before_hold: Callable[[], None] | None,
+) -> tuple[Plan, float | None]:
+    """``scontrol requeuehold`` of a job not requeued yet: (the plan, when it was held if it was running).
+
+    A job still running is held only from its end hook (``plan.while_running``);
+    one that ended is held once ``SETTLE_S`` have passed.
+    """
+    chain, number = attempt.chain, attempt.number
+    jid = str(attempt.job_id)
+    before = int(plan.restarts_before or 0)
+    if not info.finished and not plan.while_running:
+        raise SlurmError(f"job {jid} is {info.state or 'in an unknown state'}, not finished: requeue later")
+    ago = None if info.end_time is None else clock() - info.end_time
+    if ago is not None and ago < SETTLE_S:
+        raise NotYet(f"job {jid} ended {max(ago, 0.0):.1f} s ago: requeued once {SETTLE_S:.0f} s have passed")
+    if before_hold is not None:
+        before_hold()
+    try:
+        backend.requeue_hold(jid)
+    except SlurmError as exc:
+        if backend.show_job(jid).restarts <= before:
+            if _permanent(exc):
+                raise Fallback(f"scontrol requeuehold {jid} refused ({exc})") from None
+            raise
+    crash_point("held")
+    held_at = clock()
+    if info.finished:
+        return plan, None
+    # requeued from the job's end hook: the run ends now
+    plan = plan.but(held_running=True)  # what harp status shows: the manager saw no final state of this run
+    store.update_attempt(chain, number, limits=plan.to_json())
+    return plan, held_at
+
+
+def _update_and_release(
+    backend: SlurmBackend,
+    jid: str,
+    info: JobInfo,
+    plan: Plan,
+    held_at: float | None,
+    clock: Callable[[], float],
+    sleep: Callable[[float], None],
+) -> None:
+    """The held job's new limits, checked as Slurm applied them, then its release (Stop when refused)."""
+    try:
+        backend.update_job(jid, **pending_changes(info, plan))
+    except SlurmError as exc:
+        if _permanent(exc):
+            raise Stop(
+                f"Slurm refused the new limits ({exc}); job {jid} is left held: "
+                f"`scontrol release {jid}` runs it unchanged, `scancel {jid}` drops it"
+            ) from None
+        raise
+    crash_point("updated")
+    left: JobChanges = pending_changes(backend.show_job(jid), plan)
+    left.pop("start_now", None)
+    left.pop("comment", None)
+    if left:
+        # named as scontrol shows them: what an admin compares and sets by hand
+        fields = update_fields(left)
+        raise Stop(
+            f"Slurm did not apply {', '.join(f'{k}={v}' for k, v in fields.items())} (not an operator?); "
+            f"job {jid} is left held: `scontrol release {jid}` runs it unchanged, `scancel {jid}` drops it"
+        )
+    if held_at is not None:
+        # the run was killed by the requeue just now: past slurmd's revocation second first
+        sleep(max(0.0, SETTLE_S - (clock() - held_at)))
+    backend.release(jid)
+    crash_point("released")
 
 
 def _past_completing(

@@ -4,7 +4,7 @@ Everything is a numpy pass over whole columns (group sums via ``bincount``),
 so a million stored jobs cost well under a second here; the store read is
 the expensive part.  The renderers get plain dicts and lists (``Report``) and
 never see arrays, so table, CSV, JSON and HTML cannot disagree on a number.
-It is one module (about 680 lines) because every section of a report shares
+It is one module because every section of a report shares
 the same group index and job masks, computed once at the top of ``aggregate``.
 
 Rows are per (source, group): imported history and the cluster's own jobs,
@@ -642,16 +642,29 @@ def _harp(
 # ------------------------------------------------------------------ entry
 
 
+@dataclass(frozen=True, slots=True)
+class Bookkeeping:
+    """harp's own records of a report's jobs, beside their accounting (``harpd.report.source.Loaded``'s).
+
+    ``originals`` holds, per job row, what the user asked before harp changed
+    it (``time_s``, ``cpus``, ``mem_mb``; NaN where unknown); ``recovered``
+    marks rows whose resubmission chain later completed; ``chains`` the
+    resubmission attempts, ``extensions`` harpd's changes of live jobs' limits.
+    """
+
+    originals: dict[str, np.ndarray] | None = None
+    recovered: np.ndarray | None = None
+    chains: list[AttemptRecord] | None = None
+    extensions: dict[str, int] | None = None
+
+
 def build_report(
     jobs: Jobs,
     *,
     by: str,
     window: Window,
     scope: str = "all users",
-    originals: dict[str, np.ndarray] | None = None,
-    recovered: np.ndarray | None = None,
-    chains: list[AttemptRecord] | None = None,
-    extensions: dict[str, int] | None = None,
+    bookkeeping: Bookkeeping | None = None,
     scoreboard: dict[str, Any] | None = None,
     targets: dict[str, float] | None = None,
     calibration_points: int = 1500,
@@ -659,10 +672,9 @@ def build_report(
 ) -> Report:
     """The report of ``jobs`` (already filtered to the window and the user).
 
-    ``originals`` holds, per job row, what the user asked before harp changed
-    it (``time_s``, ``cpus``, ``mem_mb``; NaN where unknown); ``recovered``
-    marks rows whose resubmission chain later completed.
+    ``bookkeeping``: what harp did to them (none: jobs harp never saw).
     """
+    kept = bookkeeping or Bookkeeping()
     now = time.time() if now is None else now
     d = derive(jobs)
     n = d.n
@@ -695,8 +707,8 @@ def build_report(
         groups=rows,
         outcomes=dict(sorted(outcome_counts.items())),
         failures=_failures(d),
-        resubmissions=_resubmissions(d, chains, extensions),
-        harp=_harp(jobs, d, originals, recovered),
+        resubmissions=_resubmissions(d, kept.chains, kept.extensions),
+        harp=_harp(jobs, d, kept.originals, kept.recovered),
         distributions={k2: _distribution(v) for k2, v in per_job.items()},
         timeline=_timeline(jobs, d, window, now),
         calibration=_calibration(jobs, d, targets or {"time": 0.95, "mem": 0.95}, calibration_points),

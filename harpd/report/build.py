@@ -16,7 +16,7 @@ from harpd.predict.soft_state import user_over_budget
 from harpd.protocol import REPORT_FORMATS
 from harpd.report import queue_figures as saved_queue
 from harpd.report import scoreboard
-from harpd.report.aggregate import Report, build_report
+from harpd.report.aggregate import Bookkeeping, Report, build_report
 from harpd.report.fmt import compact, when
 from harpd.report.gpu_memory import gpu_memory_rows
 from harpd.report.source import Filters, load, store_span
@@ -109,10 +109,7 @@ def build(
         by=by,
         window=window,
         scope=_scope(filters),
-        originals=loaded.originals,
-        recovered=loaded.recovered,
-        chains=loaded.chains,
-        extensions=loaded.extensions,
+        bookkeeping=Bookkeeping(loaded.originals, loaded.recovered, loaded.chains, loaded.extensions),
         scoreboard=board,
         targets={"time": 1 - settings.predict.alpha_time, "mem": 1 - settings.predict.alpha_mem},
     )

@@ -70,7 +70,7 @@ def job_status(
     trusted = sub is not None and bool(sub.verified or sub.chain_id)
     if sub is not None and not trusted and not admin and sub.uid != uid:
         sub = None  # a claim Slurm never vouched for says nothing about whose job this is
-    if trusted and not own:
+    if trusted and not own and sub is not None:
         # the live registration, verified with Slurm, wins over another job's imported row with
         # the same id until the poller stores the live record
         shown = {s: r for s, r in shown.items() if r.user in (None, sub.user)}

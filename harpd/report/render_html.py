@@ -142,12 +142,14 @@ def _distributions(r: Report) -> str:
                 sub,
                 ticks,
                 d["counts"],
-                color=color,
-                width=370,
-                cls=f"dist dist-{key}",
-                subtitle=f"{formula}; {d['n']:,} jobs",
-                x_label="efficiency, % (bins of 10)",
-                highlight=functools.partial(_last_bin, key, len(d["bins"])),
+                svg.BarStyle(
+                    color=color,
+                    width=370,
+                    cls=f"dist dist-{key}",
+                    subtitle=f"{formula}; {d['n']:,} jobs",
+                    x_label="efficiency, % (bins of 10)",
+                    highlight=functools.partial(_last_bin, key, len(d["bins"])),
+                ),
             )
         )
     return (

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from html import escape
 
 from harpd.report.fmt import compact
@@ -88,22 +89,32 @@ def _empty(width: int, height: int, title: str, cls: str, why: str) -> str:
     return "".join(parts)
 
 
-def bar_chart(
-    title: str,
-    labels: Sequence[str],
-    values: Sequence[float],
-    *,
-    color: str = "#1971c2",
-    width: int = 340,
-    height: int = 220,
-    y_label: str = "jobs",
-    highlight: Callable[[int], bool] | None = None,
-    highlight_color: str = "#e8590c",
-    subtitle: str = "",
-    x_label: str = "",
-    cls: str = "bars",
-) -> str:
+@dataclass(frozen=True, slots=True)
+class BarStyle:
+    """How ``bar_chart`` draws: size, colours, axis words, CSS class; ``highlight(i)``: bar i in its own colour."""
+
+    color: str = "#1971c2"
+    width: int = 340
+    height: int = 220
+    y_label: str = "jobs"
+    highlight: Callable[[int], bool] | None = None
+    highlight_color: str = "#e8590c"
+    subtitle: str = ""
+    x_label: str = ""
+    cls: str = "bars"
+
+
+def bar_chart(title: str, labels: Sequence[str], values: Sequence[float], style: BarStyle | None = None) -> str:
     """Vertical bars over categories (efficiency histograms)."""
+    style = style or BarStyle()
+    color, width, height, y_label = style.color, style.width, style.height, style.y_label
+    highlight, highlight_color, subtitle, x_label, cls = (
+        style.highlight,
+        style.highlight_color,
+        style.subtitle,
+        style.x_label,
+        style.cls,
+    )
     if not values or sum(values) <= 0:
         return _empty(width, height, title, cls, "no jobs with this value")
     left, right, top, bottom = 44, 8, 42 if subtitle else 28, 40

@@ -18,13 +18,14 @@ inputs.
 
 from harpd.simulate.easy import simulate
 from harpd.simulate.schedule import SLOWDOWN_BOUND_S, Schedule, Summary
-from harpd.simulate.workload import LimitHook, LimitPolicy, Workload
+from harpd.simulate.workload import LimitHook, LimitPolicy, SubmitHook, Workload
 
 __all__ = [
     "SLOWDOWN_BOUND_S",
     "LimitHook",
     "LimitPolicy",
     "Schedule",
+    "SubmitHook",
     "Summary",
     "Workload",
     "simulate",

@@ -42,6 +42,11 @@ Why it is fast enough for 77k-job traces in pure Python:
   beyond P in the array, so the test never selects it), compacted when more
   than half of it is dead.
 
+Closed loop (``LimitPolicy.on_submit``): a job's limit is asked for when it
+is first queued, with the queue as it is then (jobs waiting, the
+processor-seconds of their limits, jobs running); the backlog is kept up to
+date at every queueing and start, so asking costs one call per job.
+
 At one instant the order is: run events (ends, kills, extensions; by job
 index), then resubmissions of killed jobs (in that order), then new arrivals,
 then one scheduling pass.
@@ -121,6 +126,8 @@ class _Engine:
         self.qpos = 0  # every entry before it is dead
         self.queued = [False] * n
         self.live = 0  # live entries in the queue
+        self.backlog = 0.0  # processor-seconds of the queued jobs' limits (closed loop's view)
+        self.now = 0.0
         self.where = [0] * n  # a queued job's index in ``queue``
         # width and limit per queue entry, for the vectorised backfill test;
         # a dead entry's width is ``procs + 1``: it never fits
@@ -150,6 +157,7 @@ class _Engine:
                 self._run_event(heapq.heappop(events)[1], now)
                 changed = True
             first_new = len(self.queue)
+            self.now = now
             while ai < na and submit[order[ai]] == now:
                 self._enqueue(order[ai])
                 ai += 1
@@ -161,6 +169,13 @@ class _Engine:
             self.progress(self.done, self.total)
 
     def _enqueue(self, j: int) -> None:
+        decide = self.policy.on_submit
+        if decide is not None and self.runs[j] == 0:
+            lim = decide(j, self.live, self.backlog, len(self.running), self.now)
+            if not (math.isfinite(lim) and lim > 0):
+                raise ValueError(f"on_submit returned {lim!r} for job {j}; a limit is finite and > 0 seconds")
+            self.limit[j] = float(lim)
+        self.backlog += self.width[j] * self.limit[j]
         k = len(self.queue)
         if k == len(self.qwidth):
             self.qwidth = np.concatenate([self.qwidth, np.zeros_like(self.qwidth)])
@@ -182,6 +197,7 @@ class _Engine:
 
     def _start(self, j: int, now: float) -> None:
         self.free -= self.width[j]
+        self.backlog -= self.width[j] * self.limit[j]
         self.queued[j] = False
         self.qwidth[self.where[j]] = self.procs + 1
         self.live -= 1
@@ -268,6 +284,7 @@ class _Engine:
                 i += 1
             if i == nq:
                 self.queue, self.qpos, self.blocked = [], 0, False  # arrays: overwritten from 0
+                self.backlog = 0.0  # nothing queued: no rounding left over
                 return
             head = queue[i]
             if width[head] > self.free:

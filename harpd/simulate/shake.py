@@ -84,6 +84,8 @@ def _same(a: LimitPolicy, b: LimitPolicy) -> bool:
     return (
         a.on_limit is None
         and b.on_limit is None
+        and a.on_submit is None
+        and b.on_submit is None
         and a.mode == b.mode
         and a.lead_s == b.lead_s
         and a.look_s == b.look_s

@@ -20,6 +20,12 @@ Limits are enforced two ways, as Slurm can be configured:
 
 Exact runtimes are simply a hard policy whose limits equal the runtimes.
 
+A policy may decide each job's limit *when the job is submitted*, from the
+queue as it then is (``on_submit``, a closed loop): harpd decides at the
+submission with what it sees of the queue, and a policy that reads the queue
+can only be judged on the queue its own earlier decisions made.  Without it
+(open loop) the limits are fixed before the simulation starts.
+
 A soft policy may model harpd's watcher (``lead_s``, ``look_s``): it looks at
 the running jobs every ``look_s`` seconds (at whole multiples of it, one clock
 for all jobs) and extends a job once less than ``lead_s`` is left of its
@@ -42,6 +48,14 @@ import numpy as np
 #: ``events`` how many limit events (kills or extensions) it had before this
 #: one.  Returns the new limit, which must be larger than ``limit``, or None.
 LimitHook = Callable[[int, float, int], "float | None"]
+
+#: ``on_submit(job, pending_jobs, backlog_core_s, running_jobs, now)``: the
+#: limit (seconds) ``job`` is submitted with, from the queue at its first
+#: submission (not at a resubmission): the jobs waiting and the
+#: processor-seconds of their current limits, the jobs running, the clock.
+#: Plain numbers, not a record: the simulator stays below harpd's decisions,
+#: and the caller builds its own view of the queue from them.
+SubmitHook = Callable[[int, int, float, int, float], float]
 
 Mode = Literal["hard", "soft"]
 
@@ -88,6 +102,8 @@ class LimitPolicy:
     name: str = ""
     lead_s: float = 0.0  # soft: the watcher extends this long before the limit (``watcher_look``)
     look_s: float = 0.0  # soft: and looks every this many seconds
+    # closed loop: the limit decided at each job's submission (``limit`` is then only its fallback shape)
+    on_submit: SubmitHook | None = field(default=None, compare=False)
 
     def __post_init__(self) -> None:
         if self.lead_s < 0 or self.look_s < 0:

@@ -14,7 +14,7 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Protocol, TypedDict, Unpack, runtime_checkable
+from typing import Protocol, TypedDict, TypeGuard, Unpack, runtime_checkable
 
 from harpd.records import JobRecord
 
@@ -73,7 +73,7 @@ class NotRecordedYet(SlurmError):
     """
 
 
-def waiting_on_slurm(exc: BaseException) -> bool:
+def waiting_on_slurm(exc: BaseException) -> TypeGuard[SlurmUnavailable | NotRecordedYet]:
     """True for a failure that says nothing about the job, only that Slurm has not answered (yet)."""
     return isinstance(exc, (SlurmUnavailable, NotRecordedYet))
 

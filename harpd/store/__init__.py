@@ -25,7 +25,7 @@ from harpd.store.base import OwnerChanged, QuotaExceeded, StoreError
 from harpd.store.columns import JOB_COLUMNS, LIVE_SOURCES_KEY
 from harpd.store.decisions import DecisionsTable
 from harpd.store.jobs import JobsTable
-from harpd.store.limit_changes import LimitChangesTable
+from harpd.store.limit_changes import LimitChangesTable, Resize
 from harpd.store.migrations import MIGRATIONS, SCHEMA_VERSION
 from harpd.store.submissions import SubmissionsTable
 from harpd.store.trained_models import ModelsTable
@@ -36,6 +36,7 @@ from harpd.store.trials import TrialsTable
 sqlite3.register_adapter(Outcome, lambda o: o._value_)
 
 __all__ = [
+    "Resize",
     "Store",
     "StoreError",
     "OwnerChanged",

@@ -3,11 +3,20 @@
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass
 from typing import Any
 
 from harpd.records import LimitChange
 from harpd.store.base import StoreBase
 from harpd.store.columns import _q
+
+
+@dataclass(frozen=True, slots=True)
+class Resize:
+    """A re-size of a pending job's memory (MB) or CPUs per task, from ``old`` to ``new``, beside its time limit."""
+
+    old: int
+    new: int
 
 
 class LimitChangesTable(StoreBase):
@@ -24,13 +33,14 @@ class LimitChangesTable(StoreBase):
         reason: str,
         step: str,
         *,
-        old_mem_mb: int | None = None,
-        new_mem_mb: int | None = None,
-        old_cpus: int | None = None,
-        new_cpus: int | None = None,
+        mem: Resize | None = None,
+        cpus: Resize | None = None,
         attempt: int | None = None,
     ) -> bool:
-        """Record a decided change of a live job's limit; False if this crossing already has one."""
+        """Record a decided change of a live job's limit; False if this crossing already has one.
+
+        ``mem``/``cpus``: a re-size of the memory limit or the CPUs per task (the time limit unchanged).
+        """
         now = time.time()
         with self.transaction() as db:
             cur = db.conn.execute(
@@ -42,10 +52,10 @@ class LimitChangesTable(StoreBase):
                     str(kind),
                     int(old_time_s),
                     int(new_time_s),
-                    old_mem_mb,
-                    new_mem_mb,
-                    old_cpus,
-                    new_cpus,
+                    None if mem is None else mem.old,
+                    None if mem is None else mem.new,
+                    None if cpus is None else cpus.old,
+                    None if cpus is None else cpus.new,
                     step,
                     reason,
                     now,

@@ -10,6 +10,7 @@ differs (running for an extension, pending for a re-size).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from harp_submit.units import fmt_time
@@ -17,7 +18,7 @@ from harpd.records import LimitChange
 from harpd.slurm.base import QueuedJob
 from harpd.store import Store
 
-__all__ = ["DECIDED", "DONE", "ENDED", "REFUSED", "decided", "row_of", "set_step", "still_to_do"]
+__all__ = ["DECIDED", "DONE", "ENDED", "REFUSED", "decided", "limit", "row_of", "set_step", "still_to_do"]
 
 DECIDED = "decided"
 DONE = "done"
@@ -33,6 +34,16 @@ def decided(store: Store, kind: str) -> list[LimitChange]:
 def row_of(store: Store, job_id: str, kind: str, old_time_s: int) -> LimitChange:
     """The stored change of ``job_id`` from ``old_time_s`` (it exists: just added, or added before)."""
     return next(r for r in store.limit_changes(job_id) if r.kind == kind and int(r.old_time_s) == old_time_s)
+
+
+def limit(row: LimitChange, value: int | None, what: str) -> int:
+    """A limit column the row's kind always carries (a re-size's memory or CPUs): the row was written with it.
+
+    A row without it was not written by harpd (an edited store): an error naming the row, not a guess.
+    """
+    if value is None:
+        raise ValueError(f"limit change of job {row.job_id} ({row.kind}) has no {what} in the store")
+    return int(value)
 
 
 def set_step(store: Store, row: LimitChange, step: str, why: str | None = None) -> None:
@@ -56,13 +67,15 @@ def still_to_do(store: Store, row: LimitChange, job: QueuedJob | None, state: st
     if job is None or job.state != state:
         set_step(store, row, ENDED, f"the job was no longer {state.lower()}: not changed")
         return False
+    shown: Callable[[int | None], str]
     if memory == "cpus":
-        now, old, new, shown = job.cpus_per_task, int(row.old_cpus), int(row.new_cpus), (lambda v: f"{v} CPUs")
+        now, shown = job.cpus_per_task, (lambda v: f"{v} CPUs")
+        old, new = limit(row, row.old_cpus, "old_cpus"), limit(row, row.new_cpus, "new_cpus")
     elif memory is None:
         now, old, new, shown = job.time_limit_s, int(row.old_time_s), int(row.new_time_s), fmt_time
     else:
-        now = job.mem_mb if memory == "mem" else job.mem_per_cpu_mb
-        old, new, shown = int(row.old_mem_mb), int(row.new_mem_mb), (lambda v: f"{v} MB")
+        now, shown = (job.mem_mb if memory == "mem" else job.mem_per_cpu_mb), (lambda v: f"{v} MB")
+        old, new = limit(row, row.old_mem_mb, "old_mem_mb"), limit(row, row.new_mem_mb, "new_mem_mb")
     if now == new:
         set_step(store, row, DONE)
         return False

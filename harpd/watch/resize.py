@@ -49,8 +49,8 @@ from harpd.predict.retry_floor import redeciding
 from harpd.protocol import Decision, JobRequest
 from harpd.records import JobRecord, LimitChange, Submission
 from harpd.slurm.base import QueuedJob, SlurmError, waiting_on_slurm, whole_minutes
-from harpd.store import Store
-from harpd.watch.changes import DECIDED, DONE, REFUSED, decided, row_of, set_step, still_to_do
+from harpd.store import Resize, Store
+from harpd.watch.changes import DECIDED, DONE, REFUSED, decided, limit, row_of, set_step, still_to_do
 from harpd.watch.managed import (
     LeftAlone,
     cold_task_mem,
@@ -278,7 +278,7 @@ class Resizer:
             + (f" ({why})" if why else "")
         )
         if not self.store.add_limit_change(
-            job.job_id, kind, at, at, reason, DECIDED, old_mem_mb=int(current), new_mem_mb=int(new), attempt=attempt
+            job.job_id, kind, at, at, reason, DECIDED, mem=Resize(int(current), int(new)), attempt=attempt
         ):
             return 0  # this job's memory was re-sized at this time limit before: never twice
         log.info("job %s: %s", job.job_id, reason)
@@ -300,7 +300,7 @@ class Resizer:
         at = int(job.time_limit_s or 0)
         reason = f"re-decided while pending after its siblings' outcomes: --cpus-per-task {current} -> {new}"
         if not self.store.add_limit_change(
-            job.job_id, CPU_KIND, at, at, reason, DECIDED, old_cpus=int(current), new_cpus=int(new)
+            job.job_id, CPU_KIND, at, at, reason, DECIDED, cpus=Resize(int(current), int(new))
         ):
             return 0  # this job's CPUs were re-sized at this time limit before: never twice
         log.info("job %s: %s", job.job_id, reason)
@@ -318,7 +318,7 @@ class Resizer:
             change: dict[str, int] = {"time_limit_s": new}
             shown = f"{fmt_time(old)} -> {fmt_time(new)}"
         else:
-            old, new = int(row.old_mem_mb), int(row.new_mem_mb)
+            old, new = limit(row, row.old_mem_mb, "old_mem_mb"), limit(row, row.new_mem_mb, "new_mem_mb")
             change = {"mem_mb" if option == "mem" else "mem_per_cpu_mb": new}
             shown = f"--{option} {old} MB -> {new} MB"
         try:
@@ -337,7 +337,7 @@ class Resizer:
         jid = str(row.job_id)
         if not still_to_do(self.store, row, job, "PENDING", memory="cpus"):
             return 0
-        old, new = int(row.old_cpus), int(row.new_cpus)
+        old, new = limit(row, row.old_cpus, "old_cpus"), limit(row, row.new_cpus, "new_cpus")
         try:
             self.backend.update_job(jid, cpus_per_task=new)
         except SlurmError as exc:

@@ -152,3 +152,47 @@ def test_arbitrary_objects_never_raise_anything_but_protocol_error(obj):
         p.parse_request(json.dumps(obj))
     except p.ProtocolError as exc:
         assert "\n" not in str(exc)
+
+
+# ------------------------------------------- the decision's typed why, both ways of a version change
+
+
+def test_a_decision_takes_its_typed_why_from_explain() -> None:
+    """A decider that fills only ``explain`` still answers with the typed fields harp-submit reads."""
+    d = p.Decision(explain={"reason": "no model: request kept", "time": {"reason": "cold start"}, "cores": "odd"})
+    assert d.reason == "no model: request kept"
+    assert (d.kept.time, d.kept.mem, d.kept.cores) == ("cold start", None, None)
+    wire = json.loads(d.model_dump_json())
+    # an older harp-submit reads explain's keys: still there, as they were
+    assert wire["explain"]["time"] == {"reason": "cold start"} and wire["explain"]["reason"] == "no model: request kept"
+    assert wire["kept"] == {"time": "cold start", "mem": None, "cores": None}
+
+
+def test_typed_why_given_is_kept_over_explain() -> None:
+    d = p.Decision(reason="typed", kept=p.Kept(mem="typed mem"), explain={"reason": "loose", "mem": {"reason": "x"}})
+    assert d.reason == "typed" and d.kept.mem == "typed mem"
+
+
+def test_registrations_from_older_and_newer_clients_are_accepted() -> None:
+    """harp-submit echoes the decision it got: an older harpd's (no typed fields) or this one's."""
+    job = {"job_name": "x", "request": {"time_s": 600}}
+    old = {"changes": [{"option": "time", "value": "10", "reason": "r"}], "limits": {}, "model": "m", "explain": {}}
+    new = json.loads(p.Decision.model_validate({**old, "explain": {"time": {"reason": "r"}}}).model_dump_json())
+    assert new["kept"]["time"] == "r"
+    for decision in (old, new):
+        reg = ok({"op": "register", "job_id": "7", "job": job, "original": {}, "submitted": {}, "decision": decision})
+        assert isinstance(reg, p.RegisterRequest) and reg.decision is not None
+        assert reg.decision.changes[0].value == "10"
+
+
+def test_an_unknown_typed_why_is_refused_like_any_unknown_field() -> None:
+    assert "kept" in err(
+        {
+            "op": "register",
+            "job_id": "7",
+            "job": {},
+            "original": {},
+            "submitted": {},
+            "decision": {"kept": {"walltime": "x"}},
+        }
+    )

@@ -36,7 +36,7 @@ from harpd.dnn.activation_terms import (
 from harpd.dnn.errors import DnnError
 from harpd.dnn.params import shape_from_config
 from harpd.dnn.spec import build_spec
-from harpd.dnn.zero import activation_bytes, estimate, layout_of, model_states
+from harpd.dnn.zero import StateLayout, activation_bytes, estimate, layout_of, model_states
 
 H, A, F, V, S = 768, 12, 3072, 50257, 1024
 GPT2 = Layout(hidden=H, heads=A, vocab=V, seq_len=S, block=Block(mlp="gelu_new"))
@@ -169,20 +169,20 @@ def test_bad_layout_values_are_refused():
 
 def test_autocast_states_fp32_weights_grads_adam_and_16bit_copies():
     psi = 1_000_000
-    s = model_states(psi, 0, 1, precision="bf16", mixed="autocast")
+    s = model_states(psi, 0, 1, StateLayout(precision="bf16", mixed="autocast"))
     assert (s.params, s.grads, s.optimizer, s.cast_copies) == (4 * psi, 4 * psi, 8 * psi, 2 * psi)
     # full recomputation: autograd keeps no cast copy; the cache ends with the autocast region
-    assert model_states(psi, 0, 1, mixed="autocast", recompute="full").cast_copies == 0
-    s2 = model_states(psi, 2, 4, mixed="autocast")
+    assert model_states(psi, 0, 1, StateLayout(mixed="autocast", recompute="full")).cast_copies == 0
+    s2 = model_states(psi, 2, 4, StateLayout(mixed="autocast"))
     assert (s2.params, s2.grads, s2.optimizer) == (4 * psi, psi, 2 * psi)
 
 
 def test_weights_states_add_fp32_gradients_at_every_stage():
     psi = 1_000_000
-    s = model_states(psi, 0, 1, precision="bf16", mixed="weights")
+    s = model_states(psi, 0, 1, StateLayout(precision="bf16", mixed="weights"))
     assert (s.params, s.grads, s.optimizer, s.cast_copies) == (2 * psi, 2 * psi, 16 * psi, 0)
     with pytest.raises(DnnError, match="mixed must be"):
-        model_states(psi, 0, 1, mixed="half")
+        model_states(psi, 0, 1, StateLayout(mixed="half"))
 
 
 # ---------------------------------------------------------------- from a config and a spec

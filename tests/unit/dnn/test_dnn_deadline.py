@@ -179,7 +179,7 @@ def test_plan_dnn_job_with_deadline_changes_gres_and_explains(site):
     goals = plan.explain["dnn"]["goals"]
     assert goals["predicted_time_h"] <= 24 and goals["predicted_billed_gpu_hours"] > 0
     assert goals["summary"].startswith("deadline plan: ")
-    gres = next(c for c in plan.changes if c["option"] == "gres")["value"]
+    gres = next(c for c in plan.changes if c.option == "gres").value
     s = goals["stages"][0]
     assert gres == f"gpu:{s['gpu_type']}:{s['gpus_per_node']}"
     assert plan.explain["dnn"]["chosen"]["n_gpus"] == s["n_gpus"]

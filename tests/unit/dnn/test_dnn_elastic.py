@@ -94,7 +94,7 @@ def test_plan_dnn_job_batch_range_sets_gpus_and_says_the_micro_batch(site):
     plan = plan_dnn_job([SEVEN_B + "batch=256..2048"], {}, None, site)
     assert plan.error is None
     chosen = plan.explain["dnn"]["goals"]["chosen"]
-    gres = next(c for c in plan.changes if c["option"] == "gres")["value"]
+    gres = next(c for c in plan.changes if c.option == "gres").value
     assert gres == f"gpu:{chosen['gpu_type']}:{chosen['gpus_per_node']}"
     assert any(f"micro_batch={chosen['micro_batch']}" in n for n in plan.explain["dnn"]["notes"])
 

@@ -43,7 +43,7 @@ def _plan(site, store=None, uid=UID, line=LINE):
 def _ran(store, job_id, plan, *, uid=UID, outcome=Outcome.COMPLETED, peak_gib=None, gpus=None):
     """A run of ``plan``'s choice as harpd stores it: the registration with its decision, then Slurm's record."""
     chosen = plan.explain["dnn"]["chosen"]
-    decision = {"changes": plan.changes, "explain": plan.explain, "model": "zero-dnn"}
+    decision = {"changes": [c.model_dump() for c in plan.changes], "explain": plan.explain, "model": "zero-dnn"}
     store.add_submission(job_id, uid, "u", {"harp_lines": [LINE]}, {}, {}, decision)
     store.insert_jobs(
         [
@@ -163,7 +163,7 @@ def test_oom_needs_a_failure_and_a_full_gpu():
 
 def test_status_shows_estimate_against_observed(site):
     p = _plan(site)
-    decision = {"changes": p.changes, "explain": p.explain}
+    decision = {"changes": [c.model_dump() for c in p.changes], "explain": p.explain}
     chosen = p.explain["dnn"]["chosen"]
     rec = JobRecord(job_id="5", outcome=Outcome.COMPLETED, used_gpumem_mb=14486.0)
     view = gpu_memory_view(decision, rec)

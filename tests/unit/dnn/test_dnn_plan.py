@@ -21,7 +21,7 @@ def plan(lines, request=None, **kw):
 
 
 def by_option(p: DnnPlan) -> dict[str, dict]:
-    return {c["option"]: c for c in p.changes}
+    return {c.option: c.model_dump() for c in p.changes}
 
 
 def test_no_dnn_line_no_changes():
@@ -33,8 +33,8 @@ def test_changes_are_valid_decision_changes():
     p = plan([LLAMA], {"partition": "cpu", "gres": "gpu:1", "nodes": 1})
     assert p.error is None
     for ch in p.changes:
-        Change(**ch)  # the protocol's own model accepts every change
-        assert "\n" not in ch["reason"] and ch["reason"]
+        assert Change.model_validate(ch.model_dump()) == ch  # the protocol's own model, valid as it is
+        assert "\n" not in ch.reason and ch.reason
     c = by_option(p)
     chosen = p.explain["dnn"]["chosen"]
     assert c["partition"] == {
@@ -134,16 +134,16 @@ def test_observations_feed_the_plan():
     gib = 1 << 30
     # a run of the chosen configuration peaked higher than the formula, still fitting with the margin
     near = base["capacity_gib"] / 1.1 - 1
-    p = plan([LLAMA], observations=[PeakObservation(near * gib, n_gpus=base["n_gpus"], zero=3)])
+    p = plan([LLAMA], observed=lambda _sig: [PeakObservation(near * gib, n_gpus=base["n_gpus"], zero=3)])
     assert p.explain["dnn"]["chosen"]["n_gpus"] == base["n_gpus"]
     assert p.explain["dnn"]["chosen"]["need_gib"] == pytest.approx(near * 1.1, abs=0.01)
     assert "observed peak of 1 run(s)" in by_option(p)["gres"]["reason"]
     # ... or above it: the next job moves to a larger configuration
     over = [PeakObservation(base["capacity_gib"] * gib, n_gpus=base["n_gpus"], zero=3)]
-    assert plan([LLAMA], observations=over).explain["dnn"]["chosen"]["n_gpus"] > base["n_gpus"]
+    assert plan([LLAMA], observed=lambda _sig: over).explain["dnn"]["chosen"]["n_gpus"] > base["n_gpus"]
     # a lower peak never lowers the need: the larger of the formula and the peak plus margin (#47)
     low = [PeakObservation(20 * gib, n_gpus=base["n_gpus"], zero=3)]
-    assert plan([LLAMA], observations=low).explain["dnn"]["chosen"]["need_gib"] == base["need_gib"]
+    assert plan([LLAMA], observed=lambda _sig: low).explain["dnn"]["chosen"]["need_gib"] == base["need_gib"]
 
 
 def test_config_relative_to_job_cwd(tmp_path):

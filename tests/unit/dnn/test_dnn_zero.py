@@ -14,6 +14,7 @@ from harpd.dnn.errors import DnnError
 from harpd.dnn.spec import DnnSpec
 from harpd.dnn.zero import (
     GIB,
+    StateLayout,
     deepspeed_zero2_estimate,
     deepspeed_zero3_estimate,
     estimate,
@@ -28,7 +29,7 @@ from harpd.dnn.zero import (
 
 @pytest.mark.parametrize("stage, gb", [(0, 120.0), (1, 31.4), (2, 16.6), (3, 1.9)])
 def test_zero_paper_worked_example(stage, gb):
-    s = model_states(int(7.5e9), stage, 64, optimizer="adam", precision="fp16", accounting="paper")
+    s = model_states(int(7.5e9), stage, 64, StateLayout(optimizer="adam", precision="fp16", accounting="paper"))
     assert round(s.gpu / 1e9, 1) == gb
 
 
@@ -44,12 +45,12 @@ def test_other_optimizers_and_fp32_hold_less_state():
     assert optimizer_state_bytes("sgd", "fp32") == 4
     assert optimizer_state_bytes("sgd", "fp32", momentum=False) == 0
     psi = 1_000_000
-    fp32 = model_states(psi, 0, 1, optimizer="adamw", precision="fp32")
+    fp32 = model_states(psi, 0, 1, StateLayout(optimizer="adamw", precision="fp32"))
     assert (fp32.params, fp32.grads, fp32.optimizer) == (4 * psi, 4 * psi, 8 * psi)
-    sgd = model_states(psi, 0, 1, optimizer="sgd", precision="bf16", accounting="paper")
+    sgd = model_states(psi, 0, 1, StateLayout(optimizer="sgd", precision="bf16", accounting="paper"))
     assert sgd.gpu == (2 + 2 + 8) * psi
     # harp: + the fp32 gradients the master copy steps from (DeepSpeed BF16_Optimizer, Megatron main_grad)
-    assert model_states(psi, 0, 1, optimizer="sgd", precision="bf16").gpu == (2 + 2 + 8 + 4) * psi
+    assert model_states(psi, 0, 1, StateLayout(optimizer="sgd", precision="bf16")).gpu == (2 + 2 + 8 + 4) * psi
 
 
 # ---------------------------------------------------------------- DeepSpeed, published outputs
@@ -115,10 +116,10 @@ def test_deepspeed_zero2_t5_3b():
 
 @pytest.mark.parametrize("psi, n", [(2851e6, 8), (7e9, 64), (124_439_808, 1), (6_738_415_616, 16)])
 def test_harp_stage2_is_deepspeeds_arithmetic(psi, n):
-    ours = model_states(int(psi), 2, n, optimizer="adamw", precision="bf16")
+    ours = model_states(int(psi), 2, n, StateLayout(optimizer="adamw", precision="bf16"))
     _, theirs = deepspeed_zero2_estimate(int(psi), n, 1, cpu_offload=False)
     assert ours.gpu == pytest.approx(theirs, abs=1)
-    off = model_states(int(psi), 2, n, offload_optimizer=True)
+    off = model_states(int(psi), 2, n, StateLayout(offload_optimizer=True))
     _, theirs_off = deepspeed_zero2_estimate(int(psi), n, 1, cpu_offload=True)
     assert off.gpu == theirs_off
 
@@ -126,14 +127,14 @@ def test_harp_stage2_is_deepspeeds_arithmetic(psi, n):
 @pytest.mark.parametrize("psi, layer, n", [(2851e6, 32e6, 8), (6_738_415_616, 131_072_000, 32)])
 def test_harp_stage3_keeps_the_16bit_grad_partition_deepspeed_leaves_out(psi, layer, n):
     psi, layer = int(psi), int(layer)
-    ours = model_states(psi, 3, n, largest_layer=layer)
+    ours = model_states(psi, 3, n, StateLayout(largest_layer=layer))
     _, theirs, _ = deepspeed_zero3_estimate(psi, layer, n, 1, cpu_offload=False)
     assert ours.gpu - theirs == pytest.approx(2 * psi / n, abs=1)
     # with offload the GPU side is identical to DeepSpeed's
-    opt = model_states(psi, 3, n, largest_layer=layer, offload_optimizer=True)
+    opt = model_states(psi, 3, n, StateLayout(largest_layer=layer, offload_optimizer=True))
     _, theirs, _ = deepspeed_zero3_estimate(psi, layer, n, 1, cpu_offload=True, cpu_offload_params=False)
     assert opt.gpu == pytest.approx(theirs, abs=1)
-    both = model_states(psi, 3, n, largest_layer=layer, offload_optimizer=True, offload_param=True)
+    both = model_states(psi, 3, n, StateLayout(largest_layer=layer, offload_optimizer=True, offload_param=True))
     _, theirs, _ = deepspeed_zero3_estimate(psi, layer, n, 1, cpu_offload=True, cpu_offload_params=True)
     assert both.gpu == theirs
 
@@ -141,10 +142,10 @@ def test_harp_stage3_keeps_the_16bit_grad_partition_deepspeed_leaves_out(psi, la
 def test_harp_host_memory_matches_deepspeed_on_one_node():
     psi, layer = 2_851_000_000, 32_000_000
     for off_p in (True, False):
-        s = model_states(psi, 3, 8, largest_layer=layer, offload_optimizer=True, offload_param=off_p)
+        s = model_states(psi, 3, 8, StateLayout(largest_layer=layer, offload_optimizer=True, offload_param=off_p))
         cpu, _, _ = deepspeed_zero3_estimate(psi, layer, 8, 1, cpu_offload=True, cpu_offload_params=off_p)
         assert host_bytes_per_node(s, psi, 3, 8) == pytest.approx(cpu, abs=2)
-    s = model_states(psi, 2, 8, offload_optimizer=True)
+    s = model_states(psi, 2, 8, StateLayout(offload_optimizer=True))
     cpu, _ = deepspeed_zero2_estimate(psi, 8, 1, cpu_offload=True)
     assert host_bytes_per_node(s, psi, 2, 8) == pytest.approx(cpu, abs=2)
 
@@ -159,8 +160,8 @@ def test_stage1_keeps_full_gradients():
     "kw, message",
     [
         (dict(stage=4), "stage must be 0-3"),
-        (dict(stage=2, offload_param=True), "parameter offload needs ZeRO stage 3"),
-        (dict(stage=0, offload_optimizer=True), "optimizer offload needs"),
+        (dict(stage=2, layout=StateLayout(offload_param=True)), "parameter offload needs ZeRO stage 3"),
+        (dict(stage=0, layout=StateLayout(offload_optimizer=True)), "optimizer offload needs"),
         (dict(stage=1, n_dp=0), "at least 1"),
     ],
 )

@@ -52,7 +52,8 @@ def prep():
 
 
 def test_four_policies_by_hand(prep):
-    q = schedule(prep, 2, hard=np.array([NAN, NAN, 30.0]), soft=np.array([60.0, NAN, 50.0]))
+    q = schedule(prep, 2, hard=np.array([NAN, NAN, 30.0]), soft=np.array([60.0, NAN, 50.0]), closed_loop=False)
+    assert q["soft_loop"] == "open"
     rows = {p["policy"]: p for p in q["policies"]}
     assert list(rows) == ["users", "harp-hard", "harp-soft", "exact"]
     want = {
@@ -81,6 +82,28 @@ def test_four_policies_by_hand(prep):
     assert g["harp-hard"]["mean_bounded_slowdown"] == pytest.approx((ub - hb) / (ub - xb))
     assert g["harp-soft"]["mean_wait_s"] == pytest.approx(1.0)
     assert q["procs"] == 2 and q["jobs"] == 3 and q["notes"] == []
+
+
+def test_closed_loop_soft_gives_back_the_cut_the_queue_cannot_absorb(prep):
+    # Closed loop: each soft limit is decided at the submission from the simulated queue.
+    # A (at 0, nothing waits) keeps 60; B has no cut (10).  C at 1 sees B waiting, 2 x 10
+    # processor-seconds on 2 processors: the machine is busy 10 s of C's 2000 s request,
+    # so C gives back 10/2000 of its cut: 50 + 0.005 x 1950 = 59.75.  1 + 59.75 > 60 (B's
+    # reservation, A's planned end): C no longer backfills at 1.  At 60 A is extended
+    # (to 120); C fits before that (60 + 59.75 <= 120) and runs 60-110; A ends at 100,
+    # B waits for C: 110-120.  Waits 0, 110, 59.
+    q = schedule(prep, 2, hard=None, soft=np.array([60.0, NAN, 50.0]), queue_rule=True)
+    assert q["soft_loop"] == "closed" and q["queue_rule"] is True
+    soft = {p["policy"]: p for p in q["policies"]}["harp-soft"]
+    w, b = _expected([0, 110, 59], [100, 10, 50])
+    assert (soft["mean_wait_s"], soft["mean_bounded_slowdown"]) == (pytest.approx(w), pytest.approx(b))
+    # without the rule the closed loop asks for today's limits: the open loop's schedule (waits 0, 100, 0)
+    q = schedule(prep, 2, hard=None, soft=np.array([60.0, NAN, 50.0]))
+    assert (q["soft_loop"], q["queue_rule"]) == ("closed", False)
+    soft = {p["policy"]: p for p in q["policies"]}["harp-soft"]
+    assert soft["mean_wait_s"] == pytest.approx(100 / 3)
+    # without a soft row there is no loop to tell
+    assert schedule(prep, 2, hard=None, soft=None)["soft_loop"] is None
 
 
 def test_absent_rows_and_a_gap_that_does_not_exist(prep):
@@ -172,6 +195,9 @@ def test_cli_schedule_json_and_saved_figures(tmp_path, capsys, monkeypatch):
         (["--schedule"], "pass --procs N"),  # a sacct export: no machine size
         (["--schedule", "--procs", "0"], "at least one processor"),
         (["--procs", "4"], "add --schedule"),
+        (["--open-loop"], "--open-loop chooses how the simulated queue of --schedule"),
+        (["--queue-rule"], "--queue-rule decides harp-soft inside the simulated queue"),
+        (["--schedule", "--procs", "4", "--open-loop", "--queue-rule"], "without --open-loop"),
         (["--schedule", "--procs", "4", "--replicas", "0"], "--replicas 0: at least 1 copy"),
         (["--schedule", "--procs", "4", "--shake", "-5"], "--shake -5: give the seconds"),
         (["--schedule", "--procs", "4", "--shake", "nan"], "--shake nan: give the seconds"),

@@ -11,7 +11,7 @@ from harpd.features.history import COL, FEATURE_NAMES, N_FEATURES
 from harpd.models import registry
 from harpd.models.base import float32_row, predict_row
 from harpd.models.baselines import Alea, Tsafrir, UserRequest
-from harpd.models.conformal import Calibrator, HarpModel, OnlineConformal
+from harpd.models.conformal import Calibrator, CalibratorTuning, HarpModel, OnlineConformal
 from harpd.models.gbm import FlatTrees, GbmQuantile, _compiled_walk
 from harpd.models.persistence import ModelFileError, load_model, save_model
 
@@ -106,7 +106,7 @@ def test_bursts_get_no_head_room():
 
 
 def test_calibrator_theta_falls_after_costly_kill_and_recovers():
-    cal = Calibrator(alpha=0.05, budget=0.03, eta=0.05)
+    cal = Calibrator(alpha=0.05, tuning=CalibratorTuning(budget=0.03, eta=0.05))
     cal.seed(None, np.full(200, -1.0), np.full(200, -2.0), np.zeros(200, bool), np.ones(200))
     t0 = cal.theta
     cal.feedback(None, -1.0, -0.5, first=100.0, need=900.0, request=1000.0, censored=False)

@@ -163,6 +163,22 @@ def test_extension_counts_say_what_each_counts():
     assert "7 extensions (each one counted; the replay's 'extended' counts jobs, on the recorded timeline)" in line
 
 
+def test_the_soft_queue_verdict_says_which_loop_decided_harp_soft():
+    q = _queue("harp-soft", _cmp(0, 0, "x"), _cmp(0, 0, "x"))
+    closed = queue_lines({**q, "soft_loop": "closed"}, "soft")[2]
+    ruled = queue_lines({**q, "soft_loop": "closed", "queue_rule": True}, "soft")[2]
+    opened = queue_lines({**q, "soft_loop": "open"}, "soft")[2]
+    assert "closed loop" in closed and "at its submission in the simulated queue" in closed
+    assert "reads no queue" in closed and "open loop's figures" in closed
+    assert "with the queue rule (--queue-rule)" in ruled and "given back" in ruled
+    assert "open loop (--open-loop)" in opened and "recorded timeline" in opened
+    assert "no record" in queue_lines(q, "soft")[2]
+    # under hard limits the soft loop is not the row judged: no line for it
+    assert not any(
+        "loop" in line for line in queue_lines(_queue("harp-hard", _cmp(0, 0, "x"), _cmp(0, 0, "x")), "hard")
+    )
+
+
 def test_a_soft_replay_of_a_trace_with_no_requests_says_so_in_words(tmp_path: Path, capsys):
     trace = tmp_path / "noreq.swf"
     # SWF: id submit wait run procs cpu mem reqprocs REQTIME reqmem status uid gid app queue part prev think

@@ -8,6 +8,7 @@ from test_retry_floor import WRAP, _job, _mem, _register, _sig, setup  # noqa: F
 
 from harpd.predict.live import ModelPredictor
 from harpd.records import JobRecord, Outcome
+from harpd.store import Resize
 
 
 def _run(job_id: str, outcome: Outcome, mem_mb: float, used_mb: float | None, end: float) -> JobRecord:
@@ -34,7 +35,7 @@ def test_the_retry_of_a_task_recovery_doubled_and_the_resizer_shrank_is_above_ev
     st.add_attempt("53", 1, "53", {"time_s": 1800, "mem_mb": first}, "first run", "done")
     st.add_attempt("53", 2, "53", {"time_s": 1800, "mem_mb": 2 * first, "escalated": "mem"}, "ran out of mem", "done")
     st.add_attempt("53", 3, "53", {"time_s": 1800, "mem_mb": 2000, "escalated": "mem"}, "ran out of mem", "done")
-    st.add_limit_change("53", "resize-mem", 1800, 1800, "re-decided", "done", old_mem_mb=2000, new_mem_mb=first)
+    st.add_limit_change("53", "resize-mem", 1800, 1800, "re-decided", "done", mem=Resize(2000, first))
     d = p.decide(_job(), "alice", 1000)
     assert _mem(d) > 2 * first, d.explain  # before the ledger: 2 x the last size, which attempt 2 ran out at
     assert f"ran out of mem at {2 * first}M" in d.explain["retry"]["reason"], d.explain

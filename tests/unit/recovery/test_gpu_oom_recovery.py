@@ -49,7 +49,7 @@ def _submit(fake, store, settings, line):
     assert plan.error is None
     chosen = plan.explain["dnn"]["chosen"]
     jid = fake.add_job(time_s=600, mem_mb=4000, partition=chosen["partition"], script="#!/bin/bash\n" + line + "\n")
-    argv = ["--time=10", "--mem=4000M", *(f"--{c['option']}={c['value']}" for c in plan.changes), "train.sh"]
+    argv = ["--time=10", "--mem=4000M", *(f"--{c.option}={c.value}" for c in plan.changes), "train.sh"]
     j = fake.state["jobs"][jid]
     job = {
         "partition": None,
@@ -62,7 +62,12 @@ def _submit(fake, store, settings, line):
         "sbatch_env": {},
     }
     res = {"time_s": 600, "mem_mb": 4000, "partition": None}
-    decision = {"changes": plan.changes, "limits": {}, "model": "zero-dnn", "explain": plan.explain}
+    decision = {
+        "changes": [c.model_dump() for c in plan.changes],
+        "limits": {},
+        "model": "zero-dnn",
+        "explain": plan.explain,
+    }
     store.add_submission(jid, j["uid"], j["user"], job, res, {**res, "partition": chosen["partition"]}, decision)
     return jid, chosen
 

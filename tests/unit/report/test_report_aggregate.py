@@ -6,7 +6,7 @@ import pytest
 from report_helpers import DAY, NOW, bench_module, job
 
 from harpd.records import AttemptRecord, Outcome
-from harpd.report.aggregate import METRIC_NAMES, build_report, derive, group_metrics
+from harpd.report.aggregate import METRIC_NAMES, Bookkeeping, build_report, derive, group_metrics
 from harpd.report.columns import columns_for, factorize, from_records, normalise
 from harpd.report.window import Window
 
@@ -115,7 +115,7 @@ def test_resubmissions_count_later_attempts_and_chains():
             ("8", 2, "9", "submitted", None),
         )
     ]
-    r = report(recs, chains=chains)
+    r = report(recs, bookkeeping=Bookkeeping(chains=chains))
     rs = r.resubmissions
     assert (rs["runs"], rs["completed"], rs["core_h"]) == (2, 1, 8.0)
     assert (rs["chains"], rs["chains_recovered"], rs["chains_pending"], rs["attempts"]) == (2, 1, 1, 3)
@@ -140,7 +140,7 @@ def test_harp_savings_and_the_failures_harp_caused():
     orig["time_changed"] = np.array([True, True, True, False])
     orig["mem_changed"] = np.array([True, True, False, False])
     recovered = np.array([False, True, False, False])
-    h = report(recs, originals=orig, recovered=recovered).harp
+    h = report(recs, bookkeeping=Bookkeeping(originals=orig, recovered=recovered)).harp
     assert h["jobs"] == 3 and h["with_original"] == 3
     assert h["asked"]["core_h_reserved"] == pytest.approx(3 * 16.0)
     assert h["allocated"]["core_h_reserved"] == pytest.approx(3 * 8.0)

@@ -30,7 +30,7 @@ def _plan(line):
 
 
 def _run(store, jid, plan, *, user="alice", uid=1001, outcome=Outcome.COMPLETED, peak_gib=None, gpus=None):
-    decision = {"changes": plan.changes, "explain": plan.explain, "model": "zero-dnn"}
+    decision = {"changes": [c.model_dump() for c in plan.changes], "explain": plan.explain, "model": "zero-dnn"}
     store.add_submission(jid, uid, user, {"harp_lines": [LINE]}, {}, {}, decision)
     n = plan.explain["dnn"]["chosen"]["n_gpus"] if gpus is None else gpus
     peak = None if peak_gib is None else peak_gib * 1024

@@ -12,6 +12,19 @@ from __future__ import annotations
 from collections import deque
 
 
+def shadow_time(running, lim, width, free, need):
+    """(when the queue's head can start as the running jobs end at their limits, the processors then spare)."""
+    ends: dict[float, int] = {}
+    for j, s in running.items():
+        ends[s + lim[j]] = ends.get(s + lim[j], 0) + width[j]
+    avail = free
+    for shadow in sorted(ends):
+        avail += ends[shadow]
+        if avail >= need:
+            break
+    return shadow, avail - need
+
+
 def reference_easy(submit, width, runtime, limit, procs, mode="hard", hook=None):
     n = len(submit)
     lim = [float(x) for x in limit]
@@ -68,16 +81,7 @@ def reference_easy(submit, width, runtime, limit, procs, mode="hard", hook=None)
         if not queue:
             continue
         head = queue[0]
-        need = width[head]
-        ends: dict[float, int] = {}
-        for j, s in running.items():
-            ends[s + lim[j]] = ends.get(s + lim[j], 0) + width[j]
-        avail = free
-        for shadow in sorted(ends):
-            avail += ends[shadow]
-            if avail >= need:
-                break
-        extra = avail - need
+        shadow, extra = shadow_time(running, lim, width, free, width[head])
         if out["promised"][head] is None:
             out["promised"][head] = shadow
         for j in list(queue[1:]):

@@ -93,8 +93,10 @@ def test_a_policy_that_cannot_differ_is_not_simulated_twice(monkeypatch):
         LimitPolicy(lim, "hard", None, "users"),
         LimitPolicy(lim.copy(), "hard", None, "harp-hard"),
         LimitPolicy(lim, "hard", lambda j, l, e: None, "hooked"),
+        # a closed-loop policy decides its limits as it runs: never a twin of one with the same starting limits
+        LimitPolicy(lim.copy(), "hard", None, "closed", on_submit=lambda j, *_queue: 1.0 + j),
     ]
     out = shake.simulate_shaken(work, pols, 2, replicas=2)
-    assert calls == ["users", "hooked", "users", "hooked"]
+    assert calls == ["users", "hooked", "closed", "users", "hooked", "closed"]
     assert [s.policy for s in out["harp-hard"]] == ["harp-hard"] * 2
     assert [s.mean_wait_s for s in out["harp-hard"]] == [s.mean_wait_s for s in out["users"]]

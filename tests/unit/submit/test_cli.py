@@ -427,6 +427,21 @@ def test_dry_run_says_why_each_resource_was_kept(run, harpd) -> None:
     assert not any("cores" in x for x in lines)
 
 
+def test_dry_run_reads_the_typed_why_of_a_newer_harpd(run, harpd) -> None:
+    """``reason``/``kept`` are read first; explain's keys only when a harpd sends no typed field."""
+    harpd.decision = {
+        **decision(explain={"time": {"reason": "explain's words"}, "mem": {"reason": "explain's memory"}}),
+        "kept": {"time": "typed words", "mem": None, "cores": "typed cores"},
+        "reason": "typed reason",
+    }
+    run.write("job.sh", JOB)
+    lines = harp_lines(run("--harp-dry-run", "job.sh").stderr)
+    assert "harp:   time limit kept as written: typed words" in lines
+    assert "harp:   memory kept as written: explain's memory" in lines  # no typed word: the older key
+    assert "harp:   cores kept as written: typed cores" in lines
+    assert not any("explain's words" in x for x in lines)
+
+
 def test_dry_run_words_are_harpds_text_made_safe(run, harpd) -> None:
     """A reason with control characters or huge length never reaches the terminal as such."""
     harpd.decision = decision(explain={"time": {"reason": "a\x1b[31mred\x07" + "x" * 5000}})

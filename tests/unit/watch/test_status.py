@@ -8,6 +8,7 @@ from harpd import protocol as p
 from harpd.cli.status_cmd import render
 from harpd.config import HarpSettings
 from harpd.daemon.handlers import Handlers, Peer
+from harpd.store import Resize
 
 MODE = {"mode": "soft", "privileged": True, "why": "harpd runs as root"}
 
@@ -38,9 +39,7 @@ def test_status_without_a_mode_or_changes_says_nothing_new(store):
 
 def test_status_shows_a_pending_memory_resize_in_mb(store):
     register(store, "42", original_mem_mb=4000, harp_mem="2000M")
-    store.add_limit_change(
-        "42", "resize-mem", 1800, 1800, "re-decided while pending", "done", old_mem_mb=2000, new_mem_mb=880
-    )
+    store.add_limit_change("42", "resize-mem", 1800, 1800, "re-decided while pending", "done", mem=Resize(2000, 880))
     h = Handlers(store, HarpSettings(), admin_gid=None, limits_mode=MODE)
     job = h.handle(
         Peer(pid=1, uid=0, gid=0, user="root", groups=frozenset()), p.StatusRequest(op="status", job_id="42")

@@ -11,6 +11,7 @@ from harpd.cli.status_cmd import render
 from harpd.config import HarpSettings
 from harpd.daemon.handlers import Handlers, Peer
 from harpd.records import JobRecord, Outcome
+from harpd.store import Resize
 
 
 def test_status_of_the_shrunk_job_shows_who_set_each_limit_and_the_541M_it_ran_with(store):
@@ -19,7 +20,7 @@ def test_status_of_the_shrunk_job_shows_who_set_each_limit_and_the_541M_it_ran_w
     store.add_attempt("53", 2, "53", {"time_s": 180, "mem_mb": 1082, "escalated": "mem"}, "ran out of mem: 2x", "done")
     store.add_attempt("53", 3, "53", {"time_s": 180, "mem_mb": 2000, "escalated": "mem"}, "ran out of mem: req", "done")
     store.add_limit_change(
-        "53", "resize-mem", 180, 180, "re-decided while pending", "done", old_mem_mb=2000, new_mem_mb=541, attempt=3
+        "53", "resize-mem", 180, 180, "re-decided while pending", "done", mem=Resize(2000, 541), attempt=3
     )
     now = time.time()
     store.insert_jobs(

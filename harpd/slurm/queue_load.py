@@ -1,0 +1,77 @@
+"""How loaded the queue is, as harpd sees it at a decision: one cached squeue and partition view.
+
+The soft queue rule (``harpd.predict.queue_policy``) weighs a cut against the
+work already waiting, so a decision needs the waiting jobs' processor-seconds
+and the cluster's processors.  Both come from answers harpd already has:
+``backend.queue()`` (``squeue --json``: job names, comments and paths are
+user text, never split out of plain text) and the partitions
+(``scontrol``, cached by ``harpd.slurm.partitions``).  squeue costs tens of
+milliseconds to seconds on a busy controller, too slow for every sbatch, so
+one answer serves every decision for ``ttl_s`` (``ttl_cache``, as the
+partitions are cached), and a failure serves the last good answer.
+
+Approximations, each on the safe side of the rule (a smaller backlog cuts
+more, as today): a pending job without a time limit (unlimited) adds
+nothing; a pending array whose tasks squeue lists as one record counts once;
+the cluster's processors are its nodes' (each node once, with the most
+processors any of its partitions allows).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+
+from harpd.slurm.base import PartitionInfo, QueuedJob, SlurmBackend
+from harpd.slurm.ttl_cache import ttl_cached
+
+__all__ = ["QueueLoad", "cached_queue_load", "queue_load", "total_cores"]
+
+
+@dataclass(frozen=True, slots=True)
+class QueueLoad:
+    """The queue at one squeue: jobs waiting, their limits' processor-seconds, jobs running, the cores."""
+
+    pending_jobs: int
+    backlog_core_s: float
+    running_jobs: int
+    total_cores: int
+
+
+def total_cores(parts: Mapping[str, PartitionInfo]) -> int:
+    """The cluster's processors: each node once (partitions share nodes), 0 when unknown."""
+    per_node: dict[str, int] = {}
+    anonymous = 0
+    for p in parts.values():
+        cpus = p.max_cpus_per_node or 0
+        if p.node_names:
+            for n in p.node_names:
+                per_node[n] = max(per_node.get(n, 0), cpus)
+        else:  # no node list: the partition's own count (may overlap another's)
+            anonymous += p.nodes * cpus
+    return sum(per_node.values()) + anonymous
+
+
+def queue_load(jobs: Iterable[QueuedJob], parts: Mapping[str, PartitionInfo]) -> QueueLoad:
+    """The load of ``jobs`` (one ``queue()``) on the cluster of ``parts``."""
+    pending = running = 0
+    backlog = 0.0
+    for j in jobs:
+        if j.running:
+            running += 1
+        elif j.pending:
+            pending += 1
+            if j.time_limit_s is not None and j.time_limit_s > 0:
+                backlog += (j.cpus_per_task or 1) * (j.num_tasks or 1) * float(j.time_limit_s)
+    return QueueLoad(pending, backlog, running, total_cores(parts))
+
+
+def cached_queue_load(
+    backend: SlurmBackend, partitions: Callable[[], dict[str, PartitionInfo]], ttl_s: float = 30.0
+) -> Callable[[], QueueLoad]:
+    """``queue_load`` of ``backend.queue()``, fetched again once ``ttl_s`` old (``ttl_cache``)."""
+
+    def fetch() -> QueueLoad:
+        return queue_load(backend.queue(), partitions())
+
+    return ttl_cached(fetch, "queue load (squeue --json)", ttl_s)

@@ -1,0 +1,51 @@
+"""harpd.slurm.queue_load: the queue's load at a decision, from one cached squeue answer."""
+
+from __future__ import annotations
+
+from harpd.predict.queue_policy import queue_cut, view_of
+from harpd.slurm.base import PartitionInfo, QueuedJob
+from harpd.slurm.queue_load import cached_queue_load, queue_load, total_cores
+
+
+def _part(name: str, nodes: tuple[str, ...], cpus: int) -> PartitionInfo:
+    return PartitionInfo(name, 86400, 64000, cpus, len(nodes), node_names=nodes)
+
+
+PARTS = {"a": _part("a", ("n1", "n2"), 16), "b": _part("b", ("n2", "n3"), 32)}
+
+
+def test_each_node_counts_once_with_its_largest_partition():
+    # n1: 16, n2: in both, 32, n3: 32
+    assert total_cores(PARTS) == 80
+    # no node list: the partition's own nodes x processors
+    assert total_cores({"x": PartitionInfo("x", None, None, 8, 4)}) == 32
+    assert total_cores({}) == 0
+
+
+def test_the_backlog_is_the_pending_jobs_limits_times_their_processors():
+    jobs = [
+        QueuedJob("1", "RUNNING", time_limit_s=600, cpus_per_task=4, num_tasks=1),
+        QueuedJob("2", "PENDING", time_limit_s=3600, cpus_per_task=2, num_tasks=3),  # 6 x 3600
+        QueuedJob("3", "PENDING", time_limit_s=100),  # 1 x 100
+        QueuedJob("4", "PENDING", time_limit_s=None, cpus_per_task=8),  # unlimited: adds nothing
+        QueuedJob("5", "COMPLETING"),
+    ]
+    load = queue_load(jobs, PARTS)
+    assert (load.pending_jobs, load.backlog_core_s, load.running_jobs, load.total_cores) == (3, 21700.0, 1, 80)
+    v = view_of(load, now=5.0)
+    assert (v.pending_jobs, v.backlog_core_s, v.running_jobs, v.now, v.total_cores) == (3, 21700.0, 1, 5.0, 80)
+    # the same rule as the replay's: 21700 / 80 = 271.25 s of a 1000 s request given back
+    assert queue_cut(v, 1000.0, 200.0).limit_s == 200.0 + (21700.0 / 80 / 1000.0) * 800.0
+
+
+def test_one_squeue_serves_every_decision_within_the_ttl():
+    class Backend:
+        calls = 0
+
+        def queue(self):
+            self.calls += 1
+            return [QueuedJob(str(self.calls), "PENDING", time_limit_s=60)]
+
+    b = Backend()
+    get = cached_queue_load(b, lambda: PARTS, ttl_s=3600.0)  # type: ignore[arg-type]
+    assert get() == get() and b.calls == 1
