@@ -26,16 +26,13 @@ limits harp leaves time requests alone (memory is not a reservation in
 time and is not gated here).  A site whose `harp replay TRACE --schedule`
 shows a gain sets it.
 
-One rule for the daemon (``harpd.predict.live``) and the replay
-(``harpd.replay.engine``, ``harpd.evaluate.schedule_simulation``): ``worth_cutting`` and
-its vectorised twin ``gate_many``.
+One rule for the daemon and the replay: ``worth_cutting``, which the
+decision kernel (``harpd.predict.decide``) applies to every job either decides.
 """
 
 from __future__ import annotations
 
-import numpy as np
-
-__all__ = ["worth_cutting", "gate_many", "why_kept"]
+__all__ = ["worth_cutting", "why_kept"]
 
 
 def worth_cutting(request_s: float, limit_s: float, p_kill: float, gain: float) -> bool:
@@ -44,16 +41,6 @@ def worth_cutting(request_s: float, limit_s: float, p_kill: float, gain: float) 
         return False
     p = min(max(float(p_kill), 0.0), 1.0)
     return p * limit_s < gain * (1.0 - p) * (request_s - limit_s)
-
-
-def gate_many(request: np.ndarray, alloc: np.ndarray, p_kill: float, gain: float) -> np.ndarray:
-    """``alloc`` with NaN (the request stands) where ``worth_cutting`` says no; NaN stays NaN."""
-    req = np.asarray(request, float)
-    a = np.asarray(alloc, float)
-    p = min(max(float(p_kill), 0.0), 1.0)
-    with np.errstate(invalid="ignore"):
-        ok = (a < req) & (gain > 0) & (p * a < gain * (1.0 - p) * (req - a))
-    return np.where(ok, a, np.nan)
 
 
 def why_kept(gain: float) -> str:

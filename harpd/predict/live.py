@@ -29,7 +29,7 @@ import threading
 import time as _time
 from typing import TYPE_CHECKING, Any
 
-from harp_submit.units import format_mem, format_time
+from harp_submit.units import format_mem
 from harpd.features.history import COL, KEEP, History, JobKeys, conformal_group, keys_of, keys_of_record
 from harpd.features.resources import gpu_count
 from harpd.features.signature import normalise_commands
@@ -37,15 +37,16 @@ from harpd.features.usage import RecentRuns, usage_of
 from harpd.features.workflow import TaskIdentity, identify, is_workflow_signature, job_signature
 from harpd.models.base import float32_row, predict_row
 from harpd.models.envelope import ModelEnvelope
-from harpd.predict.allocation import BOUND, FLOOR, MARGIN, REQUEST_FLOOR, Guard, allocate
+from harpd.predict.allocation import MARGIN, Guard
 from harpd.predict.cores import CoresHistory, cut_bounds, run_cores, slowdown, time_share
-from harpd.predict.kill_cost import why_kept, worth_cutting
+from harpd.predict.decide import BoundSource, KernelInput, RetryLeast, rule_of, shape_of
+from harpd.predict.decide import decide as decide_resource
 from harpd.predict.restore import Restored, cut_resources, restored_by, restoring_outcome
 from harpd.predict.retry_floor import Floor, RetryFloors
-from harpd.predict.soft import SoftPolicy, running_bound, soft_guard, stake_of, tilt
+from harpd.predict.soft import SoftPolicy, recent_bound, running_bound, soft_guard, stake_of, tilt
 from harpd.predict.soft_state import SoftState
 from harpd.predict.task_memory import TaskMemory
-from harpd.predict.time_options import SUBMITIT_KEPT, fit_time, kept_under_soft_limits
+from harpd.predict.time_options import kept_under_soft_limits
 from harpd.protocol import Change, Decision, JobRequest, Limits, Resources
 from harpd.records import JobRecord, ModelRow, Submission
 from harpd.slurm.job_ids import submitted_id
@@ -99,6 +100,22 @@ class _RecentEvidence:
     @classmethod
     def of(cls, recent: RecentRuns, key: str) -> _RecentEvidence:
         return cls(recent.ran_out(key), recent.stopped(key), recent.most(key))
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class _Seen:
+    """What one resource's decision read of the job and its history (gathered under the lock)."""
+
+    x: list[float]  # the job's history features
+    keys: JobKeys
+    n_hist: int
+    recent: _RecentEvidence
+    req: float | None
+    cores: int
+    task: bool  # a workflow task: sized from its own rule's runs
+    mem_task: bool  # a workflow task's memory: sized by task_memory
+    soft: bool  # its time under soft limits
+    sig: str | None  # the job's signature
 
 
 class ModelPredictor:
@@ -388,21 +405,6 @@ class ModelPredictor:
         )
 
     @staticmethod
-    def _soft_bound(x: list[float], log_bound: float, policy: SoftPolicy) -> tuple[float, str]:
-        """The soft policy's bound (log need/request) from a job's history features.
-
-        The template's (same user and request) most recent runs decide when
-        there are enough of them, as in ``harpd.predict.soft.start_bound``;
-        else the model's own bound stands.
-        """
-
-        n_runs = math.expm1(x[COL["r_n"]]) if not math.isnan(x[COL["r_n"]]) else 0.0
-        rmax = x[COL["r_max5"]]
-        if n_runs + 0.5 >= policy.min_recent and not math.isnan(rmax):
-            return float(rmax) + math.log(policy.recent_margin), f"{policy.recent_margin:g} x the most of the last runs"
-        return log_bound, "model bound"
-
-    @staticmethod
     def _soft_live(
         log_bound: float,
         template: str,
@@ -554,6 +556,57 @@ class ModelPredictor:
         _, _, req, keys = self._keys(job, user, "time", relative, _signature(job))
         return keys.req if req else None
 
+    def _bound(
+        self, job: JobRequest, res: str, champion: _Champion, seen: _Seen, now: float
+    ) -> tuple[float, float | None, str, dict[str, Any]] | dict[str, Any]:
+        """The bound (log need/request), θ, the reason's opening words and the rule's explanation; or why none.
+
+        A workflow task's memory from its type (``task_memory``); a program
+        without a model, or a workflow task, from its own runs (the history
+        rule); else the champion's prediction (under soft limits the soft
+        policy's start bound and what the watcher knows).
+        """
+        n_hist, req, task = seen.n_hist, seen.req, seen.task
+        ex: dict[str, Any] = {}
+        if seen.mem_task:
+            with self._lock:
+                mb, rule = self._tasks.size(seen.sig, job.input_bytes, req)
+            if mb is None or mb <= 0 or not req:
+                return {"model": None, "rule": "task memory", "n_history": n_hist, "reason": rule}
+            ex.update(rule="task memory", source=rule)
+            return math.log(mb / req), None, f"memory of this workflow task type: {rule}", ex
+        if champion.model is None or task:
+            margin = SoftPolicy.from_settings(self.settings.predict).recent_margin if seen.soft else MARGIN
+            history_bound, rule = self._history_bound(seen.recent, math.log(seen.keys.ref), margin)
+            if history_bound is None:
+                return {"model": None, "rule": HISTORY_RULE, "n_history": n_hist, "reason": rule}
+            why_rule = "this workflow task's own runs" if task else f"this program's own runs ({NO_MODEL})"
+            ex.update(rule=HISTORY_RULE, source=why_rule)
+            reason = (
+                f"{res} from this workflow task's own {n_hist} runs ({rule})"
+                if task
+                else f"{res} from this program's own {n_hist} runs ({rule}; {NO_MODEL})"
+            )
+            return history_bound, None, reason, ex
+        x = seen.x
+        group = conformal_group(job.partition or job.request.partition, x[COL["log_pending"]])
+        log_bound = predict_row(champion.model, float32_row(x), group)
+        if seen.soft:
+            policy = SoftPolicy.from_settings(self.settings.predict, self.settings.watch)
+            log_bound, rule = recent_bound(x, log_bound, policy)
+            ex.update(policy.explain(), soft_rule=rule)
+            if self.soft_state is not None and req:
+                state = self.soft_state
+                log_bound = self._soft_live(log_bound, seen.keys.req, seen.cores, req, policy, state, now, ex)
+        # n_hist counts this program's own finished runs; with none the model still predicts,
+        # from the runs of others like it (same user, request, cores): say so, not "0 similar runs"
+        reason = (
+            f"{champion.name}: {res} bound from {n_hist} runs of this program"
+            if n_hist
+            else f"{champion.name}: {res} bound from runs like it (no finished run of this program yet)"
+        )
+        return log_bound, getattr(champion.model, "theta", None), reason, ex
+
     def _decide_resource(
         self,
         job: JobRequest,
@@ -626,158 +679,35 @@ class ModelPredictor:
                 f"per-user budget of {budget:.0%}): your time request is kept",
                 "n_history": n_hist,
             }
-        ex: dict[str, Any] = {}
-        theta = None
-        if mem_task:
-            with self._lock:
-                mb, rule = self._tasks.size(sig, job.input_bytes, req)
-            if mb is None or mb <= 0 or not req:
-                return None, {"model": None, "rule": "task memory", "n_history": n_hist, "reason": rule}
-            log_bound = math.log(mb / req)
-            ex.update(rule="task memory", source=rule)
-            reason = f"memory of this workflow task type: {rule}"
-        elif champion.model is None or task:
-            margin = SoftPolicy.from_settings(self.settings.predict).recent_margin if soft else MARGIN
-            history_bound, rule = self._history_bound(recent, math.log(keys.ref), margin)
-            if history_bound is None:
-                return None, {"model": None, "rule": HISTORY_RULE, "n_history": n_hist, "reason": rule}
-            log_bound = history_bound
-            why_rule = "this workflow task's own runs" if task else f"this program's own runs ({NO_MODEL})"
-            ex.update(rule=HISTORY_RULE, source=why_rule)
-            reason = (
-                f"{res} from this workflow task's own {n_hist} runs ({rule})"
-                if task
-                else f"{res} from this program's own {n_hist} runs ({rule}; {NO_MODEL})"
-            )
-        else:
-            group = conformal_group(job.partition or rq.partition, x[COL["log_pending"]])
-            log_bound = predict_row(champion.model, float32_row(x), group)
-            theta = getattr(champion.model, "theta", None)
-            if soft:
-                policy = SoftPolicy.from_settings(self.settings.predict, self.settings.watch)
-                log_bound, rule = self._soft_bound(x, log_bound, policy)
-                ex.update(policy.explain(), soft_rule=rule)
-                if self.soft_state is not None and req:
-                    log_bound = self._soft_live(log_bound, keys.req, cores, req, policy, self.soft_state, now, ex)
-            # n_hist counts this program's own finished runs; with none the model still predicts,
-            # from the runs of others like it (same user, request, cores): say so, not "0 similar runs"
-            reason = (
-                f"{champion.name}: {res} bound from {n_hist} runs of this program"
-                if n_hist
-                else f"{champion.name}: {res} bound from runs like it (no finished run of this program yet)"
-            )
-        if res == "time":
-            limit = limits.max_time_s or self.settings.recovery.max_time_s
-        else:
-            per_node = limits.max_mem_mb or self.settings.recovery.max_mem_mb
-            limit = per_node * nodes if per_node else None
-        # the task rule is its own cold start (a prior before any run of the type)
-        n_for_rails = max(n_hist, guard.min_history) if mem_task else n_hist
-        value, why = allocate(req, log_bound, n_for_rails, limit, guard, theta)
-        if (
-            res == "time"
-            and not soft
-            and value is not None
-            and req
-            and not worth_cutting(req, value, self.settings.predict.alpha_time, self.settings.predict.hard_cut_gain)
-        ):
-            value, why = None, why_kept(self.settings.predict.hard_cut_gain)
-        least = None if retry is None else (retry.time_s if res == "time" else retry.mem_mb)
-        at_least = None  # the retry's or a failure's floor, when it set the value (named as such, not as a rail)
-        if value is not None and retry is not None and least is not None and value < least:
-            value, at_least = least, f"at least {retry.reason}"
-        if value is not None and res == "time" and slow > 1.0:
-            value *= slow
-            reason += f", plus {slow - 1.0:.1%} for the fewer cores harp gives"
-        ex = {
-            "model": None if champion.model is None else champion.name,
-            "n_history": n_hist,
-            "bound_ratio": round(math.exp(log_bound), 4) if math.isfinite(log_bound) else None,
-            "leave_alone_ratio": None if theta is None else round(float(theta), 3),
-            "reason": why,
-            **ex,
-        }
-        if value is None:
-            return None, ex
-        if at_least is not None:
-            reason += f"; raised to {_amount(value, res)}: {at_least}"
-            ex["reason"] = f"{why}; {at_least}"
-        elif why != BOUND:
-            reason += "; " + _rail_words(why, res, guard, req, limit, floor_key)
-        if soft and req:
-            if why == BOUND and guard.headroom:
-                reason += f", plus {guard.headroom:g} s: harpd extends a job that long before its limit"
-            reason += f" (extended automatically up to {format_time(int(req))} while it runs)"
-        if res == "time":
-            value, moved = fit_time(value, rq, self.settings.predict.floor_time_s, job.commands)
-            if moved:
-                reason += f" ({moved})"
-                ex["time_options"] = moved
-            secs = int(math.ceil(value / 60.0) * 60)  # sbatch rounds to minutes anyway
-            if req and secs >= req:
-                return None, {
-                    **ex,
-                    "reason": moved if moved == SUBMITIT_KEPT else "rounded bound reaches the request: kept",
-                }
-            return {
-                "option": "time",
-                "value": format_time(secs),
-                "old": format_time(int(req)) if req else None,
-                "reason": reason,
-            }, ex
-        if rq.mem_mb:
-            mb = int(math.ceil(value / nodes))
-            if mb >= rq.mem_mb:
-                return None, {**ex, "reason": "rounded bound reaches the request: kept"}
-            return {"option": "mem", "value": format_mem(mb), "old": format_mem(rq.mem_mb), "reason": reason}, ex
-        if rq.mem_per_cpu_mb and given is not None:  # fewer cores: the memory becomes a total, never less
-            mb = int(math.ceil(value / nodes))
-            if mb >= rq.mem_per_cpu_mb * cores:
-                return None, {**ex, "reason": "rounded bound reaches the request: kept as a total"}
-            return {**_total_mem(rq), "value": format_mem(mb), "reason": reason}, ex
-        if rq.mem_per_cpu_mb:
-            mb = int(math.ceil(value / cores))
-            if mb >= rq.mem_per_cpu_mb:
-                return None, {**ex, "reason": "rounded bound reaches the request: kept"}
-            return {
-                "option": "mem-per-cpu",
-                "value": format_mem(mb),
-                "old": format_mem(rq.mem_per_cpu_mb),
-                "reason": reason,
-            }, ex
-        return {"option": "mem", "value": format_mem(int(math.ceil(value / nodes))), "old": None, "reason": reason}, ex
-
-
-def _rail_words(
-    by: str, res: str, guard: Guard, req: float | None, limit: float | None, floor_key: str | None = None
-) -> str:
-    """Which guard rail moved the bound, in the words of the decision's reason.
-
-    A value the rule's own words ("1.1 x the most of its last runs") do not
-    explain must name what set it, or a 3-minute limit for 20-second runs
-    reads as the rule's.
-    """
-
-    def amount(v: float | None) -> str:
-        if v is None:
-            return "?"
-        return format_time(int(math.ceil(v))) if res == "time" else format_mem(int(math.ceil(v)))
-
-    if by == REQUEST_FLOOR:
-        share = round(1 / guard.min_fraction) if guard.min_fraction else 0
-        return (
-            f"raised to {amount((req or 0) * guard.min_fraction)}, the floor of request/{share:g}: "
-            "harp never cuts deeper than recovery can double back to the request within its attempts"
+        seen = _Seen(x, keys, n_hist, recent, req, cores, task, mem_task, soft, sig)
+        bound = self._bound(job, res, champion, seen, now)
+        if isinstance(bound, dict):
+            return None, bound
+        log_bound, theta, reason, ex = bound
+        kind = rule_of(res)
+        limit = kind.limit_of(limits, self.settings.recovery, nodes)
+        least = None if retry is None else kind.least(retry)
+        out = decide_resource(
+            kind,
+            KernelInput(
+                request=req,
+                log_bound=log_bound,
+                n_history=n_hist,
+                limit=limit,
+                guard=guard,
+                shape=shape_of(rq, cores, nodes, given, job.commands),
+                theta=theta,
+                prior=mem_task,  # the task rule is its own cold start (a prior before any run of the type)
+                soft=soft,
+                hard_cut_gain=self.settings.predict.hard_cut_gain,
+                p_kill=self.settings.predict.alpha_time,
+                floor_time_s=self.settings.predict.floor_time_s,
+                retry=None if retry is None or least is None else RetryLeast(float(least), retry.reason),
+                slowdown=slow,
+                source=BoundSource(None if champion.model is None else champion.name, reason, ex, floor_key),
+            ),
         )
-    if by == FLOOR:
-        key = floor_key or ("predict.floor_time_s" if res == "time" else "predict.floor_mem_mb")
-        return f"raised to the floor of {amount(guard.floor)} ({key})"
-    return f"lowered to the partition limit of {amount(limit)}"
-
-
-def _amount(v: float, res: str) -> str:
-    """A decided amount in the words of a reason."""
-    return format_time(int(math.ceil(v))) if res == "time" else format_mem(int(math.ceil(v)))
+        return (None if out.change is None else out.change.as_dict()), out.explanation.as_dict()
 
 
 def _asked_mem(rq: Resources) -> float | None:

@@ -34,12 +34,14 @@ from __future__ import annotations
 
 import math
 import sys
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 import numpy as np
 
 from harpd.config import WatchSettings
+from harpd.features.history import COL
 from harpd.predict.allocation import PREDICT_DEFAULTS, Guard
 
 _FLOAT_MAX = sys.float_info.max
@@ -259,3 +261,17 @@ def soft_guard(guard: Guard, policy: SoftPolicy | None = None) -> Guard:
     floor = guard.floor if policy is None else max(guard.floor, policy.min_limit_s)
     headroom = guard.headroom if policy is None else max(guard.headroom, policy.lead_s, 0.0)
     return replace(guard, min_history=0, floor=floor, min_fraction=0.0, headroom=headroom)
+
+
+def recent_bound(x: Sequence[float], log_bound: float, policy: SoftPolicy) -> tuple[float, str]:
+    """The soft policy's bound (log need/request) from one job's history features, and its words.
+
+    The template's (same user and request) most recent runs decide when
+    there are enough of them, as in ``start_bound``; else the model's own
+    bound stands.  harpd and the replay's champion walk both call it.
+    """
+    n_runs = math.expm1(x[COL["r_n"]]) if not math.isnan(x[COL["r_n"]]) else 0.0
+    rmax = x[COL["r_max5"]]
+    if n_runs + 0.5 >= policy.min_recent and not math.isnan(rmax):
+        return float(rmax) + math.log(policy.recent_margin), f"{policy.recent_margin:g} x the most of the last runs"
+    return log_bound, "model bound"

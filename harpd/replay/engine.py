@@ -14,8 +14,12 @@ Three passes keep 200k jobs inside a few minutes on one core:
    path), and remembers which jobs finished between consecutive submissions;
 2. trained models are refitted at each retrain point and predict the jobs up
    to the next one in one batch (the model is fixed in between);
-3. the conformal model's online part (ACI, sliding residual windows) and the
-   guard rails walk the jobs again, feeding back each job as it finishes.
+3. the conformal model's online part (ACI, sliding residual windows) walks
+   the jobs again, feeding back each job as it finishes, and each job's
+   bound goes through harpd's own decision kernel (``harpd.predict.decide``:
+   the guard rails, the hard-limit kill-cost gate, whole minutes), so the
+   figures are those of the code harpd runs.  The baselines' rows (tsafrir,
+   alea, the plain quantile model) keep the vectorised rails (``allocate_many``).
 
 ``limits="soft"`` replays a privileged harpd that extends jobs
 instead of letting Slurm kill them: harp's limits are decided again at each
@@ -33,9 +37,10 @@ from typing import Any
 import numpy as np
 
 from harpd.models import construct
-from harpd.predict.allocation import Guard, allocate, allocate_many
-from harpd.predict.kill_cost import gate_many
-from harpd.predict.soft import SoftPolicy, soft_guard
+from harpd.models.base import float32_row, predict_row
+from harpd.predict.allocation import Guard, allocate_many
+from harpd.predict.decide import KernelInput, ResourceRule, allocation, rule_of
+from harpd.predict.soft import SoftPolicy, recent_bound, soft_guard
 from harpd.replay.bounds import allocations, soft_allocations
 from harpd.replay.dataset import Prepared, ReplayError, fit_rows
 from harpd.replay.metric import ModelMetrics, evaluate, evaluate_soft
@@ -63,7 +68,7 @@ class ReplayConfig:
     # job STARTS (NaN = the user's request stands), raised by the escalation rule
     limits: str = "hard"
     soft: SoftPolicy = field(default_factory=SoftPolicy)  # the soft policy's knobs (limits="soft")
-    # hard limits: harp's time cuts pass ``kill_cost.gate_many`` with this gain (None: not gated)
+    # hard limits: harp's time cuts pass the kernel's kill-cost gate with this gain (None: not gated)
     hard_cut_gain: float | None = None
 
     def make_model(self, name: str, prep: Prepared) -> Any:
@@ -132,6 +137,42 @@ def _batch_model(name: str, prep: Prepared, cfg: ReplayConfig, pts: list[int]) -
     return log_bound
 
 
+@dataclass(frozen=True, slots=True)
+class _Rails:
+    """What the replay hands the decision kernel (``harpd.predict.decide``) besides each job's own numbers."""
+
+    rule: ResourceRule
+    guard: Guard
+    soft: bool
+    gain: float | None  # the hard-limit kill-cost gate's gain (None: not gated)
+    p_kill: float
+    floor_s: int
+
+    @classmethod
+    def of(cls, prep: Prepared, cfg: ReplayConfig, guard: Guard) -> _Rails:
+        soft = cfg.limits == "soft"
+        floor_s = int(cfg.guard.floor) if prep.resource == "time" else 60
+        return cls(rule_of(prep.resource), guard, soft, None if soft else cfg.hard_cut_gain, cfg.alpha, floor_s)
+
+    def amount(self, prep: Prepared, i: int, log_bound: float, theta: float | None) -> float | None:
+        """Job ``i``'s allocation from its bound, as harpd would ask it (None: the request stands)."""
+        req = float(prep.request[i])
+        lim = None if prep.limit is None or not math.isfinite(prep.limit[i]) else float(prep.limit[i])
+        inp = KernelInput(
+            request=req if math.isfinite(req) else None,
+            log_bound=log_bound,
+            n_history=int(prep.n_hist[i]),
+            limit=lim,
+            guard=self.guard,
+            theta=theta,
+            soft=self.soft,
+            hard_cut_gain=self.gain,
+            p_kill=self.p_kill,
+            floor_time_s=self.floor_s,
+        )
+        return allocation(self.rule, inp).amount
+
+
 def _online_model(
     name: str,
     prep: Prepared,
@@ -162,6 +203,7 @@ def _online_model(
     prev_known = int(prep.known_at[0]) if n else 0
     thetas: list[float] = []
     hfloor = cfg.make_model(name, prep).floor_of(prep.X)  # a function of the features alone
+    rails = _Rails.of(prep, cfg, guard)  # each job through harpd's decision kernel
     for i in range(n):
         if seg < len(pts) and i == bounds[seg]:
             idx = _train_rows(prep, i, cfg.train_window)
@@ -194,15 +236,42 @@ def _online_model(
         if model is None:
             continue
         log_bound = max(model.cal_.bound(groups[i], float(base_pred[i])), float(hfloor[i]))
-        lim = None if prep.limit is None or not math.isfinite(prep.limit[i]) else float(prep.limit[i])
         if bounds_out is not None:
             bounds_out[i] = log_bound
-        v, _ = allocate(req[i] if has_req[i] else None, log_bound, int(prep.n_hist[i]), lim, guard, model.theta)
+        v = rails.amount(prep, i, log_bound, model.theta)
         if v is not None:
             out[i] = v
         if i % 1000 == 0:
             thetas.append(model.theta)
     return out, base_pred, thetas
+
+
+def champion_walk(prep: Prepared, cfg: ReplayConfig, model: Any) -> np.ndarray:
+    """Each job decided by one fixed champion, as harpd runs one between retrains: the request path's numbers.
+
+    The bound is the champion's one-row prediction of the job's features at
+    submission (``predict_row`` on the float32 row, as ``ModelPredictor``
+    reads it), then the decision kernel (``harpd.predict.decide``) with the
+    replay's rails; under soft limits the bound is the soft policy's start
+    bound (``soft.recent_bound``).  No online feedback and no running
+    siblings, tilts or budget scale (the soft walk's timeline): what a
+    harpd with that champion and an idle watcher asks.  NaN: the request stands.
+    """
+    soft = cfg.limits == "soft"
+    rails = _Rails.of(prep, cfg, soft_guard(cfg.guard, cfg.soft) if soft else cfg.guard)
+    theta = getattr(model, "theta", None)
+    out = np.full(prep.n, np.nan)
+    for i in range(prep.n):
+        if prep.has_requests and not math.isfinite(prep.request[i]):
+            continue
+        row = float32_row(prep.X[i])
+        log_bound = predict_row(model, row, prep.groups[i])
+        if soft:
+            log_bound, _ = recent_bound(row, log_bound, cfg.soft)
+        v = rails.amount(prep, i, log_bound, theta)
+        if v is not None:
+            out[i] = v
+    return out
 
 
 def run(prep: Prepared, cfg: ReplayConfig | None = None, progress: Callable[[str], None] | None = None) -> ReplayResult:
@@ -243,8 +312,6 @@ def run(prep: Prepared, cfg: ReplayConfig | None = None, progress: Callable[[str
             if soft:
                 assert ups is not None  # filled by _online_model when soft
                 a = _soft_start(prep, cfg, ups, notes)
-            elif cfg.hard_cut_gain is not None and prep.resource == "time" and prep.has_requests:
-                a = gate_many(req, a, cfg.alpha, cfg.hard_cut_gain)  # the daemon's own gate (kill_cost)
             alloc[name] = a
             if thetas:
                 notes["harp_theta"] = " ".join(f"{t:.2f}" for t in thetas[:: max(1, len(thetas) // 10)])

@@ -136,7 +136,9 @@ def hold_budget(
     """Start limits from ``bound_log`` under a controller that holds the extension budget.
 
     Walks starts, extensions and ends in time order.  At its start a job
-    gets ``allocate(request, bound + s + tilt)``; ``s`` is the
+    gets the decision kernel's limit (``harpd.predict.decide``, as harpd's
+    start decision: the soft guard's rails, whole minutes) for the bound
+    ``bound + s + tilt``; ``s`` is the
     ``BudgetController``'s scale (up at the moment a job outgrows its start
     limit, slowly down when a job ends without one), so the long-run share
     of jobs (all that pass through harp, left alone or not) that needed an
@@ -151,7 +153,7 @@ def hold_budget(
     """
     import heapq
 
-    from harpd.predict.allocation import allocate
+    from harpd.predict.decide import TIME, KernelInput, allocation
 
     n = prep.n
     req, need, cens = prep.request, prep.need, prep.censored
@@ -184,7 +186,9 @@ def hold_budget(
             if math.isfinite(b):
                 lim = None if limit is None or not math.isfinite(limit[i]) else float(limit[i])
                 adj = float(tilt(policy, flight[i], stake[i], mean))
-                v, _ = allocate(float(req[i]), float(b) + ctl.s + adj, int(nh[i]), lim, g)
+                v = allocation(
+                    TIME, KernelInput(float(req[i]), float(b) + ctl.s + adj, int(nh[i]), lim, g, soft=True)
+                ).amount
                 if v is not None:
                     out[i] = v
                     # the watcher extends it at its first look within its lead of the limit

@@ -4,9 +4,7 @@ from __future__ import annotations
 
 import math
 
-import numpy as np
-
-from harpd.predict.kill_cost import gate_many, why_kept, worth_cutting
+from harpd.predict.kill_cost import why_kept, worth_cutting
 
 
 def test_no_gain_no_cut():
@@ -26,13 +24,22 @@ def test_a_cut_pays_for_its_kill_risk_only_when_deep_enough():
     assert not worth_cutting(r, r, 0.0, 1.0)  # no cut at all
 
 
-def test_the_replay_gates_as_the_daemon_does():
-    req = np.array([10000.0, 10000.0, 10000.0, 10000.0])
-    alloc = np.array([4800.0, 4900.0, math.nan, 200.0])
-    got = gate_many(req, alloc, 0.05, 0.05)
-    want = [a if math.isfinite(a) and worth_cutting(r, a, 0.05, 0.05) else math.nan for r, a in zip(req, alloc)]
-    assert np.array_equal(got, np.array(want), equal_nan=True)
-    assert np.isnan(gate_many(req, alloc, 0.05, 0.0)).all()
+def test_the_kernel_gates_as_worth_cutting_says():
+    # the one gate harpd and the replay apply (harpd.predict.decide): a cut is kept only where it pays
+    from harpd.predict.allocation import Guard
+    from harpd.predict.decide import TIME, KernelInput, allocation
+
+    guard = Guard(min_history=0, floor=60.0, leave_alone_ratio=0.9, min_fraction=0.0)
+    for want_s, gain in ((4800.0, 0.05), (4900.0, 0.05), (200.0, 0.05), (4800.0, 0.0)):
+        inp = KernelInput(10000.0, math.log(want_s / 10000.0), 10, None, guard, hard_cut_gain=gain)
+        got = allocation(TIME, inp).amount
+        if worth_cutting(10000.0, want_s, 0.05, gain):
+            assert got == math.ceil(want_s / 60) * 60  # cut, in whole minutes
+        else:
+            assert got is None
+    # no gain given (the replay's default): not gated
+    inp = KernelInput(10000.0, math.log(0.49), 10, None, guard)
+    assert allocation(TIME, inp).amount == 4920.0
 
 
 def test_the_queue_verdict_says_what_harp_did_in_words():

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 
 import numpy as np
 import pytest
@@ -168,11 +169,12 @@ def test_budget_controller_backs_off_after_extensions():
     pol = SoftPolicy(gamma=0.5, scale_range=(0.5, 4.0), lead_s=0, look_s=0)
     lim = hold_budget(p, np.full(p.n, np.log(100 / 8000)), Guard(min_history=1), pol, scales)
     got = lim[np.isfinite(lim)]
-    # under soft limits a new program is sized too (a miss is one extension): job 0 gets the bound as it is
-    assert len(got) == 40 and got[0] == pytest.approx(100.0)
+    # under soft limits a new program is sized too (a miss is one extension): job 0 gets the bound as it is,
+    # in whole minutes as harpd asks sbatch (the decision kernel)
+    assert len(got) == 40 and got[0] == pytest.approx(120.0)
     # job 0 outgrew it before job 1 started: s rose by γ·(1 − target), target = aim × budget = 0.095
-    assert got[1] == pytest.approx(100.0 * np.exp(0.5 * (1 - 0.95 * 0.10)))
-    assert got[-1] == pytest.approx(400.0)  # then every extension raised it, to the top of its range
+    assert got[1] == pytest.approx(math.ceil(100.0 * np.exp(0.5 * (1 - 0.95 * 0.10)) / 60) * 60)
+    assert got[-1] == pytest.approx(420.0)  # then every extension raised it, to the top of its range (400 s)
     assert np.all(np.diff(got) >= -1e-9)
 
 

@@ -154,8 +154,8 @@ def test_soft_starts_use_history_at_the_start_and_running_siblings():
     i = int(np.argmax(p.start == 10000))
     assert use[i]
     # the rule alone says 1.1 × 1000; the sibling started at 5000 has run 5000 s: 1.1 × 5000 wins,
-    # with the watcher's 120 s lead on top
-    assert lim[i] == pytest.approx(5500.0 + pol.lead_s)
+    # with the watcher's 120 s lead on top, in whole minutes
+    assert lim[i] == pytest.approx(math.ceil((5500.0 + pol.lead_s) / 60) * 60)
 
 
 def test_soft_state_keeps_its_scale_in_the_store_and_forgets_a_stale_listing(tmp_path):
