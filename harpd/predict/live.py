@@ -118,6 +118,20 @@ class _Seen:
     sig: str | None  # the job's signature
 
 
+@dataclasses.dataclass(frozen=True, slots=True)
+class _Ask:
+    """One submission as every resource's decision sees it: the same for time and memory."""
+
+    job: JobRequest
+    user: str
+    limits: Limits
+    now: float
+    sig: str | None  # the job's signature, once per request
+    retry: Floor | None  # a workflow manager's retry or a failure's floor
+    dry_run: bool  # the same answer, the submission not counted
+    manager_inside: bool  # a workflow manager runs inside this job (Snakemake)
+
+
 class ModelPredictor:
     """``decide(job, user, uid) -> Decision`` from the store's champion models.
 
@@ -350,22 +364,10 @@ class ModelPredictor:
             cores_change, explain["cores"] = self._cores_change(job, sig, task, retry, 0.0)
             slow = 1.0
         given = int(cores_change["value"]) if cores_change else None
+        ask = _Ask(job, user, limits, now, sig, retry, dry_run, task is not None and task.manager_inside)
         for res, champion in self._loaded.items():
             try:
-                ch, ex = self._decide_resource(
-                    job,
-                    user,
-                    res,
-                    champion,
-                    limits,
-                    now,
-                    sig,
-                    given,
-                    retry,
-                    dry_run,
-                    task is not None and task.manager_inside,
-                    slow if res == "time" else 1.0,
-                )
+                ch, ex = self._decide_resource(ask, res, champion, given, slow if res == "time" else 1.0)
             except Exception as exc:  # one resource failing must not lose the other
                 log.exception("predicting %s failed", res)
                 ch, ex = None, {"reason": f"prediction failed: {exc}"}
@@ -608,19 +610,7 @@ class ModelPredictor:
         return log_bound, getattr(champion.model, "theta", None), reason, ex
 
     def _decide_resource(
-        self,
-        job: JobRequest,
-        user: str,
-        res: str,
-        champion: _Champion,
-        limits: Limits,
-        now: float,
-        sig: str | None,
-        given: int | None = None,
-        retry: Floor | None = None,
-        dry_run: bool = False,
-        manager_inside: bool = False,
-        slow: float = 1.0,
+        self, ask: _Ask, res: str, champion: _Champion, given: int | None = None, slow: float = 1.0
     ) -> tuple[dict[str, Any] | None, dict[str, Any]]:
         """One resource's change (or None) and its explanation.
 
@@ -629,12 +619,13 @@ class ModelPredictor:
         where that reaches the request the time is kept (and the caller
         gives cores that slow nothing).
 
-        ``manager_inside``: a workflow manager runs inside this job (Snakemake),
+        ``ask.manager_inside``: a workflow manager runs inside this job (Snakemake),
         so its memory is never cut below ``predict.manager_floor_mem_mb``: the
         manager's own process killed for memory fails the job where the
         end-of-job hook cannot see it, and the manager reports a failure.
         """
 
+        job, user, limits, now, sig, retry = ask.job, ask.user, ask.limits, ask.now, ask.sig, ask.retry
         rq = job.request
         # a workflow task is sized from its own rule's runs only, model or not (the
         # model's features mix the user's other rules, which say nothing of this one),
@@ -646,7 +637,7 @@ class ModelPredictor:
         with self._lock:
             x = champion.history.features(keys, now)
             n_hist = champion.history.count(keys, "s")
-            if not dry_run:
+            if not ask.dry_run:
                 champion.history.submitted(keys, now)
             restored = self._restored.has(sig, res)
             recent = _RecentEvidence.of(champion.recent, keys.sig)
@@ -654,7 +645,7 @@ class ModelPredictor:
             return None, {"reason": Restored.reason("memory" if res == "mem" else res), "n_history": n_hist}
         guard = Guard.from_settings(self.settings.predict, res, self.settings.recovery.max_attempts)
         floor_key = None  # the setting that set the floor, when not the resource's own
-        if res == "mem" and manager_inside and self.settings.predict.manager_floor_mem_mb > guard.floor:
+        if res == "mem" and ask.manager_inside and self.settings.predict.manager_floor_mem_mb > guard.floor:
             guard = dataclasses.replace(guard, floor=float(self.settings.predict.manager_floor_mem_mb))
             floor_key = "predict.manager_floor_mem_mb: the workflow manager itself runs in this job"
         soft = self.soft_limits and res == "time" and champion.relative and bool(req)

@@ -277,18 +277,8 @@ def champion_walk(prep: Prepared, cfg: ReplayConfig, model: Any) -> np.ndarray:
 def run(prep: Prepared, cfg: ReplayConfig | None = None, progress: Callable[[str], None] | None = None) -> ReplayResult:
     """Replay ``prep`` under every model of ``cfg.models``; metrics per model."""
     cfg = cfg or ReplayConfig()
-    if cfg.limits not in ("hard", "soft"):
-        raise ReplayError(f"unknown limits {cfg.limits!r}: use hard or soft")
+    _check_limits(prep, cfg)
     soft = cfg.limits == "soft"
-    if soft and prep.resource != "time":
-        raise ReplayError(f"soft limits are time limits: replay --resource time, or --limits hard for {prep.resource}")
-    if soft and not prep.has_requests:
-        raise ReplayError(
-            "soft limits need the users' requested times and this trace has none (an SWF trace's field 9 is -1 "
-            "throughout): replay it with --limits hard"
-        )
-    if soft and prep.template is None:
-        raise ReplayError("soft limits need each job's template: prepare the trace with keep_templates=True")
     t0 = time.perf_counter()
     n = prep.n
     every = cfg.retrain_every or max(500, n // 20)
@@ -334,56 +324,55 @@ def run(prep: Prepared, cfg: ReplayConfig | None = None, progress: Callable[[str
         return ReplayResult(
             prep, alloc, soft_metrics, len(pts), time.perf_counter() - t0, notes, limits=cfg.limits, soft=cfg.soft
         )
-    sel = slice(cfg.evaluate_from, n)
-    metrics: list[ModelMetrics] = []
-    base: ModelMetrics | None = None
-    if "request" in alloc:
-        base = evaluate(
-            "request",
-            alloc["request"][sel],
+    metrics = _hard_metrics(prep, cfg, alloc)
+    return ReplayResult(prep, alloc, metrics, len(pts), time.perf_counter() - t0, notes, limits=cfg.limits)
+
+
+def _check_limits(prep: Prepared, cfg: ReplayConfig) -> None:
+    """A one-line ``ReplayError`` for limits the trace cannot be replayed under."""
+    if cfg.limits not in ("hard", "soft"):
+        raise ReplayError(f"unknown limits {cfg.limits!r}: use hard or soft")
+    if cfg.limits != "soft":
+        return
+    if prep.resource != "time":
+        raise ReplayError(f"soft limits are time limits: replay --resource time, or --limits hard for {prep.resource}")
+    if not prep.has_requests:
+        raise ReplayError(
+            "soft limits need the users' requested times and this trace has none (an SWF trace's field 9 is -1 "
+            "throughout): replay it with --limits hard"
+        )
+    if prep.template is None:
+        raise ReplayError("soft limits need each job's template: prepare the trace with keep_templates=True")
+
+
+def _hard_metrics(prep: Prepared, cfg: ReplayConfig, alloc: dict[str, np.ndarray]) -> list[ModelMetrics]:
+    """Each model's figures under hard limits from ``cfg.evaluate_from`` on; the users' row first, then the bounds."""
+    sel = slice(cfg.evaluate_from, prep.n)
+
+    def score(name: str, a: np.ndarray, base: ModelMetrics | None) -> ModelMetrics:
+        return evaluate(
+            name,
+            a[sel],
             prep.need[sel],
-            req[sel],
+            prep.request[sel],
             prep.censored[sel],
             prep.weight[sel],
             resource=prep.resource,
             alpha=cfg.alpha,
             max_attempts=cfg.max_attempts,
+            baseline=base,
         )
+
+    metrics: list[ModelMetrics] = []
+    base: ModelMetrics | None = None
+    if "request" in alloc:
+        base = score("request", alloc["request"], None)
         base.over_vs_request = base.consumed_vs_request = base.over_jobs_vs_request = 1.0
         metrics.append(base)
-    order = [m for m in cfg.models if m in alloc and m != "request"]
-    for name in order:
-        metrics.append(
-            evaluate(
-                name,
-                alloc[name][sel],
-                prep.need[sel],
-                req[sel],
-                prep.censored[sel],
-                prep.weight[sel],
-                resource=prep.resource,
-                alpha=cfg.alpha,
-                max_attempts=cfg.max_attempts,
-                baseline=base,
-            )
-        )
+    metrics += [score(name, alloc[name], base) for name in cfg.models if name in alloc and name != "request"]
     if cfg.bounds and base is not None:
-        for name, a in allocations(prep).items():
-            metrics.append(
-                evaluate(
-                    f"bound:{name}",
-                    a[sel],
-                    prep.need[sel],
-                    req[sel],
-                    prep.censored[sel],
-                    prep.weight[sel],
-                    resource=prep.resource,
-                    alpha=cfg.alpha,
-                    max_attempts=cfg.max_attempts,
-                    baseline=base,
-                )
-            )
-    return ReplayResult(prep, alloc, metrics, len(pts), time.perf_counter() - t0, notes, limits=cfg.limits)
+        metrics += [score(f"bound:{name}", a, base) for name, a in allocations(prep).items()]
+    return metrics
 
 
 def _soft_start(prep: Prepared, cfg: ReplayConfig, ups: np.ndarray, notes: dict[str, str]) -> np.ndarray:
