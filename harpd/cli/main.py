@@ -178,4 +178,8 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    # run as ``python -m harpd.cli.main``: this file is ``__main__``, while the subcommands raise the
+    # package module's CliError; its main catches those (this copy's would not: a traceback)
+    from harpd.cli.main import main as package_main
+
+    sys.exit(package_main())
