@@ -43,7 +43,7 @@ from harpd.predict.decide import KernelInput, ResourceRule, allocation, rule_of
 from harpd.predict.soft import SoftPolicy, recent_bound, soft_guard
 from harpd.replay.bounds import allocations, soft_allocations
 from harpd.replay.dataset import Prepared, ReplayError, fit_rows
-from harpd.replay.metric import ModelMetrics, evaluate, evaluate_soft
+from harpd.replay.metric import Jobs, ModelMetrics, evaluate, evaluate_soft
 from harpd.replay.soft_walk import soft_starts
 
 
@@ -328,6 +328,11 @@ def run(prep: Prepared, cfg: ReplayConfig | None = None, progress: Callable[[str
     return ReplayResult(prep, alloc, metrics, len(pts), time.perf_counter() - t0, notes, limits=cfg.limits)
 
 
+def _jobs(prep: Prepared) -> Jobs:
+    """The judged columns of a prepared trace."""
+    return Jobs(prep.need, prep.request, prep.censored, prep.weight)
+
+
 def _check_limits(prep: Prepared, cfg: ReplayConfig) -> None:
     """A one-line ``ReplayError`` for limits the trace cannot be replayed under."""
     if cfg.limits not in ("hard", "soft"):
@@ -348,15 +353,13 @@ def _check_limits(prep: Prepared, cfg: ReplayConfig) -> None:
 def _hard_metrics(prep: Prepared, cfg: ReplayConfig, alloc: dict[str, np.ndarray]) -> list[ModelMetrics]:
     """Each model's figures under hard limits from ``cfg.evaluate_from`` on; the users' row first, then the bounds."""
     sel = slice(cfg.evaluate_from, prep.n)
+    jobs = _jobs(prep).at(sel)
 
     def score(name: str, a: np.ndarray, base: ModelMetrics | None) -> ModelMetrics:
         return evaluate(
             name,
             a[sel],
-            prep.need[sel],
-            prep.request[sel],
-            prep.censored[sel],
-            prep.weight[sel],
+            jobs,
             resource=prep.resource,
             alpha=cfg.alpha,
             max_attempts=cfg.max_attempts,
@@ -394,15 +397,13 @@ def _soft_metrics(prep: Prepared, cfg: ReplayConfig, alloc: dict[str, np.ndarray
     """Every model's (and reference rule's) row under soft limits: ``alloc`` are start limits."""
     sel = slice(cfg.evaluate_from, prep.n)
     budget = cfg.soft.extension_budget
+    jobs = _jobs(prep).at(sel)
 
     def row(name: str, a: np.ndarray, base: ModelMetrics | None) -> ModelMetrics:
         return evaluate_soft(
             name,
             a[sel],
-            prep.need[sel],
-            prep.request[sel],
-            prep.censored[sel],
-            prep.weight[sel],
+            jobs,
             extension_budget=budget,
             baseline=base,
             max_extensions=cfg.soft.max_extensions,

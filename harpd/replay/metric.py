@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass
+from typing import NamedTuple
 
 import numpy as np
 
@@ -93,13 +94,23 @@ def harp_score(
     return (over + killed) / used + disruption * under_rate + (1.0 - alpha) / alpha * max(0.0, under_rate - alpha)
 
 
+class Jobs(NamedTuple):
+    """The judged jobs' columns, one entry per job: what each used, asked, whether it ran out, its weight."""
+
+    need: np.ndarray
+    request: np.ndarray
+    censored: np.ndarray
+    weight: np.ndarray
+
+    def at(self, sel: slice | np.ndarray) -> Jobs:
+        """The same columns for the jobs ``sel`` picks."""
+        return Jobs(self.need[sel], self.request[sel], self.censored[sel], self.weight[sel])
+
+
 def evaluate(
     model: str,
     alloc: np.ndarray,
-    need: np.ndarray,
-    request: np.ndarray,
-    censored: np.ndarray,
-    weight: np.ndarray,
+    jobs: Jobs,
     *,
     resource: str = "time",
     alpha: float = 0.05,
@@ -114,10 +125,10 @@ def evaluate(
     requests: then only the jobs harp predicted are evaluated).
     """
     alloc = np.asarray(alloc, float)
-    need = np.maximum(np.asarray(need, float), 0.0)
-    req = np.asarray(request, float)
-    cens = np.asarray(censored, bool)
-    w = np.asarray(weight, float)
+    need = np.maximum(np.asarray(jobs.need, float), 0.0)
+    req = np.asarray(jobs.request, float)
+    cens = np.asarray(jobs.censored, bool)
+    w = np.asarray(jobs.weight, float)
     has_req = np.isfinite(req) & (req > 0)
     first = np.where(np.isfinite(alloc), alloc, req)
     # share of all jobs harp set an allocation for (other than the request)
@@ -202,10 +213,7 @@ EARLY_SHARE = 0.1
 def evaluate_soft(
     model: str,
     start: np.ndarray,
-    need: np.ndarray,
-    request: np.ndarray,
-    censored: np.ndarray,
-    weight: np.ndarray,
+    jobs: Jobs,
     *,
     extension_budget: float = 0.10,
     cap: np.ndarray | None = None,
@@ -233,10 +241,10 @@ def evaluate_soft(
     from harpd.replay.soft_walk import extend
 
     start = np.asarray(start, float)
-    need = np.maximum(np.asarray(need, float), 0.0)
-    req = np.asarray(request, float)
-    cens = np.asarray(censored, bool)
-    w = np.asarray(weight, float)
+    need = np.maximum(np.asarray(jobs.need, float), 0.0)
+    req = np.asarray(jobs.request, float)
+    cens = np.asarray(jobs.censored, bool)
+    w = np.asarray(jobs.weight, float)
     final, ext, harp_killed = extend(
         start,
         need,

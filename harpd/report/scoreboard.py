@@ -99,6 +99,7 @@ def live_table(
     """``harpd.replay.metric`` rows per (model, resource) on the window's harp-sized
     first runs; None when there is nothing to score or no metrics module."""
     try:
+        from harpd.replay.metric import Jobs as Judged
         from harpd.replay.metric import evaluate
     except ImportError:
         return None
@@ -130,10 +131,10 @@ def live_table(
             sel = first & (models == name) & np.isfinite(used) & np.isfinite(alloc)
             if not sel.any():
                 continue
-            args = (used[sel], request[sel], cens[sel], weight[sel])
-            base = evaluate("request", request[sel], *args, resource=resource, alpha=alpha, max_attempts=max_attempts)
+            judged = Judged(used[sel], request[sel], cens[sel], weight[sel])
+            base = evaluate("request", request[sel], judged, resource=resource, alpha=alpha, max_attempts=max_attempts)
             m = evaluate(
-                name, alloc[sel], *args, resource=resource, alpha=alpha, max_attempts=max_attempts, baseline=base
+                name, alloc[sel], judged, resource=resource, alpha=alpha, max_attempts=max_attempts, baseline=base
             )
             d = m.to_dict()
             # live, a job that needed more than harp gave was killed at harp's

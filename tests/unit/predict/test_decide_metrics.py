@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from harpd.features.resources import gpu_count as _gpu_count
 from harpd.models.cost import extra_consumption, extra_consumption_many
 from harpd.predict.allocation import Guard, allocate, allocate_many
-from harpd.replay.metric import evaluate
+from harpd.replay.metric import Jobs, evaluate
 
 G = Guard(min_history=5, floor=60.0, leave_alone_ratio=0.9, min_fraction=0.0)
 
@@ -100,10 +100,12 @@ def _ev(alloc, need, req, cens, w=None, **kw):
     return evaluate(
         "m",
         np.array(alloc, float),
-        np.array(need, float),
-        np.array(req, float),
-        np.array(cens, bool),
-        np.ones(n) if w is None else np.array(w, float),
+        Jobs(
+            np.array(need, float),
+            np.array(req, float),
+            np.array(cens, bool),
+            np.ones(n) if w is None else np.array(w, float),
+        ),
         **kw,
     )
 

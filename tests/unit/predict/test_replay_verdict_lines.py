@@ -21,7 +21,7 @@ from harpd.cli.replay_report import ReplayReport
 from harpd.cli.replay_verdict import queue_lines, verdict, with_queue
 from harpd.cli.replay_workflow import render
 from harpd.evaluate.schedule_simulation import gap_sizes, own_kills
-from harpd.replay.metric import ModelMetrics, evaluate
+from harpd.replay.metric import Jobs, ModelMetrics, evaluate
 from harpd.simulate import Summary
 from harpd.simulate.shake import paired
 from tests.unit.predict.replay_helpers import metric_row, replay_report
@@ -96,9 +96,9 @@ def test_the_metric_tells_harps_kills_from_the_users_own():
     req = np.array([100.0, 100.0, 100.0, 100.0])
     cens = np.array([True, False, False, False])  # job 0 ran to its request: the user's own kill
     w = np.ones(4)
-    kept = evaluate("harp", np.full(4, np.nan), need, req, cens, w, baseline=None)
+    kept = evaluate("harp", np.full(4, np.nan), Jobs(need, req, cens, w), baseline=None)
     assert kept.killed_jobs == 1 and kept.harp_kills == 0 and kept.harp_killed == 0.0
-    cut = evaluate("harp", np.array([np.nan, 40.0, 90.0, 30.0]), need, req, cens, w)
+    cut = evaluate("harp", np.array([np.nan, 40.0, 90.0, 30.0]), Jobs(need, req, cens, w))
     assert cut.harp_kills == 1  # job 1: cut to 40 below its 50
     assert cut.killed_jobs == 2 and cut.harp_killed == 40.0
 

@@ -15,7 +15,7 @@ from harpd.predict.allocation import Guard
 from harpd.predict.soft import SoftPolicy
 from harpd.replay.dataset import prepare
 from harpd.replay.engine import ReplayConfig, run
-from harpd.replay.metric import evaluate_soft
+from harpd.replay.metric import Jobs, evaluate_soft
 from harpd.replay.soft_walk import extend, hold_budget, recent_at, start_limits
 
 NAN = np.nan
@@ -39,7 +39,9 @@ def test_a_job_past_its_own_request_is_the_users_kill_not_harps():
     # censored: killed at its own request 1000 in the trace; harp's 250 is extended to it
     final, ext, killed = extend(np.array([250.0]), np.array([1000.0]), np.array([1000.0]), np.array([True]))
     assert final.tolist() == [1000.0] and ext.tolist() == [2] and killed.tolist() == [False]
-    m = evaluate_soft("x", np.array([250.0]), np.array([1000.0]), np.array([1000.0]), np.array([True]), np.array([1.0]))
+    m = evaluate_soft(
+        "x", np.array([250.0]), Jobs(np.array([1000.0]), np.array([1000.0]), np.array([True]), np.array([1.0]))
+    )
     assert m.harp_kills == 0 and m.over_reservation == 0.0
 
 
@@ -51,8 +53,8 @@ def test_soft_metric_by_hand():
     start = np.array([100.0, 200.0, 500.0, NAN])
     w = np.array([2.0, 1.0, 1.0, 4.0])
     # F = 400 (two ext), 200, 1000 (censored: one ext to R), 800 (request)
-    base = evaluate_soft("request", np.full(4, NAN), need, req, cens, w)
-    m = evaluate_soft("harp", start, need, req, cens, w, extension_budget=0.5, baseline=base)
+    base = evaluate_soft("request", np.full(4, NAN), Jobs(need, req, cens, w))
+    m = evaluate_soft("harp", start, Jobs(need, req, cens, w), extension_budget=0.5, baseline=base)
     used = np.array([350.0, 100.0, 1000.0, 200.0])
     over = 2 * (400 - 350) + 1 * (200 - 100) + 0 + 4 * (800 - 200)
     over_users = 2 * 650 + 1 * 900 + 0 + 4 * 600
@@ -85,8 +87,8 @@ def test_the_over_reservation_left_is_traced_to_the_jobs_kept_and_those_that_end
     start = np.array([NAN, NAN, 100.0, 1000.0])
     w = np.array([3.0, 1.0, 1.0, 2.0])
     cens = np.zeros(4, bool)
-    base = evaluate_soft("request", np.full(4, NAN), need, req, cens, w)
-    m = evaluate_soft("harp", start, need, req, cens, w, baseline=base, max_extensions=1)
+    base = evaluate_soft("request", np.full(4, NAN), Jobs(need, req, cens, w))
+    m = evaluate_soft("harp", start, Jobs(need, req, cens, w), baseline=base, max_extensions=1)
     users = 3 * 950 + 1 * 500 + 1 * 600 + 2 * 970
     assert m.kept_share == pytest.approx(0.75)
     assert m.kept_over == pytest.approx(3 * 950 + 500 + 2 * 970)

@@ -43,23 +43,12 @@ def test_live_rows_are_harpd_metrics_on_first_runs_per_model():
     # same numbers as calling the predictors' metric directly
     sel = np.array([True] * 4 + [False] * 4 + [True, False, False])
     j = {k: v[sel] for k, v in jobs.items()}
-    base = metrics.evaluate(
-        "request",
-        orig["time_s"][sel],
-        j["used_time_s"],
-        orig["time_s"][sel],
-        j["outcome"] == "timeout",
-        j["alloc_cpus"],
-        resource="time",
-        alpha=0.05,
-    )
+    judged = metrics.Jobs(j["used_time_s"], orig["time_s"][sel], j["outcome"] == "timeout", j["alloc_cpus"])
+    base = metrics.evaluate("request", orig["time_s"][sel], judged, resource="time", alpha=0.05)
     want = metrics.evaluate(
         "harp",
         j["req_time_s"],
-        j["used_time_s"],
-        orig["time_s"][sel],
-        j["outcome"] == "timeout",
-        j["alloc_cpus"],
+        judged,
         resource="time",
         alpha=0.05,
         baseline=base,
