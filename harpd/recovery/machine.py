@@ -84,7 +84,7 @@ from harpd.recovery.escalation import RESOURCE_OF
 from harpd.recovery.gpu_escalation import GPU, GpuPlanner, next_gpu_step
 from harpd.recovery.manager_retry import LEFT_TO_MANAGER, LEFT_TO_NEXTFLOW, NO_RESUBMIT, manager_retry, task_of
 from harpd.recovery.mode import REQUEUE, RESUBMIT, resolve_mode
-from harpd.recovery.policy import eligible, first_limits, next_limits
+from harpd.recovery.policy import Caps, eligible, first_limits, next_limits
 from harpd.recovery.requeue import requeue
 from harpd.recovery.resubmit import resubmit
 from harpd.recovery.resume import last_signal, resumed_time, signal_declared, slurm_signal_at
@@ -592,11 +592,7 @@ class Recovery:
             metrics.recovery("left_to_manager")
             return None
         part = self._partition(limits.partition)
-        nxt = next_limits(
-            outcome,
-            number,
-            limits,
-            _original(sub),
+        caps = Caps(
             max_attempts=self.cfg.max_attempts,
             partition_max_time_s=getattr(part, "max_time_s", None),
             node_mem_mb=getattr(part, "max_mem_mb_per_node", None),
@@ -605,6 +601,7 @@ class Recovery:
             partition=getattr(part, "name", None) or limits.partition,
             request_factor=self.cfg.max_request_factor,
         )
+        nxt = next_limits(outcome, number, limits, _original(sub), caps)
         if nxt.limits is None:
             self._stop(chain, number, nxt.reason)
             metrics.recovery("gave_up")

@@ -112,20 +112,20 @@ def _smallest(caps: list[tuple[float | None, str]]) -> tuple[float | None, str |
     return min(known, key=lambda x: x[0])
 
 
-def next_limits(
-    outcome: Outcome,
-    attempt: int,
-    limits: AttemptLimits,
-    original: Resources | None,
-    *,
-    max_attempts: int,
-    partition_max_time_s: float | None,
-    node_mem_mb: float | None,
-    cfg_max_time_s: float | None,
-    cfg_max_mem_mb: float | None,
-    partition: str | None = None,
-    request_factor: float | None = None,
-) -> Next:
+@dataclass(frozen=True, slots=True)
+class Caps:
+    """What bounds a resubmission: recovery's settings and the partition the job ran in (None: no cap)."""
+
+    max_attempts: int
+    partition_max_time_s: float | None = None
+    node_mem_mb: float | None = None  # the partition's memory per node
+    cfg_max_time_s: float | None = None  # recovery.max_time_s
+    cfg_max_mem_mb: float | None = None  # recovery.max_mem_mb
+    partition: str | None = None  # named in the reason
+    request_factor: float | None = None  # recovery.max_request_factor
+
+
+def next_limits(outcome: Outcome, attempt: int, limits: AttemptLimits, original: Resources | None, caps: Caps) -> Next:
     """Limits after attempt ``attempt`` ended with ``outcome``; only what ran out changes.
 
     ``limits`` are the failed attempt's, ``original`` the user's own request
@@ -144,19 +144,19 @@ def next_limits(
     if res is None:
         return Next(None, f"ended {outcome.value}: not caused by its limits, so not resubmitted")
     original = original or Resources()
-    where = f"partition {partition}" if partition else "the partition"
+    where = f"partition {caps.partition}" if caps.partition else "the partition"
     if res == "time":
         current = _pos(limits.time_s)
         if current is None:
             return Next(None, "ran out of time with no known time limit: not resubmitted", res)
         cap, cap_name = _smallest(
             [
-                (partition_max_time_s, f"{where} MaxTime"),
-                (cfg_max_time_s, "recovery.max_time_s"),
-                _request_cap(_pos(original.time_s), request_factor),
+                (caps.partition_max_time_s, f"{where} MaxTime"),
+                (caps.cfg_max_time_s, "recovery.max_time_s"),
+                _request_cap(_pos(original.time_s), caps.request_factor),
             ]
         )
-        step = next_allocation(outcome, current, _pos(original.time_s), cap, attempt, max_attempts)
+        step = next_allocation(outcome, current, _pos(original.time_s), cap, attempt, caps.max_attempts)
         if step.stop or step.value is None:
             return Next(None, _explain_stop(step.reason, cap, cap_name, fmt_time) + "; not resubmitted", res)
         minutes = math.ceil(step.value / 60 - 1e-9)
@@ -187,15 +187,15 @@ def next_limits(
     per = 1
     if key == "mem_per_cpu_mb":
         per = int(_pos(limits.cpus_per_node) or 1)
-    caps = [
-        (None if node_mem_mb is None else node_mem_mb / per, "the node's memory"),
-        (None if cfg_max_mem_mb is None else cfg_max_mem_mb / per, "recovery.max_mem_mb"),
-        _request_cap(_pos(getattr(original, key)), request_factor),
+    mem_caps = [
+        (None if caps.node_mem_mb is None else caps.node_mem_mb / per, "the node's memory"),
+        (None if caps.cfg_max_mem_mb is None else caps.cfg_max_mem_mb / per, "recovery.max_mem_mb"),
+        _request_cap(_pos(getattr(original, key)), caps.request_factor),
     ]
-    cap, cap_name = _smallest(caps)
+    cap, cap_name = _smallest(mem_caps)
     if cap is not None:
         cap = float(math.floor(cap))
-    step = next_allocation(outcome, current, _pos(getattr(original, key)), cap, attempt, max_attempts)
+    step = next_allocation(outcome, current, _pos(getattr(original, key)), cap, attempt, caps.max_attempts)
     if step.stop or step.value is None:
         return Next(None, _explain_stop(step.reason, cap, cap_name, fmt_mem) + "; not resubmitted", res)
     value = int(math.ceil(step.value - 1e-9))

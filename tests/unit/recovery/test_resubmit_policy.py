@@ -10,7 +10,7 @@ from harp_submit.units import fmt_mem, fmt_time
 from harpd.protocol import Resources
 from harpd.records import JobRecord, Outcome
 from harpd.recovery.attempts import AttemptLimits
-from harpd.recovery.policy import eligible, first_limits, next_limits, retry_choice
+from harpd.recovery.policy import Caps, eligible, first_limits, next_limits, retry_choice
 from harpd.recovery.sbatch_argv import ArgvError, resubmit_argv
 from tests.helpers.submissions import stored_submission
 
@@ -69,7 +69,11 @@ def nl(outcome, attempt, limits, original=None, **kw):
     args = dict(max_attempts=3, partition_max_time_s=None, node_mem_mb=None, cfg_max_time_s=None, cfg_max_mem_mb=None)
     args.update(kw)
     n = next_limits(
-        outcome, attempt, AttemptLimits.from_json(limits), None if original is None else Resources(**original), **args
+        outcome,
+        attempt,
+        AttemptLimits.from_json(limits),
+        None if original is None else Resources(**original),
+        Caps(**args),
     )
     return dataclasses.replace(n, limits=n.limits and n.limits.to_json())  # the row recovery stores
 
