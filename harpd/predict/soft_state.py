@@ -1,6 +1,6 @@
 """The live daemon's soft-limit state: what the replay's walk knows, kept between requests.
 
-``harpd.predict.soft.soft_starts`` decides a start limit from three things
+``harpd.replay.soft_walk.soft_starts`` decides a start limit from three things
 beyond the job's own history: the budget controller's scale ``s``, the
 template's siblings running right now, and the usual stake.  In the
 replay they come from the trace's timeline; in harpd they come from the

@@ -227,7 +227,7 @@ def evaluate_soft(
 
     ``start`` is the limit each job starts with (NaN: the request stands);
     harpd extends it by the escalation rule up to the request
-    (``harpd.predict.soft.extend``), so nothing is killed by harp and the
+    (``harpd.replay.soft_walk.extend``), so nothing is killed by harp and the
     consumption is the users' own.  Over-reservation is that of the FINAL
     limit F; "planned wrongly" charges the start limit S the backfill planner
     trusted: Σw·|S − U|.  The score replaces the miss penalty of the hard

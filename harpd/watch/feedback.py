@@ -1,6 +1,6 @@
 """What the soft policy learns from the live queue: running siblings and the extension budget.
 
-The replay's soft walk (``harpd.predict.soft.soft_starts``) knows, at each
+The replay's soft walk (``harpd.replay.soft_walk.soft_starts``) knows, at each
 start, which siblings of the job's template are running and how often
 jobs outgrew their start limits.  harpd learns the same from what the
 watcher already has: the one queue listing per interval (running jobs,
