@@ -89,7 +89,7 @@ def main() -> int:
             )
             for i, want, got in res.mismatches[:5]:
                 print(f"  job {i}: replay {want}, harpd {got}")
-    print(f"FIGURE golden_mismatches: {total} (target 0) {'PASS' if total == 0 else 'FAIL'}")
+    print(f"FIGURE golden_mismatches: {total} (target = 0) {'PASS' if total == 0 else 'FAIL'}")
     return 0 if total == 0 else 1
 
 
