@@ -39,6 +39,7 @@ import numpy as np
 from harpd.records import AttemptRecord
 from harpd.report.columns import Jobs, factorize, size
 from harpd.report.efficiency import cpu_efficiency, memory_efficiency, time_efficiency
+from harpd.report.scoreboard import Scoreboard
 from harpd.report.window import Window
 
 FAILURE_CAUSES = ("timeout", "oom", "other")
@@ -105,7 +106,7 @@ class Report:
     distributions: dict[str, Any]
     timeline: dict[str, Any]
     calibration: dict[str, Any]
-    scoreboard: dict[str, Any] = field(default_factory=dict)
+    scoreboard: Scoreboard = field(default_factory=Scoreboard)
     notes: list[str] = field(default_factory=list)
     source: str = ""
     queue: dict[str, Any] = field(default_factory=dict)  # `harp replay --schedule`'s last figures, if any
@@ -665,7 +666,7 @@ def build_report(
     window: Window,
     scope: str = "all users",
     bookkeeping: Bookkeeping | None = None,
-    scoreboard: dict[str, Any] | None = None,
+    scoreboard: Scoreboard | None = None,
     targets: dict[str, float] | None = None,
     calibration_points: int = 1500,
     now: float | None = None,
@@ -712,7 +713,7 @@ def build_report(
         distributions={k2: _distribution(v) for k2, v in per_job.items()},
         timeline=_timeline(jobs, d, window, now),
         calibration=_calibration(jobs, d, targets or {"time": 0.95, "mem": 0.95}, calibration_points),
-        scoreboard=scoreboard or {},
+        scoreboard=scoreboard or Scoreboard(),
         sources=sources,
         measured={
             c: int(np.isfinite(jobs[c]).sum()) if jobs[c].dtype.kind == "f" else sum(1 for v in jobs[c].tolist() if v)

@@ -81,7 +81,7 @@ def build(
     filters = Filters(users=users) if filters is None else replace(filters, users=users)
     loaded = load(store, by, window, filters)
     board = (
-        {}
+        scoreboard.Scoreboard()
         if personal
         else scoreboard.build(
             store,

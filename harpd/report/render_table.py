@@ -22,6 +22,7 @@ from tabulate import tabulate
 from harpd.report.aggregate import Report
 from harpd.report.fmt import compact, count, metric, percent, when
 from harpd.report.gpu_memory import render_gpu_memory
+from harpd.report.scoreboard import ScoreRow, ScoreTable
 
 WIDTH = 100
 
@@ -177,7 +178,7 @@ def _harp(report: Report) -> list[str]:
     return out
 
 
-def scoreboard_table(tab: dict[str, Any], cols: list[str], rows: list[dict[str, Any]]) -> list[str]:
+def scoreboard_table(tab: ScoreTable, cols: list[str], rows: list[ScoreRow]) -> list[str]:
     """One scoreboard table: whole headers (wrapped at spaces), whole numbers."""
     fmts = tab.get("formats") or {}
     labels = tab.get("labels") or {}
