@@ -39,6 +39,7 @@ import numpy as np
 from harpd.records import AttemptRecord
 from harpd.report.columns import Jobs, factorize, size
 from harpd.report.efficiency import cpu_efficiency, memory_efficiency, time_efficiency
+from harpd.report.gpu_memory import GpuMemoryRowJson
 from harpd.report.scoreboard import Scoreboard
 from harpd.report.window import Window
 
@@ -116,7 +117,7 @@ class Report:
     # a user's own report (not an admin's): their jobs and what harp saved them, no model scoreboard
     personal: bool = False
     # DNN jobs harp planned: estimate vs observed GPU memory per setup (harpd.report.gpu_memory)
-    gpu_memory: list[dict[str, Any]] = field(default_factory=list)
+    gpu_memory: list[GpuMemoryRowJson] = field(default_factory=list)
 
     def missing(self, *columns: str) -> list[str]:
         """The sacct fields of ``columns`` that no job of the report carries."""
