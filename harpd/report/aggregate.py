@@ -32,7 +32,7 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import Any, NotRequired, TypedDict, cast
 
 import numpy as np
 
@@ -76,6 +76,44 @@ METRICS: tuple[tuple[str, str, str], ...] = (
 )
 METRIC_NAMES = tuple(m[0] for m in METRICS)
 
+
+class GroupRow(TypedDict):
+    """One row of the report's table (a group, or the total): its key, then each of ``METRICS``.
+
+    ``source``: the row's jobs' source, where the report mixes sources;
+    ``signature``: grouped by signature, the program's signature (``key`` is then its name).
+    NaN where a metric is undefined (``Report.to_dict`` writes None).
+    """
+
+    key: str
+    source: NotRequired[str]
+    signature: NotRequired[str]
+    jobs: int
+    core_h_req: float
+    core_h_alloc: float
+    core_h_used: float
+    core_h_waste: float
+    cpu_eff: float
+    mem_gbh_req: float
+    mem_gbh_alloc: float
+    mem_gbh_used: float
+    mem_gbh_waste: float
+    mem_eff: float
+    time_eff: float
+    core_h_limit_unused: float
+    gpu_h_req: float
+    gpu_h_alloc: float
+    completed: int
+    timeout: int
+    oom: int
+    failed_other: int
+    cancelled: int
+    failed_core_h: float
+    resubmitted: int
+    resubmit_core_h: float
+    harp_sized: int
+
+
 # the sacct fields (``sacct -o``) each job column comes from: when an export
 # lacks one, the report says which field would fill its empty panels
 SACCT_FIELDS = {
@@ -98,8 +136,8 @@ class Report:
     window: Window
     generated_at: float
     scope: str  # "all users" or "user alice"
-    total: dict[str, Any]
-    groups: list[dict[str, Any]]  # sorted by allocated core-hours, largest first
+    total: GroupRow
+    groups: list[GroupRow]  # sorted by allocated core-hours, largest first
     outcomes: dict[str, int]
     failures: dict[str, dict[str, float]]
     resubmissions: dict[str, Any]
@@ -325,8 +363,8 @@ def total_metrics(gm: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
     return _with_ratios({k: np.array([_nsum(v)], dtype=v.dtype) for k, v in gm.items() if not k.endswith("_eff")})
 
 
-def _rows(labels: list[str], m: dict[str, np.ndarray], sources: list[str] | None = None) -> list[dict[str, Any]]:
-    rows = []
+def _rows(labels: list[str], m: dict[str, np.ndarray], sources: list[str] | None = None) -> list[GroupRow]:
+    rows: list[GroupRow] = []
     for i, lab in enumerate(labels):
         row: dict[str, Any] = {"key": lab}
         if sources is not None:
@@ -334,7 +372,7 @@ def _rows(labels: list[str], m: dict[str, np.ndarray], sources: list[str] | None
         for name in METRIC_NAMES:
             v = m[name][i]
             row[name] = int(v) if m[name].dtype.kind in "iu" else float(v)
-        rows.append(row)
+        rows.append(cast(GroupRow, row))  # every metric of METRIC_NAMES, as GroupRow names them
     return rows
 
 

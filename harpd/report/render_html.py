@@ -12,10 +12,10 @@ import functools
 import math
 from datetime import UTC, datetime
 from html import escape
-from typing import Any
+from typing import Any, Literal
 
 from harpd.report import svg
-from harpd.report.aggregate import Report
+from harpd.report.aggregate import GroupRow, Report
 from harpd.report.fmt import compact, count, duration, is_zero_shown, mem_mb, metric, percent, when
 
 CSP = "default-src 'none'; style-src 'unsafe-inline'; img-src data:"
@@ -215,7 +215,15 @@ def _timeline(r: Report) -> str:
 def _wasters(r: Report, n: int = 12) -> str:
     mixed = len(r.sources) > 1
 
-    def chart(metric: str, what: str, eff: str, eff_label: str, unit: str, cls: str, **kw: Any) -> str:
+    def chart(
+        metric: Literal["core_h_limit_unused", "core_h_waste", "mem_gbh_waste"],
+        what: str,
+        eff: Literal["time_eff", "cpu_eff", "mem_eff"],
+        eff_label: str,
+        unit: str,
+        cls: str,
+        **kw: Any,
+    ) -> str:
         """The ``n`` groups with the most ``metric`` (unmeasured groups have no rank)."""
         known = sorted((g for g in r.groups if math.isfinite(g[metric]) and g[metric] > 0), key=lambda g: -g[metric])
         rows = known[:n]
@@ -334,7 +342,7 @@ def _groups(r: Report, top: int) -> str:
         "harp-sized",
     ]
 
-    def row(g: dict[str, Any]) -> list[str]:
+    def row(g: GroupRow) -> list[str]:
         return [
             g["key"],
             *([str(g.get("source") or "")] if mixed else []),
