@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # annotations only: `harp --help` does not load numpy
     from harpd.replay.metric import ModelMetrics
+    from harpd.report.queue_figures import QueueFigures
 
 
 def finite_or_none(v: Any) -> Any:
@@ -114,7 +115,7 @@ class ReplayReport:
     limits: str
     soft_policy: dict[str, Any] | None
     verdict: Verdict | None = None
-    queue: dict[str, Any] | None = None  # --schedule's figures (harpd.predict.queue)
+    queue: QueueFigures | None = None  # --schedule's figures (harpd.report.queue_figures)
     workflow: dict[str, Any] | None = field(default=None)  # a Nextflow trace's Sizey wastage
 
     def row(self, model: str) -> ModelMetrics | None:

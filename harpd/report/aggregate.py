@@ -40,6 +40,7 @@ from harpd.records import AttemptRecord
 from harpd.report.columns import Jobs, factorize, size
 from harpd.report.efficiency import cpu_efficiency, memory_efficiency, time_efficiency
 from harpd.report.gpu_memory import GpuMemoryRowJson
+from harpd.report.queue_figures import QueueFigures
 from harpd.report.scoreboard import Scoreboard
 from harpd.report.window import Window
 
@@ -148,7 +149,7 @@ class Report:
     scoreboard: Scoreboard = field(default_factory=Scoreboard)
     notes: list[str] = field(default_factory=list)
     source: str = ""
-    queue: dict[str, Any] = field(default_factory=dict)  # `harp replay --schedule`'s last figures, if any
+    queue: QueueFigures = field(default_factory=QueueFigures)  # `harp replay --schedule`'s last figures, if any
     sources: list[str] = field(default_factory=list)  # the jobs' sources (cluster or trace), sorted
     # per job column (SACCT_FIELDS): how many of the report's jobs carry a value
     measured: dict[str, int] = field(default_factory=dict)

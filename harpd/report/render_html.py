@@ -17,6 +17,7 @@ from typing import Any, Literal
 from harpd.report import svg
 from harpd.report.aggregate import GroupRow, Report
 from harpd.report.fmt import compact, count, duration, is_zero_shown, mem_mb, metric, percent, when
+from harpd.report.queue_figures import QueueFigures, QueuePolicy
 
 CSP = "default-src 'none'; style-src 'unsafe-inline'; img-src data:"
 USED, WASTE, ALLOC = "#2b8a3e", "#e8590c", "#1971c2"
@@ -471,12 +472,12 @@ QUEUE_LABELS = {
 }
 
 
-def _queue(q: dict[str, Any]) -> str:
+def _queue(q: QueueFigures) -> str:
     """Wait and slowdown per policy, side by side, from `harp replay --schedule`'s saved figures."""
     pols = [p for p in q.get("policies", []) if isinstance(p, dict)]
     labels = [QUEUE_LABELS.get(str(p.get("policy")), str(p.get("policy"))) for p in pols]
 
-    def num(p: dict[str, Any], k: str) -> float:
+    def num(p: QueuePolicy, k: str) -> float:
         v = p.get(k)
         return float(v) if isinstance(v, (int, float)) else math.nan
 
