@@ -129,6 +129,53 @@ SACCT_FIELDS = {
 }
 
 
+class WindowJson(TypedDict):
+    """The report's window in its JSON: epoch seconds (None: open) and the window in words."""
+
+    since: float | None
+    until: float | None
+    text: str
+
+
+class MetricJson(TypedDict):
+    """One of ``METRICS`` in the report's JSON: what a column of the groups means."""
+
+    name: str
+    unit: str
+    meaning: str
+
+
+class ReportJson(TypedDict):
+    """``Report`` as ``harp report --format json`` prints it: the same fields, NaN written as None.
+
+    ``total`` and ``groups`` hold ``GroupRow``s with None for NaN (JSON has no
+    NaN); ``metrics`` says what each of their columns means.
+    """
+
+    by: str
+    window: WindowJson
+    generated_at: float
+    scope: str
+    total: dict[str, str | float | None]
+    groups: list[dict[str, str | float | None]]
+    outcomes: dict[str, int]
+    failures: dict[str, dict[str, float | None]]
+    resubmissions: dict[str, Any]
+    harp: dict[str, Any]
+    distributions: dict[str, Any]
+    timeline: dict[str, Any]
+    calibration: dict[str, Any]
+    scoreboard: Scoreboard
+    notes: list[str]
+    source: str
+    queue: QueueFigures
+    sources: list[str]
+    measured: dict[str, int]
+    personal: bool
+    gpu_memory: list[GpuMemoryRowJson]
+    metrics: list[MetricJson]
+
+
 @dataclass
 class Report:
     """Everything a renderer shows; JSON-able via ``to_dict``."""
@@ -162,7 +209,7 @@ class Report:
         """The sacct fields of ``columns`` that no job of the report carries."""
         return [SACCT_FIELDS.get(c, c) for c in columns if self.measured.get(c, 0) == 0]
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> ReportJson:
         d = asdict(self)
         d["window"] = {
             "since": self.window.since,
@@ -173,7 +220,8 @@ class Report:
         for res in ("time", "mem"):  # chart samples, not data: keep exports small
             for cohort in ("harp", "user"):
                 d["calibration"].get(res, {}).get(cohort, {}).pop("points", None)
-        return _clean(d)
+        out: ReportJson = _clean(d)  # the dataclass's fields, JSON-safe, with window and metrics as above
+        return out
 
 
 def _clean(x: Any) -> Any:

@@ -6,7 +6,15 @@ import pytest
 from report_helpers import DAY, NOW, bench_module, job
 
 from harpd.records import AttemptRecord, Outcome
-from harpd.report.aggregate import METRIC_NAMES, Bookkeeping, GroupRow, build_report, derive, group_metrics
+from harpd.report.aggregate import (
+    METRIC_NAMES,
+    Bookkeeping,
+    GroupRow,
+    ReportJson,
+    build_report,
+    derive,
+    group_metrics,
+)
 from harpd.report.columns import columns_for, factorize, from_records, normalise
 from harpd.report.window import Window
 
@@ -234,3 +242,9 @@ def test_group_rows_carry_exactly_the_keys_group_row_names():
     r = report(recs)
     for g in [*r.groups, r.total]:
         assert required <= set(g) <= required | optional
+
+
+def test_report_json_names_every_key_to_dict_writes():
+    """ReportJson is what --format json readers are typed against: it cannot miss or invent a key."""
+    recs, _s, _a = bench_module().synthetic(100, seed=3)
+    assert set(report(recs).to_dict()) == set(ReportJson.__annotations__)
