@@ -17,9 +17,10 @@ import sys
 import time
 from typing import TYPE_CHECKING, cast
 
-from harpd.cli.replay_report import ReplayReport, finite_or_none
+from harpd.cli.replay_report import ReplayReport, TargetCheck, finite_or_none
 
 if TYPE_CHECKING:
+    from harpd.cli.replay_workflow import WorkflowFigures
     from harpd.replay.metric import ModelMetrics
     from harpd.report.queue_figures import GapSize, QueueFigures
 
@@ -236,7 +237,7 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _workflow(args: argparse.Namespace) -> dict:
+def _workflow(args: argparse.Namespace) -> WorkflowFigures:
     """Sizey's wastage of a Nextflow trace (harpd.evaluate.workflow_replay), errors as one line."""
     from harpd.cli import replay_workflow
     from harpd.evaluate.workflow_replay import WorkflowReplayError
@@ -483,7 +484,7 @@ _SKIP_WHY = {
 }
 
 
-def check_soft_targets(h: ModelMetrics, budget: float) -> dict[str, dict]:
+def check_soft_targets(h: ModelMetrics, budget: float) -> dict[str, TargetCheck]:
     """The soft-limit targets (docs/metrics.md, "Soft limits"), on harp's row."""
     ov, co = finite_or_none(h.over_vs_request), finite_or_none(h.consumed_vs_request)
     ext = finite_or_none(h.extended_share)
@@ -506,14 +507,14 @@ def check_soft_targets(h: ModelMetrics, budget: float) -> dict[str, dict]:
 
 def check_targets(
     h: ModelMetrics | None, alpha: float, relative: bool, limits: str = "hard", budget: float = 0.10
-) -> dict[str, dict]:
+) -> dict[str, TargetCheck]:
     """harp's accuracy targets, checked on its row ``h`` (the users' row is the reference)."""
     if h is None:
         return {}
     if limits == "soft":
         return check_soft_targets(h, budget)
     under = finite_or_none(h.under_rate)
-    out = {"under_rate": {"value": under, "target": f"<= {alpha:g}", "pass": under <= alpha}}
+    out: dict[str, TargetCheck] = {"under_rate": {"value": under, "target": f"<= {alpha:g}", "pass": under <= alpha}}
     if relative:
         ov = finite_or_none(h.over_vs_request)
         co = finite_or_none(h.consumed_vs_request)
