@@ -15,12 +15,14 @@ import json
 import math
 import sys
 import time
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
-from harpd.cli.replay_report import ReplayReport, finite_or_none
+from harpd.cli.replay_report import ReplayReport, TargetCheck, finite_or_none
 
 if TYPE_CHECKING:
+    from harpd.cli.replay_workflow import WorkflowFigures
     from harpd.replay.metric import ModelMetrics
+    from harpd.report.queue_figures import GapSize, QueueFigures
 
 NAME = "replay"
 HELP = (
@@ -235,7 +237,7 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _workflow(args: argparse.Namespace) -> dict:
+def _workflow(args: argparse.Namespace) -> WorkflowFigures:
     """Sizey's wastage of a Nextflow trace (harpd.evaluate.workflow_replay), errors as one line."""
     from harpd.cli import replay_workflow
     from harpd.evaluate.workflow_replay import WorkflowReplayError
@@ -323,7 +325,7 @@ def _machine_size(args: argparse.Namespace) -> int | None:
     return size
 
 
-def _schedule(args, prep, cfg, res, procs: int, say) -> dict:
+def _schedule(args, prep, cfg, res, procs: int, say) -> QueueFigures:
     """Replay the missing limit mode if needed, simulate every policy, save the figures for `harp report`."""
     from harpd.evaluate.schedule_simulation import MODEL, QueueError, schedule
     from harpd.progress import Bar
@@ -350,22 +352,26 @@ def _schedule(args, prep, cfg, res, procs: int, say) -> dict:
     bar = None if args.quiet else (lambda name: Bar(f"{name:<13}"))
     say(f"queue: simulating {prep.n} jobs on {procs} processors")
     try:
-        queue = schedule(
-            prep,
-            procs,
-            alloc.get("hard"),
-            alloc.get("soft"),
-            max_attempts=cfg.max_attempts,
-            progress=bar,
-            notes=notes,
-            replicas=args.replicas,
-            shake_s=args.shake,
-            compress=args.compress,
-            closed_loop=not args.open_loop,
-            queue_rule=args.queue_rule,
-            max_extensions=cfg.soft.max_extensions,
-            lead_s=cfg.soft.lead_s,
-            look_s=cfg.soft.look_s,
+        # the shape schedule() writes (harpd.evaluate.schedule_simulation), as the report reads it back
+        queue = cast(
+            "QueueFigures",
+            schedule(
+                prep,
+                procs,
+                alloc.get("hard"),
+                alloc.get("soft"),
+                max_attempts=cfg.max_attempts,
+                progress=bar,
+                notes=notes,
+                replicas=args.replicas,
+                shake_s=args.shake,
+                compress=args.compress,
+                closed_loop=not args.open_loop,
+                queue_rule=args.queue_rule,
+                max_extensions=cfg.soft.max_extensions,
+                lead_s=cfg.soft.lead_s,
+                look_s=cfg.soft.look_s,
+            ),
         )
     except QueueError as exc:
         _fail(str(exc))
@@ -374,7 +380,7 @@ def _schedule(args, prep, cfg, res, procs: int, say) -> dict:
     return queue
 
 
-def _save_queue(args, queue: dict, say) -> None:
+def _save_queue(args, queue: QueueFigures, say) -> None:
     """Leave the figures beside the store for `harp report --format html` (skipped when not writable)."""
     from harpd.config import ConfigError, load_settings
     from harpd.report.queue_figures import path_beside, save
@@ -393,7 +399,7 @@ def _figure_and_error(v, se, fmt: str) -> str:
     return _figure(v, fmt) if se is None else f"{_figure(v, fmt)} ±{_figure(se, fmt)}"
 
 
-def render_queue(q: dict) -> str:
+def render_queue(q: QueueFigures) -> str:
     """The --schedule table: one row per policy (means over the copies, ± their standard error)."""
     head = ["policy", "mean wait", "p95 wait", "mean bsld", "util", "kills", "ext", "delayed by ext", "delayed by kill"]
     lines = [head]
@@ -443,14 +449,14 @@ def render_queue(q: dict) -> str:
 _GAP_WORDS = (("mean_wait_s", "mean wait"), ("mean_bounded_slowdown", "mean bounded slowdown"))
 
 
-def gap_words(share: float | None, gap: dict | None, what: str) -> str:
+def gap_words(share: float | None, gap: GapSize | None, what: str) -> str:
     """How much of the users→exact gap a harp row closes, in words that hold outside 0-100%.
 
     A share is shown only where the gap is larger than two standard errors of
     itself (over the copies): a ratio over a gap within its noise can read
     546% or −123% and means nothing.
     """
-    g, se = (gap or {}).get("gap"), (gap or {}).get("se")
+    g, se = (None, None) if gap is None else (gap.get("gap"), gap.get("se"))
     if share is None or g is None:
         return f"{what}: exact runtimes do not beat the users' requests, no gap to close"
     if se is not None and abs(g) <= 2 * se:
@@ -478,7 +484,7 @@ _SKIP_WHY = {
 }
 
 
-def check_soft_targets(h: ModelMetrics, budget: float) -> dict[str, dict]:
+def check_soft_targets(h: ModelMetrics, budget: float) -> dict[str, TargetCheck]:
     """The soft-limit targets (docs/metrics.md, "Soft limits"), on harp's row."""
     ov, co = finite_or_none(h.over_vs_request), finite_or_none(h.consumed_vs_request)
     ext = finite_or_none(h.extended_share)
@@ -501,14 +507,14 @@ def check_soft_targets(h: ModelMetrics, budget: float) -> dict[str, dict]:
 
 def check_targets(
     h: ModelMetrics | None, alpha: float, relative: bool, limits: str = "hard", budget: float = 0.10
-) -> dict[str, dict]:
+) -> dict[str, TargetCheck]:
     """harp's accuracy targets, checked on its row ``h`` (the users' row is the reference)."""
     if h is None:
         return {}
     if limits == "soft":
         return check_soft_targets(h, budget)
     under = finite_or_none(h.under_rate)
-    out = {"under_rate": {"value": under, "target": f"<= {alpha:g}", "pass": under <= alpha}}
+    out: dict[str, TargetCheck] = {"under_rate": {"value": under, "target": f"<= {alpha:g}", "pass": under <= alpha}}
     if relative:
         ov = finite_or_none(h.over_vs_request)
         co = finite_or_none(h.consumed_vs_request)

@@ -8,11 +8,40 @@ well under a second for a workflow trace.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypedDict
+
+if TYPE_CHECKING:  # `harp --help` does not load numpy
+    from harpd.evaluate.cores_replay import CoreFigures
 
 
-def report(trace: str, alpha: float, settings: Any = None) -> dict[str, Any]:
-    """The cores figures of ``trace`` as a dict; a trace without CPU time gives a one-line ReplayError.
+class CoresSet(TypedDict):
+    """One set of jobs' core-hours: the users' requests, harp's, used, clairvoyant, and the share slowed."""
+
+    jobs: int
+    users_core_h: float
+    harp_core_h: float
+    used_core_h: float
+    clairvoyant_core_h: float
+    harp_share: float
+    changed: int
+    slowed: int
+    slowed_share: float
+    slowed_within_tolerance: int
+
+
+class CoresFigures(TypedDict):
+    """``harp replay --resource cpus``'s figures, as ``--format json`` prints them."""
+
+    trace: str
+    resource: str
+    alpha: float
+    cores_tolerance: float
+    multi_cpu: CoresSet  # the jobs that asked for more than one CPU (the rule's own)
+    all: CoresSet
+
+
+def report(trace: str, alpha: float, settings: Any = None) -> CoresFigures:
+    """The cores figures of ``trace``; a trace without CPU time gives a one-line ReplayError.
 
     ``settings``: the site's (its ``predict.cores_tolerance`` and rails), as harpd runs them.
     """
@@ -24,25 +53,33 @@ def report(trace: str, alpha: float, settings: Any = None) -> dict[str, Any]:
         raise ReplayError(
             f"{trace}: no job with CPU time (TotalCPU, %cpu) and a CPU request: nothing to replay for cores"
         )
-    tolerance = res.multi.tolerance
-    out: dict[str, Any] = {"trace": str(trace), "resource": "cpus", "alpha": alpha, "cores_tolerance": tolerance}
-    for name, f in (("multi_cpu", res.multi), ("all", res.all)):
-        out[name] = {
-            "jobs": f.jobs,
-            "users_core_h": round(f.users_core_h, 3),
-            "harp_core_h": round(f.harp_core_h, 3),
-            "used_core_h": round(f.used_core_h, 3),
-            "clairvoyant_core_h": round(f.best_core_h, 3),
-            "harp_share": round(f.share, 4),
-            "changed": f.changed,
-            "slowed": f.slowed,
-            "slowed_share": round(f.slowed_share, 4),
-            "slowed_within_tolerance": f.slowed_at_all - f.slowed,
-        }
-    return out
+    return CoresFigures(
+        trace=str(trace),
+        resource="cpus",
+        alpha=alpha,
+        cores_tolerance=res.multi.tolerance,
+        multi_cpu=_figures(res.multi),
+        all=_figures(res.all),
+    )
 
 
-def render(rep: dict[str, Any]) -> str:
+def _figures(f: CoreFigures) -> CoresSet:
+    """One set's figures (``harpd.evaluate.cores_replay``'s), rounded as printed."""
+    return CoresSet(
+        jobs=f.jobs,
+        users_core_h=round(f.users_core_h, 3),
+        harp_core_h=round(f.harp_core_h, 3),
+        used_core_h=round(f.used_core_h, 3),
+        clairvoyant_core_h=round(f.best_core_h, 3),
+        harp_share=round(f.share, 4),
+        changed=f.changed,
+        slowed=f.slowed,
+        slowed_share=round(f.slowed_share, 4),
+        slowed_within_tolerance=f.slowed_at_all - f.slowed,
+    )
+
+
+def render(rep: CoresFigures) -> str:
     """The figures as a small table: one row per set of jobs."""
     lines = [
         f"{rep['trace']}: cores for single-task jobs (alpha {rep['alpha']:g}, "
@@ -50,8 +87,7 @@ def render(rep: dict[str, Any]) -> str:
         f"{'jobs':24} {'n':>7} {'users core-h':>13} {'harp core-h':>12} {'harp/users':>10} {'used core-h':>12}"
         f" {'clairvoyant':>12} {'slowed':>8}",
     ]
-    for key, label in (("multi_cpu", "asked for > 1 CPU"), ("all", "all")):
-        f = rep[key]
+    for f, label in ((rep["multi_cpu"], "asked for > 1 CPU"), (rep["all"], "all")):
         lines.append(
             f"{label:24} {f['jobs']:>7,} {f['users_core_h']:>13,.1f} {f['harp_core_h']:>12,.1f} "
             f"{f['harp_share']:>10.3f} {f['used_core_h']:>12,.1f} {f['clairvoyant_core_h']:>12,.1f} "

@@ -11,15 +11,76 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NotRequired, TypedDict
 
 if TYPE_CHECKING:  # annotations only: `harp --help` does not load numpy
+    from harpd.cli.replay_workflow import WorkflowFigures
     from harpd.replay.metric import ModelMetrics
+    from harpd.report.queue_figures import QueueFigures
 
 
 def finite_or_none(v: Any) -> Any:
     """JSON has no NaN: a non-finite float is printed as null, as ``ModelMetrics.to_dict`` does."""
     return None if isinstance(v, float) and not math.isfinite(v) else v
+
+
+# one accuracy target checked on harp's row: its value (None: not measured), the target in words, passed
+TargetCheck = TypedDict("TargetCheck", {"value": float | None, "target": str, "pass": bool})
+
+
+class VerdictJson(TypedDict, total=False):
+    """``Verdict`` in ``--format json``: only ``better`` and ``text`` when there was nothing to compare.
+
+    Non-finite figures are written as None.
+    """
+
+    model: str
+    limits: str
+    unit: str
+    reserved_saved: float | None
+    reserved_saved_share: float | None
+    over_reservation_vs_users: float | None
+    consumed_vs_users: float | None
+    consumed_extra: float | None
+    killed_jobs: int
+    killed: float | None
+    harp_kills: int
+    harp_killed: float | None
+    users_kills: int
+    lost: int
+    extended_jobs: int | None
+    missed_share: float | None
+    score: float | None
+    users_score: float | None
+    better: str | None
+    margin: str | None
+    text: list[str]
+    queue: list[str]
+
+
+class ReplayReportJson(TypedDict):
+    """``ReplayReport`` as ``harp replay --format json`` prints it (scripts and benches read these keys)."""
+
+    trace: str
+    source: str
+    resource: str
+    relative: bool
+    jobs: int
+    skipped: dict[str, int]
+    retrains: int
+    seconds: float
+    alpha: float
+    weight: str
+    unit: str
+    unit_scale: float
+    models: list[dict[str, Any]]  # each ModelMetrics.to_dict (harpd.replay.metric)
+    targets: dict[str, TargetCheck]
+    notes: list[str]
+    limits: str
+    soft_policy: dict[str, Any] | None
+    verdict: NotRequired[VerdictJson]
+    queue: NotRequired[QueueFigures]
+    workflow: NotRequired[WorkflowFigures]
 
 
 @dataclass(frozen=True)
@@ -60,36 +121,37 @@ class Verdict:
     def none(cls, why: str) -> Verdict:
         return cls(better=None, text=(f"no verdict: {why}",), figures=False)
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> VerdictJson:
+        f = finite_or_none
         if not self.figures:
-            out: dict[str, Any] = {"better": self.better, "text": list(self.text)}
+            out = VerdictJson(better=self.better, text=list(self.text))
         else:
-            out = {
-                "model": self.model,
-                "limits": self.limits,
-                "unit": self.unit,
-                "reserved_saved": self.reserved_saved,
-                "reserved_saved_share": self.reserved_saved_share,
-                "over_reservation_vs_users": self.over_reservation_vs_users,
-                "consumed_vs_users": self.consumed_vs_users,
-                "consumed_extra": self.consumed_extra,
-                "killed_jobs": self.killed_jobs,
-                "killed": self.killed,
-                "harp_kills": self.harp_kills,
-                "harp_killed": self.harp_killed,
-                "users_kills": self.users_kills,
-                "lost": self.lost,
-                "extended_jobs": self.extended_jobs,
-                "missed_share": self.missed_share,
-                "score": self.score,
-                "users_score": self.users_score,
-                "better": self.better,
-                "margin": self.margin,
-                "text": list(self.text),
-            }
+            out = VerdictJson(
+                model=self.model,
+                limits=self.limits,
+                unit=self.unit,
+                reserved_saved=f(self.reserved_saved),
+                reserved_saved_share=f(self.reserved_saved_share),
+                over_reservation_vs_users=f(self.over_reservation_vs_users),
+                consumed_vs_users=f(self.consumed_vs_users),
+                consumed_extra=f(self.consumed_extra),
+                killed_jobs=self.killed_jobs,
+                killed=f(self.killed),
+                harp_kills=self.harp_kills,
+                harp_killed=f(self.harp_killed),
+                users_kills=self.users_kills,
+                lost=self.lost,
+                extended_jobs=self.extended_jobs,
+                missed_share=f(self.missed_share),
+                score=f(self.score),
+                users_score=f(self.users_score),
+                better=self.better,
+                margin=self.margin,
+                text=list(self.text),
+            )
         if self.queue is not None:
             out["queue"] = list(self.queue)
-        return {k: finite_or_none(v) for k, v in out.items()}
+        return out
 
 
 @dataclass(frozen=True)
@@ -109,13 +171,13 @@ class ReplayReport:
     unit: str
     unit_scale: float
     models: tuple[ModelMetrics, ...]
-    targets: dict[str, dict[str, Any]]
+    targets: dict[str, TargetCheck]
     notes: list[str]
     limits: str
     soft_policy: dict[str, Any] | None
     verdict: Verdict | None = None
-    queue: dict[str, Any] | None = None  # --schedule's figures (harpd.predict.queue)
-    workflow: dict[str, Any] | None = field(default=None)  # a Nextflow trace's Sizey wastage
+    queue: QueueFigures | None = None  # --schedule's figures (harpd.report.queue_figures)
+    workflow: WorkflowFigures | None = field(default=None)  # a Nextflow trace's Sizey wastage
 
     def row(self, model: str) -> ModelMetrics | None:
         """The metrics of ``model`` (the last row of that name, as a dict by name keeps it)."""
@@ -125,8 +187,8 @@ class ReplayReport:
                 found = m
         return found
 
-    def to_dict(self) -> dict[str, Any]:
-        out: dict[str, Any] = {
+    def to_dict(self) -> ReplayReportJson:
+        out: ReplayReportJson = {
             "trace": self.trace,
             "source": self.source,
             "resource": self.resource,

@@ -18,9 +18,12 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from harpd.cli.replay_report import ReplayReport, Verdict
+
+if TYPE_CHECKING:
+    from harpd.report.queue_figures import PairedFigure, QueueFigures
 
 MODEL = "harp"
 USERS = "request"
@@ -163,7 +166,7 @@ def _jobs(n: int) -> str:
     return f"{n:,} job{'' if n == 1 else 's'}"
 
 
-def with_queue(v: Verdict, queue: dict[str, Any], limits: str) -> Verdict:
+def with_queue(v: Verdict, queue: QueueFigures, limits: str) -> Verdict:
     """The verdict once the queue was simulated: the queue decides the headline, read first.
 
     The queue is the outcome a site deploys harp for, the over-reservation
@@ -203,7 +206,7 @@ def with_queue(v: Verdict, queue: dict[str, Any], limits: str) -> Verdict:
     return dataclasses.replace(v, better=better, queue=tuple(words), text=(head + ".", *words, *rest))
 
 
-def _effect(c: dict[str, Any] | None, what: str) -> str:
+def _effect(c: PairedFigure | None, what: str) -> str:
     """One figure of a paired comparison in words: 'lowered the mean wait by 5.4% (±0.5%)'."""
     d = None if c is None else _num(c.get("rel_diff"))
     if c is None or d is None:
@@ -225,7 +228,7 @@ def _effect(c: dict[str, Any] | None, what: str) -> str:
     return f"did not clearly change {what} ({d:+.1%}{pm}, within two standard errors{lean})"
 
 
-def queue_lines(queue: dict[str, Any], limits: str) -> list[str]:
+def queue_lines(queue: QueueFigures, limits: str) -> list[str]:
     """The queue's verdict, printed first: what harp did to waits and slowdown under ``limits``.
 
     The queue is the outcome a site deploys harp for, the

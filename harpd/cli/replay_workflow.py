@@ -9,6 +9,7 @@ the paper's.
 from __future__ import annotations
 
 import argparse
+from typing import TypedDict, cast
 
 NAMES = {
     "harp": "harp",
@@ -18,6 +19,30 @@ NAMES = {
     "tovar": "Tovar",
     "request": "users' requests",
 }
+
+
+class WastageFigures(TypedDict):
+    """One predictor's row of Sizey's table (``harpd.evaluate.sizey_metric.Wastage.to_dict``): GB·h, counts."""
+
+    tasks: int
+    failures: int
+    wastage_gbh: float
+    under_gbh: float
+    over_gbh: float
+    used_gbh: float
+
+
+class WorkflowFigures(TypedDict):
+    """The workflow replay's figures (``harpd.evaluate.workflow_replay.Result.to_dict``), as printed in JSON."""
+
+    protocol: str
+    seed: int | None
+    tasks: int
+    types: int
+    rows: dict[str, WastageFigures]  # predictor -> its row
+    predict_ms_p99: float | None
+    seconds: float
+    decided_at: str | None  # chronological: "start" or "submit"
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -68,14 +93,15 @@ def check(args: argparse.Namespace) -> str | None:
     return None
 
 
-def report(trace: str, protocol: str, seed: int, at: str = "start") -> dict:
-    """The workflow figures as a dict (raises WorkflowReplayError / TraceFormatError with one line)."""
+def report(trace: str, protocol: str, seed: int, at: str = "start") -> WorkflowFigures:
+    """The workflow figures (raises WorkflowReplayError / TraceFormatError with one line)."""
     from harpd.evaluate.workflow_replay import replay_workflow
 
-    return replay_workflow(trace, protocol, seed, at).to_dict()
+    # Result.to_dict writes exactly WorkflowFigures' keys (harpd.evaluate owns it and returns a plain dict)
+    return cast(WorkflowFigures, replay_workflow(trace, protocol, seed, at).to_dict())
 
 
-def render(rep: dict) -> str:
+def render(rep: WorkflowFigures) -> str:
     """Sizey's table: wastage GB·h (failures) per predictor, best baseline and harp's ratio to it."""
     rows = rep["rows"]
     proto = rep["protocol"] + (f", seed {rep['seed']}" if rep["seed"] is not None else "")
@@ -110,7 +136,7 @@ def render(rep: dict) -> str:
     return "\n".join(out) + "\n"
 
 
-def best_baseline(rows: dict) -> str | None:
+def best_baseline(rows: dict[str, WastageFigures]) -> str | None:
     """The history baseline with the least wastage (never harp, never the users' requests)."""
     cands = [k for k in rows if k not in ("harp", "request")]
     return min(cands, key=lambda k: rows[k]["wastage_gbh"]) if cands else None

@@ -13,10 +13,12 @@ import json
 import os
 import re
 import sys
-from typing import Any
+from collections.abc import Sequence
+from typing import Any, cast
 
 from harpd.cli.ask import Unreachable, ask
 from harpd.cli.main import CliError, no_store_no_daemon, open_store, settings_of, store_problem
+from harpd.report.status_view import GpuMemoryJson, JobStatus, JobStatusJson, RunView
 
 NAME = "status"
 HELP = "what harp did with a job: its source, request, outcome and recovery attempts"
@@ -65,25 +67,25 @@ def run(args: argparse.Namespace) -> int:
     if note:
         print(note, file=sys.stderr)
     if args.format == "json":
-        print(json.dumps(job, indent=2, sort_keys=True, default=str))
+        print(json.dumps(job.to_json(), indent=2, sort_keys=True, default=str))
     else:
         sys.stdout.write(render(job))
     return 0
 
 
-def _from_daemon(job_id: str, args: argparse.Namespace) -> dict[str, Any]:
+def _from_daemon(job_id: str, args: argparse.Namespace) -> JobStatus:
     answer = ask(args, {"op": "status", "job_id": job_id}, args.timeout)
     job = answer.get("job")
     if not isinstance(job, dict):
         raise CliError("harpd's status answer has no job")
-    return job
+    return JobStatus.from_json(cast(JobStatusJson, job))  # read leniently: any key may be missing
 
 
 def _store_path(args: argparse.Namespace) -> str:
     return str(args.db or settings_of(args).store.path)
 
 
-def _from_store(job_id: str, args: argparse.Namespace) -> dict[str, Any]:
+def _from_store(job_id: str, args: argparse.Namespace) -> JobStatus:
     """The answer harpd's status operation gives, read from the store as an admin."""
     from harpd.report.job_status import JobStatusError, job_status
     from harpd.store import StoreError
@@ -140,9 +142,9 @@ _STEP_WORDS = {
 }
 
 
-def _trial(job: dict[str, Any]) -> list[str]:
+def _trial(job: JobStatus) -> list[str]:
     """A trial's study, its last reported metric and what harpd did to it (nice, cancel, hold)."""
-    t = job.get("trial")
+    t = job.trial
     if not t:
         return []
     out = [f"  trial:         study {t.get('study')}, {t.get('reports')} progress report(s)"]
@@ -157,12 +159,12 @@ def _trial(job: dict[str, Any]) -> list[str]:
     return out
 
 
-def _limit_changes(job: dict[str, Any]) -> list[str]:
+def _limit_changes(job: JobStatus) -> list[str]:
     """The limits mode harpd runs in and each change harpd made to the live job's time limit."""
     from harp_submit.units import fmt_time
 
     out: list[str] = []
-    mode = job.get("limits_mode") or {}
+    mode = job.limits_mode or {}
     if mode.get("mode"):
         words = (
             "soft: harp's limit is extended up to the request while the job runs"
@@ -170,7 +172,7 @@ def _limit_changes(job: dict[str, Any]) -> list[str]:
             else "hard: harp's limit is the kill time; recovery resubmits what runs out"
         )
         out.append(f"  time limits:   {words}")
-    changes = job.get("limit_changes") or []
+    changes = job.limit_changes
     n = sum(1 for c in changes if c.get("kind") == "extend" and c.get("step") == "done")
     if changes:
         out.append(f"  extensions:    {n}")
@@ -205,21 +207,21 @@ def _source(kind: str | None, source: str | None) -> str:
     return f"{source} (harp cannot tell whether it is this cluster's or imported: harpd has not polled yet)"
 
 
-def render(job: dict[str, Any]) -> str:
+def render(job: JobStatus) -> str:
     """The human view of a status answer."""
     out = _identity_lines(job) + _registration_lines(job) + _outcome_lines(job)
     out += _limit_changes(job)
     out += ledger_lines(job)
-    out += gpu_memory_lines(job.get("gpu_memory"))
-    for run_ in job.get("runs") or []:
+    out += gpu_memory_lines(job.gpu_memory)
+    for run_ in job.runs:
         out += seff_lines(run_)
     out += _trial(job)
-    acc = job.get("accounting") or {}
+    acc = job.accounting or {}
     if acc.get("recovery") and not (acc.get("job_script") and acc.get("job_env")):
         out.append(f"  recoverable:   {acc['recovery']}")
-    attempts = job.get("attempts") or []
+    attempts = job.attempts
     if not attempts:
-        if job.get("source_kind") != "imported":  # harp never ran a trace's job
+        if job.source_kind != "imported":  # harp never ran a trace's job
             out.append("  recovery:      none (no attempt was made to run it again)")
         return "\n".join(out + _other_records(job)) + "\n"
     out.append(f"  recovery:      {len(attempts)} attempt(s)")
@@ -234,35 +236,35 @@ def render(job: dict[str, Any]) -> str:
     return "\n".join(out + _other_records(job)) + "\n"
 
 
-def _identity_lines(job: dict[str, Any]) -> list[str]:
+def _identity_lines(job: JobStatus) -> list[str]:
     """Whose job it is, of which chain, from which source (and a same-id job of a trace left out)."""
-    jid = job.get("job_id")
-    who = job.get("user") or "?"
+    jid = job.job_id
+    who = job.user or "?"
     head = f"job {jid}: {who}"
-    if job.get("chain_id") and str(job["chain_id"]) != str(jid):
-        head += f", attempt of job {job['chain_id']}"
+    if job.chain_id and str(job.chain_id) != str(jid):
+        head += f", attempt of job {job.chain_id}"
     out = [head]
-    if job.get("source") or job.get("source_kind"):
-        out.append(f"  source:        {_source(job.get('source_kind'), job.get('source'))}")
-    if job.get("also_imported"):
+    if job.source or job.source_kind:
+        out.append(f"  source:        {_source(job.source_kind, job.source)}")
+    if job.also_imported:
         out.append(
-            f"  not shown:     job {jid} of imported trace(s) {', '.join(job['also_imported'])}, "
+            f"  not shown:     job {jid} of imported trace(s) {', '.join(job.also_imported)}, "
             "a different job with the same id"
         )
     return out
 
 
-def _registration_lines(job: dict[str, Any]) -> list[str]:
+def _registration_lines(job: JobStatus) -> list[str]:
     """What harp-submit registered: what the user asked, what was submitted, and harp's changes."""
-    if not job.get("registered"):
+    if not job.registered:
         return []
     out: list[str] = []
-    jid, reg = job.get("job_id"), job.get("registered_job_id")
+    jid, reg = job.job_id, job.registered_job_id
     if reg and str(reg) != str(jid):
         out.append(f"  registered as job {reg}")
-    out.append(f"  asked for:     {_resources(job.get('original'))}")
-    out.append(f"  submitted:     {_resources(job.get('submitted'))}")
-    decision = job.get("decision") or {}
+    out.append(f"  asked for:     {_resources(job.original)}")
+    out.append(f"  submitted:     {_resources(job.submitted)}")
+    decision = job.decision or {}
     for c in decision.get("changes") or []:
         out.append(
             f"  harp changed:  --{c.get('option')} {c.get('old') or '(unset)'} -> {c.get('value')}"
@@ -271,11 +273,11 @@ def _registration_lines(job: dict[str, Any]) -> list[str]:
     return out
 
 
-def _outcome_lines(job: dict[str, Any]) -> list[str]:
+def _outcome_lines(job: JobStatus) -> list[str]:
     """The last outcome, with Slurm's state of that same run."""
-    rec = job.get("record") or {}
-    outcome = rec.get("outcome") or job.get("outcome")
-    ran = job.get("ran_with") or []
+    rec = job.record or {}
+    outcome = rec.get("outcome") or job.outcome
+    ran = job.ran_with or ()
     if ran:  # the last run Slurm has, with its own state: never another run's state beside this outcome
         rec = {"outcome": ran[-1].get("outcome"), "state": ran[-1].get("state")}
         outcome = rec["outcome"] or outcome
@@ -284,7 +286,7 @@ def _outcome_lines(job: dict[str, Any]) -> list[str]:
     return [f"  last outcome:  {outcome}" + (f" (Slurm {rec['state']})" if rec.get("state") else "")]
 
 
-def _attempt_lines(a: dict[str, Any], lim: dict[str, Any], attempts: list[dict[str, Any]]) -> list[str]:
+def _attempt_lines(a: dict[str, Any], lim: dict[str, Any], attempts: Sequence[dict[str, Any]]) -> list[str]:
     """One recovery attempt: its job, step, outcome and limits, then why, its files and its waits."""
     job_words, mode = _attempt_words(a, lim)
     line = f"  #{a.get('attempt')}  job {job_words}"
@@ -328,7 +330,7 @@ def _attempt_wait_lines(a: dict[str, Any], lim: dict[str, Any]) -> list[str]:
     return out
 
 
-def ledger_lines(job: dict[str, Any]) -> list[str]:
+def ledger_lines(job: JobStatus) -> list[str]:
     """The job's limits ledger (who set each limit, when, why) and what each attempt ran with, from Slurm."""
     import time
 
@@ -340,7 +342,7 @@ def ledger_lines(job: dict[str, Any]) -> list[str]:
         return fmt_time(int(v)) if resource == "time" else f"{int(v)}M"
 
     out: list[str] = []
-    entries = job.get("ledger") or []
+    entries = job.ledger or ()
     if entries:
         out.append("  limits ledger: (who set each limit, from what, why)")
         for e in entries:
@@ -351,7 +353,7 @@ def ledger_lines(job: dict[str, Any]) -> list[str]:
             if e.get("reason"):
                 line += f"  ({e['reason']})"
             out.append(line)
-    for r in job.get("ran_with") or []:
+    for r in job.ran_with or ():
         out.append(
             f"  ran with:      #{r.get('attempt')}  mem {amount('mem', r.get('mem_mb'))}  "
             f"time {amount('time', r.get('time_s'))}  {r.get('outcome')} (Slurm {r.get('state') or '?'})"
@@ -368,7 +370,7 @@ def _gpu_lines(gpu: Any) -> list[str]:
     return [f"      GPUs: {opts}" + (f"; environment: {env}" if env else "")]
 
 
-def gpu_memory_lines(gm: dict[str, Any] | None) -> list[str]:
+def gpu_memory_lines(gm: GpuMemoryJson | None) -> list[str]:
     """A DNN job's GPU memory per GPU: harp's estimate against the peak Slurm recorded (gres/gpumem)."""
     if not gm:
         return []
@@ -415,7 +417,7 @@ def _pct(x: float | None) -> str:
     return "---" if x is None else f"{x * 100:.2f}%"
 
 
-def seff_lines(run_: dict[str, Any]) -> list[str]:
+def seff_lines(run_: RunView) -> list[str]:
     """One run of the job in seff's words (State, Cores, CPU Utilized, ... Memory Efficiency)."""
     rec = run_.get("record") or {}
     eff = run_.get("efficiency") or {}
@@ -443,7 +445,7 @@ def seff_lines(run_: dict[str, Any]) -> list[str]:
     return out
 
 
-def _requeued(attempts: list[dict[str, Any]]) -> bool:
+def _requeued(attempts: Sequence[dict[str, Any]]) -> bool:
     return any((a.get("limits") or {}).get("mode") == "requeue" for a in attempts)
 
 
@@ -462,12 +464,12 @@ def _attempt_words(a: dict[str, Any], lim: dict[str, Any]) -> tuple[str, str]:
     return str(job_id or "(unknown)"), _MODE_WORDS.get(mode, "")
 
 
-def _other_records(job: dict[str, Any]) -> list[str]:
+def _other_records(job: JobStatus) -> list[str]:
     """The same job id in further sources (only where none is the cluster's), each with its source."""
     out: list[str] = []
-    for other in job.get("other_records") or []:
-        out.append(f"job {job.get('job_id')}: {other.get('user') or '?'}")
-        out.append(f"  source:        {_source(job.get('source_kind'), other.get('source'))}")
+    for other in job.other_records or ():
+        out.append(f"job {job.job_id}: {other.get('user') or '?'}")
+        out.append(f"  source:        {_source(job.source_kind, other.get('source'))}")
         out.append(
             f"  last outcome:  {other.get('outcome')}" + (f" (Slurm {other['state']})" if other.get("state") else "")
         )

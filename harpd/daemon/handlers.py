@@ -305,11 +305,12 @@ class Handlers:
             )
         except JobStatusError as exc:
             return p.error(str(exc))
-        if self.limits_mode is not None:
-            job["limits_mode"] = self.limits_mode
-        if self.accounting is not None and job.get("registered"):
-            job["accounting"] = self.accounting
-        return p.StatusAnswer(job=job)
+        job = dataclasses.replace(
+            job,
+            limits_mode=self.limits_mode,
+            accounting=self.accounting if job.registered else None,
+        )
+        return p.StatusAnswer(job=dict(job.to_json()))
 
     def op_ending(self, peer: Peer, req: p.EndingRequest) -> BaseModel:
         """The job's end hook (``harp-task-epilog``): recover it now if a step ran out of memory."""

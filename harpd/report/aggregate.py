@@ -32,13 +32,16 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import Any, NotRequired, TypedDict, cast
 
 import numpy as np
 
 from harpd.records import AttemptRecord
 from harpd.report.columns import Jobs, factorize, size
 from harpd.report.efficiency import cpu_efficiency, memory_efficiency, time_efficiency
+from harpd.report.gpu_memory import GpuMemoryRowJson
+from harpd.report.queue_figures import QueueFigures
+from harpd.report.scoreboard import Scoreboard
 from harpd.report.window import Window
 
 FAILURE_CAUSES = ("timeout", "oom", "other")
@@ -74,6 +77,44 @@ METRICS: tuple[tuple[str, str, str], ...] = (
 )
 METRIC_NAMES = tuple(m[0] for m in METRICS)
 
+
+class GroupRow(TypedDict):
+    """One row of the report's table (a group, or the total): its key, then each of ``METRICS``.
+
+    ``source``: the row's jobs' source, where the report mixes sources;
+    ``signature``: grouped by signature, the program's signature (``key`` is then its name).
+    NaN where a metric is undefined (``Report.to_dict`` writes None).
+    """
+
+    key: str
+    source: NotRequired[str]
+    signature: NotRequired[str]
+    jobs: int
+    core_h_req: float
+    core_h_alloc: float
+    core_h_used: float
+    core_h_waste: float
+    cpu_eff: float
+    mem_gbh_req: float
+    mem_gbh_alloc: float
+    mem_gbh_used: float
+    mem_gbh_waste: float
+    mem_eff: float
+    time_eff: float
+    core_h_limit_unused: float
+    gpu_h_req: float
+    gpu_h_alloc: float
+    completed: int
+    timeout: int
+    oom: int
+    failed_other: int
+    cancelled: int
+    failed_core_h: float
+    resubmitted: int
+    resubmit_core_h: float
+    harp_sized: int
+
+
 # the sacct fields (``sacct -o``) each job column comes from: when an export
 # lacks one, the report says which field would fill its empty panels
 SACCT_FIELDS = {
@@ -88,6 +129,53 @@ SACCT_FIELDS = {
 }
 
 
+class WindowJson(TypedDict):
+    """The report's window in its JSON: epoch seconds (None: open) and the window in words."""
+
+    since: float | None
+    until: float | None
+    text: str
+
+
+class MetricJson(TypedDict):
+    """One of ``METRICS`` in the report's JSON: what a column of the groups means."""
+
+    name: str
+    unit: str
+    meaning: str
+
+
+class ReportJson(TypedDict):
+    """``Report`` as ``harp report --format json`` prints it: the same fields, NaN written as None.
+
+    ``total`` and ``groups`` hold ``GroupRow``s with None for NaN (JSON has no
+    NaN); ``metrics`` says what each of their columns means.
+    """
+
+    by: str
+    window: WindowJson
+    generated_at: float
+    scope: str
+    total: dict[str, str | float | None]
+    groups: list[dict[str, str | float | None]]
+    outcomes: dict[str, int]
+    failures: dict[str, dict[str, float | None]]
+    resubmissions: dict[str, Any]
+    harp: dict[str, Any]
+    distributions: dict[str, Any]
+    timeline: dict[str, Any]
+    calibration: dict[str, Any]
+    scoreboard: Scoreboard
+    notes: list[str]
+    source: str
+    queue: QueueFigures
+    sources: list[str]
+    measured: dict[str, int]
+    personal: bool
+    gpu_memory: list[GpuMemoryRowJson]
+    metrics: list[MetricJson]
+
+
 @dataclass
 class Report:
     """Everything a renderer shows; JSON-able via ``to_dict``."""
@@ -96,8 +184,8 @@ class Report:
     window: Window
     generated_at: float
     scope: str  # "all users" or "user alice"
-    total: dict[str, Any]
-    groups: list[dict[str, Any]]  # sorted by allocated core-hours, largest first
+    total: GroupRow
+    groups: list[GroupRow]  # sorted by allocated core-hours, largest first
     outcomes: dict[str, int]
     failures: dict[str, dict[str, float]]
     resubmissions: dict[str, Any]
@@ -105,23 +193,23 @@ class Report:
     distributions: dict[str, Any]
     timeline: dict[str, Any]
     calibration: dict[str, Any]
-    scoreboard: dict[str, Any] = field(default_factory=dict)
+    scoreboard: Scoreboard = field(default_factory=Scoreboard)
     notes: list[str] = field(default_factory=list)
     source: str = ""
-    queue: dict[str, Any] = field(default_factory=dict)  # `harp replay --schedule`'s last figures, if any
+    queue: QueueFigures = field(default_factory=QueueFigures)  # `harp replay --schedule`'s last figures, if any
     sources: list[str] = field(default_factory=list)  # the jobs' sources (cluster or trace), sorted
     # per job column (SACCT_FIELDS): how many of the report's jobs carry a value
     measured: dict[str, int] = field(default_factory=dict)
     # a user's own report (not an admin's): their jobs and what harp saved them, no model scoreboard
     personal: bool = False
     # DNN jobs harp planned: estimate vs observed GPU memory per setup (harpd.report.gpu_memory)
-    gpu_memory: list[dict[str, Any]] = field(default_factory=list)
+    gpu_memory: list[GpuMemoryRowJson] = field(default_factory=list)
 
     def missing(self, *columns: str) -> list[str]:
         """The sacct fields of ``columns`` that no job of the report carries."""
         return [SACCT_FIELDS.get(c, c) for c in columns if self.measured.get(c, 0) == 0]
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> ReportJson:
         d = asdict(self)
         d["window"] = {
             "since": self.window.since,
@@ -132,7 +220,8 @@ class Report:
         for res in ("time", "mem"):  # chart samples, not data: keep exports small
             for cohort in ("harp", "user"):
                 d["calibration"].get(res, {}).get(cohort, {}).pop("points", None)
-        return _clean(d)
+        out: ReportJson = _clean(d)  # the dataclass's fields, JSON-safe, with window and metrics as above
+        return out
 
 
 def _clean(x: Any) -> Any:
@@ -323,8 +412,8 @@ def total_metrics(gm: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
     return _with_ratios({k: np.array([_nsum(v)], dtype=v.dtype) for k, v in gm.items() if not k.endswith("_eff")})
 
 
-def _rows(labels: list[str], m: dict[str, np.ndarray], sources: list[str] | None = None) -> list[dict[str, Any]]:
-    rows = []
+def _rows(labels: list[str], m: dict[str, np.ndarray], sources: list[str] | None = None) -> list[GroupRow]:
+    rows: list[GroupRow] = []
     for i, lab in enumerate(labels):
         row: dict[str, Any] = {"key": lab}
         if sources is not None:
@@ -332,7 +421,7 @@ def _rows(labels: list[str], m: dict[str, np.ndarray], sources: list[str] | None
         for name in METRIC_NAMES:
             v = m[name][i]
             row[name] = int(v) if m[name].dtype.kind in "iu" else float(v)
-        rows.append(row)
+        rows.append(cast(GroupRow, row))  # every metric of METRIC_NAMES, as GroupRow names them
     return rows
 
 
@@ -665,7 +754,7 @@ def build_report(
     window: Window,
     scope: str = "all users",
     bookkeeping: Bookkeeping | None = None,
-    scoreboard: dict[str, Any] | None = None,
+    scoreboard: Scoreboard | None = None,
     targets: dict[str, float] | None = None,
     calibration_points: int = 1500,
     now: float | None = None,
@@ -712,7 +801,7 @@ def build_report(
         distributions={k2: _distribution(v) for k2, v in per_job.items()},
         timeline=_timeline(jobs, d, window, now),
         calibration=_calibration(jobs, d, targets or {"time": 0.95, "mem": 0.95}, calibration_points),
-        scoreboard=scoreboard or {},
+        scoreboard=scoreboard or Scoreboard(),
         sources=sources,
         measured={
             c: int(np.isfinite(jobs[c]).sum()) if jobs[c].dtype.kind == "f" else sum(1 for v in jobs[c].tolist() if v)

@@ -81,7 +81,7 @@ def build(
     filters = Filters(users=users) if filters is None else replace(filters, users=users)
     loaded = load(store, by, window, filters)
     board = (
-        {}
+        scoreboard.Scoreboard()
         if personal
         else scoreboard.build(
             store,
@@ -134,7 +134,7 @@ def build(
     report.personal = personal
     report.source = source
     # the queue panel: what `harp replay --schedule` left beside this store
-    report.queue = saved_queue.load(saved_queue.path_beside(store.path)) or {}
+    report.queue = saved_queue.load(saved_queue.path_beside(store.path)) or saved_queue.QueueFigures()
     report.gpu_memory = [r.to_dict() for r in gpu_memory_rows(store, window, filters)]
     return report
 

@@ -17,18 +17,36 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, TypedDict
 
 from harpd.dnn.observed import DnnDecided, ran_out_of_gpu_memory
 from harpd.records import JobRecord, Outcome
 from harpd.report.source import Filters, window_where
 from harpd.report.window import Window
 
-__all__ = ["GpuMemoryRow", "gpu_memory_rows", "render_gpu_memory"]
+__all__ = ["GpuMemoryRow", "GpuMemoryRowJson", "gpu_memory_rows", "render_gpu_memory"]
 
 _COLUMNS = ["job_id", "user", "outcome", "used_gpumem_mb", "alloc_gpus", "end_time"]
 MIB_PER_GIB = 1024.0
+
+
+class GpuMemoryRowJson(TypedDict):
+    """``GpuMemoryRow`` in the report's JSON (and what its renderers read): the fields, ``peak_over_estimate``."""
+
+    signature: str
+    setup: str
+    gpu_type: str | None
+    n_gpus: int
+    zero: int
+    runs: int
+    runs_with_peak: int
+    out_of_gpu_memory: int
+    estimate_gib: float | None
+    peak_gib: float | None
+    capacity_gib: float | None
+    jobs: list[str]
+    peak_over_estimate: float | None
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,11 +73,22 @@ class GpuMemoryRow:
             return None
         return self.peak_gib / self.estimate_gib
 
-    def to_dict(self) -> dict[str, Any]:
-        d = asdict(self)
-        d["jobs"] = list(self.jobs)
-        d["peak_over_estimate"] = None if self.ratio is None else round(self.ratio, 3)
-        return d
+    def to_dict(self) -> GpuMemoryRowJson:
+        return GpuMemoryRowJson(
+            signature=self.signature,
+            setup=self.setup,
+            gpu_type=self.gpu_type,
+            n_gpus=self.n_gpus,
+            zero=self.zero,
+            runs=self.runs,
+            runs_with_peak=self.runs_with_peak,
+            out_of_gpu_memory=self.out_of_gpu_memory,
+            estimate_gib=self.estimate_gib,
+            peak_gib=self.peak_gib,
+            capacity_gib=self.capacity_gib,
+            jobs=list(self.jobs),
+            peak_over_estimate=None if self.ratio is None else round(self.ratio, 3),
+        )
 
 
 def _setup(spec: Any) -> str:
@@ -149,7 +178,7 @@ def gpu_memory_rows(store: Any, window: Window, filters: Filters | None = None) 
     return sorted(rows, key=lambda r: (r.signature, r.n_gpus, r.zero, r.gpu_type or ""))
 
 
-def render_gpu_memory(rows: Sequence[Mapping[str, Any]]) -> list[str]:
+def render_gpu_memory(rows: Sequence[GpuMemoryRowJson]) -> list[str]:
     """The section as table lines, from ``GpuMemoryRow.to_dict``s (none when the window has no planned DNN job)."""
     if not rows:
         return []

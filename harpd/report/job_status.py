@@ -15,14 +15,15 @@ cluster is configured) every record is shown with its source and no claim.
 
 from __future__ import annotations
 
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from typing import Any
 
 from harpd import access
-from harpd.dnn.observed import gpu_memory_view
+from harpd.dnn.observed import GpuMemoryView, gpu_memory_view
 from harpd.limits.ledger import read_ledger
 from harpd.records import JobRecord, Submission
 from harpd.report.efficiency import job_efficiencies
+from harpd.report.status_view import GpuMemoryJson, JobStatus, RanWith, RunView
 from harpd.store import LIVE_SOURCES_KEY, Store
 
 CLUSTER, IMPORTED, UNKNOWN = "cluster", "imported", "unknown"
@@ -45,9 +46,7 @@ def _records(store: Store, job_id: str) -> dict[str, JobRecord]:
     return dict(sorted(recs.items(), key=lambda kv: -(kv[1].end_time or kv[1].submit_time or 0.0)))
 
 
-def job_status(
-    store: Store, job_id: str, *, admin: bool, uid: int, user: str, cluster: str | None = None
-) -> dict[str, Any]:
+def job_status(store: Store, job_id: str, *, admin: bool, uid: int, user: str, cluster: str | None = None) -> JobStatus:
     """The job's registration, Slurm record, limit changes and recovery attempts (StoreError if the store fails).
 
     ``cluster``: the configured ``slurm.cluster``, the source name of the cluster's own records.
@@ -82,68 +81,85 @@ def job_status(
             sub = None  # the claimant's registration is not the owner's business either
     record = next(iter(shown.values()), None)
     source = next(iter(shown), None)
-    job: dict[str, Any] = {
-        "job_id": job_id,
-        "registered": sub is not None,
-        "chain_id": chain or (None if sub is None else sub.chain_id),
-        "record": None if record is None else record.to_dict(),
-        # where the record comes from: "cluster" (harpd's own), "imported" (a trace), "unknown" (cannot tell)
-        "source": source,
-        "source_kind": kinds.get(source) if source else (CLUSTER if sub is not None else None),
-        # other imported traces holding the same job id: a different job, never mixed in
-        "also_imported": sorted(s for s in imported if s not in shown) if admin else [],
-        "attempts": [a.to_dict() for a in store.attempts(chain)] if chain else [],
-        # harpd's changes of the live job's limit: extensions while it ran, re-sizes while it waited
-        "limit_changes": [c.to_dict() for c in changes],
-    }
-    # what seff shows, for the job and each attempt Slurm has a record of
-    job["runs"] = _runs(
-        store, job_id, chain, job["attempts"], record, source, admin=admin, owner=job_owner(record, sub)
-    )
+    attempts = tuple(a.to_dict() for a in store.attempts(chain)) if chain else ()
+    ledger: tuple[dict[str, Any], ...] | None = None
+    ran_with: tuple[RanWith, ...] | None = None
     if sub is not None or chain is not None or changes:
-        job.update(_ledger(store, job_id, sub, shown_source=source))
-    if trial is not None:
-        job["trial"] = asdict(trial)  # its report and action as their rows' columns
-    if len(shown) > 1:  # no live record to prefer: every trace's job, each with its source
-        job["other_records"] = [r.to_dict() for r in list(shown.values())[1:]]
-    if sub is not None:
-        job.update(
-            uid=sub.uid,
-            user=sub.user,
-            state=sub.state,
-            outcome=sub.outcome,
-            submitted_at=sub.submitted_at,
-            done_at=sub.done_at,
+        ledger, ran_with = _ledger(store, job_id, sub, shown_source=source)
+    job = JobStatus(
+        job_id=job_id,
+        registered=sub is not None,
+        chain_id=chain or (None if sub is None else sub.chain_id),
+        record=None if record is None else record.to_dict(),
+        source=source,
+        source_kind=kinds.get(source) if source else (CLUSTER if sub is not None else None),
+        also_imported=tuple(sorted(s for s in imported if s not in shown)) if admin else (),
+        attempts=attempts,
+        limit_changes=tuple(c.to_dict() for c in changes),
+        # what seff shows, for the job and each attempt Slurm has a record of
+        runs=_runs(store, job_id, chain, attempts, record, source, admin=admin, owner=job_owner(record, sub)),
+        ledger=ledger,
+        ran_with=ran_with,
+        trial=None if trial is None else asdict(trial),  # its report and action as their rows' columns
+        # no live record to prefer: every trace's job, each with its source
+        other_records=tuple(r.to_dict() for r in list(shown.values())[1:]) if len(shown) > 1 else None,
+    )
+    if sub is None:
+        return replace(
+            job,
+            user=record.user if record else (access.user_of(trial.uid) if trial else None),
+            outcome=record.outcome.value if record else None,
         )
-        # the registration's resources and decision as stored, whichever harp wrote them
-        job.update({k: sub.stored.get(k) for k in ("original", "submitted", "decision")})
-        job["registered_job_id"] = sub.job_id
-        # a DNN job's GPU memory: harp's estimate per GPU against the peak Slurm recorded (gres/gpumem)
-        view = gpu_memory_view(sub.stored.get("decision"), record)
-        if view is not None:
-            job["gpu_memory"] = view.to_dict()
-    else:
-        job["user"] = record.user if record else (access.user_of(trial.uid) if trial else None)
-        job["outcome"] = record.outcome.value if record else None
-    return job
+    # the registration's resources and decision as stored, whichever harp wrote them; a DNN job's GPU
+    # memory: harp's estimate per GPU against the peak Slurm recorded (gres/gpumem)
+    view = gpu_memory_view(sub.stored.get("decision"), record)
+    return replace(
+        job,
+        uid=sub.uid,
+        user=sub.user,
+        state=sub.state,
+        outcome=sub.outcome,
+        submitted_at=sub.submitted_at,
+        done_at=sub.done_at,
+        original=sub.stored.get("original"),
+        submitted=sub.stored.get("submitted"),
+        decision=sub.stored.get("decision"),
+        registered_job_id=sub.job_id,
+        gpu_memory=None if view is None else _gpu_memory_json(view),
+    )
 
 
-def _ledger(store: Store, job_id: str, sub: Submission | None, *, shown_source: str | None) -> dict[str, Any]:
+def _gpu_memory_json(view: GpuMemoryView) -> GpuMemoryJson:
+    return GpuMemoryJson(
+        gpu_type=view.gpu_type,
+        n_gpus=view.n_gpus,
+        zero=view.zero,
+        estimate_gib=view.estimate_gib,
+        estimate_source=view.estimate_source,
+        capacity_gib=view.capacity_gib,
+        observed_gib=view.observed_gib,
+        out_of_gpu_memory=view.out_of_gpu_memory,
+    )
+
+
+def _ledger(
+    store: Store, job_id: str, sub: Submission | None, *, shown_source: str | None
+) -> tuple[tuple[dict[str, Any], ...], tuple[RanWith, ...]]:
     """The job's limits ledger (who set each limit of each attempt, when, why) and what each run of it
     really had, from Slurm's records (``harpd.limits.ledger``)."""
     ledger = read_ledger(store, job_id, sub if sub is not None and str(sub.job_id) == str(job_id) else None)
-    ran = [
-        {
-            "attempt": int(r.attempt or 1),
-            "mem_mb": r.req_mem_mb,
-            "time_s": r.req_time_s,
-            "outcome": r.outcome.value,
-            "state": r.state,
-        }
+    ran = tuple(
+        RanWith(
+            attempt=int(r.attempt or 1),
+            mem_mb=r.req_mem_mb,
+            time_s=r.req_time_s,
+            outcome=r.outcome.value,
+            state=r.state,
+        )
         for r in store.runs_of_job(job_id)
         if shown_source is None or r.source == shown_source
-    ]
-    return {"ledger": [asdict(e) for e in ledger.entries], "ran_with": ran}
+    )
+    return tuple(asdict(e) for e in ledger.entries), ran
 
 
 def job_owner(record: JobRecord | None, sub: Submission | None) -> str | None:
@@ -157,13 +173,13 @@ def _runs(
     store: Store,
     job_id: str,
     chain: str | None,
-    attempts: list[dict[str, Any]],
+    attempts: tuple[dict[str, Any], ...],
     record: JobRecord | None,
     source: str | None,
     *,
     admin: bool,
     owner: str | None,
-) -> list[dict[str, Any]]:
+) -> tuple[RunView, ...]:
     """Each run's Slurm record and its seff efficiencies: the chain's first job, then each attempt's job.
 
     Only records from the shown job's source (the cluster's own), and for a
@@ -172,7 +188,7 @@ def _runs(
     """
     ids = [chain] if chain else [job_id]
     ids += [str(a["job_id"]) for a in attempts if a.get("job_id")]
-    runs: list[dict[str, Any]] = []
+    runs: list[RunView] = []
     for n, jid in enumerate(dict.fromkeys(ids)):
         rec = (
             record
@@ -181,8 +197,8 @@ def _runs(
         )
         if rec is None or (not admin and owner is not None and rec.user not in (None, owner)):
             continue
-        runs.append({"job_id": jid, "first": n == 0, "record": rec.to_dict(), "efficiency": job_efficiencies(rec)})
-    return runs
+        runs.append(RunView(job_id=jid, first=n == 0, record=rec.to_dict(), efficiency=job_efficiencies(rec)))
+    return tuple(runs)
 
 
 def _visible(

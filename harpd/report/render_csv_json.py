@@ -28,13 +28,15 @@ def render_csv(report: Report) -> str:
     w.writerow([SACCT_FIELDS.get(report.by, report.by), "source", *METRIC_NAMES])
     d = report.to_dict()
     for row in d["groups"]:
-        w.writerow(
-            [row["key"], row.get("source") or "", *("" if row[m] is None else _num(row[m]) for m in METRIC_NAMES)]
-        )
+        w.writerow([row["key"], row.get("source") or "", *(_num(row[m]) for m in METRIC_NAMES)])
     return buf.getvalue()
 
 
-def _num(v: float | int) -> str:
+def _num(v: str | float | None) -> str:
+    if v is None:  # NaN in the report: an empty cell
+        return ""
+    if isinstance(v, str):  # never a metric's value, but the JSON row's type allows it
+        return v
     if isinstance(v, bool):
         return str(int(v))
     if isinstance(v, int):

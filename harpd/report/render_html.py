@@ -12,11 +12,12 @@ import functools
 import math
 from datetime import UTC, datetime
 from html import escape
-from typing import Any
+from typing import Any, Literal
 
 from harpd.report import svg
-from harpd.report.aggregate import Report
+from harpd.report.aggregate import GroupRow, Report
 from harpd.report.fmt import compact, count, duration, is_zero_shown, mem_mb, metric, percent, when
+from harpd.report.queue_figures import QueueFigures, QueuePolicy
 
 CSP = "default-src 'none'; style-src 'unsafe-inline'; img-src data:"
 USED, WASTE, ALLOC = "#2b8a3e", "#e8590c", "#1971c2"
@@ -215,7 +216,15 @@ def _timeline(r: Report) -> str:
 def _wasters(r: Report, n: int = 12) -> str:
     mixed = len(r.sources) > 1
 
-    def chart(metric: str, what: str, eff: str, eff_label: str, unit: str, cls: str, **kw: Any) -> str:
+    def chart(
+        metric: Literal["core_h_limit_unused", "core_h_waste", "mem_gbh_waste"],
+        what: str,
+        eff: Literal["time_eff", "cpu_eff", "mem_eff"],
+        eff_label: str,
+        unit: str,
+        cls: str,
+        **kw: Any,
+    ) -> str:
         """The ``n`` groups with the most ``metric`` (unmeasured groups have no rank)."""
         known = sorted((g for g in r.groups if math.isfinite(g[metric]) and g[metric] > 0), key=lambda g: -g[metric])
         rows = known[:n]
@@ -334,7 +343,7 @@ def _groups(r: Report, top: int) -> str:
         "harp-sized",
     ]
 
-    def row(g: dict[str, Any]) -> list[str]:
+    def row(g: GroupRow) -> list[str]:
         return [
             g["key"],
             *([str(g.get("source") or "")] if mixed else []),
@@ -463,12 +472,12 @@ QUEUE_LABELS = {
 }
 
 
-def _queue(q: dict[str, Any]) -> str:
+def _queue(q: QueueFigures) -> str:
     """Wait and slowdown per policy, side by side, from `harp replay --schedule`'s saved figures."""
     pols = [p for p in q.get("policies", []) if isinstance(p, dict)]
     labels = [QUEUE_LABELS.get(str(p.get("policy")), str(p.get("policy"))) for p in pols]
 
-    def num(p: dict[str, Any], k: str) -> float:
+    def num(p: QueuePolicy, k: str) -> float:
         v = p.get(k)
         return float(v) if isinstance(v, (int, float)) else math.nan
 

@@ -19,9 +19,10 @@ from typing import Any
 import tabulate as tabulate_module
 from tabulate import tabulate
 
-from harpd.report.aggregate import Report
+from harpd.report.aggregate import GroupRow, Report
 from harpd.report.fmt import compact, count, metric, percent, when
 from harpd.report.gpu_memory import render_gpu_memory
+from harpd.report.scoreboard import ScoreRow, ScoreTable
 
 WIDTH = 100
 
@@ -95,7 +96,7 @@ def group_table(report: Report, top: int) -> list[str]:
     mixed = len(report.sources) > 1
     head = [report.by, *(["source"] if mixed else []), *(t for t, _m, _f in _COLUMNS)]
 
-    def cells(key: str, values: dict[str, Any]) -> list[str]:
+    def cells(key: str, values: GroupRow) -> list[str]:
         src = [str(values.get("source") or "")] if mixed else []
         return [key, *src, *(f(values.get(m)) for _t, m, f in _COLUMNS)]
 
@@ -177,7 +178,7 @@ def _harp(report: Report) -> list[str]:
     return out
 
 
-def scoreboard_table(tab: dict[str, Any], cols: list[str], rows: list[dict[str, Any]]) -> list[str]:
+def scoreboard_table(tab: ScoreTable, cols: list[str], rows: list[ScoreRow]) -> list[str]:
     """One scoreboard table: whole headers (wrapped at spaces), whole numbers."""
     fmts = tab.get("formats") or {}
     labels = tab.get("labels") or {}

@@ -13,7 +13,7 @@ training-time holdout score can flatter a model that has since drifted.
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import Any, TypedDict
 
 import numpy as np
 
@@ -48,11 +48,33 @@ FORMATS = {
 }
 
 
+# one model's row: name, resource, champion, then a number (or None) per column
+ScoreRow = dict[str, str | float | bool | None]
+
+
+class ScoreTable(TypedDict):
+    """One scoreboard table: its rows, which columns to show, each column's format and header."""
+
+    title: str
+    columns: list[str]
+    formats: dict[str, str]  # column -> count, percent, ratio or number (harpd.report.fmt.metric)
+    labels: dict[str, str]  # column -> its short header
+    rows: list[ScoreRow]
+    note: str
+
+
+class Scoreboard(TypedDict, total=False):
+    """The tables (live first, then training-time scores) and what went wrong; empty in a personal report."""
+
+    tables: list[ScoreTable]
+    notes: list[str]
+
+
 def _numeric(v: Any) -> bool:
     return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(float(v))
 
 
-def from_models_table(models: list[ModelRow]) -> dict[str, Any]:
+def from_models_table(models: list[ModelRow]) -> ScoreTable:
     """Latest saved model per (name, resource) with its stored score dict."""
     latest: dict[tuple[str, str], ModelRow] = {}
     for m in models:  # oldest first: later rows replace earlier ones
@@ -60,7 +82,7 @@ def from_models_table(models: list[ModelRow]) -> dict[str, Any]:
     rows = []
     counts: dict[str, int] = {}
     for (name, resource), m in sorted(latest.items(), key=lambda kv: (kv[0][1], kv[0][0])):
-        row: dict[str, Any] = {
+        row: ScoreRow = {
             "name": name,
             "resource": resource,
             "champion": m.champion,
@@ -95,7 +117,7 @@ def live_table(
     alpha_time: float,
     alpha_mem: float,
     max_attempts: int,
-) -> dict[str, Any] | None:
+) -> ScoreTable | None:
     """``harpd.replay.metric`` rows per (model, resource) on the window's harp-sized
     first runs; None when there is nothing to score or no metrics module."""
     try:
@@ -124,7 +146,7 @@ def live_table(
             alpha_mem,
         ),
     )
-    rows = []
+    rows: list[ScoreRow] = []
     names = sorted({str(m) for m in models[first].tolist()})
     for resource, alloc, used, request, cens, weight, alpha in spec:
         for name in names:
@@ -140,7 +162,7 @@ def live_table(
             # live, a job that needed more than harp gave was killed at harp's
             # limit: it is censored, which the metric's under_rate leaves out
             d["ran_out"] = float(cens[sel].mean())
-            row = {"name": name, "resource": resource, "champion": False}
+            row: ScoreRow = {"name": name, "resource": resource, "champion": False}
             row.update({c: d.get(c) for c in LIVE_COLUMNS})
             rows.append(row)
     if not rows:
@@ -169,10 +191,10 @@ def build(
     alpha_time: float = 0.05,
     alpha_mem: float = 0.05,
     max_attempts: int = 3,
-) -> dict[str, Any]:
+) -> Scoreboard:
     """The scoreboard; never raises (a report without it is still a report)."""
-    tables = []
-    notes = []
+    tables: list[ScoreTable] = []
+    notes: list[str] = []
     if jobs is not None:
         try:
             live = live_table(

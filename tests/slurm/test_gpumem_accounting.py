@@ -93,6 +93,6 @@ def test_recorded_gpumem_through_real_sacct_into_the_next_plan(slurm_cluster, tm
         "observed peak of 1 run(s)" if observed >= estimate else "formula, above the observed peak of 1 run(s)"
     )
 
-    view = job_status(store, jid, admin=True, uid=0, user="", cluster=settings.slurm.cluster)["gpu_memory"]
+    view = job_status(store, jid, admin=True, uid=0, user="", cluster=settings.slurm.cluster).gpu_memory
     assert view["observed_gib"] == 14.15 and view["estimate_gib"] == first.explain["dnn"]["chosen"]["need_gib"]
     store.close()

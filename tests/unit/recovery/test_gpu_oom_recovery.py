@@ -20,6 +20,7 @@ from harpd.dnn.plan import plan_dnn_job
 from harpd.ingest.poller import Ingestor
 from harpd.records import Outcome
 from harpd.recovery import machine as rs
+from harpd.report.status_view import JobStatus
 
 LINE = "#HARP dnn params=1.5e9 layers=48 hidden=1600 heads=25 seq_len=1024 micro_batch=8 attention=flash"
 GPU_TYPES = [
@@ -109,7 +110,9 @@ def test_out_of_gpu_memory_is_resubmitted_larger_each_time_then_stops(store, fak
     assert sub.chain_id == jid and sub.stored["decision"]["explain"]["dnn"]["chosen"]["n_gpus"] == to["n_gpus"]
     assert sub.stored["submitted"]["gres"] == opts["gres"]
     assert {c["option"] for c in sub.stored["decision"]["changes"]} >= {"gres", "nodes", "ntasks-per-node"}
-    text = render({"job_id": jid, "user": "alice", "attempts": [dataclasses.asdict(r) for r in store.attempts(jid)]})
+    text = render(
+        JobStatus(job_id=jid, user="alice", attempts=tuple(dataclasses.asdict(r) for r in store.attempts(jid)))
+    )
     assert f"GPUs: --gres={opts['gres']} --nodes={to['nodes']}" in text
     assert f"environment: {GPUS_ENV}={to['n_gpus']} {ZERO_ENV}={to['zero']}" in text
 

@@ -13,6 +13,7 @@ from harpd.config import HarpSettings
 from harpd.ingest.poller import Ingestor
 from harpd.records import Outcome
 from harpd.recovery.machine import Recovery
+from harpd.report.status_view import JobStatus
 from harpd.store import Store
 
 
@@ -111,7 +112,7 @@ def test_status_of_a_job_without_recovery(tmp_path, capsys):
 def _attempt_lines(attempts):
     from harpd.cli.status_cmd import render
 
-    text = render({"job_id": "35", "user": "alice", "attempts": attempts})
+    text = render(JobStatus(job_id="35", user="alice", attempts=tuple(attempts)))
     return [ln for ln in text.splitlines() if ln.startswith("  #")]
 
 
@@ -184,7 +185,7 @@ def test_status_shows_where_each_attempts_output_is():
             },
         },
     ]
-    text = render({"job_id": "20", "user": "alice", "attempts": attempts})
+    text = render(JobStatus(job_id="20", user="alice", attempts=tuple(attempts)))
     assert text.count("output: /home/a/slurm-20.out (the job's runs one after another)") == 2
     assert "output: /home/a/out-31.txt\n" in text and "errors: /home/a/err-31.txt" in text
 
@@ -202,6 +203,8 @@ def test_status_says_when_the_sites_accounting_keeps_no_copy_to_resubmit_from():
             return Accounting(script=True, env=self.env, flags="job_script" + (",job_env" if self.env else ""))
 
     job = {"job_id": "7", "user": "alice", "registered": True, "attempts": []}
-    lacking = render({**job, "accounting": read_site_accounting(Slurm(False)).as_health()})
+    lacking = render(JobStatus.from_json({**job, "accounting": read_site_accounting(Slurm(False)).as_health()}))
     assert "recoverable:   AccountingStoreFlags lacks job_env: a job that ran out can only be requeued" in lacking
-    assert "recoverable:" not in render({**job, "accounting": read_site_accounting(Slurm(True)).as_health()})
+    assert "recoverable:" not in render(
+        JobStatus.from_json({**job, "accounting": read_site_accounting(Slurm(True)).as_health()})
+    )

@@ -27,6 +27,7 @@ from harpd.ingest.poller import Ingestor
 from harpd.records import Outcome
 from harpd.recovery import machine as rs
 from harpd.recovery.waiting import MAX_PAUSE_S
+from harpd.report.status_view import JobStatus
 
 ME = os.geteuid()
 NO_ENV = "no environment of job {}: accounting has no record of the job (yet)"
@@ -152,7 +153,7 @@ def test_no_record_for_slurm_wait_h_ends_the_chain_and_status_says_so(store, fak
     assert rec.waiting_on_slurm() == [] and len(lines(caplog, "given up")) == 1
     attempts = [{"attempt": r.attempt, "job_id": r.job_id, "step": r.step, "outcome": r.outcome,
                  "limits": r.limits, "reason": r.reason} for r in store.attempts(jid)]  # fmt: skip
-    text = render_status({"job_id": jid, "user": "me", "attempts": attempts})
+    text = render_status(JobStatus(job_id=jid, user="me", attempts=tuple(attempts)))
     assert "stopped: Slurm no longer knows the job: no environment of job" in text
 
 
@@ -260,7 +261,6 @@ def test_health_counts_the_attempts_waiting_on_slurm():
 def test_status_says_an_attempt_waits_on_slurm():
     limits = {"time_s": 600, "mem_mb": 200, "mode": "resubmit", "waiting": "sacct gave no answer",
               "waiting_since": time.time() - 120}  # fmt: skip
-    text = render_status(
-        {"job_id": "7", "user": "me", "attempts": [{"attempt": 2, "step": "decided", "limits": limits, "reason": "x"}]}
-    )
+    attempt = {"attempt": 2, "step": "decided", "limits": limits, "reason": "x"}
+    text = render_status(JobStatus(job_id="7", user="me", attempts=(attempt,)))
     assert "waiting on Slurm for 2 min: sacct gave no answer" in text

@@ -139,7 +139,10 @@ def test_a_user_never_sees_another_users_run_under_an_attempts_id(tmp_path):
         ]
     )
     store.add_attempt("100", 1, "101", {"mode": "resubmit"}, "ran out of time", "done")
-    job = job_status(store, "100", admin=False, uid=1000, user="me")
+    job = job_status(store, "100", admin=False, uid=1000, user="me").to_json()
     assert [r["job_id"] for r in job["runs"]] == ["100"]
-    assert [r["job_id"] for r in job_status(store, "100", admin=True, uid=0, user="")["runs"]] == ["100", "101"]
+    assert [r["job_id"] for r in job_status(store, "100", admin=True, uid=0, user="").to_json()["runs"]] == [
+        "100",
+        "101",
+    ]
     store.close()

@@ -107,13 +107,13 @@ def test_without_a_poll_or_a_configured_cluster_every_record_shows_its_source_an
             JobRecord(job_id="5", source="mycluster", user="me", end_time=1.7e9, outcome=Outcome.COMPLETED),
         ]
     )
-    job = job_status(store, "5", admin=True, uid=0, user="")
+    job = job_status(store, "5", admin=True, uid=0, user="").to_json()
     assert job["source_kind"] == "unknown" and job["source"] == "mycluster" and job["other_records"]
     # the configured cluster name settles it
-    job = job_status(store, "5", admin=True, uid=0, user="", cluster="mycluster")
+    job = job_status(store, "5", admin=True, uid=0, user="", cluster="mycluster").to_json()
     assert job["source_kind"] == "cluster" and job["also_imported"] == [TRACE] and "other_records" not in job
     # a user asking harpd sees the cluster's record as theirs, and nothing of the trace
-    job = job_status(store, "5", admin=False, uid=1000, user="me", cluster="mycluster")
+    job = job_status(store, "5", admin=False, uid=1000, user="me", cluster="mycluster").to_json()
     assert job["record"]["user"] == "me" and job["also_imported"] == []
     store.close()
 

@@ -6,7 +6,15 @@ import pytest
 from report_helpers import DAY, NOW, bench_module, job
 
 from harpd.records import AttemptRecord, Outcome
-from harpd.report.aggregate import METRIC_NAMES, Bookkeeping, build_report, derive, group_metrics
+from harpd.report.aggregate import (
+    METRIC_NAMES,
+    Bookkeeping,
+    GroupRow,
+    ReportJson,
+    build_report,
+    derive,
+    group_metrics,
+)
 from harpd.report.columns import columns_for, factorize, from_records, normalise
 from harpd.report.window import Window
 
@@ -223,3 +231,20 @@ def test_unmeasured_usage_is_unknown_not_zero():
     assert r.total["core_h_used"] == 2.0 and r.total["cpu_eff"] == 0.5  # only jobs with both sides count
     groups = json.loads(json.dumps(r.to_dict(), allow_nan=False))["groups"]
     assert next(g for g in groups if g["key"] == "imported")["core_h_used"] is None
+
+
+def test_group_rows_carry_exactly_the_keys_group_row_names():
+    """GroupRow is the rows' type for every reader: a metric added to METRICS without it would go untyped."""
+    # (the module's annotations are strings, so NotRequired is read by mypy, not at run time)
+    required, optional = {"key", *METRIC_NAMES}, {"source", "signature"}
+    assert set(GroupRow.__annotations__) == required | optional
+    recs, _s, _a = bench_module().synthetic(200, seed=2)
+    r = report(recs)
+    for g in [*r.groups, r.total]:
+        assert required <= set(g) <= required | optional
+
+
+def test_report_json_names_every_key_to_dict_writes():
+    """ReportJson is what --format json readers are typed against: it cannot miss or invent a key."""
+    recs, _s, _a = bench_module().synthetic(100, seed=3)
+    assert set(report(recs).to_dict()) == set(ReportJson.__annotations__)

@@ -8,6 +8,7 @@ from harpd import protocol as p
 from harpd.cli.status_cmd import render
 from harpd.config import HarpSettings
 from harpd.daemon.handlers import Handlers, Peer
+from harpd.report.status_view import JobStatus
 from harpd.store import Resize
 
 MODE = {"mode": "soft", "privileged": True, "why": "harpd runs as root"}
@@ -22,7 +23,7 @@ def test_health_and_status_carry_the_mode_and_the_extensions(store):
     assert health.limits == MODE
     job = h.handle(peer, p.StatusRequest(op="status", job_id="40")).job
     assert job["limits_mode"] == MODE
-    text = render(job)
+    text = render(JobStatus.from_json(job))
     assert "time limits:   soft" in text and "extensions:    1" in text
     assert "extended 1 min -> 2 min" in text and "why: 10 s left of 1 min" in text
 
@@ -34,7 +35,9 @@ def test_status_without_a_mode_or_changes_says_nothing_new(store):
         Peer(pid=1, uid=0, gid=0, user="root", groups=frozenset()), p.StatusRequest(op="status", job_id="41")
     ).job
     assert "limits_mode" not in job and job["limit_changes"] == []
-    assert "extensions" not in render(job) and "time limits" not in render(job)
+    assert "extensions" not in render(JobStatus.from_json(job)) and "time limits" not in render(
+        JobStatus.from_json(job)
+    )
 
 
 def test_status_shows_a_pending_memory_resize_in_mb(store):
@@ -44,7 +47,7 @@ def test_status_shows_a_pending_memory_resize_in_mb(store):
     job = h.handle(
         Peer(pid=1, uid=0, gid=0, user="root", groups=frozenset()), p.StatusRequest(op="status", job_id="42")
     ).job
-    text = render(job)
+    text = render(JobStatus.from_json(job))
     assert "re-sized --mem 2000 MB -> 880 MB" in text and "30 min -> 30 min" not in text
 
 
@@ -67,7 +70,7 @@ def test_status_shows_a_checkpoint_signal_as_such_not_as_a_limit(store):
     job = h.handle(
         Peer(pid=1, uid=0, gid=0, user="root", groups=frozenset()), p.StatusRequest(op="status", job_id="43")
     ).job
-    text = render(job)
+    text = render(JobStatus.from_json(job))
     assert "asked to checkpoint after 0:01:35 of its run" in text
     assert "why: SIGUSR1 25 s before its end" in text and "extensions:    0" in text
     assert "1700000000" not in text.replace(",", "")

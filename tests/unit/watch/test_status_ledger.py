@@ -11,6 +11,7 @@ from harpd.cli.status_cmd import render
 from harpd.config import HarpSettings
 from harpd.daemon.handlers import Handlers, Peer
 from harpd.records import JobRecord, Outcome
+from harpd.report.status_view import JobStatus
 from harpd.store import Resize
 
 
@@ -50,7 +51,7 @@ def test_status_of_the_shrunk_job_shows_who_set_each_limit_and_the_541M_it_ran_w
         (3, "escalation", "mem", 2000),
         (3, "re-size", "mem", 541),
     ]
-    text = render(job)
+    text = render(JobStatus.from_json(job))
     assert "ran with:      #3  mem 541M  time 3 min  oom (Slurm OUT_OF_MEMORY)" in text, text
     assert "escalation   mem  1082M -> 2000M  (ran out of mem: req)" in text, text
     assert "last outcome:  oom (Slurm OUT_OF_MEMORY)" in text and "RUNNING" not in text
