@@ -87,7 +87,7 @@ def test_site_check_on_the_live_cluster(slurm_cluster):
 
 def test_plan_chooses_two_a100_in_gpu(plan):
     assert plan.error is None
-    got = {c["option"]: (c["value"], c["old"]) for c in plan.changes}
+    got = {c.option: (c.value, c.old) for c in plan.changes}
     assert got == {
         "partition": ("gpu", "short"),
         "gres": ("gpu:a100:2", "gpu:1"),
@@ -118,7 +118,7 @@ def _check_ran_on_two_a100(cluster, job_id: str, workdir: Path) -> None:
 
 
 def test_changes_as_plain_sbatch_options_run_in_gpu(slurm_cluster, plan, job_dir):
-    opts = [f"--{c['option']}={c['value']}" for c in plan.changes]
+    opts = [f"--{c.option}={c.value}" for c in plan.changes]
     job = slurm_cluster.sbatch(*opts, "job.sh", cwd=job_dir)
     _check_ran_on_two_a100(slurm_cluster, job, job_dir)
 
@@ -140,7 +140,7 @@ def test_changes_through_harp_submit_rewrite_run_in_gpu(slurm_cluster, plan, job
     )
     answer = {
         "ok": True,
-        "decision": {"changes": plan.changes, "limits": {"partition": "gpu"}, "model": "dnn", "explain": plan.explain},
+        "decision": {"changes": [c.model_dump() for c in plan.changes], "limits": {"partition": "gpu"}, "model": "dnn", "explain": plan.explain},
     }
     _, changes = validate(answer, req.resources())
     out = rewrite.apply(req, [], changes)

@@ -61,7 +61,7 @@ def test_recorded_gpumem_through_real_sacct_into_the_next_plan(slurm_cluster, tm
         "-p", "gpu", "--gres=gpu:a100:2", "--time=2", "--mem=100M", "--job-name=gpumem-real", script="sleep 2\n"
     )
     store = Store.open(tmp_path / "harp.db")
-    decision = {"changes": first.changes, "explain": first.explain, "model": "zero-dnn"}
+    decision = {"changes": [c.model_dump() for c in first.changes], "explain": first.explain, "model": "zero-dnn"}
     store.add_submission(jid, 0, "root", {"harp_lines": [LINE]}, {}, {"gres": "gpu:a100:2"}, decision)
     assert c.wait_job(jid, timeout=240) == "COMPLETED"
 
