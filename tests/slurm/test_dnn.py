@@ -140,7 +140,12 @@ def test_changes_through_harp_submit_rewrite_run_in_gpu(slurm_cluster, plan, job
     )
     answer = {
         "ok": True,
-        "decision": {"changes": [c.model_dump() for c in plan.changes], "limits": {"partition": "gpu"}, "model": "dnn", "explain": plan.explain},
+        "decision": {
+            "changes": [c.model_dump() for c in plan.changes],
+            "limits": {"partition": "gpu"},
+            "model": "dnn",
+            "explain": plan.explain,
+        },
     }
     _, changes = validate(answer, req.resources())
     out = rewrite.apply(req, [], changes)

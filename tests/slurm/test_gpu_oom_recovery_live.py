@@ -66,7 +66,12 @@ def test_a_gpu_out_of_memory_is_resubmitted_on_more_gpus_with_a_higher_stage(slu
     jid = c.sbatch(*argv, script=SCRIPT, cwd=tmp_path)
     store = Store.open(tmp_path / "harp.db")
     job = {"cwd": str(tmp_path), "job_name": "gpu-oom-live", "harp_lines": [LINE], "argv": argv, "sbatch_env": {}}
-    decision = {"changes": [c.model_dump() for c in first.changes], "limits": {}, "model": "zero-dnn", "explain": first.explain}
+    decision = {
+        "changes": [c.model_dump() for c in first.changes],
+        "limits": {},
+        "model": "zero-dnn",
+        "explain": first.explain,
+    }
     res = {"time_s": 120, "mem_mb": 100, "partition": "gpu", "gres": "gpu:a100:1"}
     store.add_submission(jid, 0, "root", job, {"time_s": 120, "mem_mb": 100}, res, decision)
     assert c.wait_job(jid, timeout=240) == "FAILED"
