@@ -115,6 +115,7 @@ class _Seen:
     task: bool  # a workflow task: sized from its own rule's runs
     mem_task: bool  # a workflow task's memory: sized by task_memory
     soft: bool  # its time under soft limits
+    policy: SoftPolicy | None  # the soft policy when soft (built once per decision)
     sig: str | None  # the job's signature
 
 
@@ -578,7 +579,7 @@ class ModelPredictor:
             ex.update(rule="task memory", source=rule)
             return math.log(mb / req), None, f"memory of this workflow task type: {rule}", ex
         if champion.model is None or task:
-            margin = SoftPolicy.from_settings(self.settings.predict).recent_margin if seen.soft else MARGIN
+            margin = seen.policy.recent_margin if seen.policy is not None else MARGIN
             history_bound, rule = self._history_bound(seen.recent, math.log(seen.keys.ref), margin)
             if history_bound is None:
                 return {"model": None, "rule": HISTORY_RULE, "n_history": n_hist, "reason": rule}
@@ -593,8 +594,7 @@ class ModelPredictor:
         x = seen.x
         group = conformal_group(job.partition or job.request.partition, x[COL["log_pending"]])
         log_bound = predict_row(champion.model, float32_row(x), group)
-        if seen.soft:
-            policy = SoftPolicy.from_settings(self.settings.predict, self.settings.watch)
+        if seen.soft and (policy := seen.policy) is not None:
             log_bound, rule = recent_bound(x, log_bound, policy)
             ex.update(policy.explain(), soft_rule=rule)
             if self.soft_state is not None and req:
@@ -651,8 +651,8 @@ class ModelPredictor:
         soft = self.soft_limits and res == "time" and champion.relative and bool(req)
         if self.soft_limits and res == "time" and (kept := kept_under_soft_limits(rq)) is not None:
             return None, {"reason": kept}  # harpd extends such a job too late to keep its meaning
-        if soft:
-            policy = SoftPolicy.from_settings(self.settings.predict, self.settings.watch)
+        policy = SoftPolicy.from_settings(self.settings.predict, self.settings.watch) if soft else None
+        if policy is not None:
             guard = soft_guard(guard, policy)
             if guard.floor > float(self.settings.predict.floor_time_s):  # the soft policy's floor, not the setting
                 floor_key = (
@@ -662,15 +662,15 @@ class ModelPredictor:
         mem_task = task and res == "mem"  # sized by task_memory, which needs no min_history
         if n_hist < guard.min_history and not mem_task:
             return None, {"reason": f"cold start: {n_hist} of {guard.min_history} runs", "n_history": n_hist}
-        over = self.soft_state.user_over_budget(user) if soft and self.soft_state is not None else None
-        if over is not None:
-            budget = SoftPolicy.from_settings(self.settings.predict).user_extension_budget
+        over = self.soft_state.user_over_budget(user) if policy is not None and self.soft_state is not None else None
+        if over is not None and policy is not None:
+            budget = policy.user_extension_budget
             return None, {
                 "reason": f"{over[0]} of your last {over[1]} jobs harp cut outgrew its limit (over the "
                 f"per-user budget of {budget:.0%}): your time request is kept",
                 "n_history": n_hist,
             }
-        seen = _Seen(x, keys, n_hist, recent, req, cores, task, mem_task, soft, sig)
+        seen = _Seen(x, keys, n_hist, recent, req, cores, task, mem_task, soft, policy, sig)
         bound = self._bound(job, res, champion, seen, now)
         if isinstance(bound, dict):
             return None, bound
