@@ -74,7 +74,7 @@ def test_a_gpu_out_of_memory_is_resubmitted_on_more_gpus_with_a_higher_stage(slu
         0,
         "root",
         job,
-        Resources.model_validate({"time_s": 120, "mem_mb": 100}),
+        Resources(time_s=120, mem_mb=100),
         Resources.model_validate(res),
         (None if decision is None else Decision.model_validate(decision)),
     )

@@ -69,7 +69,7 @@ def test_recorded_gpumem_through_real_sacct_into_the_next_plan(slurm_cluster, tm
         "root",
         {"harp_lines": [LINE]},
         Resources(),
-        Resources.model_validate({"gres": "gpu:a100:2"}),
+        Resources(gres='gpu:a100:2'),
         (None if decision is None else Decision.model_validate(decision)),
     )
     assert c.wait_job(jid, timeout=240) == "COMPLETED"

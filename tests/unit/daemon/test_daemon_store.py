@@ -350,8 +350,8 @@ def test_submissions_lifecycle(store):
         1000,
         "alice",
         {"partition": "cpu"},
-        Resources.model_validate({"time_s": 60}),
-        Resources.model_validate({"time_s": 120}),
+        Resources(time_s=60),
+        Resources(time_s=120),
         Decision(),
     )
     store.add_submission("11", 1001, "bob", {}, Resources(), Resources(), None, chain_id="11")

@@ -311,7 +311,7 @@ def test_status_tells_not_yours_from_no_such_job(world):
 
 def test_status_ignores_a_claim_slurm_never_vouched_for(store):
     store.add_submission(
-        "43", 1001, "bob", {}, Resources.model_validate({"time_s": 60}), Resources.model_validate({"time_s": 60}), None
+        "43", 1001, "bob", {}, Resources(time_s=60), Resources(time_s=60), None
     )  # a row from before the checks
     h = Handlers(store, slurm=FakeSlurm())
     assert status(h, ALICE, "43").error == "harp knows no job 43"
@@ -331,9 +331,9 @@ def test_a_user_over_their_extension_budget_is_no_longer_cut(store):
             1001,
             "bob",
             {},
-            Resources.model_validate({"time_s": 3600}),
-            Resources.model_validate({"time_s": 600}),
-            (None if cut is None else Decision.model_validate(cut)),
+            Resources(time_s=3600),
+            Resources(time_s=600),
+            Decision.model_validate(cut),
             verified=True,
         )
         store.add_submission(
@@ -341,9 +341,9 @@ def test_a_user_over_their_extension_budget_is_no_longer_cut(store):
             1000,
             "alice",
             {},
-            Resources.model_validate({"time_s": 3600}),
-            Resources.model_validate({"time_s": 600}),
-            (None if cut is None else Decision.model_validate(cut)),
+            Resources(time_s=3600),
+            Resources(time_s=600),
+            Decision.model_validate(cut),
             verified=True,
         )
         if i < 12:  # 12 of bob's 20 outgrew harp's limit; 2 of alice's
@@ -356,9 +356,9 @@ def test_a_user_over_their_extension_budget_is_no_longer_cut(store):
         1000,
         "alice",
         {},
-        Resources.model_validate({"time_s": 60}),
-        Resources.model_validate({"time_s": 60}),
-        (None if cut is None else Decision.model_validate(cut)),
+        Resources(time_s=60),
+        Resources(time_s=60),
+        Decision.model_validate(cut),
     )
     assert store.user_extensions("bob") == (20, 12) and store.user_extensions("alice") == (20, 2)
     state = SoftState(SoftPolicy(user_extension_budget=0.3), store)

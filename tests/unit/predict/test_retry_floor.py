@@ -67,7 +67,7 @@ def _register(st: Store, job_id: str, given_mb: int, **done) -> None:
         1000,
         "alice",
         _job().model_dump(),
-        Resources.model_validate({"time_s": 1800, "mem_mb": 2000}),
+        Resources(time_s=1800, mem_mb=2000),
         Resources.model_validate({"time_s": 1800, "mem_mb": given_mb}),
         Decision.model_validate({"changes": [{"option": "mem", "value": f"{given_mb}M"}]}),
     )

@@ -127,8 +127,8 @@ def test_a_harpd_that_can_only_resubmit_leaves_a_running_job_alone(tmp_path) -> 
             1000,
             "alice",
             {"signature": "s"},
-            Resources.model_validate({"time_s": 60}),
-            Resources.model_validate({"time_s": 60}),
+            Resources(time_s=60),
+            Resources(time_s=60),
             Decision.model_validate({"changes": [{"option": "time", "value": "1", "old": "2"}]}),
             verified=True,
         )

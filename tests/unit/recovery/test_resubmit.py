@@ -390,7 +390,7 @@ def test_resubmit_needs_the_registered_arguments(store, fake):
         job,
         sub.original,
         sub.submitted,
-        (None if sub.stored["decision"] is None else Decision.model_validate(sub.stored["decision"])),
+        Decision.model_validate(sub.stored["decision"]),
     )
     fake.end_run(jid, T)
     ing.poll_once()

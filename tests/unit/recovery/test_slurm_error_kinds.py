@@ -144,7 +144,7 @@ def test_adoption_waits_for_slurmctld_and_says_so_once(store, caplog):
         1000,
         "alice",
         JobRequest.model_validate({"request": {"time_s": 3600}}),
-        Resources.model_validate({"time_s": 600}),
+        Resources(time_s=600),
         Decision.model_validate({"changes": [change]}),
     )
     slurm.add("30", 1000, time_s=600, comment=client_registration.with_token(None, token))

@@ -57,7 +57,7 @@ def task_job(store, fake, rule: str, sample: str, attempt: int = 1) -> str:
         job,
         sub.original,
         sub.submitted,
-        (None if sub.stored["decision"] is None else Decision.model_validate(sub.stored["decision"])),
+        Decision.model_validate(sub.stored["decision"]),
     )
     return jid
 
@@ -157,7 +157,7 @@ def test_a_nextflow_task_is_left_to_its_error_strategy(store, fake) -> None:
         job,
         sub.original,
         sub.submitted,
-        (None if sub.stored["decision"] is None else Decision.model_validate(sub.stored["decision"])),
+        Decision.model_validate(sub.stored["decision"]),
     )
     fake.end_run(jid, T)
     ing.poll_once()

@@ -149,9 +149,9 @@ def test_a_user_over_their_extension_budget_keeps_their_time_request(store):
             1000,
             "ann",
             {},
-            Resources.model_validate({"time_s": 7200}),
-            Resources.model_validate({"time_s": 660}),
-            (None if cut is None else Decision.model_validate(cut)),
+            Resources(time_s=7200),
+            Resources(time_s=660),
+            Decision.model_validate(cut),
             verified=True,
         )
         if i < 5:
