@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field, fields
 from enum import Enum
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, TypedDict
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
@@ -88,7 +88,8 @@ class JobRecord:
         return d
 
     @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> JobRecord:
+    def from_dict(cls, d: Mapping[str, Any]) -> JobRecord:
+        """A record from a row or JSON object (unknown keys ignored, the outcome and flags converted)."""
         names = {f.name for f in fields(cls)}
         kw = {k: v for k, v in d.items() if k in names}
         if "outcome" in kw and not isinstance(kw["outcome"], Outcome):
@@ -270,6 +271,20 @@ class Submission:
         )
 
 
+class AttemptRow(TypedDict):
+    """``AttemptRecord`` as ``harp status`` shows it (column order)."""
+
+    chain_id: str
+    attempt: int
+    job_id: str | None
+    limits: Mapping[str, Any] | None
+    reason: str | None
+    step: str
+    outcome: str | None
+    created_at: float
+    updated_at: float
+
+
 @dataclass(frozen=True, slots=True)
 class AttemptRecord:
     """One attempt of a recovery chain as stored (``attempts`` row); ``harpd.recovery.attempts.Attempt`` reads it.
@@ -287,9 +302,19 @@ class AttemptRecord:
     created_at: float
     updated_at: float  # written with every insert and update
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> AttemptRow:
         """The row as ``harp status`` shows it (column order)."""
-        return _columns(self)
+        return AttemptRow(
+            chain_id=self.chain_id,
+            attempt=self.attempt,
+            job_id=self.job_id,
+            limits=self.limits,
+            reason=self.reason,
+            step=self.step,
+            outcome=self.outcome,
+            created_at=self.created_at,
+            updated_at=self.updated_at,
+        )
 
 
 @dataclass(frozen=True, slots=True)

@@ -29,8 +29,11 @@ import math
 import os
 import re
 import secrets
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
+
+from pydantic import ValidationError
 
 from harp_submit.registration import TOKEN_WORD
 from harp_submit.units import parse_mem, parse_time
@@ -100,29 +103,35 @@ def decided_resources(request: Resources, decision: Decision) -> Resources:
     return request.model_copy(update=got)
 
 
-def _mismatch(limits: dict[str, Any], job: JobInfo) -> str | None:
+def _mismatch(limits: Resources, job: JobInfo) -> str | None:
     """Why ``job``'s current limits are not ``limits`` (None: they are), in a few words."""
-    t = limits.get("time_s")
+    t = limits.time_s
     if t and job.time_limit_s != whole_minutes(int(t)) * 60:
         return f"time limit {job.time_limit_s} s, not {whole_minutes(int(t)) * 60} s"
-    if limits.get("mem_mb") and job.mem_mb != int(limits["mem_mb"]):
-        return f"memory {job.mem_mb} MB, not {limits['mem_mb']} MB"
-    if limits.get("mem_per_cpu_mb") and job.mem_per_cpu_mb != int(limits["mem_per_cpu_mb"]):
-        return f"memory per CPU {job.mem_per_cpu_mb} MB, not {limits['mem_per_cpu_mb']} MB"
-    if (
-        limits.get("cpus_per_task")
-        and job.cpus_per_task is not None
-        and job.cpus_per_task != int(limits["cpus_per_task"])
-    ):
-        return f"{job.cpus_per_task} CPUs per task, not {limits['cpus_per_task']}"
+    if limits.mem_mb and job.mem_mb != int(limits.mem_mb):
+        return f"memory {job.mem_mb} MB, not {limits.mem_mb} MB"
+    if limits.mem_per_cpu_mb and job.mem_per_cpu_mb != int(limits.mem_per_cpu_mb):
+        return f"memory per CPU {job.mem_per_cpu_mb} MB, not {limits.mem_per_cpu_mb} MB"
+    if limits.cpus_per_task and job.cpus_per_task is not None and job.cpus_per_task != int(limits.cpus_per_task):
+        return f"{job.cpus_per_task} CPUs per task, not {limits.cpus_per_task}"
     return None
 
 
-def _as_slurm_shows(job: JobInfo) -> dict[str, Any]:
-    """A job's limits as slurmctld holds them, in ``Resources`` form (a registration without a decision)."""
+def _stored_decision(d: Mapping[str, Any] | None) -> Decision | None:
+    """A decision as the decisions table holds it; one this harpd would refuse (an older one wrote it) is kept."""
+    if d is None:
+        return None
+    try:
+        return Decision.model_validate(d)
+    except ValidationError:
+        return Decision.model_construct(**dict(d))
+
+
+def _as_slurm_shows(job: JobInfo) -> Resources:
+    """A job's limits as slurmctld holds them (a registration without a decision)."""
     return Resources(
         time_s=job.time_limit_s, mem_mb=job.mem_mb, mem_per_cpu_mb=job.mem_per_cpu_mb, cpus_per_task=job.cpus_per_task
-    ).model_dump()
+    )
 
 
 @dataclass(frozen=True)
@@ -132,10 +141,10 @@ class Verified:
     job_id: str
     uid: int
     user: str
-    job: dict[str, Any]
-    original: dict[str, Any]  # the user's own request (recorded at predict time)
-    submitted: dict[str, Any]  # the limits the job has now, as Slurm confirmed
-    decision: dict[str, Any] | None  # harp's decision, when its limits are the job's
+    job: Mapping[str, Any]  # the JobRequest JSON harp-submit sent (as the decisions table holds it)
+    original: Resources  # the user's own request (recorded at predict time)
+    submitted: Resources  # the limits the job has now, as Slurm confirmed
+    decision: Decision | None  # harp's decision, when its limits are the job's
     token: str | None
 
 
@@ -151,10 +160,8 @@ class Registrar:
         """Store what harpd decided for this predict call; returns the token harp-submit echoes."""
         token = new_token()
         decided = decided_resources(job.request, decision)
-        # how sbatch ran the job comes with its registration, not with the question: not stored twice
-        kept = job.model_dump(exclude={"argv", "sbatch_env"})
         quota = None if uid in (0, os.geteuid()) else self.quota  # root and harpd's own user: the admin's
-        self.store.add_decision(token, uid, user, kept, decided.model_dump(), decision.model_dump(), quota=quota)
+        self.store.add_decision(token, uid, user, job, decided, decision, quota=quota)
         return token
 
     def show(self, job_id: str) -> JobInfo:
@@ -210,9 +217,9 @@ class Registrar:
             raise Refused(f"job {job_id}: that decision was already used by job {row.job_id}; a decision binds one job")
         if info.submit_time is None or info.submit_time < math.floor(row.decided_at):
             raise Refused(f"job {job_id} was submitted before harpd's decision; not registered")
-        original = dict(row.job.get("request") or {})
-        decided = dict(row.decided)
-        decision = None if row.decision is None else dict(row.decision)
+        original = Resources.from_json(row.job.get("request"))
+        decided = Resources.from_json(row.decided)
+        decision = _stored_decision(row.decision)
         if _mismatch(decided, info) is None:
             submitted = decided
         elif _mismatch(original, info) is None:

@@ -27,6 +27,7 @@ import math
 import random
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
+from typing import TypedDict
 
 from harpd.dnn.errors import DnnError
 from harpd.dnn.goals import parse_duration
@@ -337,6 +338,20 @@ def _integral(w: Callable[[float], float], a: float, b: float, n: int = 16) -> f
     return h * (w(a) / 2 + sum(w(a + i * h) for i in range(1, n)) + w(b) / 2)
 
 
+class CheckpointExplain(TypedDict, total=False):
+    """``explain["checkpoint"]``: why the job is resumable and the suggested schedule (or why none)."""
+
+    resumable: str | None
+    error: str
+    note: str
+    checkpoints: int
+    first_min: float | None
+    last_gap_min: float | None
+    even_interval_min: float
+    rate_per_h: float
+    rate_from: str
+
+
 DEFAULT_RATE_PER_H = 0.01  # when neither the line nor the caller gives one: 1 per 100 job-hours (said)
 
 
@@ -346,7 +361,7 @@ def explain_checkpoint(
     signal_s: int | None = None,
     requeue: bool | None = None,
     rate_per_h: float | None = None,
-) -> dict | None:
+) -> CheckpointExplain | None:
     """What --harp-explain says of a resumable job: why resumable, and the suggested schedule.
 
     Never raises: a wrong ``#HARP checkpoint`` line becomes the explanation's

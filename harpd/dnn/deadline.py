@@ -28,7 +28,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypedDict
 
 from harpd.dnn.scaling import ScalingModel
 
@@ -54,6 +54,22 @@ class Layout:
         return f"{self.n_gpus} x {self.gpu_type} ({self.nodes} node(s) x {self.gpus_per_node})"
 
 
+class StageSummary(TypedDict):
+    """One stage of a deadline plan as ``--harp-explain`` and ``harp dnn`` print it."""
+
+    stage: int
+    trials: int
+    tokens_per_trial: float
+    gpu_type: str
+    nodes: int
+    gpus_per_node: int
+    n_gpus: int
+    zero: int
+    waves: int
+    time_h: float
+    billed_gpu_hours: float
+
+
 @dataclass(frozen=True)
 class StagePlan:
     stage: int
@@ -64,7 +80,7 @@ class StagePlan:
     time_s: float
     cost: float  # billed GPU-hours (GPUs x weight x hours)
 
-    def summary(self) -> dict[str, Any]:
+    def summary(self) -> StageSummary:
         return {
             "stage": self.stage,
             "trials": self.trials,

@@ -24,12 +24,28 @@ import functools
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypedDict
 
 from harpd.dnn.deadline import Layout
 from harpd.dnn.scaling import ScalingModel
 
 MAX_MICRO_BATCH = 1 << 16
+
+
+class BatchSummary(TypedDict):
+    """A batch choice as ``--harp-explain`` and ``harp dnn`` print it."""
+
+    gpu_type: str
+    nodes: int
+    gpus_per_node: int
+    n_gpus: int
+    zero: int
+    micro_batch: int
+    grad_accum: int
+    global_batch: int
+    seq_per_s: float
+    seq_per_billed_gpu_hour: float
+    time_h: float | None
 
 
 @dataclass(frozen=True)
@@ -45,7 +61,7 @@ class BatchChoice:
     def global_batch(self) -> int:
         return self.layout.n_gpus * self.micro_batch * self.accum
 
-    def summary(self) -> dict[str, Any]:
+    def summary(self) -> BatchSummary:
         return {
             "gpu_type": self.layout.gpu_type,
             "nodes": self.layout.nodes,

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypedDict
 
 from harpd.dnn.refine import PeakObservation, refined_need
 from harpd.dnn.zero import GIB, Estimate, estimate
@@ -57,7 +57,7 @@ class Candidate:
     def sort_key(self) -> tuple:
         return (round(self.cost, 9), self.nodes, self.stage, self.need / self.capacity, self.gpu_type.name)
 
-    def summary(self) -> dict[str, Any]:
+    def summary(self) -> CandidateSummary:
         return {
             "gpu_type": self.gpu_type.name,
             "partition": self.gpu_type.partition,
@@ -72,6 +72,23 @@ class Candidate:
             "cost_gpu_weight": round(self.cost, 3),
             "need_source": self.need_source,
         }
+
+
+class CandidateSummary(TypedDict):
+    """A GPU configuration as ``--harp-explain`` and ``harp dnn`` print it (the chosen one and alternatives)."""
+
+    gpu_type: str
+    partition: str | None
+    nodes: int
+    gpus_per_node: int
+    n_gpus: int
+    zero: int
+    need_gib: float
+    formula_need_gib: float
+    capacity_gib: float
+    fits: bool
+    cost_gpu_weight: float
+    need_source: str
 
 
 @dataclass

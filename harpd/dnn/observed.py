@@ -41,8 +41,8 @@ from __future__ import annotations
 
 import time
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, TypedDict
 
 from harpd.dnn.refine import PeakObservation
 from harpd.dnn.zero import GIB
@@ -138,6 +138,19 @@ def observations_from_store(
     return tuple(out)
 
 
+class GpuMemoryDict(TypedDict):
+    """``GpuMemoryView`` as JSON (``harp status``'s ``gpu_memory``)."""
+
+    gpu_type: str | None
+    n_gpus: int
+    zero: int
+    estimate_gib: float | None
+    estimate_source: str | None
+    capacity_gib: float | None
+    observed_gib: float | None
+    out_of_gpu_memory: bool
+
+
 @dataclass(frozen=True, slots=True)
 class GpuMemoryView:
     """Estimate against observed peak for one job, as ``harp status`` and the report show it."""
@@ -151,8 +164,17 @@ class GpuMemoryView:
     observed_gib: float | None  # None: Slurm gathered no gres/gpumem for the run
     out_of_gpu_memory: bool
 
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+    def to_dict(self) -> GpuMemoryDict:
+        return GpuMemoryDict(
+            gpu_type=self.gpu_type,
+            n_gpus=self.n_gpus,
+            zero=self.zero,
+            estimate_gib=self.estimate_gib,
+            estimate_source=self.estimate_source,
+            capacity_gib=self.capacity_gib,
+            observed_gib=self.observed_gib,
+            out_of_gpu_memory=self.out_of_gpu_memory,
+        )
 
 
 def gpu_memory_view(decision: Any, record: JobRecord | None) -> GpuMemoryView | None:

@@ -28,6 +28,7 @@ import math
 from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import NotRequired, TypedDict
 
 import numpy as np
 
@@ -255,7 +256,7 @@ class Calibrator:
         censored: np.ndarray,
         size: np.ndarray,
         floor: np.ndarray | None = None,
-    ) -> dict:
+    ) -> Calibration:
         """Calibrate on a recent hold-out: residual windows, starting α and θ.
 
         ``base`` are the base model's predictions on hold-out rows it did not
@@ -368,6 +369,14 @@ class Calibrator:
         self.theta = min(max(self.theta * math.exp(step), self.theta_min), self.theta_max)
 
 
+class Calibration(TypedDict):
+    """What ``HarpModel.seed`` chose: the conformal level, the leave-alone ratio and (when searched) the miss target."""
+
+    level: float
+    theta: float
+    miss_target: NotRequired[float]
+
+
 class HarpModel(BasePredictor):
     """harp's default: GBM quantile on log(used/request) + ``Calibrator``.
 
@@ -402,7 +411,7 @@ class HarpModel(BasePredictor):
         self.max_attempts = max_attempts
         self.history_floor = history_floor
         self.cal_: Calibrator | None = None
-        self.seeded_: dict = {}
+        self.seeded_: Calibration | None = None  # what seed() chose (None: fitted without a hold-out)
 
     def fit(self, X, y, *, censored=None, groups=None, sample_weight=None):
         X, y = check_xy(X, y)

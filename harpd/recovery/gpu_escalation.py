@@ -25,7 +25,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from harpd.records import JobRecord, Submission
+from harpd.records import Change, JobRecord, Submission
 
 __all__ = [
     "GPU",
@@ -144,16 +144,16 @@ def next_gpu_step(proposal: GpuProposal | None, attempt: int, max_attempts: int 
     )
 
 
-def gpu_changes(gpu: Mapping[str, Any], reason: str) -> list[dict[str, Any]]:
+def gpu_changes(gpu: Mapping[str, Any], reason: str) -> list[Change]:
     """The registered decision's changes of a resubmission in a larger configuration (``harp status`` shows them)."""
     options = gpu.get("options") or {}
-    return [{"option": k, "value": str(v), "old": None, "reason": reason} for k, v in options.items()]
+    return [Change.from_json({"option": k, "value": str(v), "old": None, "reason": reason}) for k, v in options.items()]
 
 
-def gpu_resources(gpu: Mapping[str, Any] | None) -> dict[str, Any]:
-    """The registered ``submitted`` resources a larger configuration changes (GPUs and nodes)."""
+def gpu_resources(gpu: Mapping[str, Any] | None) -> dict[str, str | int]:
+    """The ``Resources`` fields a larger configuration changes in the registered ``submitted`` (GPUs, nodes)."""
     options = (gpu or {}).get("options") or {}
-    out: dict[str, Any] = {}
+    out: dict[str, str | int] = {}
     for key in ("gres", "gpus"):
         if key in options:
             out[key] = str(options[key])

@@ -24,7 +24,8 @@ from typing import Any
 
 from harp_submit.units import fmt_mem, fmt_time
 from harpd.metrics import record as metrics
-from harpd.records import Submission
+from harpd.protocol import Decision, Limits
+from harpd.records import Change, Resources, Submission
 from harpd.recovery.attempts import SUBMITTED, Attempt, AttemptLimits, Plan, Stop
 from harpd.recovery.crash import crash_point
 from harpd.recovery.environment import submit_env, user_name
@@ -118,7 +119,7 @@ def _record(
             uid,
             user,
             sub.stored["job"] or {},
-            sub.stored["original"] or {},
+            sub.original,
             _submitted(sub, plan.limits, plan.gpu),
             _decision(attempt, plan, prev_limits),
             chain_id=chain,
@@ -232,9 +233,9 @@ def _accounting_lacks(backend: Any) -> list[str]:
         return []
 
 
-def _submitted(sub: Submission, limits: AttemptLimits, plan_gpu: dict[str, Any] | None = None) -> dict[str, Any]:
-    """The new job's registered ``submitted`` resources: the first job's (as stored), with the new limits."""
-    out = dict(sub.stored["submitted"] or {})
+def _submitted(sub: Submission, limits: AttemptLimits, plan_gpu: dict[str, Any] | None = None) -> Resources:
+    """The new job's registered ``submitted`` resources: the first job's, with the new limits."""
+    out: dict[str, Any] = {}
     if limits.time_s:
         out["time_s"] = int(limits.time_s)
     if limits.mem_per_cpu_mb:
@@ -244,30 +245,39 @@ def _submitted(sub: Submission, limits: AttemptLimits, plan_gpu: dict[str, Any] 
     if limits.partition:
         out["partition"] = limits.partition
     out.update(gpu_resources(plan_gpu))
-    return out
+    return sub.submitted.model_copy(update=out)
 
 
-def _decision(attempt: Attempt, plan: Plan, prev: AttemptLimits) -> dict[str, Any]:
+def _decision(attempt: Attempt, plan: Plan, prev: AttemptLimits) -> Decision:
     """The new job's registered decision: recovery's change, as ``harp status`` shows a model's."""
     lim = plan.limits
-    changes = []
+    changes: list[Change] = []
     if plan.escalated == "time":
         changes.append(
-            {"option": "time", "value": fmt_time(lim.time_s), "old": fmt_time(prev.time_s), "reason": attempt.reason}
+            Change.from_json(
+                {
+                    "option": "time",
+                    "value": fmt_time(lim.time_s),
+                    "old": fmt_time(prev.time_s),
+                    "reason": attempt.reason,
+                }
+            )
         )
     elif plan.escalated == "mem":
         key = lim.mem_key
         changes.append(
-            {
-                "option": "mem-per-cpu" if key == "mem_per_cpu_mb" else "mem",
-                "value": fmt_mem(getattr(lim, key)),
-                "old": fmt_mem(getattr(prev, key)),
-                "reason": attempt.reason,
-            }
+            Change.from_json(
+                {
+                    "option": "mem-per-cpu" if key == "mem_per_cpu_mb" else "mem",
+                    "value": fmt_mem(getattr(lim, key)),
+                    "old": fmt_mem(getattr(prev, key)),
+                    "reason": attempt.reason,
+                }
+            )
         )
     explain: dict[str, Any] = {"chain": attempt.chain, "attempt": attempt.number}
     if plan.gpu:  # a larger GPU configuration, made now or at an earlier attempt and kept
         if plan.escalated == GPU:
             changes += gpu_changes(plan.gpu, attempt.reason)
         explain["dnn"] = plan.gpu.get("dnn")  # so this run's own peak or out-of-memory is learnt in turn
-    return {"changes": changes, "limits": {"partition": lim.partition}, "model": "recovery", "explain": explain}
+    return Decision(changes=changes, limits=Limits(partition=lim.partition), model="recovery", explain=explain)

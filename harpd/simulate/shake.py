@@ -22,7 +22,7 @@ import dataclasses
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import fields
-from typing import Any
+from typing import Any, TypedDict
 
 import numpy as np
 
@@ -112,14 +112,28 @@ def mean_row(summaries: Sequence[Summary]) -> dict[str, Any]:
     return out
 
 
-def paired(base: Sequence[Summary], other: Sequence[Summary]) -> dict[str, dict[str, Any]]:
+class Paired(TypedDict, total=False):
+    """One figure of ``other`` against ``base``: the mean relative difference, its standard error, the verdict.
+
+    The copy counts are there whenever some copy had jobs to compare.
+    """
+
+    rel_diff: float | None
+    se: float | None
+    verdict: str
+    copies: int
+    higher_copies: int
+    lower_copies: int
+
+
+def paired(base: Sequence[Summary], other: Sequence[Summary]) -> dict[str, Paired]:
     """``other`` against ``base`` copy by copy: mean relative difference, its standard error and a verdict.
 
     The verdict is "lower" or "higher" when the mean difference is more
     than two standard errors from 0, else "no clear difference" (and
     "one copy" when there is nothing to estimate the error from).
     """
-    out: dict[str, dict[str, Any]] = {}
+    out: dict[str, Paired] = {}
     for k in PAIRED_FIGURES:
         a = np.array([s.to_dict()[k] for s in base], float)
         b = np.array([s.to_dict()[k] for s in other], float)
@@ -129,12 +143,19 @@ def paired(base: Sequence[Summary], other: Sequence[Summary]) -> dict[str, dict[
             continue
         d = b[ok] / a[ok] - 1.0
         mean = float(np.mean(d))
-        # how many copies went each way: a mean within its noise may still lean one way, said in words
-        signs = {"copies": len(d), "higher_copies": int(np.sum(d > 0)), "lower_copies": int(np.sum(d < 0))}
+        se: float | None = None
         if len(d) < 2:
-            out[k] = {"rel_diff": mean, "se": None, "verdict": "one copy", **signs}
-            continue
-        se = float(np.std(d, ddof=1) / math.sqrt(len(d)))
-        verdict = "lower" if mean < -CLEAR * se else "higher" if mean > CLEAR * se else "no clear difference"
-        out[k] = {"rel_diff": mean, "se": se, "verdict": verdict, **signs}
+            verdict = "one copy"
+        else:
+            se = float(np.std(d, ddof=1) / math.sqrt(len(d)))
+            verdict = "lower" if mean < -CLEAR * se else "higher" if mean > CLEAR * se else "no clear difference"
+        out[k] = Paired(
+            rel_diff=mean,
+            se=se,
+            verdict=verdict,
+            # how many copies went each way: a mean within its noise may still lean one way, said in words
+            copies=len(d),
+            higher_copies=int(np.sum(d > 0)),
+            lower_copies=int(np.sum(d < 0)),
+        )
     return out

@@ -6,7 +6,8 @@ import threading
 import time
 from typing import Any
 
-from harpd.records import IssuedDecision
+from harpd.protocol import Decision, JobRequest
+from harpd.records import IssuedDecision, Resources
 from harpd.store.base import QuotaExceeded, StoreBase, _dumps, _loads
 
 #: guards each store's per-uid bounds of unclaimed decisions (``_within_quota``)
@@ -35,9 +36,9 @@ class DecisionsTable(StoreBase):
         token: str,
         uid: int,
         user: str | None,
-        job: dict[str, Any],
-        decided: dict[str, Any],
-        decision: dict[str, Any],
+        job: JobRequest,
+        decided: Resources,
+        decision: Decision,
         decided_at: float | None = None,
         quota: tuple[int, int] | None = None,
     ) -> None:
@@ -51,8 +52,12 @@ class DecisionsTable(StoreBase):
         ``quota``: (decisions, bytes) one uid may have stored that no job has
         claimed yet; past it QuotaExceeded and nothing is stored, so one user
         can never make root's store grow without bound (#44: 44 MB in 1.5 s).
+        ``decided``: the resources the decision gives the job (what its
+        registration must show for the decision to be claimed).
         """
-        texts = (_dumps(job), _dumps(decided), _dumps(decision))
+        # how sbatch ran the job comes with its registration, not with the question: not stored twice
+        kept = job.model_dump(exclude={"argv", "sbatch_env"})
+        texts = (_dumps(kept), _dumps(decided.model_dump()), _dumps(decision.model_dump()))
         size = sum(len(t or "") for t in texts) + ROW_OVERHEAD
         with self.transaction(durable=False) as db:
             if quota is not None:

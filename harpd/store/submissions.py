@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
-from harpd.records import Outcome, Submission
+from harpd.protocol import Decision
+from harpd.records import Outcome, Resources, Submission
 from harpd.store.base import OwnerChanged, StoreBase, _dumps, _loads
 from harpd.store.columns import _q
 
@@ -19,10 +20,10 @@ class SubmissionsTable(StoreBase):
         job_id: str,
         uid: int,
         user: str | None,
-        job: dict[str, Any],
-        original: dict[str, Any],
-        submitted: dict[str, Any],
-        decision: dict[str, Any] | None,
+        job: Mapping[str, Any],
+        original: Resources,
+        submitted: Resources,
+        decision: Decision | None,
         chain_id: str | None = None,
         *,
         token: str | None = None,
@@ -34,6 +35,11 @@ class SubmissionsTable(StoreBase):
         record but keeps its first ``submitted_at`` and its state.
         ``verified``: slurmctld vouched for the owner and limits (harpd's
         registration checks); ``token``: the decision it was bound to.
+        ``job`` is the job's JSON object as harp-submit sent it, or as another
+        harp stored it (a resubmission registers it again unchanged): a
+        ``JobRequest`` of an older harp may not validate as this one's.  The
+        resources and decision are written as their records dump them, the
+        keys every harp reads them by (``Resources.from_json``, ``Decision``).
         """
         with self.transaction() as db:
             row = db.conn.execute("SELECT uid FROM submissions WHERE job_id = ?", (str(job_id),)).fetchone()
@@ -58,10 +64,10 @@ class SubmissionsTable(StoreBase):
                     int(uid),
                     user,
                     time.time(),
-                    _dumps(job),
-                    _dumps(original),
-                    _dumps(submitted),
-                    _dumps(decision),
+                    _dumps(dict(job)),
+                    _dumps(original.model_dump()),
+                    _dumps(submitted.model_dump()),
+                    _dumps(None if decision is None else decision.model_dump()),
                     chain_id,
                     token,
                     1 if verified else 0,
@@ -74,10 +80,10 @@ class SubmissionsTable(StoreBase):
         job_id: str,
         uid: int,
         user: str | None,
-        job: dict[str, Any],
-        original: dict[str, Any],
-        submitted: dict[str, Any],
-        decision: dict[str, Any] | None,
+        job: Mapping[str, Any],
+        original: Resources,
+        submitted: Resources,
+        decision: Decision | None,
     ) -> bool:
         """Claim decision ``token`` for ``job_id`` and record the verified submission, in one transaction.
 

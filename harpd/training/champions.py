@@ -22,7 +22,7 @@ import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 from harpd.models import registry
 from harpd.models.persistence import save_model
@@ -35,7 +35,7 @@ from harpd.replay.metric import ModelMetrics
 
 log = logging.getLogger("harpd.training")
 
-RESOURCES = ("time", "mem")
+RESOURCES = ("time", "mem")  # the resources a retrain trains: the keys of ``Retrained``
 DEFAULT_CANDIDATES = ("tsafrir", "alea", "gbm", "harp")
 MIN_JOBS = 1000  # below this a hold-out says nothing
 
@@ -85,17 +85,47 @@ def pick_champion(metrics: list[ModelMetrics], alpha: float) -> str | None:
     return min(within or cands, key=lambda m: m.score).model
 
 
+class TrainedModel(TypedDict):
+    """One candidate a training saved: its file, its replay score (``Metrics.to_dict``), whether it is champion."""
+
+    name: str
+    path: str
+    score: dict[str, Any]
+    champion: bool
+
+
+class TrainSummary(TypedDict):
+    """One resource's training as the retrain answer and the logs give it (``TrainResult.to_dict``)."""
+
+    resource: str
+    n_jobs: int
+    champion: str | None
+    models: list[TrainedModel]
+    skipped: str | None
+    seconds: float
+    phases: dict[str, float]
+
+
+class Retrained(TypedDict, total=False):
+    """What a retrain answers: each resource's training, the models the predictor loaded, and whether it joined one."""
+
+    time: TrainSummary
+    mem: TrainSummary
+    loaded: dict[str, Any]  # the live predictor's reload() report
+    joined: str  # set when the caller waited for a training already running
+
+
 @dataclass
 class TrainResult:
     resource: str
     n_jobs: int = 0
     champion: str | None = None
-    models: list[dict[str, Any]] = field(default_factory=list)
+    models: list[TrainedModel] = field(default_factory=list)
     skipped: str | None = None
     seconds: float = 0.0
     phases: dict[str, float] = field(default_factory=dict)  # seconds per step, for the logs
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> TrainSummary:
         return {
             "resource": self.resource,
             "n_jobs": self.n_jobs,
@@ -185,12 +215,10 @@ def train(
     return res
 
 
-def retrain_all(store, settings, threads: int = 1) -> dict[str, Any]:
+def retrain_all(store, settings, threads: int = 1) -> Retrained:
     """What the daemon's retrain (schedule, N outcomes, admin op) runs."""
     from threadpoolctl import threadpool_limits
 
-    out: dict[str, Any] = {}
     with threadpool_limits(threads):
-        for resource in RESOURCES:
-            out[resource] = train(store, settings, resource).to_dict()
-    return out
+        time_trained, mem_trained = (train(store, settings, resource).to_dict() for resource in RESOURCES)
+        return {"time": time_trained, "mem": mem_trained}

@@ -15,6 +15,7 @@ from typing import Any, Protocol
 from harpd.config import HarpSettings
 from harpd.store import Store
 from harpd.training import champions
+from harpd.training.champions import Retrained
 
 
 class Reloads(Protocol):
@@ -32,9 +33,9 @@ class Trainer:
         self.settings = settings
         self._lock = threading.Lock()
         self._finished = 0  # trainings finished, so a waiting caller can join the one it waited for
-        self._last: dict[str, Any] | None = None
+        self._last: Retrained | None = None
 
-    def retrain(self) -> dict[str, Any]:
+    def retrain(self) -> Retrained:
         """Train every resource's candidates, save the champions, reload them; the training's summary."""
         seen = self._finished
         with self._lock:

@@ -33,9 +33,9 @@ def record_decision(
             token,
             uid,
             user,
-            req.model_dump(),
-            decided_resources(req.request, dec).model_dump(),
-            dec.model_dump(),
+            req,
+            decided_resources(req.request, dec),
+            dec,
             time.time() - 60 if decided_at is None else decided_at,
         )
     return token

@@ -23,6 +23,7 @@ from harpd.config import DnnSettings, GpuType, HarpSettings
 from harpd.dnn.oom_escalation import OomPlanner
 from harpd.dnn.plan import plan_dnn_job
 from harpd.ingest.poller import Ingestor
+from harpd.protocol import Decision, Resources
 from harpd.recovery.machine import Recovery
 from harpd.slurm.cli_backend import CliBackend
 from harpd.store import Store
@@ -73,7 +74,15 @@ def test_a_gpu_out_of_memory_is_resubmitted_on_more_gpus_with_a_higher_stage(slu
         "explain": first.explain,
     }
     res = {"time_s": 120, "mem_mb": 100, "partition": "gpu", "gres": "gpu:a100:1"}
-    store.add_submission(jid, 0, "root", job, {"time_s": 120, "mem_mb": 100}, res, decision)
+    store.add_submission(
+        jid,
+        0,
+        "root",
+        job,
+        Resources(time_s=120, mem_mb=100),
+        Resources.model_validate(res),
+        (None if decision is None else Decision.model_validate(decision)),
+    )
     assert c.wait_job(jid, timeout=240) == "FAILED"
     peak = int(0.95 * chosen["capacity_gib"] * 2**30)  # one GPU: the step's figure is the GPU's
     env = dict(os.environ, HARP_SLURM_DIR=str(c.dir))

@@ -27,6 +27,7 @@ from harpd.config import DnnSettings, GpuType, HarpSettings
 from harpd.dnn.observed import observations_from_store
 from harpd.dnn.plan import plan_dnn_job
 from harpd.ingest.poller import Ingestor
+from harpd.protocol import Decision, Resources
 from harpd.report.job_status import job_status
 from harpd.slurm.cli_backend import CliBackend
 from harpd.store import Store
@@ -61,8 +62,8 @@ def test_recorded_gpumem_through_real_sacct_into_the_next_plan(slurm_cluster, tm
         "-p", "gpu", "--gres=gpu:a100:2", "--time=2", "--mem=100M", "--job-name=gpumem-real", script="sleep 2\n"
     )
     store = Store.open(tmp_path / "harp.db")
-    decision = {"changes": [c.model_dump() for c in first.changes], "explain": first.explain, "model": "zero-dnn"}
-    store.add_submission(jid, 0, "root", {"harp_lines": [LINE]}, {}, {"gres": "gpu:a100:2"}, decision)
+    decision = Decision(changes=list(first.changes), explain=first.explain, model="zero-dnn")
+    store.add_submission(jid, 0, "root", {"harp_lines": [LINE]}, Resources(), Resources(gres="gpu:a100:2"), decision)
     assert c.wait_job(jid, timeout=240) == "COMPLETED"
 
     peak = _recorded_peak_bytes()

@@ -25,6 +25,7 @@ import pytest
 
 from harpd.config import HarpSettings
 from harpd.ingest.poller import CURSOR_KEY, Ingestor
+from harpd.protocol import Resources
 from harpd.records import Outcome
 from harpd.slurm.cli_backend import CliBackend
 from harpd.store import Store
@@ -62,7 +63,9 @@ def test_outcomes_ingested_within_two_poll_intervals(slurm_cluster, tmp_path):
         ),
     }
     for kind, jid in ids.items():
-        store.add_submission(jid, 0, "root", {"job_name": f"ing-{kind}", "signature": f"sig-{kind}"}, {}, {}, None)
+        store.add_submission(
+            jid, 0, "root", {"job_name": f"ing-{kind}", "signature": f"sig-{kind}"}, Resources(), Resources(), None
+        )
     ingestor = Ingestor(store, CliBackend(settings), settings)
     heard: dict[str, tuple[float, object]] = {}
     lock = threading.Lock()
@@ -174,7 +177,7 @@ def test_sigkill_mid_ingest_loses_and_duplicates_nothing(slurm_cluster, tmp_path
     assert c.wait_job(ok) == "COMPLETED" and c.wait_job(bad) == "FAILED"
     with Store.open(db) as s:
         for jid in (ok, bad):
-            s.add_submission(jid, 0, "root", {"signature": "kill-test"}, {}, {}, None)
+            s.add_submission(jid, 0, "root", {"signature": "kill-test"}, Resources(), Resources(), None)
 
     # run 1: killed while its transaction is being written
     child = _child(db, EXTRA, tmp_path)
@@ -242,7 +245,7 @@ def test_job_requeued_in_place_keeps_both_runs(slurm_cluster, tmp_path):
         "--job-name=ing-requeue",
         script='[ "${SLURM_RESTART_COUNT:-0}" -ge 1 ] && exit 0\nsleep 600\n',
     )
-    store.add_submission(jid, 0, "root", {"signature": "rq"}, {}, {}, None)
+    store.add_submission(jid, 0, "root", {"signature": "rq"}, Resources(), Resources(), None)
     ing = Ingestor(store, backend, settings)
     assert c.wait_job(jid, timeout=240) == "TIMEOUT"
 

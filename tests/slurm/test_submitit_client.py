@@ -210,13 +210,23 @@ def test_a_checkpointed_function_that_requeues_itself_twice_completes_once_and_i
     def runs() -> int:
         return sum(1 for _ in open(runs_file)) if runs_file.exists() else 0
 
+    def started(n: int) -> bool:
+        """Run ``n`` has begun; a pending job is released at every poll.
+
+        slurmctld holds a requeued job back for two minutes; an admin's StartTime=now keeps CI short.
+        It is said again at each poll, not once: a requeue still completing on a loaded host sets its
+        hold after an update sent as soon as squeue first showed PENDING (CI saw run 3 never start).
+        """
+        state = _queue_state(lab, job)
+        if state == "PENDING":
+            lab["cluster"].run(["scontrol", "update", f"JobId={job.job_id}", "StartTime=now"], check=False)
+        return runs() >= n and state == "RUNNING"
+
     for n in (1, 2):
-        wait_for(f"run {n} of the function", lambda n=n: runs() >= n and _queue_state(lab, job) == "RUNNING", 120)
+        wait_for(f"run {n} of the function", lambda n=n: started(n), 180, interval=1)
         job._interrupt()  # submitit's own test hook: USR2 as a preemption; its handler requeues the job
         wait_for(f"the job to requeue itself ({n})", lambda: _queue_state(lab, job) == "PENDING", 120)
-        # slurmctld holds a requeued job back for two minutes; an admin's StartTime=now keeps CI short
-        lab["cluster"].run(["scontrol", "update", f"JobId={job.job_id}", "StartTime=now"])
-    wait_for("run 3 of the function", lambda: runs() >= 3, 120, interval=0.5)
+    wait_for("run 3 of the function", lambda: started(3), 180, interval=1)
     go.write_text("go\n")
     assert job.result() == 3
     _closed(lab, [job.job_id])

@@ -14,6 +14,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from harpd.protocol import Decision, JobRequest, Resources
 from harpd.records import JobRecord, Outcome
 from harpd.store import JOB_COLUMNS, SCHEMA_VERSION, Store, StoreError
 from harpd.store import migrations as store_mod
@@ -344,13 +345,21 @@ def test_job_columns_read_in_slices_match_one_read(store, monkeypatch):
 
 
 def test_submissions_lifecycle(store):
-    store.add_submission("10", 1000, "alice", {"partition": "cpu"}, {"time_s": 60}, {"time_s": 120}, {"changes": []})
-    store.add_submission("11", 1001, "bob", {}, {}, {}, None, chain_id="11")
+    store.add_submission(
+        "10",
+        1000,
+        "alice",
+        {"partition": "cpu"},
+        Resources(time_s=60),
+        Resources(time_s=120),
+        Decision(),
+    )
+    store.add_submission("11", 1001, "bob", {}, Resources(), Resources(), None, chain_id="11")
     sub = store.get_submission("10")
     assert sub.uid == 1000 and sub.job == {"partition": "cpu"} and sub.state == "pending"
     assert [s.job_id for s in store.pending_submissions()] == ["10", "11"]
     first_time = sub.submitted_at
-    store.add_submission("10", 1000, "alice", {"partition": "gpu"}, {}, {}, None)  # client retry
+    store.add_submission("10", 1000, "alice", {"partition": "gpu"}, Resources(), Resources(), None)  # client retry
     again = store.get_submission("10")
     assert again.submitted_at == first_time and again.job == {"partition": "gpu"}
     assert store.mark_submission_done("10", "timeout") is True
@@ -415,7 +424,7 @@ def test_transaction_rolls_back_everything(store):
             store.insert_jobs([rec(1)])
             store.set_meta("k", 1)
             with store.transaction():
-                store.add_submission("5", 1, "u", {}, {}, {}, None)
+                store.add_submission("5", 1, "u", {}, Resources(), Resources(), None)
             raise RuntimeError("boom")
     assert store.count_jobs() == 0 and store.get_meta("k") is None and store.get_submission("5") is None
 
@@ -453,7 +462,7 @@ def test_a_decision_commit_skips_its_fsync_and_every_other_commit_keeps_it(store
             raise RuntimeError("boom")
     with store.transaction() as db:  # after a failed decision too
         assert mode(db) == 2
-    store.add_decision("t1", 1000, "u", {"request": {}}, {}, {"changes": []})
+    store.add_decision("t1", 1000, "u", JobRequest.model_validate({"request": {}}), Resources(), Decision())
     assert store.get_decision("t1") is not None
     with store.transaction() as db:
         assert mode(db) == 2
@@ -461,12 +470,12 @@ def test_a_decision_commit_skips_its_fsync_and_every_other_commit_keeps_it(store
 
 def test_a_run_of_decisions_sets_the_sync_mode_once(store):
     """Each decision after the first is three statements (BEGIN, INSERT, COMMIT): no PRAGMA each time."""
-    store.add_decision("t0", 1000, "u", {"request": {}}, {}, {"changes": []})
+    store.add_decision("t0", 1000, "u", JobRequest.model_validate({"request": {}}), Resources(), Decision())
     statements: list[str] = []
     store.db.conn.set_trace_callback(statements.append)
     try:
         for k in range(1, 4):
-            store.add_decision(f"t{k}", 1000, "u", {"request": {}}, {}, {"changes": []})
+            store.add_decision(f"t{k}", 1000, "u", JobRequest.model_validate({"request": {}}), Resources(), Decision())
         store.set_meta("k", 1)  # a durable commit puts FULL back first
     finally:
         store.db.conn.set_trace_callback(None)

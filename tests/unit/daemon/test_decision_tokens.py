@@ -20,7 +20,7 @@ from harpd import protocol as p
 from harpd.daemon.adopt import Adopter
 from harpd.daemon.handlers import Handlers, Peer
 from harpd.daemon.registration import decided_resources, token_in_comment
-from harpd.protocol import Change, Decision, Limits
+from harpd.protocol import Change, Decision, Limits, Resources
 from tests.helpers.fake_slurm import FakeSlurm
 
 ALICE = Peer(pid=10, uid=1000, gid=1000, user="alice", groups=frozenset({1000}))
@@ -310,7 +310,9 @@ def test_status_tells_not_yours_from_no_such_job(world):
 
 
 def test_status_ignores_a_claim_slurm_never_vouched_for(store):
-    store.add_submission("43", 1001, "bob", {}, {"time_s": 60}, {"time_s": 60}, None)  # a row from before the checks
+    store.add_submission(
+        "43", 1001, "bob", {}, Resources(time_s=60), Resources(time_s=60), None
+    )  # a row from before the checks
     h = Handlers(store, slurm=FakeSlurm())
     assert status(h, ALICE, "43").error == "harp knows no job 43"
 
@@ -324,14 +326,40 @@ def test_a_user_over_their_extension_budget_is_no_longer_cut(store):
 
     cut = {"changes": [{"option": "time", "value": "10", "old": "60", "reason": "m"}], "limits": {}, "explain": {}}
     for i in range(20):
-        store.add_submission(str(100 + i), 1001, "bob", {}, {"time_s": 3600}, {"time_s": 600}, cut, verified=True)
-        store.add_submission(str(200 + i), 1000, "alice", {}, {"time_s": 3600}, {"time_s": 600}, cut, verified=True)
+        store.add_submission(
+            str(100 + i),
+            1001,
+            "bob",
+            {},
+            Resources(time_s=3600),
+            Resources(time_s=600),
+            Decision.model_validate(cut),
+            verified=True,
+        )
+        store.add_submission(
+            str(200 + i),
+            1000,
+            "alice",
+            {},
+            Resources(time_s=3600),
+            Resources(time_s=600),
+            Decision.model_validate(cut),
+            verified=True,
+        )
         if i < 12:  # 12 of bob's 20 outgrew harp's limit; 2 of alice's
             store.add_limit_change(f"{100 + i}_1" if i % 2 else str(100 + i), "extend", 600, 1200, "r", "done")
         if i < 2:
             store.add_limit_change(str(200 + i), "extend", 600, 1200, "r", "done")
     # an unverified claim and a job harp left alone do not count
-    store.add_submission("300", 1000, "alice", {}, {"time_s": 60}, {"time_s": 60}, cut)
+    store.add_submission(
+        "300",
+        1000,
+        "alice",
+        {},
+        Resources(time_s=60),
+        Resources(time_s=60),
+        Decision.model_validate(cut),
+    )
     assert store.user_extensions("bob") == (20, 12) and store.user_extensions("alice") == (20, 2)
     state = SoftState(SoftPolicy(user_extension_budget=0.3), store)
     assert state.user_over_budget("bob") == (12, 20)

@@ -10,6 +10,7 @@ import pytest
 from harpd import protocol as p
 from harpd.daemon.fair_turns import FairTurns
 from harpd.daemon.handlers import Handlers, Peer
+from harpd.protocol import Decision, JobRequest, Resources
 from harpd.store import QuotaExceeded, Store
 from tests.helpers.wait import wait_for
 
@@ -63,7 +64,9 @@ def test_a_free_turn_is_taken_at_once() -> None:
 
 
 def _decide(store: Store, uid: int, n: int, quota: tuple[int, int]) -> None:
-    store.add_decision(f"t{uid}-{n}", uid, f"u{uid}", {"x": "y" * 100}, {}, {"changes": []}, quota=quota)
+    store.add_decision(
+        f"t{uid}-{n}", uid, f"u{uid}", JobRequest(job_name="y" * 100), Resources(), Decision(), quota=quota
+    )
 
 
 def test_a_users_unclaimed_decisions_are_bounded_by_count_and_bytes(store, monkeypatch) -> None:

@@ -9,16 +9,17 @@ from pathlib import Path
 
 import pytest
 
+from harpd.protocol import Decision, JobRequest, Resources
 from harpd.store import Store
 from harpd.store.checkpoints import Checkpointer
 from tests.helpers.wait import wait_for
 
-JOB = {"script": "x" * 3000, "request": {"time_s": 3600}}
+JOB = {"commands": ["x" * 3000], "request": {"time_s": 3600}}
 
 
 def _decide(store: Store, n: int, start: int = 0) -> None:
     for i in range(start, start + n):
-        store.add_decision(f"tok{i}", 1000, "u", JOB, {}, {"changes": []})
+        store.add_decision(f"tok{i}", 1000, "u", JobRequest.model_validate(JOB), Resources(), Decision())
 
 
 def _wal(path: Path) -> int:

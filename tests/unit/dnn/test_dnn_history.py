@@ -7,6 +7,7 @@ import pytest
 from harpd.dnn.goals import RunTime
 from harpd.dnn.history import goal_signature, runs_from_store
 from harpd.dnn.plan import plan_dnn_job
+from harpd.protocol import Resources
 from harpd.records import JobRecord, Outcome
 from harpd.store import Store
 
@@ -24,7 +25,15 @@ def store(tmp_path):
 
 
 def _run(store, job_id, uid, line, gres, nodes, elapsed, outcome=Outcome.COMPLETED):
-    store.add_submission(job_id, uid, "u", {"harp_lines": [line]}, {}, {"gres": gres, "nodes": nodes}, None)
+    store.add_submission(
+        job_id,
+        uid,
+        "u",
+        {"harp_lines": [line]},
+        Resources(),
+        Resources.model_validate({"gres": gres, "nodes": nodes}),
+        None,
+    )
     store.insert_jobs([JobRecord(job_id=job_id, user="u", outcome=outcome, used_time_s=elapsed)])
 
 

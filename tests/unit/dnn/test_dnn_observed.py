@@ -19,6 +19,7 @@ from harpd.dnn.observed import (
     ran_out_of_gpu_memory,
 )
 from harpd.dnn.plan import plan_dnn_job
+from harpd.protocol import Decision, Resources
 from harpd.records import JobRecord, Outcome
 from harpd.store import Store
 
@@ -44,7 +45,15 @@ def _ran(store, job_id, plan, *, uid=UID, outcome=Outcome.COMPLETED, peak_gib=No
     """A run of ``plan``'s choice as harpd stores it: the registration with its decision, then Slurm's record."""
     chosen = plan.explain["dnn"]["chosen"]
     decision = {"changes": [c.model_dump() for c in plan.changes], "explain": plan.explain, "model": "zero-dnn"}
-    store.add_submission(job_id, uid, "u", {"harp_lines": [LINE]}, {}, {}, decision)
+    store.add_submission(
+        job_id,
+        uid,
+        "u",
+        {"harp_lines": [LINE]},
+        Resources(),
+        Resources(),
+        (None if decision is None else Decision.model_validate(decision)),
+    )
     store.insert_jobs(
         [
             JobRecord(
@@ -136,8 +145,16 @@ def test_what_teaches_nothing(site, store):
     _ran(store, "45", first)  # no gres/gpumem: the site does not gather GPU usage
     other = _plan(site, line=LINE.replace("micro_batch=8", "micro_batch=4"))
     _ran(store, "46", other, peak_gib=1.0)  # another setup
-    store.add_submission("47", UID, "u", {}, {}, {}, {"changes": [], "explain": {"dnn": {"error": "x"}}})
-    store.add_submission("48", UID, "u", {}, {}, {}, None)
+    store.add_submission(
+        "47",
+        UID,
+        "u",
+        {},
+        Resources(),
+        Resources(),
+        Decision.model_validate({"changes": [], "explain": {"dnn": {"error": "x"}}}),
+    )
+    store.add_submission("48", UID, "u", {}, Resources(), Resources(), None)
     assert observations_from_store(store, UID, sig) == ()
     assert _plan(site, store).explain == first.explain
 

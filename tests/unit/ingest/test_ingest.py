@@ -7,6 +7,7 @@ from ingest_helpers import rec
 
 from harpd.config import HarpSettings
 from harpd.ingest.poller import CURSOR_KEY, UNANNOUNCED_KEY, WATCH_KEY, Ingestor
+from harpd.protocol import Decision, Resources
 from harpd.records import Outcome
 from harpd.store import StoreError
 from tests.helpers.fake_slurm import FakeSlurm
@@ -19,7 +20,14 @@ def settings(**ingest):
 def submit(store, job_id, decision=None, job=None, submitted_at=None, verified=True):
     """A registration as harpd stores it once slurmctld vouched for it (``verified``)."""
     store.add_submission(
-        job_id, 1000, "alice", job or {"signature": f"sig-{job_id}"}, {}, {}, decision, verified=verified
+        job_id,
+        1000,
+        "alice",
+        job or {"signature": f"sig-{job_id}"},
+        Resources(),
+        Resources(),
+        (None if decision is None else Decision.model_validate(decision)),
+        verified=verified,
     )
     if submitted_at is not None:
         store.db.conn.execute("UPDATE submissions SET submitted_at = ? WHERE job_id = ?", (submitted_at, job_id))
@@ -32,7 +40,7 @@ def stored(store):
 def test_poll_records_finished_submissions_once(store):
     be = FakeSlurm([rec("1"), rec("2", Outcome.TIMEOUT, censored_time=True), rec("3", Outcome.RUNNING, end_time=None)])
     for j in ("1", "2", "3"):
-        submit(store, j, decision={"changes": [{"option": "time"}]} if j == "2" else None)
+        submit(store, j, decision={"changes": [{"option": "time", "value": "10:00"}]} if j == "2" else None)
     ing = Ingestor(store, be, settings())
     heard = []
     ing.on_outcome.append(heard.append)
@@ -59,8 +67,8 @@ def test_poll_records_finished_submissions_once(store):
 def test_an_unverified_registration_is_never_harp_sized(store):
     """A claim slurmctld never vouched for (a row from before harpd checked them) is not training data."""
     be = FakeSlurm([rec("4", Outcome.TIMEOUT, censored_time=True), rec("5", Outcome.TIMEOUT, censored_time=True)])
-    submit(store, "4", decision={"changes": [{"option": "time"}]}, verified=False)
-    submit(store, "5", decision={"changes": [{"option": "time"}]})
+    submit(store, "4", decision={"changes": [{"option": "time", "value": "10:00"}]}, verified=False)
+    submit(store, "5", decision={"changes": [{"option": "time", "value": "10:00"}]})
     Ingestor(store, be, settings()).poll_once()
     got = stored(store)
     assert not got[("4", 1)].harp_sized and got[("5", 1)].harp_sized

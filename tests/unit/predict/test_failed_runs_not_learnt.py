@@ -10,7 +10,7 @@ from harpd.features.usage import usage_of
 from harpd.predict.cores import run_cores
 from harpd.predict.live import ModelPredictor
 from harpd.predict.restore import cut_resources, restored_by
-from harpd.protocol import JobRequest
+from harpd.protocol import Decision, JobRequest, Resources
 from harpd.records import JobRecord, Outcome
 from harpd.replay.dataset import prepare
 from harpd.store import Store
@@ -66,7 +66,13 @@ def predictor(tmp_path):
         st.insert_jobs(records)
         for job_id, (original, submitted) in (subs or {}).items():
             st.add_submission(
-                job_id, 1000, "alice", {"signature": "sig-prog"}, original, submitted, {"changes": [{"option": "x"}]}
+                job_id,
+                1000,
+                "alice",
+                {"signature": "sig-prog"},
+                Resources.model_validate(original),
+                Resources.model_validate(submitted),
+                Decision.model_validate({"changes": [{"option": "cpus-per-task", "value": "1"}]}),
             )
         opened.append(st)
         return ModelPredictor(s, store=st)

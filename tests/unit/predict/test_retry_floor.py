@@ -8,7 +8,7 @@ from harpd.config import HarpSettings
 from harpd.features.workflow import identify
 from harpd.predict.live import ModelPredictor
 from harpd.predict.retry_floor import floor_after
-from harpd.protocol import JobRequest
+from harpd.protocol import Decision, JobRequest, Resources
 from harpd.records import JobRecord, Outcome
 from harpd.store import Store
 from tests.helpers.submissions import stored_submission
@@ -67,9 +67,9 @@ def _register(st: Store, job_id: str, given_mb: int, **done) -> None:
         1000,
         "alice",
         _job().model_dump(),
-        {"time_s": 1800, "mem_mb": 2000},
-        {"time_s": 1800, "mem_mb": given_mb},
-        {"changes": [{"option": "mem"}]},
+        Resources(time_s=1800, mem_mb=2000),
+        Resources.model_validate({"time_s": 1800, "mem_mb": given_mb}),
+        Decision.model_validate({"changes": [{"option": "mem", "value": f"{given_mb}M"}]}),
     )
     if done:
         st.mark_submission_done(job_id, done["outcome"])

@@ -26,6 +26,7 @@ from typing import Any
 
 import pytest
 
+from harpd.protocol import Decision, Resources
 from harpd.records import JobRecord, Outcome
 from harpd.slurm.base import (
     Accounting,
@@ -570,7 +571,13 @@ def submission(
     }
     decision = {"changes": list(changes or []), "limits": {}, "model": None, "explain": {}}
     store.add_submission(
-        job_id, j["uid"] if uid is None else uid, user or j["user"], job, original or res, res, decision
+        job_id,
+        j["uid"] if uid is None else uid,
+        user or j["user"],
+        job,
+        Resources.model_validate(original or res),
+        Resources.model_validate(res),
+        (None if decision is None else Decision.model_validate(decision)),
     )
 
 

@@ -10,6 +10,7 @@ from resubmit_fakes import FakeSlurm, submission
 
 from harp_submit import task_epilog
 from harpd.config import HarpSettings
+from harpd.protocol import Decision, Resources
 from harpd.records import Outcome
 from harpd.recovery import requeue
 from harpd.recovery.ending import ran_out_of_memory
@@ -126,9 +127,9 @@ def test_a_harpd_that_can_only_resubmit_leaves_a_running_job_alone(tmp_path) -> 
             1000,
             "alice",
             {"signature": "s"},
-            {"time_s": 60},
-            {"time_s": 60},
-            {"changes": [{"option": "time", "value": "1", "old": "2"}]},
+            Resources(time_s=60),
+            Resources(time_s=60),
+            Decision.model_validate({"changes": [{"option": "time", "value": "1", "old": "2"}]}),
             verified=True,
         )
         rec = Recovery(st, _Backend(), HarpSettings(recovery={"mode": "resubmit"}), watch=lambda *a: None)

@@ -89,4 +89,4 @@ def test_the_registered_changes_and_resources():
     gpu = {"options": {"gres": "gpu:a100:4", "nodes": "2", "ntasks-per-node": "4"}}
     assert gpu_resources(gpu) == {"gres": "gpu:a100:4", "nodes": 2}
     assert gpu_resources(None) == {}
-    assert [c["option"] for c in gpu_changes(gpu, "why")] == ["gres", "nodes", "ntasks-per-node"]
+    assert [c.option for c in gpu_changes(gpu, "why")] == ["gres", "nodes", "ntasks-per-node"]

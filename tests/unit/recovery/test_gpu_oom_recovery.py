@@ -18,6 +18,7 @@ from harpd.config import HarpSettings
 from harpd.dnn.oom_escalation import GPUS_ENV, ZERO_ENV, OomPlanner
 from harpd.dnn.plan import plan_dnn_job
 from harpd.ingest.poller import Ingestor
+from harpd.protocol import Decision, Resources
 from harpd.records import Outcome
 from harpd.recovery import machine as rs
 from harpd.report.status_view import JobStatus
@@ -69,7 +70,15 @@ def _submit(fake, store, settings, line):
         "model": "zero-dnn",
         "explain": plan.explain,
     }
-    store.add_submission(jid, j["uid"], j["user"], job, res, {**res, "partition": chosen["partition"]}, decision)
+    store.add_submission(
+        jid,
+        j["uid"],
+        j["user"],
+        job,
+        Resources.model_validate(res),
+        Resources.model_validate({**res, "partition": chosen["partition"]}),
+        (None if decision is None else Decision.model_validate(decision)),
+    )
     return jid, chosen
 
 

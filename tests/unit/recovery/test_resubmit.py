@@ -14,6 +14,7 @@ from resubmit_fakes import fake, fake_of_each_release, store, submission  # noqa
 
 from harpd.config import HarpSettings
 from harpd.ingest.poller import WATCH_KEY, Ingestor
+from harpd.protocol import Decision
 from harpd.records import JobRecord, Outcome
 from harpd.recovery import machine as rs
 from harpd.recovery.mode import REQUEUE, RESUBMIT, resolve_mode
@@ -383,7 +384,13 @@ def test_resubmit_needs_the_registered_arguments(store, fake):
     job = dict(sub.job)
     del job["argv"]  # registered by a harp-submit from before recovery
     store.add_submission(
-        jid, sub.uid, sub.user, job, sub.stored["original"], sub.stored["submitted"], sub.stored["decision"]
+        jid,
+        sub.uid,
+        sub.user,
+        job,
+        sub.original,
+        sub.submitted,
+        Decision.model_validate(sub.stored["decision"]),
     )
     fake.end_run(jid, T)
     ing.poll_once()

@@ -17,6 +17,7 @@ from harp_submit import registration as client_registration
 from harpd.config import SlurmSettings
 from harpd.daemon.adopt import Adopter
 from harpd.daemon.registration import NotAnswered, Refused, Registrar
+from harpd.protocol import Decision, JobRequest, Resources
 from harpd.slurm.base import JobUnknown, NotRecordedYet, SlurmError, SlurmUnavailable, waiting_on_slurm
 from harpd.slurm.cli_backend import CliBackend
 from harpd.slurm.cli_errors import failure
@@ -138,7 +139,14 @@ def test_adoption_waits_for_slurmctld_and_says_so_once(store, caplog):
     slurm = FakeSlurm()
     token = "t" * 22
     change = {"option": "time", "value": "10 min", "old": "1:00:00", "reason": "model"}
-    store.add_decision(token, 1000, "alice", {"request": {"time_s": 3600}}, {"time_s": 600}, {"changes": [change]})
+    store.add_decision(
+        token,
+        1000,
+        "alice",
+        JobRequest.model_validate({"request": {"time_s": 3600}}),
+        Resources(time_s=600),
+        Decision.model_validate({"changes": [change]}),
+    )
     slurm.add("30", 1000, time_s=600, comment=client_registration.with_token(None, token))
     adopter = Adopter(store, slurm)
     slurm.down = True

@@ -13,6 +13,7 @@ from resubmit_fakes import fake, store, submission  # noqa: F401 (fixtures)
 
 from harpd.config import HarpSettings
 from harpd.ingest.poller import Ingestor
+from harpd.protocol import Decision
 from harpd.records import Outcome
 from harpd.recovery import machine as rs
 
@@ -50,7 +51,13 @@ def task_job(store, fake, rule: str, sample: str, attempt: int = 1) -> str:
     sub = store.get_submission(jid)
     job = {**sub.job, "signature": None, "commands": [_wrap(rule, sample, attempt)]}
     store.add_submission(
-        jid, sub.uid, sub.user, job, sub.stored["original"], sub.stored["submitted"], sub.stored["decision"]
+        jid,
+        sub.uid,
+        sub.user,
+        job,
+        sub.original,
+        sub.submitted,
+        Decision.model_validate(sub.stored["decision"]),
     )
     return jid
 
@@ -144,7 +151,13 @@ def test_a_nextflow_task_is_left_to_its_error_strategy(store, fake) -> None:
         "cwd": "/home/alice/nf/work/ab/cdef",
     }
     store.add_submission(
-        jid, sub.uid, sub.user, job, sub.stored["original"], sub.stored["submitted"], sub.stored["decision"]
+        jid,
+        sub.uid,
+        sub.user,
+        job,
+        sub.original,
+        sub.submitted,
+        Decision.model_validate(sub.stored["decision"]),
     )
     fake.end_run(jid, T)
     ing.poll_once()

@@ -11,6 +11,7 @@ from harpd.cli import report_cmd
 from harpd.cli.main import main
 from harpd.config import DnnSettings, GpuType
 from harpd.dnn.plan import plan_dnn_job
+from harpd.protocol import Decision, Resources
 from harpd.records import Outcome
 from harpd.report.gpu_memory import gpu_memory_rows, render_gpu_memory
 from harpd.report.source import Filters
@@ -31,7 +32,15 @@ def _plan(line):
 
 def _run(store, jid, plan, *, user="alice", uid=1001, outcome=Outcome.COMPLETED, peak_gib=None, gpus=None):
     decision = {"changes": [c.model_dump() for c in plan.changes], "explain": plan.explain, "model": "zero-dnn"}
-    store.add_submission(jid, uid, user, {"harp_lines": [LINE]}, {}, {}, decision)
+    store.add_submission(
+        jid,
+        uid,
+        user,
+        {"harp_lines": [LINE]},
+        Resources(),
+        Resources(),
+        (None if decision is None else Decision.model_validate(decision)),
+    )
     n = plan.explain["dnn"]["chosen"]["n_gpus"] if gpus is None else gpus
     peak = None if peak_gib is None else peak_gib * 1024
     store.insert_jobs([job(jid, user=user, outcome=outcome, harp_sized=True, alloc_gpus=n, used_gpumem_mb=peak)])

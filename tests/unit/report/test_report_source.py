@@ -4,6 +4,7 @@ import numpy as np
 import pytest
 from report_helpers import DAY, NOW, job, resources
 
+from harpd.protocol import Decision, Resources
 from harpd.records import Outcome
 from harpd.report.source import SUBMISSION_PATHS, Filters, load, originals_from_submissions, resource_totals, store_span
 from harpd.report.window import Window
@@ -95,7 +96,16 @@ def test_load_joins_submissions_and_finds_recoveries(store):
         ("20", resources(7200, 8000, 4), resources(7200, 1000, 4)),
         ("30", resources(14400, 4096, 4), resources(7200, 4096, 4)),
     ):
-        store.add_submission(jid, 1000, "alice", {}, orig, sub, {"model": "harp", "changes": []}, chain_id=jid)
+        store.add_submission(
+            jid,
+            1000,
+            "alice",
+            {},
+            Resources.model_validate(orig),
+            Resources.model_validate(sub),
+            Decision.model_validate({"model": "harp", "changes": []}),
+            chain_id=jid,
+        )
     store.add_attempt("20", 1, "20", {}, "first", "done")
     store.update_attempt("20", 1, outcome="oom")
     store.add_attempt("20", 2, "21", {"mem_mb": 2000}, "OOM: doubled memory", "done")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from watch_fakes import settings, slurm, store  # noqa: F401 (fixtures)
 
+from harpd.protocol import Decision, Resources
 from harpd.records import JobRecord, Outcome
 from harpd.watch.resize import Fresh, Resizer
 
@@ -23,9 +24,9 @@ def _register(store, jid: str, *, cpus: int, harp_cpus: int | None, signature: s
         1000,
         "alice",
         job,
-        original,
-        {**original, "cpus_per_task": harp_cpus or cpus},
-        {"changes": changes, "limits": {}, "model": "m", "explain": {}},
+        Resources.model_validate(original),
+        Resources.model_validate({**original, "cpus_per_task": harp_cpus or cpus}),
+        Decision.model_validate({"changes": changes, "limits": {}, "model": "m", "explain": {}}),
         verified=True,
     )
 
@@ -99,9 +100,9 @@ def test_a_registration_that_carries_commands_not_a_signature_is_matched_by_its_
         1000,
         "alice",
         job,
-        original,
-        {**original, "cpus_per_task": 1},
-        {"changes": changes, "limits": {}, "model": "m", "explain": {}},
+        Resources.model_validate(original),
+        Resources.model_validate({**original, "cpus_per_task": 1}),
+        Decision.model_validate({"changes": changes, "limits": {}, "model": "m", "explain": {}}),
         verified=True,
     )
     slurm.add("70", state="PENDING", limit_s=3600, cpus=1)

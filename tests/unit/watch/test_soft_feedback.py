@@ -8,7 +8,7 @@ from watch_fakes import register, settings, slurm, store, with_predict  # noqa: 
 
 from harpd.predict.soft import SoftPolicy
 from harpd.predict.soft_state import SoftState
-from harpd.protocol import JobRequest
+from harpd.protocol import Decision, JobRequest, Resources
 from harpd.records import JobRecord, Outcome
 from harpd.watch.extend import Extender
 from harpd.watch.feedback import SoftFeedback
@@ -144,7 +144,16 @@ def test_a_user_over_their_extension_budget_keeps_their_time_request(store):
     assert _time_of(p)[0] == "00:13:00"  # ann is cut while her jobs stay within harp's limits
     cut = {"changes": [{"option": "time", "value": "11", "old": "120", "reason": "m"}], "limits": {}, "explain": {}}
     for i in range(10):
-        store.add_submission(str(500 + i), 1000, "ann", {}, {"time_s": 7200}, {"time_s": 660}, cut, verified=True)
+        store.add_submission(
+            str(500 + i),
+            1000,
+            "ann",
+            {},
+            Resources(time_s=7200),
+            Resources(time_s=660),
+            Decision.model_validate(cut),
+            verified=True,
+        )
         if i < 5:
             store.add_limit_change(str(500 + i), "extend", 660, 1320, "r", "done")
     # a minute later (the per-user figure is cached that long), harpd sees ann's overruns

@@ -8,6 +8,7 @@ import pytest
 
 from harp_submit.units import parse_mem
 from harpd.config import HarpSettings
+from harpd.protocol import Decision, Resources
 from harpd.slurm.base import PartitionInfo
 from harpd.store import Store
 from tests.helpers.fake_slurm import FakeJob, FakeSlurm
@@ -98,9 +99,9 @@ def register(
         uid,
         user,
         job,
-        original,
-        decided,
-        {"changes": changes, "limits": {}, "model": "m", "explain": {}} if decision else None,
+        Resources.model_validate(original),
+        Resources.model_validate(decided),
+        Decision.model_validate({"changes": changes, "limits": {}, "model": "m", "explain": {}} if decision else None),
         verified=verified,
     )
 
