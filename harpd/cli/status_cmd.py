@@ -13,11 +13,12 @@ import json
 import os
 import re
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any, cast
 
 from harpd.cli.ask import Unreachable, ask
 from harpd.cli.main import CliError, no_store_no_daemon, open_store, settings_of, store_problem
+from harpd.records import AttemptRow
 from harpd.report.status_view import GpuMemoryJson, JobStatus, JobStatusJson, RunView
 
 NAME = "status"
@@ -110,7 +111,7 @@ def _from_store(job_id: str, args: argparse.Namespace) -> JobStatus:
 # ---------------------------------------------------------------- rendering
 
 
-def _limits(lim: dict[str, Any] | None) -> str:
+def _limits(lim: Mapping[str, Any] | None) -> str:
     from harp_submit.units import fmt_mem, fmt_time
 
     lim = lim or {}
@@ -286,7 +287,7 @@ def _outcome_lines(job: JobStatus) -> list[str]:
     return [f"  last outcome:  {outcome}" + (f" (Slurm {rec['state']})" if rec.get("state") else "")]
 
 
-def _attempt_lines(a: dict[str, Any], lim: dict[str, Any], attempts: Sequence[dict[str, Any]]) -> list[str]:
+def _attempt_lines(a: AttemptRow, lim: Mapping[str, Any], attempts: Sequence[AttemptRow]) -> list[str]:
     """One recovery attempt: its job, step, outcome and limits, then why, its files and its waits."""
     job_words, mode = _attempt_words(a, lim)
     line = f"  #{a.get('attempt')}  job {job_words}"
@@ -312,7 +313,7 @@ def _attempt_lines(a: dict[str, Any], lim: dict[str, Any], attempts: Sequence[di
     return out + _attempt_wait_lines(a, lim)
 
 
-def _attempt_wait_lines(a: dict[str, Any], lim: dict[str, Any]) -> list[str]:
+def _attempt_wait_lines(a: AttemptRow, lim: Mapping[str, Any]) -> list[str]:
     """An attempt's waits on Slurm: waiting now (decided, not yet carried out), or how long it waited."""
     import time
 
@@ -445,11 +446,11 @@ def seff_lines(run_: RunView) -> list[str]:
     return out
 
 
-def _requeued(attempts: Sequence[dict[str, Any]]) -> bool:
+def _requeued(attempts: Sequence[AttemptRow]) -> bool:
     return any((a.get("limits") or {}).get("mode") == "requeue" for a in attempts)
 
 
-def _attempt_words(a: dict[str, Any], lim: dict[str, Any]) -> tuple[str, str]:
+def _attempt_words(a: AttemptRow, lim: Mapping[str, Any]) -> tuple[str, str]:
     """(the attempt's job, how it runs) in words that agree with its step.
 
     A decided attempt has not run yet: it says what is to happen; one given up

@@ -21,7 +21,7 @@ from typing import Any
 from harpd import access
 from harpd.dnn.observed import GpuMemoryView, gpu_memory_view
 from harpd.limits.ledger import read_ledger
-from harpd.records import JobRecord, Submission
+from harpd.records import AttemptRow, JobRecord, Submission
 from harpd.report.efficiency import job_efficiencies
 from harpd.report.status_view import GpuMemoryJson, JobStatus, RanWith, RunView
 from harpd.store import LIVE_SOURCES_KEY, Store
@@ -173,7 +173,7 @@ def _runs(
     store: Store,
     job_id: str,
     chain: str | None,
-    attempts: tuple[dict[str, Any], ...],
+    attempts: tuple[AttemptRow, ...],
     record: JobRecord | None,
     source: str | None,
     *,

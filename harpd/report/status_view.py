@@ -17,6 +17,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, TypedDict
 
+from harpd.records import AttemptRow
+
 
 class RanWith(TypedDict):
     """What one run of the job really had, from Slurm's record."""
@@ -63,7 +65,7 @@ class JobStatusJson(TypedDict, total=False):
     source: str | None
     source_kind: str | None
     also_imported: list[str]
-    attempts: list[dict[str, Any]]
+    attempts: list[AttemptRow]
     limit_changes: list[dict[str, Any]]
     runs: list[RunView]
     ledger: list[dict[str, Any]]
@@ -105,7 +107,7 @@ class JobStatus:
     source_kind: str | None = None
     # other imported traces holding the same job id: a different job, never mixed in
     also_imported: tuple[str, ...] = ()
-    attempts: tuple[dict[str, Any], ...] = ()
+    attempts: tuple[AttemptRow, ...] = ()
     # harpd's changes of the live job's limit: extensions while it ran, re-sizes while it waited
     limit_changes: tuple[dict[str, Any], ...] = ()
     runs: tuple[RunView, ...] = ()
