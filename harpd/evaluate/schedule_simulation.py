@@ -15,9 +15,9 @@ the comparison:
   out below the request the user resubmits with the request (as the replay's
   metric assumes);
 * ``harp-soft``: the limit of a soft-limit replay when the job starts; a job
-  reaching it is extended by the same rule (double, capped by the request;
-  its ``max_extensions``-th extension straight to the request, as harpd's
-  extender does) and only killed at the request.  The replay gives no
+  reaching it is extended by harpd's extender's own rule
+  (``harpd.predict.extension``: by default straight back to the request, in
+  whole minutes) and only killed at the request.  The replay gives no
   separate submission-time limit, so the queued job is planned with its
   start limit too (an approximation, stated in docs/metrics.md);
 * ``exact``: limits equal to the runtimes, the bound no predictor beats.
@@ -46,6 +46,7 @@ from typing import Any
 
 import numpy as np
 
+from harpd.predict.extension import next_extension
 from harpd.predict.queue_policy import queue_cut
 from harpd.predict.queue_view import QueueView
 from harpd.predict.soft import MAX_EXTENSIONS
@@ -100,21 +101,20 @@ def escalation_hook(
 ) -> LimitHook:
     """``on_limit`` for a harp policy: the escalation rule's next limit (see the module doc).
 
-    Soft: the ``max_extensions``-th extension of a job goes straight to its
-    request (capped), as harpd's extender does (``SoftPolicy.max_extensions``).
+    Soft: harpd's extender's own rule (``harpd.predict.extension``), so the
+    queue sees the limits harpd would set, whole minutes included.  Hard:
+    recovery's escalation, one attempt per kill.
     """
 
     def hook(j: int, limit: float, events: int) -> float | None:
         r, c = float(req[j]), float(cap[j])
-        if mode == "soft" and events + 1 >= max_extensions:
-            last = min(r, c)
-            return last if last > limit else None
-        # soft: an extension is not an attempt, only the cap ends the walk
-        attempt = events + 1 if mode == "hard" else 1
-        step = next_allocation(Outcome.TIMEOUT, limit, r, c, attempt, max_attempts)
+        if mode == "soft":  # harpd's extender's rule, step for step (an extension is not an attempt)
+            ext = next_extension(limit, r, c if math.isfinite(c) else None, events, max_extensions)
+            return None if ext is None else float(ext.limit_s)
+        step = next_allocation(Outcome.TIMEOUT, limit, r, c, events + 1, max_attempts)
         if step.value is not None and step.value > limit:
             return step.value
-        if mode == "hard" and limit < min(r, c):
+        if limit < min(r, c):
             return min(r, c)  # harp gave up below the request: the user resubmits with it
         return None
 

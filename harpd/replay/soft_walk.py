@@ -14,6 +14,7 @@ from collections import deque
 import numpy as np
 
 from harpd.predict.allocation import Guard, allocate_many
+from harpd.predict.extension import next_extension
 from harpd.predict.soft import (
     MAX_EXTENSIONS,
     BudgetController,
@@ -24,8 +25,6 @@ from harpd.predict.soft import (
     stake_of,
     tilt,
 )
-from harpd.records import Outcome
-from harpd.recovery.escalation import simulate_many
 from harpd.watcher_timing import watcher_look, watcher_looks
 
 _FLOAT_MAX = sys.float_info.max
@@ -236,10 +235,10 @@ def extend(
     """What harpd's extensions make of each start limit: ``(final, extensions, harp_killed)``.
 
     ``start`` is the limit at the start (NaN: the request); a job that
-    outgrows its limit is raised by the escalation rule (double), capped by
-    its own request (the kill time) and ``cap``, except that its ``max_extensions``-th
-    extension goes straight to that kill time (``SoftPolicy.max_extensions``,
-    harpd's extender does the same).  A job that needs more than its request
+    outgrows its limit is raised by harpd's extender's own rule
+    (``harpd.predict.extension.next_extension``, job by job: its
+    ``max_extensions``-th extension goes straight to its request, capped by
+    ``cap``, in whole minutes).  A job that needs more than its request
     (censored) is killed at the request: the user's limit, not harp's.
     ``harp_killed`` marks jobs stopped below their request, which the rule
     never does (kept as a check, 0 by construction).  ``lead_s``: harpd's
@@ -263,14 +262,24 @@ def extend(
     cens = np.asarray(censored, bool)
     first = np.where(np.isfinite(start), start, req)
     kill_at = req if cap is None else np.fmin(req, np.asarray(cap, float))
+    caps = np.full(len(req), np.nan) if cap is None else np.asarray(cap, float)
     n_ext = max(int(max_extensions), 1)
-    # the doublings: up to n_ext − 1 of them (an attempt per limit tried)
-    _, fitted, last, attempts = simulate_many(need, first, req, kill_at, Outcome.TIMEOUT, n_ext, cens)
-    ext = attempts - 1
-    final = np.where(np.isfinite(last), last, req)
-    # the last extension: straight to the kill time, for what still does not fit below it
-    to_kill = ~fitted & np.isfinite(kill_at) & (final < kill_at)
-    final = np.where(to_kill, kill_at, final)
-    ext = np.where(to_kill, ext + 1, ext)
+
+    def holds(limit: np.ndarray) -> np.ndarray:
+        # a censored run needed more than it was given: only a larger limit is known to hold it
+        return np.where(cens, limit > need, limit >= need)
+
+    final = first.copy()
+    ext = np.zeros(len(req), np.int64)
+    # harpd's extender's rule, job by job, for each of harp's limits that does not hold its job
+    for j in np.flatnonzero(cut & ~holds(first)).tolist():
+        limit, made, c, n, lower = float(first[j]), 0, float(caps[j]), float(need[j]), bool(cens[j])
+        while made <= n_ext and not (limit > n if lower else limit >= n):
+            step = next_extension(limit, float(req[j]), c if math.isfinite(c) else None, made, n_ext)
+            if step is None:
+                break
+            limit, made = float(step.limit_s), made + 1
+        final[j], ext[j] = limit, made
+    fitted = holds(final)
     harp_killed = ~fitted & ~cens & (final < np.where(np.isfinite(kill_at), kill_at, math.inf))
     return final, ext, harp_killed
