@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, cast
 from harpd.cli.replay_report import ReplayReport, TargetCheck, finite_or_none
 
 if TYPE_CHECKING:
-    from harpd.cli.replay_workflow import WorkflowFigures
+    from harpd.evaluate.workflow_replay import WorkflowFigures
     from harpd.replay.metric import ModelMetrics
     from harpd.report.queue_figures import GapSize, QueueFigures
 

@@ -139,8 +139,8 @@ class Handlers:
         retrain: AdminAction | None = None,
         reload: AdminAction | None = None,
         importer: ImportAction | None = None,
-        limits_mode: dict[str, Any] | None = None,
-        accounting: dict[str, Any] | None = None,
+        limits_mode: p.LimitsHealth | None = None,
+        accounting: p.AccountingHealth | None = None,
         soft_state: SoftState | None = None,
         recovery: Recovery | None = None,
         ingestor: Ingestor | None = None,
@@ -338,9 +338,9 @@ class Handlers:
             except StoreError as exc:
                 store = str(exc)
         name = getattr(self.predictor, "name", None) or type(self.predictor).__name__
-        limits = self.limits_mode
+        limits: dict[str, Any] | None = None if self.limits_mode is None else {**self.limits_mode}
         if limits is not None and self.soft_state is not None:  # what the extension budget taught the soft policy
-            limits = {**limits, **self.soft_state.explain()}
+            limits.update(self.soft_state.explain())
         return p.HealthAnswer(
             version=__version__,
             store=store,
