@@ -62,7 +62,7 @@ from harpd.daemon.adopt import Adopter
 from harpd.daemon.handlers import Handlers
 from harpd.daemon.heap import Settling, settle
 from harpd.daemon.scheduler import Scheduler
-from harpd.daemon.server import Server, ServerError
+from harpd.daemon.server import Server, ServerError, ServerLimits
 from harpd.daemon.tcp_door import doors_for
 from harpd.dnn.oom_escalation import OomPlanner
 from harpd.dnn.predictor import DnnRoutingPredictor
@@ -378,18 +378,8 @@ def main(argv: list[str] | None = None) -> int:
             settings.server.socket,
             None,
             mode=settings.server.socket_mode,
-            request_timeout_s=settings.server.request_timeout_s,
-            max_request_bytes=settings.server.max_request_bytes,
-            max_clients=settings.server.max_clients,
             doors=doors_for(settings.server.listen, settings.munge.socket),
-            auth_timeout_s=settings.server.auth_timeout_s,
-            max_unauthenticated=settings.server.max_unauthenticated,
-            max_unauthenticated_per_peer=settings.server.max_unauthenticated_per_peer,
-            unix_reserved_clients=settings.server.unix_reserved_clients,
-            refusal_log_interval_s=settings.server.refusal_log_interval_s,
-            max_clients_per_user=settings.server.max_clients_per_user,
-            max_waiting_per_user=settings.server.max_waiting_per_user,
-            root_reserved_clients=settings.server.root_reserved_clients,
+            limits=ServerLimits.from_settings(settings.server),
         )
     except ServerError as exc:
         print(f"harpd: {exc}", file=sys.stderr)
