@@ -16,7 +16,7 @@ from daemon_helpers import as_nobody, call, read_answer
 
 from harpd import protocol as p
 from harpd.config import ServerSettings
-from harpd.daemon.handlers import Handlers
+from harpd.daemon.handlers import AdminActions, Handlers
 from harpd.daemon.server import Server, ServerError, ServerLimits
 from tests.helpers.fake_slurm import FakeSlurm
 from tests.helpers.wait import wait_for
@@ -312,7 +312,7 @@ def test_a_user_cannot_see_or_take_over_roots_job(serve, store):
 
 @needs_root
 def test_admin_group_member_may_retrain(serve, store):
-    h = Handlers(store, admin_gid=65534, retrain=lambda: {"done": True})
+    h = Handlers(store, admin_gid=65534, actions=AdminActions(retrain=lambda: {"done": True}))
     srv = serve(handlers=h)
     out = as_nobody(lambda: call(srv.path, {"op": "retrain"}))
     assert out == {"ok": True, "message": "retrain done", "result": {"done": True}}

@@ -30,7 +30,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from harpd import protocol as p
-from harpd.daemon.handlers import Handlers, Peer
+from harpd.daemon.handlers import AdminActions, Handlers, Peer
 from harpd.daemon.server import Server, ServerLimits
 from harpd.store import Store
 from tests.helpers.fake_slurm import FakeSlurm
@@ -196,7 +196,9 @@ def handlers():
     d = tempfile.mkdtemp(prefix="hf-")
     store = Store.open(Path(d) / "harp.db")
     h = Handlers(
-        store, slurm=FakeSlurm(), retrain=lambda: {"trained": 0}, reload=lambda: None, importer=lambda path, store: 0
+        store,
+        slurm=FakeSlurm(),
+        actions=AdminActions(retrain=lambda: {"trained": 0}, reload=lambda: None, importer=lambda path, store: 0),
     )
     yield h
     store.close()
