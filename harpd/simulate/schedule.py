@@ -32,32 +32,10 @@ same ones:
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TypedDict
 
 import numpy as np
 
 SLOWDOWN_BOUND_S = 10.0
-
-
-class SummaryFigures(TypedDict):
-    """``Summary`` as JSON: one simulated policy's figures (``harp replay --schedule``'s rows)."""
-
-    policy: str
-    procs: int
-    jobs: int
-    rejected: int
-    mean_wait_s: float
-    p95_wait_s: float
-    mean_bounded_slowdown: float
-    utilization: float
-    useful_utilization: float
-    makespan_s: float
-    kills: int
-    extensions: int
-    abandoned: int
-    delayed_by_extension: int
-    delayed_by_kill: int
-    delayed_starts: int
 
 
 @dataclass(frozen=True)
@@ -80,26 +58,6 @@ class Summary:
     delayed_by_extension: int
     delayed_by_kill: int
     delayed_starts: int
-
-    def to_dict(self) -> SummaryFigures:
-        return SummaryFigures(
-            policy=self.policy,
-            procs=self.procs,
-            jobs=self.jobs,
-            rejected=self.rejected,
-            mean_wait_s=self.mean_wait_s,
-            p95_wait_s=self.p95_wait_s,
-            mean_bounded_slowdown=self.mean_bounded_slowdown,
-            utilization=self.utilization,
-            useful_utilization=self.useful_utilization,
-            makespan_s=self.makespan_s,
-            kills=self.kills,
-            extensions=self.extensions,
-            abandoned=self.abandoned,
-            delayed_by_extension=self.delayed_by_extension,
-            delayed_by_kill=self.delayed_by_kill,
-            delayed_starts=self.delayed_starts,
-        )
 
 
 @dataclass(frozen=True)

@@ -95,7 +95,7 @@ def _same(a: LimitPolicy, b: LimitPolicy) -> bool:
 
 def mean_row(summaries: Sequence[Summary]) -> dict[str, Any]:
     """One policy's row: every figure averaged over the copies, with the standard error of the paired ones."""
-    out: dict[str, Any] = dict(summaries[0].to_dict())
+    out: dict[str, Any] = dataclasses.asdict(summaries[0])  # the row leaves as JSON: the one dict
     n = len(summaries)
     for f in fields(Summary):
         if f.type not in ("int", "float", int, float):
