@@ -13,7 +13,7 @@ from collections import deque
 
 import numpy as np
 
-from harpd.predict.allocation import Guard, allocate_many
+from harpd.predict.allocation import Guard
 from harpd.predict.extension import next_extension
 from harpd.predict.soft import (
     MAX_EXTENSIONS,
@@ -25,25 +25,31 @@ from harpd.predict.soft import (
     stake_of,
     tilt,
 )
+from harpd.replay.dataset import Prepared
 from harpd.watcher_timing import watcher_look, watcher_looks
 
 _FLOAT_MAX = sys.float_info.max
 
 
-def recent_at(prep, at: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+def _timed(prep: Prepared) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The trace's template keys, start and end times; ValueError when ``prepare`` did not keep them."""
+    if prep.template is None or prep.start is None or prep.end is None:
+        raise ValueError("soft limits need template keys and end times: prepare(..., keep_templates=True)")
+    return prep.template, prep.start, prep.end
+
+
+def recent_at(prep: Prepared, at: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
     """Per job: how many runs of its template had finished strictly before ``at[i]``
     (at most ``k`` counted) and the most that the last ``k`` of them used, as a
     share of the request (a run killed at its request counts as 1: all of it).
 
     Needs the template keys (``prepare(..., keep_templates=True)``).
     """
-    if prep.template is None or prep.end is None:
-        raise ValueError("soft limits need template keys and end times: prepare(..., keep_templates=True)")
+    tmpl, _, end = _timed(prep)
     n = prep.n
-    tmpl = prep.template
     ratio = np.where(prep.censored, 1.0, prep.need / np.where(np.isfinite(prep.request), prep.request, np.nan))
     fin = prep.finish_seq
-    fin_end = prep.end[fin]
+    fin_end = end[fin]
     count = np.zeros(n, np.int64)
     mx = np.full(n, np.nan)
     last: dict[object, deque[float]] = {}
@@ -77,7 +83,7 @@ def start_bound(up_log: np.ndarray, count: np.ndarray, recent_max: np.ndarray, p
     return np.where(use, rec, up_log)
 
 
-def running_at(prep) -> tuple[np.ndarray, np.ndarray]:
+def running_at(prep: Prepared) -> tuple[np.ndarray, np.ndarray]:
     """Per job, at its start: how many jobs of its template were running, and the longest run so far among them.
 
     What harpd's watcher sees of the queue when it re-sizes a pending job
@@ -86,11 +92,9 @@ def running_at(prep) -> tuple[np.ndarray, np.ndarray]:
     """
     import heapq
 
-    if prep.template is None or prep.end is None:
-        raise ValueError("soft limits need template keys and end times: prepare(..., keep_templates=True)")
+    tmpl, start, end = _timed(prep)
     n = prep.n
-    tmpl = prep.template
-    t = np.concatenate([prep.end, prep.start])
+    t = np.concatenate([end, start])
     kind = np.concatenate([np.zeros(n, np.int8), np.ones(n, np.int8)])  # ends before starts at one instant
     idx = np.concatenate([np.arange(n), np.arange(n)])
     order = np.lexsort((idx, kind, t))
@@ -107,24 +111,17 @@ def running_at(prep) -> tuple[np.ndarray, np.ndarray]:
         while heap and ended[heap[0][1]]:
             heapq.heappop(heap)
         if heap:
-            elapsed[i] = float(prep.start[i]) - heap[0][0]
+            elapsed[i] = float(start[i]) - heap[0][0]
             count[i] = sum(1 for _, j in heap if not ended[j])
-        heapq.heappush(heap, (float(prep.start[i]), i))
+        heapq.heappush(heap, (float(start[i]), i))
         if len(heap) > 64 and count[i] < len(heap) // 2:  # drop the ended ones now and then
             started[tmpl[i]] = heap = [x for x in heap if not ended[x[1]]]
             heapq.heapify(heap)
     return count, elapsed
 
 
-def start_limits(prep, up_log: np.ndarray, guard: Guard, policy: SoftPolicy) -> np.ndarray:
-    """The limit each job starts with (NaN: the user's request stands), without the budget controller."""
-    count, mx = recent_at(prep, prep.start, policy.recent_runs)
-    bound = start_bound(np.asarray(up_log, float), count, mx, policy)
-    return allocate_many(prep.request, bound, np.maximum(prep.n_hist, count), prep.limit, soft_guard(guard, policy))
-
-
 def hold_budget(
-    prep,
+    prep: Prepared,
     bound_log: np.ndarray,
     guard: Guard,
     policy: SoftPolicy,
@@ -154,6 +151,7 @@ def hold_budget(
 
     from harpd.predict.decide import TIME, KernelInput, allocation
 
+    _, start, end = _timed(prep)
     n = prep.n
     req, need, cens = prep.request, prep.need, prep.censored
     g = soft_guard(guard, policy)
@@ -164,7 +162,7 @@ def hold_budget(
     usual = StakeMean(policy.stake_window)
     out = np.full(n, np.nan)
     # static events: ends (kind 0) before starts (kind 2) at equal times; extensions (kind 1) come later
-    t = np.concatenate([prep.end, prep.start])
+    t = np.concatenate([end, start])
     kind = np.concatenate([np.zeros(n, np.int8), np.full(n, 2, np.int8)])
     idx = np.concatenate([np.arange(n), np.arange(n)])
     order = np.lexsort((kind, t))
@@ -191,7 +189,7 @@ def hold_budget(
                 if v is not None:
                     out[i] = v
                     # the watcher extends it at its first look within its lead of the limit
-                    t0 = float(prep.start[i])
+                    t0 = float(start[i])
                     at = watcher_look(t0, policy.lead_s, policy.look_s, t0 + v)
                     if (v <= need[i]) if cens[i] else (t0 + need[i] > at):
                         extended[i] = True
@@ -205,7 +203,7 @@ def hold_budget(
 
 
 def soft_starts(
-    prep, up_log: np.ndarray, guard: Guard, policy: SoftPolicy, trace: list[float] | None = None
+    prep: Prepared, up_log: np.ndarray, guard: Guard, policy: SoftPolicy, trace: list[float] | None = None
 ) -> tuple[np.ndarray, np.ndarray]:
     """harp's start limits under soft limits, as the daemon decides them; and which jobs the start-time rule sized.
 
@@ -214,7 +212,7 @@ def soft_starts(
     with the burst and stake tilts; each job with the history it has at its
     start.
     """
-    count, mx = recent_at(prep, prep.start, policy.recent_runs)
+    count, mx = recent_at(prep, _timed(prep)[1], policy.recent_runs)
     flight, elapsed = running_at(prep)
     bound = running_bound(start_bound(np.asarray(up_log, float), count, mx, policy), elapsed, prep.request, policy)
     out = hold_budget(prep, bound, guard, policy, trace, in_flight=flight, n_hist=np.maximum(prep.n_hist, count))

@@ -30,7 +30,7 @@ import numpy as np
 import pytest
 
 from harpd.cli.main import main as harp_main
-from harpd.evaluate.schedule_simulation import QueueError, gap_closed, policies, schedule
+from harpd.evaluate.schedule_simulation import QueueError, ScheduleOptions, gap_closed, policies, schedule
 from harpd.replay.dataset import prepare
 from harpd.report.queue_figures import load, path_beside
 from tests.unit.predict.replay_helpers import rec
@@ -52,7 +52,13 @@ def prep():
 
 
 def test_four_policies_by_hand(prep):
-    q = schedule(prep, 2, hard=np.array([NAN, NAN, 30.0]), soft=np.array([60.0, NAN, 50.0]), closed_loop=False)
+    q = schedule(
+        prep,
+        2,
+        hard=np.array([NAN, NAN, 30.0]),
+        soft=np.array([60.0, NAN, 50.0]),
+        options=ScheduleOptions(closed_loop=False),
+    )
     assert q["soft_loop"] == "open"
     rows = {p["policy"]: p for p in q["policies"]}
     assert list(rows) == ["users", "harp-hard", "harp-soft", "exact"]
@@ -92,7 +98,7 @@ def test_closed_loop_soft_gives_back_the_cut_the_queue_cannot_absorb(prep):
     # reservation, A's planned end): C no longer backfills at 1.  At 60 A is extended
     # (to 120); C fits before that (60 + 59.75 <= 120) and runs 60-110; A ends at 100,
     # B waits for C: 110-120.  Waits 0, 110, 59.
-    q = schedule(prep, 2, hard=None, soft=np.array([60.0, NAN, 50.0]), queue_rule=True)
+    q = schedule(prep, 2, hard=None, soft=np.array([60.0, NAN, 50.0]), options=ScheduleOptions(queue_rule=True))
     assert q["soft_loop"] == "closed" and q["queue_rule"] is True
     soft = {p["policy"]: p for p in q["policies"]}["harp-soft"]
     w, b = _expected([0, 110, 59], [100, 10, 50])
@@ -117,6 +123,26 @@ def test_absent_rows_and_a_gap_that_does_not_exist(prep):
     q = schedule(prep, 1, hard=None, soft=None)
     assert q["jobs"] == 3 and all(p["rejected"] == 1 for p in q["policies"])
     assert any("wider than 1" in n for n in q["notes"])
+
+
+@pytest.mark.parametrize(
+    ("option", "words"),
+    [
+        ({"replicas": 0}, "--replicas 0: at least one copy"),
+        ({"shake_s": -5.0}, "--shake -5: a shaking amplitude is 0 seconds or more"),
+        ({"compress": 0.0}, "--compress 0: a factor above 0 and at most 1"),
+        ({"compress": 1.5}, "--compress 1.5: a factor above 0 and at most 1"),
+    ],
+)
+def test_options_the_simulation_cannot_use_are_one_line_errors(option, words):
+    with pytest.raises(QueueError, match=words) as err:
+        ScheduleOptions(**option)
+    assert "\n" not in str(err.value)
+
+
+def test_a_machine_without_processors_is_refused(prep):
+    with pytest.raises(QueueError, match="--procs 0: the machine needs at least one processor"):
+        schedule(prep, 0, hard=None, soft=None)
 
 
 def test_hard_escalation_gives_up_to_the_request(prep):

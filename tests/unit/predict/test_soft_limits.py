@@ -16,7 +16,7 @@ from harpd.predict.soft import SoftPolicy
 from harpd.replay.dataset import prepare
 from harpd.replay.engine import ReplayConfig, run
 from harpd.replay.metric import Jobs, evaluate_soft
-from harpd.replay.soft_walk import extend, hold_budget, recent_at, start_limits
+from harpd.replay.soft_walk import extend, hold_budget, recent_at, soft_starts
 
 NAN = np.nan
 
@@ -119,11 +119,13 @@ def test_recent_runs_are_those_finished_before_the_start():
 def test_start_limits_follow_the_template_and_skip_the_walk_back_floor():
     recs = [_rec(i, i * 1000, 100, 4000) for i in range(8)]
     p = prepare(recs, "time", keep_templates=True)
-    # no watcher (lead 0): the floor is the hard guard's minute
-    lim = start_limits(p, np.full(p.n, NAN), Guard(min_history=3), SoftPolicy(recent_margin=1.5, lead_s=0, look_s=0))
-    # 3 runs of 100 s known: 1.5 × 100 = 150 s, below the hard guard's 1/4 of the request
-    assert np.isnan(lim[:3]).all()
-    assert lim[3:] == pytest.approx([150.0] * 5)
+    # no watcher (lead 0): the floor is the hard guard's minute; no budget controller (gamma 0): the rule alone
+    policy = SoftPolicy(recent_margin=1.5, lead_s=0, look_s=0, gamma=0.0)
+    lim, by_rule = soft_starts(p, np.full(p.n, NAN), Guard(min_history=3), policy)
+    # 3 runs of 100 s known: 1.5 × 100 = 150 s, in the decision kernel's whole minutes 180 s: far
+    # below the hard guard's floor (1/4 of the 4000 s request), which soft limits do not apply
+    assert np.isnan(lim[:3]).all() and not by_rule[:3].any()
+    assert lim[3:] == pytest.approx([180.0] * 5) and by_rule[3:].all()
 
 
 def _habits(n=1600, seed=1):
