@@ -681,4 +681,10 @@ def render_table(rep: ReplayReport) -> str:
             "under: share of jobs that fit their request but run out under harp's first allocation; "
             "score: lower is better (docs/metrics.md)"
         )
+        if rep.resource == "time" and rep.relative and not any(m.changed for m in rep.models):
+            out.append(
+                "note: every model kept every time request. Each row is decided by harpd's own kernel, and under "
+                "hard limits it cuts a time limit only where the queue's gain outweighs a kill "
+                "(predict.hard_cut_gain, 0 by default); --limits soft shows what the models would cut"
+            )
     return "\n".join(out) + "\n"

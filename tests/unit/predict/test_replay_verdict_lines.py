@@ -189,3 +189,15 @@ def test_a_soft_replay_of_a_trace_with_no_requests_says_so_in_words(tmp_path: Pa
     assert rc != 0 and "Traceback" not in err
     assert "soft limits need the users' requested times and this trace has none" in err
     assert "keep_templates" not in err
+
+
+def test_a_hard_time_replay_where_every_model_kept_every_request_says_why() -> None:
+    from harpd.cli.replay_cmd import render_table
+
+    kept = _report(_row("request", 7200.0, 0.9, changed=0.0), _row("tsafrir", 7200.0, 0.9, changed=0.0))
+    assert "note: every model kept every time request" in render_table(kept)
+    assert "predict.hard_cut_gain" in render_table(kept)
+    cut = _report(_row("request", 7200.0, 0.9, changed=0.0), _row("tsafrir", 3600.0, 0.5, changed=0.3))
+    assert "every model kept" not in render_table(cut)
+    soft = _report(_row("request", 7200.0, 0.9, changed=0.0), _row("harp", 7200.0, 0.9, changed=0.0), limits="soft")
+    assert "every model kept" not in render_table(soft)
