@@ -5,8 +5,10 @@ METACENTRUM, KTH-SP2 whole) ``harpd.replay.golden.golden_time`` walks the
 jobs through ``ModelPredictor.decide`` (fed each outcome as it finishes,
 with the replay's clock) and through the replay's champion walk, with one
 champion trained on the first half, under hard limits (the kill-cost gate
-with gain 1, so that cuts happen) and soft limits, and prints the number of
-jobs whose allocations differ (target 0).  A trace missing is skipped.
+with gain 1, so that cuts happen) and soft limits, and memory where the
+trace has both requests and peaks (none of the shared ones has: the unit
+test's synthetic trace covers it), and prints the number of jobs whose
+allocations differ (target 0).  A trace missing is skipped.
 
     python bench/golden_kernel.py [--traces DIR] [--slice N] [--only KTH,CTC]
 """
@@ -45,7 +47,7 @@ def main() -> int:
     from harpd.predict.soft import SoftPolicy
     from harpd.replay.dataset import read_trace
     from harpd.replay.engine import ReplayConfig
-    from harpd.replay.golden import golden_time
+    from harpd.replay.golden import golden
 
     folder = traces_dir(args.traces)
     if folder is None:
@@ -66,10 +68,10 @@ def main() -> int:
         if n is not None and args.slice:
             n = args.slice
         records = list(itertools.islice(read_trace(path), n))
-        for limits in ("hard", "soft"):
+        for resource, limits in (("time", "hard"), ("time", "soft"), ("mem", "hard")):
             cfg = ReplayConfig(
-                alpha=pr.alpha_time,
-                guard=Guard.from_settings(pr, "time", settings.recovery.max_attempts),
+                alpha=pr.alpha_time if resource == "time" else pr.alpha_mem,
+                guard=Guard.from_settings(pr, resource, settings.recovery.max_attempts),
                 max_attempts=settings.recovery.max_attempts,
                 limits=limits,
                 soft=SoftPolicy.from_settings(pr, settings.watch),
@@ -77,13 +79,13 @@ def main() -> int:
             )
             t0 = time.perf_counter()
             try:
-                res = golden_time(records, settings, cfg)
+                res = golden(records, settings, cfg, resource)
             except ValueError as exc:
-                print(f"{name} {limits}: not compared: {exc}")
+                print(f"{name} {resource} {limits}: not compared: {exc}")
                 continue
             total += len(res.mismatches)
             print(
-                f"{name} {limits}: {res.jobs} jobs compared, {res.changed} changed by the replay, "
+                f"{name} {resource} {limits}: {res.jobs} jobs compared, {res.changed} changed by the replay, "
                 f"mismatches {len(res.mismatches)} ({time.perf_counter() - t0:.0f}s)",
                 flush=True,
             )

@@ -20,7 +20,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from harp_submit.units import parse_time
+from harp_submit.units import parse_mem, parse_time
 from harpd.features.usage import usage_of
 from harpd.models.envelope import ModelEnvelope
 from harpd.predict.live import ModelPredictor
@@ -32,7 +32,7 @@ from harpd.replay.engine import ReplayConfig, champion_walk
 if TYPE_CHECKING:
     from harpd.config import HarpSettings
 
-__all__ = ["GoldenResult", "champion_of", "golden_time", "request_of"]
+__all__ = ["GoldenResult", "champion_of", "golden", "golden_time", "request_of"]
 
 
 @dataclass
@@ -79,16 +79,34 @@ def champion_of(prep: Prepared, cfg: ReplayConfig, upto: int) -> Any:
 def golden_time(
     records: Sequence[JobRecord], settings: HarpSettings, cfg: ReplayConfig, train_share: float = 0.5
 ) -> GoldenResult:
-    """Walk ``records`` (time, cores as asked) through both sides with one champion; compare every job after it."""
+    """``golden`` for time (the walk the golden test and the bench began with)."""
+    return golden(records, settings, cfg, "time", train_share)
+
+
+def _asked(r: JobRecord, resource: str) -> bool:
+    return bool(r.req_time_s if resource == "time" else r.req_mem_mb)
+
+
+def _changed(d: Any, resource: str) -> float | None:
+    """The allocation harpd's decision gives ``resource`` (seconds or MiB; None: the request stands)."""
+    option, parse = ("time", parse_time) if resource == "time" else ("mem", parse_mem)
+    got = next((parse(c.value) for c in d.changes if c.option == option), None)
+    return None if got is None else float(got)
+
+
+def golden(
+    records: Sequence[JobRecord], settings: HarpSettings, cfg: ReplayConfig, resource: str, train_share: float = 0.5
+) -> GoldenResult:
+    """Walk ``records`` through both sides with one ``resource`` champion; compare every job after it."""
     jobs = sorted(
         (
             r
             for r in records
-            if r.req_time_s and r.submit_time is not None and r.end_time is not None and usage_of(r, "time")
+            if _asked(r, resource) and r.submit_time is not None and r.end_time is not None and usage_of(r, resource)
         ),
         key=lambda r: (r.submit_time, r.job_id),
     )
-    prep = prepare(jobs, "time")
+    prep = prepare(jobs, resource)
     if prep.n != len(jobs):
         raise ValueError(f"the trace has {len(jobs) - prep.n} jobs the replay drops: give it finished jobs only")
     start = int(prep.n * train_share)
@@ -96,7 +114,7 @@ def golden_time(
     replay = champion_walk(prep, cfg, model)
     harpd = ModelPredictor(
         settings,
-        models={"time": ModelEnvelope(model=model, name="harp", resource="time", relative=True)},
+        models={resource: ModelEnvelope(model=model, name="harp", resource=resource, relative=True)},
         soft_limits=cfg.limits == "soft",
     )
     # an outcome is known at its end, never before its job's submission (a trace's clocks may disagree)
@@ -117,8 +135,7 @@ def golden_time(
         d = harpd.decide(request_of(jobs[i]), jobs[i].user or "", 0, now=t)
         if i < start:
             continue
-        secs = next((parse_time(c.value) for c in d.changes if c.option == "time"), None)
-        got = None if secs is None else float(secs)
+        got = _changed(d, resource)
         want = None if math.isnan(replay[i]) else float(replay[i])
         out.changed += want is not None
         if got != want:
