@@ -92,9 +92,7 @@ def test_closed_loop_soft_plans_a_shallow_cut_with_its_request_behind_a_deep_que
     # the machine is busy 100 s, as long as C's request, so the rule plans C with 100.
     # 1 + 100 > 60: C no longer backfills.  At 60 A is extended (to 120), it ends at 100,
     # B runs 100-110, C 110-140.  Waits 0, 100, 109.  Without the rule C backfills at 1.
-    shallow = prepare(
-        [rec(0, 0, 100, 1000, cpus=1), rec(1, 0, 10, 100, cpus=2), rec(2, 1, 30, 100, cpus=1)], "time"
-    )
+    shallow = prepare([rec(0, 0, 100, 1000, cpus=1), rec(1, 0, 10, 100, cpus=2), rec(2, 1, 30, 100, cpus=1)], "time")
     q = schedule(shallow, 2, hard=None, soft=np.array([60.0, NAN, 50.0]), queue_rule=True)
     assert q["soft_loop"] == "closed" and q["queue_rule"] is True
     soft = {p["policy"]: p for p in q["policies"]}["harp-soft"]
