@@ -317,9 +317,13 @@ def allocation(rule: ResourceRule, inp: KernelInput) -> Allocation:
         return Allocation(None, why)
     value = rule.stretch(value, inp.slowdown)
     if inp.soft and inp.queue is not None and inp.request:
-        weighed = queue_cut(inp.queue, inp.request, value)
-        if weighed.limit_s >= inp.request:  # the rule gives the whole cut back: the request stands
+        # the most the job may run: its request, or the partition's limit below it (as the replay's cap)
+        most = min(inp.request, inp.limit) if inp.limit else inp.request
+        weighed = queue_cut(inp.queue, most, value)
+        if weighed.given_back and weighed.limit_s >= inp.request:  # the whole cut back: the request stands
             return Allocation(None, weighed.reason)
+        if weighed.given_back:
+            value, why = weighed.limit_s, weighed.reason
     settled = rule.settle(value, inp)
     return Allocation(settled.amount, why, value, at_least, settled)
 

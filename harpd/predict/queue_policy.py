@@ -81,7 +81,7 @@ def queue_cut(view: QueueView, request_s: float, limit_s: float) -> QueueCut:
         1.0,
         f"the waiting work fills the machine for {drain:,.0f} s, longer than the {request_s:,.0f} s request, "
         f"and the cut keeps more than {KEEP_SHARE:.0%} of it: a miss would land on a reservation for "
-        "little gain, so the job is planned with its request",
+        "little gain, so the job is planned with all the time it may run",
     )
 
 

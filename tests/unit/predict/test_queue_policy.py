@@ -37,7 +37,7 @@ def test_a_queue_shorter_than_the_request_keeps_a_shallow_cut():
 def test_a_queue_longer_than_the_request_gives_a_shallow_cut_back():
     c = queue_cut(DEEP, request_s=3600.0, limit_s=3000.0)
     assert (c.limit_s, c.given_back) == (3600.0, 1.0)
-    assert "planned with its request" in c.reason
+    assert "planned with all the time it may run" in c.reason
 
 
 def test_a_queue_longer_than_the_request_keeps_a_deep_cut():
@@ -100,7 +100,7 @@ def test_the_kernel_keeps_the_request_for_a_shallow_soft_cut_under_a_deep_queue(
     assert allocation(TIME, soft_input(3000.0, SHORT)).amount == 3000.0
     out = decide(TIME, soft_input(3000.0, DEEP))
     assert out.change is None and out.allocation.amount is None
-    assert "planned with its request" in out.explanation.reason
+    assert "planned with all the time it may run" in out.explanation.reason
 
 
 def test_the_kernel_keeps_a_deep_soft_cut_under_a_deep_queue():
@@ -109,6 +109,13 @@ def test_the_kernel_keeps_a_deep_soft_cut_under_a_deep_queue():
     out = decide(TIME, soft_input(600.0, DEEP))
     assert out.allocation.amount == alone
     assert out.change is not None
+
+
+def test_the_kernel_weighs_the_cut_against_the_partition_limit_below_the_request():
+    # request 3600 s, partition limit 3000 s, harp's bound 1500 s: half the limit, a shallow cut of it
+    inp = KernelInput(3600.0, math.log(1500.0 / 3600.0), 10, 3000.0, GUARD, soft=True, queue=DEEP)
+    a = allocation(TIME, inp)
+    assert a.amount == 3000.0 and "planned with all the time it may run" in a.why
 
 
 def test_the_kernel_reads_no_queue_under_hard_limits():
