@@ -23,8 +23,8 @@ The rule weighs each cut by what it buys.  A cut from the request ``R`` to
 ``L`` lets the backfill planner start the job in a hole of ``L`` instead of
 ``R``; a miss costs the same whatever the cut (the job runs on past its
 hole, into the head's reservation).  A shallow cut (``L`` above a quarter of
-``R``) buys a hole barely shorter than the request, yet misses as often as
-a deep one (17-27% of cut jobs on the three shared traces, whatever the
+``R``) saves less than three quarters of the request, often far less, yet
+misses as often as a deep one (14-37% of cut jobs on the three shared traces, whatever the
 depth of the cut).  So when the waiting work would keep the whole machine
 busy for longer than the job's request (``drain >= R``: an extension would
 land on a reservation, not on an idle machine), only the deep cuts stand and
@@ -37,6 +37,12 @@ Why it should hold at loads it was not tuned on: it reads no utilisation or
 trace figure, only two comparisons of durations of the job against itself
 and against the queue at that instant.  It does not remove the misses'
 harm; it gives up the cuts whose gain is smallest for it.
+
+Off by default (``harp replay --queue-rule`` turns it on in the closed loop;
+harpd does not yet fill the kernel's queue view): measured with
+``bench/queue_load.py --queue-rule``, it brings CTC ×0.9's wait back to the
+users' but gives up part of harp's gain at the traces' own load, by more
+than two standard errors on KTH and HPC2N (docs/metrics.md, 'Closed loop').
 """
 
 from __future__ import annotations
