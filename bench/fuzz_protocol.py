@@ -61,7 +61,7 @@ SEEDS = [
 
 def load():
     from harpd import protocol as p
-    from harpd.daemon.handlers import Handlers, Peer
+    from harpd.daemon.handlers import AdminActions, Handlers, Peer
     from harpd.store import Store
 
     work = Path(os.environ.get("HARP_FUZZ_WORK") or tempfile.mkdtemp(prefix="harp-fuzz-proto-"))
@@ -69,10 +69,11 @@ def load():
     done: list[str] = []
     handlers = Handlers(
         store,
-        job_owner=lambda job_id: None,
-        retrain=lambda: done.append("retrain"),
-        reload=lambda: done.append("reload"),
-        importer=lambda path, st: done.append(path),
+        actions=AdminActions(
+            retrain=lambda: done.append("retrain"),
+            reload=lambda: done.append("reload"),
+            importer=lambda path, st: done.append(path),
+        ),
     )
     user = Peer(pid=1, uid=4242, gid=4242, user="fuzzer", groups=frozenset({4242}))
 

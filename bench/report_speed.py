@@ -35,7 +35,8 @@ import numpy as np
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from harpd.records import JobRecord, Outcome  # noqa: E402
+from harpd.protocol import Decision  # noqa: E402
+from harpd.records import JobRecord, Outcome, Resources  # noqa: E402
 
 TARGET_S = 10.0
 DAY = 86400.0
@@ -212,9 +213,9 @@ def fill_store(
                 s["uid"],
                 s["user"],
                 s["job"],
-                s["original"],
-                s["submitted"],
-                s["decision"],
+                Resources.model_validate(s["original"]),
+                Resources.model_validate(s["submitted"]),
+                Decision.model_validate(s["decision"]),
                 chain_id=s["chain_id"],
             )
         for a in attempts:

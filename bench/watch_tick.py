@@ -38,6 +38,8 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from harpd.config import HarpSettings  # noqa: E402
+from harpd.protocol import Decision  # noqa: E402
+from harpd.records import Resources  # noqa: E402
 from harpd.slurm.cli_backend import CliBackend  # noqa: E402
 from harpd.store import Store  # noqa: E402
 from harpd.watch.service import Watch  # noqa: E402
@@ -107,9 +109,9 @@ def register(store: Store, n: int, registered: int) -> None:
             1000 + i % 50,
             f"user{i % 50}",
             {"job_name": f"job{i}", "signature": "sig:bench", "partition": "short"},
-            {**res, "time_s": 14400},
-            res,
-            decision,
+            Resources.model_validate({**res, "time_s": 14400}),
+            Resources.model_validate(res),
+            Decision.model_validate(decision),
             verified=True,
         )
 

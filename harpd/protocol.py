@@ -14,7 +14,7 @@ Requests: ``{"v": 1, "op": ..., ...}``; answers: ``{"ok": true, ...}`` or
 from __future__ import annotations
 
 import json
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, TypedDict
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, field_validator, model_validator
 
@@ -343,6 +343,31 @@ class WatchHealth(_Model):
     jobs: int = 0
     lead_s: float
     at: float | None = None
+
+
+class LimitsHealth(TypedDict):
+    """``health``'s ``limits`` and ``harp status``' ``limits_mode`` (``harpd.watch.privilege.Privilege.as_health``).
+
+    ``mode`` is ``soft`` or ``hard``; ``health`` adds the soft policy's state
+    (``harpd.predict.soft_state.SoftState.explain``) to it under soft limits.
+    """
+
+    mode: str
+    privileged: bool
+    why: str
+
+
+class AccountingHealth(TypedDict):
+    """``health``'s and ``harp status``' ``accounting`` (``harpd.recovery.site_accounting``).
+
+    What Slurm's accounting keeps (None: unknown, Slurm did not answer) and,
+    in words, what recovery can do with it.
+    """
+
+    job_script: bool | None
+    job_env: bool | None
+    flags: str
+    recovery: str
 
 
 class HealthAnswer(_Answer):

@@ -113,11 +113,6 @@ def _mapping(v: Any) -> Mapping[str, Any]:
     return v if isinstance(v, Mapping) else {}
 
 
-def _columns(row: Any) -> dict[str, Any]:
-    """A row record's fields in table-column order (shallow: JSON columns stay the stored objects)."""
-    return {f.name: getattr(row, f.name) for f in fields(row)}
-
-
 _Str = Annotated[str, Field(max_length=4096)]
 _Count = Annotated[int, Field(ge=0, le=10_000_000)]
 _Seconds = Annotated[int, Field(ge=0, le=10 * 365 * 86400)]
@@ -317,6 +312,24 @@ class AttemptRecord:
         )
 
 
+class LimitChangeRow(TypedDict):
+    """``LimitChange`` as ``harp status`` shows it (column order)."""
+
+    job_id: str
+    kind: str
+    old_time_s: int
+    new_time_s: int
+    old_mem_mb: int | None
+    new_mem_mb: int | None
+    step: str
+    reason: str | None
+    created_at: float
+    updated_at: float
+    old_cpus: int | None
+    new_cpus: int | None
+    attempt: int | None
+
+
 @dataclass(frozen=True, slots=True)
 class LimitChange:
     """harpd's change of a live job's limit (``limit_changes`` row): an extension, a re-size, a signal.
@@ -339,9 +352,23 @@ class LimitChange:
     new_cpus: int | None = None
     attempt: int | None = None  # the attempt of the job it sized (None: before the ledger kept it)
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> LimitChangeRow:
         """The row as ``harp status`` shows it (column order)."""
-        return _columns(self)
+        return LimitChangeRow(
+            job_id=self.job_id,
+            kind=self.kind,
+            old_time_s=self.old_time_s,
+            new_time_s=self.new_time_s,
+            old_mem_mb=self.old_mem_mb,
+            new_mem_mb=self.new_mem_mb,
+            step=self.step,
+            reason=self.reason,
+            created_at=self.created_at,
+            updated_at=self.updated_at,
+            old_cpus=self.old_cpus,
+            new_cpus=self.new_cpus,
+            attempt=self.attempt,
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -450,7 +477,3 @@ class ModelRow:
     score: Mapping[str, Any]
     champion: bool
     path: str  # always written by save_model
-
-    def to_dict(self) -> dict[str, Any]:
-        """The row in column order (JSON and reports)."""
-        return _columns(self)

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, cast
 from harpd.cli.replay_report import ReplayReport, TargetCheck, finite_or_none
 
 if TYPE_CHECKING:
-    from harpd.cli.replay_workflow import WorkflowFigures
+    from harpd.evaluate.workflow_replay import WorkflowFigures
     from harpd.replay.metric import ModelMetrics
     from harpd.report.queue_figures import GapSize, QueueFigures
 
@@ -328,7 +328,7 @@ def _machine_size(args: argparse.Namespace) -> int | None:
 
 def _schedule(args, prep, cfg, res, procs: int, say) -> QueueFigures:
     """Replay the missing limit mode if needed, simulate every policy, save the figures for `harp report`."""
-    from harpd.evaluate.schedule_simulation import MODEL, QueueError, schedule
+    from harpd.evaluate.schedule_simulation import MODEL, QueueError, ScheduleOptions, schedule
     from harpd.progress import Bar
     from harpd.replay.engine import run as replay_run
 
@@ -361,17 +361,19 @@ def _schedule(args, prep, cfg, res, procs: int, say) -> QueueFigures:
                 procs,
                 alloc.get("hard"),
                 alloc.get("soft"),
-                max_attempts=cfg.max_attempts,
+                ScheduleOptions(
+                    max_attempts=cfg.max_attempts,
+                    max_extensions=cfg.soft.max_extensions,
+                    lead_s=cfg.soft.lead_s,
+                    look_s=cfg.soft.look_s,
+                    replicas=args.replicas,
+                    shake_s=args.shake,
+                    compress=args.compress,
+                    closed_loop=not args.open_loop,
+                    queue_rule=args.queue_rule,
+                ),
                 progress=bar,
                 notes=notes,
-                replicas=args.replicas,
-                shake_s=args.shake,
-                compress=args.compress,
-                closed_loop=not args.open_loop,
-                queue_rule=args.queue_rule,
-                max_extensions=cfg.soft.max_extensions,
-                lead_s=cfg.soft.lead_s,
-                look_s=cfg.soft.look_s,
             ),
         )
     except QueueError as exc:

@@ -14,7 +14,8 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, NotRequired, TypedDict
 
 if TYPE_CHECKING:  # annotations only: `harp --help` does not load numpy
-    from harpd.cli.replay_workflow import WorkflowFigures
+    from harpd.evaluate.workflow_replay import WorkflowFigures
+    from harpd.predict.soft import SoftPolicyExplain
     from harpd.replay.metric import ModelMetrics
     from harpd.report.queue_figures import QueueFigures
 
@@ -77,7 +78,7 @@ class ReplayReportJson(TypedDict):
     targets: dict[str, TargetCheck]
     notes: list[str]
     limits: str
-    soft_policy: dict[str, Any] | None
+    soft_policy: SoftPolicyExplain | None
     verdict: NotRequired[VerdictJson]
     queue: NotRequired[QueueFigures]
     workflow: NotRequired[WorkflowFigures]
@@ -174,7 +175,7 @@ class ReplayReport:
     targets: dict[str, TargetCheck]
     notes: list[str]
     limits: str
-    soft_policy: dict[str, Any] | None
+    soft_policy: SoftPolicyExplain | None
     verdict: Verdict | None = None
     queue: QueueFigures | None = None  # --schedule's figures (harpd.report.queue_figures)
     workflow: WorkflowFigures | None = field(default=None)  # a Nextflow trace's Sizey wastage

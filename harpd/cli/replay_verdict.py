@@ -117,7 +117,7 @@ def _lines(v: Verdict, rep: ReplayReport) -> list[str]:
     )
     if v.limits == "soft":
         ext = v.extended_jobs or 0
-        budget = (rep.soft_policy or {}).get("extension_budget")
+        budget = None if rep.soft_policy is None else rep.soft_policy["extension_budget"]
         allowed = f" (allowed {budget:.0%}: predict.soft_extension_budget)" if budget is not None else ""
         lines.append(
             f"  extended: {ext:,} jobs ({ext / jobs if jobs else 0:.1%}) extended while running{allowed}; "

@@ -9,7 +9,11 @@ the paper's.
 from __future__ import annotations
 
 import argparse
-from typing import TypedDict, cast
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # annotations only: `harp --help` does not load numpy
+    from harpd.evaluate.sizey_metric import WastageFigures
+    from harpd.evaluate.workflow_replay import WorkflowFigures
 
 NAMES = {
     "harp": "harp",
@@ -19,30 +23,6 @@ NAMES = {
     "tovar": "Tovar",
     "request": "users' requests",
 }
-
-
-class WastageFigures(TypedDict):
-    """One predictor's row of Sizey's table (``harpd.evaluate.sizey_metric.Wastage.to_dict``): GB·h, counts."""
-
-    tasks: int
-    failures: int
-    wastage_gbh: float
-    under_gbh: float
-    over_gbh: float
-    used_gbh: float
-
-
-class WorkflowFigures(TypedDict):
-    """The workflow replay's figures (``harpd.evaluate.workflow_replay.Result.to_dict``), as printed in JSON."""
-
-    protocol: str
-    seed: int | None
-    tasks: int
-    types: int
-    rows: dict[str, WastageFigures]  # predictor -> its row
-    predict_ms_p99: float | None
-    seconds: float
-    decided_at: str | None  # chronological: "start" or "submit"
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -97,8 +77,7 @@ def report(trace: str, protocol: str, seed: int, at: str = "start") -> WorkflowF
     """The workflow figures (raises WorkflowReplayError / TraceFormatError with one line)."""
     from harpd.evaluate.workflow_replay import replay_workflow
 
-    # Result.to_dict writes exactly WorkflowFigures' keys (harpd.evaluate owns it and returns a plain dict)
-    return cast(WorkflowFigures, replay_workflow(trace, protocol, seed, at).to_dict())
+    return replay_workflow(trace, protocol, seed, at).to_dict()
 
 
 def render(rep: WorkflowFigures) -> str:

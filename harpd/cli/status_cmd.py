@@ -165,7 +165,7 @@ def _limit_changes(job: JobStatus) -> list[str]:
     from harp_submit.units import fmt_time
 
     out: list[str] = []
-    mode = job.limits_mode or {}
+    mode: Mapping[str, Any] = job.limits_mode or {}  # an older harpd's answer may lack it
     if mode.get("mode"):
         words = (
             "soft: harp's limit is extended up to the request while the job runs"
@@ -217,7 +217,7 @@ def render(job: JobStatus) -> str:
     for run_ in job.runs:
         out += seff_lines(run_)
     out += _trial(job)
-    acc = job.accounting or {}
+    acc: Mapping[str, Any] = job.accounting or {}
     if acc.get("recovery") and not (acc.get("job_script") and acc.get("job_env")):
         out.append(f"  recoverable:   {acc['recovery']}")
     attempts = job.attempts

@@ -59,6 +59,43 @@ AdminAction = Callable[[], Any]
 ImportAction = Callable[[str, Store], Any]
 
 
+@dataclass(frozen=True, slots=True)
+class AdminActions:
+    """What the admin operations run (``retrain``, ``reload``, ``import``); None: that operation is not available."""
+
+    retrain: AdminAction | None = None
+    reload: AdminAction | None = None
+    importer: ImportAction | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class OutcomeServices:
+    """What follows the jobs (``harpd.daemon.main.build_services``); None where it is off.
+
+    ``health`` reports on each; the jobs' end hook (op ``ending``) asks recovery directly.
+    """
+
+    ingestor: Ingestor | None = None  # the sacct poller (None: no Slurm)
+    recovery: Recovery | None = None
+    watch: Watch | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class HealthSources:
+    """How harpd limits jobs at this site, as ``health`` (and ``harp status``) show it; None: not known.
+
+    ``limits_mode``: soft or hard time limits and why, decided at start
+    (``harpd.watch.privilege``); ``soft_state``: what the live predictor's
+    soft policy has learnt (``harpd.predict.soft_state``; None under hard
+    limits); ``accounting``: what the site's Slurm accounting keeps for
+    recovery (``harpd.recovery.site_accounting``).
+    """
+
+    limits_mode: p.LimitsHealth | None = None
+    soft_state: SoftState | None = None
+    accounting: p.AccountingHealth | None = None
+
+
 class NoChangePredictor:
     """``Handlers``' predictor when none is injected: keep the request, report limits.
 
@@ -136,23 +173,15 @@ class Handlers:
         admin_gid: int | None = None,
         slurm: Any = None,
         partition_limits: LimitsLookup | None = None,
-        retrain: AdminAction | None = None,
-        reload: AdminAction | None = None,
-        importer: ImportAction | None = None,
-        limits_mode: dict[str, Any] | None = None,
-        accounting: dict[str, Any] | None = None,
-        soft_state: SoftState | None = None,
-        recovery: Recovery | None = None,
-        ingestor: Ingestor | None = None,
-        watch: Watch | None = None,
+        actions: AdminActions | None = None,
+        outcomes: OutcomeServices | None = None,
+        health: HealthSources | None = None,
     ) -> None:
         self.store = store
-        # soft or hard time limits and why (harpd.watch.privilege), shown by health
-        self.limits_mode = limits_mode
-        # what the site's accounting keeps for recovery (harpd.recovery.site_accounting), shown by health and status
-        self.accounting = accounting
-        # the live predictor's soft-policy state (harpd.predict.soft_state), shown by health; None: hard limits
-        self.soft_state = soft_state
+        health = health or HealthSources()
+        self.limits_mode = health.limits_mode
+        self.accounting = health.accounting  # shown by health, and by status for a registered job
+        self.soft_state = health.soft_state
         self.settings = settings
         self.predictor: Predictor = predictor or NoChangePredictor(partition_limits)
         # defaults come from the validated model too (a test's Handlers without settings), never written twice
@@ -171,16 +200,18 @@ class Handlers:
         # refusals of a request's content (a user's quota), logged and summed up with the doors' (the server's loop
         # flushes this one log)
         self.refusals = RefusalLog(logging.getLogger("harpd.server"), float(cfg.server.refusal_log_interval_s))
+        outcomes = outcomes or OutcomeServices()
         # recovery's state machine (harpd.recovery.machine): the jobs' end hook asks it directly; None: off
-        self.recovery = recovery
+        self.recovery = outcomes.recovery
         # the sacct poller (harpd.ingest.poller): health counts its polls; None: no Slurm
-        self.ingestor = ingestor
+        self.ingestor = outcomes.ingestor
         # the watcher (harpd.watch.service): health shows its last tick; None: off
-        self.watch = watch
+        self.watch = outcomes.watch
         self.slurm = slurm  # progress reports are checked against slurmctld's owner of the job
-        self.retrain_action = retrain
-        self.reload_action = reload
-        self.importer = importer
+        actions = actions or AdminActions()
+        self.retrain_action = actions.retrain
+        self.reload_action = actions.reload
+        self.importer = actions.importer
         self.started = time.monotonic()
         self._admin_lock = threading.Lock()  # one retrain/reload/import at a time
         # one predict at a time, in turns by uid: see op_predict
@@ -338,9 +369,9 @@ class Handlers:
             except StoreError as exc:
                 store = str(exc)
         name = getattr(self.predictor, "name", None) or type(self.predictor).__name__
-        limits = self.limits_mode
+        limits: dict[str, Any] | None = None if self.limits_mode is None else {**self.limits_mode}
         if limits is not None and self.soft_state is not None:  # what the extension budget taught the soft policy
-            limits = {**limits, **self.soft_state.explain()}
+            limits.update(self.soft_state.explain())
         return p.HealthAnswer(
             version=__version__,
             store=store,

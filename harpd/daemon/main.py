@@ -50,7 +50,6 @@ import socket
 import sys
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any, Protocol
 
 from harp_submit import __version__
@@ -59,10 +58,10 @@ from harpd.config import DEFAULT_CONFIG_PATH, ConfigError, HarpSettings, load_se
 from harpd.daemon.active_lock import StoreInUse
 from harpd.daemon.active_lock import hold as hold_store
 from harpd.daemon.adopt import Adopter
-from harpd.daemon.handlers import Handlers
+from harpd.daemon.handlers import AdminActions, Handlers, HealthSources, OutcomeServices
 from harpd.daemon.heap import Settling, settle
 from harpd.daemon.scheduler import Scheduler
-from harpd.daemon.server import Server, ServerError
+from harpd.daemon.server import Server, ServerError, ServerLimits
 from harpd.daemon.tcp_door import doors_for
 from harpd.dnn.oom_escalation import OomPlanner
 from harpd.dnn.predictor import DnnRoutingPredictor
@@ -71,7 +70,6 @@ from harpd.ingest.poller import Ingestor, watch_job
 from harpd.metrics import endpoint as metrics_endpoint
 from harpd.metrics import state as metrics_state
 from harpd.predict.live import ModelPredictor, make_predictor
-from harpd.recovery.machine import Recovery
 from harpd.recovery.machine import make as make_recovery
 from harpd.recovery.site_accounting import read_site_accounting
 from harpd.slurm import SlurmBackend, get_backend
@@ -83,7 +81,6 @@ from harpd.training.schedule import attach_retrain, train_in_background
 from harpd.training.trainer import Trainer
 from harpd.watch.privilege import Privilege
 from harpd.watch.privilege import detect as detect_privilege
-from harpd.watch.service import Watch
 from harpd.watch.service import make as make_watch
 
 log = logging.getLogger("harpd")
@@ -154,15 +151,6 @@ class Service(Protocol):
     def shutdown(self) -> None: ...
 
 
-@dataclass(frozen=True, slots=True)
-class OutcomeServices:
-    """What follows the jobs, built by ``build_services``; None where it is off."""
-
-    ingestor: Ingestor | None  # the sacct poller (None: no Slurm)
-    recovery: Recovery | None
-    watch: Watch | None
-
-
 def build_handlers(settings: HarpSettings, store: Store) -> tuple[Handlers, list[Service]]:
     """The socket operations wired to every part (see the module docstring), plus services to stop later.
 
@@ -198,15 +186,13 @@ def build_handlers(settings: HarpSettings, store: Store) -> tuple[Handlers, list
         predictor,
         slurm=backend,
         partition_limits=limits,
-        retrain=trainer.retrain,
-        reload=reloads.reload,
-        importer=import_file,
-        limits_mode=privilege.as_health(),
-        accounting=None if backend is None else read_site_accounting(backend).as_health(),
-        soft_state=live.soft_state,
-        recovery=outcomes.recovery,  # the jobs' end hook (op ending) asks recovery directly
-        ingestor=outcomes.ingestor,  # health counts the poller's polls
-        watch=outcomes.watch,
+        actions=AdminActions(retrain=trainer.retrain, reload=reloads.reload, importer=import_file),
+        outcomes=outcomes,  # health reports on them; the jobs' end hook (op ending) asks recovery directly
+        health=HealthSources(
+            limits_mode=privilege.as_health(),
+            soft_state=live.soft_state,
+            accounting=None if backend is None else read_site_accounting(backend).as_health(),
+        ),
     )
     log.info("predictor: %s", predictor.name)
     return handlers, [scheduler.start(), checkpoints]
@@ -378,18 +364,8 @@ def main(argv: list[str] | None = None) -> int:
             settings.server.socket,
             None,
             mode=settings.server.socket_mode,
-            request_timeout_s=settings.server.request_timeout_s,
-            max_request_bytes=settings.server.max_request_bytes,
-            max_clients=settings.server.max_clients,
             doors=doors_for(settings.server.listen, settings.munge.socket),
-            auth_timeout_s=settings.server.auth_timeout_s,
-            max_unauthenticated=settings.server.max_unauthenticated,
-            max_unauthenticated_per_peer=settings.server.max_unauthenticated_per_peer,
-            unix_reserved_clients=settings.server.unix_reserved_clients,
-            refusal_log_interval_s=settings.server.refusal_log_interval_s,
-            max_clients_per_user=settings.server.max_clients_per_user,
-            max_waiting_per_user=settings.server.max_waiting_per_user,
-            root_reserved_clients=settings.server.root_reserved_clients,
+            limits=ServerLimits.from_settings(settings.server),
         )
     except ServerError as exc:
         print(f"harpd: {exc}", file=sys.stderr)

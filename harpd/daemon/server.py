@@ -35,17 +35,19 @@ import socket
 import threading
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 
 from pydantic import BaseModel
 
 from harpd import protocol as p
+from harpd.config import ServerSettings
 from harpd.daemon.door import Admission, Door, Refused, ServerError, as_is, peer_address
 from harpd.daemon.handlers import Handlers, Peer
 from harpd.daemon.preauth import Pending, PreAuth
 from harpd.daemon.refusals import RefusalLog
 from harpd.daemon.unix_door import UnixDoor, peer_ids
 
-__all__ = ["Server", "ServerError", "peer_ids"]
+__all__ = ["Server", "ServerError", "ServerLimits", "peer_ids"]
 
 log = logging.getLogger("harpd.server")
 
@@ -66,6 +68,56 @@ def _count(counts: dict[int, int], uid: int, step: int) -> None:
 _MAX_REJECTED = 256  # busy-answered sockets kept open to read their request
 
 
+@dataclass(frozen=True, slots=True)
+class ServerLimits:
+    """How much the server takes at once and how long it waits: ``[server]``'s limits.
+
+    harpd's come from its settings (``from_settings``); these defaults are a
+    server built without them (tests, benches), and one differs:
+    ``unix_reserved_clients`` None is a quarter of ``max_clients`` (the
+    setting's default is 16).
+
+    ``unix_reserved_clients``: slots TCP callers never take; at least one
+    slot is always left to TCP.  On the Unix socket the kernel names the
+    caller's uid at once, and a connection waits in the accept loop, holding
+    no worker, until its request is whole, as over TCP: at most
+    ``max_waiting_per_user`` of one uid's wait (a newer one pushes out its
+    oldest), at most ``max_clients_per_user`` of its requests are served at
+    once, and the last ``root_reserved_clients`` slots are root's and harpd's
+    own user's, so one user holding hundreds of idle or slow connections never
+    makes harpd busy for the others or for the admin's ``health``.
+    """
+
+    request_timeout_s: float = 5.0
+    max_request_bytes: int = p.MAX_REQUEST_BYTES
+    max_clients: int = 64
+    auth_timeout_s: float = 2.0
+    max_unauthenticated: int = 512
+    max_unauthenticated_per_peer: int = 16
+    unix_reserved_clients: int | None = None
+    refusal_log_interval_s: float = 10.0
+    max_clients_per_user: int = 8
+    max_waiting_per_user: int = 16
+    root_reserved_clients: int = 4
+
+    @classmethod
+    def from_settings(cls, server: ServerSettings) -> ServerLimits:
+        """``[server]``'s limits, as validated."""
+        return cls(
+            request_timeout_s=server.request_timeout_s,
+            max_request_bytes=server.max_request_bytes,
+            max_clients=server.max_clients,
+            auth_timeout_s=server.auth_timeout_s,
+            max_unauthenticated=server.max_unauthenticated,
+            max_unauthenticated_per_peer=server.max_unauthenticated_per_peer,
+            unix_reserved_clients=server.unix_reserved_clients,
+            refusal_log_interval_s=server.refusal_log_interval_s,
+            max_clients_per_user=server.max_clients_per_user,
+            max_waiting_per_user=server.max_waiting_per_user,
+            root_reserved_clients=server.root_reserved_clients,
+        )
+
+
 class Server:
     def __init__(
         self,
@@ -73,58 +125,41 @@ class Server:
         handlers: Handlers | None,
         *,
         mode: int = 0o666,
-        request_timeout_s: float = 5.0,
-        max_request_bytes: int = p.MAX_REQUEST_BYTES,
-        max_clients: int = 64,
         doors: Sequence[Door] = (),
-        auth_timeout_s: float = 2.0,
-        max_unauthenticated: int = 512,
-        max_unauthenticated_per_peer: int = 16,
-        unix_reserved_clients: int | None = None,
-        refusal_log_interval_s: float = 10.0,
-        max_clients_per_user: int = 8,
-        max_waiting_per_user: int = 16,
-        root_reserved_clients: int = 4,
+        limits: ServerLimits | None = None,
     ) -> None:
-        """``doors``: further ways in beside the Unix socket at ``path`` (TCP).
-
-        ``unix_reserved_clients``: slots TCP callers never take (None: a
-        quarter of ``max_clients``); at least one slot is always left to TCP.
-
-        On the Unix socket the kernel names the caller's uid at once, and a
-        connection waits in the accept loop, holding no worker, until its
-        request is whole, as over TCP: at most ``max_waiting_per_user`` of one
-        uid's wait (a newer one pushes out its oldest), at most
-        ``max_clients_per_user`` of its requests are served at once, and the
-        last ``root_reserved_clients`` slots are root's and harpd's own user's,
-        so one user holding hundreds of idle or slow connections never makes
-        harpd busy for the others or for the admin's ``health``.
-        """
+        """``doors``: further ways in beside the Unix socket at ``path`` (TCP); ``limits``: see ``ServerLimits``."""
+        lim = limits or ServerLimits()
+        self.limits = lim
         self.unix = UnixDoor(path, mode)
         self.path = self.unix.path
         self.doors: list[Door] = [self.unix, *doors]
         self.handlers = handlers
         self.mode = mode
-        self.request_timeout_s = request_timeout_s
-        self.max_request_bytes = max_request_bytes
-        self.max_clients = max_clients
-        reserved = max_clients // 4 if unix_reserved_clients is None else unix_reserved_clients
+        self.request_timeout_s = lim.request_timeout_s
+        self.max_request_bytes = lim.max_request_bytes
+        self.max_clients = max_clients = lim.max_clients
+        reserved = max_clients // 4 if lim.unix_reserved_clients is None else lim.unix_reserved_clients
         self.max_tcp_clients = max(1, max_clients - reserved)
-        self.preauth = PreAuth(auth_timeout_s, max_unauthenticated, max_unauthenticated_per_peer, max_request_bytes)
+        self.preauth = PreAuth(
+            lim.auth_timeout_s, lim.max_unauthenticated, lim.max_unauthenticated_per_peer, lim.max_request_bytes
+        )
         # the Unix socket's waiting room: the same rules, counted per uid, with the request's own deadline
-        self.unix_waiting = PreAuth(request_timeout_s, max_unauthenticated, max_waiting_per_user, max_request_bytes)
-        self.max_clients_per_user = max_clients_per_user
-        self.root_reserved_clients = min(root_reserved_clients, max(0, max_clients - 1))
+        self.unix_waiting = PreAuth(
+            lim.request_timeout_s, lim.max_unauthenticated, lim.max_waiting_per_user, lim.max_request_bytes
+        )
+        self.max_clients_per_user = lim.max_clients_per_user
+        self.root_reserved_clients = min(lim.root_reserved_clients, max(0, max_clients - 1))
         self._by_uid: dict[int, int] = {}  # Unix requests being served, per uid
         # registrations wait on slurmctld (seconds on a loaded host) and come in bursts from detached children
         # that retry: they take at most half of the slots, a user's at most half of theirs, so a burst of
         # submissions never leaves the next one's prediction without a worker ("busy": the job unchanged)
         self.max_registering = max(1, max_clients // 2)
-        self.max_registering_per_user = max(1, max_clients_per_user // 2)
+        self.max_registering_per_user = max(1, lim.max_clients_per_user // 2)
         self._registering = 0
         self._reg_by_uid: dict[int, int] = {}
         # one log of refusals for the doors and the handlers (a user's quota), flushed by the accept loop
-        self.refusals = getattr(handlers, "refusals", None) or RefusalLog(log, refusal_log_interval_s)
+        self.refusals = getattr(handlers, "refusals", None) or RefusalLog(log, lim.refusal_log_interval_s)
         self._active_tcp = 0
         self._socks: dict[socket.socket, Door] = {}
         self._wake_r, self._wake_w = os.pipe()

@@ -16,7 +16,7 @@ import shlex
 from typing import Any
 
 from harpd.dnn.errors import DnnError
-from harpd.dnn.trials import parse_study
+from harpd.dnn.trials import StudyPolicy, parse_study
 from harpd.slurm.base import SlurmError
 from harpd.store import Store
 
@@ -27,14 +27,14 @@ class ProgressRefused(ValueError):
     """The one line the caller reads."""
 
 
-def study_of(job_id: str, study: str | None) -> tuple[str, dict[str, Any] | None]:
+def study_of(job_id: str, study: str | None) -> tuple[str, StudyPolicy | None]:
     """The study name and (when the job states one) its policy; ProgressRefused for neither."""
     if study:
         try:
             pol = parse_study(shlex.split(study))
         except (DnnError, ValueError) as exc:
             raise ProgressRefused(str(exc)) from None
-        return pol.study, dataclasses.asdict(pol)
+        return pol.study, pol
     if "_" in job_id:
         return f"array-{job_id.split('_', 1)[0]}", None
     raise ProgressRefused(
@@ -63,4 +63,6 @@ def record_progress(
     status = store.trial_status(job_id)
     if status is not None and status.reports >= MAX_REPORTS_PER_TRIAL:
         raise ProgressRefused(f"job {job_id} has reported {MAX_REPORTS_PER_TRIAL} times; report less often")
-    return name, store.add_trial_report(job_id, uid, name, metric, value, policy)
+    # the store keeps the policy as its JSON object
+    stored = None if policy is None else dataclasses.asdict(policy)
+    return name, store.add_trial_report(job_id, uid, name, metric, value, stored)

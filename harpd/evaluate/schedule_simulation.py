@@ -15,9 +15,9 @@ the comparison:
   out below the request the user resubmits with the request (as the replay's
   metric assumes);
 * ``harp-soft``: the limit of a soft-limit replay when the job starts; a job
-  reaching it is extended by the same rule (double, capped by the request;
-  its ``max_extensions``-th extension straight to the request, as harpd's
-  extender does) and only killed at the request.  The replay gives no
+  reaching it is extended by harpd's extender's own rule
+  (``harpd.predict.extension``: by default straight back to the request, in
+  whole minutes) and only killed at the request.  The replay gives no
   separate submission-time limit, so the queued job is planned with its
   start limit too (an approximation, stated in docs/metrics.md);
 * ``exact``: limits equal to the runtimes, the bound no predictor beats.
@@ -42,10 +42,12 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
+from harpd.predict.extension import next_extension
 from harpd.predict.queue_policy import queue_cut
 from harpd.predict.queue_view import QueueView
 from harpd.predict.soft import MAX_EXTENSIONS
@@ -69,6 +71,40 @@ Decide = Callable[[int, QueueView], float]
 
 class QueueError(ValueError):
     """A trace or option the queue simulation cannot use; one line for the user."""
+
+
+@dataclass(frozen=True, slots=True)
+class ScheduleOptions:
+    """How ``harp replay --schedule`` simulates the queue: its options, checked once (QueueError, one line).
+
+    ``max_attempts``: harp-hard's attempts before the user resubmits with the
+    request; ``max_extensions``, ``lead_s``, ``look_s``: harp-soft's extender
+    (harpd's ``[predict]`` and ``[watch]``); ``replicas`` copies of the trace,
+    the others shaken by ±``shake_s`` from ``seed`` (``harpd.simulate.shake``);
+    ``compress``: the inter-arrival times' factor (below 1: a more loaded
+    machine); ``closed_loop``: harp-soft decided at each submission from the
+    simulated queue (``queue_decision``, through the queue rule with
+    ``queue_rule``), else the replay's soft limits as they are.
+    """
+
+    max_attempts: int = 3
+    max_extensions: int = MAX_EXTENSIONS
+    lead_s: float = 0.0
+    look_s: float = 0.0
+    replicas: int = 1
+    shake_s: float = 60.0
+    seed: int = 0
+    compress: float = 1.0
+    closed_loop: bool = True
+    queue_rule: bool = False
+
+    def __post_init__(self) -> None:
+        if self.replicas < 1:
+            raise QueueError(f"--replicas {self.replicas}: at least one copy of the trace is simulated")
+        if self.shake_s < 0:
+            raise QueueError(f"--shake {self.shake_s:g}: a shaking amplitude is 0 seconds or more")
+        if not 0 < self.compress <= 1:
+            raise QueueError(f"--compress {self.compress:g}: a factor above 0 and at most 1")
 
 
 def workload_of(prep: Prepared) -> Workload:
@@ -100,21 +136,20 @@ def escalation_hook(
 ) -> LimitHook:
     """``on_limit`` for a harp policy: the escalation rule's next limit (see the module doc).
 
-    Soft: the ``max_extensions``-th extension of a job goes straight to its
-    request (capped), as harpd's extender does (``SoftPolicy.max_extensions``).
+    Soft: harpd's extender's own rule (``harpd.predict.extension``), so the
+    queue sees the limits harpd would set, whole minutes included.  Hard:
+    recovery's escalation, one attempt per kill.
     """
 
     def hook(j: int, limit: float, events: int) -> float | None:
         r, c = float(req[j]), float(cap[j])
-        if mode == "soft" and events + 1 >= max_extensions:
-            last = min(r, c)
-            return last if last > limit else None
-        # soft: an extension is not an attempt, only the cap ends the walk
-        attempt = events + 1 if mode == "hard" else 1
-        step = next_allocation(Outcome.TIMEOUT, limit, r, c, attempt, max_attempts)
+        if mode == "soft":  # harpd's extender's rule, step for step (an extension is not an attempt)
+            ext = next_extension(limit, r, c if math.isfinite(c) else None, events, max_extensions)
+            return None if ext is None else float(ext.limit_s)
+        step = next_allocation(Outcome.TIMEOUT, limit, r, c, events + 1, max_attempts)
         if step.value is not None and step.value > limit:
             return step.value
-        if mode == "hard" and limit < min(r, c):
+        if limit < min(r, c):
             return min(r, c)  # harp gave up below the request: the user resubmits with it
         return None
 
@@ -249,51 +284,35 @@ def schedule(
     procs: int,
     hard: np.ndarray | None,
     soft: np.ndarray | None,
+    options: ScheduleOptions | None = None,
     *,
-    max_attempts: int = 3,
     progress: Progress | None = None,
     notes: list[str] | None = None,
-    replicas: int = 1,
-    shake_s: float = 60.0,
-    seed: int = 0,
-    max_extensions: int = MAX_EXTENSIONS,
-    lead_s: float = 0.0,
-    look_s: float = 0.0,
-    compress: float = 1.0,
-    closed_loop: bool = True,
-    queue_rule: bool = False,
 ) -> dict[str, Any]:
     """Simulate every policy; the JSON-able queue section of a replay report.
 
-    ``closed_loop``: harp-soft decided at each submission from the simulated
-    queue (``queue_decision``, through the queue rule with ``queue_rule``);
-    False: the replay's soft limits as they are.
-
-    With ``replicas`` > 1 each figure is the mean over that many copies of
-    the trace, copy 0 as recorded and the others shaken by ±``shake_s`` on
-    the submissions (``harpd.simulate.shake``); ``paired`` then compares
-    each row with the users' copy by copy.
+    ``options``: how (``ScheduleOptions``; None: its defaults).  With
+    ``replicas`` > 1 each figure is the mean over that many copies of the
+    trace, copy 0 as recorded and the others shaken; ``paired`` then
+    compares each row with the users' copy by copy.
     """
+    opts = options or ScheduleOptions()
     if procs < 1:
         raise QueueError(f"--procs {procs}: the machine needs at least one processor")
-    if replicas < 1:
-        raise QueueError(f"--replicas {replicas}: at least one copy of the trace is simulated")
-    if shake_s < 0:
-        raise QueueError(f"--shake {shake_s:g}: a shaking amplitude is 0 seconds or more")
-    if not 0 < compress <= 1:
-        raise QueueError(f"--compress {compress:g}: a factor above 0 and at most 1")
     work = workload_of(prep)
-    if compress != 1:  # the same jobs arriving faster: a more loaded machine (harp's limits unchanged)
+    if opts.compress != 1:  # the same jobs arriving faster: a more loaded machine (harp's limits unchanged)
         first = float(work.submit.min()) if len(work) else 0.0
-        work = Workload(first + (work.submit - first) * compress, work.procs, work.runtime)
-        notes = [*(notes or []), f"inter-arrival times multiplied by {compress:g} (a more loaded machine)"]
+        work = Workload(first + (work.submit - first) * opts.compress, work.procs, work.runtime)
+        notes = [*(notes or []), f"inter-arrival times multiplied by {opts.compress:g} (a more loaded machine)"]
     decide = None
-    if soft is not None and closed_loop:
+    if soft is not None and opts.closed_loop:
         req = _requests(prep)
-        decide = queue_decision(_first_limits(soft, req), _cap(prep, req), queue_rule)
-    pols = policies(prep, hard, soft, max_attempts, max_extensions, lead_s, look_s, procs, decide)
+        decide = queue_decision(_first_limits(soft, req), _cap(prep, req), opts.queue_rule)
+    pols = policies(prep, hard, soft, opts.max_attempts, opts.max_extensions, opts.lead_s, opts.look_s, procs, decide)
     t0 = time.perf_counter()
-    runs = simulate_shaken(work, pols, procs, replicas=replicas, amplitude_s=shake_s, seed=seed, progress=progress)
+    runs = simulate_shaken(
+        work, pols, procs, replicas=opts.replicas, amplitude_s=opts.shake_s, seed=opts.seed, progress=progress
+    )
     per_policy_s = round((time.perf_counter() - t0) / max(len(pols), 1), 2)
     rows = {
         name: {k: _clean(v) for k, v in mean_row(s).items()} | {"seconds": per_policy_s} for name, s in runs.items()
@@ -310,20 +329,20 @@ def schedule(
     for f in GAP_FIGURES:
         if u[f] is not None and x[f] is not None and x[f] >= u[f]:
             notes.append(f"exact runtimes do not beat the users' requests on {f}: no gap to close")
-    if replicas > 1:
+    if opts.replicas > 1:
         notes.append(
-            f"each figure is the mean over {replicas} copies of the trace (the first as recorded, the "
-            f"others with every submission moved by up to ±{shake_s:g} s: input shaking)"
+            f"each figure is the mean over {opts.replicas} copies of the trace (the first as recorded, the "
+            f"others with every submission moved by up to ±{opts.shake_s:g} s: input shaking)"
         )
     compared = {name: paired(runs["users"], s) for name, s in runs.items() if name != "users"}
     return {
         "procs": int(procs),
         "jobs": int(len(work)),
-        "replicas": int(replicas),
-        "shake_s": float(shake_s),
-        "compress": float(compress),
-        "soft_loop": None if soft is None else ("closed" if closed_loop else "open"),
-        "queue_rule": bool(soft is not None and closed_loop and queue_rule),
+        "replicas": int(opts.replicas),
+        "shake_s": float(opts.shake_s),
+        "compress": float(opts.compress),
+        "soft_loop": None if soft is None else ("closed" if opts.closed_loop else "open"),
+        "queue_rule": bool(soft is not None and opts.closed_loop and opts.queue_rule),
         "policies": list(rows.values()),
         "gap_closed": gap,
         "gap": gap_sizes(runs.get("users") or [], runs.get("exact") or []),

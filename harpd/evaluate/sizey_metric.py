@@ -11,8 +11,20 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TypedDict
 
 GBH = 1e9 * 3600.0  # bytes·seconds in one GB·h
+
+
+class WastageFigures(TypedDict):
+    """One predictor's row of Sizey's table (``Wastage.to_dict``): GB·h, counts."""
+
+    tasks: int
+    failures: int
+    wastage_gbh: float
+    under_gbh: float
+    over_gbh: float
+    used_gbh: float
 
 
 @dataclass(slots=True)
@@ -39,12 +51,12 @@ class Wastage:
         self.over_gbh += (allocations[-1] - usage) * runtime_s / GBH
         self.used_gbh += usage * runtime_s / GBH
 
-    def to_dict(self) -> dict[str, float | int]:
-        return {
-            "tasks": self.tasks,
-            "failures": self.failures,
-            "wastage_gbh": self.wastage_gbh,
-            "under_gbh": self.under_gbh,
-            "over_gbh": self.over_gbh,
-            "used_gbh": self.used_gbh,
-        }
+    def to_dict(self) -> WastageFigures:
+        return WastageFigures(
+            tasks=self.tasks,
+            failures=self.failures,
+            wastage_gbh=self.wastage_gbh,
+            under_gbh=self.under_gbh,
+            over_gbh=self.over_gbh,
+            used_gbh=self.used_gbh,
+        )

@@ -39,10 +39,11 @@ import os
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from typing import TypedDict
 
 import numpy as np
 
-from harpd.evaluate.sizey_metric import Wastage
+from harpd.evaluate.sizey_metric import Wastage, WastageFigures
 from harpd.evaluate.workflow_baselines import BASELINES, NODE_BYTES, Baseline
 from harpd.features.usage import usage_of
 from harpd.features.workflow import WORKFLOW_PREFIX
@@ -80,6 +81,19 @@ class Task:
     sample: bool = True
 
 
+class WorkflowFigures(TypedDict):
+    """``Result.to_dict``: the workflow replay's figures, as ``harp replay`` prints them in JSON."""
+
+    protocol: str
+    seed: int | None
+    tasks: int
+    types: int
+    rows: dict[str, WastageFigures]  # predictor -> its row
+    predict_ms_p99: float | None
+    seconds: float
+    decided_at: str | None  # chronological: "start" or "submit"
+
+
 @dataclass(slots=True)
 class Result:
     protocol: str
@@ -93,18 +107,18 @@ class Result:
     # harpd's first allocation (bytes; None: the request kept) per task, in the order the rows add them
     harp_first: list[float | None] = field(default_factory=list)
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> WorkflowFigures:
         p = self.predict_ms
-        return {
-            "protocol": self.protocol,
-            "seed": self.seed,
-            "tasks": self.tasks,
-            "types": self.types,
-            "rows": {k: v.to_dict() for k, v in self.rows.items()},
-            "predict_ms_p99": float(np.percentile(p, 99)) if p else None,
-            "seconds": round(self.seconds, 2),
-            "decided_at": self.decided_at,
-        }
+        return WorkflowFigures(
+            protocol=self.protocol,
+            seed=self.seed,
+            tasks=self.tasks,
+            types=self.types,
+            rows={k: v.to_dict() for k, v in self.rows.items()},
+            predict_ms_p99=float(np.percentile(p, 99)) if p else None,
+            seconds=round(self.seconds, 2),
+            decided_at=self.decided_at,
+        )
 
 
 def read_tasks(path: str | os.PathLike[str], protocol: str) -> list[Task]:

@@ -36,7 +36,7 @@ import math
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypedDict
 
 import numpy as np
 
@@ -55,6 +55,21 @@ MAX_EXTENSIONS = 64
 
 #: ``[watch]``'s defaults (harpd.config): the lead and interval a policy built without settings assumes
 _WATCH_DEFAULTS = WatchSettings()
+
+
+class SoftPolicyExplain(TypedDict):
+    """``SoftPolicy.explain``: the knobs of a soft decision (``--harp-explain``, ``harp replay``'s report)."""
+
+    limits: str  # "soft"
+    quantile: float
+    extension_budget: float
+    recent_runs: int
+    recent_margin: float
+    burst_tilt: float
+    stake_tilt: float
+    max_extensions: int
+    min_limit_s: float
+    watcher_lead_s: float
 
 
 @dataclass(frozen=True, slots=True)
@@ -130,19 +145,19 @@ class SoftPolicy:
             user_extension_budget=predict.soft_user_extension_budget,
         )
 
-    def explain(self) -> dict:
-        return {
-            "limits": "soft",
-            "quantile": self.quantile,
-            "extension_budget": self.extension_budget,
-            "recent_runs": self.recent_runs,
-            "recent_margin": self.recent_margin,
-            "burst_tilt": self.burst_tilt,
-            "stake_tilt": self.stake_tilt,
-            "max_extensions": self.max_extensions,
-            "min_limit_s": self.min_limit_s,
-            "watcher_lead_s": self.lead_s,
-        }
+    def explain(self) -> SoftPolicyExplain:
+        return SoftPolicyExplain(
+            limits="soft",
+            quantile=self.quantile,
+            extension_budget=self.extension_budget,
+            recent_runs=self.recent_runs,
+            recent_margin=self.recent_margin,
+            burst_tilt=self.burst_tilt,
+            stake_tilt=self.stake_tilt,
+            max_extensions=self.max_extensions,
+            min_limit_s=self.min_limit_s,
+            watcher_lead_s=self.lead_s,
+        )
 
 
 class BudgetController:

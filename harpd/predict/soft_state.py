@@ -19,7 +19,7 @@ from __future__ import annotations
 import math
 import threading
 import time
-from typing import Any
+from typing import Any, TypedDict
 
 from harpd.predict.soft import BudgetController, SoftPolicy, StakeMean
 
@@ -38,6 +38,15 @@ def user_over_budget(store: Any, user: str, budget: float) -> tuple[int, int] | 
     behind the decision (``SoftState``) and what ``harp report`` says about it."""
     jobs, extended = store.user_extensions(user, USER_WINDOW)
     return (extended, jobs) if jobs >= USER_MIN_JOBS and extended > budget * jobs else None
+
+
+class SoftStateExplain(TypedDict):
+    """What the soft policy learnt (``health``'s ``limits``, a soft decision's explanation)."""
+
+    budget_scale: float  # the budget controller's scale on every soft bound
+    users_not_cut: list[str]  # users past their extension budget: their jobs keep their request
+    user_extension_budget: float
+    min_limit_s: float
 
 
 class SoftState:
@@ -135,13 +144,13 @@ class SoftState:
             self._users[user] = (now, over)
         return over
 
-    def explain(self) -> dict[str, Any]:
+    def explain(self) -> SoftStateExplain:
         with self._lock:
             over = sorted(u for u, (_, o) in self._users.items() if o is not None)
-        return {
-            "budget_scale": round(math.exp(self._ctl.s), 3),
-            "users_not_cut": over,
-            "user_extension_budget": self.policy.user_extension_budget,
+        return SoftStateExplain(
+            budget_scale=round(math.exp(self._ctl.s), 3),
+            users_not_cut=over,
+            user_extension_budget=self.policy.user_extension_budget,
             # the smallest start limit: the watcher's lead and interval (SoftPolicy.min_limit_s)
-            "min_limit_s": self.policy.min_limit_s,
-        }
+            min_limit_s=self.policy.min_limit_s,
+        )

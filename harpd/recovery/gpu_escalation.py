@@ -23,13 +23,14 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Protocol, TypedDict
 
 from harpd.records import Change, JobRecord, Submission
 
 __all__ = [
     "GPU",
     "GpuConfig",
+    "GpuConfigJson",
     "GpuProposal",
     "GpuPlanner",
     "GpuStep",
@@ -40,6 +41,16 @@ __all__ = [
 
 #: ``Plan.escalated`` of an attempt that got a larger GPU configuration
 GPU = "gpu"
+
+
+class GpuConfigJson(TypedDict):
+    """``GpuConfig`` in an attempt's explanation (the configuration that ran out, and the next)."""
+
+    gpu_type: str | None
+    n_gpus: int
+    zero: int
+    capacity_gib: float | None
+    nodes: int | None
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,14 +72,14 @@ class GpuConfig:
         """What sets the memory per GPU: type, count, stage (the nodes they are spread over do not)."""
         return (self.gpu_type, self.n_gpus, self.zero)
 
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "gpu_type": self.gpu_type,
-            "n_gpus": self.n_gpus,
-            "zero": self.zero,
-            "capacity_gib": self.capacity_gib,
-            "nodes": self.nodes,
-        }
+    def to_json(self) -> GpuConfigJson:
+        return GpuConfigJson(
+            gpu_type=self.gpu_type,
+            n_gpus=self.n_gpus,
+            zero=self.zero,
+            capacity_gib=self.capacity_gib,
+            nodes=self.nodes,
+        )
 
 
 @dataclass(frozen=True, slots=True)

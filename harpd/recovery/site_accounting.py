@@ -15,6 +15,7 @@ import logging
 from dataclasses import dataclass
 from typing import Any
 
+from harpd.protocol import AccountingHealth
 from harpd.slurm.base import Accounting, SlurmError
 
 log = logging.getLogger("harpd.recovery")
@@ -36,8 +37,8 @@ class SiteAccounting:
         """A job that left slurmctld can be resubmitted (script and environment kept)."""
         return bool(self.script and self.env)
 
-    def as_health(self) -> dict[str, Any]:
-        return {"job_script": self.script, "job_env": self.env, "flags": self.flags, "recovery": self.says}
+    def as_health(self) -> AccountingHealth:
+        return AccountingHealth(job_script=self.script, job_env=self.env, flags=self.flags, recovery=self.says)
 
 
 def _words(acc: Accounting) -> str:

@@ -13,7 +13,8 @@ from collections import deque
 
 import numpy as np
 
-from harpd.predict.allocation import Guard, allocate_many
+from harpd.predict.allocation import Guard
+from harpd.predict.extension import next_extension
 from harpd.predict.soft import (
     MAX_EXTENSIONS,
     BudgetController,
@@ -24,27 +25,31 @@ from harpd.predict.soft import (
     stake_of,
     tilt,
 )
-from harpd.records import Outcome
-from harpd.recovery.escalation import simulate_many
+from harpd.replay.dataset import Prepared
 from harpd.watcher_timing import watcher_look, watcher_looks
 
 _FLOAT_MAX = sys.float_info.max
 
 
-def recent_at(prep, at: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+def _timed(prep: Prepared) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The trace's template keys, start and end times; ValueError when ``prepare`` did not keep them."""
+    if prep.template is None or prep.start is None or prep.end is None:
+        raise ValueError("soft limits need template keys and end times: prepare(..., keep_templates=True)")
+    return prep.template, prep.start, prep.end
+
+
+def recent_at(prep: Prepared, at: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
     """Per job: how many runs of its template had finished strictly before ``at[i]``
     (at most ``k`` counted) and the most that the last ``k`` of them used, as a
     share of the request (a run killed at its request counts as 1: all of it).
 
     Needs the template keys (``prepare(..., keep_templates=True)``).
     """
-    if prep.template is None or prep.end is None:
-        raise ValueError("soft limits need template keys and end times: prepare(..., keep_templates=True)")
+    tmpl, _, end = _timed(prep)
     n = prep.n
-    tmpl = prep.template
     ratio = np.where(prep.censored, 1.0, prep.need / np.where(np.isfinite(prep.request), prep.request, np.nan))
     fin = prep.finish_seq
-    fin_end = prep.end[fin]
+    fin_end = end[fin]
     count = np.zeros(n, np.int64)
     mx = np.full(n, np.nan)
     last: dict[object, deque[float]] = {}
@@ -78,7 +83,7 @@ def start_bound(up_log: np.ndarray, count: np.ndarray, recent_max: np.ndarray, p
     return np.where(use, rec, up_log)
 
 
-def running_at(prep) -> tuple[np.ndarray, np.ndarray]:
+def running_at(prep: Prepared) -> tuple[np.ndarray, np.ndarray]:
     """Per job, at its start: how many jobs of its template were running, and the longest run so far among them.
 
     What harpd's watcher sees of the queue when it re-sizes a pending job
@@ -87,11 +92,9 @@ def running_at(prep) -> tuple[np.ndarray, np.ndarray]:
     """
     import heapq
 
-    if prep.template is None or prep.end is None:
-        raise ValueError("soft limits need template keys and end times: prepare(..., keep_templates=True)")
+    tmpl, start, end = _timed(prep)
     n = prep.n
-    tmpl = prep.template
-    t = np.concatenate([prep.end, prep.start])
+    t = np.concatenate([end, start])
     kind = np.concatenate([np.zeros(n, np.int8), np.ones(n, np.int8)])  # ends before starts at one instant
     idx = np.concatenate([np.arange(n), np.arange(n)])
     order = np.lexsort((idx, kind, t))
@@ -108,24 +111,17 @@ def running_at(prep) -> tuple[np.ndarray, np.ndarray]:
         while heap and ended[heap[0][1]]:
             heapq.heappop(heap)
         if heap:
-            elapsed[i] = float(prep.start[i]) - heap[0][0]
+            elapsed[i] = float(start[i]) - heap[0][0]
             count[i] = sum(1 for _, j in heap if not ended[j])
-        heapq.heappush(heap, (float(prep.start[i]), i))
+        heapq.heappush(heap, (float(start[i]), i))
         if len(heap) > 64 and count[i] < len(heap) // 2:  # drop the ended ones now and then
             started[tmpl[i]] = heap = [x for x in heap if not ended[x[1]]]
             heapq.heapify(heap)
     return count, elapsed
 
 
-def start_limits(prep, up_log: np.ndarray, guard: Guard, policy: SoftPolicy) -> np.ndarray:
-    """The limit each job starts with (NaN: the user's request stands), without the budget controller."""
-    count, mx = recent_at(prep, prep.start, policy.recent_runs)
-    bound = start_bound(np.asarray(up_log, float), count, mx, policy)
-    return allocate_many(prep.request, bound, np.maximum(prep.n_hist, count), prep.limit, soft_guard(guard, policy))
-
-
 def hold_budget(
-    prep,
+    prep: Prepared,
     bound_log: np.ndarray,
     guard: Guard,
     policy: SoftPolicy,
@@ -155,6 +151,7 @@ def hold_budget(
 
     from harpd.predict.decide import TIME, KernelInput, allocation
 
+    _, start, end = _timed(prep)
     n = prep.n
     req, need, cens = prep.request, prep.need, prep.censored
     g = soft_guard(guard, policy)
@@ -165,7 +162,7 @@ def hold_budget(
     usual = StakeMean(policy.stake_window)
     out = np.full(n, np.nan)
     # static events: ends (kind 0) before starts (kind 2) at equal times; extensions (kind 1) come later
-    t = np.concatenate([prep.end, prep.start])
+    t = np.concatenate([end, start])
     kind = np.concatenate([np.zeros(n, np.int8), np.full(n, 2, np.int8)])
     idx = np.concatenate([np.arange(n), np.arange(n)])
     order = np.lexsort((kind, t))
@@ -192,7 +189,7 @@ def hold_budget(
                 if v is not None:
                     out[i] = v
                     # the watcher extends it at its first look within its lead of the limit
-                    t0 = float(prep.start[i])
+                    t0 = float(start[i])
                     at = watcher_look(t0, policy.lead_s, policy.look_s, t0 + v)
                     if (v <= need[i]) if cens[i] else (t0 + need[i] > at):
                         extended[i] = True
@@ -206,7 +203,7 @@ def hold_budget(
 
 
 def soft_starts(
-    prep, up_log: np.ndarray, guard: Guard, policy: SoftPolicy, trace: list[float] | None = None
+    prep: Prepared, up_log: np.ndarray, guard: Guard, policy: SoftPolicy, trace: list[float] | None = None
 ) -> tuple[np.ndarray, np.ndarray]:
     """harp's start limits under soft limits, as the daemon decides them; and which jobs the start-time rule sized.
 
@@ -215,7 +212,7 @@ def soft_starts(
     with the burst and stake tilts; each job with the history it has at its
     start.
     """
-    count, mx = recent_at(prep, prep.start, policy.recent_runs)
+    count, mx = recent_at(prep, _timed(prep)[1], policy.recent_runs)
     flight, elapsed = running_at(prep)
     bound = running_bound(start_bound(np.asarray(up_log, float), count, mx, policy), elapsed, prep.request, policy)
     out = hold_budget(prep, bound, guard, policy, trace, in_flight=flight, n_hist=np.maximum(prep.n_hist, count))
@@ -236,10 +233,10 @@ def extend(
     """What harpd's extensions make of each start limit: ``(final, extensions, harp_killed)``.
 
     ``start`` is the limit at the start (NaN: the request); a job that
-    outgrows its limit is raised by the escalation rule (double), capped by
-    its own request (the kill time) and ``cap``, except that its ``max_extensions``-th
-    extension goes straight to that kill time (``SoftPolicy.max_extensions``,
-    harpd's extender does the same).  A job that needs more than its request
+    outgrows its limit is raised by harpd's extender's own rule
+    (``harpd.predict.extension.next_extension``, job by job: its
+    ``max_extensions``-th extension goes straight to its request, capped by
+    ``cap``, in whole minutes).  A job that needs more than its request
     (censored) is killed at the request: the user's limit, not harp's.
     ``harp_killed`` marks jobs stopped below their request, which the rule
     never does (kept as a check, 0 by construction).  ``lead_s``: harpd's
@@ -263,14 +260,24 @@ def extend(
     cens = np.asarray(censored, bool)
     first = np.where(np.isfinite(start), start, req)
     kill_at = req if cap is None else np.fmin(req, np.asarray(cap, float))
+    caps = np.full(len(req), np.nan) if cap is None else np.asarray(cap, float)
     n_ext = max(int(max_extensions), 1)
-    # the doublings: up to n_ext − 1 of them (an attempt per limit tried)
-    _, fitted, last, attempts = simulate_many(need, first, req, kill_at, Outcome.TIMEOUT, n_ext, cens)
-    ext = attempts - 1
-    final = np.where(np.isfinite(last), last, req)
-    # the last extension: straight to the kill time, for what still does not fit below it
-    to_kill = ~fitted & np.isfinite(kill_at) & (final < kill_at)
-    final = np.where(to_kill, kill_at, final)
-    ext = np.where(to_kill, ext + 1, ext)
+
+    def holds(limit: np.ndarray) -> np.ndarray:
+        # a censored run needed more than it was given: only a larger limit is known to hold it
+        return np.where(cens, limit > need, limit >= need)
+
+    final = first.copy()
+    ext = np.zeros(len(req), np.int64)
+    # harpd's extender's rule, job by job, for each of harp's limits that does not hold its job
+    for j in np.flatnonzero(cut & ~holds(first)).tolist():
+        limit, made, c, n, lower = float(first[j]), 0, float(caps[j]), float(need[j]), bool(cens[j])
+        while made <= n_ext and not (limit > n if lower else limit >= n):
+            step = next_extension(limit, float(req[j]), c if math.isfinite(c) else None, made, n_ext)
+            if step is None:
+                break
+            limit, made = float(step.limit_s), made + 1
+        final[j], ext[j] = limit, made
+    fitted = holds(final)
     harp_killed = ~fitted & ~cens & (final < np.where(np.isfinite(kill_at), kill_at, math.inf))
     return final, ext, harp_killed

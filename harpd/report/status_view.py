@@ -17,7 +17,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, TypedDict
 
-from harpd.records import AttemptRow
+from harpd.protocol import AccountingHealth, LimitsHealth
+from harpd.records import AttemptRow, LimitChangeRow
 
 
 class RanWith(TypedDict):
@@ -66,7 +67,7 @@ class JobStatusJson(TypedDict, total=False):
     source_kind: str | None
     also_imported: list[str]
     attempts: list[AttemptRow]
-    limit_changes: list[dict[str, Any]]
+    limit_changes: list[LimitChangeRow]
     runs: list[RunView]
     ledger: list[dict[str, Any]]
     ran_with: list[RanWith]
@@ -83,8 +84,8 @@ class JobStatusJson(TypedDict, total=False):
     decision: dict[str, Any] | None
     registered_job_id: str | None
     gpu_memory: GpuMemoryJson
-    limits_mode: dict[str, Any]
-    accounting: dict[str, Any]
+    limits_mode: LimitsHealth
+    accounting: AccountingHealth
 
 
 @dataclass(frozen=True)
@@ -109,7 +110,7 @@ class JobStatus:
     also_imported: tuple[str, ...] = ()
     attempts: tuple[AttemptRow, ...] = ()
     # harpd's changes of the live job's limit: extensions while it ran, re-sizes while it waited
-    limit_changes: tuple[dict[str, Any], ...] = ()
+    limit_changes: tuple[LimitChangeRow, ...] = ()
     runs: tuple[RunView, ...] = ()
     ledger: tuple[dict[str, Any], ...] | None = None
     ran_with: tuple[RanWith, ...] | None = None
@@ -126,8 +127,8 @@ class JobStatus:
     decision: dict[str, Any] | None = None
     registered_job_id: str | None = None
     gpu_memory: GpuMemoryJson | None = None
-    limits_mode: dict[str, Any] | None = None
-    accounting: dict[str, Any] | None = None
+    limits_mode: LimitsHealth | None = None
+    accounting: AccountingHealth | None = None
 
     def to_json(self) -> JobStatusJson:
         """The answer's JSON object, keys in the order harpd has always sent them."""

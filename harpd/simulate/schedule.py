@@ -31,8 +31,7 @@ same ones:
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
-from typing import Any
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -59,9 +58,6 @@ class Summary:
     delayed_by_extension: int
     delayed_by_kill: int
     delayed_starts: int
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
 
 
 @dataclass(frozen=True)

@@ -95,16 +95,15 @@ def _same(a: LimitPolicy, b: LimitPolicy) -> bool:
 
 def mean_row(summaries: Sequence[Summary]) -> dict[str, Any]:
     """One policy's row: every figure averaged over the copies, with the standard error of the paired ones."""
-    rows = [s.to_dict() for s in summaries]
-    out: dict[str, Any] = dict(rows[0])
-    n = len(rows)
+    out: dict[str, Any] = dataclasses.asdict(summaries[0])  # the row leaves as JSON: the one dict
+    n = len(summaries)
     for f in fields(Summary):
         if f.type not in ("int", "float", int, float):
             continue
-        m = float(np.mean(np.array([r[f.name] for r in rows], float)))
+        m = float(np.mean(np.array([getattr(s, f.name) for s in summaries], float)))
         out[f.name] = int(round(m)) if f.type in ("int", int) else m  # counts: the mean, rounded
     for k in PAIRED_FIGURES:
-        vals = np.array([r[k] for r in rows], float)
+        vals = np.array([getattr(s, k) for s in summaries], float)
         out[f"{k}_se"] = float(np.std(vals, ddof=1) / math.sqrt(n)) if n > 1 else None
         # per copy (None: no job simulated): how many copies the mean needs
         out[f"{k}_copies"] = [float(v) if math.isfinite(v) else None for v in vals]
@@ -135,8 +134,8 @@ def paired(base: Sequence[Summary], other: Sequence[Summary]) -> dict[str, Paire
     """
     out: dict[str, Paired] = {}
     for k in PAIRED_FIGURES:
-        a = np.array([s.to_dict()[k] for s in base], float)
-        b = np.array([s.to_dict()[k] for s in other], float)
+        a = np.array([getattr(s, k) for s in base], float)
+        b = np.array([getattr(s, k) for s in other], float)
         ok = np.isfinite(a) & np.isfinite(b) & (a > 0)
         if not ok.any():
             out[k] = {"rel_diff": None, "se": None, "verdict": "no jobs"}

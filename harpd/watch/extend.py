@@ -2,13 +2,9 @@
 
 A job harp shortened keeps the user's own request as its true kill time.
 When less than ``watch.margin_s`` is left of its current limit, harpd raises
-the limit: the job's ``predict.soft_max_extensions``-th extension (the
-first, by default) goes straight to the user's request, never past the
-partition MaxTime (a job that outgrew harp's limit is one harp did not
-predict: a doubling that falls short again would be one more broken promise
-to the backfill planner); with more allowed, the earlier ones follow THE
-escalation rule (``recovery.escalation.next_allocation``: double, back to
-the user's request at most).  Each extension appends a note to the job's
+the limit by the soft policy's extension rule (``harpd.predict.extension``,
+the one the replay scores: by default straight back to the user's request,
+never past the partition's MaxTime).  Each extension appends a note to the job's
 comment, replacing an earlier extension's note (never the rest: the comment
 may carry recovery's marker, which a search after a crash reads, and a
 workflow manager's own text).
@@ -45,12 +41,12 @@ from harp_submit.units import fmt_time
 from harpd.config import HarpSettings
 from harpd.limits.ledger import read_ledger
 from harpd.metrics import record as metrics
+from harpd.predict.extension import next_extension
 from harpd.predict.soft import SoftPolicy
-from harpd.records import LimitChange, Outcome
+from harpd.records import LimitChange
 from harpd.recovery.attempts import EXTENDED_NOTE, without_notes
 from harpd.recovery.crash import crash_point
-from harpd.recovery.escalation import next_allocation
-from harpd.slurm.base import PartitionInfo, QueuedJob, SlurmError, waiting_on_slurm, whole_minutes
+from harpd.slurm.base import PartitionInfo, QueuedJob, SlurmError, waiting_on_slurm
 from harpd.slurm.partitions import partition_of
 from harpd.store import Store
 from harpd.watch.changes import DECIDED, DONE, ENDED, REFUSED, decided, row_of, set_step, still_to_do
@@ -139,26 +135,10 @@ class Extender:
             return 0
         cap = self._cap(job.partition)
         made = sum(1 for r in rows.values() if r.step == DONE)
-        if made + 1 >= self.max_extensions:
-            # the last extension: back to the user's own request (within the partition), no more broken promises
-            last = original if cap is None else min(original, cap)
-            new = min(whole_minutes(int(last)) * 60, max(current, original))
-            how = f"back to the requested {fmt_time(last)}"
-            how = (
-                f"{how} (harp extends a job once)"
-                if self.max_extensions == 1
-                else f"extension {made + 1} of at most {self.max_extensions}: {how}"
-            )
-        else:
-            step = next_allocation(Outcome.TIMEOUT, current, original, cap, attempt=1, max_attempts=2)
-            if step.value is None:
-                return 0
-            new = min(whole_minutes(int(step.value)) * 60, max(current, original))
-            # the escalation rule's own words for what it did (its first clause is about a kill: not here)
-            parts = [p.strip() for p in step.reason.split(";")]
-            how = parts[1] if len(parts) > 1 else step.reason
-        if new <= current:
+        ext = next_extension(current, original, cap, made, self.max_extensions)
+        if ext is None:
             return 0
+        new, how = ext.limit_s, ext.how
         reason = f"{fmt_time(job.time_left_s)} left of {fmt_time(current)}; {how}"
         attempt = read_ledger(self.store, job.job_id, sub).attempt  # the run it extends, in the limits ledger
         if self.store.add_limit_change(job.job_id, EXTEND, current, new, reason, DECIDED, attempt=attempt):

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from harpd.config import HarpSettings
+from harpd.protocol import LimitsHealth
 from harpd.recovery.mode import REQUEUE, resolve_mode
 
 log = logging.getLogger("harpd.watch")
@@ -32,9 +33,9 @@ class Privilege:
     def mode(self) -> str:
         return "soft" if self.soft_limits else "hard"
 
-    def as_health(self) -> dict[str, Any]:
+    def as_health(self) -> LimitsHealth:
         """What ``health`` (and so ``harp status``) shows."""
-        return {"mode": self.mode, "privileged": self.privileged, "why": self.why}
+        return LimitsHealth(mode=self.mode, privileged=self.privileged, why=self.why)
 
 
 def detect(settings: HarpSettings, backend: Any) -> Privilege:

@@ -150,6 +150,14 @@ def _queue_state(lab, job) -> str:
     return out.splitlines()[0] if out else ""
 
 
+def _job_log(lab, job) -> str:
+    """What explains a wait on the job: slurmctld's view of it and the tail of harpd's log."""
+    show = lab["cluster"].run(["scontrol", "show", "job", job.job_id], check=False).stdout
+    log = lab["dir"] / "harpd" / "harpd.log"
+    tail = log.read_text(errors="replace").splitlines()[-40:] if log.exists() else []
+    return show + "\n".join(tail)
+
+
 def _mb(reqmem: str) -> float:
     return float(reqmem.rstrip("nc").rstrip("M"))
 
@@ -223,10 +231,10 @@ def test_a_checkpointed_function_that_requeues_itself_twice_completes_once_and_i
         return runs() >= n and state == "RUNNING"
 
     for n in (1, 2):
-        wait_for(f"run {n} of the function", lambda n=n: started(n), 180, interval=1)
+        wait_for(f"run {n} of the function", lambda n=n: started(n), 180, interval=1, log=lambda: _job_log(lab, job))
         job._interrupt()  # submitit's own test hook: USR2 as a preemption; its handler requeues the job
         wait_for(f"the job to requeue itself ({n})", lambda: _queue_state(lab, job) == "PENDING", 120)
-    wait_for("run 3 of the function", lambda: started(3), 180, interval=1)
+    wait_for("run 3 of the function", lambda: started(3), 180, interval=1, log=lambda: _job_log(lab, job))
     go.write_text("go\n")
     assert job.result() == 3
     _closed(lab, [job.job_id])

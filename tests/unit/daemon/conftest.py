@@ -6,15 +6,16 @@ import os
 import shutil
 import tempfile
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
 import pytest
 from daemon_helpers import call
 
+from harpd.daemon.door import Door
 from harpd.daemon.handlers import Handlers
-from harpd.daemon.server import Server
+from harpd.daemon.server import Server, ServerLimits
 from harpd.store import Store
 
 
@@ -47,12 +48,17 @@ class RunningServer:
 
 @pytest.fixture
 def serve(short_dir: Path, store: Store):
-    """serve(**server_kwargs, handlers=...) → RunningServer, stopped at teardown."""
+    """serve(handlers=..., mode=..., doors=..., **limits) → RunningServer, stopped at teardown.
+
+    ``limits``: ``ServerLimits``' fields a test varies (the others keep the server's defaults).
+    """
     running: list[RunningServer] = []
 
-    def start(handlers: Handlers | None = None, **kw: Any) -> RunningServer:
+    def start(
+        handlers: Handlers | None = None, *, mode: int = 0o666, doors: Sequence[Door] = (), **limits: Any
+    ) -> RunningServer:
         h = handlers or Handlers(store)
-        srv = Server(short_dir / "harpd.sock", h, **kw)
+        srv = Server(short_dir / "harpd.sock", h, mode=mode, doors=doors, limits=ServerLimits(**limits))
         srv.bind()
         t = threading.Thread(target=srv.serve_forever, daemon=True)
         t.start()

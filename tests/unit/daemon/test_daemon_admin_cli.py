@@ -79,7 +79,7 @@ def test_retrain_with_too_little_history_is_harpds_reason_on_one_line(harpd, cap
 
 
 def test_retrain_shows_the_models_their_scores_and_the_champions(serve, short_dir, store, capsys):
-    from harpd.daemon.handlers import Handlers
+    from harpd.daemon.handlers import AdminActions, Handlers
 
     def model(name, score, champion):
         return {
@@ -108,7 +108,7 @@ def test_retrain_shows_the_models_their_scores_and_the_champions(serve, short_di
         },
         "loaded": {"time": {"name": "gbm", "path": "/m/gbm.pkl"}},
     }
-    srv = serve(handlers=Handlers(store, retrain=lambda: result))
+    srv = serve(handlers=Handlers(store, actions=AdminActions(retrain=lambda: result)))
     cfg = short_dir / "harpd.toml"
     cfg.write_text(f'[server]\nsocket = "{srv.path}"\n[store]\npath = "{short_dir}/harp.db"\n')
     rc, out, err = run(capsys, cfg, "retrain")
@@ -157,7 +157,8 @@ def test_a_non_admin_gets_harpds_refusal_as_one_line(harpd, op):
 
 
 def test_health_says_what_recovery_can_do_on_this_cluster(serve, short_dir, store, capsys):
-    from harpd.daemon.handlers import Handlers
+    from harpd import protocol as p
+    from harpd.daemon.handlers import Handlers, HealthSources
     from harpd.recovery.site_accounting import read_site_accounting
     from harpd.slurm.base import Accounting
 
@@ -167,7 +168,12 @@ def test_health_says_what_recovery_can_do_on_this_cluster(serve, short_dir, stor
 
     acc = read_site_accounting(Slurm()).as_health()
     srv = serve(
-        handlers=Handlers(store, limits_mode={"mode": "hard", "privileged": False, "why": "not root"}, accounting=acc)
+        handlers=Handlers(
+            store,
+            health=HealthSources(
+                limits_mode=p.LimitsHealth(mode="hard", privileged=False, why="not root"), accounting=acc
+            ),
+        )
     )
     cfg = short_dir / "harpd.toml"
     cfg.write_text(f'[server]\nsocket = "{srv.path}"\n[store]\npath = "{short_dir}/harp.db"\n')

@@ -9,7 +9,7 @@ import pytest
 from harpd import protocol as p
 from harpd.access import resolve_group
 from harpd.config import HarpSettings
-from harpd.daemon.handlers import Handlers, NoChangePredictor, Peer, Predictor
+from harpd.daemon.handlers import AdminActions, Handlers, NoChangePredictor, OutcomeServices, Peer, Predictor
 from harpd.ingest.poller import Ingestor
 from harpd.records import JobRecord, Outcome
 from harpd.slurm.scontrol import job_info
@@ -196,9 +196,11 @@ def test_admin_ops_refused_for_users(store, op):
     called = []
     h = Handlers(
         store,
-        retrain=lambda: called.append(1),
-        reload=lambda: called.append(2),
-        importer=lambda path, s: called.append(3),
+        actions=AdminActions(
+            retrain=lambda: called.append(1),
+            reload=lambda: called.append(2),
+            importer=lambda path, s: called.append(3),
+        ),
     )
     ans = h.handle(ALICE, req(dict(op)))
     assert isinstance(ans, p.ErrorAnswer) and "admin operation" in ans.error
@@ -208,7 +210,7 @@ def test_admin_ops_refused_for_users(store, op):
 
 
 def test_admin_group_membership_grants_admin(store):
-    h = Handlers(store, admin_gid=5000, retrain=lambda: {"trained": 3})
+    h = Handlers(store, admin_gid=5000, actions=AdminActions(retrain=lambda: {"trained": 3}))
     ans = h.handle(BOB, req({"op": "retrain"}))  # bob has 5000 as a supplementary group
     assert isinstance(ans, p.AdminAnswer) and ans.result == {"trained": 3}
     assert isinstance(h.handle(ALICE, req({"op": "retrain"})), p.ErrorAnswer)
@@ -230,7 +232,7 @@ def test_reload_runs_the_reload_it_was_given(store):
 
     # the daemon passes the live predictor's reload in; a predictor's own method is never probed for
     assert "reload not available" in Handlers(store, predictor=P()).handle(ROOT, req({"op": "reload"})).error
-    ans = Handlers(store, predictor=P(), reload=P().reload).handle(ROOT, req({"op": "reload"}))
+    ans = Handlers(store, predictor=P(), actions=AdminActions(reload=P().reload)).handle(ROOT, req({"op": "reload"}))
     assert ans.result == {"models": 2} and P.reloaded == 1
 
 
@@ -238,7 +240,7 @@ def test_import_calls_the_importer_with_the_store(store, tmp_path):
     f = tmp_path / "t.swf"
     f.write_text("; empty\n")
     got = []
-    h = Handlers(store, importer=lambda path, s: got.append((path, s)) or 17)
+    h = Handlers(store, actions=AdminActions(importer=lambda path, s: got.append((path, s)) or 17))
     ans = h.handle(ROOT, req({"op": "import", "path": str(f)}))
     assert ans.result == {"count": 17} and got == [(str(f), store)]
     assert "must be absolute" in h.handle(ROOT, req({"op": "import", "path": "t.swf"})).error
@@ -247,7 +249,10 @@ def test_import_calls_the_importer_with_the_store(store, tmp_path):
     def bad(path, s):
         raise ValueError("line 3: not SWF")
 
-    assert "line 3: not SWF" in Handlers(store, importer=bad).handle(ROOT, req({"op": "import", "path": str(f)})).error
+    assert (
+        "line 3: not SWF"
+        in Handlers(store, actions=AdminActions(importer=bad)).handle(ROOT, req({"op": "import", "path": str(f)})).error
+    )
 
 
 def test_import_without_an_importer(store, tmp_path):
@@ -267,7 +272,7 @@ def test_health(store):
 
 
 def test_health_counts_the_pollers_polls(store):
-    h = Handlers(store, ingestor=Ingestor(store, FakeSlurm(), HarpSettings()))
+    h = Handlers(store, outcomes=OutcomeServices(ingestor=Ingestor(store, FakeSlurm(), HarpSettings())))
     assert h.handle(ALICE, req({"op": "health"})).ingest == p.IngestHealth(polls=0, failures=0)
     h.ingestor.poll_once()
     h.ingestor.poll_once()

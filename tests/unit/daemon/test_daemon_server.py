@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import select
@@ -14,8 +15,9 @@ import pytest
 from daemon_helpers import as_nobody, call, read_answer
 
 from harpd import protocol as p
-from harpd.daemon.handlers import Handlers
-from harpd.daemon.server import Server, ServerError
+from harpd.config import ServerSettings
+from harpd.daemon.handlers import AdminActions, Handlers
+from harpd.daemon.server import Server, ServerError, ServerLimits
 from tests.helpers.fake_slurm import FakeSlurm
 from tests.helpers.wait import wait_for
 
@@ -310,7 +312,7 @@ def test_a_user_cannot_see_or_take_over_roots_job(serve, store):
 
 @needs_root
 def test_admin_group_member_may_retrain(serve, store):
-    h = Handlers(store, admin_gid=65534, retrain=lambda: {"done": True})
+    h = Handlers(store, admin_gid=65534, actions=AdminActions(retrain=lambda: {"done": True}))
     srv = serve(handlers=h)
     out = as_nobody(lambda: call(srv.path, {"op": "retrain"}))
     assert out == {"ok": True, "message": "retrain done", "result": {"done": True}}
@@ -437,3 +439,37 @@ def test_registrations_take_at_most_half_the_workers(serve, store):
             s.close()
     wait_for("the registrations' workers back", lambda: srv.server.active == 0, interval=0.01)
     assert srv.server._registering == 0
+
+
+def test_harpd_serves_with_every_server_limit_it_was_configured_with(short_dir):
+    """``ServerLimits.from_settings`` copies each of [server]'s limits: a field it dropped would keep a default."""
+    limits = {f.name for f in dataclasses.fields(ServerLimits)}
+    assert limits <= set(ServerSettings.model_fields), "a server limit with no [server] setting"
+    # every setting off its default (and off the server's own), so a missed one shows
+    given = ServerSettings(
+        request_timeout_s=7.5,
+        max_request_bytes=12345,
+        max_clients=40,
+        auth_timeout_s=3.5,
+        max_unauthenticated=300,
+        max_unauthenticated_per_peer=9,
+        unix_reserved_clients=5,
+        refusal_log_interval_s=20.0,
+        max_clients_per_user=6,
+        max_waiting_per_user=11,
+        root_reserved_clients=3,
+    )
+    got = ServerLimits.from_settings(given)
+    for name in limits:
+        assert getattr(got, name) == getattr(given, name), name
+        assert getattr(got, name) != getattr(ServerLimits(), name), f"{name}: pick a value off the default"
+    srv = Server(short_dir / "s.sock", None, limits=got)
+    assert (srv.max_clients, srv.max_tcp_clients, srv.request_timeout_s) == (40, 35, 7.5)
+    assert (srv.max_clients_per_user, srv.root_reserved_clients, srv.max_request_bytes) == (6, 3, 12345)
+
+
+def test_a_server_without_settings_keeps_a_quarter_of_its_slots_for_the_unix_socket(short_dir):
+    """Built without settings (tests, benches): unix_reserved_clients None is max_clients // 4 (the setting's is 16)."""
+    assert Server(short_dir / "a.sock", None).max_tcp_clients == 48
+    assert Server(short_dir / "b.sock", None, limits=ServerLimits(max_clients=2)).max_tcp_clients == 2
+    assert Server(short_dir / "c.sock", None, limits=ServerLimits.from_settings(ServerSettings())).max_tcp_clients == 48

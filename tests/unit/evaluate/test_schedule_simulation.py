@@ -30,7 +30,7 @@ import numpy as np
 import pytest
 
 from harpd.cli.main import main as harp_main
-from harpd.evaluate.schedule_simulation import QueueError, gap_closed, policies, schedule
+from harpd.evaluate.schedule_simulation import QueueError, ScheduleOptions, gap_closed, policies, schedule
 from harpd.replay.dataset import prepare
 from harpd.report.queue_figures import load, path_beside
 from tests.unit.predict.replay_helpers import rec
@@ -52,7 +52,13 @@ def prep():
 
 
 def test_four_policies_by_hand(prep):
-    q = schedule(prep, 2, hard=np.array([NAN, NAN, 30.0]), soft=np.array([60.0, NAN, 50.0]), closed_loop=False)
+    q = schedule(
+        prep,
+        2,
+        hard=np.array([NAN, NAN, 30.0]),
+        soft=np.array([60.0, NAN, 50.0]),
+        options=ScheduleOptions(closed_loop=False),
+    )
     assert q["soft_loop"] == "open"
     rows = {p["policy"]: p for p in q["policies"]}
     assert list(rows) == ["users", "harp-hard", "harp-soft", "exact"]
@@ -93,13 +99,13 @@ def test_closed_loop_soft_plans_a_shallow_cut_with_its_request_behind_a_deep_que
     # 1 + 100 > 60: C no longer backfills.  At 60 A is extended (to 120), it ends at 100,
     # B runs 100-110, C 110-140.  Waits 0, 100, 109.  Without the rule C backfills at 1.
     shallow = prepare([rec(0, 0, 100, 1000, cpus=1), rec(1, 0, 10, 100, cpus=2), rec(2, 1, 30, 100, cpus=1)], "time")
-    q = schedule(shallow, 2, hard=None, soft=np.array([60.0, NAN, 50.0]), queue_rule=True)
+    q = schedule(shallow, 2, hard=None, soft=np.array([60.0, NAN, 50.0]), options=ScheduleOptions(queue_rule=True))
     assert q["soft_loop"] == "closed" and q["queue_rule"] is True
     soft = {p["policy"]: p for p in q["policies"]}["harp-soft"]
     w, b = _expected([0, 100, 109], [100, 10, 30])
     assert (soft["mean_wait_s"], soft["mean_bounded_slowdown"]) == (pytest.approx(w), pytest.approx(b))
     # a deep cut (20 of 100) stands under the same queue: C backfills at 1 (waits 0, 100, 0)
-    q = schedule(shallow, 2, hard=None, soft=np.array([60.0, NAN, 20.0]), queue_rule=True)
+    q = schedule(shallow, 2, hard=None, soft=np.array([60.0, NAN, 20.0]), options=ScheduleOptions(queue_rule=True))
     assert {p["policy"]: p for p in q["policies"]}["harp-soft"]["mean_wait_s"] == pytest.approx(100 / 3)
     # without the rule the closed loop asks for today's limits: the open loop's schedule (waits 0, 100, 0)
     q = schedule(shallow, 2, hard=None, soft=np.array([60.0, NAN, 50.0]))
@@ -121,6 +127,26 @@ def test_absent_rows_and_a_gap_that_does_not_exist(prep):
     q = schedule(prep, 1, hard=None, soft=None)
     assert q["jobs"] == 3 and all(p["rejected"] == 1 for p in q["policies"])
     assert any("wider than 1" in n for n in q["notes"])
+
+
+@pytest.mark.parametrize(
+    ("option", "words"),
+    [
+        ({"replicas": 0}, "--replicas 0: at least one copy"),
+        ({"shake_s": -5.0}, "--shake -5: a shaking amplitude is 0 seconds or more"),
+        ({"compress": 0.0}, "--compress 0: a factor above 0 and at most 1"),
+        ({"compress": 1.5}, "--compress 1.5: a factor above 0 and at most 1"),
+    ],
+)
+def test_options_the_simulation_cannot_use_are_one_line_errors(option, words):
+    with pytest.raises(QueueError, match=words) as err:
+        ScheduleOptions(**option)
+    assert "\n" not in str(err.value)
+
+
+def test_a_machine_without_processors_is_refused(prep):
+    with pytest.raises(QueueError, match="--procs 0: the machine needs at least one processor"):
+        schedule(prep, 0, hard=None, soft=None)
 
 
 def test_hard_escalation_gives_up_to_the_request(prep):

@@ -30,8 +30,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from harpd import protocol as p
-from harpd.daemon.handlers import Handlers, Peer
-from harpd.daemon.server import Server
+from harpd.daemon.handlers import AdminActions, Handlers, Peer
+from harpd.daemon.server import Server, ServerLimits
 from harpd.store import Store
 from tests.helpers.fake_slurm import FakeSlurm
 from tests.helpers.wait import wait_for
@@ -196,7 +196,9 @@ def handlers():
     d = tempfile.mkdtemp(prefix="hf-")
     store = Store.open(Path(d) / "harp.db")
     h = Handlers(
-        store, slurm=FakeSlurm(), retrain=lambda: {"trained": 0}, reload=lambda: None, importer=lambda path, store: 0
+        store,
+        slurm=FakeSlurm(),
+        actions=AdminActions(retrain=lambda: {"trained": 0}, reload=lambda: None, importer=lambda path, store: 0),
     )
     yield h
     store.close()
@@ -230,7 +232,9 @@ def test_handlers_answer_every_valid_request(handlers, data: bytes) -> None:
 def live_server():
     d = tempfile.mkdtemp(prefix="hfz-", dir="/tmp")
     store = Store.open(Path(d) / "harp.db")
-    srv = Server(Path(d) / "s.sock", Handlers(store), request_timeout_s=2.0, max_request_bytes=64 * 1024)
+    srv = Server(
+        Path(d) / "s.sock", Handlers(store), limits=ServerLimits(request_timeout_s=2.0, max_request_bytes=64 * 1024)
+    )
     srv.bind()
     t = threading.Thread(target=srv.serve_forever, daemon=True)
     t.start()

@@ -16,15 +16,16 @@ from harpd.predict.soft import SoftPolicy
 from harpd.replay.dataset import prepare
 from harpd.replay.engine import ReplayConfig, run
 from harpd.replay.metric import Jobs, evaluate_soft
-from harpd.replay.soft_walk import extend, hold_budget, recent_at, start_limits
+from harpd.replay.soft_walk import extend, hold_budget, recent_at, soft_starts
 
 NAN = np.nan
 
 
 def test_a_job_that_outgrows_its_start_limit_is_extended_never_killed():
-    # start 100 s, needs 350 s of a 1000 s request: 100 → 200 → 400 (two extensions)
+    # start 100 s, needs 350 s of a 1000 s request: doubled and in whole minutes, as harpd's extender
+    # sets a limit: 100 → 240 (200 s rounded up) → 480 (two extensions)
     final, ext, killed = extend(np.array([100.0]), np.array([350.0]), np.array([1000.0]), np.array([False]))
-    assert final.tolist() == [400.0] and ext.tolist() == [2] and not killed.any()
+    assert final.tolist() == [480.0] and ext.tolist() == [2] and not killed.any()
     # doubling past the request stops at the request: 300 → 600 → 1000
     final, ext, _ = extend(np.array([300.0]), np.array([900.0]), np.array([1000.0]), np.array([False]))
     assert final.tolist() == [1000.0] and ext.tolist() == [2]
@@ -52,11 +53,11 @@ def test_soft_metric_by_hand():
     cens = np.array([False, False, True, False])
     start = np.array([100.0, 200.0, 500.0, NAN])
     w = np.array([2.0, 1.0, 1.0, 4.0])
-    # F = 400 (two ext), 200, 1000 (censored: one ext to R), 800 (request)
+    # F = 480 (two ext, whole minutes: 100 → 240 → 480), 200, 1000 (censored: one ext to R), 800 (request)
     base = evaluate_soft("request", np.full(4, NAN), Jobs(need, req, cens, w))
     m = evaluate_soft("harp", start, Jobs(need, req, cens, w), extension_budget=0.5, baseline=base)
     used = np.array([350.0, 100.0, 1000.0, 200.0])
-    over = 2 * (400 - 350) + 1 * (200 - 100) + 0 + 4 * (800 - 200)
+    over = 2 * (480 - 350) + 1 * (200 - 100) + 0 + 4 * (800 - 200)
     over_users = 2 * 650 + 1 * 900 + 0 + 4 * 600
     assert m.over_reservation == pytest.approx(over)
     assert m.over_vs_request == pytest.approx(over / over_users)
@@ -118,11 +119,13 @@ def test_recent_runs_are_those_finished_before_the_start():
 def test_start_limits_follow_the_template_and_skip_the_walk_back_floor():
     recs = [_rec(i, i * 1000, 100, 4000) for i in range(8)]
     p = prepare(recs, "time", keep_templates=True)
-    # no watcher (lead 0): the floor is the hard guard's minute
-    lim = start_limits(p, np.full(p.n, NAN), Guard(min_history=3), SoftPolicy(recent_margin=1.5, lead_s=0, look_s=0))
-    # 3 runs of 100 s known: 1.5 × 100 = 150 s, below the hard guard's 1/4 of the request
-    assert np.isnan(lim[:3]).all()
-    assert lim[3:] == pytest.approx([150.0] * 5)
+    # no watcher (lead 0): the floor is the hard guard's minute; no budget controller (gamma 0): the rule alone
+    policy = SoftPolicy(recent_margin=1.5, lead_s=0, look_s=0, gamma=0.0)
+    lim, by_rule = soft_starts(p, np.full(p.n, NAN), Guard(min_history=3), policy)
+    # 3 runs of 100 s known: 1.5 × 100 = 150 s, in the decision kernel's whole minutes 180 s: far
+    # below the hard guard's floor (1/4 of the 4000 s request), which soft limits do not apply
+    assert np.isnan(lim[:3]).all() and not by_rule[:3].any()
+    assert lim[3:] == pytest.approx([180.0] * 5) and by_rule[3:].all()
 
 
 def _habits(n=1600, seed=1):

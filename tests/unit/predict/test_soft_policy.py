@@ -189,21 +189,26 @@ def test_the_last_extension_goes_to_the_request_in_the_metric_and_the_queue():
     from harpd.evaluate.schedule_simulation import escalation_hook
     from harpd.replay.soft_walk import extend
 
+    # limits in whole minutes, as harpd's extender sets them
     start, need, req, cens = (
-        np.array([100.0, 100.0, 100.0]),
-        np.array([350.0, 150.0, 1000.0]),
-        np.array([1000.0] * 3),
+        np.array([120.0, 120.0, 120.0]),
+        np.array([350.0, 150.0, 1200.0]),
+        np.array([1200.0] * 3),
         np.array([False, False, True]),
     )
     final, ext, killed = extend(start, need, req, cens, max_extensions=2)
-    # 100 → 200 → 1000 (the second, last, to the request); 100 → 200 fits; censored: to its request
-    assert final.tolist() == [1000.0, 200.0, 1000.0] and ext.tolist() == [2, 1, 2] and not killed.any()
+    # 120 → 240 → 1200 (the second, last, to the request); 120 → 240 fits; censored: to its request
+    assert final.tolist() == [1200.0, 240.0, 1200.0] and ext.tolist() == [2, 1, 2] and not killed.any()
     final, ext, _ = extend(start, need, req, cens, max_extensions=1)
-    assert final.tolist() == [1000.0, 1000.0, 1000.0] and ext.tolist() == [1, 1, 1]
+    assert final.tolist() == [1200.0, 1200.0, 1200.0] and ext.tolist() == [1, 1, 1]
     final, ext, _ = extend(start, need, req, cens)  # unbounded: doubling all the way
-    assert final.tolist() == [400.0, 200.0, 1000.0] and ext.tolist() == [2, 1, 4]
-    hook = escalation_hook(np.array([1000.0]), np.array([900.0]), 3, "soft", max_extensions=2)
-    assert hook(0, 100.0, 0) == 200.0 and hook(0, 200.0, 1) == 900.0 and hook(0, 900.0, 2) is None
+    assert final.tolist() == [480.0, 240.0, 1200.0] and ext.tolist() == [2, 1, 4]
+    hook = escalation_hook(np.array([1200.0]), np.array([900.0]), 3, "soft", max_extensions=2)
+    assert hook(0, 120.0, 0) == 240.0 and hook(0, 240.0, 1) == 900.0 and hook(0, 900.0, 2) is None
+    # the replay's rule is harpd's extender's: the same limits from the same calls
+    from harpd.predict.extension import next_extension
+
+    assert next_extension(120, 1200, 900, 0, 2).limit_s == 240 and next_extension(240, 1200, 900, 1, 2).limit_s == 900
 
 
 def test_the_smallest_soft_limit_leaves_room_for_the_watchers_lead_and_interval():

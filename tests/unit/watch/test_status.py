@@ -7,17 +7,17 @@ from watch_fakes import register, store  # noqa: F401 (fixture)
 from harpd import protocol as p
 from harpd.cli.status_cmd import render
 from harpd.config import HarpSettings
-from harpd.daemon.handlers import Handlers, Peer
+from harpd.daemon.handlers import Handlers, HealthSources, Peer
 from harpd.report.status_view import JobStatus
 from harpd.store import Resize
 
-MODE = {"mode": "soft", "privileged": True, "why": "harpd runs as root"}
+MODE = p.LimitsHealth(mode="soft", privileged=True, why="harpd runs as root")
 
 
 def test_health_and_status_carry_the_mode_and_the_extensions(store):
     register(store, "40")
     store.add_limit_change("40", "extend", 60, 120, "10 s left of 1 min; back to the original request", "done")
-    h = Handlers(store, HarpSettings(), admin_gid=None, limits_mode=MODE)
+    h = Handlers(store, HarpSettings(), admin_gid=None, health=HealthSources(limits_mode=MODE))
     peer = Peer(pid=1, uid=0, gid=0, user="root", groups=frozenset())
     health = h.handle(peer, p.HealthRequest(op="health"))
     assert health.limits == MODE
@@ -43,7 +43,7 @@ def test_status_without_a_mode_or_changes_says_nothing_new(store):
 def test_status_shows_a_pending_memory_resize_in_mb(store):
     register(store, "42", original_mem_mb=4000, harp_mem="2000M")
     store.add_limit_change("42", "resize-mem", 1800, 1800, "re-decided while pending", "done", mem=Resize(2000, 880))
-    h = Handlers(store, HarpSettings(), admin_gid=None, limits_mode=MODE)
+    h = Handlers(store, HarpSettings(), admin_gid=None, health=HealthSources(limits_mode=MODE))
     job = h.handle(
         Peer(pid=1, uid=0, gid=0, user="root", groups=frozenset()), p.StatusRequest(op="status", job_id="42")
     ).job
@@ -57,7 +57,7 @@ def test_health_shows_the_budget_scale_when_soft_limits_are_on(store):
 
     soft_state = SoftState(SoftPolicy(gamma=0.5), None)
     soft_state.extended()
-    h = Handlers(store, HarpSettings(), admin_gid=None, limits_mode=MODE, soft_state=soft_state)
+    h = Handlers(store, HarpSettings(), admin_gid=None, health=HealthSources(limits_mode=MODE, soft_state=soft_state))
     health = h.handle(Peer(pid=1, uid=0, gid=0, user="root", groups=frozenset()), p.HealthRequest(op="health"))
     assert health.limits["mode"] == "soft" and health.limits["budget_scale"] > 1.4
     assert health.limits["min_limit_s"] == 180.0  # the watcher's 120 s lead and 30 s interval, in minutes
@@ -66,7 +66,7 @@ def test_health_shows_the_budget_scale_when_soft_limits_are_on(store):
 def test_status_shows_a_checkpoint_signal_as_such_not_as_a_limit(store):
     register(store, "43", harp_lines=["#HARP checkpoint cost=1m"])
     store.add_limit_change("43", "checkpoint-signal", 1_700_000_000, 95, "SIGUSR1 25 s before its end", "done")
-    h = Handlers(store, HarpSettings(), admin_gid=None, limits_mode=MODE)
+    h = Handlers(store, HarpSettings(), admin_gid=None, health=HealthSources(limits_mode=MODE))
     job = h.handle(
         Peer(pid=1, uid=0, gid=0, user="root", groups=frozenset()), p.StatusRequest(op="status", job_id="43")
     ).job

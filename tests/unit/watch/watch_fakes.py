@@ -101,7 +101,7 @@ def register(
         job,
         Resources.model_validate(original),
         Resources.model_validate(decided),
-        Decision.model_validate({"changes": changes, "limits": {}, "model": "m", "explain": {}} if decision else None),
+        Decision(changes=changes, model="m") if decision else None,
         verified=verified,
     )
 
