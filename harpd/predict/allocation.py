@@ -2,8 +2,8 @@
 
 A model only says "this job probably needs at most X".  Whether harp acts on
 it is decided here, the same way for the live daemon and for ``harp replay``
-(``allocate_many`` is the vectorised twin of ``allocate``; a test keeps them
-equal), so replay figures describe the policy the daemon runs:
+(both reach ``allocate`` through the decision kernel, ``harpd.predict.decide``,
+job by job), so replay figures describe the policy the daemon runs:
 
 * cold start: fewer than ``min_history`` finished runs of the job's signature
   → the user's request stands;
@@ -19,8 +19,6 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-
-import numpy as np
 
 from harpd.config import PredictSettings
 
@@ -123,38 +121,3 @@ def allocate(
 def _bound_words(guard: Guard) -> str:
     """What was compared with the request: the bound, or the bound and the watcher's lead."""
     return f"bound with the watcher's {guard.headroom:g} s lead" if guard.headroom else "bound"
-
-
-def allocate_many(
-    request: np.ndarray, upper_log: np.ndarray, n_history: np.ndarray, limit: np.ndarray | None, guard: Guard
-) -> np.ndarray:
-    """Vectorised ``allocate``: the allocation per job, NaN where the request stands."""
-    request = np.asarray(request, dtype=float)
-    up = np.asarray(upper_log, dtype=float)
-    has_req = np.isfinite(request) & (request > 0)
-    ok = (np.asarray(n_history) >= guard.min_history) & np.isfinite(up)
-    with np.errstate(over="ignore", invalid="ignore"):
-        ratio = np.exp(up) * guard.margin
-        if guard.headroom:
-            ratio = ratio + guard.headroom / np.where(has_req, request, 1.0)
-        value = np.where(has_req, ratio * np.where(has_req, request, 1.0), ratio)
-    keep_close = has_req & (ratio >= guard.leave_alone_ratio) & (ratio <= 1.0)
-    above = has_req & (ratio > 1.0)
-    if guard.max_raise_factor <= 1.0:
-        ok &= ~above
-    else:
-        value = np.where(above, np.minimum(value, request * guard.max_raise_factor), value)
-    if not guard.allow_shrink:
-        ok &= ~(has_req & (ratio < 1.0))
-    ok &= ~keep_close
-    if guard.min_fraction > 0:
-        value = np.where(has_req, np.maximum(value, np.where(has_req, request, 0.0) * guard.min_fraction), value)
-    value = np.maximum(value, guard.floor)
-    if limit is not None:
-        lim = np.asarray(limit, dtype=float)
-        value = np.where(np.isfinite(lim) & (lim > 0), np.minimum(value, lim), value)
-    same = has_req & (np.abs(value - request) < 1e-9 * np.maximum(request, 1.0))
-    ok &= ~same
-    if guard.max_raise_factor <= 1.0:
-        ok &= ~(has_req & (value > request))
-    return np.where(ok, value, np.nan)

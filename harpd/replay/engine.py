@@ -18,8 +18,9 @@ Three passes keep 200k jobs inside a few minutes on one core:
    the jobs again, feeding back each job as it finishes, and each job's
    bound goes through harpd's own decision kernel (``harpd.predict.decide``:
    the guard rails, the hard-limit kill-cost gate, whole minutes), so the
-   figures are those of the code harpd runs.  The baselines' rows (tsafrir,
-   alea, the plain quantile model) keep the vectorised rails (``allocate_many``).
+   figures are those of the code harpd runs.  The other candidates' rows
+   (tsafrir, alea, the plain quantile model) go through the same kernel with
+   their batch bounds, so champion scoring compares models on harpd's code.
 
 ``limits="soft"`` replays a privileged harpd that extends jobs
 instead of letting Slurm kill them: harp's limits are decided again at each
@@ -38,7 +39,7 @@ import numpy as np
 
 from harpd.models import construct
 from harpd.models.base import float32_row, predict_row
-from harpd.predict.allocation import Guard, allocate_many
+from harpd.predict.allocation import Guard
 from harpd.predict.decide import KernelInput, ResourceRule, allocation, rule_of
 from harpd.predict.soft import SoftPolicy, recent_bound, soft_guard
 from harpd.replay.bounds import allocations, soft_allocations
@@ -172,6 +173,15 @@ class _Rails:
         )
         return allocation(self.rule, inp).amount
 
+    def many(self, prep: Prepared, log_bound: np.ndarray) -> np.ndarray:
+        """Every job's allocation from its bound, job by job through the kernel (NaN: the request stands)."""
+        out = np.full(prep.n, np.nan)
+        for i, b in enumerate(np.asarray(log_bound, float).tolist()):
+            v = self.amount(prep, i, b, None)
+            if v is not None:
+                out[i] = v
+        return out
+
 
 def _online_model(
     name: str,
@@ -283,7 +293,6 @@ def run(prep: Prepared, cfg: ReplayConfig | None = None, progress: Callable[[str
     n = prep.n
     every = cfg.retrain_every or max(500, n // 20)
     pts = cfg.points if cfg.points is not None else retrain_points(prep.known_at, every, cfg.min_train)
-    req = prep.request
     alloc: dict[str, np.ndarray] = {}
     notes: dict[str, str] = {}
     base_of_harp: np.ndarray | None = None
@@ -316,8 +325,8 @@ def run(prep: Prepared, cfg: ReplayConfig | None = None, progress: Callable[[str
                 log_bound = model.predict(prep.X, groups=prep.groups)
             else:
                 log_bound = _batch_model(name, prep, cfg, pts)
-        guard = soft_guard(cfg.guard) if soft else cfg.guard
-        alloc[name] = allocate_many(req, log_bound, prep.n_hist, prep.limit, guard)
+        # the same kernel and rails as harp's row: what harpd would ask with this model as its champion
+        alloc[name] = _Rails.of(prep, cfg, soft_guard(cfg.guard) if soft else cfg.guard).many(prep, log_bound)
 
     if soft:
         soft_metrics = _soft_metrics(prep, cfg, alloc)

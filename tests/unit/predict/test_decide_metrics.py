@@ -6,12 +6,10 @@ import math
 
 import numpy as np
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
 
 from harpd.features.resources import gpu_count as _gpu_count
 from harpd.models.cost import extra_consumption, extra_consumption_many
-from harpd.predict.allocation import Guard, allocate, allocate_many
+from harpd.predict.allocation import Guard, allocate
 from harpd.replay.metric import Jobs, evaluate
 
 G = Guard(min_history=5, floor=60.0, leave_alone_ratio=0.9, min_fraction=0.0)
@@ -55,39 +53,6 @@ def test_raise_only_when_allowed():
 def test_absolute_without_request():
     assert allocate(None, math.log(2000.0), 10, None, Guard(floor=100.0))[0] == pytest.approx(2000)
     assert allocate(None, math.log(20.0), 10, 1000.0, Guard(floor=100.0))[0] == 100.0
-
-
-@settings(max_examples=300, deadline=None)
-@given(
-    req=st.one_of(st.none(), st.floats(1, 1e6)),
-    up=st.one_of(st.floats(-12, 3), st.just(math.inf), st.just(math.nan)),
-    nh=st.integers(0, 20),
-    limit=st.one_of(st.none(), st.floats(1, 1e6)),
-    shrink=st.booleans(),
-    raise_f=st.sampled_from([1.0, 1.5, 3.0]),
-    theta=st.floats(0.1, 1.0),
-)
-def test_vectorised_matches_scalar(req, up, nh, limit, shrink, raise_f, theta):
-    g = Guard(
-        min_history=5,
-        floor=60.0,
-        allow_shrink=shrink,
-        max_raise_factor=raise_f,
-        leave_alone_ratio=theta,
-        min_fraction=0.25,
-    )
-    v, _ = allocate(req, up, nh, limit, g)
-    arr = allocate_many(
-        np.array([np.nan if req is None else req]),
-        np.array([up]),
-        np.array([nh]),
-        None if limit is None else np.array([limit]),
-        g,
-    )
-    if v is None:
-        assert np.isnan(arr[0])
-    else:
-        assert arr[0] == pytest.approx(v)
 
 
 def test_gpu_count():
