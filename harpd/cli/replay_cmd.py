@@ -120,8 +120,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--queue-rule",
         action="store_true",
-        help="--schedule: decide harp-soft in the closed loop through the queue rule (a cut given back as the "
-        "waiting work outlasts the job's request; harpd.predict.queue_policy; off by default, docs/metrics.md)",
+        help="--schedule: decide harp-soft in the closed loop through the queue rule (behind waiting work that "
+        "outlasts the job's request only a cut to a quarter of it or less stands; harpd.predict.queue_policy; "
+        "off by default, docs/metrics.md)",
     )
     p.add_argument(
         "--shake",

@@ -279,7 +279,8 @@ def loop_line(loop: str | None, queue_rule: bool = False) -> str:
     if loop == "closed" and queue_rule:
         return (
             "harp-soft decided in a closed loop with the queue rule (--queue-rule): each job's limit at its "
-            "submission in the simulated queue, its cut given back as the waiting work outlasts its request"
+            "submission in the simulated queue; behind waiting work that outlasts its request only a cut to a "
+            "quarter of it or less stands, a shallower one is planned with the request"
         )
     if loop == "closed":
         return (

@@ -27,10 +27,10 @@ the simulator asks a decision (``Decide``: job index, ``QueueView`` -> limit
 seconds) with the simulated queue as harpd would see it then.  The default
 decision is the replay's soft limit as it is (today's per-job decision, which
 reads no queue: the figures equal the open loop's); with ``queue_rule`` it
-goes through the queue rule (``harpd.predict.queue_policy``), which is off by
-default because it gave back most of harp's gain on the shared traces at
-high load (docs/metrics.md, 'Closed loop').  ``closed_loop=False`` skips the
-asking (open loop).
+goes through the queue rule (``harpd.predict.queue_policy``: behind waiting
+work that outlasts a job's request only its deep cuts stand), which is off by
+default (docs/metrics.md, 'Closed loop', for why and what it measured).
+``closed_loop=False`` skips the asking (open loop).
 
 Jobs come from ``Prepared``: submit time, ``need`` (the used time) as the
 runtime, ``weight`` (cores) as the width.  The figures' definitions are
@@ -157,7 +157,8 @@ def escalation_hook(
 
 
 def queue_decision(limits: np.ndarray, cap: np.ndarray, queue_rule: bool = False) -> Decide:
-    """Today's per-job soft limit; with ``queue_rule``, given back towards the request as the queue deepens."""
+    """Today's per-job soft limit; with ``queue_rule``, weighed against the queue (``queue_policy.queue_cut``,
+    the rule the decision kernel applies to a ``KernelInput`` with a queue)."""
 
     def today(j: int, _view: QueueView) -> float:
         return float(limits[j])

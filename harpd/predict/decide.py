@@ -25,6 +25,7 @@ from typing import Any, Protocol
 from harp_submit.units import format_mem, format_time
 from harpd.predict.allocation import BOUND, FLOOR, REQUEST_FLOOR, Guard, allocate
 from harpd.predict.kill_cost import why_kept, worth_cutting
+from harpd.predict.queue_policy import queue_cut
 from harpd.predict.queue_view import QueueView
 from harpd.predict.time_options import SUBMITIT_KEPT, fit_time
 
@@ -100,7 +101,8 @@ class KernelInput:
     retry: RetryLeast | None = None
     slowdown: float = 1.0  # how much longer the cores harp gives make the run (time only)
     source: BoundSource = field(default_factory=BoundSource)
-    queue: QueueView | None = None  # the queue at this moment (no rule reads it yet)
+    # the queue at this moment; given (soft limits), the queue rule weighs the cut (``queue_policy``)
+    queue: QueueView | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -314,6 +316,14 @@ def allocation(rule: ResourceRule, inp: KernelInput) -> Allocation:
     if value is None:
         return Allocation(None, why)
     value = rule.stretch(value, inp.slowdown)
+    if inp.soft and inp.queue is not None and inp.request:
+        # the most the job may run: its request, or the partition's limit below it (as the replay's cap)
+        most = min(inp.request, inp.limit) if inp.limit else inp.request
+        weighed = queue_cut(inp.queue, most, value)
+        if weighed.given_back and weighed.limit_s >= inp.request:  # the whole cut back: the request stands
+            return Allocation(None, weighed.reason)
+        if weighed.given_back:
+            value, why = weighed.limit_s, weighed.reason
     settled = rule.settle(value, inp)
     return Allocation(settled.amount, why, value, at_least, settled)
 

@@ -1,29 +1,48 @@
-"""The soft cut under a deep queue: how much of harp's cut a job keeps, given what waits.
+"""The soft cut under a deep queue: which of harp's cuts are worth an extension that lands on a reservation.
 
-One pure function, no I/O, because two callers must agree: harpd at a
-submission (with ``QueueView`` filled from squeue/sinfo) and the closed-loop
-replay (with the simulated queue at that submission).  If they drifted, the
-replay's figures would describe a policy harp does not run.
+One pure function, no I/O, because two callers must agree: harpd's decision
+kernel (``harpd.predict.decide``, given a ``QueueView`` filled from
+squeue/sinfo) and the closed-loop replay (the simulated queue at each
+submission).  If they drifted, the replay's figures would describe a policy
+harp does not run.
 
-Why the queue matters to a soft cut.  A soft limit ``L`` below the user's
-request ``R`` is a bet: the backfill planner may start the job in a hole that
-ends before ``L``; if the job outruns ``L`` the extender moves its planned end
-to ``R`` and the reservation of the job at the head of the queue, computed from
-that planned end, slips by up to ``R − L``.  On an idle machine nobody waits
-behind that reservation and the bet is free.  On a loaded one every job in
-the queue waits behind it, and the cut job's own gain is small: the waiting
-work fills the machine anyway.
+What the closed loop showed (issue #48, docs/metrics.md 'Closed loop').  On
+CTC with its arrivals ×0.9 (utilisation 0.92) harp-soft raised the mean wait
+by about 16% over the users' requests.  The rise falls on jobs harp did *not*
+cut (wide, long ones at the head of the queue), and it comes from the cut
+jobs that outgrow their limit: 96% of extended runs had been backfilled in
+front of a reservation, and a third of the extensions pushed the head's
+reservation back.  Giving only the jobs that will miss their request from
+the start (an oracle) turns +16% into −16%, exact runtimes' level, while
+smaller extension steps make it worse: the harm is the miss, not the size of
+the extension.  A queue-depth rule (give the cut back in proportion to the
+waiting work) removes the misses but also every hit, and the hits are where
+the gain is.
 
-The rule compares two durations, so it holds without a fitted constant:
-``drain`` = the waiting jobs' processor-seconds over the cluster's processors
-(how long the whole machine would take to run what already waits), against
-the job's own request ``R``.  The job gives back the share ``min(1, drain /
-R)`` of its cut: with no queue it keeps harp's limit, with a queue that would
-keep the machine busy for its whole request it is planned with the request
-(an extension could then only push back work that was already waiting), and
-linearly in between.  It reads no load level, utilisation or trace figure, so
-it does the same at loads it was not measured on: what decides is whether
-the queue, at that instant, is longer than the job.
+The rule weighs each cut by what it buys.  A cut from the request ``R`` to
+``L`` lets the backfill planner start the job in a hole of ``L`` instead of
+``R``; a miss costs the same whatever the cut (the job runs on past its
+hole, into the head's reservation).  A shallow cut (``L`` above a quarter of
+``R``) saves less than three quarters of the request, often far less, yet
+misses as often as a deep one (14-37% of cut jobs on the three shared traces, whatever the
+depth of the cut).  So when the waiting work would keep the whole machine
+busy for longer than the job's request (``drain >= R``: an extension would
+land on a reservation, not on an idle machine), only the deep cuts stand and
+a shallow one is planned with the request; with a shorter queue every cut
+stands.  The quarter is not fitted to a trace: it is the deepest cut harp's
+hard limits take by default (``Guard.min_fraction``, what two doublings walk
+back to the request), the line harp already draws between a cut and a guess.
+
+Why it should hold at loads it was not tuned on: it reads no utilisation or
+trace figure, only two comparisons of durations of the job against itself
+and against the queue at that instant.  It does not remove the misses'
+harm; it gives up the cuts whose gain is smallest for it.
+
+Off by default (``harp replay --queue-rule`` turns it on in the closed loop;
+harpd does not yet fill the kernel's queue view): measured with
+``bench/queue_load.py --queue-rule``, it brings CTC ×0.9's wait back to the
+users' but gives up part of harp's gain at the traces' own load, by more
+than two standard errors on KTH and HPC2N (docs/metrics.md, 'Closed loop').
 """
 
 from __future__ import annotations
@@ -34,7 +53,10 @@ from dataclasses import dataclass
 from harpd.predict.queue_view import QueueView
 from harpd.slurm.queue_load import QueueLoad
 
-__all__ = ["QueueCut", "queue_cut", "view_of"]
+__all__ = ["KEEP_SHARE", "QueueCut", "queue_cut", "view_of"]
+
+#: under a queue that outlasts the request, a cut stands only where the limit is at most this share of it
+KEEP_SHARE = 0.25
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,15 +78,16 @@ def queue_cut(view: QueueView, request_s: float, limit_s: float) -> QueueCut:
     drain = view.drain_s
     if drain is None or not (math.isfinite(request_s) and request_s > 0) or not limit_s < request_s:
         return QueueCut(limit_s, 0.0, "no cut to weigh against the queue")
-    share = min(1.0, max(0.0, drain / request_s))
-    if share == 0.0:
-        return QueueCut(limit_s, 0.0, "nothing waits: harp's cut stands")
-    limit = limit_s + share * (request_s - limit_s)
+    if drain < request_s:
+        return QueueCut(limit_s, 0.0, "the waiting work drains within the request: harp's cut stands")
+    if limit_s <= KEEP_SHARE * request_s:
+        return QueueCut(limit_s, 0.0, "a deep cut under a deep queue: it buys a hole worth its miss, it stands")
     return QueueCut(
-        limit,
-        share,
-        f"the waiting work fills the machine for {drain:,.0f} s against a request of {request_s:,.0f} s: "
-        f"{share:.0%} of the cut given back",
+        request_s,
+        1.0,
+        f"the waiting work fills the machine for {drain:,.0f} s, longer than the {request_s:,.0f} s request, "
+        f"and the cut keeps more than {KEEP_SHARE:.0%} of it: a miss would land on a reservation for "
+        "little gain, so the job is planned with all the time it may run",
     )
 
 

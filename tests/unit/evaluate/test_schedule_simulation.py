@@ -90,21 +90,25 @@ def test_four_policies_by_hand(prep):
     assert q["procs"] == 2 and q["jobs"] == 3 and q["notes"] == []
 
 
-def test_closed_loop_soft_gives_back_the_cut_the_queue_cannot_absorb(prep):
+def test_closed_loop_soft_plans_a_shallow_cut_with_its_request_behind_a_deep_queue(prep):
     # Closed loop: each soft limit is decided at the submission from the simulated queue.
-    # A (at 0, nothing waits) keeps 60; B has no cut (10).  C at 1 sees B waiting, 2 x 10
-    # processor-seconds on 2 processors: the machine is busy 10 s of C's 2000 s request,
-    # so C gives back 10/2000 of its cut: 50 + 0.005 x 1950 = 59.75.  1 + 59.75 > 60 (B's
-    # reservation, A's planned end): C no longer backfills at 1.  At 60 A is extended
-    # (to 120); C fits before that (60 + 59.75 <= 120) and runs 60-110; A ends at 100,
-    # B waits for C: 110-120.  Waits 0, 110, 59.
-    q = schedule(prep, 2, hard=None, soft=np.array([60.0, NAN, 50.0]), options=ScheduleOptions(queue_rule=True))
+    # A (0, 1 proc, runs 100, asks 1000) gets 60 and nothing waits: it keeps it.  B (0, 2 procs,
+    # runs 10, asks 100) waits behind A, reservation 60.  C (1, 1 proc, runs 30, asks 100) is cut
+    # to 50, half its request (shallow); it sees B's 2 x 100 processor-seconds on 2 processors:
+    # the machine is busy 100 s, as long as C's request, so the rule plans C with 100.
+    # 1 + 100 > 60: C no longer backfills.  At 60 A is extended (to 120), it ends at 100,
+    # B runs 100-110, C 110-140.  Waits 0, 100, 109.  Without the rule C backfills at 1.
+    shallow = prepare([rec(0, 0, 100, 1000, cpus=1), rec(1, 0, 10, 100, cpus=2), rec(2, 1, 30, 100, cpus=1)], "time")
+    q = schedule(shallow, 2, hard=None, soft=np.array([60.0, NAN, 50.0]), options=ScheduleOptions(queue_rule=True))
     assert q["soft_loop"] == "closed" and q["queue_rule"] is True
     soft = {p["policy"]: p for p in q["policies"]}["harp-soft"]
-    w, b = _expected([0, 110, 59], [100, 10, 50])
+    w, b = _expected([0, 100, 109], [100, 10, 30])
     assert (soft["mean_wait_s"], soft["mean_bounded_slowdown"]) == (pytest.approx(w), pytest.approx(b))
+    # a deep cut (20 of 100) stands under the same queue: C backfills at 1 (waits 0, 100, 0)
+    q = schedule(shallow, 2, hard=None, soft=np.array([60.0, NAN, 20.0]), options=ScheduleOptions(queue_rule=True))
+    assert {p["policy"]: p for p in q["policies"]}["harp-soft"]["mean_wait_s"] == pytest.approx(100 / 3)
     # without the rule the closed loop asks for today's limits: the open loop's schedule (waits 0, 100, 0)
-    q = schedule(prep, 2, hard=None, soft=np.array([60.0, NAN, 50.0]))
+    q = schedule(shallow, 2, hard=None, soft=np.array([60.0, NAN, 50.0]))
     assert (q["soft_loop"], q["queue_rule"]) == ("closed", False)
     soft = {p["policy"]: p for p in q["policies"]}["harp-soft"]
     assert soft["mean_wait_s"] == pytest.approx(100 / 3)

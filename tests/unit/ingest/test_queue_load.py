@@ -34,8 +34,10 @@ def test_the_backlog_is_the_pending_jobs_limits_times_their_processors():
     assert (load.pending_jobs, load.backlog_core_s, load.running_jobs, load.total_cores) == (3, 21700.0, 1, 80)
     v = view_of(load, now=5.0)
     assert (v.pending_jobs, v.backlog_core_s, v.running_jobs, v.now, v.total_cores) == (3, 21700.0, 1, 5.0, 80)
-    # the same rule as the replay's: 21700 / 80 = 271.25 s of a 1000 s request given back
-    assert queue_cut(v, 1000.0, 200.0).limit_s == 200.0 + (21700.0 / 80 / 1000.0) * 800.0
+    # the same rule as the replay's: the machine is busy 21700 / 80 = 271.25 s
+    assert queue_cut(v, 1000.0, 800.0).limit_s == 800.0  # shorter than the request: the cut stands
+    assert queue_cut(v, 200.0, 100.0).limit_s == 200.0  # longer, and a shallow cut: the request
+    assert queue_cut(v, 200.0, 40.0).limit_s == 40.0  # longer, and a deep cut: it stands
 
 
 def test_one_squeue_serves_every_decision_within_the_ttl():
