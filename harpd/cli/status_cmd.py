@@ -18,8 +18,9 @@ from typing import Any, cast
 
 from harpd.cli.ask import Unreachable, ask
 from harpd.cli.main import CliError, no_store_no_daemon, open_store, settings_of, store_problem
+from harpd.dnn.observed import GpuMemoryDict as GpuMemoryJson
 from harpd.records import AttemptRow
-from harpd.report.status_view import GpuMemoryJson, JobStatus, JobStatusJson, RunView
+from harpd.report.status_view import JobStatus, JobStatusJson, RunView
 
 NAME = "status"
 HELP = "what harp did with a job: its source, request, outcome and recovery attempts"

@@ -19,11 +19,11 @@ from dataclasses import asdict, replace
 from typing import Any
 
 from harpd import access
-from harpd.dnn.observed import GpuMemoryView, gpu_memory_view
+from harpd.dnn.observed import gpu_memory_view
 from harpd.limits.ledger import read_ledger
 from harpd.records import AttemptRow, JobRecord, Submission
 from harpd.report.efficiency import job_efficiencies
-from harpd.report.status_view import GpuMemoryJson, JobStatus, RanWith, RunView
+from harpd.report.status_view import JobStatus, RanWith, RunView
 from harpd.store import LIVE_SOURCES_KEY, Store
 
 CLUSTER, IMPORTED, UNKNOWN = "cluster", "imported", "unknown"
@@ -125,20 +125,7 @@ def job_status(store: Store, job_id: str, *, admin: bool, uid: int, user: str, c
         submitted=sub.stored.get("submitted"),
         decision=sub.stored.get("decision"),
         registered_job_id=sub.job_id,
-        gpu_memory=None if view is None else _gpu_memory_json(view),
-    )
-
-
-def _gpu_memory_json(view: GpuMemoryView) -> GpuMemoryJson:
-    return GpuMemoryJson(
-        gpu_type=view.gpu_type,
-        n_gpus=view.n_gpus,
-        zero=view.zero,
-        estimate_gib=view.estimate_gib,
-        estimate_source=view.estimate_source,
-        capacity_gib=view.capacity_gib,
-        observed_gib=view.observed_gib,
-        out_of_gpu_memory=view.out_of_gpu_memory,
+        gpu_memory=None if view is None else view.to_dict(),
     )
 
 

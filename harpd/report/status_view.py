@@ -17,6 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, TypedDict
 
+from harpd.dnn.observed import GpuMemoryDict as GpuMemoryJson  # a DNN job's GPU memory per GPU
 from harpd.protocol import AccountingHealth, LimitsHealth
 from harpd.records import AttemptRow, LimitChangeRow
 
@@ -38,19 +39,6 @@ class RunView(TypedDict):
     first: bool
     record: dict[str, Any]
     efficiency: dict[str, float | None]
-
-
-class GpuMemoryJson(TypedDict):
-    """A DNN job's GPU memory per GPU (``harpd.dnn.observed.GpuMemoryView.to_dict``)."""
-
-    gpu_type: str | None
-    n_gpus: int
-    zero: int
-    estimate_gib: float | None
-    estimate_source: str | None
-    capacity_gib: float | None
-    observed_gib: float | None
-    out_of_gpu_memory: bool
 
 
 class JobStatusJson(TypedDict, total=False):
