@@ -59,6 +59,8 @@ RELEASE_FILES = {
     "scontrol update of a pending job's CPUs",
     "test_workflow_oom.py": "requeuehold of a running job from its TaskEpilog (COMPLETING, then held); "
     "what sacct keeps of the run it ended",
+    "test_queue_load_live.py": "squeue --json's waiting jobs (limits, tasks) and the partitions' nodes and CPUs: "
+    "the queue rule's view",
 }
 
 #: The release files CI runs on 26.05 on every run (``-m release_ci``; scripts/test with CI=true): those that
@@ -68,6 +70,7 @@ RELEASE_FILES = {
 #: HARP_TEST_RELEASES, which CI's 90 minutes cannot hold beside the 22.05 suite and a cold build.
 CI_RELEASE_FILES = (
     "test_foundation.py",
+    "test_queue_load_live.py",
     "test_submit.py",
     "test_sbatch_meaning.py",
     "test_scontrol_forgery.py",

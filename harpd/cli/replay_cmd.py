@@ -122,7 +122,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         action="store_true",
         help="--schedule: decide harp-soft in the closed loop through the queue rule (behind waiting work that "
         "outlasts the job's request only a cut to a quarter of it or less stands; harpd.predict.queue_policy; "
-        "off by default, docs/metrics.md)",
+        "on when harpd.toml sets predict.queue_rule, else off, docs/metrics.md)",
     )
     p.add_argument(
         "--shake",
@@ -180,6 +180,8 @@ def run(args: argparse.Namespace) -> int:
     except ConfigError as exc:
         _fail(str(exc))
     pr = settings.predict
+    # the site's harpd decides with the queue rule (predict.queue_rule): the closed loop does too
+    args.queue_rule = args.queue_rule or (pr.queue_rule and args.schedule and not args.open_loop)
     alpha = pr.alpha_time if args.resource == "time" else pr.alpha_mem
     say = (lambda m: None) if args.quiet else (lambda m: print(f"harp replay: {m}", file=sys.stderr, flush=True))
     procs = _machine_size(args)

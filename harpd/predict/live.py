@@ -41,6 +41,8 @@ from harpd.predict.allocation import MARGIN, Guard
 from harpd.predict.cores import CoresHistory, cut_bounds, run_cores, slowdown, time_share
 from harpd.predict.decide import BoundSource, KernelInput, RetryLeast, rule_of, shape_of
 from harpd.predict.decide import decide as decide_resource
+from harpd.predict.queue_policy import view_of
+from harpd.predict.queue_view import QueueView
 from harpd.predict.restore import Restored, cut_resources, restored_by, restoring_outcome
 from harpd.predict.retry_floor import Floor, RetryFloors
 from harpd.predict.soft import SoftPolicy, recent_bound, running_bound, soft_guard, stake_of, tilt
@@ -49,10 +51,14 @@ from harpd.predict.task_memory import TaskMemory
 from harpd.predict.time_options import kept_under_soft_limits
 from harpd.protocol import Change, Decision, JobRequest, Limits, Resources
 from harpd.records import JobRecord, ModelRow, Submission
+from harpd.slurm.base import SlurmError
 from harpd.slurm.job_ids import submitted_id
-from harpd.slurm.partitions import LimitsLookup, limits_for, limits_from_backend
+from harpd.slurm.partitions import LimitsLookup, cached_partitions, limits_for, limits_from_backend
+from harpd.slurm.queue_load import QueueLoad, cached_queue_load
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from harpd.config import HarpSettings
     from harpd.slurm.base import SlurmBackend
     from harpd.store import Store
@@ -153,8 +159,12 @@ class ModelPredictor:
         limits: LimitsLookup | None = None,
         models: dict[str, ModelEnvelope] | None = None,
         soft_limits: bool = False,
+        queue: Callable[[], QueueLoad] | None = None,
     ) -> None:
         self.settings = settings
+        # the queue as harpd sees it (a cached squeue, harpd.slurm.queue_load): given under soft limits with
+        # predict.queue_rule on, the kernel weighs each time cut against it (harpd.predict.queue_policy)
+        self._queue = queue if (soft_limits and settings.predict.queue_rule) else None
         # soft limits (a privileged harpd extends jobs up to the user's request,
         # harpd.watch): the time limit is cut deeper, by harpd.predict.soft's policy
         self.soft_limits = bool(soft_limits)
@@ -609,6 +619,16 @@ class ModelPredictor:
         )
         return log_bound, getattr(champion.model, "theta", None), reason, ex
 
+    def _queue_view(self, now: float) -> QueueView | None:
+        """The queue at this decision, or None: no rule asked for, or Slurm gave no answer yet (cut as without)."""
+        if self._queue is None:
+            return None
+        try:
+            return view_of(self._queue(), now)
+        except SlurmError as exc:  # the cache serves its last good answer; none yet: decide without the queue
+            log.warning("queue rule: no view of the queue (%s); deciding without it", exc)
+            return None
+
     def _decide_resource(
         self, ask: _Ask, res: str, champion: _Champion, given: int | None = None, slow: float = 1.0
     ) -> tuple[dict[str, Any] | None, dict[str, Any]]:
@@ -696,6 +716,7 @@ class ModelPredictor:
                 retry=None if retry is None or least is None else RetryLeast(float(least), retry.reason),
                 slowdown=slow,
                 source=BoundSource(None if champion.model is None else champion.name, reason, ex, floor_key),
+                queue=self._queue_view(ask.now) if res == "time" else None,
             ),
         )
         return (None if out.change is None else out.change.as_dict()), out.explanation.as_dict()
@@ -758,10 +779,15 @@ def make_predictor(
     ``limits``: the daemon's shared (cached) partition-limits lookup; built from
     ``backend`` only when the caller has none.  ``soft_limits``: harpd is
     privileged and extends jobs before their limit (the soft policy sizes time).
+    With ``predict.queue_rule`` on, the queue is read from ``backend`` (one
+    cached squeue --json, ``harpd.slurm.queue_load``).
     """
     if limits is None and backend is not None:
         limits = limits_from_backend(backend)
-    return ModelPredictor(settings, store=store, limits=limits, soft_limits=soft_limits)
+    queue = None
+    if backend is not None and soft_limits and settings.predict.queue_rule:
+        queue = cached_queue_load(backend, cached_partitions(backend, 60.0))
+    return ModelPredictor(settings, store=store, limits=limits, soft_limits=soft_limits, queue=queue)
 
 
 def _request_holds(bound_ratio: Any, slow: float) -> str | None:
