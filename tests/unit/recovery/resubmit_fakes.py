@@ -581,6 +581,23 @@ def submission(
     )
 
 
+def registered_again(store: Store, job_id: str, job: dict) -> None:
+    """``job_id``'s registration written again with ``job`` (its resources and decision as they were):
+    what an older harp-submit, or a workflow manager's own job script, would have registered."""
+    sub = store.get_submission(job_id)
+    assert sub is not None
+    decision = sub.stored["decision"]
+    store.add_submission(
+        job_id,
+        sub.uid,
+        sub.user,
+        job,
+        sub.original,
+        sub.submitted,
+        None if decision is None else Decision.model_validate(decision),
+    )
+
+
 # Fixtures shared by the recovery and hostile tests: import them by name
 # (``from resubmit_fakes import fake, store``) so both build the same store and fake Slurm.
 

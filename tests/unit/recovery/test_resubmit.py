@@ -10,11 +10,10 @@ from __future__ import annotations
 import os
 
 import pytest
-from resubmit_fakes import fake, fake_of_each_release, store, submission  # noqa: F401 (fixtures)
+from resubmit_fakes import fake, fake_of_each_release, registered_again, store, submission  # noqa: F401 (fixtures)
 
 from harpd.config import HarpSettings
 from harpd.ingest.poller import WATCH_KEY, Ingestor
-from harpd.protocol import Decision
 from harpd.records import JobRecord, Outcome
 from harpd.recovery import machine as rs
 from harpd.recovery.mode import REQUEUE, RESUBMIT, resolve_mode
@@ -383,15 +382,7 @@ def test_resubmit_needs_the_registered_arguments(store, fake):
     sub = store.get_submission(jid)
     job = dict(sub.job)
     del job["argv"]  # registered by a harp-submit from before recovery
-    store.add_submission(
-        jid,
-        sub.uid,
-        sub.user,
-        job,
-        sub.original,
-        sub.submitted,
-        Decision.model_validate(sub.stored["decision"]),
-    )
+    registered_again(store, jid, job)
     fake.end_run(jid, T)
     ing.poll_once()
     a = rows(store, jid)

@@ -9,11 +9,10 @@ and it is never resubmitted under a new id the manager would not see.
 
 from __future__ import annotations
 
-from resubmit_fakes import fake, store, submission  # noqa: F401 (fixtures)
+from resubmit_fakes import fake, registered_again, store, submission  # noqa: F401 (fixtures)
 
 from harpd.config import HarpSettings
 from harpd.ingest.poller import Ingestor
-from harpd.protocol import Decision
 from harpd.records import Outcome
 from harpd.recovery import machine as rs
 
@@ -50,15 +49,7 @@ def task_job(store, fake, rule: str, sample: str, attempt: int = 1) -> str:
     )
     sub = store.get_submission(jid)
     job = {**sub.job, "signature": None, "commands": [_wrap(rule, sample, attempt)]}
-    store.add_submission(
-        jid,
-        sub.uid,
-        sub.user,
-        job,
-        sub.original,
-        sub.submitted,
-        Decision.model_validate(sub.stored["decision"]),
-    )
+    registered_again(store, jid, job)
     return jid
 
 
@@ -150,15 +141,7 @@ def test_a_nextflow_task_is_left_to_its_error_strategy(store, fake) -> None:
         "script_name": ".command.run",
         "cwd": "/home/alice/nf/work/ab/cdef",
     }
-    store.add_submission(
-        jid,
-        sub.uid,
-        sub.user,
-        job,
-        sub.original,
-        sub.submitted,
-        Decision.model_validate(sub.stored["decision"]),
-    )
+    registered_again(store, jid, job)
     fake.end_run(jid, T)
     ing.poll_once()
     [first] = store.attempts(jid)
