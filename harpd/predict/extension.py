@@ -33,7 +33,6 @@ class Extension:
 
     limit_s: int
     how: str
-    last: bool  # back to the request (or the partition's cap): no extension follows it
 
 
 def next_extension(
@@ -48,26 +47,23 @@ def next_extension(
     current, request = float(current_s), float(request_s)
     if not (math.isfinite(current) and current > 0 and math.isfinite(request)) or current >= request:
         return None
-    top = max(current, request)
     if made + 1 >= max(int(max_extensions), 1):
         last = request if cap_s is None else min(request, float(cap_s))
-        new = min(whole_minutes(int(last)) * 60, top)
+        new = min(whole_minutes(int(last)) * 60, request)
         how = f"back to the requested {fmt_time(last)}"
         how = (
             f"{how} (harp extends a job once)"
             if max_extensions <= 1
             else f"extension {made + 1} of at most {max_extensions}: {how}"
         )
-        final = True
     else:
         step = next_allocation(Outcome.TIMEOUT, current, request, cap_s, attempt=1, max_attempts=2)
         if step.value is None:
             return None
-        new = min(whole_minutes(int(step.value)) * 60, top)
+        new = min(whole_minutes(int(step.value)) * 60, request)
         # the escalation rule's own words for what it did (its first clause is about a kill: not here)
         parts = [p.strip() for p in step.reason.split(";")]
         how = parts[1] if len(parts) > 1 else step.reason
-        final = new >= (request if cap_s is None else min(request, float(cap_s)))
     if new <= current:
         return None
-    return Extension(int(new), how, final)
+    return Extension(int(new), how)

@@ -11,7 +11,8 @@ from harpd.predict.extension import next_extension
 
 def test_one_extension_goes_straight_to_the_request() -> None:
     ext = next_extension(600, 7200, None, 0, 1)
-    assert ext is not None and ext.limit_s == 7200 and ext.last
+    assert ext is not None and ext.limit_s == 7200
+    assert next_extension(ext.limit_s, 7200, None, 1, 1) is None  # the last: none follows it
     assert "back to the requested 2:00:00" in ext.how and "once" in ext.how
 
 
@@ -22,7 +23,8 @@ def test_the_partition_cap_bounds_it_in_whole_minutes() -> None:
 
 def test_earlier_extensions_double_and_the_last_goes_to_the_request() -> None:
     first = next_extension(600, 7200, None, 0, 3)
-    assert first is not None and first.limit_s == 1200 and not first.last
+    assert first is not None and first.limit_s == 1200
+    assert next_extension(first.limit_s, 7200, None, 1, 3) is not None  # not the last: another follows
     assert "doubled" in first.how
     last = next_extension(1200, 7200, None, 2, 3)
     assert last is not None and last.limit_s == 7200 and "extension 3 of at most 3" in last.how
