@@ -163,7 +163,7 @@ def build_handlers(settings: HarpSettings, store: Store) -> tuple[Handlers, list
     partitions = None if backend is None else cached_partitions(backend)
     limits = None if partitions is None else limits_from_partitions(partitions)
     privilege = detect_privilege(settings, backend)
-    live = _make_live(settings, store, backend, limits, privilege)
+    live = _make_live(settings, store, backend, partitions, privilege)
     reloads = Settling(live)  # every reload is followed by a settled heap (``heap``)
     trainer = Trainer(reloads, store, settings)  # trains, then has the live predictor load the champions
     predictor = DnnRoutingPredictor(
@@ -199,11 +199,12 @@ def build_handlers(settings: HarpSettings, store: Store) -> tuple[Handlers, list
 
 
 def _make_live(
-    settings: HarpSettings, store: Store, backend: SlurmBackend | None, limits: Any, privilege: Privilege
+    settings: HarpSettings, store: Store, backend: SlurmBackend | None, partitions: Any, privilege: Privilege
 ) -> ModelPredictor:
-    """The live predictor; soft limits (bolder bounds) only when harpd can extend what it cut."""
+    """The live predictor, on the daemon's one partitions cache; soft limits (bolder bounds) only when
+    harpd can extend what it cut."""
     return make_predictor(
-        settings=settings, store=store, backend=backend, limits=limits, soft_limits=privilege.soft_limits
+        settings=settings, store=store, backend=backend, partitions=partitions, soft_limits=privilege.soft_limits
     )
 
 

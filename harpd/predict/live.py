@@ -53,14 +53,14 @@ from harpd.protocol import Change, Decision, JobRequest, Limits, Resources
 from harpd.records import JobRecord, ModelRow, Submission
 from harpd.slurm.base import SlurmError
 from harpd.slurm.job_ids import submitted_id
-from harpd.slurm.partitions import LimitsLookup, cached_partitions, limits_for, limits_from_backend
+from harpd.slurm.partitions import LimitsLookup, cached_partitions, limits_for, limits_from_partitions
 from harpd.slurm.queue_load import QueueLoad, cached_queue_load
 
 if TYPE_CHECKING:
     from collections.abc import Callable
 
     from harpd.config import HarpSettings
-    from harpd.slurm.base import SlurmBackend
+    from harpd.slurm.base import PartitionInfo, SlurmBackend
     from harpd.store import Store
 
 log = logging.getLogger("harpd.decide")
@@ -771,22 +771,25 @@ def make_predictor(
     settings: HarpSettings,
     store: Store | None = None,
     backend: SlurmBackend | None = None,
-    limits: LimitsLookup | None = None,
+    partitions: Callable[[], dict[str, PartitionInfo]] | None = None,
     soft_limits: bool = False,
 ) -> ModelPredictor:
     """The champion-backed predictor harpd.daemon.main wires in (no change until trained).
 
-    ``limits``: the daemon's shared (cached) partition-limits lookup; built from
-    ``backend`` only when the caller has none.  ``soft_limits``: harpd is
-    privileged and extends jobs before their limit (the soft policy sizes time).
-    With ``predict.queue_rule`` on, the queue is read from ``backend`` (one
-    cached squeue --json, ``harpd.slurm.queue_load``).
+    ``partitions``: the daemon's shared (cached) ``backend.partitions()``, from
+    which the partition limits are read (and, with ``predict.queue_rule`` on,
+    the cluster's processors); cached here from ``backend`` only when the
+    caller has none.  ``soft_limits``: harpd is privileged and extends jobs
+    before their limit (the soft policy sizes time).  With
+    ``predict.queue_rule`` on, the queue is read from ``backend`` (one cached
+    squeue --json, ``harpd.slurm.queue_load``).
     """
-    if limits is None and backend is not None:
-        limits = limits_from_backend(backend)
+    if partitions is None and backend is not None:
+        partitions = cached_partitions(backend)
+    limits = None if partitions is None else limits_from_partitions(partitions)
     queue = None
-    if backend is not None and soft_limits and settings.predict.queue_rule:
-        queue = cached_queue_load(backend, cached_partitions(backend, 60.0))
+    if backend is not None and partitions is not None and soft_limits and settings.predict.queue_rule:
+        queue = cached_queue_load(backend, partitions)
     return ModelPredictor(settings, store=store, limits=limits, soft_limits=soft_limits, queue=queue)
 
 

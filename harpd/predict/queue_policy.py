@@ -38,8 +38,9 @@ trace figure, only two comparisons of durations of the job against itself
 and against the queue at that instant.  It does not remove the misses'
 harm; it gives up the cuts whose gain is smallest for it.
 
-Off by default (``harp replay --queue-rule`` turns it on in the closed loop;
-harpd does not yet fill the kernel's queue view): measured with
+Off by default (``predict.queue_rule`` turns it on in harpd, which then
+fills the kernel's queue view from a cached squeue, and in ``harp replay
+--schedule``'s closed loop; ``--queue-rule`` turns it on there alone): measured with
 ``bench/queue_load.py --queue-rule``, it brings CTC ×0.9's wait back to the
 users' but gives up part of harp's gain at the traces' own load, by more
 than two standard errors on KTH and HPC2N (docs/metrics.md, 'Closed loop').

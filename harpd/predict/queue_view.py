@@ -4,8 +4,9 @@ The live daemon fills it from the scheduler's state, the replay from its
 simulated queue at each job's submission, so a policy that reads the queue
 (issue #48) decides the same way in both.  The decision kernel
 (``harpd.predict.decide``) takes it as an input and, under soft limits, hands
-it to the queue rule (``harpd.predict.queue_policy``); harpd does not fill it
-yet, so live decisions read no queue.
+it to the queue rule (``harpd.predict.queue_policy``); harpd fills it only
+with ``predict.queue_rule`` on (``harpd.slurm.queue_load``), so by default
+live decisions read no queue.
 """
 
 from __future__ import annotations

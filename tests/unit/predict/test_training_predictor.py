@@ -155,3 +155,21 @@ def test_retrain_schedule():
     assert sch.due(now=10.0)
     sch.trained(now=10.0)
     assert not sch.due(now=20.0) and sch.new_outcomes == 0
+
+
+def test_the_queue_rule_reads_the_daemons_one_partitions_cache(tmp_path):
+    from harpd.slurm.partitions import cached_partitions
+    from tests.helpers.fake_slurm import FakeSlurm
+
+    s = HarpSettings(store={"path": str(tmp_path / "q.db")}, predict={"queue_rule": True})
+    st = Store.open(s.store.path)
+    fake = FakeSlurm()
+    shared = cached_partitions(fake)
+    p = make_predictor(settings=s, store=st, backend=fake, partitions=shared, soft_limits=True)
+    assert p._queue_view(0.0) is not None and p._limits is not None and p._limits(None) is not None
+    assert fake.partition_calls == 1  # the queue's processors and the partition limits: one scontrol, cached
+    # without the setting, or under hard limits, harpd never reads the queue
+    plain = HarpSettings(store={"path": str(tmp_path / "q.db")})
+    assert make_predictor(settings=plain, store=st, backend=fake, partitions=shared, soft_limits=True)._queue is None
+    assert make_predictor(settings=s, store=st, backend=fake, partitions=shared)._queue is None
+    st.close()
