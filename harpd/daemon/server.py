@@ -68,14 +68,18 @@ def _count(counts: dict[int, int], uid: int, step: int) -> None:
 _MAX_REJECTED = 256  # busy-answered sockets kept open to read their request
 
 
+#: ``[server]``'s defaults, written once in harpd.config: a server built without settings takes them
+_DEFAULTS = ServerSettings()
+
+
 @dataclass(frozen=True, slots=True)
 class ServerLimits:
     """How much the server takes at once and how long it waits: ``[server]``'s limits.
 
-    harpd's come from its settings (``from_settings``); these defaults are a
-    server built without them (tests, benches), and one differs:
-    ``unix_reserved_clients`` None is a quarter of ``max_clients`` (the
-    setting's default is 16).
+    harpd's come from its settings (``from_settings``); a server built
+    without them (tests, benches) takes ``[server]``'s defaults, written once
+    in harpd.config, but one: ``unix_reserved_clients`` None is a quarter of
+    ``max_clients`` (the setting's default is 16, a quarter of its 64).
 
     ``unix_reserved_clients``: slots TCP callers never take; at least one
     slot is always left to TCP.  On the Unix socket the kernel names the
@@ -88,17 +92,17 @@ class ServerLimits:
     makes harpd busy for the others or for the admin's ``health``.
     """
 
-    request_timeout_s: float = 5.0
-    max_request_bytes: int = p.MAX_REQUEST_BYTES
-    max_clients: int = 64
-    auth_timeout_s: float = 2.0
-    max_unauthenticated: int = 512
-    max_unauthenticated_per_peer: int = 16
+    request_timeout_s: float = _DEFAULTS.request_timeout_s
+    max_request_bytes: int = _DEFAULTS.max_request_bytes
+    max_clients: int = _DEFAULTS.max_clients
+    auth_timeout_s: float = _DEFAULTS.auth_timeout_s
+    max_unauthenticated: int = _DEFAULTS.max_unauthenticated
+    max_unauthenticated_per_peer: int = _DEFAULTS.max_unauthenticated_per_peer
     unix_reserved_clients: int | None = None
-    refusal_log_interval_s: float = 10.0
-    max_clients_per_user: int = 8
-    max_waiting_per_user: int = 16
-    root_reserved_clients: int = 4
+    refusal_log_interval_s: float = _DEFAULTS.refusal_log_interval_s
+    max_clients_per_user: int = _DEFAULTS.max_clients_per_user
+    max_waiting_per_user: int = _DEFAULTS.max_waiting_per_user
+    root_reserved_clients: int = _DEFAULTS.root_reserved_clients
 
     @classmethod
     def from_settings(cls, server: ServerSettings) -> ServerLimits:
