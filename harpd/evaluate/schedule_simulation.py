@@ -48,7 +48,7 @@ from typing import Any
 import numpy as np
 
 from harpd.predict.extension import next_extension
-from harpd.predict.queue_policy import queue_cut
+from harpd.predict.queue_policy import weigh
 from harpd.predict.queue_view import QueueView
 from harpd.predict.soft import MAX_EXTENSIONS
 from harpd.records import Outcome
@@ -156,15 +156,18 @@ def escalation_hook(
     return hook
 
 
-def queue_decision(limits: np.ndarray, cap: np.ndarray, queue_rule: bool = False) -> Decide:
-    """Today's per-job soft limit; with ``queue_rule``, weighed against the queue (``queue_policy.queue_cut``,
-    the rule the decision kernel applies to a ``KernelInput`` with a queue)."""
+def queue_decision(
+    limits: np.ndarray, req: np.ndarray, partition: np.ndarray | None, queue_rule: bool = False
+) -> Decide:
+    """Today's per-job soft limit; with ``queue_rule``, weighed against the queue as the decision kernel
+    weighs it (``queue_policy.weigh``: the same function, the same request and partition limit)."""
 
     def today(j: int, _view: QueueView) -> float:
         return float(limits[j])
 
     def with_rule(j: int, view: QueueView) -> float:
-        return queue_cut(view, float(cap[j]), float(limits[j])).limit_s
+        part = None if partition is None else float(partition[j])
+        return weigh(view, float(req[j]), part, float(limits[j])).limit_s
 
     return with_rule if queue_rule else today
 
@@ -307,7 +310,7 @@ def schedule(
     decide = None
     if soft is not None and opts.closed_loop:
         req = _requests(prep)
-        decide = queue_decision(_first_limits(soft, req), _cap(prep, req), opts.queue_rule)
+        decide = queue_decision(_first_limits(soft, req), req, prep.limit, opts.queue_rule)
     pols = policies(prep, hard, soft, opts.max_attempts, opts.max_extensions, opts.lead_s, opts.look_s, procs, decide)
     t0 = time.perf_counter()
     runs = simulate_shaken(

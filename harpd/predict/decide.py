@@ -25,7 +25,7 @@ from typing import Any, Protocol
 from harp_submit.units import format_mem, format_time
 from harpd.predict.allocation import BOUND, FLOOR, REQUEST_FLOOR, Guard, allocate
 from harpd.predict.kill_cost import why_kept, worth_cutting
-from harpd.predict.queue_policy import queue_cut
+from harpd.predict.queue_policy import weigh
 from harpd.predict.queue_view import QueueView
 from harpd.predict.time_options import SUBMITIT_KEPT, fit_time
 
@@ -317,9 +317,7 @@ def allocation(rule: ResourceRule, inp: KernelInput) -> Allocation:
         return Allocation(None, why)
     value = rule.stretch(value, inp.slowdown)
     if inp.soft and inp.queue is not None and inp.request:
-        # the most the job may run: its request, or the partition's limit below it (as the replay's cap)
-        most = min(inp.request, inp.limit) if inp.limit else inp.request
-        weighed = queue_cut(inp.queue, most, value)
+        weighed = weigh(inp.queue, inp.request, inp.limit, value)
         if weighed.given_back and weighed.limit_s >= inp.request:  # the whole cut back: the request stands
             return Allocation(None, weighed.reason)
         if weighed.given_back:

@@ -54,7 +54,7 @@ from dataclasses import dataclass
 from harpd.predict.queue_view import QueueView
 from harpd.slurm.queue_load import QueueLoad
 
-__all__ = ["KEEP_SHARE", "QueueCut", "queue_cut", "view_of"]
+__all__ = ["KEEP_SHARE", "QueueCut", "queue_cut", "view_of", "weigh"]
 
 #: under a queue that outlasts the request, a cut stands only where the limit is at most this share of it
 KEEP_SHARE = 0.25
@@ -90,6 +90,16 @@ def queue_cut(view: QueueView, request_s: float, limit_s: float) -> QueueCut:
         f"and the cut keeps more than {KEEP_SHARE:.0%} of it: a miss would land on a reservation for "
         "little gain, so the job is planned with all the time it may run",
     )
+
+
+def weigh(view: QueueView, request_s: float, partition_s: float | None, limit_s: float) -> QueueCut:
+    """``queue_cut`` of harp's limit against the most the job may run: its request, or the partition's limit below it.
+
+    The one entry both callers use (the kernel's ``allocation`` and the closed
+    loop's ``queue_decision``), so they weigh a cut against the same duration.
+    """
+    most = min(request_s, partition_s) if partition_s and math.isfinite(partition_s) else request_s
+    return queue_cut(view, most, limit_s)
 
 
 def view_of(load: QueueLoad, now: float) -> QueueView:

@@ -28,6 +28,7 @@ __all__ = [
     "PartitionInfo",
     "JobInfo",
     "QueuedJob",
+    "NOT_IN_LINE",
     "JobChanges",
     "FINISHED_STATES",
     "Accounting",
@@ -171,6 +172,13 @@ class JobInfo:
         return (self.state or "") in FINISHED_STATES
 
 
+#: state reasons of a pending job that is not in line for processors now: held, after another job, not yet
+#: begun, or an array's tasks beyond its ``%N`` throttle (they run a few at a time, never filling the machine)
+NOT_IN_LINE = frozenset(
+    {"JobHeldUser", "JobHeldAdmin", "Dependency", "DependencyNeverSatisfied", "BeginTime", "JobArrayTaskLimit"}
+)
+
+
 @dataclass(frozen=True, slots=True)
 class QueuedJob:
     """One job slurmctld still runs or keeps pending: a row of ``queue()``.
@@ -180,8 +188,10 @@ class QueuedJob:
     job).  ``job_id`` is the id Slurm acts on (``123`` or ``123_4`` for an
     array task); ``array_job_id`` the array's id (None for a plain job), with
     ``array_task`` None for the array's still-pending tasks listed as one
-    record.  ``time_used_s`` is Slurm's RunTime; ``time_limit_s`` None means
-    unlimited or unknown.
+    record, which stands for ``tasks`` jobs (``array_task_string``, 1 for any
+    other record).  ``time_used_s`` is Slurm's RunTime; ``time_limit_s`` None
+    means unlimited or unknown.  ``reason`` is why a pending job waits
+    (Slurm's state reason; None when it gives none).
     """
 
     job_id: str
@@ -199,6 +209,8 @@ class QueuedJob:
     mem_per_cpu_mb: int | None = None
     cpus_per_task: int | None = None
     num_tasks: int | None = None
+    reason: str | None = None
+    tasks: int = 1
 
     @property
     def running(self) -> bool:
@@ -207,6 +219,17 @@ class QueuedJob:
     @property
     def pending(self) -> bool:
         return self.state == "PENDING"
+
+    @property
+    def eligible(self) -> bool:
+        """Pending and waiting for the machine, not for a hold, another job or a begin time.
+
+        What the queue's depth counts (``harpd.slurm.queue_load``): a held job
+        or one waiting on a dependency or ``--begin`` is not in line for
+        processors now, and a user who holds a thousand jobs must not make
+        harp plan everyone else's jobs as if the machine were full.
+        """
+        return self.pending and (self.reason or "") not in NOT_IN_LINE
 
     @property
     def time_left_s(self) -> int | None:

@@ -10,11 +10,17 @@ milliseconds to seconds on a busy controller, too slow for every sbatch, so
 one answer serves every decision for ``ttl_s`` (``ttl_cache``, as the
 partitions are cached), and a failure serves the last good answer.
 
+Only jobs in line for processors count (``QueuedJob.eligible``): a held job,
+or one waiting on a dependency or a begin time, is not waiting work, and one
+user's thousand held jobs must not make harp plan everyone's jobs as if the
+machine were full.  A pending array that squeue lists as one record counts
+each of its tasks (``array_task_string``).
+
 Approximations, each on the safe side of the rule (a smaller backlog cuts
-more, as today): a pending job without a time limit (unlimited) adds
-nothing; a pending array whose tasks squeue lists as one record counts once;
-the cluster's processors are its nodes' (each node once, with the most
-processors any of its partitions allows).
+more, as harp does without the rule): a pending job without a time limit
+(unlimited) adds nothing; an array's tasks held back by its ``%N`` throttle
+add nothing; the cluster's processors are its nodes' (each node once, with
+the most processors any of its partitions allows).
 """
 
 from __future__ import annotations
@@ -59,10 +65,10 @@ def queue_load(jobs: Iterable[QueuedJob], parts: Mapping[str, PartitionInfo]) ->
     for j in jobs:
         if j.running:
             running += 1
-        elif j.pending:
-            pending += 1
+        elif j.eligible:
+            pending += j.tasks
             if j.time_limit_s is not None and j.time_limit_s > 0:
-                backlog += (j.cpus_per_task or 1) * (j.num_tasks or 1) * float(j.time_limit_s)
+                backlog += j.tasks * (j.cpus_per_task or 1) * (j.num_tasks or 1) * float(j.time_limit_s)
     return QueueLoad(pending, backlog, running, total_cores(parts))
 
 

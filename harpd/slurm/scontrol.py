@@ -12,6 +12,7 @@ import re
 import time
 from collections.abc import Mapping
 
+from harp_submit.request import array_size
 from harp_submit.units import parse_duration_s, parse_size_mb
 from harpd.slurm.base import FINISHED_STATES, JobChanges, JobInfo, QueuedJob, SlurmError, whole_minutes
 
@@ -204,6 +205,8 @@ def queued_job(kv: Mapping[str, str]) -> QueuedJob:
         mem_per_cpu_mb=_whole(parse_size_mb(_value(kv, "MinMemoryCPU"))),
         cpus_per_task=_count(_value(kv, "CPUs/Task")),
         num_tasks=_count(_value(kv, "NumTasks")),
+        reason=None if _value(kv, "Reason") in (None, "None") else _value(kv, "Reason"),
+        tasks=(array_size(task) or 1) if array_id is not None and not (task and task.isdigit()) else 1,
     )
 
 

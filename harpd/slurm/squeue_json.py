@@ -31,6 +31,7 @@ import time
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from harp_submit.request import array_size
 from harpd.slurm.base import FINISHED_STATES, JobInfo, QueuedJob, SlurmError
 from harpd.slurm.cli_errors import failure
 
@@ -231,6 +232,12 @@ def _memory(job: Mapping[str, Any]) -> tuple[int | None, int | None]:
     return per_node or None, None
 
 
+def _reason(job: Mapping[str, Any]) -> str | None:
+    """Why a pending job waits (``state_reason``); None where Slurm prints ``None``."""
+    reason = _text(job.get("state_reason"))
+    return None if reason == "None" else reason
+
+
 def job_info(job: Mapping[str, Any]) -> JobInfo:
     """One job of the document as ``JobInfo`` (what ``show_job`` returns)."""
     state = _state(job)
@@ -244,7 +251,7 @@ def job_info(job: Mapping[str, Any]) -> JobInfo:
         user=_text(job.get("user_name")),
         uid=_number(job.get("user_id")),
         state=state or None,
-        reason=None if _text(job.get("state_reason")) == "None" else _text(job.get("state_reason")),
+        reason=_reason(job),
         restarts=_number(job.get("restart_cnt")) or 0,
         time_limit_s=_minutes(job, "time_limit"),
         mem_mb=mem,
@@ -283,6 +290,8 @@ def queued_job(job: Mapping[str, Any], now: float) -> QueuedJob:
         mem_per_cpu_mb=mem_per_cpu,
         cpus_per_task=_cpus_per_task(job),
         num_tasks=_number(job.get("tasks")),
+        reason=_reason(job),
+        tasks=(array_size(_text(job.get("array_task_string"))) or 1) if array and task is None else 1,
     )
 
 

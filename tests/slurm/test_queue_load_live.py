@@ -1,9 +1,11 @@
 """harpd's view of the queue, the queue rule's input (``predict.queue_rule``), from the real squeue and scontrol.
 
-Two held jobs with user-written names that hold separators are counted as
-waiting, with their limits' processor-seconds as backlog, and the cluster's
-processors are its one node's CPUs, counted once though every partition
-shares the node.  Cheap: nothing runs.
+A job holding every processor keeps the others in line.  Two waiting jobs
+with user-written names that hold separators count, with their limits'
+processor-seconds as backlog; a pending array counts each of its tasks; a
+held job and one waiting for its ``--begin`` time do not count (they are not
+in line for processors).  The cluster's processors are its nodes' CPUs,
+counted once though every partition shares a node.
 """
 
 from __future__ import annotations
@@ -27,18 +29,36 @@ def _node_cpus(c) -> int:
     return sum(int(cpus) for _node, cpus in {tuple(r.split()) for r in rows if r.strip()})
 
 
-def test_the_queue_view_counts_the_real_queue_once_per_node(slurm_cluster) -> None:
+def _until_running(c, job: str, timeout: float = 180.0) -> None:
+    deadline = time.time() + timeout
+    state = ""
+    while time.time() < deadline:
+        state = c.run(["squeue", "-h", "-j", job, "-o", "%T"], check=False).stdout.strip()
+        if state == "RUNNING":
+            return
+        time.sleep(1.0)
+    raise AssertionError(f"the job holding every processor is {state or 'gone'}, not RUNNING, after {timeout:.0f} s")
+
+
+def test_the_queue_view_counts_the_jobs_in_line_once_per_task_and_each_node_once(slurm_cluster) -> None:
     c = slurm_cluster
     backend = CliBackend(HarpSettings())
     load = cached_queue_load(backend, cached_partitions(backend, 60.0), ttl_s=0.0)  # each call asks squeue
-    before = load()
-    names = ["q|load;1", "q load,2 "]
-    jobs = [c.sbatch("--hold", "--time=10", "--ntasks=2", f"--job-name={n}", script="sleep 1\n") for n in names]
+    cpus = _node_cpus(c)
+    jobs = [c.sbatch(f"--ntasks={cpus}", "--mem=1", "--time=10", "--job-name=q-all", script="sleep 600\n")]
     try:
+        _until_running(c, jobs[0])
+        before = load()
+        waiting = ["q|load;1", "q load,2 "]
+        jobs += [c.sbatch("--time=10", "--ntasks=2", "--mem=1", f"--job-name={n}", script="sleep 1\n") for n in waiting]
+        jobs.append(c.sbatch("--array=1-3", "--time=5", "--mem=1", "--job-name=q\narray", script="sleep 1\n"))
+        jobs.append(c.sbatch("--hold", "--time=60", "--ntasks=2", "--mem=1", script="sleep 1\n"))
+        jobs.append(c.sbatch("--begin=now+3600", "--time=60", "--mem=1", script="sleep 1\n"))
         now = load()
-        assert now.pending_jobs == before.pending_jobs + 2
-        assert now.backlog_core_s - before.backlog_core_s == pytest.approx(2 * 2 * 600.0)
-        assert now.total_cores == _node_cpus(c) > 0
+        assert now.pending_jobs - before.pending_jobs == 2 + 3  # the held and the not-yet-begun job: none
+        assert now.backlog_core_s - before.backlog_core_s == pytest.approx(2 * 2 * 600.0 + 3 * 300.0)
+        assert now.running_jobs >= 1
+        assert now.total_cores == cpus > 0
         view = view_of(now, time.time())
         assert view.drain_s == pytest.approx(now.backlog_core_s / now.total_cores)
     finally:

@@ -51,3 +51,43 @@ def test_one_squeue_serves_every_decision_within_the_ttl():
     b = Backend()
     get = cached_queue_load(b, lambda: PARTS, ttl_s=3600.0)  # type: ignore[arg-type]
     assert get() == get() and b.calls == 1
+
+
+def test_only_jobs_in_line_for_processors_count_and_a_pending_array_counts_each_task():
+    jobs = [
+        QueuedJob("1", "PENDING", time_limit_s=600, reason="Priority"),
+        QueuedJob("2", "PENDING", time_limit_s=600, reason=None),  # not yet looked at: in line
+        QueuedJob("3", "PENDING", time_limit_s=600, reason="JobHeldUser"),
+        QueuedJob("4", "PENDING", time_limit_s=600, reason="JobHeldAdmin"),
+        QueuedJob("5", "PENDING", time_limit_s=600, reason="Dependency"),
+        QueuedJob("6", "PENDING", time_limit_s=600, reason="BeginTime"),
+        QueuedJob("7", "PENDING", time_limit_s=600, reason="JobArrayTaskLimit", array_job_id="7", tasks=50),
+        QueuedJob("8", "PENDING", time_limit_s=100, reason="Resources", array_job_id="8", tasks=4, num_tasks=2),
+    ]
+    load = queue_load(jobs, PARTS)
+    assert load.pending_jobs == 1 + 1 + 4
+    assert load.backlog_core_s == 600 + 600 + 4 * 2 * 100
+
+
+def test_a_user_holding_many_jobs_does_not_deepen_everyone_s_queue():
+    held = [
+        QueuedJob(str(i), "PENDING", time_limit_s=86400, cpus_per_task=64, reason="JobHeldUser") for i in range(1000)
+    ]
+    load = queue_load(held, PARTS)
+    assert (load.pending_jobs, load.backlog_core_s) == (0, 0.0)
+    assert queue_cut(view_of(load, 0.0), 200.0, 100.0).limit_s == 100.0  # harp's cut stands
+
+
+def test_the_recorded_squeue_documents_give_reasons_and_array_task_counts():
+    from pathlib import Path
+
+    from harpd.slurm.squeue_json import parse_squeue_json, queued_jobs
+
+    root = Path(__file__).parents[2] / "fixtures" / "squeue"
+    for name, array_id, tasks in (("22.05-jobs.json", "8", 4), ("26.05-jobs.json", "2", 3)):
+        jobs = queued_jobs(parse_squeue_json((root / name).read_text()), now=0.0)
+        array = [j for j in jobs if j.job_id == array_id]
+        assert len(array) == 1 and array[0].array_task is None and array[0].tasks == tasks, name
+        assert array[0].reason == "JobHeldUser" and not array[0].eligible, name
+        assert all(j.tasks == 1 for j in jobs if j.job_id != array_id), name
+        assert any(j.running for j in jobs) and not any(j.eligible for j in jobs), name  # every pending one is held

@@ -124,9 +124,9 @@ def test_the_kernel_reads_no_queue_under_hard_limits():
 
 def test_the_closed_loop_callback_decides_as_the_kernel():
     limits = np.array([3000.0, 600.0, 3600.0])
-    cap = np.array([3600.0, 3600.0, 3600.0])
-    ruled = queue_decision(limits, cap, queue_rule=True)
-    today = queue_decision(limits, cap, queue_rule=False)
+    req = np.array([3600.0, 3600.0, 3600.0])
+    ruled = queue_decision(limits, req, None, queue_rule=True)
+    today = queue_decision(limits, req, None, queue_rule=False)
     assert [ruled(j, DEEP) for j in range(3)] == [3600.0, 600.0, 3600.0]
     assert [ruled(j, SHORT) for j in range(3)] == [3000.0, 600.0, 3600.0]
     assert [today(j, DEEP) for j in range(3)] == [3000.0, 600.0, 3600.0]
@@ -135,5 +135,12 @@ def test_the_closed_loop_callback_decides_as_the_kernel():
         alone = allocation(TIME, soft_input(need, None)).amount
         assert alone is not None
         kernel = allocation(TIME, soft_input(need, DEEP)).amount
-        got = queue_decision(np.array([alone]), np.array([3600.0]), queue_rule=True)(0, DEEP)
+        got = queue_decision(np.array([alone]), np.array([3600.0]), None, queue_rule=True)(0, DEEP)
         assert got == (3600.0 if kernel is None else kernel)
+    # a partition limit below the request: the kernel and the callback weigh the cut against the same 3000 s
+    inp = KernelInput(3600.0, math.log(1500.0 / 3600.0), 10, 3000.0, GUARD, soft=True)
+    alone = allocation(TIME, inp).amount
+    assert alone is not None and alone > KEEP_SHARE * 3000.0
+    kernel = allocation(TIME, KernelInput(3600.0, inp.log_bound, 10, 3000.0, GUARD, soft=True, queue=DEEP)).amount
+    got = queue_decision(np.array([alone]), np.array([3600.0]), np.array([3000.0]), queue_rule=True)(0, DEEP)
+    assert got == kernel == 3000.0

@@ -28,11 +28,13 @@ def test_pending_array_tasks_act_through_the_array_id():
     j = queued_job(parse_kv_line(ARRAY))
     assert (j.job_id, j.array_job_id, j.array_task, j.pending) == ("300", "300", None, True)
     assert j.start_time is None and j.time_limit_s == 3600
+    assert (j.tasks, j.reason, j.eligible) == (8, "Resources", True)  # 2-9: the record stands for 8 jobs
     line = "JobId=301" + ARRAY[len("JobId=300") :].replace("ArrayTaskId=2-9", "ArrayTaskId=1")
     task = queued_job(parse_kv_line(line))
-    assert task.job_id == "300_1" and task.array_task == "1"
+    assert task.job_id == "300_1" and task.array_task == "1" and task.tasks == 1
 
 
 def test_unknown_owner_and_unlimited_time_are_none():
     j = queued_job(parse_kv_line("JobId=5 UserId=(null) JobState=PENDING TimeLimit=UNLIMITED RunTime=00:00:00"))
     assert j.user is None and j.time_limit_s is None and j.time_left_s is None
+    assert j.reason is None and j.eligible  # no reason printed: in line
