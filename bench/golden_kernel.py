@@ -43,8 +43,6 @@ def main() -> int:
     ap.add_argument("--only", help="comma-separated trace names")
     args = ap.parse_args()
     from harpd.config import HarpSettings
-    from harpd.predict.allocation import Guard
-    from harpd.predict.soft import SoftPolicy
     from harpd.replay.dataset import read_trace
     from harpd.replay.engine import ReplayConfig
     from harpd.replay.golden import golden
@@ -56,7 +54,6 @@ def main() -> int:
     only = set(args.only.split(",")) if args.only else None
     base = HarpSettings()
     settings = base.model_copy(update={"predict": base.predict.model_copy(update={"hard_cut_gain": 1.0})})
-    pr = settings.predict
     total = 0
     for name, (file, n) in TRACES.items():
         if only and name not in only:
@@ -69,14 +66,7 @@ def main() -> int:
             n = args.slice
         records = list(itertools.islice(read_trace(path), n))
         for resource, limits in (("time", "hard"), ("time", "soft"), ("mem", "hard")):
-            cfg = ReplayConfig(
-                alpha=pr.alpha_time if resource == "time" else pr.alpha_mem,
-                guard=Guard.from_settings(pr, resource, settings.recovery.max_attempts),
-                max_attempts=settings.recovery.max_attempts,
-                limits=limits,
-                soft=SoftPolicy.from_settings(pr, settings.watch),
-                hard_cut_gain=pr.hard_cut_gain,
-            )
+            cfg = ReplayConfig.of_site(settings, resource, limits)
             t0 = time.perf_counter()
             try:
                 res = golden(records, settings, cfg, resource)

@@ -146,8 +146,6 @@ def run(args: argparse.Namespace) -> int:
 
     from harpd.config import ConfigError, load_settings
     from harpd.models.registry import UnknownPredictor, available
-    from harpd.predict.allocation import Guard
-    from harpd.predict.soft import SoftPolicy
     from harpd.replay.dataset import ReplayError, prepare, read_trace
     from harpd.replay.engine import ReplayConfig
     from harpd.replay.engine import run as replay_run
@@ -195,17 +193,13 @@ def run(args: argparse.Namespace) -> int:
             keep_templates=args.bounds or args.schedule or args.limits == "soft",
         )
         say(f"{prep.n} jobs, features built in {time.perf_counter() - t0:.1f}s")
-        cfg = ReplayConfig(
-            alpha=alpha,
-            guard=Guard.from_settings(pr, args.resource, settings.recovery.max_attempts),
+        cfg = ReplayConfig.of_site(
+            settings,
+            args.resource,
+            args.limits,
             retrain_every=args.retrain_every or max(settings.retrain.after_n_outcomes, prep.n // 20),
-            max_attempts=settings.recovery.max_attempts,
             models=models,
-            waste_budget=pr.waste_budget,
             bounds=args.bounds,
-            limits=args.limits,
-            soft=SoftPolicy.from_settings(pr, settings.watch),
-            hard_cut_gain=pr.hard_cut_gain,
         )
         with threadpool_limits(args.threads):
             res = replay_run(prep, cfg, progress=say)

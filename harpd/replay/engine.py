@@ -33,7 +33,7 @@ import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -46,6 +46,9 @@ from harpd.replay.bounds import allocations, soft_allocations
 from harpd.replay.dataset import Prepared, ReplayError, fit_rows
 from harpd.replay.metric import Jobs, ModelMetrics, evaluate, evaluate_soft
 from harpd.replay.soft_walk import soft_starts
+
+if TYPE_CHECKING:
+    from harpd.config import HarpSettings
 
 
 @dataclass
@@ -71,6 +74,25 @@ class ReplayConfig:
     soft: SoftPolicy = field(default_factory=SoftPolicy)  # the soft policy's knobs (limits="soft")
     # hard limits: harp's time cuts pass the kernel's kill-cost gate with this gain (None: not gated)
     hard_cut_gain: float | None = None
+
+    @classmethod
+    def of_site(cls, settings: HarpSettings, resource: str, limits: str = "hard", **more: Any) -> ReplayConfig:
+        """The replay of a site whose harpd runs ``settings``: its alpha, guard, attempts, budget and soft policy.
+
+        One place reads the site's settings into a replay, so ``harp replay``
+        and the benches replay the harpd the site runs; ``more`` sets the rest.
+        """
+        pr = settings.predict
+        return cls(
+            alpha=pr.alpha_time if resource == "time" else pr.alpha_mem,
+            guard=Guard.from_settings(pr, resource, settings.recovery.max_attempts),
+            max_attempts=settings.recovery.max_attempts,
+            waste_budget=pr.waste_budget,
+            limits=limits,
+            soft=SoftPolicy.from_settings(pr, settings.watch),
+            hard_cut_gain=pr.hard_cut_gain,
+            **more,
+        )
 
     def make_model(self, name: str, prep: Prepared) -> Any:
         """A fresh predictor ``name`` with this replay's tuning, for ``prep``'s trace."""

@@ -25,6 +25,7 @@ sys.path.insert(0, str(REPO))
 BENCHES = {
     "replay_targets": "CTC-SP2-1996-3.1-cln.swf.gz",
     "queue_targets": "KTH-SP2-1996-2.1-cln.swf.gz",
+    "queue_bound": "KTH-SP2-1996-2.1-cln.swf.gz",
     "replay_speed": "HPC2N-2002-2.2-cln.swf.gz",
     "schedule_speed": "CTC-SP2-1996-3.1-cln.swf.gz",
     "train_speed": "HPC2N-2002-2.2-cln.swf.gz",
