@@ -1,10 +1,12 @@
-"""The most a keep-or-give-back queue rule can reach at high load: harp's cuts with their misses given back by an oracle.
+"""harp's soft cuts at high load with their misses given back by an oracle, against exact runtimes.
 
 Every queue rule harp can run (issue #48; ``harpd.predict.queue_policy``)
-decides, per job, between harp's soft cut and the user's request.  The best
-any such rule can do is to keep every cut that holds its run and give the
+decides, per job, between harp's soft cut and the user's request.  The
+rule one would wish for keeps every cut that holds its run and gives the
 request to every cut that would be outgrown: that needs the run time, so
-only an oracle can, and it bounds the whole family.  This replays harp-soft
+only an oracle can.  (It is not a strict bound of the family: on HPC2N a
+miss that was backfilled early gains more than its extension costs, and
+harp-soft beats the oracle's wait.)  This replays harp-soft
 (the site's default settings) on a trace whose inter-arrival times are
 compressed to a high load, then simulates the users' requests, exact run
 times, harp-soft as harpd decides it, and that oracle, over the same shaken

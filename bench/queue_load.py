@@ -12,11 +12,12 @@ and the relative standard error of the users' mean wait at 5 and N copies.
 
 With ``--open-loop`` harp-soft keeps the replay's limits (decided on the
 recorded timeline); by default the replay asks for each at its submission in
-the simulated queue (closed loop), and ``--queue-rule`` decides it there
-through the queue rule (``harpd.predict.queue_policy``).
+the simulated queue (closed loop) through the queue rule
+(``harpd.predict.queue_policy``, on by default as in harpd), and
+``--no-queue-rule`` decides it there without the rule.
 
     python bench/queue_load.py [--traces DIR] [--only KTH] [--compress F] [--replicas N] [--predict KEY=VALUE]
-                               [--open-loop | --queue-rule]
+                               [--open-loop | --no-queue-rule]
 """
 # bench: slow
 # bench: timeout=3600
@@ -70,7 +71,7 @@ def main() -> int:
     ap.add_argument(
         "--open-loop", action="store_true", help="harp-soft on the recorded timeline (harp replay --open-loop)"
     )
-    ap.add_argument("--queue-rule", action="store_true", help="harp-soft through the queue rule (--queue-rule)")
+    ap.add_argument("--no-queue-rule", action="store_true", help="harp-soft in the closed loop without the queue rule")
     args = ap.parse_args()
     names = [n for n in TIME_TRACES if n in args.only.split(",")]
     folder = traces_folder("queue_load", [TIME_TRACES[n] for n in names], args.traces)
@@ -104,7 +105,7 @@ def main() -> int:
                 "--replicas",
                 str(args.replicas),
                 *(["--open-loop"] if args.open_loop else []),
-                *(["--queue-rule"] if args.queue_rule else []),
+                *(["--no-queue-rule"] if args.no_queue_rule else []),
             ]
             t0 = time.perf_counter()
             proc = subprocess.run(argv, cwd=str(REPO), capture_output=True, text=True, env=env)

@@ -148,9 +148,10 @@ class PredictSettings(_Section):
     # share (over at least 10 of their last 50) is no longer cut: their jobs keep their time request
     soft_user_extension_budget: float = Field(0.30, gt=0, le=1)
     # the queue rule (harpd.predict.queue_policy): under a queue that outlasts a job's request, only a cut to a
-    # quarter of it or less stands (soft limits; read from a cached squeue). Off: it wins at heavy load and
-    # loses at the traces' own (docs/metrics.md, 'Closed loop'); `harp replay --schedule` follows this setting
-    queue_rule: bool = False
+    # quarter of it or less stands (soft limits; the queue as the watcher last listed it). On: near saturation
+    # it keeps harp from raising everyone's wait, for a little of harp's gain at ordinary load (docs/metrics.md,
+    # 'Closed loop'); `harp replay --schedule` follows this setting
+    queue_rule: bool = True
 
 
 class RecoverySettings(_Section):

@@ -61,6 +61,8 @@ RELEASE_FILES = {
     "what sacct keeps of the run it ended",
     "test_queue_load_live.py": "squeue --json's waiting jobs (limits, tasks) and the partitions' nodes and CPUs: "
     "the queue rule's view",
+    "test_queue_rule_live.py": "squeue --json's state reasons (held, waiting) read by harpd's watcher: the queue rule "
+    "in a root harpd",
 }
 
 #: The release files CI runs on 26.05 on every run (``-m release_ci``; scripts/test with CI=true): those that
@@ -71,6 +73,7 @@ RELEASE_FILES = {
 CI_RELEASE_FILES = (
     "test_foundation.py",
     "test_queue_load_live.py",
+    "test_queue_rule_live.py",
     "test_submit.py",
     "test_sbatch_meaning.py",
     "test_scontrol_forgery.py",

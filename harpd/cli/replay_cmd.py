@@ -119,10 +119,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument(
         "--queue-rule",
-        action="store_true",
-        help="--schedule: decide harp-soft in the closed loop through the queue rule (behind waiting work that "
-        "outlasts the job's request only a cut to a quarter of it or less stands; harpd.predict.queue_policy; "
-        "on when harpd.toml sets predict.queue_rule, else off, docs/metrics.md)",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="--schedule: decide harp-soft in the closed loop through the queue rule, or not (behind waiting work "
+        "that outlasts the job's request only a cut to a quarter of it or less stands; harpd.predict.queue_policy); "
+        "default: as harpd.toml's predict.queue_rule, on unless the site turned it off (docs/metrics.md)",
     )
     p.add_argument(
         "--shake",
@@ -179,7 +180,8 @@ def run(args: argparse.Namespace) -> int:
         _fail(str(exc))
     pr = settings.predict
     # the site's harpd decides with the queue rule (predict.queue_rule): the closed loop does too
-    args.queue_rule = args.queue_rule or (pr.queue_rule and args.schedule and not args.open_loop)
+    rule = pr.queue_rule if args.queue_rule is None else args.queue_rule
+    args.closed_loop_rule = bool(rule and args.schedule and not args.open_loop)
     alpha = pr.alpha_time if args.resource == "time" else pr.alpha_mem
     say = (lambda m: None) if args.quiet else (lambda m: print(f"harp replay: {m}", file=sys.stderr, flush=True))
     procs = _machine_size(args)
@@ -298,8 +300,12 @@ def _machine_size(args: argparse.Namespace) -> int | None:
         _fail(f"--shake {args.shake:g}: give the seconds a submission may move, 0 or more")
     if args.open_loop and not args.schedule:
         _fail("--open-loop chooses how the simulated queue of --schedule decides harp-soft; add --schedule or drop it")
-    if args.queue_rule and (args.open_loop or not args.schedule):
-        _fail("--queue-rule decides harp-soft inside the simulated queue: use it with --schedule, without --open-loop")
+    if args.queue_rule is not None and (args.open_loop or not args.schedule):
+        flag = "--queue-rule" if args.queue_rule else "--no-queue-rule"
+        _fail(
+            f"{flag} chooses how harp-soft is decided inside the simulated queue: use it with --schedule, "
+            "without --open-loop"
+        )
     if not args.schedule:
         return None
     if args.resource != "time":
@@ -366,7 +372,7 @@ def _schedule(args, prep, cfg, res, procs: int, say) -> QueueFigures:
                     shake_s=args.shake,
                     compress=args.compress,
                     closed_loop=not args.open_loop,
-                    queue_rule=args.queue_rule,
+                    queue_rule=args.closed_loop_rule,
                 ),
                 progress=bar,
                 notes=notes,

@@ -278,14 +278,15 @@ def loop_line(loop: str | None, queue_rule: bool = False) -> str:
     """Which harp-soft the queue figures are of: decided inside the simulated queue, or on the recorded timeline."""
     if loop == "closed" and queue_rule:
         return (
-            "harp-soft decided in a closed loop with the queue rule (--queue-rule): each job's limit at its "
-            "submission in the simulated queue; behind waiting work that outlasts its request only a cut to a "
-            "quarter of it or less stands, a shallower one is planned with the request"
+            "harp-soft decided in a closed loop with the queue rule (predict.queue_rule, on by default): each "
+            "job's limit at its submission in the simulated queue; behind waiting work that outlasts its request "
+            "only a cut to a quarter of it or less stands, a shallower one is planned with the request"
         )
     if loop == "closed":
         return (
-            "harp-soft decided in a closed loop: each job's limit asked for at its submission in the simulated "
-            "queue; today's decision reads no queue (--queue-rule makes it), so these are the open loop's figures"
+            "harp-soft decided in a closed loop without the queue rule (--no-queue-rule, or predict.queue_rule "
+            "off): each job's limit asked for at its submission in the simulated queue reads no queue, so these "
+            "are the open loop's figures"
         )
     if loop == "open":
         return (

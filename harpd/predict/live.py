@@ -51,10 +51,8 @@ from harpd.predict.task_memory import TaskMemory
 from harpd.predict.time_options import kept_under_soft_limits
 from harpd.protocol import Change, Decision, JobRequest, Limits, Resources
 from harpd.records import JobRecord, ModelRow, Submission
-from harpd.slurm.base import SlurmError
 from harpd.slurm.job_ids import submitted_id
 from harpd.slurm.partitions import LimitsLookup, cached_partitions, limits_for, limits_from_partitions
-from harpd.slurm.queue_load import QueueLoad, cached_queue_load
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -159,12 +157,11 @@ class ModelPredictor:
         limits: LimitsLookup | None = None,
         models: dict[str, ModelEnvelope] | None = None,
         soft_limits: bool = False,
-        queue: Callable[[], QueueLoad] | None = None,
     ) -> None:
         self.settings = settings
-        # the queue as harpd sees it (a cached squeue, harpd.slurm.queue_load): given under soft limits with
-        # predict.queue_rule on, the kernel weighs each time cut against it (harpd.predict.queue_policy)
-        self._queue = queue if (soft_limits and settings.predict.queue_rule) else None
+        # under soft limits with predict.queue_rule on, the kernel weighs each time cut against the queue
+        # (harpd.predict.queue_policy) as the watcher last listed it (soft_state.queue)
+        self._queue_rule = bool(soft_limits and settings.predict.queue_rule)
         # soft limits (a privileged harpd extends jobs up to the user's request,
         # harpd.watch): the time limit is cut deeper, by harpd.predict.soft's policy
         self.soft_limits = bool(soft_limits)
@@ -620,14 +617,11 @@ class ModelPredictor:
         return log_bound, getattr(champion.model, "theta", None), reason, ex
 
     def _queue_view(self, now: float) -> QueueView | None:
-        """The queue at this decision, or None: no rule asked for, or Slurm gave no answer yet (cut as without)."""
-        if self._queue is None:
+        """The queue at this decision, or None: no rule asked for, or no recent listing (cut as without)."""
+        if not self._queue_rule or self.soft_state is None:
             return None
-        try:
-            return view_of(self._queue(), now)
-        except SlurmError as exc:  # the cache serves its last good answer; none yet: decide without the queue
-            log.warning("queue rule: no view of the queue (%s); deciding without it", exc)
-            return None
+        load = self.soft_state.queue()
+        return None if load is None else view_of(load, now)
 
     def _decide_resource(
         self, ask: _Ask, res: str, champion: _Champion, given: int | None = None, slow: float = 1.0
@@ -777,20 +771,15 @@ def make_predictor(
     """The champion-backed predictor harpd.daemon.main wires in (no change until trained).
 
     ``partitions``: the daemon's shared (cached) ``backend.partitions()``, from
-    which the partition limits are read (and, with ``predict.queue_rule`` on,
-    the cluster's processors); cached here from ``backend`` only when the
-    caller has none.  ``soft_limits``: harpd is privileged and extends jobs
-    before their limit (the soft policy sizes time).  With
-    ``predict.queue_rule`` on, the queue is read from ``backend`` (one cached
-    squeue --json, ``harpd.slurm.queue_load``).
+    which the partition limits are read; cached here from ``backend`` only
+    when the caller has none.  ``soft_limits``: harpd is privileged and
+    extends jobs before their limit (the soft policy sizes time; with
+    ``predict.queue_rule`` on, against the queue the watcher lists).
     """
     if partitions is None and backend is not None:
         partitions = cached_partitions(backend)
     limits = None if partitions is None else limits_from_partitions(partitions)
-    queue = None
-    if backend is not None and partitions is not None and soft_limits and settings.predict.queue_rule:
-        queue = cached_queue_load(backend, partitions)
-    return ModelPredictor(settings, store=store, limits=limits, soft_limits=soft_limits, queue=queue)
+    return ModelPredictor(settings, store=store, limits=limits, soft_limits=soft_limits)
 
 
 def _request_holds(bound_ratio: Any, slow: float) -> str | None:

@@ -38,12 +38,15 @@ trace figure, only two comparisons of durations of the job against itself
 and against the queue at that instant.  It does not remove the misses'
 harm; it gives up the cuts whose gain is smallest for it.
 
-Off by default (``predict.queue_rule`` turns it on in harpd, which then
-fills the kernel's queue view from a cached squeue, and in ``harp replay
---schedule``'s closed loop; ``--queue-rule`` turns it on there alone): measured with
-``bench/queue_load.py --queue-rule``, it brings CTC ×0.9's wait back to the
-users' but gives up part of harp's gain at the traces' own load, by more
-than two standard errors on KTH and HPC2N (docs/metrics.md, 'Closed loop').
+On by default (``predict.queue_rule``; harpd then reads the queue from its
+watcher's listing, ``harp replay --schedule``'s closed loop follows the
+setting, ``--no-queue-rule`` turns it off there alone).  Measured with
+``bench/queue_load.py`` (and ``--no-queue-rule``), it brings CTC ×0.9's wait
+back to the users' (+16% without it) and keeps every high-load figure no
+worse than the users', for part of harp's gain at the traces' own load (KTH's
+wait and slowdown, HPC2N's wait: more than two standard errors); a site
+whose machine never runs near full may turn it off (docs/metrics.md,
+'Closed loop').
 """
 
 from __future__ import annotations

@@ -9,8 +9,11 @@ of jobs harp passed) and live here, between the watcher that feeds them and
 the predictor that reads them on every request.
 
 ``s`` is kept in the store (meta ``soft.scale``), so a restart does not
-forget what the extensions taught it; the siblings in flight are only
-trusted while the watcher keeps listing the queue (``max_age_s``).
+forget what the extensions taught it; the siblings in flight, and the
+queue's load that the queue rule weighs a cut against
+(``harpd.predict.queue_policy``), are only trusted while the watcher keeps
+listing the queue (``max_age_s``).  The queue rule so reads the watcher's
+own listing: no squeue of its own, none on a submission's path.
 Thread-safe: the watcher writes from the scheduler's thread, requests read.
 """
 
@@ -22,6 +25,7 @@ import time
 from typing import Any, TypedDict
 
 from harpd.predict.soft import BudgetController, SoftPolicy, StakeMean
+from harpd.slurm.queue_load import QueueLoad
 
 __all__ = ["SoftState", "SCALE_KEY"]
 
@@ -68,6 +72,8 @@ class SoftState:
         self._usual = StakeMean(policy.stake_window)
         self._running: dict[str, tuple[int, float]] = {}
         self._running_at = -math.inf
+        self._queue: QueueLoad | None = None
+        self._queue_at = -math.inf
         self._lock = threading.Lock()
         self._users: dict[str, tuple[float, tuple[int, int] | None]] = {}  # user -> (when, over budget)
 
@@ -115,6 +121,23 @@ class SoftState:
                 return 0, 0.0
             n, longest = self._running.get(template, (0, 0.0))
             return n, (longest + max(0.0, now - self._running_at)) if n else 0.0
+
+    # -- the queue's load --------------------------------------------------------
+    def set_queue(self, load: QueueLoad, now: float | None = None) -> None:
+        """The queue's load in the watcher's latest listing (``harpd.slurm.queue_load``)."""
+        with self._lock:
+            self._queue = load
+            self._queue_at = time.time() if now is None else now
+
+    def queue(self, now: float | None = None) -> QueueLoad | None:
+        """The queue's load as of the last listing; None when the watcher has not listed it within ``max_age_s``.
+
+        None makes the queue rule stand aside (harp cuts as without it): a
+        stale queue could give back cuts for a queue that has drained.
+        """
+        now = time.time() if now is None else now
+        with self._lock:
+            return self._queue if now - self._queue_at <= self.max_age_s else None
 
     # -- the usual stake ---------------------------------------------------------
     def usual_stake(self, stake: float) -> float:

@@ -1,14 +1,14 @@
-"""How loaded the queue is, as harpd sees it at a decision: one cached squeue and partition view.
+"""How loaded the queue is, as harpd sees it at a decision: the watcher's listing and the partitions.
 
 The soft queue rule (``harpd.predict.queue_policy``) weighs a cut against the
 work already waiting, so a decision needs the waiting jobs' processor-seconds
-and the cluster's processors.  Both come from answers harpd already has:
-``backend.queue()`` (``squeue --json``: job names, comments and paths are
-user text, never split out of plain text) and the partitions
-(``scontrol``, cached by ``harpd.slurm.partitions``).  squeue costs tens of
-milliseconds to seconds on a busy controller, too slow for every sbatch, so
-one answer serves every decision for ``ttl_s`` (``ttl_cache``, as the
-partitions are cached), and a failure serves the last good answer.
+and the cluster's processors.  Both come from answers harpd already has: the
+watcher's one ``backend.queue()`` per interval (``squeue --json``: job names,
+comments and paths are user text, never split out of plain text), which
+``harpd.watch.feedback`` turns into a ``QueueLoad`` for the predictor's soft
+state, and the partitions (``scontrol``, cached by ``harpd.slurm.partitions``).
+squeue costs tens of milliseconds to seconds on a busy controller, too slow
+for every sbatch: no decision asks for one.
 
 Only jobs in line for processors count (``QueuedJob.eligible``): a held job,
 or one waiting on a dependency or a begin time, is not waiting work, and one
@@ -25,13 +25,12 @@ the most processors any of its partitions allows).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-from harpd.slurm.base import PartitionInfo, QueuedJob, SlurmBackend
-from harpd.slurm.ttl_cache import ttl_cached
+from harpd.slurm.base import PartitionInfo, QueuedJob
 
-__all__ = ["QueueLoad", "cached_queue_load", "queue_load", "total_cores"]
+__all__ = ["QueueLoad", "queue_load", "total_cores"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,14 +69,3 @@ def queue_load(jobs: Iterable[QueuedJob], parts: Mapping[str, PartitionInfo]) ->
             if j.time_limit_s is not None and j.time_limit_s > 0:
                 backlog += j.tasks * (j.cpus_per_task or 1) * (j.num_tasks or 1) * float(j.time_limit_s)
     return QueueLoad(pending, backlog, running, total_cores(parts))
-
-
-def cached_queue_load(
-    backend: SlurmBackend, partitions: Callable[[], dict[str, PartitionInfo]], ttl_s: float = 30.0
-) -> Callable[[], QueueLoad]:
-    """``queue_load`` of ``backend.queue()``, fetched again once ``ttl_s`` old (``ttl_cache``)."""
-
-    def fetch() -> QueueLoad:
-        return queue_load(backend.queue(), partitions())
-
-    return ttl_cached(fetch, "queue load (squeue --json)", ttl_s)

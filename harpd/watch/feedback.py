@@ -9,7 +9,10 @@ and hands it to the predictor's ``SoftState``:
 
 * each tick: template -> (siblings running, longest run so far), from the
   running jobs harp registered (their template is computed from the
-  registered request, as at submission);
+  registered request, as at submission); and the queue's load (jobs in
+  line, their limits' processor-seconds, the cluster's processors) that the
+  queue rule weighs a cut against (``harpd.slurm.queue_load``), so a
+  decision reads this listing, not an squeue of its own;
 * each job's first extension: the budget controller steps up;
 * each job that passed through harp and ended without an extension: it
   steps down.  The scale is saved to the store once per tick.
@@ -18,14 +21,15 @@ and hands it to the predictor's ``SoftState``:
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from harpd.predict.soft_state import SoftState
 from harpd.protocol import JobRequest
 from harpd.records import JobRecord
-from harpd.slurm.base import QueuedJob
+from harpd.slurm.base import PartitionInfo, QueuedJob, SlurmError
 from harpd.slurm.job_ids import submitted_id
+from harpd.slurm.queue_load import queue_load
 from harpd.store import Store
 from harpd.watch.changes import DONE
 from harpd.watch.extend import EXTEND
@@ -39,10 +43,18 @@ __all__ = ["SoftFeedback"]
 class SoftFeedback:
     """Feeds ``state`` from the watcher's listing, its extensions and the poller's outcomes."""
 
-    def __init__(self, store: Store, predictor: Any, state: SoftState) -> None:
+    def __init__(
+        self,
+        store: Store,
+        predictor: Any,
+        state: SoftState,
+        partitions: Callable[[], dict[str, PartitionInfo]] | None = None,
+    ) -> None:
+        """``partitions``: the daemon's cached partitions, for the cluster's processors (None: no queue load)."""
         self.store = store
         self.predictor = predictor
         self.state = state
+        self.partitions = partitions
         self._template: dict[str, str | None] = {}  # job id -> template (None: not harp's or no time)
 
     def _template_of(self, job: QueuedJob) -> str | None:
@@ -60,6 +72,7 @@ class SoftFeedback:
 
     def tick(self, jobs: Iterable[QueuedJob]) -> int:
         """Siblings in flight per template from one listing; saves the budget scale. Returns templates seen."""
+        jobs = list(jobs)
         running: dict[str, tuple[int, float]] = {}
         seen: set[str] = set()
         for job in jobs:
@@ -73,6 +86,11 @@ class SoftFeedback:
             running[key] = (n + 1, max(longest, float(job.time_used_s or 0)))
         self._template = {k: v for k, v in self._template.items() if k in seen}
         self.state.set_running(running)
+        if self.partitions is not None:
+            try:
+                self.state.set_queue(queue_load(jobs, self.partitions()))
+            except SlurmError as exc:  # no cluster size this tick: the last load ages out (SoftState.queue)
+                log.warning("watch: no partitions for the queue's load (%s)", exc)
         self.state.save()
         return len(running)
 

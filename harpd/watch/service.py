@@ -59,7 +59,7 @@ class Watch:
             self._lock = threading.Lock()
             return
         # the soft policy learns from this listing and these extensions (harpd.watch.feedback)
-        self.feedback = None if soft_state is None else SoftFeedback(store, predictor, soft_state)
+        self.feedback = None if soft_state is None else SoftFeedback(store, predictor, soft_state, partitions)
         self.extender = Extender(
             store,
             backend,

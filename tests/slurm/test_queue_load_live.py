@@ -18,7 +18,7 @@ from harpd.config import HarpSettings
 from harpd.predict.queue_policy import view_of
 from harpd.slurm.cli_backend import CliBackend
 from harpd.slurm.partitions import cached_partitions
-from harpd.slurm.queue_load import cached_queue_load
+from harpd.slurm.queue_load import queue_load
 
 pytestmark = pytest.mark.slurm
 
@@ -43,17 +43,23 @@ def _until_running(c, job: str, timeout: float = 180.0) -> None:
 def test_the_queue_view_counts_the_jobs_in_line_once_per_task_and_each_node_once(slurm_cluster) -> None:
     c = slurm_cluster
     backend = CliBackend(HarpSettings())
-    load = cached_queue_load(backend, cached_partitions(backend, 60.0), ttl_s=0.0)  # each call asks squeue
+    parts = cached_partitions(backend, 60.0)
+
+    def load():  # what harpd's watcher makes of each of its listings (harpd.watch.feedback)
+        return queue_load(backend.queue(), parts())
+
     cpus = _node_cpus(c)
-    jobs = [c.sbatch(f"--ntasks={cpus}", "--mem=1", "--time=10", "--job-name=q-all", script="sleep 600\n")]
+    jobs = [c.sbatch(f"--ntasks={cpus}", "--mem=100M", "--time=10", "--job-name=q-all", script="sleep 600\n")]
     try:
         _until_running(c, jobs[0])
         before = load()
         waiting = ["q|load;1", "q load,2 "]
-        jobs += [c.sbatch("--time=10", "--ntasks=2", "--mem=1", f"--job-name={n}", script="sleep 1\n") for n in waiting]
-        jobs.append(c.sbatch("--array=1-3", "--time=5", "--mem=1", "--job-name=q\narray", script="sleep 1\n"))
-        jobs.append(c.sbatch("--hold", "--time=60", "--ntasks=2", "--mem=1", script="sleep 1\n"))
-        jobs.append(c.sbatch("--begin=now+3600", "--time=60", "--mem=1", script="sleep 1\n"))
+        jobs += [
+            c.sbatch("--time=10", "--ntasks=2", "--mem=100M", f"--job-name={n}", script="sleep 1\n") for n in waiting
+        ]
+        jobs.append(c.sbatch("--array=1-3", "--time=5", "--mem=100M", "--job-name=q\narray", script="sleep 1\n"))
+        jobs.append(c.sbatch("--hold", "--time=60", "--ntasks=2", "--mem=100M", script="sleep 1\n"))
+        jobs.append(c.sbatch("--begin=now+3600", "--time=60", "--mem=100M", script="sleep 1\n"))
         now = load()
         assert now.pending_jobs - before.pending_jobs == 2 + 3  # the held and the not-yet-begun job: none
         assert now.backlog_core_s - before.backlog_core_s == pytest.approx(2 * 2 * 600.0 + 3 * 300.0)

@@ -219,6 +219,27 @@ def test_cli_schedule_json_and_saved_figures(tmp_path, capsys, monkeypatch):
     assert "queue: FCFS + EASY backfilling on 8 processors" in out and "no harp rows" in out
 
 
+def test_cli_schedule_decides_with_the_queue_rule_as_the_site_s_harpd_does(tmp_path, capsys, monkeypatch):
+    db = _config(tmp_path, monkeypatch)
+    f = tmp_path / "t.swf"
+    _swf(f)
+    argv = ["replay", str(f), "--quiet", "--models", "request,harp", "--schedule", "--format", "json"]
+
+    def rule(*more: str) -> bool:
+        assert harp_main([*argv, *more]) == 0
+        q = json.loads(capsys.readouterr().out)["queue"]
+        assert q["soft_loop"] == ("open" if "--open-loop" in more else "closed")
+        return q["queue_rule"]
+
+    assert rule() is True  # the default, as harpd's predict.queue_rule
+    assert rule("--no-queue-rule") is False
+    assert rule("--open-loop") is False  # the open loop decides on the recorded timeline: no queue to read
+    cfg = tmp_path / "harp.toml"
+    cfg.write_text(f'[store]\npath = "{db}"\n[predict]\nqueue_rule = false\n')
+    assert rule() is False  # a site that turned it off replays its harpd without it
+    assert rule("--queue-rule") is True
+
+
 @pytest.mark.parametrize(
     "argv,msg",
     [
@@ -226,7 +247,8 @@ def test_cli_schedule_json_and_saved_figures(tmp_path, capsys, monkeypatch):
         (["--schedule", "--procs", "0"], "at least one processor"),
         (["--procs", "4"], "add --schedule"),
         (["--open-loop"], "--open-loop chooses how the simulated queue of --schedule"),
-        (["--queue-rule"], "--queue-rule decides harp-soft inside the simulated queue"),
+        (["--queue-rule"], "--queue-rule chooses how harp-soft is decided inside the simulated queue"),
+        (["--no-queue-rule"], "--no-queue-rule chooses how harp-soft is decided inside the simulated queue"),
         (["--schedule", "--procs", "4", "--open-loop", "--queue-rule"], "without --open-loop"),
         (["--schedule", "--procs", "4", "--replicas", "0"], "--replicas 0: at least 1 copy"),
         (["--schedule", "--procs", "4", "--shake", "-5"], "--shake -5: give the seconds"),

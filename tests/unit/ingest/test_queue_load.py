@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from harpd.predict.queue_policy import queue_cut, view_of
 from harpd.slurm.base import PartitionInfo, QueuedJob
-from harpd.slurm.queue_load import cached_queue_load, queue_load, total_cores
+from harpd.slurm.queue_load import queue_load, total_cores
 
 
 def _part(name: str, nodes: tuple[str, ...], cpus: int) -> PartitionInfo:
@@ -38,19 +38,6 @@ def test_the_backlog_is_the_pending_jobs_limits_times_their_processors():
     assert queue_cut(v, 1000.0, 800.0).limit_s == 800.0  # shorter than the request: the cut stands
     assert queue_cut(v, 200.0, 100.0).limit_s == 200.0  # longer, and a shallow cut: the request
     assert queue_cut(v, 200.0, 40.0).limit_s == 40.0  # longer, and a deep cut: it stands
-
-
-def test_one_squeue_serves_every_decision_within_the_ttl():
-    class Backend:
-        calls = 0
-
-        def queue(self):
-            self.calls += 1
-            return [QueuedJob(str(self.calls), "PENDING", time_limit_s=60)]
-
-    b = Backend()
-    get = cached_queue_load(b, lambda: PARTS, ttl_s=3600.0)  # type: ignore[arg-type]
-    assert get() == get() and b.calls == 1
 
 
 def test_only_jobs_in_line_for_processors_count_and_a_pending_array_counts_each_task():

@@ -170,7 +170,8 @@ def test_the_soft_queue_verdict_says_which_loop_decided_harp_soft():
     opened = queue_lines({**q, "soft_loop": "open"}, "soft")[2]
     assert "closed loop" in closed and "at its submission in the simulated queue" in closed
     assert "reads no queue" in closed and "open loop's figures" in closed
-    assert "with the queue rule (--queue-rule)" in ruled and "planned with the request" in ruled
+    assert "with the queue rule (predict.queue_rule" in ruled and "planned with the request" in ruled
+    assert "without the queue rule (--no-queue-rule" in closed
     assert "open loop (--open-loop)" in opened and "recorded timeline" in opened
     assert "no record" in queue_lines(q, "soft")[2]
     # under hard limits the soft loop is not the row judged: no line for it

@@ -228,7 +228,9 @@ def _live(soft: bool, model=None, used_s: float = 590.0, queue=None, **predict):
     from harpd.records import JobRecord, Outcome
 
     env = ModelEnvelope(model=model or _Half(), name="half", relative=True, resource="time")
-    p = ModelPredictor(HarpSettings(predict=predict), models={"time": env}, soft_limits=soft, queue=queue)
+    p = ModelPredictor(HarpSettings(predict=predict), models={"time": env}, soft_limits=soft)
+    if queue is not None and p.soft_state is not None:  # what the watcher's last listing gave (watch.feedback)
+        p.soft_state.set_queue(queue[0], now=queue[1])
     recs = [
         JobRecord(
             job_id=str(i),
@@ -300,32 +302,30 @@ def test_a_soft_limit_raised_to_the_watchers_least_limit_names_the_soft_policy_n
     assert "predict.floor_time_s" not in c.reason and "the soft policy's least limit" in c.reason, c.reason
 
 
-def test_live_queue_rule_weighs_a_soft_cut_against_the_queue_only_when_the_site_turns_it_on():
-    from harpd.slurm.base import SlurmError
+def test_live_queue_rule_weighs_a_soft_cut_against_the_queue_the_watcher_listed():
+    import time
+
     from harpd.slurm.queue_load import QueueLoad
 
     deep = QueueLoad(pending_jobs=40, backlog_core_s=64 * 86400.0, running_jobs=16, total_cores=64)  # a day of work
+    now = time.time()
 
     def time_change(d):
         return next((c for c in d.changes if c.option == "time"), None)
 
     # a shallow cut (1.1 x 3000 s + the lead: 57 min of 2 h) behind a day of waiting work: the request stands
-    d = _decide(_live(True, used_s=3000.0, queue=lambda: deep, queue_rule=True))
+    d = _decide(_live(True, used_s=3000.0, queue=(deep, now), queue_rule=True))
     assert time_change(d) is None
     assert "waiting work fills the machine" in d.explain["time"]["reason"], d.explain["time"]
-    # the same without the setting: the queue is not read, the cut stands
-    assert time_change(_decide(_live(True, used_s=3000.0, queue=lambda: deep))).value == "00:57:00"
+    # the default weighs it too
+    assert time_change(_decide(_live(True, used_s=3000.0, queue=(deep, now)))) is None
+    # a site that turns the rule off: the queue is not read, the cut stands
+    assert time_change(_decide(_live(True, used_s=3000.0, queue=(deep, now), queue_rule=False))).value == "00:57:00"
     # a deep cut (13 min of 2 h) stands behind the same queue
-    assert time_change(_decide(_live(True, queue=lambda: deep, queue_rule=True))).value == "00:13:00"
-
-    # Slurm gave no view yet: decided as without the rule, never failed
-    def down() -> QueueLoad:
-        raise SlurmError("squeue: gave no answer")
-
-    assert time_change(_decide(_live(True, used_s=3000.0, queue=down, queue_rule=True))).value == "00:57:00"
-
-    # hard limits: the queue rule is the soft policy's, the queue is never read
-    def never() -> QueueLoad:
-        raise AssertionError("the queue was read under hard limits")
-
-    _decide(_live(False, used_s=3000.0, queue=never, queue_rule=True))
+    assert time_change(_decide(_live(True, queue=(deep, now), queue_rule=True))).value == "00:13:00"
+    # no listing yet, or one older than the soft state trusts (the watcher stopped): decided as without the rule
+    assert time_change(_decide(_live(True, used_s=3000.0, queue_rule=True))).value == "00:57:00"
+    stale = (deep, now - 3600.0)
+    assert time_change(_decide(_live(True, used_s=3000.0, queue=stale, queue_rule=True))).value == "00:57:00"
+    # hard limits: the queue rule is the soft policy's; there is no soft state to read
+    assert _live(False, used_s=3000.0, queue=(deep, now), queue_rule=True).soft_state is None

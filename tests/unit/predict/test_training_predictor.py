@@ -157,19 +157,30 @@ def test_retrain_schedule():
     assert not sch.due(now=20.0) and sch.new_outcomes == 0
 
 
-def test_the_queue_rule_reads_the_daemons_one_partitions_cache(tmp_path):
+def test_the_queue_rule_reads_the_watchers_listing_and_the_daemons_one_partitions_cache(tmp_path):
     from harpd.slurm.partitions import cached_partitions
+    from harpd.watch.feedback import SoftFeedback
     from tests.helpers.fake_slurm import FakeSlurm
 
-    s = HarpSettings(store={"path": str(tmp_path / "q.db")}, predict={"queue_rule": True})
+    s = HarpSettings(store={"path": str(tmp_path / "q.db")})  # the rule is on by default
     st = Store.open(s.store.path)
     fake = FakeSlurm()
     shared = cached_partitions(fake)
     p = make_predictor(settings=s, store=st, backend=fake, partitions=shared, soft_limits=True)
+    assert p.soft_state is not None and p._queue_view(0.0) is None  # no listing yet: decided as without the rule
+    SoftFeedback(st, p, p.soft_state, shared).tick(fake.queue())  # the watcher's tick
+
+    def no_squeue() -> list:
+        raise AssertionError("a decision listed the queue itself")
+
+    fake.queue = no_squeue  # type: ignore[method-assign]
     assert p._queue_view(0.0) is not None and p._limits is not None and p._limits(None) is not None
     assert fake.partition_calls == 1  # the queue's processors and the partition limits: one scontrol, cached
-    # without the setting, or under hard limits, harpd never reads the queue
-    plain = HarpSettings(store={"path": str(tmp_path / "q.db")})
-    assert make_predictor(settings=plain, store=st, backend=fake, partitions=shared, soft_limits=True)._queue is None
-    assert make_predictor(settings=s, store=st, backend=fake, partitions=shared)._queue is None
+    # with the setting off, or under hard limits, harpd never weighs a cut against the queue
+    off = HarpSettings(store={"path": str(tmp_path / "q.db")}, predict={"queue_rule": False})
+    q = make_predictor(settings=off, store=st, backend=fake, partitions=shared, soft_limits=True)
+    assert q.soft_state is not None
+    q.soft_state.set_queue(p.soft_state.queue())  # type: ignore[arg-type]
+    assert q._queue_view(0.0) is None
+    assert make_predictor(settings=s, store=st, backend=fake, partitions=shared)._queue_view(0.0) is None
     st.close()

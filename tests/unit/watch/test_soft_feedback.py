@@ -163,3 +163,28 @@ def test_a_user_over_their_extension_budget_keeps_their_time_request(store):
     assert [c for c in d.changes if c.option == "time"] == []
     assert "5 of your last 10 jobs harp cut outgrew its limit" in d.explain["time"]["reason"]
     assert p.soft_state.explain()["users_not_cut"] == ["ann"]
+
+
+def test_each_listing_gives_the_predictor_the_queue_s_load_and_no_partitions_leaves_it_to_age_out(store, slurm):
+    import time
+
+    from harpd.slurm.base import PartitionInfo, SlurmError
+
+    parts = {"cpu": PartitionInfo("cpu", 86400, 64000, 8, 2, node_names=("n1", "n2"))}
+    state = SoftState(SoftPolicy(), store, max_age_s=300.0)
+    fb = SoftFeedback(store, _Templates(), state, lambda: parts)
+    slurm.add("1", used_s=100)  # running
+    slurm.add("2", state="PENDING", limit_s=600)
+    slurm.add("3", state="PENDING", limit_s=600)
+    fb.tick(slurm.queue())
+    load = state.queue()
+    assert load is not None and (load.pending_jobs, load.running_jobs, load.total_cores) == (2, 1, 16)
+    assert load.backlog_core_s == pytest.approx(2 * 600.0 * (slurm.jobs["2"].queued().cpus_per_task or 1))
+    assert state.queue(now=time.time() + 301.0) is None  # the watcher stopped listing: no view
+
+    def down() -> dict:
+        raise SlurmError("scontrol: no answer")
+
+    failing = SoftFeedback(store, _Templates(), SoftState(SoftPolicy(), store), down)
+    assert failing.tick(slurm.queue()) == 0  # the listing is still used for the siblings; the load is absent
+    assert failing.state.queue() is None
