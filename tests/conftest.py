@@ -244,6 +244,11 @@ class SlurmCluster:
         out = self.run(argv).stdout
         return [dict(zip(names, line.split("|"))) for line in out.splitlines() if line]
 
+    def node_cpus(self) -> int:
+        """The cluster's processors as sinfo lists them: each node once, though partitions share nodes."""
+        rows = self.run(["sinfo", "-h", "-N", "-o", "%N %c"]).stdout.split("\n")
+        return sum(int(cpus) for _node, cpus in {tuple(r.split()) for r in rows if r.strip()})
+
     def state(self, job_id: str) -> str:
         """The job's state as sacct has it, first word only ('' when not yet recorded)."""
         rows = self.sacct(job_id, "JobID,State", steps=False)

@@ -23,12 +23,6 @@ from harpd.slurm.queue_load import queue_load
 pytestmark = pytest.mark.slurm
 
 
-def _node_cpus(c) -> int:
-    """The cluster's processors as sinfo lists them: each node once."""
-    rows = c.run(["sinfo", "-h", "-N", "-o", "%N %c"]).stdout.split("\n")
-    return sum(int(cpus) for _node, cpus in {tuple(r.split()) for r in rows if r.strip()})
-
-
 def _until_running(c, job: str, timeout: float = 180.0) -> None:
     deadline = time.time() + timeout
     state = ""
@@ -48,7 +42,7 @@ def test_the_queue_view_counts_the_jobs_in_line_once_per_task_and_each_node_once
     def load():  # what harpd's watcher makes of each of its listings (harpd.watch.feedback)
         return queue_load(backend.queue(), parts())
 
-    cpus = _node_cpus(c)
+    cpus = c.node_cpus()
     jobs = [c.sbatch(f"--ntasks={cpus}", "--mem=100M", "--time=10", "--job-name=q-all", script="sleep 600\n")]
     try:
         _until_running(c, jobs[0])

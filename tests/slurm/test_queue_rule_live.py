@@ -40,11 +40,6 @@ ASK = {
 QUEUE_REASON = "waiting work fills the machine"
 
 
-def _node_cpus(c) -> int:
-    rows = c.run(["sinfo", "-h", "-N", "-o", "%N %c"]).stdout.split("\n")
-    return sum(int(cpus) for _node, cpus in {tuple(r.split()) for r in rows if r.strip()})
-
-
 def _time(ans: dict[str, Any]) -> tuple[str | None, str]:
     """(harp's new time limit or None, the reason harp gives for its time decision)."""
     assert ans.get("ok"), ans
@@ -80,7 +75,7 @@ def test_a_shallow_soft_cut_keeps_its_request_while_the_queue_outlasts_it(slurm_
     cut, why = wait_for("a soft time cut on an empty queue", lambda: (a := ask())[0] and a, 120, 1.0, show)
     assert cut in ("00:01:00", "00:02:00"), why  # whole minutes above a quarter of the 3-minute request: shallow
     assert QUEUE_REASON not in why
-    cpus = _node_cpus(c)
+    cpus = c.node_cpus()
     wide = (f"--ntasks={cpus}", "--mem=100M", "-p", "short", "-o", "/dev/null")
     jobs: list[str] = []
     try:
