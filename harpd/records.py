@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field, fields
 from enum import Enum
-from typing import Annotated, Any, Literal, TypedDict
+from typing import Annotated, Any, Literal, TypedDict, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
@@ -113,6 +113,18 @@ def _mapping(v: Any) -> Mapping[str, Any]:
     return v if isinstance(v, Mapping) else {}
 
 
+_Model = TypeVar("_Model", bound=BaseModel)
+
+
+def kept_as_stored(cls: type[_Model], d: Mapping[str, Any]) -> _Model:
+    """``cls`` validated from a stored object, as the socket validates it; one this harpd would refuse
+    (another version wrote it) is kept as stored, its known fields only, rather than lost: readers convert."""
+    try:
+        return cls.model_validate(d)
+    except ValidationError:
+        return cls.model_construct(**{k: d.get(k) for k in cls.model_fields})
+
+
 _Str = Annotated[str, Field(max_length=4096)]
 _Count = Annotated[int, Field(ge=0, le=10_000_000)]
 _Seconds = Annotated[int, Field(ge=0, le=10 * 365 * 86400)]
@@ -159,11 +171,7 @@ class Resources(BaseModel):
         refuse (written by another version) is kept as stored rather than
         lost: readers convert, as they always did.
         """
-        m = _mapping(d)
-        try:
-            return cls.model_validate(m)
-        except ValidationError:
-            return cls.model_construct(**{k: m.get(k) for k in cls.model_fields})
+        return kept_as_stored(cls, _mapping(d))
 
 
 class Change(BaseModel):
@@ -186,11 +194,7 @@ class Change(BaseModel):
     @classmethod
     def from_json(cls, d: Mapping[str, Any]) -> Change:
         """A stored change; one this harpd would refuse (another version wrote it) is kept as stored."""
-        try:
-            return cls.model_validate(d)
-        except ValidationError:
-            loose: dict[str, Any] = {k: d.get(k) for k in cls.model_fields}
-            return cls.model_construct(**loose)
+        return kept_as_stored(cls, d)
 
 
 @dataclass(frozen=True, slots=True)

@@ -33,12 +33,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from pydantic import ValidationError
-
 from harp_submit.registration import TOKEN_WORD
 from harp_submit.units import parse_mem, parse_time
 from harpd import access
 from harpd.protocol import TOKEN_PATTERN, Decision, JobRequest, Resources
+from harpd.records import kept_as_stored
 from harpd.slurm.base import JobInfo, SlurmBackend, SlurmError, waiting_on_slurm, whole_minutes
 from harpd.slurm.job_ids import submitted_id
 from harpd.store import OwnerChanged, Store
@@ -119,12 +118,7 @@ def _mismatch(limits: Resources, job: JobInfo) -> str | None:
 
 def _stored_decision(d: Mapping[str, Any] | None) -> Decision | None:
     """A decision as the decisions table holds it; one this harpd would refuse (an older one wrote it) is kept."""
-    if d is None:
-        return None
-    try:
-        return Decision.model_validate(d)
-    except ValidationError:
-        return Decision.model_construct(**dict(d))
+    return None if d is None else kept_as_stored(Decision, d)
 
 
 def _as_slurm_shows(job: JobInfo) -> Resources:
